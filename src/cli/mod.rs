@@ -1,0 +1,12 @@
+pub mod capture;
+pub mod sink;
+
+/// Logs go to stderr; `RUST_LOG` overrides the default `info` level.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -1,0 +1,5 @@
+//! oncely: every committed PostgreSQL change, through Kafka, into the stores that mirror it,
+//! exactly once in effect. This facade re-exports the three crates.
+pub use oncely_capture as capture;
+pub use oncely_dedup as dedup;
+pub use oncely_sinks as sinks;

@@ -1,0 +1,45 @@
+//! The `oncely` command line: `oncely capture` and `oncely sink`.
+use clap::{Parser, Subcommand};
+
+mod cli;
+
+#[derive(Parser)]
+#[command(name = "oncely", version, about = "Exactly-once-in-effect CDC: PostgreSQL -> Kafka -> your stores")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Stream a PostgreSQL database's committed changes into Kafka, exactly once.
+    Capture(cli::capture::CaptureArgs),
+    /// Apply change topics from Kafka to a target store, effectively once.
+    Sink(cli::sink::SinkArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    cli::init_tracing();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Capture(args) => cli::capture::run(args).await,
+            Command::Sink(args) => cli::sink::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
