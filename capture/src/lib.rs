@@ -1,1 +1,14 @@
-pub fn _placeholder() {}
+//! oncely-capture: a PostgreSQL database's committed changes into Kafka,
+//! exactly once. Events and the source offset that covers them are written
+//! in one Kafka transaction; the slot is confirmed only up to what a
+//! committed offset record holds. See `pipeline` for the flow.
+
+pub mod config;
+pub mod error;
+pub mod filter;
+pub mod kafka;
+pub mod metrics;
+pub mod offset;
+pub mod pgoutput;
+pub mod secret;
+pub mod source;

@@ -1,0 +1,687 @@
+//! Capture configuration: TOML with Debezium-familiar names.
+//!
+//! TOML dotted keys map onto nested tables, so `topic.prefix = "shop"` and
+//! `slot.name = "oncely"` are written exactly as a Debezium user would, and
+//! each nested struct rejects unknown keys. [`CaptureConfig::validate`] checks
+//! the values and names the offending key.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::secret::{resolve_reference, Secret, SecretError};
+
+pub const DEFAULT_PORT: u16 = 5432;
+pub const DEFAULT_SLOT: &str = "oncely";
+pub const DEFAULT_PUBLICATION: &str = "oncely_publication";
+pub const DEFAULT_OFFSETS_TOPIC: &str = "oncely-offsets";
+pub const DEFAULT_BATCH_MAX_EVENTS: usize = 20_000;
+pub const DEFAULT_BATCH_MAX_BYTES: usize = 16 * 1024 * 1024;
+pub const DEFAULT_BATCH_MAX_MS: u64 = 100;
+pub const DEFAULT_HEARTBEAT_MS: u64 = 10_000;
+pub const DEFAULT_STATUS_INTERVAL_MS: u64 = 1_000;
+
+/// A bad configuration: which key, and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("invalid config {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("config key `{key}`: {message}")]
+    Invalid { key: &'static str, message: String },
+    #[error("config key `{key}`: {source}")]
+    Secret {
+        key: &'static str,
+        source: SecretError,
+    },
+}
+
+fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.into(),
+    }
+}
+
+/// The whole `capture.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureConfig {
+    /// Connector name: identifies the offsets and the Kafka `transactional.id`.
+    /// Defaults to `topic.prefix`.
+    pub name: Option<String>,
+    pub topic: TopicConfig,
+    pub database: DatabaseConfig,
+    #[serde(default)]
+    pub slot: SlotConfig,
+    #[serde(default)]
+    pub publication: PublicationConfig,
+    #[serde(default)]
+    pub table: TableFilterConfig,
+    #[serde(default)]
+    pub message: MessageConfig,
+    #[serde(default)]
+    pub heartbeat: HeartbeatConfig,
+    #[serde(default)]
+    pub tombstones: TombstonesConfig,
+    #[serde(default)]
+    pub schemas: SchemasConfig,
+    #[serde(default)]
+    pub batch: BatchConfig,
+    pub kafka: KafkaConfig,
+    #[serde(default)]
+    pub offset: OffsetConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicConfig {
+    /// `topic.prefix`: topics are `<prefix>.<schema>.<table>`.
+    pub prefix: String,
+    #[serde(default)]
+    pub creation: TopicCreationConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicCreationConfig {
+    #[serde(default)]
+    pub default: TopicCreationDefaults,
+}
+
+/// `topic.creation.default.partitions` / `.replication.factor` for topics the
+/// connector creates.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicCreationDefaults {
+    #[serde(default = "one_i32")]
+    pub partitions: i32,
+    #[serde(default)]
+    pub replication: ReplicationFactor,
+}
+
+impl Default for TopicCreationDefaults {
+    fn default() -> Self {
+        TopicCreationDefaults {
+            partitions: 1,
+            replication: ReplicationFactor::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicationFactor {
+    #[serde(default = "one_i32")]
+    pub factor: i32,
+}
+
+impl Default for ReplicationFactor {
+    fn default() -> Self {
+        ReplicationFactor { factor: 1 }
+    }
+}
+
+fn one_i32() -> i32 {
+    1
+}
+
+/// `database.*`: where to read changes from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseConfig {
+    pub hostname: String,
+    #[serde(default = "default_port")]
+    pub port: u16,
+    pub user: String,
+    /// Literal, `${env:NAME}` or `${file:/path}`.
+    #[serde(default)]
+    pub password: Secret,
+    pub dbname: String,
+}
+
+fn default_port() -> u16 {
+    DEFAULT_PORT
+}
+
+/// `slot.name` and whether to create it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlotConfig {
+    #[serde(default = "default_slot")]
+    pub name: String,
+    /// Create the slot when it does not exist (default true).
+    #[serde(default = "yes")]
+    pub create: bool,
+}
+
+impl Default for SlotConfig {
+    fn default() -> Self {
+        SlotConfig {
+            name: DEFAULT_SLOT.into(),
+            create: true,
+        }
+    }
+}
+
+fn default_slot() -> String {
+    DEFAULT_SLOT.into()
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `publication.name` and `publication.autocreate.mode`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublicationConfig {
+    #[serde(default = "default_publication")]
+    pub name: String,
+    #[serde(default)]
+    pub autocreate: AutocreateConfig,
+}
+
+impl Default for PublicationConfig {
+    fn default() -> Self {
+        PublicationConfig {
+            name: DEFAULT_PUBLICATION.into(),
+            autocreate: AutocreateConfig::default(),
+        }
+    }
+}
+
+fn default_publication() -> String {
+    DEFAULT_PUBLICATION.into()
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AutocreateConfig {
+    #[serde(default)]
+    pub mode: AutocreateMode,
+}
+
+/// Debezium's `publication.autocreate.mode` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AutocreateMode {
+    /// The publication must exist and hold every captured table.
+    Disabled,
+    /// Create it `FOR ALL TABLES` when missing (needs superuser).
+    #[default]
+    AllTables,
+    /// Create it for exactly the captured tables, and add captured tables it lacks.
+    Filtered,
+}
+
+/// `table.include.list` / `table.exclude.list`: regular expressions matched
+/// against the whole `schema.table` name.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableFilterConfig {
+    #[serde(default)]
+    pub include: ListConfig,
+    #[serde(default)]
+    pub exclude: ListConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListConfig {
+    #[serde(default)]
+    pub list: StringList,
+}
+
+/// A list given either as a TOML array or, as in Debezium, one comma-separated string.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StringList(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for StringList {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            One(String),
+            Many(Vec<String>),
+        }
+        let items = match Raw::deserialize(d)? {
+            Raw::One(s) => s.split(',').map(str::to_string).collect(),
+            Raw::Many(v) => v,
+        };
+        Ok(StringList(
+            items
+                .into_iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+        ))
+    }
+}
+
+/// `message.key.columns`: `schema.table:col1,col2;schema.table2:col` as in Debezium.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessageConfig {
+    #[serde(default)]
+    pub key: MessageKeyConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessageKeyConfig {
+    #[serde(default)]
+    pub columns: Option<String>,
+}
+
+/// `heartbeat.interval.ms` and `heartbeat.action.query`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatConfig {
+    #[serde(default)]
+    pub interval: MillisConfig,
+    #[serde(default)]
+    pub action: HeartbeatActionConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MillisConfig {
+    pub ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatActionConfig {
+    pub query: Option<String>,
+}
+
+/// `tombstones.on.delete` (default true).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TombstonesConfig {
+    #[serde(default)]
+    pub on: TombstonesOn,
+}
+
+impl Default for TombstonesConfig {
+    fn default() -> Self {
+        TombstonesConfig {
+            on: TombstonesOn { delete: true },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TombstonesOn {
+    #[serde(default = "yes")]
+    pub delete: bool,
+}
+
+impl Default for TombstonesOn {
+    fn default() -> Self {
+        TombstonesOn { delete: true }
+    }
+}
+
+/// `schemas.enable`: wrap keys and values in `{schema, payload}` (default true,
+/// as Kafka Connect's JSON converter does).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchemasConfig {
+    #[serde(default = "yes")]
+    pub enable: bool,
+}
+
+impl Default for SchemasConfig {
+    fn default() -> Self {
+        SchemasConfig { enable: true }
+    }
+}
+
+/// When one Kafka transaction closes: `batch.max.events`, `batch.max.bytes`, `batch.max.ms`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchConfig {
+    #[serde(default)]
+    pub max: BatchMax,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchMax {
+    #[serde(default = "default_batch_events")]
+    pub events: usize,
+    #[serde(default = "default_batch_bytes")]
+    pub bytes: usize,
+    #[serde(default = "default_batch_ms")]
+    pub ms: u64,
+}
+
+impl Default for BatchMax {
+    fn default() -> Self {
+        BatchMax {
+            events: DEFAULT_BATCH_MAX_EVENTS,
+            bytes: DEFAULT_BATCH_MAX_BYTES,
+            ms: DEFAULT_BATCH_MAX_MS,
+        }
+    }
+}
+
+fn default_batch_events() -> usize {
+    DEFAULT_BATCH_MAX_EVENTS
+}
+fn default_batch_bytes() -> usize {
+    DEFAULT_BATCH_MAX_BYTES
+}
+fn default_batch_ms() -> u64 {
+    DEFAULT_BATCH_MAX_MS
+}
+
+/// `kafka.bootstrap.servers` and raw librdkafka producer overrides under `[kafka.producer]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    pub bootstrap: BootstrapConfig,
+    /// librdkafka properties, e.g. `"compression.type" = "lz4"`. Values may be
+    /// `${env:..}`/`${file:..}` references. `transactional.id`,
+    /// `enable.idempotence` and `isolation.level` are owned by oncely.
+    #[serde(default)]
+    pub producer: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BootstrapConfig {
+    pub servers: String,
+}
+
+/// `offset.storage.topic`: the compacted topic of offset records.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OffsetConfig {
+    #[serde(default)]
+    pub storage: OffsetStorage,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OffsetStorage {
+    #[serde(default = "default_offsets_topic")]
+    pub topic: String,
+}
+
+impl Default for OffsetStorage {
+    fn default() -> Self {
+        OffsetStorage {
+            topic: DEFAULT_OFFSETS_TOPIC.into(),
+        }
+    }
+}
+
+fn default_offsets_topic() -> String {
+    DEFAULT_OFFSETS_TOPIC.into()
+}
+
+/// `metrics.listen`: address of the Prometheus endpoint (`/metrics`); off when absent.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    pub listen: Option<String>,
+}
+
+/// Librdkafka properties a user may not override: they carry the exactly-once guarantee.
+const RESERVED_PRODUCER_KEYS: &[&str] = &[
+    "transactional.id",
+    "enable.idempotence",
+    "isolation.level",
+    "bootstrap.servers",
+];
+
+impl CaptureConfig {
+    /// Reads, parses, resolves secrets and validates a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses, resolves secrets and validates config text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let mut cfg: CaptureConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        cfg.database.password =
+            cfg.database
+                .password
+                .resolve()
+                .map_err(|source| ConfigError::Secret {
+                    key: "database.password",
+                    source,
+                })?;
+        for value in cfg.kafka.producer.values_mut() {
+            *value = resolve_reference(value).map_err(|source| ConfigError::Secret {
+                key: "kafka.producer",
+                source,
+            })?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks values that parse but cannot work.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let prefix = &self.topic.prefix;
+        if prefix.is_empty()
+            || !prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(invalid(
+                "topic.prefix",
+                format!("{prefix:?} must be non-empty and use only letters, digits, '.', '_' and '-' (Kafka topic characters)"),
+            ));
+        }
+        if !is_identifier(&self.slot.name) {
+            return Err(invalid(
+                "slot.name",
+                format!(
+                    "{:?} must be lower-case letters, digits and '_' (PostgreSQL slot name rules)",
+                    self.slot.name
+                ),
+            ));
+        }
+        if self.publication.name.is_empty() {
+            return Err(invalid("publication.name", "must not be empty"));
+        }
+        if self.batch.max.events == 0 {
+            return Err(invalid("batch.max.events", "must be at least 1"));
+        }
+        if self.batch.max.bytes < 1024 {
+            return Err(invalid("batch.max.bytes", "must be at least 1024"));
+        }
+        if self.batch.max.ms == 0 {
+            return Err(invalid("batch.max.ms", "must be at least 1"));
+        }
+        if self.heartbeat.interval.ms == Some(0) {
+            return Err(invalid(
+                "heartbeat.interval.ms",
+                "must be positive (omit it for the default of 10000)",
+            ));
+        }
+        if self.kafka.bootstrap.servers.trim().is_empty() {
+            return Err(invalid(
+                "kafka.bootstrap.servers",
+                "must name at least one broker",
+            ));
+        }
+        if let Some(key) = self
+            .kafka
+            .producer
+            .keys()
+            .find(|k| RESERVED_PRODUCER_KEYS.contains(&k.as_str()))
+        {
+            return Err(invalid(
+                "kafka.producer",
+                format!("`{key}` is set by oncely itself (it carries the exactly-once guarantee); remove it"),
+            ));
+        }
+        if self.topic.creation.default.partitions < 1 {
+            return Err(invalid(
+                "topic.creation.default.partitions",
+                "must be at least 1",
+            ));
+        }
+        if self.offset.storage.topic.is_empty() {
+            return Err(invalid("offset.storage.topic", "must not be empty"));
+        }
+        crate::filter::TableFilter::new(&self.table.include.list.0, &self.table.exclude.list.0)
+            .map_err(|e| invalid("table.include.list", e.to_string()))?;
+        crate::filter::parse_key_columns(self.message.key.columns.as_deref())
+            .map_err(|e| invalid("message.key.columns", e))?;
+        if let Some(listen) = &self.metrics.listen {
+            listen.parse::<std::net::SocketAddr>().map_err(|e| {
+                invalid(
+                    "metrics.listen",
+                    format!("{listen:?} is not host:port ({e})"),
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The connector's name: `name`, or `topic.prefix` when unset.
+    pub fn connector_name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.topic.prefix)
+    }
+
+    /// The stable Kafka `transactional.id` of this connector: a second
+    /// instance with the same name fences the first.
+    pub fn transactional_id(&self) -> String {
+        format!("oncely-capture-{}", self.connector_name())
+    }
+
+    pub fn heartbeat_interval(&self) -> Duration {
+        Duration::from_millis(self.heartbeat.interval.ms.unwrap_or(DEFAULT_HEARTBEAT_MS))
+    }
+
+    pub fn batch_max_time(&self) -> Duration {
+        Duration::from_millis(self.batch.max.ms)
+    }
+}
+
+fn is_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+topic.prefix = "shop"
+database.hostname = "127.0.0.1"
+database.user = "postgres"
+database.dbname = "shop"
+kafka.bootstrap.servers = "127.0.0.1:9092"
+"#;
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
+        assert_eq!(cfg.connector_name(), "shop");
+        assert_eq!(cfg.transactional_id(), "oncely-capture-shop");
+        assert_eq!(cfg.slot.name, DEFAULT_SLOT);
+        assert_eq!(cfg.publication.name, DEFAULT_PUBLICATION);
+        assert_eq!(cfg.publication.autocreate.mode, AutocreateMode::AllTables);
+        assert!(cfg.tombstones.on.delete);
+        assert!(cfg.schemas.enable);
+        assert_eq!(cfg.database.port, 5432);
+        assert_eq!(cfg.batch.max.events, DEFAULT_BATCH_MAX_EVENTS);
+        assert_eq!(cfg.offset.storage.topic, DEFAULT_OFFSETS_TOPIC);
+        assert_eq!(
+            cfg.heartbeat_interval(),
+            Duration::from_millis(DEFAULT_HEARTBEAT_MS)
+        );
+    }
+
+    #[test]
+    fn debezium_names_parse() {
+        let text = format!(
+            "{MINIMAL}\nslot.name = \"s1\"\npublication.autocreate.mode = \"filtered\"\n\
+             table.include.list = \"public.orders, public.customers\"\n\
+             message.key.columns = \"public.orders:id\"\nheartbeat.interval.ms = 500\n\
+             tombstones.on.delete = false\nbatch.max.events = 10\n"
+        );
+        let cfg = CaptureConfig::parse(&text, "test").unwrap();
+        assert_eq!(cfg.slot.name, "s1");
+        assert_eq!(cfg.publication.autocreate.mode, AutocreateMode::Filtered);
+        assert_eq!(
+            cfg.table.include.list.0,
+            vec!["public.orders".to_string(), "public.customers".to_string()]
+        );
+        assert!(!cfg.tombstones.on.delete);
+        assert_eq!(cfg.heartbeat_interval(), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_with_its_name() {
+        let err = CaptureConfig::parse(&format!("{MINIMAL}\nslot.nmae = \"x\"\n"), "test")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("nmae"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let cases = [
+            ("slot.name = \"Bad-Name\"", "slot.name"),
+            ("batch.max.events = 0", "batch.max.events"),
+            ("table.include.list = \"public.(\"", "table.include.list"),
+            (
+                "kafka.producer.\"transactional.id\" = \"x\"",
+                "kafka.producer",
+            ),
+            ("metrics.listen = \"nope\"", "metrics.listen"),
+            ("message.key.columns = \"orders\"", "message.key.columns"),
+        ];
+        for (line, key) in cases {
+            let err = CaptureConfig::parse(&format!("{MINIMAL}\n{line}\n"), "test")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{line}: {err}");
+        }
+    }
+
+    #[test]
+    fn missing_required_key_is_named() {
+        let err = CaptureConfig::parse("topic.prefix = \"x\"", "test")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("database"), "{err}");
+    }
+
+    #[test]
+    fn password_from_env_reference() {
+        std::env::set_var("ONCELY_TEST_PG_PASSWORD", "pw");
+        let text = format!("{MINIMAL}\ndatabase.password = \"${{env:ONCELY_TEST_PG_PASSWORD}}\"\n");
+        let cfg = CaptureConfig::parse(&text, "test").unwrap();
+        assert_eq!(cfg.database.password.expose(), "pw");
+        assert!(!format!("{cfg:?}").contains("\"pw\""));
+    }
+}

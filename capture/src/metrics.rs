@@ -1,0 +1,112 @@
+//! Prometheus metrics of capture, registered once, and the `/metrics` endpoint.
+
+use std::net::SocketAddr;
+
+use prometheus::{
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry, TextEncoder,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+pub const EVENTS_TOTAL: &str = "oncely_capture_events_total";
+pub const KAFKA_TRANSACTIONS_TOTAL: &str = "oncely_capture_kafka_transactions_total";
+pub const BATCH_COMMIT_SECONDS: &str = "oncely_capture_batch_commit_seconds";
+pub const LAG_SECONDS: &str = "oncely_capture_lag_seconds";
+pub const SLOT_RETAINED_WAL_BYTES: &str = "oncely_capture_slot_retained_wal_bytes";
+pub const CONFIRMED_LSN: &str = "oncely_capture_confirmed_lsn";
+pub const HEARTBEATS_TOTAL: &str = "oncely_capture_heartbeats_total";
+pub const RESTARTS_TOTAL: &str = "oncely_capture_restarts_total";
+
+/// The capture metrics, cheap to clone.
+#[derive(Clone)]
+pub struct CaptureMetrics {
+    pub registry: Registry,
+    /// Kafka records published (change events, tombstones).
+    pub events: IntCounter,
+    pub kafka_transactions: IntCounter,
+    /// Time to commit one Kafka transaction (flush included).
+    pub batch_commit: Histogram,
+    /// Now minus the source commit time of the last published event.
+    pub lag: Gauge,
+    pub slot_retained_wal: IntGauge,
+    pub confirmed_lsn: IntGauge,
+    pub heartbeats: IntCounter,
+    pub restarts: IntCounter,
+}
+
+impl CaptureMetrics {
+    pub fn new(connector: &str) -> Self {
+        let registry = Registry::new_custom(
+            None,
+            Some(std::iter::once(("connector".to_string(), connector.to_string())).collect()),
+        )
+        .unwrap_or_default();
+        let counter = |name: &str, help: &str| {
+            let c = IntCounter::with_opts(Opts::new(name, help))
+                .expect("static metric options are valid");
+            let _ = registry.register(Box::new(c.clone()));
+            c
+        };
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::with_opts(Opts::new(name, help))
+                .expect("static metric options are valid");
+            let _ = registry.register(Box::new(g.clone()));
+            g
+        };
+        let batch_commit = Histogram::with_opts(
+            HistogramOpts::new(BATCH_COMMIT_SECONDS, "Time to commit one Kafka transaction")
+                .buckets(vec![
+                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                ]),
+        )
+        .expect("static metric options are valid");
+        let _ = registry.register(Box::new(batch_commit.clone()));
+        let lag = Gauge::with_opts(Opts::new(
+            LAG_SECONDS,
+            "Now minus the source commit time of the last published event",
+        ))
+        .expect("static metric options are valid");
+        let _ = registry.register(Box::new(lag.clone()));
+        CaptureMetrics {
+            events: counter(EVENTS_TOTAL, "Kafka records published"),
+            kafka_transactions: counter(KAFKA_TRANSACTIONS_TOTAL, "Kafka transactions committed"),
+            batch_commit,
+            lag,
+            slot_retained_wal: gauge(
+                SLOT_RETAINED_WAL_BYTES,
+                "WAL bytes the slot keeps on the server",
+            ),
+            confirmed_lsn: gauge(CONFIRMED_LSN, "Last LSN confirmed to the slot"),
+            heartbeats: counter(HEARTBEATS_TOTAL, "Heartbeat offset commits"),
+            restarts: counter(RESTARTS_TOTAL, "Pipeline restarts after retriable errors"),
+            registry,
+        }
+    }
+
+    /// Prometheus text exposition of all metrics.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        out
+    }
+}
+
+/// Serves `GET /metrics` on `addr` until the task is dropped.
+pub async fn serve(addr: SocketAddr, metrics: CaptureMetrics) -> std::io::Result<()> {
+    let listener = TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "metrics endpoint listening");
+    loop {
+        let (mut socket, _) = listener.accept().await?;
+        let body = metrics.render();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 1024];
+            let _ = socket.read(&mut buf).await;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = socket.write_all(head.as_bytes()).await;
+            let _ = socket.write_all(&body).await;
+        });
+    }
+}

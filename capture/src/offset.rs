@@ -1,0 +1,216 @@
+//! The source offset: how far into the PostgreSQL change stream Kafka holds
+//! every event. It is written as the last record of each Kafka transaction,
+//! to a compacted topic keyed by connector name, and read back with
+//! `read_committed` on start.
+
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+
+use crate::error::CaptureError;
+
+/// Where publication stands. Transactions are identified by their commit LSN,
+/// which pgoutput's Begin message carries, so a restarted connector knows
+/// before reading a transaction's first change whether it was published.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceOffset {
+    /// Commit LSN of the last transaction with published events.
+    pub commit_lsn: u64,
+    /// How many of that transaction's changes are published.
+    pub events: u64,
+    /// Whether all of them are (a transaction larger than a batch spans
+    /// several Kafka transactions).
+    pub complete: bool,
+    /// The position confirmed to the slot: the end of the last complete
+    /// transaction, or a heartbeat's server position. Never ahead of what
+    /// this record covers.
+    pub flush_lsn: u64,
+    /// Source transaction id of `commit_lsn`, for operators.
+    #[serde(default)]
+    pub tx_id: u32,
+    /// Commit time of `commit_lsn`, ms since the epoch.
+    #[serde(default)]
+    pub ts_ms: i64,
+    /// Snapshot progress (reserved for chunked snapshots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<serde_json::Value>,
+}
+
+/// What to do with a transaction the stream delivers, given the stored offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replay {
+    /// Already fully in Kafka.
+    SkipAll,
+    /// Its first `n` changes are in Kafka; publish the rest.
+    SkipFirst(u64),
+    /// New.
+    PublishAll,
+}
+
+impl SourceOffset {
+    /// The offset of a connector that has published nothing, starting at `flush_lsn`.
+    pub fn start(flush_lsn: u64) -> Self {
+        SourceOffset {
+            commit_lsn: 0,
+            events: 0,
+            complete: true,
+            flush_lsn,
+            tx_id: 0,
+            ts_ms: 0,
+            snapshot: None,
+        }
+    }
+
+    /// Classifies a transaction by its commit LSN against this offset.
+    pub fn replay(&self, commit_lsn: u64) -> Replay {
+        if commit_lsn < self.commit_lsn || (commit_lsn == self.commit_lsn && self.complete) {
+            Replay::SkipAll
+        } else if commit_lsn == self.commit_lsn {
+            Replay::SkipFirst(self.events)
+        } else if commit_lsn < self.flush_lsn {
+            // Older than the confirmed position (e.g. a heartbeat confirmed past
+            // it): PostgreSQL does not resend those, and we published them.
+            Replay::SkipAll
+        } else {
+            Replay::PublishAll
+        }
+    }
+
+    pub fn key(connector: &str) -> Vec<u8> {
+        serde_json::json!({ "connector": connector })
+            .to_string()
+            .into_bytes()
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // Serializing plain integers and strings cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// Reads the last committed offset record of `connector` from the offsets
+/// topic, with `read_committed` so aborted transactions are never seen.
+/// Returns `None` when the connector never committed.
+pub async fn read_last_offset(
+    bootstrap: &str,
+    topic: &str,
+    connector: &str,
+) -> Result<Option<SourceOffset>, CaptureError> {
+    let bootstrap = bootstrap.to_string();
+    let topic = topic.to_string();
+    let key = SourceOffset::key(connector);
+    tokio::task::spawn_blocking(move || read_last_blocking(&bootstrap, &topic, &key))
+        .await
+        .map_err(|e| CaptureError::Protocol(format!("offset reader task failed: {e}")))?
+}
+
+fn read_last_blocking(
+    bootstrap: &str,
+    topic: &str,
+    key: &[u8],
+) -> Result<Option<SourceOffset>, CaptureError> {
+    let kafka = |context| move |e| CaptureError::kafka(context, "-", e);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "oncely-offset-reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()
+        .map_err(kafka("create offset reader"))?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .map_err(kafka("assign offsets topic"))?;
+    consumer
+        .assign(&tpl)
+        .map_err(kafka("assign offsets topic"))?;
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut last = None;
+    loop {
+        if std::time::Instant::now() > deadline {
+            return Err(CaptureError::Kafka {
+                context: "read offsets topic",
+                source: KafkaError::NoMessageReceived,
+                retriable: true,
+            });
+        }
+        match consumer.poll(Duration::from_millis(500)) {
+            None => continue,
+            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            Some(Err(e)) => return Err(kafka("read offsets topic")(e)),
+            Some(Ok(msg)) => {
+                if msg.key() != Some(key) {
+                    continue;
+                }
+                last = match msg.payload() {
+                    // A compaction tombstone resets the connector.
+                    None => None,
+                    Some(bytes) => {
+                        Some(serde_json::from_slice::<SourceOffset>(bytes).map_err(|e| {
+                            CaptureError::CorruptOffset {
+                                topic: topic.to_string(),
+                                reason: format!("offset {}: {e}", msg.offset()),
+                            }
+                        })?)
+                    }
+                };
+            }
+        }
+    }
+    Ok(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(commit_lsn: u64, events: u64, complete: bool, flush_lsn: u64) -> SourceOffset {
+        SourceOffset {
+            commit_lsn,
+            events,
+            complete,
+            flush_lsn,
+            ..SourceOffset::start(0)
+        }
+    }
+
+    #[test]
+    fn replay_decisions() {
+        let done = at(100, 5, true, 120);
+        assert_eq!(done.replay(90), Replay::SkipAll);
+        assert_eq!(done.replay(100), Replay::SkipAll);
+        assert_eq!(done.replay(130), Replay::PublishAll);
+
+        let partial = at(100, 5, false, 80);
+        assert_eq!(partial.replay(90), Replay::SkipAll);
+        assert_eq!(partial.replay(100), Replay::SkipFirst(5));
+        // The first transaction after the offset is never dropped.
+        assert_eq!(partial.replay(101), Replay::PublishAll);
+
+        let fresh = SourceOffset::start(0);
+        assert_eq!(fresh.replay(1), Replay::PublishAll);
+    }
+
+    #[test]
+    fn heartbeat_flush_position_skips_older_transactions() {
+        let hb = at(100, 5, true, 500);
+        assert_eq!(hb.replay(400), Replay::SkipAll);
+        assert_eq!(hb.replay(500), Replay::PublishAll);
+    }
+
+    #[test]
+    fn round_trips_as_json() {
+        let o = at(7, 3, false, 5);
+        let back: SourceOffset = serde_json::from_slice(&o.to_bytes()).unwrap();
+        assert_eq!(back, o);
+        assert!(!String::from_utf8(o.to_bytes())
+            .unwrap()
+            .contains("snapshot"));
+    }
+}

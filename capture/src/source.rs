@@ -1,0 +1,346 @@
+//! The control connection: checks that the database can be captured, and
+//! sets up the publication and the slot, failing with a message that says
+//! what to change when it cannot.
+
+use std::collections::HashMap;
+
+use pgwire_replication::Lsn;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, NoTls};
+
+use crate::config::{AutocreateMode, CaptureConfig};
+use crate::error::CaptureError;
+use crate::filter::{parse_key_columns, TableFilter};
+
+/// A table chosen for capture and the columns that key its events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapturedTable {
+    pub schema: String,
+    pub name: String,
+    /// Primary key columns, or the `message.key.columns` override.
+    pub key_columns: Vec<String>,
+    /// Whether `key_columns` come from `message.key.columns`.
+    pub key_overridden: bool,
+}
+
+impl CapturedTable {
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
+    }
+}
+
+/// The slot as the server reports it.
+#[derive(Debug, Clone)]
+pub struct SlotState {
+    pub confirmed_flush_lsn: u64,
+    pub created: bool,
+}
+
+/// Opens the control connection. The connection task ends when the client drops.
+pub async fn connect(cfg: &CaptureConfig) -> Result<Client, CaptureError> {
+    let db = &cfg.database;
+    let mut pg = tokio_postgres::Config::new();
+    pg.host(&db.hostname)
+        .port(db.port)
+        .user(&db.user)
+        .dbname(&db.dbname)
+        .application_name("oncely-capture-control");
+    if !db.password.expose().is_empty() {
+        pg.password(db.password.expose());
+    }
+    let (client, connection) = pg
+        .connect(NoTls)
+        .await
+        .map_err(CaptureError::pg("connect"))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!("control connection closed: {e}");
+        }
+    });
+    Ok(client)
+}
+
+/// `wal_level` must be `logical` for a logical slot to decode anything.
+pub async fn check_wal_level(client: &Client) -> Result<(), CaptureError> {
+    let row = client
+        .query_one("SHOW wal_level", &[])
+        .await
+        .map_err(CaptureError::pg("read wal_level"))?;
+    let level: String = row.get(0);
+    if level != "logical" {
+        return Err(CaptureError::Prerequisite(format!(
+            "wal_level is `{level}`, but capture needs `logical`: set `wal_level = logical` in postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL"
+        )));
+    }
+    Ok(())
+}
+
+/// Lists the tables that `table.include.list`/`exclude.list` select, with
+/// their key columns. A table with neither a primary key nor configured key
+/// columns stops start-up.
+pub async fn captured_tables(
+    client: &Client,
+    cfg: &CaptureConfig,
+) -> Result<Vec<CapturedTable>, CaptureError> {
+    let filter = TableFilter::new(&cfg.table.include.list.0, &cfg.table.exclude.list.0)
+        .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?;
+    let overrides = parse_key_columns(cfg.message.key.columns.as_deref())
+        .map_err(|e| CaptureError::Prerequisite(format!("message.key.columns: {e}")))?;
+    let rows = client
+        .query(
+            "SELECT n.nspname::text, c.relname::text,
+                    COALESCE((SELECT array_agg(a.attname::text ORDER BY k.ord)
+                      FROM pg_index i
+                      CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+                      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                      WHERE i.indrelid = c.oid AND i.indisprimary), '{}') AS pk
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+               AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+               AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%'
+             ORDER BY 1, 2",
+            &[],
+        )
+        .await
+        .map_err(CaptureError::pg("list tables"))?;
+    let mut tables = Vec::new();
+    let mut keyless = Vec::new();
+    for row in rows {
+        let schema: String = row.get(0);
+        let name: String = row.get(1);
+        if !filter.matches(&schema, &name) {
+            continue;
+        }
+        let pk: Vec<String> = row.get(2);
+        let qualified = format!("{schema}.{name}");
+        let (key_columns, key_overridden) = match overrides.get(&qualified) {
+            Some(cols) => (cols.clone(), true),
+            None => (pk, false),
+        };
+        if key_columns.is_empty() {
+            keyless.push(qualified);
+            continue;
+        }
+        tables.push(CapturedTable {
+            schema,
+            name,
+            key_columns,
+            key_overridden,
+        });
+    }
+    if !keyless.is_empty() {
+        return Err(CaptureError::Prerequisite(format!(
+            "table(s) {} have no primary key, so their events would have no key: add a primary key, name key columns in `message.key.columns` (e.g. \"{}:id\"), or leave them out with `table.exclude.list`",
+            keyless.join(", "),
+            keyless[0]
+        )));
+    }
+    if tables.is_empty() {
+        tracing::warn!("table.include.list selects no existing table; capture will publish nothing until one is created");
+    }
+    Ok(tables)
+}
+
+/// Checks the publication covers every captured table, creating or extending
+/// it as `publication.autocreate.mode` allows.
+pub async fn ensure_publication(
+    client: &Client,
+    cfg: &CaptureConfig,
+    tables: &[CapturedTable],
+) -> Result<(), CaptureError> {
+    let name = &cfg.publication.name;
+    let mode = cfg.publication.autocreate.mode;
+    let exists = client
+        .query_opt(
+            "SELECT puballtables FROM pg_publication WHERE pubname = $1",
+            &[name],
+        )
+        .await
+        .map_err(CaptureError::pg("read publication"))?;
+    let quoted: Vec<String> = tables
+        .iter()
+        .map(|t| format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.name)))
+        .collect();
+    match (exists, mode) {
+        (None, AutocreateMode::Disabled) => {
+            return Err(CaptureError::Prerequisite(format!(
+                "publication `{name}` does not exist and publication.autocreate.mode is `disabled`: create it (CREATE PUBLICATION {} FOR TABLE {}) or set publication.autocreate.mode = \"filtered\"",
+                quote_ident(name),
+                if quoted.is_empty() { "...".to_string() } else { quoted.join(", ") }
+            )));
+        }
+        (None, AutocreateMode::AllTables) => {
+            let sql = format!("CREATE PUBLICATION {} FOR ALL TABLES", quote_ident(name));
+            client.batch_execute(&sql).await.map_err(|e| {
+                privilege_or(e, &format!("creating publication `{name}` FOR ALL TABLES needs a superuser: create it as one, or use publication.autocreate.mode = \"filtered\" with a user that owns the tables"), "create publication")
+            })?;
+            tracing::info!(publication = %name, "created publication FOR ALL TABLES");
+            return Ok(());
+        }
+        (None, AutocreateMode::Filtered) => {
+            let sql = if quoted.is_empty() {
+                format!("CREATE PUBLICATION {}", quote_ident(name))
+            } else {
+                format!(
+                    "CREATE PUBLICATION {} FOR TABLE {}",
+                    quote_ident(name),
+                    quoted.join(", ")
+                )
+            };
+            client.batch_execute(&sql).await.map_err(|e| {
+                privilege_or(e, &format!("creating publication `{name}` needs ownership of the captured tables and CREATE on the database"), "create publication")
+            })?;
+            tracing::info!(publication = %name, tables = quoted.len(), "created publication");
+            return Ok(());
+        }
+        (Some(row), _) => {
+            let all_tables: bool = row.get(0);
+            if all_tables {
+                return Ok(());
+            }
+        }
+    }
+    let rows = client
+        .query(
+            "SELECT schemaname::text || '.' || tablename::text FROM pg_publication_tables WHERE pubname = $1",
+            &[name],
+        )
+        .await
+        .map_err(CaptureError::pg("read publication tables"))?;
+    let published: std::collections::HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
+    let missing: Vec<&CapturedTable> = tables
+        .iter()
+        .filter(|t| !published.contains(&t.qualified()))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let missing_quoted: Vec<String> = missing
+        .iter()
+        .map(|t| format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.name)))
+        .collect();
+    if mode == AutocreateMode::Filtered {
+        let sql = format!(
+            "ALTER PUBLICATION {} ADD TABLE {}",
+            quote_ident(name),
+            missing_quoted.join(", ")
+        );
+        client.batch_execute(&sql).await.map_err(|e| {
+            privilege_or(
+                e,
+                &format!("adding tables to publication `{name}` needs ownership of them"),
+                "alter publication",
+            )
+        })?;
+        tracing::info!(publication = %name, added = ?missing_quoted, "added tables to publication");
+        return Ok(());
+    }
+    Err(CaptureError::Prerequisite(format!(
+        "publication `{name}` does not include captured table(s) {}: run ALTER PUBLICATION {} ADD TABLE {}; or set publication.autocreate.mode = \"filtered\"; or narrow table.include.list",
+        missing.iter().map(|t| t.qualified()).collect::<Vec<_>>().join(", "),
+        quote_ident(name),
+        missing_quoted.join(", ")
+    )))
+}
+
+/// Checks the slot (plugin, database) or creates it.
+pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotState, CaptureError> {
+    let name = &cfg.slot.name;
+    let row = client
+        .query_opt(
+            "SELECT plugin::text, slot_type::text, database::text, confirmed_flush_lsn::text
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[name],
+        )
+        .await
+        .map_err(CaptureError::pg("read slot"))?;
+    if let Some(row) = row {
+        let plugin: Option<String> = row.get(0);
+        let slot_type: String = row.get(1);
+        let database: Option<String> = row.get(2);
+        let confirmed: Option<String> = row.get(3);
+        if slot_type != "logical" || plugin.as_deref() != Some("pgoutput") {
+            return Err(CaptureError::Prerequisite(format!(
+                "replication slot `{name}` is a {slot_type} slot with plugin `{}`, but capture needs a logical slot with plugin `pgoutput`: choose another slot.name, or drop it (SELECT pg_drop_replication_slot('{name}')) if nothing else uses it",
+                plugin.unwrap_or_default()
+            )));
+        }
+        if database.as_deref() != Some(cfg.database.dbname.as_str()) {
+            return Err(CaptureError::Prerequisite(format!(
+                "replication slot `{name}` belongs to database `{}`, not `{}`: choose another slot.name",
+                database.unwrap_or_default(),
+                cfg.database.dbname
+            )));
+        }
+        return Ok(SlotState {
+            confirmed_flush_lsn: parse_lsn(confirmed.as_deref())?,
+            created: false,
+        });
+    }
+    if !cfg.slot.create {
+        return Err(CaptureError::Prerequisite(format!(
+            "replication slot `{name}` does not exist and slot.create is false: create it with SELECT pg_create_logical_replication_slot('{name}', 'pgoutput'), or set slot.create = true"
+        )));
+    }
+    let row = client
+        .query_one(
+            "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[name],
+        )
+        .await
+        .map_err(|e| {
+            privilege_or(e, &format!("creating replication slot `{name}` needs the REPLICATION attribute: ALTER ROLE {} REPLICATION", quote_ident(&cfg.database.user)), "create slot")
+        })?;
+    let lsn: String = row.get(0);
+    tracing::info!(slot = %name, lsn = %lsn, "created replication slot");
+    Ok(SlotState {
+        confirmed_flush_lsn: parse_lsn(Some(&lsn))?,
+        created: true,
+    })
+}
+
+/// Bytes of WAL the slot keeps the server from recycling.
+pub async fn slot_retained_wal(client: &Client, slot: &str) -> Result<Option<i64>, CaptureError> {
+    let row = client
+        .query_opt(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(CaptureError::pg("read slot lag"))?;
+    Ok(row.and_then(|r| r.get::<_, Option<i64>>(0)))
+}
+
+/// Column key overrides for the tables, by `schema.table`.
+pub fn key_columns_by_table(tables: &[CapturedTable]) -> HashMap<String, Vec<String>> {
+    tables
+        .iter()
+        .map(|t| (t.qualified(), t.key_columns.clone()))
+        .collect()
+}
+
+pub fn parse_lsn(text: Option<&str>) -> Result<u64, CaptureError> {
+    match text {
+        None => Ok(0),
+        Some(t) => Lsn::parse(t)
+            .map(|l| l.as_u64())
+            .map_err(|e| CaptureError::Protocol(format!("bad LSN {t:?}: {e:?}"))),
+    }
+}
+
+pub fn format_lsn(lsn: u64) -> String {
+    Lsn::from_u64(lsn).to_pg_string()
+}
+
+fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// A privilege failure becomes a prerequisite message; anything else stays a database error.
+fn privilege_or(e: tokio_postgres::Error, message: &str, context: &'static str) -> CaptureError {
+    if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+        CaptureError::Prerequisite(format!("{message} ({e})"))
+    } else {
+        CaptureError::Postgres { context, source: e }
+    }
+}
