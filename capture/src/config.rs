@@ -684,4 +684,13 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
         assert_eq!(cfg.database.password.expose(), "pw");
         assert!(!format!("{cfg:?}").contains("\"pw\""));
     }
+
+    #[test]
+    fn the_annotated_example_config_is_valid() {
+        std::env::set_var("PGPASSWORD", "example");
+        let text = include_str!("../../examples/capture.toml");
+        let cfg = CaptureConfig::parse(text, "examples/capture.toml").unwrap();
+        assert_eq!(cfg.connector_name(), "shop");
+        assert_eq!(cfg.metrics.listen.as_deref(), Some("127.0.0.1:9464"));
+    }
 }
