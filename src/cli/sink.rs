@@ -1,12 +1,24 @@
+//! `oncely sink --config sink.toml`: run a configured sink until SIGTERM/SIGINT.
 use std::path::PathBuf;
+
+use anyhow::Context;
 
 #[derive(clap::Args)]
 pub struct SinkArgs {
-    /// Path to the sink configuration (TOML).
+    /// Path to the sink configuration (TOML); see examples/sink.toml.
     #[arg(long, short)]
     pub config: PathBuf,
 }
 
+/// Loads and validates the configuration, builds the sink, runs it.
+/// Exits 0 after a graceful stop, non-zero on a configuration or fatal error.
 pub async fn run(args: SinkArgs) -> anyhow::Result<()> {
-    anyhow::bail!("sink is not built yet (config {})", args.config.display())
+    let text = std::fs::read_to_string(&args.config)
+        .with_context(|| format!("cannot read {}", args.config.display()))?;
+    let (runner_config, sink_config) = oncely_sinks::kinds::parse_config(&text)
+        .with_context(|| format!("invalid configuration in {}", args.config.display()))?;
+    let sink = sink_config.build().await.context("cannot start the sink")?;
+    let runner = oncely_sinks::Runner::new(runner_config, sink)?;
+    runner.run_until_signal().await?;
+    Ok(())
 }

@@ -1,0 +1,382 @@
+//! The runner's configuration: Kafka-familiar keys, checked before anything starts.
+//!
+//! Keys use the dotted names of Kafka and Kafka Connect (`bootstrap.servers`,
+//! `group.id`, `topics`, `topics.regex`, `errors.deadletterqueue.topic.name`,
+//! ...). In TOML they may be written bare (`batch.max.records = 500`, which TOML
+//! reads as nested tables) or quoted (`"batch.max.records" = 500`); both mean
+//! the same. `"topics.regex"` must be quoted when `topics` is also set, since
+//! TOML cannot make `topics` both a list and a table. Unknown keys are errors.
+//! See `examples/sink.toml` for an annotated file.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+
+/// Default `batch.max.records`.
+pub const DEFAULT_BATCH_MAX_RECORDS: usize = 1000;
+/// Default `batch.max.ms`.
+pub const DEFAULT_BATCH_MAX_MS: u64 = 50;
+/// Default `max.inflight.bytes`: raw bytes read from Kafka and not yet applied, all partitions.
+pub const DEFAULT_MAX_INFLIGHT_BYTES: u64 = 32 * 1024 * 1024;
+/// Default `retry.backoff.ms`.
+pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 100;
+/// Default `retry.backoff.max.ms`.
+pub const DEFAULT_RETRY_BACKOFF_MAX_MS: u64 = 30_000;
+/// Default `shutdown.timeout.ms`.
+pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 30_000;
+/// Default `topic.heartbeat.prefix` (Debezium's heartbeat topics).
+pub const DEFAULT_HEARTBEAT_PREFIX: &str = "__debezium-heartbeat";
+/// Default `ignore.topics`: the capture's offsets topic.
+pub const DEFAULT_IGNORED_TOPIC: &str = "oncely-offsets";
+
+/// Consumer properties the runner sets itself and `[kafka]` may not override.
+const RESERVED_KAFKA_KEYS: &[&str] = &[
+    "bootstrap.servers",
+    "group.id",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "isolation.level",
+    "partition.assignment.strategy",
+    "auto.offset.reset",
+];
+
+/// Where a partition starts when neither the sink nor Kafka holds a position for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OffsetReset {
+    /// From the oldest retained record (the default: a new target gets everything).
+    #[default]
+    Earliest,
+    /// From the end: only records produced from now on.
+    Latest,
+}
+
+/// Settings of the consumer runner (everything but the `[sink]` table).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunnerConfig {
+    /// `bootstrap.servers`: Kafka brokers, `host:port[,host:port...]`.
+    #[serde(rename = "bootstrap.servers")]
+    pub bootstrap_servers: String,
+    /// `group.id`: the consumer group; also the first part of a sink-owned position.
+    #[serde(rename = "group.id")]
+    pub group_id: String,
+    /// `topics`: topic names to consume.
+    #[serde(default)]
+    pub topics: Vec<String>,
+    /// `topics.regex`: a regular expression of topics to consume (with or without a leading `^`).
+    #[serde(rename = "topics.regex", default)]
+    pub topics_regex: Option<String>,
+    /// `ignore.topics`: regular expressions (whole-name match) of topics whose records are skipped.
+    #[serde(rename = "ignore.topics", default = "default_ignore_topics")]
+    pub ignore_topics: Vec<String>,
+    /// `topic.heartbeat.prefix`: topics starting with it are heartbeats and skipped.
+    #[serde(
+        rename = "topic.heartbeat.prefix",
+        default = "default_heartbeat_prefix"
+    )]
+    pub heartbeat_prefix: String,
+    /// `batch.max.records`: a batch closes when it holds this many records.
+    #[serde(rename = "batch.max.records", default = "default_batch_max_records")]
+    pub batch_max_records: usize,
+    /// `batch.max.ms`: a batch closes this long after its first record arrived.
+    #[serde(rename = "batch.max.ms", default = "default_batch_max_ms")]
+    pub batch_max_ms: u64,
+    /// `max.inflight.bytes`: bound on record bytes read but not yet applied, all partitions.
+    #[serde(rename = "max.inflight.bytes", default = "default_max_inflight_bytes")]
+    pub max_inflight_bytes: u64,
+    /// `retry.backoff.ms`: first delay before retrying a batch after a transient error.
+    #[serde(rename = "retry.backoff.ms", default = "default_retry_backoff_ms")]
+    pub retry_backoff_ms: u64,
+    /// `retry.backoff.max.ms`: the cap of the exponential backoff.
+    #[serde(
+        rename = "retry.backoff.max.ms",
+        default = "default_retry_backoff_max_ms"
+    )]
+    pub retry_backoff_max_ms: u64,
+    /// `errors.deadletterqueue.topic.name`: where records that can never be applied go.
+    /// Unset: such a record stops the runner.
+    #[serde(rename = "errors.deadletterqueue.topic.name", default)]
+    pub dlq_topic: Option<String>,
+    /// `metrics.listen`: `ip:port` serving Prometheus text at `/metrics`. Unset: no listener.
+    #[serde(rename = "metrics.listen", default)]
+    pub metrics_listen: Option<String>,
+    /// `auto.offset.reset`: `earliest` (default) or `latest`.
+    #[serde(rename = "auto.offset.reset", default)]
+    pub auto_offset_reset: OffsetReset,
+    /// `shutdown.timeout.ms`: how long a stopping or revoked partition may take to finish
+    /// its batch before it is abandoned (not acknowledged, so redelivered).
+    #[serde(
+        rename = "shutdown.timeout.ms",
+        default = "default_shutdown_timeout_ms"
+    )]
+    pub shutdown_timeout_ms: u64,
+    /// `[kafka]`: extra librdkafka consumer/producer properties (security, timeouts, ...).
+    #[serde(default)]
+    pub kafka: BTreeMap<String, String>,
+}
+
+fn default_ignore_topics() -> Vec<String> {
+    vec![DEFAULT_IGNORED_TOPIC.to_owned()]
+}
+fn default_heartbeat_prefix() -> String {
+    DEFAULT_HEARTBEAT_PREFIX.to_owned()
+}
+fn default_batch_max_records() -> usize {
+    DEFAULT_BATCH_MAX_RECORDS
+}
+fn default_batch_max_ms() -> u64 {
+    DEFAULT_BATCH_MAX_MS
+}
+fn default_max_inflight_bytes() -> u64 {
+    DEFAULT_MAX_INFLIGHT_BYTES
+}
+fn default_retry_backoff_ms() -> u64 {
+    DEFAULT_RETRY_BACKOFF_MS
+}
+fn default_retry_backoff_max_ms() -> u64 {
+    DEFAULT_RETRY_BACKOFF_MAX_MS
+}
+fn default_shutdown_timeout_ms() -> u64 {
+    DEFAULT_SHUTDOWN_TIMEOUT_MS
+}
+
+impl RunnerConfig {
+    /// A configuration with every default, consuming `topics` as `group_id`.
+    pub fn new(
+        bootstrap_servers: impl Into<String>,
+        group_id: impl Into<String>,
+        topics: Vec<String>,
+    ) -> Self {
+        Self {
+            bootstrap_servers: bootstrap_servers.into(),
+            group_id: group_id.into(),
+            topics,
+            topics_regex: None,
+            ignore_topics: default_ignore_topics(),
+            heartbeat_prefix: default_heartbeat_prefix(),
+            batch_max_records: DEFAULT_BATCH_MAX_RECORDS,
+            batch_max_ms: DEFAULT_BATCH_MAX_MS,
+            max_inflight_bytes: DEFAULT_MAX_INFLIGHT_BYTES,
+            retry_backoff_ms: DEFAULT_RETRY_BACKOFF_MS,
+            retry_backoff_max_ms: DEFAULT_RETRY_BACKOFF_MAX_MS,
+            dlq_topic: None,
+            metrics_listen: None,
+            auto_offset_reset: OffsetReset::Earliest,
+            shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
+            kafka: BTreeMap::new(),
+        }
+    }
+
+    /// Checks every value; the error names the offending key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        non_blank("bootstrap.servers", &self.bootstrap_servers)?;
+        non_blank("group.id", &self.group_id)?;
+        if self.topics.is_empty() && self.topics_regex.is_none() {
+            return Err(ConfigError::new(
+                "topics",
+                "set `topics` or `topics.regex` (or both)",
+            ));
+        }
+        for (i, t) in self.topics.iter().enumerate() {
+            non_blank(&format!("topics[{i}]"), t)?;
+        }
+        if let Some(re) = &self.topics_regex {
+            regex::Regex::new(re)
+                .map_err(|e| ConfigError::new("topics.regex", format!("not a valid regex: {e}")))?;
+        }
+        for (i, re) in self.ignore_topics.iter().enumerate() {
+            regex::Regex::new(&format!("^(?:{re})$")).map_err(|e| {
+                ConfigError::new(
+                    format!("ignore.topics[{i}]"),
+                    format!("not a valid regex: {e}"),
+                )
+            })?;
+        }
+        in_range(
+            "batch.max.records",
+            self.batch_max_records as u64,
+            1,
+            1_000_000,
+        )?;
+        in_range("batch.max.ms", self.batch_max_ms, 1, 600_000)?;
+        in_range(
+            "max.inflight.bytes",
+            self.max_inflight_bytes,
+            1024,
+            u64::from(u32::MAX),
+        )?;
+        in_range("retry.backoff.ms", self.retry_backoff_ms, 1, 3_600_000)?;
+        in_range(
+            "retry.backoff.max.ms",
+            self.retry_backoff_max_ms,
+            self.retry_backoff_ms,
+            3_600_000,
+        )
+        .map_err(|e| {
+            ConfigError::new(
+                e.field,
+                format!("{} (and not below `retry.backoff.ms`)", e.message),
+            )
+        })?;
+        in_range(
+            "shutdown.timeout.ms",
+            self.shutdown_timeout_ms,
+            0,
+            3_600_000,
+        )?;
+        if let Some(dlq) = &self.dlq_topic {
+            non_blank("errors.deadletterqueue.topic.name", dlq)?;
+            if self.topics.contains(dlq) {
+                return Err(ConfigError::new(
+                    "errors.deadletterqueue.topic.name",
+                    "the dead-letter topic must not be one of `topics`",
+                ));
+            }
+        }
+        self.metrics_addr()?;
+        for key in self.kafka.keys() {
+            if RESERVED_KAFKA_KEYS.contains(&key.as_str()) {
+                return Err(ConfigError::new(
+                    format!("kafka.{key}"),
+                    "set by the runner; use the top-level key if there is one",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The parsed `metrics.listen` address.
+    pub fn metrics_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        self.metrics_listen
+            .as_deref()
+            .map(|a| {
+                a.parse::<SocketAddr>().map_err(|e| {
+                    ConfigError::new(
+                        "metrics.listen",
+                        format!("expected ip:port, e.g. 127.0.0.1:9464 ({e})"),
+                    )
+                })
+            })
+            .transpose()
+    }
+
+    /// `batch.max.ms` as a duration.
+    pub fn batch_max_wait(&self) -> Duration {
+        Duration::from_millis(self.batch_max_ms)
+    }
+
+    /// `shutdown.timeout.ms` as a duration.
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_millis(self.shutdown_timeout_ms)
+    }
+}
+
+fn non_blank(field: &str, value: &str) -> Result<(), ConfigError> {
+    if value.trim().is_empty() {
+        Err(ConfigError::new(field, "must not be empty"))
+    } else {
+        Ok(())
+    }
+}
+
+fn in_range(field: &str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            field,
+            format!("must be between {min} and {max}, got {value}"),
+        ))
+    }
+}
+
+/// Splits a configuration file into the runner's keys (dotted, flattened) and its
+/// `[sink]` table, and deserializes the runner part. Tables other than `sink`
+/// and `kafka` are flattened into dotted keys.
+pub fn parse_runner_config(text: &str) -> Result<(RunnerConfig, Option<toml::Table>), ConfigError> {
+    let table: toml::Table = toml::from_str(text)
+        .map_err(|e| ConfigError::new("(file)", format!("not valid TOML: {e}")))?;
+    let mut flat = toml::Table::new();
+    let mut sink = None;
+    for (key, value) in table {
+        match (key.as_str(), value) {
+            ("sink", toml::Value::Table(t)) => sink = Some(t),
+            ("sink", _) => return Err(ConfigError::new("sink", "must be a table: [sink]")),
+            ("kafka", toml::Value::Table(t)) => {
+                let mut props = toml::Table::new();
+                flatten_into(&mut props, "", t, true)?;
+                flat.insert("kafka".into(), toml::Value::Table(props));
+            }
+            (_, value) => flatten_value(&mut flat, key, value, false)?,
+        }
+    }
+    // Round-trip through text so that deserialization errors quote the offending line.
+    let text = toml::to_string(&flat).map_err(|e| ConfigError::new("(file)", e.to_string()))?;
+    let runner: RunnerConfig =
+        toml::from_str(&text).map_err(|e| ConfigError::new("config", describe(&e)))?;
+    Ok((runner, sink))
+}
+
+fn flatten_into(
+    out: &mut toml::Table,
+    prefix: &str,
+    table: toml::Table,
+    strings: bool,
+) -> Result<(), ConfigError> {
+    for (key, value) in table {
+        let full = if prefix.is_empty() {
+            key
+        } else {
+            format!("{prefix}.{key}")
+        };
+        flatten_value(out, full, value, strings)?;
+    }
+    Ok(())
+}
+
+fn flatten_value(
+    out: &mut toml::Table,
+    key: String,
+    value: toml::Value,
+    strings: bool,
+) -> Result<(), ConfigError> {
+    let value = match value {
+        toml::Value::Table(t) => return flatten_into(out, &key, t, strings),
+        v @ (toml::Value::Integer(_) | toml::Value::Boolean(_) | toml::Value::Float(_))
+            if strings =>
+        {
+            toml::Value::String(v.to_string())
+        }
+        v @ (toml::Value::Array(_) | toml::Value::Datetime(_)) if strings => {
+            let found = v.type_str();
+            return Err(ConfigError::new(
+                format!("kafka.{key}"),
+                format!("expected a string, number or boolean, got {found}"),
+            ));
+        }
+        v => v,
+    };
+    if out.contains_key(&key) {
+        return Err(ConfigError::new(key, "set twice (bare and quoted)"));
+    }
+    out.insert(key, value);
+    Ok(())
+}
+
+/// A toml error's message, one line: its location line plus the reason.
+fn describe(e: &toml::de::Error) -> String {
+    e.to_string()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -1,0 +1,123 @@
+use super::*;
+
+const MINIMAL: &str = r#"
+bootstrap.servers = "127.0.0.1:9092"
+group.id = "g"
+topics = ["a", "b"]
+[sink]
+kind = "stdout"
+"#;
+
+fn parse(text: &str) -> Result<RunnerConfig, ConfigError> {
+    let (c, _) = parse_runner_config(text)?;
+    c.validate()?;
+    Ok(c)
+}
+
+fn err(text: &str) -> ConfigError {
+    match parse(text) {
+        Ok(c) => panic!("accepted: {c:?}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn minimal_file_gets_defaults() {
+    let (c, sink) = parse_runner_config(MINIMAL).expect("parses");
+    c.validate().expect("valid");
+    assert_eq!(c.bootstrap_servers, "127.0.0.1:9092");
+    assert_eq!(c.topics, vec!["a", "b"]);
+    assert_eq!(c.batch_max_records, DEFAULT_BATCH_MAX_RECORDS);
+    assert_eq!(c.ignore_topics, vec![DEFAULT_IGNORED_TOPIC]);
+    assert_eq!(c.auto_offset_reset, OffsetReset::Earliest);
+    assert!(sink.is_some_and(|t| t.get("kind").and_then(|k| k.as_str()) == Some("stdout")));
+}
+
+#[test]
+fn bare_and_quoted_dotted_keys_mean_the_same() {
+    let c = parse(
+        r#"
+"bootstrap.servers" = "k:9092"
+group.id = "g"
+topics = ["a"]
+"topics.regex" = "^cdc\\..*"
+batch.max.records = 10
+"batch.max.ms" = 5
+errors.deadletterqueue.topic.name = "dlq"
+metrics.listen = "127.0.0.1:0"
+auto.offset.reset = "latest"
+[kafka]
+session.timeout.ms = 6000
+"client.id" = "x"
+"#,
+    )
+    .expect("valid");
+    assert_eq!(c.batch_max_records, 10);
+    assert_eq!(c.batch_max_ms, 5);
+    assert_eq!(c.topics_regex.as_deref(), Some("^cdc\\..*"));
+    assert_eq!(c.dlq_topic.as_deref(), Some("dlq"));
+    assert_eq!(c.auto_offset_reset, OffsetReset::Latest);
+    assert_eq!(
+        c.kafka.get("session.timeout.ms").map(String::as_str),
+        Some("6000")
+    );
+    assert_eq!(c.kafka.get("client.id").map(String::as_str), Some("x"));
+}
+
+#[test]
+fn unknown_keys_are_rejected_by_name() {
+    let e = err(&format!("{MINIMAL}\n").replace(
+        "topics = [\"a\", \"b\"]",
+        "topics = [\"a\"]\nbatch.max.recrds = 3",
+    ));
+    assert!(e.message.contains("batch.max.recrds"), "{e}");
+}
+
+#[test]
+fn bad_values_name_their_field() {
+    let cases = [
+        ("batch.max.records = 0", "batch.max.records"),
+        ("batch.max.ms = 0", "batch.max.ms"),
+        ("max.inflight.bytes = 10", "max.inflight.bytes"),
+        (
+            "retry.backoff.ms = 500\nretry.backoff.max.ms = 100",
+            "retry.backoff.max.ms",
+        ),
+        ("metrics.listen = \"localhost\"", "metrics.listen"),
+        ("\"topics.regex\" = \"(\"", "topics.regex"),
+        ("ignore.topics = [\"[\"]", "ignore.topics[0]"),
+        (
+            "errors.deadletterqueue.topic.name = \"a\"",
+            "errors.deadletterqueue.topic.name",
+        ),
+        (
+            "kafka.\"isolation.level\" = \"read_uncommitted\"",
+            "kafka.isolation.level",
+        ),
+    ];
+    for (line, field) in cases {
+        let text = MINIMAL.replace(
+            "topics = [\"a\", \"b\"]",
+            &format!("topics = [\"a\", \"b\"]\n{line}"),
+        );
+        let e = err(&text);
+        assert_eq!(e.field, field, "{line}: {e}");
+    }
+}
+
+#[test]
+fn wrong_types_quote_the_key() {
+    let e = err(&MINIMAL.replace(
+        "topics = [\"a\", \"b\"]",
+        "topics = [\"a\"]\nbatch.max.records = \"many\"",
+    ));
+    assert!(e.message.contains("batch.max.records"), "{e}");
+}
+
+#[test]
+fn topics_are_required() {
+    let e = err("bootstrap.servers = \"k\"\ngroup.id = \"g\"\n");
+    assert_eq!(e.field, "topics");
+    let e = err("bootstrap.servers = \"k\"\ngroup.id = \" \"\ntopics = [\"a\"]\n");
+    assert_eq!(e.field, "group.id");
+}

@@ -1,0 +1,149 @@
+use super::*;
+use serde_json::json;
+
+/// The shape of a Debezium PostgreSQL connector create event, schemas enabled (abridged schema).
+fn debezium_create() -> Value {
+    json!({
+        "schema": {
+            "type": "struct", "optional": false, "name": "dbserver1.inventory.customers.Envelope",
+            "fields": [
+                {"type": "struct", "optional": true, "field": "before", "fields": [
+                    {"type": "int32", "optional": false, "field": "id"},
+                    {"type": "string", "optional": false, "field": "email"}]},
+                {"type": "struct", "optional": true, "field": "after", "fields": [
+                    {"type": "int32", "optional": false, "field": "id"},
+                    {"type": "string", "optional": false, "field": "email"}]},
+                {"type": "struct", "optional": false, "field": "source", "fields": []},
+                {"type": "string", "optional": false, "field": "op"},
+                {"type": "int64", "optional": true, "field": "ts_ms"}
+            ]
+        },
+        "payload": {
+            "before": null,
+            "after": {"id": 1, "email": "annek@noanswer.org"},
+            "source": {
+                "version": "2.7.0.Final", "connector": "postgresql", "name": "dbserver1",
+                "ts_ms": 1559033904863i64, "snapshot": "false", "db": "postgres",
+                "sequence": "[\"24023119\",\"24023128\"]", "schema": "inventory",
+                "table": "customers", "txId": 555, "lsn": 24023128, "xmin": null
+            },
+            "op": "c",
+            "ts_ms": 1559033904863i64
+        }
+    })
+}
+
+fn bytes(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+fn change(v: &Value) -> ChangeEvent {
+    match decode_value(Some(&bytes(v))) {
+        Ok(Payload::Change(e)) => *e,
+        other => panic!("expected a change event, got {other:?}"),
+    }
+}
+
+#[test]
+fn debezium_event_with_schema_falls_back_to_source_lsn() {
+    let e = change(&debezium_create());
+    assert_eq!(e.op, Op::Create);
+    assert_eq!(e.version, Version::new(24023128, 0));
+    assert_eq!(e.version_origin, VersionOrigin::SourceLsn);
+    assert!(e.schema.is_some());
+    assert_eq!(e.after.as_ref().and_then(|a| a.get("id")), Some(&json!(1)));
+    assert_eq!(e.table(), Some("customers"));
+    assert_eq!(e.schema_name(), Some("inventory"));
+    assert!(!e.is_snapshot());
+}
+
+#[test]
+fn oncely_event_without_schema_uses_commit_lsn_and_seq() {
+    let v = json!({
+        "before": {"id": 7, "name": "a"}, "after": {"id": 7, "name": "b"},
+        "source": {"connector": "oncely", "lsn": 900, "commit_lsn": 1000, "event_seq": 3, "snapshot": false},
+        "op": "u", "ts_ms": 5
+    });
+    let e = change(&v);
+    assert_eq!(e.op, Op::Update);
+    assert_eq!(e.version, Version::new(1000, 3));
+    assert_eq!(e.version_origin, VersionOrigin::CommitLsn);
+    assert!(e.schema.is_none());
+    assert_eq!(e.ts_ms, Some(5));
+}
+
+#[test]
+fn snapshot_row_takes_the_chunk_high_watermark() {
+    let v = json!({
+        "before": null, "after": {"id": 1},
+        "source": {"lsn": 10, "commit_lsn": 5000, "event_seq": 0, "snapshot": "true"},
+        "op": "r"
+    });
+    let e = change(&v);
+    assert_eq!(e.op, Op::Read);
+    assert!(e.is_snapshot());
+    // A streamed change committed after the chunk's high watermark wins against it.
+    assert!(Version::new(5001, 0) > e.version);
+    assert!(Version::new(4999, 9) < e.version);
+}
+
+#[test]
+fn delete_tombstone_truncate_and_message() {
+    let d = change(&json!({"before": {"id": 1}, "after": null, "source": {"lsn": 1}, "op": "d"}));
+    assert_eq!(d.op, Op::Delete);
+    assert!(d.after.is_none());
+    assert_eq!(decode_value(None), Ok(Payload::Tombstone));
+    assert_eq!(decode_value(Some(b"null")), Ok(Payload::Tombstone));
+    let wrapped_null = bytes(&json!({"schema": null, "payload": null}));
+    assert_eq!(decode_value(Some(&wrapped_null)), Ok(Payload::Tombstone));
+    let t = change(&json!({"before": null, "after": null, "source": {"lsn": 2}, "op": "t"}));
+    assert_eq!(t.op, Op::Truncate);
+    let m = change(&json!({"source": {"lsn": 3}, "op": "m",
+        "message": {"prefix": "audit", "content": "aGk="}}));
+    assert_eq!(m.op, Op::Message);
+    assert_eq!(
+        m.message,
+        Some(json!({"prefix": "audit", "content": "aGk="}))
+    );
+}
+
+#[test]
+fn keys_with_and_without_schema() {
+    let with = bytes(&json!({"schema": {"type": "struct"}, "payload": {"id": 1}}));
+    assert_eq!(decode_key(Some(&with)), Ok(Some(json!({"id": 1}))));
+    assert_eq!(decode_key(Some(br#"{"id":2}"#)), Ok(Some(json!({"id": 2}))));
+    assert_eq!(decode_key(None), Ok(None));
+    assert!(decode_key(Some(b"not json")).is_err());
+}
+
+#[test]
+fn malformed_values_are_decode_errors_not_panics() {
+    let cases: Vec<Vec<u8>> = vec![
+        b"{not json".to_vec(),
+        b"42".to_vec(),
+        bytes(&json!({"after": {"id": 1}, "source": {"lsn": 1}})),
+        bytes(&json!({"after": {"id": 1}, "source": {"lsn": 1}, "op": "x"})),
+        bytes(&json!({"after": {"id": 1}, "op": "c"})),
+        bytes(&json!({"after": {"id": 1}, "source": {"db": "x"}, "op": "c"})),
+        bytes(&json!({"after": {"id": 1}, "source": {"lsn": -4}, "op": "c"})),
+        bytes(&json!({"after": {"id": 1}, "source": {"commit_lsn": "x1"}, "op": "c"})),
+        bytes(&json!({"after": [1], "source": {"lsn": 1}, "op": "c"})),
+        bytes(&json!({"after": null, "source": {"lsn": 1}, "op": "c"})),
+        bytes(&json!({"before": null, "source": {"lsn": 1}, "op": "d"})),
+    ];
+    for raw in cases {
+        let result = decode_value(Some(&raw));
+        assert!(
+            result.is_err(),
+            "{} decoded as {result:?}",
+            String::from_utf8_lossy(&raw)
+        );
+    }
+}
+
+#[test]
+fn versions_order_lexicographically() {
+    assert!(Version::new(1, 9) < Version::new(2, 0));
+    assert!(Version::new(2, 0) < Version::new(2, 1));
+    assert_eq!(Version::new(3, 4).to_string(), "3/4");
+}

@@ -1,0 +1,324 @@
+//! The consumer context: rebalances and statistics, both served on the poll thread.
+//!
+//! On **assignment** the start offset of each new partition is resolved — from
+//! the sink when it owns positions, else from Kafka's committed offsets — and
+//! written into the assignment itself, so consumption starts exactly there; the
+//! sink's [`Sink::assigned`](crate::Sink::assigned) hook runs, then one worker
+//! per partition is started.
+//!
+//! On **revocation** each revoked partition's worker finishes its current batch
+//! (or is abandoned after `shutdown.timeout.ms`), its position is committed to
+//! Kafka synchronously, and only then is the partition released. Partitions
+//! *lost* (session expired) are abandoned without a commit: another member may
+//! already own them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::statistics::Statistics;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::ClientContext;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::worker::{Control, Incoming, Worker};
+use super::Shared;
+use crate::config::OffsetReset;
+use crate::error::SinkError;
+use crate::retry::{retry, RetryOutcome};
+use crate::sink::{Positions, TopicPartition};
+
+/// How long a metadata or committed-offsets request may take during a rebalance.
+const REBALANCE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+struct WorkerHandle {
+    tx: mpsc::Sender<Incoming>,
+    stop: CancellationToken,
+    abandon: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// The runner's consumer context (see the module docs).
+pub(crate) struct RunnerContext {
+    shared: Arc<Shared>,
+    workers: Mutex<HashMap<TopicPartition, WorkerHandle>>,
+}
+
+impl RunnerContext {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            workers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The channel of the worker of `topic`/`partition`, if it is assigned here.
+    pub(crate) fn sender(&self, topic: &str, partition: i32) -> Option<mpsc::Sender<Incoming>> {
+        let key = TopicPartition::new(topic, partition);
+        self.lock_workers().get(&key).map(|w| w.tx.clone())
+    }
+
+    /// Every partition with a worker.
+    pub(crate) fn assigned(&self) -> Vec<TopicPartition> {
+        self.lock_workers().keys().cloned().collect()
+    }
+
+    fn lock_workers(&self) -> std::sync::MutexGuard<'_, HashMap<TopicPartition, WorkerHandle>> {
+        self.workers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn on_assign(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
+        let tps: Vec<TopicPartition> = tpl
+            .elements()
+            .iter()
+            .map(|e| TopicPartition::new(e.topic(), e.partition()))
+            .filter(|tp| !self.shared.filter.is_ignored(&tp.topic))
+            .collect();
+        if tps.is_empty() {
+            return;
+        }
+        let starts = match self.resolve_starts(consumer, &tps) {
+            Ok(starts) => starts,
+            Err(e) => {
+                self.shared.fail(e);
+                return;
+            }
+        };
+        for tp in &tps {
+            let offset = match starts.get(tp) {
+                Some(n) => Offset::Offset(*n),
+                None => self.reset_offset(),
+            };
+            if let Err(e) = tpl.set_partition_offset(&tp.topic, tp.partition, offset) {
+                tracing::warn!(%tp, "cannot set the start offset: {e}");
+            }
+            tracing::info!(%tp, start = ?offset, "partition assigned");
+        }
+        if let Err(e) = self.block_on_retried(|| self.shared.sink.assigned(&starts)) {
+            self.shared.fail(e);
+            return;
+        }
+        let mut workers = self.lock_workers();
+        for tp in tps {
+            let handle = self.spawn_worker(&tp);
+            workers.insert(tp, handle);
+        }
+    }
+
+    /// Start offsets: the sink's positions when it owns them, else Kafka's committed
+    /// offsets; `auto.offset.reset` resolved to a concrete offset where possible.
+    fn resolve_starts(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        tps: &[TopicPartition],
+    ) -> Result<Positions, SinkError> {
+        let mut starts = if self.shared.sink.owns_positions() {
+            let group = self.shared.group.clone();
+            self.block_on_retried(|| self.shared.sink.load_positions(&group, tps))?
+        } else {
+            committed(consumer, tps)
+        };
+        for tp in tps {
+            if starts.contains_key(tp) {
+                continue;
+            }
+            match consumer.fetch_watermarks(&tp.topic, tp.partition, REBALANCE_REQUEST_TIMEOUT) {
+                Ok((low, high)) => {
+                    let start = match self.shared.config.auto_offset_reset {
+                        OffsetReset::Earliest => low,
+                        OffsetReset::Latest => high,
+                    };
+                    starts.insert(tp.clone(), start);
+                }
+                Err(e) => {
+                    tracing::warn!(%tp, "cannot read watermarks, using auto.offset.reset: {e}")
+                }
+            }
+        }
+        Ok(starts)
+    }
+
+    fn reset_offset(&self) -> Offset {
+        match self.shared.config.auto_offset_reset {
+            OffsetReset::Earliest => Offset::Beginning,
+            OffsetReset::Latest => Offset::End,
+        }
+    }
+
+    /// Runs a sink call from the poll thread, retrying transient errors until the runner stops.
+    fn block_on_retried<T, F, Fut>(&self, op: F) -> Result<T, SinkError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, SinkError>>,
+    {
+        let mut backoff = self.shared.backoff();
+        let outcome = self.shared.handle.block_on(retry(
+            &mut backoff,
+            &self.shared.stop,
+            op,
+            SinkError::is_retriable,
+            |e, delay| {
+                tracing::warn!("sink call during rebalance failed, retrying in {delay:?}: {e:#}")
+            },
+        ));
+        match outcome {
+            Ok(v) => Ok(v),
+            Err(RetryOutcome::Failed(e) | RetryOutcome::Cancelled(e)) => Err(e),
+        }
+    }
+
+    fn spawn_worker(&self, tp: &TopicPartition) -> WorkerHandle {
+        let capacity = self.shared.config.batch_max_records.clamp(16, 10_000);
+        let (tx, rx) = mpsc::channel(capacity);
+        let control = Control {
+            stop: CancellationToken::new(),
+            abandon: CancellationToken::new(),
+        };
+        let (stop, abandon) = (control.stop.clone(), control.abandon.clone());
+        let worker = Worker::new(
+            self.shared.clone(),
+            (Arc::from(tp.topic.as_str()), tp.partition),
+            rx,
+            control,
+        );
+        let task = self.shared.handle.spawn(worker.run());
+        WorkerHandle {
+            tx,
+            stop,
+            abandon,
+            task,
+        }
+    }
+
+    /// Stops the workers of `tps`: gracefully (finish the current batch) unless `lost`,
+    /// abandoning any still running after `shutdown.timeout.ms`. Blocks until all ended.
+    pub(crate) fn stop_workers(&self, tps: &[TopicPartition], lost: bool) {
+        let handles: Vec<WorkerHandle> = {
+            let mut workers = self.lock_workers();
+            tps.iter().filter_map(|tp| workers.remove(tp)).collect()
+        };
+        for h in &handles {
+            h.stop.cancel();
+            if lost {
+                h.abandon.cancel();
+            }
+        }
+        let timeout = self.shared.config.shutdown_timeout();
+        self.shared.handle.block_on(async {
+            for mut h in handles {
+                if tokio::time::timeout(timeout, &mut h.task).await.is_err() {
+                    tracing::warn!("a partition worker did not finish within shutdown.timeout.ms; abandoning its batch");
+                    h.abandon.cancel();
+                    h.task.abort();
+                    let _ = h.task.await;
+                }
+            }
+        });
+    }
+
+    fn on_revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+        let tps: Vec<TopicPartition> = tpl
+            .elements()
+            .iter()
+            .map(|e| TopicPartition::new(e.topic(), e.partition()))
+            .collect();
+        let lost = consumer.assignment_lost();
+        self.stop_workers(&tps, lost);
+        let positions = self.shared.take_positions(&tps);
+        if !lost {
+            super::commit(consumer, &positions, rdkafka::consumer::CommitMode::Sync);
+        }
+        for tp in &tps {
+            let partition = tp.partition.to_string();
+            let _ = self
+                .shared
+                .metrics
+                .consumer_lag
+                .remove_label_values(&[&tp.topic, &partition]);
+            tracing::info!(%tp, lost, "partition revoked");
+        }
+    }
+}
+
+/// Kafka's committed offsets for `tps` (missing where none or on error).
+fn committed(consumer: &BaseConsumer<RunnerContext>, tps: &[TopicPartition]) -> Positions {
+    let mut tpl = TopicPartitionList::new();
+    for tp in tps {
+        tpl.add_partition(&tp.topic, tp.partition);
+    }
+    match consumer.committed_offsets(tpl, REBALANCE_REQUEST_TIMEOUT) {
+        Ok(list) => list
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(n) => Some((TopicPartition::new(e.topic(), e.partition()), n)),
+                _ => None,
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!("cannot read committed offsets, letting the consumer resolve them: {e}");
+            Positions::new()
+        }
+    }
+}
+
+impl ClientContext for RunnerContext {
+    fn stats(&self, statistics: Statistics) {
+        for (topic, t) in &statistics.topics {
+            for (partition, p) in &t.partitions {
+                if *partition < 0 || p.consumer_lag < 0 {
+                    continue;
+                }
+                let partition = partition.to_string();
+                self.shared
+                    .metrics
+                    .consumer_lag
+                    .with_label_values(&[topic, &partition])
+                    .set(p.consumer_lag);
+            }
+        }
+    }
+}
+
+impl ConsumerContext for RunnerContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        let result = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.on_assign(consumer, tpl);
+                if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                self.on_revoke(consumer, tpl);
+                if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
+            }
+            other => {
+                tracing::error!("rebalance error: {other:?}");
+                return;
+            }
+        };
+        if let Err(e) = result {
+            tracing::error!("cannot apply the rebalance: {e}");
+        }
+    }
+}

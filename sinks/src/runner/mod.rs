@@ -1,0 +1,482 @@
+//! The consumer runner: reads change topics and feeds a [`Sink`] so that the
+//! target ends up effectively-once.
+//!
+//! # Guarantees
+//!
+//! * Reads with `isolation.level=read_committed`: aborted capture transactions are never seen.
+//! * Per-partition order: batches of a partition are applied one after another, in offset order.
+//! * Nothing is acknowledged before it is applied: a Kafka offset is committed,
+//!   and a sink stores a position, only after the batch up to it returned `Ok`
+//!   (and its rejected records were written to the dead-letter topic).
+//! * With a position-owning sink, each record is applied exactly once: partitions
+//!   start at the sink's stored positions; Kafka commits serve lag monitoring only.
+//!   Otherwise each record is applied at least once, the duplicates after a crash
+//!   being exactly the records applied but not yet committed to Kafka.
+//!
+//! # Threads and memory
+//!
+//! One blocking thread polls the consumer and serves rebalances (where it may
+//! block: committed-offset and watermark requests, the sink's
+//! `load_positions`/`assigned`, synchronous commits). Every partition has a
+//! worker task fed by a bounded channel. Every record read holds a share of
+//! `max.inflight.bytes` until its batch is done; when the budget is spent the
+//! poll thread waits — if that lasts longer than `max.poll.interval.ms`, the
+//! consumer leaves the group and rejoins afterwards (its partitions are then
+//! treated as lost).
+//!
+//! # Shutdown
+//!
+//! [`Runner::run`] returns when its token fires (or a fatal error occurs): each
+//! worker finishes the batch it holds (a batch waiting to retry is abandoned),
+//! positions are committed synchronously, [`Sink::shutdown`] runs, and the
+//! consumer leaves the group. Records read but not yet batched are dropped and
+//! read again by the next owner.
+
+mod context;
+pub(crate) mod dlq;
+mod worker;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::ClientConfig;
+use tokio::runtime::Handle;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use self::context::RunnerContext;
+use self::dlq::DeadLetters;
+use self::worker::Incoming;
+use crate::config::RunnerConfig;
+use crate::error::{RunnerError, SinkError};
+use crate::metrics::Metrics;
+use crate::retry::Backoff;
+use crate::sink::{Sink, TopicPartition};
+
+pub use self::dlq::{HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+
+/// How often applied positions are committed to Kafka (asynchronously) while running.
+const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
+/// How long one consumer poll may block.
+const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+/// librdkafka statistics interval when metrics are served (feeds the lag gauge).
+const STATISTICS_INTERVAL_MS: &str = "5000";
+
+/// Decides which topics are skipped: heartbeats, the capture offsets topic, the dead-letter topic.
+pub(crate) struct TopicFilter {
+    heartbeat_prefix: String,
+    patterns: Vec<regex::Regex>,
+    dlq: Option<String>,
+}
+
+impl TopicFilter {
+    fn new(config: &RunnerConfig) -> Result<Self, RunnerError> {
+        let patterns = config
+            .ignore_topics
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                regex::Regex::new(&format!("^(?:{p})$")).map_err(|e| {
+                    RunnerError::Config(crate::ConfigError::new(
+                        format!("ignore.topics[{i}]"),
+                        e.to_string(),
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            heartbeat_prefix: config.heartbeat_prefix.clone(),
+            patterns,
+            dlq: config.dlq_topic.clone(),
+        })
+    }
+
+    /// True when records of `topic` are skipped (never reach the sink).
+    pub(crate) fn is_ignored(&self, topic: &str) -> bool {
+        (!self.heartbeat_prefix.is_empty() && topic.starts_with(&self.heartbeat_prefix))
+            || self.dlq.as_deref() == Some(topic)
+            || self.patterns.iter().any(|p| p.is_match(topic))
+    }
+}
+
+/// State shared by the poll thread and the partition workers.
+pub(crate) struct Shared {
+    pub(crate) config: RunnerConfig,
+    pub(crate) group: Arc<str>,
+    pub(crate) sink: Arc<dyn Sink>,
+    pub(crate) metrics: Metrics,
+    pub(crate) dlq: Option<Arc<DeadLetters>>,
+    pub(crate) handle: Handle,
+    pub(crate) filter: TopicFilter,
+    /// Runner-wide stop: the caller's token, or a fatal error.
+    pub(crate) stop: CancellationToken,
+    budget: Arc<Semaphore>,
+    budget_total: u32,
+    fatal: Mutex<Option<SinkError>>,
+    /// Per partition: the next offset after the last applied record, and whether it still needs a commit.
+    positions: Mutex<HashMap<TopicPartition, (i64, bool)>>,
+}
+
+impl Shared {
+    pub(crate) fn backoff(&self) -> Backoff {
+        Backoff::new(
+            Duration::from_millis(self.config.retry_backoff_ms),
+            Duration::from_millis(self.config.retry_backoff_max_ms),
+        )
+    }
+
+    /// Records that everything before `next_offset` is applied (or skipped).
+    pub(crate) fn record_progress(&self, topic: &str, partition: i32, next_offset: i64) {
+        let mut positions = self
+            .positions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        positions.insert(TopicPartition::new(topic, partition), (next_offset, true));
+    }
+
+    /// Positions not yet committed, marked as committed.
+    fn dirty_positions(&self) -> HashMap<TopicPartition, i64> {
+        let mut positions = self
+            .positions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        positions
+            .iter_mut()
+            .filter(|(_, (_, dirty))| *dirty)
+            .map(|(tp, (offset, dirty))| {
+                *dirty = false;
+                (tp.clone(), *offset)
+            })
+            .collect()
+    }
+
+    /// Removes and returns the positions of `tps` (on revocation and shutdown).
+    pub(crate) fn take_positions(&self, tps: &[TopicPartition]) -> HashMap<TopicPartition, i64> {
+        let mut positions = self
+            .positions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        tps.iter()
+            .filter_map(|tp| positions.remove(tp).map(|(offset, _)| (tp.clone(), offset)))
+            .collect()
+    }
+
+    /// Stops the runner because of `e`; the first fatal error wins.
+    pub(crate) fn fail(&self, e: SinkError) {
+        tracing::error!("stopping: {e:#}");
+        let mut fatal = self.fatal.lock().unwrap_or_else(PoisonError::into_inner);
+        fatal.get_or_insert(e);
+        self.stop.cancel();
+    }
+
+    fn take_fatal(&self) -> Option<SinkError> {
+        self.fatal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+/// Commits `positions` to Kafka; failures are logged (the next commit supersedes them).
+pub(crate) fn commit(
+    consumer: &BaseConsumer<RunnerContext>,
+    positions: &HashMap<TopicPartition, i64>,
+    mode: CommitMode,
+) {
+    if positions.is_empty() {
+        return;
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (tp, offset) in positions {
+        if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(*offset)) {
+            tracing::warn!(%tp, "cannot commit offset {offset}: {e}");
+        }
+    }
+    if let Err(e) = consumer.commit(&tpl, mode) {
+        tracing::warn!("offset commit failed: {e}");
+    }
+}
+
+/// Runs a [`Sink`] against Kafka topics (see the module docs for the guarantees).
+pub struct Runner {
+    config: RunnerConfig,
+    sink: Arc<dyn Sink>,
+    metrics: Metrics,
+}
+
+impl Runner {
+    /// Validates `config` and prepares a runner for `sink`.
+    pub fn new(config: RunnerConfig, sink: Arc<dyn Sink>) -> Result<Self, RunnerError> {
+        config.validate()?;
+        let metrics =
+            Metrics::new().map_err(|e| RunnerError::Internal(format!("metrics registry: {e}")))?;
+        Ok(Self {
+            config,
+            sink,
+            metrics,
+        })
+    }
+
+    /// The runner's metrics (e.g. to register a sink's own metrics beside them).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Runs until SIGTERM or SIGINT, then shuts down gracefully (see the module docs).
+    pub async fn run_until_signal(self) -> Result<(), RunnerError> {
+        let stop = CancellationToken::new();
+        let signals = tokio::spawn(stop_on_signal(stop.clone()));
+        let result = self.run(stop).await;
+        signals.abort();
+        result
+    }
+
+    /// Runs until `stop` fires or a fatal error occurs.
+    pub async fn run(self, stop: CancellationToken) -> Result<(), RunnerError> {
+        let Self {
+            config,
+            sink,
+            metrics,
+        } = self;
+        let metrics_stop = CancellationToken::new();
+        let server = match config.metrics_addr()? {
+            Some(addr) => {
+                let listener =
+                    crate::metrics::bind(addr)
+                        .await
+                        .map_err(|source| RunnerError::Io {
+                            context: format!("bind metrics.listen {addr}"),
+                            source,
+                        })?;
+                tracing::info!(
+                    "metrics at http://{}/metrics",
+                    listener.local_addr().unwrap_or(addr)
+                );
+                Some(tokio::spawn(crate::metrics::serve(
+                    listener,
+                    metrics.clone(),
+                    metrics_stop.clone(),
+                )))
+            }
+            None => None,
+        };
+        let base = client_config(&config);
+        let dlq = match &config.dlq_topic {
+            Some(topic) => Some(Arc::new(DeadLetters::new(&base, topic.clone())?)),
+            None => None,
+        };
+        let budget_total = u32::try_from(config.max_inflight_bytes).unwrap_or(u32::MAX);
+        let shared = Arc::new(Shared {
+            group: Arc::from(config.group_id.as_str()),
+            filter: TopicFilter::new(&config)?,
+            budget: Arc::new(Semaphore::new(budget_total as usize)),
+            budget_total,
+            config,
+            sink: sink.clone(),
+            metrics,
+            dlq,
+            handle: Handle::current(),
+            stop,
+            fatal: Mutex::new(None),
+            positions: Mutex::new(HashMap::new()),
+        });
+        let poll_shared = shared.clone();
+        let polled = tokio::task::spawn_blocking(move || consume(base, poll_shared)).await;
+        let shutdown = sink.shutdown().await;
+        metrics_stop.cancel();
+        if let Some(server) = server {
+            let _ = server.await;
+        }
+        polled.map_err(|e| RunnerError::Internal(format!("poll thread: {e}")))??;
+        if let Some(e) = shared.take_fatal() {
+            return Err(RunnerError::Sink(e));
+        }
+        shutdown.map_err(RunnerError::Sink)
+    }
+}
+
+/// Client properties shared by the consumer and the dead-letter producer.
+fn client_config(config: &RunnerConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &config.bootstrap_servers);
+    for (k, v) in &config.kafka {
+        c.set(k, v);
+    }
+    if config.metrics_listen.is_some() {
+        c.set("statistics.interval.ms", STATISTICS_INTERVAL_MS);
+    }
+    c
+}
+
+/// The poll thread: subscribe, dispatch records to workers, commit, and stop cleanly.
+fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
+    let mut config = base;
+    config
+        .set("group.id", &shared.config.group_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("isolation.level", "read_committed")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("enable.partition.eof", "false")
+        .set(
+            "auto.offset.reset",
+            match shared.config.auto_offset_reset {
+                crate::config::OffsetReset::Earliest => "earliest",
+                crate::config::OffsetReset::Latest => "latest",
+            },
+        );
+    let consumer: BaseConsumer<RunnerContext> = config
+        .create_with_context(RunnerContext::new(shared.clone()))
+        .map_err(|e| RunnerError::kafka("create the consumer", e))?;
+    let mut subscription: Vec<String> = shared.config.topics.clone();
+    if let Some(re) = &shared.config.topics_regex {
+        subscription.push(if re.starts_with('^') {
+            re.clone()
+        } else {
+            format!("^{re}")
+        });
+    }
+    let topics: Vec<&str> = subscription.iter().map(String::as_str).collect();
+    consumer
+        .subscribe(&topics)
+        .map_err(|e| RunnerError::kafka("subscribe", e))?;
+    tracing::info!(group = %shared.group, ?topics, sink = shared.sink.name(), "consuming");
+    let mut last_commit = Instant::now();
+    while !shared.stop.is_cancelled() {
+        match consumer.poll(POLL_TIMEOUT) {
+            None => {}
+            Some(Err(e)) => tracing::warn!("consumer: {e}"),
+            Some(Ok(message)) => {
+                let (topic, partition, offset) = (
+                    message.topic().to_owned(),
+                    message.partition(),
+                    message.offset(),
+                );
+                let incoming = (
+                    message.key().map(<[u8]>::to_vec),
+                    message.payload().map(<[u8]>::to_vec),
+                );
+                let timestamp_ms = message.timestamp().to_millis();
+                drop(message);
+                dispatch(
+                    &consumer,
+                    &shared,
+                    (&topic, partition, offset),
+                    (incoming, timestamp_ms),
+                );
+            }
+        }
+        if last_commit.elapsed() >= COMMIT_INTERVAL {
+            commit(&consumer, &shared.dirty_positions(), CommitMode::Async);
+            last_commit = Instant::now();
+        }
+    }
+    let context = consumer.context().clone();
+    let all = context.assigned();
+    context.stop_workers(&all, false);
+    let mut positions = shared.take_positions(&all);
+    positions.extend(shared.dirty_positions());
+    commit(&consumer, &positions, CommitMode::Sync);
+    consumer.unsubscribe();
+    tracing::info!("consumer stopped");
+    Ok(())
+}
+
+type Payloads = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Hands one record to its partition's worker, waiting for byte budget and channel space.
+fn dispatch(
+    consumer: &BaseConsumer<RunnerContext>,
+    shared: &Shared,
+    (topic, partition, offset): (&str, i32, i64),
+    ((key, value), timestamp_ms): (Payloads, Option<i64>),
+) {
+    if shared.filter.is_ignored(topic) {
+        shared.record_progress(topic, partition, offset + 1);
+        return;
+    }
+    let Some(tx) = consumer.context().sender(topic, partition) else {
+        tracing::debug!(
+            topic,
+            partition,
+            offset,
+            "record of a partition without a worker, dropped"
+        );
+        return;
+    };
+    let size = key.as_ref().map_or(0, Vec::len) + value.as_ref().map_or(0, Vec::len);
+    let permits = u32::try_from(size)
+        .unwrap_or(u32::MAX)
+        .clamp(1, shared.budget_total);
+    let permit = loop {
+        if shared.stop.is_cancelled() {
+            return;
+        }
+        match shared.budget.clone().try_acquire_many_owned(permits) {
+            Ok(p) => break p,
+            Err(_) => {
+                let wait = tokio::time::timeout(
+                    POLL_TIMEOUT,
+                    shared.budget.clone().acquire_many_owned(permits),
+                );
+                if let Ok(Ok(p)) = shared.handle.block_on(wait) {
+                    break p;
+                }
+            }
+        }
+    };
+    let mut incoming = Incoming {
+        offset,
+        timestamp_ms,
+        key,
+        value,
+        _permit: permit,
+    };
+    loop {
+        match tx.try_send(incoming) {
+            Ok(()) => return,
+            Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => return,
+            Err(tokio::sync::mpsc::error::TrySendError::Full(back)) => {
+                if shared.stop.is_cancelled() {
+                    return;
+                }
+                incoming = back;
+                let wait = tokio::time::timeout(POLL_TIMEOUT, tx.reserve());
+                if let Ok(Ok(slot)) = shared.handle.block_on(wait) {
+                    slot.send(incoming);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Cancels `stop` on SIGTERM or SIGINT.
+async fn stop_on_signal(stop: CancellationToken) {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = terminate => tracing::info!("SIGTERM: stopping"),
+        r = tokio::signal::ctrl_c() => match r {
+            Ok(()) => tracing::info!("SIGINT: stopping"),
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGINT: {e}");
+                std::future::pending::<()>().await;
+            }
+        },
+    }
+    stop.cancel();
+}

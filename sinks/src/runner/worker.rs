@@ -1,0 +1,266 @@
+//! One partition's worker: collects ordered batches, decodes, applies with retries,
+//! dead-letters what can never be applied, and reports the position reached.
+//!
+//! A worker lives from the assignment of its partition to its revocation (or
+//! the runner's stop). It applies one batch at a time, so batches of a
+//! partition never overlap; workers of different partitions run concurrently.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio_util::sync::CancellationToken;
+
+use super::dlq::DeadLetter;
+use super::Shared;
+use crate::error::{RecordFailure, SinkError};
+use crate::event::{decode_key, decode_value};
+use crate::retry::{retry, Backoff, RetryOutcome};
+use crate::sink::{Batch, Record};
+
+/// A record read from Kafka, holding its share of the in-flight byte budget.
+pub(crate) struct Incoming {
+    pub offset: i64,
+    pub timestamp_ms: Option<i64>,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub _permit: OwnedSemaphorePermit,
+}
+
+/// Why a batch was not finished.
+enum Unfinished {
+    /// Stopped while waiting to retry: not acknowledged, so redelivered later.
+    Abandoned,
+    /// The runner must stop.
+    Fatal(SinkError),
+}
+
+/// Tokens a worker obeys: `stop` = finish the current batch then exit; `abandon` = stop retrying.
+pub(crate) struct Control {
+    pub stop: CancellationToken,
+    pub abandon: CancellationToken,
+}
+
+pub(crate) struct Worker {
+    shared: Arc<Shared>,
+    topic: Arc<str>,
+    partition: i32,
+    rx: mpsc::Receiver<Incoming>,
+    control: Control,
+    backoff: Backoff,
+}
+
+impl Worker {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        tp: (Arc<str>, i32),
+        rx: mpsc::Receiver<Incoming>,
+        control: Control,
+    ) -> Self {
+        let backoff = shared.backoff();
+        Self {
+            shared,
+            topic: tp.0,
+            partition: tp.1,
+            rx,
+            control,
+            backoff,
+        }
+    }
+
+    /// Runs until stopped, abandoned or failed; a fatal error is handed to the runner.
+    pub(crate) async fn run(mut self) {
+        loop {
+            let (incoming, stopping) = self.collect().await;
+            if let Some(last) = incoming.last() {
+                let next_offset = last.offset + 1;
+                match self.process(incoming).await {
+                    Ok(()) => self
+                        .shared
+                        .record_progress(&self.topic, self.partition, next_offset),
+                    Err(Unfinished::Abandoned) => return,
+                    Err(Unfinished::Fatal(e)) => {
+                        self.shared.fail(e);
+                        return;
+                    }
+                }
+            }
+            if stopping {
+                return;
+            }
+        }
+    }
+
+    /// Waits for a first record, then gathers more until the batch is full, its time is up,
+    /// or the worker is told to stop. Returns the records and whether to stop afterwards.
+    async fn collect(&mut self) -> (Vec<Incoming>, bool) {
+        let max = self.shared.config.batch_max_records;
+        let mut out = Vec::new();
+        let first = tokio::select! {
+            biased;
+            _ = self.control.stop.cancelled() => return (out, true),
+            m = self.rx.recv() => m,
+        };
+        let Some(first) = first else {
+            return (out, true);
+        };
+        out.push(first);
+        let deadline = tokio::time::Instant::now() + self.shared.config.batch_max_wait();
+        while out.len() < max {
+            tokio::select! {
+                biased;
+                _ = self.control.stop.cancelled() => return (out, true),
+                _ = tokio::time::sleep_until(deadline) => break,
+                m = self.rx.recv() => match m {
+                    Some(m) => out.push(m),
+                    None => return (out, true),
+                },
+            }
+        }
+        (out, false)
+    }
+
+    /// Decodes, dead-letters undecodable records, then applies the rest.
+    async fn process(&mut self, incoming: Vec<Incoming>) -> Result<(), Unfinished> {
+        let started = Instant::now();
+        let next_offset = incoming.last().map_or(0, |m| m.offset + 1);
+        let mut records = Vec::with_capacity(incoming.len());
+        for m in incoming {
+            let decoded = decode_key(m.key.as_deref())
+                .and_then(|k| Ok((k, decode_value(m.value.as_deref())?)));
+            match decoded {
+                Ok((key, payload)) => {
+                    let mut r = Record::new(m.offset, key, payload)
+                        .with_raw(m.key.as_deref(), m.value.as_deref());
+                    r.timestamp_ms = m.timestamp_ms;
+                    records.push(r);
+                }
+                Err(e) => {
+                    let topic = self.topic.clone();
+                    let letter = DeadLetter {
+                        topic: &topic,
+                        partition: self.partition,
+                        offset: m.offset,
+                        key: m.key.as_deref(),
+                        value: m.value.as_deref(),
+                        reason: &e.to_string(),
+                    };
+                    self.dead_letter(&letter).await?;
+                }
+            }
+        }
+        let tp = (self.topic.clone(), self.partition);
+        let mut batch = Batch::new(self.shared.group.clone(), tp, records, next_offset);
+        self.apply(&mut batch).await?;
+        let m = &self.shared.metrics;
+        let sink = self.shared.sink.name();
+        m.events_applied
+            .with_label_values(&[sink, &self.topic])
+            .inc_by(batch.len() as u64);
+        m.batch_duration
+            .with_label_values(&[sink])
+            .observe(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Applies the batch, retrying transient errors and dead-lettering rejected records.
+    async fn apply(&mut self, batch: &mut Batch) -> Result<(), Unfinished> {
+        loop {
+            let sink = self.shared.sink.clone();
+            let metrics = self.shared.metrics.clone();
+            let (topic, partition) = (self.topic.clone(), self.partition);
+            let attempt = retry(
+                &mut self.backoff,
+                &self.control.abandon,
+                || sink.apply(batch),
+                SinkError::is_retriable,
+                |e, delay| {
+                    metrics.retries.with_label_values(&[sink.name()]).inc();
+                    tracing::warn!(%topic, partition, "apply failed, retrying in {delay:?}: {e:#}");
+                },
+            )
+            .await;
+            match attempt {
+                Ok(()) => return Ok(()),
+                Err(RetryOutcome::Cancelled(_)) => return Err(Unfinished::Abandoned),
+                Err(RetryOutcome::Failed(SinkError::Rejected(failures))) => {
+                    self.dead_letter_rejected(batch, &failures).await?;
+                    let offsets: Vec<i64> = failures.iter().map(|f| f.offset).collect();
+                    batch.remove_offsets(&offsets);
+                }
+                Err(RetryOutcome::Failed(e)) => return Err(Unfinished::Fatal(e)),
+            }
+        }
+    }
+
+    async fn dead_letter_rejected(
+        &mut self,
+        batch: &Batch,
+        failures: &[RecordFailure],
+    ) -> Result<(), Unfinished> {
+        if failures.is_empty() {
+            return Err(Unfinished::Fatal(SinkError::fatal(format!(
+                "sink `{}` rejected a batch without naming a record",
+                self.shared.sink.name()
+            ))));
+        }
+        for f in failures {
+            let Some(record) = batch.record_at(f.offset) else {
+                return Err(Unfinished::Fatal(SinkError::fatal(format!(
+                    "sink `{}` rejected offset {} which is not in the batch",
+                    self.shared.sink.name(),
+                    f.offset
+                ))));
+            };
+            let topic = self.topic.clone();
+            let letter = DeadLetter {
+                topic: &topic,
+                partition: self.partition,
+                offset: f.offset,
+                key: record.raw_key(),
+                value: record.raw_value(),
+                reason: &f.reason,
+            };
+            self.dead_letter(&letter).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes one dead letter, retrying transient Kafka errors; without a dead-letter
+    /// topic the record stops the runner.
+    async fn dead_letter(&mut self, letter: &DeadLetter<'_>) -> Result<(), Unfinished> {
+        let Some(dlq) = self.shared.dlq.clone() else {
+            return Err(Unfinished::Fatal(SinkError::fatal(format!(
+                "record {}[{}]@{} cannot be applied ({}) and `errors.deadletterqueue.topic.name` is not set",
+                letter.topic, letter.partition, letter.offset, letter.reason
+            ))));
+        };
+        tracing::warn!(
+            topic = letter.topic,
+            partition = letter.partition,
+            offset = letter.offset,
+            "dead-lettering record: {}",
+            letter.reason
+        );
+        let attempt = retry(
+            &mut self.backoff,
+            &self.control.abandon,
+            || dlq.send(letter),
+            SinkError::is_retriable,
+            |e, delay| tracing::warn!("dead-letter write failed, retrying in {delay:?}: {e:#}"),
+        )
+        .await;
+        match attempt {
+            Ok(()) => {
+                self.shared
+                    .metrics
+                    .dead_letters
+                    .with_label_values(&[letter.topic])
+                    .inc();
+                Ok(())
+            }
+            Err(RetryOutcome::Cancelled(_)) => Err(Unfinished::Abandoned),
+            Err(RetryOutcome::Failed(e)) => Err(Unfinished::Fatal(e)),
+        }
+    }
+}
