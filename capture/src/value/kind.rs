@@ -1,0 +1,314 @@
+//! [`ValueKind`]: how one column's text values become JSON, resolved once
+//! per column so the per-event path is a `match` and a parse, with no map
+//! lookups.
+
+use std::borrow::Cow;
+
+use serde_json::{json, Map, Value};
+
+use super::array::{parse_array, ArrayNode};
+use super::json::{is_json_integer, is_json_number, write_i64, write_str};
+use super::scalar::{bytea_to_base64, normalize_money, parse_bool};
+use super::temporal::{
+    parse_date, parse_interval, parse_time, parse_timestamp, parse_timestamptz, parse_timetz,
+    write_zoned_time, write_zoned_timestamp,
+};
+
+pub(crate) const BOX_OID: u32 = 603;
+
+/// The JSON mapping of one PostgreSQL type (DESIGN.md, "Wire format").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueKind {
+    Bool,
+    /// `int2`.
+    Int16,
+    /// `int4`.
+    Int32,
+    /// `int8`, and `oid` (unsigned 32-bit, so it needs 64).
+    Int64,
+    /// `float4`.
+    Float32,
+    /// `float8`.
+    Float64,
+    /// `numeric`: the exact text as a JSON string.
+    Decimal,
+    /// `money`: exact digits as a JSON string, currency formatting removed.
+    Money,
+    /// Character types and anything without a specific mapping.
+    Text,
+    Json,
+    Xml,
+    Uuid,
+    Enum {
+        labels: Vec<String>,
+    },
+    Bytea,
+    /// `timestamptz` -> ISO-8601 UTC string.
+    ZonedTimestamp,
+    /// `timestamp` -> µs since epoch.
+    MicroTimestamp,
+    /// `date` -> days since epoch.
+    Date,
+    /// `time` -> µs since midnight.
+    MicroTime,
+    /// `timetz` -> `HH:MM:SS.ffffffZ`.
+    ZonedTime,
+    /// `interval` -> µs.
+    MicroDuration,
+    Array {
+        element: Box<ValueKind>,
+        /// `typdelim` of the element type.
+        delimiter: u8,
+    },
+}
+
+/// Mapping of the built-in OIDs that are not plain text.
+pub(crate) fn builtin_kind(oid: u32) -> Option<ValueKind> {
+    Some(match oid {
+        16 => ValueKind::Bool,
+        17 => ValueKind::Bytea,
+        21 => ValueKind::Int16,
+        23 => ValueKind::Int32,
+        20 | 26 => ValueKind::Int64,
+        700 => ValueKind::Float32,
+        701 => ValueKind::Float64,
+        1700 => ValueKind::Decimal,
+        790 => ValueKind::Money,
+        114 | 3802 => ValueKind::Json,
+        142 => ValueKind::Xml,
+        2950 => ValueKind::Uuid,
+        1184 => ValueKind::ZonedTimestamp,
+        1114 => ValueKind::MicroTimestamp,
+        1082 => ValueKind::Date,
+        1083 => ValueKind::MicroTime,
+        1266 => ValueKind::ZonedTime,
+        1186 => ValueKind::MicroDuration,
+        18 | 19 | 25 | 1042 | 1043 => ValueKind::Text,
+        _ => return None,
+    })
+}
+
+/// A value after parsing, before writing: shared by the byte writer and the
+/// `serde_json::Value` builder so both always agree.
+enum Mapped<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    /// Text already checked to be a JSON number literal.
+    Number(Cow<'a, str>),
+    Str(Cow<'a, str>),
+    ZonedTimestamp(i64),
+    ZonedTime(i64),
+    Array(Vec<Mapped<'a>>),
+}
+
+impl ValueKind {
+    /// Parses `text` per this kind. Anything unparseable (including
+    /// `NaN`/`Infinity` floats and `infinity` dates, which JSON numbers
+    /// cannot hold) becomes the text itself as a string.
+    fn map<'a>(&self, text: &'a str) -> Mapped<'a> {
+        let parsed = match self {
+            ValueKind::Bool => parse_bool(text).map(Mapped::Bool),
+            ValueKind::Int16 | ValueKind::Int32 | ValueKind::Int64 => (is_json_integer(text)
+                && text.parse::<i64>().is_ok())
+            .then_some(Mapped::Number(Cow::Borrowed(text))),
+            ValueKind::Float32 | ValueKind::Float64 => {
+                is_json_number(text).then_some(Mapped::Number(Cow::Borrowed(text)))
+            }
+            ValueKind::Money => normalize_money(text).map(|s| Mapped::Str(Cow::Owned(s))),
+            ValueKind::Bytea => bytea_to_base64(text).map(|s| Mapped::Str(Cow::Owned(s))),
+            ValueKind::ZonedTimestamp => parse_timestamptz(text).map(Mapped::ZonedTimestamp),
+            ValueKind::MicroTimestamp => parse_timestamp(text).map(Mapped::Int),
+            ValueKind::Date => parse_date(text).map(|d| Mapped::Int(i64::from(d))),
+            ValueKind::MicroTime => parse_time(text).map(Mapped::Int),
+            ValueKind::ZonedTime => parse_timetz(text).map(Mapped::ZonedTime),
+            ValueKind::MicroDuration => parse_interval(text).map(Mapped::Int),
+            ValueKind::Array { element, delimiter } => {
+                parse_array(text, *delimiter).map(|nodes| Mapped::Array(map_nodes(element, nodes)))
+            }
+            ValueKind::Decimal
+            | ValueKind::Text
+            | ValueKind::Json
+            | ValueKind::Xml
+            | ValueKind::Uuid
+            | ValueKind::Enum { .. } => None,
+        };
+        parsed.unwrap_or(Mapped::Str(Cow::Borrowed(text)))
+    }
+
+    /// Appends the JSON for `text` to `out`.
+    pub fn write_json(&self, text: &str, out: &mut Vec<u8>) {
+        self.map(text).write(out);
+    }
+
+    /// The JSON for `text` as a `serde_json::Value`.
+    pub fn to_json(&self, text: &str) -> Value {
+        self.map(text).into_value()
+    }
+
+    /// The Kafka Connect schema of a field of this kind; see
+    /// [`super::field_schema`].
+    pub fn field_schema(&self, type_modifier: i32, field: &str, optional: bool) -> Value {
+        let mut schema = self.schema(type_modifier);
+        schema.insert("optional".into(), Value::Bool(optional));
+        // Connect's order: type, optional, name, version, parameters, field.
+        let mut ordered = Map::new();
+        for key in ["type", "items", "optional", "name", "version", "parameters"] {
+            if let Some(v) = schema.remove(key) {
+                ordered.insert(key.into(), v);
+            }
+        }
+        ordered.insert("field".into(), Value::String(field.to_owned()));
+        Value::Object(ordered)
+    }
+
+    fn schema(&self, type_modifier: i32) -> Map<String, Value> {
+        let v = match self {
+            ValueKind::Bool => json!({"type": "boolean"}),
+            ValueKind::Int16 => json!({"type": "int16"}),
+            ValueKind::Int32 => json!({"type": "int32"}),
+            ValueKind::Int64 => json!({"type": "int64"}),
+            ValueKind::Float32 => json!({"type": "float"}),
+            ValueKind::Float64 => json!({"type": "double"}),
+            ValueKind::Decimal => {
+                let mut params = json!({"__debezium.source.column.type": "NUMERIC"});
+                // atttypmod of numeric(p,s) is ((p << 16) | s) + 4.
+                if type_modifier >= 4 {
+                    let m = type_modifier - 4;
+                    params["__debezium.source.column.length"] =
+                        Value::String((m >> 16).to_string());
+                    params["__debezium.source.column.scale"] =
+                        Value::String((m & 0xFFFF).to_string());
+                }
+                json!({"type": "string", "parameters": params})
+            }
+            ValueKind::Money => json!({
+                "type": "string",
+                "parameters": {"__debezium.source.column.type": "MONEY"}
+            }),
+            ValueKind::Text => json!({"type": "string"}),
+            ValueKind::Json => semantic("string", "io.debezium.data.Json"),
+            ValueKind::Xml => semantic("string", "io.debezium.data.Xml"),
+            ValueKind::Uuid => semantic("string", "io.debezium.data.Uuid"),
+            ValueKind::Enum { labels } => json!({
+                "type": "string",
+                "name": "io.debezium.data.Enum",
+                "version": 1,
+                "parameters": {"allowed": labels.join(",")}
+            }),
+            ValueKind::Bytea => json!({"type": "bytes"}),
+            ValueKind::ZonedTimestamp => semantic("string", "io.debezium.time.ZonedTimestamp"),
+            ValueKind::MicroTimestamp => semantic("int64", "io.debezium.time.MicroTimestamp"),
+            ValueKind::Date => semantic("int32", "io.debezium.time.Date"),
+            ValueKind::MicroTime => semantic("int64", "io.debezium.time.MicroTime"),
+            ValueKind::ZonedTime => semantic("string", "io.debezium.time.ZonedTime"),
+            ValueKind::MicroDuration => semantic("int64", "io.debezium.time.MicroDuration"),
+            ValueKind::Array { element, .. } => {
+                let mut items = element.schema(-1);
+                items.insert("optional".into(), Value::Bool(true));
+                json!({"type": "array", "items": Value::Object(items)})
+            }
+        };
+        match v {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        }
+    }
+}
+
+fn semantic(ty: &str, name: &str) -> Value {
+    json!({"type": ty, "name": name, "version": 1})
+}
+
+fn map_nodes<'a>(element: &ValueKind, nodes: Vec<ArrayNode<'a>>) -> Vec<Mapped<'a>> {
+    nodes
+        .into_iter()
+        .map(|node| match node {
+            ArrayNode::Null => Mapped::Null,
+            ArrayNode::Nested(inner) => Mapped::Array(map_nodes(element, inner)),
+            ArrayNode::Item(Cow::Borrowed(s)) => element.map(s),
+            // Unescaped elements own their text; map and then detach.
+            ArrayNode::Item(Cow::Owned(s)) => element.map(&s).into_owned(),
+        })
+        .collect()
+}
+
+impl<'a> Mapped<'a> {
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Mapped::Null => out.extend_from_slice(b"null"),
+            Mapped::Bool(true) => out.extend_from_slice(b"true"),
+            Mapped::Bool(false) => out.extend_from_slice(b"false"),
+            Mapped::Int(n) => write_i64(out, *n),
+            Mapped::Number(text) => out.extend_from_slice(text.as_bytes()),
+            Mapped::Str(s) => write_str(out, s),
+            Mapped::ZonedTimestamp(micros) => {
+                out.push(b'"');
+                if !write_zoned_timestamp(out, *micros) {
+                    // Unreachable for parsed input (same calendar range);
+                    // keep the output valid JSON regardless.
+                    write_i64(out, *micros);
+                }
+                out.push(b'"');
+            }
+            Mapped::ZonedTime(micros) => {
+                out.push(b'"');
+                write_zoned_time(out, *micros);
+                out.push(b'"');
+            }
+            Mapped::Array(items) => {
+                out.push(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    item.write(out);
+                }
+                out.push(b']');
+            }
+        }
+    }
+
+    fn into_value(self) -> Value {
+        match self {
+            Mapped::Null => Value::Null,
+            Mapped::Bool(b) => Value::Bool(b),
+            Mapped::Int(n) => Value::from(n),
+            Mapped::Number(text) => number_value(&text),
+            Mapped::Str(s) => Value::String(s.into_owned()),
+            Mapped::Array(items) => Value::Array(items.into_iter().map(Self::into_value).collect()),
+            zoned @ (Mapped::ZonedTimestamp(_) | Mapped::ZonedTime(_)) => {
+                let mut out = Vec::with_capacity(32);
+                zoned.write(&mut out);
+                serde_json::from_slice(&out).unwrap_or(Value::Null)
+            }
+        }
+    }
+
+    fn into_owned(self) -> Mapped<'static> {
+        match self {
+            Mapped::Null => Mapped::Null,
+            Mapped::Bool(b) => Mapped::Bool(b),
+            Mapped::Int(n) => Mapped::Int(n),
+            Mapped::Number(text) => Mapped::Number(Cow::Owned(text.into_owned())),
+            Mapped::Str(s) => Mapped::Str(Cow::Owned(s.into_owned())),
+            Mapped::ZonedTimestamp(m) => Mapped::ZonedTimestamp(m),
+            Mapped::ZonedTime(m) => Mapped::ZonedTime(m),
+            Mapped::Array(items) => {
+                Mapped::Array(items.into_iter().map(Self::into_owned).collect())
+            }
+        }
+    }
+}
+
+/// A validated JSON number literal as a `Value`: integers exactly, others
+/// through f64.
+fn number_value(text: &str) -> Value {
+    if let Ok(n) = text.parse::<i64>() {
+        return Value::from(n);
+    }
+    text.parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .map_or_else(|| Value::String(text.to_owned()), Value::Number)
+}
