@@ -1,0 +1,306 @@
+//! The runner in-process against the real Kafka of `scripts/services`.
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::*;
+use oncely_sinks::runner::{HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+use oncely_sinks::{
+    Batch, RecordFailure, Runner, RunnerConfig, RunnerError, Sink, SinkError, Version,
+};
+use rdkafka::Message;
+use tokio_util::sync::CancellationToken;
+
+/// What a test sink saw, per applied record: (partition, offset, key id, version).
+type Seen = Arc<Mutex<Vec<(i32, i64, u64, Version)>>>;
+
+/// Records every applied record; optional behaviours for the error paths.
+#[derive(Default)]
+struct TestSink {
+    seen: Seen,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    /// Reject records whose `after.v` equals this.
+    reject_v: Option<u64>,
+    /// Fail this many first attempts with a retriable error.
+    transient_failures: AtomicUsize,
+    /// Fail fatally on a record whose `after.v` equals this.
+    fatal_v: Option<u64>,
+    delay: Duration,
+}
+
+fn value_v(r: &oncely_sinks::Record) -> Option<u64> {
+    r.event()?.after.as_ref()?.get("v")?.as_u64()
+}
+
+#[async_trait]
+impl Sink for TestSink {
+    fn name(&self) -> &str {
+        "test"
+    }
+
+    async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if self.transient_failures.load(Ordering::SeqCst) > 0 {
+            self.transient_failures.fetch_sub(1, Ordering::SeqCst);
+            return Err(SinkError::retriable("injected"));
+        }
+        if let Some(bad) = self.fatal_v {
+            if batch.records().iter().any(|r| value_v(r) == Some(bad)) {
+                return Err(SinkError::fatal("injected fatal"));
+            }
+        }
+        let rejected: Vec<RecordFailure> = batch
+            .records()
+            .iter()
+            .filter(|r| self.reject_v.is_some() && value_v(r) == self.reject_v)
+            .map(|r| RecordFailure::new(r.offset, "value violates the target schema"))
+            .collect();
+        if !rejected.is_empty() {
+            return Err(SinkError::Rejected(rejected));
+        }
+        let mut seen = self.seen.lock().expect("lock");
+        for r in batch.records() {
+            let id = r
+                .key
+                .as_ref()
+                .and_then(|k| k.get("id"))
+                .and_then(|i| i.as_u64())
+                .unwrap_or(u64::MAX);
+            let version = r.event().map(|e| e.version).unwrap_or_default();
+            seen.push((batch.partition(), r.offset, id, version));
+        }
+        Ok(())
+    }
+}
+
+fn config(topic: &str, group: &str) -> RunnerConfig {
+    let mut c = RunnerConfig::new(brokers(), group, vec![topic.to_owned()]);
+    c.batch_max_records = 7;
+    c.batch_max_ms = 5;
+    c.retry_backoff_ms = 10;
+    c.retry_backoff_max_ms = 50;
+    c
+}
+
+fn start(
+    config: RunnerConfig,
+    sink: Arc<TestSink>,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), RunnerError>>,
+) {
+    let stop = CancellationToken::new();
+    let runner = Runner::new(config, sink).expect("valid config");
+    let task = tokio::spawn(runner.run(stop.clone()));
+    (stop, task)
+}
+
+fn count(seen: &Seen) -> usize {
+    seen.lock().map(|s| s.len()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_key_order_across_batches_and_concurrent_partitions() {
+    let (topic, group) = (unique("order"), unique("g"));
+    create_topic(&topic, 4).await;
+    let (keys, per_key) = (20u64, 40u64);
+    let mut out = Vec::new();
+    let mut lsn = 100;
+    for v in 0..per_key {
+        for id in 0..keys {
+            lsn += 1;
+            out.push(Out {
+                key: Some(key(id)),
+                value: Some(envelope(id, lsn, v % 3, v)),
+                partition: Some((id % 4) as i32),
+            });
+        }
+    }
+    produce(&topic, &out).await;
+    let sink = Arc::new(TestSink {
+        delay: Duration::from_millis(10),
+        ..Default::default()
+    });
+    let (stop, task) = start(config(&topic, &group), sink.clone());
+    let total = (keys * per_key) as usize;
+    wait_until("all records applied", Duration::from_secs(60), || {
+        count(&sink.seen) >= total
+    })
+    .await;
+    stop.cancel();
+    task.await.expect("join").expect("runner ok");
+    let seen = sink.seen.lock().expect("lock").clone();
+    assert_eq!(
+        seen.len(),
+        total,
+        "every record exactly once in a clean run"
+    );
+    let mut by_key: HashMap<u64, Vec<Version>> = HashMap::new();
+    for (_, _, id, version) in &seen {
+        by_key.entry(*id).or_default().push(*version);
+    }
+    for (id, versions) in by_key {
+        assert_eq!(versions.len() as u64, per_key, "key {id}");
+        assert!(
+            versions.windows(2).all(|w| w[0] < w[1]),
+            "key {id} out of order: {versions:?}"
+        );
+    }
+    assert!(
+        sink.max_in_flight.load(Ordering::SeqCst) >= 2,
+        "partitions must be applied concurrently"
+    );
+    let committed = committed(&group, &topic, 4).await;
+    assert_eq!(
+        committed,
+        vec![(per_key * 5) as i64; 4],
+        "positions committed on stop"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_records_go_to_the_dead_letter_topic_and_the_partition_goes_on() {
+    let (topic, group, dlq) = (unique("poison"), unique("g"), unique("dlq"));
+    create_topic(&topic, 1).await;
+    create_topic(&dlq, 1).await;
+    let records = vec![
+        Out {
+            key: Some(key(1)),
+            value: Some(envelope(1, 10, 0, 1)),
+            partition: Some(0),
+        },
+        Out {
+            key: Some(key(2)),
+            value: Some(b"{not json".to_vec()),
+            partition: Some(0),
+        },
+        Out {
+            key: Some(key(3)),
+            value: Some(envelope(3, 11, 0, 13)),
+            partition: Some(0),
+        },
+        Out {
+            key: Some(key(4)),
+            value: Some(envelope(4, 12, 0, 4)),
+            partition: Some(0),
+        },
+        Out {
+            key: Some(key(1)),
+            value: None,
+            partition: Some(0),
+        },
+        Out {
+            key: Some(key(5)),
+            value: Some(envelope(5, 13, 0, 5)),
+            partition: Some(0),
+        },
+    ];
+    produce(&topic, &records).await;
+    let sink = Arc::new(TestSink {
+        reject_v: Some(13),
+        ..Default::default()
+    });
+    let mut c = config(&topic, &group);
+    c.dlq_topic = Some(dlq.clone());
+    let (stop, task) = start(c, sink.clone());
+    wait_until("valid records applied", Duration::from_secs(60), || {
+        count(&sink.seen) >= 4
+    })
+    .await;
+    stop.cancel();
+    task.await.expect("join").expect("runner ok");
+    let applied: Vec<i64> = sink
+        .seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|s| s.1)
+        .collect();
+    assert_eq!(
+        applied,
+        vec![0, 3, 4, 5],
+        "valid records and the tombstone, in order"
+    );
+    let letters = read_topic(&dlq, 1, 2).await;
+    assert_eq!(letters.len(), 2);
+    let by_offset: HashMap<String, &rdkafka::message::OwnedMessage> = letters
+        .iter()
+        .map(|m| (header(m, HEADER_OFFSET).unwrap_or_default(), m))
+        .collect();
+    let undecodable = by_offset.get("1").expect("offset 1 dead-lettered");
+    assert_eq!(undecodable.payload(), Some(b"{not json".as_slice()));
+    assert_eq!(undecodable.key(), Some(key(2).as_slice()));
+    assert_eq!(
+        header(undecodable, HEADER_TOPIC).as_deref(),
+        Some(topic.as_str())
+    );
+    assert_eq!(header(undecodable, HEADER_PARTITION).as_deref(), Some("0"));
+    assert!(header(undecodable, HEADER_ERROR).is_some_and(|e| e.contains("not JSON")));
+    let rejected = by_offset.get("2").expect("offset 2 dead-lettered");
+    assert_eq!(rejected.payload(), Some(envelope(3, 11, 0, 13).as_slice()));
+    assert_eq!(
+        header(rejected, HEADER_ERROR).as_deref(),
+        Some("value violates the target schema")
+    );
+    assert_eq!(committed(&group, &topic, 1).await, vec![6]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_errors_are_retried_and_fatal_errors_stop_without_commit() {
+    let (topic, group) = (unique("retry"), unique("g"));
+    create_topic(&topic, 1).await;
+    let records: Vec<Out> = (0..5u64)
+        .map(|i| Out {
+            key: Some(key(i)),
+            value: Some(envelope(i, 10 + i, 0, i)),
+            partition: Some(0),
+        })
+        .collect();
+    produce(&topic, &records).await;
+    let sink = Arc::new(TestSink {
+        transient_failures: AtomicUsize::new(3),
+        ..Default::default()
+    });
+    let (stop, task) = start(config(&topic, &group), sink.clone());
+    wait_until(
+        "records applied after retries",
+        Duration::from_secs(60),
+        || count(&sink.seen) >= 5,
+    )
+    .await;
+    stop.cancel();
+    task.await.expect("join").expect("runner ok");
+    assert_eq!(
+        count(&sink.seen),
+        5,
+        "applied once despite three failed attempts"
+    );
+
+    // A fatal error: the runner stops with the sink's error and commits nothing past it.
+    let (topic, group) = (unique("fatal"), unique("g"));
+    create_topic(&topic, 1).await;
+    produce(&topic, &records).await;
+    let sink = Arc::new(TestSink {
+        fatal_v: Some(0),
+        ..Default::default()
+    });
+    let (_stop, task) = start(config(&topic, &group), sink.clone());
+    let result = tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("stops by itself")
+        .expect("join");
+    assert!(
+        matches!(result, Err(RunnerError::Sink(SinkError::Fatal { .. }))),
+        "{result:?}"
+    );
+    assert_eq!(count(&sink.seen), 0);
+    assert_eq!(committed(&group, &topic, 1).await, vec![-1]);
+}
