@@ -80,12 +80,18 @@ pub struct FileSink {
 
 impl FileSink {
     /// Opens (creates) the file for appending.
+    /// A line torn by a crash is terminated first, so that it cannot swallow the next line.
     pub fn open(config: &FileConfig) -> Result<Self, SinkError> {
-        let file = OpenOptions::new()
+        let open_error = |e| SinkError::fatal_from(format!("open {}", config.path.display()), e);
+        let mut file = OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .open(&config.path)
-            .map_err(|e| SinkError::fatal_from(format!("open {}", config.path.display()), e))?;
+            .map_err(open_error)?;
+        if ends_without_newline(&mut file).map_err(open_error)? {
+            file.write_all(b"\n").map_err(open_error)?;
+        }
         Ok(Self {
             out: Arc::new(Mutex::new(Output::File(file))),
             fsync: config.fsync,
@@ -131,6 +137,17 @@ impl FileSink {
         // Disk full, I/O errors: transient unless proven otherwise.
         written.map_err(|e| SinkError::retriable_from("write", e))
     }
+}
+
+fn ends_without_newline(file: &mut File) -> std::io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    if file.metadata()?.len() == 0 {
+        return Ok(false);
+    }
+    file.seek(SeekFrom::End(-1))?;
+    let mut last = [0u8; 1];
+    file.read_exact(&mut last)?;
+    Ok(last[0] != b'\n')
 }
 
 #[async_trait]

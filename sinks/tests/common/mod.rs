@@ -193,3 +193,51 @@ pub fn header(m: &OwnedMessage, name: &str) -> Option<String> {
         .find(|h| h.key == name)
         .and_then(|h| h.value.map(|v| String::from_utf8_lossy(v).into_owned()))
 }
+
+/// Produces update events for `keys` rows over `partitions` partitions (row `id` on
+/// partition `id % partitions`), `chunk` records every `pause`, until `stop` is set.
+/// Returns how many records were produced (all acknowledged).
+pub fn produce_steadily(
+    topic: &str,
+    shape: (u64, i32),
+    pace: (usize, Duration),
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<u64> {
+    let topic = topic.to_owned();
+    let ((keys, partitions), (chunk, pause)) = (shape, pace);
+    tokio::spawn(async move {
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "5")
+            .create()
+            .expect("producer");
+        let mut n = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let mut pending = Vec::with_capacity(chunk);
+            for _ in 0..chunk {
+                let id = n % keys;
+                let (k, v) = (key(id), envelope(id, 1000 + n, 0, n));
+                let rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic)
+                    .key(k.as_slice())
+                    .payload(v.as_slice())
+                    .partition((id % partitions as u64) as i32);
+                pending.push(
+                    producer
+                        .send_result(rec)
+                        .map_err(|(e, _)| e)
+                        .expect("enqueue"),
+                );
+                n += 1;
+            }
+            for p in pending {
+                p.await
+                    .expect("delivery future")
+                    .map_err(|(e, _)| e)
+                    .expect("delivered");
+            }
+            tokio::time::sleep(pause).await;
+        }
+        n
+    })
+}
