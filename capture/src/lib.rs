@@ -4,11 +4,14 @@
 //! committed offset record holds. See `pipeline` for the flow.
 
 pub mod config;
+pub mod envelope;
 pub mod error;
 pub mod filter;
 pub mod kafka;
 pub mod metrics;
 pub mod offset;
 pub mod pgoutput;
+pub mod pipeline;
 pub mod secret;
 pub mod source;
+pub mod value;

@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -109,19 +110,33 @@ pub async fn read_last_offset(
         .map_err(|e| CaptureError::Protocol(format!("offset reader task failed: {e}")))?
 }
 
+/// Reaching the end of the offsets topic is how the reader knows it is done,
+/// not an error worth logging.
+struct QuietEof;
+
+impl ClientContext for QuietEof {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_)) {
+            tracing::error!("librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for QuietEof {}
+
 fn read_last_blocking(
     bootstrap: &str,
     topic: &str,
     key: &[u8],
 ) -> Result<Option<SourceOffset>, CaptureError> {
     let kafka = |context| move |e| CaptureError::kafka(context, "-", e);
-    let consumer: BaseConsumer = ClientConfig::new()
+    let consumer: BaseConsumer<QuietEof> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "oncely-offset-reader")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
-        .create()
+        .create_with_context(QuietEof)
         .map_err(kafka("create offset reader"))?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, 0, Offset::Beginning)

@@ -311,6 +311,26 @@ pub async fn slot_retained_wal(client: &Client, slot: &str) -> Result<Option<i64
     Ok(row.and_then(|r| r.get::<_, Option<i64>>(0)))
 }
 
+/// Primary key columns of one table, in key order (empty when it has none).
+pub async fn primary_key(
+    client: &Client,
+    schema: &str,
+    table: &str,
+) -> Result<Vec<String>, CaptureError> {
+    let row = client
+        .query_one(
+            "SELECT COALESCE((SELECT array_agg(a.attname::text ORDER BY k.ord)
+               FROM pg_index i
+               CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+               JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+               WHERE i.indrelid = format('%I.%I', $1::text, $2::text)::regclass AND i.indisprimary), '{}')",
+            &[&schema, &table],
+        )
+        .await
+        .map_err(CaptureError::pg("read primary key"))?;
+    Ok(row.get(0))
+}
+
 /// Column key overrides for the tables, by `schema.table`.
 pub fn key_columns_by_table(tables: &[CapturedTable]) -> HashMap<String, Vec<String>> {
     tables

@@ -1,0 +1,816 @@
+//! The capture pipeline: replication stream -> change events -> Kafka
+//! transactions that each end with the offset record covering them.
+//!
+//! One task owns the stream, the producer and the position, so the order of
+//! events, offset records and slot confirmations is the order of the code:
+//! a position is confirmed to PostgreSQL only after the Kafka transaction
+//! holding its offset record committed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent};
+use tokio_postgres::Client;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::CaptureConfig;
+use crate::envelope::{EnvelopeConfig, Op, SnapshotMarker, SourcePosition, TableEncoder};
+use crate::error::CaptureError;
+use crate::filter::TableFilter;
+use crate::kafka::{TopicCreator, TxProducer};
+use crate::metrics::CaptureMetrics;
+use crate::offset::{read_last_offset, Replay, SourceOffset};
+use crate::pgoutput::{
+    self, LogicalMessage, OldTuple, Relation, RelationCache, TupleData, TupleValue,
+};
+use crate::source::{self, format_lsn};
+use crate::value::TypeRegistry;
+
+/// Microseconds between the Unix epoch and PostgreSQL's (2000-01-01).
+const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
+/// Longest wait between restarts after retriable failures.
+const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Runs capture until `shutdown` is cancelled (then commits what it holds and
+/// returns `Ok`) or a fatal error. Retriable failures restart the pipeline
+/// from the last committed offset, with backoff.
+pub async fn run(
+    cfg: CaptureConfig,
+    metrics: CaptureMetrics,
+    shutdown: CancellationToken,
+) -> Result<(), CaptureError> {
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        let started = Instant::now();
+        match run_once(&cfg, &metrics, &shutdown).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_retriable() && !shutdown.is_cancelled() => {
+                metrics.restarts.inc();
+                if started.elapsed() > Duration::from_secs(60) {
+                    backoff = Duration::from_millis(500);
+                }
+                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "capture failed; restarting from the last committed offset");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.cancelled() => return Ok(()),
+                }
+                backoff = (backoff * 2).min(MAX_RESTART_BACKOFF);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One life of the pipeline: checks, fencing, offset, stream.
+async fn run_once(
+    cfg: &CaptureConfig,
+    metrics: &CaptureMetrics,
+    shutdown: &CancellationToken,
+) -> Result<(), CaptureError> {
+    let control = source::connect(cfg).await?;
+    source::check_wal_level(&control).await?;
+    let tables = source::captured_tables(&control, cfg).await?;
+    source::ensure_publication(&control, cfg, &tables).await?;
+    let slot = source::ensure_slot(&control, cfg).await?;
+    let mut types = TypeRegistry::builtin();
+    types
+        .load_user_types(&control)
+        .await
+        .map_err(CaptureError::pg("load user types"))?;
+
+    let mut topics = TopicCreator::new(cfg)?;
+    topics
+        .ensure_offsets_topic(&cfg.offset.storage.topic)
+        .await?;
+    // Fences an older instance and aborts its open transaction, so the offset
+    // read next is final.
+    let producer = TxProducer::connect(cfg).await?;
+    let stored = read_last_offset(
+        &cfg.kafka.bootstrap.servers,
+        &cfg.offset.storage.topic,
+        cfg.connector_name(),
+    )
+    .await?;
+    let offset = match stored {
+        Some(o) if slot.confirmed_flush_lsn > o.flush_lsn => {
+            return Err(CaptureError::Gap(format!(
+                "replication slot `{slot_name}` is confirmed up to {slot_lsn}, but connector `{name}` committed offsets to Kafka only up to {offset_lsn}: the changes in between were never published, so data may be missing from Kafka. The slot was dropped and recreated, or advanced by another client. To recover: re-snapshot the captured tables; or, accepting the gap, delete this connector's offset (a null-valued record with key {key} on topic `{topic}`) and start again",
+                slot_name = cfg.slot.name,
+                slot_lsn = format_lsn(slot.confirmed_flush_lsn),
+                name = cfg.connector_name(),
+                offset_lsn = format_lsn(o.flush_lsn),
+                key = String::from_utf8_lossy(&SourceOffset::key(cfg.connector_name())),
+                topic = cfg.offset.storage.topic,
+            )));
+        }
+        Some(o) => o,
+        None => SourceOffset::start(slot.confirmed_flush_lsn),
+    };
+    tracing::info!(
+        connector = cfg.connector_name(),
+        slot = %cfg.slot.name,
+        tables = tables.len(),
+        resume_commit_lsn = %format_lsn(offset.commit_lsn),
+        resume_events = offset.events,
+        flush_lsn = %format_lsn(offset.flush_lsn),
+        "capture starting"
+    );
+
+    let stream = connect_stream(cfg, offset.flush_lsn).await?;
+    let mut pipeline = Pipeline {
+        cfg,
+        envelope: EnvelopeConfig {
+            topic_prefix: cfg.topic.prefix.clone(),
+            database: cfg.database.dbname.clone(),
+            schemas_enable: cfg.schemas.enable,
+        },
+        filter: TableFilter::new(&cfg.table.include.list.0, &cfg.table.exclude.list.0)
+            .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?,
+        key_columns: source::key_columns_by_table(&tables),
+        producer,
+        topics,
+        types,
+        relations: RelationCache::new(),
+        encoders: HashMap::new(),
+        stream,
+        control,
+        committed: offset.clone(),
+        pending: offset,
+        batch: None,
+        tx: None,
+        server_position: 0,
+        metrics: metrics.clone(),
+    };
+    let result = pipeline.stream(shutdown).await;
+    if result.is_err() {
+        // Nothing of an aborted batch is visible; the restart resumes at `committed`.
+        let _ = pipeline.producer.abort().await;
+    }
+    pipeline.stream.stop();
+    result
+}
+
+async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationClient, CaptureError> {
+    let db = &cfg.database;
+    let repl = ReplicationConfig::new(
+        db.hostname.clone(),
+        db.user.clone(),
+        db.password.expose().to_string(),
+        db.dbname.clone(),
+        cfg.slot.name.clone(),
+        cfg.publication.name.clone(),
+    )
+    .with_port(db.port)
+    .with_start_lsn(Lsn::from_u64(from))
+    // Until we confirm more, report only what Kafka already holds.
+    .with_ack_lsn(Lsn::from_u64(from))
+    .with_status_interval(Duration::from_millis(
+        crate::config::DEFAULT_STATUS_INTERVAL_MS,
+    ))
+    // Text values render the same on every server: UTC, ISO dates, full float precision.
+    .with_options(
+        "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3",
+    )
+    .with_application_name(format!("oncely-{}", cfg.connector_name()));
+    let mut client = ReplicationClient::connect(repl).await?;
+    client.wait_started().await?;
+    Ok(client)
+}
+
+/// The Kafka transaction being filled.
+struct OpenBatch {
+    started: Instant,
+    records: usize,
+    bytes: usize,
+}
+
+/// The source transaction being read.
+struct SourceTx {
+    commit_lsn: u64,
+    xid: u32,
+    commit_ts_ms: i64,
+    /// Changes received so far (every change counts, captured or not, so the
+    /// count is the same on every replay).
+    seen: u64,
+    /// Changes already in Kafka: skip while `seen <= skip`.
+    skip: u64,
+}
+
+/// A record ready for Kafka.
+struct Record {
+    topic: Arc<str>,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+}
+
+struct Pipeline<'a> {
+    cfg: &'a CaptureConfig,
+    envelope: EnvelopeConfig,
+    filter: TableFilter,
+    key_columns: HashMap<String, Vec<String>>,
+    producer: TxProducer,
+    topics: TopicCreator,
+    types: TypeRegistry,
+    relations: RelationCache,
+    /// Per relation: its encoder and topic, or `None` when not captured.
+    encoders: HashMap<u32, Option<(TableEncoder, Arc<str>)>>,
+    stream: ReplicationClient,
+    control: Client,
+    /// The position in the last committed offset record.
+    committed: SourceOffset,
+    /// The position the open batch (or the stream, when nothing is open) has reached.
+    pending: SourceOffset,
+    batch: Option<OpenBatch>,
+    tx: Option<SourceTx>,
+    /// Last server WAL position heard outside a transaction (keepalives).
+    server_position: u64,
+    metrics: CaptureMetrics,
+}
+
+impl Pipeline<'_> {
+    async fn stream(&mut self, shutdown: &CancellationToken) -> Result<(), CaptureError> {
+        let mut heartbeat = tokio::time::interval(self.cfg.heartbeat_interval());
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let batch_max = self.cfg.batch_max_time();
+        loop {
+            let deadline = self.batch.as_ref().map(|b| b.started + batch_max);
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => {
+                    self.commit_position().await?;
+                    tracing::info!(flush_lsn = %format_lsn(self.committed.flush_lsn), "capture stopped cleanly");
+                    return Ok(());
+                }
+                _ = sleep_until(deadline) => self.commit_position().await?,
+                _ = heartbeat.tick() => self.heartbeat().await?,
+                event = self.stream.recv() => match event? {
+                    Some(event) => self.on_event(event).await?,
+                    None => return Err(CaptureError::Replication(pgwire_replication::PgWireError::Task(
+                        "replication stream ended".into(),
+                    ))),
+                },
+            }
+        }
+    }
+
+    async fn on_event(&mut self, event: ReplicationEvent) -> Result<(), CaptureError> {
+        match event {
+            ReplicationEvent::Begin {
+                final_lsn,
+                xid,
+                commit_time_micros,
+            } => {
+                if let Some(open) = &self.tx {
+                    return Err(CaptureError::Protocol(format!(
+                        "Begin of transaction {xid} inside transaction {}",
+                        open.xid
+                    )));
+                }
+                let commit_lsn = final_lsn.as_u64();
+                let skip = match self.pending.replay(commit_lsn) {
+                    Replay::SkipAll => u64::MAX,
+                    Replay::SkipFirst(n) => n,
+                    Replay::PublishAll => 0,
+                };
+                self.tx = Some(SourceTx {
+                    commit_lsn,
+                    xid,
+                    commit_ts_ms: (commit_time_micros + PG_EPOCH_OFFSET_US) / 1000,
+                    seen: 0,
+                    skip,
+                });
+            }
+            ReplicationEvent::Commit { lsn, end_lsn, .. } => {
+                self.on_commit(lsn.as_u64(), end_lsn.as_u64()).await?
+            }
+            ReplicationEvent::XLogData {
+                wal_start, data, ..
+            } => {
+                let msg =
+                    pgoutput::decode(data).map_err(|e| CaptureError::Protocol(e.to_string()))?;
+                self.on_message(msg, wal_start.as_u64()).await?;
+            }
+            ReplicationEvent::Message {
+                transactional,
+                lsn,
+                prefix,
+                content,
+            } => {
+                let msg = LogicalMessage::Message {
+                    transactional,
+                    lsn: lsn.as_u64(),
+                    prefix,
+                    content,
+                };
+                self.on_message(msg, lsn.as_u64()).await?;
+            }
+            ReplicationEvent::KeepAlive { wal_end, .. } => {
+                if self.tx.is_none() {
+                    self.server_position = self.server_position.max(wal_end.as_u64());
+                }
+            }
+            ReplicationEvent::StoppedAt { .. } => {}
+        }
+        Ok(())
+    }
+
+    async fn on_commit(&mut self, commit_lsn: u64, end_lsn: u64) -> Result<(), CaptureError> {
+        let Some(tx) = self.tx.take() else {
+            return Err(CaptureError::Protocol(format!(
+                "Commit at {} outside a transaction",
+                format_lsn(commit_lsn)
+            )));
+        };
+        if tx.commit_lsn != commit_lsn {
+            return Err(CaptureError::Protocol(format!(
+                "Commit LSN {} differs from its Begin's {}",
+                format_lsn(commit_lsn),
+                format_lsn(tx.commit_lsn)
+            )));
+        }
+        if tx.skip == u64::MAX {
+            // Already in Kafka; its end is safe to confirm.
+            self.pending.flush_lsn = self.pending.flush_lsn.max(end_lsn);
+        } else {
+            self.pending = SourceOffset {
+                commit_lsn,
+                events: tx.seen,
+                complete: true,
+                flush_lsn: self.pending.flush_lsn.max(end_lsn),
+                tx_id: tx.xid,
+                ts_ms: tx.commit_ts_ms,
+                snapshot: self.pending.snapshot.take(),
+            };
+        }
+        self.close_if_full().await
+    }
+
+    async fn on_message(&mut self, msg: LogicalMessage, lsn: u64) -> Result<(), CaptureError> {
+        match msg {
+            LogicalMessage::Relation(rel) => {
+                self.encoders.remove(&rel.id);
+                self.relations.insert(rel);
+                Ok(())
+            }
+            LogicalMessage::Type(t) => {
+                self.types.observe(&t);
+                Ok(())
+            }
+            LogicalMessage::Begin(_)
+            | LogicalMessage::Commit(_)
+            | LogicalMessage::Origin { .. } => Ok(()),
+            LogicalMessage::Message {
+                transactional: false,
+                lsn: msg_lsn,
+                prefix,
+                content,
+            } => {
+                self.non_transactional_message(msg_lsn, &prefix, &content)
+                    .await
+            }
+            change => self.on_change(change, lsn).await,
+        }
+    }
+
+    /// A change inside a transaction: counted, skipped if already published,
+    /// otherwise turned into records of the open batch.
+    async fn on_change(&mut self, change: LogicalMessage, lsn: u64) -> Result<(), CaptureError> {
+        let Some(tx) = self.tx.as_mut() else {
+            return Err(CaptureError::Protocol(
+                "row change outside a transaction".into(),
+            ));
+        };
+        tx.seen += 1;
+        if tx.seen <= tx.skip {
+            return Ok(());
+        }
+        let position = SourcePosition {
+            tx_id: tx.xid,
+            lsn,
+            commit_lsn: tx.commit_lsn,
+            event_seq: tx.seen,
+            commit_ts_ms: tx.commit_ts_ms,
+            snapshot: SnapshotMarker::False,
+        };
+        let (commit_lsn, seen, xid, ts) = (tx.commit_lsn, tx.seen, tx.xid, tx.commit_ts_ms);
+        let records = self.records_for(change, &position).await?;
+        self.publish(records).await?;
+        self.pending = SourceOffset {
+            commit_lsn,
+            events: seen,
+            complete: false,
+            flush_lsn: self.pending.flush_lsn,
+            tx_id: xid,
+            ts_ms: ts,
+            snapshot: self.pending.snapshot.take(),
+        };
+        self.metrics.lag.set((now_ms() - ts).max(0) as f64 / 1000.0);
+        self.close_if_full().await
+    }
+
+    /// `pg_logical_emit_message(false, ..)` stands alone at its own LSN, so it
+    /// is positioned like a one-change transaction committed there.
+    async fn non_transactional_message(
+        &mut self,
+        lsn: u64,
+        prefix: &str,
+        content: &[u8],
+    ) -> Result<(), CaptureError> {
+        if self.tx.is_some() {
+            return Err(CaptureError::Protocol(
+                "non-transactional message inside a transaction".into(),
+            ));
+        }
+        if self.pending.replay(lsn) != Replay::PublishAll {
+            return Ok(());
+        }
+        let ts = now_ms();
+        let position = SourcePosition {
+            tx_id: 0,
+            lsn,
+            commit_lsn: lsn,
+            event_seq: 1,
+            commit_ts_ms: ts,
+            snapshot: SnapshotMarker::False,
+        };
+        let (topic, key, value) =
+            crate::envelope::message_record(&self.envelope, false, prefix, content, &position, ts);
+        let topic: Arc<str> = topic.into();
+        self.topics.ensure(&topic).await?;
+        self.publish(vec![Record {
+            topic,
+            key: Some(key),
+            value: Some(value),
+        }])
+        .await?;
+        self.pending = SourceOffset {
+            commit_lsn: lsn,
+            events: 1,
+            complete: true,
+            flush_lsn: self.pending.flush_lsn.max(lsn),
+            tx_id: 0,
+            ts_ms: ts,
+            snapshot: self.pending.snapshot.take(),
+        };
+        self.close_if_full().await
+    }
+
+    /// The Kafka records of one change (none when its table is not captured).
+    async fn records_for(
+        &mut self,
+        change: LogicalMessage,
+        src: &SourcePosition,
+    ) -> Result<Vec<Record>, CaptureError> {
+        let now = now_ms();
+        let tombstones = self.cfg.tombstones.on.delete;
+        let mut out = Vec::new();
+        match change {
+            LogicalMessage::Insert { relation_id, new } => {
+                let Some((enc, topic)) = self.encoder(relation_id).await? else {
+                    return Ok(out);
+                };
+                out.push(Record {
+                    topic: topic.clone(),
+                    key: Some(enc.key(&new).map_err(encode_err)?),
+                    value: Some(
+                        enc.value(Op::Create, None, Some(&new), src, now)
+                            .map_err(encode_err)?,
+                    ),
+                });
+            }
+            LogicalMessage::Update {
+                relation_id,
+                old,
+                new,
+            } => {
+                let Some((enc, topic)) = self.encoder(relation_id).await? else {
+                    return Ok(out);
+                };
+                let new_key = enc.key(&new).map_err(encode_err)?;
+                let old_key = match &old {
+                    Some(o) => Some(enc.key(o.tuple()).map_err(encode_err)?),
+                    None => None,
+                };
+                match old_key {
+                    Some(old_key) if old_key != new_key => {
+                        // A primary-key change: the old row is gone, a new one exists.
+                        let before = old.as_ref().map(OldTuple::tuple);
+                        out.push(Record {
+                            topic: topic.clone(),
+                            key: Some(old_key.clone()),
+                            value: Some(
+                                enc.value(Op::Delete, before, None, src, now)
+                                    .map_err(encode_err)?,
+                            ),
+                        });
+                        if tombstones {
+                            out.push(Record {
+                                topic: topic.clone(),
+                                key: Some(old_key),
+                                value: None,
+                            });
+                        }
+                        out.push(Record {
+                            topic: topic.clone(),
+                            key: Some(new_key),
+                            value: Some(
+                                enc.value(Op::Create, None, Some(&new), src, now)
+                                    .map_err(encode_err)?,
+                            ),
+                        });
+                    }
+                    _ => {
+                        let (before, after) = match &old {
+                            Some(OldTuple::Full(full)) => {
+                                (Some(full), fill_unchanged_toast(&new, full))
+                            }
+                            _ => (None, None),
+                        };
+                        let after = after.as_ref().unwrap_or(&new);
+                        out.push(Record {
+                            topic: topic.clone(),
+                            key: Some(new_key),
+                            value: Some(
+                                enc.value(Op::Update, before, Some(after), src, now)
+                                    .map_err(encode_err)?,
+                            ),
+                        });
+                    }
+                }
+            }
+            LogicalMessage::Delete { relation_id, old } => {
+                let Some((enc, topic)) = self.encoder(relation_id).await? else {
+                    return Ok(out);
+                };
+                let key = enc.key(old.tuple()).map_err(encode_err)?;
+                out.push(Record {
+                    topic: topic.clone(),
+                    key: Some(key.clone()),
+                    value: Some(
+                        enc.value(Op::Delete, Some(old.tuple()), None, src, now)
+                            .map_err(encode_err)?,
+                    ),
+                });
+                if tombstones {
+                    out.push(Record {
+                        topic: topic.clone(),
+                        key: Some(key),
+                        value: None,
+                    });
+                }
+            }
+            LogicalMessage::Truncate { relation_ids, .. } => {
+                for relation_id in relation_ids {
+                    if let Some((enc, topic)) = self.encoder(relation_id).await? {
+                        out.push(Record {
+                            topic: topic.clone(),
+                            key: None,
+                            value: Some(enc.truncate_value(src, now)),
+                        });
+                    }
+                }
+            }
+            LogicalMessage::Message {
+                prefix, content, ..
+            } => {
+                let (topic, key, value) = crate::envelope::message_record(
+                    &self.envelope,
+                    true,
+                    &prefix,
+                    &content,
+                    src,
+                    now,
+                );
+                let topic: Arc<str> = topic.into();
+                self.topics.ensure(&topic).await?;
+                out.push(Record {
+                    topic,
+                    key: Some(key),
+                    value: Some(value),
+                });
+            }
+            other => {
+                return Err(CaptureError::Protocol(format!(
+                    "unexpected message in a transaction: {other:?}"
+                )));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The encoder of a relation, built on first use after each Relation message.
+    async fn encoder(
+        &mut self,
+        relation_id: u32,
+    ) -> Result<Option<&(TableEncoder, Arc<str>)>, CaptureError> {
+        if !self.encoders.contains_key(&relation_id) {
+            let rel = self.relations.get(relation_id).cloned().ok_or_else(|| {
+                CaptureError::Protocol(format!(
+                    "change for relation {relation_id} before its Relation message"
+                ))
+            })?;
+            let built = self.build_encoder(&rel).await?;
+            self.encoders.insert(relation_id, built);
+        }
+        Ok(self.encoders.get(&relation_id).and_then(Option::as_ref))
+    }
+
+    async fn build_encoder(
+        &mut self,
+        rel: &Relation,
+    ) -> Result<Option<(TableEncoder, Arc<str>)>, CaptureError> {
+        if !self.filter.matches(&rel.namespace, &rel.name) {
+            return Ok(None);
+        }
+        let qualified = format!("{}.{}", rel.namespace, rel.name);
+        if !self.key_columns.contains_key(&qualified) {
+            // A table created after start-up: key it by its primary key.
+            let pk = source::primary_key(&self.control, &rel.namespace, &rel.name).await?;
+            if !pk.is_empty() {
+                self.key_columns.insert(qualified.clone(), pk);
+            }
+        }
+        let key = self.key_columns.get(&qualified).map(Vec::as_slice);
+        let enc = TableEncoder::new(rel, &self.types, key, &self.envelope)
+            .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+        let topic: Arc<str> = enc.topic().into();
+        self.topics.ensure(&topic).await?;
+        Ok(Some((enc, topic)))
+    }
+
+    async fn publish(&mut self, records: Vec<Record>) -> Result<(), CaptureError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.open_batch()?;
+        let mut bytes = 0;
+        for r in &records {
+            bytes += r.key.as_ref().map_or(0, Vec::len) + r.value.as_ref().map_or(0, Vec::len);
+            self.producer
+                .send(&r.topic, r.key.as_deref(), r.value.as_deref())
+                .await?;
+        }
+        if let Some(b) = self.batch.as_mut() {
+            b.records += records.len();
+            b.bytes += bytes;
+        }
+        self.metrics.events.inc_by(records.len() as u64);
+        Ok(())
+    }
+
+    fn open_batch(&mut self) -> Result<(), CaptureError> {
+        if self.batch.is_none() {
+            self.producer.begin()?;
+            self.batch = Some(OpenBatch {
+                started: Instant::now(),
+                records: 0,
+                bytes: 0,
+            });
+        }
+        Ok(())
+    }
+
+    async fn close_if_full(&mut self) -> Result<(), CaptureError> {
+        let max = &self.cfg.batch.max;
+        let full = self
+            .batch
+            .as_ref()
+            .is_some_and(|b| b.records >= max.events || b.bytes >= max.bytes);
+        if full {
+            self.commit_position().await?;
+        }
+        Ok(())
+    }
+
+    /// Commits the open batch together with the offset record of `pending`,
+    /// then confirms its flush position to the slot. With no batch open and
+    /// an unchanged position this does nothing.
+    async fn commit_position(&mut self) -> Result<(), CaptureError> {
+        if self.batch.is_none() && self.pending == self.committed {
+            return Ok(());
+        }
+        self.open_batch()?;
+        let key = SourceOffset::key(self.cfg.connector_name());
+        let value = self.pending.to_bytes();
+        self.producer
+            .send(&self.cfg.offset.storage.topic, Some(&key), Some(&value))
+            .await?;
+        let started = Instant::now();
+        self.producer.commit().await?;
+        self.metrics
+            .batch_commit
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics.kafka_transactions.inc();
+        self.batch = None;
+        self.committed = self.pending.clone();
+        // Kafka now holds everything up to flush_lsn: PostgreSQL may release it.
+        self.stream
+            .update_applied_lsn(Lsn::from_u64(self.committed.flush_lsn));
+        self.metrics
+            .confirmed_lsn
+            .set(self.committed.flush_lsn as i64);
+        Ok(())
+    }
+
+    /// When nothing is in flight, commits an offset at the server's position so
+    /// an idle slot does not pin WAL.
+    async fn heartbeat(&mut self) -> Result<(), CaptureError> {
+        if let Some(query) = &self.cfg.heartbeat.action.query {
+            if let Err(e) = self.control.batch_execute(query).await {
+                tracing::warn!(error = %e, "heartbeat.action.query failed");
+            }
+        }
+        match source::slot_retained_wal(&self.control, &self.cfg.slot.name).await {
+            Ok(Some(bytes)) => self.metrics.slot_retained_wal.set(bytes),
+            Ok(None) => {}
+            Err(e) => tracing::debug!(error = %e, "cannot read slot lag"),
+        }
+        if self.tx.is_some() || self.batch.is_some() {
+            return Ok(());
+        }
+        if self.server_position > self.pending.flush_lsn {
+            self.pending.flush_lsn = self.server_position;
+        }
+        if self.pending != self.committed {
+            self.commit_position().await?;
+            self.metrics.heartbeats.inc();
+        }
+        Ok(())
+    }
+}
+
+/// With REPLICA IDENTITY FULL the old row carries the values of unchanged
+/// TOASTed columns, so the new row can be complete instead of marked unavailable.
+fn fill_unchanged_toast(new: &TupleData, old: &TupleData) -> Option<TupleData> {
+    let has_unchanged = new
+        .0
+        .iter()
+        .any(|v| matches!(v, TupleValue::UnchangedToast));
+    if !has_unchanged || new.0.len() != old.0.len() {
+        return None;
+    }
+    let filled = new
+        .0
+        .iter()
+        .zip(&old.0)
+        .map(|(n, o)| match (n, o) {
+            (
+                TupleValue::UnchangedToast,
+                TupleValue::Text(_) | TupleValue::Binary(_) | TupleValue::Null,
+            ) => o.clone(),
+            _ => n.clone(),
+        })
+        .collect();
+    Some(TupleData(filled))
+}
+
+fn encode_err(e: crate::envelope::EnvelopeError) -> CaptureError {
+    CaptureError::Protocol(e.to_string())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn text(s: &str) -> TupleValue {
+        TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()))
+    }
+
+    #[test]
+    fn full_identity_fills_unchanged_toast() {
+        let old = TupleData(vec![text("1"), text("big")]);
+        let new = TupleData(vec![text("1"), TupleValue::UnchangedToast]);
+        assert_eq!(
+            fill_unchanged_toast(&new, &old).unwrap(),
+            TupleData(vec![text("1"), text("big")])
+        );
+        // The old row itself unavailable: stays marked.
+        let old = TupleData(vec![text("1"), TupleValue::UnchangedToast]);
+        assert_eq!(
+            fill_unchanged_toast(&new, &old).unwrap().0[1],
+            TupleValue::UnchangedToast
+        );
+        // Nothing unchanged: no copy.
+        assert!(fill_unchanged_toast(&old_row(), &old_row()).is_none());
+    }
+
+    fn old_row() -> TupleData {
+        TupleData(vec![text("1")])
+    }
+}
