@@ -96,6 +96,14 @@ mod tests {
     }
 
     #[test]
+    fn the_annotated_example_is_valid() {
+        let text = include_str!("../../../examples/sink.toml");
+        let (runner, sink) = parse_config(text).expect("examples/sink.toml is valid");
+        assert_eq!(runner.dlq_topic.as_deref(), Some("oncely-dlq"));
+        assert!(matches!(sink, SinkConfig::File(_)));
+    }
+
+    #[test]
     fn bad_sink_tables_are_explained() {
         let e = parse_config(HEAD).expect_err("no sink");
         assert_eq!(e.field, "sink");

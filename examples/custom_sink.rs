@@ -1,0 +1,145 @@
+//! A user-written sink with an effect that cannot be made idempotent — here,
+//! "sending a notification", which appends a line to a file (think: calling a
+//! webhook or sending a mail) — made effectively-once with `oncely-dedup`.
+//!
+//! # Why dedup is needed
+//!
+//! The runner delivers every record at least once: after a crash, the records
+//! applied since the last committed offset come again. A warehouse upsert with
+//! a version check absorbs that; a notification would go out twice. So the sink
+//! gives each event a stable identity — topic, key and source version
+//! (commit LSN / event ordinal) — and keeps the identities it already handled
+//! in a Redis window that survives restarts:
+//!
+//! 1. `contains(id)`: already notified? skip it.
+//! 2. Send the notification.
+//! 3. `remember(id)`.
+//!
+//! The remaining gap is a crash between 2 and 3: that one notification is sent
+//! again (at least once, never lost). Swap 1 and 3 for `check_and_remember`
+//! before sending to get at-most-once instead. Identities older than the
+//! window's TTL are forgotten: a redelivery later than that is sent again.
+//!
+//! # Run it
+//!
+//! ```sh
+//! scripts/services up && eval "$(scripts/services env)"
+//! cargo run --example custom_sink -- <topic> [notifications.txt]
+//! ```
+//!
+//! It consumes `<topic>` as group `custom-sink-example` and stops on Ctrl-C.
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use oncely_dedup::{DedupError, RedisWindow, WindowStore};
+use oncely_sinks::{Batch, Op, Runner, RunnerConfig, Sink, SinkError};
+
+/// Notifies about every created or updated row, once per event.
+struct NotifySink {
+    window: RedisWindow,
+    out: PathBuf,
+}
+
+fn dedup_error(e: DedupError) -> SinkError {
+    if e.is_retriable() {
+        SinkError::retriable_from("dedup window", e)
+    } else {
+        SinkError::fatal_from("dedup window", e)
+    }
+}
+
+impl NotifySink {
+    /// The non-idempotent effect.
+    async fn notify(&self, line: String) -> Result<(), SinkError> {
+        let out = self.out.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(out)?;
+            writeln!(f, "{line}")
+        })
+        .await
+        .map_err(|e| SinkError::fatal_from("notify task", e))?
+        .map_err(|e| SinkError::retriable_from("notify", e))
+    }
+}
+
+#[async_trait]
+impl Sink for NotifySink {
+    fn name(&self) -> &str {
+        "notify"
+    }
+
+    /// Records of one partition arrive in order; a retried batch is skipped
+    /// record by record thanks to the window.
+    async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
+        for record in batch.records() {
+            let Some(event) = record.event() else {
+                continue;
+            }; // tombstone
+            if !matches!(event.op, Op::Create | Op::Update) {
+                continue;
+            }
+            let key = record
+                .key
+                .as_ref()
+                .map(|k| k.to_string())
+                .unwrap_or_default();
+            let id = format!("{}/{key}/{}", batch.topic(), event.version);
+            if self
+                .window
+                .contains(id.as_bytes())
+                .await
+                .map_err(dedup_error)?
+            {
+                continue;
+            }
+            let row = event
+                .after
+                .as_ref()
+                .map(|a| serde_json::Value::Object(a.clone()));
+            self.notify(format!("{id} {}", row.unwrap_or_default()))
+                .await?;
+            self.window
+                .remember(id.as_bytes())
+                .await
+                .map_err(dedup_error)?;
+        }
+        Ok(())
+    }
+}
+
+fn env(name: &str) -> Result<String, String> {
+    std::env::var(name).map_err(|_| format!("{name} is not set: eval \"$(scripts/services env)\""))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
+    let mut args = std::env::args().skip(1);
+    let topic = args
+        .next()
+        .ok_or("usage: custom_sink <topic> [notifications.txt]")?;
+    let out = PathBuf::from(args.next().unwrap_or_else(|| "notifications.txt".into()));
+    let window = RedisWindow::connect(
+        &env("ONCELY_REDIS_URL")?,
+        "oncely:example:notify:",
+        Duration::from_secs(24 * 3600),
+    )
+    .await?;
+    let mut config = RunnerConfig::new(
+        env("ONCELY_KAFKA_BROKERS")?,
+        "custom-sink-example",
+        vec![topic],
+    );
+    config.batch_max_records = 100;
+    let runner = Runner::new(config, Arc::new(NotifySink { window, out }))?;
+    runner.run_until_signal().await?;
+    Ok(())
+}
