@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::*;
+use oncely_sinks::metrics::Metrics;
 use oncely_sinks::runner::{HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
 use oncely_sinks::{
     Batch, RecordFailure, Runner, RunnerConfig, RunnerError, Sink, SinkError, Version,
@@ -90,17 +91,18 @@ fn config(topic: &str, group: &str) -> RunnerConfig {
     c
 }
 
-fn start(
-    config: RunnerConfig,
-    sink: Arc<TestSink>,
-) -> (
+type Running = (
     CancellationToken,
     tokio::task::JoinHandle<Result<(), RunnerError>>,
-) {
+    Metrics,
+);
+
+fn start(config: RunnerConfig, sink: Arc<TestSink>) -> Running {
     let stop = CancellationToken::new();
     let runner = Runner::new(config, sink).expect("valid config");
+    let metrics = runner.metrics().clone();
     let task = tokio::spawn(runner.run(stop.clone()));
-    (stop, task)
+    (stop, task, metrics)
 }
 
 fn count(seen: &Seen) -> usize {
@@ -129,7 +131,7 @@ async fn per_key_order_across_batches_and_concurrent_partitions() {
         delay: Duration::from_millis(10),
         ..Default::default()
     });
-    let (stop, task) = start(config(&topic, &group), sink.clone());
+    let (stop, task, metrics) = start(config(&topic, &group), sink.clone());
     let total = (keys * per_key) as usize;
     wait_until("all records applied", Duration::from_secs(60), || {
         count(&sink.seen) >= total
@@ -157,6 +159,19 @@ async fn per_key_order_across_batches_and_concurrent_partitions() {
     assert!(
         sink.max_in_flight.load(Ordering::SeqCst) >= 2,
         "partitions must be applied concurrently"
+    );
+    let applied = metrics
+        .events_applied
+        .with_label_values(&["test", &topic])
+        .get();
+    assert_eq!(applied, total as u64, "events applied metric");
+    let batches = metrics
+        .batch_duration
+        .with_label_values(&["test"])
+        .get_sample_count();
+    assert!(
+        batches >= (total / 7) as u64,
+        "one latency sample per batch, got {batches}"
     );
     let committed = committed(&group, &topic, 4).await;
     assert_eq!(
@@ -210,7 +225,7 @@ async fn poison_records_go_to_the_dead_letter_topic_and_the_partition_goes_on() 
     });
     let mut c = config(&topic, &group);
     c.dlq_topic = Some(dlq.clone());
-    let (stop, task) = start(c, sink.clone());
+    let (stop, task, metrics) = start(c, sink.clone());
     wait_until("valid records applied", Duration::from_secs(60), || {
         count(&sink.seen) >= 4
     })
@@ -251,6 +266,11 @@ async fn poison_records_go_to_the_dead_letter_topic_and_the_partition_goes_on() 
         Some("value violates the target schema")
     );
     assert_eq!(committed(&group, &topic, 1).await, vec![6]);
+    assert_eq!(
+        metrics.dead_letters.with_label_values(&[&topic]).get(),
+        2,
+        "dead letters metric"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,7 +289,7 @@ async fn transient_errors_are_retried_and_fatal_errors_stop_without_commit() {
         transient_failures: AtomicUsize::new(3),
         ..Default::default()
     });
-    let (stop, task) = start(config(&topic, &group), sink.clone());
+    let (stop, task, metrics) = start(config(&topic, &group), sink.clone());
     wait_until(
         "records applied after retries",
         Duration::from_secs(60),
@@ -283,6 +303,11 @@ async fn transient_errors_are_retried_and_fatal_errors_stop_without_commit() {
         5,
         "applied once despite three failed attempts"
     );
+    assert_eq!(
+        metrics.retries.with_label_values(&["test"]).get(),
+        3,
+        "retries metric"
+    );
 
     // A fatal error: the runner stops with the sink's error and commits nothing past it.
     let (topic, group) = (unique("fatal"), unique("g"));
@@ -292,7 +317,7 @@ async fn transient_errors_are_retried_and_fatal_errors_stop_without_commit() {
         fatal_v: Some(0),
         ..Default::default()
     });
-    let (_stop, task) = start(config(&topic, &group), sink.clone());
+    let (_stop, task, _) = start(config(&topic, &group), sink.clone());
     let result = tokio::time::timeout(Duration::from_secs(60), task)
         .await
         .expect("stops by itself")
