@@ -37,8 +37,9 @@ async fn workload(c: tokio_postgres::Client, transactions: usize) -> anyhow::Res
     let mut live: Vec<i64> = Vec::new();
     for n in 0..transactions {
         let pick: u32 = rand::rng().random_range(0..100);
-        if n == transactions / 2 {
-            // Larger than batch.max.events: spans several Kafka transactions.
+        if n % 150 == 75 {
+            // Larger than batch.max.events: spans several Kafka transactions,
+            // so kills often land inside one.
             let rows = c
                 .query(
                     "INSERT INTO audit (acct, rev) SELECT g, 0 FROM generate_series(1, 1200) g RETURNING id",
@@ -86,7 +87,7 @@ async fn workload(c: tokio_postgres::Client, transactions: usize) -> anyhow::Res
                     .await?;
                 for r in rows {
                     log.push(("acct".into(), id, 'u', r.get::<_, i64>(1)));
-                    log.push(("audit".into(), r.get::<_, i64>(0), 'c', 0));
+                    log.push(("audit".into(), r.get::<_, i64>(0), 'c', r.get::<_, i64>(1)));
                 }
             }
             70..=79 => {
@@ -214,7 +215,7 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() -> anyhow::Res
     env.client.batch_execute(SCHEMA).await?;
     let config = env.write_config(
         "capture.toml",
-        &env.config("batch.max.events = 500\nbatch.max.ms = 50\ntable.include.list = \"public\\\\.(acct|audit|docs)\"\n"),
+        &env.config("batch.max.events = 100\nbatch.max.ms = 50\ntable.include.list = \"public\\\\.(acct|audit|docs)\"\n"),
     )?;
     let mut capture = env.spawn_capture(&config)?;
     wait_slot_active(&env).await?;
