@@ -25,8 +25,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::shared::Shared;
 use super::worker::{Control, Incoming, Worker};
-use super::Shared;
 use crate::config::OffsetReset;
 use crate::error::SinkError;
 use crate::retry::{retry, RetryOutcome};

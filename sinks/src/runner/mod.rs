@@ -34,10 +34,11 @@
 
 mod context;
 pub(crate) mod dlq;
+mod shared;
 mod worker;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -50,11 +51,11 @@ use tokio_util::sync::CancellationToken;
 
 use self::context::RunnerContext;
 use self::dlq::DeadLetters;
+use self::shared::{Shared, TopicFilter};
 use self::worker::Incoming;
 use crate::config::RunnerConfig;
-use crate::error::{RunnerError, SinkError};
+use crate::error::RunnerError;
 use crate::metrics::Metrics;
-use crate::retry::Backoff;
 use crate::sink::{Sink, TopicPartition};
 
 pub use self::dlq::{HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
@@ -65,121 +66,6 @@ const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 /// librdkafka statistics interval when metrics are served (feeds the lag gauge).
 const STATISTICS_INTERVAL_MS: &str = "5000";
-
-/// Decides which topics are skipped: heartbeats, the capture offsets topic, the dead-letter topic.
-pub(crate) struct TopicFilter {
-    heartbeat_prefix: String,
-    patterns: Vec<regex::Regex>,
-    dlq: Option<String>,
-}
-
-impl TopicFilter {
-    fn new(config: &RunnerConfig) -> Result<Self, RunnerError> {
-        let patterns = config
-            .ignore_topics
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                regex::Regex::new(&format!("^(?:{p})$")).map_err(|e| {
-                    RunnerError::Config(crate::ConfigError::new(
-                        format!("ignore.topics[{i}]"),
-                        e.to_string(),
-                    ))
-                })
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Self {
-            heartbeat_prefix: config.heartbeat_prefix.clone(),
-            patterns,
-            dlq: config.dlq_topic.clone(),
-        })
-    }
-
-    /// True when records of `topic` are skipped (never reach the sink).
-    pub(crate) fn is_ignored(&self, topic: &str) -> bool {
-        (!self.heartbeat_prefix.is_empty() && topic.starts_with(&self.heartbeat_prefix))
-            || self.dlq.as_deref() == Some(topic)
-            || self.patterns.iter().any(|p| p.is_match(topic))
-    }
-}
-
-/// State shared by the poll thread and the partition workers.
-pub(crate) struct Shared {
-    pub(crate) config: RunnerConfig,
-    pub(crate) group: Arc<str>,
-    pub(crate) sink: Arc<dyn Sink>,
-    pub(crate) metrics: Metrics,
-    pub(crate) dlq: Option<Arc<DeadLetters>>,
-    pub(crate) handle: Handle,
-    pub(crate) filter: TopicFilter,
-    /// Runner-wide stop: the caller's token, or a fatal error.
-    pub(crate) stop: CancellationToken,
-    budget: Arc<Semaphore>,
-    budget_total: u32,
-    fatal: Mutex<Option<SinkError>>,
-    /// Per partition: the next offset after the last applied record, and whether it still needs a commit.
-    positions: Mutex<HashMap<TopicPartition, (i64, bool)>>,
-}
-
-impl Shared {
-    pub(crate) fn backoff(&self) -> Backoff {
-        Backoff::new(
-            Duration::from_millis(self.config.retry_backoff_ms),
-            Duration::from_millis(self.config.retry_backoff_max_ms),
-        )
-    }
-
-    /// Records that everything before `next_offset` is applied (or skipped).
-    pub(crate) fn record_progress(&self, topic: &str, partition: i32, next_offset: i64) {
-        let mut positions = self
-            .positions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        positions.insert(TopicPartition::new(topic, partition), (next_offset, true));
-    }
-
-    /// Positions not yet committed, marked as committed.
-    fn dirty_positions(&self) -> HashMap<TopicPartition, i64> {
-        let mut positions = self
-            .positions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        positions
-            .iter_mut()
-            .filter(|(_, (_, dirty))| *dirty)
-            .map(|(tp, (offset, dirty))| {
-                *dirty = false;
-                (tp.clone(), *offset)
-            })
-            .collect()
-    }
-
-    /// Removes and returns the positions of `tps` (on revocation and shutdown).
-    pub(crate) fn take_positions(&self, tps: &[TopicPartition]) -> HashMap<TopicPartition, i64> {
-        let mut positions = self
-            .positions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        tps.iter()
-            .filter_map(|tp| positions.remove(tp).map(|(offset, _)| (tp.clone(), offset)))
-            .collect()
-    }
-
-    /// Stops the runner because of `e`; the first fatal error wins.
-    pub(crate) fn fail(&self, e: SinkError) {
-        tracing::error!("stopping: {e:#}");
-        let mut fatal = self.fatal.lock().unwrap_or_else(PoisonError::into_inner);
-        fatal.get_or_insert(e);
-        self.stop.cancel();
-    }
-
-    fn take_fatal(&self) -> Option<SinkError> {
-        self.fatal
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-    }
-}
 
 /// Commits `positions` to Kafka; failures are logged (the next commit supersedes them).
 pub(crate) fn commit(

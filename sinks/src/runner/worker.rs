@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use super::dlq::DeadLetter;
-use super::Shared;
+use super::shared::Shared;
 use crate::error::{RecordFailure, SinkError};
 use crate::event::{decode_key, decode_value};
 use crate::retry::{retry, Backoff, RetryOutcome};
