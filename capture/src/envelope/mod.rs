@@ -1,0 +1,461 @@
+//! Kafka record keys and values in the layout Debezium's PostgreSQL
+//! connector writes through Kafka Connect's JSON converter (DESIGN.md,
+//! "Wire format"): with schemas enabled each key and value is
+//! `{"schema": ..., "payload": ...}`, otherwise just the payload.
+//!
+//! Capture must sustain tens of thousands of events per second on two
+//! cores, so a [`TableEncoder`] does the expensive work once per Relation —
+//! resolving every column's [`ValueKind`], serialising the schemas, escaping
+//! names — and then writes each payload straight into a byte buffer.
+//!
+//! Column values: SQL NULL is `null`; an unchanged TOASTed value is the
+//! string [`UNAVAILABLE_VALUE`], never null, so sinks keep what they store;
+//! an old tuple of kind Key carries nulls for the non-key columns and they
+//! are written as nulls. Values in binary format (we never request binary
+//! mode, but the protocol allows it) are written as base64 strings, since
+//! only the text format has a per-type mapping.
+
+mod message;
+mod schema;
+mod source;
+
+#[cfg(test)]
+mod golden;
+
+use base64::Engine as _;
+use serde_json::Value;
+
+use crate::pgoutput::{Relation, ReplicaIdentity, TupleData, TupleValue};
+use crate::value::json::{write_i64, write_str};
+use crate::value::{TypeRegistry, ValueKind, UNAVAILABLE_VALUE};
+
+pub use message::message_record;
+pub use schema::SOURCE_SCHEMA_NAME;
+
+use source::SourceWriter;
+
+/// `source.version`: the oncely release that wrote the record.
+pub const SOURCE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Settings shared by every table's encoder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvelopeConfig {
+    /// `topic.prefix`: first part of every topic and schema name, and
+    /// `source.name`.
+    pub topic_prefix: String,
+    /// `source.db`.
+    pub database: String,
+    /// Wrap keys and values in `{"schema", "payload"}`.
+    pub schemas_enable: bool,
+}
+
+/// The `op` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    Create,
+    Update,
+    Delete,
+    /// A snapshot row.
+    Read,
+    Truncate,
+}
+
+impl Op {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Create => "c",
+            Op::Update => "u",
+            Op::Delete => "d",
+            Op::Read => "r",
+            Op::Truncate => "t",
+        }
+    }
+}
+
+/// `source.snapshot`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SnapshotMarker {
+    /// A streamed change.
+    False,
+    /// A row of an initial snapshot.
+    True,
+    /// The last row of an initial snapshot.
+    Last,
+    /// A row of an incremental (chunked, watermarked) snapshot.
+    Incremental,
+}
+
+impl SnapshotMarker {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotMarker::False => "false",
+            SnapshotMarker::True => "true",
+            SnapshotMarker::Last => "last",
+            SnapshotMarker::Incremental => "incremental",
+        }
+    }
+}
+
+/// Where an event comes from; becomes the `source` block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourcePosition {
+    pub tx_id: u32,
+    /// The event's own WAL position (`source.lsn`).
+    pub lsn: u64,
+    /// Commit LSN of its transaction; with `event_seq` the version sinks
+    /// order rows by. Snapshot rows use their chunk's high watermark.
+    pub commit_lsn: u64,
+    /// Ordinal of the event inside its transaction, from 1.
+    pub event_seq: u64,
+    /// Commit time in ms since the Unix epoch (`source.ts_ms`).
+    pub commit_ts_ms: i64,
+    pub snapshot: SnapshotMarker,
+}
+
+/// Why a record could not be built. Each names the table so the operator
+/// knows where to look.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    #[error("table {table} has no key columns: give it a primary key, set REPLICA IDENTITY USING INDEX, or configure message.key.columns for it")]
+    NoKeyColumns { table: String },
+    #[error("table {table} has REPLICA IDENTITY FULL, so pgoutput flags every column as a key column; pass the table's primary key columns (or configure message.key.columns for it)")]
+    FullIdentityNeedsKeyColumns { table: String },
+    #[error("message.key.columns for table {table} names column {column:?}, which the table does not have")]
+    UnknownKeyColumn { table: String, column: String },
+    #[error("row for table {table} has {got} columns, the table has {expected}: a schema change was missed")]
+    ColumnCount {
+        table: String,
+        expected: usize,
+        got: usize,
+    },
+    #[error("column {column} of table {table} is not valid UTF-8 text")]
+    InvalidUtf8 { table: String, column: String },
+    #[error("key column {column} of table {table} is an unchanged TOAST value, so the row's key is unknown")]
+    KeyValueUnavailable { table: String, column: String },
+}
+
+/// One column as the encoder writes it.
+#[derive(Debug, Clone)]
+struct ColumnEncoder {
+    name: String,
+    /// `"<name>":`, escaped.
+    label: Vec<u8>,
+    kind: ValueKind,
+}
+
+/// Record builder for one shape of one table; build a new one whenever a
+/// Relation message changes the shape.
+#[derive(Debug, Clone)]
+pub struct TableEncoder {
+    /// `schema.table`, for error messages.
+    table: String,
+    topic: String,
+    columns: Vec<ColumnEncoder>,
+    key_indices: Vec<usize>,
+    /// `{"schema":<key schema>,"payload":` or empty.
+    key_head: Vec<u8>,
+    /// `{"schema":<value schema>,"payload":` or empty.
+    value_head: Vec<u8>,
+    /// `}` closing the wrapper, or empty.
+    tail: &'static [u8],
+    source: SourceWriter,
+    /// Typical value size, to size buffers in one allocation.
+    value_capacity: usize,
+}
+
+impl TableEncoder {
+    /// Prepares the encoder for `rel`.
+    ///
+    /// The key is `key_columns` when given (`message.key.columns`, or the
+    /// primary key read from the catalog), else the columns pgoutput flags
+    /// as replica identity. Under REPLICA IDENTITY FULL pgoutput flags every
+    /// column, which would make the whole row the key (a key that changes on
+    /// every update breaks per-key ordering and compaction), so such a table
+    /// needs `key_columns`.
+    pub fn new(
+        rel: &Relation,
+        reg: &TypeRegistry,
+        key_columns: Option<&[String]>,
+        cfg: &EnvelopeConfig,
+    ) -> Result<Self, EnvelopeError> {
+        let table = format!("{}.{}", rel.namespace, rel.name);
+        let key_indices = match key_columns {
+            Some(names) => names
+                .iter()
+                .map(|n| {
+                    rel.columns
+                        .iter()
+                        .position(|c| &c.name == n)
+                        .ok_or_else(|| EnvelopeError::UnknownKeyColumn {
+                            table: table.clone(),
+                            column: n.clone(),
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            None if rel.replica_identity == ReplicaIdentity::Full => {
+                return Err(EnvelopeError::FullIdentityNeedsKeyColumns { table })
+            }
+            None => rel.key_indices().collect(),
+        };
+        if key_indices.is_empty() {
+            return Err(EnvelopeError::NoKeyColumns { table });
+        }
+
+        let columns: Vec<ColumnEncoder> = rel
+            .columns
+            .iter()
+            .map(|c| {
+                let mut label = Vec::with_capacity(c.name.len() + 3);
+                write_str(&mut label, &c.name);
+                label.push(b':');
+                ColumnEncoder {
+                    name: c.name.clone(),
+                    label,
+                    kind: reg.value_kind(c.type_oid),
+                }
+            })
+            .collect();
+
+        let base_name = format!("{}.{}.{}", cfg.topic_prefix, rel.namespace, rel.name);
+        let (key_head, value_head, tail): (Vec<u8>, Vec<u8>, &'static [u8]) = if cfg.schemas_enable
+        {
+            let key_fields = key_indices
+                .iter()
+                .map(|&i| {
+                    let c = &rel.columns[i];
+                    columns[i]
+                        .kind
+                        .field_schema(c.type_modifier, &c.name, false)
+                })
+                .collect();
+            // pgoutput does not say which columns are NOT NULL, so only
+            // key columns are declared required.
+            let row_fields = rel
+                .columns
+                .iter()
+                .zip(&columns)
+                .enumerate()
+                .map(|(i, (c, enc))| {
+                    enc.kind
+                        .field_schema(c.type_modifier, &c.name, !key_indices.contains(&i))
+                })
+                .collect();
+            (
+                wrapper_head(&schema::key_schema(&base_name, key_fields)),
+                wrapper_head(&schema::value_schema(&base_name, row_fields)),
+                b"}",
+            )
+        } else {
+            (Vec::new(), Vec::new(), b"")
+        };
+
+        let value_capacity = value_head.len() + 320 + 48 * columns.len() * 2;
+        Ok(Self {
+            topic: topic_name(&base_name),
+            source: SourceWriter::new(cfg, &rel.namespace, &rel.name),
+            table,
+            columns,
+            key_indices,
+            key_head,
+            value_head,
+            tail,
+            value_capacity,
+        })
+    }
+
+    /// `<prefix>.<schema>.<table>`, with characters Kafka does not allow in
+    /// topic names replaced by `_` (as Debezium does).
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Names of the key columns, in key order.
+    pub fn key_column_names(&self) -> impl Iterator<Item = &str> {
+        self.key_indices
+            .iter()
+            .map(|&i| self.columns[i].name.as_str())
+    }
+
+    /// The record key: a JSON object of the key columns of `row` (a new
+    /// tuple, or the old tuple of a delete).
+    pub fn key(&self, row: &TupleData) -> Result<Vec<u8>, EnvelopeError> {
+        let mut out = Vec::with_capacity(self.key_head.len() + 16 * self.key_indices.len() + 8);
+        self.key_into(row, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`TableEncoder::key`] appending to a caller's buffer (reusable,
+    /// since the Kafka producer copies the bytes).
+    pub fn key_into(&self, row: &TupleData, out: &mut Vec<u8>) -> Result<(), EnvelopeError> {
+        self.check_len(row)?;
+        out.extend_from_slice(&self.key_head);
+        out.push(b'{');
+        for (n, &i) in self.key_indices.iter().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            let col = &self.columns[i];
+            if matches!(row.0[i], TupleValue::UnchangedToast) {
+                return Err(EnvelopeError::KeyValueUnavailable {
+                    table: self.table.clone(),
+                    column: col.name.clone(),
+                });
+            }
+            out.extend_from_slice(&col.label);
+            self.write_value(col, &row.0[i], out)?;
+        }
+        out.push(b'}');
+        out.extend_from_slice(self.tail);
+        Ok(())
+    }
+
+    /// The record value: the change envelope. `now_ms` is the top-level
+    /// `ts_ms` (when the event was processed), passed in so records are
+    /// reproducible.
+    pub fn value(
+        &self,
+        op: Op,
+        before: Option<&TupleData>,
+        after: Option<&TupleData>,
+        src: &SourcePosition,
+        now_ms: i64,
+    ) -> Result<Vec<u8>, EnvelopeError> {
+        let mut out = Vec::with_capacity(self.value_capacity);
+        self.value_into(op, before, after, src, now_ms, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`TableEncoder::value`] appending to a caller's buffer.
+    pub fn value_into(
+        &self,
+        op: Op,
+        before: Option<&TupleData>,
+        after: Option<&TupleData>,
+        src: &SourcePosition,
+        now_ms: i64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EnvelopeError> {
+        let start = out.len();
+        let result = self.write_envelope(op, before, after, src, now_ms, out);
+        if result.is_err() {
+            out.truncate(start);
+        }
+        result
+    }
+
+    /// Value of a truncate event: op `t`, no row images. Truncate records
+    /// have no key (the caller sends a null key).
+    pub fn truncate_value(&self, src: &SourcePosition, now_ms: i64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.value_head.len() + 320);
+        // Without rows nothing can fail; the error arm is unreachable.
+        if self
+            .write_envelope(Op::Truncate, None, None, src, now_ms, &mut out)
+            .is_err()
+        {
+            out.clear();
+        }
+        out
+    }
+
+    fn write_envelope(
+        &self,
+        op: Op,
+        before: Option<&TupleData>,
+        after: Option<&TupleData>,
+        src: &SourcePosition,
+        now_ms: i64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EnvelopeError> {
+        out.extend_from_slice(&self.value_head);
+        out.extend_from_slice(b"{\"before\":");
+        self.write_row(before, out)?;
+        out.extend_from_slice(b",\"after\":");
+        self.write_row(after, out)?;
+        out.extend_from_slice(b",\"source\":");
+        self.source.write(out, src, Some(src.tx_id));
+        out.extend_from_slice(b",\"transaction\":null,\"op\":\"");
+        out.extend_from_slice(op.as_str().as_bytes());
+        out.extend_from_slice(b"\",\"ts_ms\":");
+        write_i64(out, now_ms);
+        out.push(b'}');
+        out.extend_from_slice(self.tail);
+        Ok(())
+    }
+
+    fn write_row(&self, row: Option<&TupleData>, out: &mut Vec<u8>) -> Result<(), EnvelopeError> {
+        let Some(row) = row else {
+            out.extend_from_slice(b"null");
+            return Ok(());
+        };
+        self.check_len(row)?;
+        out.push(b'{');
+        for (i, (col, value)) in self.columns.iter().zip(&row.0).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(&col.label);
+            self.write_value(col, value, out)?;
+        }
+        out.push(b'}');
+        Ok(())
+    }
+
+    fn write_value(
+        &self,
+        col: &ColumnEncoder,
+        value: &TupleValue,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EnvelopeError> {
+        match value {
+            TupleValue::Null => out.extend_from_slice(b"null"),
+            TupleValue::UnchangedToast => write_str(out, UNAVAILABLE_VALUE),
+            TupleValue::Text(bytes) => {
+                let text = std::str::from_utf8(bytes).map_err(|_| EnvelopeError::InvalidUtf8 {
+                    table: self.table.clone(),
+                    column: col.name.clone(),
+                })?;
+                col.kind.write_json(text, out);
+            }
+            TupleValue::Binary(bytes) => write_str(
+                out,
+                &base64::engine::general_purpose::STANDARD.encode(bytes),
+            ),
+        }
+        Ok(())
+    }
+
+    fn check_len(&self, row: &TupleData) -> Result<(), EnvelopeError> {
+        if row.0.len() != self.columns.len() {
+            return Err(EnvelopeError::ColumnCount {
+                table: self.table.clone(),
+                expected: self.columns.len(),
+                got: row.0.len(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `{"schema":<schema>,"payload":` — the payload and a closing `}` follow.
+fn wrapper_head(schema: &Value) -> Vec<u8> {
+    let mut out = b"{\"schema\":".to_vec();
+    out.extend_from_slice(schema.to_string().as_bytes());
+    out.extend_from_slice(b",\"payload\":");
+    out
+}
+
+/// Kafka topic names allow `[A-Za-z0-9._-]`; anything else becomes `_`.
+pub(crate) fn topic_name(raw: &str) -> String {
+    raw.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,352 @@
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use super::*;
+use crate::pgoutput::Column;
+
+fn col(name: &str, type_oid: u32, is_key: bool) -> Column {
+    Column {
+        is_key,
+        name: name.into(),
+        type_oid,
+        type_modifier: -1,
+    }
+}
+
+fn rel(identity: ReplicaIdentity) -> Relation {
+    Relation {
+        id: 16_384,
+        namespace: "public".into(),
+        name: "customers".into(),
+        replica_identity: identity,
+        columns: vec![
+            col("id", 23, true),
+            col("name", 25, false),
+            col("seen", 1184, false),
+        ],
+    }
+}
+
+fn cfg(schemas_enable: bool) -> EnvelopeConfig {
+    EnvelopeConfig {
+        topic_prefix: "shop".into(),
+        database: "shopdb".into(),
+        schemas_enable,
+    }
+}
+
+fn t(s: &str) -> TupleValue {
+    TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+fn row(vals: Vec<TupleValue>) -> TupleData {
+    TupleData(vals)
+}
+
+fn src() -> SourcePosition {
+    SourcePosition {
+        tx_id: 754,
+        lsn: 1_000,
+        commit_lsn: 2_000,
+        event_seq: 1,
+        commit_ts_ms: 1_795_792_235_670,
+        snapshot: SnapshotMarker::False,
+    }
+}
+
+fn enc(schemas: bool) -> TableEncoder {
+    TableEncoder::new(
+        &rel(ReplicaIdentity::Default),
+        &TypeRegistry::builtin(),
+        None,
+        &cfg(schemas),
+    )
+    .unwrap()
+}
+
+fn parse(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap()
+}
+
+#[test]
+fn topic_and_key_columns() {
+    let e = enc(false);
+    assert_eq!(e.topic(), "shop.public.customers");
+    assert_eq!(e.key_column_names().collect::<Vec<_>>(), ["id"]);
+    assert_eq!(topic_name("p.my schema.tåble"), "p.my_schema.t_ble");
+}
+
+#[test]
+fn no_key_columns_is_an_error_naming_the_table() {
+    let mut r = rel(ReplicaIdentity::Nothing);
+    for c in &mut r.columns {
+        c.is_key = false;
+    }
+    let err = TableEncoder::new(&r, &TypeRegistry::builtin(), None, &cfg(false)).unwrap_err();
+    assert_eq!(
+        err,
+        EnvelopeError::NoKeyColumns {
+            table: "public.customers".into()
+        }
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("public.customers") && msg.contains("message.key.columns"));
+    let empty: &[String] = &[];
+    assert!(TableEncoder::new(&r, &TypeRegistry::builtin(), Some(empty), &cfg(false)).is_err());
+}
+
+#[test]
+fn key_override() {
+    let r = rel(ReplicaIdentity::Default);
+    let keys = ["name".to_owned(), "id".to_owned()];
+    let e = TableEncoder::new(&r, &TypeRegistry::builtin(), Some(&keys), &cfg(false)).unwrap();
+    let k = e
+        .key(&row(vec![t("1"), t("ann"), TupleValue::Null]))
+        .unwrap();
+    assert_eq!(k, br#"{"name":"ann","id":1}"#);
+    let bad = ["nope".to_owned()];
+    assert_eq!(
+        TableEncoder::new(&r, &TypeRegistry::builtin(), Some(&bad), &cfg(false)).unwrap_err(),
+        EnvelopeError::UnknownKeyColumn {
+            table: "public.customers".into(),
+            column: "nope".into()
+        }
+    );
+}
+
+#[test]
+fn full_identity_needs_explicit_key() {
+    let mut r = rel(ReplicaIdentity::Full);
+    for c in &mut r.columns {
+        c.is_key = true; // what pgoutput sends under FULL
+    }
+    let err = TableEncoder::new(&r, &TypeRegistry::builtin(), None, &cfg(false)).unwrap_err();
+    assert!(matches!(
+        err,
+        EnvelopeError::FullIdentityNeedsKeyColumns { .. }
+    ));
+    let keys = ["id".to_owned()];
+    let e = TableEncoder::new(&r, &TypeRegistry::builtin(), Some(&keys), &cfg(true)).unwrap();
+    let k = parse(&e.key(&row(vec![t("5"), t("x"), TupleValue::Null])).unwrap());
+    assert_eq!(k["payload"], json!({"id": 5}));
+    assert_eq!(k["schema"]["fields"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn key_without_and_with_schema() {
+    let r = row(vec![t("42"), t("ann"), TupleValue::Null]);
+    assert_eq!(enc(false).key(&r).unwrap(), br#"{"id":42}"#);
+    let k = parse(&enc(true).key(&r).unwrap());
+    assert_eq!(
+        k,
+        json!({
+            "schema": {
+                "type": "struct",
+                "fields": [{"type": "int32", "optional": false, "field": "id"}],
+                "optional": false,
+                "name": "shop.public.customers.Key"
+            },
+            "payload": {"id": 42}
+        })
+    );
+}
+
+#[test]
+fn key_errors() {
+    let e = enc(false);
+    assert!(matches!(
+        e.key(&row(vec![TupleValue::UnchangedToast, t("a"), t("b")])),
+        Err(EnvelopeError::KeyValueUnavailable { .. })
+    ));
+    assert_eq!(
+        e.key(&row(vec![t("1")])).unwrap_err(),
+        EnvelopeError::ColumnCount {
+            table: "public.customers".into(),
+            expected: 3,
+            got: 1
+        }
+    );
+}
+
+#[test]
+fn insert_value_payload() {
+    let v = enc(false)
+        .value(
+            Op::Create,
+            None,
+            Some(&row(vec![
+                t("1"),
+                t("ann \"a\""),
+                t("2026-11-27 15:10:35.670111+00"),
+            ])),
+            &src(),
+            1_795_792_236_000,
+        )
+        .unwrap();
+    assert_eq!(
+        parse(&v),
+        json!({
+            "before": null,
+            "after": {"id": 1, "name": "ann \"a\"", "seen": "2026-11-27T15:10:35.670111Z"},
+            "source": {
+                "version": SOURCE_VERSION, "connector": "postgresql", "name": "shop",
+                "ts_ms": 1_795_792_235_670_i64, "snapshot": "false", "db": "shopdb",
+                "sequence": "[\"2000\",\"1000\"]", "schema": "public", "table": "customers",
+                "txId": 754, "lsn": 1000, "xmin": null, "commit_lsn": 2000, "event_seq": 1
+            },
+            "transaction": null,
+            "op": "c",
+            "ts_ms": 1_795_792_236_000_i64
+        })
+    );
+}
+
+#[test]
+fn unchanged_toast_key_tuple_nulls_and_binary() {
+    let before = row(vec![t("1"), TupleValue::Null, TupleValue::Null]);
+    let after = row(vec![
+        t("1"),
+        TupleValue::UnchangedToast,
+        TupleValue::Binary(Bytes::from_static(&[0, 1, 2])),
+    ]);
+    let v = parse(
+        &enc(false)
+            .value(Op::Update, Some(&before), Some(&after), &src(), 0)
+            .unwrap(),
+    );
+    assert_eq!(v["before"], json!({"id": 1, "name": null, "seen": null}));
+    assert_eq!(
+        v["after"],
+        json!({"id": 1, "name": UNAVAILABLE_VALUE, "seen": "AAEC"})
+    );
+    assert_eq!(v["op"], "u");
+}
+
+#[test]
+fn invalid_utf8_is_an_error_and_leaves_the_buffer_as_it_was() {
+    let e = enc(false);
+    let bad = row(vec![
+        t("1"),
+        TupleValue::Text(Bytes::from_static(&[0xFF])),
+        TupleValue::Null,
+    ]);
+    let mut out = b"prefix".to_vec();
+    let err = e
+        .value_into(Op::Create, None, Some(&bad), &src(), 0, &mut out)
+        .unwrap_err();
+    assert_eq!(
+        err,
+        EnvelopeError::InvalidUtf8 {
+            table: "public.customers".into(),
+            column: "name".into()
+        }
+    );
+    assert_eq!(out, b"prefix");
+}
+
+#[test]
+fn schema_fields_match_payload_fields() {
+    let e = enc(true);
+    let r = row(vec![t("1"), t("a"), TupleValue::Null]);
+    let v = parse(&e.value(Op::Create, None, Some(&r), &src(), 0).unwrap());
+    let schema_fields: Vec<&str> = v["schema"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["field"].as_str().unwrap())
+        .collect();
+    let payload_fields: Vec<&str> = v["payload"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(schema_fields, payload_fields);
+    let after = &v["schema"]["fields"][1];
+    assert_eq!(after["name"], "shop.public.customers.Value");
+    let source = &v["schema"]["fields"][2]["fields"];
+    let source_fields: Vec<&str> = source
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["field"].as_str().unwrap())
+        .collect();
+    let payload_source: Vec<&str> = v["payload"]["source"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(source_fields, payload_source);
+    assert_eq!(v["schema"]["name"], "shop.public.customers.Envelope");
+    // Key column required, others optional.
+    let row_fields = after["fields"].as_array().unwrap();
+    assert_eq!(row_fields[0]["optional"], false);
+    assert_eq!(row_fields[1]["optional"], true);
+}
+
+#[test]
+fn truncate_value_has_no_rows() {
+    let v = parse(&enc(false).truncate_value(&src(), 9));
+    assert_eq!(v["before"], Value::Null);
+    assert_eq!(v["after"], Value::Null);
+    assert_eq!(v["op"], "t");
+    assert_eq!(v["ts_ms"], 9);
+}
+
+#[test]
+fn message_records() {
+    let (topic, key, value) = message_record(&cfg(false), false, "hb", b"\x00hi", &src(), 5);
+    assert_eq!(topic, "shop.message");
+    assert_eq!(parse(&key), json!({"prefix": "hb"}));
+    let v = parse(&value);
+    assert_eq!(v["op"], "m");
+    assert_eq!(v["message"], json!({"prefix": "hb", "content": "AGhp"}));
+    assert_eq!(v["source"]["txId"], Value::Null);
+    assert_eq!(v["source"]["table"], "");
+
+    let (_, key, value) = message_record(&cfg(true), true, "hb", b"", &src(), 5);
+    let k = parse(&key);
+    assert_eq!(
+        k["schema"]["name"],
+        "io.debezium.connector.postgresql.MessageKey"
+    );
+    let v = parse(&value);
+    assert_eq!(v["payload"]["source"]["txId"], 754);
+    assert_eq!(
+        v["schema"]["name"],
+        "io.debezium.connector.postgresql.MessageValue"
+    );
+}
+
+/// Rough throughput check: `cargo test --release -p oncely-capture --lib
+/// envelope::tests::throughput -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn throughput() {
+    let e = enc(false);
+    let r = row(vec![
+        t("123456"),
+        t("a customer name of some length"),
+        t("2026-11-27 15:10:35.670111+00"),
+    ]);
+    let n = 1_000_000;
+    let start = std::time::Instant::now();
+    let mut out = Vec::with_capacity(1024);
+    let mut bytes = 0;
+    for i in 0..n {
+        out.clear();
+        let mut s = src();
+        s.event_seq = i;
+        e.value_into(Op::Create, None, Some(&r), &s, 0, &mut out)
+            .unwrap();
+        e.key_into(&r, &mut out).unwrap();
+        bytes += out.len();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{:.0} events/s, {} bytes/event",
+        f64::from(u32::try_from(n).unwrap()) / secs,
+        bytes / usize::try_from(n).unwrap()
+    );
+}
