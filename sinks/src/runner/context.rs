@@ -83,10 +83,7 @@ impl RunnerContext {
         }
         let starts = match self.resolve_starts(consumer, &tps) {
             Ok(starts) => starts,
-            Err(e) => {
-                self.shared.fail(e);
-                return;
-            }
+            Err(e) => return self.fail_unless_stopping(e),
         };
         for tp in &tps {
             let offset = match starts.get(tp) {
@@ -99,8 +96,7 @@ impl RunnerContext {
             tracing::info!(%tp, start = ?offset, "partition assigned");
         }
         if let Err(e) = self.block_on_retried(|| self.shared.sink.assigned(&starts)) {
-            self.shared.fail(e);
-            return;
+            return self.fail_unless_stopping(e);
         }
         let mut workers = self.lock_workers();
         for tp in tps {
@@ -140,6 +136,15 @@ impl RunnerContext {
             }
         }
         Ok(starts)
+    }
+
+    /// A retriable error here means the retries were cut short by a stop: not a failure.
+    fn fail_unless_stopping(&self, e: SinkError) {
+        if e.is_retriable() && self.shared.stop.is_cancelled() {
+            tracing::info!("stopping while partitions were being assigned: {e}");
+        } else {
+            self.shared.fail(e);
+        }
     }
 
     fn reset_offset(&self) -> Offset {
@@ -207,10 +212,10 @@ impl RunnerContext {
                 h.abandon.cancel();
             }
         }
-        let timeout = self.shared.config.shutdown_timeout();
+        let deadline = tokio::time::Instant::now() + self.shared.config.shutdown_timeout();
         self.shared.handle.block_on(async {
             for mut h in handles {
-                if tokio::time::timeout(timeout, &mut h.task).await.is_err() {
+                if tokio::time::timeout_at(deadline, &mut h.task).await.is_err() {
                     tracing::warn!("a partition worker did not finish within shutdown.timeout.ms; abandoning its batch");
                     h.abandon.cancel();
                     h.task.abort();
