@@ -354,7 +354,15 @@ impl Pipeline<'_> {
                 Ok(())
             }
             LogicalMessage::Type(t) => {
-                self.types.observe(&t);
+                if self.types.observe(&t) {
+                    // A type created after start-up (an enum, a domain, an
+                    // array of them): learn what kind it is from the catalog.
+                    self.types
+                        .load_user_types(&self.control)
+                        .await
+                        .map_err(CaptureError::pg("load user types"))?;
+                    self.encoders.clear();
+                }
                 Ok(())
             }
             LogicalMessage::Begin(_)
