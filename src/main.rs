@@ -4,7 +4,11 @@ use clap::{Parser, Subcommand};
 mod cli;
 
 #[derive(Parser)]
-#[command(name = "oncely", version, about = "Exactly-once-in-effect CDC: PostgreSQL -> Kafka -> your stores")]
+#[command(
+    name = "oncely",
+    version,
+    about = "Exactly-once-in-effect CDC: PostgreSQL -> Kafka -> your stores"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -21,7 +25,10 @@ enum Command {
 fn main() -> std::process::ExitCode {
     cli::init_tracing();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
