@@ -12,6 +12,7 @@ pub mod kinds;
 pub mod metrics;
 pub mod retry;
 pub mod runner;
+pub mod secret;
 pub mod sink;
 pub mod warmup;
 
