@@ -11,6 +11,7 @@
 //! [`Sink`] implementation; the runner, batching, retries, dead letters and
 //! metrics are shared and need no change.
 
+pub mod elasticsearch;
 pub mod file;
 pub mod journal;
 mod json;
@@ -33,6 +34,8 @@ pub enum SinkConfig {
     Stdout(file::StdoutConfig),
     /// A file holding each batch and its position in one fsynced append: owns its positions.
     Journal(journal::JournalConfig),
+    /// One Elasticsearch index per table, versioned bulk writes; Kafka holds the positions.
+    Elasticsearch(elasticsearch::ElasticsearchConfig),
 }
 
 impl SinkConfig {
@@ -42,6 +45,7 @@ impl SinkConfig {
             Self::File(c) => c.validate(),
             Self::Stdout(_) => Ok(()),
             Self::Journal(c) => c.validate(),
+            Self::Elasticsearch(c) => c.validate(),
         }
     }
 
@@ -51,6 +55,7 @@ impl SinkConfig {
             Self::File(c) => Arc::new(file::FileSink::open(c)?),
             Self::Stdout(c) => Arc::new(file::FileSink::stdout(c)),
             Self::Journal(c) => Arc::new(journal::JournalSink::open(c)?),
+            Self::Elasticsearch(c) => Arc::new(elasticsearch::ElasticsearchSink::connect(c).await?),
         })
     }
 }

@@ -1,0 +1,288 @@
+//! Bulk requests: NDJSON bodies bounded by count and bytes, versioned actions,
+//! and the per-item outcome.
+//!
+//! Every action carries `version_type = external`: Elasticsearch applies it only
+//! when the version is greater than the stored one (or tombstone), so a batch
+//! applied again is harmless and an older change can never overwrite a newer one.
+
+use ::elasticsearch::{BulkParts, Elasticsearch};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::error::{classify_item, error_fields, Class, EsError, OpKind};
+
+/// The only response fields read: keeps bulk responses small.
+const FILTER_PATH: &[&str] = &[
+    "errors",
+    "items.*.status",
+    "items.*.error.type",
+    "items.*.error.reason",
+];
+
+/// Who an item of a request is, to report its outcome.
+#[derive(Debug, Clone)]
+pub struct ItemMeta {
+    /// Index.
+    pub index: String,
+    /// Document id.
+    pub id: String,
+    /// Operation.
+    pub op: OpKind,
+    /// The record dead-lettered if the item is rejected.
+    pub offset: i64,
+}
+
+/// One bulk request being filled.
+#[derive(Debug, Default)]
+pub struct Chunk {
+    lines: Vec<Vec<u8>>,
+    items: Vec<ItemMeta>,
+    bytes: usize,
+}
+
+impl Chunk {
+    /// Number of actions.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// True without actions.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// NDJSON bytes so far.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// NDJSON bytes `index` would add (an estimate before encoding is not needed:
+    /// callers encode first, then ask [`Chunk::fits`]).
+    pub fn fits(&self, extra: usize, max_actions: usize, max_bytes: usize) -> bool {
+        self.is_empty() || (self.len() < max_actions && self.bytes + extra <= max_bytes)
+    }
+
+    /// Adds an encoded action.
+    pub fn push(&mut self, action: Encoded) {
+        self.bytes += action.len();
+        self.lines.push(action.action);
+        if let Some(source) = action.source {
+            self.lines.push(source);
+        }
+        self.items.push(action.meta);
+    }
+}
+
+/// One action, encoded.
+#[derive(Debug)]
+pub struct Encoded {
+    meta: ItemMeta,
+    action: Vec<u8>,
+    source: Option<Vec<u8>>,
+}
+
+impl Encoded {
+    /// Bytes on the wire, newlines included.
+    pub fn len(&self) -> usize {
+        self.action.len() + 1 + self.source.as_ref().map_or(0, |s| s.len() + 1)
+    }
+
+    /// Never true: an action has at least its action line.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// Encodes a versioned `index` (with `doc`) or `delete` (without).
+pub fn encode(meta: ItemMeta, version: i64, doc: Option<&Map<String, Value>>) -> Encoded {
+    let verb = match meta.op {
+        OpKind::Index => "index",
+        OpKind::Delete => "delete",
+    };
+    let mut action = Vec::with_capacity(96 + meta.index.len() + meta.id.len());
+    action.extend_from_slice(b"{\"");
+    action.extend_from_slice(verb.as_bytes());
+    action.extend_from_slice(b"\":{\"_index\":");
+    push_json_str(&mut action, &meta.index);
+    action.extend_from_slice(b",\"_id\":");
+    push_json_str(&mut action, &meta.id);
+    action.extend_from_slice(b",\"version\":");
+    action.extend_from_slice(version.to_string().as_bytes());
+    action.extend_from_slice(b",\"version_type\":\"external\"}}");
+    let source = doc.map(|d| serde_json::to_vec(d).unwrap_or_else(|_| b"{}".to_vec()));
+    Encoded {
+        meta,
+        action,
+        source,
+    }
+}
+
+fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    // Serializing a &str into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+#[derive(Deserialize)]
+struct BulkResponse {
+    #[serde(default)]
+    errors: bool,
+    #[serde(default)]
+    items: Vec<ItemWrap>,
+}
+
+#[derive(Deserialize)]
+struct ItemWrap {
+    #[serde(alias = "delete", alias = "create", alias = "update")]
+    index: ItemResult,
+}
+
+#[derive(Deserialize)]
+struct ItemResult {
+    status: u16,
+    #[serde(default)]
+    error: Option<ItemError>,
+}
+
+#[derive(Deserialize)]
+struct ItemError {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// Items of a request that were not settled, each with its error (class inside).
+pub type Failures = Vec<(ItemMeta, EsError)>;
+
+/// Sends `chunk`; `Err` when the request as a whole failed, else the unsettled items.
+pub async fn send(client: &Elasticsearch, chunk: Chunk) -> Result<Failures, EsError> {
+    let Chunk { lines, items, .. } = chunk;
+    let response = client
+        .bulk(BulkParts::None)
+        .filter_path(FILTER_PATH)
+        .body(lines)
+        .send()
+        .await
+        .map_err(|source| EsError::Transport {
+            what: "bulk",
+            source,
+        })?;
+    let status = response.status_code().as_u16();
+    let body = response
+        .bytes()
+        .await
+        .map_err(|source| EsError::Transport {
+            what: "bulk response",
+            source,
+        })?;
+    if !(200..300).contains(&status) {
+        return Err(status_error("bulk", status, &body));
+    }
+    let parsed: BulkResponse = serde_json::from_slice(&body).map_err(|e| EsError::Response {
+        what: "bulk",
+        reason: e.to_string(),
+    })?;
+    if parsed.items.len() != items.len() {
+        return Err(EsError::Response {
+            what: "bulk",
+            reason: format!("{} items for {} actions", parsed.items.len(), items.len()),
+        });
+    }
+    let mut failures = Vec::new();
+    if !parsed.errors {
+        if let Some(bad) = parsed
+            .items
+            .iter()
+            .find(|i| !(200..300).contains(&i.index.status))
+        {
+            return Err(EsError::Response {
+                what: "bulk",
+                reason: format!("errors=false with an item status {}", bad.index.status),
+            });
+        }
+        return Ok(failures);
+    }
+    for (meta, item) in items.into_iter().zip(parsed.items) {
+        let result = item.index;
+        let (kind, reason) = result
+            .error
+            .map(|e| (Some(e.kind), e.reason))
+            .unwrap_or((None, String::new()));
+        let class = classify_item(meta.op, result.status, kind.as_deref());
+        if class == Class::Settled {
+            continue;
+        }
+        let error = EsError::Item {
+            index: meta.index.clone(),
+            id: meta.id.clone(),
+            status: result.status,
+            error_type: kind.unwrap_or_default(),
+            reason,
+            class,
+        };
+        failures.push((meta, error));
+    }
+    Ok(failures)
+}
+
+/// The error of a non-2xx response, with `error.type` / `error.reason` when the body has them.
+pub fn status_error(what: &'static str, status: u16, body: &[u8]) -> EsError {
+    let json: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let (error_type, reason) = error_fields(&json);
+    let reason = reason.unwrap_or_else(|| {
+        let text = String::from_utf8_lossy(body);
+        text.chars().take(300).collect()
+    });
+    EsError::Status {
+        what,
+        status,
+        error_type,
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(op: OpKind) -> ItemMeta {
+        ItemMeta {
+            index: "in\"dex".into(),
+            id: "7".into(),
+            op,
+            offset: 3,
+        }
+    }
+
+    #[test]
+    fn actions_are_versioned_ndjson() {
+        let mut doc = Map::new();
+        doc.insert("a".into(), Value::from(1));
+        let e = encode(meta(OpKind::Index), 42, Some(&doc));
+        let action: Value = serde_json::from_slice(&e.action).expect("json");
+        assert_eq!(
+            action,
+            serde_json::json!({"index": {"_index": "in\"dex", "_id": "7", "version": 42, "version_type": "external"}})
+        );
+        assert_eq!(e.source.as_deref(), Some(&b"{\"a\":1}"[..]));
+        let d = encode(meta(OpKind::Delete), 43, None);
+        let action: Value = serde_json::from_slice(&d.action).expect("json");
+        assert_eq!(action["delete"]["version"], 43);
+        assert!(d.source.is_none());
+        assert_eq!(d.len(), d.action.len() + 1);
+    }
+
+    #[test]
+    fn chunks_close_on_count_and_bytes() {
+        let mut c = Chunk::default();
+        let e = encode(meta(OpKind::Delete), 1, None);
+        let n = e.len();
+        assert!(c.fits(n, 2, n * 2));
+        c.push(e);
+        assert!(c.fits(n, 2, n * 2));
+        assert!(!c.fits(n, 1, n * 10), "count bound");
+        assert!(!c.fits(n, 10, n + n / 2), "byte bound");
+        // An empty chunk takes any single action, however large.
+        assert!(Chunk::default().fits(usize::MAX / 2, 1, 1));
+    }
+}

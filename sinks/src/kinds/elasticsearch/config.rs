@@ -1,0 +1,315 @@
+//! `[sink] kind = "elasticsearch"`: keys, defaults and checks.
+//!
+//! Keys are dotted like Kafka Connect's; inside `[sink]` they may be written
+//! bare (`bulk.max.actions = 500`) or quoted (`"bulk.max.actions" = 500`).
+//! Secrets (`password`, `api.key`) accept `${env:NAME}` and `${file:PATH}`
+//! and are never logged.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::version::{MAX_SEQ_BITS, MIN_SEQ_BITS};
+use crate::error::ConfigError;
+use crate::secret::Secret;
+
+/// Default `url`.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:9200";
+/// Default `index.pattern`: one index per topic, i.e. per captured table.
+pub const DEFAULT_INDEX_PATTERN: &str = "{topic}";
+/// Default `bulk.max.actions`: documents per bulk request.
+pub const DEFAULT_BULK_MAX_ACTIONS: usize = 1000;
+/// Default `bulk.max.bytes`: bytes of NDJSON per bulk request (a larger single document goes alone).
+pub const DEFAULT_BULK_MAX_BYTES: usize = 5 * 1024 * 1024;
+/// Default `request.timeout.ms`.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// Default `soft.delete.field`.
+pub const DEFAULT_SOFT_DELETE_FIELD: &str = "__deleted";
+/// Default `version.seq.bits` (see [`super::version`]).
+pub const DEFAULT_SEQ_BITS: u32 = 20;
+/// Default `template.name`.
+pub const DEFAULT_TEMPLATE_NAME: &str = "oncely";
+/// Placeholders `index.pattern` may use.
+pub const INDEX_PLACEHOLDERS: &[&str] = &["{topic}", "{db}", "{schema}", "{table}"];
+
+/// What a source delete does to the document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DeleteMode {
+    /// A versioned delete: Elasticsearch keeps its tombstone for `index.gc_deletes` only.
+    #[default]
+    Delete,
+    /// The document stays, with `soft.delete.field = true`: safe to replay from any point.
+    Soft,
+}
+
+/// `[sink] kind = "elasticsearch"` (see the module docs of [`super`]).
+#[derive(Debug, Clone)]
+pub struct ElasticsearchConfig {
+    /// `url`: the node, e.g. `https://es.example:9200`.
+    pub url: String,
+    /// `index.pattern`: index name from `{topic}`, `{db}`, `{schema}`, `{table}`; lower-cased.
+    pub index_pattern: String,
+    /// `bulk.max.actions`: documents per bulk request.
+    pub bulk_max_actions: usize,
+    /// `bulk.max.bytes`: NDJSON bytes per bulk request.
+    pub bulk_max_bytes: usize,
+    /// `request.timeout.ms`: per HTTP request.
+    pub request_timeout_ms: u64,
+    /// `delete.mode`: `delete` (default) or `soft`.
+    pub delete_mode: DeleteMode,
+    /// `soft.delete.field`: the flag written in `soft` mode (`false` on live documents).
+    pub soft_delete_field: String,
+    /// `version.seq.bits`: bits of the external version given to the event ordinal.
+    pub seq_bits: u32,
+    /// `template.file`: a JSON composable index template body, installed at start.
+    pub template_file: Option<PathBuf>,
+    /// `template.name`: the name it is installed under.
+    pub template_name: String,
+    /// `username`: basic authentication (with `password`).
+    pub username: Option<String>,
+    /// `password`: basic authentication.
+    pub password: Option<Secret>,
+    /// `api.key`: the base64 `id:key` API key (the `encoded` value Elasticsearch returns).
+    pub api_key: Option<Secret>,
+    /// `tls.ca.file`: PEM CA certificate(s) to trust for `https://` URLs.
+    pub tls_ca_file: Option<PathBuf>,
+    /// `tls.verify`: verify the server certificate (default true; false only for diagnosis).
+    pub tls_verify: bool,
+}
+
+/// The keys as written, before flattening checks; `deny_unknown_fields` names typos.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    #[serde(default = "default_url")]
+    url: String,
+    #[serde(rename = "index.pattern", default = "default_pattern")]
+    index_pattern: String,
+    #[serde(rename = "bulk.max.actions", default = "default_actions")]
+    bulk_max_actions: usize,
+    #[serde(rename = "bulk.max.bytes", default = "default_bytes")]
+    bulk_max_bytes: usize,
+    #[serde(rename = "request.timeout.ms", default = "default_timeout")]
+    request_timeout_ms: u64,
+    #[serde(rename = "delete.mode", default)]
+    delete_mode: DeleteMode,
+    #[serde(rename = "soft.delete.field", default = "default_soft_field")]
+    soft_delete_field: String,
+    #[serde(rename = "version.seq.bits", default = "default_seq_bits")]
+    seq_bits: u32,
+    #[serde(rename = "template.file", default)]
+    template_file: Option<PathBuf>,
+    #[serde(rename = "template.name", default = "default_template_name")]
+    template_name: String,
+    #[serde(default)]
+    username: Option<String>,
+    #[serde(default)]
+    password: Option<Secret>,
+    #[serde(rename = "api.key", default)]
+    api_key: Option<Secret>,
+    #[serde(rename = "tls.ca.file", default)]
+    tls_ca_file: Option<PathBuf>,
+    #[serde(rename = "tls.verify", default = "yes")]
+    tls_verify: bool,
+}
+
+fn default_url() -> String {
+    DEFAULT_URL.into()
+}
+fn default_pattern() -> String {
+    DEFAULT_INDEX_PATTERN.into()
+}
+fn default_actions() -> usize {
+    DEFAULT_BULK_MAX_ACTIONS
+}
+fn default_bytes() -> usize {
+    DEFAULT_BULK_MAX_BYTES
+}
+fn default_timeout() -> u64 {
+    DEFAULT_REQUEST_TIMEOUT_MS
+}
+fn default_soft_field() -> String {
+    DEFAULT_SOFT_DELETE_FIELD.into()
+}
+fn default_seq_bits() -> u32 {
+    DEFAULT_SEQ_BITS
+}
+fn default_template_name() -> String {
+    DEFAULT_TEMPLATE_NAME.into()
+}
+fn yes() -> bool {
+    true
+}
+
+impl<'de> Deserialize<'de> for ElasticsearchConfig {
+    /// Accepts bare dotted keys (nested TOML tables) by flattening them first.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let table = toml::Table::deserialize(d)?;
+        let mut flat = toml::Table::new();
+        flatten(&mut flat, "", table);
+        let raw: Raw = toml::Value::Table(flat)
+            .try_into()
+            .map_err(serde::de::Error::custom)?;
+        Ok(Self {
+            url: raw.url,
+            index_pattern: raw.index_pattern,
+            bulk_max_actions: raw.bulk_max_actions,
+            bulk_max_bytes: raw.bulk_max_bytes,
+            request_timeout_ms: raw.request_timeout_ms,
+            delete_mode: raw.delete_mode,
+            soft_delete_field: raw.soft_delete_field,
+            seq_bits: raw.seq_bits,
+            template_file: raw.template_file,
+            template_name: raw.template_name,
+            username: raw.username,
+            password: raw.password,
+            api_key: raw.api_key,
+            tls_ca_file: raw.tls_ca_file,
+            tls_verify: raw.tls_verify,
+        })
+    }
+}
+
+fn flatten(out: &mut toml::Table, prefix: &str, table: toml::Table) {
+    for (key, value) in table {
+        let full = if prefix.is_empty() {
+            key
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match value {
+            toml::Value::Table(t) => flatten(out, &full, t),
+            v => {
+                out.insert(full, v);
+            }
+        }
+    }
+}
+
+impl ElasticsearchConfig {
+    /// Checks the values; errors name `sink.<key>`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let url = self.url.trim();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(ConfigError::new(
+                "sink.url",
+                "must start with http:// or https://",
+            ));
+        }
+        if self.index_pattern.trim().is_empty() {
+            return Err(ConfigError::new("sink.index.pattern", "must not be empty"));
+        }
+        let mut rest = self.index_pattern.clone();
+        for p in INDEX_PLACEHOLDERS {
+            rest = rest.replace(p, "");
+        }
+        if rest.contains(['{', '}']) {
+            return Err(ConfigError::new(
+                "sink.index.pattern",
+                format!(
+                    "unknown placeholder; known: {}",
+                    INDEX_PLACEHOLDERS.join(", ")
+                ),
+            ));
+        }
+        if self.bulk_max_actions == 0 {
+            return Err(ConfigError::new(
+                "sink.bulk.max.actions",
+                "must be at least 1",
+            ));
+        }
+        if self.bulk_max_bytes < 1024 {
+            return Err(ConfigError::new(
+                "sink.bulk.max.bytes",
+                "must be at least 1024",
+            ));
+        }
+        if self.request_timeout_ms == 0 {
+            return Err(ConfigError::new(
+                "sink.request.timeout.ms",
+                "must be at least 1",
+            ));
+        }
+        if !(MIN_SEQ_BITS..=MAX_SEQ_BITS).contains(&self.seq_bits) {
+            return Err(ConfigError::new(
+                "sink.version.seq.bits",
+                format!("must be between {MIN_SEQ_BITS} and {MAX_SEQ_BITS}"),
+            ));
+        }
+        if self.delete_mode == DeleteMode::Soft && self.soft_delete_field.trim().is_empty() {
+            return Err(ConfigError::new(
+                "sink.soft.delete.field",
+                "must not be empty",
+            ));
+        }
+        if self.template_name.trim().is_empty() {
+            return Err(ConfigError::new("sink.template.name", "must not be empty"));
+        }
+        if self.password.is_some() != self.username.is_some() {
+            let key = if self.username.is_some() {
+                "sink.password"
+            } else {
+                "sink.username"
+            };
+            return Err(ConfigError::new(key, "username and password go together"));
+        }
+        if self.api_key.is_some() && self.username.is_some() {
+            return Err(ConfigError::new(
+                "sink.api.key",
+                "set either api.key or username/password, not both",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `request.timeout.ms` as a duration.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ElasticsearchConfig, String> {
+        let c: ElasticsearchConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        c.validate().map_err(|e| e.to_string())?;
+        Ok(c)
+    }
+
+    #[test]
+    fn defaults_and_dotted_keys_bare_or_quoted() {
+        let c = parse("").expect("defaults");
+        assert_eq!(c.url, DEFAULT_URL);
+        assert_eq!(c.bulk_max_actions, DEFAULT_BULK_MAX_ACTIONS);
+        assert_eq!(c.seq_bits, DEFAULT_SEQ_BITS);
+        assert_eq!(c.delete_mode, DeleteMode::Delete);
+        let c = parse("bulk.max.actions = 7\n\"bulk.max.bytes\" = 4096\ndelete.mode = \"soft\"\n")
+            .expect("dotted");
+        assert_eq!((c.bulk_max_actions, c.bulk_max_bytes), (7, 4096));
+        assert_eq!(c.delete_mode, DeleteMode::Soft);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let e = parse("bulk.max.actoins = 1\n").expect_err("typo");
+        assert!(e.contains("bulk.max.actoins"), "{e}");
+        let e = parse("url = \"es:9200\"\n").expect_err("url");
+        assert!(e.contains("sink.url"), "{e}");
+        let e = parse("index.pattern = \"{tabel}\"\n").expect_err("pattern");
+        assert!(e.contains("sink.index.pattern"), "{e}");
+        let e = parse("version.seq.bits = 40\n").expect_err("bits");
+        assert!(e.contains("sink.version.seq.bits"), "{e}");
+        let e = parse("username = \"u\"\n").expect_err("password");
+        assert!(e.contains("sink.password"), "{e}");
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let c = parse("username = \"u\"\npassword = \"hunter2\"\n").expect("basic");
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+}

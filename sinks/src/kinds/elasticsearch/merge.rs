@@ -1,0 +1,186 @@
+//! Writes that need the stored document: unchanged TOAST values and soft deletes.
+//!
+//! Elasticsearch's `_update` takes no external version, so the sink reads the
+//! stored documents (`_mget`), merges on the client and indexes the result with
+//! the event's external version — the version check stays with Elasticsearch.
+//! A stored version at or above the event's means the event is stale: the write
+//! is dropped (it would be a 409 anyway).
+//!
+//! **Limit:** a value unavailable in the event and absent from the stored
+//! document (the sink started after the row's last full image, or the stored
+//! document was deleted) cannot be known: the field is left out and a warning
+//! names the document (never the values).
+//!
+//! Only one writer applies a given key at a time (one partition, one batch at a
+//! time), so nothing changes the document between the read and the write except
+//! a zombie runner during a rebalance; its older versions still lose to ours.
+
+use std::collections::HashMap;
+
+use ::elasticsearch::{Elasticsearch, MgetParts};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::bulk::status_error;
+use super::error::{Class, EsError};
+use super::plan::{Action, Write};
+
+#[derive(Deserialize)]
+struct MgetResponse {
+    docs: Vec<MgetDoc>,
+}
+
+#[derive(Deserialize)]
+struct MgetDoc {
+    #[serde(default)]
+    found: bool,
+    #[serde(rename = "_version", default)]
+    version: Option<i64>,
+    #[serde(rename = "_source", default)]
+    source: Option<Map<String, Value>>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// A stored document: its version and source.
+type Stored = (i64, Map<String, Value>);
+
+/// Resolves every write that [`Write::needs_stored`] into a plain index (or drops
+/// it when the stored version is already newer). Reads at most `per_request` ids per `_mget`.
+pub async fn resolve(
+    client: &Elasticsearch,
+    writes: &mut Vec<Write<'_>>,
+    per_request: usize,
+    flag: &str,
+) -> Result<(), EsError> {
+    let wanted: Vec<usize> = (0..writes.len())
+        .filter(|&i| writes[i].needs_stored())
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let mut stored: HashMap<usize, Option<Stored>> = HashMap::with_capacity(wanted.len());
+    for part in wanted.chunks(per_request.max(1)) {
+        let docs: Vec<Value> = part
+            .iter()
+            .map(|&i| json!({"_index": writes[i].index, "_id": writes[i].id}))
+            .collect();
+        let found = mget(client, docs).await?;
+        if found.len() != part.len() {
+            return Err(EsError::Response {
+                what: "mget",
+                reason: format!("{} docs for {} ids", found.len(), part.len()),
+            });
+        }
+        stored.extend(part.iter().copied().zip(found));
+    }
+    let mut stale = vec![false; writes.len()];
+    for (i, found) in stored {
+        let w = &mut writes[i];
+        if let Some((version, _)) = &found {
+            if *version >= w.version {
+                stale[i] = true;
+                continue;
+            }
+        }
+        merge(w, found.map(|(_, source)| source), flag);
+    }
+    let mut i = 0;
+    writes.retain(|_| {
+        i += 1;
+        !stale[i - 1]
+    });
+    Ok(())
+}
+
+/// Fills `w` from the stored source and turns it into a plain index.
+fn merge(w: &mut Write<'_>, stored: Option<Map<String, Value>>, flag: &str) {
+    match &mut w.action {
+        Action::Index { doc, missing } => {
+            let unknown: Vec<String> = std::mem::take(missing)
+                .into_iter()
+                .filter(|field| match stored.as_ref().and_then(|s| s.get(field)) {
+                    Some(v) => {
+                        doc.to_mut().insert(field.clone(), v.clone());
+                        false
+                    }
+                    None => true,
+                })
+                .collect();
+            if !unknown.is_empty() {
+                tracing::warn!(
+                    index = %w.index,
+                    id = %w.id,
+                    fields = ?unknown,
+                    "unavailable (unchanged TOAST) values are not stored either: left out"
+                );
+            }
+        }
+        Action::SoftDelete { fallback } => {
+            let doc = match stored {
+                Some(mut source) => {
+                    source.insert(flag.to_owned(), Value::Bool(true));
+                    std::borrow::Cow::Owned(source)
+                }
+                None => std::mem::take(fallback),
+            };
+            w.action = Action::Index {
+                doc,
+                missing: Vec::new(),
+            };
+        }
+        Action::Delete => {}
+    }
+}
+
+/// One `_mget`: for each requested doc, its version and source, or `None` when absent.
+async fn mget(client: &Elasticsearch, docs: Vec<Value>) -> Result<Vec<Option<Stored>>, EsError> {
+    let response = client
+        .mget(MgetParts::None)
+        .body(json!({ "docs": docs }))
+        .send()
+        .await
+        .map_err(|source| EsError::Transport {
+            what: "mget",
+            source,
+        })?;
+    let status = response.status_code().as_u16();
+    let body = response
+        .bytes()
+        .await
+        .map_err(|source| EsError::Transport {
+            what: "mget response",
+            source,
+        })?;
+    if !(200..300).contains(&status) {
+        return Err(status_error("mget", status, &body));
+    }
+    let parsed: MgetResponse = serde_json::from_slice(&body).map_err(|e| EsError::Response {
+        what: "mget",
+        reason: e.to_string(),
+    })?;
+    parsed
+        .docs
+        .into_iter()
+        .map(|d| match d.error {
+            // A missing index holds no document.
+            Some(e) if e["type"] == "index_not_found_exception" => Ok(None),
+            Some(e) => Err(EsError::Item {
+                index: String::new(),
+                id: String::new(),
+                status: 0,
+                error_type: e["type"].as_str().unwrap_or("").to_owned(),
+                reason: e["reason"].as_str().unwrap_or("").to_owned(),
+                class: Class::Retriable,
+            }),
+            None if d.found => match (d.version, d.source) {
+                (Some(v), Some(s)) => Ok(Some((v, s))),
+                _ => Err(EsError::Response {
+                    what: "mget",
+                    reason: "a found document without _version or _source".into(),
+                }),
+            },
+            None => Ok(None),
+        })
+        .collect()
+}

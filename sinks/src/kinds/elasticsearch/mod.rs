@@ -1,0 +1,240 @@
+//! `elasticsearch`: one index per captured table, equal to the source table,
+//! with replays and duplicates harmless.
+//!
+//! * **Documents.** Index from `index.pattern` (default `{topic}`), `_id` = the
+//!   primary key (see [`plan::document_id`]), `_source` = the row (`after`).
+//! * **Versions.** Every write is a bulk action with `version_type = external`
+//!   and the event's version packed by [`version`]; Elasticsearch itself
+//!   rejects an older or repeated change (a per-item 409, counted as settled).
+//! * **Positions** are not owned: the runner commits offsets to Kafka after
+//!   `apply` returned `Ok`, i.e. after every item of the batch is settled
+//!   (applied, or stale). A crash replays the uncommitted tail; the versions
+//!   make that harmless.
+//! * **Deletes** are versioned deletes. Elasticsearch keeps the tombstone's
+//!   version for `index.gc_deletes` only (default 60 s): replaying an older
+//!   insert of a deleted row from further back than that resurrects it.
+//!   `delete.mode = "soft"` keeps the document with `soft.delete.field = true`
+//!   instead (and `false` on live documents), safe to replay from any point.
+//! * **Unchanged TOAST** values keep the stored field (see [`merge`]).
+//! * **Failures** ([`error`]): a record the cluster refuses (mapping conflict,
+//!   bad index name) is rejected to the dead-letter topic and the rest of the
+//!   batch applied again (harmlessly); 429/5xx/no response retry the batch
+//!   with backoff; bad credentials or a refused request stop the runner.
+//!   Truncate events are rejected (no delete-by-query on locked-down clusters).
+//! * **Memory:** one bulk request (`bulk.max.actions` / `bulk.max.bytes`) is
+//!   encoded at a time, beside the batch the runner bounds.
+
+pub mod bulk;
+pub mod config;
+pub mod error;
+pub mod merge;
+pub mod plan;
+pub mod version;
+
+use ::elasticsearch::auth::Credentials;
+use ::elasticsearch::cert::{Certificate, CertificateValidation};
+use ::elasticsearch::cluster::ClusterHealthParts;
+use ::elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
+use ::elasticsearch::http::Url;
+use ::elasticsearch::indices::IndicesPutIndexTemplateParts;
+use ::elasticsearch::Elasticsearch;
+use async_trait::async_trait;
+
+use self::bulk::{encode, Chunk, ItemMeta};
+use self::error::{Class, EsError, OpKind};
+use self::plan::{plan, Action};
+use crate::error::{RecordFailure, SinkError};
+use crate::sink::{Batch, Sink};
+pub use config::{DeleteMode, ElasticsearchConfig};
+
+/// The `elasticsearch` sink (see the module docs).
+pub struct ElasticsearchSink {
+    client: Elasticsearch,
+    config: ElasticsearchConfig,
+}
+
+impl ElasticsearchSink {
+    /// Builds the client, checks the cluster answers, installs `template.file` if set.
+    pub async fn connect(config: &ElasticsearchConfig) -> Result<Self, SinkError> {
+        let client = client(config)?;
+        let sink = Self {
+            client,
+            config: config.clone(),
+        };
+        sink.check_cluster().await?;
+        sink.install_template().await?;
+        Ok(sink)
+    }
+
+    /// The client, e.g. for tests and benchmarks against the same cluster.
+    pub fn client(&self) -> &Elasticsearch {
+        &self.client
+    }
+
+    async fn check_cluster(&self) -> Result<(), SinkError> {
+        let response = self
+            .client
+            .cluster()
+            .health(ClusterHealthParts::None)
+            .send()
+            .await
+            .map_err(|e| SinkError::fatal_from(format!("cannot reach {}", self.config.url), e))?;
+        let status = response.status_code().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(());
+        }
+        let body = response.bytes().await.unwrap_or_default();
+        Err(SinkError::fatal_from(
+            format!("{} refused the health check", self.config.url),
+            bulk::status_error("cluster health", status, &body),
+        ))
+    }
+
+    async fn install_template(&self) -> Result<(), SinkError> {
+        let Some(path) = &self.config.template_file else {
+            return Ok(());
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            SinkError::fatal_from(format!("sink.template.file {}", path.display()), e)
+        })?;
+        let body: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            SinkError::fatal_from(
+                format!("sink.template.file {}: not JSON", path.display()),
+                e,
+            )
+        })?;
+        let name = self.config.template_name.as_str();
+        let response = self
+            .client
+            .indices()
+            .put_index_template(IndicesPutIndexTemplateParts::Name(name))
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| SinkError::fatal_from("install index template", e))?;
+        let status = response.status_code().as_u16();
+        if (200..300).contains(&status) {
+            tracing::info!(template = name, "index template installed");
+            return Ok(());
+        }
+        let body = response.bytes().await.unwrap_or_default();
+        Err(SinkError::fatal_from(
+            format!("index template `{name}` from {} refused", path.display()),
+            bulk::status_error("put index template", status, &body),
+        ))
+    }
+
+    /// Sends the writes in bulk requests bounded by count and bytes; returns the
+    /// records the cluster refuses, or the first retriable/fatal error.
+    async fn write_all(&self, writes: &[plan::Write<'_>]) -> Result<Vec<RecordFailure>, SinkError> {
+        let (max_actions, max_bytes) = (self.config.bulk_max_actions, self.config.bulk_max_bytes);
+        let mut rejected = Vec::new();
+        let mut chunk = Chunk::default();
+        for w in writes {
+            let (op, doc) = match &w.action {
+                Action::Index { doc, .. } => (OpKind::Index, Some(doc.as_ref())),
+                Action::Delete => (OpKind::Delete, None),
+                // Resolved into an index by `merge::resolve`.
+                Action::SoftDelete { fallback } => (OpKind::Index, Some(fallback.as_ref())),
+            };
+            let meta = ItemMeta {
+                index: w.index.clone(),
+                id: w.id.clone(),
+                op,
+                offset: w.offset,
+            };
+            let encoded = encode(meta, w.version, doc);
+            if !chunk.fits(encoded.len(), max_actions, max_bytes) {
+                self.send(std::mem::take(&mut chunk), &mut rejected).await?;
+            }
+            chunk.push(encoded);
+        }
+        if !chunk.is_empty() {
+            self.send(chunk, &mut rejected).await?;
+        }
+        Ok(rejected)
+    }
+
+    async fn send(&self, chunk: Chunk, rejected: &mut Vec<RecordFailure>) -> Result<(), SinkError> {
+        let failures = bulk::send(&self.client, chunk).await?;
+        let mut worst: Option<EsError> = None;
+        for (meta, e) in failures {
+            match e.class() {
+                Class::Record => rejected.push(RecordFailure::new(meta.offset, e.to_string())),
+                Class::Fatal => return Err(e.into()),
+                Class::Retriable if worst.is_none() => worst = Some(e),
+                Class::Retriable | Class::Settled => {}
+            }
+        }
+        match worst {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for ElasticsearchSink {
+    fn name(&self) -> &str {
+        "elasticsearch"
+    }
+
+    async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
+        let plan = plan(batch, &self.config);
+        if !plan.rejected.is_empty() {
+            // Before any write: the runner dead-letters them and hands the rest back.
+            return Err(SinkError::Rejected(plan.rejected));
+        }
+        let mut writes = plan.writes;
+        merge::resolve(
+            &self.client,
+            &mut writes,
+            self.config.bulk_max_actions,
+            &self.config.soft_delete_field,
+        )
+        .await?;
+        let rejected = self.write_all(&writes).await?;
+        if rejected.is_empty() {
+            Ok(())
+        } else {
+            Err(SinkError::Rejected(rejected))
+        }
+    }
+}
+
+/// The client for `config`: URL, credentials, TLS, timeout.
+fn client(config: &ElasticsearchConfig) -> Result<Elasticsearch, SinkError> {
+    let url = Url::parse(config.url.trim())
+        .map_err(|e| SinkError::fatal_from(format!("sink.url {:?}", config.url), e))?;
+    let mut builder = TransportBuilder::new(SingleNodeConnectionPool::new(url))
+        .timeout(config.request_timeout())
+        .disable_proxy();
+    let secret = |s: &crate::secret::Secret, key: &str| {
+        s.resolve()
+            .map(|v| v.expose().to_owned())
+            .map_err(|e| SinkError::fatal_from(format!("sink.{key}"), e))
+    };
+    if let Some(key) = &config.api_key {
+        builder = builder.auth(Credentials::EncodedApiKey(secret(key, "api.key")?));
+    } else if let (Some(user), Some(password)) = (&config.username, &config.password) {
+        builder = builder.auth(Credentials::Basic(
+            user.clone(),
+            secret(password, "password")?,
+        ));
+    }
+    if !config.tls_verify {
+        builder = builder.cert_validation(CertificateValidation::None);
+    } else if let Some(path) = &config.tls_ca_file {
+        let pem = std::fs::read(path).map_err(|e| {
+            SinkError::fatal_from(format!("sink.tls.ca.file {}", path.display()), e)
+        })?;
+        let cert = Certificate::from_pem(&pem).map_err(|e| {
+            SinkError::fatal_from(format!("sink.tls.ca.file {}: not PEM", path.display()), e)
+        })?;
+        builder = builder.cert_validation(CertificateValidation::Full(cert));
+    }
+    let transport = builder
+        .build()
+        .map_err(|e| SinkError::fatal_from("elasticsearch client", e))?;
+    Ok(Elasticsearch::new(transport))
+}

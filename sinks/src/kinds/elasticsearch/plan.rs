@@ -1,0 +1,243 @@
+//! From a batch to one write per document: index name, document id, external
+//! version, and what to write.
+//!
+//! Events of one key inside a batch are folded in offset order into a single
+//! write carrying the last event's version: the result equals applying them
+//! one by one, since Elasticsearch would keep only the newest anyway. Values
+//! marked unavailable (unchanged TOAST) are taken from an earlier event of the
+//! same key in the batch when there is one, else left to be read from the
+//! stored document (see [`super::merge`]).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::config::{DeleteMode, ElasticsearchConfig};
+use super::version::external_version;
+use crate::error::RecordFailure;
+use crate::event::{ChangeEvent, Op};
+use crate::sink::{Batch, Record};
+
+/// The marker the capture (and Debezium) writes for an unchanged TOASTed value.
+pub const UNAVAILABLE_VALUE: &str = "__debezium_unavailable_value";
+/// Elasticsearch's limit on `_id`, in bytes.
+pub const MAX_ID_BYTES: usize = 512;
+
+/// What to do with one document.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action<'a> {
+    /// Index `doc`; the fields in `missing` must be taken from the stored document.
+    Index {
+        /// The document (the row), without unavailable values.
+        doc: Cow<'a, Map<String, Value>>,
+        /// Columns whose value was unavailable and is not in the batch.
+        missing: Vec<String>,
+    },
+    /// A versioned delete (`delete.mode = delete`).
+    Delete,
+    /// `delete.mode = soft`: keep the stored document with the flag set; `fallback`
+    /// (the before image) is written when nothing is stored.
+    SoftDelete {
+        /// The before image, used when the document is not stored.
+        fallback: Cow<'a, Map<String, Value>>,
+    },
+}
+
+/// One write: where, which version, what, and the record it comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Write<'a> {
+    /// Target index.
+    pub index: String,
+    /// Document id (the primary key).
+    pub id: String,
+    /// External version of the last event folded in.
+    pub version: i64,
+    /// The write.
+    pub action: Action<'a>,
+    /// Offset of the last event folded in (the one dead-lettered if the write is rejected).
+    pub offset: i64,
+}
+
+impl Write<'_> {
+    /// True when the stored document must be read first (TOAST merge, soft delete).
+    pub fn needs_stored(&self) -> bool {
+        match &self.action {
+            Action::Index { missing, .. } => !missing.is_empty(),
+            Action::Delete => false,
+            Action::SoftDelete { .. } => true,
+        }
+    }
+}
+
+/// The writes of a batch in first-seen order, and the records that can never be applied.
+#[derive(Debug, Default)]
+pub struct Plan<'a> {
+    /// One write per (index, id).
+    pub writes: Vec<Write<'a>>,
+    /// Records rejected before any request (no key, bad version, truncate, ...).
+    pub rejected: Vec<RecordFailure>,
+}
+
+/// Builds the plan of `batch`. Tombstones and logical messages need no write.
+pub fn plan<'a>(batch: &'a Batch, config: &ElasticsearchConfig) -> Plan<'a> {
+    let mut out = Plan::default();
+    let mut slots: HashMap<(String, String), usize> = HashMap::new();
+    for record in batch.records() {
+        let Some(event) = record.event() else {
+            continue; // a tombstone: the delete event before it did the work
+        };
+        match event.op {
+            Op::Message => continue,
+            Op::Truncate => {
+                out.rejected.push(RecordFailure::new(
+                    record.offset,
+                    "truncate is not supported by the elasticsearch sink (no delete-by-query)",
+                ));
+                continue;
+            }
+            Op::Create | Op::Read | Op::Update | Op::Delete => {}
+        }
+        let write = match write_of(batch, record, event, config) {
+            Ok(w) => w,
+            Err(reason) => {
+                out.rejected.push(RecordFailure::new(record.offset, reason));
+                continue;
+            }
+        };
+        let slot = (write.index.clone(), write.id.clone());
+        match slots.get(&slot).and_then(|&i| out.writes.get_mut(i)) {
+            Some(prev) => fold(prev, write, &config.soft_delete_field),
+            None => {
+                slots.insert(slot, out.writes.len());
+                out.writes.push(write);
+            }
+        }
+    }
+    out
+}
+
+/// Replaces `prev` by `next`, filling `next`'s unavailable values from `prev`'s document.
+/// A soft delete after an indexed version keeps that version's document, flagged.
+fn fold<'a>(prev: &mut Write<'a>, mut next: Write<'a>, flag: &str) {
+    match (&mut prev.action, &mut next.action) {
+        (Action::Index { doc: old, .. }, Action::Index { doc, missing }) => {
+            missing.retain(|field| match old.get(field) {
+                Some(v) => {
+                    doc.to_mut().insert(field.clone(), v.clone());
+                    false
+                }
+                None => true,
+            });
+        }
+        (Action::Index { doc: old, missing }, Action::SoftDelete { .. }) => {
+            let mut doc = std::mem::take(old);
+            doc.to_mut().insert(flag.to_owned(), Value::Bool(true));
+            next.action = Action::Index {
+                doc,
+                missing: std::mem::take(missing),
+            };
+        }
+        _ => {}
+    }
+    *prev = next;
+}
+
+fn write_of<'a>(
+    batch: &Batch,
+    record: &'a Record,
+    event: &'a ChangeEvent,
+    config: &ElasticsearchConfig,
+) -> Result<Write<'a>, String> {
+    let key = record
+        .key
+        .as_ref()
+        .ok_or("record without a key: the table needs a primary key")?;
+    let id = document_id(key)?;
+    let index = index_name(&config.index_pattern, batch.topic(), event);
+    let version = external_version(event.version, config.seq_bits).map_err(|e| e.to_string())?;
+    let action = match (event.op, config.delete_mode) {
+        (Op::Delete, DeleteMode::Delete) => Action::Delete,
+        (Op::Delete, DeleteMode::Soft) => {
+            let before = event.before.as_ref().ok_or("delete without `before`")?;
+            let (mut fallback, _) = without_unavailable(before);
+            fallback
+                .to_mut()
+                .insert(config.soft_delete_field.clone(), Value::Bool(true));
+            Action::SoftDelete { fallback }
+        }
+        _ => {
+            let after = event.after.as_ref().ok_or("change without `after`")?;
+            let (mut doc, missing) = without_unavailable(after);
+            if config.delete_mode == DeleteMode::Soft {
+                doc.to_mut()
+                    .insert(config.soft_delete_field.clone(), Value::Bool(false));
+            }
+            Action::Index { doc, missing }
+        }
+    };
+    Ok(Write {
+        index,
+        id,
+        version,
+        action,
+        offset: record.offset,
+    })
+}
+
+/// The row without unavailable values (borrowed when there are none), and their names.
+fn without_unavailable(row: &Map<String, Value>) -> (Cow<'_, Map<String, Value>>, Vec<String>) {
+    let missing: Vec<String> = row
+        .iter()
+        .filter(|(_, v)| v.as_str() == Some(UNAVAILABLE_VALUE))
+        .map(|(k, _)| k.clone())
+        .collect();
+    if missing.is_empty() {
+        return (Cow::Borrowed(row), missing);
+    }
+    let mut owned = row.clone();
+    for k in &missing {
+        owned.remove(k);
+    }
+    (Cow::Owned(owned), missing)
+}
+
+/// The document id of a primary key: a single column's value as text (strings as
+/// they are), a composite key as the JSON array of its values in key order.
+pub fn document_id(key: &Value) -> Result<String, String> {
+    let id = match key {
+        Value::Object(fields) if fields.len() == 1 => match fields.values().next() {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            Some(Value::Bool(b)) => b.to_string(),
+            Some(Value::Null) | None => return Err("primary key value is null".into()),
+            Some(other) => other.to_string(),
+        },
+        Value::Object(fields) if !fields.is_empty() => {
+            Value::Array(fields.values().cloned().collect()).to_string()
+        }
+        other => return Err(format!("key must be a non-empty JSON object, got {other}")),
+    };
+    if id.is_empty() || id.len() > MAX_ID_BYTES {
+        return Err(format!(
+            "document id is {} bytes; Elasticsearch accepts 1 to {MAX_ID_BYTES}",
+            id.len()
+        ));
+    }
+    Ok(id)
+}
+
+/// The index of an event: `index.pattern` with its placeholders replaced, lower-cased.
+pub fn index_name(pattern: &str, topic: &str, event: &ChangeEvent) -> String {
+    let db = event.source.get("db").and_then(Value::as_str).unwrap_or("");
+    pattern
+        .replace("{topic}", topic)
+        .replace("{db}", db)
+        .replace("{schema}", event.schema_name().unwrap_or(""))
+        .replace("{table}", event.table().unwrap_or(""))
+        .to_lowercase()
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

@@ -1,0 +1,143 @@
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::*;
+use crate::event::{decode_value, Payload};
+
+fn config(extra: &str) -> ElasticsearchConfig {
+    toml::from_str(extra).expect("config")
+}
+
+fn record(offset: i64, id: i64, op: &str, lsn: u64, seq: u64, row: Value) -> Record {
+    let (before, after) = if op == "d" {
+        (row, Value::Null)
+    } else {
+        (Value::Null, row)
+    };
+    let v = json!({"before": before, "after": after, "op": op,
+        "source": {"commit_lsn": lsn, "event_seq": seq, "schema": "public", "table": "T", "db": "d"}});
+    let payload = decode_value(Some(v.to_string().as_bytes())).expect("envelope");
+    Record::new(offset, Some(json!({ "id": id })), payload)
+}
+
+fn batch(records: Vec<Record>) -> Batch {
+    let next = records.last().map_or(0, |r| r.offset + 1);
+    Batch::new(Arc::from("g"), (Arc::from("p.public.t"), 0), records, next)
+}
+
+#[test]
+fn events_of_a_key_fold_into_the_last_version_with_toast_filled_from_the_batch() {
+    let b = batch(vec![
+        record(0, 1, "c", 100, 0, json!({"id": 1, "body": "big", "n": 0})),
+        record(1, 2, "c", 100, 1, json!({"id": 2, "body": "x", "n": 0})),
+        record(
+            2,
+            1,
+            "u",
+            200,
+            0,
+            json!({"id": 1, "body": UNAVAILABLE_VALUE, "n": 1}),
+        ),
+    ]);
+    let p = plan(&b, &config(""));
+    assert!(p.rejected.is_empty());
+    assert_eq!(p.writes.len(), 2);
+    let w = &p.writes[0];
+    assert_eq!(
+        (w.index.as_str(), w.id.as_str(), w.offset),
+        ("p.public.t", "1", 2)
+    );
+    assert_eq!(w.version, (200 << 20) as i64);
+    assert_eq!(
+        w.action,
+        Action::Index {
+            doc: Cow::Owned(
+                json!({"id": 1, "n": 1, "body": "big"})
+                    .as_object()
+                    .cloned()
+                    .expect("obj")
+            ),
+            missing: vec![]
+        }
+    );
+    assert!(!w.needs_stored());
+}
+
+#[test]
+fn unavailable_values_without_an_earlier_event_are_read_from_the_store() {
+    let b = batch(vec![record(
+        5,
+        1,
+        "u",
+        300,
+        2,
+        json!({"id": 1, "body": UNAVAILABLE_VALUE}),
+    )]);
+    let p = plan(&b, &config(""));
+    let w = &p.writes[0];
+    assert!(w.needs_stored());
+    assert!(
+        matches!(&w.action, Action::Index { missing, doc } if missing == &["body"] && !doc.contains_key("body"))
+    );
+}
+
+#[test]
+fn deletes_and_soft_deletes() {
+    let b = batch(vec![
+        record(0, 1, "c", 100, 0, json!({"id": 1, "n": 0})),
+        record(1, 1, "d", 200, 0, json!({"id": 1})),
+        Record::new(2, Some(json!({"id": 1})), Payload::Tombstone),
+    ]);
+    let p = plan(&b, &config(""));
+    assert_eq!(p.writes.len(), 1);
+    assert_eq!(p.writes[0].action, Action::Delete);
+    assert_eq!(p.writes[0].offset, 1);
+    let p = plan(&b, &config("delete.mode = \"soft\""));
+    let doc = json!({"id": 1, "n": 0, "__deleted": true});
+    assert_eq!(
+        p.writes[0].action,
+        Action::Index {
+            doc: Cow::Owned(doc.as_object().cloned().expect("obj")),
+            missing: vec![]
+        }
+    );
+    let b = batch(vec![record(1, 1, "d", 200, 0, json!({"id": 1}))]);
+    let p = plan(&b, &config("delete.mode = \"soft\""));
+    assert!(p.writes[0].needs_stored());
+}
+
+#[test]
+fn unappliable_records_are_rejected_before_any_write() {
+    let mut no_key = record(0, 1, "c", 1, 0, json!({"id": 1}));
+    no_key.key = None;
+    let too_big = record(1, 2, "c", 1 << 50, 0, json!({"id": 2}));
+    let b = batch(vec![
+        no_key,
+        too_big,
+        record(2, 3, "c", 1, 1, json!({"id": 3})),
+    ]);
+    let p = plan(&b, &config(""));
+    let offsets: Vec<i64> = p.rejected.iter().map(|f| f.offset).collect();
+    assert_eq!(offsets, vec![0, 1]);
+    assert_eq!(p.writes.len(), 1);
+}
+
+#[test]
+fn ids_and_index_names() {
+    assert_eq!(document_id(&json!({"id": 42})).as_deref(), Ok("42"));
+    assert_eq!(document_id(&json!({"k": "a/b"})).as_deref(), Ok("a/b"));
+    assert_eq!(
+        document_id(&json!({"a": 1, "b": "x"})).as_deref(),
+        Ok("[1,\"x\"]")
+    );
+    assert!(document_id(&json!({"k": null})).is_err());
+    assert!(document_id(&json!({"k": "x".repeat(513)})).is_err());
+    assert!(document_id(&json!(5)).is_err());
+    let b = batch(vec![record(0, 1, "c", 1, 0, json!({"id": 1}))]);
+    let e = b.records()[0].event().expect("event");
+    assert_eq!(
+        index_name("cdc-{db}-{schema}-{table}", "x", e),
+        "cdc-d-public-t"
+    );
+}
