@@ -51,11 +51,11 @@ pub struct Write<'a> {
     pub index: String,
     /// Document id (the primary key).
     pub id: String,
-    /// External version of the last event folded in.
+    /// External version of the newest event folded in.
     pub version: i64,
     /// The write.
     pub action: Action<'a>,
-    /// Offset of the last event folded in (the one dead-lettered if the write is rejected).
+    /// Offset of the event whose version is written (the one dead-lettered if the write is rejected).
     pub offset: i64,
 }
 
@@ -118,8 +118,15 @@ pub fn plan<'a>(batch: &'a Batch, config: &ElasticsearchConfig) -> Plan<'a> {
 }
 
 /// Replaces `prev` by `next`, filling `next`'s unavailable values from `prev`'s document.
-/// A soft delete after an indexed version keeps that version's document, flagged.
+/// Keeps the newer of two writes of one document. Deliveries may repeat or go
+/// back in version (a replayed or duplicated change), so offset order is not
+/// enough: an older or equal version is dropped, as Elasticsearch would.
+/// A newer write takes its unavailable values from the older one, and a soft
+/// delete after an indexed version keeps that version's document, flagged.
 fn fold<'a>(prev: &mut Write<'a>, mut next: Write<'a>, flag: &str) {
+    if next.version <= prev.version {
+        return;
+    }
     match (&mut prev.action, &mut next.action) {
         (Action::Index { doc: old, .. }, Action::Index { doc, missing }) => {
             missing.retain(|field| match old.get(field) {

@@ -141,3 +141,18 @@ fn ids_and_index_names() {
         "cdc-d-public-t"
     );
 }
+
+#[test]
+fn an_older_or_repeated_version_in_the_batch_never_wins() {
+    let b = batch(vec![
+        record(0, 1, "u", 300, 0, json!({"id": 1, "n": 3})),
+        record(1, 1, "u", 100, 0, json!({"id": 1, "n": 1})),
+        record(2, 1, "u", 300, 0, json!({"id": 1, "n": 3})),
+        record(3, 1, "d", 200, 0, json!({"id": 1})),
+    ]);
+    let p = plan(&b, &config(""));
+    assert_eq!(p.writes.len(), 1);
+    let w = &p.writes[0];
+    assert_eq!((w.offset, w.version), (0, (300 << 20) as i64));
+    assert!(matches!(&w.action, Action::Index { doc, .. } if doc.get("n") == Some(&json!(3))));
+}

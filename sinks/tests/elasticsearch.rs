@@ -1,0 +1,332 @@
+//! The elasticsearch sink against the real Elasticsearch and Kafka of `scripts/services`.
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use elasticsearch::http::transport::Transport;
+use elasticsearch::indices::{IndicesDeleteParts, IndicesRefreshParts};
+use elasticsearch::{Elasticsearch, SearchParts};
+use oncely_sinks::event::{decode_key, decode_value};
+use oncely_sinks::kinds::elasticsearch::plan::UNAVAILABLE_VALUE;
+use oncely_sinks::kinds::elasticsearch::{ElasticsearchConfig, ElasticsearchSink};
+use oncely_sinks::runner::{HEADER_ERROR, HEADER_OFFSET};
+use oncely_sinks::{Batch, Record, Runner, RunnerConfig, Sink};
+use rand::seq::SliceRandom;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+fn es_url() -> String {
+    match std::env::var("ONCELY_ES_URL") {
+        Ok(v) if !v.trim().is_empty() => v,
+        _ => panic!(
+            "ONCELY_ES_URL is not set: run `eval \"$(scripts/services env)\"` or scripts/test"
+        ),
+    }
+}
+
+fn es() -> Elasticsearch {
+    Elasticsearch::new(Transport::single_node(&es_url()).expect("es transport"))
+}
+
+fn sink_config(extra: &str) -> ElasticsearchConfig {
+    let c: ElasticsearchConfig =
+        toml::from_str(&format!("url = \"{}\"\n{extra}", es_url())).expect("sink config");
+    c.validate().expect("valid sink config");
+    c
+}
+
+/// Every document of `index` after a refresh: id -> (version, source).
+async fn documents(index: &str) -> BTreeMap<String, (i64, Value)> {
+    let client = es();
+    client
+        .indices()
+        .refresh(IndicesRefreshParts::Index(&[index]))
+        .send()
+        .await
+        .expect("refresh");
+    let body: Value = client
+        .search(SearchParts::Index(&[index]))
+        .body(json!({"size": 10000, "version": true, "query": {"match_all": {}}}))
+        .send()
+        .await
+        .expect("search")
+        .json()
+        .await
+        .expect("search body");
+    let hits = body["hits"]["hits"].as_array().cloned().unwrap_or_default();
+    hits.into_iter()
+        .map(|h| {
+            let id = h["_id"].as_str().expect("_id").to_owned();
+            (
+                id,
+                (
+                    h["_version"].as_i64().expect("_version"),
+                    h["_source"].clone(),
+                ),
+            )
+        })
+        .collect()
+}
+
+async fn delete_index(index: &str) {
+    let _ = es()
+        .indices()
+        .delete(IndicesDeleteParts::Index(&[index]))
+        .send()
+        .await;
+}
+
+/// An oncely envelope of table `t` for row `id`.
+fn change(op: &str, id: u64, lsn: u64, seq: u64, row: Value) -> Vec<u8> {
+    let (before, after) = if op == "d" {
+        (json!({"id": id}), Value::Null)
+    } else {
+        (Value::Null, row)
+    };
+    json!({"before": before, "after": after, "op": op, "ts_ms": 0,
+        "source": {"connector": "test", "lsn": lsn, "commit_lsn": lsn, "event_seq": seq, "schema": "public", "table": "t"}})
+    .to_string()
+    .into_bytes()
+}
+
+fn runner_config(topic: &str, batch: usize) -> RunnerConfig {
+    let mut c = RunnerConfig::new(brokers(), unique("g"), vec![topic.to_owned()]);
+    c.batch_max_records = batch;
+    c.batch_max_ms = 5;
+    c.retry_backoff_ms = 10;
+    c.retry_backoff_max_ms = 200;
+    c
+}
+
+/// Runs the sink until `group` committed `want` on every partition of `topic`, then stops it.
+async fn run_until_committed(config: RunnerConfig, sink: Arc<dyn Sink>, topic: &str, want: &[i64]) {
+    let group = config.group_id.clone();
+    let stop = CancellationToken::new();
+    let runner = Runner::new(config, sink).expect("runner");
+    let task = tokio::spawn(runner.run(stop.clone()));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let got = committed(&group, topic, want.len() as i32).await;
+        if got == want {
+            break;
+        }
+        assert!(!task.is_finished(), "runner stopped early");
+        assert!(
+            Instant::now() < deadline,
+            "committed {got:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.cancel();
+    task.await.expect("runner task").expect("runner result");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicated_and_out_of_order_deliveries_never_leave_an_older_version() {
+    let topic = unique("es_dup");
+    create_topic(&topic, 2).await;
+    // Per key: versions 1..=6, a delete at version 4 for every third key, then
+    // every event delivered twice, in a shuffled order (per key, as Kafka keeps).
+    let mut per_partition: BTreeMap<i32, Vec<(u64, Vec<u8>)>> = BTreeMap::new();
+    let mut expected: BTreeMap<String, (u64, Option<Value>)> = BTreeMap::new();
+    for id in 0..30u64 {
+        let mut events = Vec::new();
+        for v in 1..=6u64 {
+            let (lsn, seq) = (1_000 * v + id, v % 3);
+            let deleted = id % 3 == 0 && v == 4;
+            let op = if deleted {
+                "d"
+            } else if v == 1 {
+                "c"
+            } else {
+                "u"
+            };
+            let row = json!({"id": id, "v": v, "name": format!("row {id} v{v}")});
+            events.push(change(op, id, lsn, seq, row.clone()));
+            let newest = expected.entry(id.to_string()).or_insert((0, None));
+            let packed = (lsn << 20) | seq;
+            if packed > newest.0 {
+                *newest = (packed, (!deleted).then_some(row));
+            }
+        }
+        // Version 6 is the newest; keys that stop at the delete lose it.
+        if id % 3 == 0 {
+            events.truncate(4);
+            let del_lsn = 4_000 + id;
+            expected.insert(id.to_string(), ((del_lsn << 20) | 1, None));
+        }
+        let mut delivered: Vec<Vec<u8>> = events.iter().chain(events.iter()).cloned().collect();
+        delivered.shuffle(&mut rand::rng());
+        let p = (id % 2) as i32;
+        per_partition
+            .entry(p)
+            .or_default()
+            .extend(delivered.into_iter().map(|e| (id, e)));
+    }
+    let mut out = Vec::new();
+    let mut ends = vec![0i64; 2];
+    for (p, events) in per_partition {
+        ends[p as usize] = events.len() as i64;
+        out.extend(events.into_iter().map(|(id, value)| Out {
+            key: Some(key(id)),
+            value: Some(value),
+            partition: Some(p),
+        }));
+    }
+    produce(&topic, &out).await;
+
+    let sink = ElasticsearchSink::connect(&sink_config(""))
+        .await
+        .expect("sink");
+    run_until_committed(runner_config(&topic, 7), Arc::new(sink), &topic, &ends).await;
+
+    let docs = documents(&topic).await;
+    let want: BTreeMap<String, (i64, Value)> = expected
+        .into_iter()
+        .filter_map(|(id, (v, row))| row.map(|r| (id, (v as i64, r))))
+        .collect();
+    assert_eq!(
+        docs, want,
+        "each document is the newest version, deleted rows are gone"
+    );
+    delete_index(&topic).await;
+}
+
+fn batch_of(topic: &str, records: Vec<(u64, Vec<u8>)>, first_offset: i64) -> Batch {
+    let recs: Vec<Record> = records
+        .into_iter()
+        .enumerate()
+        .map(|(i, (id, v))| {
+            let k = key(id);
+            Record::new(
+                first_offset + i as i64,
+                decode_key(Some(&k)).expect("key"),
+                decode_value(Some(&v)).expect("value"),
+            )
+        })
+        .collect();
+    let next = first_offset + recs.len() as i64;
+    Batch::new(Arc::from("g"), (Arc::from(topic), 0), recs, next)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_toast_keeps_the_stored_value_and_soft_deletes_keep_the_document() {
+    let topic = unique("es_toast");
+    let sink = ElasticsearchSink::connect(&sink_config("delete.mode = \"soft\""))
+        .await
+        .expect("sink");
+    let create = (
+        1,
+        change("c", 1, 100, 0, json!({"id": 1, "n": 0, "body": "big text"})),
+    );
+    let toast = (
+        1,
+        change(
+            "u",
+            1,
+            200,
+            0,
+            json!({"id": 1, "n": 1, "body": UNAVAILABLE_VALUE}),
+        ),
+    );
+    let delete = (1, change("d", 1, 300, 0, json!({"id": 1})));
+    sink.apply(&batch_of(&topic, vec![create.clone()], 0))
+        .await
+        .expect("create");
+    sink.apply(&batch_of(&topic, vec![toast.clone()], 1))
+        .await
+        .expect("toast");
+    let docs = documents(&topic).await;
+    let v200 = 200 << 20;
+    assert_eq!(
+        docs.get("1"),
+        Some(&(
+            v200,
+            json!({"id": 1, "n": 1, "__deleted": false, "body": "big text"})
+        ))
+    );
+    // Replays of older batches change nothing.
+    sink.apply(&batch_of(&topic, vec![create.clone(), toast.clone()], 0))
+        .await
+        .expect("replay");
+    assert_eq!(documents(&topic).await, docs);
+    sink.apply(&batch_of(&topic, vec![delete.clone()], 2))
+        .await
+        .expect("delete");
+    let docs = documents(&topic).await;
+    let deleted = json!({"id": 1, "n": 1, "__deleted": true, "body": "big text"});
+    assert_eq!(docs.get("1"), Some(&(300 << 20, deleted.clone())));
+    sink.apply(&batch_of(&topic, vec![create, toast, delete], 0))
+        .await
+        .expect("replay all");
+    assert_eq!(
+        documents(&topic).await.get("1"),
+        Some(&(300 << 20, deleted))
+    );
+    delete_index(&topic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mapping_conflict_dead_letters_that_record_and_the_rest_lands() {
+    let topic = unique("es_map");
+    let dlq = unique("es_map_dlq");
+    create_topic(&topic, 1).await;
+    let dir = std::env::temp_dir().join(unique("es_tpl"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let template = dir.join("template.json");
+    let body = json!({"index_patterns": [format!("{topic}*")],
+        "template": {"mappings": {"properties": {"n": {"type": "long"}}}}});
+    std::fs::write(&template, body.to_string()).expect("template");
+    let tpl_name = unique("tpl");
+    let cfg = sink_config(&format!(
+        "template.file = \"{}\"\ntemplate.name = \"{tpl_name}\"\n",
+        template.display()
+    ));
+    let rows = [json!(1), json!("not a number"), json!(3), json!(4)];
+    let out: Vec<Out> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Out {
+            key: Some(key(i as u64)),
+            value: Some(change(
+                "c",
+                i as u64,
+                100,
+                i as u64,
+                json!({"id": i, "n": n}),
+            )),
+            partition: Some(0),
+        })
+        .collect();
+    produce(&topic, &out).await;
+    let sink = ElasticsearchSink::connect(&cfg).await.expect("sink");
+    let mut rc = runner_config(&topic, 100);
+    rc.dlq_topic = Some(dlq.clone());
+    rc.batch_max_ms = 500; // one batch holds all four records
+    run_until_committed(rc, Arc::new(sink), &topic, &[4]).await;
+
+    let docs = documents(&topic).await;
+    let ids: Vec<&str> = docs.keys().map(String::as_str).collect();
+    assert_eq!(ids, vec!["0", "2", "3"], "the rest of the batch landed");
+    assert_eq!(docs["2"].1, json!({"id": 2, "n": 3}));
+    let letters = read_topic(&dlq, 1, 1).await;
+    assert_eq!(letters.len(), 1, "exactly the bad record is dead-lettered");
+    assert_eq!(header(&letters[0], HEADER_OFFSET).as_deref(), Some("1"));
+    let reason = header(&letters[0], HEADER_ERROR).unwrap_or_default();
+    assert!(
+        reason.contains("document_parsing_exception")
+            || reason.contains("mapper_parsing_exception"),
+        "{reason}"
+    );
+    delete_index(&topic).await;
+    let _ = es()
+        .indices()
+        .delete_index_template(
+            elasticsearch::indices::IndicesDeleteIndexTemplateParts::Name(&tpl_name),
+        )
+        .send()
+        .await;
+}
