@@ -15,6 +15,7 @@ pub mod elasticsearch;
 pub mod file;
 pub mod journal;
 mod json;
+pub mod postgres;
 
 use std::sync::Arc;
 
@@ -36,6 +37,8 @@ pub enum SinkConfig {
     Journal(journal::JournalConfig),
     /// One Elasticsearch index per table, versioned bulk writes; Kafka holds the positions.
     Elasticsearch(elasticsearch::ElasticsearchConfig),
+    /// A PostgreSQL warehouse: one table per source table, versioned upserts, positions in the same transaction.
+    Postgres(postgres::PostgresConfig),
 }
 
 impl SinkConfig {
@@ -46,6 +49,7 @@ impl SinkConfig {
             Self::Stdout(_) => Ok(()),
             Self::Journal(c) => c.validate(),
             Self::Elasticsearch(c) => c.validate(),
+            Self::Postgres(c) => c.validate(),
         }
     }
 
@@ -56,6 +60,7 @@ impl SinkConfig {
             Self::Stdout(c) => Arc::new(file::FileSink::stdout(c)),
             Self::Journal(c) => Arc::new(journal::JournalSink::open(c)?),
             Self::Elasticsearch(c) => Arc::new(elasticsearch::ElasticsearchSink::connect(c).await?),
+            Self::Postgres(c) => Arc::new(postgres::PostgresSink::connect(c).await?),
         })
     }
 }

@@ -1,0 +1,298 @@
+//! `[sink] kind = "postgres"`: the warehouse sink's keys, defaults and checks.
+
+use std::fmt;
+
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+pub use crate::secret::Secret;
+
+/// Default `pool.max.size`: connections kept to the warehouse.
+pub const DEFAULT_POOL_MAX_SIZE: usize = 4;
+/// Default `target.schema`.
+pub const DEFAULT_TARGET_SCHEMA: &str = "public";
+/// Default `table.name.format`.
+pub const DEFAULT_TABLE_NAME_FORMAT: &str = "${schema}_${table}";
+/// Default `history.table.name.format`.
+pub const DEFAULT_HISTORY_TABLE_NAME_FORMAT: &str = "${schema}_${table}_history";
+/// Default `positions.table`.
+pub const DEFAULT_POSITIONS_TABLE: &str = "oncely_positions";
+/// Default `connect.timeout.ms`.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// PostgreSQL's limit on identifier length, in bytes.
+const MAX_IDENTIFIER_BYTES: usize = 63;
+
+/// `sslmode`: how the connection is secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SslMode {
+    /// Plain TCP (the default; for loopback or private networks).
+    #[default]
+    Disable,
+    /// TLS required. Not available in this build: refused by `validate()`.
+    Require,
+}
+
+/// `delete.mode`: what a delete event does to the target row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DeleteMode {
+    /// Keep the row as a tombstone (`__oncely_deleted = true` plus the delete's version):
+    /// a replayed older insert or update can never resurrect it. The default.
+    #[default]
+    Tombstone,
+    /// Remove the row (only when the stored version is older). **Loses the protection:**
+    /// replaying an older insert of that key afterwards brings the row back.
+    Hard,
+}
+
+/// `truncate.mode`: what a truncate event (op `t`) does to the target table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TruncateMode {
+    /// Mark every row older than the truncate as deleted (tombstones, version-guarded). The default.
+    #[default]
+    Delete,
+    /// `TRUNCATE` the target table: rows and tombstones are gone, so replays of older
+    /// changes can resurrect rows (same limit as `delete.mode = "hard"`).
+    Truncate,
+    /// Do nothing.
+    Ignore,
+}
+
+/// `[sink] kind = "postgres"` (see `examples/sink-postgres.toml`).
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// `url`: the warehouse, `postgres://user@host:port/db` or `host=... dbname=...`;
+    /// may be a `${env:NAME}` / `${file:/path}` reference.
+    pub url: Secret,
+    /// `password`: overrides the URL's password; may be a reference. Never logged.
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// `sslmode`: `disable` (default) or `require` (not available in this build).
+    #[serde(default)]
+    pub sslmode: SslMode,
+    /// `pool.max.size`: pooled connections (each partition worker uses one per batch).
+    #[serde(rename = "pool.max.size", default = "default_pool_max_size")]
+    pub pool_max_size: usize,
+    /// `connect.timeout.ms`: bound on opening one connection.
+    #[serde(rename = "connect.timeout.ms", default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// `target.schema`: the warehouse schema holding target, history and positions tables.
+    #[serde(rename = "target.schema", default = "default_target_schema")]
+    pub target_schema: String,
+    /// `table.name.format`: target table name; `${topic}`, `${schema}`, `${table}` are
+    /// replaced by the record's topic (dots become `_`) and source schema/table.
+    #[serde(rename = "table.name.format", default = "default_table_name_format")]
+    pub table_name_format: String,
+    /// `upsert.enabled`: mirror each source table (default true).
+    #[serde(rename = "upsert.enabled", default = "yes")]
+    pub upsert_enabled: bool,
+    /// `history.enabled`: append every change to a history table (default false).
+    #[serde(rename = "history.enabled", default)]
+    pub history_enabled: bool,
+    /// `history.table.name.format`: history table name, same placeholders.
+    #[serde(
+        rename = "history.table.name.format",
+        default = "default_history_table_name_format"
+    )]
+    pub history_table_name_format: String,
+    /// `positions.table`: where consumer positions are stored with the data.
+    #[serde(rename = "positions.table", default = "default_positions_table")]
+    pub positions_table: String,
+    /// `delete.mode`: `tombstone` (default) or `hard`.
+    #[serde(rename = "delete.mode", default)]
+    pub delete_mode: DeleteMode,
+    /// `truncate.mode`: `delete` (default), `truncate` or `ignore`.
+    #[serde(rename = "truncate.mode", default)]
+    pub truncate_mode: TruncateMode,
+}
+
+impl fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("url", &"***")
+            .field("sslmode", &self.sslmode)
+            .field("target_schema", &self.target_schema)
+            .field("table_name_format", &self.table_name_format)
+            .field("upsert_enabled", &self.upsert_enabled)
+            .field("history_enabled", &self.history_enabled)
+            .field("delete_mode", &self.delete_mode)
+            .field("truncate_mode", &self.truncate_mode)
+            .finish_non_exhaustive()
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_pool_max_size() -> usize {
+    DEFAULT_POOL_MAX_SIZE
+}
+fn default_connect_timeout_ms() -> u64 {
+    DEFAULT_CONNECT_TIMEOUT_MS
+}
+fn default_target_schema() -> String {
+    DEFAULT_TARGET_SCHEMA.to_owned()
+}
+fn default_table_name_format() -> String {
+    DEFAULT_TABLE_NAME_FORMAT.to_owned()
+}
+fn default_history_table_name_format() -> String {
+    DEFAULT_HISTORY_TABLE_NAME_FORMAT.to_owned()
+}
+fn default_positions_table() -> String {
+    DEFAULT_POSITIONS_TABLE.to_owned()
+}
+
+impl PostgresConfig {
+    /// A configuration with every default, writing to `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: Secret::new(url),
+            password: None,
+            sslmode: SslMode::Disable,
+            pool_max_size: DEFAULT_POOL_MAX_SIZE,
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            target_schema: default_target_schema(),
+            table_name_format: default_table_name_format(),
+            upsert_enabled: true,
+            history_enabled: false,
+            history_table_name_format: default_history_table_name_format(),
+            positions_table: default_positions_table(),
+            delete_mode: DeleteMode::Tombstone,
+            truncate_mode: TruncateMode::Delete,
+        }
+    }
+
+    /// Checks the values (secrets are resolved when the sink is built); errors name `sink.<key>`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.url.expose().trim().is_empty() {
+            return Err(ConfigError::new("sink.url", "must not be empty"));
+        }
+        if self.sslmode == SslMode::Require {
+            return Err(ConfigError::new(
+                "sink.sslmode",
+                "`require` is not available in this build (no TLS connector for tokio-postgres \
+                 is compiled in); use `disable` over a trusted network or a TLS tunnel",
+            ));
+        }
+        if !(1..=256).contains(&self.pool_max_size) {
+            return Err(ConfigError::new("sink.pool.max.size", "must be 1..=256"));
+        }
+        if self.connect_timeout_ms == 0 {
+            return Err(ConfigError::new("sink.connect.timeout.ms", "must be > 0"));
+        }
+        if !self.upsert_enabled && !self.history_enabled {
+            return Err(ConfigError::new(
+                "sink.upsert.enabled",
+                "with `history.enabled = false` nothing would be written; enable one",
+            ));
+        }
+        identifier("sink.target.schema", &self.target_schema)?;
+        identifier("sink.positions.table", &self.positions_table)?;
+        name_format("sink.table.name.format", &self.table_name_format)?;
+        name_format(
+            "sink.history.table.name.format",
+            &self.history_table_name_format,
+        )?;
+        if self.upsert_enabled
+            && self.history_enabled
+            && self.table_name_format == self.history_table_name_format
+        {
+            return Err(ConfigError::new(
+                "sink.history.table.name.format",
+                "must differ from `table.name.format`",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn identifier(field: &str, name: &str) -> Result<(), ConfigError> {
+    if name.is_empty() || name.len() > MAX_IDENTIFIER_BYTES {
+        return Err(ConfigError::new(
+            field,
+            format!("must be 1..={MAX_IDENTIFIER_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn name_format(field: &str, format: &str) -> Result<(), ConfigError> {
+    if format.trim().is_empty() {
+        return Err(ConfigError::new(field, "must not be empty"));
+    }
+    let rest = ["${topic}", "${schema}", "${table}"]
+        .iter()
+        .fold(format.to_owned(), |s, p| s.replace(p, ""));
+    if rest.contains("${") {
+        return Err(ConfigError::new(
+            field,
+            "unknown placeholder; known: ${topic}, ${schema}, ${table}",
+        ));
+    }
+    if !format.contains("${table}") && !format.contains("${topic}") {
+        return Err(ConfigError::new(
+            field,
+            "must contain ${table} or ${topic}, or every source table would share one target",
+        ));
+    }
+    Ok(())
+}
+
+/// Expands a name format for one record; `None` when the name would exceed PostgreSQL's limit.
+pub fn expand_name(format: &str, topic: &str, schema: &str, table: &str) -> Option<String> {
+    let name = format
+        .replace("${topic}", &topic.replace(['.', '-'], "_"))
+        .replace("${schema}", schema)
+        .replace("${table}", table);
+    (name.len() <= MAX_IDENTIFIER_BYTES).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_key() {
+        let mut c = PostgresConfig::new("postgres://x@h/db");
+        assert!(c.validate().is_ok());
+        c.sslmode = SslMode::Require;
+        assert_eq!(c.validate().expect_err("tls").field, "sink.sslmode");
+        c.sslmode = SslMode::Disable;
+        c.table_name_format = "${nope}_${table}".into();
+        assert_eq!(
+            c.validate().expect_err("fmt").field,
+            "sink.table.name.format"
+        );
+        c.table_name_format = "fixed".into();
+        assert_eq!(
+            c.validate().expect_err("fixed").field,
+            "sink.table.name.format"
+        );
+        c.table_name_format = DEFAULT_TABLE_NAME_FORMAT.into();
+        c.upsert_enabled = false;
+        assert_eq!(c.validate().expect_err("none").field, "sink.upsert.enabled");
+    }
+
+    #[test]
+    fn the_url_never_prints() {
+        let c = PostgresConfig::new("postgres://u:pw@h/db");
+        assert!(!format!("{c:?}").contains("pw"));
+    }
+
+    #[test]
+    fn names_expand() {
+        assert_eq!(
+            expand_name("${schema}_${table}", "p.public.t", "public", "t").as_deref(),
+            Some("public_t")
+        );
+        assert_eq!(
+            expand_name("${topic}", "p.public.t", "public", "t").as_deref(),
+            Some("p_public_t")
+        );
+        assert_eq!(expand_name("${table}", "x", "s", &"a".repeat(64)), None);
+    }
+}

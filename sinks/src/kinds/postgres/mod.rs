@@ -1,0 +1,389 @@
+//! `postgres`: the warehouse sink. Mirrors each captured table into a target table so
+//! that, after any crash, every target row equals its source row; optionally appends
+//! every change to a history table. It **owns its positions**.
+//!
+//! # How a batch is applied
+//!
+//! 1. **Plan** ([`plan`]): per target table, the changes of the batch collapse to the
+//!    newest per key (an unavailable TOAST value of the newest is filled from an
+//!    older change of the same batch when one carried it); a truncate splits the
+//!    batch so that what came before it is written before it.
+//! 2. **Schema** ([`table`]): missing target tables are created from the event's
+//!    columns ([`types`] maps Connect schemas to PostgreSQL types), new columns are
+//!    added, nothing is dropped or retyped. A value whose type an existing column
+//!    cannot take is a per-record failure (dead letter) naming the column and both types.
+//! 3. **Write** ([`write`]): one transaction holds set-based statements — one
+//!    `INSERT ... SELECT FROM unnest(...) ON CONFLICT (key) DO UPDATE ... WHERE
+//!    (stored lsn, seq) < (incoming lsn, seq)` per table and column list, the
+//!    history inserts (`ON CONFLICT (lsn, seq) DO NOTHING`) — **and the batch's
+//!    position** in the positions table, keyed by (group, topic, partition). On
+//!    assignment the runner seeks to the stored positions, so each record is
+//!    applied once; the version guard also makes replays of older changes harmless.
+//!
+//! # Rows, deletes, truncates, TOAST
+//!
+//! * A delete keeps a **tombstone**: `__oncely_deleted = true` with the delete's
+//!   version (other columns keep their last values), so a replayed older insert
+//!   cannot resurrect the row. Query live rows with `WHERE NOT __oncely_deleted`.
+//!   `delete.mode = "hard"` removes the row instead and loses that protection.
+//! * `truncate.mode`: `delete` (default) turns every older row into a tombstone;
+//!   `truncate` empties the table (losing the protection); `ignore`.
+//! * A column carrying `__debezium_unavailable_value` (unchanged TOAST) keeps the
+//!   stored value; on a row not stored yet it is NULL.
+//!
+//! # Limits
+//!
+//! * Versions of Debezium-written topics fall back to `source.lsn` (see
+//!   [`crate::event`]); the history table's `(lsn, seq)` key then relies on distinct LSNs.
+//! * Tables without a primary key (null record key) cannot be upserted: such records
+//!   are dead-lettered unless only history is enabled.
+//! * TLS (`sslmode = "require"`) is not available in this build.
+
+mod config;
+mod error;
+mod plan;
+mod table;
+mod types;
+mod write;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::NoTls;
+
+pub use config::{DeleteMode, PostgresConfig, Secret, SslMode, TruncateMode};
+pub use plan::UNAVAILABLE;
+pub use table::{DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
+
+use self::error::{classify, pool_error, to_sink_error, Class};
+use self::plan::{plan, Plan, Row, Step};
+use self::table::{quote, Catalog};
+use self::types::compatible;
+use self::write::{
+    conv_for_type, find_rejected, store_position, write_all, Group, Modes, Origin, Ready,
+};
+use crate::error::{RecordFailure, SinkError};
+use crate::sink::{Batch, Positions, Sink, TopicPartition};
+
+/// The `postgres` sink (see the module docs).
+pub struct PostgresSink {
+    pool: Pool,
+    catalog: Catalog,
+    config: PostgresConfig,
+    positions: String,
+}
+
+impl PostgresSink {
+    /// Connects (resolving secrets), creates the target schema and the positions table.
+    pub async fn connect(config: &PostgresConfig) -> Result<Self, SinkError> {
+        let url = config
+            .url
+            .resolve()
+            .map_err(|e| SinkError::fatal(format!("sink.url: {e}")))?;
+        let url = url.expose();
+        let mut pg: tokio_postgres::Config = url.parse().map_err(|_| {
+            SinkError::fatal("sink.url is not a valid PostgreSQL connection string")
+        })?;
+        if let Some(password) = &config.password {
+            let password = password
+                .resolve()
+                .map_err(|e| SinkError::fatal(format!("sink.password: {e}")))?;
+            pg.password(password.expose());
+        }
+        pg.connect_timeout(Duration::from_millis(config.connect_timeout_ms));
+        pg.application_name("oncely-sink-postgres");
+        let manager = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(config.pool_max_size)
+            .build()
+            .map_err(|e| SinkError::fatal_from("build the connection pool", e))?;
+        let catalog = Catalog::new(&config.target_schema);
+        let positions = catalog.qualified(&config.positions_table);
+        let sink = Self {
+            pool,
+            catalog,
+            config: config.clone(),
+            positions,
+        };
+        sink.setup().await?;
+        Ok(sink)
+    }
+
+    async fn setup(&self) -> Result<(), SinkError> {
+        let mut client = self.pool.get().await.map_err(pool_error)?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| to_sink_error("begin setup", e))?;
+        let ddl = format!(
+            "SELECT pg_advisory_xact_lock(hashtext('oncely-sink-postgres-setup'));\
+             CREATE SCHEMA IF NOT EXISTS {};\
+             CREATE TABLE IF NOT EXISTS {} (group_id text NOT NULL, topic text NOT NULL, \
+             partition integer NOT NULL, next_offset bigint NOT NULL, \
+             updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (group_id, topic, partition))",
+            quote(&self.config.target_schema),
+            self.positions
+        );
+        tx.batch_execute(&ddl)
+            .await
+            .map_err(|e| to_sink_error("create the schema and the positions table", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| to_sink_error("commit setup", e))
+    }
+
+    fn modes(&self) -> Modes {
+        Modes {
+            delete: self.config.delete_mode,
+            truncate: self.config.truncate_mode,
+        }
+    }
+
+    /// Resolves tables (creating and altering them) and checks every row against them.
+    async fn prepare(
+        &self,
+        client: &mut Client,
+        plan: Plan,
+        rejected: &mut Vec<RecordFailure>,
+    ) -> Result<Vec<Ready>, SinkError> {
+        let mut ready = Vec::new();
+        for step in plan.steps {
+            match step {
+                Step::Rows(tables) => {
+                    for (table, rows) in tables {
+                        let mut rows: Vec<Row> = rows.rows.into_values().collect();
+                        rows.sort_by_key(|r| r.offset);
+                        if let Some(r) = self.prepare_rows(client, &table, rows, rejected).await? {
+                            ready.push(r);
+                        }
+                    }
+                }
+                Step::Truncate { table, version } => {
+                    if let Some(info) = self.catalog.lookup(client, &table).await? {
+                        let v = (
+                            i64::try_from(version.lsn).unwrap_or(i64::MAX),
+                            i64::try_from(version.seq).unwrap_or(i64::MAX),
+                        );
+                        ready.push(Ready::Truncate {
+                            table: info,
+                            version: v,
+                        });
+                    }
+                }
+            }
+        }
+        for (table, rows) in plan.history {
+            let info = self.catalog.ensure_history(client, &table).await?;
+            ready.push(Ready::History(info, rows));
+        }
+        Ok(ready)
+    }
+
+    async fn prepare_rows(
+        &self,
+        client: &mut Client,
+        table: &str,
+        rows: Vec<Row>,
+        rejected: &mut Vec<RecordFailure>,
+    ) -> Result<Option<Ready>, SinkError> {
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let key: Vec<String> = first.key.keys().cloned().collect();
+        let mut wanted = BTreeMap::new();
+        for r in &rows {
+            for (name, spec) in &r.specs {
+                wanted.entry(name.clone()).or_insert_with(|| spec.clone());
+            }
+        }
+        let info = self
+            .catalog
+            .ensure_target(client, table, &key, &wanted)
+            .await?;
+        let mut groups: BTreeMap<(bool, Vec<String>, Vec<types::Conv>), Vec<Row>> = BTreeMap::new();
+        'rows: for row in rows {
+            let row_key: Vec<&String> = row.key.keys().collect();
+            if row_key != info.key.iter().collect::<Vec<_>>() {
+                rejected.push(RecordFailure::new(
+                    row.offset,
+                    format!(
+                        "{} has primary key ({}) but the record's key has columns ({})",
+                        info.qualified,
+                        info.key.join(", "),
+                        row_key
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+                continue;
+            }
+            if i64::try_from(row.version.lsn).is_err() || i64::try_from(row.version.seq).is_err() {
+                rejected.push(RecordFailure::new(
+                    row.offset,
+                    format!("version {} does not fit in bigint", row.version),
+                ));
+                continue;
+            }
+            for (name, spec) in &row.specs {
+                if let Some(actual) = info.columns.get(name) {
+                    if let Err(conflict) = compatible(spec, actual) {
+                        rejected.push(RecordFailure::new(
+                            row.offset,
+                            format!("column `{name}` of {}: {conflict}", info.qualified),
+                        ));
+                        continue 'rows;
+                    }
+                }
+            }
+            let mut columns = key.clone();
+            if let Some(values) = &row.values {
+                let mut rest: Vec<String> = values
+                    .keys()
+                    .chain(row.unavailable.iter())
+                    .filter(|c| !key.contains(c) && info.columns.contains_key(*c))
+                    .cloned()
+                    .collect();
+                rest.sort();
+                columns.extend(rest);
+            }
+            let convs = columns
+                .iter()
+                .map(|c| match row.specs.get(c) {
+                    Some(spec) if !spec.inferred => spec.conv,
+                    _ => conv_for_type(info.columns.get(c).map_or("text", String::as_str)),
+                })
+                .collect();
+            groups
+                .entry((row.values.is_none(), columns, convs))
+                .or_default()
+                .push(row);
+        }
+        let groups = groups
+            .into_iter()
+            .map(|((delete, columns, convs), rows)| Group {
+                columns,
+                convs,
+                rows,
+                delete,
+            })
+            .collect();
+        Ok(Some(Ready::Rows(info, groups)))
+    }
+
+    async fn write(
+        &self,
+        client: &mut Client,
+        steps: &[Ready],
+        batch: &Batch,
+    ) -> Result<(), tokio_postgres::Error> {
+        let origin = Origin {
+            topic: batch.topic(),
+            partition: batch.partition(),
+        };
+        let tx = client.transaction().await?;
+        write_all(&tx, steps, self.modes(), &origin).await?;
+        store_position(&tx, &self.positions, batch).await?;
+        tx.commit().await
+    }
+
+    /// After a data or integrity error: which records are refused (never commits).
+    async fn isolate(
+        &self,
+        client: &mut Client,
+        steps: &[Ready],
+        batch: &Batch,
+    ) -> Result<Vec<RecordFailure>, tokio_postgres::Error> {
+        let origin = Origin {
+            topic: batch.topic(),
+            partition: batch.partition(),
+        };
+        let mut tx = client.transaction().await?;
+        let failures = find_rejected(&mut tx, steps, self.modes(), &origin).await?;
+        tx.rollback().await?;
+        Ok(failures)
+    }
+}
+
+#[async_trait]
+impl Sink for PostgresSink {
+    fn name(&self) -> &str {
+        "postgres"
+    }
+
+    fn owns_positions(&self) -> bool {
+        true
+    }
+
+    async fn load_positions(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<Positions, SinkError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let topics: Vec<&str> = partitions.iter().map(|tp| tp.topic.as_str()).collect();
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT topic, partition, next_offset FROM {} WHERE group_id = $1 AND topic = ANY($2)",
+                    self.positions
+                ),
+                &[&group, &topics],
+            )
+            .await
+            .map_err(|e| to_sink_error("load positions", e))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                (
+                    TopicPartition::new(r.get::<_, String>(0), r.get(1)),
+                    r.get(2),
+                )
+            })
+            .filter(|(tp, _)| partitions.contains(tp))
+            .collect())
+    }
+
+    async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
+        let mut plan = plan(&self.config, batch);
+        let mut rejected = std::mem::take(&mut plan.rejected);
+        let mut client = self.pool.get().await.map_err(pool_error)?;
+        let steps = self.prepare(&mut client, plan, &mut rejected).await?;
+        if !rejected.is_empty() {
+            return Err(SinkError::Rejected(rejected));
+        }
+        let Err(e) = self.write(&mut client, &steps, batch).await else {
+            return Ok(());
+        };
+        if matches!(e.code(), Some(c) if *c == SqlState::UNDEFINED_TABLE || *c == SqlState::UNDEFINED_COLUMN)
+        {
+            self.catalog.invalidate();
+        }
+        if classify(&e) != Class::Record {
+            return Err(to_sink_error("write the batch", e));
+        }
+        match self.isolate(&mut client, &steps, batch).await {
+            Ok(failures) if !failures.is_empty() => Err(SinkError::Rejected(failures)),
+            Ok(_) => Err(to_sink_error(
+                "write the batch (no single record fails alone)",
+                e,
+            )),
+            Err(e2) => Err(to_sink_error("find the refused records", e2)),
+        }
+    }
+
+    async fn shutdown(&self) -> Result<(), SinkError> {
+        self.pool.close();
+        Ok(())
+    }
+}

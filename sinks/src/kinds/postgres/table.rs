@@ -1,0 +1,228 @@
+//! Target tables: what exists (cached from the catalog), and the DDL that creates
+//! missing tables and adds missing columns. Columns are never dropped or retyped.
+//!
+//! Every target table has, beside the source columns:
+//!
+//! | column | meaning |
+//! | --- | --- |
+//! | `__oncely_lsn`, `__oncely_seq` | the version of the last applied change (commit LSN, ordinal) |
+//! | `__oncely_deleted` | true once a delete (or a truncate) applied: a tombstone |
+//! | `__oncely_unavailable` | JSON array of columns whose value was unavailable (unchanged TOAST) in the last change; their stored value was kept |
+//!
+//! DDL runs in its own short transaction under a transaction-level advisory lock
+//! on the table's name, so several workers or runners creating one table queue up.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use deadpool_postgres::Client;
+
+use super::error::to_sink_error;
+use super::types::ColumnSpec;
+use crate::error::SinkError;
+
+/// Version column: commit LSN.
+pub const LSN: &str = "__oncely_lsn";
+/// Version column: ordinal in the transaction.
+pub const SEQ: &str = "__oncely_seq";
+/// Tombstone flag.
+pub const DELETED: &str = "__oncely_deleted";
+/// Columns kept from the stored row in the last change.
+pub const UNAVAILABLE_COLUMNS: &str = "__oncely_unavailable";
+
+/// A double-quoted identifier.
+pub fn quote(ident: &str) -> String {
+    format!("\"{}\"", ident.replace('"', "\"\""))
+}
+
+/// A single-quoted literal.
+pub fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// An existing table: its columns (name -> `format_type`) and primary key.
+#[derive(Debug, Clone, Default)]
+pub struct TableInfo {
+    /// Schema-qualified, quoted name.
+    pub qualified: String,
+    /// Column name -> type as `format_type` prints it.
+    pub columns: HashMap<String, String>,
+    /// Primary-key column names, sorted.
+    pub key: Vec<String>,
+}
+
+/// Cache of target tables, shared by all workers.
+pub struct Catalog {
+    schema: String,
+    tables: Mutex<HashMap<String, Arc<TableInfo>>>,
+}
+
+impl Catalog {
+    /// An empty cache for tables in `schema`.
+    pub fn new(schema: &str) -> Self {
+        Self {
+            schema: schema.to_owned(),
+            tables: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Schema-qualified, quoted name of `table`.
+    pub fn qualified(&self, table: &str) -> String {
+        format!("{}.{}", quote(&self.schema), quote(table))
+    }
+
+    /// Forgets every cached table (after an error that may come from a changed catalog).
+    pub fn invalidate(&self) {
+        self.tables
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    fn cached(&self, table: &str) -> Option<Arc<TableInfo>> {
+        self.tables
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(table)
+            .cloned()
+    }
+
+    /// The table as it exists now, or `None` (cached once found).
+    pub async fn lookup(
+        &self,
+        client: &Client,
+        table: &str,
+    ) -> Result<Option<Arc<TableInfo>>, SinkError> {
+        if let Some(t) = self.cached(table) {
+            return Ok(Some(t));
+        }
+        let info = load(client, &self.qualified(table)).await?;
+        Ok(info.map(|info| {
+            let info = Arc::new(info);
+            self.tables
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(table.to_owned(), info.clone());
+            info
+        }))
+    }
+
+    /// Creates the target table or adds the `wanted` columns it lacks; returns it as it is then.
+    pub async fn ensure_target(
+        &self,
+        client: &mut Client,
+        table: &str,
+        key: &[String],
+        wanted: &BTreeMap<String, ColumnSpec>,
+    ) -> Result<Arc<TableInfo>, SinkError> {
+        if let Some(t) = self.lookup(client, table).await? {
+            if wanted.keys().all(|c| t.columns.contains_key(c)) {
+                return Ok(t);
+            }
+        }
+        let q = self.qualified(table);
+        let mut columns: Vec<String> = wanted
+            .iter()
+            .map(|(name, spec)| {
+                let not_null = if key.contains(name) { " NOT NULL" } else { "" };
+                format!("{} {}{not_null}", quote(name), spec.ddl)
+            })
+            .collect();
+        columns.push(format!("{} bigint NOT NULL", quote(LSN)));
+        columns.push(format!("{} bigint NOT NULL", quote(SEQ)));
+        columns.push(format!("{} boolean NOT NULL DEFAULT false", quote(DELETED)));
+        columns.push(format!("{} jsonb", quote(UNAVAILABLE_COLUMNS)));
+        let keys: Vec<String> = key.iter().map(|k| quote(k)).collect();
+        let mut ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {q} ({}, PRIMARY KEY ({}));",
+            columns.join(", "),
+            keys.join(", ")
+        );
+        for (name, spec) in wanted {
+            ddl.push_str(&format!(
+                "ALTER TABLE {q} ADD COLUMN IF NOT EXISTS {} {};",
+                quote(name),
+                spec.ddl
+            ));
+        }
+        self.run_ddl(client, table, &ddl).await
+    }
+
+    /// Creates the history table `table` when missing.
+    pub async fn ensure_history(
+        &self,
+        client: &mut Client,
+        table: &str,
+    ) -> Result<Arc<TableInfo>, SinkError> {
+        if let Some(t) = self.lookup(client, table).await? {
+            return Ok(t);
+        }
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {} (lsn bigint NOT NULL, seq bigint NOT NULL, op text NOT NULL, \
+             key jsonb, before jsonb, after jsonb, source jsonb NOT NULL, ts_ms bigint, \
+             kafka_topic text NOT NULL, kafka_partition integer NOT NULL, kafka_offset bigint NOT NULL, \
+             applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (lsn, seq))",
+            self.qualified(table)
+        );
+        self.run_ddl(client, table, &ddl).await
+    }
+
+    async fn run_ddl(
+        &self,
+        client: &mut Client,
+        table: &str,
+        ddl: &str,
+    ) -> Result<Arc<TableInfo>, SinkError> {
+        let q = self.qualified(table);
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| to_sink_error("begin DDL", e))?;
+        tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&q])
+            .await
+            .map_err(|e| to_sink_error("lock for DDL", e))?;
+        tx.batch_execute(ddl)
+            .await
+            .map_err(|e| to_sink_error(&format!("create or alter {q}"), e))?;
+        tx.commit()
+            .await
+            .map_err(|e| to_sink_error("commit DDL", e))?;
+        self.tables
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(table);
+        self.lookup(client, table)
+            .await?
+            .ok_or_else(|| SinkError::retriable(format!("{q} vanished right after its DDL")))
+    }
+}
+
+async fn load(client: &Client, qualified: &str) -> Result<Option<TableInfo>, SinkError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
+                    coalesce(a.attnum = ANY(i.indkey), false) \
+             FROM pg_attribute a \
+             LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary \
+             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
+            &[&qualified],
+        )
+        .await
+        .map_err(|e| to_sink_error(&format!("read the columns of {qualified}"), e))?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let mut info = TableInfo {
+        qualified: qualified.to_owned(),
+        ..TableInfo::default()
+    };
+    for r in rows {
+        let name: String = r.get(0);
+        if r.get::<_, bool>(2) {
+            info.key.push(name.clone());
+        }
+        info.columns.insert(name, r.get(1));
+    }
+    info.key.sort();
+    Ok(Some(info))
+}

@@ -1,0 +1,417 @@
+//! Writing a [`Plan`] in one transaction with the batch's position: set-based
+//! statements (`unnest` of one array per column), never a round trip per row.
+//!
+//! * Upserts and tombstones: `INSERT ... SELECT FROM unnest(...) ON CONFLICT (key)
+//!   DO UPDATE ... WHERE (stored lsn, seq) < (incoming lsn, seq)`; a delete keeps the
+//!   stored columns and sets the tombstone flag; an unavailable column keeps its value.
+//! * Hard deletes: `DELETE ... USING unnest(...)` guarded by the same version test.
+//! * History: `INSERT ... ON CONFLICT (lsn, seq) DO NOTHING`.
+//!
+//! When a statement fails with a data or integrity error (SQLSTATE class 22/23), the
+//! transaction is rolled back and the plan is tried again one row per savepoint, in
+//! a transaction that is always rolled back, only to name the records to dead-letter.
+
+use std::collections::BTreeMap;
+
+use deadpool_postgres::Transaction;
+use serde_json::Value;
+use tokio_postgres::types::ToSql;
+
+use super::config::{DeleteMode, TruncateMode};
+use super::error::{classify, Class};
+use super::plan::{HistoryRow, Row};
+use super::table::{literal, quote, TableInfo, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
+use super::types::{to_text, ColumnSpec, Conv};
+use crate::error::RecordFailure;
+
+/// Rows of one table that share a column list: one statement.
+#[derive(Debug)]
+pub struct Group {
+    /// Columns written (key columns first).
+    pub columns: Vec<String>,
+    /// How each column's text becomes its value.
+    pub convs: Vec<Conv>,
+    /// The rows; deletes when `delete` is set.
+    pub rows: Vec<Row>,
+    /// A group of deletes.
+    pub delete: bool,
+}
+
+/// A step ready to write: table metadata resolved.
+#[derive(Debug)]
+pub enum Ready {
+    /// Groups of one target table.
+    Rows(std::sync::Arc<TableInfo>, Vec<Group>),
+    /// A truncate of an existing table.
+    Truncate {
+        /// The table.
+        table: std::sync::Arc<TableInfo>,
+        /// Version of the truncate.
+        version: (i64, i64),
+    },
+    /// History rows of one history table.
+    History(std::sync::Arc<TableInfo>, Vec<HistoryRow>),
+}
+
+/// How writes behave.
+#[derive(Debug, Clone, Copy)]
+pub struct Modes {
+    /// `delete.mode`.
+    pub delete: DeleteMode,
+    /// `truncate.mode`.
+    pub truncate: TruncateMode,
+}
+
+/// Identifies the batch for history rows.
+pub struct Origin<'a> {
+    /// Kafka topic.
+    pub topic: &'a str,
+    /// Kafka partition.
+    pub partition: i32,
+}
+
+type Params = Vec<Box<dyn ToSql + Sync + Send>>;
+
+/// Runs every step in `tx`; the first error is returned as is.
+pub async fn write_all(
+    tx: &Transaction<'_>,
+    steps: &[Ready],
+    modes: Modes,
+    origin: &Origin<'_>,
+) -> Result<(), tokio_postgres::Error> {
+    for step in steps {
+        match step {
+            Ready::Rows(info, groups) => {
+                for g in groups {
+                    let rows: Vec<&Row> = g.rows.iter().collect();
+                    write_group(tx, info, g, &rows, modes).await?;
+                }
+            }
+            Ready::Truncate { table, version } => truncate(tx, table, *version, modes).await?,
+            Ready::History(info, rows) => {
+                let rows: Vec<&HistoryRow> = rows.iter().collect();
+                history(tx, info, &rows, origin).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Tries every row alone (each under a savepoint) and names those refused with a
+/// data or integrity error. The caller rolls `tx` back.
+pub async fn find_rejected(
+    tx: &mut Transaction<'_>,
+    steps: &[Ready],
+    modes: Modes,
+    origin: &Origin<'_>,
+) -> Result<Vec<RecordFailure>, tokio_postgres::Error> {
+    let mut failures = Vec::new();
+    for step in steps {
+        match step {
+            Ready::Rows(info, groups) => {
+                for g in groups {
+                    for row in &g.rows {
+                        let sp = tx.savepoint("oncely_row").await?;
+                        match write_group(&sp, info, g, &[row], modes).await {
+                            Ok(()) => sp.commit().await?,
+                            Err(e) if classify(&e) == Class::Record => {
+                                failures.push(RecordFailure::new(row.offset, reason(info, &e)));
+                                sp.rollback().await?;
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+            }
+            Ready::Truncate { table, version } => truncate(tx, table, *version, modes).await?,
+            Ready::History(info, rows) => {
+                for row in rows {
+                    let sp = tx.savepoint("oncely_row").await?;
+                    match history(&sp, info, &[row], origin).await {
+                        Ok(()) => sp.commit().await?,
+                        Err(e) if classify(&e) == Class::Record => {
+                            failures.push(RecordFailure::new(row.offset, reason(info, &e)));
+                            sp.rollback().await?;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+    }
+    Ok(failures)
+}
+
+fn reason(info: &TableInfo, e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!(
+            "{} refused the row: {} (SQLSTATE {})",
+            info.qualified,
+            db.message(),
+            db.code().code()
+        ),
+        None => format!("{} refused the row: {e}", info.qualified),
+    }
+}
+
+/// The version as two bigints (LSNs and ordinals beyond `i64::MAX` are rejected when planning).
+pub fn version_params(row: &Row) -> (i64, i64) {
+    (
+        i64::try_from(row.version.lsn).unwrap_or(i64::MAX),
+        i64::try_from(row.version.seq).unwrap_or(i64::MAX),
+    )
+}
+
+async fn write_group(
+    tx: &Transaction<'_>,
+    info: &TableInfo,
+    group: &Group,
+    rows: &[&Row],
+    modes: Modes,
+) -> Result<(), tokio_postgres::Error> {
+    let hard = group.delete && modes.delete == DeleteMode::Hard;
+    let mut params: Params = Vec::with_capacity(group.columns.len() + 4);
+    for col in &group.columns {
+        let actual = info.columns.get(col).map_or("text", String::as_str);
+        let values: Vec<Option<String>> = rows
+            .iter()
+            .map(|r| {
+                let v = r
+                    .key
+                    .get(col)
+                    .or_else(|| r.values.as_ref().and_then(|m| m.get(col)));
+                v.and_then(|v| to_text(v, actual))
+            })
+            .collect();
+        params.push(Box::new(values));
+    }
+    let (lsns, seqs): (Vec<i64>, Vec<i64>) = rows.iter().map(|r| version_params(r)).unzip();
+    params.push(Box::new(lsns));
+    params.push(Box::new(seqs));
+    let sql = if hard {
+        delete_sql(info, group)
+    } else {
+        let deleted: Vec<bool> = rows.iter().map(|r| r.values.is_none()).collect();
+        let unavailable: Vec<Option<String>> = rows
+            .iter()
+            .map(|r| {
+                (!r.unavailable.is_empty()).then(|| {
+                    Value::Array(r.unavailable.iter().cloned().map(Value::String).collect())
+                        .to_string()
+                })
+            })
+            .collect();
+        params.push(Box::new(deleted));
+        params.push(Box::new(unavailable));
+        upsert_sql(info, group)
+    };
+    let stmt = tx.prepare_cached(&sql).await?;
+    let refs: Vec<&(dyn ToSql + Sync)> = params
+        .iter()
+        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+        .collect();
+    tx.execute(&stmt, &refs).await?;
+    Ok(())
+}
+
+/// `unnest($1::text[], ...) AS u(c0, ...)` for `n` text columns plus the given typed extras.
+fn unnest(n: usize, extras: &[(&str, &str)]) -> String {
+    let mut args: Vec<String> = (1..=n).map(|i| format!("${i}::text[]")).collect();
+    let mut names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+    for (i, (name, ty)) in extras.iter().enumerate() {
+        args.push(format!("${}::{ty}[]", n + i + 1));
+        names.push((*name).to_owned());
+    }
+    format!("unnest({}) AS u({})", args.join(", "), names.join(", "))
+}
+
+fn exprs(info: &TableInfo, group: &Group) -> Vec<String> {
+    group
+        .columns
+        .iter()
+        .zip(&group.convs)
+        .enumerate()
+        .map(|(i, (c, conv))| {
+            let actual = info.columns.get(c).map_or("text", String::as_str);
+            ColumnSpec {
+                ddl: actual.to_owned(),
+                conv: *conv,
+                inferred: false,
+            }
+            .select_expr(&format!("u.c{i}"), actual)
+        })
+        .collect()
+}
+
+/// The conversion for a column whose event carries no schema: by the target column's
+/// type, so schemaless events still fill columns typed by earlier events.
+pub fn conv_for_type(actual: &str) -> Conv {
+    match actual {
+        "timestamp without time zone" => Conv::EpochMicros,
+        "date" => Conv::EpochDays,
+        "time without time zone" => Conv::MicrosOfDay,
+        "interval" => Conv::Micros,
+        "bytea" => Conv::Base64,
+        _ => Conv::Cast,
+    }
+}
+
+fn upsert_sql(info: &TableInfo, group: &Group) -> String {
+    let columns = &group.columns;
+    let q = &info.qualified;
+    let (lsn, seq, del, unav) = (
+        quote(LSN),
+        quote(SEQ),
+        quote(DELETED),
+        quote(UNAVAILABLE_COLUMNS),
+    );
+    let names: Vec<String> = columns.iter().map(|c| quote(c)).collect();
+    let keys: Vec<String> = info.key.iter().map(|c| quote(c)).collect();
+    let mut set: Vec<String> = columns
+        .iter()
+        .filter(|c| !info.key.contains(c))
+        .map(|c| {
+            let qc = quote(c);
+            format!(
+                "{qc} = CASE WHEN EXCLUDED.{del} OR EXCLUDED.{unav} ? {} THEN t.{qc} ELSE EXCLUDED.{qc} END",
+                literal(c)
+            )
+        })
+        .collect();
+    set.extend([
+        format!("{lsn} = EXCLUDED.{lsn}"),
+        format!("{seq} = EXCLUDED.{seq}"),
+        format!("{del} = EXCLUDED.{del}"),
+        format!("{unav} = EXCLUDED.{unav}"),
+    ]);
+    format!(
+        "INSERT INTO {q} AS t ({}, {lsn}, {seq}, {del}, {unav}) \
+         SELECT {}, u.l, u.s, u.d, u.n::jsonb FROM {} \
+         ON CONFLICT ({}) DO UPDATE SET {} \
+         WHERE (t.{lsn}, t.{seq}) < (EXCLUDED.{lsn}, EXCLUDED.{seq})",
+        names.join(", "),
+        exprs(info, group).join(", "),
+        unnest(
+            columns.len(),
+            &[("l", "int8"), ("s", "int8"), ("d", "bool"), ("n", "text")]
+        ),
+        keys.join(", "),
+        set.join(", "),
+    )
+}
+
+fn delete_sql(info: &TableInfo, group: &Group) -> String {
+    let columns = &group.columns;
+    let (lsn, seq) = (quote(LSN), quote(SEQ));
+    let exprs = exprs(info, group);
+    let on: Vec<String> = columns
+        .iter()
+        .zip(exprs)
+        .map(|(c, e)| format!("t.{} = {e}", quote(c)))
+        .collect();
+    format!(
+        "DELETE FROM {} AS t USING {} WHERE {} AND (t.{lsn}, t.{seq}) < (u.l, u.s)",
+        info.qualified,
+        unnest(columns.len(), &[("l", "int8"), ("s", "int8")]),
+        on.join(" AND "),
+    )
+}
+
+async fn truncate(
+    tx: &Transaction<'_>,
+    info: &TableInfo,
+    (lsn, seq): (i64, i64),
+    modes: Modes,
+) -> Result<(), tokio_postgres::Error> {
+    let q = &info.qualified;
+    let (l, s, d, n) = (
+        quote(LSN),
+        quote(SEQ),
+        quote(DELETED),
+        quote(UNAVAILABLE_COLUMNS),
+    );
+    match modes.truncate {
+        TruncateMode::Ignore => Ok(()),
+        TruncateMode::Truncate => tx.batch_execute(&format!("TRUNCATE {q}")).await,
+        TruncateMode::Delete => {
+            let sql = format!(
+                "UPDATE {q} SET {d} = true, {l} = $1, {s} = $2, {n} = NULL WHERE ({l}, {s}) < ($1, $2)"
+            );
+            tx.execute(&sql, &[&lsn, &seq]).await.map(|_| ())
+        }
+    }
+}
+
+async fn history(
+    tx: &Transaction<'_>,
+    info: &TableInfo,
+    rows: &[&HistoryRow],
+    origin: &Origin<'_>,
+) -> Result<(), tokio_postgres::Error> {
+    let mut cols: BTreeMap<&str, Vec<Option<String>>> = BTreeMap::new();
+    for r in rows {
+        cols.entry("1op").or_default().push(Some(r.op.to_owned()));
+        cols.entry("2key").or_default().push(r.key.clone());
+        cols.entry("3before").or_default().push(r.before.clone());
+        cols.entry("4after").or_default().push(r.after.clone());
+        cols.entry("5source")
+            .or_default()
+            .push(Some(r.source.clone()));
+    }
+    let mut params: Params = cols.into_values().map(|v| Box::new(v) as _).collect();
+    let lsn: Vec<i64> = rows
+        .iter()
+        .map(|r| i64::try_from(r.version.lsn).unwrap_or(i64::MAX))
+        .collect();
+    let seq: Vec<i64> = rows
+        .iter()
+        .map(|r| i64::try_from(r.version.seq).unwrap_or(i64::MAX))
+        .collect();
+    let ts: Vec<Option<i64>> = rows.iter().map(|r| r.ts_ms).collect();
+    let offsets: Vec<i64> = rows.iter().map(|r| r.offset).collect();
+    params.push(Box::new(lsn));
+    params.push(Box::new(seq));
+    params.push(Box::new(ts));
+    params.push(Box::new(offsets));
+    params.push(Box::new(origin.topic.to_owned()));
+    params.push(Box::new(origin.partition));
+    let sql = format!(
+        "INSERT INTO {} (lsn, seq, op, key, before, after, source, ts_ms, kafka_topic, kafka_partition, kafka_offset) \
+         SELECT u.l, u.s, u.c0, u.c1::jsonb, u.c2::jsonb, u.c3::jsonb, u.c4::jsonb, u.ts, $10, $11, u.o FROM {} \
+         ON CONFLICT (lsn, seq) DO NOTHING",
+        info.qualified,
+        unnest(5, &[("l", "int8"), ("s", "int8"), ("ts", "int8"), ("o", "int8")]),
+    );
+    let stmt = tx.prepare_cached(&sql).await?;
+    let refs: Vec<&(dyn ToSql + Sync)> = params
+        .iter()
+        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+        .collect();
+    tx.execute(&stmt, &refs).await?;
+    Ok(())
+}
+
+/// Stores the batch's position in the same transaction.
+pub async fn store_position(
+    tx: &Transaction<'_>,
+    positions_table: &str,
+    batch: &crate::sink::Batch,
+) -> Result<(), tokio_postgres::Error> {
+    let sql = format!(
+        "INSERT INTO {positions_table} (group_id, topic, partition, next_offset, updated_at) \
+         VALUES ($1, $2, $3, $4, now()) ON CONFLICT (group_id, topic, partition) \
+         DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()"
+    );
+    let stmt = tx.prepare_cached(&sql).await?;
+    tx.execute(
+        &stmt,
+        &[
+            &batch.group(),
+            &batch.topic(),
+            &batch.partition(),
+            &batch.next_offset(),
+        ],
+    )
+    .await
+    .map(|_| ())
+}

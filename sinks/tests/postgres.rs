@@ -1,0 +1,562 @@
+//! The postgres sink against the real PostgreSQL of `scripts/services`: replays,
+//! tombstones, TOAST, schema evolution and typing, rejected records, truncates, history.
+//! Each test writes into a database of its own.
+mod common;
+
+use std::sync::Arc;
+
+use common::unique;
+use oncely_sinks::event::{decode_key, decode_value};
+use oncely_sinks::kinds::postgres::{DeleteMode, PostgresConfig, PostgresSink, UNAVAILABLE};
+use oncely_sinks::{Batch, Record, Sink, SinkError, TopicPartition};
+use serde_json::{json, Value};
+use tokio_postgres::{Client, NoTls};
+
+const TOPIC: &str = "shop.public.items";
+
+fn pg_url() -> String {
+    match std::env::var("ONCELY_PG_URL") {
+        Ok(v) if !v.trim().is_empty() => v,
+        _ => panic!(
+            "ONCELY_PG_URL is not set: run `eval \"$(scripts/services env)\"` or scripts/test"
+        ),
+    }
+}
+
+/// The server URL with another database name.
+fn db_url(db: &str) -> String {
+    let base = pg_url();
+    let (head, tail) = base
+        .split_once('?')
+        .map_or((base.as_str(), ""), |(h, t)| (h, t));
+    let cut = head
+        .rfind('/')
+        .filter(|i| head[..*i].contains("//") && *i > head.find("//").unwrap_or(0) + 1);
+    let server = cut.map_or(head, |i| &head[..i]);
+    if tail.is_empty() {
+        format!("{server}/{db}")
+    } else {
+        format!("{server}/{db}?{tail}")
+    }
+}
+
+async fn connect(url: &str) -> Client {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await.expect("connect");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+/// A warehouse database of its own and a client to inspect it.
+struct Warehouse {
+    name: String,
+    url: String,
+    client: Client,
+}
+
+impl Warehouse {
+    async fn new() -> Self {
+        let name = unique("wh");
+        connect(&pg_url())
+            .await
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create database");
+        let url = db_url(&name);
+        Self {
+            client: connect(&url).await,
+            name,
+            url,
+        }
+    }
+
+    /// Drops the database (closing the sink's connections); call at the end of a passing test.
+    async fn drop(self) {
+        drop(self.client);
+        connect(&pg_url())
+            .await
+            .batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .await
+            .expect("drop database");
+    }
+
+    fn config(&self) -> PostgresConfig {
+        PostgresConfig::new(self.url.clone())
+    }
+
+    async fn sink(&self, tweak: impl FnOnce(&mut PostgresConfig)) -> PostgresSink {
+        let mut c = self.config();
+        tweak(&mut c);
+        c.validate().expect("valid config");
+        PostgresSink::connect(&c).await.expect("sink")
+    }
+
+    /// Every row of `table` (all columns, as JSON), ordered by `id`.
+    async fn rows(&self, table: &str) -> Vec<Value> {
+        self.client
+            .query(
+                &format!("SELECT to_jsonb(t) FROM {table} t ORDER BY id"),
+                &[],
+            )
+            .await
+            .expect("select")
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
+    async fn live(&self, table: &str) -> Vec<Value> {
+        self.client
+            .query(
+                &format!("SELECT to_jsonb(t) - '__oncely_lsn' - '__oncely_seq' - '__oncely_deleted' - '__oncely_unavailable' FROM {table} t WHERE NOT __oncely_deleted ORDER BY id"),
+                &[],
+            )
+            .await
+            .expect("select")
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
+    async fn column_type(&self, table: &str, column: &str) -> String {
+        self.client
+            .query_one(
+                "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = $1::text::regclass AND attname = $2",
+                &[&table, &column],
+            )
+            .await
+            .expect("column")
+            .get(0)
+    }
+}
+
+/// A record from key and value JSON, as the runner decodes it.
+fn record(offset: i64, key: Option<Value>, value: Option<Value>) -> Record {
+    let (k, v) = (key.map(|k| k.to_string()), value.map(|v| v.to_string()));
+    let payload = decode_value(v.as_deref().map(str::as_bytes)).expect("value");
+    let key = decode_key(k.as_deref().map(str::as_bytes)).expect("key");
+    Record::new(offset, key, payload).with_raw(
+        k.as_deref().map(str::as_bytes),
+        v.as_deref().map(str::as_bytes),
+    )
+}
+
+/// A change of row `id` of `public.items` at version (lsn, 1), without schemas.
+fn change(offset: i64, id: i64, op: &str, row: Value, lsn: u64) -> Record {
+    let (before, after) = match op {
+        "d" => (json!({"id": id}), Value::Null),
+        _ => (Value::Null, row),
+    };
+    let value = json!({"before": before, "after": after, "op": op, "ts_ms": 1,
+        "source": {"schema": "public", "table": "items", "commit_lsn": lsn, "event_seq": 1}});
+    record(offset, Some(json!({"id": id})), Some(value))
+}
+
+fn batch(records: Vec<Record>) -> Batch {
+    let next = records.last().map_or(0, |r| r.offset + 1);
+    Batch::new(Arc::from("g"), (Arc::from(TOPIC), 0), records, next)
+}
+
+async fn position(sink: &PostgresSink) -> Option<i64> {
+    let tp = TopicPartition::new(TOPIC, 0);
+    sink.load_positions("g", std::slice::from_ref(&tp))
+        .await
+        .expect("positions")
+        .get(&tp)
+        .copied()
+}
+
+#[tokio::test]
+async fn replaying_a_batch_or_an_older_batch_leaves_the_target_unchanged() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|_| {}).await;
+    let older = batch(vec![
+        change(0, 1, "c", json!({"id": 1, "name": "a", "qty": 1}), 100),
+        change(1, 2, "c", json!({"id": 2, "name": "b", "qty": 2}), 110),
+        change(2, 3, "c", json!({"id": 3, "name": "c", "qty": 3}), 120),
+        change(3, 1, "u", json!({"id": 1, "name": "a2", "qty": 10}), 130),
+    ]);
+    let newer = batch(vec![
+        change(4, 1, "u", json!({"id": 1, "name": "a3", "qty": 11}), 200),
+        change(5, 2, "d", Value::Null, 210),
+        change(6, 4, "c", json!({"id": 4, "name": "d", "qty": 4}), 220),
+    ]);
+    sink.apply(&older).await.expect("older");
+    sink.apply(&newer).await.expect("newer");
+    let expected = wh.rows("public_items").await;
+    assert_eq!(
+        wh.live("public_items").await,
+        vec![
+            json!({"id": 1, "name": "a3", "qty": 11}),
+            json!({"id": 3, "name": "c", "qty": 3}),
+            json!({"id": 4, "name": "d", "qty": 4}),
+        ]
+    );
+    assert_eq!(position(&sink).await, Some(7));
+    sink.apply(&newer).await.expect("newer again");
+    assert_eq!(wh.rows("public_items").await, expected, "same batch twice");
+    sink.apply(&older).await.expect("older after newer");
+    assert_eq!(
+        wh.rows("public_items").await,
+        expected,
+        "older batch after newer"
+    );
+    assert_eq!(wh.column_type("public_items", "qty").await, "bigint");
+    wh.drop().await;
+}
+
+#[tokio::test]
+async fn deleted_rows_stay_deleted_when_older_events_replay() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|_| {}).await;
+    let insert = batch(vec![change(0, 1, "c", json!({"id": 1, "name": "x"}), 100)]);
+    sink.apply(&insert).await.expect("insert");
+    sink.apply(&batch(vec![change(1, 1, "d", Value::Null, 200)]))
+        .await
+        .expect("delete");
+    sink.apply(&insert).await.expect("replayed insert");
+    sink.apply(&batch(vec![change(
+        0,
+        1,
+        "u",
+        json!({"id": 1, "name": "y"}),
+        150,
+    )]))
+    .await
+    .expect("replayed update");
+    assert_eq!(wh.live("public_items").await, Vec::<Value>::new());
+    let rows = wh.rows("public_items").await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["__oncely_deleted"], json!(true));
+    assert_eq!(rows[0]["__oncely_lsn"], json!(200));
+    // A delete of a row never seen leaves a tombstone too.
+    sink.apply(&batch(vec![change(2, 9, "d", Value::Null, 300)]))
+        .await
+        .expect("delete unseen");
+    sink.apply(&batch(vec![change(
+        0,
+        9,
+        "c",
+        json!({"id": 9, "name": "z"}),
+        250,
+    )]))
+    .await
+    .expect("older insert");
+    assert_eq!(wh.live("public_items").await, Vec::<Value>::new());
+
+    // Hard deletes remove the row, and so lose the protection (documented).
+    let hard = Warehouse::new().await;
+    let sink = hard.sink(|c| c.delete_mode = DeleteMode::Hard).await;
+    sink.apply(&insert).await.expect("insert");
+    sink.apply(&batch(vec![change(1, 1, "d", Value::Null, 200)]))
+        .await
+        .expect("delete");
+    assert_eq!(hard.rows("public_items").await, Vec::<Value>::new());
+    sink.apply(&insert).await.expect("replayed insert");
+    assert_eq!(
+        hard.live("public_items").await.len(),
+        1,
+        "hard delete: resurrected"
+    );
+    hard.drop().await;
+    wh.drop().await;
+}
+
+#[tokio::test]
+async fn unavailable_toast_values_keep_the_stored_value() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|_| {}).await;
+    let body = "b".repeat(5000);
+    sink.apply(&batch(vec![change(
+        0,
+        1,
+        "c",
+        json!({"id": 1, "body": body, "rev": 0}),
+        100,
+    )]))
+    .await
+    .expect("insert");
+    sink.apply(&batch(vec![
+        change(
+            1,
+            1,
+            "u",
+            json!({"id": 1, "body": UNAVAILABLE, "rev": 1}),
+            200,
+        ),
+        change(
+            2,
+            1,
+            "u",
+            json!({"id": 1, "body": UNAVAILABLE, "rev": 2}),
+            210,
+        ),
+        change(3, 2, "c", json!({"id": 2, "body": "short", "rev": 0}), 220),
+        change(
+            4,
+            2,
+            "u",
+            json!({"id": 2, "body": UNAVAILABLE, "rev": 1}),
+            230,
+        ),
+    ]))
+    .await
+    .expect("updates");
+    assert_eq!(
+        wh.live("public_items").await,
+        vec![
+            json!({"id": 1, "body": body, "rev": 2}),
+            json!({"id": 2, "body": "short", "rev": 1})
+        ]
+    );
+    wh.drop().await;
+}
+
+#[tokio::test]
+async fn a_new_source_column_appears_in_the_target_and_nothing_is_dropped() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|_| {}).await;
+    sink.apply(&batch(vec![change(
+        0,
+        1,
+        "c",
+        json!({"id": 1, "a": "x", "gone": 5}),
+        100,
+    )]))
+    .await
+    .expect("first");
+    sink.apply(&batch(vec![change(
+        1,
+        2,
+        "c",
+        json!({"id": 2, "a": "y", "b": 2.5}),
+        200,
+    )]))
+    .await
+    .expect("with a new column");
+    assert_eq!(
+        wh.column_type("public_items", "b").await,
+        "double precision"
+    );
+    assert_eq!(
+        wh.live("public_items").await,
+        vec![
+            json!({"id": 1, "a": "x", "b": null, "gone": 5}),
+            json!({"id": 2, "a": "y", "b": 2.5, "gone": null}),
+        ]
+    );
+    wh.drop().await;
+}
+
+#[tokio::test]
+async fn connect_schemas_type_the_target_columns() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|_| {}).await;
+    let fixture: Value = serde_json::from_str(include_str!(
+        "../../tests/fixtures/envelope/insert_all_types.json"
+    ))
+    .expect("fixture");
+    let b = Batch::new(
+        Arc::from("g"),
+        (Arc::from("shop.public.all_types"), 0),
+        vec![record(
+            0,
+            Some(fixture["key"].clone()),
+            Some(fixture["value"].clone()),
+        )],
+        1,
+    );
+    sink.apply(&b).await.expect("typed insert");
+    let types = [
+        ("id", "bigint"),
+        ("c_bool", "boolean"),
+        ("c_int2", "smallint"),
+        ("c_int4", "integer"),
+        ("c_float4", "real"),
+        ("c_numeric", "numeric(12,2)"),
+        ("c_money", "numeric"),
+        ("c_timestamptz", "timestamp with time zone"),
+        ("c_timestamp", "timestamp without time zone"),
+        ("c_date", "date"),
+        ("c_time", "time without time zone"),
+        ("c_timetz", "time with time zone"),
+        ("c_interval", "interval"),
+        ("c_bytea", "bytea"),
+        ("c_jsonb", "jsonb"),
+        ("c_uuid", "uuid"),
+        ("c_int4_array", "integer[]"),
+        ("c_text_array", "text[]"),
+    ];
+    for (column, ty) in types {
+        assert_eq!(
+            wh.column_type("public_all_types", column).await,
+            ty,
+            "{column}"
+        );
+    }
+    let row = wh
+        .client
+        .query_one(
+            "SELECT c_timestamp::text, c_date::text, c_numeric::text, c_timestamptz = '2026-11-27T15:10:35.670111Z', \
+             c_time::text, c_interval::text, encode(c_bytea, 'hex'), c_text_array::text, c_timestamp_inf::text, c_float8_nan::text \
+             FROM public_all_types",
+            &[],
+        )
+        .await
+        .expect("row");
+    assert_eq!(row.get::<_, String>(0), "2026-11-27 15:10:35.670111");
+    assert_eq!(row.get::<_, String>(1), "2026-11-27");
+    assert_eq!(row.get::<_, String>(2), "12345678.90");
+    assert!(row.get::<_, bool>(3));
+    assert_eq!(row.get::<_, String>(4), "15:10:35.670111");
+    assert_eq!(row.get::<_, String>(5), "10303:05:06.789");
+    assert_eq!(row.get::<_, String>(6), "0001feff");
+    assert_eq!(row.get::<_, String>(7), r#"{plain,"a,b","x\"y",NULL}"#);
+    assert_eq!(row.get::<_, String>(8), "infinity");
+    assert_eq!(row.get::<_, String>(9), "NaN");
+    wh.drop().await;
+}
+
+#[tokio::test]
+async fn type_conflicts_and_refused_values_are_rejected_alone_with_a_reason() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|_| {}).await;
+    sink.apply(&batch(vec![change(
+        0,
+        1,
+        "c",
+        json!({"id": 1, "n": 1}),
+        100,
+    )]))
+    .await
+    .expect("bigint column");
+    // Schema says string where the target has bigint: a type conflict, found before writing.
+    let with_schema = json!({
+        "schema": {"type": "struct", "fields": [
+            {"field": "before", "type": "struct", "optional": true, "fields": []},
+            {"field": "after", "type": "struct", "optional": true, "fields": [
+                {"field": "id", "type": "int64"}, {"field": "n", "type": "string"}]}]},
+        "payload": {"before": null, "after": {"id": 2, "n": "two"}, "op": "c",
+            "source": {"schema": "public", "table": "items", "commit_lsn": 200, "event_seq": 1}}});
+    let b = batch(vec![
+        change(1, 3, "c", json!({"id": 3, "n": 3}), 150),
+        record(2, Some(json!({"id": 2})), Some(with_schema)),
+    ]);
+    let Err(SinkError::Rejected(failures)) = sink.apply(&b).await else {
+        panic!("expected a rejected record");
+    };
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].offset, 2);
+    assert!(
+        failures[0].reason.contains("type conflict") && failures[0].reason.contains("`n`"),
+        "{}",
+        failures[0].reason
+    );
+    assert_eq!(
+        wh.live("public_items").await.len(),
+        1,
+        "nothing of the batch was written"
+    );
+    assert_eq!(position(&sink).await, Some(1));
+
+    // Schemaless text into a bigint column: PostgreSQL refuses it; only that record is named.
+    let b = batch(vec![
+        change(3, 4, "c", json!({"id": 4, "n": 4}), 300),
+        change(4, 5, "c", json!({"id": 5, "n": "five"}), 310),
+        change(5, 6, "c", json!({"id": 6, "n": 6}), 320),
+    ]);
+    let Err(SinkError::Rejected(failures)) = sink.apply(&b).await else {
+        panic!("expected a rejected record");
+    };
+    assert_eq!(
+        failures.iter().map(|f| f.offset).collect::<Vec<_>>(),
+        vec![4]
+    );
+    assert!(
+        failures[0].reason.contains("22P02"),
+        "{}",
+        failures[0].reason
+    );
+    assert_eq!(
+        wh.live("public_items").await.len(),
+        1,
+        "nothing of the batch was written"
+    );
+    // The runner then applies the rest.
+    let mut rest = b.clone();
+    rest.remove_offsets(&[4]);
+    sink.apply(&rest).await.expect("the rest");
+    let ids: Vec<Value> = wh
+        .live("public_items")
+        .await
+        .iter()
+        .map(|r| r["id"].clone())
+        .collect();
+    assert_eq!(ids, vec![json!(1), json!(4), json!(6)]);
+    assert_eq!(position(&sink).await, Some(6));
+    wh.drop().await;
+}
+
+#[tokio::test]
+async fn truncate_tombstones_older_rows_only() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|_| {}).await;
+    let truncate = json!({"before": null, "after": null, "op": "t",
+        "source": {"schema": "public", "table": "items", "commit_lsn": 150, "event_seq": 1}});
+    let first = batch(vec![
+        change(0, 1, "c", json!({"id": 1, "v": 1}), 100),
+        change(1, 2, "c", json!({"id": 2, "v": 2}), 110),
+        record(2, None, Some(truncate)),
+        change(3, 3, "c", json!({"id": 3, "v": 3}), 160),
+    ]);
+    sink.apply(&first).await.expect("batch with a truncate");
+    assert_eq!(
+        wh.live("public_items").await,
+        vec![json!({"id": 3, "v": 3})]
+    );
+    sink.apply(&first).await.expect("replayed");
+    assert_eq!(
+        wh.live("public_items").await,
+        vec![json!({"id": 3, "v": 3})]
+    );
+    wh.drop().await;
+}
+
+#[tokio::test]
+async fn history_holds_each_change_once_across_replays() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|c| c.history_enabled = true).await;
+    let b = batch(vec![
+        change(0, 1, "c", json!({"id": 1, "v": 1}), 100),
+        change(1, 1, "u", json!({"id": 1, "v": 2}), 110),
+        change(2, 1, "d", Value::Null, 120),
+        record(3, Some(json!({"id": 1})), None),
+    ]);
+    sink.apply(&b).await.expect("first");
+    sink.apply(&b).await.expect("replay");
+    let rows = wh
+        .client
+        .query(
+            "SELECT lsn, op, after->>'v', kafka_offset FROM public_items_history ORDER BY lsn",
+            &[],
+        )
+        .await
+        .expect("history");
+    let got: Vec<(i64, String, Option<String>, i64)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (100, "c".into(), Some("1".into()), 0),
+            (110, "u".into(), Some("2".into()), 1),
+            (120, "d".into(), None, 2),
+        ]
+    );
+    wh.drop().await;
+}
