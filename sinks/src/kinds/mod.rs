@@ -16,6 +16,7 @@ pub mod file;
 pub mod journal;
 mod json;
 pub mod postgres;
+pub mod redis;
 
 use std::sync::Arc;
 
@@ -39,6 +40,8 @@ pub enum SinkConfig {
     Elasticsearch(elasticsearch::ElasticsearchConfig),
     /// A PostgreSQL warehouse: one table per source table, versioned upserts, positions in the same transaction.
     Postgres(postgres::PostgresConfig),
+    /// A Redis cache of the current row per key: versioned writes and positions in one Lua script call.
+    Redis(redis::RedisConfig),
 }
 
 impl SinkConfig {
@@ -50,6 +53,7 @@ impl SinkConfig {
             Self::Journal(c) => c.validate(),
             Self::Elasticsearch(c) => c.validate(),
             Self::Postgres(c) => c.validate(),
+            Self::Redis(c) => c.validate(),
         }
     }
 
@@ -61,6 +65,7 @@ impl SinkConfig {
             Self::Journal(c) => Arc::new(journal::JournalSink::open(c)?),
             Self::Elasticsearch(c) => Arc::new(elasticsearch::ElasticsearchSink::connect(c).await?),
             Self::Postgres(c) => Arc::new(postgres::PostgresSink::connect(c).await?),
+            Self::Redis(c) => Arc::new(redis::RedisSink::connect(c).await?),
         })
     }
 }

@@ -1,0 +1,339 @@
+//! `[sink] kind = "redis"`: keys, defaults and checks.
+//!
+//! Keys are dotted like Kafka Connect's; inside `[sink]` they may be written
+//! bare (`key.pattern = "..."`) or quoted (`"key.pattern" = "..."`). The
+//! `password` accepts `${env:NAME}` and `${file:PATH}` and is never logged.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+use crate::secret::Secret;
+
+/// Default `url`.
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+/// Default `key.pattern`: `<table>:<primary key>`.
+pub const DEFAULT_KEY_PATTERN: &str = "{table}:{key}";
+/// Default `key.separator`: joins the values of a composite primary key in `{key}`.
+pub const DEFAULT_KEY_SEPARATOR: &str = ":";
+/// Default `version.key.prefix`: each row's version lives at `<prefix><row key>`.
+pub const DEFAULT_VERSION_PREFIX: &str = "oncely:v:";
+/// Default `positions.key.prefix`: a group's positions live in the hash `<prefix><group.id>`.
+pub const DEFAULT_POSITIONS_PREFIX: &str = "oncely:positions:";
+/// Default `ttl.seconds`: rows never expire.
+pub const DEFAULT_TTL_SECONDS: u64 = 0;
+/// Default `tombstone.ttl.seconds`: a deleted row's version is kept 7 days.
+pub const DEFAULT_TOMBSTONE_TTL_SECONDS: u64 = 7 * 24 * 3600;
+/// Default `script.max.changes`: changes per script call (bounds how long Redis is blocked).
+pub const DEFAULT_SCRIPT_MAX_CHANGES: usize = 1000;
+/// Default `script.max.bytes`: argument bytes per script call.
+pub const DEFAULT_SCRIPT_MAX_BYTES: usize = 4 * 1024 * 1024;
+/// Default `connect.timeout.ms`.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
+/// Default `response.timeout.ms`: must exceed the longest script call.
+pub const DEFAULT_RESPONSE_TIMEOUT_MS: u64 = 10_000;
+/// Default `reconnect.backoff.max.ms`: cap of the jittered exponential reconnect backoff.
+pub const DEFAULT_RECONNECT_BACKOFF_MAX_MS: u64 = 5_000;
+/// Default `reconnect.retries`: reconnect attempts per failure before the error reaches
+/// the runner (which retries the batch with its own backoff).
+pub const DEFAULT_RECONNECT_RETRIES: usize = 6;
+/// Upper bound of `script.max.changes`.
+pub const MAX_SCRIPT_CHANGES: usize = 10_000;
+/// Placeholders `key.pattern` may use.
+pub const KEY_PLACEHOLDERS: &[&str] = &["{topic}", "{db}", "{schema}", "{table}", "{key}"];
+
+/// How a row is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// A hash per row: one field per non-null column (strings as is, other values as JSON text).
+    #[default]
+    Hash,
+    /// A string per row holding the row as a JSON object (columns in table order).
+    Json,
+}
+
+/// `[sink] kind = "redis"` (see the module docs of [`super`]).
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// `url`: `redis://host:port[/db]`, or `rediss://...` for TLS.
+    pub url: String,
+    /// `username`: ACL user (with `password`).
+    pub username: Option<String>,
+    /// `password`: AUTH password.
+    pub password: Option<Secret>,
+    /// `layout`: `hash` (default) or `json`.
+    pub layout: Layout,
+    /// `key.pattern`: the row key from `{topic}`, `{db}`, `{schema}`, `{table}`, `{key}`.
+    pub key_pattern: String,
+    /// `key.separator`: between the values of a composite primary key.
+    pub key_separator: String,
+    /// `version.key.prefix`: prefix of each row's version (and tombstone) key.
+    pub version_prefix: String,
+    /// `positions.key.prefix`: prefix of the hash holding a group's positions.
+    pub positions_prefix: String,
+    /// `ttl.seconds`: rows (and their versions) expire after this long; 0 = never.
+    pub ttl_seconds: u64,
+    /// `tombstone.ttl.seconds`: how long a deleted row's version is kept; 0 = forever.
+    pub tombstone_ttl_seconds: u64,
+    /// `script.max.changes`: changes per script call.
+    pub script_max_changes: usize,
+    /// `script.max.bytes`: argument bytes per script call (a larger single change goes alone).
+    pub script_max_bytes: usize,
+    /// `connect.timeout.ms`.
+    pub connect_timeout_ms: u64,
+    /// `response.timeout.ms`.
+    pub response_timeout_ms: u64,
+    /// `reconnect.backoff.max.ms`.
+    pub reconnect_backoff_max_ms: u64,
+    /// `reconnect.retries`.
+    pub reconnect_retries: usize,
+}
+
+/// The keys as written; `deny_unknown_fields` names typos.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    #[serde(default = "default_url")]
+    url: String,
+    #[serde(default)]
+    username: Option<String>,
+    #[serde(default)]
+    password: Option<Secret>,
+    #[serde(default)]
+    layout: Layout,
+    #[serde(rename = "key.pattern", default = "default_key_pattern")]
+    key_pattern: String,
+    #[serde(rename = "key.separator", default = "default_key_separator")]
+    key_separator: String,
+    #[serde(rename = "version.key.prefix", default = "default_version_prefix")]
+    version_prefix: String,
+    #[serde(rename = "positions.key.prefix", default = "default_positions_prefix")]
+    positions_prefix: String,
+    #[serde(rename = "ttl.seconds", default)]
+    ttl_seconds: u64,
+    #[serde(rename = "tombstone.ttl.seconds", default = "default_tombstone_ttl")]
+    tombstone_ttl_seconds: u64,
+    #[serde(rename = "script.max.changes", default = "default_max_changes")]
+    script_max_changes: usize,
+    #[serde(rename = "script.max.bytes", default = "default_max_bytes")]
+    script_max_bytes: usize,
+    #[serde(rename = "connect.timeout.ms", default = "default_connect_timeout")]
+    connect_timeout_ms: u64,
+    #[serde(rename = "response.timeout.ms", default = "default_response_timeout")]
+    response_timeout_ms: u64,
+    #[serde(rename = "reconnect.backoff.max.ms", default = "default_backoff_max")]
+    reconnect_backoff_max_ms: u64,
+    #[serde(rename = "reconnect.retries", default = "default_reconnect_retries")]
+    reconnect_retries: usize,
+}
+
+fn default_url() -> String {
+    DEFAULT_URL.into()
+}
+fn default_key_pattern() -> String {
+    DEFAULT_KEY_PATTERN.into()
+}
+fn default_key_separator() -> String {
+    DEFAULT_KEY_SEPARATOR.into()
+}
+fn default_version_prefix() -> String {
+    DEFAULT_VERSION_PREFIX.into()
+}
+fn default_positions_prefix() -> String {
+    DEFAULT_POSITIONS_PREFIX.into()
+}
+fn default_tombstone_ttl() -> u64 {
+    DEFAULT_TOMBSTONE_TTL_SECONDS
+}
+fn default_max_changes() -> usize {
+    DEFAULT_SCRIPT_MAX_CHANGES
+}
+fn default_max_bytes() -> usize {
+    DEFAULT_SCRIPT_MAX_BYTES
+}
+fn default_connect_timeout() -> u64 {
+    DEFAULT_CONNECT_TIMEOUT_MS
+}
+fn default_response_timeout() -> u64 {
+    DEFAULT_RESPONSE_TIMEOUT_MS
+}
+fn default_backoff_max() -> u64 {
+    DEFAULT_RECONNECT_BACKOFF_MAX_MS
+}
+fn default_reconnect_retries() -> usize {
+    DEFAULT_RECONNECT_RETRIES
+}
+
+impl<'de> Deserialize<'de> for RedisConfig {
+    /// Accepts bare dotted keys (nested TOML tables) by flattening them first.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let table = toml::Table::deserialize(d)?;
+        let mut flat = toml::Table::new();
+        flatten(&mut flat, "", table);
+        let raw: Raw = toml::Value::Table(flat)
+            .try_into()
+            .map_err(serde::de::Error::custom)?;
+        Ok(Self {
+            url: raw.url,
+            username: raw.username,
+            password: raw.password,
+            layout: raw.layout,
+            key_pattern: raw.key_pattern,
+            key_separator: raw.key_separator,
+            version_prefix: raw.version_prefix,
+            positions_prefix: raw.positions_prefix,
+            ttl_seconds: raw.ttl_seconds,
+            tombstone_ttl_seconds: raw.tombstone_ttl_seconds,
+            script_max_changes: raw.script_max_changes,
+            script_max_bytes: raw.script_max_bytes,
+            connect_timeout_ms: raw.connect_timeout_ms,
+            response_timeout_ms: raw.response_timeout_ms,
+            reconnect_backoff_max_ms: raw.reconnect_backoff_max_ms,
+            reconnect_retries: raw.reconnect_retries,
+        })
+    }
+}
+
+fn flatten(out: &mut toml::Table, prefix: &str, table: toml::Table) {
+    for (key, value) in table {
+        let full = if prefix.is_empty() {
+            key
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match value {
+            toml::Value::Table(t) => flatten(out, &full, t),
+            v => {
+                out.insert(full, v);
+            }
+        }
+    }
+}
+
+impl RedisConfig {
+    /// A configuration with every default, writing to `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            username: None,
+            password: None,
+            layout: Layout::Hash,
+            key_pattern: DEFAULT_KEY_PATTERN.into(),
+            key_separator: DEFAULT_KEY_SEPARATOR.into(),
+            version_prefix: DEFAULT_VERSION_PREFIX.into(),
+            positions_prefix: DEFAULT_POSITIONS_PREFIX.into(),
+            ttl_seconds: DEFAULT_TTL_SECONDS,
+            tombstone_ttl_seconds: DEFAULT_TOMBSTONE_TTL_SECONDS,
+            script_max_changes: DEFAULT_SCRIPT_MAX_CHANGES,
+            script_max_bytes: DEFAULT_SCRIPT_MAX_BYTES,
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            response_timeout_ms: DEFAULT_RESPONSE_TIMEOUT_MS,
+            reconnect_backoff_max_ms: DEFAULT_RECONNECT_BACKOFF_MAX_MS,
+            reconnect_retries: DEFAULT_RECONNECT_RETRIES,
+        }
+    }
+
+    /// Checks the values (the password is resolved when the sink is built); errors name `sink.<key>`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let url = self.url.trim();
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            return Err(ConfigError::new(
+                "sink.url",
+                "must start with redis:// or rediss:// (TLS)",
+            ));
+        }
+        if !self.key_pattern.contains("{key}") {
+            return Err(ConfigError::new(
+                "sink.key.pattern",
+                "must contain {key}, or rows of different keys would share one Redis key",
+            ));
+        }
+        let mut rest = self.key_pattern.clone();
+        for p in KEY_PLACEHOLDERS {
+            rest = rest.replace(p, "");
+        }
+        if rest.contains('{') || rest.contains('}') {
+            return Err(ConfigError::new(
+                "sink.key.pattern",
+                format!(
+                    "unknown placeholder; known: {}",
+                    KEY_PLACEHOLDERS.join(", ")
+                ),
+            ));
+        }
+        if self.key_separator.is_empty() {
+            return Err(ConfigError::new("sink.key.separator", "must not be empty"));
+        }
+        if self.version_prefix.is_empty() {
+            return Err(ConfigError::new(
+                "sink.version.key.prefix",
+                "must not be empty (versions would overwrite rows)",
+            ));
+        }
+        if self.positions_prefix.is_empty() {
+            return Err(ConfigError::new(
+                "sink.positions.key.prefix",
+                "must not be empty",
+            ));
+        }
+        if !(1..=MAX_SCRIPT_CHANGES).contains(&self.script_max_changes) {
+            return Err(ConfigError::new(
+                "sink.script.max.changes",
+                format!("must be between 1 and {MAX_SCRIPT_CHANGES}"),
+            ));
+        }
+        if !(1024..=512 * 1024 * 1024).contains(&self.script_max_bytes) {
+            return Err(ConfigError::new(
+                "sink.script.max.bytes",
+                "must be between 1024 and 536870912",
+            ));
+        }
+        for (key, v) in [
+            ("sink.connect.timeout.ms", self.connect_timeout_ms),
+            ("sink.response.timeout.ms", self.response_timeout_ms),
+            (
+                "sink.reconnect.backoff.max.ms",
+                self.reconnect_backoff_max_ms,
+            ),
+        ] {
+            if !(1..=3_600_000).contains(&v) {
+                return Err(ConfigError::new(key, "must be between 1 and 3600000"));
+            }
+        }
+        if self.reconnect_retries > 100 {
+            return Err(ConfigError::new(
+                "sink.reconnect.retries",
+                "must be at most 100",
+            ));
+        }
+        if self.username.is_some() && self.password.is_none() {
+            return Err(ConfigError::new(
+                "sink.password",
+                "required when `username` is set",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `ttl.seconds` in milliseconds (0 = none).
+    pub(super) fn ttl_ms(&self) -> u64 {
+        self.ttl_seconds.saturating_mul(1000)
+    }
+
+    /// `tombstone.ttl.seconds` in milliseconds (0 = forever).
+    pub(super) fn tombstone_ttl_ms(&self) -> u64 {
+        self.tombstone_ttl_seconds.saturating_mul(1000)
+    }
+
+    /// `connect.timeout.ms` as a duration.
+    pub(super) fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+
+    /// `response.timeout.ms` as a duration.
+    pub(super) fn response_timeout(&self) -> Duration {
+        Duration::from_millis(self.response_timeout_ms)
+    }
+}

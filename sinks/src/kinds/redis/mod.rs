@@ -1,0 +1,94 @@
+//! `redis`: a cache of the current row per key, correct after any crash or
+//! replay. Owns its consumer positions.
+//!
+//! ```toml
+//! [sink]
+//! kind = "redis"
+//! url = "redis://127.0.0.1:6379/0"     # rediss://... for TLS
+//! password = "${env:REDIS_PASSWORD}"   # optional; username too (ACL)
+//! layout = "hash"                      # or "json"
+//! key.pattern = "{table}:{key}"
+//! ```
+//!
+//! # How it stays exact
+//!
+//! Each batch becomes **one Lua script call** (`EVALSHA`; on `NOSCRIPT` the
+//! script is loaded again). For every change the script compares the
+//! change's [`Version`](crate::event::Version) (commit LSN, event ordinal)
+//! with the version stored beside the row and writes only if it is newer;
+//! then, in the same call, it stores the batch's next offset in the group's
+//! positions hash. Redis runs a script atomically and logs its writes as one
+//! unit, so rows and position never disagree, and on assignment the runner
+//! seeks to the positions read back from Redis: each change is applied once.
+//! The version check is the second line of defence: replays (positions lost,
+//! a second consumer group, a zombie runner) never move a key backwards.
+//!
+//! # Layout
+//!
+//! * Row key: `key.pattern` with `{topic}`, `{db}`, `{schema}`, `{table}` and
+//!   `{key}` (the primary key values in key order, joined by `key.separator`).
+//! * `layout = "hash"`: one field per non-null column (strings as is, numbers,
+//!   booleans, arrays and objects as JSON text); null columns have no field.
+//!   `layout = "json"`: the row as a JSON object string (Debezium's value
+//!   mapping, see the wire format).
+//! * Version: `<version.key.prefix><row key>`, 40 digits. Positions: the hash
+//!   `<positions.key.prefix><group.id>`, field `<topic>:<partition>`.
+//! * `ttl.seconds` (optional) expires a row and its version together.
+//! * Unchanged TOAST columns keep their stored value: the hash layout does not
+//!   touch the field; the JSON layout reads the stored row first and fills them
+//!   in (a column of a row the cache does not hold is left out).
+//!
+//! # Deletes and their retention limit
+//!
+//! A delete removes the row and keeps its version as a **tombstone** for
+//! `tombstone.ttl.seconds` (default 7 days, 0 = forever; ~100 bytes per deleted
+//! key). A replayed older insert cannot bring the row back while the tombstone
+//! lives. After it expires, only a replay from a position older than the delete
+//! could resurrect the row — which needs the stored positions to be lost — and
+//! that replay then also re-applies the delete that follows in the partition.
+//!
+//! # Bounds
+//!
+//! Redis is single-threaded: while a script runs, no other client is served.
+//! A call carries at most `script.max.changes` (default 1000) changes and about
+//! `script.max.bytes` (default 4 MiB) of arguments; a larger batch is split and
+//! its position is written by the last call only (earlier calls are versioned,
+//! so a crash in between is harmless). Measured here, a 1000-change call blocks
+//! Redis for a few milliseconds (see BENCHMARKS.md); lower the bound for
+//! latency-sensitive neighbours. Memory is bounded by the batch.
+//!
+//! # Persistence requirement
+//!
+//! Positions live in Redis, so Redis must persist them: run it with
+//! `appendonly yes` (`appendfsync everysec` or `always`). A script's writes
+//! reach the AOF as one unit, so losing the last second of writes rewinds rows
+//! and positions together and the sink re-reads that second from Kafka. If
+//! Redis loses everything (no persistence), no position is found and every
+//! partition starts again from `auto.offset.reset` (**not** from Kafka's
+//! committed offsets, which a position-owning sink never reads): with
+//! `earliest` the cache is rebuilt from what Kafka retains; with `latest` it
+//! misses everything before. The sink logs a warning at start when
+//! `appendonly` is `no`.
+//!
+//! # Limits
+//!
+//! * Truncate events (`op = t`) are rejected to the dead-letter topic: dropping
+//!   a table's keys would need a scan, not a short script.
+//! * Standalone Redis (or a primary with replicas) only: a cluster would need
+//!   all keys of a call in one slot.
+//! * A key of another Redis type under a row key is a per-record failure
+//!   (dead-lettered) in the hash layout; the JSON layout overwrites it.
+
+pub mod config;
+mod error;
+mod plan;
+mod script;
+mod sink;
+
+pub use config::{Layout, RedisConfig};
+pub use plan::UNAVAILABLE_VALUE;
+pub use script::{decode_version, encode_version, position_field, APPLY_SCRIPT};
+pub use sink::RedisSink;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,327 @@
+//! The `redis` sink: connection, positions, and one script call per chunk.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, IntoConnectionInfo};
+
+use super::config::{Layout, RedisConfig};
+use super::error::{classify, is_noscript};
+use super::plan::{json_text, keys_to_merge, merge_json, plan, Body, Change, KeyPattern};
+use super::script::{position_field, Reply, APPLY_SCRIPT};
+use crate::error::{RecordFailure, SinkError};
+use crate::sink::{Batch, Positions, Sink, TopicPartition};
+
+/// First delay of the reconnect backoff.
+const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
+
+/// The `redis` sink (see the module docs of [`super`]). Owns its positions.
+pub struct RedisSink {
+    conn: ConnectionManager,
+    sha: String,
+    layout: Layout,
+    keys: KeyPattern,
+    version_prefix: String,
+    positions_prefix: String,
+    ttl_ms: u64,
+    tombstone_ttl_ms: u64,
+    max_changes: usize,
+    max_bytes: usize,
+}
+
+impl RedisSink {
+    /// Connects (with AUTH/TLS as configured), loads the script, and warns when
+    /// Redis does not persist what the sink writes.
+    pub async fn connect(config: &RedisConfig) -> Result<Self, SinkError> {
+        let mut info = config
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| SinkError::fatal_from("redis: invalid `sink.url`", e))?;
+        if let Some(password) = &config.password {
+            let password = password
+                .resolve()
+                .map_err(|e| SinkError::fatal_from("redis: `sink.password`", e))?;
+            let mut settings = info
+                .redis_settings()
+                .clone()
+                .set_password(password.expose());
+            if let Some(user) = &config.username {
+                settings = settings.set_username(user);
+            }
+            info = info.set_redis_settings(settings);
+        }
+        let client = Client::open(info).map_err(|e| classify("open client", e))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout()))
+            .set_response_timeout(Some(config.response_timeout()))
+            .set_min_delay(RECONNECT_BACKOFF_MIN)
+            .set_max_delay(Duration::from_millis(config.reconnect_backoff_max_ms))
+            .set_number_of_retries(config.reconnect_retries);
+        let conn = ConnectionManager::new_with_config(client, manager_config)
+            .await
+            .map_err(|e| classify("connect", e))?;
+        let mut sink = Self {
+            conn,
+            sha: String::new(),
+            layout: config.layout,
+            keys: KeyPattern::new(&config.key_pattern, &config.key_separator),
+            version_prefix: config.version_prefix.clone(),
+            positions_prefix: config.positions_prefix.clone(),
+            ttl_ms: config.ttl_ms(),
+            tombstone_ttl_ms: config.tombstone_ttl_ms(),
+            max_changes: config.script_max_changes,
+            max_bytes: config.script_max_bytes,
+        };
+        sink.sha = sink.load_script().await?;
+        sink.warn_without_persistence().await;
+        Ok(sink)
+    }
+
+    /// The hash holding `group`'s positions.
+    pub fn positions_key(&self, group: &str) -> String {
+        format!("{}{group}", self.positions_prefix)
+    }
+
+    /// The key holding a row's version (and, after a delete, its tombstone).
+    pub fn version_key(&self, row_key: &str) -> String {
+        format!("{}{row_key}", self.version_prefix)
+    }
+
+    async fn load_script(&self) -> Result<String, SinkError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(APPLY_SCRIPT)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| classify("SCRIPT LOAD", e))
+    }
+
+    /// Positions live in Redis: without persistence a Redis restart loses them
+    /// (and the rows), and the partitions start over from `auto.offset.reset`.
+    async fn warn_without_persistence(&self) {
+        let mut conn = self.conn.clone();
+        let aof: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("appendonly")
+            .query_async(&mut conn)
+            .await;
+        if let Ok(v) = aof {
+            if v.get(1).map(String::as_str) == Some("no") {
+                tracing::warn!(
+                    "redis runs without an append-only file: a Redis restart may lose rows and \
+                     positions (the sink then re-reads from `auto.offset.reset`); \
+                     run it with `appendonly yes`"
+                );
+            }
+        }
+    }
+
+    /// Reads the stored JSON rows and versions that partial JSON updates merge with.
+    async fn prefetch(
+        &self,
+        keys: Vec<String>,
+    ) -> Result<HashMap<String, (Option<String>, Option<String>)>, SinkError> {
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("MGET");
+        for k in &keys {
+            cmd.arg(self.version_key(k)).arg(k);
+        }
+        let values: Vec<Option<String>> = cmd
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| classify("MGET rows to merge", e))?;
+        let mut values = values.into_iter();
+        Ok(keys
+            .into_iter()
+            .map(|k| {
+                let version = values.next().flatten();
+                let json = values.next().flatten();
+                (k, (version, json))
+            })
+            .collect())
+    }
+
+    /// The `EVALSHA` applying `chunk`, storing `position` when given.
+    fn script_cmd(
+        &self,
+        positions_key: &str,
+        chunk: &[Change],
+        position: Option<(&str, i64)>,
+    ) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.sha)
+            .arg(1 + 2 * chunk.len())
+            .arg(positions_key);
+        for c in chunk {
+            cmd.arg(&c.row_key).arg(self.version_key(&c.row_key));
+        }
+        match position {
+            Some((field, next)) => cmd.arg(field).arg(next),
+            None => cmd.arg("").arg(""),
+        };
+        cmd.arg(self.ttl_ms).arg(self.tombstone_ttl_ms);
+        for c in chunk {
+            match &c.body {
+                Body::Delete => {
+                    cmd.arg("D").arg(&c.version);
+                }
+                Body::Json { row, unavailable } => {
+                    cmd.arg("J")
+                        .arg(&c.version)
+                        .arg(json_text(row, unavailable));
+                }
+                Body::Hash { set, unset } => {
+                    cmd.arg("H").arg(&c.version).arg(set.len());
+                    for (f, v) in set {
+                        cmd.arg(f).arg(v);
+                    }
+                    cmd.arg(unset.len());
+                    for f in unset {
+                        cmd.arg(f);
+                    }
+                }
+            }
+        }
+        cmd
+    }
+
+    /// Runs one script call: `EVALSHA`, and on `NOSCRIPT` (Redis restarted or
+    /// flushed its scripts) `SCRIPT LOAD` then `EVALSHA` once more.
+    async fn call(&self, evalsha: &redis::Cmd) -> Result<Reply, SinkError> {
+        let mut conn = self.conn.clone();
+        let reply: Vec<i64> = match evalsha.query_async(&mut conn).await {
+            Ok(r) => r,
+            Err(e) if is_noscript(&e) => {
+                tracing::info!("redis does not know the script (restarted?): loading it again");
+                let sha = self.load_script().await?;
+                if sha != self.sha {
+                    return Err(SinkError::fatal(format!(
+                        "redis: SCRIPT LOAD returned SHA {sha}, expected {}",
+                        self.sha
+                    )));
+                }
+                evalsha
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| classify("EVALSHA after SCRIPT LOAD", e))?
+            }
+            Err(e) => return Err(classify("EVALSHA", e)),
+        };
+        Reply::parse(&reply).ok_or_else(|| {
+            SinkError::retriable(format!("redis: unexpected script reply {reply:?}"))
+        })
+    }
+
+    /// Splits changes into calls bounded by `script.max.changes` and `script.max.bytes`.
+    fn chunks<'a>(&self, changes: &'a [Change]) -> Vec<&'a [Change]> {
+        let mut out = Vec::new();
+        let (mut start, mut bytes) = (0, 0);
+        for (i, c) in changes.iter().enumerate() {
+            let w = c.weight(self.version_prefix.len());
+            if i > start && (i - start >= self.max_changes || bytes + w > self.max_bytes) {
+                out.push(&changes[start..i]);
+                start = i;
+                bytes = 0;
+            }
+            bytes += w;
+        }
+        out.push(&changes[start..]);
+        out
+    }
+}
+
+#[async_trait]
+impl Sink for RedisSink {
+    fn name(&self) -> &str {
+        "redis"
+    }
+
+    fn owns_positions(&self) -> bool {
+        true
+    }
+
+    async fn load_positions(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<Positions, SinkError> {
+        if partitions.is_empty() {
+            return Ok(Positions::new());
+        }
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(self.positions_key(group));
+        for tp in partitions {
+            cmd.arg(position_field(&tp.topic, tp.partition));
+        }
+        let values: Vec<Option<i64>> = cmd
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| classify("HMGET positions", e))?;
+        Ok(partitions
+            .iter()
+            .zip(values)
+            .filter_map(|(tp, v)| v.map(|offset| (tp.clone(), offset)))
+            .collect())
+    }
+
+    async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
+        let mut changes = plan(batch, self.layout, &self.keys).map_err(SinkError::Rejected)?;
+        if self.layout == Layout::Json {
+            let keys = keys_to_merge(&changes);
+            if !keys.is_empty() {
+                let stored = self.prefetch(keys).await?;
+                merge_json(&mut changes, stored);
+            }
+        }
+        let positions_key = self.positions_key(batch.group());
+        let field = position_field(batch.topic(), batch.partition());
+        let chunks = self.chunks(&changes);
+        let last = chunks.len() - 1;
+        let (mut applied, mut skipped) = (0, 0);
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let position = (i == last).then_some((field.as_str(), batch.next_offset()));
+            let cmd = self.script_cmd(&positions_key, chunk, position);
+            match self.call(&cmd).await? {
+                Reply::Done {
+                    applied: a,
+                    skipped: s,
+                } => {
+                    applied += a;
+                    skipped += s;
+                }
+                Reply::WrongType(indices) => {
+                    let failures = indices
+                        .into_iter()
+                        .filter_map(|i| chunk.get(i))
+                        .map(|c| {
+                            RecordFailure::new(
+                                c.offset,
+                                format!(
+                                    "redis key {} holds a value of another type (WRONGTYPE)",
+                                    c.row_key
+                                ),
+                            )
+                        })
+                        .collect::<Vec<_>>();
+                    if failures.is_empty() {
+                        return Err(SinkError::retriable("redis: WRONGTYPE without a change"));
+                    }
+                    return Err(SinkError::Rejected(failures));
+                }
+            }
+        }
+        tracing::debug!(
+            partition = %batch.topic_partition(),
+            applied,
+            skipped,
+            next = batch.next_offset(),
+            "redis batch applied"
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,219 @@
+//! Unit tests of the parts that need no server: config, keys, values, chunks, replies.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::config::Layout;
+use super::plan::{keys_to_merge, merge_json, plan, Body, KeyPattern, UNAVAILABLE_VALUE};
+use super::script::{decode_version, encode_version, Reply};
+use crate::event::{decode_value, Version};
+use crate::kinds::{parse_config, SinkConfig};
+use crate::sink::{Batch, Record};
+
+const HEAD: &str = "bootstrap.servers = \"k:9092\"\ngroup.id = \"g\"\ntopics = [\"t\"]\n";
+
+fn event_record(offset: i64, id: i64, op: &str, row: Value, lsn: u64, seq: u64) -> Record {
+    let (before, after) = if op == "d" {
+        (row, Value::Null)
+    } else {
+        (Value::Null, row)
+    };
+    let value = json!({
+        "before": before, "after": after, "op": op,
+        "source": {"db": "shop", "schema": "public", "table": "orders", "commit_lsn": lsn, "event_seq": seq},
+    });
+    let payload = decode_value(Some(value.to_string().as_bytes())).expect("valid envelope");
+    Record::new(offset, Some(json!({ "id": id })), payload)
+}
+
+fn batch(records: Vec<Record>) -> Batch {
+    Batch::new(Arc::from("g"), (Arc::from("t"), 0), records, 100)
+}
+
+#[test]
+fn config_parses_bare_and_quoted_dotted_keys() {
+    let (_, sink) = parse_config(&format!(
+        "{HEAD}[sink]\nkind = \"redis\"\nurl = \"redis://h:1\"\nlayout = \"json\"\n\
+         key.pattern = \"c:{{table}}:{{key}}\"\n\"tombstone.ttl.seconds\" = 60\npassword = \"${{env:X}}\"\n"
+    ))
+    .expect("valid");
+    let SinkConfig::Redis(c) = sink else {
+        panic!("not a redis config")
+    };
+    assert_eq!(c.layout, Layout::Json);
+    assert_eq!(c.key_pattern, "c:{table}:{key}");
+    assert_eq!(c.tombstone_ttl_seconds, 60);
+    assert_eq!(c.script_max_changes, 1000);
+    assert!(!format!("{c:?}").contains("env:X"), "secret printed: {c:?}");
+}
+
+#[test]
+fn config_errors_name_the_key() {
+    let bad = |body: &str| {
+        parse_config(&format!("{HEAD}[sink]\nkind = \"redis\"\n{body}\n"))
+            .expect_err(body)
+            .field
+    };
+    assert_eq!(bad("url = \"http://x\""), "sink.url");
+    assert_eq!(bad("key.pattern = \"{table}\""), "sink.key.pattern");
+    assert_eq!(bad("key.pattern = \"{tabel}:{key}\""), "sink.key.pattern");
+    assert_eq!(bad("script.max.changes = 0"), "sink.script.max.changes");
+    assert_eq!(bad("username = \"u\""), "sink.password");
+    assert_eq!(bad("version.key.prefix = \"\""), "sink.version.key.prefix");
+    let e = parse_config(&format!(
+        "{HEAD}[sink]\nkind = \"redis\"\nlayot = \"hash\"\n"
+    ))
+    .expect_err("typo");
+    assert!(e.message.contains("layot"), "{e}");
+}
+
+#[test]
+fn versions_encode_to_digits_that_sort_like_versions() {
+    let vs = [
+        Version::new(0, 0),
+        Version::new(9, u64::MAX),
+        Version::new(10, 0),
+        Version::new(u64::MAX, 3),
+    ];
+    for pair in vs.windows(2) {
+        assert!(
+            encode_version(pair[0]) < encode_version(pair[1]),
+            "{pair:?}"
+        );
+    }
+    for v in vs {
+        let text = encode_version(v);
+        assert_eq!(text.len(), 40);
+        assert_eq!(decode_version(&text), Some(v));
+    }
+    assert_eq!(decode_version("12"), None);
+}
+
+#[test]
+fn keys_render_from_the_pattern() {
+    let r = event_record(1, 7, "c", json!({"id": 7}), 1, 0);
+    let e = r.event().expect("event");
+    let p = KeyPattern::new("{db}.{schema}.{table}:{key}@{topic}", "|");
+    assert_eq!(
+        p.render("t", e, &json!({"a": 1, "b": "x"})),
+        "shop.public.orders:1|x@t"
+    );
+    assert_eq!(
+        KeyPattern::new("{table}:{key}", ":").render("t", e, &json!({"id": 7})),
+        "orders:7"
+    );
+}
+
+#[test]
+fn hash_rows_skip_unavailable_and_unset_nulls() {
+    let row = json!({"id": 1, "note": null, "body": UNAVAILABLE_VALUE, "n": "1.50", "ok": true, "tags": [1, 2]});
+    let b = batch(vec![event_record(5, 1, "u", row, 10, 2)]);
+    let changes = plan(&b, Layout::Hash, &KeyPattern::new("{table}:{key}", ":")).expect("plan");
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0].row_key, "orders:1");
+    assert_eq!(changes[0].version, encode_version(Version::new(10, 2)));
+    let Body::Hash { set, unset } = &changes[0].body else {
+        panic!("not a hash body")
+    };
+    let set: Vec<(&str, &str)> = set.iter().map(|(f, v)| (f.as_str(), v.as_str())).collect();
+    assert_eq!(
+        set,
+        vec![
+            ("id", "1"),
+            ("n", "1.50"),
+            ("ok", "true"),
+            ("tags", "[1,2]")
+        ]
+    );
+    assert_eq!(unset, &vec!["note".to_string()]);
+}
+
+#[test]
+fn tombstones_and_messages_are_skipped_truncates_rejected() {
+    let tombstone = Record::new(2, Some(json!({"id": 1})), crate::event::Payload::Tombstone);
+    let b = batch(vec![
+        event_record(1, 1, "d", json!({"id": 1}), 5, 0),
+        tombstone,
+    ]);
+    let changes = plan(&b, Layout::Hash, &KeyPattern::new("{table}:{key}", ":")).expect("plan");
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0].body, Body::Delete);
+
+    let value = json!({"op": "t", "source": {"table": "orders", "commit_lsn": 9}});
+    let payload = decode_value(Some(value.to_string().as_bytes())).expect("truncate");
+    let b = batch(vec![Record::new(3, None, payload)]);
+    let failures = plan(&b, Layout::Hash, &KeyPattern::new("{table}:{key}", ":"))
+        .expect_err("truncate rejected");
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].offset, 3);
+}
+
+#[test]
+fn json_merge_takes_unavailable_columns_from_the_newest_prior_row() {
+    let keys = KeyPattern::new("{table}:{key}", ":");
+    let b = batch(vec![
+        // Older than what is stored: skipped, must not become the base.
+        event_record(1, 1, "u", json!({"id": 1, "body": "stale", "rev": 0}), 5, 0),
+        event_record(
+            2,
+            1,
+            "u",
+            json!({"id": 1, "body": UNAVAILABLE_VALUE, "rev": 2}),
+            20,
+            0,
+        ),
+        event_record(3, 1, "u", json!({"id": 1, "body": "new", "rev": 3}), 21, 0),
+        event_record(
+            4,
+            1,
+            "u",
+            json!({"id": 1, "body": UNAVAILABLE_VALUE, "rev": 4}),
+            22,
+            0,
+        ),
+        // Not cached anywhere: the column is left out.
+        event_record(
+            5,
+            2,
+            "u",
+            json!({"id": 2, "body": UNAVAILABLE_VALUE, "rev": 1}),
+            23,
+            0,
+        ),
+    ]);
+    let mut changes = plan(&b, Layout::Json, &keys).expect("plan");
+    assert_eq!(keys_to_merge(&changes), vec!["orders:1", "orders:2"]);
+    let mut stored = HashMap::new();
+    stored.insert(
+        "orders:1".to_string(),
+        (
+            Some(encode_version(Version::new(10, 0))),
+            Some(r#"{"id":1,"body":"stored","rev":1}"#.to_string()),
+        ),
+    );
+    stored.insert("orders:2".to_string(), (None, None));
+    merge_json(&mut changes, stored);
+    let text = |i: usize| match &changes[i].body {
+        Body::Json { row, unavailable } => super::plan::json_text(row, unavailable),
+        other => panic!("not json: {other:?}"),
+    };
+    assert_eq!(text(1), r#"{"id":1,"body":"stored","rev":2}"#);
+    assert_eq!(text(3), r#"{"id":1,"body":"new","rev":4}"#);
+    assert_eq!(text(4), r#"{"id":2,"rev":1}"#);
+}
+
+#[test]
+fn script_replies_parse() {
+    assert_eq!(
+        Reply::parse(&[0, 3, 1]),
+        Some(Reply::Done {
+            applied: 3,
+            skipped: 1
+        })
+    );
+    assert_eq!(Reply::parse(&[1, 2, 5]), Some(Reply::WrongType(vec![1, 4])));
+    assert_eq!(Reply::parse(&[1]), None);
+    assert_eq!(Reply::parse(&[7, 1, 1]), None);
+}

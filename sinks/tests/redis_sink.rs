@@ -1,0 +1,505 @@
+//! The `redis` sink against the real Redis of `scripts/services` (never mocks):
+//! versions never regress under replays and reordering, positions are stored
+//! with the data, deletes leave tombstones, unchanged TOAST values stay,
+//! `NOSCRIPT` is survived, a key of another type is a per-record failure.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use oncely_sinks::event::decode_value;
+use oncely_sinks::kinds::redis::{
+    encode_version, Layout, RedisConfig, RedisSink, UNAVAILABLE_VALUE,
+};
+use oncely_sinks::{Batch, Record, Sink, SinkError, TopicPartition, Version};
+use rand::seq::SliceRandom;
+use rand::Rng;
+use redis::aio::MultiplexedConnection;
+use serde_json::{json, Map, Value};
+
+fn redis_url() -> String {
+    match std::env::var("ONCELY_REDIS_URL") {
+        Ok(v) if !v.trim().is_empty() => v,
+        _ => panic!(
+            "ONCELY_REDIS_URL is not set: run `eval \"$(scripts/services env)\"` or scripts/test"
+        ),
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}_{:016x}", rand::random::<u64>())
+}
+
+/// A config whose keys all live under a fresh prefix.
+fn config(layout: Layout) -> (RedisConfig, String) {
+    let p = unique("oncely_test_redis");
+    let mut c = RedisConfig::new(redis_url());
+    c.layout = layout;
+    c.key_pattern = format!("{p}:{{table}}:{{key}}");
+    c.version_prefix = format!("{p}:v:");
+    c.positions_prefix = format!("{p}:pos:");
+    (c, p)
+}
+
+async fn raw() -> MultiplexedConnection {
+    redis::Client::open(redis_url())
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// A record of an oncely envelope for row `id` of table `t`.
+fn record(offset: i64, id: i64, op: &str, row: Value, v: Version) -> Record {
+    let (before, after) = if op == "d" {
+        (json!({"id": id}), Value::Null)
+    } else {
+        (Value::Null, row)
+    };
+    let value = json!({
+        "before": before, "after": after, "op": op,
+        "source": {"schema": "public", "table": "t", "commit_lsn": v.lsn, "event_seq": v.seq},
+    });
+    let payload = decode_value(Some(value.to_string().as_bytes())).expect("envelope");
+    Record::new(offset, Some(json!({ "id": id })), payload)
+}
+
+fn batch(group: &str, partition: i32, records: Vec<Record>, next: i64) -> Batch {
+    Batch::new(
+        Arc::from(group),
+        (Arc::from("topic-a"), partition),
+        records,
+        next,
+    )
+}
+
+/// The row as the cache holds it, in either layout, as column -> text.
+async fn cached(
+    conn: &mut MultiplexedConnection,
+    layout: Layout,
+    key: &str,
+) -> Option<BTreeMap<String, String>> {
+    match layout {
+        Layout::Hash => {
+            let h: BTreeMap<String, String> = redis::cmd("HGETALL")
+                .arg(key)
+                .query_async(conn)
+                .await
+                .expect("HGETALL");
+            (!h.is_empty()).then_some(h)
+        }
+        Layout::Json => {
+            let s: Option<String> = redis::cmd("GET")
+                .arg(key)
+                .query_async(conn)
+                .await
+                .expect("GET");
+            s.map(|s| {
+                let v: Map<String, Value> = serde_json::from_str(&s).expect("json row");
+                v.into_iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| {
+                        (
+                            k,
+                            v.as_str()
+                                .map(str::to_owned)
+                                .unwrap_or_else(|| v.to_string()),
+                        )
+                    })
+                    .collect()
+            })
+        }
+    }
+}
+
+async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("GET")
+}
+
+fn text_row(row: &Value) -> BTreeMap<String, String> {
+    row.as_object()
+        .expect("object")
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v.to_string()),
+            )
+        })
+        .collect()
+}
+
+/// Random histories per key, applied in random chunks with older replays and
+/// duplicates mixed in: the cache ends at each key's newest change, exactly.
+async fn never_regresses(layout: Layout) {
+    let (cfg, p) = config(layout);
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let mut conn = raw().await;
+    let mut rng = rand::rng();
+    // key -> its changes in version order: (version, op, row).
+    let mut history: BTreeMap<i64, Vec<(Version, &'static str, Value)>> = BTreeMap::new();
+    let mut lsn = 1000u64;
+    for _ in 0..400 {
+        let id = rng.random_range(1..=20);
+        lsn += rng.random_range(1..5);
+        let seq = rng.random_range(0..3);
+        let op = match rng.random_range(0..10) {
+            0..=1 => "d",
+            2 => "c",
+            _ => "u",
+        };
+        let row = json!({"id": id, "rev": lsn, "note": if rng.random_bool(0.2) { Value::Null } else { json!(format!("n{lsn}")) }});
+        history
+            .entry(id)
+            .or_default()
+            .push((Version::new(lsn, seq), op, row));
+    }
+    // In order, then replays of random older changes and exact duplicates.
+    let mut all: Vec<(i64, Version, &'static str, Value)> = history
+        .iter()
+        .flat_map(|(id, h)| {
+            h.iter()
+                .map(move |(v, op, row)| (*id, *v, *op, row.clone()))
+        })
+        .collect();
+    all.sort_by_key(|c| c.1);
+    let mut stream = all.clone();
+    let mut replays = all.clone();
+    replays.shuffle(&mut rng);
+    stream.extend(replays);
+    stream.extend(all.iter().rev().cloned());
+    let mut offset = 0i64;
+    for chunk in stream.chunks(37) {
+        let records = chunk
+            .iter()
+            .map(|(id, v, op, row)| {
+                offset += 1;
+                record(offset, *id, op, row.clone(), *v)
+            })
+            .collect();
+        sink.apply(&batch("g", 0, records, offset + 1))
+            .await
+            .expect("apply");
+    }
+    for (id, h) in &history {
+        let (v, op, row) = h.iter().max_by_key(|c| c.0).expect("history");
+        let key = format!("{p}:t:{id}");
+        let got = cached(&mut conn, layout, &key).await;
+        if *op == "d" {
+            assert_eq!(got, None, "{key} deleted at {v}");
+        } else {
+            assert_eq!(got, Some(text_row(row)), "{key} at {v}");
+        }
+        assert_eq!(
+            get(&mut conn, &format!("{p}:v:{p}:t:{id}")).await,
+            Some(encode_version(*v)),
+            "{key}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn hash_rows_never_regress_under_replays_and_reordering() {
+    never_regresses(Layout::Hash).await;
+}
+
+#[tokio::test]
+async fn json_rows_never_regress_under_replays_and_reordering() {
+    never_regresses(Layout::Json).await;
+}
+
+#[tokio::test]
+async fn positions_are_stored_with_the_data_and_loaded_back() {
+    let (mut cfg, p) = config(Layout::Hash);
+    cfg.script_max_changes = 3; // a batch of 10 takes 4 calls; the last stores the position
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let tps = [
+        TopicPartition::new("topic-a", 0),
+        TopicPartition::new("topic-a", 1),
+    ];
+    assert!(sink
+        .load_positions("g1", &tps)
+        .await
+        .expect("load")
+        .is_empty());
+    let records = (0..10)
+        .map(|i| record(i, i, "c", json!({"id": i}), Version::new(50, i as u64)))
+        .collect();
+    sink.apply(&batch("g1", 0, records, 11))
+        .await
+        .expect("apply");
+    // An empty batch (offsets skipped) still moves the position.
+    sink.apply(&batch("g1", 1, vec![], 42))
+        .await
+        .expect("apply empty");
+    let positions = sink.load_positions("g1", &tps).await.expect("load");
+    assert_eq!(
+        positions,
+        HashMap::from([(tps[0].clone(), 11), (tps[1].clone(), 42)])
+    );
+    assert!(
+        sink.load_positions("other", &tps)
+            .await
+            .expect("load")
+            .is_empty(),
+        "per group"
+    );
+    let mut conn = raw().await;
+    for i in 0..10 {
+        assert_eq!(
+            cached(&mut conn, Layout::Hash, &format!("{p}:t:{i}")).await,
+            Some(text_row(&json!({"id": i})))
+        );
+    }
+    let fields: HashMap<String, i64> = redis::cmd("HGETALL")
+        .arg(format!("{p}:pos:g1"))
+        .query_async(&mut conn)
+        .await
+        .expect("positions");
+    assert_eq!(
+        fields,
+        HashMap::from([("topic-a:0".into(), 11), ("topic-a:1".into(), 42)])
+    );
+}
+
+#[tokio::test]
+async fn deletes_keep_a_tombstone_that_stops_older_inserts() {
+    let (mut cfg, p) = config(Layout::Hash);
+    cfg.tombstone_ttl_seconds = 3600;
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let mut conn = raw().await;
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![
+            record(1, 1, "c", json!({"id": 1, "v": "a"}), Version::new(10, 0)),
+            record(2, 1, "d", json!({"id": 1}), Version::new(11, 0)),
+        ],
+        3,
+    ))
+    .await
+    .expect("apply");
+    let key = format!("{p}:t:1");
+    assert_eq!(cached(&mut conn, Layout::Hash, &key).await, None);
+    let vkey = format!("{p}:v:{p}:t:1");
+    assert_eq!(
+        get(&mut conn, &vkey).await,
+        Some(encode_version(Version::new(11, 0)))
+    );
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&vkey)
+        .query_async(&mut conn)
+        .await
+        .expect("PTTL");
+    assert!(
+        (3_590_000..=3_600_000).contains(&pttl),
+        "tombstone TTL {pttl}"
+    );
+    // A replay of the insert does not resurrect the row.
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![record(
+            1,
+            1,
+            "c",
+            json!({"id": 1, "v": "a"}),
+            Version::new(10, 0),
+        )],
+        3,
+    ))
+    .await
+    .expect("replay");
+    assert_eq!(cached(&mut conn, Layout::Hash, &key).await, None);
+    // A newer insert does, and its version loses the tombstone's expiry.
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![record(
+            3,
+            1,
+            "c",
+            json!({"id": 1, "v": "b"}),
+            Version::new(12, 0),
+        )],
+        4,
+    ))
+    .await
+    .expect("insert");
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &key).await,
+        Some(text_row(&json!({"id": 1, "v": "b"})))
+    );
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&vkey)
+        .query_async(&mut conn)
+        .await
+        .expect("PTTL");
+    assert_eq!(pttl, -1, "a live row's version does not expire");
+}
+
+#[tokio::test]
+async fn rows_expire_with_ttl_seconds() {
+    let (mut cfg, p) = config(Layout::Json);
+    cfg.ttl_seconds = 100;
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let mut conn = raw().await;
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![record(1, 1, "c", json!({"id": 1}), Version::new(10, 0))],
+        2,
+    ))
+    .await
+    .expect("apply");
+    for key in [format!("{p}:t:1"), format!("{p}:v:{p}:t:1")] {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .expect("PTTL");
+        assert!((99_000..=100_000).contains(&pttl), "{key}: {pttl}");
+    }
+}
+
+async fn toast_is_kept(layout: Layout) {
+    let (cfg, p) = config(layout);
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let mut conn = raw().await;
+    let big = "x".repeat(5000);
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![record(
+            1,
+            1,
+            "c",
+            json!({"id": 1, "rev": 1, "body": big}),
+            Version::new(10, 0),
+        )],
+        2,
+    ))
+    .await
+    .expect("insert");
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![
+            record(
+                2,
+                1,
+                "u",
+                json!({"id": 1, "rev": 2, "body": UNAVAILABLE_VALUE}),
+                Version::new(11, 0),
+            ),
+            record(
+                3,
+                1,
+                "u",
+                json!({"id": 1, "rev": 3, "body": UNAVAILABLE_VALUE}),
+                Version::new(12, 0),
+            ),
+        ],
+        4,
+    ))
+    .await
+    .expect("update");
+    assert_eq!(
+        cached(&mut conn, layout, &format!("{p}:t:1")).await,
+        Some(text_row(&json!({"id": 1, "rev": 3, "body": big}))),
+        "{layout:?}"
+    );
+}
+
+#[tokio::test]
+async fn unchanged_toast_values_keep_the_stored_value() {
+    toast_is_kept(Layout::Hash).await;
+    toast_is_kept(Layout::Json).await;
+}
+
+#[tokio::test]
+async fn a_flushed_script_cache_is_reloaded() {
+    let (cfg, p) = config(Layout::Hash);
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let mut conn = raw().await;
+    // SCRIPT FLUSH is what a Redis restart does to the script cache.
+    redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async::<()>(&mut conn)
+        .await
+        .expect("SCRIPT FLUSH");
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![record(1, 1, "c", json!({"id": 1}), Version::new(10, 0))],
+        2,
+    ))
+    .await
+    .expect("apply after NOSCRIPT");
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &format!("{p}:t:1")).await,
+        Some(text_row(&json!({"id": 1})))
+    );
+}
+
+#[tokio::test]
+async fn a_key_of_another_type_is_rejected_and_no_position_stored() {
+    let (cfg, p) = config(Layout::Hash);
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let mut conn = raw().await;
+    redis::cmd("SET")
+        .arg(format!("{p}:t:2"))
+        .arg("not a hash")
+        .query_async::<()>(&mut conn)
+        .await
+        .expect("SET");
+    let records = vec![
+        record(1, 1, "c", json!({"id": 1}), Version::new(10, 0)),
+        record(2, 2, "c", json!({"id": 2}), Version::new(10, 1)),
+    ];
+    let err = sink
+        .apply(&batch("g", 0, records, 3))
+        .await
+        .expect_err("WRONGTYPE");
+    let failures = err.rejected().expect("rejected").to_vec();
+    assert_eq!(
+        failures.iter().map(|f| f.offset).collect::<Vec<_>>(),
+        vec![2]
+    );
+    let tps = [TopicPartition::new("topic-a", 0)];
+    assert!(sink
+        .load_positions("g", &tps)
+        .await
+        .expect("load")
+        .is_empty());
+    assert!(matches!(err, SinkError::Rejected(_)));
+    // Without the rejected record (as the runner does after dead-lettering it).
+    let records = vec![record(1, 1, "c", json!({"id": 1}), Version::new(10, 0))];
+    sink.apply(&batch("g", 0, records, 3))
+        .await
+        .expect("apply the rest");
+    assert_eq!(
+        sink.load_positions("g", &tps)
+            .await
+            .expect("load")
+            .get(&tps[0]),
+        Some(&3)
+    );
+}
+
+#[tokio::test]
+async fn bad_credentials_are_fatal() {
+    let (mut cfg, _) = config(Layout::Hash);
+    cfg.username = Some("nobody".into());
+    cfg.password = Some(oncely_sinks::secret::Secret::new("wrong"));
+    match RedisSink::connect(&cfg).await {
+        Err(e) => assert!(e.is_fatal(), "{e:?}"),
+        Ok(_) => panic!("connected with a wrong password"),
+    }
+}
