@@ -322,6 +322,15 @@ pub fn parse_runner_config(text: &str) -> Result<(RunnerConfig, Option<toml::Tab
     Ok((runner, sink))
 }
 
+/// A sink's `[sink]` table with bare dotted keys (`bulk.max.actions = 5`, which TOML
+/// reads as nested tables) turned into the quoted form (`"bulk.max.actions" = 5`),
+/// so that sinks accept both spellings like the runner does.
+pub fn flatten_sink_table(table: toml::Table) -> Result<toml::Table, ConfigError> {
+    let mut out = toml::Table::new();
+    flatten_into(&mut out, "", table, false)?;
+    Ok(out)
+}
+
 fn flatten_into(
     out: &mut toml::Table,
     prefix: &str,

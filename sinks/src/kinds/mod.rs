@@ -76,6 +76,7 @@ pub fn parse_config(text: &str) -> Result<(RunnerConfig, SinkConfig), ConfigErro
     runner.validate()?;
     let sink =
         sink.ok_or_else(|| ConfigError::new("sink", "missing [sink] table (with `kind = ...`)"))?;
+    let sink = crate::config::flatten_sink_table(sink)?;
     let text = toml::to_string(&sink).map_err(|e| ConfigError::new("sink", e.to_string()))?;
     let sink: SinkConfig = toml::from_str(&text).map_err(|e| {
         let msg = e.message().to_owned();

@@ -278,6 +278,23 @@ mod tests {
     }
 
     #[test]
+    fn a_sink_toml_with_bare_dotted_keys_parses() {
+        let text = "bootstrap.servers = \"k:9092\"\ngroup.id = \"g\"\ntopics = [\"t\"]\n\
+                    [sink]\nkind = \"postgres\"\nurl = \"${env:WAREHOUSE_URL}\"\n\
+                    history.enabled = true\n\"delete.mode\" = \"hard\"\ntruncate.mode = \"ignore\"\n";
+        let (_, sink) = crate::kinds::parse_config(text).expect("valid");
+        let crate::kinds::SinkConfig::Postgres(c) = sink else {
+            panic!("not postgres");
+        };
+        assert!(c.history_enabled && c.upsert_enabled);
+        assert_eq!(c.delete_mode, DeleteMode::Hard);
+        assert_eq!(c.truncate_mode, TruncateMode::Ignore);
+        let e = crate::kinds::parse_config(&text.replace("history.enabled", "history.enabeld"))
+            .expect_err("typo");
+        assert!(e.message.contains("history.enabeld"), "{e}");
+    }
+
+    #[test]
     fn the_url_never_prints() {
         let c = PostgresConfig::new("postgres://u:pw@h/db");
         assert!(!format!("{c:?}").contains("pw"));
