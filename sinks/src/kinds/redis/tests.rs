@@ -217,3 +217,15 @@ fn script_replies_parse() {
     assert_eq!(Reply::parse(&[1]), None);
     assert_eq!(Reply::parse(&[7, 1, 1]), None);
 }
+
+#[test]
+fn the_annotated_example_is_valid() {
+    let text = include_str!("../../../../examples/sink-redis.toml");
+    let (runner, sink) = parse_config(text).expect("examples/sink-redis.toml is valid");
+    assert_eq!(runner.group_id, "oncely-cache");
+    let SinkConfig::Redis(c) = sink else {
+        panic!("not a redis config")
+    };
+    assert_eq!(c.tombstone_ttl_seconds, 604_800);
+    assert_eq!(c.layout, Layout::Hash);
+}
