@@ -192,6 +192,20 @@ async fn duplicated_and_out_of_order_deliveries_never_leave_an_older_version() {
         docs, want,
         "each document is the newest version, deleted rows are gone"
     );
+
+    // A delete of a row never indexed, alone in its request: a 404 item inside an
+    // `errors: false` response, settled.
+    let sink = ElasticsearchSink::connect(&sink_config(""))
+        .await
+        .expect("sink");
+    let phantom = (77, change("d", 77, 9_000, 0, Value::Null));
+    sink.apply(&batch_of(&topic, vec![phantom.clone()], 0))
+        .await
+        .expect("a delete of an absent document is applied");
+    sink.apply(&batch_of(&topic, vec![phantom], 0))
+        .await
+        .expect("and applied again");
+    assert_eq!(documents(&topic).await, docs);
     delete_index(&topic).await;
 }
 

@@ -21,7 +21,8 @@ pub const TABLES: &[&str] = &["acct", "audit", "docs"];
 
 /// Creates the tables, empty: seed them with [`seed`] once capture runs, so
 /// that every row reaches Kafka (there is no initial snapshot here).
-pub const SCHEMA: &str = "CREATE TABLE acct (id bigint PRIMARY KEY, rev bigint NOT NULL, note text);
+pub const SCHEMA: &str =
+    "CREATE TABLE acct (id bigint PRIMARY KEY, rev bigint NOT NULL, note text);
      CREATE TABLE audit (id bigserial PRIMARY KEY, acct bigint, rev bigint);
      CREATE TABLE docs (id bigint PRIMARY KEY, rev bigint NOT NULL, body text);
      ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL;";
@@ -142,7 +143,10 @@ pub async fn workload(c: tokio_postgres::Client, transactions: usize) -> Result<
 }
 
 /// Every row of `table`: primary key `id` as text -> the row as a JSON object.
-pub async fn source_rows(c: &tokio_postgres::Client, table: &str) -> Result<BTreeMap<String, Value>> {
+pub async fn source_rows(
+    c: &tokio_postgres::Client,
+    table: &str,
+) -> Result<BTreeMap<String, Value>> {
     let rows = c
         .query(
             &format!("SELECT id::text, row_to_json(t)::text FROM {table} t"),
@@ -150,6 +154,11 @@ pub async fn source_rows(c: &tokio_postgres::Client, table: &str) -> Result<BTre
         )
         .await?;
     rows.iter()
-        .map(|r| Ok((r.get::<_, String>(0), serde_json::from_str(r.get::<_, &str>(1))?)))
+        .map(|r| {
+            Ok((
+                r.get::<_, String>(0),
+                serde_json::from_str(r.get::<_, &str>(1))?,
+            ))
+        })
         .collect()
 }

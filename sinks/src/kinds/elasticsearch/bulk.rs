@@ -189,17 +189,9 @@ pub async fn send(client: &Elasticsearch, chunk: Chunk) -> Result<Failures, EsEr
         });
     }
     let mut failures = Vec::new();
-    if !parsed.errors {
-        if let Some(bad) = parsed
-            .items
-            .iter()
-            .find(|i| !(200..300).contains(&i.index.status))
-        {
-            return Err(EsError::Response {
-                what: "bulk",
-                reason: format!("errors=false with an item status {}", bad.index.status),
-            });
-        }
+    // `errors` is false for a versioned delete of an absent document (404) too:
+    // anything but an all-2xx response is classified item by item.
+    if !parsed.errors && parsed.items.iter().all(|i| i.index.status < 300) {
         return Ok(failures);
     }
     for (meta, item) in items.into_iter().zip(parsed.items) {

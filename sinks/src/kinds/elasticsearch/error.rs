@@ -124,9 +124,11 @@ impl EsError {
 
 impl From<EsError> for SinkError {
     fn from(e: EsError) -> Self {
+        // The message carries the cause: the runner logs the message, not the chain.
+        let message = format!("elasticsearch: {e}");
         match e.class() {
-            Class::Fatal => SinkError::fatal_from("elasticsearch", e),
-            _ => SinkError::retriable_from("elasticsearch", e),
+            Class::Fatal => SinkError::fatal_from(message, e),
+            _ => SinkError::retriable_from(message, e),
         }
     }
 }

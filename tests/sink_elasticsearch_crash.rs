@@ -1,0 +1,166 @@
+//! SIGKILL `oncely sink` (elasticsearch) again and again while a real `oncely
+//! capture` streams a mixed workload: every index must end up equal to its
+//! source table — same ids, same fields, deleted rows gone.
+mod capture_harness;
+mod common;
+mod sink_harness;
+mod sink_runner_support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use capture_harness::{kill9, terminate, wait_for, CaptureEnv};
+use elasticsearch::http::transport::Transport;
+use elasticsearch::indices::{IndicesDeleteParts, IndicesRefreshParts};
+use elasticsearch::{Elasticsearch, SearchParts};
+use rand::Rng;
+use serde_json::{json, Value};
+use sink_harness::{seed, source_rows, wait_slot_active, workload, SCHEMA, TABLES};
+use sink_runner_support::{sigkill, sigterm, spawn_runner, wait_exit, write_config};
+
+const KILLS: usize = 12;
+
+fn es() -> Elasticsearch {
+    Elasticsearch::new(Transport::single_node(&common::es_url()).expect("es transport"))
+}
+
+/// Every document of `index` after a refresh: id -> source (an absent index is empty).
+async fn documents(client: &Elasticsearch, index: &str) -> anyhow::Result<BTreeMap<String, Value>> {
+    client
+        .indices()
+        .refresh(IndicesRefreshParts::Index(&[index]))
+        .send()
+        .await?;
+    let response = client
+        .search(SearchParts::Index(&[index]))
+        .body(json!({"size": 10000, "track_total_hits": true, "query": {"match_all": {}}}))
+        .send()
+        .await?;
+    if response.status_code().as_u16() == 404 {
+        return Ok(BTreeMap::new());
+    }
+    let body: Value = response.json().await?;
+    let hits = body["hits"]["hits"].as_array().cloned().unwrap_or_default();
+    anyhow::ensure!(
+        body["hits"]["total"]["value"].as_u64() == Some(hits.len() as u64),
+        "more than one page of documents in {index}"
+    );
+    Ok(hits
+        .into_iter()
+        .filter_map(|h| Some((h["_id"].as_str()?.to_owned(), h["_source"].clone())))
+        .collect())
+}
+
+/// Differences between each table and its index, empty when they are equal.
+async fn differences(env: &CaptureEnv, client: &Elasticsearch) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for table in TABLES {
+        let want = source_rows(&env.client, table).await?;
+        let got = documents(client, &env.topic(table)).await?;
+        if want != got {
+            let missing = want.keys().filter(|k| !got.contains_key(*k)).count();
+            let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
+            let differ: Vec<_> = want
+                .iter()
+                .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
+                .take(3)
+                .map(|(k, v)| format!("{k}: source {v} index {}", got[k]))
+                .collect();
+            out.push(format!(
+                "{table}: {} rows, {} docs, {missing} missing, {extra} extra, differing e.g. {differ:?}",
+                want.len(),
+                got.len()
+            ));
+        }
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_sink_leaves_every_index_equal_to_its_table() -> anyhow::Result<()> {
+    let env = CaptureEnv::new("es_crash").await?;
+    env.client.batch_execute(SCHEMA).await?;
+    let capture_config = env.write_config(
+        "capture.toml",
+        &env.config("batch.max.events = 200\nbatch.max.ms = 20\n"),
+    )?;
+    let mut capture = env.spawn_capture(&capture_config)?;
+    wait_slot_active(&env).await?;
+    seed(&env.client).await?;
+    let topics: Vec<String> = TABLES.iter().map(|t| env.topic(t)).collect();
+    // The topics exist before the sink subscribes to them.
+    wait_for(&topics, Duration::from_secs(60), |s| {
+        TABLES
+            .iter()
+            .all(|t| s.iter().any(|r| r.topic == env.topic(t)))
+    })
+    .await?;
+
+    let group = common::unique("es_crash_g");
+    let topic_list = topics
+        .iter()
+        .map(|t| format!("\"{t}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sink_config = write_config(
+        &env.dir,
+        "sink",
+        &format!(
+            "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{group}\"\ntopics = [{topic_list}]\n\
+             batch.max.records = 50\nbatch.max.ms = 20\nshutdown.timeout.ms = 10000\n\
+             [kafka]\n\"group.instance.id\" = \"{group}-1\"\n\"session.timeout.ms\" = 6000\n\
+             [sink]\nkind = \"elasticsearch\"\nurl = \"{url}\"\nbulk.max.actions = 200\n",
+            brokers = common::kafka_brokers(),
+            url = common::es_url(),
+        ),
+    );
+    let log = env.dir.join("sink.log");
+
+    let writer_client = env.connect().await?;
+    let writer = tokio::spawn(async move { workload(writer_client, 1200).await });
+    let mut kills = 0;
+    while kills < KILLS || !writer.is_finished() {
+        let mut sink = spawn_runner(&sink_config, &log);
+        let wait = rand::rng().random_range(500..3000);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        sigkill(&mut sink).await;
+        kills += 1;
+        anyhow::ensure!(kills < 80, "the workload did not finish");
+    }
+    writer.await??;
+
+    let client = es();
+    let mut sink = spawn_runner(&sink_config, &log);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let diff = loop {
+        let diff = differences(&env, &client).await?;
+        if diff.is_empty() || Instant::now() > deadline {
+            break diff;
+        }
+        if let Some(status) = sink.try_wait()? {
+            anyhow::bail!("the last sink exited with {status}; log: {}", log.display());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    sigterm(&sink);
+    let status = wait_exit(&mut sink, Duration::from_secs(30)).await;
+    let capture_status = terminate(&mut capture, Duration::from_secs(30));
+    for t in &topics {
+        let _ = client
+            .indices()
+            .delete(IndicesDeleteParts::Index(&[t.as_str()]))
+            .send()
+            .await;
+    }
+    if capture_status.is_err() {
+        kill9(&mut capture);
+    }
+    assert!(
+        diff.is_empty(),
+        "indices differ from tables after {kills} kills: {diff:#?}"
+    );
+    assert!(status.success(), "graceful stop exits 0, got {status}");
+    assert!(kills >= KILLS);
+    env.cleanup().await;
+    Ok(())
+}
