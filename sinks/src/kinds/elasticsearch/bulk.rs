@@ -56,8 +56,9 @@ impl Chunk {
         self.bytes
     }
 
-    /// NDJSON bytes `index` would add (an estimate before encoding is not needed:
-    /// callers encode first, then ask [`Chunk::fits`]).
+    /// True when an encoded action of `extra` bytes may join this request
+    /// without passing `max_actions` or `max_bytes`; an empty request takes any
+    /// one action, however large.
     pub fn fits(&self, extra: usize, max_actions: usize, max_bytes: usize) -> bool {
         self.is_empty() || (self.len() < max_actions && self.bytes + extra <= max_bytes)
     }

@@ -308,6 +308,17 @@ mod tests {
     }
 
     #[test]
+    fn the_annotated_example_is_valid() {
+        let text = include_str!("../../../../examples/sink-elasticsearch.toml");
+        let (_, sink) = crate::kinds::parse_config(text).expect("example is valid");
+        let crate::kinds::SinkConfig::Elasticsearch(c) = sink else {
+            panic!("not an elasticsearch config");
+        };
+        assert_eq!(c.index_pattern, "{topic}");
+        assert_eq!(c.bulk_max_bytes, 5_242_880);
+    }
+
+    #[test]
     fn secrets_never_print() {
         let c = parse("username = \"u\"\npassword = \"hunter2\"\n").expect("basic");
         assert!(!format!("{c:?}").contains("hunter2"));

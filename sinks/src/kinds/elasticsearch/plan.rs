@@ -1,9 +1,10 @@
 //! From a batch to one write per document: index name, document id, external
 //! version, and what to write.
 //!
-//! Events of one key inside a batch are folded in offset order into a single
-//! write carrying the last event's version: the result equals applying them
-//! one by one, since Elasticsearch would keep only the newest anyway. Values
+//! Events of one key inside a batch are folded into a single write carrying
+//! the newest version (an older or repeated one is dropped, see [`fold`]): the
+//! result equals applying them one by one, since Elasticsearch keeps only the
+//! newest anyway. Values
 //! marked unavailable (unchanged TOAST) are taken from an earlier event of the
 //! same key in the batch when there is one, else left to be read from the
 //! stored document (see [`super::merge`]).
