@@ -1,0 +1,172 @@
+//! Changes/s through the `redis` sink next to a plain pipelined client writing
+//! the same rows to the same Redis in the same run.
+//!
+//! ```sh
+//! eval "$(scripts/services env)"
+//! cargo run --release -p oncely-sinks --example redis_bench            # 1,000,000 events
+//! ONCELY_BENCH_EVENTS=200000 cargo run --release -p oncely-sinks --example redis_bench
+//! ```
+//!
+//! Both sides get the same decoded records, 1000 per batch (the runner's
+//! default `batch.max.records`), over 100,000 distinct keys (so most events
+//! update an existing row), and are timed from records to acknowledged
+//! writes: the sink plans keys and fields, runs its script (version check per
+//! row, version write, position write); the plain client builds one `HSET`
+//! per record and sends the batch as one pipeline. Building the records (Kafka
+//! decoding) is outside both timings. Alternating rounds even out noise.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oncely_sinks::event::decode_value;
+use oncely_sinks::kinds::redis::{RedisConfig, RedisSink};
+use oncely_sinks::{Batch, Record, Sink};
+use serde_json::{json, Value};
+
+const BATCH: usize = 1000;
+const KEYS: u64 = 100_000;
+const ROUNDS: u64 = 4;
+
+fn records(first: u64, n: usize) -> Vec<Record> {
+    (0..n as u64)
+        .map(|i| {
+            let seq = first + i;
+            let id = seq % KEYS;
+            let value = json!({
+                "before": null,
+                "after": {"id": id, "rev": seq, "note": format!("note for row {id} at {seq}"), "amount": "1234.50", "active": true},
+                "op": "u",
+                "source": {"schema": "public", "table": "bench", "commit_lsn": seq, "event_seq": 0},
+            });
+            let payload = decode_value(Some(value.to_string().as_bytes())).expect("envelope");
+            Record::new(seq as i64, Some(json!({ "id": id })), payload)
+        })
+        .collect()
+}
+
+fn text(v: &Value) -> String {
+    v.as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| v.to_string())
+}
+
+async fn plain(conn: &mut redis::aio::MultiplexedConnection, prefix: &str, recs: &[Record]) {
+    let mut pipe = redis::pipe();
+    for r in recs {
+        let Some(e) = r.event() else { continue };
+        let Some(after) = &e.after else { continue };
+        let id = r
+            .key
+            .as_ref()
+            .and_then(|k| k.get("id"))
+            .map(text)
+            .unwrap_or_default();
+        let cmd = pipe.cmd("HSET").arg(format!("{prefix}:bench:{id}"));
+        for (column, value) in after {
+            cmd.arg(column).arg(text(value));
+        }
+        pipe.ignore();
+    }
+    pipe.query_async::<()>(conn).await.expect("pipeline");
+}
+
+async fn cleanup(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) {
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(5000)
+            .query_async(conn)
+            .await
+            .expect("SCAN");
+        if !keys.is_empty() {
+            redis::cmd("UNLINK")
+                .arg(keys)
+                .query_async::<()>(conn)
+                .await
+                .expect("UNLINK");
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+}
+
+fn rate(n: u64, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let url = std::env::var("ONCELY_REDIS_URL")
+        .expect("ONCELY_REDIS_URL (eval \"$(scripts/services env)\")");
+    let total: u64 = std::env::var("ONCELY_BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let tag = format!("oncely_bench_{:08x}", rand::random::<u32>());
+    let mut config = RedisConfig::new(url.clone());
+    config.key_pattern = format!("{tag}:s:{{table}}:{{key}}");
+    config.version_prefix = format!("{tag}:v:");
+    config.positions_prefix = format!("{tag}:pos:");
+    let sink = RedisSink::connect(&config).await.expect("sink");
+    let mut conn = redis::Client::open(url)
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let plain_prefix = format!("{tag}:p");
+    let (mut t_sink, mut t_plain) = (Duration::ZERO, Duration::ZERO);
+    let (mut longest_call, mut n) = (Duration::ZERO, 0u64);
+    let per_round = total / ROUNDS;
+    for round in 0..ROUNDS {
+        // Alternate which side goes first in a round.
+        for side in [round % 2, 1 - round % 2] {
+            let mut done = 0u64;
+            while done < per_round {
+                let size = BATCH.min((per_round - done) as usize);
+                let first = round * per_round + done;
+                let recs = records(first, size);
+                let start = Instant::now();
+                if side == 0 {
+                    let batch = Batch::new(
+                        Arc::from("bench"),
+                        (Arc::from("bench"), 0),
+                        recs,
+                        (first + size as u64) as i64,
+                    );
+                    sink.apply(&batch).await.expect("apply");
+                    let d = start.elapsed();
+                    longest_call = longest_call.max(d);
+                    t_sink += d;
+                } else {
+                    plain(&mut conn, &plain_prefix, &recs).await;
+                    t_plain += start.elapsed();
+                }
+                done += size as u64;
+            }
+        }
+        n += per_round;
+        eprintln!("round {round}: {n} events per side");
+    }
+    let (s, p) = (rate(n, t_sink), rate(n, t_plain));
+    println!("events per side:          {n}");
+    println!(
+        "redis sink (script):      {s:>10.0} changes/s  ({:.2} s)",
+        t_sink.as_secs_f64()
+    );
+    println!(
+        "plain pipelined HSET:     {p:>10.0} changes/s  ({:.2} s)",
+        t_plain.as_secs_f64()
+    );
+    println!("ratio sink / plain:       {:>10.1} %", 100.0 * s / p);
+    println!(
+        "longest 1000-change apply: {:.1} ms",
+        longest_call.as_secs_f64() * 1000.0
+    );
+    cleanup(&mut conn, &tag).await;
+}
