@@ -58,9 +58,12 @@ async fn each_change_kind_gives_the_expected_events() -> anyhow::Result<()> {
              CREATE TABLE skipped (id int PRIMARY KEY);",
         )
         .await?;
+    let metrics_port = 20000 + (rand::random::<u16>() % 20000);
     let config = env.write_config(
         "capture.toml",
-        &env.config("table.exclude.list = \"public\\\\.skipped\"\nbatch.max.ms = 20\n"),
+        &env.config(&format!(
+            "table.exclude.list = \"public\\\\.skipped\"\nbatch.max.ms = 20\nmetrics.listen = \"127.0.0.1:{metrics_port}\"\n"
+        )),
     )?;
     let mut capture = env.spawn_capture(&config)?;
     wait_slot_active(&env).await?;
@@ -91,7 +94,9 @@ async fn each_change_kind_gives_the_expected_events() -> anyhow::Result<()> {
              UPDATE full_items SET name = 'y' WHERE id = 1;
              COMMIT;
              INSERT INTO items (id, name) VALUES (3, 'pear');
-             TRUNCATE items;",
+             TRUNCATE items;
+             ALTER TABLE items ADD COLUMN extra int;
+             INSERT INTO items (id, name, extra) VALUES (4, 'plum', 42);",
         )
         .await?;
 
@@ -100,7 +105,7 @@ async fn each_change_kind_gives_the_expected_events() -> anyhow::Result<()> {
         env.topic("full_items"),
         env.topic("skipped"),
     ];
-    let seen = wait_for(&topics, TIMEOUT, |s| s.len() >= 11).await?;
+    let seen = wait_for(&topics, TIMEOUT, |s| s.len() >= 12).await?;
     let items: Vec<&Seen> = seen
         .iter()
         .filter(|s| s.topic == env.topic("items"))
@@ -126,7 +131,8 @@ async fn each_change_kind_gives_the_expected_events() -> anyhow::Result<()> {
             Some("d"),
             None,
             Some("c"),
-            Some("t")
+            Some("t"),
+            Some("c")
         ],
         "items events: {items:#?}"
     );
@@ -192,6 +198,19 @@ async fn each_change_kind_gives_the_expected_events() -> anyhow::Result<()> {
     assert_eq!(src["schema"], json!("public"));
     assert_eq!(src["table"], json!("items"));
 
+    // A column added mid-stream: the new Relation message is followed.
+    assert_eq!(after(items[9])["extra"], json!(42));
+    assert_eq!(after(items[9])["name"], json!("plum"));
+
+    // Metrics count every record published (changes and tombstones).
+    let body = get_metrics(metrics_port).await?;
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("oncely_capture_events_total"))
+        .unwrap_or_default();
+    assert!(line.ends_with(" 12"), "metrics: {line:?}\n{body}");
+    assert!(body.contains("oncely_capture_batch_commit_seconds_count"));
+
     let status = terminate(&mut capture, Duration::from_secs(30))?;
     assert!(
         status.success(),
@@ -200,4 +219,14 @@ async fn each_change_kind_gives_the_expected_events() -> anyhow::Result<()> {
     );
     env.cleanup().await;
     Ok(())
+}
+
+/// GET /metrics over a plain TCP connection.
+async fn get_metrics(port: u16) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).await?;
+    Ok(body)
 }
