@@ -21,6 +21,16 @@ use sink_runner_support::{sigkill, sigterm, spawn_runner, wait_exit, write_confi
 
 const KILLS: usize = 12;
 
+/// A sink process that is killed and reaped if a test step fails before it stops.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 async fn redis_conn() -> anyhow::Result<MultiplexedConnection> {
     Ok(redis::Client::open(common::redis_url())?
         .get_multiplexed_async_connection()
@@ -217,14 +227,14 @@ async fn pipeline(name: &str, layout: &str) -> anyhow::Result<Pipeline> {
 /// gracefully, and checks the stored positions against the topics' ends.
 async fn converge_and_check(p: &mut Pipeline, json_layout: bool, what: &str) -> anyhow::Result<()> {
     let mut conn = redis_conn().await?;
-    let mut sink = spawn_runner(&p.sink_config, &p.log);
+    let mut sink = Reaped(spawn_runner(&p.sink_config, &p.log));
     let deadline = Instant::now() + Duration::from_secs(180);
     let diff = loop {
         let diff = differences(&p.env, &mut conn, &p.prefix, json_layout).await?;
         if diff.is_empty() || Instant::now() > deadline {
             break diff;
         }
-        if let Some(status) = sink.try_wait()? {
+        if let Some(status) = sink.0.try_wait()? {
             anyhow::bail!(
                 "the last sink exited with {status}; log: {}",
                 p.log.display()
@@ -238,8 +248,8 @@ async fn converge_and_check(p: &mut Pipeline, json_layout: bool, what: &str) -> 
         tokio::time::sleep(Duration::from_millis(300)).await;
         positions = positions_and_ends(&mut conn, &p.prefix, &p.group, &p.topics).await?;
     }
-    sigterm(&sink);
-    let status = wait_exit(&mut sink, Duration::from_secs(30)).await;
+    sigterm(&sink.0);
+    let status = wait_exit(&mut sink.0, Duration::from_secs(30)).await;
     if terminate(&mut p.capture, Duration::from_secs(30)).is_err() {
         kill9(&mut p.capture);
     }
@@ -318,7 +328,7 @@ async fn a_redis_restart_during_the_run_loses_nothing() -> anyhow::Result<()> {
          restart it with `scripts/services restart redis`"
     );
     let mut p = pipeline("redis_restart", "hash").await?;
-    let mut sink = spawn_runner(&p.sink_config, &p.log);
+    let mut sink = Reaped(spawn_runner(&p.sink_config, &p.log));
     let writer_client = p.env.connect().await?;
     let writer = tokio::spawn(async move { workload(writer_client, 3000).await });
     // Restart Redis while changes stream through the running sink.
@@ -341,12 +351,12 @@ async fn a_redis_restart_during_the_run_loses_nothing() -> anyhow::Result<()> {
     );
     writer.await??;
     assert!(
-        sink.try_wait()?.is_none(),
+        sink.0.try_wait()?.is_none(),
         "the sink survived the restart: log {}",
         p.log.display()
     );
-    sigterm(&sink);
-    let status = wait_exit(&mut sink, Duration::from_secs(30)).await;
+    sigterm(&sink.0);
+    let status = wait_exit(&mut sink.0, Duration::from_secs(30)).await;
     assert!(
         status.success(),
         "the sink that lived through the restart stops with 0, got {status}"

@@ -222,6 +222,9 @@ pub fn keys_to_merge(changes: &[Change]) -> Vec<String> {
     keys
 }
 
+/// The newest version of a key and its row (`None` when absent or deleted).
+type MergeBase = (Option<String>, Option<Map<String, Value>>);
+
 /// Fills the unavailable columns of JSON rows from the row they follow.
 ///
 /// `stored` holds, for each key of [`keys_to_merge`], the stored version and
@@ -234,7 +237,7 @@ pub fn merge_json(
     changes: &mut [Change],
     stored: HashMap<String, (Option<String>, Option<String>)>,
 ) {
-    let mut state: HashMap<String, (Option<String>, Option<Map<String, Value>>)> = stored
+    let mut state: HashMap<String, MergeBase> = stored
         .into_iter()
         .map(|(k, (v, json))| {
             let version = v.filter(|v| decode_version(v).is_some());
