@@ -79,6 +79,8 @@ pub struct CaptureConfig {
     pub offset: OffsetConfig,
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// `[outbox]`: route an outbox table's inserts as domain events.
+    pub outbox: Option<crate::outbox::OutboxConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -551,6 +553,11 @@ impl CaptureConfig {
             .map_err(|e| invalid("table.include.list", e.to_string()))?;
         crate::filter::parse_key_columns(self.message.key.columns.as_deref())
             .map_err(|e| invalid("message.key.columns", e))?;
+        if let Some(outbox) = &self.outbox {
+            outbox
+                .validate()
+                .map_err(|(key, message)| invalid(key, message))?;
+        }
         if let Some(listen) = &self.metrics.listen {
             listen.parse::<std::net::SocketAddr>().map_err(|e| {
                 invalid(

@@ -11,6 +11,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
 use crate::config::CaptureConfig;
@@ -82,7 +83,28 @@ impl TxProducer {
         key: Option<&[u8]>,
         value: Option<&[u8]>,
     ) -> Result<(), CaptureError> {
+        self.send_with_headers(topic, key, value, None).await
+    }
+
+    /// [`TxProducer::send`] with record headers.
+    pub async fn send_with_headers(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: Option<&[(&str, &[u8])]>,
+    ) -> Result<(), CaptureError> {
         let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic);
+        if let Some(list) = headers {
+            let mut owned = OwnedHeaders::new_with_capacity(list.len());
+            for (name, value) in list {
+                owned = owned.insert(Header {
+                    key: name,
+                    value: Some(*value),
+                });
+            }
+            record = record.headers(owned);
+        }
         if let Some(k) = key {
             record = record.key(k);
         }

@@ -10,6 +10,7 @@ pub mod filter;
 pub mod kafka;
 pub mod metrics;
 pub mod offset;
+pub mod outbox;
 pub mod pgoutput;
 pub mod pipeline;
 pub mod secret;

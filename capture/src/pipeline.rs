@@ -21,6 +21,7 @@ use crate::filter::TableFilter;
 use crate::kafka::{TopicCreator, TxProducer};
 use crate::metrics::CaptureMetrics;
 use crate::offset::{read_last_offset, Replay, SourceOffset};
+use crate::outbox::OutboxRouter;
 use crate::pgoutput::{
     self, LogicalMessage, OldTuple, Relation, RelationCache, TupleData, TupleValue,
 };
@@ -71,6 +72,14 @@ async fn run_once(
     let control = source::connect(cfg).await?;
     source::check_wal_level(&control).await?;
     let tables = source::captured_tables(&control, cfg).await?;
+    if let Some(outbox) = &cfg.outbox {
+        if !tables.iter().any(|t| t.qualified() == outbox.table) {
+            return Err(CaptureError::Prerequisite(format!(
+                "outbox.table {} is not among the captured tables: create it (with a primary key) and make table.include.list match it",
+                outbox.table
+            )));
+        }
+    }
     source::ensure_publication(&control, cfg, &tables).await?;
     let slot = source::ensure_slot(&control, cfg).await?;
     let mut types = TypeRegistry::builtin();
@@ -202,6 +211,30 @@ struct Record {
     topic: Arc<str>,
     key: Option<Vec<u8>>,
     value: Option<Vec<u8>>,
+    /// Outbox events carry their id and type as headers.
+    headers: Vec<(&'static str, Vec<u8>)>,
+    /// The topic may not exist yet (outbox routes are known only per row).
+    ensure_topic: bool,
+}
+
+impl Record {
+    fn new(topic: &Arc<str>, key: Option<Vec<u8>>, value: Option<Vec<u8>>) -> Self {
+        Record {
+            topic: Arc::clone(topic),
+            key,
+            value,
+            headers: Vec::new(),
+            ensure_topic: false,
+        }
+    }
+}
+
+/// How the changes of one relation become records.
+enum Route {
+    /// A captured table: Debezium envelopes on its topic.
+    Table(TableEncoder, Arc<str>),
+    /// The outbox table: inserts become routed domain events; nothing else is published.
+    Outbox(OutboxRouter, Arc<Relation>),
 }
 
 struct Pipeline<'a> {
@@ -213,8 +246,8 @@ struct Pipeline<'a> {
     topics: TopicCreator,
     types: TypeRegistry,
     relations: RelationCache,
-    /// Per relation: its encoder and topic, or `None` when not captured.
-    encoders: HashMap<u32, Option<(TableEncoder, Arc<str>)>>,
+    /// Per relation: how its changes are published, or `None` when not captured.
+    encoders: HashMap<u32, Option<Route>>,
     stream: ReplicationClient,
     control: Client,
     /// The position in the last committed offset record.
@@ -444,14 +477,9 @@ impl Pipeline<'_> {
         };
         let (topic, key, value) =
             crate::envelope::message_record(&self.envelope, false, prefix, content, &position, ts);
-        let topic: Arc<str> = topic.into();
-        self.topics.ensure(&topic).await?;
-        self.publish(vec![Record {
-            topic,
-            key: Some(key),
-            value: Some(value),
-        }])
-        .await?;
+        let mut record = Record::new(&topic.as_str().into(), Some(key), Some(value));
+        record.ensure_topic = true;
+        self.publish(vec![record]).await?;
         self.pending = SourceOffset {
             commit_lsn: lsn,
             events: 1,
@@ -474,25 +502,33 @@ impl Pipeline<'_> {
         let tombstones = self.cfg.tombstones.on.delete;
         let mut out = Vec::new();
         match change {
-            LogicalMessage::Insert { relation_id, new } => {
-                let Some((enc, topic)) = self.encoder(relation_id).await? else {
-                    return Ok(out);
-                };
-                out.push(Record {
-                    topic: topic.clone(),
-                    key: Some(enc.key(&new).map_err(encode_err)?),
-                    value: Some(
-                        enc.value(Op::Create, None, Some(&new), src, now)
-                            .map_err(encode_err)?,
-                    ),
-                });
-            }
+            LogicalMessage::Insert { relation_id, new } => match self.route(relation_id).await? {
+                Some(Route::Table(enc, topic)) => {
+                    let key = enc.key(&new).map_err(encode_err)?;
+                    let value = enc.value(Op::Create, None, Some(&new), src, now);
+                    out.push(Record::new(
+                        topic,
+                        Some(key),
+                        Some(value.map_err(encode_err)?),
+                    ));
+                }
+                Some(Route::Outbox(router, rel)) => {
+                    let ev = router
+                        .route(&new, rel)
+                        .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+                    let mut record = Record::new(&ev.topic.as_str().into(), Some(ev.key), ev.value);
+                    record.headers = vec![("id", ev.id), ("type", ev.kind)];
+                    record.ensure_topic = true;
+                    out.push(record);
+                }
+                None => {}
+            },
             LogicalMessage::Update {
                 relation_id,
                 old,
                 new,
             } => {
-                let Some((enc, topic)) = self.encoder(relation_id).await? else {
+                let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
                     return Ok(out);
                 };
                 let new_key = enc.key(&new).map_err(encode_err)?;
@@ -504,29 +540,21 @@ impl Pipeline<'_> {
                     Some(old_key) if old_key != new_key => {
                         // A primary-key change: the old row is gone, a new one exists.
                         let before = old.as_ref().map(OldTuple::tuple);
-                        out.push(Record {
-                            topic: topic.clone(),
-                            key: Some(old_key.clone()),
-                            value: Some(
-                                enc.value(Op::Delete, before, None, src, now)
-                                    .map_err(encode_err)?,
-                            ),
-                        });
+                        let deleted = enc.value(Op::Delete, before, None, src, now);
+                        out.push(Record::new(
+                            topic,
+                            Some(old_key.clone()),
+                            Some(deleted.map_err(encode_err)?),
+                        ));
                         if tombstones {
-                            out.push(Record {
-                                topic: topic.clone(),
-                                key: Some(old_key),
-                                value: None,
-                            });
+                            out.push(Record::new(topic, Some(old_key), None));
                         }
-                        out.push(Record {
-                            topic: topic.clone(),
-                            key: Some(new_key),
-                            value: Some(
-                                enc.value(Op::Create, None, Some(&new), src, now)
-                                    .map_err(encode_err)?,
-                            ),
-                        });
+                        let created = enc.value(Op::Create, None, Some(&new), src, now);
+                        out.push(Record::new(
+                            topic,
+                            Some(new_key),
+                            Some(created.map_err(encode_err)?),
+                        ));
                     }
                     _ => {
                         let (before, after) = match &old {
@@ -536,46 +564,34 @@ impl Pipeline<'_> {
                             _ => (None, None),
                         };
                         let after = after.as_ref().unwrap_or(&new);
-                        out.push(Record {
-                            topic: topic.clone(),
-                            key: Some(new_key),
-                            value: Some(
-                                enc.value(Op::Update, before, Some(after), src, now)
-                                    .map_err(encode_err)?,
-                            ),
-                        });
+                        let value = enc.value(Op::Update, before, Some(after), src, now);
+                        out.push(Record::new(
+                            topic,
+                            Some(new_key),
+                            Some(value.map_err(encode_err)?),
+                        ));
                     }
                 }
             }
             LogicalMessage::Delete { relation_id, old } => {
-                let Some((enc, topic)) = self.encoder(relation_id).await? else {
+                let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
                     return Ok(out);
                 };
                 let key = enc.key(old.tuple()).map_err(encode_err)?;
-                out.push(Record {
-                    topic: topic.clone(),
-                    key: Some(key.clone()),
-                    value: Some(
-                        enc.value(Op::Delete, Some(old.tuple()), None, src, now)
-                            .map_err(encode_err)?,
-                    ),
-                });
+                let value = enc.value(Op::Delete, Some(old.tuple()), None, src, now);
+                out.push(Record::new(
+                    topic,
+                    Some(key.clone()),
+                    Some(value.map_err(encode_err)?),
+                ));
                 if tombstones {
-                    out.push(Record {
-                        topic: topic.clone(),
-                        key: Some(key),
-                        value: None,
-                    });
+                    out.push(Record::new(topic, Some(key), None));
                 }
             }
             LogicalMessage::Truncate { relation_ids, .. } => {
                 for relation_id in relation_ids {
-                    if let Some((enc, topic)) = self.encoder(relation_id).await? {
-                        out.push(Record {
-                            topic: topic.clone(),
-                            key: None,
-                            value: Some(enc.truncate_value(src, now)),
-                        });
+                    if let Some(Route::Table(enc, topic)) = self.route(relation_id).await? {
+                        out.push(Record::new(topic, None, Some(enc.truncate_value(src, now))));
                     }
                 }
             }
@@ -590,13 +606,9 @@ impl Pipeline<'_> {
                     src,
                     now,
                 );
-                let topic: Arc<str> = topic.into();
-                self.topics.ensure(&topic).await?;
-                out.push(Record {
-                    topic,
-                    key: Some(key),
-                    value: Some(value),
-                });
+                let mut record = Record::new(&topic.as_str().into(), Some(key), Some(value));
+                record.ensure_topic = true;
+                out.push(record);
             }
             other => {
                 return Err(CaptureError::Protocol(format!(
@@ -607,31 +619,30 @@ impl Pipeline<'_> {
         Ok(out)
     }
 
-    /// The encoder of a relation, built on first use after each Relation message.
-    async fn encoder(
-        &mut self,
-        relation_id: u32,
-    ) -> Result<Option<&(TableEncoder, Arc<str>)>, CaptureError> {
+    /// How a relation's changes are published, decided on first use after each Relation message.
+    async fn route(&mut self, relation_id: u32) -> Result<Option<&Route>, CaptureError> {
         if !self.encoders.contains_key(&relation_id) {
             let rel = self.relations.get(relation_id).cloned().ok_or_else(|| {
                 CaptureError::Protocol(format!(
                     "change for relation {relation_id} before its Relation message"
                 ))
             })?;
-            let built = self.build_encoder(&rel).await?;
+            let built = self.build_route(rel).await?;
             self.encoders.insert(relation_id, built);
         }
         Ok(self.encoders.get(&relation_id).and_then(Option::as_ref))
     }
 
-    async fn build_encoder(
-        &mut self,
-        rel: &Relation,
-    ) -> Result<Option<(TableEncoder, Arc<str>)>, CaptureError> {
+    async fn build_route(&mut self, rel: Arc<Relation>) -> Result<Option<Route>, CaptureError> {
         if !self.filter.matches(&rel.namespace, &rel.name) {
             return Ok(None);
         }
         let qualified = format!("{}.{}", rel.namespace, rel.name);
+        if let Some(outbox) = self.cfg.outbox.as_ref().filter(|o| o.table == qualified) {
+            let router = OutboxRouter::new(&rel, outbox)
+                .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+            return Ok(Some(Route::Outbox(router, rel)));
+        }
         if !self.key_columns.contains_key(&qualified) {
             // A table created after start-up: key it by its primary key.
             let pk = source::primary_key(&self.control, &rel.namespace, &rel.name).await?;
@@ -640,11 +651,11 @@ impl Pipeline<'_> {
             }
         }
         let key = self.key_columns.get(&qualified).map(Vec::as_slice);
-        let enc = TableEncoder::new(rel, &self.types, key, &self.envelope)
+        let enc = TableEncoder::new(&rel, &self.types, key, &self.envelope)
             .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let topic: Arc<str> = enc.topic().into();
         self.topics.ensure(&topic).await?;
-        Ok(Some((enc, topic)))
+        Ok(Some(Route::Table(enc, topic)))
     }
 
     async fn publish(&mut self, records: Vec<Record>) -> Result<(), CaptureError> {
@@ -655,10 +666,17 @@ impl Pipeline<'_> {
         let mut bytes = 0;
         for r in &records {
             bytes += r.key.as_ref().map_or(0, Vec::len) + r.value.as_ref().map_or(0, Vec::len);
+            if r.ensure_topic {
+                self.topics.ensure(&r.topic).await?;
+            }
+            let headers: Vec<(&str, &[u8])> =
+                r.headers.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+            let headers = (!headers.is_empty()).then_some(headers.as_slice());
             self.producer
-                .send(&r.topic, r.key.as_deref(), r.value.as_deref())
+                .send_with_headers(&r.topic, r.key.as_deref(), r.value.as_deref(), headers)
                 .await?;
         }
+
         if let Some(b) = self.batch.as_mut() {
             b.records += records.len();
             b.bytes += bytes;
