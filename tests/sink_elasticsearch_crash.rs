@@ -76,6 +76,26 @@ async fn differences(env: &CaptureEnv, client: &Elasticsearch) -> anyhow::Result
     Ok(out)
 }
 
+/// Waits until every index equals its table (empty result) or 180 s passed
+/// (the differences); an error if the sink exits on its own.
+async fn converge(
+    env: &CaptureEnv,
+    client: &Elasticsearch,
+    sink: &mut std::process::Child,
+) -> anyhow::Result<Vec<String>> {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let diff = differences(env, client).await?;
+        if diff.is_empty() || Instant::now() > deadline {
+            return Ok(diff);
+        }
+        if let Some(status) = sink.try_wait()? {
+            anyhow::bail!("the last sink exited with {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_sink_leaves_every_index_equal_to_its_table() -> anyhow::Result<()> {
     let env = CaptureEnv::new("es_crash").await?;
@@ -131,18 +151,10 @@ async fn sigkilled_sink_leaves_every_index_equal_to_its_table() -> anyhow::Resul
 
     let client = es();
     let mut sink = spawn_runner(&sink_config, &log);
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let diff = loop {
-        let diff = differences(&env, &client).await?;
-        if diff.is_empty() || Instant::now() > deadline {
-            break diff;
-        }
-        if let Some(status) = sink.try_wait()? {
-            anyhow::bail!("the last sink exited with {status}; log: {}", log.display());
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    sigterm(&sink);
+    let diff = converge(&env, &client, &mut sink).await;
+    if matches!(sink.try_wait(), Ok(None)) {
+        sigterm(&sink);
+    }
     let status = wait_exit(&mut sink, Duration::from_secs(30)).await;
     let capture_status = terminate(&mut capture, Duration::from_secs(30));
     for t in &topics {
@@ -155,6 +167,7 @@ async fn sigkilled_sink_leaves_every_index_equal_to_its_table() -> anyhow::Resul
     if capture_status.is_err() {
         kill9(&mut capture);
     }
+    let diff = diff.map_err(|e| anyhow::anyhow!("{e}; sink log: {}", log.display()))?;
     assert!(
         diff.is_empty(),
         "indices differ from tables after {kills} kills: {diff:#?}"

@@ -53,7 +53,7 @@ fn row(i: u64) -> Value {
         "email": format!("customer{i}@example.com"),
         "balance": format!("{}.{:02}", i % 100_000, i % 100),
         "tier": tier,
-        "active": i % 7 != 0,
+        "active": !i.is_multiple_of(7),
         "created_at": 1_700_000_000_000_000u64 + i * 1_000,
         "note": "lorem ipsum dolor sit amet, consectetur adipiscing elit",
     })
