@@ -82,7 +82,7 @@ pub fn parse_config(text: &str) -> Result<(RunnerConfig, SinkConfig), ConfigErro
         let msg = e.message().to_owned();
         ConfigError::new(
             "sink",
-            format!("{msg} (known kinds: file, stdout, journal)"),
+            format!("{msg} (known kinds: file, stdout, journal, elasticsearch, postgres, redis)"),
         )
     })?;
     sink.validate()?;
