@@ -16,8 +16,11 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-/// (topic, key, payload, id header, type header) of every committed record.
-fn read_routed(topics: &[String]) -> anyhow::Result<Vec<(String, String, String, String, String)>> {
+/// (topic, key, payload, id header, type header) of a committed record.
+type Routed = (String, String, String, String, String);
+
+/// Every committed record of `topics`.
+fn read_routed(topics: &[String]) -> anyhow::Result<Vec<Routed>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", common::kafka_brokers())
         .set("group.id", common::unique("outbox_reader"))

@@ -64,22 +64,13 @@ impl Default for OutboxEventFields {
 }
 
 /// `outbox.route.by.field` and `outbox.route.topic.replacement`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutboxRoute {
     #[serde(default)]
     pub by: RouteBy,
     #[serde(default)]
     pub topic: RouteTopic,
-}
-
-impl Default for OutboxRoute {
-    fn default() -> Self {
-        OutboxRoute {
-            by: RouteBy::default(),
-            topic: RouteTopic::default(),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
