@@ -95,7 +95,11 @@ impl Encoded {
 }
 
 /// Encodes a versioned `index` (with `doc`) or `delete` (without).
-pub fn encode(meta: ItemMeta, version: i64, doc: Option<&Map<String, Value>>) -> Encoded {
+pub fn encode(
+    meta: ItemMeta,
+    version: i64,
+    doc: Option<&Map<String, Value>>,
+) -> Result<Encoded, serde_json::Error> {
     let verb = match meta.op {
         OpKind::Index => "index",
         OpKind::Delete => "delete",
@@ -110,12 +114,12 @@ pub fn encode(meta: ItemMeta, version: i64, doc: Option<&Map<String, Value>>) ->
     action.extend_from_slice(b",\"version\":");
     action.extend_from_slice(version.to_string().as_bytes());
     action.extend_from_slice(b",\"version_type\":\"external\"}}");
-    let source = doc.map(|d| serde_json::to_vec(d).unwrap_or_else(|_| b"{}".to_vec()));
-    Encoded {
+    let source = doc.map(serde_json::to_vec).transpose()?;
+    Ok(Encoded {
         meta,
         action,
         source,
-    }
+    })
 }
 
 fn push_json_str(out: &mut Vec<u8>, s: &str) {
@@ -251,14 +255,14 @@ mod tests {
     fn actions_are_versioned_ndjson() {
         let mut doc = Map::new();
         doc.insert("a".into(), Value::from(1));
-        let e = encode(meta(OpKind::Index), 42, Some(&doc));
+        let e = encode(meta(OpKind::Index), 42, Some(&doc)).expect("encode");
         let action: Value = serde_json::from_slice(&e.action).expect("json");
         assert_eq!(
             action,
             serde_json::json!({"index": {"_index": "in\"dex", "_id": "7", "version": 42, "version_type": "external"}})
         );
         assert_eq!(e.source.as_deref(), Some(&b"{\"a\":1}"[..]));
-        let d = encode(meta(OpKind::Delete), 43, None);
+        let d = encode(meta(OpKind::Delete), 43, None).expect("encode");
         let action: Value = serde_json::from_slice(&d.action).expect("json");
         assert_eq!(action["delete"]["version"], 43);
         assert!(d.source.is_none());
@@ -268,7 +272,7 @@ mod tests {
     #[test]
     fn chunks_close_on_count_and_bytes() {
         let mut c = Chunk::default();
-        let e = encode(meta(OpKind::Delete), 1, None);
+        let e = encode(meta(OpKind::Delete), 1, None).expect("encode");
         let n = e.len();
         assert!(c.fits(n, 2, n * 2));
         c.push(e);

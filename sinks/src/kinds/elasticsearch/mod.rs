@@ -143,7 +143,13 @@ impl ElasticsearchSink {
                 op,
                 offset: w.offset,
             };
-            let encoded = encode(meta, w.version, doc);
+            let encoded = match encode(meta, w.version, doc) {
+                Ok(e) => e,
+                Err(e) => {
+                    rejected.push(RecordFailure::new(w.offset, format!("not JSON: {e}")));
+                    continue;
+                }
+            };
             if !chunk.fits(encoded.len(), max_actions, max_bytes) {
                 self.send(std::mem::take(&mut chunk), &mut rejected).await?;
             }
