@@ -209,7 +209,7 @@ impl PostgresSink {
             .catalog
             .ensure_target(client, table, &key, &wanted)
             .await?;
-        let mut groups: BTreeMap<(bool, Vec<String>, Vec<types::Conv>), Vec<Row>> = BTreeMap::new();
+        let mut groups: Vec<Group> = Vec::new();
         'rows: for row in rows {
             let row_key: Vec<&String> = row.key.keys().collect();
             if row_key != info.key.iter().collect::<Vec<_>>() {
@@ -264,20 +264,19 @@ impl PostgresSink {
                     _ => conv_for_type(info.columns.get(c).map_or("text", String::as_str)),
                 })
                 .collect();
-            groups
-                .entry((row.values.is_none(), columns, convs))
-                .or_default()
-                .push(row);
+            let delete = row.values.is_none();
+            let convs: Vec<types::Conv> = convs;
+            let same = |g: &Group| g.delete == delete && g.columns == columns && g.convs == convs;
+            match groups.iter_mut().find(|g| same(g)) {
+                Some(g) => g.rows.push(row),
+                None => groups.push(Group {
+                    columns,
+                    convs,
+                    rows: vec![row],
+                    delete,
+                }),
+            }
         }
-        let groups = groups
-            .into_iter()
-            .map(|((delete, columns, convs), rows)| Group {
-                columns,
-                convs,
-                rows,
-                delete,
-            })
-            .collect();
         Ok(Some(Ready::Rows(info, groups)))
     }
 

@@ -88,6 +88,7 @@ pub struct Plan {
 pub fn plan(config: &PostgresConfig, batch: &Batch) -> Plan {
     let mut out = Plan::default();
     let mut pending: BTreeMap<String, TableRows> = BTreeMap::new();
+    let mut names_cache: Option<((String, String), (String, String))> = None;
     for record in batch.records() {
         let Some(event) = record.event() else {
             continue; // the key's Kafka tombstone: the delete before it did the work
@@ -95,7 +96,18 @@ pub fn plan(config: &PostgresConfig, batch: &Batch) -> Plan {
         if event.op == Op::Message {
             continue;
         }
-        let names = match target_names(config, batch.topic(), event) {
+        let cached = names_cache.as_ref().filter(|((schema, table), _)| {
+            event.schema_name() == Some(schema.as_str()) && event.table() == Some(table.as_str())
+        });
+        let names = match cached
+            .map(|(_, names)| Ok(names.clone()))
+            .unwrap_or_else(|| {
+                let names = target_names(config, batch.topic(), event)?;
+                if let (Some(schema), Some(table)) = (event.schema_name(), event.table()) {
+                    names_cache = Some(((schema.to_owned(), table.to_owned()), names.clone()));
+                }
+                Ok::<_, String>(names)
+            }) {
             Ok(n) => n,
             Err(reason) => {
                 out.rejected.push(RecordFailure::new(record.offset, reason));
@@ -178,10 +190,11 @@ fn row_of(record: &Record, event: &ChangeEvent) -> Result<Row, String> {
     };
     let key: BTreeMap<String, Value> = key.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let fields = row_fields(event.schema.as_ref());
-    let spec_of = |name: &str, value: &Value| match fields.as_ref().and_then(|f| f.get(name)) {
-        Some(field) => Some(from_schema(field)),
-        None => infer(value),
-    };
+    let spec_of =
+        |name: &str, value: &Value| match fields.as_ref().and_then(|f| f.get(name).copied()) {
+            Some(field) => Some(from_schema(field)),
+            None => infer(value),
+        };
     let mut specs = BTreeMap::new();
     if event.op == Op::Delete {
         let before = event.before.as_ref();
@@ -208,7 +221,7 @@ fn row_of(record: &Record, event: &ChangeEvent) -> Result<Row, String> {
     let mut unavailable = Vec::new();
     for (name, value) in after {
         if value.as_str() == Some(UNAVAILABLE) {
-            if let Some(field) = fields.as_ref().and_then(|f| f.get(name)) {
+            if let Some(field) = fields.as_ref().and_then(|f| f.get(name.as_str()).copied()) {
                 specs.insert(name.clone(), from_schema(field));
             }
             unavailable.push(name.clone());
@@ -237,7 +250,11 @@ fn row_of(record: &Record, event: &ChangeEvent) -> Result<Row, String> {
 /// Keeps the newest row per key; an unavailable value of the newest is taken from
 /// an older change of the same batch when that one carried it.
 fn collapse(table: &mut TableRows, mut row: Row) {
-    let id = Value::Object(row.key.clone().into_iter().collect()).to_string();
+    let mut id = String::new();
+    for value in row.key.values() {
+        id.push_str(&value.to_string());
+        id.push('\u{1f}');
+    }
     match table.rows.remove(&id) {
         None => {}
         Some(old) if old.version > row.version => row = old,

@@ -17,7 +17,11 @@
 //! converted in SQL ([`ColumnSpec::select_expr`]), so a batch is one statement
 //! whatever the column types.
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+use std::collections::HashMap;
+
+use serde_json::Value;
 
 /// How a text value is turned into the column's value in SQL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -46,7 +50,7 @@ pub enum Conv {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ColumnSpec {
     /// The type a new column is created with, e.g. `numeric(12,2)`.
-    pub ddl: String,
+    pub ddl: Cow<'static, str>,
     /// How values are converted.
     pub conv: Conv,
     /// True when inferred from a JSON value (schemas off): compatibility is lenient.
@@ -54,7 +58,7 @@ pub struct ColumnSpec {
 }
 
 impl ColumnSpec {
-    fn new(ddl: impl Into<String>, conv: Conv) -> Self {
+    fn new(ddl: impl Into<Cow<'static, str>>, conv: Conv) -> Self {
         Self {
             ddl: ddl.into(),
             conv,
@@ -119,6 +123,9 @@ pub fn canonical(ddl: &str) -> String {
 /// Whether an existing column of type `actual` accepts values described by `spec`;
 /// `Err` explains the conflict.
 pub fn compatible(spec: &ColumnSpec, actual: &str) -> Result<(), String> {
+    if spec.ddl == actual {
+        return Ok(());
+    }
     let want = canonical(&spec.ddl);
     let have = base_type(actual);
     let numeric = |t: &str| {
@@ -212,7 +219,7 @@ pub fn from_schema(field: &Value) -> ColumnSpec {
 
 /// The spec inferred from a JSON value (schemas off); `None` for null (type unknown yet).
 pub fn infer(value: &Value) -> Option<ColumnSpec> {
-    let ddl = match value {
+    let ddl: &'static str = match value {
         Value::Null => return None,
         Value::Bool(_) => "boolean",
         Value::Number(n) if n.is_i64() || n.is_u64() => "bigint",
@@ -221,30 +228,28 @@ pub fn infer(value: &Value) -> Option<ColumnSpec> {
         Value::Array(_) | Value::Object(_) => "jsonb",
     };
     Some(ColumnSpec {
-        ddl: ddl.to_owned(),
+        ddl: Cow::Borrowed(ddl),
         conv: Conv::Cast,
         inferred: true,
     })
 }
 
 /// The fields of the `after` (or `before`) row struct in a value schema, by column name.
-pub fn row_fields(schema: Option<&Value>) -> Option<Map<String, Value>> {
+pub fn row_fields(schema: Option<&Value>) -> Option<HashMap<&str, &Value>> {
     let fields = schema?.get("fields")?.as_array()?;
-    let row = fields
-        .iter()
-        .find(|f| f.get("field").and_then(Value::as_str) == Some("after"))
-        .or_else(|| {
-            fields
-                .iter()
-                .find(|f| f.get("field").and_then(Value::as_str) == Some("before"))
-        })?;
-    let mut out = Map::new();
-    for f in row.get("fields")?.as_array()? {
-        if let Some(name) = f.get("field").and_then(Value::as_str) {
-            out.insert(name.to_owned(), f.clone());
-        }
-    }
-    Some(out)
+    let named = |name: &str| {
+        fields
+            .iter()
+            .find(|f| f.get("field").and_then(Value::as_str) == Some(name))
+    };
+    let row = named("after").or_else(|| named("before"))?;
+    Some(
+        row.get("fields")?
+            .as_array()?
+            .iter()
+            .filter_map(|f| Some((f.get("field")?.as_str()?, f)))
+            .collect(),
+    )
 }
 
 /// The text a JSON value is sent as, for a column of type `actual`; `None` for SQL NULL.

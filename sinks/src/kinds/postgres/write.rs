@@ -234,7 +234,7 @@ fn exprs(info: &TableInfo, group: &Group) -> Vec<String> {
         .map(|(i, (c, conv))| {
             let actual = info.columns.get(c).map_or("text", String::as_str);
             ColumnSpec {
-                ddl: actual.to_owned(),
+                ddl: actual.to_owned().into(),
                 conv: *conv,
                 inferred: false,
             }
