@@ -19,6 +19,7 @@ use sink_harness::{seed, source_rows, wait_slot_active, workload, SCHEMA, TABLES
 use sink_runner_support::{sigkill, sigterm, spawn_runner, wait_exit, write_config};
 
 const KILLS: usize = 12;
+const SOFT_FLAG: &str = "__deleted";
 
 fn es() -> Elasticsearch {
     Elasticsearch::new(Transport::single_node(&common::es_url()).expect("es transport"))
@@ -52,11 +53,23 @@ async fn documents(client: &Elasticsearch, index: &str) -> anyhow::Result<BTreeM
 }
 
 /// Differences between each table and its index, empty when they are equal.
-async fn differences(env: &CaptureEnv, client: &Elasticsearch) -> anyhow::Result<Vec<String>> {
+/// With `soft` (`delete.mode = "soft"`), flagged documents count as deleted
+/// and the flag is removed from the others before comparing.
+async fn differences(
+    env: &CaptureEnv,
+    client: &Elasticsearch,
+    soft: bool,
+) -> anyhow::Result<Vec<String>> {
     let mut out = Vec::new();
     for table in TABLES {
         let want = source_rows(&env.client, table).await?;
-        let got = documents(client, &env.topic(table)).await?;
+        let mut got = documents(client, &env.topic(table)).await?;
+        if soft {
+            got.retain(|_, doc| doc[SOFT_FLAG] == json!(false));
+            for doc in got.values_mut() {
+                doc.as_object_mut().map(|d| d.remove(SOFT_FLAG));
+            }
+        }
         if want != got {
             let missing = want.keys().filter(|k| !got.contains_key(*k)).count();
             let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
@@ -82,10 +95,11 @@ async fn converge(
     env: &CaptureEnv,
     client: &Elasticsearch,
     sink: &mut std::process::Child,
+    soft: bool,
 ) -> anyhow::Result<Vec<String>> {
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
-        let diff = differences(env, client).await?;
+        let diff = differences(env, client, soft).await?;
         if diff.is_empty() || Instant::now() > deadline {
             return Ok(diff);
         }
@@ -98,7 +112,18 @@ async fn converge(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_sink_leaves_every_index_equal_to_its_table() -> anyhow::Result<()> {
-    let env = CaptureEnv::new("es_crash").await?;
+    crash_run(false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_soft_deleting_sink_leaves_every_index_equal_to_its_table() -> anyhow::Result<()>
+{
+    crash_run(true).await
+}
+
+/// The workload under SIGKILLs, in `delete.mode = "soft"` when `soft`.
+async fn crash_run(soft: bool) -> anyhow::Result<()> {
+    let env = CaptureEnv::new(if soft { "es_crash_soft" } else { "es_crash" }).await?;
     env.client.batch_execute(SCHEMA).await?;
     let capture_config = env.write_config(
         "capture.toml",
@@ -129,9 +154,10 @@ async fn sigkilled_sink_leaves_every_index_equal_to_its_table() -> anyhow::Resul
             "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{group}\"\ntopics = [{topic_list}]\n\
              batch.max.records = 50\nbatch.max.ms = 20\nshutdown.timeout.ms = 10000\n\
              [kafka]\n\"group.instance.id\" = \"{group}-1\"\n\"session.timeout.ms\" = 6000\n\
-             [sink]\nkind = \"elasticsearch\"\nurl = \"{url}\"\nbulk.max.actions = 200\n",
+             [sink]\nkind = \"elasticsearch\"\nurl = \"{url}\"\nbulk.max.actions = 200\n{mode}",
             brokers = common::kafka_brokers(),
             url = common::es_url(),
+            mode = if soft { "delete.mode = \"soft\"\n" } else { "" },
         ),
     );
     let log = env.dir.join("sink.log");
@@ -151,7 +177,7 @@ async fn sigkilled_sink_leaves_every_index_equal_to_its_table() -> anyhow::Resul
 
     let client = es();
     let mut sink = spawn_runner(&sink_config, &log);
-    let diff = converge(&env, &client, &mut sink).await;
+    let diff = converge(&env, &client, &mut sink, soft).await;
     if matches!(sink.try_wait(), Ok(None)) {
         sigterm(&sink);
     }
