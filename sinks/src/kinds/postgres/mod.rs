@@ -149,18 +149,18 @@ impl PostgresSink {
     }
 
     /// Resolves tables (creating and altering them) and checks every row against them.
-    async fn prepare(
+    async fn prepare<'a>(
         &self,
         client: &mut Client,
-        plan: Plan,
+        plan: Plan<'a>,
         rejected: &mut Vec<RecordFailure>,
-    ) -> Result<Vec<Ready>, SinkError> {
+    ) -> Result<Vec<Ready<'a>>, SinkError> {
         let mut ready = Vec::new();
         for step in plan.steps {
             match step {
                 Step::Rows(tables) => {
                     for (table, rows) in tables {
-                        let mut rows: Vec<Row> = rows.rows.into_values().collect();
+                        let mut rows: Vec<Row<'a>> = rows.rows.into_values().collect();
                         rows.sort_by_key(|r| r.offset);
                         if let Some(r) = self.prepare_rows(client, &table, rows, rejected).await? {
                             ready.push(r);
@@ -188,42 +188,38 @@ impl PostgresSink {
         Ok(ready)
     }
 
-    async fn prepare_rows(
+    async fn prepare_rows<'a>(
         &self,
         client: &mut Client,
         table: &str,
-        rows: Vec<Row>,
+        rows: Vec<Row<'a>>,
         rejected: &mut Vec<RecordFailure>,
-    ) -> Result<Option<Ready>, SinkError> {
+    ) -> Result<Option<Ready<'a>>, SinkError> {
         let Some(first) = rows.first() else {
             return Ok(None);
         };
-        let key: Vec<String> = first.key.keys().cloned().collect();
-        let mut wanted = BTreeMap::new();
+        let key: Vec<&'a str> = first.key.keys().copied().collect();
+        let mut wanted: BTreeMap<&str, types::ColumnSpec> = BTreeMap::new();
         for r in &rows {
             for (name, spec) in &r.specs {
-                wanted.entry(name.clone()).or_insert_with(|| spec.clone());
+                wanted.entry(*name).or_insert_with(|| spec.clone());
             }
         }
         let info = self
             .catalog
             .ensure_target(client, table, &key, &wanted)
             .await?;
-        let mut groups: Vec<Group> = Vec::new();
+        let mut groups: Vec<Group<'a>> = Vec::new();
         'rows: for row in rows {
-            let row_key: Vec<&String> = row.key.keys().collect();
-            if row_key != info.key.iter().collect::<Vec<_>>() {
+            let row_key: Vec<&str> = row.key.keys().copied().collect();
+            if row_key != info.key.iter().map(String::as_str).collect::<Vec<_>>() {
                 rejected.push(RecordFailure::new(
                     row.offset,
                     format!(
                         "{} has primary key ({}) but the record's key has columns ({})",
                         info.qualified,
                         info.key.join(", "),
-                        row_key
-                            .iter()
-                            .map(|s| s.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        row_key.join(", ")
                     ),
                 ));
                 continue;
@@ -236,7 +232,7 @@ impl PostgresSink {
                 continue;
             }
             for (name, spec) in &row.specs {
-                if let Some(actual) = info.columns.get(name) {
+                if let Some(actual) = info.columns.get(*name) {
                     if let Err(conflict) = compatible(spec, actual) {
                         rejected.push(RecordFailure::new(
                             row.offset,
@@ -248,11 +244,11 @@ impl PostgresSink {
             }
             let mut columns = key.clone();
             if let Some(values) = &row.values {
-                let mut rest: Vec<String> = values
+                let mut rest: Vec<&'a str> = values
                     .keys()
                     .chain(row.unavailable.iter())
-                    .filter(|c| !key.contains(c) && info.columns.contains_key(*c))
-                    .cloned()
+                    .filter(|c| !key.contains(c) && info.columns.contains_key(**c))
+                    .copied()
                     .collect();
                 rest.sort();
                 columns.extend(rest);
@@ -261,12 +257,13 @@ impl PostgresSink {
                 .iter()
                 .map(|c| match row.specs.get(c) {
                     Some(spec) if !spec.inferred => spec.conv,
-                    _ => conv_for_type(info.columns.get(c).map_or("text", String::as_str)),
+                    _ => conv_for_type(info.columns.get(*c).map_or("text", String::as_str)),
                 })
                 .collect();
             let delete = row.values.is_none();
             let convs: Vec<types::Conv> = convs;
-            let same = |g: &Group| g.delete == delete && g.columns == columns && g.convs == convs;
+            let same =
+                |g: &Group<'a>| g.delete == delete && g.columns == columns && g.convs == convs;
             match groups.iter_mut().find(|g| same(g)) {
                 Some(g) => g.rows.push(row),
                 None => groups.push(Group {
@@ -283,7 +280,7 @@ impl PostgresSink {
     async fn write(
         &self,
         client: &mut Client,
-        steps: &[Ready],
+        steps: &[Ready<'_>],
         batch: &Batch,
     ) -> Result<(), tokio_postgres::Error> {
         let origin = Origin {
@@ -300,7 +297,7 @@ impl PostgresSink {
     async fn isolate(
         &self,
         client: &mut Client,
-        steps: &[Ready],
+        steps: &[Ready<'_>],
         batch: &Batch,
     ) -> Result<Vec<RecordFailure>, tokio_postgres::Error> {
         let origin = Origin {

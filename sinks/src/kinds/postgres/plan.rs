@@ -15,20 +15,22 @@ use crate::sink::{Batch, Record};
 pub const UNAVAILABLE: &str = "__debezium_unavailable_value";
 
 /// The newest change of one key in the batch.
+///
+/// Borrows names and values from the batch's records: nothing is copied per row.
 #[derive(Debug, Clone)]
-pub struct Row {
+pub struct Row<'a> {
     /// Offset of the record the row comes from (the newest of its key).
     pub offset: i64,
     /// The row's version.
     pub version: Version,
     /// Key columns and values, by name (sorted).
-    pub key: BTreeMap<String, Value>,
+    pub key: BTreeMap<&'a str, &'a Value>,
     /// `None` for a delete; otherwise every column of the after image, unavailable ones removed.
-    pub values: Option<Map<String, Value>>,
+    pub values: Option<BTreeMap<&'a str, &'a Value>>,
     /// Columns whose value was unavailable (unchanged TOAST): the stored value stays.
-    pub unavailable: Vec<String>,
+    pub unavailable: Vec<&'a str>,
     /// Column types as the event describes them (or inferred), for new columns.
-    pub specs: BTreeMap<String, ColumnSpec>,
+    pub specs: BTreeMap<&'a str, ColumnSpec>,
 }
 
 /// One change for the history table.
@@ -54,16 +56,16 @@ pub struct HistoryRow {
 
 /// Rows of one target table, newest per key.
 #[derive(Debug, Default)]
-pub struct TableRows {
+pub struct TableRows<'a> {
     /// Key (serialized) -> newest row.
-    pub rows: HashMap<String, Row>,
+    pub rows: HashMap<String, Row<'a>>,
 }
 
 /// A unit of work, applied in order inside the batch's transaction.
 #[derive(Debug)]
-pub enum Step {
+pub enum Step<'a> {
     /// Upserts (and deletes) per target table.
-    Rows(BTreeMap<String, TableRows>),
+    Rows(BTreeMap<String, TableRows<'a>>),
     /// A truncate of one target table at a version.
     Truncate {
         /// Target table.
@@ -75,9 +77,9 @@ pub enum Step {
 
 /// Everything a batch writes.
 #[derive(Debug, Default)]
-pub struct Plan {
+pub struct Plan<'a> {
     /// Upserts and truncates, in order.
-    pub steps: Vec<Step>,
+    pub steps: Vec<Step<'a>>,
     /// History rows per history table.
     pub history: BTreeMap<String, Vec<HistoryRow>>,
     /// Records that can never be applied.
@@ -85,7 +87,7 @@ pub struct Plan {
 }
 
 /// Builds the plan of `batch`.
-pub fn plan(config: &PostgresConfig, batch: &Batch) -> Plan {
+pub fn plan<'a>(config: &PostgresConfig, batch: &'a Batch) -> Plan<'a> {
     let mut out = Plan::default();
     let mut pending: BTreeMap<String, TableRows> = BTreeMap::new();
     let mut names_cache: Option<((String, String), (String, String))> = None;
@@ -182,13 +184,13 @@ fn history_row(record: &Record, event: &ChangeEvent) -> HistoryRow {
     }
 }
 
-fn row_of(record: &Record, event: &ChangeEvent) -> Result<Row, String> {
+fn row_of<'a>(record: &'a Record, event: &'a ChangeEvent) -> Result<Row<'a>, String> {
     let key = match &record.key {
         Some(Value::Object(k)) if !k.is_empty() => k,
         Some(_) => return Err("the record key is not a JSON object of key columns".into()),
         None => return Err("the record has no key: a table without a primary key cannot be upserted (use history mode)".into()),
     };
-    let key: BTreeMap<String, Value> = key.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let key: BTreeMap<&str, &Value> = key.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let fields = row_fields(event.schema.as_ref());
     let spec_of =
         |name: &str, value: &Value| match fields.as_ref().and_then(|f| f.get(name).copied()) {
@@ -199,9 +201,9 @@ fn row_of(record: &Record, event: &ChangeEvent) -> Result<Row, String> {
     if event.op == Op::Delete {
         let before = event.before.as_ref();
         for (name, value) in &key {
-            let image = before.and_then(|b| b.get(name)).unwrap_or(value);
+            let image = before.and_then(|b| b.get(*name)).unwrap_or(value);
             if let Some(spec) = spec_of(name, image) {
-                specs.insert(name.clone(), spec);
+                specs.insert(*name, spec);
             }
         }
         return Ok(Row {
@@ -217,20 +219,20 @@ fn row_of(record: &Record, event: &ChangeEvent) -> Result<Row, String> {
         .after
         .as_ref()
         .ok_or_else(|| format!("op `{}` without `after`", event.op.code()))?;
-    let mut values = Map::new();
+    let mut values = BTreeMap::new();
     let mut unavailable = Vec::new();
     for (name, value) in after {
         if value.as_str() == Some(UNAVAILABLE) {
             if let Some(field) = fields.as_ref().and_then(|f| f.get(name.as_str()).copied()) {
-                specs.insert(name.clone(), from_schema(field));
+                specs.insert(name.as_str(), from_schema(field));
             }
-            unavailable.push(name.clone());
+            unavailable.push(name.as_str());
             continue;
         }
         if let Some(spec) = spec_of(name, value) {
-            specs.insert(name.clone(), spec);
+            specs.insert(name.as_str(), spec);
         }
-        values.insert(name.clone(), value.clone());
+        values.insert(name.as_str(), value);
     }
     for name in key.keys() {
         if !values.contains_key(name) {
@@ -249,7 +251,7 @@ fn row_of(record: &Record, event: &ChangeEvent) -> Result<Row, String> {
 
 /// Keeps the newest row per key; an unavailable value of the newest is taken from
 /// an older change of the same batch when that one carried it.
-fn collapse(table: &mut TableRows, mut row: Row) {
+fn collapse<'a>(table: &mut TableRows<'a>, mut row: Row<'a>) {
     let mut id = String::new();
     for value in row.key.values() {
         id.push_str(&value.to_string());
@@ -262,9 +264,9 @@ fn collapse(table: &mut TableRows, mut row: Row) {
             if let (Some(new_values), Some(old_values)) = (row.values.as_mut(), old.values) {
                 row.unavailable.retain(|c| match old_values.get(c) {
                     Some(v) => {
-                        new_values.insert(c.clone(), v.clone());
+                        new_values.insert(c, v);
                         if let Some(spec) = old.specs.get(c) {
-                            row.specs.insert(c.clone(), spec.clone());
+                            row.specs.insert(c, spec.clone());
                         }
                         false
                     }

@@ -112,11 +112,11 @@ impl Catalog {
         &self,
         client: &mut Client,
         table: &str,
-        key: &[String],
-        wanted: &BTreeMap<String, ColumnSpec>,
+        key: &[&str],
+        wanted: &BTreeMap<&str, ColumnSpec>,
     ) -> Result<Arc<TableInfo>, SinkError> {
         if let Some(t) = self.lookup(client, table).await? {
-            if wanted.keys().all(|c| t.columns.contains_key(c)) {
+            if wanted.keys().all(|c| t.columns.contains_key(*c)) {
                 return Ok(t);
             }
         }

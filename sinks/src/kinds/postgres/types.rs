@@ -253,12 +253,12 @@ pub fn row_fields(schema: Option<&Value>) -> Option<HashMap<&str, &Value>> {
 }
 
 /// The text a JSON value is sent as, for a column of type `actual`; `None` for SQL NULL.
-pub fn to_text(value: &Value, actual: &str) -> Option<String> {
+pub fn to_text<'v>(value: &'v Value, actual: &str) -> Option<Cow<'v, str>> {
     match value {
         Value::Null => None,
-        Value::String(s) => Some(s.clone()),
-        Value::Bool(b) => Some(b.to_string()),
-        Value::Number(n) => Some(n.to_string()),
+        Value::String(s) => Some(Cow::Borrowed(s)),
+        Value::Bool(b) => Some(Cow::Borrowed(if *b { "true" } else { "false" })),
+        Value::Number(n) => Some(Cow::Owned(n.to_string())),
         Value::Array(items) if actual.ends_with("[]") => {
             let mut out = String::from("{");
             for (i, item) in items.iter().enumerate() {
@@ -280,9 +280,9 @@ pub fn to_text(value: &Value, actual: &str) -> Option<String> {
                 }
             }
             out.push('}');
-            Some(out)
+            Some(Cow::Owned(out))
         }
-        other => Some(other.to_string()),
+        other => Some(Cow::Owned(other.to_string())),
     }
 }
 

@@ -11,6 +11,7 @@
 //! transaction is rolled back and the plan is tried again one row per savepoint, in
 //! a transaction that is always rolled back, only to name the records to dead-letter.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use deadpool_postgres::Transaction;
@@ -26,22 +27,22 @@ use crate::error::RecordFailure;
 
 /// Rows of one table that share a column list: one statement.
 #[derive(Debug)]
-pub struct Group {
+pub struct Group<'a> {
     /// Columns written (key columns first).
-    pub columns: Vec<String>,
+    pub columns: Vec<&'a str>,
     /// How each column's text becomes its value.
     pub convs: Vec<Conv>,
     /// The rows; deletes when `delete` is set.
-    pub rows: Vec<Row>,
+    pub rows: Vec<Row<'a>>,
     /// A group of deletes.
     pub delete: bool,
 }
 
 /// A step ready to write: table metadata resolved.
 #[derive(Debug)]
-pub enum Ready {
+pub enum Ready<'a> {
     /// Groups of one target table.
-    Rows(std::sync::Arc<TableInfo>, Vec<Group>),
+    Rows(std::sync::Arc<TableInfo>, Vec<Group<'a>>),
     /// A truncate of an existing table.
     Truncate {
         /// The table.
@@ -70,12 +71,12 @@ pub struct Origin<'a> {
     pub partition: i32,
 }
 
-type Params = Vec<Box<dyn ToSql + Sync + Send>>;
+type Params<'a> = Vec<Box<dyn ToSql + Sync + Send + 'a>>;
 
 /// Runs every step in `tx`; the first error is returned as is.
 pub async fn write_all(
     tx: &Transaction<'_>,
-    steps: &[Ready],
+    steps: &[Ready<'_>],
     modes: Modes,
     origin: &Origin<'_>,
 ) -> Result<(), tokio_postgres::Error> {
@@ -101,7 +102,7 @@ pub async fn write_all(
 /// data or integrity error. The caller rolls `tx` back.
 pub async fn find_rejected(
     tx: &mut Transaction<'_>,
-    steps: &[Ready],
+    steps: &[Ready<'_>],
     modes: Modes,
     origin: &Origin<'_>,
 ) -> Result<Vec<RecordFailure>, tokio_postgres::Error> {
@@ -155,7 +156,7 @@ fn reason(info: &TableInfo, e: &tokio_postgres::Error) -> String {
 }
 
 /// The version as two bigints (LSNs and ordinals beyond `i64::MAX` are rejected when planning).
-pub fn version_params(row: &Row) -> (i64, i64) {
+pub fn version_params(row: &Row<'_>) -> (i64, i64) {
     (
         i64::try_from(row.version.lsn).unwrap_or(i64::MAX),
         i64::try_from(row.version.seq).unwrap_or(i64::MAX),
@@ -165,45 +166,49 @@ pub fn version_params(row: &Row) -> (i64, i64) {
 async fn write_group(
     tx: &Transaction<'_>,
     info: &TableInfo,
-    group: &Group,
-    rows: &[&Row],
+    group: &Group<'_>,
+    rows: &[&Row<'_>],
     modes: Modes,
 ) -> Result<(), tokio_postgres::Error> {
     let hard = group.delete && modes.delete == DeleteMode::Hard;
     let mut params: Params = Vec::with_capacity(group.columns.len() + 4);
-    for col in &group.columns {
-        let actual = info.columns.get(col).map_or("text", String::as_str);
-        let values: Vec<Option<String>> = rows
+    let mut types: Vec<&'static str> = Vec::with_capacity(group.columns.len());
+    for (col, conv) in group.columns.iter().zip(&group.convs) {
+        let actual = info.columns.get(*col).map_or("text", String::as_str);
+        let values: Vec<Option<&Value>> = rows
             .iter()
             .map(|r| {
-                let v = r
-                    .key
+                r.key
                     .get(col)
-                    .or_else(|| r.values.as_ref().and_then(|m| m.get(col)));
-                v.and_then(|v| to_text(v, actual))
+                    .or_else(|| r.values.as_ref().and_then(|m| m.get(col)))
+                    .copied()
+                    .filter(|v| !v.is_null())
             })
             .collect();
-        params.push(Box::new(values));
+        let (ty, param) = column_param(&values, actual, *conv);
+        types.push(ty);
+        params.push(param);
     }
     let (lsns, seqs): (Vec<i64>, Vec<i64>) = rows.iter().map(|r| version_params(r)).unzip();
     params.push(Box::new(lsns));
     params.push(Box::new(seqs));
     let sql = if hard {
-        delete_sql(info, group)
+        delete_sql(info, group, &types)
     } else {
         let deleted: Vec<bool> = rows.iter().map(|r| r.values.is_none()).collect();
         let unavailable: Vec<Option<String>> = rows
             .iter()
             .map(|r| {
                 (!r.unavailable.is_empty()).then(|| {
-                    Value::Array(r.unavailable.iter().cloned().map(Value::String).collect())
+                    Value::Array(r.unavailable.iter().map(|c| Value::from(*c)).collect())
                         .to_string()
                 })
             })
             .collect();
+        let keep = rows.iter().any(|r| !r.unavailable.is_empty());
         params.push(Box::new(deleted));
         params.push(Box::new(unavailable));
-        upsert_sql(info, group)
+        upsert_sql(info, group, &types, keep)
     };
     let stmt = tx.prepare_cached(&sql).await?;
     let refs: Vec<&(dyn ToSql + Sync)> = params
@@ -214,9 +219,60 @@ async fn write_group(
     Ok(())
 }
 
-/// `unnest($1::text[], ...) AS u(c0, ...)` for `n` text columns plus the given typed extras.
-fn unnest(n: usize, extras: &[(&str, &str)]) -> String {
-    let mut args: Vec<String> = (1..=n).map(|i| format!("${i}::text[]")).collect();
+/// One column's values as an array parameter: typed (`int8[]`, `float8[]`, `bool[]`)
+/// when every value fits a plain cast to the target type, else text.
+fn column_param<'v>(
+    values: &[Option<&'v Value>],
+    actual: &str,
+    conv: Conv,
+) -> (&'static str, Box<dyn ToSql + Sync + Send + 'v>) {
+    if conv == Conv::Cast {
+        match actual {
+            "bigint" | "integer" | "smallint" => {
+                let ints: Option<Vec<Option<i64>>> = values
+                    .iter()
+                    .map(|v| v.map_or(Some(None), |v| v.as_i64().map(Some)))
+                    .collect();
+                if let Some(ints) = ints {
+                    return ("int8", Box::new(ints));
+                }
+            }
+            "double precision" | "real" => {
+                let floats: Option<Vec<Option<f64>>> = values
+                    .iter()
+                    .map(|v| v.map_or(Some(None), |v| v.as_f64().map(Some)))
+                    .collect();
+                if let Some(floats) = floats {
+                    return ("float8", Box::new(floats));
+                }
+            }
+            "boolean" => {
+                let bools: Option<Vec<Option<bool>>> = values
+                    .iter()
+                    .map(|v| v.map_or(Some(None), |v| v.as_bool().map(Some)))
+                    .collect();
+                if let Some(bools) = bools {
+                    return ("bool", Box::new(bools));
+                }
+            }
+            _ => {}
+        }
+    }
+    let texts: Vec<Option<Cow<'v, str>>> = values
+        .iter()
+        .map(|v| v.and_then(|v| to_text(v, actual)))
+        .collect();
+    ("text", Box::new(texts))
+}
+
+/// `unnest($1::<t0>[], ...) AS u(c0, ...)` for the value columns, plus the given typed extras.
+fn unnest(types: &[&str], extras: &[(&str, &str)]) -> String {
+    let n = types.len();
+    let mut args: Vec<String> = types
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| format!("${}::{ty}[]", i + 1))
+        .collect();
     let mut names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
     for (i, (name, ty)) in extras.iter().enumerate() {
         args.push(format!("${}::{ty}[]", n + i + 1));
@@ -225,14 +281,14 @@ fn unnest(n: usize, extras: &[(&str, &str)]) -> String {
     format!("unnest({}) AS u({})", args.join(", "), names.join(", "))
 }
 
-fn exprs(info: &TableInfo, group: &Group) -> Vec<String> {
+fn exprs(info: &TableInfo, group: &Group<'_>) -> Vec<String> {
     group
         .columns
         .iter()
         .zip(&group.convs)
         .enumerate()
         .map(|(i, (c, conv))| {
-            let actual = info.columns.get(c).map_or("text", String::as_str);
+            let actual = info.columns.get(*c).map_or("text", String::as_str);
             ColumnSpec {
                 ddl: actual.to_owned().into(),
                 conv: *conv,
@@ -256,7 +312,9 @@ pub fn conv_for_type(actual: &str) -> Conv {
     }
 }
 
-fn upsert_sql(info: &TableInfo, group: &Group) -> String {
+/// With `keep`, a column listed in the row's unavailable columns (or any column of a
+/// delete) keeps its stored value; without it every listed column is overwritten.
+fn upsert_sql(info: &TableInfo, group: &Group<'_>, types: &[&str], keep: bool) -> String {
     let columns = &group.columns;
     let q = &info.qualified;
     let (lsn, seq, del, unav) = (
@@ -269,13 +327,17 @@ fn upsert_sql(info: &TableInfo, group: &Group) -> String {
     let keys: Vec<String> = info.key.iter().map(|c| quote(c)).collect();
     let mut set: Vec<String> = columns
         .iter()
-        .filter(|c| !info.key.contains(c))
+        .filter(|c| !info.key.iter().any(|k| k == **c))
         .map(|c| {
             let qc = quote(c);
-            format!(
-                "{qc} = CASE WHEN EXCLUDED.{del} OR EXCLUDED.{unav} ? {} THEN t.{qc} ELSE EXCLUDED.{qc} END",
-                literal(c)
-            )
+            if keep || group.delete {
+                format!(
+                    "{qc} = CASE WHEN EXCLUDED.{del} OR EXCLUDED.{unav} ? {} THEN t.{qc} ELSE EXCLUDED.{qc} END",
+                    literal(c)
+                )
+            } else {
+                format!("{qc} = EXCLUDED.{qc}")
+            }
         })
         .collect();
     set.extend([
@@ -292,7 +354,7 @@ fn upsert_sql(info: &TableInfo, group: &Group) -> String {
         names.join(", "),
         exprs(info, group).join(", "),
         unnest(
-            columns.len(),
+            types,
             &[("l", "int8"), ("s", "int8"), ("d", "bool"), ("n", "text")]
         ),
         keys.join(", "),
@@ -300,7 +362,7 @@ fn upsert_sql(info: &TableInfo, group: &Group) -> String {
     )
 }
 
-fn delete_sql(info: &TableInfo, group: &Group) -> String {
+fn delete_sql(info: &TableInfo, group: &Group<'_>, types: &[&str]) -> String {
     let columns = &group.columns;
     let (lsn, seq) = (quote(LSN), quote(SEQ));
     let exprs = exprs(info, group);
@@ -312,7 +374,7 @@ fn delete_sql(info: &TableInfo, group: &Group) -> String {
     format!(
         "DELETE FROM {} AS t USING {} WHERE {} AND (t.{lsn}, t.{seq}) < (u.l, u.s)",
         info.qualified,
-        unnest(columns.len(), &[("l", "int8"), ("s", "int8")]),
+        unnest(types, &[("l", "int8"), ("s", "int8")]),
         on.join(" AND "),
     )
 }
@@ -380,7 +442,7 @@ async fn history(
          SELECT u.l, u.s, u.c0, u.c1::jsonb, u.c2::jsonb, u.c3::jsonb, u.c4::jsonb, u.ts, $10, $11, u.o FROM {} \
          ON CONFLICT (lsn, seq) DO NOTHING",
         info.qualified,
-        unnest(5, &[("l", "int8"), ("s", "int8"), ("ts", "int8"), ("o", "int8")]),
+        unnest(&["text"; 5], &[("l", "int8"), ("s", "int8"), ("ts", "int8"), ("o", "int8")]),
     );
     let stmt = tx.prepare_cached(&sql).await?;
     let refs: Vec<&(dyn ToSql + Sync)> = params
