@@ -205,13 +205,16 @@ async fn sigkilled_sink_leaves_every_target_equal_to_its_table() -> anyhow::Resu
 
     let mut sink = spawn_runner(&sink_config, &log);
     let deadline = Instant::now() + Duration::from_secs(180);
+    // No early return until the last runner is reaped.
     let diff = loop {
-        let diff = differences(&env, &wh, &topics).await?;
+        let diff = differences(&env, &wh, &topics)
+            .await
+            .unwrap_or_else(|e| vec![format!("cannot compare: {e:#}")]);
         if diff.is_empty() || Instant::now() > deadline {
             break diff;
         }
-        if let Some(status) = sink.try_wait()? {
-            anyhow::bail!("the last sink exited with {status}; log: {}", log.display());
+        if let Ok(Some(status)) = sink.try_wait() {
+            break vec![format!("the last sink exited with {status}")];
         }
         tokio::time::sleep(Duration::from_millis(1000)).await;
     };

@@ -502,6 +502,33 @@ async fn type_conflicts_and_refused_values_are_rejected_alone_with_a_reason() {
 }
 
 #[tokio::test]
+async fn a_table_created_beforehand_gets_the_sink_columns() {
+    let wh = Warehouse::new().await;
+    wh.client
+        .batch_execute(
+            "CREATE TABLE public_items (id bigint PRIMARY KEY, v text);
+             INSERT INTO public_items VALUES (1, 'old'), (2, 'kept')",
+        )
+        .await
+        .expect("pre-created table");
+    let sink = wh.sink(|_| {}).await;
+    sink.apply(&batch(vec![change(
+        0,
+        1,
+        "u",
+        json!({"id": 1, "v": "new"}),
+        100,
+    )]))
+    .await
+    .expect("upsert into a pre-created table");
+    assert_eq!(
+        wh.live("public_items").await,
+        vec![json!({"id": 1, "v": "new"}), json!({"id": 2, "v": "kept"})]
+    );
+    wh.drop().await;
+}
+
+#[tokio::test]
 async fn truncate_tombstones_older_rows_only() {
     let wh = Warehouse::new().await;
     let sink = wh.sink(|_| {}).await;

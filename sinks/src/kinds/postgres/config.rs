@@ -295,6 +295,13 @@ mod tests {
     }
 
     #[test]
+    fn the_annotated_example_is_valid() {
+        let text = include_str!("../../../../examples/sink-postgres.toml");
+        let (_, sink) = crate::kinds::parse_config(text).expect("examples/sink-postgres.toml");
+        assert!(matches!(sink, crate::kinds::SinkConfig::Postgres(_)));
+    }
+
+    #[test]
     fn the_url_never_prints() {
         let c = PostgresConfig::new("postgres://u:pw@h/db");
         assert!(!format!("{c:?}").contains("pw"));

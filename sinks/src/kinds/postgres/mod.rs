@@ -361,7 +361,9 @@ impl Sink for PostgresSink {
         let Err(e) = self.write(&mut client, &steps, batch).await else {
             return Ok(());
         };
-        if matches!(e.code(), Some(c) if *c == SqlState::UNDEFINED_TABLE || *c == SqlState::UNDEFINED_COLUMN)
+        if matches!(e.code(), Some(c) if *c == SqlState::UNDEFINED_TABLE
+            || *c == SqlState::UNDEFINED_COLUMN
+            || *c == SqlState::INVALID_COLUMN_REFERENCE)
         {
             self.catalog.invalidate();
         }

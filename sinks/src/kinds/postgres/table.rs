@@ -116,7 +116,12 @@ impl Catalog {
         wanted: &BTreeMap<&str, ColumnSpec>,
     ) -> Result<Arc<TableInfo>, SinkError> {
         if let Some(t) = self.lookup(client, table).await? {
-            if wanted.keys().all(|c| t.columns.contains_key(*c)) {
+            let meta = [LSN, SEQ, DELETED, UNAVAILABLE_COLUMNS];
+            if wanted
+                .keys()
+                .chain(meta.iter())
+                .all(|c| t.columns.contains_key(*c))
+            {
                 return Ok(t);
             }
         }
@@ -133,19 +138,25 @@ impl Catalog {
         columns.push(format!("{} boolean NOT NULL DEFAULT false", quote(DELETED)));
         columns.push(format!("{} jsonb", quote(UNAVAILABLE_COLUMNS)));
         let keys: Vec<String> = key.iter().map(|k| quote(k)).collect();
-        let mut ddl = format!(
+        let mut ddl_text = format!(
             "CREATE TABLE IF NOT EXISTS {q} ({}, PRIMARY KEY ({}));",
             columns.join(", "),
             keys.join(", ")
         );
-        for (name, spec) in wanted {
-            ddl.push_str(&format!(
-                "ALTER TABLE {q} ADD COLUMN IF NOT EXISTS {} {};",
-                quote(name),
-                spec.ddl
-            ));
+        // A table created by someone else gets the sink's columns too (rows
+        // already there count as version 0, older than any change).
+        for (name, ddl) in [
+            (LSN, "bigint NOT NULL DEFAULT 0"),
+            (SEQ, "bigint NOT NULL DEFAULT 0"),
+            (DELETED, "boolean NOT NULL DEFAULT false"),
+            (UNAVAILABLE_COLUMNS, "jsonb"),
+        ] {
+            ddl_text_push(&mut ddl_text, &q, name, ddl);
         }
-        self.run_ddl(client, table, &ddl).await
+        for (name, spec) in wanted {
+            ddl_text_push(&mut ddl_text, &q, name, &spec.ddl);
+        }
+        self.run_ddl(client, table, &ddl_text).await
     }
 
     /// Creates the history table `table` when missing.
@@ -195,6 +206,13 @@ impl Catalog {
             .await?
             .ok_or_else(|| SinkError::retriable(format!("{q} vanished right after its DDL")))
     }
+}
+
+fn ddl_text_push(ddl: &mut String, table: &str, column: &str, ty: &str) {
+    ddl.push_str(&format!(
+        "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {} {ty};",
+        quote(column)
+    ));
 }
 
 async fn load(client: &Client, qualified: &str) -> Result<Option<TableInfo>, SinkError> {
