@@ -28,6 +28,8 @@ async fn main() -> Result<()> {
         .map(|s| s.parse())
         .transpose()?
         .unwrap_or(1_000_000);
+    // Extra top-level capture settings, e.g. BENCH_EXTRA='batch.max.events = 100000'.
+    let extra = std::env::var("BENCH_EXTRA").unwrap_or_default();
     let compression = std::env::var("BENCH_COMPRESSION").unwrap_or_else(|_| "lz4".into());
     let schemas = std::env::var("BENCH_SCHEMAS")
         .map(|v| v != "false")
@@ -131,7 +133,7 @@ async fn main() -> Result<()> {
              database.user = \"{user}\"\ndatabase.dbname = \"{db}\"\nslot.name = \"{cap_slot}\"\n\
              publication.name = \"bench_pub\"\npublication.autocreate.mode = \"disabled\"\n\
              schemas.enable = {schemas}\nkafka.bootstrap.servers = \"{brokers}\"\n\
-             offset.storage.topic = \"bench-{tag}-offsets\"\nmetrics.listen = \"127.0.0.1:{metrics_port}\"\n\
+             offset.storage.topic = \"bench-{tag}-offsets\"\nmetrics.listen = \"127.0.0.1:{metrics_port}\"\n{extra}\n\
              [kafka.producer]\n\"compression.type\" = \"{compression}\"\n"
         ),
     )?;
