@@ -164,7 +164,7 @@ async fn positions_and_ends(
 /// A captured database with the schema, a running capture, seeded tables whose topics exist.
 struct Pipeline {
     env: CaptureEnv,
-    capture: std::process::Child,
+    capture: capture_harness::Spawned,
     topics: Vec<String>,
     group: String,
     prefix: String,

@@ -95,18 +95,22 @@ impl CaptureEnv {
     }
 
     /// Starts `oncely capture` with a config, its log appended to `capture.log`.
-    pub fn spawn_capture(&self, config: &PathBuf) -> Result<Child> {
+    /// The process is killed when the returned guard drops, so a failing test
+    /// leaves nothing running.
+    pub fn spawn_capture(&self, config: &PathBuf) -> Result<Spawned> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.join("capture.log"))?;
-        Ok(Command::new(env!("CARGO_BIN_EXE_oncely"))
-            .args(["capture", "--config"])
-            .arg(config)
-            .env("RUST_LOG", "info,rdkafka=warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()?)
+        Ok(Spawned(
+            Command::new(env!("CARGO_BIN_EXE_oncely"))
+                .args(["capture", "--config"])
+                .arg(config)
+                .env("RUST_LOG", "info,rdkafka=warn")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()?,
+        ))
     }
 
     pub fn capture_log(&self) -> String {
@@ -158,6 +162,31 @@ impl CaptureEnv {
                 self.dbname
             ))
             .await;
+    }
+}
+
+/// A child process that is killed (SIGKILL) and reaped when dropped.
+pub struct Spawned(pub Child);
+
+impl std::ops::Deref for Spawned {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Spawned {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
     }
 }
 
