@@ -25,7 +25,9 @@
 //! field: unchanged TOAST columns are simply not mentioned, and a column
 //! dropped from the table stays in the hash until the row is deleted (one
 //! `HSET`, no read-modify-write). A change is applied only if its version is
-//! greater than the stored one. Versions are 40 ASCII digits (zero-padded
+//! greater than the stored one: one `SET version-key ours GET` reads the
+//! stored version and writes ours in a single command (Redis ≥ 6.2), and the
+//! rare stale change puts the stored version back. Versions are 40 ASCII digits (zero-padded
 //! commit LSN and event ordinal), so Lua's string `<` orders them exactly in
 //! any locale, without Lua's 53-bit numbers.
 //!
@@ -59,6 +61,21 @@ local function expire(key, ms)
   if ms > 0 then redis.call('PEXPIRE', key, ms) end
 end
 
+-- Puts back a version that ours did not supersede. A version whose row is
+-- gone is a tombstone and gets the tombstone expiry again (restarted, so a
+-- stale replay can only lengthen its life).
+local function restore(vkey, prev, row)
+  if not prev then
+    redis.call('DEL', vkey)
+  elseif tomb_ttl > 0 and redis.call('EXISTS', row) == 0 then
+    redis.call('SET', vkey, prev, 'PX', tomb_ttl)
+  elseif ttl > 0 then
+    redis.call('SET', vkey, prev, 'PX', ttl)
+  else
+    redis.call('SET', vkey, prev)
+  end
+end
+
 while a <= #ARGV do
   i = i + 1
   local op, ver = ARGV[a], ARGV[a + 1]
@@ -76,8 +93,18 @@ while a <= #ARGV do
   else
     a = a + 2
   end
-  local stored = redis.call('GET', vkey)
-  if stored and stored >= ver then
+  -- One write both reads the stored version and stores ours (SET .. GET);
+  -- when ours is not newer, the stored one is put back.
+  local prev
+  local px = ttl
+  if op == 'D' then px = tomb_ttl end
+  if px > 0 then
+    prev = redis.call('SET', vkey, ver, 'PX', px, 'GET')
+  else
+    prev = redis.call('SET', vkey, ver, 'GET')
+  end
+  if prev and prev >= ver then
+    restore(vkey, prev, row)
     skipped = skipped + 1
   else
     local ok = true
@@ -94,19 +121,10 @@ while a <= #ARGV do
       end
     end
     if ok then
-      if op == 'D' then
-        if tomb_ttl > 0 then
-          redis.call('SET', vkey, ver, 'PX', tomb_ttl)
-        else
-          redis.call('SET', vkey, ver)
-        end
-      else
-        redis.call('SET', vkey, ver)
-        expire(row, ttl)
-        expire(vkey, ttl)
-      end
+      if op ~= 'D' then expire(row, ttl) end
       applied = applied + 1
     else
+      restore(vkey, prev, row)
       wrongtype[#wrongtype + 1] = i
     end
   end
