@@ -18,8 +18,8 @@ use sink_runner_support::{sigkill, sigterm, spawn_runner, wait_exit, write_confi
 use tokio_postgres::Client;
 
 const KILLS: usize = 12;
-/// Source transactions: enough to outlast the kills (about 150 per second here).
-const WORKLOAD: usize = 6000;
+/// Source transactions: far more than the kills need; the writer is stopped once they are done.
+const WORKLOAD: usize = 1_000_000;
 
 /// Live rows of a target table: `id` -> the row without the sink's columns.
 async fn target_rows(wh: &Client, table: &str) -> anyhow::Result<BTreeMap<String, Value>> {
@@ -182,7 +182,9 @@ async fn sigkilled_sink_leaves_every_target_equal_to_its_table() -> anyhow::Resu
     let log = env.dir.join("sink.log");
 
     // Kill only while the source is changing and after the killed runner stored new
-    // positions, so that every counted kill lands mid-stream.
+    // positions, so that every counted kill lands mid-stream; then stop the writer
+    // (an aborted transaction rolls back; the comparison below waits for whatever
+    // committed).
     let writer = tokio::spawn(workload(env.connect().await?, WORKLOAD));
     let (mut kills, mut last) = (0, stored_positions(&wh).await?);
     while kills < KILLS {
@@ -201,7 +203,12 @@ async fn sigkilled_sink_leaves_every_target_equal_to_its_table() -> anyhow::Resu
             "the workload ended after only {kills} mid-stream kills: raise WORKLOAD"
         );
     }
-    writer.await??;
+    writer.abort();
+    match writer.await {
+        Ok(result) => result?,
+        Err(e) if e.is_cancelled() => {}
+        Err(e) => return Err(e.into()),
+    }
 
     let mut sink = spawn_runner(&sink_config, &log);
     let deadline = Instant::now() + Duration::from_secs(180);
