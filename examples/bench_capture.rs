@@ -30,6 +30,8 @@ async fn main() -> Result<()> {
         .unwrap_or(1_000_000);
     // Extra top-level capture settings, e.g. BENCH_EXTRA='batch.max.events = 100000'.
     let extra = std::env::var("BENCH_EXTRA").unwrap_or_default();
+    // Extra librdkafka producer lines, e.g. BENCH_PRODUCER='"linger.ms" = "20"'.
+    let producer = std::env::var("BENCH_PRODUCER").unwrap_or_default();
     let compression = std::env::var("BENCH_COMPRESSION").unwrap_or_else(|_| "lz4".into());
     let schemas = std::env::var("BENCH_SCHEMAS")
         .map(|v| v != "false")
@@ -134,7 +136,7 @@ async fn main() -> Result<()> {
              publication.name = \"bench_pub\"\npublication.autocreate.mode = \"disabled\"\n\
              schemas.enable = {schemas}\nkafka.bootstrap.servers = \"{brokers}\"\n\
              offset.storage.topic = \"bench-{tag}-offsets\"\nmetrics.listen = \"127.0.0.1:{metrics_port}\"\n{extra}\n\
-             [kafka.producer]\n\"compression.type\" = \"{compression}\"\n"
+             [kafka.producer]\n\"compression.type\" = \"{compression}\"\n{producer}\n"
         ),
     )?;
     let bin = std::env::current_exe()?
@@ -180,6 +182,12 @@ async fn main() -> Result<()> {
         }
     }
     let cap_secs = first.map(|f| f.elapsed().as_secs_f64()).unwrap_or(0.0);
+    let commit_sum = scrape(metrics_port, "oncely_capture_batch_commit_seconds_sum")
+        .await
+        .unwrap_or(0.0);
+    let commits = scrape(metrics_port, "oncely_capture_batch_commit_seconds_count")
+        .await
+        .unwrap_or(0.0);
     let peak_kb = rss_kb(pid, "VmHWM:");
     let cpu_secs = cpu_seconds(pid);
     let _ = Command::new("kill")
@@ -201,6 +209,7 @@ async fn main() -> Result<()> {
         peak_kb as f64 / 1024.0
     );
     println!("capture CPU         : {cpu_secs:.2}s user+sys for the whole run");
+    println!("kafka commits       : {commits:.0}, {commit_sum:.2}s in commit_transaction");
 
     for slot in [&raw_slot, &cap_slot] {
         let _ = admin

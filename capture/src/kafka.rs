@@ -46,8 +46,9 @@ impl TxProducer {
             .set("batch.size", "1000000")
             .set("compression.type", "lz4")
             .set("transaction.timeout.ms", "60000")
-            // Bounded producer memory: sends wait when the queue is full.
-            .set("queue.buffering.max.kbytes", "32768")
+            // Bounded producer memory: sends wait when the queue is full. It
+            // matches the default batch.max.bytes, so a batch rarely waits.
+            .set("queue.buffering.max.kbytes", "65536")
             .set("queue.buffering.max.messages", "100000");
         for (k, v) in &cfg.kafka.producer {
             client.set(k, v);
