@@ -11,28 +11,6 @@ use serde_json::{json, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Waits until the capture's slot exists and is streaming.
-async fn wait_slot_active(env: &CaptureEnv) -> anyhow::Result<()> {
-    for _ in 0..300 {
-        let row = env
-            .client
-            .query_opt(
-                "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
-                &[&env.slot],
-            )
-            .await?;
-        if row.map(|r| r.get::<_, bool>(0)).unwrap_or(false) {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    anyhow::bail!(
-        "slot {} never became active; log:\n{}",
-        env.slot,
-        env.capture_log()
-    )
-}
-
 fn after(s: &Seen) -> &Value {
     &s.payload().expect("a value")["after"]
 }
@@ -66,7 +44,7 @@ async fn each_change_kind_gives_the_expected_events() -> anyhow::Result<()> {
         )),
     )?;
     let mut capture = env.spawn_capture(&config)?;
-    wait_slot_active(&env).await?;
+    env.wait_slot_active().await?;
 
     let big: String = (0..400)
         .map(|i| format!("{:08x}", i * 2654435761u64 % 4294967296))

@@ -134,23 +134,6 @@ const SCHEMA: &str = "CREATE TABLE acct (id bigint PRIMARY KEY, rev bigint NOT N
      INSERT INTO acct SELECT g, 0, 'seed' FROM generate_series(1, 5) g;
      INSERT INTO docs SELECT g, 0, repeat(md5(g::text), 400) FROM generate_series(1, 3) g;";
 
-async fn wait_slot_active(env: &CaptureEnv) -> anyhow::Result<()> {
-    for _ in 0..300 {
-        let row = env
-            .client
-            .query_opt(
-                "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
-                &[&env.slot],
-            )
-            .await?;
-        if row.map(|r| r.get::<_, bool>(0)).unwrap_or(false) {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    anyhow::bail!("slot never became active; log:\n{}", env.capture_log())
-}
-
 /// Compares what Kafka holds with what the writer committed: the same
 /// changes, each exactly once, in per-key order, and one tombstone per delete.
 fn assert_exactly_once(seen: &[Seen], expected: &[Change]) {
@@ -218,7 +201,7 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() -> anyhow::Res
         &env.config("batch.max.events = 100\nbatch.max.ms = 50\ntable.include.list = \"public\\\\.(acct|audit|docs)\"\n"),
     )?;
     let mut capture = env.spawn_capture(&config)?;
-    wait_slot_active(&env).await?;
+    env.wait_slot_active().await?;
 
     let writer_client = env.connect().await?;
     let writer = tokio::spawn(async move { workload(writer_client, 1500).await });
@@ -254,7 +237,7 @@ async fn restart_right_after_a_commit_loses_nothing() -> anyhow::Result<()> {
     env.client.batch_execute(SCHEMA).await?;
     let config = env.write_config("capture.toml", &env.config("batch.max.ms = 10\n"))?;
     let mut capture = env.spawn_capture(&config)?;
-    wait_slot_active(&env).await?;
+    env.wait_slot_active().await?;
     let mut expected = Vec::new();
     for round in 0..3i64 {
         let id = 1000 + round;
@@ -293,7 +276,7 @@ async fn a_slot_recreated_behind_our_back_stops_start_up() -> anyhow::Result<()>
     env.client.batch_execute(SCHEMA).await?;
     let config = env.write_config("capture.toml", &env.config("batch.max.ms = 10\n"))?;
     let mut capture = env.spawn_capture(&config)?;
-    wait_slot_active(&env).await?;
+    env.wait_slot_active().await?;
     env.client
         .execute("INSERT INTO acct VALUES (77, 0, 'x')", &[])
         .await?;
@@ -336,7 +319,7 @@ async fn a_second_instance_fences_the_first_and_nothing_is_duplicated() -> anyho
     env.client.batch_execute(SCHEMA).await?;
     let config = env.write_config("capture.toml", &env.config("batch.max.ms = 10\n"))?;
     let mut first = env.spawn_capture(&config)?;
-    wait_slot_active(&env).await?;
+    env.wait_slot_active().await?;
     let writer_client = env.connect().await?;
     let writer = tokio::spawn(async move { workload(writer_client, 300).await });
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -375,7 +358,7 @@ async fn an_idle_slot_keeps_advancing_while_another_database_is_busy() -> anyhow
     env.client.batch_execute(SCHEMA).await?;
     let config = env.write_config("capture.toml", &env.config("heartbeat.interval.ms = 200\n"))?;
     let mut capture = env.spawn_capture(&config)?;
-    wait_slot_active(&env).await?;
+    env.wait_slot_active().await?;
     let busy = CaptureEnv::new("cap_busy").await?;
     busy.client
         .batch_execute("CREATE TABLE noise (id bigserial PRIMARY KEY, v text)")

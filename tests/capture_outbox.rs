@@ -80,20 +80,7 @@ async fn outbox_rows_become_routed_events_exactly_once() -> anyhow::Result<()> {
         )),
     )?;
     let mut capture = env.spawn_capture(&config)?;
-    for _ in 0..300 {
-        if env
-            .client
-            .query_opt(
-                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active",
-                &[&env.slot],
-            )
-            .await?
-            .is_some()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    env.wait_slot_active().await?;
 
     // 200 events in transactions of 1-3 rows, each transaction deleting its
     // rows again; capture is killed at random moments.

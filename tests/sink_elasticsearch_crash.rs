@@ -9,13 +9,13 @@ mod sink_runner_support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use capture_harness::{kill9, terminate, wait_for, CaptureEnv};
+use capture_harness::{kill9, terminate, CaptureEnv};
 use elasticsearch::http::transport::Transport;
 use elasticsearch::indices::{IndicesDeleteParts, IndicesRefreshParts};
 use elasticsearch::{Elasticsearch, SearchParts};
 use rand::Rng;
 use serde_json::{json, Value};
-use sink_harness::{seed, source_rows, wait_slot_active, workload, SCHEMA, TABLES};
+use sink_harness::{captured_source, runner_config, source_rows, workload, TABLES};
 use sink_runner_support::{sigkill, sigterm, spawn_runner, wait_exit, write_config};
 
 const KILLS: usize = 12;
@@ -123,39 +123,16 @@ async fn sigkilled_soft_deleting_sink_leaves_every_index_equal_to_its_table() ->
 
 /// The workload under SIGKILLs, in `delete.mode = "soft"` when `soft`.
 async fn crash_run(soft: bool) -> anyhow::Result<()> {
-    let env = CaptureEnv::new(if soft { "es_crash_soft" } else { "es_crash" }).await?;
-    env.client.batch_execute(SCHEMA).await?;
-    let capture_config = env.write_config(
-        "capture.toml",
-        &env.config("batch.max.events = 200\nbatch.max.ms = 20\n"),
-    )?;
-    let mut capture = env.spawn_capture(&capture_config)?;
-    wait_slot_active(&env).await?;
-    seed(&env.client).await?;
-    let topics: Vec<String> = TABLES.iter().map(|t| env.topic(t)).collect();
-    // The topics exist before the sink subscribes to them.
-    wait_for(&topics, Duration::from_secs(60), |s| {
-        TABLES
-            .iter()
-            .all(|t| s.iter().any(|r| r.topic == env.topic(t)))
-    })
-    .await?;
+    let (env, mut capture, topics) =
+        captured_source(if soft { "es_crash_soft" } else { "es_crash" }).await?;
 
     let group = common::unique("es_crash_g");
-    let topic_list = topics
-        .iter()
-        .map(|t| format!("\"{t}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
     let sink_config = write_config(
         &env.dir,
         "sink",
         &format!(
-            "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{group}\"\ntopics = [{topic_list}]\n\
-             batch.max.records = 50\nbatch.max.ms = 20\nshutdown.timeout.ms = 10000\n\
-             [kafka]\n\"group.instance.id\" = \"{group}-1\"\n\"session.timeout.ms\" = 6000\n\
-             [sink]\nkind = \"elasticsearch\"\nurl = \"{url}\"\nbulk.max.actions = 200\n{mode}",
-            brokers = common::kafka_brokers(),
+            "{runner}[sink]\nkind = \"elasticsearch\"\nurl = \"{url}\"\nbulk.max.actions = 200\n{mode}",
+            runner = runner_config(&group, &topics, 50, ""),
             url = common::es_url(),
             mode = if soft { "delete.mode = \"soft\"\n" } else { "" },
         ),

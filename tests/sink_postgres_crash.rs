@@ -10,10 +10,10 @@ mod sink_runner_support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use capture_harness::{connect, db_url, kill9, read_committed, terminate, wait_for, CaptureEnv};
+use capture_harness::{connect, db_url, kill9, read_committed, terminate, CaptureEnv};
 use rand::Rng;
 use serde_json::Value;
-use sink_harness::{seed, source_rows, wait_slot_active, workload, SCHEMA, TABLES};
+use sink_harness::{captured_source, runner_config, source_rows, workload, TABLES};
 use sink_runner_support::{sigkill, sigterm, spawn_runner, wait_exit, write_config};
 use tokio_postgres::Client;
 
@@ -138,23 +138,7 @@ async fn differences(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_sink_leaves_every_target_equal_to_its_table() -> anyhow::Result<()> {
-    let env = CaptureEnv::new("pg_crash").await?;
-    env.client.batch_execute(SCHEMA).await?;
-    let capture_config = env.write_config(
-        "capture.toml",
-        &env.config("batch.max.events = 200\nbatch.max.ms = 20\n"),
-    )?;
-    let mut capture = env.spawn_capture(&capture_config)?;
-    wait_slot_active(&env).await?;
-    seed(&env.client).await?;
-    let topics: Vec<String> = TABLES.iter().map(|t| env.topic(t)).collect();
-    // The topics exist before the sink subscribes to them.
-    wait_for(&topics, Duration::from_secs(60), |s| {
-        TABLES
-            .iter()
-            .all(|t| s.iter().any(|r| r.topic == env.topic(t)))
-    })
-    .await?;
+    let (env, mut capture, topics) = captured_source("pg_crash").await?;
 
     let warehouse = format!("{}_wh", env.dbname);
     env.client
@@ -162,20 +146,12 @@ async fn sigkilled_sink_leaves_every_target_equal_to_its_table() -> anyhow::Resu
         .await?;
     let wh = connect(&db_url(&warehouse)).await?;
     let group = common::unique("pg_crash_g");
-    let topic_list = topics
-        .iter()
-        .map(|t| format!("\"{t}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
     let sink_config = write_config(
         &env.dir,
         "sink",
         &format!(
-            "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{group}\"\ntopics = [{topic_list}]\n\
-             batch.max.records = 100\nbatch.max.ms = 20\nshutdown.timeout.ms = 10000\n\
-             [kafka]\n\"group.instance.id\" = \"{group}-1\"\n\"session.timeout.ms\" = 6000\n\
-             [sink]\nkind = \"postgres\"\nurl = \"{url}\"\nhistory.enabled = true\n",
-            brokers = common::kafka_brokers(),
+            "{runner}[sink]\nkind = \"postgres\"\nurl = \"{url}\"\nhistory.enabled = true\n",
+            runner = runner_config(&group, &topics, 100, ""),
             url = db_url(&warehouse),
         ),
     );

@@ -12,11 +12,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use capture_harness::{kill9, read_committed, terminate, wait_for, CaptureEnv};
+use capture_harness::{kill9, read_committed, terminate, CaptureEnv};
 use rand::Rng;
 use redis::aio::MultiplexedConnection;
 use serde_json::{Map, Value};
-use sink_harness::{seed, source_rows, wait_slot_active, workload, SCHEMA, TABLES};
+use sink_harness::{captured_source, runner_config, source_rows, workload, TABLES};
 use sink_runner_support::{sigkill, sigterm, spawn_runner, wait_exit, write_config};
 
 const KILLS: usize = 12;
@@ -173,41 +173,22 @@ struct Pipeline {
 }
 
 async fn pipeline(name: &str, layout: &str) -> anyhow::Result<Pipeline> {
-    let env = CaptureEnv::new(name).await?;
-    env.client.batch_execute(SCHEMA).await?;
-    let capture_config = env.write_config(
-        "capture.toml",
-        &env.config("batch.max.events = 200\nbatch.max.ms = 20\n"),
-    )?;
-    let capture = env.spawn_capture(&capture_config)?;
-    wait_slot_active(&env).await?;
-    seed(&env.client).await?;
-    let topics: Vec<String> = TABLES.iter().map(|t| env.topic(t)).collect();
-    wait_for(&topics, Duration::from_secs(60), |s| {
-        TABLES
-            .iter()
-            .all(|t| s.iter().any(|r| r.topic == env.topic(t)))
-    })
-    .await?;
+    let (env, capture, topics) = captured_source(name).await?;
     let group = common::unique(&format!("{name}_g"));
     let prefix = common::unique(name);
-    let topic_list = topics
-        .iter()
-        .map(|t| format!("\"{t}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
     let sink_config = write_config(
         &env.dir,
         "sink",
         &format!(
-            "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{group}\"\ntopics = [{topic_list}]\n\
-             batch.max.records = 50\nbatch.max.ms = 20\nshutdown.timeout.ms = 10000\n\
-             retry.backoff.ms = 50\nretry.backoff.max.ms = 1000\n\
-             [kafka]\n\"group.instance.id\" = \"{group}-1\"\n\"session.timeout.ms\" = 6000\n\
-             [sink]\nkind = \"redis\"\nurl = \"{url}\"\nlayout = \"{layout}\"\n\
+            "{runner}[sink]\nkind = \"redis\"\nurl = \"{url}\"\nlayout = \"{layout}\"\n\
              key.pattern = \"{prefix}:{{table}}:{{key}}\"\nversion.key.prefix = \"{prefix}:v:\"\n\
              positions.key.prefix = \"{prefix}:pos:\"\n",
-            brokers = common::kafka_brokers(),
+            runner = runner_config(
+                &group,
+                &topics,
+                50,
+                "retry.backoff.ms = 50\nretry.backoff.max.ms = 1000\n"
+            ),
             url = common::redis_url(),
         ),
     );

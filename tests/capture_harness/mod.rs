@@ -113,6 +113,28 @@ impl CaptureEnv {
         ))
     }
 
+    /// Waits until the capture's slot exists and is in use (streaming).
+    pub async fn wait_slot_active(&self) -> Result<()> {
+        for _ in 0..300 {
+            let row = self
+                .client
+                .query_opt(
+                    "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&self.slot],
+                )
+                .await?;
+            if row.map(|r| r.get::<_, bool>(0)).unwrap_or(false) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!(
+            "slot {} never became active; log:\n{}",
+            self.slot,
+            self.capture_log()
+        )
+    }
+
     pub fn capture_log(&self) -> String {
         std::fs::read_to_string(self.dir.join("capture.log")).unwrap_or_default()
     }

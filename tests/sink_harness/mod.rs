@@ -10,11 +10,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use rand::Rng;
 use serde_json::Value;
 
-use crate::capture_harness::CaptureEnv;
+use crate::capture_harness::{wait_for, CaptureEnv, Spawned};
 
 /// Tables of the mixed workload; `docs.body` is stored out of line (TOAST).
 pub const TABLES: &[&str] = &["acct", "audit", "docs"];
@@ -38,22 +38,45 @@ pub async fn seed(c: &tokio_postgres::Client) -> Result<()> {
     Ok(())
 }
 
-/// Waits until the capture's slot is in use.
-pub async fn wait_slot_active(env: &CaptureEnv) -> Result<()> {
-    for _ in 0..300 {
-        let row = env
-            .client
-            .query_opt(
-                "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
-                &[&env.slot],
-            )
-            .await?;
-        if row.map(|r| r.get::<_, bool>(0)).unwrap_or(false) {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("slot never became active; log:\n{}", env.capture_log())
+/// A captured database for a sink test: the schema, a running capture
+/// (small Kafka transactions), seeded tables, and the change topics, which
+/// exist when this returns so a sink can subscribe to them.
+pub async fn captured_source(name: &str) -> Result<(CaptureEnv, Spawned, Vec<String>)> {
+    let env = CaptureEnv::new(name).await?;
+    env.client.batch_execute(SCHEMA).await?;
+    let capture_config = env.write_config(
+        "capture.toml",
+        &env.config("batch.max.events = 200\nbatch.max.ms = 20\n"),
+    )?;
+    let capture = env.spawn_capture(&capture_config)?;
+    env.wait_slot_active().await?;
+    seed(&env.client).await?;
+    let topics: Vec<String> = TABLES.iter().map(|t| env.topic(t)).collect();
+    wait_for(&topics, Duration::from_secs(60), |s| {
+        TABLES
+            .iter()
+            .all(|t| s.iter().any(|r| r.topic == env.topic(t)))
+    })
+    .await?;
+    Ok((env, capture, topics))
+}
+
+/// The runner's part of a sink config for a crash test: `group` consuming
+/// `topics` in batches of `max_records`, with static membership so a
+/// restarted runner gets its partitions back at once. Append `extra` runner
+/// keys, then the `[sink]` table.
+pub fn runner_config(group: &str, topics: &[String], max_records: usize, extra: &str) -> String {
+    let topic_list = topics
+        .iter()
+        .map(|t| format!("\"{t}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{group}\"\ntopics = [{topic_list}]\n\
+         batch.max.records = {max_records}\nbatch.max.ms = 20\nshutdown.timeout.ms = 10000\n{extra}\
+         [kafka]\n\"group.instance.id\" = \"{group}-1\"\n\"session.timeout.ms\" = 6000\n",
+        brokers = crate::common::kafka_brokers(),
+    )
 }
 
 /// A mixed workload of `transactions` transactions: inserts, hot-key updates,
