@@ -1,0 +1,502 @@
+//! End-to-end latency and sustainable rate: source commit -> visible in each target.
+//!
+//! Starts `oncely capture` and the three prebuilt sinks (PostgreSQL warehouse,
+//! Elasticsearch, Redis) as separate release processes on a fresh database,
+//! then a writer commits upserts of a 200-row table at a fixed rate (one
+//! transaction every 10 ms) while one observer per target polls every 5 ms
+//! for the highest change number it can read. A transaction counts as visible
+//! in a target when the target shows its change number or a later one; the
+//! topic has one partition and the sinks apply in order, so a later number
+//! implies the earlier ones landed. Latency runs from just before the
+//! writer sends the transaction to the poll that saw it, so it includes the
+//! source write and up to one poll interval.
+//!
+//! ```sh
+//! scripts/services up && eval "$(scripts/services env)"
+//! cargo build --release && cargo run --release --example bench_latency -- --rate 5000 --seconds 180 \
+//!     --ramp 10000,15000,20000,30000 --step-seconds 30
+//! ```
+//!
+//! A ramp step counts as sustained when the writer reached 95 % of the rate and
+//! the p99 of the step's second half stayed under one second (lag bounded).
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use elasticsearch::http::transport::Transport;
+use elasticsearch::{Elasticsearch, MgetParts};
+use serde_json::{json, Value};
+use tokio_postgres::NoTls;
+
+/// Rows the writer cycles through: small, so every poll reads the whole table.
+const KEYS: i64 = 200;
+const TICK: Duration = Duration::from_millis(10);
+const POLL: Duration = Duration::from_millis(5);
+const TARGETS: [&str; 3] = ["postgres", "elasticsearch", "redis"];
+
+struct Args {
+    rate: u64,
+    seconds: u64,
+    warmup: u64,
+    ramp: Vec<u64>,
+    step_seconds: u64,
+}
+
+fn args() -> Result<Args> {
+    let mut a = Args {
+        rate: 5000,
+        seconds: 180,
+        warmup: 10,
+        ramp: Vec::new(),
+        step_seconds: 30,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--rate" => a.rate = value.parse()?,
+            "--seconds" => a.seconds = value.parse()?,
+            "--warmup" => a.warmup = value.parse()?,
+            "--step-seconds" => a.step_seconds = value.parse()?,
+            "--ramp" => {
+                a.ramp = value
+                    .split(',')
+                    .map(|s| s.trim().parse())
+                    .collect::<Result<_, _>>()?
+            }
+            other => {
+                bail!("unknown flag {other}; use --rate --seconds --warmup --ramp --step-seconds")
+            }
+        }
+    }
+    if a.rate < 100 {
+        bail!("--rate must be at least 100 changes/s (one transaction per 10 ms)");
+    }
+    Ok(a)
+}
+
+/// One committed source transaction: its highest change number and when it was sent.
+struct Sent {
+    n: i64,
+    at: Instant,
+    phase: usize,
+}
+
+/// The writer's log, read by the observers.
+#[derive(Default)]
+struct Log {
+    sent: Vec<Sent>,
+}
+
+/// Per target: latencies (seconds) per phase, tagged with the send time.
+type Seen = Arc<Mutex<Vec<(usize, Instant, f64)>>>;
+
+struct Processes {
+    children: Vec<(String, Child)>,
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.children {
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+        }
+        for (_, c) in &mut self.children {
+            let _ = c.wait();
+        }
+    }
+}
+
+fn spawn(bin: &Path, what: &str, config: &Path, log: &Path) -> Result<Child> {
+    let log = std::fs::File::create(log)?;
+    Command::new(bin)
+        .args([what, "--config"])
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("start {} {what}", bin.display()))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = args()?;
+    let env = |k: &str| {
+        std::env::var(k).with_context(|| format!("{k}: eval \"$(scripts/services env)\""))
+    };
+    let pg_url = env("ONCELY_PG_URL")?;
+    let brokers = env("ONCELY_KAFKA_BROKERS")?;
+    let es_url = env("ONCELY_ES_URL")?;
+    let redis_url = env("ONCELY_REDIS_URL")?;
+    let pg: tokio_postgres::Config = pg_url.parse()?;
+    let host = match pg.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => "127.0.0.1".into(),
+    };
+    let port = pg.get_ports().first().copied().unwrap_or(5432);
+    let user = pg.get_user().unwrap_or("postgres").to_string();
+
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let db = format!("lat_{tag}");
+    let dw = format!("lat_{tag}_dw");
+    let (admin, conn) = tokio_postgres::connect(&pg_url, NoTls).await?;
+    tokio::spawn(conn);
+    admin
+        .batch_execute(&format!("CREATE DATABASE {db}; CREATE DATABASE {dw};"))
+        .await?;
+    let mut src_cfg = pg.clone();
+    src_cfg.dbname(&db);
+    let (src, conn) = src_cfg.connect(NoTls).await?;
+    tokio::spawn(conn);
+    src.batch_execute(
+        "CREATE TABLE ticks (id bigint PRIMARY KEY, n bigint NOT NULL, note text NOT NULL)",
+    )
+    .await?;
+
+    let dir = std::env::temp_dir().join(&db);
+    std::fs::create_dir_all(&dir)?;
+    let slot = format!("lat_{tag}");
+    let prefix = format!("lat-{tag}");
+    let capture_batch_ms = std::env::var("BENCH_CAPTURE_BATCH_MS").unwrap_or_else(|_| "100".into());
+    let sink_batch_ms = std::env::var("BENCH_SINK_BATCH_MS").unwrap_or_else(|_| "50".into());
+    let write = |name: &str, body: String| -> Result<PathBuf> {
+        let p = dir.join(name);
+        std::fs::write(&p, body)?;
+        Ok(p)
+    };
+    let capture = write(
+        "capture.toml",
+        format!(
+            "topic.prefix = \"{prefix}\"\ndatabase.hostname = \"{host}\"\ndatabase.port = {port}\n\
+             database.user = \"{user}\"\ndatabase.dbname = \"{db}\"\nslot.name = \"{slot}\"\n\
+             publication.name = \"{slot}\"\npublication.autocreate.mode = \"filtered\"\n\
+             table.include.list = \"public\\\\.ticks\"\nbatch.max.ms = {capture_batch_ms}\n\
+             kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"{prefix}-offsets\"\n"
+        ),
+    )?;
+    let runner = |group: &str| {
+        format!(
+            "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{prefix}-{group}\"\n\
+             topics = [\"{prefix}.public.ticks\"]\nbatch.max.ms = {sink_batch_ms}\n\
+             errors.deadletterqueue.topic.name = \"{prefix}-dlq\"\n"
+        )
+    };
+    let mut dw_cfg = pg.clone();
+    dw_cfg.dbname(&dw);
+    let dw_url = format!("postgres://{user}@{host}:{port}/{dw}");
+    let sinks = [
+        (
+            "postgres",
+            write(
+                "sink-postgres.toml",
+                format!("{}[sink]\nkind = \"postgres\"\nurl = \"{dw_url}\"\n", runner("pg")),
+            )?,
+        ),
+        (
+            "elasticsearch",
+            write(
+                "sink-elasticsearch.toml",
+                format!("{}[sink]\nkind = \"elasticsearch\"\nurl = \"{es_url}\"\n", runner("es")),
+            )?,
+        ),
+        (
+            "redis",
+            write(
+                "sink-redis.toml",
+                format!(
+                    "{}[sink]\nkind = \"redis\"\nurl = \"{redis_url}\"\nkey.pattern = \"{prefix}:{{table}}:{{key}}\"\n",
+                    runner("redis")
+                ),
+            )?,
+        ),
+    ];
+
+    let bin = std::env::current_exe()?
+        .parent()
+        .and_then(|p| p.parent())
+        .map(|p| p.join("oncely"))
+        .context("locate target/release/oncely")?;
+    let mut procs = Processes {
+        children: vec![(
+            "capture".into(),
+            spawn(&bin, "capture", &capture, &dir.join("capture.log"))?,
+        )],
+    };
+    for (name, config) in &sinks {
+        let log = dir.join(format!("sink-{name}.log"));
+        procs
+            .children
+            .push((name.to_string(), spawn(&bin, "sink", config, &log)?));
+    }
+    eprintln!("processes and logs in {}", dir.display());
+
+    // Observers.
+    let index = format!("{prefix}.public.ticks");
+    let es = Elasticsearch::new(Transport::single_node(&es_url)?);
+    let redis = redis::Client::open(redis_url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let log = Arc::new(Mutex::new(Log::default()));
+    let mut seen: BTreeMap<&str, Seen> = BTreeMap::new();
+    let visible: BTreeMap<&str, Arc<std::sync::atomic::AtomicI64>> = TARGETS
+        .iter()
+        .map(|t| (*t, Arc::new(std::sync::atomic::AtomicI64::new(-1))))
+        .collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut observers = Vec::new();
+    for target in TARGETS {
+        let s: Seen = Arc::default();
+        seen.insert(target, s.clone());
+        let (log, stop, visible) = (log.clone(), stop.clone(), visible[target].clone());
+        let probe = Probe {
+            target,
+            dw: if target == "postgres" {
+                let (c, conn) = dw_cfg.connect(NoTls).await?;
+                tokio::spawn(conn);
+                Some(c)
+            } else {
+                None
+            },
+            es: es.clone(),
+            index: index.clone(),
+            redis: redis.clone(),
+            prefix: prefix.clone(),
+        };
+        observers.push(tokio::spawn(async move {
+            let mut next = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let max = probe.max_n().await;
+                let now = Instant::now();
+                visible.store(max, std::sync::atomic::Ordering::SeqCst);
+                {
+                    let log = log.lock().unwrap();
+                    let mut out = s.lock().unwrap();
+                    while next < log.sent.len() && log.sent[next].n <= max {
+                        let sent = &log.sent[next];
+                        out.push((sent.phase, sent.at, (now - sent.at).as_secs_f64()));
+                        next += 1;
+                    }
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        }));
+    }
+
+    // Warm-up row: wait until every process works end to end.
+    let mut n: i64 = 0;
+    src.execute(
+        "INSERT INTO ticks VALUES (0, 0, 'warm-up') ON CONFLICT (id) DO UPDATE SET n = 0",
+        &[],
+    )
+    .await?;
+    let t = Instant::now();
+    while TARGETS
+        .iter()
+        .any(|t| visible[t].load(std::sync::atomic::Ordering::SeqCst) < 0)
+    {
+        if t.elapsed() > Duration::from_secs(180) {
+            bail!(
+                "the pipeline did not deliver the first row within 180 s; logs in {}",
+                dir.display()
+            );
+        }
+        for (name, c) in &mut procs.children {
+            if let Some(status) = c.try_wait()? {
+                bail!("{name} exited with {status}; log in {}", dir.display());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("pipeline ready after {:.1}s", t.elapsed().as_secs_f64());
+
+    // Phases: [warm-up, main rate, ramp steps...].
+    let mut phases = vec![(args.rate, args.warmup), (args.rate, args.seconds)];
+    phases.extend(args.ramp.iter().map(|r| (*r, args.step_seconds)));
+    let mut achieved = Vec::new();
+    let mut cursor = 0i64;
+    for (phase, (rate, seconds)) in phases.iter().enumerate() {
+        let per_tick = (*rate as f64 * TICK.as_secs_f64()).round() as i64;
+        let ticks = (*seconds as f64 / TICK.as_secs_f64()) as u64;
+        eprintln!("phase {phase}: {rate} changes/s for {seconds}s");
+        let mut interval = tokio::time::interval(TICK);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let started = Instant::now();
+        let mut changes = 0i64;
+        for _ in 0..ticks {
+            interval.tick().await;
+            if started.elapsed().as_secs_f64() >= *seconds as f64 {
+                break;
+            }
+            // Distinct ids per transaction (ON CONFLICT may touch a row once).
+            let ids: Vec<i64> = (0..per_tick.min(KEYS))
+                .map(|i| (cursor + i) % KEYS)
+                .collect();
+            cursor = (cursor + per_tick) % KEYS;
+            let ns: Vec<i64> = (1..=ids.len() as i64).map(|i| n + i).collect();
+            let at = Instant::now();
+            src.execute(
+                "INSERT INTO ticks (id, n, note) SELECT id, n, 'tick ' || n FROM unnest($1::bigint[], $2::bigint[]) AS u(id, n)
+                 ON CONFLICT (id) DO UPDATE SET n = EXCLUDED.n, note = EXCLUDED.note",
+                &[&ids, &ns],
+            )
+            .await?;
+            n += ids.len() as i64;
+            changes += ids.len() as i64;
+            log.lock().unwrap().sent.push(Sent { n, at, phase });
+        }
+        let rate_done = changes as f64 / started.elapsed().as_secs_f64();
+        achieved.push(rate_done);
+        eprintln!("  writer achieved {rate_done:.0} changes/s");
+        for (name, c) in &mut procs.children {
+            if let Some(status) = c.try_wait()? {
+                bail!("{name} exited with {status}; log in {}", dir.display());
+            }
+        }
+    }
+    // Drain: every target shows the last change.
+    let t = Instant::now();
+    while TARGETS
+        .iter()
+        .any(|t| visible[t].load(std::sync::atomic::Ordering::SeqCst) < n)
+    {
+        if t.elapsed() > Duration::from_secs(300) {
+            bail!("targets did not catch up within 300 s after the writer stopped");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for o in observers {
+        o.await?;
+    }
+    drop(procs);
+    src.query_one("SELECT pg_drop_replication_slot($1)", &[&slot])
+        .await
+        .context("drop the benchmark's slot")?;
+
+    println!(
+        "| phase | target rate | achieved | target | p50 ms | p99 ms | max ms | transactions |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    let mut sustained: Option<u64> = None;
+    for (phase, (rate, seconds)) in phases.iter().enumerate().skip(1) {
+        let mut step_ok = achieved[phase] >= 0.95 * *rate as f64;
+        for target in TARGETS {
+            let all = seen[target].lock().unwrap();
+            let mut lat: Vec<f64> = all.iter().filter(|s| s.0 == phase).map(|s| s.2).collect();
+            let first = all.iter().find(|s| s.0 == phase).map(|s| s.1);
+            let mut second_half: Vec<f64> = all
+                .iter()
+                .filter(|s| {
+                    s.0 == phase
+                        && first.is_some_and(|f| {
+                            s.1.duration_since(f).as_secs_f64() >= *seconds as f64 / 2.0
+                        })
+                })
+                .map(|s| s.2)
+                .collect();
+            let (p50, p99, max) = percentiles(&mut lat);
+            let (_, p99_late, _) = percentiles(&mut second_half);
+            step_ok &= p99_late < 1.0;
+            println!(
+                "| {phase} | {rate} | {:.0} | {target} | {:.0} | {:.0} | {:.0} | {} |",
+                achieved[phase],
+                p50 * 1e3,
+                p99 * 1e3,
+                max * 1e3,
+                lat.len()
+            );
+        }
+        if phase >= 1 && step_ok {
+            sustained = Some(sustained.map_or(*rate, |s| s.max(*rate)));
+        }
+    }
+    match sustained {
+        Some(r) => {
+            println!("highest rate with bounded lag (p99 of the second half < 1 s): {r} changes/s")
+        }
+        None => println!("no phase kept lag bounded"),
+    }
+    Ok(())
+}
+
+fn percentiles(v: &mut [f64]) -> (f64, f64, f64) {
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99), v[v.len() - 1])
+}
+
+/// Reads the highest change number visible in one target (-1 when none yet).
+struct Probe {
+    target: &'static str,
+    dw: Option<tokio_postgres::Client>,
+    es: Elasticsearch,
+    index: String,
+    redis: redis::aio::MultiplexedConnection,
+    prefix: String,
+}
+
+impl Probe {
+    async fn max_n(&self) -> i64 {
+        match self.target {
+            "postgres" => match &self.dw {
+                Some(c) => c
+                    .query_one("SELECT max(n) FROM public_ticks", &[])
+                    .await
+                    .ok()
+                    .and_then(|r| r.get::<_, Option<i64>>(0))
+                    .unwrap_or(-1),
+                None => -1,
+            },
+            "elasticsearch" => {
+                let ids: Vec<String> = (0..KEYS).map(|i| i.to_string()).collect();
+                // Realtime GETs see indexed documents before a refresh would.
+                let resp = self
+                    .es
+                    .mget(MgetParts::Index(&self.index))
+                    ._source_includes(&["n"])
+                    .body(json!({ "ids": ids }))
+                    .send()
+                    .await;
+                let Ok(resp) = resp else { return -1 };
+                let Ok(body) = resp.json::<Value>().await else {
+                    return -1;
+                };
+                body["docs"]
+                    .as_array()
+                    .map(|docs| {
+                        docs.iter()
+                            .filter_map(|d| d["_source"]["n"].as_i64())
+                            .max()
+                            .unwrap_or(-1)
+                    })
+                    .unwrap_or(-1)
+            }
+            _ => {
+                let mut pipe = redis::pipe();
+                for i in 0..KEYS {
+                    pipe.hget(format!("{}:ticks:{i}", self.prefix), "n");
+                }
+                let mut conn = self.redis.clone();
+                let values: Result<Vec<Option<String>>, _> = pipe.query_async(&mut conn).await;
+                values
+                    .ok()
+                    .map(|vs| {
+                        vs.into_iter()
+                            .flatten()
+                            .filter_map(|v| v.parse::<i64>().ok())
+                            .max()
+                            .unwrap_or(-1)
+                    })
+                    .unwrap_or(-1)
+            }
+        }
+    }
+}
