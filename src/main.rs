@@ -1,4 +1,4 @@
-//! The `oncely` command line: `oncely capture` and `oncely sink`.
+//! The `oncely` command line: `oncely capture`, `oncely sink` and `oncely verify`.
 use clap::{Parser, Subcommand};
 
 mod cli;
@@ -20,6 +20,9 @@ enum Command {
     Capture(cli::capture::CaptureArgs),
     /// Apply change topics from Kafka to a target store, effectively once.
     Sink(cli::sink::SinkArgs),
+    /// Compare the source tables with every target, after waiting for them to catch up;
+    /// exits non-zero on any difference.
+    Verify(cli::verify::VerifyArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -39,6 +42,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Capture(args) => cli::capture::run(args).await,
             Command::Sink(args) => cli::sink::run(args).await,
+            Command::Verify(args) => cli::verify::run(args).await,
         }
     });
     match result {

@@ -54,7 +54,7 @@ use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
-pub use config::{DeleteMode, PostgresConfig, Secret, SslMode, TruncateMode};
+pub use config::{expand_name, DeleteMode, PostgresConfig, Secret, SslMode, TruncateMode};
 pub use plan::UNAVAILABLE;
 pub use table::{DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
 

@@ -1,0 +1,208 @@
+//! `oncely verify`: is every target equal to the source?
+//!
+//! For each sink configuration given, and each captured table that sink
+//! consumes, verify reads the source table in primary-key pages (keyset
+//! pagination: bounded memory on any table size), looks each page's keys up
+//! in the target (warehouse rows by key, Elasticsearch `_mget`, pipelined
+//! Redis reads), and compares every column in the form capture writes it
+//! (DESIGN.md, "Wire format"), read the way that sink stores it. Then it
+//! compares the target's live row count with the source's; when the target
+//! holds more, it pages through the target's keys to name the extra ones.
+//!
+//! First it waits for the targets to catch up: it takes the source's WAL
+//! position, waits until capture's committed offset record covers it, then
+//! until each sink has applied everything the topics held at that point.
+//! Changes made while verify runs may show up as differences: verify a
+//! quiet source, or run it again.
+
+mod compare;
+mod report;
+mod source;
+mod target;
+mod wait;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use oncely_capture::config::CaptureConfig;
+
+pub use compare::{compare_row, values_equal, ColumnDiff, TargetRow};
+pub use report::{Difference, Report, TableReport, TargetReport};
+pub use source::{Column, SourceDb, SourceRow, SourceTable};
+pub use target::{Target, PAGE};
+pub use wait::SinkWait;
+
+/// What to verify and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The capture configuration: the source database, captured tables, topics.
+    pub capture: PathBuf,
+    /// Sink configurations: each names a target and the topics it consumes.
+    pub sinks: Vec<PathBuf>,
+    /// Whether to wait for capture and the sinks to catch up first.
+    pub wait: bool,
+    /// How long the whole wait may take.
+    pub timeout: Duration,
+    /// Differing keys listed per table.
+    pub examples: usize,
+}
+
+/// Why verify could not compare (differences are not errors: see [`Report`]).
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("source: {0}")]
+    Source(String),
+    #[error("{context}: {source}")]
+    Postgres {
+        context: &'static str,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    #[error("target: {0}")]
+    Target(String),
+    #[error("kafka: {0}")]
+    Kafka(String),
+    #[error("timed out waiting for the targets to catch up: {0}")]
+    Timeout(String),
+}
+
+impl VerifyError {
+    fn pg(context: &'static str) -> impl Fn(tokio_postgres::Error) -> Self {
+        move |source| Self::Postgres { context, source }
+    }
+}
+
+/// Waits (unless told not to), then compares every target with the source.
+pub async fn run(options: &Options) -> Result<Report, VerifyError> {
+    let cfg =
+        CaptureConfig::load(&options.capture).map_err(|e| VerifyError::Config(e.to_string()))?;
+    let source = SourceDb::connect(&cfg).await?;
+    let tables = source.tables(&cfg).await?;
+    let mut targets = Vec::with_capacity(options.sinks.len());
+    for path in &options.sinks {
+        targets.push(Target::open(path, &cfg.database.dbname).await?);
+    }
+    let mut report = Report {
+        source: format!(
+            "{}@{}:{}/{}",
+            cfg.database.user, cfg.database.hostname, cfg.database.port, cfg.database.dbname
+        ),
+        source_lsn: None,
+        capture_wait: None,
+        sink_waits: Vec::new(),
+        targets: Vec::new(),
+    };
+    if options.wait {
+        let started = Instant::now();
+        let deadline = started + options.timeout;
+        let lsn = source.current_wal_lsn().await?;
+        wait::capture(&cfg, lsn, deadline).await?;
+        report.source_lsn = Some(source::format_lsn(lsn));
+        report.capture_wait = Some(started.elapsed());
+        let topics: Vec<String> = tables.iter().map(|t| t.topic.clone()).collect();
+        let ends = wait::topic_ends(&cfg.kafka.bootstrap.servers, &topics).await?;
+        for target in &targets {
+            report
+                .sink_waits
+                .push(wait::sink(&cfg.kafka.bootstrap.servers, target, &ends, deadline).await?);
+        }
+    }
+    for target in &targets {
+        let mut tables_report = Vec::new();
+        for table in tables.iter().filter(|t| target.covers(&t.topic)) {
+            tables_report.push(compare_table(&source, target, table, options.examples).await?);
+        }
+        report.targets.push(TargetReport {
+            label: target.label.clone(),
+            tables: tables_report,
+        });
+    }
+    Ok(report)
+}
+
+/// Compares one table with its copy in one target.
+pub async fn compare_table(
+    source: &SourceDb,
+    target: &Target,
+    table: &SourceTable,
+    examples: usize,
+) -> Result<TableReport, VerifyError> {
+    let mut out = TableReport {
+        table: table.qualified(),
+        location: target.location(table),
+        ..TableReport::default()
+    };
+    let mut after: Option<Vec<String>> = None;
+    loop {
+        let rows = source.page(table, after.as_deref(), PAGE).await?;
+        if rows.is_empty() {
+            break;
+        }
+        let found = target.fetch(table, &rows).await?;
+        for (row, held) in rows.iter().zip(found) {
+            match held {
+                None => {
+                    out.missing += 1;
+                    if out.examples.len() < examples {
+                        out.examples.push(Difference::Missing {
+                            key: row.key_json(table),
+                        });
+                    }
+                }
+                Some(held) => {
+                    if let Some(diff) = compare_row(table, row, &held) {
+                        out.changed += 1;
+                        if out.examples.len() < examples {
+                            out.examples.push(Difference::Changed {
+                                key: row.key_json(table),
+                                diff,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        out.source_rows += rows.len() as u64;
+        let full = rows.len() == PAGE;
+        after = rows.last().map(|r| r.key_text.clone());
+        if !full {
+            break;
+        }
+    }
+    out.target_rows = target.count(table).await?;
+    let matched = out.source_rows - out.missing;
+    if out.target_rows > matched {
+        out.extra = out.target_rows - matched;
+        find_extra(source, target, table, examples, &mut out).await?;
+    }
+    Ok(out)
+}
+
+/// Pages through the target's keys for ones the source lacks, until `examples` are named.
+async fn find_extra(
+    source: &SourceDb,
+    target: &Target,
+    table: &SourceTable,
+    examples: usize,
+    out: &mut TableReport,
+) -> Result<(), VerifyError> {
+    let mut named = 0;
+    let mut cursor = None;
+    loop {
+        let (keys, next) = target.scan_keys(table, cursor).await?;
+        let existing = source.existing(table, &keys).await?;
+        for key in keys.into_iter().filter(|k| !existing.contains(k)) {
+            if named >= examples.min(out.extra as usize) {
+                return Ok(());
+            }
+            out.examples.push(Difference::Extra { key });
+            named += 1;
+        }
+        match next {
+            Some(n) if named < examples => cursor = Some(n),
+            _ => return Ok(()),
+        }
+    }
+}

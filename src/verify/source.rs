@@ -1,0 +1,374 @@
+//! The source side: the captured tables, read in primary-key order in pages
+//! (keyset pagination, so memory stays bounded and each page is an index
+//! range scan), each value mapped to the JSON capture would put on the wire.
+
+use oncely_capture::config::CaptureConfig;
+use oncely_capture::value::{TypeRegistry, ValueKind};
+use serde_json::{Map, Value};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls};
+
+use super::VerifyError;
+
+/// The session settings of capture's replication connection: values are
+/// compared in the text form pgoutput sends under them.
+pub const SESSION_OPTIONS: &str =
+    "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3";
+
+/// One column of a captured table.
+#[derive(Debug, Clone)]
+pub struct Column {
+    pub name: String,
+    /// How its values map to JSON (capture's mapping).
+    pub kind: ValueKind,
+    /// `format_type(atttypid, atttypmod)`, to cast key text back in queries.
+    pub sql_type: String,
+}
+
+/// A captured table: its columns (in table order) and key columns.
+#[derive(Debug, Clone)]
+pub struct SourceTable {
+    pub schema: String,
+    pub name: String,
+    pub columns: Vec<Column>,
+    /// Indexes into `columns`, in key order.
+    pub key: Vec<usize>,
+    /// The Kafka topic capture writes it to.
+    pub topic: String,
+}
+
+impl SourceTable {
+    /// `schema.table`.
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
+    }
+
+    /// The key columns' names, in key order.
+    pub fn key_names(&self) -> Vec<&str> {
+        self.key
+            .iter()
+            .map(|&i| self.columns[i].name.as_str())
+            .collect()
+    }
+
+    fn relation(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+
+    fn key_list(&self) -> String {
+        self.key_names()
+            .iter()
+            .map(|c| quote_ident(c))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// One source row: its key (source text and wire JSON) and its wire row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceRow {
+    /// Key values in PostgreSQL text form, in key order.
+    pub key_text: Vec<String>,
+    /// Key values as capture writes them, in key order.
+    pub key_wire: Vec<Value>,
+    /// Every column as capture writes it in `after` (nulls included).
+    pub row: Map<String, Value>,
+}
+
+impl SourceRow {
+    /// The key as a JSON object, for reports.
+    pub fn key_json(&self, table: &SourceTable) -> Value {
+        Value::Object(
+            table
+                .key_names()
+                .into_iter()
+                .map(str::to_owned)
+                .zip(self.key_wire.iter().cloned())
+                .collect(),
+        )
+    }
+}
+
+/// The source database as capture's configuration describes it.
+pub struct SourceDb {
+    client: Client,
+    types: TypeRegistry,
+}
+
+impl SourceDb {
+    /// Connects with capture's `database.*` settings and the session settings of
+    /// its replication connection, and loads user types (enums, domains).
+    pub async fn connect(cfg: &CaptureConfig) -> Result<Self, VerifyError> {
+        let db = &cfg.database;
+        let mut pg = tokio_postgres::Config::new();
+        pg.host(&db.hostname)
+            .port(db.port)
+            .user(&db.user)
+            .dbname(&db.dbname)
+            .application_name("oncely-verify")
+            .options(SESSION_OPTIONS);
+        if !db.password.expose().is_empty() {
+            pg.password(db.password.expose());
+        }
+        let (client, connection) = pg
+            .connect(NoTls)
+            .await
+            .map_err(VerifyError::pg("connect to the source database"))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!("source connection closed: {e}");
+            }
+        });
+        let mut types = TypeRegistry::builtin();
+        types
+            .load_user_types(&client)
+            .await
+            .map_err(VerifyError::pg("read the source's user types"))?;
+        Ok(Self { client, types })
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The tables capture captures (its include/exclude lists and key columns).
+    pub async fn tables(&self, cfg: &CaptureConfig) -> Result<Vec<SourceTable>, VerifyError> {
+        let captured = oncely_capture::source::captured_tables(&self.client, cfg)
+            .await
+            .map_err(|e| VerifyError::Source(e.to_string()))?;
+        let mut out = Vec::with_capacity(captured.len());
+        for t in captured {
+            // Generated columns are not replicated by pgoutput (PostgreSQL 15).
+            let rows = self
+                .client
+                .query(
+                    "SELECT a.attname::text, a.atttypid, format_type(a.atttypid, a.atttypmod)
+                     FROM pg_attribute a
+                     WHERE a.attrelid = format('%I.%I', $1::text, $2::text)::regclass
+                       AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+                     ORDER BY a.attnum",
+                    &[&t.schema, &t.name],
+                )
+                .await
+                .map_err(VerifyError::pg("read the columns of a captured table"))?;
+            let columns: Vec<Column> = rows
+                .iter()
+                .map(|r| Column {
+                    name: r.get(0),
+                    kind: self.types.value_kind(r.get::<_, u32>(1)),
+                    sql_type: r.get(2),
+                })
+                .collect();
+            let key = t
+                .key_columns
+                .iter()
+                .map(|k| {
+                    columns.iter().position(|c| &c.name == k).ok_or_else(|| {
+                        VerifyError::Source(format!(
+                            "key column {k} of {}.{} does not exist",
+                            t.schema, t.name
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            out.push(SourceTable {
+                topic: format!("{}.{}.{}", cfg.topic.prefix, t.schema, t.name),
+                schema: t.schema,
+                name: t.name,
+                columns,
+                key,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The server's current WAL write position.
+    pub async fn current_wal_lsn(&self) -> Result<u64, VerifyError> {
+        let row = self
+            .client
+            .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+            .await
+            .map_err(VerifyError::pg("read pg_current_wal_lsn()"))?;
+        Ok(row.get::<_, i64>(0) as u64)
+    }
+
+    /// Up to `limit` rows with keys after `after` (from the start when `None`), in key order.
+    pub async fn page(
+        &self,
+        table: &SourceTable,
+        after: Option<&[String]>,
+        limit: usize,
+    ) -> Result<Vec<SourceRow>, VerifyError> {
+        let select = table
+            .columns
+            .iter()
+            .map(|c| format!("{}::text", quote_ident(&c.name)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let keys = table.key_list();
+        let mut sql = format!("SELECT {select} FROM {}", table.relation());
+        let mut params: Vec<&(dyn ToSql + Sync)> = Vec::new();
+        if let Some(after) = after {
+            let bound = table
+                .key
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| format!("${}::text::{}", i + 1, table.columns[c].sql_type))
+                .collect::<Vec<_>>()
+                .join(", ");
+            sql.push_str(&format!(" WHERE ({keys}) > ({bound})"));
+            params.extend(after.iter().map(|s| s as &(dyn ToSql + Sync)));
+        }
+        sql.push_str(&format!(" ORDER BY {keys} LIMIT {limit}"));
+        let rows = self
+            .client
+            .query(&sql, &params)
+            .await
+            .map_err(VerifyError::pg("read a page of a source table"))?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let texts: Vec<Option<&str>> = (0..table.columns.len()).map(|i| r.get(i)).collect();
+                self.wire_row(table, &texts)
+            })
+            .collect())
+    }
+
+    /// A row from its columns' text, mapped as capture maps them.
+    pub fn wire_row(&self, table: &SourceTable, texts: &[Option<&str>]) -> SourceRow {
+        let row: Map<String, Value> = table
+            .columns
+            .iter()
+            .zip(texts)
+            .map(|(c, t)| {
+                let v = match t {
+                    None => Value::Null,
+                    Some(t) => c.kind.to_json(t),
+                };
+                (c.name.clone(), v)
+            })
+            .collect();
+        let key_text = table
+            .key
+            .iter()
+            .map(|&i| texts[i].unwrap_or_default().to_owned())
+            .collect();
+        let key_wire = table
+            .key
+            .iter()
+            .map(|&i| row[&table.columns[i].name].clone())
+            .collect();
+        SourceRow {
+            key_text,
+            key_wire,
+            row,
+        }
+    }
+
+    /// Of `keys` (key values in text form), those the table holds. A key whose
+    /// text does not cast to the key column types cannot be there.
+    pub async fn existing(
+        &self,
+        table: &SourceTable,
+        keys: &[Vec<String>],
+    ) -> Result<Vec<Vec<String>>, VerifyError> {
+        match self.existing_batch(table, keys).await {
+            Ok(found) => Ok(found),
+            Err(e) if e.code().is_some_and(|c| c.code().starts_with("22")) => {
+                // A key that is not valid text of the key type (class 22, data
+                // exception): check one by one, the bad ones are absent.
+                let mut found = Vec::new();
+                for key in keys {
+                    if let Ok(mut f) = self.existing_batch(table, std::slice::from_ref(key)).await {
+                        found.append(&mut f);
+                    }
+                }
+                Ok(found)
+            }
+            Err(e) => Err(VerifyError::pg("look up keys in a source table")(e)),
+        }
+    }
+
+    async fn existing_batch(
+        &self,
+        table: &SourceTable,
+        keys: &[Vec<String>],
+    ) -> Result<Vec<Vec<String>>, tokio_postgres::Error> {
+        let n = table.key.len();
+        let columns: Vec<Vec<&str>> = (0..n)
+            .map(|i| {
+                keys.iter()
+                    .map(|k| k.get(i).map(String::as_str).unwrap_or(""))
+                    .collect()
+            })
+            .collect();
+        let unnest = (1..=n)
+            .map(|i| format!("${i}::text[]"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let names = (1..=n).map(|i| format!("k{i}")).collect::<Vec<_>>();
+        let casts = table
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| format!("u.k{}::{}", i + 1, table.columns[c].sql_type))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let select = table
+            .key_names()
+            .iter()
+            .map(|c| format!("{}::text", quote_ident(c)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT {select} FROM {} WHERE ({}) IN (SELECT {casts} FROM unnest({unnest}) AS u({}))",
+            table.relation(),
+            table.key_list(),
+            names.join(", ")
+        );
+        let params: Vec<&(dyn ToSql + Sync)> =
+            columns.iter().map(|c| c as &(dyn ToSql + Sync)).collect();
+        let rows = self.client.query(&sql, &params).await?;
+        Ok(rows
+            .iter()
+            .map(|r| (0..n).map(|i| r.get::<_, String>(i)).collect())
+            .collect())
+    }
+}
+
+/// A PostgreSQL identifier, quoted.
+pub fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// The PostgreSQL text of an LSN, e.g. `0/16B3748`.
+pub fn format_lsn(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
+}
+
+/// The text form of a wire value as hash fields and row keys use it: strings
+/// as they are, anything else as JSON; `None` for null.
+pub fn wire_text(v: &Value) -> Option<String> {
+    match v {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lsn_text_matches_postgres() {
+        assert_eq!(format_lsn(0x016B_3748), "0/16B3748");
+        assert_eq!(format_lsn((3 << 32) | 0x10), "3/10");
+    }
+
+    #[test]
+    fn identifiers_are_quoted() {
+        assert_eq!(quote_ident("order"), "\"order\"");
+        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
+    }
+}

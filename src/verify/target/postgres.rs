@@ -1,0 +1,343 @@
+//! The PostgreSQL warehouse: one table per source table
+//! (`target.schema`.`table.name.format`), typed columns, deleted rows kept as
+//! tombstones (`__oncely_deleted`) unless `delete.mode = "hard"`, positions in
+//! `positions.table`. Warehouse values are mapped back to wire JSON with the
+//! warehouse column's own type, so a `timestamptz` compares as the same
+//! ISO string capture wrote, a `numeric(12,2)` as the same digits.
+
+use std::collections::HashMap;
+
+use oncely_capture::value::{TypeRegistry, ValueKind};
+use oncely_sinks::kinds::postgres::{expand_name, PostgresConfig, DELETED};
+use serde_json::{Map, Value};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls};
+
+use super::{KeyPage, Partition, PAGE};
+use crate::verify::compare::TargetRow;
+use crate::verify::source::{quote_ident, SourceRow, SourceTable, SESSION_OPTIONS};
+use crate::verify::VerifyError;
+
+pub struct PgTarget {
+    client: Client,
+    config: PostgresConfig,
+    group: String,
+    types: TypeRegistry,
+}
+
+/// A warehouse table as it exists.
+struct Shape {
+    qualified: String,
+    /// Column name -> (how to map its text, its SQL type).
+    columns: HashMap<String, (ValueKind, String)>,
+    tombstones: bool,
+}
+
+impl PgTarget {
+    pub async fn connect(config: &PostgresConfig, group: &str) -> Result<Self, VerifyError> {
+        let url = config
+            .url
+            .resolve()
+            .map_err(|e| VerifyError::Config(format!("sink.url: {e}")))?;
+        let mut pg: tokio_postgres::Config = url.expose().parse().map_err(|_| {
+            VerifyError::Config("sink.url is not a valid PostgreSQL connection string".into())
+        })?;
+        if let Some(password) = &config.password {
+            let password = password
+                .resolve()
+                .map_err(|e| VerifyError::Config(format!("sink.password: {e}")))?;
+            pg.password(password.expose());
+        }
+        pg.application_name("oncely-verify")
+            .options(SESSION_OPTIONS);
+        let (client, connection) = pg
+            .connect(NoTls)
+            .await
+            .map_err(VerifyError::pg("connect to the warehouse"))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!("warehouse connection closed: {e}");
+            }
+        });
+        let mut types = TypeRegistry::builtin();
+        types
+            .load_user_types(&client)
+            .await
+            .map_err(VerifyError::pg("read the warehouse's user types"))?;
+        Ok(Self {
+            client,
+            config: config.clone(),
+            group: group.to_owned(),
+            types,
+        })
+    }
+
+    fn name(&self, table: &SourceTable) -> String {
+        expand_name(
+            &self.config.table_name_format,
+            &table.topic,
+            &table.schema,
+            &table.name,
+        )
+        .unwrap_or_else(|| format!("{}_{}", table.schema, table.name))
+    }
+
+    pub fn location(&self, table: &SourceTable) -> String {
+        format!("table {}.{}", self.config.target_schema, self.name(table))
+    }
+
+    /// The table's columns, or `None` when the sink has not created it.
+    async fn shape(&self, table: &SourceTable) -> Result<Option<Shape>, VerifyError> {
+        let name = self.name(table);
+        let rows = self
+            .client
+            .query(
+                "SELECT a.attname::text, a.atttypid, format_type(a.atttypid, a.atttypmod)
+                 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped",
+                &[&self.config.target_schema, &name],
+            )
+            .await
+            .map_err(VerifyError::pg("read the columns of a warehouse table"))?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let columns: HashMap<String, (ValueKind, String)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<_, String>(0),
+                    (
+                        self.types.value_kind(r.get::<_, u32>(1)),
+                        r.get::<_, String>(2),
+                    ),
+                )
+            })
+            .collect();
+        let tombstones = columns.contains_key(DELETED);
+        Ok(Some(Shape {
+            qualified: format!(
+                "{}.{}",
+                quote_ident(&self.config.target_schema),
+                quote_ident(&name)
+            ),
+            columns,
+            tombstones,
+        }))
+    }
+
+    fn live(shape: &Shape) -> String {
+        if shape.tombstones {
+            format!("NOT {}", quote_ident(DELETED))
+        } else {
+            "true".into()
+        }
+    }
+
+    pub async fn fetch(
+        &self,
+        table: &SourceTable,
+        rows: &[SourceRow],
+    ) -> Result<Vec<Option<TargetRow>>, VerifyError> {
+        let Some(shape) = self.shape(table).await? else {
+            return Ok(vec![None; rows.len()]);
+        };
+        // Source columns the warehouse lacks read as null (and so differ where the source has a value).
+        let present: Vec<&str> = table
+            .columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .filter(|c| shape.columns.contains_key(*c))
+            .collect();
+        let keys = table.key_names();
+        let select = keys
+            .iter()
+            .chain(present.iter())
+            .map(|c| format!("t.{}::text", quote_ident(c)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let key_params: Vec<Vec<&str>> = (0..keys.len())
+            .map(|i| rows.iter().map(|r| r.key_text[i].as_str()).collect())
+            .collect();
+        let (filter, params) = key_filter(&shape, &keys, &key_params)?;
+        let sql = format!(
+            "SELECT {select} FROM {} t WHERE {} AND {filter}",
+            shape.qualified,
+            Self::live(&shape)
+        );
+        let found = self
+            .client
+            .query(&sql, &params)
+            .await
+            .map_err(VerifyError::pg("read rows of a warehouse table"))?;
+        let mut by_key: HashMap<Vec<String>, TargetRow> = HashMap::with_capacity(found.len());
+        for r in &found {
+            let key: Vec<String> = (0..keys.len())
+                .map(|i| r.get::<_, Option<String>>(i).unwrap_or_default())
+                .collect();
+            let mut row = Map::with_capacity(present.len());
+            for (j, column) in present.iter().enumerate() {
+                let text: Option<&str> = r.get(keys.len() + j);
+                let v = match text {
+                    None => Value::Null,
+                    Some(t) => shape.columns[*column].0.to_json(t),
+                };
+                row.insert((*column).to_owned(), v);
+            }
+            by_key.insert(key, TargetRow::Json(row));
+        }
+        Ok(rows.iter().map(|r| by_key.remove(&r.key_text)).collect())
+    }
+
+    pub async fn count(&self, table: &SourceTable) -> Result<u64, VerifyError> {
+        let Some(shape) = self.shape(table).await? else {
+            return Ok(0);
+        };
+        let row = self
+            .client
+            .query_one(
+                &format!(
+                    "SELECT count(*) FROM {} WHERE {}",
+                    shape.qualified,
+                    Self::live(&shape)
+                ),
+                &[],
+            )
+            .await
+            .map_err(VerifyError::pg("count rows of a warehouse table"))?;
+        Ok(row.get::<_, i64>(0) as u64)
+    }
+
+    pub async fn scan_keys(
+        &self,
+        table: &SourceTable,
+        cursor: Option<String>,
+    ) -> Result<KeyPage, VerifyError> {
+        let Some(shape) = self.shape(table).await? else {
+            return Ok((Vec::new(), None));
+        };
+        let keys = table.key_names();
+        let list = keys
+            .iter()
+            .map(|c| quote_ident(c))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let select = keys
+            .iter()
+            .map(|c| format!("{}::text", quote_ident(c)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let after: Vec<String> = match &cursor {
+            Some(c) => serde_json::from_str(c)
+                .map_err(|e| VerifyError::Target(format!("bad scan cursor: {e}")))?,
+            None => Vec::new(),
+        };
+        let mut sql = format!(
+            "SELECT {select} FROM {} WHERE {}",
+            shape.qualified,
+            Self::live(&shape)
+        );
+        let mut params: Vec<&(dyn ToSql + Sync)> = Vec::new();
+        if !after.is_empty() {
+            let bound = keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| Ok(format!("${}::text::{}", i + 1, column_type(&shape, k)?)))
+                .collect::<Result<Vec<_>, VerifyError>>()?
+                .join(", ");
+            sql.push_str(&format!(" AND ({list}) > ({bound})"));
+            params.extend(after.iter().map(|s| s as &(dyn ToSql + Sync)));
+        }
+        sql.push_str(&format!(" ORDER BY {list} LIMIT {PAGE}"));
+        let rows = self
+            .client
+            .query(&sql, &params)
+            .await
+            .map_err(VerifyError::pg("scan keys of a warehouse table"))?;
+        let page: Vec<Vec<String>> = rows
+            .iter()
+            .map(|r| {
+                (0..keys.len())
+                    .map(|i| r.get::<_, Option<String>>(i).unwrap_or_default())
+                    .collect()
+            })
+            .collect();
+        let next = if page.len() < PAGE {
+            None
+        } else {
+            page.last().map(|k| Value::from(k.clone()).to_string())
+        };
+        Ok((page, next))
+    }
+
+    pub async fn positions(&self) -> Result<HashMap<Partition, i64>, VerifyError> {
+        let sql = format!(
+            "SELECT topic, partition, next_offset FROM {}.{} WHERE group_id = $1",
+            quote_ident(&self.config.target_schema),
+            quote_ident(&self.config.positions_table)
+        );
+        match self.client.query(&sql, &[&self.group]).await {
+            Ok(rows) => Ok(rows
+                .iter()
+                .map(|r| {
+                    (
+                        (r.get::<_, String>(0), r.get::<_, i32>(1)),
+                        r.get::<_, i64>(2),
+                    )
+                })
+                .collect()),
+            // The sink has not created its positions table yet: nothing applied.
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => {
+                Ok(HashMap::new())
+            }
+            Err(e) => Err(VerifyError::pg("read the warehouse positions")(e)),
+        }
+    }
+}
+
+fn column_type(shape: &Shape, column: &str) -> Result<String, VerifyError> {
+    shape
+        .columns
+        .get(column)
+        .map(|(_, t)| t.clone())
+        .ok_or_else(|| {
+            VerifyError::Target(format!(
+                "warehouse table {} has no key column {column}",
+                shape.qualified
+            ))
+        })
+}
+
+/// `(k1, k2) IN (SELECT ... FROM unnest($1, $2))` with the keys cast to the
+/// warehouse key types, so the lookup uses the primary key index.
+fn key_filter<'a>(
+    shape: &Shape,
+    keys: &[&str],
+    values: &'a [Vec<&'a str>],
+) -> Result<(String, Vec<&'a (dyn ToSql + Sync)>), VerifyError> {
+    let list = keys
+        .iter()
+        .map(|c| format!("t.{}", quote_ident(c)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let casts = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| Ok(format!("u.k{}::{}", i + 1, column_type(shape, k)?)))
+        .collect::<Result<Vec<_>, VerifyError>>()?
+        .join(", ");
+    let unnest = (1..=keys.len())
+        .map(|i| format!("${i}::text[]"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let names = (1..=keys.len())
+        .map(|i| format!("k{i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let params = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+    Ok((
+        format!("({list}) IN (SELECT {casts} FROM unnest({unnest}) AS u({names}))"),
+        params,
+    ))
+}

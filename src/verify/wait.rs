@@ -1,0 +1,224 @@
+//! Waiting until the targets have caught up with the source: first capture
+//! (its committed offset record covers the source's WAL position taken at
+//! the start), then each sink (its positions reach the end the topics had
+//! once capture covered that position).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use oncely_capture::config::CaptureConfig;
+use oncely_capture::offset::read_last_offset;
+use rdkafka::client::ClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::source::format_lsn;
+use super::target::{Partition, Target};
+use super::VerifyError;
+
+const POLL: Duration = Duration::from_millis(250);
+const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Waits until capture's last committed offset record covers `lsn`.
+pub async fn capture(cfg: &CaptureConfig, lsn: u64, deadline: Instant) -> Result<(), VerifyError> {
+    loop {
+        let offset = read_last_offset(
+            &cfg.kafka.bootstrap.servers,
+            &cfg.offset.storage.topic,
+            cfg.connector_name(),
+        )
+        .await
+        .map_err(|e| VerifyError::Kafka(format!("read capture's offset: {e}")))?;
+        let at = offset.as_ref().map(|o| o.flush_lsn);
+        if at.is_some_and(|at| at >= lsn) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(VerifyError::Timeout(format!(
+                "capture `{}` has not published up to the source position {} (its committed offset is at {}). \
+                 Is `oncely capture` running? With no captured change after that position, only a heartbeat \
+                 (heartbeat.interval.ms) moves the offset; raise --timeout or use --no-wait",
+                cfg.connector_name(),
+                format_lsn(lsn),
+                at.map_or("nothing yet".to_owned(), format_lsn),
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The partitions of `topics` (missing topics have none) with their low and
+/// high watermarks.
+pub async fn topic_ends(
+    bootstrap: &str,
+    topics: &[String],
+) -> Result<HashMap<Partition, (i64, i64)>, VerifyError> {
+    let bootstrap = bootstrap.to_owned();
+    let topics = topics.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let consumer = reader(&bootstrap)?;
+        let metadata = consumer
+            .fetch_metadata(None, KAFKA_TIMEOUT)
+            .map_err(|e| VerifyError::Kafka(format!("read topic metadata: {e}")))?;
+        let mut out = HashMap::new();
+        for t in metadata.topics() {
+            if !topics.iter().any(|want| want == t.name()) {
+                continue;
+            }
+            for p in t.partitions() {
+                let marks = consumer
+                    .fetch_watermarks(t.name(), p.id(), KAFKA_TIMEOUT)
+                    .map_err(|e| {
+                        VerifyError::Kafka(format!("read the end of {}[{}]: {e}", t.name(), p.id()))
+                    })?;
+                out.insert((t.name().to_owned(), p.id()), marks);
+            }
+        }
+        Ok(out)
+    })
+    .await
+    .map_err(|e| VerifyError::Kafka(format!("watermark task failed: {e}")))?
+}
+
+/// How far each sink was behind when the wait began, and how long it took.
+#[derive(Debug, Clone)]
+pub struct SinkWait {
+    pub label: String,
+    /// Offsets between its positions and the topics' ends when the wait began
+    /// (transaction markers included, so an upper bound of records).
+    pub lag_offsets: i64,
+    pub waited: Duration,
+}
+
+/// Waits until `target` has applied every committed record before `ends`.
+pub async fn sink(
+    bootstrap: &str,
+    target: &Target,
+    ends: &HashMap<Partition, (i64, i64)>,
+    deadline: Instant,
+) -> Result<SinkWait, VerifyError> {
+    let started = Instant::now();
+    let partitions: Vec<Partition> = ends
+        .keys()
+        .filter(|(t, _)| target.covers(t))
+        .cloned()
+        .collect();
+    let mut lag_offsets = None;
+    loop {
+        let positions = target.positions(&partitions).await?;
+        let at = |p: &Partition| positions.get(p).copied().unwrap_or(ends[p].0);
+        lag_offsets
+            .get_or_insert_with(|| partitions.iter().map(|p| (ends[p].1 - at(p)).max(0)).sum());
+        let behind: Vec<(Partition, i64, i64)> = partitions
+            .iter()
+            .filter(|p| at(p) < ends[*p].1)
+            .map(|p| (p.clone(), at(p), ends[p].1))
+            .collect();
+        let behind = unapplied(bootstrap, behind).await?;
+        if behind.is_empty() {
+            return Ok(SinkWait {
+                label: target.label.clone(),
+                lag_offsets: lag_offsets.unwrap_or(0),
+                waited: started.elapsed(),
+            });
+        }
+        if Instant::now() >= deadline {
+            let list = behind
+                .iter()
+                .take(5)
+                .map(|((t, p), at, end)| format!("{t}[{p}] at offset {at}, end {end}"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(VerifyError::Timeout(format!(
+                "sink {} has not caught up: {list}. Is its `oncely sink` running? Raise --timeout or use --no-wait",
+                target.label
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Of the partitions with a position before their end, those where a
+/// committed record lies in between (the rest are only transaction markers
+/// or aborted records, which a sink never sees).
+async fn unapplied(
+    bootstrap: &str,
+    behind: Vec<(Partition, i64, i64)>,
+) -> Result<Vec<(Partition, i64, i64)>, VerifyError> {
+    if behind.is_empty() {
+        return Ok(behind);
+    }
+    let bootstrap = bootstrap.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let consumer = reader(&bootstrap)?;
+        let mut out = Vec::new();
+        for (partition, from, end) in behind {
+            if committed_record_between(&consumer, &partition, from, end)? {
+                out.push((partition, from, end));
+            }
+        }
+        Ok(out)
+    })
+    .await
+    .map_err(|e| VerifyError::Kafka(format!("lag reader task failed: {e}")))?
+}
+
+fn committed_record_between(
+    consumer: &BaseConsumer<QuietEof>,
+    (topic, partition): &Partition,
+    from: i64,
+    end: i64,
+) -> Result<bool, VerifyError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, *partition, Offset::Offset(from))
+        .map_err(|e| VerifyError::Kafka(e.to_string()))?;
+    consumer
+        .assign(&tpl)
+        .map_err(|e| VerifyError::Kafka(format!("assign {topic}[{partition}]: {e}")))?;
+    let deadline = Instant::now() + KAFKA_TIMEOUT;
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Ok(m)) => return Ok(m.offset() < end),
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(false),
+            Some(Err(e)) => {
+                return Err(VerifyError::Kafka(format!(
+                    "read {topic}[{partition}]: {e}"
+                )))
+            }
+        }
+    }
+    // Nothing readable yet (an open transaction holds the stable offset back): still behind.
+    Ok(true)
+}
+
+/// Reaching the end of a partition is how the reader knows it is done, not
+/// an error worth logging.
+struct QuietEof;
+
+impl ClientContext for QuietEof {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let eof = matches!(error, KafkaError::PartitionEOF(_))
+            || error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF);
+        if !eof {
+            tracing::warn!("librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for QuietEof {}
+
+fn reader(bootstrap: &str) -> Result<BaseConsumer<QuietEof>, VerifyError> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "oncely-verify")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .set("auto.offset.reset", "earliest")
+        .create_with_context(QuietEof)
+        .map_err(|e| VerifyError::Kafka(format!("create a consumer: {e}")))
+}

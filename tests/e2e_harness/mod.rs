@@ -1,0 +1,206 @@
+//! The whole pipeline as separate processes: a captured database, `oncely
+//! capture`, and one `oncely sink` per target (PostgreSQL warehouse,
+//! Elasticsearch, Redis), each with names of its own so tests run side by
+//! side on shared services; and `oncely verify` over all of them.
+//!
+//! Use with `mod capture_harness; mod common; mod e2e_harness;`.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use elasticsearch::http::transport::Transport;
+use elasticsearch::indices::IndicesDeleteParts;
+use elasticsearch::Elasticsearch;
+use oncely::verify::{self, Report};
+
+use crate::capture_harness::{CaptureEnv, Spawned};
+use crate::common;
+
+/// The three targets, in the order of [`Pipeline::sinks`].
+pub const SINKS: [&str; 3] = ["postgres", "elasticsearch", "redis"];
+
+/// The warehouse schema (in the test's own database).
+pub const WAREHOUSE_SCHEMA: &str = "wh";
+
+pub struct Pipeline {
+    pub env: CaptureEnv,
+    pub tables: Vec<String>,
+    pub capture_config: PathBuf,
+    /// Config paths, in [`SINKS`] order.
+    pub sinks: Vec<PathBuf>,
+    /// Prefix of this pipeline's Redis keys.
+    pub redis_prefix: String,
+}
+
+impl Pipeline {
+    /// A database with `schema` (SQL) holding `tables`, and the configs of
+    /// capture (`capture_extra` appended) and the three sinks.
+    pub async fn new(
+        name: &str,
+        schema: &str,
+        tables: &[&str],
+        capture_extra: &str,
+    ) -> Result<Self> {
+        let env = CaptureEnv::new(name).await?;
+        env.client.batch_execute(schema).await?;
+        let capture_config = env.write_config(
+            "capture.toml",
+            &env.config(&format!("heartbeat.interval.ms = 500\n{capture_extra}")),
+        )?;
+        let topics: Vec<String> = tables.iter().map(|t| env.topic(t)).collect();
+        let redis_prefix = env.dbname.clone();
+        let runner = |kind: &str, records: usize| {
+            let group = format!("{}-{kind}", env.prefix);
+            let list = topics
+                .iter()
+                .map(|t| format!("\"{t}\""))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!(
+                "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{group}\"\ntopics = [{list}]\n\
+                 batch.max.records = {records}\nbatch.max.ms = 20\nshutdown.timeout.ms = 10000\n\
+                 retry.backoff.ms = 50\nretry.backoff.max.ms = 1000\n\
+                 [kafka]\n\"group.instance.id\" = \"{group}-1\"\n\"session.timeout.ms\" = 6000\n",
+                brokers = common::kafka_brokers(),
+            )
+        };
+        let pg = env.write_config(
+            "sink-postgres.toml",
+            &format!(
+                "{}[sink]\nkind = \"postgres\"\nurl = \"{}\"\ntarget.schema = \"{WAREHOUSE_SCHEMA}\"\n",
+                runner("postgres", 500),
+                crate::capture_harness::db_url(&env.dbname),
+            ),
+        )?;
+        let es = env.write_config(
+            "sink-elasticsearch.toml",
+            &format!(
+                "{}[sink]\nkind = \"elasticsearch\"\nurl = \"{}\"\n",
+                runner("elasticsearch", 500),
+                common::es_url(),
+            ),
+        )?;
+        let redis = env.write_config(
+            "sink-redis.toml",
+            &format!(
+                "{}[sink]\nkind = \"redis\"\nurl = \"{}\"\nlayout = \"hash\"\n\
+                 key.pattern = \"{redis_prefix}:{{table}}:{{key}}\"\nversion.key.prefix = \"{redis_prefix}:v:\"\n\
+                 positions.key.prefix = \"{redis_prefix}:pos:\"\n",
+                runner("redis", 500),
+                common::redis_url(),
+            ),
+        )?;
+        Ok(Self {
+            env,
+            tables: tables.iter().map(|t| t.to_string()).collect(),
+            capture_config,
+            sinks: vec![pg, es, redis],
+            redis_prefix,
+        })
+    }
+
+    pub fn topics(&self) -> Vec<String> {
+        self.tables.iter().map(|t| self.env.topic(t)).collect()
+    }
+
+    pub fn spawn_capture(&self) -> Result<Spawned> {
+        self.env.spawn_capture(&self.capture_config)
+    }
+
+    /// Starts sink `i` ([`SINKS`] order), its log appended to `sink-<kind>.log`.
+    pub fn spawn_sink(&self, i: usize) -> Result<Spawned> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.env.dir.join(format!("sink-{}.log", SINKS[i])))?;
+        Ok(Spawned(
+            Command::new(env!("CARGO_BIN_EXE_oncely"))
+                .args(["sink", "--config"])
+                .arg(&self.sinks[i])
+                .env("RUST_LOG", "info,rdkafka=warn")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()?,
+        ))
+    }
+
+    pub fn sink_log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.env.dir.join(format!("sink-{}.log", SINKS[i])))
+            .unwrap_or_default()
+    }
+
+    /// `oncely verify` as a library call, waiting up to `timeout` for the targets.
+    pub async fn verify(&self, timeout: Duration) -> Result<Report> {
+        verify::run(&verify::Options {
+            capture: self.capture_config.clone(),
+            sinks: self.sinks.clone(),
+            wait: true,
+            timeout,
+            examples: 5,
+        })
+        .await
+        .context("verify")
+    }
+
+    /// `oncely verify` as a process: its exit status and standard output.
+    pub fn verify_cli(&self, timeout: &str) -> Result<(std::process::ExitStatus, String)> {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_oncely"));
+        cmd.arg("verify").arg("--capture").arg(&self.capture_config);
+        for s in &self.sinks {
+            cmd.arg("--sink").arg(s);
+        }
+        let out = cmd
+            .args(["--timeout", timeout])
+            .env("RUST_LOG", "warn")
+            .stderr(Stdio::inherit())
+            .output()?;
+        Ok((
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        ))
+    }
+
+    /// Removes what this pipeline left in Elasticsearch and Redis, then the database.
+    pub async fn cleanup(self) {
+        let es = es();
+        let indices: Vec<String> = self.topics();
+        let names: Vec<&str> = indices.iter().map(String::as_str).collect();
+        let _ = es
+            .indices()
+            .delete(IndicesDeleteParts::Index(&names))
+            .send()
+            .await;
+        if let Ok(mut conn) = redis_conn().await {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{}:*", self.redis_prefix))
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            for chunk in keys.chunks(500) {
+                let _ = redis::cmd("UNLINK")
+                    .arg(chunk)
+                    .query_async::<()>(&mut conn)
+                    .await;
+            }
+        }
+        self.env.cleanup().await;
+    }
+}
+
+pub fn es() -> Elasticsearch {
+    Elasticsearch::new(Transport::single_node(&common::es_url()).expect("es transport"))
+}
+
+pub async fn redis_conn() -> Result<redis::aio::MultiplexedConnection> {
+    Ok(redis::Client::open(common::redis_url())?
+        .get_multiplexed_async_connection()
+        .await?)
+}
+
+/// A report's tables that differ, as lines, for assertion messages.
+pub fn summary(report: &Report) -> String {
+    report.to_string()
+}

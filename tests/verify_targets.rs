@@ -1,0 +1,162 @@
+//! `oncely verify` against a real pipeline (capture and the three sinks as
+//! processes): it reports every target equal once they caught up, and it
+//! catches a difference deliberately introduced into each kind of target —
+//! a missing row, a changed value, a deleted row brought back.
+mod capture_harness;
+mod common;
+mod e2e_harness;
+
+use std::time::Duration;
+
+use capture_harness::wait_for;
+use e2e_harness::{es, redis_conn, Pipeline, WAREHOUSE_SCHEMA};
+use elasticsearch::{DeleteParts, IndexParts};
+use oncely::verify::{Difference, Report, TableReport};
+use serde_json::json;
+
+/// Columns of the wire mapping's tricky kinds: exact numerics, timestamptz,
+/// jsonb, an enum, a date, a TOASTed text, and a composite-key table.
+const SCHEMA: &str = "
+    CREATE TYPE item_status AS ENUM ('new', 'paid', 'shipped');
+    CREATE TABLE items (id bigint PRIMARY KEY, price numeric(12,2) NOT NULL, at timestamptz,
+                        meta jsonb, status item_status, note text, day date, qty integer, ratio real, body text);
+    ALTER TABLE items ALTER COLUMN body SET STORAGE EXTERNAL;
+    CREATE TABLE pairs (a integer, b text, v double precision, PRIMARY KEY (a, b));";
+
+const WORKLOAD: &str = "
+    INSERT INTO items SELECT g, g * 1.25, '2026-11-27 15:10:35.670111+02'::timestamptz + g * interval '1 hour',
+        jsonb_build_object('tags', jsonb_build_array('a', g), 'n', g), (ARRAY['new','paid','shipped'])[1 + g % 3]::item_status,
+        CASE WHEN g % 4 = 0 THEN NULL ELSE 'note ' || g END, DATE '2026-01-01' + g, g, g / 3.0,
+        repeat(md5(g::text), 100) FROM generate_series(1, 40) g;
+    UPDATE items SET qty = qty + 100, status = 'shipped' WHERE id <= 10;
+    DELETE FROM items WHERE id BETWEEN 31 AND 35;
+    INSERT INTO pairs SELECT g, 'k:' || g, g / 7.0 FROM generate_series(1, 10) g;
+    DELETE FROM pairs WHERE a = 3;";
+
+fn table<'a>(report: &'a Report, target: usize, name: &str) -> &'a TableReport {
+    report.targets[target]
+        .tables
+        .iter()
+        .find(|t| t.table == name)
+        .unwrap_or_else(|| panic!("{name} missing from the report:\n{report}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> anyhow::Result<()> {
+    let p = Pipeline::new("verify_targets", SCHEMA, &["items", "pairs"], "").await?;
+    let _capture = p.spawn_capture()?;
+    p.env.wait_slot_active().await?;
+    p.env.client.batch_execute(WORKLOAD).await?;
+    let topics = p.topics();
+    wait_for(&topics, Duration::from_secs(60), |seen| {
+        topics.iter().all(|t| seen.iter().any(|r| &r.topic == t))
+    })
+    .await?;
+    let sinks: Vec<_> = (0..3).map(|i| p.spawn_sink(i)).collect::<Result<_, _>>()?;
+
+    // Equal once caught up: verify itself waits for capture and each sink.
+    let report = p.verify(Duration::from_secs(120)).await?;
+    eprintln!("{report}");
+    assert!(
+        report.is_equal(),
+        "targets should equal the source:\n{report}"
+    );
+    assert_eq!(report.compared(), 6, "2 tables x 3 targets:\n{report}");
+    for t in 0..3 {
+        assert_eq!(table(&report, t, "public.items").source_rows, 35);
+        assert_eq!(table(&report, t, "public.items").target_rows, 35);
+        assert_eq!(table(&report, t, "public.pairs").target_rows, 9);
+    }
+    let (status, out) = p.verify_cli("60s")?;
+    assert!(status.success(), "verify exits 0 when equal:\n{out}");
+    assert!(out.contains("result: equal (6 table copies)"), "{out}");
+    drop(sinks);
+
+    // Into each target: item 1 removed, item 2's price changed, deleted item 31 back.
+    p.env
+        .client
+        .batch_execute(&format!(
+            "DELETE FROM {WAREHOUSE_SCHEMA}.public_items WHERE id = 1;
+             UPDATE {WAREHOUSE_SCHEMA}.public_items SET price = price + 1 WHERE id = 2;
+             UPDATE {WAREHOUSE_SCHEMA}.public_items SET __oncely_deleted = false WHERE id = 31;"
+        ))
+        .await?;
+    let es = es();
+    let index = p.env.topic("items");
+    let deleted = es.delete(DeleteParts::IndexId(&index, "1")).send().await?;
+    assert!(
+        deleted.status_code().is_success(),
+        "{:?}",
+        deleted.text().await
+    );
+    for (id, price) in [("2", "3.50"), ("31", "38.75")] {
+        let r = es
+            .index(IndexParts::IndexId(&index, id))
+            .body(json!({"id": id.parse::<i64>()?, "price": price}))
+            .send()
+            .await?;
+        assert!(r.status_code().is_success(), "{:?}", r.text().await);
+    }
+    let mut redis = redis_conn().await?;
+    let key = |id: &str| format!("{}:items:{id}", p.redis_prefix);
+    redis::cmd("DEL")
+        .arg(key("1"))
+        .query_async::<()>(&mut redis)
+        .await?;
+    redis::cmd("HSET")
+        .arg(key("2"))
+        .arg("price")
+        .arg("3.51")
+        .query_async::<()>(&mut redis)
+        .await?;
+    redis::cmd("HSET")
+        .arg(key("31"))
+        .arg("id")
+        .arg("31")
+        .arg("price")
+        .arg("38.75")
+        .query_async::<()>(&mut redis)
+        .await?;
+
+    let report = p.verify(Duration::from_secs(60)).await?;
+    assert!(!report.is_equal(), "{report}");
+    assert_eq!(
+        report.differing(),
+        3,
+        "only items differs, in each target:\n{report}"
+    );
+    for t in 0..3 {
+        let items = table(&report, t, "public.items");
+        assert_eq!(
+            (items.missing, items.changed, items.extra),
+            (1, 1, 1),
+            "target {t}:\n{report}"
+        );
+        assert!(
+            items.examples.contains(&Difference::Missing {
+                key: json!({"id": 1})
+            }),
+            "{report}"
+        );
+        assert!(
+            items.examples.iter().any(|d| matches!(d, Difference::Changed { key, diff }
+                if *key == json!({"id": 2}) && diff.column == "price" && diff.source == json!("2.50"))),
+            "{report}"
+        );
+        assert!(
+            items.examples.contains(&Difference::Extra {
+                key: vec!["31".into()]
+            }),
+            "{report}"
+        );
+        assert!(table(&report, t, "public.pairs").is_equal(), "{report}");
+    }
+    let (status, out) = p.verify_cli("60s")?;
+    assert!(
+        !status.success(),
+        "verify exits non-zero on differences:\n{out}"
+    );
+    assert!(out.contains("result: 3 of 6 table copies DIFFER"), "{out}");
+    p.cleanup().await;
+    Ok(())
+}
