@@ -1,7 +1,8 @@
 //! `oncely verify` against a real pipeline (capture and the three sinks as
 //! processes): it reports every target equal once they caught up, and it
 //! catches a difference deliberately introduced into each kind of target —
-//! a missing row, a changed value, a deleted row brought back.
+//! a missing row, a changed value, a deleted row brought back. `bulk` spans
+//! several pages, whose keys order differently as numbers and as text.
 mod capture_harness;
 mod common;
 mod e2e_harness;
@@ -21,7 +22,8 @@ const SCHEMA: &str = "
     CREATE TABLE items (id bigint PRIMARY KEY, price numeric(12,2) NOT NULL, at timestamptz,
                         meta jsonb, status item_status, note text, day date, qty integer, ratio real, body text);
     ALTER TABLE items ALTER COLUMN body SET STORAGE EXTERNAL;
-    CREATE TABLE pairs (a integer, b text, v double precision, PRIMARY KEY (a, b));";
+    CREATE TABLE pairs (a integer, b text, v double precision, PRIMARY KEY (a, b));
+    CREATE TABLE bulk (id bigint PRIMARY KEY, v text);";
 
 const WORKLOAD: &str = "
     INSERT INTO items SELECT g, g * 1.25, '2026-11-27 15:10:35.670111+02'::timestamptz + g * interval '1 hour',
@@ -31,7 +33,8 @@ const WORKLOAD: &str = "
     UPDATE items SET qty = qty + 100, status = 'shipped' WHERE id <= 10;
     DELETE FROM items WHERE id BETWEEN 31 AND 35;
     INSERT INTO pairs SELECT g, 'k:' || g, g / 7.0 FROM generate_series(1, 10) g;
-    DELETE FROM pairs WHERE a = 3;";
+    DELETE FROM pairs WHERE a = 3;
+    INSERT INTO bulk SELECT g, 'v' || g FROM generate_series(1, 2500) g;";
 
 fn table<'a>(report: &'a Report, target: usize, name: &str) -> &'a TableReport {
     report.targets[target]
@@ -43,7 +46,7 @@ fn table<'a>(report: &'a Report, target: usize, name: &str) -> &'a TableReport {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> anyhow::Result<()> {
-    let p = Pipeline::new("verify_targets", SCHEMA, &["items", "pairs"], "").await?;
+    let p = Pipeline::new("verify_targets", SCHEMA, &["items", "pairs", "bulk"], "").await?;
     let _capture = p.spawn_capture()?;
     p.env.wait_slot_active().await?;
     p.env.client.batch_execute(WORKLOAD).await?;
@@ -61,15 +64,17 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
         report.is_equal(),
         "targets should equal the source:\n{report}"
     );
-    assert_eq!(report.compared(), 6, "2 tables x 3 targets:\n{report}");
+    assert_eq!(report.compared(), 9, "3 tables x 3 targets:\n{report}");
     for t in 0..3 {
         assert_eq!(table(&report, t, "public.items").source_rows, 35);
         assert_eq!(table(&report, t, "public.items").target_rows, 35);
         assert_eq!(table(&report, t, "public.pairs").target_rows, 9);
+        assert_eq!(table(&report, t, "public.bulk").source_rows, 2500);
+        assert_eq!(table(&report, t, "public.bulk").target_rows, 2500);
     }
     let (status, out) = p.verify_cli("60s")?;
     assert!(status.success(), "verify exits 0 when equal:\n{out}");
-    assert!(out.contains("result: equal (6 table copies)"), "{out}");
+    assert!(out.contains("result: equal (9 table copies)"), "{out}");
     drop(sinks);
 
     // Into each target: item 1 removed, item 2's price changed, deleted item 31 back.
@@ -150,13 +155,14 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
             "{report}"
         );
         assert!(table(&report, t, "public.pairs").is_equal(), "{report}");
+        assert!(table(&report, t, "public.bulk").is_equal(), "{report}");
     }
     let (status, out) = p.verify_cli("60s")?;
     assert!(
         !status.success(),
         "verify exits non-zero on differences:\n{out}"
     );
-    assert!(out.contains("result: 3 of 6 table copies DIFFER"), "{out}");
+    assert!(out.contains("result: 3 of 9 table copies DIFFER"), "{out}");
     p.cleanup().await;
     Ok(())
 }

@@ -142,6 +142,9 @@ impl fmt::Display for Report {
             for t in &target.tables {
                 let verdict = if t.is_equal() {
                     "equal".to_owned()
+                } else if t.missing + t.changed + t.extra == 0 {
+                    // Only the counts disagree: e.g. rows appeared while verify ran.
+                    "DIFFERENT: row counts differ".to_owned()
                 } else {
                     format!(
                         "DIFFERENT: {} missing, {} changed, {} extra",

@@ -55,10 +55,12 @@ impl SourceTable {
         format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
     }
 
+    /// The key columns qualified by the alias `s`: a bare name in ORDER BY
+    /// would pick the select list's `::text` column and order as text.
     fn key_list(&self) -> String {
         self.key_names()
             .iter()
-            .map(|c| quote_ident(c))
+            .map(|c| format!("s.{}", quote_ident(c)))
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -206,7 +208,7 @@ impl SourceDb {
             .collect::<Vec<_>>()
             .join(", ");
         let keys = table.key_list();
-        let mut sql = format!("SELECT {select} FROM {}", table.relation());
+        let mut sql = format!("SELECT {select} FROM {} s", table.relation());
         let mut params: Vec<&(dyn ToSql + Sync)> = Vec::new();
         if let Some(after) = after {
             let bound = table
@@ -321,7 +323,7 @@ impl SourceDb {
             .collect::<Vec<_>>()
             .join(", ");
         let sql = format!(
-            "SELECT {select} FROM {} WHERE ({}) IN (SELECT {casts} FROM unnest({unnest}) AS u({}))",
+            "SELECT {select} FROM {} s WHERE ({}) IN (SELECT {casts} FROM unnest({unnest}) AS u({}))",
             table.relation(),
             table.key_list(),
             names.join(", ")

@@ -218,9 +218,10 @@ impl PgTarget {
             return Ok((Vec::new(), None));
         };
         let keys = table.key_names();
+        // Qualified: a bare name in ORDER BY would pick the `::text` output column.
         let list = keys
             .iter()
-            .map(|c| quote_ident(c))
+            .map(|c| format!("t.{}", quote_ident(c)))
             .collect::<Vec<_>>()
             .join(", ");
         let select = keys
@@ -234,7 +235,7 @@ impl PgTarget {
             None => Vec::new(),
         };
         let mut sql = format!(
-            "SELECT {select} FROM {} WHERE {}",
+            "SELECT {select} FROM {} t WHERE {}",
             shape.qualified,
             Self::live(&shape)
         );
