@@ -1,0 +1,501 @@
+//! The demo's helper (`scripts/demo` runs it; see there for the whole flow):
+//!
+//! * `reset`: drops and recreates the `shop` database (with its schema) and the
+//!   `shop_warehouse` database, the demo's slot, topics, consumer groups,
+//!   Elasticsearch indexes and Redis keys — so the demo runs the same every time;
+//! * `workload --seconds N --rate R`: an online shop's traffic for N seconds, at
+//!   most R transactions per second, printing progress and the targets' lag;
+//! * `summary --seconds N`: events captured, rows per table, what each sink
+//!   applied, throughput and lag, from the processes' Prometheus endpoints.
+//!
+//! Services are found through `scripts/services env` (`ONCELY_PG_URL`,
+//! `ONCELY_KAFKA_BROKERS`, `ONCELY_ES_URL`, `ONCELY_REDIS_URL`).
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use elasticsearch::http::transport::Transport;
+use elasticsearch::indices::IndicesDeleteParts;
+use elasticsearch::Elasticsearch;
+use rand::Rng;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_postgres::{Client, NoTls};
+
+const TABLES: [&str; 3] = ["customers", "orders", "order_lines"];
+const TOPIC_PREFIX: &str = "shop.public.";
+const OFFSETS_TOPIC: &str = "oncely-demo-offsets";
+const DLQ_TOPIC: &str = "oncely-demo-dlq";
+const GROUPS: [&str; 3] = [
+    "oncely-demo-warehouse",
+    "oncely-demo-search",
+    "oncely-demo-cache",
+];
+const SLOT: &str = "oncely_demo";
+const REDIS_PREFIX: &str = "shop:";
+/// Prometheus endpoints of the demo's processes (the demo configs' `metrics.listen`).
+const METRICS: [(&str, &str); 4] = [
+    ("capture", "127.0.0.1:19464"),
+    ("postgres", "127.0.0.1:19465"),
+    ("elasticsearch", "127.0.0.1:19466"),
+    ("redis", "127.0.0.1:19467"),
+];
+
+const SCHEMA: &str = "
+    CREATE TYPE order_status AS ENUM ('pending', 'paid', 'shipped', 'cancelled');
+    CREATE TABLE customers (
+        id bigserial PRIMARY KEY,
+        email text NOT NULL UNIQUE,
+        name text NOT NULL,
+        country char(2) NOT NULL,
+        credit numeric(12,2) NOT NULL DEFAULT 0,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        profile jsonb NOT NULL DEFAULT '{}');
+    CREATE TABLE orders (
+        id bigserial PRIMARY KEY,
+        customer_id bigint NOT NULL REFERENCES customers,
+        status order_status NOT NULL DEFAULT 'pending',
+        total numeric(12,2) NOT NULL DEFAULT 0,
+        currency char(3) NOT NULL DEFAULT 'EUR',
+        placed_at timestamptz NOT NULL DEFAULT now(),
+        shipped_on date,
+        note text);
+    CREATE TABLE order_lines (
+        order_id bigint NOT NULL REFERENCES orders ON DELETE CASCADE,
+        line_no integer NOT NULL,
+        sku text NOT NULL,
+        quantity integer NOT NULL,
+        unit_price numeric(10,2) NOT NULL,
+        PRIMARY KEY (order_id, line_no));";
+
+#[derive(Parser)]
+#[command(about = "Helper of scripts/demo")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Recreate the demo's databases, and remove its slot, topics, groups, indexes and keys.
+    Reset,
+    /// Drive the shop's traffic.
+    Workload {
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// Transactions per second at most.
+        #[arg(long, default_value_t = 200)]
+        rate: u64,
+    },
+    /// Print what went through, from the metrics endpoints.
+    Summary {
+        /// How long the workload ran (for throughput).
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+    },
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    match Cli::parse().command {
+        Cmd::Reset => reset().await,
+        Cmd::Workload { seconds, rate } => workload(seconds, rate).await,
+        Cmd::Summary { seconds } => summary(seconds).await,
+    }
+}
+
+fn env(name: &str) -> Result<String> {
+    std::env::var(name)
+        .with_context(|| format!("{name} is not set: eval \"$(scripts/services env)\""))
+}
+
+/// `ONCELY_PG_URL` with its database replaced by `db`.
+fn db_url(db: &str) -> Result<String> {
+    let base = env("ONCELY_PG_URL")?;
+    let head = base.rsplit_once('/').map_or(base.as_str(), |(h, _)| h);
+    Ok(format!("{head}/{db}"))
+}
+
+async fn connect(url: &str) -> Result<Client> {
+    let (client, conn) = tokio_postgres::connect(url, NoTls)
+        .await
+        .with_context(|| format!("connect to {url}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+async fn reset() -> Result<()> {
+    let admin = connect(&env("ONCELY_PG_URL")?).await?;
+    // A capture left running by an interrupted demo holds the slot: end it first.
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL",
+            &[&SLOT],
+        )
+        .await?;
+    for _ in 0..50 {
+        let dropped = admin
+            .execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active",
+                &[&SLOT],
+            )
+            .await;
+        let left = admin
+            .query_opt(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&SLOT],
+            )
+            .await?;
+        if dropped.is_ok() && left.is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // One statement per call: several in one string form a transaction block,
+    // where DROP/CREATE DATABASE are refused.
+    for sql in [
+        "DROP DATABASE IF EXISTS shop WITH (FORCE)",
+        "DROP DATABASE IF EXISTS shop_warehouse WITH (FORCE)",
+        "CREATE DATABASE shop",
+        "CREATE DATABASE shop_warehouse",
+    ] {
+        admin
+            .batch_execute(sql)
+            .await
+            .with_context(|| sql.to_owned())?;
+    }
+    connect(&db_url("shop")?)
+        .await?
+        .batch_execute(SCHEMA)
+        .await?;
+    reset_kafka().await?;
+
+    let es = Elasticsearch::new(Transport::single_node(&env("ONCELY_ES_URL")?)?);
+    let indexes: Vec<String> = TABLES
+        .iter()
+        .map(|t| format!("{TOPIC_PREFIX}{t}"))
+        .collect();
+    let names: Vec<&str> = indexes.iter().map(String::as_str).collect();
+    let r = es
+        .indices()
+        .delete(IndicesDeleteParts::Index(&names))
+        .ignore_unavailable(true)
+        .send()
+        .await?;
+    if !r.status_code().is_success() {
+        bail!("deleting the demo's indexes: {}", r.text().await?);
+    }
+
+    let mut redis = redis::Client::open(env("ONCELY_REDIS_URL")?)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{REDIS_PREFIX}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut redis)
+            .await?;
+        if !keys.is_empty() {
+            redis::cmd("UNLINK")
+                .arg(&keys)
+                .query_async::<()>(&mut redis)
+                .await?;
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    println!("reset: databases shop and shop_warehouse, slot {SLOT}, topics, groups, indexes and keys of the demo");
+    Ok(())
+}
+
+/// Deletes the demo's topics and groups, and waits until the topics are gone
+/// (deletion is asynchronous; capture recreates them on its first event).
+async fn reset_kafka() -> Result<()> {
+    let brokers = env("ONCELY_KAFKA_BROKERS")?;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()?;
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let mut topics: Vec<String> = TABLES
+        .iter()
+        .map(|t| format!("{TOPIC_PREFIX}{t}"))
+        .collect();
+    topics.push(OFFSETS_TOPIC.into());
+    topics.push(DLQ_TOPIC.into());
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    // Unknown topics and groups (a first run) are answered per item, not as an error.
+    admin.delete_topics(&names, &opts).await?;
+    admin.delete_groups(&GROUPS, &opts).await?;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()?;
+    for _ in 0..60 {
+        let metadata = consumer.fetch_metadata(None, Duration::from_secs(10))?;
+        if !metadata
+            .topics()
+            .iter()
+            .any(|t| topics.iter().any(|n| n == t.name()))
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    bail!("Kafka did not delete the demo's topics within 30 s")
+}
+
+/// Ids the workload knows, to pick rows to change.
+#[derive(Default)]
+struct Shop {
+    customers: Vec<i64>,
+    open_orders: Vec<i64>,
+    paid_orders: Vec<i64>,
+}
+
+const COUNTRIES: [&str; 6] = ["DE", "FR", "NL", "SE", "ES", "IT"];
+const SKUS: [(&str, &str); 5] = [
+    ("TEA-GREEN-100", "4.90"),
+    ("MUG-BLUE", "12.50"),
+    ("BEANS-1KG", "18.99"),
+    ("KETTLE-1L", "39.00"),
+    ("FILTER-100", "3.25"),
+];
+
+async fn workload(seconds: u64, rate: u64) -> Result<()> {
+    let c = connect(&db_url("shop")?).await?;
+    let mut shop = Shop::default();
+    let started = Instant::now();
+    let tick = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+    let mut next = Instant::now();
+    let mut transactions = 0u64;
+    let mut last_report = Instant::now();
+    while started.elapsed() < Duration::from_secs(seconds) {
+        one_transaction(&c, &mut shop).await?;
+        transactions += 1;
+        next += tick;
+        let now = Instant::now();
+        if next > now {
+            tokio::time::sleep(next - now).await;
+        }
+        if last_report.elapsed() >= Duration::from_secs(5) {
+            last_report = Instant::now();
+            let m = scrape_all().await;
+            println!(
+                "  {:>3.0}s  {transactions:>6} transactions  {:>7} events captured  lag (records): warehouse {}, search {}, cache {}",
+                started.elapsed().as_secs_f64(),
+                m.get("capture", "oncely_capture_events_total"),
+                m.get("postgres", "oncely_sink_consumer_lag_records"),
+                m.get("elasticsearch", "oncely_sink_consumer_lag_records"),
+                m.get("redis", "oncely_sink_consumer_lag_records"),
+            );
+        }
+    }
+    println!(
+        "workload: {transactions} transactions in {:.1} s ({:.0}/s)",
+        started.elapsed().as_secs_f64(),
+        transactions as f64 / started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// One transaction of the shop: sign-ups, orders with lines, payments,
+/// shipments, cancellations (deleting the order and its lines), profile edits.
+async fn one_transaction(c: &Client, shop: &mut Shop) -> Result<()> {
+    let pick = rand::rng().random_range(0..100);
+    if shop.customers.len() < 20 || pick < 10 {
+        let n = rand::rng().random::<u32>();
+        let country = COUNTRIES[n as usize % COUNTRIES.len()];
+        let row = c
+            .query_one(
+                "INSERT INTO customers (email, name, country, credit, profile)
+                 VALUES ($1, $2, $3::text, ($4::int / 100.0)::numeric(12,2), jsonb_build_object('newsletter', $5::bool, 'tags', jsonb_build_array($3::text)))
+                 RETURNING id",
+                &[&format!("c{n}@example.com"), &format!("Customer {n}"), &country, &((n % 50_000) as i32), &(n % 2 == 0)],
+            )
+            .await;
+        match row {
+            Ok(row) => shop.customers.push(row.get(0)),
+            // A random email can repeat: the unique constraint refuses it, nothing to do.
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {}
+            Err(e) => return Err(e).context("insert a customer"),
+        }
+        return Ok(());
+    }
+    let mut rng = rand::rng();
+    match pick {
+        10..=59 => {
+            let customer = shop.customers[rng.random_range(0..shop.customers.len())];
+            let lines = rng.random_range(1..=4);
+            let skus: Vec<usize> = (0..lines)
+                .map(|_| rng.random_range(0..SKUS.len()))
+                .collect();
+            let quantities: Vec<i32> = (0..lines).map(|_| rng.random_range(1..=5)).collect();
+            let mut sql = format!(
+                "BEGIN; WITH o AS (INSERT INTO orders (customer_id, note) VALUES ({customer}, {}) RETURNING id)
+                 INSERT INTO order_lines (order_id, line_no, sku, quantity, unit_price) SELECT o.id, l.n, l.sku, l.q, l.p FROM o, (VALUES ",
+                if rng.random_bool(0.3) { "'gift wrap, please'" } else { "NULL" }
+            );
+            for (i, (s, q)) in skus.iter().zip(&quantities).enumerate() {
+                let (sku, price) = SKUS[*s];
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!(
+                    "({}, '{sku}', {q}, {price}::numeric(10,2))",
+                    i + 1
+                ));
+            }
+            sql.push_str(
+                ") AS l(n, sku, q, p);
+                 UPDATE orders SET total = (SELECT sum(quantity * unit_price) FROM order_lines WHERE order_id = currval('orders_id_seq'))
+                 WHERE id = currval('orders_id_seq');
+                 COMMIT;",
+            );
+            c.batch_execute(&sql).await?;
+            let id: i64 = c
+                .query_one("SELECT currval('orders_id_seq')", &[])
+                .await?
+                .get(0);
+            shop.open_orders.push(id);
+        }
+        60..=74 if !shop.open_orders.is_empty() => {
+            let id = shop
+                .open_orders
+                .swap_remove(rng.random_range(0..shop.open_orders.len()));
+            c.execute("UPDATE orders SET status = 'paid' WHERE id = $1", &[&id])
+                .await?;
+            shop.paid_orders.push(id);
+        }
+        75..=84 if !shop.paid_orders.is_empty() => {
+            let id = shop
+                .paid_orders
+                .swap_remove(rng.random_range(0..shop.paid_orders.len()));
+            c.execute(
+                "UPDATE orders SET status = 'shipped', shipped_on = current_date WHERE id = $1",
+                &[&id],
+            )
+            .await?;
+        }
+        85..=89 if !shop.open_orders.is_empty() => {
+            let id = shop
+                .open_orders
+                .swap_remove(rng.random_range(0..shop.open_orders.len()));
+            c.execute("DELETE FROM orders WHERE id = $1", &[&id])
+                .await?;
+        }
+        _ => {
+            let id = shop.customers[rng.random_range(0..shop.customers.len())];
+            c.execute(
+                "UPDATE customers SET credit = credit + 5, profile = profile || jsonb_build_object('last_seen', now()::text) WHERE id = $1",
+                &[&id],
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Metric samples of each process, summed over labels.
+struct Metrics(BTreeMap<(String, String), f64>);
+
+impl Metrics {
+    fn value(&self, process: &str, name: &str) -> Option<f64> {
+        self.0.get(&(process.to_owned(), name.to_owned())).copied()
+    }
+
+    fn get(&self, process: &str, name: &str) -> String {
+        self.value(process, name)
+            .map_or("-".to_owned(), |v| format!("{v:.0}"))
+    }
+}
+
+async fn scrape_all() -> Metrics {
+    let mut out = BTreeMap::new();
+    for (process, addr) in METRICS {
+        // A process that is not up yet (or not started) shows as "-".
+        if let Ok(text) = scrape(addr).await {
+            for line in text.lines().filter(|l| !l.starts_with('#')) {
+                let Some((name_labels, value)) = line.rsplit_once(' ') else {
+                    continue;
+                };
+                let name = name_labels.split('{').next().unwrap_or(name_labels);
+                if let Ok(v) = value.parse::<f64>() {
+                    *out.entry((process.to_owned(), name.to_owned()))
+                        .or_insert(0.0) += v;
+                }
+            }
+        }
+    }
+    Metrics(out)
+}
+
+/// `GET /metrics` over a plain TCP connection (HTTP/1.0: the server closes when done).
+async fn scrape(addr: &str) -> Result<String> {
+    let fetch = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream
+            .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await?;
+        let mut body = String::new();
+        stream.read_to_string(&mut body).await?;
+        anyhow::Ok(
+            body.split_once("\r\n\r\n")
+                .map(|(_, b)| b.to_owned())
+                .unwrap_or_default(),
+        )
+    };
+    tokio::time::timeout(Duration::from_secs(3), fetch).await?
+}
+
+async fn summary(seconds: u64) -> Result<()> {
+    let c = connect(&db_url("shop")?).await?;
+    let m = scrape_all().await;
+    println!("\n==== oncely demo summary");
+    println!("source tables (database shop):");
+    for t in TABLES {
+        let n: i64 = c
+            .query_one(&format!("SELECT count(*) FROM {t}"), &[])
+            .await?
+            .get(0);
+        println!("  {t:<12} {n:>7} rows");
+    }
+    let events = m
+        .value("capture", "oncely_capture_events_total")
+        .unwrap_or(0.0);
+    println!(
+        "capture: {events:.0} change events in {} Kafka transactions ({:.0} events/s over the {seconds} s workload), {} heartbeats",
+        m.get("capture", "oncely_capture_kafka_transactions_total"),
+        events / seconds.max(1) as f64,
+        m.get("capture", "oncely_capture_heartbeats_total"),
+    );
+    for (process, what) in [
+        (
+            "postgres",
+            "warehouse (database shop_warehouse, schema warehouse)",
+        ),
+        ("elasticsearch", "search (indexes shop.public.*)"),
+        ("redis", "cache (keys shop:<table>:<key>)"),
+    ] {
+        let applied = m
+            .value(process, "oncely_sink_events_applied_total")
+            .unwrap_or(0.0);
+        println!(
+            "{what}: {applied:.0} events applied ({:.0}/s), consumer lag now {} offsets (transaction markers count too), {:.0} dead letters",
+            applied / seconds.max(1) as f64,
+            m.get(process, "oncely_sink_consumer_lag_records"),
+            m.value(process, "oncely_sink_dead_letters_total").unwrap_or(0.0),
+        );
+    }
+    Ok(())
+}
