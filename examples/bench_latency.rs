@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use elasticsearch::http::transport::Transport;
-use elasticsearch::{Elasticsearch, MgetParts};
+use elasticsearch::indices::IndicesCreateParts;
+use elasticsearch::{Elasticsearch, SearchParts};
 use serde_json::{json, Value};
 use tokio_postgres::NoTls;
 
@@ -146,9 +147,11 @@ async fn main() -> Result<()> {
     let dw = format!("lat_{tag}_dw");
     let (admin, conn) = tokio_postgres::connect(&pg_url, NoTls).await?;
     tokio::spawn(conn);
-    admin
-        .batch_execute(&format!("CREATE DATABASE {db}; CREATE DATABASE {dw};"))
-        .await?;
+    for name in [&db, &dw] {
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await?;
+    }
     let mut src_cfg = pg.clone();
     src_cfg.dbname(&db);
     let (src, conn) = src_cfg.connect(NoTls).await?;
@@ -179,11 +182,13 @@ async fn main() -> Result<()> {
              kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"{prefix}-offsets\"\n"
         ),
     )?;
+    // Extra librdkafka consumer properties for the sinks, e.g. '"fetch.wait.max.ms" = "20"'.
+    let sink_kafka = std::env::var("BENCH_SINK_KAFKA").unwrap_or_default();
     let runner = |group: &str| {
         format!(
             "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{prefix}-{group}\"\n\
              topics = [\"{prefix}.public.ticks\"]\nbatch.max.ms = {sink_batch_ms}\n\
-             errors.deadletterqueue.topic.name = \"{prefix}-dlq\"\n"
+             errors.deadletterqueue.topic.name = \"{prefix}-dlq\"\n[kafka]\n{sink_kafka}\n"
         )
     };
     let mut dw_cfg = pg.clone();
@@ -216,6 +221,22 @@ async fn main() -> Result<()> {
         ),
     ];
 
+    // The sinks subscribe before capture's first event would create the topic.
+    create_topic(&brokers, &format!("{prefix}.public.ticks")).await?;
+    let index = format!("{prefix}.public.ticks");
+    let es = Elasticsearch::new(Transport::single_node(&es_url)?);
+    let refresh = std::env::var("BENCH_ES_REFRESH").unwrap_or_else(|_| "100ms".into());
+    es.indices()
+        .create(IndicesCreateParts::Index(&index))
+        .body(
+            json!({"settings": {"refresh_interval": refresh, "number_of_replicas": 0},
+                     "mappings": {"properties": {"n": {"type": "long"}}}}),
+        )
+        .send()
+        .await?
+        .error_for_status_code()
+        .context("create the benchmark index")?;
+
     let bin = std::env::current_exe()?
         .parent()
         .and_then(|p| p.parent())
@@ -236,8 +257,6 @@ async fn main() -> Result<()> {
     eprintln!("processes and logs in {}", dir.display());
 
     // Observers.
-    let index = format!("{prefix}.public.ticks");
-    let es = Elasticsearch::new(Transport::single_node(&es_url)?);
     let redis = redis::Client::open(redis_url.as_str())?
         .get_multiplexed_async_connection()
         .await?;
@@ -287,14 +306,11 @@ async fn main() -> Result<()> {
         }));
     }
 
-    // Warm-up row: wait until every process works end to end.
+    // Warm-up row, rewritten each second until every target shows it (a write
+    // made before capture created its slot is not streamed).
     let mut n: i64 = 0;
-    src.execute(
-        "INSERT INTO ticks VALUES (0, 0, 'warm-up') ON CONFLICT (id) DO UPDATE SET n = 0",
-        &[],
-    )
-    .await?;
     let t = Instant::now();
+    let mut last_write: Option<Instant> = None;
     while TARGETS
         .iter()
         .any(|t| visible[t].load(std::sync::atomic::Ordering::SeqCst) < 0)
@@ -310,6 +326,14 @@ async fn main() -> Result<()> {
                 bail!("{name} exited with {status}; log in {}", dir.display());
             }
         }
+        if last_write.is_none_or(|w| w.elapsed() > Duration::from_secs(1)) {
+            src.execute(
+                "INSERT INTO ticks VALUES (0, 0, 'warm-up') ON CONFLICT (id) DO UPDATE SET note = now()::text",
+                &[],
+            )
+            .await?;
+            last_write = Some(Instant::now());
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     eprintln!("pipeline ready after {:.1}s", t.elapsed().as_secs_f64());
@@ -320,34 +344,38 @@ async fn main() -> Result<()> {
     let mut achieved = Vec::new();
     let mut cursor = 0i64;
     for (phase, (rate, seconds)) in phases.iter().enumerate() {
-        let per_tick = (*rate as f64 * TICK.as_secs_f64()).round() as i64;
-        let ticks = (*seconds as f64 / TICK.as_secs_f64()) as u64;
         eprintln!("phase {phase}: {rate} changes/s for {seconds}s");
         let mut interval = tokio::time::interval(TICK);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let started = Instant::now();
         let mut changes = 0i64;
-        for _ in 0..ticks {
+        loop {
             interval.tick().await;
-            if started.elapsed().as_secs_f64() >= *seconds as f64 {
+            let elapsed = started.elapsed().as_secs_f64();
+            if elapsed >= *seconds as f64 {
                 break;
             }
-            // Distinct ids per transaction (ON CONFLICT may touch a row once).
-            let ids: Vec<i64> = (0..per_tick.min(KEYS))
-                .map(|i| (cursor + i) % KEYS)
-                .collect();
-            cursor = (cursor + per_tick) % KEYS;
-            let ns: Vec<i64> = (1..=ids.len() as i64).map(|i| n + i).collect();
-            let at = Instant::now();
-            src.execute(
-                "INSERT INTO ticks (id, n, note) SELECT id, n, 'tick ' || n FROM unnest($1::bigint[], $2::bigint[]) AS u(id, n)
-                 ON CONFLICT (id) DO UPDATE SET n = EXCLUDED.n, note = EXCLUDED.note",
-                &[&ids, &ns],
-            )
-            .await?;
-            n += ids.len() as i64;
-            changes += ids.len() as i64;
-            log.lock().unwrap().sent.push(Sent { n, at, phase });
+            // Send what the rate says is due by now, in transactions of at most
+            // KEYS distinct rows, so a slow tick is made up by the next one.
+            let mut due = (*rate as f64 * elapsed) as i64 - changes;
+            while due > 0 {
+                let take = due.min(KEYS);
+                // Distinct ids per transaction (ON CONFLICT may touch a row once).
+                let ids: Vec<i64> = (0..take).map(|i| (cursor + i) % KEYS).collect();
+                cursor = (cursor + take) % KEYS;
+                let ns: Vec<i64> = (1..=take).map(|i| n + i).collect();
+                let at = Instant::now();
+                src.execute(
+                    "INSERT INTO ticks (id, n, note) SELECT id, n, 'tick ' || n FROM unnest($1::bigint[], $2::bigint[]) AS u(id, n)
+                     ON CONFLICT (id) DO UPDATE SET n = EXCLUDED.n, note = EXCLUDED.note",
+                    &[&ids, &ns],
+                )
+                .await?;
+                n += take;
+                changes += take;
+                due -= take;
+                log.lock().unwrap().sent.push(Sent { n, at, phase });
+            }
         }
         let rate_done = changes as f64 / started.elapsed().as_secs_f64();
         achieved.push(rate_done);
@@ -424,6 +452,18 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
+async fn create_topic(brokers: &str, topic: &str) -> Result<()> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let topic = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    for result in admin.create_topics([&topic], &AdminOptions::new()).await? {
+        result.map_err(|(t, e)| anyhow::anyhow!("create topic {t}: {e}"))?;
+    }
+    Ok(())
+}
+
 fn percentiles(v: &mut [f64]) -> (f64, f64, f64) {
     if v.is_empty() {
         return (f64::NAN, f64::NAN, f64::NAN);
@@ -456,27 +496,21 @@ impl Probe {
                 None => -1,
             },
             "elasticsearch" => {
-                let ids: Vec<String> = (0..KEYS).map(|i| i.to_string()).collect();
-                // Realtime GETs see indexed documents before a refresh would.
+                // Searchable, not merely stored: a search sees what the last
+                // refresh published (the bench sets refresh_interval to 100 ms).
                 let resp = self
                     .es
-                    .mget(MgetParts::Index(&self.index))
-                    ._source_includes(&["n"])
-                    .body(json!({ "ids": ids }))
+                    .search(SearchParts::Index(&[&self.index]))
+                    .body(json!({"size": 0, "aggs": {"n": {"max": {"field": "n"}}}}))
                     .send()
                     .await;
                 let Ok(resp) = resp else { return -1 };
                 let Ok(body) = resp.json::<Value>().await else {
                     return -1;
                 };
-                body["docs"]
-                    .as_array()
-                    .map(|docs| {
-                        docs.iter()
-                            .filter_map(|d| d["_source"]["n"].as_i64())
-                            .max()
-                            .unwrap_or(-1)
-                    })
+                body["aggregations"]["n"]["value"]
+                    .as_f64()
+                    .map(|v| v as i64)
                     .unwrap_or(-1)
             }
             _ => {
