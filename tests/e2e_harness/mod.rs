@@ -52,6 +52,8 @@ impl Pipeline {
         )?;
         let topics: Vec<String> = tables.iter().map(|t| env.topic(t)).collect();
         let redis_prefix = env.dbname.clone();
+        // Static membership gets a restarted sink its partitions back at once; a
+        // short metadata refresh lets it see topics capture creates later.
         let runner = |kind: &str, records: usize| {
             let group = format!("{}-{kind}", env.prefix);
             let list = topics
@@ -63,7 +65,8 @@ impl Pipeline {
                 "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{group}\"\ntopics = [{list}]\n\
                  batch.max.records = {records}\nbatch.max.ms = 20\nshutdown.timeout.ms = 10000\n\
                  retry.backoff.ms = 50\nretry.backoff.max.ms = 1000\n\
-                 [kafka]\n\"group.instance.id\" = \"{group}-1\"\n\"session.timeout.ms\" = 6000\n",
+                 [kafka]\n\"group.instance.id\" = \"{group}-1\"\n\"session.timeout.ms\" = 6000\n\
+                 \"topic.metadata.refresh.interval.ms\" = 2000\n",
                 brokers = common::kafka_brokers(),
             )
         };
@@ -203,4 +206,111 @@ pub async fn redis_conn() -> Result<redis::aio::MultiplexedConnection> {
 /// A report's tables that differ, as lines, for assertion messages.
 pub fn summary(report: &Report) -> String {
     report.to_string()
+}
+
+/// What a `read_committed` reader finds on change topics: change events
+/// (tombstones left out), and the source changes seen more than once.
+///
+/// A change is identified by `(source.commit_lsn, source.event_seq, op)`:
+/// capture numbers pgoutput's changes, and a primary-key update is one change
+/// that goes out as two events — a delete of the old key and a create of the
+/// new one — with the same `event_seq`.
+#[derive(Debug, Default)]
+pub struct ChangeScan {
+    pub events: u64,
+    pub tombstones: u64,
+    /// `(commit_lsn, event_seq, op)` seen twice or more, with the topic of
+    /// both records (at most 10 listed).
+    pub duplicates: Vec<String>,
+    pub duplicate_count: u64,
+    /// Events without `source.commit_lsn`/`event_seq`/`op`.
+    pub unversioned: u64,
+}
+
+/// Reads `topics` to their end with `read_committed`, keeping only each
+/// event's identity, so memory stays small on long runs.
+pub fn scan_changes(topics: &[String]) -> Result<ChangeScan> {
+    use std::collections::HashMap;
+    use std::time::Instant;
+
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::error::KafkaError;
+    use rdkafka::message::Message;
+    use rdkafka::{Offset, TopicPartitionList};
+    use serde_json::Value;
+
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", common::kafka_brokers())
+        .set("group.id", common::unique("scan"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()?;
+    let metadata = consumer.fetch_metadata(None, Duration::from_secs(10))?;
+    let mut tpl = TopicPartitionList::new();
+    for t in metadata
+        .topics()
+        .iter()
+        .filter(|t| topics.iter().any(|w| w == t.name()))
+    {
+        for p in t.partitions() {
+            tpl.add_partition_offset(t.name(), p.id(), Offset::Beginning)?;
+        }
+    }
+    let partitions = tpl.count();
+    consumer.assign(&tpl)?;
+    // Identity -> topic index, to describe a duplicate.
+    let mut seen: HashMap<(u64, u64, char), usize> = HashMap::new();
+    let mut scan = ChangeScan::default();
+    let mut eof = 0;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while eof < partitions {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "reading {topics:?} did not reach the end in time"
+        );
+        match consumer.poll(Duration::from_millis(500)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(_))) => eof += 1,
+            Some(Err(e)) => anyhow::bail!("read: {e}"),
+            Some(Ok(m)) => {
+                let Some(bytes) = m.payload() else {
+                    scan.tombstones += 1;
+                    continue;
+                };
+                let value: Value = serde_json::from_slice(bytes)?;
+                let payload = value.get("payload").unwrap_or(&value);
+                let source = &payload["source"];
+                let op = payload["op"].as_str().and_then(|o| o.chars().next());
+                match (
+                    source["commit_lsn"].as_u64(),
+                    source["event_seq"].as_u64(),
+                    op,
+                ) {
+                    (Some(lsn), Some(seq), Some(op)) => {
+                        scan.events += 1;
+                        let topic = topics
+                            .iter()
+                            .position(|t| t == m.topic())
+                            .unwrap_or(usize::MAX);
+                        if let Some(first_topic) = seen.insert((lsn, seq, op), topic) {
+                            scan.duplicate_count += 1;
+                            if scan.duplicates.len() < 10 {
+                                let name = |i: usize| topics.get(i).map_or("?", String::as_str);
+                                scan.duplicates.push(format!(
+                                    "({lsn}, {seq}, {op}): in {}, then in {} at offset {}",
+                                    name(first_topic),
+                                    name(topic),
+                                    m.offset()
+                                ));
+                            }
+                        }
+                    }
+                    _ => scan.unversioned += 1,
+                }
+            }
+        }
+    }
+    Ok(scan)
 }
