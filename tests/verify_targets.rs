@@ -1,7 +1,9 @@
-//! `oncely verify` against a real pipeline (capture and the three sinks as
+//! `oncely verify` against a real pipeline (capture and the sinks as
 //! processes): it reports every target equal once they caught up, and it
 //! catches a difference deliberately introduced into each kind of target —
-//! a missing row, a changed value, a deleted row brought back. `bulk` spans
+//! a missing row, a changed value, a deleted row brought back. Five sinks:
+//! the warehouse, Elasticsearch with plain and with soft deletes, Redis with
+//! the hash and with the JSON layout. `bulk` spans
 //! several pages, whose keys order differently as numbers and as text.
 mod capture_harness;
 mod common;
@@ -46,8 +48,24 @@ fn table<'a>(report: &'a Report, target: usize, name: &str) -> &'a TableReport {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> anyhow::Result<()> {
-    let p = Pipeline::new("verify_targets", SCHEMA, &["items", "pairs", "bulk"], "").await?;
-    let _capture = p.spawn_capture()?;
+    let mut p = Pipeline::new("verify_targets", SCHEMA, &["items", "pairs", "bulk"], "").await?;
+    p.add_sink(
+        "elasticsearch-soft",
+        &format!(
+            "[sink]\nkind = \"elasticsearch\"\nurl = \"{}\"\nindex.pattern = \"{{topic}}-soft\"\ndelete.mode = \"soft\"\n",
+            common::es_url()
+        ),
+    )?;
+    let json_prefix = format!("{}:json", p.redis_prefix);
+    p.add_sink(
+        "redis-json",
+        &format!(
+            "[sink]\nkind = \"redis\"\nurl = \"{}\"\nlayout = \"json\"\nkey.pattern = \"{json_prefix}:{{table}}:{{key}}\"\n\
+             version.key.prefix = \"{json_prefix}:v:\"\npositions.key.prefix = \"{json_prefix}:pos:\"\n",
+            common::redis_url()
+        ),
+    )?;
+    let capture = p.spawn_capture()?;
     p.env.wait_slot_active().await?;
     p.env.client.batch_execute(WORKLOAD).await?;
     let topics = p.topics();
@@ -55,7 +73,9 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
         topics.iter().all(|t| seen.iter().any(|r| &r.topic == t))
     })
     .await?;
-    let sinks: Vec<_> = (0..3).map(|i| p.spawn_sink(i)).collect::<Result<_, _>>()?;
+    let sinks: Vec<_> = (0..p.sinks.len())
+        .map(|i| p.spawn_sink(i))
+        .collect::<Result<_, _>>()?;
 
     // Equal once caught up: verify itself waits for capture and each sink.
     let report = p.verify(Duration::from_secs(120)).await?;
@@ -64,8 +84,8 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
         report.is_equal(),
         "targets should equal the source:\n{report}"
     );
-    assert_eq!(report.compared(), 9, "3 tables x 3 targets:\n{report}");
-    for t in 0..3 {
+    assert_eq!(report.compared(), 15, "3 tables x 5 targets:\n{report}");
+    for t in 0..5 {
         assert_eq!(table(&report, t, "public.items").source_rows, 35);
         assert_eq!(table(&report, t, "public.items").target_rows, 35);
         assert_eq!(table(&report, t, "public.pairs").target_rows, 9);
@@ -74,7 +94,7 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
     }
     let (status, out) = p.verify_cli("60s")?;
     assert!(status.success(), "verify exits 0 when equal:\n{out}");
-    assert!(out.contains("result: equal (9 table copies)"), "{out}");
+    assert!(out.contains("result: equal (15 table copies)"), "{out}");
     drop(sinks);
 
     // Into each target: item 1 removed, item 2's price changed, deleted item 31 back.
@@ -102,6 +122,22 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
             .await?;
         assert!(r.status_code().is_success(), "{:?}", r.text().await);
     }
+    // Soft deletes: item 31 is there, flagged; unflagging it brings it back.
+    let soft = format!("{index}-soft");
+    let deleted = es.delete(DeleteParts::IndexId(&soft, "1")).send().await?;
+    assert!(
+        deleted.status_code().is_success(),
+        "{:?}",
+        deleted.text().await
+    );
+    for (id, price) in [("2", "3.50"), ("31", "38.75")] {
+        let r = es
+            .index(IndexParts::IndexId(&soft, id))
+            .body(json!({"id": id.parse::<i64>()?, "price": price, "__deleted": false}))
+            .send()
+            .await?;
+        assert!(r.status_code().is_success(), "{:?}", r.text().await);
+    }
     let mut redis = redis_conn().await?;
     let key = |id: &str| format!("{}:items:{id}", p.redis_prefix);
     redis::cmd("DEL")
@@ -123,14 +159,27 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
         .query_async::<()>(&mut redis)
         .await?;
 
+    let json_key = |id: &str| format!("{json_prefix}:items:{id}");
+    redis::cmd("DEL")
+        .arg(json_key("1"))
+        .query_async::<()>(&mut redis)
+        .await?;
+    for (id, row) in [("2", r#"{"id":2,"price":"3.51"}"#), ("31", r#"{"id":31}"#)] {
+        redis::cmd("SET")
+            .arg(json_key(id))
+            .arg(row)
+            .query_async::<()>(&mut redis)
+            .await?;
+    }
+
     let report = p.verify(Duration::from_secs(60)).await?;
     assert!(!report.is_equal(), "{report}");
     assert_eq!(
         report.differing(),
-        3,
+        5,
         "only items differs, in each target:\n{report}"
     );
-    for t in 0..3 {
+    for t in 0..5 {
         let items = table(&report, t, "public.items");
         assert_eq!(
             (items.missing, items.changed, items.extra),
@@ -162,7 +211,9 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
         !status.success(),
         "verify exits non-zero on differences:\n{out}"
     );
-    assert!(out.contains("result: 3 of 9 table copies DIFFER"), "{out}");
+    assert!(out.contains("result: 5 of 15 table copies DIFFER"), "{out}");
+    // Stopped first: cleanup cannot drop a slot in use.
+    drop(capture);
     p.cleanup().await;
     Ok(())
 }

@@ -91,6 +91,9 @@ enum Cmd {
         #[arg(long, default_value_t = 200)]
         rate: u64,
     },
+    /// Drop the demo's replication slot (capture stopped): an idle slot would
+    /// keep PostgreSQL from recycling WAL. The databases stay for a look.
+    DropSlot,
     /// Print what went through, from the metrics endpoints.
     Summary {
         /// How long the workload ran (for throughput).
@@ -103,6 +106,7 @@ enum Cmd {
 async fn main() -> Result<()> {
     match Cli::parse().command {
         Cmd::Reset => reset().await,
+        Cmd::DropSlot => drop_slot().await,
         Cmd::Workload { seconds, rate } => workload(seconds, rate).await,
         Cmd::Summary { seconds } => summary(seconds).await,
     }
@@ -139,24 +143,7 @@ async fn reset() -> Result<()> {
             &[&SLOT],
         )
         .await?;
-    for _ in 0..50 {
-        let dropped = admin
-            .execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active",
-                &[&SLOT],
-            )
-            .await;
-        let left = admin
-            .query_opt(
-                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
-                &[&SLOT],
-            )
-            .await?;
-        if dropped.is_ok() && left.is_none() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    drop_slot_with(&admin).await?;
     // One statement per call: several in one string form a transaction block,
     // where DROP/CREATE DATABASE are refused.
     for sql in [
@@ -218,6 +205,33 @@ async fn reset() -> Result<()> {
     }
     println!("reset: databases shop and shop_warehouse, slot {SLOT}, topics, groups, indexes and keys of the demo");
     Ok(())
+}
+
+async fn drop_slot() -> Result<()> {
+    drop_slot_with(&connect(&env("ONCELY_PG_URL")?).await?).await
+}
+
+/// Drops the slot once its walsender is gone (it lingers briefly after capture stops).
+async fn drop_slot_with(admin: &Client) -> Result<()> {
+    for _ in 0..50 {
+        let dropped = admin
+            .execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active",
+                &[&SLOT],
+            )
+            .await;
+        let left = admin
+            .query_opt(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&SLOT],
+            )
+            .await?;
+        if dropped.is_ok() && left.is_none() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    bail!("replication slot {SLOT} is still in use: stop the capture that holds it")
 }
 
 /// Deletes the demo's topics and groups, and waits until the topics are gone

@@ -52,24 +52,8 @@ impl Pipeline {
         )?;
         let topics: Vec<String> = tables.iter().map(|t| env.topic(t)).collect();
         let redis_prefix = env.dbname.clone();
-        // Static membership gets a restarted sink its partitions back at once; a
-        // short metadata refresh lets it see topics capture creates later.
-        let runner = |kind: &str, records: usize| {
-            let group = format!("{}-{kind}", env.prefix);
-            let list = topics
-                .iter()
-                .map(|t| format!("\"{t}\""))
-                .collect::<Vec<_>>()
-                .join(", ");
-            format!(
-                "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{group}\"\ntopics = [{list}]\n\
-                 batch.max.records = {records}\nbatch.max.ms = 20\nshutdown.timeout.ms = 10000\n\
-                 retry.backoff.ms = 50\nretry.backoff.max.ms = 1000\n\
-                 [kafka]\n\"group.instance.id\" = \"{group}-1\"\n\"session.timeout.ms\" = 6000\n\
-                 \"topic.metadata.refresh.interval.ms\" = 2000\n",
-                brokers = common::kafka_brokers(),
-            )
-        };
+        let runner =
+            |kind: &str, records: usize| runner_config(&env.prefix, &topics, kind, records);
         let pg = env.write_config(
             "sink-postgres.toml",
             &format!(
@@ -113,12 +97,13 @@ impl Pipeline {
         self.env.spawn_capture(&self.capture_config)
     }
 
-    /// Starts sink `i` ([`SINKS`] order), its log appended to `sink-<kind>.log`.
+    /// Starts the sink of config `i` (the three of [`SINKS`] first), its log
+    /// appended to `<config name>.log` beside the config.
     pub fn spawn_sink(&self, i: usize) -> Result<Spawned> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.env.dir.join(format!("sink-{}.log", SINKS[i])))?;
+            .open(self.sinks[i].with_extension("log"))?;
         Ok(Spawned(
             Command::new(env!("CARGO_BIN_EXE_oncely"))
                 .args(["sink", "--config"])
@@ -131,8 +116,22 @@ impl Pipeline {
     }
 
     pub fn sink_log(&self, i: usize) -> String {
-        std::fs::read_to_string(self.env.dir.join(format!("sink-{}.log", SINKS[i])))
-            .unwrap_or_default()
+        std::fs::read_to_string(self.sinks[i].with_extension("log")).unwrap_or_default()
+    }
+
+    /// Adds a sink config `sink-<name>.toml`: the runner keys of the others
+    /// (group `<prefix>-<name>`), then `sink_table` (the `[sink]` table).
+    pub fn add_sink(&mut self, name: &str, sink_table: &str) -> Result<PathBuf> {
+        let path = self.env.write_config(
+            &format!("sink-{name}.toml"),
+            &format!("{}{sink_table}", self.runner_config(name, 500)),
+        )?;
+        self.sinks.push(path.clone());
+        Ok(path)
+    }
+
+    fn runner_config(&self, kind: &str, records: usize) -> String {
+        runner_config(&self.env.prefix, &self.topics(), kind, records)
     }
 
     /// `oncely verify` as a library call, waiting up to `timeout` for the targets.
@@ -169,11 +168,17 @@ impl Pipeline {
     /// Removes what this pipeline left in Elasticsearch and Redis, then the database.
     pub async fn cleanup(self) {
         let es = es();
-        let indices: Vec<String> = self.topics();
+        // Each topic's index, and the `-soft` ones of tests with a soft-delete sink.
+        let indices: Vec<String> = self
+            .topics()
+            .into_iter()
+            .flat_map(|t| [format!("{t}-soft"), t])
+            .collect();
         let names: Vec<&str> = indices.iter().map(String::as_str).collect();
         let _ = es
             .indices()
             .delete(IndicesDeleteParts::Index(&names))
+            .ignore_unavailable(true)
             .send()
             .await;
         if let Ok(mut conn) = redis_conn().await {
@@ -191,6 +196,26 @@ impl Pipeline {
         }
         self.env.cleanup().await;
     }
+}
+
+/// The runner keys of a pipeline's sink: group `<prefix>-<kind>` consuming `topics`.
+fn runner_config(prefix: &str, topics: &[String], kind: &str, records: usize) -> String {
+    let group = format!("{prefix}-{kind}");
+    let list = topics
+        .iter()
+        .map(|t| format!("\"{t}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // Static membership gets a restarted sink its partitions back at once; a
+    // short metadata refresh lets it see topics capture creates later.
+    format!(
+        "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{group}\"\ntopics = [{list}]\n\
+         batch.max.records = {records}\nbatch.max.ms = 20\nshutdown.timeout.ms = 10000\n\
+         retry.backoff.ms = 50\nretry.backoff.max.ms = 1000\n\
+         [kafka]\n\"group.instance.id\" = \"{group}-1\"\n\"session.timeout.ms\" = 6000\n\
+         \"topic.metadata.refresh.interval.ms\" = 2000\n",
+        brokers = common::kafka_brokers(),
+    )
 }
 
 pub fn es() -> Elasticsearch {
