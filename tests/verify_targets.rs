@@ -92,7 +92,7 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
         assert_eq!(table(&report, t, "public.bulk").source_rows, 2500);
         assert_eq!(table(&report, t, "public.bulk").target_rows, 2500);
     }
-    let (status, out) = p.verify_cli("60s")?;
+    let (status, out) = p.verify_cli(&["--timeout", "60s"])?;
     assert!(status.success(), "verify exits 0 when equal:\n{out}");
     assert!(out.contains("result: equal (15 table copies)"), "{out}");
     drop(sinks);
@@ -206,11 +206,13 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
         assert!(table(&report, t, "public.pairs").is_equal(), "{report}");
         assert!(table(&report, t, "public.bulk").is_equal(), "{report}");
     }
-    let (status, out) = p.verify_cli("60s")?;
+    // A real difference stays through a second round.
+    let (status, out) = p.verify_cli(&["--timeout", "60s", "--retries", "1"])?;
     assert!(
         !status.success(),
         "verify exits non-zero on differences:\n{out}"
     );
+    assert!(out.contains("(round 2 of the comparison"), "{out}");
     assert!(out.contains("result: 5 of 15 table copies DIFFER"), "{out}");
     // Stopped first: cleanup cannot drop a slot in use.
     drop(capture);

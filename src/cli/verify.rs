@@ -22,6 +22,10 @@ pub struct VerifyArgs {
     /// Differing keys listed per table.
     #[arg(long, default_value_t = 5)]
     pub examples: usize,
+    /// While differences remain, wait for the targets again and compare again,
+    /// up to this many times (for a source that keeps changing).
+    #[arg(long, default_value_t = 0)]
+    pub retries: u32,
 }
 
 /// Prints the report; differences are an error (non-zero exit).
@@ -32,6 +36,7 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
         wait: !args.no_wait,
         timeout: args.timeout,
         examples: args.examples,
+        retries: args.retries,
     })
     .await?;
     println!("{report}");

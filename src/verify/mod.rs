@@ -13,7 +13,8 @@
 //! position, waits until capture's committed offset record covers it, then
 //! until each sink has applied everything the topics held at that point.
 //! Changes made while verify runs may show up as differences: verify a
-//! quiet source, or run it again.
+//! quiet source, or let it compare again (`retries`) — a difference that
+//! stays through several catch-ups is real.
 
 mod compare;
 mod report;
@@ -45,6 +46,10 @@ pub struct Options {
     pub timeout: Duration,
     /// Differing keys listed per table.
     pub examples: usize,
+    /// How many times to wait and compare again while differences remain: on
+    /// a source that keeps changing, rows changed during a pass differ until
+    /// the targets catch up with them.
+    pub retries: u32,
 }
 
 /// Why verify could not compare (differences are not errors: see [`Report`]).
@@ -84,6 +89,30 @@ pub async fn run(options: &Options) -> Result<Report, VerifyError> {
     for path in &options.sinks {
         targets.push(Target::open(path, &cfg.database.dbname).await?);
     }
+    let mut retried = 0;
+    loop {
+        let mut report = compare_all(options, &cfg, &source, &tables, &targets).await?;
+        report.retried = retried;
+        if report.is_equal() || retried >= options.retries {
+            return Ok(report);
+        }
+        retried += 1;
+        tracing::info!(
+            differing = report.differing(),
+            "differences found; comparing again (retry {retried} of {})",
+            options.retries
+        );
+    }
+}
+
+/// One round: wait (unless told not to), then compare every table of every target.
+async fn compare_all(
+    options: &Options,
+    cfg: &CaptureConfig,
+    source: &SourceDb,
+    tables: &[SourceTable],
+    targets: &[Target],
+) -> Result<Report, VerifyError> {
     let mut report = Report {
         source: format!(
             "{}@{}:{}/{}",
@@ -93,26 +122,27 @@ pub async fn run(options: &Options) -> Result<Report, VerifyError> {
         capture_wait: None,
         sink_waits: Vec::new(),
         targets: Vec::new(),
+        retried: 0,
     };
     if options.wait {
         let started = Instant::now();
         let deadline = started + options.timeout;
         let lsn = source.current_wal_lsn().await?;
-        wait::capture(&cfg, lsn, deadline).await?;
+        wait::capture(cfg, lsn, deadline).await?;
         report.source_lsn = Some(source::format_lsn(lsn));
         report.capture_wait = Some(started.elapsed());
         let topics: Vec<String> = tables.iter().map(|t| t.topic.clone()).collect();
         let ends = wait::topic_ends(&cfg.kafka.bootstrap.servers, &topics).await?;
-        for target in &targets {
+        for target in targets {
             report
                 .sink_waits
                 .push(wait::sink(&cfg.kafka.bootstrap.servers, target, &ends, deadline).await?);
         }
     }
-    for target in &targets {
+    for target in targets {
         let mut tables_report = Vec::new();
         for table in tables.iter().filter(|t| target.covers(&t.topic)) {
-            tables_report.push(compare_table(&source, target, table, options.examples).await?);
+            tables_report.push(compare_table(source, target, table, options.examples).await?);
         }
         report.targets.push(TargetReport {
             label: target.label.clone(),

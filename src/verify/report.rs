@@ -18,6 +18,8 @@ pub struct Report {
     pub capture_wait: Option<Duration>,
     pub sink_waits: Vec<SinkWait>,
     pub targets: Vec<TargetReport>,
+    /// Earlier rounds that found differences (with retries).
+    pub retried: u32,
 }
 
 /// One sink's target.
@@ -161,6 +163,13 @@ impl fmt::Display for Report {
                 }
             }
         }
+        if self.retried > 0 {
+            writeln!(
+                f,
+                "\n(round {} of the comparison: earlier rounds found differences)",
+                self.retried + 1
+            )?;
+        }
         let compared = self.compared();
         if self.is_equal() {
             write!(f, "\nresult: equal ({compared} table copies)")
@@ -204,6 +213,7 @@ mod tests {
             source_lsn: None,
             capture_wait: None,
             sink_waits: Vec::new(),
+            retried: 0,
             targets: vec![TargetReport {
                 label: "postgres (s.toml, group g)".into(),
                 tables: vec![t],

@@ -142,20 +142,22 @@ impl Pipeline {
             wait: true,
             timeout,
             examples: 5,
+            retries: 0,
         })
         .await
         .context("verify")
     }
 
-    /// `oncely verify` as a process: its exit status and standard output.
-    pub fn verify_cli(&self, timeout: &str) -> Result<(std::process::ExitStatus, String)> {
+    /// `oncely verify` as a process, with `args` after the config files: its
+    /// exit status and standard output.
+    pub fn verify_cli(&self, args: &[&str]) -> Result<(std::process::ExitStatus, String)> {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_oncely"));
         cmd.arg("verify").arg("--capture").arg(&self.capture_config);
         for s in &self.sinks {
             cmd.arg("--sink").arg(s);
         }
         let out = cmd
-            .args(["--timeout", timeout])
+            .args(args)
             .env("RUST_LOG", "warn")
             .stderr(Stdio::inherit())
             .output()?;
