@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use oncely_sinks::event::decode_value;
+use oncely_sinks::kinds::redis::config::DEFAULT_VERSION_FIELD;
 use oncely_sinks::kinds::redis::{
     encode_version, Layout, RedisConfig, RedisSink, UNAVAILABLE_VALUE,
 };
@@ -80,11 +81,17 @@ async fn cached(
 ) -> Option<BTreeMap<String, String>> {
     match layout {
         Layout::Hash => {
-            let h: BTreeMap<String, String> = redis::cmd("HGETALL")
+            let mut h: BTreeMap<String, String> = redis::cmd("HGETALL")
                 .arg(key)
                 .query_async(conn)
                 .await
                 .expect("HGETALL");
+            if !h.is_empty() {
+                assert!(
+                    h.remove(DEFAULT_VERSION_FIELD).is_some(),
+                    "{key}: a live row carries its version"
+                );
+            }
             (!h.is_empty()).then_some(h)
         }
         Layout::Json => {
@@ -109,6 +116,33 @@ async fn cached(
             })
         }
     }
+}
+
+/// The stored version of a row: a live hash row's version field, else the
+/// version key (a JSON row's version, or the tombstone of a deleted row).
+async fn stored_version(
+    conn: &mut MultiplexedConnection,
+    layout: Layout,
+    p: &str,
+    key: &str,
+) -> Option<String> {
+    if layout == Layout::Hash {
+        let v: Option<String> = redis::cmd("HGET")
+            .arg(key)
+            .arg(DEFAULT_VERSION_FIELD)
+            .query_async(conn)
+            .await
+            .expect("HGET");
+        if v.is_some() {
+            assert_eq!(
+                get(conn, &format!("{p}:v:{key}")).await,
+                None,
+                "{key}: a live row has no tombstone"
+            );
+            return v;
+        }
+    }
+    get(conn, &format!("{p}:v:{key}")).await
 }
 
 async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
@@ -197,7 +231,7 @@ async fn never_regresses(layout: Layout) {
             assert_eq!(got, Some(text_row(row)), "{key} at {v}");
         }
         assert_eq!(
-            get(&mut conn, &format!("{p}:v:{p}:t:{id}")).await,
+            stored_version(&mut conn, layout, &p, &key).await,
             Some(encode_version(*v)),
             "{key}"
         );
@@ -336,12 +370,31 @@ async fn deletes_keep_a_tombstone_that_stops_older_inserts() {
         cached(&mut conn, Layout::Hash, &key).await,
         Some(text_row(&json!({"id": 1, "v": "b"})))
     );
+    // Its version lives in the row now; the superseded tombstone is gone.
+    assert_eq!(get(&mut conn, &vkey).await, None, "tombstone removed");
+    assert_eq!(
+        stored_version(&mut conn, Layout::Hash, &p, &key).await,
+        Some(encode_version(Version::new(12, 0)))
+    );
     let pttl: i64 = redis::cmd("PTTL")
-        .arg(&vkey)
+        .arg(&key)
         .query_async(&mut conn)
         .await
         .expect("PTTL");
-    assert_eq!(pttl, -1, "a live row's version does not expire");
+    assert_eq!(pttl, -1, "a live row does not expire");
+    // The replayed delete is older than the row now: nothing changes.
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![record(2, 1, "d", json!({"id": 1}), Version::new(11, 0))],
+        3,
+    ))
+    .await
+    .expect("replayed delete");
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &key).await,
+        Some(text_row(&json!({"id": 1, "v": "b"})))
+    );
 }
 
 #[tokio::test]
@@ -502,4 +555,84 @@ async fn bad_credentials_are_fatal() {
         Err(e) => assert!(e.is_fatal(), "{e:?}"),
         Ok(_) => panic!("connected with a wrong password"),
     }
+}
+
+/// Rows written before versions moved into the hash (a hash without the
+/// version field, its version in the version key) are read correctly: an
+/// older change is skipped, a newer one takes over and drops the old key.
+#[tokio::test]
+async fn rows_with_their_version_in_a_separate_key_are_taken_over() {
+    let (cfg, p) = config(Layout::Hash);
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let mut conn = raw().await;
+    let (key, vkey) = (format!("{p}:t:1"), format!("{p}:v:{p}:t:1"));
+    redis::pipe()
+        .cmd("HSET")
+        .arg(&key)
+        .arg("id")
+        .arg("1")
+        .arg("v")
+        .arg("old")
+        .ignore()
+        .cmd("SET")
+        .arg(&vkey)
+        .arg(encode_version(Version::new(20, 0)))
+        .ignore()
+        .query_async::<()>(&mut conn)
+        .await
+        .expect("old layout");
+    let change = |v: &str, version| record(1, 1, "u", json!({"id": 1, "v": v}), version);
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![change("stale", Version::new(19, 0))],
+        2,
+    ))
+    .await
+    .expect("stale");
+    let h: BTreeMap<String, String> = redis::cmd("HGETALL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .expect("HGETALL");
+    assert_eq!(h.get("v").map(String::as_str), Some("old"), "{h:?}");
+    sink.apply(&batch("g", 0, vec![change("new", Version::new(21, 0))], 2))
+        .await
+        .expect("newer");
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &key).await,
+        Some(text_row(&json!({"id": 1, "v": "new"})))
+    );
+    assert_eq!(get(&mut conn, &vkey).await, None, "old version key removed");
+    assert_eq!(
+        stored_version(&mut conn, Layout::Hash, &p, &key).await,
+        Some(encode_version(Version::new(21, 0)))
+    );
+}
+
+#[tokio::test]
+async fn hash_rows_expire_with_ttl_seconds_and_carry_their_version() {
+    let (mut cfg, p) = config(Layout::Hash);
+    cfg.ttl_seconds = 100;
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let mut conn = raw().await;
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![record(1, 1, "c", json!({"id": 1}), Version::new(10, 0))],
+        2,
+    ))
+    .await
+    .expect("apply");
+    let key = format!("{p}:t:1");
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .expect("PTTL");
+    assert!((99_000..=100_000).contains(&pttl), "{key}: {pttl}");
+    assert_eq!(
+        stored_version(&mut conn, Layout::Hash, &p, &key).await,
+        Some(encode_version(Version::new(10, 0)))
+    );
 }

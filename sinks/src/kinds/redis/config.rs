@@ -19,6 +19,8 @@ pub const DEFAULT_KEY_PATTERN: &str = "{table}:{key}";
 pub const DEFAULT_KEY_SEPARATOR: &str = ":";
 /// Default `version.key.prefix`: each row's version lives at `<prefix><row key>`.
 pub const DEFAULT_VERSION_PREFIX: &str = "oncely:v:";
+/// Default `version.field`: the hash field holding a live row's version (hash layout).
+pub const DEFAULT_VERSION_FIELD: &str = "_oncely_version";
 /// Default `positions.key.prefix`: a group's positions live in the hash `<prefix><group.id>`.
 pub const DEFAULT_POSITIONS_PREFIX: &str = "oncely:positions:";
 /// Default `ttl.seconds`: rows never expire.
@@ -69,8 +71,11 @@ pub struct RedisConfig {
     pub key_pattern: String,
     /// `key.separator`: between the values of a composite primary key.
     pub key_separator: String,
-    /// `version.key.prefix`: prefix of each row's version (and tombstone) key.
+    /// `version.key.prefix`: prefix of a deleted row's tombstone key (and, in
+    /// the JSON layout, of each live row's version key).
     pub version_prefix: String,
+    /// `version.field`: the hash field holding a live row's version (hash layout).
+    pub version_field: String,
     /// `positions.key.prefix`: prefix of the hash holding a group's positions.
     pub positions_prefix: String,
     /// `ttl.seconds`: rows (and their versions) expire after this long; 0 = never.
@@ -109,6 +114,8 @@ struct Raw {
     key_separator: String,
     #[serde(rename = "version.key.prefix", default = "default_version_prefix")]
     version_prefix: String,
+    #[serde(rename = "version.field", default = "default_version_field")]
+    version_field: String,
     #[serde(rename = "positions.key.prefix", default = "default_positions_prefix")]
     positions_prefix: String,
     #[serde(rename = "ttl.seconds", default)]
@@ -140,6 +147,9 @@ fn default_key_separator() -> String {
 }
 fn default_version_prefix() -> String {
     DEFAULT_VERSION_PREFIX.into()
+}
+fn default_version_field() -> String {
+    DEFAULT_VERSION_FIELD.into()
 }
 fn default_positions_prefix() -> String {
     DEFAULT_POSITIONS_PREFIX.into()
@@ -183,6 +193,7 @@ impl<'de> Deserialize<'de> for RedisConfig {
             key_pattern: raw.key_pattern,
             key_separator: raw.key_separator,
             version_prefix: raw.version_prefix,
+            version_field: raw.version_field,
             positions_prefix: raw.positions_prefix,
             ttl_seconds: raw.ttl_seconds,
             tombstone_ttl_seconds: raw.tombstone_ttl_seconds,
@@ -223,6 +234,7 @@ impl RedisConfig {
             key_pattern: DEFAULT_KEY_PATTERN.into(),
             key_separator: DEFAULT_KEY_SEPARATOR.into(),
             version_prefix: DEFAULT_VERSION_PREFIX.into(),
+            version_field: DEFAULT_VERSION_FIELD.into(),
             positions_prefix: DEFAULT_POSITIONS_PREFIX.into(),
             ttl_seconds: DEFAULT_TTL_SECONDS,
             tombstone_ttl_seconds: DEFAULT_TOMBSTONE_TTL_SECONDS,
@@ -271,6 +283,9 @@ impl RedisConfig {
                 "sink.version.key.prefix",
                 "must not be empty (versions would overwrite rows)",
             ));
+        }
+        if self.version_field.is_empty() {
+            return Err(ConfigError::new("sink.version.field", "must not be empty"));
         }
         if self.positions_prefix.is_empty() {
             return Err(ConfigError::new(

@@ -31,8 +31,15 @@
 //!   booleans, arrays and objects as JSON text); null columns have no field.
 //!   `layout = "json"`: the row as a JSON object string (Debezium's value
 //!   mapping, see the wire format).
-//! * Version: `<version.key.prefix><row key>`, 40 digits. Positions: the hash
-//!   `<positions.key.prefix><group.id>`, field `<topic>:<partition>`.
+//! * Version: 40 digits. In the hash layout a live row carries it in the
+//!   field `version.field` (default `_oncely_version`; a column of that name
+//!   is a per-record failure — pick another name), so one `HGET` and one
+//!   `HSET` per change read and write row and version together. In the JSON
+//!   layout it lives at `<version.key.prefix><row key>`. Rows written by
+//!   earlier versions of the sink (version in the separate key) are taken
+//!   over on their next change.
+//! * Positions: the hash `<positions.key.prefix><group.id>`, field
+//!   `<topic>:<partition>`.
 //! * `ttl.seconds` (optional) expires a row and its version together.
 //! * Unchanged TOAST columns keep their stored value: the hash layout does not
 //!   touch the field; the JSON layout reads the stored row first and fills them
@@ -40,8 +47,8 @@
 //!
 //! # Deletes and their retention limit
 //!
-//! A delete removes the row and keeps its version as a **tombstone** for
-//! `tombstone.ttl.seconds` (default 7 days, 0 = forever; ~100 bytes per deleted
+//! A delete removes the row and keeps its version as a **tombstone** — the
+//! key `<version.key.prefix><row key>` — for `tombstone.ttl.seconds` (default 7 days, 0 = forever; ~100 bytes per deleted
 //! key). A replayed older insert cannot bring the row back while the tombstone
 //! lives. After it expires, only a replay from a position older than the delete
 //! could resurrect the row — which needs the stored positions to be lost — and
@@ -93,7 +100,7 @@ mod sink;
 
 pub use config::{Layout, RedisConfig};
 pub use plan::UNAVAILABLE_VALUE;
-pub use script::{decode_version, encode_version, position_field, APPLY_SCRIPT};
+pub use script::{decode_version, encode_version, position_field, HASH_SCRIPT, JSON_SCRIPT};
 pub use sink::RedisSink;
 
 #[cfg(test)]

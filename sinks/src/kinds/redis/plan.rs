@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use super::config::Layout;
-use super::script::{decode_version, encode_version};
+use super::script::{decode_version, write_version};
 use crate::error::RecordFailure;
 use crate::event::{ChangeEvent, Op};
 use crate::sink::{Batch, Record};
@@ -24,31 +24,27 @@ use crate::sink::{Batch, Record};
 /// Debezium's marker of an unchanged TOASTed column.
 pub const UNAVAILABLE_VALUE: &str = "__debezium_unavailable_value";
 
-/// One change for the script.
+/// One change for the script, borrowing from its batch.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Change {
+pub struct Change<'a> {
     /// The record's offset (to name it in a rejection).
     pub offset: i64,
     /// The row key.
     pub row_key: String,
-    /// The version, encoded for the script.
-    pub version: String,
+    /// The version, encoded for the script ([`encode_version`]).
+    pub version: [u8; 40],
     /// What to do.
-    pub body: Body,
+    pub body: Body<'a>,
 }
 
 /// The write of a [`Change`].
 #[derive(Debug, Clone, PartialEq)]
-pub enum Body {
+pub enum Body<'a> {
     /// Remove the row, keep its version as a tombstone.
     Delete,
-    /// Hash layout: set these fields, remove the null ones, keep the others.
-    Hash {
-        /// Non-null columns and their text.
-        set: Vec<(String, String)>,
-        /// Null columns.
-        unset: Vec<String>,
-    },
+    /// Hash layout: set the row's non-null columns, remove the null ones, keep
+    /// the unavailable ones and every other field ([`hash_fields`]).
+    Hash(&'a Map<String, Value>),
     /// JSON layout: the row, and the columns to take from the stored row.
     Json {
         /// The row; its unavailable columns still hold the marker until merged.
@@ -58,83 +54,167 @@ pub enum Body {
     },
 }
 
-impl Change {
+impl Change<'_> {
+    /// The version as text.
+    pub fn version_str(&self) -> &str {
+        // Only ASCII digits are ever written into it.
+        std::str::from_utf8(&self.version).unwrap_or_default()
+    }
+
     /// Bytes this change adds to a script call (keys and arguments), roughly.
     pub fn weight(&self, version_prefix_len: usize) -> usize {
         let key = 2 * self.row_key.len() + version_prefix_len + 64;
         key + match &self.body {
             Body::Delete => 0,
-            Body::Hash { set, unset } => {
-                set.iter()
-                    .map(|(f, v)| f.len() + v.len() + 8)
-                    .sum::<usize>()
-                    + unset.iter().map(|f| f.len() + 4).sum::<usize>()
-            }
+            Body::Hash(row) => row
+                .iter()
+                .map(|(f, v)| f.len() + value_len(v) + 8)
+                .sum::<usize>(),
             Body::Json { row, .. } => row.len() * 16,
         }
     }
 }
 
-/// How row keys are built.
+/// About how many bytes `v` takes as text (exact for strings).
+fn value_len(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len(),
+        Value::Array(a) => 16 * a.len() + 2,
+        Value::Object(o) => 32 * o.len() + 2,
+        _ => 20,
+    }
+}
+
+/// A hash-layout column's value as the script gets it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FieldValue<'a> {
+    /// A string column, as is.
+    Str(&'a str),
+    /// Any other non-null value: its JSON text.
+    Json(&'a Value),
+}
+
+/// A hash row's columns: the fields to set and the null columns to remove;
+/// unavailable (unchanged TOAST) columns are in neither, so they keep their
+/// stored value.
+pub fn hash_fields(row: &Map<String, Value>) -> (Vec<(&str, FieldValue<'_>)>, Vec<&str>) {
+    let mut set = Vec::with_capacity(row.len());
+    let mut unset = Vec::new();
+    for (column, value) in row {
+        match value {
+            Value::Null => unset.push(column.as_str()),
+            Value::String(s) if s == UNAVAILABLE_VALUE => {}
+            Value::String(s) => set.push((column.as_str(), FieldValue::Str(s))),
+            other => set.push((column.as_str(), FieldValue::Json(other))),
+        }
+    }
+    (set, unset)
+}
+
+/// One piece of a parsed `key.pattern`.
+#[derive(Debug, Clone, PartialEq)]
+enum Part {
+    Literal(String),
+    Topic,
+    Source(&'static str),
+    Key,
+}
+
+/// How row keys are built: `key.pattern`, parsed once.
 #[derive(Debug, Clone)]
 pub struct KeyPattern {
-    pattern: String,
+    parts: Vec<Part>,
     separator: String,
 }
 
 impl KeyPattern {
     /// A pattern (placeholders checked by the config) and the composite-key separator.
     pub fn new(pattern: &str, separator: &str) -> Self {
+        let mut parts = Vec::new();
+        let mut rest = pattern;
+        while !rest.is_empty() {
+            let next = [
+                ("{topic}", Part::Topic),
+                ("{db}", Part::Source("db")),
+                ("{schema}", Part::Source("schema")),
+                ("{table}", Part::Source("table")),
+                ("{key}", Part::Key),
+            ]
+            .into_iter()
+            .filter_map(|(p, part)| rest.find(p).map(|at| (at, p.len(), part)))
+            .min_by_key(|(at, _, _)| *at);
+            match next {
+                Some((at, len, part)) => {
+                    if at > 0 {
+                        parts.push(Part::Literal(rest[..at].to_owned()));
+                    }
+                    parts.push(part);
+                    rest = &rest[at + len..];
+                }
+                None => {
+                    parts.push(Part::Literal(rest.to_owned()));
+                    rest = "";
+                }
+            }
+        }
         Self {
-            pattern: pattern.to_owned(),
+            parts,
             separator: separator.to_owned(),
         }
     }
 
     /// The row key of `key` for an event of `topic`.
     pub fn render(&self, topic: &str, event: &ChangeEvent, key: &Value) -> String {
-        let key_text = match key {
-            Value::Object(map) => {
-                let mut out = String::new();
-                for (i, v) in map.values().enumerate() {
-                    if i > 0 {
-                        out.push_str(&self.separator);
-                    }
-                    out.push_str(&text(v).unwrap_or_default());
+        let mut out = String::with_capacity(64);
+        for part in &self.parts {
+            match part {
+                Part::Literal(s) => out.push_str(s),
+                Part::Topic => out.push_str(topic),
+                Part::Source(f) => {
+                    out.push_str(event.source.get(*f).and_then(Value::as_str).unwrap_or(""))
                 }
-                out
+                Part::Key => match key {
+                    Value::Object(map) => {
+                        for (i, v) in map.values().enumerate() {
+                            if i > 0 {
+                                out.push_str(&self.separator);
+                            }
+                            push_text(&mut out, v);
+                        }
+                    }
+                    other => push_text(&mut out, other),
+                },
             }
-            other => text(other).unwrap_or_default(),
-        };
-        let source = |f: &str| event.source.get(f).and_then(Value::as_str).unwrap_or("");
-        self.pattern
-            .replace("{topic}", topic)
-            .replace("{db}", source("db"))
-            .replace("{schema}", source("schema"))
-            .replace("{table}", source("table"))
-            .replace("{key}", &key_text)
+        }
+        out
     }
 }
 
-/// A column's text in a hash field: strings as is, other values as JSON, `None` for null.
-pub fn text(v: &Value) -> Option<String> {
+/// Appends a key value's text: strings as is, other values as JSON, nothing for null.
+fn push_text(out: &mut String, v: &Value) {
+    use std::fmt::Write;
     match v {
-        Value::Null => None,
-        Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
+        Value::Null => {}
+        Value::String(s) => out.push_str(s),
+        // Writing into a String cannot fail.
+        other => {
+            let _ = write!(out, "{other}");
+        }
     }
 }
 
 /// The changes of a batch, or the records that can never be applied.
-pub fn plan(
-    batch: &Batch,
+/// `version_field` is the hash field holding a row's version (hash layout).
+pub fn plan<'a>(
+    batch: &'a Batch,
     layout: Layout,
     keys: &KeyPattern,
-) -> Result<Vec<Change>, Vec<RecordFailure>> {
+    version_field: &str,
+) -> Result<Vec<Change<'a>>, Vec<RecordFailure>> {
     let mut changes = Vec::with_capacity(batch.len());
     let mut failures = Vec::new();
     for record in batch.records() {
-        match change_of(batch.topic(), record, layout, keys) {
+        match change_of(batch.topic(), record, layout, keys, version_field) {
             Ok(Some(c)) => changes.push(c),
             Ok(None) => {}
             Err(reason) => failures.push(RecordFailure::new(record.offset, reason)),
@@ -147,12 +227,13 @@ pub fn plan(
     }
 }
 
-fn change_of(
+fn change_of<'a>(
     topic: &str,
-    record: &Record,
+    record: &'a Record,
     layout: Layout,
     keys: &KeyPattern,
-) -> Result<Option<Change>, String> {
+    version_field: &str,
+) -> Result<Option<Change<'a>>, String> {
     let Some(event) = record.event() else {
         return Ok(None); // a tombstone record: the delete before it did the work
     };
@@ -167,51 +248,47 @@ fn change_of(
                 .after
                 .as_ref()
                 .ok_or_else(|| format!("op `{}` without `after`", event.op.code()))?;
-            row_body(after, layout)
+            match layout {
+                Layout::Hash => {
+                    if after.contains_key(version_field) {
+                        return Err(format!(
+                            "column `{version_field}` has the name of the hash field holding the \
+                             row's version: set `sink.version.field` to a name no column uses"
+                        ));
+                    }
+                    Body::Hash(after)
+                }
+                Layout::Json => json_body(after),
+            }
         }
     };
     let key = record
         .key
         .as_ref()
         .ok_or("a change without a record key: the redis sink needs the primary key")?;
+    let mut version = [0u8; 40];
+    write_version(event.version, &mut version);
     Ok(Some(Change {
         offset: record.offset,
         row_key: keys.render(topic, event, key),
-        version: encode_version(event.version),
+        version,
         body,
     }))
 }
 
-fn row_body(after: &Map<String, Value>, layout: Layout) -> Body {
-    let unavailable = |v: &Value| v.as_str() == Some(UNAVAILABLE_VALUE);
-    match layout {
-        Layout::Hash => {
-            let mut set = Vec::with_capacity(after.len());
-            let mut unset = Vec::new();
-            for (column, value) in after {
-                if unavailable(value) {
-                    continue;
-                }
-                match text(value) {
-                    Some(t) => set.push((column.clone(), t)),
-                    None => unset.push(column.clone()),
-                }
-            }
-            Body::Hash { set, unset }
-        }
-        Layout::Json => Body::Json {
-            row: after.clone(),
-            unavailable: after
-                .iter()
-                .filter(|(_, v)| unavailable(v))
-                .map(|(c, _)| c.clone())
-                .collect(),
-        },
+fn json_body(after: &Map<String, Value>) -> Body<'static> {
+    Body::Json {
+        row: after.clone(),
+        unavailable: after
+            .iter()
+            .filter(|(_, v)| v.as_str() == Some(UNAVAILABLE_VALUE))
+            .map(|(c, _)| c.clone())
+            .collect(),
     }
 }
 
 /// The row keys whose stored JSON rows [`merge_json`] needs.
-pub fn keys_to_merge(changes: &[Change]) -> Vec<String> {
+pub fn keys_to_merge(changes: &[Change<'_>]) -> Vec<String> {
     let mut keys: Vec<String> = changes
         .iter()
         .filter(|c| matches!(&c.body, Body::Json { unavailable, .. } if !unavailable.is_empty()))
@@ -234,7 +311,7 @@ type MergeBase = (Option<String>, Option<Map<String, Value>>);
 /// or earlier in the batch. A column whose base row is unknown (not cached) is
 /// left out of the row.
 pub fn merge_json(
-    changes: &mut [Change],
+    changes: &mut [Change<'_>],
     stored: HashMap<String, (Option<String>, Option<String>)>,
 ) {
     let mut state: HashMap<String, MergeBase> = stored
@@ -256,11 +333,11 @@ pub fn merge_json(
         };
         if version
             .as_deref()
-            .is_some_and(|v| v >= change.version.as_str())
+            .is_some_and(|v| v >= change.version_str())
         {
             continue; // the script will skip it too
         }
-        *version = Some(change.version.clone());
+        *version = Some(change.version_str().to_owned());
         match &mut change.body {
             Body::Delete => *base = None,
             Body::Json { row, unavailable } => {
@@ -276,7 +353,7 @@ pub fn merge_json(
                 }
                 *base = Some(row.clone());
             }
-            Body::Hash { .. } => {}
+            Body::Hash(_) => {}
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The one Lua script that applies a chunk of changes and stores the position.
+//! The Lua scripts that apply a chunk of changes and store the position —
+//! one per layout, each called once per chunk.
 //!
 //! Redis runs a script atomically: no other command runs in between, and the
 //! writes of a script reach the append-only file (and replicas) as one unit,
@@ -9,29 +10,55 @@
 //! position is written last, only when every change went through, and every
 //! row write is guarded by its version: a failed call is safe to repeat.
 //!
-//! # Arguments
+//! Versions are 40 ASCII digits (zero-padded commit LSN and event ordinal), so
+//! Lua's string `<` orders them exactly in any locale, without Lua's 53-bit
+//! numbers.
 //!
-//! `KEYS[1]` is the positions hash; then two keys per change: the row key and
-//! the version key. `ARGV` is a header — position field, next offset (`""` =
-//! do not store a position), row TTL ms, tombstone TTL ms — then per change:
+//! # Hash layout ([`HASH_SCRIPT`])
+//!
+//! The version of a live row is a field of its hash (`version.field`); a
+//! deleted row leaves its version in a separate tombstone key
+//! (`<version.key.prefix><row key>`, with `tombstone.ttl.seconds`). Per
+//! change: `HGET row version-field` reads the stored version (the one read
+//! that can meet `WRONGTYPE`, before anything is written); only when the row
+//! is absent is the tombstone read. A newer upsert is one
+//! `HSET row version-field ours col val ...` (plus `HDEL` of null columns),
+//! and removes a tombstone it supersedes; a newer delete is `DEL row` and the
+//! tombstone `SET`. A stale change writes nothing. Unchanged TOAST columns are
+//! simply not mentioned, and a column dropped from the table stays in the
+//! hash until the row is deleted (no read-modify-write).
+//!
+//! `KEYS[1]` is the positions hash, `KEYS[1 + i]` the row key of change `i`.
+//! `ARGV` is a header — position field, next offset (`""` = do not store a
+//! position), row TTL ms, tombstone TTL ms, version field, tombstone key
+//! prefix — then per change:
 //!
 //! | op | arguments |
 //! | --- | --- |
-//! | `H` hash row | version, n, n × (field, value), m, m × null field |
-//! | `J` JSON row | version, JSON text |
+//! | `H` upsert | version, fields |
+//! | `N` upsert with null columns | version, fields, null fields |
 //! | `D` delete | version |
 //!
-//! `H` sets the given fields and removes the null ones, keeping every other
-//! field: unchanged TOAST columns are simply not mentioned, and a column
-//! dropped from the table stays in the hash until the row is deleted (one
-//! `HSET`, no read-modify-write). A change is applied only if its version is
-//! greater than the stored one: one `SET version-key ours GET` reads the
-//! stored version and writes ours in a single command (Redis ≥ 6.2), and the
-//! rare stale change puts the stored version back. Versions are 40 ASCII digits (zero-padded
-//! commit LSN and event ordinal), so Lua's string `<` orders them exactly in
-//! any locale, without Lua's 53-bit numbers.
+//! where *fields* is `field, value, field, value, ...` and *null fields* is
+//! `field, ...`, each packed as a sequence of MessagePack strings
+//! ([`pack_str`]) that the script unpacks straight into `HSET`/`HDEL`
+//! (`cmsgpack`, built into Redis). Packing matters: each script argument
+//! costs Redis a parse, a Lua string and garbage collection, and with one
+//! argument per field the script spent more time on its arguments than on
+//! its commands (see BENCHMARKS.md).
 //!
-//! # Reply
+//! # JSON layout ([`JSON_SCRIPT`])
+//!
+//! The row is a string holding JSON, so its version lives beside it at
+//! `<version.key.prefix><row key>` (the tombstone after a delete). One
+//! `SET version-key ours GET` (Redis ≥ 6.2) reads the stored version and
+//! writes ours in one command; the rare stale change puts the stored one back.
+//! `KEYS[1]` is the positions hash, then two keys per change: the row key and
+//! the version key. `ARGV` is a header — position field, next offset, row TTL
+//! ms, tombstone TTL ms — then per change `J`, version, JSON text; or `D`,
+//! version.
+//!
+//! # Reply (both)
 //!
 //! `{0, applied, skipped}`; or `{1, i, ...}`: the 1-based changes whose row key
 //! holds another Redis type (`WRONGTYPE`), in which case no position was
@@ -39,27 +66,82 @@
 
 use crate::event::Version;
 
-/// The Lua source. Loaded once per connection (SCRIPT LOAD) and called by SHA.
-pub const APPLY_SCRIPT: &str = r#"
+/// Applies hash-layout changes (see the module docs). Loaded once per
+/// connection (SCRIPT LOAD) and called by SHA.
+pub const HASH_SCRIPT: &str = r#"
+local ttl = tonumber(ARGV[3])
+local tomb_ttl = tonumber(ARGV[4])
+local vfield, tomb_prefix = ARGV[5], ARGV[6]
+local call, try, unpack_fields = redis.call, redis.pcall, cmsgpack.unpack
+local applied, skipped = 0, 0
+local wrongtype = {}
+local nargs = #ARGV
+local a, i = 7, 0
+
+while a <= nargs do
+  i = i + 1
+  local op, ver = ARGV[a], ARGV[a + 1]
+  local row = KEYS[i + 1]
+  local fields, nulls
+  if op == 'H' then
+    fields = ARGV[a + 2]
+    a = a + 3
+  elseif op == 'N' then
+    fields, nulls = ARGV[a + 2], ARGV[a + 3]
+    a = a + 4
+  else
+    a = a + 2
+  end
+  -- The stored version: the live row's field, else the tombstone's.
+  local stored = try('HGET', row, vfield)
+  local foreign = false
+  if type(stored) == 'table' then
+    if string.sub(stored.err, 1, 9) ~= 'WRONGTYPE' then error(stored) end
+    stored, foreign = false, true
+  end
+  local tomb
+  if not stored then
+    tomb = tomb_prefix .. row
+    stored = call('GET', tomb)
+  end
+  if foreign and op ~= 'D' then
+    wrongtype[#wrongtype + 1] = i
+  elseif stored and stored >= ver then
+    skipped = skipped + 1
+  elseif op == 'D' then
+    call('DEL', row)
+    if tomb_ttl > 0 then
+      call('SET', tomb or (tomb_prefix .. row), ver, 'PX', tomb_ttl)
+    else
+      call('SET', tomb or (tomb_prefix .. row), ver)
+    end
+    applied = applied + 1
+  else
+    if nulls then call('HDEL', row, unpack_fields(nulls)) end
+    call('HSET', row, vfield, ver, unpack_fields(fields))
+    if ttl > 0 then call('PEXPIRE', row, ttl) end
+    if tomb and stored then call('DEL', tomb) end
+    applied = applied + 1
+  end
+end
+
+if #wrongtype > 0 then
+  table.insert(wrongtype, 1, 1)
+  return wrongtype
+end
+if ARGV[2] ~= '' then
+  call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+return {0, applied, skipped}
+"#;
+
+/// Applies JSON-layout changes (see the module docs). Loaded once per
+/// connection (SCRIPT LOAD) and called by SHA.
+pub const JSON_SCRIPT: &str = r#"
 local ttl = tonumber(ARGV[3])
 local tomb_ttl = tonumber(ARGV[4])
 local applied, skipped = 0, 0
-local wrongtype = {}
-local a, k, i = 5, 2, 0
-
--- Runs a write; true when it worked, false on WRONGTYPE; other errors abort the call.
-local function write(...)
-  local r = redis.pcall(...)
-  if type(r) == 'table' and r.err then
-    if string.sub(r.err, 1, 9) == 'WRONGTYPE' then return false end
-    error(r)
-  end
-  return true
-end
-
-local function expire(key, ms)
-  if ms > 0 then redis.call('PEXPIRE', key, ms) end
-end
+local a, k = 5, 2
 
 -- Puts back a version that ours did not supersede. A version whose row is
 -- gone is a tombstone and gets the tombstone expiry again (restarted, so a
@@ -77,22 +159,10 @@ local function restore(vkey, prev, row)
 end
 
 while a <= #ARGV do
-  i = i + 1
   local op, ver = ARGV[a], ARGV[a + 1]
   local row, vkey = KEYS[k], KEYS[k + 1]
   k = k + 2
-  local first, last, nulls_from, nulls_to
-  if op == 'H' then
-    local n = tonumber(ARGV[a + 2])
-    first, last = a + 3, a + 2 + 2 * n
-    local m = tonumber(ARGV[last + 1])
-    nulls_from, nulls_to = last + 2, last + 1 + m
-    a = nulls_to + 1
-  elseif op == 'J' then
-    a = a + 3
-  else
-    a = a + 2
-  end
+  if op == 'J' then a = a + 3 else a = a + 2 end
   -- One write both reads the stored version and stores ours (SET .. GET);
   -- when ours is not newer, the stored one is put back.
   local prev
@@ -107,42 +177,38 @@ while a <= #ARGV do
     restore(vkey, prev, row)
     skipped = skipped + 1
   else
-    local ok = true
     if op == 'D' then
       redis.call('DEL', row)
-    elseif op == 'J' then
-      ok = write('SET', row, ARGV[a - 1])
     else
-      if nulls_to >= nulls_from then
-        ok = write('HDEL', row, unpack(ARGV, nulls_from, nulls_to))
-      end
-      if ok and last >= first then
-        ok = write('HSET', row, unpack(ARGV, first, last))
-      end
+      redis.call('SET', row, ARGV[a - 1])
+      if ttl > 0 then redis.call('PEXPIRE', row, ttl) end
     end
-    if ok then
-      if op ~= 'D' then expire(row, ttl) end
-      applied = applied + 1
-    else
-      restore(vkey, prev, row)
-      wrongtype[#wrongtype + 1] = i
-    end
+    applied = applied + 1
   end
 end
 
-if #wrongtype > 0 then
-  table.insert(wrongtype, 1, 1)
-  return wrongtype
-end
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 end
 return {0, applied, skipped}
 "#;
 
-/// A version as the script compares it: 40 ASCII digits.
+/// A version as the scripts compare it: 40 ASCII digits.
 pub fn encode_version(v: Version) -> String {
-    format!("{:020}{:020}", v.lsn, v.seq)
+    let mut buf = [0u8; 40];
+    write_version(v, &mut buf);
+    buf.iter().map(|b| char::from(*b)).collect()
+}
+
+/// [`encode_version`] into a buffer, without allocating.
+pub fn write_version(v: Version, out: &mut [u8; 40]) {
+    let (lsn, seq) = out.split_at_mut(20);
+    for (half, mut n) in [(lsn, v.lsn), (seq, v.seq)] {
+        for b in half.iter_mut().rev() {
+            *b = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+    }
 }
 
 /// Parses [`encode_version`]'s output.
@@ -151,6 +217,25 @@ pub fn decode_version(s: &str) -> Option<Version> {
         return None;
     }
     Some(Version::new(s[..20].parse().ok()?, s[20..].parse().ok()?))
+}
+
+/// Appends `bytes` to `out` as one MessagePack string (the format family
+/// `cmsgpack.unpack` returns as a Lua string).
+pub fn pack_str(out: &mut Vec<u8>, bytes: &[u8]) {
+    let n = bytes.len();
+    if n < 32 {
+        out.push(0xa0 | n as u8);
+    } else if let Ok(n) = u8::try_from(n) {
+        out.extend_from_slice(&[0xd9, n]);
+    } else if let Ok(n) = u16::try_from(n) {
+        out.push(0xda);
+        out.extend_from_slice(&n.to_be_bytes());
+    } else {
+        // Redis bounds one argument at 512 MB, far below u32::MAX.
+        out.push(0xdb);
+        out.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
+    }
+    out.extend_from_slice(bytes);
 }
 
 /// The field of a partition in the positions hash: `<topic>:<partition>`

@@ -9,8 +9,10 @@ use redis::{Client, IntoConnectionInfo};
 
 use super::config::{Layout, RedisConfig};
 use super::error::{classify, is_noscript};
-use super::plan::{json_text, keys_to_merge, merge_json, plan, Body, Change, KeyPattern};
-use super::script::{position_field, Reply, APPLY_SCRIPT};
+use super::plan::{
+    hash_fields, json_text, keys_to_merge, merge_json, plan, Body, Change, FieldValue, KeyPattern,
+};
+use super::script::{pack_str, position_field, Reply, HASH_SCRIPT, JSON_SCRIPT};
 use crate::error::{RecordFailure, SinkError};
 use crate::sink::{Batch, Positions, Sink, TopicPartition};
 
@@ -24,6 +26,7 @@ pub struct RedisSink {
     layout: Layout,
     keys: KeyPattern,
     version_prefix: String,
+    version_field: String,
     positions_prefix: String,
     ttl_ms: u64,
     tombstone_ttl_ms: u64,
@@ -69,6 +72,7 @@ impl RedisSink {
             layout: config.layout,
             keys: KeyPattern::new(&config.key_pattern, &config.key_separator),
             version_prefix: config.version_prefix.clone(),
+            version_field: config.version_field.clone(),
             positions_prefix: config.positions_prefix.clone(),
             ttl_ms: config.ttl_ms(),
             tombstone_ttl_ms: config.tombstone_ttl_ms(),
@@ -85,16 +89,24 @@ impl RedisSink {
         format!("{}{group}", self.positions_prefix)
     }
 
-    /// The key holding a row's version (and, after a delete, its tombstone).
+    /// The key holding a row's tombstone after a delete (and, in the JSON
+    /// layout, the version of a live row too).
     pub fn version_key(&self, row_key: &str) -> String {
         format!("{}{row_key}", self.version_prefix)
+    }
+
+    fn script(&self) -> &'static str {
+        match self.layout {
+            Layout::Hash => HASH_SCRIPT,
+            Layout::Json => JSON_SCRIPT,
+        }
     }
 
     async fn load_script(&self) -> Result<String, SinkError> {
         let mut conn = self.conn.clone();
         redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(APPLY_SCRIPT)
+            .arg(self.script())
             .query_async(&mut conn)
             .await
             .map_err(|e| classify("SCRIPT LOAD", e))
@@ -145,43 +157,63 @@ impl RedisSink {
             .collect())
     }
 
-    /// The `EVALSHA` applying `chunk`, storing `position` when given.
+    /// The `EVALSHA` applying `chunk`, storing `position` when given (the
+    /// arguments are described in the script module).
     fn script_cmd(
         &self,
         positions_key: &str,
-        chunk: &[Change],
+        chunk: &[Change<'_>],
         position: Option<(&str, i64)>,
     ) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
+        let keys_per_change = match self.layout {
+            Layout::Hash => 1,
+            Layout::Json => 2,
+        };
         cmd.arg(&self.sha)
-            .arg(1 + 2 * chunk.len())
+            .arg(1 + keys_per_change * chunk.len())
             .arg(positions_key);
         for c in chunk {
-            cmd.arg(&c.row_key).arg(self.version_key(&c.row_key));
+            cmd.arg(&c.row_key);
+            if self.layout == Layout::Json {
+                cmd.arg(self.version_key(&c.row_key));
+            }
         }
         match position {
             Some((field, next)) => cmd.arg(field).arg(next),
             None => cmd.arg("").arg(""),
         };
         cmd.arg(self.ttl_ms).arg(self.tombstone_ttl_ms);
+        if self.layout == Layout::Hash {
+            cmd.arg(&self.version_field).arg(&self.version_prefix);
+        }
+        let (mut packed, mut text) = (Vec::new(), String::new());
         for c in chunk {
             match &c.body {
                 Body::Delete => {
-                    cmd.arg("D").arg(&c.version);
+                    cmd.arg("D").arg(&c.version[..]);
                 }
                 Body::Json { row, unavailable } => {
                     cmd.arg("J")
-                        .arg(&c.version)
+                        .arg(&c.version[..])
                         .arg(json_text(row, unavailable));
                 }
-                Body::Hash { set, unset } => {
-                    cmd.arg("H").arg(&c.version).arg(set.len());
+                Body::Hash(row) => {
+                    let (set, unset) = hash_fields(row);
+                    let op = if unset.is_empty() { "H" } else { "N" };
+                    cmd.arg(op).arg(&c.version[..]);
+                    packed.clear();
                     for (f, v) in set {
-                        cmd.arg(f).arg(v);
+                        pack_str(&mut packed, f.as_bytes());
+                        pack_field(&mut packed, v, &mut text);
                     }
-                    cmd.arg(unset.len());
-                    for f in unset {
-                        cmd.arg(f);
+                    cmd.arg(&packed[..]);
+                    if !unset.is_empty() {
+                        packed.clear();
+                        for f in unset {
+                            pack_str(&mut packed, f.as_bytes());
+                        }
+                        cmd.arg(&packed[..]);
                     }
                 }
             }
@@ -217,7 +249,7 @@ impl RedisSink {
     }
 
     /// Splits changes into calls bounded by `script.max.changes` and `script.max.bytes`.
-    fn chunks<'a>(&self, changes: &'a [Change]) -> Vec<&'a [Change]> {
+    fn chunks<'a, 'b>(&self, changes: &'a [Change<'b>]) -> Vec<&'a [Change<'b>]> {
         let mut out = Vec::new();
         let (mut start, mut bytes) = (0, 0);
         for (i, c) in changes.iter().enumerate() {
@@ -231,6 +263,21 @@ impl RedisSink {
         }
         out.push(&changes[start..]);
         out
+    }
+}
+
+/// Packs a hash field's value: strings as is, other values as their JSON
+/// text (`text` is scratch space).
+fn pack_field(out: &mut Vec<u8>, v: FieldValue<'_>, text: &mut String) {
+    use std::fmt::Write;
+    match v {
+        FieldValue::Str(s) => pack_str(out, s.as_bytes()),
+        FieldValue::Json(other) => {
+            text.clear();
+            // Writing into a String cannot fail.
+            let _ = write!(text, "{other}");
+            pack_str(out, text.as_bytes());
+        }
     }
 }
 
@@ -270,7 +317,8 @@ impl Sink for RedisSink {
     }
 
     async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
-        let mut changes = plan(batch, self.layout, &self.keys).map_err(SinkError::Rejected)?;
+        let mut changes = plan(batch, self.layout, &self.keys, &self.version_field)
+            .map_err(SinkError::Rejected)?;
         if self.layout == Layout::Json {
             let keys = keys_to_merge(&changes);
             if !keys.is_empty() {

@@ -6,8 +6,11 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::config::Layout;
-use super::plan::{keys_to_merge, merge_json, plan, Body, KeyPattern, UNAVAILABLE_VALUE};
-use super::script::{decode_version, encode_version, Reply};
+use super::config::DEFAULT_VERSION_FIELD as VF;
+use super::plan::{
+    hash_fields, keys_to_merge, merge_json, plan, Body, FieldValue, KeyPattern, UNAVAILABLE_VALUE,
+};
+use super::script::{decode_version, encode_version, pack_str, Reply};
 use crate::event::{decode_value, Version};
 use crate::kinds::{parse_config, SinkConfig};
 use crate::sink::{Batch, Record};
@@ -104,30 +107,80 @@ fn keys_render_from_the_pattern() {
         KeyPattern::new("{table}:{key}", ":").render("t", e, &json!({"id": 7})),
         "orders:7"
     );
+    assert_eq!(
+        KeyPattern::new("c:{key}:{key}!", ":").render("t", e, &json!({"id": "a"})),
+        "c:a:a!"
+    );
 }
 
 #[test]
 fn hash_rows_skip_unavailable_and_unset_nulls() {
     let row = json!({"id": 1, "note": null, "body": UNAVAILABLE_VALUE, "n": "1.50", "ok": true, "tags": [1, 2]});
     let b = batch(vec![event_record(5, 1, "u", row, 10, 2)]);
-    let changes = plan(&b, Layout::Hash, &KeyPattern::new("{table}:{key}", ":")).expect("plan");
+    let changes = plan(&b, Layout::Hash, &KeyPattern::new("{table}:{key}", ":"), VF).expect("plan");
     assert_eq!(changes.len(), 1);
     assert_eq!(changes[0].row_key, "orders:1");
-    assert_eq!(changes[0].version, encode_version(Version::new(10, 2)));
-    let Body::Hash { set, unset } = &changes[0].body else {
+    assert_eq!(
+        changes[0].version_str(),
+        encode_version(Version::new(10, 2))
+    );
+    let Body::Hash(row) = &changes[0].body else {
         panic!("not a hash body")
     };
-    let set: Vec<(&str, &str)> = set.iter().map(|(f, v)| (f.as_str(), v.as_str())).collect();
+    let (set, unset) = hash_fields(row);
+    let set: Vec<(&str, String)> = set
+        .into_iter()
+        .map(|(f, v)| {
+            let text = match v {
+                FieldValue::Str(s) => s.to_owned(),
+                FieldValue::Json(v) => v.to_string(),
+            };
+            (f, text)
+        })
+        .collect();
     assert_eq!(
         set,
         vec![
-            ("id", "1"),
-            ("n", "1.50"),
-            ("ok", "true"),
-            ("tags", "[1,2]")
+            ("id", "1".to_string()),
+            ("n", "1.50".to_string()),
+            ("ok", "true".to_string()),
+            ("tags", "[1,2]".to_string())
         ]
     );
-    assert_eq!(unset, &vec!["note".to_string()]);
+    assert_eq!(unset, vec!["note"]);
+}
+
+#[test]
+fn a_column_named_like_the_version_field_is_rejected() {
+    let row = json!({"id": 1, "_oncely_version": "x"});
+    let b = batch(vec![event_record(5, 1, "u", row, 10, 2)]);
+    let keys = KeyPattern::new("{table}:{key}", ":");
+    let failures = plan(&b, Layout::Hash, &keys, VF).expect_err("collision");
+    assert_eq!(failures[0].offset, 5);
+    assert!(failures[0].reason.contains("version.field"), "{failures:?}");
+    // The JSON layout keeps versions apart from rows: no collision there.
+    assert!(plan(&b, Layout::Json, &keys, VF).is_ok());
+}
+
+#[test]
+fn packed_strings_are_messagepack_strings() {
+    let mut out = Vec::new();
+    for len in [0usize, 31, 32, 255, 256, 65_535, 65_536] {
+        out.clear();
+        let text = vec![b'x'; len];
+        pack_str(&mut out, &text);
+        let header: &[u8] = match len {
+            0 => &[0xa0],
+            31 => &[0xbf],
+            32 => &[0xd9, 32],
+            255 => &[0xd9, 255],
+            256 => &[0xda, 1, 0],
+            65_535 => &[0xda, 0xff, 0xff],
+            _ => &[0xdb, 0, 1, 0, 0],
+        };
+        assert_eq!(&out[..header.len()], header, "{len}");
+        assert_eq!(&out[header.len()..], &text[..], "{len}");
+    }
 }
 
 #[test]
@@ -137,14 +190,14 @@ fn tombstones_and_messages_are_skipped_truncates_rejected() {
         event_record(1, 1, "d", json!({"id": 1}), 5, 0),
         tombstone,
     ]);
-    let changes = plan(&b, Layout::Hash, &KeyPattern::new("{table}:{key}", ":")).expect("plan");
+    let changes = plan(&b, Layout::Hash, &KeyPattern::new("{table}:{key}", ":"), VF).expect("plan");
     assert_eq!(changes.len(), 1);
     assert_eq!(changes[0].body, Body::Delete);
 
     let value = json!({"op": "t", "source": {"table": "orders", "commit_lsn": 9}});
     let payload = decode_value(Some(value.to_string().as_bytes())).expect("truncate");
     let b = batch(vec![Record::new(3, None, payload)]);
-    let failures = plan(&b, Layout::Hash, &KeyPattern::new("{table}:{key}", ":"))
+    let failures = plan(&b, Layout::Hash, &KeyPattern::new("{table}:{key}", ":"), VF)
         .expect_err("truncate rejected");
     assert_eq!(failures.len(), 1);
     assert_eq!(failures[0].offset, 3);
@@ -183,7 +236,7 @@ fn json_merge_takes_unavailable_columns_from_the_newest_prior_row() {
             0,
         ),
     ]);
-    let mut changes = plan(&b, Layout::Json, &keys).expect("plan");
+    let mut changes = plan(&b, Layout::Json, &keys, VF).expect("plan");
     assert_eq!(keys_to_merge(&changes), vec!["orders:1", "orders:2"]);
     let mut stored = HashMap::new();
     stored.insert(
