@@ -4,9 +4,19 @@
 //! A worker lives from the assignment of its partition to its revocation (or
 //! the runner's stop). It applies one batch at a time, so batches of a
 //! partition never overlap; workers of different partitions run concurrently.
+//!
+//! A worker is two stages: the *decoder* (a task of its own) collects the
+//! next batch and decodes its envelopes while the *applier* writes the
+//! previous one, handing over through a channel of one batch. Decoding is CPU
+//! work on this side and applying mostly waits for the target, so overlapping
+//! them keeps the target busy. Order is unchanged: batches are applied in the
+//! order they were collected, and a decoded batch still holds its records'
+//! byte budget until it is applied. On stop, the applier finishes the batch it
+//! is writing and drops any batch already decoded behind it (nothing of it is
+//! acknowledged, so it is read again).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
@@ -14,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::dlq::DeadLetter;
 use super::shared::Shared;
 use crate::error::{RecordFailure, SinkError};
-use crate::event::{decode_key, decode_value};
+use crate::event::{decode_key, decode_value, DecodeError};
 use crate::retry::{retry, Backoff, RetryOutcome};
 use crate::sink::{Batch, Record};
 
@@ -41,11 +51,45 @@ pub(crate) struct Control {
     pub abandon: CancellationToken,
 }
 
+/// A record that could not be decoded, to dead-letter before its batch is applied.
+struct Undecodable {
+    offset: i64,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    error: DecodeError,
+}
+
+/// A collected and decoded batch on its way to the applier.
+struct Decoded {
+    records: Vec<Record>,
+    undecodable: Vec<Undecodable>,
+    next_offset: i64,
+    decode_time: Duration,
+    /// The byte budget of the batch's records, released once it is applied.
+    _permits: Vec<OwnedSemaphorePermit>,
+}
+
 pub(crate) struct Worker {
     shared: Arc<Shared>,
     topic: Arc<str>,
     partition: i32,
     rx: mpsc::Receiver<Incoming>,
+    control: Control,
+    backoff: Backoff,
+}
+
+/// The collecting and decoding stage of a worker.
+struct Decoder {
+    shared: Arc<Shared>,
+    rx: mpsc::Receiver<Incoming>,
+    stop: CancellationToken,
+}
+
+/// The applying stage of a worker.
+struct Applier {
+    shared: Arc<Shared>,
+    topic: Arc<str>,
+    partition: i32,
     control: Control,
     backoff: Backoff,
 }
@@ -69,21 +113,44 @@ impl Worker {
     }
 
     /// Runs until stopped, abandoned or failed; a fatal error is handed to the runner.
-    pub(crate) async fn run(mut self) {
+    pub(crate) async fn run(self) {
+        let (tx, queue) = mpsc::channel(1);
+        // The decoder stops with the worker, or when the applier gives up.
+        let decoder_stop = self.control.stop.child_token();
+        let decoder = Decoder {
+            shared: self.shared.clone(),
+            rx: self.rx,
+            stop: decoder_stop.clone(),
+        };
+        // A task of its own, so decoding runs in parallel with the applier's
+        // own work instead of only while it waits.
+        let decoding = tokio::spawn(decoder.run(tx));
+        let mut applier = Applier {
+            shared: self.shared,
+            topic: self.topic,
+            partition: self.partition,
+            control: self.control,
+            backoff: self.backoff,
+        };
+        applier.run(queue).await;
+        decoder_stop.cancel();
+        if let Err(e) = decoding.await {
+            tracing::error!(
+                topic = %applier.topic,
+                partition = applier.partition,
+                "the decoding task failed: {e}"
+            );
+        }
+    }
+}
+
+impl Decoder {
+    /// Collects and decodes batches until stopped or the applier is gone.
+    async fn run(mut self, tx: mpsc::Sender<Decoded>) {
         loop {
             let (incoming, stopping) = self.collect().await;
-            if let Some(last) = incoming.last() {
-                let next_offset = last.offset + 1;
-                match self.process(incoming).await {
-                    Ok(()) => self
-                        .shared
-                        .record_progress(&self.topic, self.partition, next_offset),
-                    Err(Unfinished::Abandoned) => return,
-                    Err(Unfinished::Fatal(e)) => {
-                        self.shared.fail(e);
-                        return;
-                    }
-                }
+            if !incoming.is_empty() && tx.send(decode(incoming)).await.is_err() {
+                return;
             }
             if stopping {
                 return;
@@ -98,7 +165,7 @@ impl Worker {
         let mut out = Vec::new();
         let first = tokio::select! {
             biased;
-            _ = self.control.stop.cancelled() => return (out, true),
+            _ = self.stop.cancelled() => return (out, true),
             m = self.rx.recv() => m,
         };
         let Some(first) = first else {
@@ -109,7 +176,7 @@ impl Worker {
         while out.len() < max {
             tokio::select! {
                 biased;
-                _ = self.control.stop.cancelled() => return (out, true),
+                _ = self.stop.cancelled() => return (out, true),
                 _ = tokio::time::sleep_until(deadline) => break,
                 m = self.rx.recv() => match m {
                     Some(m) => out.push(m),
@@ -119,38 +186,88 @@ impl Worker {
         }
         (out, false)
     }
+}
 
-    /// Decodes, dead-letters undecodable records, then applies the rest.
-    async fn process(&mut self, incoming: Vec<Incoming>) -> Result<(), Unfinished> {
-        let started = Instant::now();
-        let next_offset = incoming.last().map_or(0, |m| m.offset + 1);
-        let mut records = Vec::with_capacity(incoming.len());
-        for m in incoming {
-            let decoded = decode_key(m.key.as_deref())
-                .and_then(|k| Ok((k, decode_value(m.value.as_deref())?)));
-            match decoded {
-                Ok((key, payload)) => {
-                    let mut r = Record::new(m.offset, key, payload)
-                        .with_raw(m.key.as_deref(), m.value.as_deref());
-                    r.timestamp_ms = m.timestamp_ms;
-                    records.push(r);
-                }
-                Err(e) => {
-                    let topic = self.topic.clone();
-                    let letter = DeadLetter {
-                        topic: &topic,
-                        partition: self.partition,
-                        offset: m.offset,
-                        key: m.key.as_deref(),
-                        value: m.value.as_deref(),
-                        reason: &e.to_string(),
-                    };
-                    self.dead_letter(&letter).await?;
+/// Decodes keys and envelopes; what cannot be decoded is set aside for the dead-letter topic.
+fn decode(incoming: Vec<Incoming>) -> Decoded {
+    let started = Instant::now();
+    let next_offset = incoming.last().map_or(0, |m| m.offset + 1);
+    let mut records = Vec::with_capacity(incoming.len());
+    let mut undecodable = Vec::new();
+    let mut permits = Vec::with_capacity(incoming.len());
+    for m in incoming {
+        permits.push(m._permit);
+        let decoded =
+            decode_key(m.key.as_deref()).and_then(|k| Ok((k, decode_value(m.value.as_deref())?)));
+        match decoded {
+            Ok((key, payload)) => {
+                let mut r = Record::new(m.offset, key, payload)
+                    .with_raw(m.key.as_deref(), m.value.as_deref());
+                r.timestamp_ms = m.timestamp_ms;
+                records.push(r);
+            }
+            Err(error) => undecodable.push(Undecodable {
+                offset: m.offset,
+                key: m.key,
+                value: m.value,
+                error,
+            }),
+        }
+    }
+    Decoded {
+        records,
+        undecodable,
+        next_offset,
+        decode_time: started.elapsed(),
+        _permits: permits,
+    }
+}
+
+impl Applier {
+    /// Applies decoded batches in order until the queue closes, the worker is
+    /// stopped, or a batch cannot be finished.
+    async fn run(&mut self, mut queue: mpsc::Receiver<Decoded>) {
+        // `queue` is dropped on return, which ends a decoder blocked on sending.
+        while let Some(decoded) = queue.recv().await {
+            let next_offset = decoded.next_offset;
+            match self.process(decoded).await {
+                Ok(()) => self
+                    .shared
+                    .record_progress(&self.topic, self.partition, next_offset),
+                Err(Unfinished::Abandoned) => return,
+                Err(Unfinished::Fatal(e)) => {
+                    self.shared.fail(e);
+                    return;
                 }
             }
+            if self.control.stop.is_cancelled() {
+                return; // a batch decoded behind this one is read again later
+            }
+        }
+    }
+
+    /// Dead-letters undecodable records, then applies the rest.
+    async fn process(&mut self, decoded: Decoded) -> Result<(), Unfinished> {
+        let started = Instant::now();
+        for u in &decoded.undecodable {
+            let topic = self.topic.clone();
+            let letter = DeadLetter {
+                topic: &topic,
+                partition: self.partition,
+                offset: u.offset,
+                key: u.key.as_deref(),
+                value: u.value.as_deref(),
+                reason: &u.error.to_string(),
+            };
+            self.dead_letter(&letter).await?;
         }
         let tp = (self.topic.clone(), self.partition);
-        let mut batch = Batch::new(self.shared.group.clone(), tp, records, next_offset);
+        let mut batch = Batch::new(
+            self.shared.group.clone(),
+            tp,
+            decoded.records,
+            decoded.next_offset,
+        );
         self.apply(&mut batch).await?;
         let m = &self.shared.metrics;
         let sink = self.shared.sink.name();
@@ -159,7 +276,7 @@ impl Worker {
             .inc_by(batch.len() as u64);
         m.batch_duration
             .with_label_values(&[sink])
-            .observe(started.elapsed().as_secs_f64());
+            .observe((decoded.decode_time + started.elapsed()).as_secs_f64());
         Ok(())
     }
 

@@ -209,10 +209,21 @@ impl PostgresSink {
             .catalog
             .ensure_target(client, table, &key, &wanted)
             .await?;
+        let info_key: Vec<&str> = info.key.iter().map(String::as_str).collect();
         let mut groups: Vec<Group<'a>> = Vec::new();
+        // Rows of one table nearly always share their shape (columns, specs,
+        // unavailable set): the checks of a row like the previous accepted one
+        // are not repeated, and it joins the same group.
+        let mut previous: Option<(usize, usize)> = None;
         'rows: for row in rows {
-            let row_key: Vec<&str> = row.key.keys().copied().collect();
-            if row_key != info.key.iter().map(String::as_str).collect::<Vec<_>>() {
+            if let Some((g, i)) = previous {
+                if same_shape(&groups[g].rows[i], &row) {
+                    groups[g].rows.push(row);
+                    continue;
+                }
+            }
+            if !row.key.keys().copied().eq(info_key.iter().copied()) {
+                let row_key: Vec<&str> = row.key.keys().copied().collect();
                 rejected.push(RecordFailure::new(
                     row.offset,
                     format!(
@@ -264,15 +275,20 @@ impl PostgresSink {
             let convs: Vec<types::Conv> = convs;
             let same =
                 |g: &Group<'a>| g.delete == delete && g.columns == columns && g.convs == convs;
-            match groups.iter_mut().find(|g| same(g)) {
-                Some(g) => g.rows.push(row),
-                None => groups.push(Group {
-                    columns,
-                    convs,
-                    rows: vec![row],
-                    delete,
-                }),
-            }
+            let g = match groups.iter().position(same) {
+                Some(g) => g,
+                None => {
+                    groups.push(Group {
+                        columns,
+                        convs,
+                        rows: Vec::new(),
+                        delete,
+                    });
+                    groups.len() - 1
+                }
+            };
+            groups[g].rows.push(row);
+            previous = Some((g, groups[g].rows.len() - 1));
         }
         Ok(Some(Ready::Rows(info, groups)))
     }
@@ -309,6 +325,23 @@ impl PostgresSink {
         tx.rollback().await?;
         Ok(failures)
     }
+}
+
+/// Whether two rows of a table have the same columns, column specs and
+/// unavailable columns, so that the checks and group of one hold for the other.
+/// (Key columns and the version's range are checked per row by the caller
+/// only on a shape change; a version outside bigint is rare enough to recheck.)
+fn same_shape(a: &Row<'_>, b: &Row<'_>) -> bool {
+    i64::try_from(b.version.lsn).is_ok()
+        && i64::try_from(b.version.seq).is_ok()
+        && a.key.keys().eq(b.key.keys())
+        && a.unavailable == b.unavailable
+        && a.specs == b.specs
+        && match (&a.values, &b.values) {
+            (None, None) => true,
+            (Some(x), Some(y)) => x.keys().eq(y.keys()),
+            _ => false,
+        }
 }
 
 #[async_trait]

@@ -2,6 +2,7 @@
 //! newest change per key, history rows, truncates in their place. Pure: no I/O.
 
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 
 use serde_json::{Map, Value};
 
@@ -90,7 +91,7 @@ pub struct Plan<'a> {
 pub fn plan<'a>(config: &PostgresConfig, batch: &'a Batch) -> Plan<'a> {
     let mut out = Plan::default();
     let mut pending: BTreeMap<String, TableRows> = BTreeMap::new();
-    let mut names_cache: Option<((String, String), (String, String))> = None;
+    let mut names_cache: Option<((String, String), Rc<(String, String)>)> = None;
     for record in batch.records() {
         let Some(event) = record.event() else {
             continue; // the key's Kafka tombstone: the delete before it did the work
@@ -102,11 +103,11 @@ pub fn plan<'a>(config: &PostgresConfig, batch: &'a Batch) -> Plan<'a> {
             event.schema_name() == Some(schema.as_str()) && event.table() == Some(table.as_str())
         });
         let names = match cached
-            .map(|(_, names)| Ok(names.clone()))
+            .map(|(_, names)| Ok(Rc::clone(names)))
             .unwrap_or_else(|| {
-                let names = target_names(config, batch.topic(), event)?;
+                let names = Rc::new(target_names(config, batch.topic(), event)?);
                 if let (Some(schema), Some(table)) = (event.schema_name(), event.table()) {
-                    names_cache = Some(((schema.to_owned(), table.to_owned()), names.clone()));
+                    names_cache = Some(((schema.to_owned(), table.to_owned()), Rc::clone(&names)));
                 }
                 Ok::<_, String>(names)
             }) {
@@ -117,10 +118,13 @@ pub fn plan<'a>(config: &PostgresConfig, batch: &'a Batch) -> Plan<'a> {
             }
         };
         if config.history_enabled {
-            out.history
-                .entry(names.1.clone())
-                .or_default()
-                .push(history_row(record, event));
+            let row = history_row(record, event);
+            match out.history.get_mut(&names.1) {
+                Some(rows) => rows.push(row),
+                None => {
+                    out.history.insert(names.1.clone(), vec![row]);
+                }
+            }
         }
         if !config.upsert_enabled {
             continue;
@@ -130,16 +134,16 @@ pub fn plan<'a>(config: &PostgresConfig, batch: &'a Batch) -> Plan<'a> {
                 out.steps.push(Step::Rows(std::mem::take(&mut pending)));
             }
             out.steps.push(Step::Truncate {
-                table: names.0,
+                table: names.0.clone(),
                 version: event.version,
             });
             continue;
         }
         match row_of(record, event) {
-            Ok(row) => {
-                let table = pending.entry(names.0).or_default();
-                collapse(table, row);
-            }
+            Ok(row) => match pending.get_mut(&names.0) {
+                Some(table) => collapse(table, row),
+                None => collapse(pending.entry(names.0.clone()).or_default(), row),
+            },
             Err(reason) => out.rejected.push(RecordFailure::new(record.offset, reason)),
         }
     }
@@ -254,8 +258,7 @@ fn row_of<'a>(record: &'a Record, event: &'a ChangeEvent) -> Result<Row<'a>, Str
 fn collapse<'a>(table: &mut TableRows<'a>, mut row: Row<'a>) {
     let mut id = String::new();
     for value in row.key.values() {
-        id.push_str(&value.to_string());
-        id.push('\u{1f}');
+        push_key_part(&mut id, value);
     }
     match table.rows.remove(&id) {
         None => {}
@@ -276,6 +279,22 @@ fn collapse<'a>(table: &mut TableRows<'a>, mut row: Row<'a>) {
         }
     }
     table.rows.insert(id, row);
+}
+
+/// Appends one key value to a row's identity so that different key tuples never
+/// give the same text: integers and strings (the usual keys) are written
+/// directly with a type tag and, for strings, their length; anything else as JSON.
+fn push_key_part(id: &mut String, value: &Value) {
+    use std::fmt::Write;
+    // Writing into a String cannot fail.
+    let _ = match value {
+        Value::Number(n) if n.is_i64() => write!(id, "i{};", n.as_i64().unwrap_or_default()),
+        Value::String(s) => write!(id, "s{}:{s};", s.len()),
+        other => {
+            let text = other.to_string();
+            write!(id, "j{}:{text};", text.len())
+        }
+    };
 }
 
 #[cfg(test)]

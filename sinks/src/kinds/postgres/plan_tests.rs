@@ -130,3 +130,25 @@ fn a_truncate_splits_the_batch_and_keyless_records_are_rejected() {
         vec![0, 1, 2, 3]
     );
 }
+
+#[test]
+fn key_identities_never_collide() {
+    use serde_json::json;
+    let id = |values: &[serde_json::Value]| {
+        let mut out = String::new();
+        for v in values {
+            super::push_key_part(&mut out, v);
+        }
+        out
+    };
+    let pairs = [
+        (vec![json!("a;"), json!("b")], vec![json!("a"), json!(";b")]),
+        (vec![json!(1)], vec![json!("1")]),
+        (vec![json!("s1:x;")], vec![json!("x")]),
+        (vec![json!(1.5)], vec![json!("1.5")]),
+    ];
+    for (a, b) in pairs {
+        assert_ne!(id(&a), id(&b), "{a:?} vs {b:?}");
+    }
+    assert_eq!(id(&[json!(7), json!("x")]), id(&[json!(7), json!("x")]));
+}
