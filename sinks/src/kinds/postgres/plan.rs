@@ -91,7 +91,7 @@ pub struct Plan<'a> {
 pub fn plan<'a>(config: &PostgresConfig, batch: &'a Batch) -> Plan<'a> {
     let mut out = Plan::default();
     let mut pending: BTreeMap<String, TableRows> = BTreeMap::new();
-    let mut names_cache: Option<((String, String), Rc<(String, String)>)> = None;
+    let mut names_cache: Option<((String, String), Rc<TargetNames>)> = None;
     for record in batch.records() {
         let Some(event) = record.event() else {
             continue; // the key's Kafka tombstone: the delete before it did the work
@@ -152,6 +152,9 @@ pub fn plan<'a>(config: &PostgresConfig, batch: &'a Batch) -> Plan<'a> {
     }
     out
 }
+
+/// (target table, history table).
+type TargetNames = (String, String);
 
 /// (target table, history table) for an event.
 fn target_names(
