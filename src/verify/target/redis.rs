@@ -107,7 +107,11 @@ impl RedisTarget {
                     .map_err(redis_error("read rows (HGETALL)"))?;
                 Ok(hashes
                     .into_iter()
-                    .map(|h| (!h.is_empty()).then_some(TargetRow::Hash(h)))
+                    .map(|mut h| {
+                        // A live row carries its version beside its columns.
+                        h.remove(&self.config.version_field);
+                        (!h.is_empty()).then_some(TargetRow::Hash(h))
+                    })
                     .collect())
             }
             Layout::Json => {
