@@ -14,6 +14,7 @@ pub mod retry;
 pub mod runner;
 pub mod secret;
 pub mod sink;
+pub mod tls;
 pub mod warmup;
 
 pub use config::{OffsetReset, RunnerConfig};

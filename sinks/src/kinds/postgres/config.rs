@@ -22,15 +22,22 @@ pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 /// PostgreSQL's limit on identifier length, in bytes.
 const MAX_IDENTIFIER_BYTES: usize = 63;
 
-/// `sslmode`: how the connection is secured.
+/// `sslmode`: how the connection is secured, with libpq's meanings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum SslMode {
     /// Plain TCP (the default; for loopback or private networks).
     #[default]
     Disable,
-    /// TLS required. Not available in this build: refused by `validate()`.
+    /// TLS when the server offers it, plain otherwise; the certificate is not checked.
+    Prefer,
+    /// TLS or no connection. The certificate is not checked, unless
+    /// `sslrootcert` is set: then its chain is (like `verify-ca`, as libpq does).
     Require,
+    /// TLS, and the server's certificate must chain to a CA of `sslrootcert`.
+    VerifyCa,
+    /// `verify-ca`, and the certificate must also name the host connected to.
+    VerifyFull,
 }
 
 /// `delete.mode`: what a delete event does to the target row.
@@ -70,9 +77,12 @@ pub struct PostgresConfig {
     /// `password`: overrides the URL's password; may be a reference. Never logged.
     #[serde(default)]
     pub password: Option<Secret>,
-    /// `sslmode`: `disable` (default) or `require` (not available in this build).
+    /// `sslmode`: `disable` (default), `prefer`, `require`, `verify-ca`, `verify-full`.
     #[serde(default)]
     pub sslmode: SslMode,
+    /// `sslrootcert`: PEM file of the CAs to trust (needed by `verify-ca` and `verify-full`).
+    #[serde(default)]
+    pub sslrootcert: Option<String>,
     /// `pool.max.size`: pooled connections (each partition worker uses one per batch).
     #[serde(rename = "pool.max.size", default = "default_pool_max_size")]
     pub pool_max_size: usize,
@@ -114,6 +124,7 @@ impl fmt::Debug for PostgresConfig {
         f.debug_struct("PostgresConfig")
             .field("url", &"***")
             .field("sslmode", &self.sslmode)
+            .field("sslrootcert", &self.sslrootcert)
             .field("target_schema", &self.target_schema)
             .field("table_name_format", &self.table_name_format)
             .field("upsert_enabled", &self.upsert_enabled)
@@ -153,6 +164,7 @@ impl PostgresConfig {
             url: Secret::new(url),
             password: None,
             sslmode: SslMode::Disable,
+            sslrootcert: None,
             pool_max_size: DEFAULT_POOL_MAX_SIZE,
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             target_schema: default_target_schema(),
@@ -171,12 +183,26 @@ impl PostgresConfig {
         if self.url.expose().trim().is_empty() {
             return Err(ConfigError::new("sink.url", "must not be empty"));
         }
-        if self.sslmode == SslMode::Require {
+        if self.url.expose().contains("sslmode") {
             return Err(ConfigError::new(
-                "sink.sslmode",
-                "`require` is not available in this build (no TLS connector for tokio-postgres \
-                 is compiled in); use `disable` over a trusted network or a TLS tunnel",
+                "sink.url",
+                "set TLS with the sink's `sslmode` (and `sslrootcert`), not in the URL",
             ));
+        }
+        match (self.sslmode, &self.sslrootcert) {
+            (SslMode::VerifyCa | SslMode::VerifyFull, None) => {
+                return Err(ConfigError::new(
+                    "sink.sslrootcert",
+                    "required by sslmode verify-ca and verify-full (the CA file to trust)",
+                ))
+            }
+            (SslMode::Disable, Some(_)) => {
+                return Err(ConfigError::new(
+                    "sink.sslrootcert",
+                    "set, but `sslmode` is disable: choose require, verify-ca or verify-full",
+                ))
+            }
+            _ => {}
         }
         if !(1..=256).contains(&self.pool_max_size) {
             return Err(ConfigError::new("sink.pool.max.size", "must be 1..=256"));
@@ -259,9 +285,12 @@ mod tests {
     fn validation_names_the_key() {
         let mut c = PostgresConfig::new("postgres://x@h/db");
         assert!(c.validate().is_ok());
-        c.sslmode = SslMode::Require;
-        assert_eq!(c.validate().expect_err("tls").field, "sink.sslmode");
+        c.sslmode = SslMode::VerifyCa;
+        assert_eq!(c.validate().expect_err("tls").field, "sink.sslrootcert");
+        c.sslrootcert = Some("/ca.pem".into());
+        assert!(c.validate().is_ok());
         c.sslmode = SslMode::Disable;
+        c.sslrootcert = None;
         c.table_name_format = "${nope}_${table}".into();
         assert_eq!(
             c.validate().expect_err("fmt").field,

@@ -37,7 +37,14 @@
 //!   [`crate::event`]); the history table's `(lsn, seq)` key then relies on distinct LSNs.
 //! * Tables without a primary key (null record key) cannot be upserted: such records
 //!   are dead-lettered unless only history is enabled.
-//! * TLS (`sslmode = "require"`) is not available in this build.
+//!
+//! # TLS
+//!
+//! `sslmode` follows libpq: `disable` (default), `prefer` (TLS if offered,
+//! certificate not checked), `require` (TLS, certificate not checked — or its
+//! chain when `sslrootcert` is set), `verify-ca` (chain to a CA of
+//! `sslrootcert`), `verify-full` (chain and host name). TLS is rustls; the
+//! URL must not carry its own `sslmode`.
 
 mod config;
 mod error;
@@ -53,6 +60,7 @@ use async_trait::async_trait;
 use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub use config::{expand_name, DeleteMode, PostgresConfig, Secret, SslMode, TruncateMode};
 pub use plan::UNAVAILABLE;
@@ -95,13 +103,19 @@ impl PostgresSink {
         }
         pg.connect_timeout(Duration::from_millis(config.connect_timeout_ms));
         pg.application_name("oncely-sink-postgres");
-        let manager = Manager::from_config(
-            pg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match tls_settings(config)? {
+            None => {
+                pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                Manager::from_config(pg, NoTls, manager_config)
+            }
+            Some((mode, tls)) => {
+                pg.ssl_mode(mode);
+                Manager::from_config(pg, MakeRustlsConnect::new(tls), manager_config)
+            }
+        };
         let pool = Pool::builder(manager)
             .max_size(config.pool_max_size)
             .build()
@@ -325,6 +339,26 @@ impl PostgresSink {
         tx.rollback().await?;
         Ok(failures)
     }
+}
+
+/// The TLS mode and client settings of `sslmode`, `None` for plain TCP.
+fn tls_settings(
+    config: &PostgresConfig,
+) -> Result<Option<(tokio_postgres::config::SslMode, rustls::ClientConfig)>, SinkError> {
+    use crate::tls::{client_config, Verify};
+    use tokio_postgres::config::SslMode as Wire;
+    let ca = config.sslrootcert.as_deref().map(std::path::Path::new);
+    let (wire, verify) = match (config.sslmode, ca) {
+        (SslMode::Disable, _) => return Ok(None),
+        (SslMode::Prefer, _) => (Wire::Prefer, Verify::Nothing),
+        (SslMode::Require, None) => (Wire::Require, Verify::Nothing),
+        (SslMode::Require | SslMode::VerifyCa, Some(_)) => (Wire::Require, Verify::Chain),
+        (SslMode::VerifyCa, None) => (Wire::Require, Verify::Chain),
+        (SslMode::VerifyFull, _) => (Wire::Require, Verify::Full),
+    };
+    let tls = client_config(verify, ca)
+        .map_err(|e| SinkError::fatal_from("postgres: `sink.sslmode` / `sink.sslrootcert`", e))?;
+    Ok(Some((wire, tls)))
 }
 
 /// Whether two rows of a table have the same columns, column specs and
