@@ -69,6 +69,35 @@ pub fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
+/// True when `e`, or an error along its source chain, is a server
+/// certificate that TLS verification refused — found by type, never by text.
+/// Such an error is fatal: retrying cannot fix a certificate or a CA file.
+pub fn is_certificate_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if refused_certificate(err) {
+            return true;
+        }
+        next = err.source();
+    }
+    false
+}
+
+fn refused_certificate(err: &(dyn std::error::Error + 'static)) -> bool {
+    if let Some(rustls::Error::InvalidCertificate(_)) = err.downcast_ref::<rustls::Error>() {
+        return true;
+    }
+    if let Some(io) = err.downcast_ref::<std::io::Error>() {
+        return io
+            .get_ref()
+            .is_some_and(|inner| is_certificate_error(inner));
+    }
+    if let Some(shared) = err.downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>() {
+        return is_certificate_error(shared.as_ref());
+    }
+    false
+}
+
 /// How the server's certificate is checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verify {

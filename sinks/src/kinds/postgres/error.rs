@@ -26,27 +26,9 @@ pub enum Class {
 pub fn classify(e: &tokio_postgres::Error) -> Class {
     match e.code() {
         Some(code) => classify_code(code),
-        None if is_certificate_error(e) => Class::Fatal,
+        None if crate::tls::is_certificate_error(e) => Class::Fatal,
         None => Class::Transient,
     }
-}
-
-/// True when the error comes from a server certificate that TLS verification
-/// refused (found by the error's type along its source chain).
-fn is_certificate_error(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(e);
-    while let Some(err) = next {
-        let rustls_error = err.downcast_ref::<rustls::Error>().or_else(|| {
-            err.downcast_ref::<std::io::Error>()
-                .and_then(|io| io.get_ref())
-                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        });
-        if matches!(rustls_error, Some(rustls::Error::InvalidCertificate(_))) {
-            return true;
-        }
-        next = err.source();
-    }
-    false
 }
 
 /// Classifies a SQLSTATE.

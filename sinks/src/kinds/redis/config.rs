@@ -3,6 +3,8 @@
 //! Keys are dotted like Kafka Connect's; inside `[sink]` they may be written
 //! bare (`key.pattern = "..."`) or quoted (`"key.pattern" = "..."`). The
 //! `password` accepts `${env:NAME}` and `${file:PATH}` and is never logged.
+//! `rediss://` URLs connect with TLS (rustls), trusting the CAs of
+//! `tls.ca.file` or, without it, the system's.
 
 use std::time::Duration;
 
@@ -65,6 +67,8 @@ pub struct RedisConfig {
     pub username: Option<String>,
     /// `password`: AUTH password.
     pub password: Option<Secret>,
+    /// `tls.ca.file`: PEM file of the CAs to trust for `rediss://` (default: the system's).
+    pub tls_ca_file: Option<String>,
     /// `layout`: `hash` (default) or `json`.
     pub layout: Layout,
     /// `key.pattern`: the row key from `{topic}`, `{db}`, `{schema}`, `{table}`, `{key}`.
@@ -106,6 +110,8 @@ struct Raw {
     username: Option<String>,
     #[serde(default)]
     password: Option<Secret>,
+    #[serde(rename = "tls.ca.file", default)]
+    tls_ca_file: Option<String>,
     #[serde(default)]
     layout: Layout,
     #[serde(rename = "key.pattern", default = "default_key_pattern")]
@@ -189,6 +195,7 @@ impl<'de> Deserialize<'de> for RedisConfig {
             url: raw.url,
             username: raw.username,
             password: raw.password,
+            tls_ca_file: raw.tls_ca_file,
             layout: raw.layout,
             key_pattern: raw.key_pattern,
             key_separator: raw.key_separator,
@@ -230,6 +237,7 @@ impl RedisConfig {
             url: url.into(),
             username: None,
             password: None,
+            tls_ca_file: None,
             layout: Layout::Hash,
             key_pattern: DEFAULT_KEY_PATTERN.into(),
             key_separator: DEFAULT_KEY_SEPARATOR.into(),
@@ -254,6 +262,12 @@ impl RedisConfig {
             return Err(ConfigError::new(
                 "sink.url",
                 "must start with redis:// or rediss:// (TLS)",
+            ));
+        }
+        if self.tls_ca_file.is_some() && !url.starts_with("rediss://") {
+            return Err(ConfigError::new(
+                "sink.tls.ca.file",
+                "set, but `url` is not rediss:// (TLS)",
             ));
         }
         if !self.key_pattern.contains("{key}") {

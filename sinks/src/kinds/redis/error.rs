@@ -4,6 +4,7 @@
 //! | Redis says | kind |
 //! | --- | --- |
 //! | authentication failed, `NOAUTH`, `NOPERM` (ACL), invalid client config | fatal: retrying cannot fix credentials or a bad URL |
+//! | a server certificate refused by TLS verification (`rediss://`) | fatal: retrying cannot fix a certificate or CA file |
 //! | `CROSSSLOT`, `MOVED`, `ASK` | fatal: a cluster is not supported (one script touches keys of many slots) |
 //! | I/O, timeouts, `LOADING`, `TRYAGAIN`, `READONLY` (fail-over), `OOM`, `BUSY`, anything else | retriable |
 //!
@@ -38,7 +39,10 @@ pub fn is_fatal(e: &RedisError) -> bool {
             | ServerErrorKind::Moved
             | ServerErrorKind::Ask,
         ) => true,
-        _ => e.code().is_some_and(|c| FATAL_CODES.contains(&c)),
+        _ => {
+            e.code().is_some_and(|c| FATAL_CODES.contains(&c))
+                || crate::tls::is_certificate_error(e)
+        }
     }
 }
 

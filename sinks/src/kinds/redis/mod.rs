@@ -4,7 +4,8 @@
 //! ```toml
 //! [sink]
 //! kind = "redis"
-//! url = "redis://127.0.0.1:6379/0"     # rediss://... for TLS (see Limits)
+//! url = "redis://127.0.0.1:6379/0"     # rediss://... for TLS
+//! # tls.ca.file = "/etc/oncely/redis-ca.pem"   # CAs to trust (default: the system's)
 //! password = "${env:REDIS_PASSWORD}"   # optional; username too (ACL)
 //! layout = "hash"                      # or "json"
 //! key.pattern = "{table}:{key}"
@@ -85,9 +86,6 @@
 //!   all keys of a call in one slot.
 //! * A key of another Redis type under a row key is a per-record failure
 //!   (dead-lettered) in the hash layout; the JSON layout overwrites it.
-//! * TLS (`rediss://`) needs the `redis` crate's `tokio-rustls-comp` feature,
-//!   which this workspace does not enable yet: such a URL fails at start with
-//!   a fatal "TLS feature is not enabled" error. AUTH (password, ACL user) works.
 //! * A zombie runner (one that lost its partition but still writes) may store
 //!   an older position after the new owner's; versions keep the rows right,
 //!   and the only cost is re-reading those records after the next restart.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, IntoConnectionInfo};
+use redis::{Client, IntoConnectionInfo, TlsCertificates};
 
 use super::config::{Layout, RedisConfig};
 use super::error::{classify, is_noscript};
@@ -56,7 +56,28 @@ impl RedisSink {
             }
             info = info.set_redis_settings(settings);
         }
-        let client = Client::open(info).map_err(|e| classify("open client", e))?;
+        let client = match (
+            &config.tls_ca_file,
+            config.url.trim().starts_with("rediss://"),
+        ) {
+            (Some(path), true) => {
+                crate::tls::provider();
+                let pem = std::fs::read(path).map_err(|e| {
+                    SinkError::fatal_from(format!("redis: `sink.tls.ca.file` {path}"), e)
+                })?;
+                let certs = TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                };
+                Client::build_with_tls(info, certs)
+            }
+            (None, true) => {
+                crate::tls::provider();
+                Client::open(info)
+            }
+            (_, false) => Client::open(info),
+        }
+        .map_err(|e| classify("open client", e))?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout()))
             .set_response_timeout(Some(config.response_timeout()))

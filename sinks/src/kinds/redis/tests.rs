@@ -65,6 +65,8 @@ fn config_errors_name_the_key() {
     assert_eq!(bad("script.max.changes = 0"), "sink.script.max.changes");
     assert_eq!(bad("username = \"u\""), "sink.password");
     assert_eq!(bad("version.key.prefix = \"\""), "sink.version.key.prefix");
+    assert_eq!(bad("tls.ca.file = \"/ca.pem\""), "sink.tls.ca.file");
+    assert_eq!(bad("version.field = \"\""), "sink.version.field");
     let e = parse_config(&format!(
         "{HEAD}[sink]\nkind = \"redis\"\nlayot = \"hash\"\n"
     ))
