@@ -22,6 +22,10 @@ pub const DEFAULT_BATCH_MAX_BYTES: usize = 64 * 1024 * 1024;
 pub const DEFAULT_BATCH_MAX_MS: u64 = 100;
 pub const DEFAULT_HEARTBEAT_MS: u64 = 10_000;
 pub const DEFAULT_STATUS_INTERVAL_MS: u64 = 1_000;
+pub const DEFAULT_SNAPSHOT_CHUNK_SIZE: usize = 1024;
+/// Snapshot rows of a chunk share one commit LSN and are told apart by
+/// `event_seq`; sinks pack that into 20 bits (Elasticsearch external versions).
+pub const MAX_SNAPSHOT_CHUNK_SIZE: usize = 1 << 20;
 
 /// A bad configuration: which key, and what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +85,101 @@ pub struct CaptureConfig {
     pub metrics: MetricsConfig,
     /// `[outbox]`: route an outbox table's inserts as domain events.
     pub outbox: Option<crate::outbox::OutboxConfig>,
+    /// `snapshot.mode`, `snapshot.new.tables`.
+    #[serde(default)]
+    pub snapshot: SnapshotConfig,
+    /// `incremental.snapshot.chunk.size`.
+    #[serde(default)]
+    pub incremental: IncrementalConfig,
+    /// `signal.data.collection`.
+    #[serde(default)]
+    pub signal: SignalConfig,
+}
+
+/// `snapshot.mode` and `snapshot.new.tables`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotConfig {
+    #[serde(default)]
+    pub mode: SnapshotMode,
+    #[serde(default)]
+    pub new: SnapshotNewConfig,
+}
+
+/// `snapshot.new.tables`: snapshot, on start, captured tables that the stored
+/// offset does not list yet (added to `table.include.list` since). Default false.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotNewConfig {
+    #[serde(default)]
+    pub tables: bool,
+}
+
+/// Debezium's `snapshot.mode` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// Snapshot the captured tables when no offset is stored, then stream.
+    #[default]
+    Initial,
+    /// Never snapshot on start; stream from the slot.
+    NoData,
+    /// Like `initial`, then exit 0 once the snapshot is complete.
+    InitialOnly,
+    /// Like `initial`, and also when the stored position is no longer in the
+    /// slot (the gap that otherwise stops start-up).
+    WhenNeeded,
+    /// Snapshot on every start of the process.
+    Always,
+}
+
+/// `incremental.snapshot.chunk.size`, as Debezium names it: rows per chunk.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IncrementalConfig {
+    #[serde(default)]
+    pub snapshot: IncrementalSnapshot,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IncrementalSnapshot {
+    #[serde(default)]
+    pub chunk: ChunkConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChunkConfig {
+    #[serde(default = "default_chunk_size")]
+    pub size: usize,
+}
+
+impl Default for ChunkConfig {
+    fn default() -> Self {
+        ChunkConfig {
+            size: DEFAULT_SNAPSHOT_CHUNK_SIZE,
+        }
+    }
+}
+
+fn default_chunk_size() -> usize {
+    DEFAULT_SNAPSHOT_CHUNK_SIZE
+}
+
+/// `signal.data.collection`: the `schema.table` whose inserted rows are
+/// signals (columns `id`, `type`, `data`), as in Debezium.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalConfig {
+    #[serde(default)]
+    pub data: SignalData,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalData {
+    pub collection: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -558,6 +657,27 @@ impl CaptureConfig {
                 .validate()
                 .map_err(|(key, message)| invalid(key, message))?;
         }
+        let chunk = self.incremental.snapshot.chunk.size;
+        if chunk == 0 || chunk > MAX_SNAPSHOT_CHUNK_SIZE {
+            return Err(invalid(
+                "incremental.snapshot.chunk.size",
+                format!("{chunk} must be between 1 and {MAX_SNAPSHOT_CHUNK_SIZE} (default {DEFAULT_SNAPSHOT_CHUNK_SIZE})"),
+            ));
+        }
+        if let Some(signal) = &self.signal.data.collection {
+            if signal.split('.').count() != 2 || signal.split('.').any(str::is_empty) {
+                return Err(invalid(
+                    "signal.data.collection",
+                    format!("{signal:?} must be a schema-qualified table, e.g. \"public.oncely_signal\""),
+                ));
+            }
+            if self.outbox.as_ref().is_some_and(|o| &o.table == signal) {
+                return Err(invalid(
+                    "signal.data.collection",
+                    format!("{signal} is also outbox.table; give signals a table of their own"),
+                ));
+            }
+        }
         if let Some(listen) = &self.metrics.listen {
             listen.parse::<std::net::SocketAddr>().map_err(|e| {
                 invalid(
@@ -586,6 +706,15 @@ impl CaptureConfig {
 
     pub fn batch_max_time(&self) -> Duration {
         Duration::from_millis(self.batch.max.ms)
+    }
+
+    pub fn chunk_size(&self) -> usize {
+        self.incremental.snapshot.chunk.size
+    }
+
+    /// The signal table, `schema.table`, when configured.
+    pub fn signal_table(&self) -> Option<&str> {
+        self.signal.data.collection.as_deref()
     }
 }
 
@@ -621,6 +750,10 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
         assert_eq!(cfg.database.port, 5432);
         assert_eq!(cfg.batch.max.events, DEFAULT_BATCH_MAX_EVENTS);
         assert_eq!(cfg.offset.storage.topic, DEFAULT_OFFSETS_TOPIC);
+        assert_eq!(cfg.snapshot.mode, SnapshotMode::Initial);
+        assert!(!cfg.snapshot.new.tables);
+        assert_eq!(cfg.chunk_size(), DEFAULT_SNAPSHOT_CHUNK_SIZE);
+        assert_eq!(cfg.signal_table(), None);
         assert_eq!(
             cfg.heartbeat_interval(),
             Duration::from_millis(DEFAULT_HEARTBEAT_MS)
@@ -666,6 +799,15 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
             ),
             ("metrics.listen = \"nope\"", "metrics.listen"),
             ("message.key.columns = \"orders\"", "message.key.columns"),
+            ("snapshot.mode = \"sometimes\"", "snapshot.mode"),
+            (
+                "incremental.snapshot.chunk.size = 0",
+                "incremental.snapshot.chunk.size",
+            ),
+            (
+                "signal.data.collection = \"signals\"",
+                "signal.data.collection",
+            ),
         ];
         for (line, key) in cases {
             let err = CaptureConfig::parse(&format!("{MINIMAL}\n{line}\n"), "test")

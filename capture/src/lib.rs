@@ -14,5 +14,6 @@ pub mod outbox;
 pub mod pgoutput;
 pub mod pipeline;
 pub mod secret;
+pub mod snapshot;
 pub mod source;
 pub mod value;

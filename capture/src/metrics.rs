@@ -1,9 +1,11 @@
 //! Prometheus metrics of capture, registered once, and the `/metrics` endpoint.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -16,6 +18,27 @@ pub const SLOT_RETAINED_WAL_BYTES: &str = "oncely_capture_slot_retained_wal_byte
 pub const CONFIRMED_LSN: &str = "oncely_capture_confirmed_lsn";
 pub const HEARTBEATS_TOTAL: &str = "oncely_capture_heartbeats_total";
 pub const RESTARTS_TOTAL: &str = "oncely_capture_restarts_total";
+pub const SNAPSHOT_ROWS_TOTAL: &str = "oncely_capture_snapshot_rows_total";
+pub const SNAPSHOT_ROWS_DROPPED_TOTAL: &str = "oncely_capture_snapshot_rows_dropped_total";
+pub const SNAPSHOT_ROWS_ESTIMATED: &str = "oncely_capture_snapshot_rows_estimated";
+pub const SNAPSHOT_CHUNKS_TOTAL: &str = "oncely_capture_snapshot_chunks_total";
+pub const SNAPSHOT_RUNNING: &str = "oncely_capture_snapshot_running";
+pub const SNAPSHOT_PAUSED: &str = "oncely_capture_snapshot_paused";
+pub const TABLE_LABEL: &str = "table";
+
+/// The snapshot as a progress display shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotView {
+    /// `schema.table` being copied.
+    pub table: String,
+    /// Rows of it read so far.
+    pub rows: u64,
+    /// `pg_class.reltuples`, when known.
+    pub estimate: Option<u64>,
+    /// Tables queued after this one.
+    pub tables_after: usize,
+    pub paused: bool,
+}
 
 /// The capture metrics, cheap to clone.
 #[derive(Clone)]
@@ -32,6 +55,17 @@ pub struct CaptureMetrics {
     pub confirmed_lsn: IntGauge,
     pub heartbeats: IntCounter,
     pub restarts: IntCounter,
+    /// Snapshot rows read, by table (rows read again after a restart count again).
+    pub snapshot_rows: IntCounterVec,
+    /// Snapshot rows dropped because the stream changed their key during the chunk.
+    pub snapshot_rows_dropped: IntCounterVec,
+    /// The planner's row count of each snapshotted table.
+    pub snapshot_rows_estimated: IntGaugeVec,
+    pub snapshot_chunks: IntCounter,
+    pub snapshot_running: IntGauge,
+    pub snapshot_paused: IntGauge,
+    /// What a progress bar shows; `None` when no snapshot runs.
+    pub snapshot_view: Arc<Mutex<Option<SnapshotView>>>,
 }
 
 impl CaptureMetrics {
@@ -67,7 +101,35 @@ impl CaptureMetrics {
         ))
         .expect("static metric options are valid");
         let _ = registry.register(Box::new(lag.clone()));
+        let counter_vec = |name: &str, help: &str| {
+            let c = IntCounterVec::new(Opts::new(name, help), &[TABLE_LABEL])
+                .expect("static metric options are valid");
+            let _ = registry.register(Box::new(c.clone()));
+            c
+        };
+        let snapshot_rows_estimated = IntGaugeVec::new(
+            Opts::new(
+                SNAPSHOT_ROWS_ESTIMATED,
+                "Estimated rows (pg_class.reltuples) of each snapshotted table",
+            ),
+            &[TABLE_LABEL],
+        )
+        .expect("static metric options are valid");
+        let _ = registry.register(Box::new(snapshot_rows_estimated.clone()));
         CaptureMetrics {
+            snapshot_rows: counter_vec(SNAPSHOT_ROWS_TOTAL, "Snapshot rows read"),
+            snapshot_rows_dropped: counter_vec(
+                SNAPSHOT_ROWS_DROPPED_TOTAL,
+                "Snapshot rows dropped because the stream changed them during their chunk",
+            ),
+            snapshot_rows_estimated,
+            snapshot_chunks: counter(SNAPSHOT_CHUNKS_TOTAL, "Snapshot chunks completed"),
+            snapshot_running: gauge(SNAPSHOT_RUNNING, "1 while a snapshot runs"),
+            snapshot_paused: gauge(
+                SNAPSHOT_PAUSED,
+                "1 while the snapshot is paused by a signal",
+            ),
+            snapshot_view: Arc::new(Mutex::new(None)),
             events: counter(EVENTS_TOTAL, "Kafka records published"),
             kafka_transactions: counter(KAFKA_TRANSACTIONS_TOTAL, "Kafka transactions committed"),
             batch_commit,

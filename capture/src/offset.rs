@@ -3,6 +3,7 @@
 //! to a compacted topic keyed by connector name, and read back with
 //! `read_committed` on start.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rdkafka::client::ClientContext;
@@ -14,6 +15,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use crate::error::CaptureError;
+use crate::snapshot::SnapshotProgress;
 
 /// Where publication stands. Transactions are identified by their commit LSN,
 /// which pgoutput's Begin message carries, so a restarted connector knows
@@ -37,9 +39,13 @@ pub struct SourceOffset {
     /// Commit time of `commit_lsn`, ms since the epoch.
     #[serde(default)]
     pub ts_ms: i64,
-    /// Snapshot progress (reserved for chunked snapshots).
+    /// The snapshot running, and how far it got; absent when none runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub snapshot: Option<serde_json::Value>,
+    pub snapshot: Option<SnapshotProgress>,
+    /// Tables captured so far (`schema.table`), so a start can tell which
+    /// tables were added to `table.include.list` since (`snapshot.new.tables`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tables: Option<BTreeSet<String>>,
 }
 
 /// What to do with a transaction the stream delivers, given the stored offset.
@@ -64,6 +70,7 @@ impl SourceOffset {
             tx_id: 0,
             ts_ms: 0,
             snapshot: None,
+            tables: None,
         }
     }
 

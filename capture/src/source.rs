@@ -364,3 +364,50 @@ fn privilege_or(e: tokio_postgres::Error, message: &str, context: &'static str) 
         CaptureError::Postgres { context, source: e }
     }
 }
+
+/// Checks that the signal table (`signal.data.collection`) exists with the
+/// columns signals use, so it can join the publication.
+pub async fn signal_table(client: &Client, qualified: &str) -> Result<CapturedTable, CaptureError> {
+    let (schema, name) = crate::snapshot::split_table(qualified).ok_or_else(|| {
+        CaptureError::Prerequisite(format!(
+            "signal.data.collection {qualified:?} must be schema.table"
+        ))
+    })?;
+    let create = format!(
+        "CREATE TABLE {}.{} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048) NULL)",
+        quote_ident(schema),
+        quote_ident(name)
+    );
+    let columns: Vec<String> = client
+        .query(
+            "SELECT a.attname::text FROM pg_attribute a
+             JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped",
+            &[&schema, &name],
+        )
+        .await
+        .map_err(CaptureError::pg("read signal table"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if columns.is_empty() {
+        return Err(CaptureError::Prerequisite(format!(
+            "signal.data.collection names {qualified}, which does not exist: create it ({create}) or remove the setting"
+        )));
+    }
+    if let Some(missing) = ["id", "type", "data"]
+        .iter()
+        .find(|c| !columns.iter().any(|have| have == *c))
+    {
+        return Err(CaptureError::Prerequisite(format!(
+            "signal table {qualified} has no column `{missing}`; signals need id, type and data, e.g. {create}"
+        )));
+    }
+    let key_columns = primary_key(client, schema, name).await?;
+    Ok(CapturedTable {
+        schema: schema.to_string(),
+        name: name.to_string(),
+        key_columns,
+        key_overridden: false,
+    })
+}

@@ -1,21 +1,64 @@
+use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use oncely_capture::config::CaptureConfig;
 use oncely_capture::error::CaptureError;
-use oncely_capture::metrics::{self, CaptureMetrics};
+use oncely_capture::metrics::{self, CaptureMetrics, SnapshotView};
 use tokio_util::sync::CancellationToken;
 
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct CaptureArgs {
+    #[command(subcommand)]
+    pub action: Option<CaptureAction>,
     /// Path to the capture configuration (TOML); see examples/capture.toml.
     #[arg(long, short)]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
 }
 
-/// Runs capture until SIGTERM/SIGINT (commit what is in flight, exit 0) or a fatal error.
+#[derive(clap::Subcommand)]
+pub enum CaptureAction {
+    /// Signal a running capture to snapshot tables (or stop, pause, resume
+    /// its snapshot): inserts a row into `signal.data.collection`.
+    Snapshot(SnapshotArgs),
+}
+
+#[derive(clap::Args)]
+pub struct SnapshotArgs {
+    /// The capture configuration whose database and signal table to use.
+    #[arg(long, short)]
+    pub config: PathBuf,
+    /// `schema.table` to snapshot (repeatable); with --stop, the tables to stop.
+    #[arg(long = "table", short)]
+    pub tables: Vec<String>,
+    /// Only rows matching this SQL condition (Debezium's additional-conditions).
+    #[arg(long, conflicts_with_all = ["stop", "pause", "resume"])]
+    pub filter: Option<String>,
+    /// Stop the running snapshot (of --table tables, or entirely).
+    #[arg(long, conflicts_with_all = ["pause", "resume"])]
+    pub stop: bool,
+    /// Pause the running snapshot after the chunk in flight.
+    #[arg(long, conflicts_with = "resume")]
+    pub pause: bool,
+    /// Resume a paused snapshot.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+/// Runs capture until SIGTERM/SIGINT (commit what is in flight, exit 0) or a
+/// fatal error, or runs a subcommand.
 pub async fn run(args: CaptureArgs) -> anyhow::Result<()> {
-    let cfg = CaptureConfig::load(&args.config)?;
+    match (args.action, args.config) {
+        (Some(CaptureAction::Snapshot(s)), _) => signal(s).await,
+        (None, Some(config)) => capture(config).await,
+        (None, None) => bail!("--config is required: oncely capture --config capture.toml"),
+    }
+}
+
+async fn capture(config: PathBuf) -> anyhow::Result<()> {
+    let cfg = CaptureConfig::load(&config)?;
     let metrics = CaptureMetrics::new(cfg.connector_name());
     if let Some(listen) = &cfg.metrics.listen {
         let addr = listen.parse().context("metrics.listen")?;
@@ -28,9 +71,142 @@ pub async fn run(args: CaptureArgs) -> anyhow::Result<()> {
     }
     let shutdown = CancellationToken::new();
     super::cancel_on_signal(shutdown.clone())?;
-    match oncely_capture::pipeline::run(cfg, metrics, shutdown).await {
+    let bar = std::io::stderr()
+        .is_terminal()
+        .then(|| tokio::spawn(progress_bar(metrics.clone(), shutdown.clone())));
+    let result = oncely_capture::pipeline::run(cfg, metrics, shutdown.clone()).await;
+    shutdown.cancel();
+    if let Some(bar) = bar {
+        let _ = bar.await;
+    }
+    match result {
         Ok(()) => Ok(()),
         Err(e @ CaptureError::Fenced { .. }) => Err(anyhow::anyhow!(e)),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Draws the snapshot's progress on the terminal while one runs.
+async fn progress_bar(metrics: CaptureMetrics, shutdown: CancellationToken) {
+    use indicatif::{ProgressBar, ProgressStyle};
+    let style = ProgressStyle::with_template(
+        "{prefix} [{bar:30}] {pos}/{len} rows ({per_sec}, eta {eta}) {msg}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+    .progress_chars("=> ");
+    let mut shown: Option<(String, ProgressBar)> = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.cancelled() => break,
+        }
+        let view: Option<SnapshotView> = metrics.snapshot_view.lock().ok().and_then(|v| v.clone());
+        match view {
+            None => {
+                if let Some((_, bar)) = shown.take() {
+                    bar.finish_and_clear();
+                }
+            }
+            Some(v) => {
+                if shown.as_ref().is_none_or(|(t, _)| *t != v.table) {
+                    if let Some((_, bar)) = shown.take() {
+                        bar.finish_and_clear();
+                    }
+                    let bar = ProgressBar::new(v.estimate.unwrap_or(0)).with_style(style.clone());
+                    bar.set_prefix(format!("snapshot {}", v.table));
+                    shown = Some((v.table.clone(), bar));
+                }
+                if let Some((_, bar)) = &shown {
+                    // reltuples is an estimate: never let the bar read more than done.
+                    bar.set_length(v.estimate.unwrap_or(0).max(v.rows));
+                    bar.set_position(v.rows);
+                    let mut msg = String::new();
+                    if v.tables_after > 0 {
+                        msg.push_str(&format!("+{} tables", v.tables_after));
+                    }
+                    if v.paused {
+                        msg.push_str(" paused");
+                    }
+                    bar.set_message(msg);
+                }
+            }
+        }
+    }
+    if let Some((_, bar)) = shown {
+        bar.finish_and_clear();
+    }
+}
+
+/// Inserts a signal row for the running capture.
+async fn signal(args: SnapshotArgs) -> anyhow::Result<()> {
+    let cfg = CaptureConfig::load(&args.config)?;
+    let Some(table) = cfg.signal_table() else {
+        bail!(
+            "{} sets no signal.data.collection: add e.g. signal.data.collection = \"public.oncely_signal\" (a table with columns id, type, data) and restart capture",
+            args.config.display()
+        );
+    };
+    let (kind, data) = if args.stop {
+        let data = (!args.tables.is_empty())
+            .then(|| serde_json::json!({ "data-collections": args.tables }).to_string());
+        ("stop-snapshot", data)
+    } else if args.pause {
+        ("pause-snapshot", None)
+    } else if args.resume {
+        ("resume-snapshot", None)
+    } else {
+        if args.tables.is_empty() {
+            bail!("name at least one table to snapshot: --table schema.table");
+        }
+        let mut data =
+            serde_json::json!({ "data-collections": args.tables, "type": "incremental" });
+        if let Some(filter) = &args.filter {
+            data["additional-conditions"] = args
+                .tables
+                .iter()
+                .map(|t| serde_json::json!({ "data-collection": t, "filter": filter }))
+                .collect();
+        }
+        ("execute-snapshot", Some(data.to_string()))
+    };
+    let db = &cfg.database;
+    let mut pg = tokio_postgres::Config::new();
+    pg.host(&db.hostname)
+        .port(db.port)
+        .user(&db.user)
+        .dbname(&db.dbname)
+        .application_name("oncely-capture-signal");
+    if !db.password.expose().is_empty() {
+        pg.password(db.password.expose());
+    }
+    let (client, connection) = pg
+        .connect(tokio_postgres::NoTls)
+        .await
+        .with_context(|| format!("connect to database {}", db.dbname))?;
+    let conn = tokio::spawn(connection);
+    let (schema, name) = table
+        .split_once('.')
+        .context("signal.data.collection must be schema.table")?;
+    let id = format!(
+        "cli-{}-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0),
+        std::process::id()
+    );
+    let sql = format!(
+        "INSERT INTO \"{}\".\"{}\" (id, type, data) VALUES ($1, $2, $3)",
+        schema.replace('"', "\"\""),
+        name.replace('"', "\"\"")
+    );
+    client
+        .execute(&sql, &[&id, &kind, &data])
+        .await
+        .with_context(|| format!("insert the signal into {table}"))?;
+    drop(client);
+    let _ = conn.await;
+    println!("signal {id} ({kind}) inserted into {table}; the capture log says what it did");
+    Ok(())
 }

@@ -66,21 +66,34 @@ impl CaptureEnv {
     }
 
     /// The capture config; `extra` lines are appended (later keys win only
-    /// where TOML allows, so pass keys not set here).
+    /// where TOML allows, so pass keys not set here). Unless `extra` sets
+    /// `snapshot.mode`, it is `no_data`: tests that count streamed events
+    /// create their tables before capture starts and want no snapshot rows.
     pub fn config(&self, extra: &str) -> String {
+        let mode = if extra.contains("snapshot.mode") {
+            ""
+        } else {
+            "snapshot.mode = \"no_data\"\n"
+        };
+        format!(
+            "{mode}{}",
+            self.config_as(&self.prefix, &self.slot, &self.offsets_topic, extra)
+        )
+    }
+
+    /// A config for another connector on this database: its own topic
+    /// prefix (and connector name), slot and offsets topic.
+    pub fn config_as(&self, prefix: &str, slot: &str, offsets: &str, extra: &str) -> String {
         format!(
             "topic.prefix = \"{prefix}\"\n\
              database.hostname = \"{host}\"\ndatabase.port = {port}\ndatabase.user = \"{user}\"\n\
              database.dbname = \"{db}\"\nslot.name = \"{slot}\"\n\
              kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"{offsets}\"\n{extra}\n",
-            prefix = self.prefix,
             host = self.pg_host,
             port = self.pg_port,
             user = self.pg_user,
             db = self.dbname,
-            slot = self.slot,
             brokers = common::kafka_brokers(),
-            offsets = self.offsets_topic,
         )
     }
 
@@ -151,8 +164,8 @@ impl CaptureEnv {
         Ok(row.get::<_, i64>(0) as u64)
     }
 
-    /// Drops the slot (waiting for its walsender to go) and the database.
-    pub async fn cleanup(self) {
+    /// Drops a slot of this database, waiting for its walsender to go.
+    pub async fn drop_slot(&self, slot: &str) {
         let admin = match connect(&common::pg_url()).await {
             Ok(c) => c,
             Err(_) => return,
@@ -161,13 +174,13 @@ impl CaptureEnv {
             let r = admin
                 .execute(
                     "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active",
-                    &[&self.slot],
+                    &[&slot],
                 )
                 .await;
             let gone = admin
                 .query_opt(
                     "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
-                    &[&self.slot],
+                    &[&slot],
                 )
                 .await
                 .map(|r| r.is_none())
@@ -177,6 +190,15 @@ impl CaptureEnv {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// Drops the slot (waiting for its walsender to go) and the database.
+    pub async fn cleanup(self) {
+        self.drop_slot(&self.slot).await;
+        let admin = match connect(&common::pg_url()).await {
+            Ok(c) => c,
+            Err(_) => return,
+        };
         drop(self.client);
         let _ = admin
             .batch_execute(&format!(

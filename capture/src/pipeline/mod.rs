@@ -6,7 +6,10 @@
 //! a position is confirmed to PostgreSQL only after the Kafka transaction
 //! holding its offset record committed.
 
-use std::collections::HashMap;
+mod signal;
+mod snapshot;
+
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +28,7 @@ use crate::outbox::OutboxRouter;
 use crate::pgoutput::{
     self, LogicalMessage, OldTuple, Relation, RelationCache, TupleData, TupleValue,
 };
+use crate::snapshot::{plan_start, GapRefused, StartFacts, TableProgress};
 use crate::source::{self, format_lsn};
 use crate::value::TypeRegistry;
 
@@ -42,9 +46,12 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), CaptureError> {
     let mut backoff = Duration::from_millis(500);
+    let mut first_life = true;
     loop {
         let started = Instant::now();
-        match run_once(&cfg, &metrics, &shutdown).await {
+        let result = run_once(&cfg, &metrics, &shutdown, first_life).await;
+        first_life = false;
+        match result {
             Ok(()) => return Ok(()),
             Err(e) if e.is_retriable() && !shutdown.is_cancelled() => {
                 metrics.restarts.inc();
@@ -63,11 +70,14 @@ pub async fn run(
     }
 }
 
-/// One life of the pipeline: checks, fencing, offset, stream.
+/// One life of the pipeline: checks, fencing, offset, snapshot plan, stream.
+/// `first_life` is false for restarts after retriable errors, which resume
+/// rather than start anything (`snapshot.mode = always` snapshots once per process).
 async fn run_once(
     cfg: &CaptureConfig,
     metrics: &CaptureMetrics,
     shutdown: &CancellationToken,
+    first_life: bool,
 ) -> Result<(), CaptureError> {
     let control = source::connect(cfg).await?;
     source::check_wal_level(&control).await?;
@@ -80,7 +90,11 @@ async fn run_once(
             )));
         }
     }
-    source::ensure_publication(&control, cfg, &tables).await?;
+    let mut published = tables.clone();
+    if let Some(signal) = cfg.signal_table() {
+        published.push(source::signal_table(&control, signal).await?);
+    }
+    source::ensure_publication(&control, cfg, &published).await?;
     let slot = source::ensure_slot(&control, cfg).await?;
     let mut types = TypeRegistry::builtin();
     types
@@ -101,21 +115,65 @@ async fn run_once(
         cfg.connector_name(),
     )
     .await?;
-    let offset = match stored {
-        Some(o) if slot.confirmed_flush_lsn > o.flush_lsn => {
-            return Err(CaptureError::Gap(format!(
-                "replication slot `{slot_name}` is confirmed up to {slot_lsn}, but connector `{name}` committed offsets to Kafka only up to {offset_lsn}: the changes in between were never published, so data may be missing from Kafka. The slot was dropped and recreated, or advanced by another client. To recover: re-snapshot the captured tables; or, accepting the gap, delete this connector's offset (a null-valued record with key {key} on topic `{topic}`) and start again",
-                slot_name = cfg.slot.name,
-                slot_lsn = format_lsn(slot.confirmed_flush_lsn),
-                name = cfg.connector_name(),
-                offset_lsn = format_lsn(o.flush_lsn),
-                key = String::from_utf8_lossy(&SourceOffset::key(cfg.connector_name())),
-                topic = cfg.offset.storage.topic,
-            )));
+    // Snapshot candidates: captured tables, less the outbox and signal tables
+    // (their rows are events and commands, not state).
+    let snapshot_tables: Vec<String> = tables
+        .iter()
+        .map(|t| t.qualified())
+        .filter(|t| cfg.outbox.as_ref().is_none_or(|o| &o.table != t))
+        .filter(|t| cfg.signal_table() != Some(t.as_str()))
+        .collect();
+    let gap = stored
+        .as_ref()
+        .is_some_and(|o| slot.confirmed_flush_lsn > o.flush_lsn);
+    let plan = plan_start(StartFacts {
+        mode: cfg.snapshot.mode,
+        stored: stored
+            .as_ref()
+            .map(|o| (o.snapshot.is_some(), o.tables.as_ref())),
+        gap,
+        first_life,
+        new_tables: cfg.snapshot.new.tables,
+        captured: &snapshot_tables,
+    })
+    .map_err(|GapRefused| {
+        let o = stored.as_ref().map(|o| o.flush_lsn).unwrap_or_default();
+        CaptureError::Gap(format!(
+            "replication slot `{slot_name}` is confirmed up to {slot_lsn}, but connector `{name}` committed offsets to Kafka only up to {offset_lsn}: the changes in between were never published, so data may be missing from Kafka. The slot was dropped and recreated, or advanced by another client. To recover: re-snapshot the captured tables (start once with snapshot.mode = \"when_needed\"); or, accepting the gap, delete this connector's offset (a null-valued record with key {key} on topic `{topic}`) and start again",
+            slot_name = cfg.slot.name,
+            slot_lsn = format_lsn(slot.confirmed_flush_lsn),
+            name = cfg.connector_name(),
+            offset_lsn = format_lsn(o),
+            key = String::from_utf8_lossy(&SourceOffset::key(cfg.connector_name())),
+            topic = cfg.offset.storage.topic,
+        ))
+    })?;
+    let mut offset = match stored {
+        Some(o) if !plan.restart_from_slot => o,
+        Some(o) => {
+            tracing::warn!(
+                slot_lsn = %format_lsn(slot.confirmed_flush_lsn),
+                offset_lsn = %format_lsn(o.flush_lsn),
+                mode = ?cfg.snapshot.mode,
+                "the stored position is no longer in the slot: streaming from the slot's position and snapshotting every captured table again"
+            );
+            SourceOffset::start(slot.confirmed_flush_lsn)
         }
-        Some(o) => o,
         None => SourceOffset::start(slot.confirmed_flush_lsn),
     };
+    if let Some((kind, names)) = plan.snapshot {
+        let label = match kind {
+            crate::snapshot::SnapshotKind::Initial => "initial",
+            crate::snapshot::SnapshotKind::Incremental => "new-tables",
+        };
+        let queued = names.iter().map(|t| TableProgress::new(t, None)).collect();
+        let id = format!("{label}-{}", now_ms());
+        let added = crate::snapshot::request(&mut offset.snapshot, id, kind, queued);
+        tracing::info!(mode = ?cfg.snapshot.mode, tables = ?added, "snapshot requested");
+    }
+    let mut known = offset.tables.take().unwrap_or_default();
+    known.extend(snapshot_tables.iter().cloned());
+    offset.tables = Some(known);
     tracing::info!(
         connector = cfg.connector_name(),
         slot = %cfg.slot.name,
@@ -123,6 +181,8 @@ async fn run_once(
         resume_commit_lsn = %format_lsn(offset.commit_lsn),
         resume_events = offset.events,
         flush_lsn = %format_lsn(offset.flush_lsn),
+        snapshot_table = offset.snapshot.as_ref().and_then(|p| p.current()).map(|t| t.table.as_str()),
+        snapshot_rows_done = offset.snapshot.as_ref().and_then(|p| p.current()).map(|t| t.rows),
         "capture starting"
     );
 
@@ -144,6 +204,8 @@ async fn run_once(
         encoders: HashMap::new(),
         stream,
         control,
+        snap: snapshot::SnapshotRuntime::new(cfg.chunk_size()),
+        exit_when_done: plan.exit_when_done,
         committed: offset.clone(),
         pending: offset,
         batch: None,
@@ -235,6 +297,8 @@ enum Route {
     Table(TableEncoder, Arc<str>),
     /// The outbox table: inserts become routed domain events; nothing else is published.
     Outbox(OutboxRouter, Arc<Relation>),
+    /// The signal table: inserts are commands; nothing is published.
+    Signal(Arc<Relation>),
 }
 
 struct Pipeline<'a> {
@@ -250,6 +314,10 @@ struct Pipeline<'a> {
     encoders: HashMap<u32, Option<Route>>,
     stream: ReplicationClient,
     control: Client,
+    /// The snapshot chunk in flight and what reads it.
+    snap: snapshot::SnapshotRuntime,
+    /// `snapshot.mode = initial_only`: stop once no snapshot runs.
+    exit_when_done: bool,
     /// The position in the last committed offset record.
     committed: SourceOffset,
     /// The position the open batch (or the stream, when nothing is open) has reached.
@@ -266,7 +334,14 @@ impl Pipeline<'_> {
         let mut heartbeat = tokio::time::interval(self.cfg.heartbeat_interval());
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let batch_max = self.cfg.batch_max_time();
+        self.publish_view();
         loop {
+            self.launch_chunk().await?;
+            if self.exit_when_done && self.snapshot_finished() {
+                self.commit_position().await?;
+                tracing::info!(flush_lsn = %format_lsn(self.committed.flush_lsn), "snapshot complete; snapshot.mode = initial_only: exiting");
+                return Ok(());
+            }
             let deadline = self.batch.as_ref().map(|b| b.started + batch_max);
             tokio::select! {
                 biased;
@@ -277,6 +352,7 @@ impl Pipeline<'_> {
                 }
                 _ = sleep_until(deadline) => self.commit_position().await?,
                 _ = heartbeat.tick() => self.heartbeat().await?,
+                read = snapshot::chunk_read(&mut self.snap) => self.on_chunk_read(read).await?,
                 event = self.stream.recv() => match event? {
                     Some(event) => self.on_event(event).await?,
                     None => return Err(CaptureError::Replication(pgwire_replication::PgWireError::Task(
@@ -366,15 +442,9 @@ impl Pipeline<'_> {
             // Already in Kafka; its end is safe to confirm.
             self.pending.flush_lsn = self.pending.flush_lsn.max(end_lsn);
         } else {
-            self.pending = SourceOffset {
-                commit_lsn,
-                events: tx.seen,
-                complete: true,
-                flush_lsn: self.pending.flush_lsn.max(end_lsn),
-                tx_id: tx.xid,
-                ts_ms: tx.commit_ts_ms,
-                snapshot: self.pending.snapshot.take(),
-            };
+            let flush_lsn = self.pending.flush_lsn.max(end_lsn);
+            self.advance(commit_lsn, tx.seen, true, tx.xid, tx.commit_ts_ms);
+            self.pending.flush_lsn = flush_lsn;
         }
         self.close_if_full().await
     }
@@ -423,9 +493,16 @@ impl Pipeline<'_> {
             ));
         };
         tx.seen += 1;
-        if tx.seen <= tx.skip {
+        let replayed = tx.seen <= tx.skip;
+        // Every change seen while a chunk is in flight counts, replayed or
+        // not: dropping a chunk row is always safe, keeping a stale one is not.
+        self.mark_chunk_dirty(&change);
+        if replayed {
             return Ok(());
         }
+        let Some(tx) = self.tx.as_ref() else {
+            return Ok(());
+        };
         let position = SourcePosition {
             tx_id: tx.xid,
             lsn,
@@ -435,17 +512,28 @@ impl Pipeline<'_> {
             snapshot: SnapshotMarker::False,
         };
         let (commit_lsn, seen, xid, ts) = (tx.commit_lsn, tx.seen, tx.xid, tx.commit_ts_ms);
-        let records = self.records_for(change, &position).await?;
-        self.publish(records).await?;
-        self.pending = SourceOffset {
-            commit_lsn,
-            events: seen,
-            complete: false,
-            flush_lsn: self.pending.flush_lsn,
-            tx_id: xid,
-            ts_ms: ts,
-            snapshot: self.pending.snapshot.take(),
-        };
+        if let LogicalMessage::Message {
+            prefix, content, ..
+        } = &change
+        {
+            if prefix == crate::snapshot::WATERMARK_PREFIX {
+                // Never published; the high watermark of the chunk in flight
+                // publishes its rows, in this Kafka transaction with the
+                // offset that moves the snapshot past them.
+                self.on_watermark(content, &position).await?;
+                self.advance(commit_lsn, seen, false, xid, ts);
+                return self.close_if_full().await;
+            }
+        }
+        let signal = self.signal_row(&change).await?;
+        if signal.is_none() {
+            let records = self.records_for(change, &position).await?;
+            self.publish(records).await?;
+        }
+        self.advance(commit_lsn, seen, false, xid, ts);
+        if let Some(signal) = signal {
+            self.on_signal(signal).await?;
+        }
         self.metrics.lag.set((now_ms() - ts).max(0) as f64 / 1000.0);
         self.close_if_full().await
     }
@@ -480,16 +568,21 @@ impl Pipeline<'_> {
         let mut record = Record::new(&topic.as_str().into(), Some(key), Some(value));
         record.ensure_topic = true;
         self.publish(vec![record]).await?;
-        self.pending = SourceOffset {
-            commit_lsn: lsn,
-            events: 1,
-            complete: true,
-            flush_lsn: self.pending.flush_lsn.max(lsn),
-            tx_id: 0,
-            ts_ms: ts,
-            snapshot: self.pending.snapshot.take(),
-        };
+        let flush_lsn = self.pending.flush_lsn.max(lsn);
+        self.advance(lsn, 1, true, 0, ts);
+        self.pending.flush_lsn = flush_lsn;
         self.close_if_full().await
+    }
+
+    /// Moves the pending position to change `events` of the transaction
+    /// committing at `commit_lsn`; snapshot progress and known tables stay.
+    fn advance(&mut self, commit_lsn: u64, events: u64, complete: bool, tx_id: u32, ts_ms: i64) {
+        let p = &mut self.pending;
+        p.commit_lsn = commit_lsn;
+        p.events = events;
+        p.complete = complete;
+        p.tx_id = tx_id;
+        p.ts_ms = ts_ms;
     }
 
     /// The Kafka records of one change (none when its table is not captured).
@@ -521,7 +614,7 @@ impl Pipeline<'_> {
                     record.ensure_topic = true;
                     out.push(record);
                 }
-                None => {}
+                Some(Route::Signal(_)) | None => {}
             },
             LogicalMessage::Update {
                 relation_id,
@@ -634,10 +727,13 @@ impl Pipeline<'_> {
     }
 
     async fn build_route(&mut self, rel: Arc<Relation>) -> Result<Option<Route>, CaptureError> {
+        let qualified = format!("{}.{}", rel.namespace, rel.name);
+        if self.cfg.signal_table() == Some(qualified.as_str()) {
+            return Ok(Some(Route::Signal(rel)));
+        }
         if !self.filter.matches(&rel.namespace, &rel.name) {
             return Ok(None);
         }
-        let qualified = format!("{}.{}", rel.namespace, rel.name);
         if let Some(outbox) = self.cfg.outbox.as_ref().filter(|o| o.table == qualified) {
             let router = OutboxRouter::new(&rel, outbox)
                 .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
@@ -655,6 +751,12 @@ impl Pipeline<'_> {
             .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let topic: Arc<str> = enc.topic().into();
         self.topics.ensure(&topic).await?;
+        // Captured from now on: a later start must not take it for a table
+        // added to the include list (snapshot.new.tables).
+        self.pending
+            .tables
+            .get_or_insert_with(BTreeSet::new)
+            .insert(qualified);
         Ok(Some(Route::Table(enc, topic)))
     }
 

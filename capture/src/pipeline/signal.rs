@@ -1,0 +1,167 @@
+//! Signals read from the stream: inserts into `signal.data.collection`.
+//! A signal acts once: its effect is part of the offset committed with the
+//! position of its insert, and a replayed insert is skipped like any change.
+
+use super::{Pipeline, Route};
+use crate::error::CaptureError;
+use crate::pgoutput::{LogicalMessage, TupleValue};
+use crate::snapshot::signal::{parse, SignalAction};
+use crate::snapshot::{quote_ident, request, split_table, SnapshotKind, TableProgress};
+use crate::source;
+
+/// The columns of one signal row.
+pub(super) struct SignalRow {
+    id: String,
+    kind: String,
+    data: Option<String>,
+}
+
+impl Pipeline<'_> {
+    /// The signal in `change` when it is an insert into the signal table.
+    pub(super) async fn signal_row(
+        &mut self,
+        change: &LogicalMessage,
+    ) -> Result<Option<SignalRow>, CaptureError> {
+        let LogicalMessage::Insert { relation_id, new } = change else {
+            return Ok(None);
+        };
+        let Some(Route::Signal(rel)) = self.route(*relation_id).await? else {
+            return Ok(None);
+        };
+        let column = |name: &str| -> Option<String> {
+            let i = rel.columns.iter().position(|c| c.name == name)?;
+            match new.0.get(i)? {
+                TupleValue::Text(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            }
+        };
+        Ok(Some(SignalRow {
+            id: column("id").unwrap_or_default(),
+            kind: column("type").unwrap_or_default(),
+            data: column("data"),
+        }))
+    }
+
+    /// Acts on a signal; one that cannot be understood is logged and changes nothing.
+    pub(super) async fn on_signal(&mut self, signal: SignalRow) -> Result<(), CaptureError> {
+        let action = match parse(&signal.kind, signal.data.as_deref()) {
+            Ok(a) => a,
+            Err(reason) => {
+                tracing::warn!(signal = %signal.id, kind = %signal.kind, %reason, "signal ignored");
+                return Ok(());
+            }
+        };
+        match action {
+            SignalAction::ExecuteSnapshot { tables } => {
+                let mut queued = Vec::with_capacity(tables.len());
+                for (table, filter) in tables {
+                    if let Err(reason) =
+                        self.check_snapshot_table(&table, filter.as_deref()).await?
+                    {
+                        tracing::warn!(signal = %signal.id, table = %table, %reason, "execute-snapshot signal ignored");
+                        return Ok(());
+                    }
+                    queued.push(TableProgress::new(&table, filter));
+                }
+                let added = request(
+                    &mut self.pending.snapshot,
+                    signal.id.clone(),
+                    SnapshotKind::Incremental,
+                    queued,
+                );
+                tracing::info!(signal = %signal.id, tables = ?added, "execute-snapshot: tables queued");
+            }
+            SignalAction::StopSnapshot { tables } => {
+                match (self.pending.snapshot.as_mut(), tables) {
+                    (None, _) => {}
+                    (Some(_), None) => self.pending.snapshot = None,
+                    (Some(p), Some(names)) => {
+                        p.tables.retain(|t| !names.contains(&t.table));
+                        if p.tables.is_empty() {
+                            self.pending.snapshot = None;
+                        }
+                    }
+                }
+                tracing::info!(signal = %signal.id, running = self.pending.snapshot.is_some(), "stop-snapshot");
+            }
+            SignalAction::PauseSnapshot | SignalAction::ResumeSnapshot => {
+                let pause = matches!(action, SignalAction::PauseSnapshot);
+                match self.pending.snapshot.as_mut() {
+                    Some(p) => {
+                        p.paused = pause;
+                        tracing::info!(signal = %signal.id, paused = pause, "snapshot {}", if pause { "paused" } else { "resumed" });
+                    }
+                    None => {
+                        tracing::warn!(signal = %signal.id, kind = %signal.kind, reason = "no snapshot is running", "signal ignored")
+                    }
+                }
+            }
+        }
+        self.publish_view();
+        Ok(())
+    }
+
+    /// Whether `table` can be snapshotted (`Ok(Err(reason))` when not); learns
+    /// its key columns. Database errors with a server code are reasons; a
+    /// lost connection is an error (the signal is then read again).
+    async fn check_snapshot_table(
+        &mut self,
+        table: &str,
+        filter: Option<&str>,
+    ) -> Result<Result<(), String>, CaptureError> {
+        let Some((schema, name)) = split_table(table) else {
+            return Ok(Err("not a schema.table name".into()));
+        };
+        // Existence first: "does not exist" is the clearest reason for a typo.
+        let pk = match self.key_columns.get(table) {
+            Some(k) => k.clone(),
+            None => match source::primary_key(&self.control, schema, name).await {
+                Ok(pk) => pk,
+                Err(e) => return definite(e),
+            },
+        };
+        if !self.filter.matches(schema, name) {
+            return Ok(Err(
+                "not captured: add it to table.include.list (and restart) before snapshotting it"
+                    .into(),
+            ));
+        }
+        if self.cfg.outbox.as_ref().is_some_and(|o| o.table == table)
+            || self.cfg.signal_table() == Some(table)
+        {
+            return Ok(Err(
+                "the outbox and signal tables are not snapshotted".into()
+            ));
+        }
+        if pk.is_empty() {
+            return Ok(Err("has no primary key, so it cannot be read in key order: add one, or configure message.key.columns for it".into()));
+        }
+        self.key_columns.insert(table.to_string(), pk);
+        if let Some(filter) = filter {
+            let probe = format!(
+                "SELECT 1 FROM {}.{} WHERE ({filter}) LIMIT 0",
+                quote_ident(schema),
+                quote_ident(name)
+            );
+            if let Err(e) = self.control.batch_execute(&probe).await {
+                return definite(CaptureError::Postgres {
+                    context: "check snapshot filter",
+                    source: e,
+                })
+                .map(|r| r.map_err(|why| format!("filter {filter:?} does not work: {why}")));
+            }
+        }
+        Ok(Ok(()))
+    }
+}
+
+/// A server's answer (no such table, syntax error) becomes a reason; a lost
+/// connection stays an error.
+fn definite(e: CaptureError) -> Result<Result<(), String>, CaptureError> {
+    match &e {
+        CaptureError::Postgres { source, .. } if source.code().is_some() => Ok(Err(source
+            .as_db_error()
+            .map_or_else(|| source.to_string(), |d| d.message().to_string()))),
+        _ => Err(e),
+    }
+}

@@ -1,0 +1,233 @@
+//! Reading one chunk on the snapshot connection: the table's shape from the
+//! catalog, low watermark, SELECT, high watermark.
+
+use bytes::Bytes;
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+use super::{
+    chunk_query, quote_literal, watermark_content, KeyColumn, Watermark, WATERMARK_PREFIX,
+};
+use crate::config::CaptureConfig;
+use crate::error::CaptureError;
+use crate::pgoutput::{Column, Relation, ReplicaIdentity, TupleData, TupleValue};
+
+/// What the stream loop asks for.
+#[derive(Debug, Clone)]
+pub struct ChunkRequest {
+    /// Names this chunk's watermarks.
+    pub id: String,
+    pub schema: String,
+    pub table: String,
+    pub key_columns: Vec<String>,
+    pub after: Option<Vec<Option<String>>>,
+    pub filter: Option<String>,
+    /// Rows to read; one more is asked for, to know whether the table ends here.
+    pub size: usize,
+}
+
+/// What a chunk read.
+#[derive(Debug, Clone)]
+pub struct ChunkRows {
+    /// The table's shape as the catalog gave it; the rows follow it.
+    pub relation: Relation,
+    /// Positions of the key columns in `relation.columns`.
+    pub key_idx: Vec<usize>,
+    /// At most `size` rows, in key order.
+    pub rows: Vec<TupleData>,
+    /// Whether rows follow this chunk.
+    pub more: bool,
+    /// `pg_class.reltuples`, when the table was ever analyzed.
+    pub estimate: Option<u64>,
+}
+
+/// Why a chunk could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ChunkError {
+    /// The table cannot be snapshotted as asked (gone, no such key column):
+    /// skip it, say why, and go on with the next table.
+    #[error("{0}")]
+    Table(String),
+    /// The database failed; restart from the committed offset.
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+}
+
+/// Opens the snapshot connection, with the session settings the replication
+/// connection uses, so values read here render exactly as the stream's.
+pub async fn connect(cfg: &CaptureConfig) -> Result<Client, CaptureError> {
+    let db = &cfg.database;
+    let mut pg = tokio_postgres::Config::new();
+    pg.host(&db.hostname)
+        .port(db.port)
+        .user(&db.user)
+        .dbname(&db.dbname)
+        .application_name("oncely-capture-snapshot")
+        .options(
+            "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3 -c standard_conforming_strings=on -c bytea_output=hex",
+        );
+    if !db.password.expose().is_empty() {
+        pg.password(db.password.expose());
+    }
+    let (client, connection) = pg
+        .connect(NoTls)
+        .await
+        .map_err(CaptureError::pg("connect snapshot connection"))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!("snapshot connection closed: {e}");
+        }
+    });
+    Ok(client)
+}
+
+/// Reads one chunk. The watermarks are transactions of their own (autocommit),
+/// committed before and after the SELECT.
+pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows, ChunkError> {
+    let Shape {
+        relation,
+        key,
+        key_idx,
+        estimate,
+    } = load_shape(client, req).await?;
+    emit(client, &watermark_content(&req.id, Watermark::Low)).await?;
+    let columns: Vec<String> = relation.columns.iter().map(|c| c.name.clone()).collect();
+    let sql = chunk_query(
+        &req.schema,
+        &req.table,
+        &columns,
+        &key,
+        req.after.as_deref(),
+        req.filter.as_deref(),
+        req.size + 1,
+    );
+    let messages = client.simple_query(&sql).await.map_err(|e| {
+        if e.code().is_some() && !e.is_closed() {
+            // The server refused the SELECT itself (a filter that no longer
+            // compiles, a column type without ordering): retrying cannot help.
+            ChunkError::Table(format!("chunk query failed: {e} (query: {sql})"))
+        } else {
+            ChunkError::Capture(CaptureError::Postgres {
+                context: "read snapshot chunk",
+                source: e,
+            })
+        }
+    })?;
+    let mut rows = Vec::with_capacity(req.size + 1);
+    for m in messages {
+        if let SimpleQueryMessage::Row(row) = m {
+            let values = (0..row.len())
+                .map(|i| match row.get(i) {
+                    Some(v) => TupleValue::Text(Bytes::copy_from_slice(v.as_bytes())),
+                    None => TupleValue::Null,
+                })
+                .collect();
+            rows.push(TupleData(values));
+        }
+    }
+    let more = rows.len() > req.size;
+    rows.truncate(req.size);
+    emit(client, &watermark_content(&req.id, Watermark::High)).await?;
+    Ok(ChunkRows {
+        relation,
+        key_idx,
+        rows,
+        more,
+        estimate,
+    })
+}
+
+async fn emit(client: &Client, content: &str) -> Result<(), CaptureError> {
+    client
+        .batch_execute(&format!(
+            "SELECT pg_logical_emit_message(true, {}, {})",
+            quote_literal(WATERMARK_PREFIX),
+            quote_literal(content)
+        ))
+        .await
+        .map_err(CaptureError::pg("emit snapshot watermark"))
+}
+
+/// A table as a chunk reads it.
+struct Shape {
+    /// Columns as pgoutput would describe them (dropped and generated
+    /// columns left out).
+    relation: Relation,
+    /// Key columns with their types.
+    key: Vec<KeyColumn>,
+    /// Their positions in `relation.columns`.
+    key_idx: Vec<usize>,
+    /// The planner's row count.
+    estimate: Option<u64>,
+}
+
+async fn load_shape(client: &Client, req: &ChunkRequest) -> Result<Shape, ChunkError> {
+    let rows = client
+        .query(
+            "SELECT c.oid, c.relreplident::text, c.reltuples::float8,
+                    a.attname::text, a.atttypid, a.atttypmod, format_type(a.atttypid, NULL),
+                    COALESCE(a.attnum = ANY(i.indkey::int2[]), false)
+             FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+                                 AND NOT a.attisdropped AND a.attgenerated = ''
+             LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
+             WHERE n.nspname = $1 AND c.relname = $2
+             ORDER BY a.attnum",
+            &[&req.schema, &req.table],
+        )
+        .await
+        .map_err(CaptureError::pg("read table shape"))?;
+    let qualified = format!("{}.{}", req.schema, req.table);
+    let Some(first) = rows.first() else {
+        return Err(ChunkError::Table(format!(
+            "table {qualified} does not exist (any more)"
+        )));
+    };
+    let id: u32 = first.get(0);
+    let identity: String = first.get(1);
+    let reltuples: f64 = first.get(2);
+    let mut columns = Vec::with_capacity(rows.len());
+    let mut types = Vec::with_capacity(rows.len());
+    for r in &rows {
+        columns.push(Column {
+            is_key: r.get(7),
+            name: r.get(3),
+            type_oid: r.get(4),
+            type_modifier: r.get(5),
+        });
+        types.push(r.get::<_, String>(6));
+    }
+    let mut key = Vec::with_capacity(req.key_columns.len());
+    let mut key_idx = Vec::with_capacity(req.key_columns.len());
+    for name in &req.key_columns {
+        let Some(i) = columns.iter().position(|c| &c.name == name) else {
+            return Err(ChunkError::Table(format!(
+                "table {qualified} has no key column {name:?} any more"
+            )));
+        };
+        key.push(KeyColumn {
+            name: name.clone(),
+            type_name: types[i].clone(),
+        });
+        key_idx.push(i);
+    }
+    let relation = Relation {
+        id,
+        namespace: req.schema.clone(),
+        name: req.table.clone(),
+        replica_identity: identity
+            .bytes()
+            .next()
+            .and_then(ReplicaIdentity::from_byte)
+            .unwrap_or(ReplicaIdentity::Default),
+        columns,
+    };
+    // reltuples is -1 for a table never vacuumed or analyzed.
+    let estimate = (reltuples >= 0.0).then_some(reltuples as u64);
+    Ok(Shape {
+        relation,
+        key,
+        key_idx,
+        estimate,
+    })
+}

@@ -1,0 +1,256 @@
+//! Signals: rows inserted into the table named by `signal.data.collection`
+//! (columns `id`, `type`, `data`, as Debezium's), parsed into actions.
+//!
+//! A signal that cannot be understood is reported with its reason and
+//! changes nothing; it never stops capture.
+
+use serde_json::Value;
+
+/// What a signal asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignalAction {
+    /// Snapshot these tables (`schema.table`, optional filter), incrementally.
+    ExecuteSnapshot {
+        tables: Vec<(String, Option<String>)>,
+    },
+    /// Stop snapshotting these tables, or everything when `None`.
+    StopSnapshot {
+        tables: Option<Vec<String>>,
+    },
+    PauseSnapshot,
+    ResumeSnapshot,
+}
+
+/// Parses a signal's `type` and `data` columns.
+pub fn parse(kind: &str, data: Option<&str>) -> Result<SignalAction, String> {
+    let json = || -> Result<Option<Value>, String> {
+        match data.map(str::trim).filter(|d| !d.is_empty()) {
+            None => Ok(None),
+            Some(d) => serde_json::from_str(d)
+                .map(Some)
+                .map_err(|e| format!("data is not JSON ({e}): {d}")),
+        }
+    };
+    match kind {
+        "execute-snapshot" => {
+            let data = json()?.ok_or("execute-snapshot needs data with \"data-collections\"")?;
+            check_type(&data)?;
+            let tables = collections(&data)?.ok_or(
+                "execute-snapshot needs \"data-collections\": [\"schema.table\", ...] in data",
+            )?;
+            if tables.is_empty() {
+                return Err("\"data-collections\" is empty".into());
+            }
+            let filters = conditions(&data)?;
+            let tables = tables
+                .into_iter()
+                .map(|t| {
+                    let filter = filters
+                        .iter()
+                        .find(|(table, _)| table.as_deref().is_none_or(|n| n == t))
+                        .map(|(_, f)| f.clone());
+                    (t, filter)
+                })
+                .collect();
+            Ok(SignalAction::ExecuteSnapshot { tables })
+        }
+        "stop-snapshot" => {
+            let tables = match json()? {
+                Some(data) => {
+                    check_type(&data)?;
+                    collections(&data)?.filter(|t| !t.is_empty())
+                }
+                None => None,
+            };
+            Ok(SignalAction::StopSnapshot { tables })
+        }
+        "pause-snapshot" => Ok(SignalAction::PauseSnapshot),
+        "resume-snapshot" => Ok(SignalAction::ResumeSnapshot),
+        other => Err(format!(
+            "unknown signal type {other:?} (known: execute-snapshot, stop-snapshot, pause-snapshot, resume-snapshot)"
+        )),
+    }
+}
+
+/// Only incremental snapshots exist here; Debezium's `blocking` is refused.
+fn check_type(data: &Value) -> Result<(), String> {
+    match data.get("type") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(t)) if t.eq_ignore_ascii_case("incremental") => Ok(()),
+        Some(other) => Err(format!(
+            "snapshot type {other} is not supported: only \"incremental\" (chunked, while streaming)"
+        )),
+    }
+}
+
+fn collections(data: &Value) -> Result<Option<Vec<String>>, String> {
+    match data.get("data-collections") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| match v.as_str() {
+                Some(s) if super::split_table(s).is_some() => Ok(s.to_string()),
+                _ => Err(format!(
+                    "\"data-collections\" entry {v} is not a schema-qualified table name"
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        Some(other) => Err(format!(
+            "\"data-collections\" must be an array of \"schema.table\" strings, not {other}"
+        )),
+    }
+}
+
+/// `additional-conditions: [{"data-collection": t, "filter": sql}]` (Debezium
+/// 2.x), or the older single `additional-condition` string for every table.
+/// `None` as the table means every table.
+fn conditions(data: &Value) -> Result<Vec<(Option<String>, String)>, String> {
+    let mut out = Vec::new();
+    if let Some(v) = data.get("additional-condition") {
+        match v {
+            Value::String(f) if !f.trim().is_empty() => out.push((None, f.clone())),
+            Value::Null | Value::String(_) => {}
+            other => {
+                return Err(format!(
+                    "\"additional-condition\" must be a string, not {other}"
+                ))
+            }
+        }
+    }
+    match data.get("additional-conditions") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) => {
+            for item in items {
+                let table = item.get("data-collection").and_then(Value::as_str);
+                let filter = item.get("filter").and_then(Value::as_str);
+                match (table, filter) {
+                    (Some(t), Some(f)) if !f.trim().is_empty() => {
+                        out.insert(0, (Some(t.to_string()), f.to_string()))
+                    }
+                    _ => {
+                        return Err(format!(
+                            "\"additional-conditions\" entry {item} needs \"data-collection\" and a non-empty \"filter\""
+                        ))
+                    }
+                }
+            }
+        }
+        Some(other) => {
+            return Err(format!(
+                "\"additional-conditions\" must be an array, not {other}"
+            ))
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn execute_snapshot_with_conditions() {
+        let a = parse(
+            "execute-snapshot",
+            Some(
+                r#"{"data-collections": ["public.a", "s.b"], "type": "INCREMENTAL",
+                     "additional-conditions": [{"data-collection": "s.b", "filter": "x > 1"}]}"#,
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            a,
+            SignalAction::ExecuteSnapshot {
+                tables: vec![
+                    ("public.a".into(), None),
+                    ("s.b".into(), Some("x > 1".into()))
+                ]
+            }
+        );
+        // The older single condition applies to every table; a specific one wins.
+        let a = parse(
+            "execute-snapshot",
+            Some(
+                r#"{"data-collections": ["public.a", "s.b"], "additional-condition": "true",
+                     "additional-conditions": [{"data-collection": "s.b", "filter": "y"}]}"#,
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            a,
+            SignalAction::ExecuteSnapshot {
+                tables: vec![
+                    ("public.a".into(), Some("true".into())),
+                    ("s.b".into(), Some("y".into()))
+                ]
+            }
+        );
+    }
+
+    #[test]
+    fn bad_signals_say_why() {
+        let cases = [
+            ("execute-snapshot", Some("{not json"), "not JSON"),
+            ("execute-snapshot", None, "data-collections"),
+            (
+                "execute-snapshot",
+                Some(r#"{"data-collections": []}"#),
+                "empty",
+            ),
+            (
+                "execute-snapshot",
+                Some(r#"{"data-collections": ["a"]}"#),
+                "schema-qualified",
+            ),
+            (
+                "execute-snapshot",
+                Some(r#"{"data-collections": "public.a"}"#),
+                "array",
+            ),
+            (
+                "execute-snapshot",
+                Some(r#"{"data-collections": ["public.a"], "type": "blocking"}"#),
+                "not supported",
+            ),
+            (
+                "execute-snapshot",
+                Some(
+                    r#"{"data-collections": ["public.a"], "additional-conditions": [{"filter": "x"}]}"#,
+                ),
+                "data-collection",
+            ),
+            ("reboot", None, "unknown signal type"),
+        ];
+        for (kind, data, why) in cases {
+            let err = parse(kind, data).unwrap_err();
+            assert!(err.contains(why), "{kind} {data:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn stop_pause_resume() {
+        assert_eq!(
+            parse("stop-snapshot", None).unwrap(),
+            SignalAction::StopSnapshot { tables: None }
+        );
+        assert_eq!(
+            parse(
+                "stop-snapshot",
+                Some(r#"{"data-collections": ["public.a"]}"#)
+            )
+            .unwrap(),
+            SignalAction::StopSnapshot {
+                tables: Some(vec!["public.a".into()])
+            }
+        );
+        assert_eq!(
+            parse("pause-snapshot", Some("")).unwrap(),
+            SignalAction::PauseSnapshot
+        );
+        assert_eq!(
+            parse("resume-snapshot", None).unwrap(),
+            SignalAction::ResumeSnapshot
+        );
+    }
+}
