@@ -81,8 +81,17 @@ async fn wait_log(env: &CaptureEnv, needle: &str, times: usize, timeout: Duratio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_under_a_concurrent_writer_folds_to_the_table() -> Result<()> {
-    const ROWS: i32 = 200_000;
     let env = CaptureEnv::new("cap_snap_writer").await?;
+    // Clean up whatever the outcome: leaked slots pin WAL and use up max_replication_slots.
+    let result = snapshot_under_a_concurrent_writer_folds_to_the_table_body(&env).await;
+    env.cleanup().await;
+    result
+}
+
+async fn snapshot_under_a_concurrent_writer_folds_to_the_table_body(
+    env: &CaptureEnv,
+) -> Result<()> {
+    const ROWS: i32 = 200_000;
     // A composite, partly non-integer key: chunks page by row comparison.
     env.client
         .batch_execute(&format!(
@@ -136,12 +145,12 @@ async fn snapshot_under_a_concurrent_writer_folds_to_the_table() -> Result<()> {
             anyhow::Ok(ops)
         })
     };
-    let snapshot_done = wait_log(&env, "snapshot complete", 1, Duration::from_secs(600)).await;
+    let snapshot_done = wait_log(env, "snapshot complete", 1, Duration::from_secs(600)).await;
     stop.store(true, Ordering::Relaxed);
     let ops = writer.await??;
     snapshot_done?;
     ensure!(ops > 100, "the writer ran only {ops} transactions");
-    wait_caught_up(&env).await?;
+    wait_caught_up(env).await?;
 
     let topic = env.topic("items");
     let seen = tokio::task::spawn_blocking(move || read_committed(&[topic])).await??;
@@ -196,15 +205,21 @@ async fn snapshot_under_a_concurrent_writer_folds_to_the_table() -> Result<()> {
             folded.get(key)
         );
     }
-    env.cleanup().await;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_during_a_snapshot_resumes_at_the_next_chunk() -> Result<()> {
+    let env = CaptureEnv::new("cap_snap_kill").await?;
+    // Clean up whatever the outcome: leaked slots pin WAL and use up max_replication_slots.
+    let result = sigkill_during_a_snapshot_resumes_at_the_next_chunk_body(&env).await;
+    env.cleanup().await;
+    result
+}
+
+async fn sigkill_during_a_snapshot_resumes_at_the_next_chunk_body(env: &CaptureEnv) -> Result<()> {
     const ROWS: usize = 100_000;
     const KILLS: usize = 6;
-    let env = CaptureEnv::new("cap_snap_kill").await?;
     env.client
         .batch_execute(&format!(
             "CREATE TABLE docs (k text PRIMARY KEY, body text);
@@ -214,7 +229,7 @@ async fn sigkill_during_a_snapshot_resumes_at_the_next_chunk() -> Result<()> {
     let config = env.write_config(
         "capture.toml",
         &env.config(
-            "snapshot.mode = \"initial\"\nschemas.enable = false\nincremental.snapshot.chunk.size = 50\n\
+            "snapshot.mode = \"initial\"\nschemas.enable = false\nincremental.snapshot.chunk.size = 10\n\
              batch.max.ms = 50\n",
         ),
     )?;
@@ -222,9 +237,22 @@ async fn sigkill_during_a_snapshot_resumes_at_the_next_chunk() -> Result<()> {
     // capture keeps a transaction open, so kills come at random moments and
     // progress is read from what each start says it resumes from.
     for _ in 0..KILLS {
+        // No slot before the first start.
+        let confirmed = env.confirmed_flush().await.unwrap_or(0);
         let mut capture = env.spawn_capture(&config)?;
         env.wait_slot_active().await?;
-        let pause = rand::rng().random_range(1500..4000);
+        // The slot is confirmed only after a Kafka commit: this life has
+        // committed; let it run a little more, then kill it.
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while env.confirmed_flush().await? <= confirmed {
+            ensure!(
+                Instant::now() < deadline,
+                "no commit after a restart; log:\n{}",
+                env.capture_log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let pause = rand::rng().random_range(200..700);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         kill9(&mut capture);
     }
@@ -233,7 +261,7 @@ async fn sigkill_during_a_snapshot_resumes_at_the_next_chunk() -> Result<()> {
         "the snapshot finished before the last kill: make it slower"
     );
     let _capture: Spawned = env.spawn_capture(&config)?;
-    wait_log(&env, "snapshot complete", 1, Duration::from_secs(300)).await?;
+    wait_log(env, "snapshot complete", 1, Duration::from_secs(300)).await?;
     // Each life committed chunks, and the next resumed after them.
     let resumed: Vec<u64> = env
         .capture_log()
@@ -257,7 +285,7 @@ async fn sigkill_during_a_snapshot_resumes_at_the_next_chunk() -> Result<()> {
         resumed.windows(2).all(|w| w[0] < w[1]),
         "a life committed no chunk, or a start went back: {resumed:?}"
     );
-    let seen = wait_for(&[env.topic("docs")], Duration::from_secs(60), |s| {
+    let seen = wait_for(&[env.topic("docs")], Duration::from_secs(240), |s| {
         snapshot_reads(s).len() >= ROWS
     })
     .await?;
@@ -277,7 +305,6 @@ async fn sigkill_during_a_snapshot_resumes_at_the_next_chunk() -> Result<()> {
         "{} of {ROWS} rows published",
         per_key.len()
     );
-    env.cleanup().await;
     Ok(())
 }
 
@@ -340,7 +367,9 @@ async fn stream_one(
     env.client
         .execute("INSERT INTO t VALUES ($1, 'streamed')", &[&id])
         .await?;
-    wait_for(&[c.topic()], Duration::from_secs(60), |s| {
+    // Generous: every walsender decodes the whole cluster's WAL, and the
+    // other snapshot tests write a lot of it.
+    wait_for(&[c.topic()], Duration::from_secs(240), |s| {
         s.iter()
             .any(|r| r.op() == Some("c") && r.key_payload().is_some_and(|k| k["id"] == id))
     })
@@ -362,7 +391,7 @@ async fn run_to_exit(
     mode: &str,
 ) -> Result<std::process::ExitStatus> {
     let mut capture = env.spawn_capture(&c.config(env, mode)?)?;
-    let deadline = Instant::now() + Duration::from_secs(90);
+    let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         if let Some(status) = capture.try_wait()? {
             return Ok(status);
@@ -397,7 +426,7 @@ async fn wait_active(env: &CaptureEnv, slot: &str) -> Result<()> {
 }
 
 async fn wait_reads(c: &Connector, want: Vec<i64>) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         let got = c.reads()?;
         if got == want {
@@ -414,16 +443,23 @@ async fn wait_reads(c: &Connector, want: Vec<i64>) -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_snapshot_mode_with_and_without_a_stored_offset() -> Result<()> {
     let env = CaptureEnv::new("cap_snap_modes").await?;
+    // Clean up whatever the outcome: leaked slots pin WAL and use up max_replication_slots.
+    let result = each_snapshot_mode_with_and_without_a_stored_offset_body(&env).await;
+    env.cleanup().await;
+    result
+}
+
+async fn each_snapshot_mode_with_and_without_a_stored_offset_body(env: &CaptureEnv) -> Result<()> {
     env.client
         .batch_execute("CREATE TABLE t (id bigint PRIMARY KEY, v text); INSERT INTO t SELECT g, 'seed' FROM generate_series(1, 3) g;")
         .await?;
     let ids = |n: i64| (1..=n).collect::<Vec<_>>();
 
     // One connector through the modes, with a stored offset after its first run.
-    let a = Connector::new(&env, "a");
-    stream_one(&env, &a, "no_data", 4, vec![]).await?;
-    stream_one(&env, &a, "initial", 5, vec![]).await?;
-    let status = run_to_exit(&env, &a, "initial_only").await?;
+    let a = Connector::new(env, "a");
+    stream_one(env, &a, "no_data", 4, vec![]).await?;
+    stream_one(env, &a, "initial", 5, vec![]).await?;
+    let status = run_to_exit(env, &a, "initial_only").await?;
     ensure!(
         status.success(),
         "initial_only with nothing to do exited with {status}"
@@ -432,12 +468,12 @@ async fn each_snapshot_mode_with_and_without_a_stored_offset() -> Result<()> {
         a.reads()?.is_empty(),
         "initial_only snapshotted despite a stored offset"
     );
-    stream_one(&env, &a, "always", 6, ids(5)).await?;
-    stream_one(&env, &a, "when_needed", 7, ids(5)).await?;
+    stream_one(env, &a, "always", 6, ids(5)).await?;
+    stream_one(env, &a, "when_needed", 7, ids(5)).await?;
 
     // The stored position is gone: the slot is recreated ahead of it.
     env.drop_slot(&a.slot).await;
-    let status = run_to_exit(&env, &a, "initial").await?;
+    let status = run_to_exit(env, &a, "initial").await?;
     ensure!(!status.success(), "initial started across a gap");
     ensure!(
         env.capture_log().contains("start once with snapshot.mode"),
@@ -447,25 +483,26 @@ async fn each_snapshot_mode_with_and_without_a_stored_offset() -> Result<()> {
     let mut twice = ids(5);
     twice.extend(ids(7));
     twice.sort();
-    stream_one(&env, &a, "when_needed", 8, twice).await?;
+    stream_one(env, &a, "when_needed", 8, twice).await?;
 
     // Fresh connectors: no stored offset.
-    let b = Connector::new(&env, "b");
-    stream_one(&env, &b, "initial", 9, ids(8)).await?;
-    let c = Connector::new(&env, "c");
-    let status = run_to_exit(&env, &c, "initial_only").await?;
+    let b = Connector::new(env, "b");
+    stream_one(env, &b, "initial", 9, ids(8)).await?;
+    env.drop_slot(&b.slot).await;
+    let c = Connector::new(env, "c");
+    let status = run_to_exit(env, &c, "initial_only").await?;
     ensure!(status.success(), "initial_only exited with {status}");
     ensure!(c.reads()? == ids(9), "initial_only read {:?}", c.reads()?);
-    let d = Connector::new(&env, "d");
-    stream_one(&env, &d, "when_needed", 10, ids(9)).await?;
-    let e = Connector::new(&env, "e");
-    stream_one(&env, &e, "always", 11, ids(10)).await?;
-    let f = Connector::new(&env, "f");
-    stream_one(&env, &f, "no_data", 12, vec![]).await?;
-    for x in [&a, &b, &c, &d, &e, &f] {
-        env.drop_slot(&x.slot).await;
-    }
-    env.cleanup().await;
+    env.drop_slot(&c.slot).await;
+    let d = Connector::new(env, "d");
+    stream_one(env, &d, "when_needed", 10, ids(9)).await?;
+    env.drop_slot(&d.slot).await;
+    let e = Connector::new(env, "e");
+    stream_one(env, &e, "always", 11, ids(10)).await?;
+    env.drop_slot(&e.slot).await;
+    let f = Connector::new(env, "f");
+    stream_one(env, &f, "no_data", 12, vec![]).await?;
+    env.drop_slot(&f.slot).await;
     Ok(())
 }
 
@@ -486,6 +523,13 @@ fn cli_signal(config: &std::path::Path, args: &[&str]) -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signals_snapshot_tables_added_later() -> Result<()> {
     let env = CaptureEnv::new("cap_snap_signal").await?;
+    // Clean up whatever the outcome: leaked slots pin WAL and use up max_replication_slots.
+    let result = signals_snapshot_tables_added_later_body(&env).await;
+    env.cleanup().await;
+    result
+}
+
+async fn signals_snapshot_tables_added_later_body(env: &CaptureEnv) -> Result<()> {
     env.client
         .batch_execute(
             "CREATE TABLE a (id int PRIMARY KEY); INSERT INTO a SELECT generate_series(1, 10);
@@ -507,7 +551,7 @@ async fn signals_snapshot_tables_added_later() -> Result<()> {
     let wait_count = |table: &'static str, n: usize| {
         let topic = env.topic(table);
         async move {
-            wait_for(&[topic], Duration::from_secs(60), |s| {
+            wait_for(&[topic], Duration::from_secs(240), |s| {
                 s.iter().filter(|r| r.op() == Some("r")).count() == n
             })
             .await
@@ -537,7 +581,7 @@ async fn signals_snapshot_tables_added_later() -> Result<()> {
              INSERT INTO signals VALUES ('bad-filter', 'execute-snapshot', '{\"data-collections\": [\"public.b\"], \"additional-conditions\": [{\"data-collection\": \"public.b\", \"filter\": \"no_such_column > 1\"}]}');",
         )
         .await?;
-    wait_log(&env, "signal ignored", 5, Duration::from_secs(30)).await?;
+    wait_log(env, "signal ignored", 5, Duration::from_secs(240)).await?;
     let log = env.capture_log();
     for why in [
         "not JSON",
@@ -567,7 +611,7 @@ async fn signals_snapshot_tables_added_later() -> Result<()> {
              COMMIT;",
         )
         .await?;
-    wait_log(&env, "snapshot paused", 1, Duration::from_secs(30)).await?;
+    wait_log(env, "snapshot paused", 1, Duration::from_secs(240)).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let during_pause = reads("b")?.len();
     ensure!(
@@ -587,6 +631,5 @@ async fn signals_snapshot_tables_added_later() -> Result<()> {
     env.wait_slot_active().await?;
     wait_count("c", 50).await?;
     ensure!(reads("a")?.len() == 10, "a was snapshotted again");
-    env.cleanup().await;
     Ok(())
 }

@@ -107,7 +107,8 @@ impl CaptureEnv {
         format!("{}.public.{table}", self.prefix)
     }
 
-    /// Starts `oncely capture` with a config, its log appended to `capture.log`.
+    /// Starts `oncely capture` with a config, its log appended to `capture.log`
+    /// (at `$ONCELY_TEST_CAPTURE_LOG`, a `RUST_LOG` filter, when set).
     /// The process is killed when the returned guard drops, so a failing test
     /// leaves nothing running.
     pub fn spawn_capture(&self, config: &PathBuf) -> Result<Spawned> {
@@ -119,7 +120,11 @@ impl CaptureEnv {
             Command::new(env!("CARGO_BIN_EXE_oncely"))
                 .args(["capture", "--config"])
                 .arg(config)
-                .env("RUST_LOG", "info,rdkafka=warn")
+                .env(
+                    "RUST_LOG",
+                    std::env::var("ONCELY_TEST_CAPTURE_LOG")
+                        .unwrap_or_else(|_| "info,rdkafka=warn".into()),
+                )
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()?,
@@ -192,9 +197,22 @@ impl CaptureEnv {
         }
     }
 
-    /// Drops the slot (waiting for its walsender to go) and the database.
+    /// Drops every slot of this database (waiting for their walsenders to
+    /// go) and the database.
     pub async fn cleanup(self) {
         self.drop_slot(&self.slot).await;
+        let others = self
+            .client
+            .query(
+                "SELECT slot_name::text FROM pg_replication_slots WHERE database = $1",
+                &[&self.dbname],
+            )
+            .await
+            .map(|rows| rows.iter().map(|r| r.get::<_, String>(0)).collect())
+            .unwrap_or_else(|_| Vec::new());
+        for slot in others {
+            self.drop_slot(&slot).await;
+        }
         let admin = match connect(&common::pg_url()).await {
             Ok(c) => c,
             Err(_) => return,
