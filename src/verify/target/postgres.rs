@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use oncely_capture::value::{TypeRegistry, ValueKind};
-use oncely_sinks::kinds::postgres::{expand_name, PostgresConfig, DELETED};
+use oncely_sinks::kinds::postgres::{expand_name, tls_settings, PostgresConfig, DELETED};
 use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls};
@@ -49,16 +49,31 @@ impl PgTarget {
             pg.password(password.expose());
         }
         pg.application_name("oncely-verify")
-            .options(SESSION_OPTIONS);
-        let (client, connection) = pg
-            .connect(NoTls)
-            .await
-            .map_err(VerifyError::pg("connect to the warehouse"))?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!("warehouse connection closed: {e}");
+            .options(SESSION_OPTIONS)
+            .connect_timeout(std::time::Duration::from_millis(config.connect_timeout_ms));
+        // The sink's own TLS settings (`sslmode`, `sslrootcert`).
+        let tls =
+            tls_settings(config).map_err(|e| VerifyError::Config(format!("warehouse TLS: {e}")))?;
+        let client = match tls {
+            None => {
+                pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                let (client, connection) = pg
+                    .connect(NoTls)
+                    .await
+                    .map_err(VerifyError::pg("connect to the warehouse"))?;
+                tokio::spawn(drive(connection));
+                client
             }
-        });
+            Some((mode, tls)) => {
+                pg.ssl_mode(mode);
+                let (client, connection) = pg
+                    .connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
+                    .await
+                    .map_err(VerifyError::pg("connect to the warehouse"))?;
+                tokio::spawn(drive(connection));
+                client
+            }
+        };
         let mut types = TypeRegistry::builtin();
         types
             .load_user_types(&client)
@@ -294,6 +309,17 @@ impl PgTarget {
             }
             Err(e) => Err(VerifyError::pg("read the warehouse positions")(e)),
         }
+    }
+}
+
+/// Runs the warehouse connection until it closes.
+async fn drive<S, T>(connection: tokio_postgres::Connection<S, T>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    if let Err(e) = connection.await {
+        tracing::warn!("warehouse connection closed: {e}");
     }
 }
 

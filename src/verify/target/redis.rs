@@ -47,7 +47,27 @@ impl RedisTarget {
             }
             info = info.set_redis_settings(settings);
         }
-        let conn = redis::Client::open(info)
+        // The sink's TLS settings: `rediss://` URLs, and `tls.ca.file` to trust.
+        let tls = config.url.trim().starts_with("rediss://");
+        if tls {
+            oncely_sinks::tls::provider();
+        }
+        let client = match (&config.tls_ca_file, tls) {
+            (Some(path), true) => {
+                let pem = std::fs::read(path).map_err(|e| {
+                    VerifyError::Config(format!("redis sink.tls.ca.file {path}: {e}"))
+                })?;
+                redis::Client::build_with_tls(
+                    info,
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+            }
+            _ => redis::Client::open(info),
+        };
+        let conn = client
             .map_err(redis_error("open"))?
             .get_multiplexed_async_connection()
             .await

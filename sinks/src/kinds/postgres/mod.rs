@@ -341,8 +341,9 @@ impl PostgresSink {
     }
 }
 
-/// The TLS mode and client settings of `sslmode`, `None` for plain TCP.
-fn tls_settings(
+/// The TLS mode and client settings of `sslmode`, `None` for plain TCP
+/// (public for `oncely verify`, which reads the warehouse as the sink writes it).
+pub fn tls_settings(
     config: &PostgresConfig,
 ) -> Result<Option<(tokio_postgres::config::SslMode, rustls::ClientConfig)>, SinkError> {
     use crate::tls::{client_config, Verify};
