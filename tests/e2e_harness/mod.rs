@@ -167,8 +167,29 @@ impl Pipeline {
         ))
     }
 
-    /// Removes what this pipeline left in Elasticsearch and Redis, then the database.
+    /// Removes what this pipeline left in Elasticsearch and Redis, then the
+    /// slot and the database. Stop capture first.
     pub async fn cleanup(self) {
+        // The walsender of a killed capture can take a while to notice under
+        // load, and the slot can only be dropped once it is gone. A fresh
+        // connection: a PostgreSQL restart may have closed `env.client`.
+        if let Ok(client) = self.env.connect().await {
+            for _ in 0..300 {
+                let active = client
+                    .query_opt(
+                        "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                        &[&self.env.slot],
+                    )
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|r| r.get::<_, bool>(0));
+                if !active {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
         let es = es();
         // Each topic's index, and the `-soft` ones of tests with a soft-delete sink.
         let indices: Vec<String> = self
