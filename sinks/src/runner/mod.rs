@@ -215,6 +215,12 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
                 crate::config::OffsetReset::Latest => "latest",
             },
         );
+    // librdkafka notices topics created after subscribing (capture creates them on
+    // first use) only at its metadata refresh, 5 minutes by default: a sink started
+    // before capture would sit idle that long. 10 s unless the user chose.
+    if config.get("topic.metadata.refresh.interval.ms").is_none() {
+        config.set("topic.metadata.refresh.interval.ms", "10000");
+    }
     let consumer: BaseConsumer<RunnerContext> = config
         .create_with_context(RunnerContext::new(shared.clone()))
         .map_err(|e| RunnerError::kafka("create the consumer", e))?;
