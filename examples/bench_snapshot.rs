@@ -1,0 +1,218 @@
+//! Snapshot throughput benchmark.
+//!
+//! Fills a fresh database's table with N rows, then measures in the same run:
+//! 1. the ceiling: `COPY orders TO STDOUT` of the whole table, read by a client
+//!    that only counts the bytes;
+//! 2. `oncely capture` (the release binary) with `snapshot.mode =
+//!    "initial_only"`: from the moment its snapshot starts (its
+//!    `oncely_capture_snapshot_running` gauge) until it exits once every row
+//!    is committed to Kafka as an op `r` event; plus its memory.
+//!
+//! ```sh
+//! scripts/services up && eval "$(scripts/services env)"
+//! cargo build --release && cargo run --release --example bench_snapshot -- 1000000
+//! BENCH_CHUNK=8192 cargo run --release --example bench_snapshot -- 1000000   # incremental.snapshot.chunk.size
+//! ```
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use futures::StreamExt;
+use tokio_postgres::NoTls;
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let total: i64 = std::env::args()
+        .nth(1)
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(1_000_000);
+    let chunk: usize = std::env::var("BENCH_CHUNK")
+        .ok()
+        .map(|v| v.parse())
+        .transpose()?
+        .unwrap_or(1024);
+    let schemas = std::env::var("BENCH_SCHEMAS")
+        .map(|v| v != "false")
+        .unwrap_or(true);
+    let pg_url = std::env::var("ONCELY_PG_URL")
+        .context("ONCELY_PG_URL: eval \"$(scripts/services env)\"")?;
+    let brokers = std::env::var("ONCELY_KAFKA_BROKERS").context("ONCELY_KAFKA_BROKERS")?;
+    let pg: tokio_postgres::Config = pg_url.parse()?;
+    let host = match pg.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => "127.0.0.1".into(),
+    };
+    let port = pg.get_ports().first().copied().unwrap_or(5432);
+    let user = pg.get_user().unwrap_or("postgres").to_string();
+
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let db = format!("bench_snap_{tag}");
+    let (admin, conn) = tokio_postgres::connect(&pg_url, NoTls).await?;
+    tokio::spawn(conn);
+    admin
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await?;
+    let mut cfg = pg.clone();
+    cfg.dbname(&db);
+    let (client, conn) = cfg.connect(NoTls).await?;
+    tokio::spawn(conn);
+    eprintln!("writing {total} rows ...");
+    let t = Instant::now();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, customer int NOT NULL, status text NOT NULL,
+                                  total numeric(12,2) NOT NULL, created timestamptz NOT NULL);
+             INSERT INTO orders SELECT g, g % 997, 'new', (g % 10000) / 100.0, now() FROM generate_series(1, {total}) g;"
+        ))
+        .await?;
+    // Its own statement: VACUUM cannot run in the implicit transaction of a batch.
+    client.batch_execute("VACUUM ANALYZE orders").await?;
+    eprintln!("written in {:.1}s", t.elapsed().as_secs_f64());
+
+    // 1. Ceiling: COPY of the same table.
+    let t = Instant::now();
+    let copy = client.copy_out("COPY orders TO STDOUT").await?;
+    futures::pin_mut!(copy);
+    let (mut bytes, mut lines) = (0usize, 0usize);
+    while let Some(buf) = copy.next().await {
+        let buf = buf?;
+        bytes += buf.len();
+        lines += buf.iter().filter(|b| **b == b'\n').count();
+    }
+    let copy_secs = t.elapsed().as_secs_f64();
+    if lines as i64 != total {
+        bail!("COPY returned {lines} rows, expected {total}");
+    }
+    let copy_rate = total as f64 / copy_secs;
+    eprintln!("COPY TO STDOUT: {total} rows, {bytes} bytes in {copy_secs:.2}s");
+
+    // 2. oncely capture, snapshot only.
+    let dir = std::env::temp_dir().join(&db);
+    std::fs::create_dir_all(&dir)?;
+    let metrics_port = 20000 + (rand::random::<u16>() % 20000);
+    let slot = format!("bench_snap_{tag}");
+    let config = dir.join("capture.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "topic.prefix = \"bench-snap-{tag}\"\ndatabase.hostname = \"{host}\"\ndatabase.port = {port}\n\
+             database.user = \"{user}\"\ndatabase.dbname = \"{db}\"\nslot.name = \"{slot}\"\n\
+             publication.name = \"bench_snap_pub\"\npublication.autocreate.mode = \"filtered\"\n\
+             table.include.list = \"public.orders\"\nsnapshot.mode = \"initial_only\"\n\
+             incremental.snapshot.chunk.size = {chunk}\nschemas.enable = {schemas}\n\
+             kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"bench-snap-{tag}-offsets\"\n\
+             metrics.listen = \"127.0.0.1:{metrics_port}\"\n"
+        ),
+    )?;
+    let bin = std::env::current_exe()?
+        .parent()
+        .and_then(|p| p.parent())
+        .map(|p| p.join("oncely"))
+        .context("locate target/release/oncely")?;
+    let mut child = Command::new(&bin)
+        .args(["capture", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .with_context(|| format!("run {} (cargo build --release first)", bin.display()))?;
+    let pid = child.id();
+    let mut started: Option<Instant> = None;
+    let mut rss_samples = Vec::new();
+    let (mut peak_kb, mut cpu_secs, mut commits, mut chunks) = (0, 0.0, 0.0, 0.0);
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("the snapshot did not finish in time");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let running = scrape(metrics_port, "oncely_capture_snapshot_running").await;
+        if running == Some(1.0) {
+            started.get_or_insert_with(Instant::now);
+        }
+        if started.is_some() {
+            rss_samples.push(rss_kb(pid, "VmRSS:"));
+            // The process exits when done: keep the last values seen.
+            peak_kb = peak_kb.max(rss_kb(pid, "VmHWM:"));
+            cpu_secs = f64::max(cpu_secs, cpu_seconds(pid));
+            if let Some(c) = scrape(metrics_port, "oncely_capture_kafka_transactions_total").await {
+                commits = c;
+            }
+            if let Some(c) = scrape(metrics_port, "oncely_capture_snapshot_chunks_total").await {
+                chunks = c;
+            }
+        }
+    };
+    let snap_secs = started
+        .map(|s| s.elapsed().as_secs_f64())
+        .context("the snapshot never reported running")?;
+    if !status.success() {
+        bail!("capture exited with {status}; see its stderr above");
+    }
+    let snap_rate = total as f64 / snap_secs;
+    rss_samples.sort_unstable();
+    let median_kb = rss_samples.get(rss_samples.len() / 2).copied().unwrap_or(0);
+    println!("rows={total} incremental.snapshot.chunk.size={chunk} schemas.enable={schemas}");
+    println!("COPY orders TO STDOUT : {copy_secs:8.2}s {copy_rate:10.0} rows/s");
+    println!(
+        "oncely snapshot       : {snap_secs:8.2}s {snap_rate:10.0} rows/s  ({:.1}% of COPY, COPY is {:.1}x faster)",
+        100.0 * snap_rate / copy_rate,
+        copy_rate / snap_rate
+    );
+    println!(
+        "capture RSS           : median {:.1} MB, peak {:.1} MB",
+        median_kb as f64 / 1024.0,
+        peak_kb as f64 / 1024.0
+    );
+    println!("capture CPU           : {cpu_secs:.2}s user+sys (last sample before exit)");
+    println!("chunks, kafka commits : {chunks:.0}, {commits:.0} (last sample before exit)");
+
+    let _ = admin
+        .query_one("SELECT pg_drop_replication_slot($1)", &[&slot])
+        .await;
+    let _ = admin
+        .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
+        .await;
+    Ok(())
+}
+
+/// Reads one metric from the Prometheus endpoint.
+async fn scrape(port: u16, name: &str) -> Option<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.ok()?;
+    body.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn rss_kb(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// User + system CPU seconds of a process so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
