@@ -409,10 +409,7 @@ async fn wait_active(env: &CaptureEnv, slot: &str) -> Result<()> {
     for _ in 0..300 {
         let row = env
             .client
-            .query_opt(
-                "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
-                &[&slot],
-            )
+            .query_opt(capture_harness::ACTIVE_SLOT, &[&slot])
             .await?;
         if row.map(|r| r.get::<_, bool>(0)).unwrap_or(false) {
             return Ok(());

@@ -132,15 +132,12 @@ impl CaptureEnv {
     }
 
     /// Waits until the capture's slot exists and is in use (streaming).
+    /// A slot is also "active" while `pg_create_logical_replication_slot`
+    /// builds it, and a change committed then is before its start: only a
+    /// walsender holding it means the stream runs.
     pub async fn wait_slot_active(&self) -> Result<()> {
         for _ in 0..300 {
-            let row = self
-                .client
-                .query_opt(
-                    "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
-                    &[&self.slot],
-                )
-                .await?;
+            let row = self.client.query_opt(ACTIVE_SLOT, &[&self.slot]).await?;
             if row.map(|r| r.get::<_, bool>(0)).unwrap_or(false) {
                 return Ok(());
             }
@@ -226,6 +223,9 @@ impl CaptureEnv {
             .await;
     }
 }
+
+/// Whether a walsender (not the backend creating it) holds the slot.
+pub const ACTIVE_SLOT: &str = "SELECT EXISTS (SELECT 1 FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid WHERE s.slot_name = $1)";
 
 /// A child process that is killed (SIGKILL) and reaped when dropped.
 pub struct Spawned(pub Child);

@@ -382,6 +382,7 @@ impl Pipeline<'_> {
                     Replay::SkipFirst(n) => n,
                     Replay::PublishAll => 0,
                 };
+                tracing::trace!(commit_lsn = %format_lsn(commit_lsn), xid, skip, "transaction");
                 self.tx = Some(SourceTx {
                     commit_lsn,
                     xid,
@@ -415,6 +416,7 @@ impl Pipeline<'_> {
                 self.on_message(msg, lsn.as_u64()).await?;
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => {
+                tracing::trace!(wal_end = %format_lsn(wal_end.as_u64()), in_tx = self.tx.is_some(), "keepalive");
                 if self.tx.is_none() {
                     self.server_position = self.server_position.max(wal_end.as_u64());
                 }
