@@ -169,9 +169,10 @@ async fn snapshot_under_a_concurrent_writer_folds_to_the_table_body(
         );
     }
     ensure!(per_key.values().all(|n| *n == 1), "a row was read twice");
-    let dropped = ROWS as usize - reads.len();
+    // Rows the writer inserts during the snapshot land in later chunks too, so the
+    // snapshot may read more rows than the table started with.
     eprintln!(
-        "{} snapshot rows, {dropped} dropped or deleted, {ops} writer transactions",
+        "{} snapshot rows of {ROWS} at the start, {ops} writer transactions",
         reads.len()
     );
 
