@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use moka::ops::compute::{CompResult, Op};
 use moka::policy::EvictionPolicy;
 use moka::sync::Cache;
 
@@ -20,7 +21,7 @@ use crate::{DedupError, Seen, WindowStore};
 /// that was not remembered).
 ///
 /// Race note: two tasks checking the same *new* identity at the same instant
-/// both serialize on moka's entry lock, so exactly one of them sees `New`.
+/// serialize on moka's key-level compute lock, so exactly one of them sees `New`.
 #[derive(Clone)]
 pub struct MemoryWindow {
     cache: Cache<Arc<[u8]>, ()>,
@@ -42,11 +43,18 @@ impl MemoryWindow {
         if self.cache.contains_key(id) {
             return Seen::Duplicate;
         }
-        let entry = self.cache.entry(Arc::from(id)).or_insert(());
-        if entry.is_fresh() {
-            Seen::New
-        } else {
-            Seen::Duplicate
+        // `and_compute_with` runs the calls of one key one after another under a
+        // key-level lock, so exactly one concurrent caller inserts. (`or_insert`'s
+        // `is_fresh` does not promise that: CI saw two callers both get `New`.)
+        match self
+            .cache
+            .entry(Arc::from(id))
+            .and_compute_with(|existing| match existing {
+                Some(_) => Op::Nop,
+                None => Op::Put(()),
+            }) {
+            CompResult::Inserted(_) => Seen::New,
+            _ => Seen::Duplicate,
         }
     }
 
@@ -132,7 +140,7 @@ mod tests {
     #[test]
     fn concurrent_checks_of_one_new_id_yield_one_new() {
         let w = MemoryWindow::new(1000, LONG);
-        for round in 0..50u32 {
+        for round in 0..2000u32 {
             let id = round.to_be_bytes();
             let news: usize = std::thread::scope(|s| {
                 let handles: Vec<_> = (0..4)
