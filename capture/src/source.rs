@@ -37,18 +37,24 @@ pub struct SlotState {
 }
 
 /// Opens the control connection. The connection task ends when the client drops.
-pub async fn connect(cfg: &CaptureConfig) -> Result<Client, CaptureError> {
+/// Connection settings for the captured database (host, port, user, database,
+/// password when set), for every connection oncely opens to it besides the stream.
+pub fn pg_config(cfg: &CaptureConfig, application_name: &str) -> tokio_postgres::Config {
     let db = &cfg.database;
     let mut pg = tokio_postgres::Config::new();
     pg.host(&db.hostname)
         .port(db.port)
         .user(&db.user)
         .dbname(&db.dbname)
-        .application_name("oncely-capture-control");
+        .application_name(application_name);
     if !db.password.expose().is_empty() {
         pg.password(db.password.expose());
     }
-    let (client, connection) = pg
+    pg
+}
+
+pub async fn connect(cfg: &CaptureConfig) -> Result<Client, CaptureError> {
+    let (client, connection) = pg_config(cfg, "oncely-capture-control")
         .connect(NoTls)
         .await
         .map_err(CaptureError::pg("connect"))?;

@@ -101,18 +101,8 @@ impl SourceDb {
     /// Connects with capture's `database.*` settings and the session settings of
     /// its replication connection, and loads user types (enums, domains).
     pub async fn connect(cfg: &CaptureConfig) -> Result<Self, VerifyError> {
-        let db = &cfg.database;
-        let mut pg = tokio_postgres::Config::new();
-        pg.host(&db.hostname)
-            .port(db.port)
-            .user(&db.user)
-            .dbname(&db.dbname)
-            .application_name("oncely-verify")
-            .options(SESSION_OPTIONS);
-        if !db.password.expose().is_empty() {
-            pg.password(db.password.expose());
-        }
-        let (client, connection) = pg
+        let (client, connection) = oncely_capture::source::pg_config(cfg, "oncely-verify")
+            .options(SESSION_OPTIONS)
             .connect(NoTls)
             .await
             .map_err(VerifyError::pg("connect to the source database"))?;

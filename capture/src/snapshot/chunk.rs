@@ -55,20 +55,10 @@ pub enum ChunkError {
 /// Opens the snapshot connection, with the session settings the replication
 /// connection uses, so values read here render exactly as the stream's.
 pub async fn connect(cfg: &CaptureConfig) -> Result<Client, CaptureError> {
-    let db = &cfg.database;
-    let mut pg = tokio_postgres::Config::new();
-    pg.host(&db.hostname)
-        .port(db.port)
-        .user(&db.user)
-        .dbname(&db.dbname)
-        .application_name("oncely-capture-snapshot")
+    let (client, connection) = crate::source::pg_config(cfg, "oncely-capture-snapshot")
         .options(
             "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3 -c standard_conforming_strings=on -c bytea_output=hex",
-        );
-    if !db.password.expose().is_empty() {
-        pg.password(db.password.expose());
-    }
-    let (client, connection) = pg
+        )
         .connect(NoTls)
         .await
         .map_err(CaptureError::pg("connect snapshot connection"))?;
