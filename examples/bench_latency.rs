@@ -35,8 +35,11 @@ use tokio_postgres::NoTls;
 /// Rows the writer cycles through: small, so every poll reads the whole table.
 const KEYS: i64 = 200;
 const TICK: Duration = Duration::from_millis(10);
-const POLL: Duration = Duration::from_millis(5);
-const TARGETS: [&str; 3] = ["postgres", "elasticsearch", "redis"];
+/// Observers poll this often unless `BENCH_POLL_MS` says otherwise.
+const POLL_MS: u64 = 5;
+/// "kafka" is not a target but a waypoint: committed in the topic (read_committed),
+/// which splits capture's share of the latency from the sinks'.
+const TARGETS: [&str; 4] = ["kafka", "postgres", "elasticsearch", "redis"];
 
 struct Args {
     rate: u64,
@@ -82,6 +85,8 @@ fn args() -> Result<Args> {
 /// One committed source transaction: its highest change number and when it was sent.
 struct Sent {
     n: i64,
+    /// The row that carries `n` (the transaction's last).
+    key: i64,
     at: Instant,
     phase: usize,
 }
@@ -184,6 +189,14 @@ async fn main() -> Result<()> {
     )?;
     // Extra librdkafka consumer properties for the sinks, e.g. '"fetch.wait.max.ms" = "20"'.
     let sink_kafka = std::env::var("BENCH_SINK_KAFKA").unwrap_or_default();
+    // BENCH_TARGETS=kafka,postgres runs only those sinks (kafka is always observed).
+    let targets: Vec<&str> = match std::env::var("BENCH_TARGETS") {
+        Ok(list) => TARGETS
+            .into_iter()
+            .filter(|t| *t == "kafka" || list.split(',').any(|l| l.trim() == *t))
+            .collect(),
+        Err(_) => TARGETS.to_vec(),
+    };
     let runner = |group: &str| {
         format!(
             "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{prefix}-{group}\"\n\
@@ -248,7 +261,7 @@ async fn main() -> Result<()> {
             spawn(&bin, "capture", &capture, &dir.join("capture.log"))?,
         )],
     };
-    for (name, config) in &sinks {
+    for (name, config) in sinks.iter().filter(|(n, _)| targets.contains(n)) {
         let log = dir.join(format!("sink-{name}.log"));
         procs
             .children
@@ -262,13 +275,22 @@ async fn main() -> Result<()> {
         .await?;
     let log = Arc::new(Mutex::new(Log::default()));
     let mut seen: BTreeMap<&str, Seen> = BTreeMap::new();
-    let visible: BTreeMap<&str, Arc<std::sync::atomic::AtomicI64>> = TARGETS
+    let visible: BTreeMap<&str, Arc<std::sync::atomic::AtomicI64>> = targets
         .iter()
         .map(|t| (*t, Arc::new(std::sync::atomic::AtomicI64::new(-1))))
         .collect();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let in_kafka = Arc::new(std::sync::atomic::AtomicI64::new(-1));
+    tokio::spawn(watch_topic(
+        brokers.clone(),
+        format!("{prefix}.public.ticks"),
+        in_kafka.clone(),
+    ));
+    let poll = Duration::from_millis(
+        std::env::var("BENCH_POLL_MS").map_or(Ok(POLL_MS), |v| v.parse())?,
+    );
     let mut observers = Vec::new();
-    for target in TARGETS {
+    for &target in &targets {
         let s: Seen = Arc::default();
         seen.insert(target, s.clone());
         let (log, stop, visible) = (log.clone(), stop.clone(), visible[target].clone());
@@ -285,13 +307,18 @@ async fn main() -> Result<()> {
             index: index.clone(),
             redis: redis.clone(),
             prefix: prefix.clone(),
+            in_kafka: in_kafka.clone(),
         };
         observers.push(tokio::spawn(async move {
             let mut next = 0usize;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let max = probe.max_n().await;
+                let pending: Vec<(i64, i64)> = {
+                    let log = log.lock().unwrap();
+                    log.sent.iter().skip(next).take(64).map(|s| (s.key, s.n)).collect()
+                };
+                let max = probe.max_n(&pending).await;
                 let now = Instant::now();
-                visible.store(max, std::sync::atomic::Ordering::SeqCst);
+                visible.fetch_max(max, std::sync::atomic::Ordering::SeqCst);
                 {
                     let log = log.lock().unwrap();
                     let mut out = s.lock().unwrap();
@@ -301,7 +328,7 @@ async fn main() -> Result<()> {
                         next += 1;
                     }
                 }
-                tokio::time::sleep(POLL).await;
+                tokio::time::sleep(poll).await;
             }
         }));
     }
@@ -311,7 +338,7 @@ async fn main() -> Result<()> {
     let mut n: i64 = 0;
     let t = Instant::now();
     let mut last_write: Option<Instant> = None;
-    while TARGETS
+    while targets
         .iter()
         .any(|t| visible[t].load(std::sync::atomic::Ordering::SeqCst) < 0)
     {
@@ -374,7 +401,8 @@ async fn main() -> Result<()> {
                 n += take;
                 changes += take;
                 due -= take;
-                log.lock().unwrap().sent.push(Sent { n, at, phase });
+                let key = ids[ids.len() - 1];
+                log.lock().unwrap().sent.push(Sent { n, key, at, phase });
             }
         }
         let rate_done = changes as f64 / started.elapsed().as_secs_f64();
@@ -388,7 +416,7 @@ async fn main() -> Result<()> {
     }
     // Drain: every target shows the last change.
     let t = Instant::now();
-    while TARGETS
+    while targets
         .iter()
         .any(|t| visible[t].load(std::sync::atomic::Ordering::SeqCst) < n)
     {
@@ -413,7 +441,7 @@ async fn main() -> Result<()> {
     let mut sustained: Option<u64> = None;
     for (phase, (rate, seconds)) in phases.iter().enumerate().skip(1) {
         let mut step_ok = achieved[phase] >= 0.95 * *rate as f64;
-        for target in TARGETS {
+        for &target in &targets {
             let all = seen[target].lock().unwrap();
             let mut lat: Vec<f64> = all.iter().filter(|s| s.0 == phase).map(|s| s.2).collect();
             let first = all.iter().find(|s| s.0 == phase).map(|s| s.1);
@@ -481,11 +509,60 @@ struct Probe {
     index: String,
     redis: redis::aio::MultiplexedConnection,
     prefix: String,
+    in_kafka: Arc<std::sync::atomic::AtomicI64>,
+}
+
+/// Follows the topic with `read_committed` and publishes the highest change number seen.
+async fn watch_topic(brokers: String, topic: String, max: Arc<std::sync::atomic::AtomicI64>) {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::Message;
+    let consumer: StreamConsumer = match rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("group.id", format!("{topic}-observer"))
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+    {
+        Ok(c) => c,
+        Err(e) => return eprintln!("kafka observer: {e}"),
+    };
+    if let Err(e) = consumer.subscribe(&[&topic]) {
+        return eprintln!("kafka observer: {e}");
+    }
+    loop {
+        let Ok(m) = consumer.recv().await else {
+            continue;
+        };
+        // Typed, so the rest of the envelope (and its schema) is skipped, not built.
+        #[derive(serde::Deserialize)]
+        struct Row {
+            n: i64,
+        }
+        #[derive(serde::Deserialize)]
+        struct Envelope {
+            after: Option<Row>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Top {
+            payload: Option<Envelope>,
+            after: Option<Row>,
+        }
+        let Some(Ok(top)) = m.payload().map(serde_json::from_slice::<Top>) else {
+            continue; // a tombstone
+        };
+        if let Some(row) = top.payload.and_then(|p| p.after).or(top.after) {
+            max.fetch_max(row.n, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
 }
 
 impl Probe {
-    async fn max_n(&self) -> i64 {
+    /// `pending`: (row, change number) of the transactions not yet seen, oldest first.
+    async fn max_n(&self, pending: &[(i64, i64)]) -> i64 {
         match self.target {
+            "kafka" => self.in_kafka.load(std::sync::atomic::Ordering::SeqCst),
             "postgres" => match &self.dw {
                 Some(c) => c
                     .query_one("SELECT max(n) FROM public_ticks", &[])
@@ -514,22 +591,31 @@ impl Probe {
                     .unwrap_or(-1)
             }
             _ => {
+                // The rows of the transactions not yet seen: a row showing a change
+                // number at or past a transaction's proves that transaction landed.
                 let mut pipe = redis::pipe();
-                for i in 0..KEYS {
-                    pipe.hget(format!("{}:ticks:{i}", self.prefix), "n");
+                if pending.is_empty() {
+                    // Nothing outstanding (warm-up): the warm-up row.
+                    pipe.hget(format!("{}:ticks:0", self.prefix), "n");
+                    let mut conn = self.redis.clone();
+                    let v: Result<(Option<i64>,), _> = pipe.query_async(&mut conn).await;
+                    return v.ok().and_then(|(v,)| v).unwrap_or(-1);
+                }
+                for (key, _) in pending {
+                    pipe.hget(format!("{}:ticks:{key}", self.prefix), "n");
                 }
                 let mut conn = self.redis.clone();
-                let values: Result<Vec<Option<String>>, _> = pipe.query_async(&mut conn).await;
-                values
-                    .ok()
-                    .map(|vs| {
-                        vs.into_iter()
-                            .flatten()
-                            .filter_map(|v| v.parse::<i64>().ok())
-                            .max()
-                            .unwrap_or(-1)
-                    })
-                    .unwrap_or(-1)
+                let values: Result<Vec<Option<i64>>, _> = pipe.query_async(&mut conn).await;
+                let Ok(values) = values else { return -1 };
+                let mut max = -1;
+                for ((_, n), stored) in pending.iter().zip(values) {
+                    if stored.is_some_and(|s| s >= *n) {
+                        max = *n;
+                    } else {
+                        break;
+                    }
+                }
+                max
             }
         }
     }

@@ -23,8 +23,11 @@
 //!   one key in one transaction may share an LSN. Prefer oncely's capture when
 //!   snapshots and streaming overlap.
 
+use std::cell::RefCell;
 use std::fmt;
+use std::sync::Arc;
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// The position of a change in the source's commit order; compared lexicographically.
@@ -122,8 +125,9 @@ pub struct ChangeEvent {
     pub version: Version,
     /// Where [`ChangeEvent::version`] came from.
     pub version_origin: VersionOrigin,
-    /// The value's Connect schema, when the producer enabled schemas.
-    pub schema: Option<Value>,
+    /// The value's Connect schema, when the producer enabled schemas. Shared:
+    /// every record of a table carries the same schema, decoded once.
+    pub schema: Option<Arc<Value>>,
 }
 
 impl ChangeEvent {
@@ -175,14 +179,61 @@ impl DecodeError {
     }
 }
 
+/// `{"schema": s, "payload": p}` with the schema left unparsed.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wrapped<'a> {
+    #[serde(borrow)]
+    schema: &'a RawValue,
+    payload: Value,
+}
+
+/// Splits `{"schema": s, "payload": p}` into `(p, Some(s))`; anything else is
+/// its own payload. The wrapper is tried first without building the schema
+/// (it is two thirds of a record and the same for a whole table); anything
+/// that is not exactly the wrapper fails on its first other key and is then
+/// parsed as a plain value.
+fn parse(bytes: &[u8]) -> Result<(Value, Option<&RawValue>), serde_json::Error> {
+    match serde_json::from_slice::<Wrapped<'_>>(bytes) {
+        Ok(w) => {
+            let schema = (w.schema.get() != "null").then_some(w.schema);
+            Ok((w.payload, schema))
+        }
+        Err(_) => serde_json::from_slice(bytes).map(|v| (v, None)),
+    }
+}
+
+/// Schemas recently seen on this thread, by their exact text.
+const SCHEMA_CACHE: usize = 64;
+
+thread_local! {
+    static SCHEMAS: RefCell<Vec<(Box<str>, Arc<Value>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The parsed schema for `raw`, shared with every earlier record that had the same text.
+fn shared_schema(raw: &RawValue) -> Result<Arc<Value>, serde_json::Error> {
+    let text = raw.get();
+    SCHEMAS.with(|cell| {
+        let mut cache = cell.borrow_mut();
+        if let Some((_, schema)) = cache.iter().find(|(t, _)| **t == *text) {
+            return Ok(schema.clone());
+        }
+        let schema = Arc::new(serde_json::from_str::<Value>(text)?);
+        if cache.len() == SCHEMA_CACHE {
+            cache.remove(0);
+        }
+        cache.push((text.into(), schema.clone()));
+        Ok(schema)
+    })
+}
+
 /// Decodes a record key: JSON, with or without the schema wrapper; `None` for a null key.
 pub fn decode_key(raw: Option<&[u8]>) -> Result<Option<Value>, DecodeError> {
     let Some(bytes) = raw else { return Ok(None) };
-    let json: Value = serde_json::from_slice(bytes).map_err(|e| DecodeError {
+    let (payload, _schema) = parse(bytes).map_err(|e| DecodeError {
         part: "key",
         reason: format!("not JSON: {e}"),
     })?;
-    let (payload, _schema) = unwrap_schema(json);
     Ok(match payload {
         Value::Null => None,
         other => Some(other),
@@ -194,12 +245,15 @@ pub fn decode_value(raw: Option<&[u8]>) -> Result<Payload, DecodeError> {
     let Some(bytes) = raw else {
         return Ok(Payload::Tombstone);
     };
-    let json: Value =
-        serde_json::from_slice(bytes).map_err(|e| DecodeError::value(format!("not JSON: {e}")))?;
-    let (payload, schema) = unwrap_schema(json);
+    let (payload, schema) =
+        parse(bytes).map_err(|e| DecodeError::value(format!("not JSON: {e}")))?;
     match payload {
         Value::Null => Ok(Payload::Tombstone),
         Value::Object(envelope) => {
+            let schema = schema
+                .map(shared_schema)
+                .transpose()
+                .map_err(|e| DecodeError::value(format!("schema not JSON: {e}")))?;
             decode_envelope(envelope, schema).map(|e| Payload::Change(Box::new(e)))
         }
         other => Err(DecodeError::value(format!(
@@ -209,23 +263,9 @@ pub fn decode_value(raw: Option<&[u8]>) -> Result<Payload, DecodeError> {
     }
 }
 
-/// Splits `{"schema": s, "payload": p}` into `(p, Some(s))`; anything else is its own payload.
-fn unwrap_schema(json: Value) -> (Value, Option<Value>) {
-    match json {
-        Value::Object(mut map)
-            if map.len() == 2 && map.contains_key("schema") && map.contains_key("payload") =>
-        {
-            let payload = map.remove("payload").unwrap_or(Value::Null);
-            let schema = map.remove("schema").filter(|s| !s.is_null());
-            (payload, schema)
-        }
-        other => (other, None),
-    }
-}
-
 fn decode_envelope(
     mut env: Map<String, Value>,
-    schema: Option<Value>,
+    schema: Option<Arc<Value>>,
 ) -> Result<ChangeEvent, DecodeError> {
     let op_code = match env.get("op") {
         Some(Value::String(s)) => s.clone(),

@@ -198,7 +198,7 @@ fn row_of<'a>(record: &'a Record, event: &'a ChangeEvent) -> Result<Row<'a>, Str
         None => return Err("the record has no key: a table without a primary key cannot be upserted (use history mode)".into()),
     };
     let key: BTreeMap<&str, &Value> = key.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let fields = row_fields(event.schema.as_ref());
+    let fields = row_fields(event.schema.as_deref());
     let spec_of =
         |name: &str, value: &Value| match fields.as_ref().and_then(|f| f.get(name).copied()) {
             Some(field) => Some(from_schema(field)),
