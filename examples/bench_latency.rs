@@ -32,7 +32,8 @@ use elasticsearch::{Elasticsearch, SearchParts};
 use serde_json::{json, Value};
 use tokio_postgres::NoTls;
 
-/// Rows the writer cycles through: small, so every poll reads the whole table.
+/// Rows the writer cycles through by default (`--keys`): a hot set, so every
+/// row is updated many times per second.
 const KEYS: i64 = 200;
 const TICK: Duration = Duration::from_millis(10);
 /// Observers poll this often unless `BENCH_POLL_MS` says otherwise.
@@ -47,6 +48,7 @@ struct Args {
     warmup: u64,
     ramp: Vec<u64>,
     step_seconds: u64,
+    keys: i64,
 }
 
 fn args() -> Result<Args> {
@@ -56,6 +58,7 @@ fn args() -> Result<Args> {
         warmup: 10,
         ramp: Vec::new(),
         step_seconds: 30,
+        keys: KEYS,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -65,6 +68,7 @@ fn args() -> Result<Args> {
             "--seconds" => a.seconds = value.parse()?,
             "--warmup" => a.warmup = value.parse()?,
             "--step-seconds" => a.step_seconds = value.parse()?,
+            "--keys" => a.keys = value.parse()?,
             "--ramp" => {
                 a.ramp = value
                     .split(',')
@@ -72,7 +76,7 @@ fn args() -> Result<Args> {
                     .collect::<Result<_, _>>()?
             }
             other => {
-                bail!("unknown flag {other}; use --rate --seconds --warmup --ramp --step-seconds")
+                bail!("unknown flag {other}; use --rate --seconds --warmup --ramp --step-seconds --keys")
             }
         }
     }
@@ -171,6 +175,8 @@ async fn main() -> Result<()> {
     let slot = format!("lat_{tag}");
     let prefix = format!("lat-{tag}");
     let capture_batch_ms = std::env::var("BENCH_CAPTURE_BATCH_MS").unwrap_or_else(|_| "100".into());
+    // Extra capture settings, e.g. 'schemas.enable = false'.
+    let capture_extra = std::env::var("BENCH_CAPTURE_EXTRA").unwrap_or_default();
     let sink_batch_ms = std::env::var("BENCH_SINK_BATCH_MS").unwrap_or_else(|_| "50".into());
     let write = |name: &str, body: String| -> Result<PathBuf> {
         let p = dir.join(name);
@@ -184,11 +190,14 @@ async fn main() -> Result<()> {
              database.user = \"{user}\"\ndatabase.dbname = \"{db}\"\nslot.name = \"{slot}\"\n\
              publication.name = \"{slot}\"\npublication.autocreate.mode = \"filtered\"\n\
              table.include.list = \"public\\\\.ticks\"\nbatch.max.ms = {capture_batch_ms}\n\
-             kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"{prefix}-offsets\"\n"
+             kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"{prefix}-offsets\"\n\
+             {capture_extra}\n"
         ),
     )?;
     // Extra librdkafka consumer properties for the sinks, e.g. '"fetch.wait.max.ms" = "20"'.
     let sink_kafka = std::env::var("BENCH_SINK_KAFKA").unwrap_or_default();
+    // Extra runner settings for every sink, e.g. 'metrics.listen = "127.0.0.1:9464"'.
+    let sink_extra = std::env::var("BENCH_SINK_EXTRA").unwrap_or_default();
     // BENCH_TARGETS=kafka,postgres runs only those sinks (kafka is always observed).
     let targets: Vec<&str> = match std::env::var("BENCH_TARGETS") {
         Ok(list) => TARGETS
@@ -201,7 +210,7 @@ async fn main() -> Result<()> {
         format!(
             "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{prefix}-{group}\"\n\
              topics = [\"{prefix}.public.ticks\"]\nbatch.max.ms = {sink_batch_ms}\n\
-             errors.deadletterqueue.topic.name = \"{prefix}-dlq\"\n[kafka]\n{sink_kafka}\n"
+             errors.deadletterqueue.topic.name = \"{prefix}-dlq\"\n{sink_extra}\n[kafka]\n{sink_kafka}\n"
         )
     };
     let mut dw_cfg = pg.clone();
@@ -286,9 +295,8 @@ async fn main() -> Result<()> {
         format!("{prefix}.public.ticks"),
         in_kafka.clone(),
     ));
-    let poll = Duration::from_millis(
-        std::env::var("BENCH_POLL_MS").map_or(Ok(POLL_MS), |v| v.parse())?,
-    );
+    let poll =
+        Duration::from_millis(std::env::var("BENCH_POLL_MS").map_or(Ok(POLL_MS), |v| v.parse())?);
     let mut observers = Vec::new();
     for &target in &targets {
         let s: Seen = Arc::default();
@@ -314,7 +322,12 @@ async fn main() -> Result<()> {
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 let pending: Vec<(i64, i64)> = {
                     let log = log.lock().unwrap();
-                    log.sent.iter().skip(next).take(64).map(|s| (s.key, s.n)).collect()
+                    log.sent
+                        .iter()
+                        .skip(next)
+                        .take(64)
+                        .map(|s| (s.key, s.n))
+                        .collect()
                 };
                 let max = probe.max_n(&pending).await;
                 let now = Instant::now();
@@ -386,10 +399,10 @@ async fn main() -> Result<()> {
             // KEYS distinct rows, so a slow tick is made up by the next one.
             let mut due = (*rate as f64 * elapsed) as i64 - changes;
             while due > 0 {
-                let take = due.min(KEYS);
+                let take = due.min(args.keys);
                 // Distinct ids per transaction (ON CONFLICT may touch a row once).
-                let ids: Vec<i64> = (0..take).map(|i| (cursor + i) % KEYS).collect();
-                cursor = (cursor + take) % KEYS;
+                let ids: Vec<i64> = (0..take).map(|i| (cursor + i) % args.keys).collect();
+                cursor = (cursor + take) % args.keys;
                 let ns: Vec<i64> = (1..=take).map(|i| n + i).collect();
                 let at = Instant::now();
                 src.execute(
@@ -559,63 +572,98 @@ async fn watch_topic(brokers: String, topic: String, max: Arc<std::sync::atomic:
 }
 
 impl Probe {
-    /// `pending`: (row, change number) of the transactions not yet seen, oldest first.
+    /// The highest change number known visible. `pending`: (row, change number)
+    /// of the transactions not yet seen, oldest first. A row showing a change
+    /// number at or past a transaction's proves that transaction landed (the
+    /// sinks apply one partition in order); with nothing pending, the warm-up row.
     async fn max_n(&self, pending: &[(i64, i64)]) -> i64 {
+        if self.target == "kafka" {
+            return self.in_kafka.load(std::sync::atomic::Ordering::SeqCst);
+        }
+        let warm_up = [(0, 0)];
+        let rows = if pending.is_empty() {
+            &warm_up[..]
+        } else {
+            pending
+        };
+        let keys: Vec<i64> = rows.iter().map(|(k, _)| *k).collect();
+        let Some(stored) = self.stored_n(&keys).await else {
+            return -1;
+        };
+        if pending.is_empty() {
+            return stored.get(&0).copied().unwrap_or(-1);
+        }
+        let mut max = -1;
+        for (key, n) in pending {
+            if stored.get(key).is_some_and(|s| s >= n) {
+                max = *n;
+            } else {
+                break;
+            }
+        }
+        max
+    }
+
+    /// The change number each of `keys` shows in the target.
+    async fn stored_n(&self, keys: &[i64]) -> Option<std::collections::HashMap<i64, i64>> {
         match self.target {
-            "kafka" => self.in_kafka.load(std::sync::atomic::Ordering::SeqCst),
-            "postgres" => match &self.dw {
-                Some(c) => c
-                    .query_one("SELECT max(n) FROM public_ticks", &[])
+            "postgres" => {
+                let rows = self
+                    .dw
+                    .as_ref()?
+                    .query(
+                        "SELECT id, n FROM public_ticks WHERE id = ANY($1)",
+                        &[&keys],
+                    )
                     .await
-                    .ok()
-                    .and_then(|r| r.get::<_, Option<i64>>(0))
-                    .unwrap_or(-1),
-                None => -1,
-            },
+                    .ok()?;
+                Some(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+            }
             "elasticsearch" => {
-                // Searchable, not merely stored: a search sees what the last
-                // refresh published (the bench sets refresh_interval to 100 ms).
-                let resp = self
-                    .es
-                    .search(SearchParts::Index(&[&self.index]))
-                    .body(json!({"size": 0, "aggs": {"n": {"max": {"field": "n"}}}}))
-                    .send()
-                    .await;
-                let Ok(resp) = resp else { return -1 };
-                let Ok(body) = resp.json::<Value>().await else {
-                    return -1;
+                // Searchable, not merely stored (a get by id would be real-time):
+                // a search sees what the last refresh published.
+                let ids: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+                let resp = if std::env::var("BENCH_ES_GET").is_ok() {
+                    self.es
+                        .mget(elasticsearch::MgetParts::Index(&self.index))
+                        .body(json!({"ids": ids}))
+                        .send()
+                        .await
+                        .ok()?
+                } else {
+                    self.es
+                        .search(SearchParts::Index(&[&self.index]))
+                        .body(json!({"size": ids.len(), "_source": ["id", "n"],
+                                     "query": {"ids": {"values": ids}}}))
+                        .send()
+                        .await
+                        .ok()?
                 };
-                body["aggregations"]["n"]["value"]
-                    .as_f64()
-                    .map(|v| v as i64)
-                    .unwrap_or(-1)
+                let body = resp.json::<Value>().await.ok()?;
+                Some(
+                    body["hits"]["hits"]
+                        .as_array()
+                        .or(body["docs"].as_array())?
+                        .iter()
+                        .filter_map(|h| {
+                            Some((h["_source"]["id"].as_i64()?, h["_source"]["n"].as_i64()?))
+                        })
+                        .collect(),
+                )
             }
             _ => {
-                // The rows of the transactions not yet seen: a row showing a change
-                // number at or past a transaction's proves that transaction landed.
                 let mut pipe = redis::pipe();
-                if pending.is_empty() {
-                    // Nothing outstanding (warm-up): the warm-up row.
-                    pipe.hget(format!("{}:ticks:0", self.prefix), "n");
-                    let mut conn = self.redis.clone();
-                    let v: Result<(Option<i64>,), _> = pipe.query_async(&mut conn).await;
-                    return v.ok().and_then(|(v,)| v).unwrap_or(-1);
-                }
-                for (key, _) in pending {
+                for key in keys {
                     pipe.hget(format!("{}:ticks:{key}", self.prefix), "n");
                 }
                 let mut conn = self.redis.clone();
-                let values: Result<Vec<Option<i64>>, _> = pipe.query_async(&mut conn).await;
-                let Ok(values) = values else { return -1 };
-                let mut max = -1;
-                for ((_, n), stored) in pending.iter().zip(values) {
-                    if stored.is_some_and(|s| s >= *n) {
-                        max = *n;
-                    } else {
-                        break;
-                    }
-                }
-                max
+                let values: Vec<Option<i64>> = pipe.query_async(&mut conn).await.ok()?;
+                Some(
+                    keys.iter()
+                        .zip(values)
+                        .filter_map(|(k, v)| Some((*k, v?)))
+                        .collect(),
+                )
             }
         }
     }

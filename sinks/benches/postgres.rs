@@ -26,6 +26,10 @@ use serde_json::json;
 use tokio_postgres::{Client, NoTls};
 use tokio_util::sync::CancellationToken;
 
+// The allocator the `oncely` binary runs the sink with (both sides get it).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const BATCH: usize = 2000;
 const DEFAULT_EVENTS: usize = 200_000;
 
