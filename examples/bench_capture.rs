@@ -127,6 +127,8 @@ async fn main() -> Result<()> {
     let dir = std::env::temp_dir().join(&db);
     std::fs::create_dir_all(&dir)?;
     let metrics_port = 20000 + (rand::random::<u16>() % 20000);
+    // Streaming only: the rows are already in the table when capture starts, and
+    // the default snapshot.mode (initial) would snapshot them too (see bench_snapshot).
     let config = dir.join("capture.toml");
     std::fs::write(
         &config,
@@ -134,6 +136,7 @@ async fn main() -> Result<()> {
             "topic.prefix = \"bench-{tag}\"\ndatabase.hostname = \"{host}\"\ndatabase.port = {port}\n\
              database.user = \"{user}\"\ndatabase.dbname = \"{db}\"\nslot.name = \"{cap_slot}\"\n\
              publication.name = \"bench_pub\"\npublication.autocreate.mode = \"disabled\"\n\
+             snapshot.mode = \"no_data\"\n\
              schemas.enable = {schemas}\nkafka.bootstrap.servers = \"{brokers}\"\n\
              offset.storage.topic = \"bench-{tag}-offsets\"\nmetrics.listen = \"127.0.0.1:{metrics_port}\"\n{extra}\n\
              [kafka.producer]\n\"compression.type\" = \"{compression}\"\n{producer}\n"

@@ -446,6 +446,29 @@ async fn main() -> Result<()> {
     src.query_one("SELECT pg_drop_replication_slot($1)", &[&slot])
         .await
         .context("drop the benchmark's slot")?;
+    // Clean up: an index left with an explicit refresh_interval is refreshed
+    // forever (never search-idle), which skews every later run on this cluster.
+    es.indices()
+        .delete(elasticsearch::indices::IndicesDeleteParts::Index(&[&index]))
+        .send()
+        .await
+        .context("delete the benchmark's index")?;
+    drop(src);
+    for name in [&db, &dw] {
+        admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await
+            .with_context(|| format!("drop database {name}"))?;
+    }
+    delete_topics(
+        &brokers,
+        &[
+            &format!("{prefix}.public.ticks"),
+            &format!("{prefix}-offsets"),
+            &format!("{prefix}-dlq"),
+        ],
+    )
+    .await;
 
     println!(
         "| phase | target rate | achieved | target | p50 ms | p99 ms | max ms | transactions |"
@@ -503,6 +526,18 @@ async fn create_topic(brokers: &str, topic: &str) -> Result<()> {
         result.map_err(|(t, e)| anyhow::anyhow!("create topic {t}: {e}"))?;
     }
     Ok(())
+}
+
+/// Deletes the benchmark's topics (best effort: a topic never created is no error).
+async fn delete_topics(brokers: &str, topics: &[&str]) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    let admin: Result<AdminClient<rdkafka::client::DefaultClientContext>, _> =
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .create();
+    if let Ok(admin) = admin {
+        let _ = admin.delete_topics(topics, &AdminOptions::new()).await;
+    }
 }
 
 fn percentiles(v: &mut [f64]) -> (f64, f64, f64) {
