@@ -147,3 +147,38 @@ fn versions_order_lexicographically() {
     assert!(Version::new(2, 0) < Version::new(2, 1));
     assert_eq!(Version::new(3, 4).to_string(), "3/4");
 }
+
+#[test]
+fn the_schema_wrapper_is_recognised_in_any_key_order_and_parsed_once_per_text() {
+    let wrapped = debezium_create();
+    let first = change(&wrapped);
+    let again = change(&wrapped);
+    let (Some(a), Some(b)) = (&first.schema, &again.schema) else {
+        panic!("both records carry the schema");
+    };
+    assert!(Arc::ptr_eq(a, b), "one parsed schema shared by equal texts");
+    assert_eq!(**a, wrapped["schema"]);
+
+    // `payload` before `schema`: still the wrapper.
+    let swapped = format!(
+        "{{\"payload\": {}, \"schema\": {}}}",
+        wrapped["payload"], wrapped["schema"]
+    );
+    match decode_value(Some(swapped.as_bytes())) {
+        Ok(Payload::Change(e)) => assert_eq!(e.schema.as_deref(), Some(&wrapped["schema"])),
+        other => panic!("expected a change event, got {other:?}"),
+    }
+
+    // A null schema is no schema; a null payload is a tombstone.
+    let null_schema = json!({"schema": null, "payload": wrapped["payload"].clone()});
+    assert!(change(&null_schema).schema.is_none());
+    let tombstone = json!({"schema": wrapped["schema"].clone(), "payload": null});
+    assert_eq!(
+        decode_value(Some(&bytes(&tombstone))),
+        Ok(Payload::Tombstone)
+    );
+
+    // A third key makes it a plain envelope: decoded as one (and refused for its missing op).
+    let three = json!({"schema": {}, "payload": {}, "op": "c"});
+    assert!(decode_value(Some(&bytes(&three))).is_err());
+}
