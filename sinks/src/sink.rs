@@ -1,5 +1,6 @@
 //! The [`Sink`] trait users implement, and the [`Batch`] the runner hands it.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
@@ -104,13 +105,30 @@ impl Record {
 /// compacted records, records already dead-lettered, ignored records), so a
 /// batch may even hold no record at all: a position-owning sink must still
 /// store [`Batch::next_offset`] then, or the skipped records come back.
-#[derive(Debug, Clone)]
+///
+/// A batch may carry what [`Sink::prepare`] derived from its records (see
+/// [`Batch::prepared`]); changing the records drops it.
+#[derive(Clone)]
 pub struct Batch {
     group: Arc<str>,
     topic: Arc<str>,
     partition: i32,
     records: Vec<Record>,
     next_offset: i64,
+    prepared: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl fmt::Debug for Batch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batch")
+            .field("group", &self.group)
+            .field("topic", &self.topic)
+            .field("partition", &self.partition)
+            .field("records", &self.records)
+            .field("next_offset", &self.next_offset)
+            .field("prepared", &self.prepared.is_some())
+            .finish()
+    }
 }
 
 impl Batch {
@@ -128,6 +146,7 @@ impl Batch {
             partition: tp.1,
             records,
             next_offset,
+            prepared: None,
         }
     }
 
@@ -180,8 +199,22 @@ impl Batch {
     }
 
     /// Removes the records at `offsets`, keeping the position (used after dead-lettering them).
+    /// Drops what [`Sink::prepare`] stored: it was derived from the records removed too.
     pub fn remove_offsets(&mut self, offsets: &[i64]) {
         self.records.retain(|r| !offsets.contains(&r.offset));
+        self.prepared = None;
+    }
+
+    /// Stores what a sink derived from this batch's records in [`Sink::prepare`],
+    /// replacing anything stored before.
+    pub fn set_prepared<T: Any + Send + Sync>(&mut self, prepared: T) {
+        self.prepared = Some(Arc::new(prepared));
+    }
+
+    /// What [`Sink::prepare`] stored, when it is a `T` and the records have not
+    /// changed since (`None` otherwise: the sink then does that work in `apply`).
+    pub fn prepared<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.prepared.as_deref()?.downcast_ref::<T>()
     }
 }
 
@@ -217,6 +250,17 @@ impl Batch {
 /// position-owning sink never stores a position past a record that is neither
 /// applied nor dead-lettered.
 ///
+/// # Preparing
+///
+/// [`Sink::prepare`] lets a sink do the CPU work of a batch that does not
+/// depend on the target (parsing, collapsing to the newest change per key,
+/// building rows) ahead of `apply`: the runner calls it right after decoding,
+/// in the partition's decoding task, while the previous batch of the partition
+/// is still being applied. It changes nothing in the target and the contract
+/// above holds unchanged: `apply` may get a batch that was never prepared (or
+/// whose records changed since, which drops the prepared part) and must then
+/// do that work itself.
+///
 /// # Lifecycle
 ///
 /// [`Sink::load_positions`] and [`Sink::assigned`] run when partitions are
@@ -251,6 +295,16 @@ pub trait Sink: Send + Sync + 'static {
     async fn assigned(&self, starts: &Positions) -> Result<(), SinkError> {
         let _ = starts;
         Ok(())
+    }
+
+    /// Prepares `batch` for [`Sink::apply`] (see "Preparing" in the trait docs):
+    /// pure CPU work on the batch's records, no I/O and no state of the target,
+    /// stored with [`Batch::set_prepared`] and read back in `apply` with
+    /// [`Batch::prepared`]. Cannot fail: whatever is wrong with a record is
+    /// reported by `apply`. Runs on an async worker thread, so it should take
+    /// milliseconds, not seconds. The default does nothing.
+    fn prepare(&self, batch: &mut Batch) {
+        let _ = batch;
     }
 
     /// Applies `batch` (see the trait docs for the contract).

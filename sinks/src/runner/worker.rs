@@ -7,7 +7,9 @@
 //!
 //! A worker is two stages: the *decoder* (a task of its own) collects the
 //! next batch and decodes its envelopes while the *applier* writes the
-//! previous one, handing over through a channel of one batch. Decoding is CPU
+//! previous one, handing over through a channel of one batch. The decoder also
+//! calls [`Sink::prepare`](crate::Sink::prepare) on the decoded batch, so the
+//! sink's own CPU work on it overlaps the previous write too. Decoding is CPU
 //! work on this side and applying mostly waits for the target, so overlapping
 //! them keeps the target busy. Order is unchanged: batches are applied in the
 //! order they were collected, and a decoded batch still holds its records'
@@ -59,11 +61,11 @@ struct Undecodable {
     error: DecodeError,
 }
 
-/// A collected and decoded batch on its way to the applier.
+/// A collected, decoded and prepared batch on its way to the applier.
 struct Decoded {
-    records: Vec<Record>,
+    batch: Batch,
     undecodable: Vec<Undecodable>,
-    next_offset: i64,
+    /// Time spent decoding and preparing.
     decode_time: Duration,
     /// The byte budget of the batch's records, released once it is applied.
     _permits: Vec<OwnedSemaphorePermit>,
@@ -81,6 +83,8 @@ pub(crate) struct Worker {
 /// The collecting and decoding stage of a worker.
 struct Decoder {
     shared: Arc<Shared>,
+    topic: Arc<str>,
+    partition: i32,
     rx: mpsc::Receiver<Incoming>,
     stop: CancellationToken,
 }
@@ -119,6 +123,8 @@ impl Worker {
         let decoder_stop = self.control.stop.child_token();
         let decoder = Decoder {
             shared: self.shared.clone(),
+            topic: self.topic.clone(),
+            partition: self.partition,
             rx: self.rx,
             stop: decoder_stop.clone(),
         };
@@ -149,8 +155,22 @@ impl Decoder {
     async fn run(mut self, tx: mpsc::Sender<Decoded>) {
         loop {
             let (incoming, stopping) = self.collect().await;
-            if !incoming.is_empty() && tx.send(decode(incoming)).await.is_err() {
-                return;
+            if !incoming.is_empty() {
+                let started = Instant::now();
+                let (records, undecodable, next_offset) = decode(incoming);
+                let (records, permits) = records;
+                let tp = (self.topic.clone(), self.partition);
+                let mut batch = Batch::new(self.shared.group.clone(), tp, records, next_offset);
+                self.shared.sink.prepare(&mut batch);
+                let decoded = Decoded {
+                    batch,
+                    undecodable,
+                    decode_time: started.elapsed(),
+                    _permits: permits,
+                };
+                if tx.send(decoded).await.is_err() {
+                    return;
+                }
             }
             if stopping {
                 return;
@@ -188,9 +208,15 @@ impl Decoder {
     }
 }
 
+/// Decoded records with their byte budget, undecodable records, and the next offset.
+type DecodedParts = (
+    (Vec<Record>, Vec<OwnedSemaphorePermit>),
+    Vec<Undecodable>,
+    i64,
+);
+
 /// Decodes keys and envelopes; what cannot be decoded is set aside for the dead-letter topic.
-fn decode(incoming: Vec<Incoming>) -> Decoded {
-    let started = Instant::now();
+fn decode(incoming: Vec<Incoming>) -> DecodedParts {
     let next_offset = incoming.last().map_or(0, |m| m.offset + 1);
     let mut records = Vec::with_capacity(incoming.len());
     let mut undecodable = Vec::new();
@@ -214,13 +240,7 @@ fn decode(incoming: Vec<Incoming>) -> Decoded {
             }),
         }
     }
-    Decoded {
-        records,
-        undecodable,
-        next_offset,
-        decode_time: started.elapsed(),
-        _permits: permits,
-    }
+    ((records, permits), undecodable, next_offset)
 }
 
 impl Applier {
@@ -229,7 +249,7 @@ impl Applier {
     async fn run(&mut self, mut queue: mpsc::Receiver<Decoded>) {
         // `queue` is dropped on return, which ends a decoder blocked on sending.
         while let Some(decoded) = queue.recv().await {
-            let next_offset = decoded.next_offset;
+            let next_offset = decoded.batch.next_offset();
             match self.process(decoded).await {
                 Ok(()) => self
                     .shared
@@ -247,7 +267,7 @@ impl Applier {
     }
 
     /// Dead-letters undecodable records, then applies the rest.
-    async fn process(&mut self, decoded: Decoded) -> Result<(), Unfinished> {
+    async fn process(&mut self, mut decoded: Decoded) -> Result<(), Unfinished> {
         let started = Instant::now();
         for u in &decoded.undecodable {
             let topic = self.topic.clone();
@@ -261,14 +281,8 @@ impl Applier {
             };
             self.dead_letter(&letter).await?;
         }
-        let tp = (self.topic.clone(), self.partition);
-        let mut batch = Batch::new(
-            self.shared.group.clone(),
-            tp,
-            decoded.records,
-            decoded.next_offset,
-        );
-        self.apply(&mut batch).await?;
+        let batch = &mut decoded.batch;
+        self.apply(batch).await?;
         let m = &self.shared.metrics;
         let sink = self.shared.sink.name();
         m.events_applied

@@ -4,7 +4,8 @@
 //!
 //! # How a batch is applied
 //!
-//! 1. **Plan** ([`plan`]): per target table, the changes of the batch collapse to the
+//! 1. **Plan** ([`plan`]; ahead of `apply` in [`Sink::prepare`], while the
+//!    previous batch is written, else in `apply`): per target table, the changes of the batch collapse to the
 //!    newest per key (an unavailable TOAST value of the newest is filled from an
 //!    older change of the same batch when one carried it); a truncate splits the
 //!    batch so that what came before it is written before it.
@@ -67,7 +68,7 @@ pub use plan::UNAVAILABLE;
 pub use table::{DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
 
 use self::error::{classify, pool_error, to_sink_error, Class};
-use self::plan::{plan, Plan, Row, Step};
+use self::plan::{plan, Plan, Row, Shape, Step};
 use self::table::{quote, Catalog};
 use self::types::compatible;
 use self::write::{
@@ -163,26 +164,26 @@ impl PostgresSink {
     }
 
     /// Resolves tables (creating and altering them) and checks every row against them.
-    async fn prepare<'a>(
+    async fn resolve<'a>(
         &self,
         client: &mut Client,
-        plan: Plan<'a>,
+        plan: &'a Plan,
         rejected: &mut Vec<RecordFailure>,
     ) -> Result<Vec<Ready<'a>>, SinkError> {
         let mut ready = Vec::new();
-        for step in plan.steps {
+        for step in &plan.steps {
             match step {
                 Step::Rows(tables) => {
                     for (table, rows) in tables {
-                        let mut rows: Vec<Row<'a>> = rows.rows.into_values().collect();
+                        let mut rows: Vec<&'a Row> = rows.rows.values().collect();
                         rows.sort_by_key(|r| r.offset);
-                        if let Some(r) = self.prepare_rows(client, &table, rows, rejected).await? {
+                        if let Some(r) = self.resolve_rows(client, table, rows, rejected).await? {
                             ready.push(r);
                         }
                     }
                 }
                 Step::Truncate { table, version } => {
-                    if let Some(info) = self.catalog.lookup(client, &table).await? {
+                    if let Some(info) = self.catalog.lookup(client, table).await? {
                         let v = (
                             i64::try_from(version.lsn).unwrap_or(i64::MAX),
                             i64::try_from(version.seq).unwrap_or(i64::MAX),
@@ -195,28 +196,33 @@ impl PostgresSink {
                 }
             }
         }
-        for (table, rows) in plan.history {
-            let info = self.catalog.ensure_history(client, &table).await?;
+        for (table, rows) in &plan.history {
+            let info = self.catalog.ensure_history(client, table).await?;
             ready.push(Ready::History(info, rows));
         }
         Ok(ready)
     }
 
-    async fn prepare_rows<'a>(
+    async fn resolve_rows<'a>(
         &self,
         client: &mut Client,
         table: &str,
-        rows: Vec<Row<'a>>,
+        rows: Vec<&'a Row>,
         rejected: &mut Vec<RecordFailure>,
     ) -> Result<Option<Ready<'a>>, SinkError> {
         let Some(first) = rows.first() else {
             return Ok(None);
         };
-        let key: Vec<&'a str> = first.key.keys().copied().collect();
+        let key: Vec<&'a str> = first.shape.key.iter().map(String::as_str).collect();
         let mut wanted: BTreeMap<&str, types::ColumnSpec> = BTreeMap::new();
+        let mut seen: Option<&Shape> = None;
         for r in &rows {
-            for (name, spec) in &r.specs {
-                wanted.entry(*name).or_insert_with(|| spec.clone());
+            if seen.is_some_and(|s| std::ptr::eq(s, &*r.shape)) {
+                continue;
+            }
+            seen = Some(&r.shape);
+            for (name, spec) in &r.shape.specs {
+                wanted.entry(name).or_insert_with(|| spec.clone());
             }
         }
         let info = self
@@ -231,13 +237,19 @@ impl PostgresSink {
         let mut previous: Option<(usize, usize)> = None;
         'rows: for row in rows {
             if let Some((g, i)) = previous {
-                if same_shape(&groups[g].rows[i], &row) {
+                if same_shape(groups[g].rows[i], row) {
                     groups[g].rows.push(row);
                     continue;
                 }
             }
-            if !row.key.keys().copied().eq(info_key.iter().copied()) {
-                let row_key: Vec<&str> = row.key.keys().copied().collect();
+            let shape: &'a Shape = &row.shape;
+            if !shape
+                .key
+                .iter()
+                .map(String::as_str)
+                .eq(info_key.iter().copied())
+            {
+                let row_key: Vec<&str> = shape.key.iter().map(String::as_str).collect();
                 rejected.push(RecordFailure::new(
                     row.offset,
                     format!(
@@ -256,8 +268,8 @@ impl PostgresSink {
                 ));
                 continue;
             }
-            for (name, spec) in &row.specs {
-                if let Some(actual) = info.columns.get(*name) {
+            for (name, spec) in &shape.specs {
+                if let Some(actual) = info.columns.get(name) {
                     if let Err(conflict) = compatible(spec, actual) {
                         rejected.push(RecordFailure::new(
                             row.offset,
@@ -268,24 +280,24 @@ impl PostgresSink {
                 }
             }
             let mut columns = key.clone();
-            if let Some(values) = &row.values {
+            if let Some(values) = &shape.values {
                 let mut rest: Vec<&'a str> = values
-                    .keys()
-                    .chain(row.unavailable.iter())
-                    .filter(|c| !key.contains(c) && info.columns.contains_key(**c))
-                    .copied()
+                    .iter()
+                    .chain(shape.unavailable.iter())
+                    .map(String::as_str)
+                    .filter(|c| !key.contains(c) && info.columns.contains_key(*c))
                     .collect();
                 rest.sort();
                 columns.extend(rest);
             }
             let convs = columns
                 .iter()
-                .map(|c| match row.specs.get(c) {
+                .map(|c| match shape.specs.get(*c) {
                     Some(spec) if !spec.inferred => spec.conv,
                     _ => conv_for_type(info.columns.get(*c).map_or("text", String::as_str)),
                 })
                 .collect();
-            let delete = row.values.is_none();
+            let delete = row.is_delete();
             let convs: Vec<types::Conv> = convs;
             let same =
                 |g: &Group<'a>| g.delete == delete && g.columns == columns && g.convs == convs;
@@ -316,6 +328,7 @@ impl PostgresSink {
         let origin = Origin {
             topic: batch.topic(),
             partition: batch.partition(),
+            records: batch.records(),
         };
         let tx = client.transaction().await?;
         write_all(&tx, steps, self.modes(), &origin).await?;
@@ -333,6 +346,7 @@ impl PostgresSink {
         let origin = Origin {
             topic: batch.topic(),
             partition: batch.partition(),
+            records: batch.records(),
         };
         let mut tx = client.transaction().await?;
         let failures = find_rejected(&mut tx, steps, self.modes(), &origin).await?;
@@ -366,17 +380,15 @@ pub fn tls_settings(
 /// unavailable columns, so that the checks and group of one hold for the other.
 /// (Key columns and the version's range are checked per row by the caller
 /// only on a shape change; a version outside bigint is rare enough to recheck.)
-fn same_shape(a: &Row<'_>, b: &Row<'_>) -> bool {
+fn same_shape(a: &Row, b: &Row) -> bool {
     i64::try_from(b.version.lsn).is_ok()
         && i64::try_from(b.version.seq).is_ok()
-        && a.key.keys().eq(b.key.keys())
-        && a.unavailable == b.unavailable
-        && a.specs == b.specs
-        && match (&a.values, &b.values) {
-            (None, None) => true,
-            (Some(x), Some(y)) => x.keys().eq(y.keys()),
-            _ => false,
-        }
+        && (std::sync::Arc::ptr_eq(&a.shape, &b.shape) || same_columns(&a.shape, &b.shape))
+}
+
+/// Equal shapes apart from how they were found (the reuse matcher).
+fn same_columns(a: &Shape, b: &Shape) -> bool {
+    a.key == b.key && a.values == b.values && a.unavailable == b.unavailable && a.specs == b.specs
 }
 
 #[async_trait]
@@ -418,11 +430,24 @@ impl Sink for PostgresSink {
             .collect())
     }
 
+    /// Plans the batch (see [`plan`]) ahead of `apply`; tables are resolved in `apply`.
+    fn prepare(&self, batch: &mut Batch) {
+        let planned = plan(&self.config, batch);
+        batch.set_prepared(planned);
+    }
+
     async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
-        let mut plan = plan(&self.config, batch);
-        let mut rejected = std::mem::take(&mut plan.rejected);
+        let inline;
+        let plan = match batch.prepared::<Plan>() {
+            Some(p) => p,
+            None => {
+                inline = plan(&self.config, batch);
+                &inline
+            }
+        };
+        let mut rejected = plan.rejected.clone();
         let mut client = self.pool.get().await.map_err(pool_error)?;
-        let steps = self.prepare(&mut client, plan, &mut rejected).await?;
+        let steps = self.resolve(&mut client, plan, &mut rejected).await?;
         if !rejected.is_empty() {
             return Err(SinkError::Rejected(rejected));
         }

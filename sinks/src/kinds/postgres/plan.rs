@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -15,23 +16,84 @@ use crate::sink::{Batch, Record};
 /// The string capture (and Debezium) put in place of an unchanged TOASTed value.
 pub const UNAVAILABLE: &str = "__debezium_unavailable_value";
 
-/// The newest change of one key in the batch.
-///
-/// Borrows names and values from the batch's records: nothing is copied per row.
+/// The columns of a row and their specs: rows of a table nearly always share
+/// one, so it is built once and shared ([`Arc`]), and rows compare by it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape {
+    /// Key columns, sorted.
+    pub key: Vec<String>,
+    /// `None` for a delete; otherwise the available columns of the after image, sorted.
+    pub values: Option<Vec<String>>,
+    /// Columns whose value was unavailable (unchanged TOAST): the stored value stays.
+    pub unavailable: Vec<String>,
+    /// Column types as the event describes them (or inferred), for new columns.
+    pub specs: BTreeMap<String, ColumnSpec>,
+    /// What a record is compared against to reuse this shape: key columns and
+    /// after-image entries (name, spec, unavailable) in the record's own order.
+    /// Empty for a shape that is never reused (filled from an older change).
+    matcher: Option<Matcher>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Matcher {
+    key: Vec<String>,
+    entries: Vec<(String, Option<ColumnSpec>, bool)>,
+}
+
+impl Shape {
+    /// Whether `column` is one of the row's available columns (key included).
+    pub fn has_value(&self, column: &str) -> bool {
+        self.key.iter().any(|k| k == column)
+            || self
+                .values
+                .as_ref()
+                .is_some_and(|v| v.binary_search_by(|c| c.as_str().cmp(column)).is_ok())
+    }
+}
+
+/// The newest change of one key in the batch: the record it comes from (by
+/// index in the batch) and its shape. Owns its data (no borrow of the batch),
+/// so that a plan can be built ahead and stored in the batch.
 #[derive(Debug, Clone)]
-pub struct Row<'a> {
+pub struct Row {
+    /// Index of the record in `batch.records()`.
+    pub record: usize,
     /// Offset of the record the row comes from (the newest of its key).
     pub offset: i64,
     /// The row's version.
     pub version: Version,
-    /// Key columns and values, by name (sorted).
-    pub key: BTreeMap<&'a str, &'a Value>,
-    /// `None` for a delete; otherwise every column of the after image, unavailable ones removed.
-    pub values: Option<BTreeMap<&'a str, &'a Value>>,
-    /// Columns whose value was unavailable (unchanged TOAST): the stored value stays.
-    pub unavailable: Vec<&'a str>,
-    /// Column types as the event describes them (or inferred), for new columns.
-    pub specs: BTreeMap<&'a str, ColumnSpec>,
+    /// Columns and specs.
+    pub shape: Arc<Shape>,
+    /// Columns unavailable in the record whose value an older change of the
+    /// same batch carried: (column, index of that record).
+    pub fills: Vec<(String, usize)>,
+}
+
+impl Row {
+    /// True for a delete.
+    pub fn is_delete(&self) -> bool {
+        self.shape.values.is_none()
+    }
+
+    /// The row's value of `column` (`None` when absent or unavailable), read from `records`
+    /// (the batch the row was planned from).
+    pub fn value<'r>(&self, records: &'r [Record], column: &str) -> Option<&'r Value> {
+        if let Some((_, i)) = self.fills.iter().find(|(c, _)| c == column) {
+            return after_of(&records[*i])?.get(column);
+        }
+        let record = &records[self.record];
+        if let Some(v) = record.key.as_ref().and_then(|k| k.get(column)) {
+            return Some(v);
+        }
+        if self.shape.unavailable.iter().any(|c| c == column) {
+            return None;
+        }
+        after_of(record)?.get(column)
+    }
+}
+
+fn after_of(record: &Record) -> Option<&Map<String, Value>> {
+    record.event()?.after.as_ref()
 }
 
 /// One change for the history table.
@@ -57,16 +119,18 @@ pub struct HistoryRow {
 
 /// Rows of one target table, newest per key.
 #[derive(Debug, Default)]
-pub struct TableRows<'a> {
+pub struct TableRows {
     /// Key (serialized) -> newest row.
-    pub rows: HashMap<String, Row<'a>>,
+    pub rows: HashMap<String, Row>,
+    /// The shape of the previous row, reused by rows like it.
+    last: Option<Arc<Shape>>,
 }
 
 /// A unit of work, applied in order inside the batch's transaction.
 #[derive(Debug)]
-pub enum Step<'a> {
+pub enum Step {
     /// Upserts (and deletes) per target table.
-    Rows(BTreeMap<String, TableRows<'a>>),
+    Rows(BTreeMap<String, TableRows>),
     /// A truncate of one target table at a version.
     Truncate {
         /// Target table.
@@ -76,11 +140,12 @@ pub enum Step<'a> {
     },
 }
 
-/// Everything a batch writes.
+/// Everything a batch writes. Owns its data (rows refer to records by index),
+/// so it can be built by [`Sink::prepare`](crate::Sink::prepare) and stored in the batch.
 #[derive(Debug, Default)]
-pub struct Plan<'a> {
+pub struct Plan {
     /// Upserts and truncates, in order.
-    pub steps: Vec<Step<'a>>,
+    pub steps: Vec<Step>,
     /// History rows per history table.
     pub history: BTreeMap<String, Vec<HistoryRow>>,
     /// Records that can never be applied.
@@ -88,11 +153,11 @@ pub struct Plan<'a> {
 }
 
 /// Builds the plan of `batch`.
-pub fn plan<'a>(config: &PostgresConfig, batch: &'a Batch) -> Plan<'a> {
+pub fn plan(config: &PostgresConfig, batch: &Batch) -> Plan {
     let mut out = Plan::default();
     let mut pending: BTreeMap<String, TableRows> = BTreeMap::new();
     let mut names_cache: Option<((String, String), Rc<TargetNames>)> = None;
-    for record in batch.records() {
+    for (index, record) in batch.records().iter().enumerate() {
         let Some(event) = record.event() else {
             continue; // the key's Kafka tombstone: the delete before it did the work
         };
@@ -139,11 +204,17 @@ pub fn plan<'a>(config: &PostgresConfig, batch: &'a Batch) -> Plan<'a> {
             });
             continue;
         }
-        match row_of(record, event) {
-            Ok(row) => match pending.get_mut(&names.0) {
-                Some(table) => collapse(table, row),
-                None => collapse(pending.entry(names.0.clone()).or_default(), row),
-            },
+        let table = match pending.get_mut(&names.0) {
+            Some(table) => table,
+            None => pending.entry(names.0.clone()).or_default(),
+        };
+        match row_of(index, record, event, table.last.as_ref()) {
+            Ok(row) => {
+                if row.shape.matcher.is_some() {
+                    table.last = Some(Arc::clone(&row.shape));
+                }
+                collapse(batch.records(), table, row);
+            }
             Err(reason) => out.rejected.push(RecordFailure::new(record.offset, reason)),
         }
     }
@@ -191,97 +262,189 @@ fn history_row(record: &Record, event: &ChangeEvent) -> HistoryRow {
     }
 }
 
-fn row_of<'a>(record: &'a Record, event: &'a ChangeEvent) -> Result<Row<'a>, String> {
+fn row_of(
+    index: usize,
+    record: &Record,
+    event: &ChangeEvent,
+    last: Option<&Arc<Shape>>,
+) -> Result<Row, String> {
     let key = match &record.key {
         Some(Value::Object(k)) if !k.is_empty() => k,
         Some(_) => return Err("the record key is not a JSON object of key columns".into()),
         None => return Err("the record has no key: a table without a primary key cannot be upserted (use history mode)".into()),
     };
-    let key: BTreeMap<&str, &Value> = key.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let fields = row_fields(event.schema.as_deref());
-    let spec_of =
-        |name: &str, value: &Value| match fields.as_ref().and_then(|f| f.get(name).copied()) {
-            Some(field) => Some(from_schema(field)),
-            None => infer(value),
-        };
-    let mut specs = BTreeMap::new();
+    let field = |name: &str| fields.as_ref().and_then(|f| f.get(name).copied());
+    let spec_of = |name: &str, value: &Value| match field(name) {
+        Some(field) => Some(from_schema(field)),
+        None => infer(value),
+    };
+    let row = |shape: Arc<Shape>| Row {
+        record: index,
+        offset: record.offset,
+        version: event.version,
+        shape,
+        fills: Vec::new(),
+    };
+    let key_order: Vec<String>;
+    let mut entries: Vec<(String, Option<ColumnSpec>, bool)>;
     if event.op == Op::Delete {
         let before = event.before.as_ref();
-        for (name, value) in &key {
-            let image = before.and_then(|b| b.get(*name)).unwrap_or(value);
-            if let Some(spec) = spec_of(name, image) {
-                specs.insert(*name, spec);
+        let spec = |name: &str, value: &Value| {
+            let image = before.and_then(|b| b.get(name)).unwrap_or(value);
+            spec_of(name, image)
+        };
+        if let Some(m) = last.and_then(|s| s.matcher.as_ref().filter(|_| s.values.is_none())) {
+            if m.key.len() == key.len()
+                && key
+                    .iter()
+                    .zip(&m.entries)
+                    .all(|((k, v), (n, s, _))| k == n && spec(k, v) == *s)
+            {
+                return Ok(row(Arc::clone(last.expect("matched"))));
             }
         }
-        return Ok(Row {
-            offset: record.offset,
-            version: event.version,
-            key,
-            values: None,
-            unavailable: Vec::new(),
-            specs,
-        });
+        key_order = key.keys().cloned().collect();
+        entries = key
+            .iter()
+            .map(|(k, v)| (k.clone(), spec(k, v), false))
+            .collect();
+        return Ok(row(Arc::new(shape_of(key_order, entries, true))));
     }
     let after = event
         .after
         .as_ref()
         .ok_or_else(|| format!("op `{}` without `after`", event.op.code()))?;
-    let mut values = BTreeMap::new();
-    let mut unavailable = Vec::new();
-    for (name, value) in after {
+    let entry = |name: &str, value: &Value| {
         if value.as_str() == Some(UNAVAILABLE) {
-            if let Some(field) = fields.as_ref().and_then(|f| f.get(name.as_str()).copied()) {
-                specs.insert(name.as_str(), from_schema(field));
-            }
-            unavailable.push(name.as_str());
-            continue;
+            (field(name).map(from_schema), true)
+        } else {
+            (spec_of(name, value), false)
         }
-        if let Some(spec) = spec_of(name, value) {
-            specs.insert(name.as_str(), spec);
+    };
+    if let Some(m) = last.and_then(|s| s.matcher.as_ref().filter(|_| s.values.is_some())) {
+        if m.key.len() == key.len()
+            && m.entries.len() == after.len()
+            && key.keys().zip(&m.key).all(|(a, b)| a == b)
+            && after
+                .iter()
+                .zip(&m.entries)
+                .all(|((name, value), (n, s, u))| {
+                    name == n && {
+                        let (spec, unavailable) = entry(name, value);
+                        unavailable == *u && spec == *s
+                    }
+                })
+        {
+            return Ok(row(Arc::clone(last.expect("matched"))));
         }
-        values.insert(name.as_str(), value);
     }
-    for name in key.keys() {
-        if !values.contains_key(name) {
+    key_order = key.keys().cloned().collect();
+    entries = Vec::with_capacity(after.len());
+    for (name, value) in after {
+        let (spec, unavailable) = entry(name, value);
+        entries.push((name.clone(), spec, unavailable));
+    }
+    let shape = shape_of(key_order, entries, false);
+    let values = shape.values.as_ref().expect("not a delete");
+    for name in &shape.key {
+        if values.binary_search(name).is_err() {
             return Err(format!("key column `{name}` is missing from `after`"));
         }
     }
-    Ok(Row {
-        offset: record.offset,
-        version: event.version,
+    Ok(row(Arc::new(shape)))
+}
+
+/// The shape of a row from its key columns and after-image entries (name,
+/// spec, unavailable), both in the record's order.
+fn shape_of(
+    key_order: Vec<String>,
+    entries: Vec<(String, Option<ColumnSpec>, bool)>,
+    delete: bool,
+) -> Shape {
+    let mut key = key_order.clone();
+    key.sort();
+    let mut specs = BTreeMap::new();
+    let mut values = Vec::new();
+    let mut unavailable = Vec::new();
+    for (name, spec, unav) in &entries {
+        if let Some(spec) = spec {
+            specs.insert(name.clone(), spec.clone());
+        }
+        if *unav {
+            unavailable.push(name.clone());
+        } else {
+            values.push(name.clone());
+        }
+    }
+    values.sort();
+    values.dedup();
+    Shape {
         key,
-        values: Some(values),
+        values: (!delete).then_some(values),
         unavailable,
         specs,
-    })
+        matcher: Some(Matcher {
+            key: key_order,
+            entries,
+        }),
+    }
 }
 
 /// Keeps the newest row per key; an unavailable value of the newest is taken from
 /// an older change of the same batch when that one carried it.
-fn collapse<'a>(table: &mut TableRows<'a>, mut row: Row<'a>) {
+fn collapse(records: &[Record], table: &mut TableRows, mut row: Row) {
     let mut id = String::new();
-    for value in row.key.values() {
-        push_key_part(&mut id, value);
+    if let Some(Value::Object(key)) = &records[row.record].key {
+        // The key columns in sorted order, as the shape lists them.
+        for name in &row.shape.key {
+            if let Some(value) = key.get(name) {
+                push_key_part(&mut id, value);
+            }
+        }
     }
     match table.rows.remove(&id) {
         None => {}
         Some(old) if old.version > row.version => row = old,
         Some(old) => {
-            if let (Some(new_values), Some(old_values)) = (row.values.as_mut(), old.values) {
-                row.unavailable.retain(|c| match old_values.get(c) {
-                    Some(v) => {
-                        new_values.insert(c, v);
-                        if let Some(spec) = old.specs.get(c) {
-                            row.specs.insert(c, spec.clone());
-                        }
-                        false
-                    }
-                    None => true,
-                });
+            if !row.is_delete() && !old.is_delete() && !row.shape.unavailable.is_empty() {
+                fill(&mut row, &old);
             }
         }
     }
     table.rows.insert(id, row);
+}
+
+/// Takes the unavailable columns of `row` that `old` (an older change of its key) carried.
+fn fill(row: &mut Row, old: &Row) {
+    let filled: Vec<&String> = row
+        .shape
+        .unavailable
+        .iter()
+        .filter(|c| old.shape.has_value(c))
+        .collect();
+    if filled.is_empty() {
+        return;
+    }
+    let mut shape = Shape::clone(&row.shape);
+    shape.matcher = None;
+    let values = shape.values.as_mut().expect("not a delete");
+    for c in &filled {
+        values.push((*c).clone());
+        if let Some(spec) = old.shape.specs.get(*c) {
+            shape.specs.insert((*c).clone(), spec.clone());
+        }
+        let source = old
+            .fills
+            .iter()
+            .find(|(f, _)| f == *c)
+            .map_or(old.record, |(_, i)| *i);
+        row.fills.push(((*c).clone(), source));
+    }
+    values.sort();
+    values.dedup();
+    shape.unavailable.retain(|c| !filled.contains(&c));
+    row.shape = Arc::new(shape);
 }
 
 /// Appends one key value to a row's identity so that different key tuples never

@@ -28,7 +28,7 @@ fn batch(records: Vec<Record>) -> Batch {
     Batch::new(Arc::from("g"), (Arc::from("p.public.t"), 0), records, next)
 }
 
-fn rows<'a>(plan: &Plan<'a>, step: usize) -> Vec<Row<'a>> {
+fn rows(plan: &Plan, step: usize) -> Vec<Row> {
     match &plan.steps[step] {
         Step::Rows(tables) => {
             let mut rows: Vec<Row> = tables["public_t"].rows.values().cloned().collect();
@@ -54,13 +54,11 @@ fn several_changes_of_a_key_collapse_to_the_newest() {
     let rows = rows(&p, 0);
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0].offset, 2);
-    assert_eq!(
-        rows[0].values.as_ref().map(|v| v["v"].clone()),
-        Some(json!("c"))
-    );
+    assert_eq!(rows[0].value(b.records(), "v"), Some(&json!("c")));
     assert_eq!(rows[0].version, Version::new(20, 1));
     assert_eq!(rows[1].offset, 3);
-    assert!(rows[1].values.is_none(), "the delete wins");
+    assert!(rows[1].is_delete(), "the delete wins");
+    assert_eq!(rows[1].value(b.records(), "id"), Some(&json!(2)));
 }
 
 #[test]
@@ -94,12 +92,14 @@ fn an_unavailable_value_is_taken_from_an_older_change_of_the_batch() {
     ]);
     let p = plan(&config, &b);
     let rows = rows(&p, 0);
-    let one = rows[0].values.as_ref().expect("values");
-    assert_eq!(one["big"], &json!("x".repeat(10)));
-    assert_eq!(one["n"], &json!(2));
-    assert!(rows[0].unavailable.is_empty());
-    assert_eq!(rows[1].unavailable, vec!["big".to_string()]);
-    assert!(!rows[1].values.as_ref().expect("values").contains_key("big"));
+    let records = b.records();
+    assert_eq!(rows[0].value(records, "big"), Some(&json!("x".repeat(10))));
+    assert_eq!(rows[0].value(records, "n"), Some(&json!(2)));
+    assert!(rows[0].shape.unavailable.is_empty());
+    assert!(rows[0].shape.has_value("big"));
+    assert_eq!(rows[1].shape.unavailable, vec!["big".to_string()]);
+    assert!(!rows[1].shape.has_value("big"));
+    assert_eq!(rows[1].value(records, "big"), None);
 }
 
 #[test]
@@ -151,4 +151,46 @@ fn key_identities_never_collide() {
         assert_ne!(id(&a), id(&b), "{a:?} vs {b:?}");
     }
     assert_eq!(id(&[json!(7), json!("x")]), id(&[json!(7), json!("x")]));
+}
+
+#[test]
+fn rows_of_one_shape_share_it_and_a_new_shape_is_not_confused_with_it() {
+    let config = PostgresConfig::new("postgres://x@h/db");
+    let b = batch(vec![
+        change(0, 1, "u", json!({"id": 1, "v": "a", "n": 1}), 10, 1),
+        change(1, 2, "u", json!({"id": 2, "v": "b", "n": 2}), 10, 2),
+        change(2, 3, "u", json!({"id": 3, "v": "c", "n": 2.5}), 10, 3),
+        change(3, 4, "u", json!({"id": 4, "v": "d", "n": 3}), 10, 4),
+        change(4, 5, "u", json!({"id": 5, "n": 3, "v": "e"}), 10, 5),
+        change(5, 6, "d", Value::Null, 10, 6),
+        change(6, 7, "d", Value::Null, 10, 7),
+    ]);
+    let p = plan(&config, &b);
+    let rows = rows(&p, 0);
+    assert_eq!(rows.len(), 7);
+    assert!(Arc::ptr_eq(&rows[0].shape, &rows[1].shape));
+    assert_eq!(rows[2].shape.specs["n"].ddl, "double precision");
+    assert_eq!(rows[3].shape.specs["n"].ddl, "bigint");
+    assert!(
+        !Arc::ptr_eq(&rows[1].shape, &rows[3].shape),
+        "after a different one"
+    );
+    assert_eq!(rows[3].shape.values, rows[4].shape.values, "sorted columns");
+    assert!(rows[5].is_delete() && Arc::ptr_eq(&rows[5].shape, &rows[6].shape));
+    assert_eq!(rows[5].shape.key, vec!["id".to_string()]);
+}
+
+#[test]
+fn a_prepared_plan_is_dropped_when_records_are_removed() {
+    let mut b = batch(vec![
+        change(0, 1, "c", json!({"id": 1}), 10, 1),
+        change(1, 2, "c", json!({"id": 2}), 10, 2),
+    ]);
+    let config = PostgresConfig::new("postgres://x@h/db");
+    b.set_prepared(plan(&config, &b));
+    assert!(b.prepared::<Plan>().is_some());
+    assert!(b.prepared::<String>().is_none(), "another type");
+    assert!(b.clone().prepared::<Plan>().is_some());
+    b.remove_offsets(&[0]);
+    assert!(b.prepared::<Plan>().is_none());
 }

@@ -33,7 +33,7 @@ pub struct Group<'a> {
     /// How each column's text becomes its value.
     pub convs: Vec<Conv>,
     /// The rows; deletes when `delete` is set.
-    pub rows: Vec<Row<'a>>,
+    pub rows: Vec<&'a Row>,
     /// A group of deletes.
     pub delete: bool,
 }
@@ -51,7 +51,7 @@ pub enum Ready<'a> {
         version: (i64, i64),
     },
     /// History rows of one history table.
-    History(std::sync::Arc<TableInfo>, Vec<HistoryRow>),
+    History(std::sync::Arc<TableInfo>, &'a [HistoryRow]),
 }
 
 /// How writes behave.
@@ -63,8 +63,10 @@ pub struct Modes {
     pub truncate: TruncateMode,
 }
 
-/// Identifies the batch for history rows.
+/// The batch being written: its records (rows refer to them) and its partition (for history rows).
 pub struct Origin<'a> {
+    /// The batch's records.
+    pub records: &'a [crate::sink::Record],
     /// Kafka topic.
     pub topic: &'a str,
     /// Kafka partition.
@@ -84,8 +86,7 @@ pub async fn write_all(
         match step {
             Ready::Rows(info, groups) => {
                 for g in groups {
-                    let rows: Vec<&Row> = g.rows.iter().collect();
-                    write_group(tx, info, g, &rows, modes).await?;
+                    write_group(tx, info, g, &g.rows, origin.records, modes).await?;
                 }
             }
             Ready::Truncate { table, version } => truncate(tx, table, *version, modes).await?,
@@ -113,7 +114,7 @@ pub async fn find_rejected(
                 for g in groups {
                     for row in &g.rows {
                         let sp = tx.savepoint("oncely_row").await?;
-                        match write_group(&sp, info, g, &[row], modes).await {
+                        match write_group(&sp, info, g, &[*row], origin.records, modes).await {
                             Ok(()) => sp.commit().await?,
                             Err(e) if classify(&e) == Class::Record => {
                                 failures.push(RecordFailure::new(row.offset, reason(info, &e)));
@@ -126,7 +127,7 @@ pub async fn find_rejected(
             }
             Ready::Truncate { table, version } => truncate(tx, table, *version, modes).await?,
             Ready::History(info, rows) => {
-                for row in rows {
+                for row in rows.iter() {
                     let sp = tx.savepoint("oncely_row").await?;
                     match history(&sp, info, &[row], origin).await {
                         Ok(()) => sp.commit().await?,
@@ -156,7 +157,7 @@ fn reason(info: &TableInfo, e: &tokio_postgres::Error) -> String {
 }
 
 /// The version as two bigints (LSNs and ordinals beyond `i64::MAX` are rejected when planning).
-pub fn version_params(row: &Row<'_>) -> (i64, i64) {
+pub fn version_params(row: &Row) -> (i64, i64) {
     (
         i64::try_from(row.version.lsn).unwrap_or(i64::MAX),
         i64::try_from(row.version.seq).unwrap_or(i64::MAX),
@@ -167,7 +168,8 @@ async fn write_group(
     tx: &Transaction<'_>,
     info: &TableInfo,
     group: &Group<'_>,
-    rows: &[&Row<'_>],
+    rows: &[&Row],
+    records: &[crate::sink::Record],
     modes: Modes,
 ) -> Result<(), tokio_postgres::Error> {
     let hard = group.delete && modes.delete == DeleteMode::Hard;
@@ -177,13 +179,7 @@ async fn write_group(
         let actual = info.columns.get(*col).map_or("text", String::as_str);
         let values: Vec<Option<&Value>> = rows
             .iter()
-            .map(|r| {
-                r.key
-                    .get(col)
-                    .or_else(|| r.values.as_ref().and_then(|m| m.get(col)))
-                    .copied()
-                    .filter(|v| !v.is_null())
-            })
+            .map(|r| r.value(records, col).filter(|v| !v.is_null()))
             .collect();
         let (ty, param) = column_param(&values, actual, *conv);
         types.push(ty);
@@ -195,17 +191,23 @@ async fn write_group(
     let sql = if hard {
         delete_sql(info, group, &types)
     } else {
-        let deleted: Vec<bool> = rows.iter().map(|r| r.values.is_none()).collect();
+        let deleted: Vec<bool> = rows.iter().map(|r| r.is_delete()).collect();
         let unavailable: Vec<Option<String>> = rows
             .iter()
             .map(|r| {
-                (!r.unavailable.is_empty()).then(|| {
-                    Value::Array(r.unavailable.iter().map(|c| Value::from(*c)).collect())
-                        .to_string()
+                let unavailable = &r.shape.unavailable;
+                (!unavailable.is_empty()).then(|| {
+                    Value::Array(
+                        unavailable
+                            .iter()
+                            .map(|c| Value::from(c.as_str()))
+                            .collect(),
+                    )
+                    .to_string()
                 })
             })
             .collect();
-        let keep = rows.iter().any(|r| !r.unavailable.is_empty());
+        let keep = rows.iter().any(|r| !r.shape.unavailable.is_empty());
         params.push(Box::new(deleted));
         params.push(Box::new(unavailable));
         upsert_sql(info, group, &types, keep)
