@@ -331,8 +331,16 @@ impl PostgresSink {
             records: batch.records(),
         };
         let tx = client.transaction().await?;
-        write_all(&tx, steps, self.modes(), &origin).await?;
-        store_position(&tx, &self.positions, batch).await?;
+        // The position is sent right behind the data statements instead of
+        // after their replies (one round trip less); it is still only kept by
+        // the commit, which waits for both. When a data statement fails, the
+        // position's "transaction aborted" error is not the one returned.
+        let (data, position) = tokio::join!(
+            write_all(&tx, steps, self.modes(), &origin),
+            store_position(&tx, &self.positions, batch)
+        );
+        data?;
+        position?;
         tx.commit().await
     }
 
