@@ -82,8 +82,11 @@ impl Row {
             return after_of(&records[*i])?.get(column);
         }
         let record = &records[self.record];
-        if let Some(v) = record.key.as_ref().and_then(|k| k.get(column)) {
-            return Some(v);
+        // `shape.key` names the record key's columns: no lookup for the others.
+        if self.shape.key.iter().any(|k| k == column) {
+            if let Some(v) = record.key.as_ref().and_then(|k| k.get(column)) {
+                return Some(v);
+            }
         }
         if self.shape.unavailable.iter().any(|c| c == column) {
             return None;
@@ -121,7 +124,7 @@ pub struct HistoryRow {
 #[derive(Debug, Default)]
 pub struct TableRows {
     /// Key (serialized) -> newest row.
-    pub rows: HashMap<String, Row>,
+    pub rows: HashMap<Vec<u8>, Row>,
     /// The shape of the previous row, reused by rows like it.
     last: Option<Arc<Shape>>,
 }
@@ -394,7 +397,7 @@ fn shape_of(
 /// Keeps the newest row per key; an unavailable value of the newest is taken from
 /// an older change of the same batch when that one carried it.
 fn collapse(records: &[Record], table: &mut TableRows, mut row: Row) {
-    let mut id = String::new();
+    let mut id = Vec::with_capacity(16);
     if let Some(Value::Object(key)) = &records[row.record].key {
         // The key columns in sorted order, as the shape lists them.
         for name in &row.shape.key {
@@ -448,19 +451,22 @@ fn fill(row: &mut Row, old: &Row) {
 }
 
 /// Appends one key value to a row's identity so that different key tuples never
-/// give the same text: integers and strings (the usual keys) are written
-/// directly with a type tag and, for strings, their length; anything else as JSON.
-fn push_key_part(id: &mut String, value: &Value) {
-    use std::fmt::Write;
-    // Writing into a String cannot fail.
-    let _ = match value {
-        Value::Number(n) if n.is_i64() => write!(id, "i{};", n.as_i64().unwrap_or_default()),
-        Value::String(s) => write!(id, "s{}:{s};", s.len()),
-        other => {
-            let text = other.to_string();
-            write!(id, "j{}:{text};", text.len())
-        }
+/// give the same bytes: integers (the usual keys) as a tag and their 8 bytes,
+/// strings as a tag, their length and their bytes, anything else likewise as JSON.
+fn push_key_part(id: &mut Vec<u8>, value: &Value) {
+    let mut tagged = |tag: u8, bytes: &[u8]| {
+        id.push(tag);
+        id.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        id.extend_from_slice(bytes);
     };
+    match value {
+        Value::Number(n) if n.is_i64() => {
+            id.push(b'i');
+            id.extend_from_slice(&n.as_i64().unwrap_or_default().to_le_bytes());
+        }
+        Value::String(s) => tagged(b's', s.as_bytes()),
+        other => tagged(b'j', other.to_string().as_bytes()),
+    }
 }
 
 #[cfg(test)]

@@ -135,7 +135,7 @@ fn a_truncate_splits_the_batch_and_keyless_records_are_rejected() {
 fn key_identities_never_collide() {
     use serde_json::json;
     let id = |values: &[serde_json::Value]| {
-        let mut out = String::new();
+        let mut out = Vec::new();
         for v in values {
             super::push_key_part(&mut out, v);
         }
@@ -144,6 +144,8 @@ fn key_identities_never_collide() {
     let pairs = [
         (vec![json!("a;"), json!("b")], vec![json!("a"), json!(";b")]),
         (vec![json!(1)], vec![json!("1")]),
+        (vec![json!(1), json!(2)], vec![json!(258)]),
+        (vec![json!(""), json!("")], vec![json!("")]),
         (vec![json!("s1:x;")], vec![json!("x")]),
         (vec![json!(1.5)], vec![json!("1.5")]),
     ];
