@@ -409,11 +409,10 @@ fn collapse(records: &[Record], table: &mut TableRows, mut row: Row) {
     match table.rows.remove(&id) {
         None => {}
         Some(old) if old.version > row.version => row = old,
-        Some(old) => {
-            if !row.is_delete() && !old.is_delete() && !row.shape.unavailable.is_empty() {
-                fill(&mut row, &old);
-            }
+        Some(old) if !row.is_delete() && !old.is_delete() && !row.shape.unavailable.is_empty() => {
+            fill(&mut row, &old);
         }
+        Some(_) => {}
     }
     table.rows.insert(id, row);
 }
