@@ -155,22 +155,8 @@ impl Decoder {
     async fn run(mut self, tx: mpsc::Sender<Decoded>) {
         loop {
             let (incoming, stopping) = self.collect().await;
-            if !incoming.is_empty() {
-                let started = Instant::now();
-                let (records, undecodable, next_offset) = decode(incoming);
-                let (records, permits) = records;
-                let tp = (self.topic.clone(), self.partition);
-                let mut batch = Batch::new(self.shared.group.clone(), tp, records, next_offset);
-                self.shared.sink.prepare(&mut batch);
-                let decoded = Decoded {
-                    batch,
-                    undecodable,
-                    decode_time: started.elapsed(),
-                    _permits: permits,
-                };
-                if tx.send(decoded).await.is_err() {
-                    return;
-                }
+            if !incoming.is_empty() && tx.send(self.decode(incoming)).await.is_err() {
+                return;
             }
             if stopping {
                 return;
@@ -208,11 +194,30 @@ impl Decoder {
     }
 }
 
-/// Decoded records with their byte budget, undecodable records, and the next offset.
+impl Decoder {
+    /// Decodes keys and envelopes (what cannot be decoded is set aside for the
+    /// dead-letter topic), then lets the sink prepare the batch.
+    fn decode(&self, incoming: Vec<Incoming>) -> Decoded {
+        let started = Instant::now();
+        let (records, undecodable, next_offset, permits) = decode(incoming);
+        let tp = (self.topic.clone(), self.partition);
+        let mut batch = Batch::new(self.shared.group.clone(), tp, records, next_offset);
+        self.shared.sink.prepare(&mut batch);
+        Decoded {
+            batch,
+            undecodable,
+            decode_time: started.elapsed(),
+            _permits: permits,
+        }
+    }
+}
+
+/// Records, undecodable records, the next offset and the records' byte budget.
 type DecodedParts = (
-    (Vec<Record>, Vec<OwnedSemaphorePermit>),
+    Vec<Record>,
     Vec<Undecodable>,
     i64,
+    Vec<OwnedSemaphorePermit>,
 );
 
 /// Decodes keys and envelopes; what cannot be decoded is set aside for the dead-letter topic.
@@ -240,7 +245,7 @@ fn decode(incoming: Vec<Incoming>) -> DecodedParts {
             }),
         }
     }
-    ((records, permits), undecodable, next_offset)
+    (records, undecodable, next_offset, permits)
 }
 
 impl Applier {
