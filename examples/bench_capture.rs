@@ -12,12 +12,13 @@
 //! scripts/services up && eval "$(scripts/services env)"
 //! cargo build --release && cargo run --release --example bench_capture -- 1000000
 //! ```
+mod bench_support;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent, TlsConfig};
-use tokio_postgres::NoTls;
 
 const ROWS_PER_TX: i64 = 10_000;
 
@@ -36,28 +37,13 @@ async fn main() -> Result<()> {
     let schemas = std::env::var("BENCH_SCHEMAS")
         .map(|v| v != "false")
         .unwrap_or(true);
-    let pg_url = std::env::var("ONCELY_PG_URL")
-        .context("ONCELY_PG_URL: eval \"$(scripts/services env)\"")?;
-    let brokers = std::env::var("ONCELY_KAFKA_BROKERS").context("ONCELY_KAFKA_BROKERS")?;
-    let pg: tokio_postgres::Config = pg_url.parse()?;
-    let host = match pg.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
-        _ => "127.0.0.1".into(),
-    };
-    let port = pg.get_ports().first().copied().unwrap_or(5432);
-    let user = pg.get_user().unwrap_or("postgres").to_string();
-
-    let tag = format!("{:08x}", rand::random::<u32>());
+    let services = bench_support::Services::from_env()?;
+    let (host, port, user) = (&services.host, services.port, &services.user);
+    let brokers = &services.brokers;
+    let tag = bench_support::tag();
     let db = format!("bench_{tag}");
-    let (admin, conn) = tokio_postgres::connect(&pg_url, NoTls).await?;
-    tokio::spawn(conn);
-    admin
-        .batch_execute(&format!("CREATE DATABASE {db}"))
-        .await?;
-    let mut cfg = pg.clone();
-    cfg.dbname(&db);
-    let (client, conn) = cfg.connect(NoTls).await?;
-    tokio::spawn(conn);
+    let admin = services.admin().await?;
+    let client = services.create_database(&admin, &db).await?;
     client
         .batch_execute(
             "CREATE TABLE orders (id bigint PRIMARY KEY, customer int NOT NULL, status text NOT NULL,
@@ -142,11 +128,7 @@ async fn main() -> Result<()> {
              [kafka.producer]\n\"compression.type\" = \"{compression}\"\n{producer}\n"
         ),
     )?;
-    let bin = std::env::current_exe()?
-        .parent()
-        .and_then(|p| p.parent())
-        .map(|p| p.join("oncely"))
-        .context("locate target/release/oncely")?;
+    let bin = bench_support::oncely_binary()?;
     // BENCH_PERF=<file> profiles capture with `perf record`.
     let mut command = match std::env::var("BENCH_PERF") {
         Ok(out) => {

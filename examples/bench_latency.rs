@@ -19,6 +19,8 @@
 //!
 //! A ramp step counts as sustained when the writer reached 95 % of the rate and
 //! the p99 of the step's second half stayed under one second (lag bounded).
+mod bench_support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -136,35 +138,18 @@ fn spawn(bin: &Path, what: &str, config: &Path, log: &Path) -> Result<Child> {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = args()?;
-    let env = |k: &str| {
-        std::env::var(k).with_context(|| format!("{k}: eval \"$(scripts/services env)\""))
-    };
-    let pg_url = env("ONCELY_PG_URL")?;
-    let brokers = env("ONCELY_KAFKA_BROKERS")?;
-    let es_url = env("ONCELY_ES_URL")?;
-    let redis_url = env("ONCELY_REDIS_URL")?;
-    let pg: tokio_postgres::Config = pg_url.parse()?;
-    let host = match pg.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
-        _ => "127.0.0.1".into(),
-    };
-    let port = pg.get_ports().first().copied().unwrap_or(5432);
-    let user = pg.get_user().unwrap_or("postgres").to_string();
+    let services = bench_support::Services::from_env()?;
+    let (host, port, user) = (&services.host, services.port, &services.user);
+    let (pg, brokers) = (&services.pg, &services.brokers);
+    let es_url = bench_support::env("ONCELY_ES_URL")?;
+    let redis_url = bench_support::env("ONCELY_REDIS_URL")?;
 
-    let tag = format!("{:08x}", rand::random::<u32>());
+    let tag = bench_support::tag();
     let db = format!("lat_{tag}");
     let dw = format!("lat_{tag}_dw");
-    let (admin, conn) = tokio_postgres::connect(&pg_url, NoTls).await?;
-    tokio::spawn(conn);
-    for name in [&db, &dw] {
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await?;
-    }
-    let mut src_cfg = pg.clone();
-    src_cfg.dbname(&db);
-    let (src, conn) = src_cfg.connect(NoTls).await?;
-    tokio::spawn(conn);
+    let admin = services.admin().await?;
+    let src = services.create_database(&admin, &db).await?;
+    services.create_database(&admin, &dw).await?;
     src.batch_execute(
         "CREATE TABLE ticks (id bigint PRIMARY KEY, n bigint NOT NULL, note text NOT NULL)",
     )
@@ -244,7 +229,7 @@ async fn main() -> Result<()> {
     ];
 
     // The sinks subscribe before capture's first event would create the topic.
-    create_topic(&brokers, &format!("{prefix}.public.ticks")).await?;
+    create_topic(brokers, &format!("{prefix}.public.ticks")).await?;
     let index = format!("{prefix}.public.ticks");
     let es = Elasticsearch::new(Transport::single_node(&es_url)?);
     let refresh = std::env::var("BENCH_ES_REFRESH").unwrap_or_else(|_| "100ms".into());
@@ -259,11 +244,7 @@ async fn main() -> Result<()> {
         .error_for_status_code()
         .context("create the benchmark index")?;
 
-    let bin = std::env::current_exe()?
-        .parent()
-        .and_then(|p| p.parent())
-        .map(|p| p.join("oncely"))
-        .context("locate target/release/oncely")?;
+    let bin = bench_support::oncely_binary()?;
     let mut procs = Processes {
         children: vec![(
             "capture".into(),
@@ -461,7 +442,7 @@ async fn main() -> Result<()> {
             .with_context(|| format!("drop database {name}"))?;
     }
     delete_topics(
-        &brokers,
+        brokers,
         &[
             &format!("{prefix}.public.ticks"),
             &format!("{prefix}-offsets"),

@@ -13,12 +13,13 @@
 //! cargo build --release && cargo run --release --example bench_snapshot -- 1000000
 //! BENCH_CHUNK=8192 cargo run --release --example bench_snapshot -- 1000000   # incremental.snapshot.chunk.size
 //! ```
+mod bench_support;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
-use tokio_postgres::NoTls;
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -35,28 +36,13 @@ async fn main() -> Result<()> {
     let schemas = std::env::var("BENCH_SCHEMAS")
         .map(|v| v != "false")
         .unwrap_or(true);
-    let pg_url = std::env::var("ONCELY_PG_URL")
-        .context("ONCELY_PG_URL: eval \"$(scripts/services env)\"")?;
-    let brokers = std::env::var("ONCELY_KAFKA_BROKERS").context("ONCELY_KAFKA_BROKERS")?;
-    let pg: tokio_postgres::Config = pg_url.parse()?;
-    let host = match pg.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
-        _ => "127.0.0.1".into(),
-    };
-    let port = pg.get_ports().first().copied().unwrap_or(5432);
-    let user = pg.get_user().unwrap_or("postgres").to_string();
-
-    let tag = format!("{:08x}", rand::random::<u32>());
+    let services = bench_support::Services::from_env()?;
+    let (host, port, user) = (&services.host, services.port, &services.user);
+    let brokers = &services.brokers;
+    let tag = bench_support::tag();
     let db = format!("bench_snap_{tag}");
-    let (admin, conn) = tokio_postgres::connect(&pg_url, NoTls).await?;
-    tokio::spawn(conn);
-    admin
-        .batch_execute(&format!("CREATE DATABASE {db}"))
-        .await?;
-    let mut cfg = pg.clone();
-    cfg.dbname(&db);
-    let (client, conn) = cfg.connect(NoTls).await?;
-    tokio::spawn(conn);
+    let admin = services.admin().await?;
+    let client = services.create_database(&admin, &db).await?;
     eprintln!("writing {total} rows ...");
     let t = Instant::now();
     client
@@ -105,11 +91,7 @@ async fn main() -> Result<()> {
              metrics.listen = \"127.0.0.1:{metrics_port}\"\n"
         ),
     )?;
-    let bin = std::env::current_exe()?
-        .parent()
-        .and_then(|p| p.parent())
-        .map(|p| p.join("oncely"))
-        .context("locate target/release/oncely")?;
+    let bin = bench_support::oncely_binary()?;
     let mut child = Command::new(&bin)
         .args(["capture", "--config"])
         .arg(&config)

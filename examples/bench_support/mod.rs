@@ -1,0 +1,85 @@
+//! What the benchmark programs share: the local services' addresses, fresh
+//! databases, and the release `oncely` binary they start as a process.
+//! (A folder, not `examples/*.rs`, so cargo does not build it as an example.)
+#![allow(dead_code)] // each bench uses a part
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use tokio_postgres::{Client, NoTls};
+
+/// The services `scripts/services env` describes.
+pub struct Services {
+    pub pg_url: String,
+    pub pg: tokio_postgres::Config,
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub brokers: String,
+}
+
+/// An environment variable `scripts/services env` exports.
+pub fn env(key: &str) -> Result<String> {
+    std::env::var(key).with_context(|| format!("{key}: eval \"$(scripts/services env)\""))
+}
+
+impl Services {
+    /// PostgreSQL and Kafka from `ONCELY_PG_URL` and `ONCELY_KAFKA_BROKERS`.
+    pub fn from_env() -> Result<Self> {
+        let pg_url = env("ONCELY_PG_URL")?;
+        let pg: tokio_postgres::Config = pg_url.parse().context("ONCELY_PG_URL")?;
+        let host = match pg.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+            _ => "127.0.0.1".into(),
+        };
+        let port = pg.get_ports().first().copied().unwrap_or(5432);
+        let user = pg.get_user().unwrap_or("postgres").to_string();
+        Ok(Self {
+            pg_url,
+            pg,
+            host,
+            port,
+            user,
+            brokers: env("ONCELY_KAFKA_BROKERS")?,
+        })
+    }
+
+    /// A client on the server's default database (for CREATE/DROP DATABASE).
+    pub async fn admin(&self) -> Result<Client> {
+        let (client, conn) = tokio_postgres::connect(&self.pg_url, NoTls).await?;
+        tokio::spawn(conn);
+        Ok(client)
+    }
+
+    /// A client on database `name`.
+    pub async fn connect(&self, name: &str) -> Result<Client> {
+        let mut cfg = self.pg.clone();
+        cfg.dbname(name);
+        let (client, conn) = cfg.connect(NoTls).await?;
+        tokio::spawn(conn);
+        Ok(client)
+    }
+
+    /// Creates database `name` and returns a client on it.
+    pub async fn create_database(&self, admin: &Client, name: &str) -> Result<Client> {
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .with_context(|| format!("create database {name}"))?;
+        self.connect(name).await
+    }
+}
+
+/// A random tag that keeps a run's databases, slots and topics apart.
+pub fn tag() -> String {
+    format!("{:08x}", rand::random::<u32>())
+}
+
+/// `target/release/oncely`, next to this example's own binary.
+pub fn oncely_binary() -> Result<PathBuf> {
+    std::env::current_exe()?
+        .parent()
+        .and_then(|p| p.parent())
+        .map(|p| p.join("oncely"))
+        .context("locate target/release/oncely (cargo build --release --bin oncely)")
+}
