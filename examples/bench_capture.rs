@@ -152,12 +152,12 @@ async fn main() -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(1800);
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let events = scrape(metrics_port, "oncely_capture_events_total")
+        let events = bench_support::scrape(metrics_port, "oncely_capture_events_total")
             .await
             .unwrap_or(0.0) as i64;
         if events > 0 {
             first.get_or_insert_with(Instant::now);
-            rss_samples.push(rss_kb(pid, "VmRSS:"));
+            rss_samples.push(bench_support::rss_kb(pid, "VmRSS:"));
         }
         if events >= total {
             break;
@@ -167,14 +167,14 @@ async fn main() -> Result<()> {
         }
     }
     let cap_secs = first.map(|f| f.elapsed().as_secs_f64()).unwrap_or(0.0);
-    let commit_sum = scrape(metrics_port, "oncely_capture_batch_commit_seconds_sum")
+    let commit_sum = bench_support::scrape(metrics_port, "oncely_capture_batch_commit_seconds_sum")
         .await
         .unwrap_or(0.0);
-    let commits = scrape(metrics_port, "oncely_capture_batch_commit_seconds_count")
+    let commits = bench_support::scrape(metrics_port, "oncely_capture_batch_commit_seconds_count")
         .await
         .unwrap_or(0.0);
-    let peak_kb = rss_kb(pid, "VmHWM:");
-    let cpu_secs = cpu_seconds(pid);
+    let peak_kb = bench_support::rss_kb(pid, "VmHWM:");
+    let cpu_secs = bench_support::cpu_seconds(pid);
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();
@@ -205,41 +205,4 @@ async fn main() -> Result<()> {
         .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
         .await;
     Ok(())
-}
-
-/// Reads one counter from the Prometheus endpoint.
-async fn scrape(port: u16, name: &str) -> Option<f64> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).await.ok()?;
-    body.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
-fn rss_kb(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// User + system CPU seconds of a process so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are 14th and 15th overall.
-    let rest = stat.rsplit(')').next().unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
 }

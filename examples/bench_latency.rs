@@ -278,6 +278,7 @@ async fn main() -> Result<()> {
     ));
     let poll =
         Duration::from_millis(std::env::var("BENCH_POLL_MS").map_or(Ok(POLL_MS), |v| v.parse())?);
+    let es_get = std::env::var("BENCH_ES_GET").is_ok();
     let mut observers = Vec::new();
     for &target in &targets {
         let s: Seen = Arc::default();
@@ -297,6 +298,7 @@ async fn main() -> Result<()> {
             redis: redis.clone(),
             prefix: prefix.clone(),
             in_kafka: in_kafka.clone(),
+            es_get,
         };
         observers.push(tokio::spawn(async move {
             let mut next = 0usize;
@@ -539,6 +541,8 @@ struct Probe {
     redis: redis::aio::MultiplexedConnection,
     prefix: String,
     in_kafka: Arc<std::sync::atomic::AtomicI64>,
+    /// `BENCH_ES_GET`: read Elasticsearch by a real-time multi-get instead of a search.
+    es_get: bool,
 }
 
 /// Follows the topic with `read_committed` and publishes the highest change number seen.
@@ -639,7 +643,7 @@ impl Probe {
                 // Searchable, not merely stored (a get by id would be real-time):
                 // a search sees what the last refresh published.
                 let ids: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
-                let resp = if std::env::var("BENCH_ES_GET").is_ok() {
+                let resp = if self.es_get {
                     self.es
                         .mget(elasticsearch::MgetParts::Index(&self.index))
                         .body(json!({"ids": ids}))

@@ -113,19 +113,23 @@ async fn main() -> Result<()> {
             bail!("the snapshot did not finish in time");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let running = scrape(metrics_port, "oncely_capture_snapshot_running").await;
+        let running = bench_support::scrape(metrics_port, "oncely_capture_snapshot_running").await;
         if running == Some(1.0) {
             started.get_or_insert_with(Instant::now);
         }
         if started.is_some() {
-            rss_samples.push(rss_kb(pid, "VmRSS:"));
+            rss_samples.push(bench_support::rss_kb(pid, "VmRSS:"));
             // The process exits when done: keep the last values seen.
-            peak_kb = peak_kb.max(rss_kb(pid, "VmHWM:"));
-            cpu_secs = f64::max(cpu_secs, cpu_seconds(pid));
-            if let Some(c) = scrape(metrics_port, "oncely_capture_kafka_transactions_total").await {
+            peak_kb = peak_kb.max(bench_support::rss_kb(pid, "VmHWM:"));
+            cpu_secs = f64::max(cpu_secs, bench_support::cpu_seconds(pid));
+            if let Some(c) =
+                bench_support::scrape(metrics_port, "oncely_capture_kafka_transactions_total").await
+            {
                 commits = c;
             }
-            if let Some(c) = scrape(metrics_port, "oncely_capture_snapshot_chunks_total").await {
+            if let Some(c) =
+                bench_support::scrape(metrics_port, "oncely_capture_snapshot_chunks_total").await
+            {
                 chunks = c;
             }
         }
@@ -161,40 +165,4 @@ async fn main() -> Result<()> {
         .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
         .await;
     Ok(())
-}
-
-/// Reads one metric from the Prometheus endpoint.
-async fn scrape(port: u16, name: &str) -> Option<f64> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).await.ok()?;
-    body.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
-fn rss_kb(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// User + system CPU seconds of a process so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit(')').next().unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
 }

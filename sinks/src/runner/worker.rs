@@ -192,9 +192,7 @@ impl Decoder {
         }
         (out, false)
     }
-}
 
-impl Decoder {
     /// Decodes keys and envelopes (what cannot be decoded is set aside for the
     /// dead-letter topic), then lets the sink prepare the batch.
     fn decode(&self, incoming: Vec<Incoming>) -> Decoded {
