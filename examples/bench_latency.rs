@@ -159,10 +159,17 @@ async fn main() -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let slot = format!("lat_{tag}");
     let prefix = format!("lat-{tag}");
-    let capture_batch_ms = std::env::var("BENCH_CAPTURE_BATCH_MS").unwrap_or_else(|_| "100".into());
+    // Unset: the product's defaults.
+    let capture_batch = std::env::var("BENCH_CAPTURE_BATCH_MS")
+        .map(|ms| format!("batch.max.ms = {ms}\n"))
+        .unwrap_or_default();
     // Extra capture settings, e.g. 'schemas.enable = false'.
     let capture_extra = std::env::var("BENCH_CAPTURE_EXTRA").unwrap_or_default();
-    let sink_batch_ms = std::env::var("BENCH_SINK_BATCH_MS").unwrap_or_else(|_| "50".into());
+    let sink_batch = std::env::var("BENCH_SINK_BATCH_MS")
+        .map(|ms| format!("batch.max.ms = {ms}\n"))
+        .unwrap_or_default();
+    // Extra Elasticsearch sink settings, e.g. 'refresh = true'.
+    let es_extra = std::env::var("BENCH_ES_EXTRA").unwrap_or_default();
     let write = |name: &str, body: String| -> Result<PathBuf> {
         let p = dir.join(name);
         std::fs::write(&p, body)?;
@@ -174,7 +181,7 @@ async fn main() -> Result<()> {
             "topic.prefix = \"{prefix}\"\ndatabase.hostname = \"{host}\"\ndatabase.port = {port}\n\
              database.user = \"{user}\"\ndatabase.dbname = \"{db}\"\nslot.name = \"{slot}\"\n\
              publication.name = \"{slot}\"\npublication.autocreate.mode = \"filtered\"\n\
-             table.include.list = \"public\\\\.ticks\"\nbatch.max.ms = {capture_batch_ms}\n\
+             table.include.list = \"public\\\\.ticks\"\n{capture_batch}\
              kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"{prefix}-offsets\"\n\
              {capture_extra}\n"
         ),
@@ -194,7 +201,7 @@ async fn main() -> Result<()> {
     let runner = |group: &str| {
         format!(
             "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{prefix}-{group}\"\n\
-             topics = [\"{prefix}.public.ticks\"]\nbatch.max.ms = {sink_batch_ms}\n\
+             topics = [\"{prefix}.public.ticks\"]\n{sink_batch}\
              errors.deadletterqueue.topic.name = \"{prefix}-dlq\"\n{sink_extra}\n[kafka]\n{sink_kafka}\n"
         )
     };
@@ -213,7 +220,10 @@ async fn main() -> Result<()> {
             "elasticsearch",
             write(
                 "sink-elasticsearch.toml",
-                format!("{}[sink]\nkind = \"elasticsearch\"\nurl = \"{es_url}\"\n", runner("es")),
+                format!(
+                    "{}[sink]\nkind = \"elasticsearch\"\nurl = \"{es_url}\"\n{es_extra}\n",
+                    runner("es")
+                ),
             )?,
         ),
         (
@@ -232,13 +242,14 @@ async fn main() -> Result<()> {
     create_topic(brokers, &format!("{prefix}.public.ticks")).await?;
     let index = format!("{prefix}.public.ticks");
     let es = Elasticsearch::new(Transport::single_node(&es_url)?);
-    let refresh = std::env::var("BENCH_ES_REFRESH").unwrap_or_else(|_| "100ms".into());
+    // Unset: the index refreshes every second (Elasticsearch's default).
+    let mut settings = json!({"number_of_replicas": 0});
+    if let Ok(refresh) = std::env::var("BENCH_ES_REFRESH") {
+        settings["refresh_interval"] = json!(refresh);
+    }
     es.indices()
         .create(IndicesCreateParts::Index(&index))
-        .body(
-            json!({"settings": {"refresh_interval": refresh, "number_of_replicas": 0},
-                     "mappings": {"properties": {"n": {"type": "long"}}}}),
-        )
+        .body(json!({"settings": settings, "mappings": {"properties": {"n": {"type": "long"}}}}))
         .send()
         .await?
         .error_for_status_code()

@@ -83,7 +83,8 @@ pub struct RunnerConfig {
     /// `batch.max.records`: a batch closes when it holds this many records.
     #[serde(rename = "batch.max.records", default = "default_batch_max_records")]
     pub batch_max_records: usize,
-    /// `batch.max.ms`: a batch closes this long after its first record arrived.
+    /// `batch.max.ms`: a batch closes at the latest this long after its first
+    /// record arrived (earlier when nothing more is waiting and the sink is idle).
     #[serde(rename = "batch.max.ms", default = "default_batch_max_ms")]
     pub batch_max_ms: u64,
     /// `max.inflight.bytes`: bound on record bytes read but not yet applied, all partitions.

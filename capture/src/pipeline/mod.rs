@@ -5,6 +5,12 @@
 //! events, offset records and slot confirmations is the order of the code:
 //! a position is confirmed to PostgreSQL only after the Kafka transaction
 //! holding its offset record committed.
+//!
+//! A Kafka transaction commits in the background while the stream is read on:
+//! changes read meanwhile are encoded and held, and open the next transaction
+//! once the commit succeeded (a producer has one transaction at a time). The
+//! committing transaction's offset record names the position reached when its
+//! commit started, so the held changes are replayed if it is the last to land.
 
 mod signal;
 mod snapshot;
@@ -209,13 +215,21 @@ async fn run_once(
         committed: offset.clone(),
         pending: offset,
         batch: None,
+        inflight: None,
+        held: Held::default(),
         tx: None,
         server_position: 0,
         metrics: metrics.clone(),
     };
     let result = pipeline.stream(shutdown).await;
     if result.is_err() {
-        // Nothing of an aborted batch is visible; the restart resumes at `committed`.
+        // A commit still running must end before the abort (one transaction
+        // call at a time); whether it landed, the restart reads from Kafka.
+        if let Some(inflight) = pipeline.inflight.take() {
+            let _ = inflight.task.await;
+        }
+        // Nothing of an aborted batch is visible; the restart resumes at the
+        // last offset record in Kafka.
         let _ = pipeline.producer.abort().await;
     }
     pipeline.stream.stop();
@@ -249,6 +263,23 @@ async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationCli
     Ok(client)
 }
 
+/// A Kafka transaction committing in the background.
+struct Inflight {
+    task: tokio::task::JoinHandle<Result<(), CaptureError>>,
+    /// The position its offset record holds.
+    offset: SourceOffset,
+    started: Instant,
+}
+
+/// Records read while a transaction commits, for the next one.
+#[derive(Default)]
+struct Held {
+    records: Vec<Record>,
+    bytes: usize,
+    /// When the first of them was read (the next batch's age counts from it).
+    since: Option<Instant>,
+}
+
 /// The Kafka transaction being filled.
 struct OpenBatch {
     started: Instant,
@@ -280,6 +311,10 @@ struct Record {
 }
 
 impl Record {
+    fn len(&self) -> usize {
+        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len)
+    }
+
     fn new(topic: &Arc<str>, key: Option<Vec<u8>>, value: Option<Vec<u8>>) -> Self {
         Record {
             topic: Arc::clone(topic),
@@ -323,6 +358,10 @@ struct Pipeline<'a> {
     /// The position the open batch (or the stream, when nothing is open) has reached.
     pending: SourceOffset,
     batch: Option<OpenBatch>,
+    /// The previous batch, committing in the background.
+    inflight: Option<Inflight>,
+    /// Records waiting for `inflight` to finish.
+    held: Held,
     tx: Option<SourceTx>,
     /// Last server WAL position heard outside a transaction (keepalives).
     server_position: u64,
@@ -342,7 +381,11 @@ impl Pipeline<'_> {
                 tracing::info!(flush_lsn = %format_lsn(self.committed.flush_lsn), "snapshot complete; snapshot.mode = initial_only: exiting");
                 return Ok(());
             }
-            let deadline = self.batch.as_ref().map(|b| b.started + batch_max);
+            // While a commit runs the open batch is empty: its age is the held records'.
+            let deadline = match &self.inflight {
+                None => self.batch.as_ref().map(|b| b.started + batch_max),
+                Some(_) => None,
+            };
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
@@ -350,7 +393,8 @@ impl Pipeline<'_> {
                     tracing::info!(flush_lsn = %format_lsn(self.committed.flush_lsn), "capture stopped cleanly");
                     return Ok(());
                 }
-                _ = sleep_until(deadline) => self.commit_position().await?,
+                done = commit_done(&mut self.inflight) => self.on_commit_done(done).await?,
+                _ = sleep_until(deadline) => self.start_commit().await?,
                 _ = heartbeat.tick() => self.heartbeat().await?,
                 read = snapshot::chunk_read(&mut self.snap) => self.on_chunk_read(read).await?,
                 event = self.stream.recv() => match event? {
@@ -762,14 +806,29 @@ impl Pipeline<'_> {
         Ok(Some(Route::Table(enc, topic)))
     }
 
+    /// Sends records into the open transaction, or holds them while the previous one commits.
     async fn publish(&mut self, records: Vec<Record>) -> Result<(), CaptureError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        if self.inflight.is_some() {
+            let held = &mut self.held;
+            held.since.get_or_insert_with(Instant::now);
+            held.bytes += records.iter().map(Record::len).sum::<usize>();
+            held.records.extend(records);
+            return Ok(());
+        }
+        self.send(records).await
+    }
+
+    async fn send(&mut self, records: Vec<Record>) -> Result<(), CaptureError> {
         if records.is_empty() {
             return Ok(());
         }
         self.open_batch()?;
         let mut bytes = 0;
         for r in &records {
-            bytes += r.key.as_ref().map_or(0, Vec::len) + r.value.as_ref().map_or(0, Vec::len);
+            bytes += r.len();
             if r.ensure_topic {
                 self.topics.ensure(&r.topic).await?;
             }
@@ -801,23 +860,41 @@ impl Pipeline<'_> {
         Ok(())
     }
 
+    /// Starts the commit of a full batch; when the records held behind a
+    /// running commit fill a batch, waits for that commit first (bounding memory).
     async fn close_if_full(&mut self) -> Result<(), CaptureError> {
         let max = &self.cfg.batch.max;
-        let full = self
-            .batch
-            .as_ref()
-            .is_some_and(|b| b.records >= max.events || b.bytes >= max.bytes);
-        if full {
-            self.commit_position().await?;
+        if self.inflight.is_some()
+            && (self.held.records.len() >= max.events || self.held.bytes >= max.bytes)
+        {
+            self.finish_inflight().await?;
+        }
+        if self.batch_full() {
+            self.start_commit().await?;
         }
         Ok(())
     }
 
-    /// Commits the open batch together with the offset record of `pending`,
-    /// then confirms its flush position to the slot. With no batch open and
-    /// an unchanged position this does nothing.
+    fn batch_full(&self) -> bool {
+        let max = &self.cfg.batch.max;
+        self.batch
+            .as_ref()
+            .is_some_and(|b| b.records >= max.events || b.bytes >= max.bytes)
+    }
+
+    /// Commits everything read so far and waits for it: the running commit,
+    /// the records held behind it, and the offset record of `pending`; then
+    /// confirms its flush position to the slot. With nothing new this does nothing.
     async fn commit_position(&mut self) -> Result<(), CaptureError> {
-        if self.batch.is_none() && self.pending == self.committed {
+        self.finish_inflight().await?;
+        self.start_commit().await?;
+        self.finish_inflight().await
+    }
+
+    /// Closes the open batch with the offset record of `pending` and starts
+    /// committing it in the background. Call only with no commit running.
+    async fn start_commit(&mut self) -> Result<(), CaptureError> {
+        if self.inflight.is_some() || (self.batch.is_none() && self.pending == self.committed) {
             return Ok(());
         }
         self.open_batch()?;
@@ -826,20 +903,57 @@ impl Pipeline<'_> {
         self.producer
             .send(&self.cfg.offset.storage.topic, Some(&key), Some(&value))
             .await?;
-        let started = Instant::now();
-        self.producer.commit().await?;
+        let producer = self.producer.clone();
+        self.inflight = Some(Inflight {
+            task: tokio::spawn(async move { producer.commit().await }),
+            offset: self.pending.clone(),
+            started: Instant::now(),
+        });
+        self.batch = None;
+        Ok(())
+    }
+
+    /// Waits for the running commit (if any) and takes its outcome.
+    async fn finish_inflight(&mut self) -> Result<(), CaptureError> {
+        if self.inflight.is_none() {
+            return Ok(());
+        }
+        let done = commit_done(&mut self.inflight).await;
+        self.on_commit_done(done).await
+    }
+
+    /// A background commit ended: on success its position is final, Kafka
+    /// holds everything up to its flush LSN, and the held records open the next batch.
+    async fn on_commit_done(
+        &mut self,
+        done: Result<Result<(), CaptureError>, tokio::task::JoinError>,
+    ) -> Result<(), CaptureError> {
+        let Some(inflight) = self.inflight.take() else {
+            return Ok(());
+        };
+        done.map_err(|e| CaptureError::Protocol(format!("commit task failed: {e}")))??;
         self.metrics
             .batch_commit
-            .observe(started.elapsed().as_secs_f64());
+            .observe(inflight.started.elapsed().as_secs_f64());
         self.metrics.kafka_transactions.inc();
-        self.batch = None;
-        self.committed = self.pending.clone();
+        self.committed = inflight.offset;
         // Kafka now holds everything up to flush_lsn: PostgreSQL may release it.
         self.stream
             .update_applied_lsn(Lsn::from_u64(self.committed.flush_lsn));
         self.metrics
             .confirmed_lsn
             .set(self.committed.flush_lsn as i64);
+        let held = std::mem::take(&mut self.held);
+        if !held.records.is_empty() {
+            self.send(held.records).await?;
+            if let (Some(batch), Some(since)) = (self.batch.as_mut(), held.since) {
+                batch.started = since;
+            }
+        }
+        // A batch refilled from held records may already be full.
+        if self.batch_full() {
+            self.start_commit().await?;
+        }
         Ok(())
     }
 
@@ -856,7 +970,7 @@ impl Pipeline<'_> {
             Ok(None) => {}
             Err(e) => tracing::debug!(error = %e, "cannot read slot lag"),
         }
-        if self.tx.is_some() || self.batch.is_some() {
+        if self.tx.is_some() || self.batch.is_some() || self.inflight.is_some() {
             return Ok(());
         }
         if self.server_position > self.pending.flush_lsn {
@@ -904,6 +1018,17 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// The outcome of the running commit; never ready without one.
+async fn commit_done(
+    inflight: &mut Option<Inflight>,
+) -> Result<Result<(), CaptureError>, tokio::task::JoinError> {
+    match inflight {
+        // Awaiting the handle by reference leaves the task running if this is dropped.
+        Some(i) => (&mut i.task).await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

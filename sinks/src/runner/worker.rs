@@ -16,11 +16,18 @@
 //! byte budget until it is applied. On stop, the applier finishes the batch it
 //! is writing and drops any batch already decoded behind it (nothing of it is
 //! acknowledged, so it is read again).
+//!
+//! A batch closes when it is full, when `batch.max.ms` has passed since its
+//! first record, or as soon as no further record is waiting while the applier
+//! is idle: an idle sink gets each change without waiting for the timer, and a
+//! busy one gets ever larger batches (group commit), so latency is low at low
+//! load and throughput high at high load.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use super::dlq::DeadLetter;
@@ -80,6 +87,19 @@ pub(crate) struct Worker {
     backoff: Backoff,
 }
 
+/// Batches handed to the applier and not yet finished, and a wake-up when one finishes.
+#[derive(Default)]
+struct Pending {
+    batches: AtomicUsize,
+    finished: Notify,
+}
+
+impl Pending {
+    fn idle(&self) -> bool {
+        self.batches.load(Ordering::Acquire) == 0
+    }
+}
+
 /// The collecting and decoding stage of a worker.
 struct Decoder {
     shared: Arc<Shared>,
@@ -87,6 +107,7 @@ struct Decoder {
     partition: i32,
     rx: mpsc::Receiver<Incoming>,
     stop: CancellationToken,
+    pending: Arc<Pending>,
 }
 
 /// The applying stage of a worker.
@@ -96,6 +117,7 @@ struct Applier {
     partition: i32,
     control: Control,
     backoff: Backoff,
+    pending: Arc<Pending>,
 }
 
 impl Worker {
@@ -121,12 +143,14 @@ impl Worker {
         let (tx, queue) = mpsc::channel(1);
         // The decoder stops with the worker, or when the applier gives up.
         let decoder_stop = self.control.stop.child_token();
+        let pending = Arc::new(Pending::default());
         let decoder = Decoder {
             shared: self.shared.clone(),
             topic: self.topic.clone(),
             partition: self.partition,
             rx: self.rx,
             stop: decoder_stop.clone(),
+            pending: pending.clone(),
         };
         // A task of its own, so decoding runs in parallel with the applier's
         // own work instead of only while it waits.
@@ -137,6 +161,7 @@ impl Worker {
             partition: self.partition,
             control: self.control,
             backoff: self.backoff,
+            pending,
         };
         applier.run(queue).await;
         decoder_stop.cancel();
@@ -155,8 +180,11 @@ impl Decoder {
     async fn run(mut self, tx: mpsc::Sender<Decoded>) {
         loop {
             let (incoming, stopping) = self.collect().await;
-            if !incoming.is_empty() && tx.send(self.decode(incoming)).await.is_err() {
-                return;
+            if !incoming.is_empty() {
+                self.pending.batches.fetch_add(1, Ordering::AcqRel);
+                if tx.send(self.decode(incoming)).await.is_err() {
+                    return;
+                }
             }
             if stopping {
                 return;
@@ -164,8 +192,9 @@ impl Decoder {
         }
     }
 
-    /// Waits for a first record, then gathers more until the batch is full, its time is up,
-    /// or the worker is told to stop. Returns the records and whether to stop afterwards.
+    /// Waits for a first record, then gathers more until the batch is full, its
+    /// time is up, nothing more is waiting while the applier is idle, or the
+    /// worker is told to stop. Returns the records and whether to stop afterwards.
     async fn collect(&mut self) -> (Vec<Incoming>, bool) {
         let max = self.shared.config.batch_max_records;
         let mut out = Vec::new();
@@ -180,10 +209,22 @@ impl Decoder {
         out.push(first);
         let deadline = tokio::time::Instant::now() + self.shared.config.batch_max_wait();
         while out.len() < max {
+            match self.rx.try_recv() {
+                Ok(m) => {
+                    out.push(m);
+                    continue;
+                }
+                Err(mpsc::error::TryRecvError::Disconnected) => return (out, true),
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
+            if self.pending.idle() {
+                break; // the sink waits for work: hand it what there is
+            }
             tokio::select! {
                 biased;
                 _ = self.stop.cancelled() => return (out, true),
                 _ = tokio::time::sleep_until(deadline) => break,
+                _ = self.pending.finished.notified() => {}
                 m = self.rx.recv() => match m {
                     Some(m) => out.push(m),
                     None => return (out, true),
@@ -253,7 +294,10 @@ impl Applier {
         // `queue` is dropped on return, which ends a decoder blocked on sending.
         while let Some(decoded) = queue.recv().await {
             let next_offset = decoded.batch.next_offset();
-            match self.process(decoded).await {
+            let outcome = self.process(decoded).await;
+            self.pending.batches.fetch_sub(1, Ordering::AcqRel);
+            self.pending.finished.notify_one();
+            match outcome {
                 Ok(()) => self
                     .shared
                     .record_progress(&self.topic, self.partition, next_offset),

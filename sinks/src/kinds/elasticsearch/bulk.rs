@@ -5,10 +5,12 @@
 //! when the version is greater than the stored one (or tombstone), so a batch
 //! applied again is harmless and an older change can never overwrite a newer one.
 
+use ::elasticsearch::params::Refresh;
 use ::elasticsearch::{BulkParts, Elasticsearch};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::config::RefreshPolicy;
 use super::error::{classify_item, error_fields, Class, EsError, OpKind};
 
 /// The only response fields read: keeps bulk responses small.
@@ -160,10 +162,20 @@ struct ItemError {
 pub type Failures = Vec<(ItemMeta, EsError)>;
 
 /// Sends `chunk`; `Err` when the request as a whole failed, else the unsettled items.
-pub async fn send(client: &Elasticsearch, chunk: Chunk) -> Result<Failures, EsError> {
+pub async fn send(
+    client: &Elasticsearch,
+    chunk: Chunk,
+    refresh: RefreshPolicy,
+) -> Result<Failures, EsError> {
     let Chunk { lines, items, .. } = chunk;
+    let refresh = match refresh {
+        RefreshPolicy::False => Refresh::False,
+        RefreshPolicy::True => Refresh::True,
+        RefreshPolicy::WaitFor => Refresh::WaitFor,
+    };
     let response = client
         .bulk(BulkParts::None)
+        .refresh(refresh)
         .filter_path(FILTER_PATH)
         .body(lines)
         .send()

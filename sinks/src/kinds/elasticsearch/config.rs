@@ -44,6 +44,22 @@ pub enum DeleteMode {
     Soft,
 }
 
+/// When written documents become searchable (`refresh`, Elasticsearch's bulk `refresh` parameter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RefreshPolicy {
+    /// At the index's next periodic refresh (`index.refresh_interval`, 1 s by
+    /// default); documents are readable by id at once. The cheapest.
+    #[default]
+    False,
+    /// Each bulk request refreshes the shards it wrote: searchable as soon as
+    /// the batch is applied, at the cost of one refresh per bulk request.
+    True,
+    /// Each bulk request waits for the next periodic refresh, so a committed
+    /// position means searchable documents; adds up to `refresh_interval` per batch.
+    WaitFor,
+}
+
 /// `[sink] kind = "elasticsearch"` (see the module docs of [`super`]).
 #[derive(Debug, Clone)]
 pub struct ElasticsearchConfig {
@@ -59,6 +75,8 @@ pub struct ElasticsearchConfig {
     pub request_timeout_ms: u64,
     /// `delete.mode`: `delete` (default) or `soft`.
     pub delete_mode: DeleteMode,
+    /// `refresh`: `false` (default), `true` or `wait_for`.
+    pub refresh: RefreshPolicy,
     /// `soft.delete.field`: the flag written in `soft` mode (`false` on live documents).
     pub soft_delete_field: String,
     /// `version.seq.bits`: bits of the external version given to the event ordinal.
@@ -95,6 +113,8 @@ struct Raw {
     request_timeout_ms: u64,
     #[serde(rename = "delete.mode", default)]
     delete_mode: DeleteMode,
+    #[serde(default)]
+    refresh: RefreshPolicy,
     #[serde(rename = "soft.delete.field", default = "default_soft_field")]
     soft_delete_field: String,
     #[serde(rename = "version.seq.bits", default = "default_seq_bits")]
@@ -159,6 +179,7 @@ impl<'de> Deserialize<'de> for ElasticsearchConfig {
             bulk_max_bytes: raw.bulk_max_bytes,
             request_timeout_ms: raw.request_timeout_ms,
             delete_mode: raw.delete_mode,
+            refresh: raw.refresh,
             soft_delete_field: raw.soft_delete_field,
             seq_bits: raw.seq_bits,
             template_file: raw.template_file,
@@ -291,6 +312,11 @@ mod tests {
             .expect("dotted");
         assert_eq!((c.bulk_max_actions, c.bulk_max_bytes), (7, 4096));
         assert_eq!(c.delete_mode, DeleteMode::Soft);
+        assert_eq!(c.refresh, RefreshPolicy::False);
+        let c = parse("refresh = \"wait_for\"\n").expect("refresh");
+        assert_eq!(c.refresh, RefreshPolicy::WaitFor);
+        let e = parse("refresh = \"now\"\n").expect_err("bad refresh");
+        assert!(e.contains("wait_for"), "{e}");
     }
 
     #[test]

@@ -162,7 +162,7 @@ impl ElasticsearchSink {
     }
 
     async fn send(&self, chunk: Chunk, rejected: &mut Vec<RecordFailure>) -> Result<(), SinkError> {
-        let failures = bulk::send(&self.client, chunk).await?;
+        let failures = bulk::send(&self.client, chunk, self.config.refresh).await?;
         let mut worst: Option<EsError> = None;
         for (meta, e) in failures {
             match e.class() {
