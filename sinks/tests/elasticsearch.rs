@@ -344,3 +344,57 @@ async fn a_mapping_conflict_dead_letters_that_record_and_the_rest_lands() {
         .send()
         .await;
 }
+
+/// Documents a search finds right now, without forcing a refresh.
+async fn searchable(index: &str) -> u64 {
+    let body: Value = es()
+        .search(SearchParts::Index(&[index]))
+        .body(json!({"size": 0, "track_total_hits": true}))
+        .send()
+        .await
+        .expect("search")
+        .json()
+        .await
+        .expect("search body");
+    body["hits"]["total"]["value"].as_u64().expect("total")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refresh_true_makes_a_batch_searchable_when_it_is_applied() {
+    // Periodic refreshes off: only the sink's requests can make documents searchable.
+    let topic = unique("es_refresh");
+    es().indices()
+        .create(elasticsearch::indices::IndicesCreateParts::Index(&topic))
+        .body(json!({"settings": {"refresh_interval": "-1", "number_of_replicas": 0}}))
+        .send()
+        .await
+        .expect("create index")
+        .error_for_status_code()
+        .expect("index created");
+    let rows = |from: u64| -> Vec<(u64, Vec<u8>)> {
+        (from..from + 3)
+            .map(|id| (id, change("c", id, 100 + id, 0, json!({"id": id}))))
+            .collect()
+    };
+    let lazy = ElasticsearchSink::connect(&sink_config("refresh = false"))
+        .await
+        .expect("sink");
+    lazy.apply(&batch_of(&topic, rows(1), 0))
+        .await
+        .expect("apply");
+    assert_eq!(
+        searchable(&topic).await,
+        0,
+        "refresh = false left it to the index"
+    );
+    let eager = ElasticsearchSink::connect(&sink_config("refresh = true"))
+        .await
+        .expect("sink");
+    eager
+        .apply(&batch_of(&topic, rows(4), 3))
+        .await
+        .expect("apply");
+    // The refresh publishes every document indexed before it, the lazy sink's too.
+    assert_eq!(searchable(&topic).await, 6);
+    delete_index(&topic).await;
+}

@@ -32,6 +32,8 @@ struct TestSink {
     /// Fail fatally on a record whose `after.v` equals this.
     fatal_v: Option<u64>,
     delay: Duration,
+    /// Records per applied batch, in order.
+    batch_sizes: Mutex<Vec<usize>>,
 }
 
 fn value_v(r: &oncely_sinks::Record) -> Option<u64> {
@@ -67,6 +69,7 @@ impl Sink for TestSink {
         if !rejected.is_empty() {
             return Err(SinkError::Rejected(rejected));
         }
+        self.batch_sizes.lock().expect("lock").push(batch.len());
         let mut seen = self.seen.lock().expect("lock");
         for r in batch.records() {
             let id = r
@@ -328,4 +331,45 @@ async fn transient_errors_are_retried_and_fatal_errors_stop_without_commit() {
     );
     assert_eq!(count(&sink.seen), 0);
     assert_eq!(committed(&group, &topic, 1).await, vec![-1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_close_early_when_the_sink_is_idle_and_grow_while_it_is_busy() {
+    let (topic, group) = (unique("adaptive"), unique("g"));
+    create_topic(&topic, 1).await;
+    let sink = Arc::new(TestSink {
+        delay: Duration::from_millis(300),
+        ..Default::default()
+    });
+    let mut cfg = config(&topic, &group);
+    // Far longer than the waits below: only the early close can meet them.
+    cfg.batch_max_ms = 120_000;
+    cfg.batch_max_records = 1000;
+    let (stop, task, _) = start(cfg, sink.clone());
+    let one = |id: u64, v: u64| Out {
+        key: Some(key(id)),
+        value: Some(envelope(id, 100 + v, 0, v)),
+        partition: Some(0),
+    };
+    // An idle sink gets a lone record without waiting for batch.max.ms.
+    produce(&topic, &[one(1, 0)]).await;
+    wait_until("the lone record applied", Duration::from_secs(30), || {
+        count(&sink.seen) == 1
+    })
+    .await;
+    // A burst behind a busy sink: later batches carry what arrived meanwhile.
+    let burst: Vec<Out> = (1..=200).map(|v| one(v % 7, v)).collect();
+    produce(&topic, &burst).await;
+    wait_until("the burst applied", Duration::from_secs(30), || {
+        count(&sink.seen) == 201
+    })
+    .await;
+    stop.cancel();
+    task.await.expect("join").expect("runner ok");
+    let sizes = sink.batch_sizes.lock().expect("lock").clone();
+    assert_eq!(sizes.first(), Some(&1), "the lone record alone: {sizes:?}");
+    assert!(
+        sizes.len() <= 20 && sizes.iter().any(|&n| n >= 20),
+        "a busy sink gets larger batches, got {sizes:?}"
+    );
 }

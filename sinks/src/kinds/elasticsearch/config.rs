@@ -44,9 +44,9 @@ pub enum DeleteMode {
     Soft,
 }
 
-/// When written documents become searchable (`refresh`, Elasticsearch's bulk `refresh` parameter).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
+/// When written documents become searchable (`refresh`, Elasticsearch's bulk
+/// `refresh` parameter): `false`, `true` (booleans or strings) or `"wait_for"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RefreshPolicy {
     /// At the index's next periodic refresh (`index.refresh_interval`, 1 s by
     /// default); documents are readable by id at once. The cheapest.
@@ -58,6 +58,29 @@ pub enum RefreshPolicy {
     /// Each bulk request waits for the next periodic refresh, so a committed
     /// position means searchable documents; adds up to `refresh_interval` per batch.
     WaitFor,
+}
+
+impl<'de> Deserialize<'de> for RefreshPolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Flag(bool),
+            Word(String),
+        }
+        match Written::deserialize(d)? {
+            Written::Flag(false) => Ok(Self::False),
+            Written::Flag(true) => Ok(Self::True),
+            Written::Word(w) => match w.as_str() {
+                "false" => Ok(Self::False),
+                "true" => Ok(Self::True),
+                "wait_for" => Ok(Self::WaitFor),
+                other => Err(serde::de::Error::custom(format!(
+                    "refresh = \"{other}\": expected false, true or \"wait_for\""
+                ))),
+            },
+        }
+    }
 }
 
 /// `[sink] kind = "elasticsearch"` (see the module docs of [`super`]).
@@ -315,6 +338,8 @@ mod tests {
         assert_eq!(c.refresh, RefreshPolicy::False);
         let c = parse("refresh = \"wait_for\"\n").expect("refresh");
         assert_eq!(c.refresh, RefreshPolicy::WaitFor);
+        let c = parse("refresh = true\n").expect("refresh flag");
+        assert_eq!(c.refresh, RefreshPolicy::True);
         let e = parse("refresh = \"now\"\n").expect_err("bad refresh");
         assert!(e.contains("wait_for"), "{e}");
     }
