@@ -56,7 +56,9 @@ pub fn restart_service(name: &str) -> anyhow::Result<()> {
         .status()?;
     anyhow::ensure!(
         status.success(),
-        "scripts/services restart {name} failed: {status}"
+        "scripts/services restart {name} failed ({status}); this test restarts services, so they \
+         must have been started by this checkout's scripts/services (run it through scripts/test, \
+         or `scripts/services up` from this checkout first)"
     );
     Ok(())
 }
