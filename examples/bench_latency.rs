@@ -382,6 +382,11 @@ async fn main() -> Result<()> {
         let mut interval = tokio::time::interval(TICK);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let started = Instant::now();
+        let cpu_before: Vec<f64> = procs
+            .children
+            .iter()
+            .map(|(_, c)| bench_support::cpu_seconds(c.id()))
+            .collect();
         let mut changes = 0i64;
         loop {
             interval.tick().await;
@@ -415,6 +420,18 @@ async fn main() -> Result<()> {
         let rate_done = changes as f64 / started.elapsed().as_secs_f64();
         achieved.push(rate_done);
         eprintln!("  writer achieved {rate_done:.0} changes/s");
+        // What each oncely process cost (cores = CPU seconds per second).
+        let secs = started.elapsed().as_secs_f64();
+        let cpu: Vec<String> = procs
+            .children
+            .iter()
+            .zip(&cpu_before)
+            .map(|((name, c), before)| {
+                let cores = (bench_support::cpu_seconds(c.id()) - before) / secs;
+                format!("{name} {cores:.2}")
+            })
+            .collect();
+        eprintln!("  cores used: {}", cpu.join(", "));
         for (name, c) in &mut procs.children {
             if let Some(status) = c.try_wait()? {
                 bail!("{name} exited with {status}; log in {}", dir.display());

@@ -74,7 +74,17 @@ async fn capture(config: PathBuf) -> anyhow::Result<()> {
     let bar = std::io::stderr()
         .is_terminal()
         .then(|| tokio::spawn(progress_bar(metrics.clone(), shutdown.clone())));
-    let result = oncely_capture::pipeline::run(cfg, metrics, shutdown.clone()).await;
+    // On a runtime worker, next to the replication stream's reader task: handing
+    // each message over stays on one worker thread instead of waking the main one.
+    let pipeline = tokio::spawn(oncely_capture::pipeline::run(
+        cfg,
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    let result = match pipeline.await {
+        Ok(result) => result,
+        Err(e) => return Err(anyhow::anyhow!("the capture pipeline task failed: {e}")),
+    };
     shutdown.cancel();
     if let Some(bar) = bar {
         let _ = bar.await;
