@@ -40,6 +40,10 @@ use crate::value::TypeRegistry;
 
 /// Microseconds between the Unix epoch and PostgreSQL's (2000-01-01).
 const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
+/// Most bytes of records held while a transaction commits: beyond it reading
+/// waits for the commit. The committing batch still sits in the producer's
+/// queue until acknowledged, so this adds to it; kept small to bound memory.
+const HOLD_MAX_BYTES: usize = 4 * 1024 * 1024;
 /// Longest wait between restarts after retriable failures.
 const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -276,8 +280,6 @@ struct Inflight {
 struct Held {
     records: Vec<Record>,
     bytes: usize,
-    /// When the first of them was read (the next batch's age counts from it).
-    since: Option<Instant>,
 }
 
 /// The Kafka transaction being filled.
@@ -813,7 +815,6 @@ impl Pipeline<'_> {
         }
         if self.inflight.is_some() {
             let held = &mut self.held;
-            held.since.get_or_insert_with(Instant::now);
             held.bytes += records.iter().map(Record::len).sum::<usize>();
             held.records.extend(records);
             return Ok(());
@@ -865,7 +866,8 @@ impl Pipeline<'_> {
     async fn close_if_full(&mut self) -> Result<(), CaptureError> {
         let max = &self.cfg.batch.max;
         if self.inflight.is_some()
-            && (self.held.records.len() >= max.events || self.held.bytes >= max.bytes)
+            && (self.held.records.len() >= max.events
+                || self.held.bytes >= max.bytes.min(HOLD_MAX_BYTES))
         {
             self.finish_inflight().await?;
         }
@@ -943,13 +945,11 @@ impl Pipeline<'_> {
         self.metrics
             .confirmed_lsn
             .set(self.committed.flush_lsn as i64);
+        // The held records open the next batch, whose age counts from now:
+        // counting from when they were read would close it at once after a
+        // long commit, and many small transactions cost more than they save.
         let held = std::mem::take(&mut self.held);
-        if !held.records.is_empty() {
-            self.send(held.records).await?;
-            if let (Some(batch), Some(since)) = (self.batch.as_mut(), held.since) {
-                batch.started = since;
-            }
-        }
+        self.send(held.records).await?;
         // A batch refilled from held records may already be full.
         if self.batch_full() {
             self.start_commit().await?;
