@@ -182,24 +182,166 @@ impl DecodeError {
 /// `{"schema": s, "payload": p}` with the schema left unparsed.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Wrapped<'a> {
+struct Wrapped<'a, P> {
     #[serde(borrow)]
     schema: &'a RawValue,
-    payload: Value,
+    payload: P,
 }
 
 /// Splits `{"schema": s, "payload": p}` into `(p, Some(s))`; anything else is
 /// its own payload. The wrapper is tried first without building the schema
-/// (it is two thirds of a record and the same for a whole table); anything
-/// that is not exactly the wrapper fails on its first other key and is then
-/// parsed as a plain value.
-fn parse(bytes: &[u8]) -> Result<(Value, Option<&RawValue>), serde_json::Error> {
-    match serde_json::from_slice::<Wrapped<'_>>(bytes) {
-        Ok(w) => {
+/// (it is two thirds of a record and the same for a whole table), but only
+/// when the document may be one (see [`may_be_wrapped`]): a failed attempt
+/// costs a formatted error message. Anything that is not exactly the wrapper
+/// is then parsed as a plain value.
+fn parse<'a, P: serde::Deserialize<'a>>(
+    bytes: &'a [u8],
+) -> Result<(P, Option<&'a RawValue>), serde_json::Error> {
+    if may_be_wrapped(bytes) {
+        if let Ok(w) = serde_json::from_slice::<Wrapped<'_, P>>(bytes) {
             let schema = (w.schema.get() != "null").then_some(w.schema);
-            Ok((w.payload, schema))
+            return Ok((w.payload, schema));
         }
-        Err(_) => serde_json::from_slice(bytes).map(|v| (v, None)),
+    }
+    serde_json::from_slice(bytes).map(|v| (v, None))
+}
+
+/// False when `bytes` is certainly not the schema wrapper: not an object, or
+/// an object whose first key is plainly (without escapes) neither `schema`
+/// nor `payload`. True otherwise (the wrapper is then tried).
+fn may_be_wrapped(bytes: &[u8]) -> bool {
+    let skip = |b: &[u8]| -> usize {
+        b.iter()
+            .position(|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+            .unwrap_or(b.len())
+    };
+    let rest = &bytes[skip(bytes)..];
+    let Some(rest) = rest.strip_prefix(b"{") else {
+        return false;
+    };
+    let rest = &rest[skip(rest)..];
+    let Some(rest) = rest.strip_prefix(b"\"") else {
+        return true;
+    };
+    match rest.iter().position(|&c| c == b'"' || c == b'\\') {
+        Some(end) if rest[end] == b'"' => matches!(&rest[..end], b"schema" | b"payload"),
+        _ => true,
+    }
+}
+
+/// A record value read as a change-event envelope: the top-level fields are
+/// taken as they come (the last of a repeated key wins, as in a map) without
+/// building a map of them; unknown fields are skipped.
+enum Doc {
+    /// JSON `null`.
+    Null,
+    /// An object.
+    Envelope(Fields),
+    /// Anything else, by its kind (see [`json_kind`]).
+    Other(&'static str),
+}
+
+/// The envelope fields a change event is made of, as JSON values.
+#[derive(Default)]
+struct Fields {
+    op: Option<Value>,
+    before: Option<Value>,
+    after: Option<Value>,
+    source: Option<Value>,
+    ts_ms: Option<Value>,
+    message: Option<Value>,
+}
+
+/// A top-level envelope key.
+enum Key {
+    Op,
+    Before,
+    After,
+    Source,
+    TsMs,
+    Message,
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for Key {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl serde::de::Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key, E> {
+                Ok(match v {
+                    "op" => Key::Op,
+                    "before" => Key::Before,
+                    "after" => Key::After,
+                    "source" => Key::Source,
+                    "ts_ms" => Key::TsMs,
+                    "message" => Key::Message,
+                    _ => Key::Other,
+                })
+            }
+        }
+        d.deserialize_identifier(KeyVisitor)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Doc {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, SeqAccess};
+        struct DocVisitor;
+        impl<'de> serde::de::Visitor<'de> for DocVisitor {
+            type Value = Doc;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON document")
+            }
+            fn visit_unit<E>(self) -> Result<Doc, E> {
+                Ok(Doc::Null)
+            }
+            fn visit_none<E>(self) -> Result<Doc, E> {
+                Ok(Doc::Null)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Doc, E> {
+                Ok(Doc::Other("a boolean"))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Doc, E> {
+                Ok(Doc::Other("a number"))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Doc, E> {
+                Ok(Doc::Other("a number"))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Doc, E> {
+                Ok(Doc::Other("a number"))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Doc, E> {
+                Ok(Doc::Other("a string"))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Doc, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Doc::Other("an array"))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Doc, A::Error> {
+                let mut f = Fields::default();
+                while let Some(key) = map.next_key::<Key>()? {
+                    let slot = match key {
+                        Key::Op => &mut f.op,
+                        Key::Before => &mut f.before,
+                        Key::After => &mut f.after,
+                        Key::Source => &mut f.source,
+                        Key::TsMs => &mut f.ts_ms,
+                        Key::Message => &mut f.message,
+                        Key::Other => {
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *slot = Some(map.next_value::<Value>()?);
+                }
+                Ok(Doc::Envelope(f))
+            }
+        }
+        d.deserialize_any(DocVisitor)
     }
 }
 
@@ -230,7 +372,7 @@ fn shared_schema(raw: &RawValue) -> Result<Arc<Value>, serde_json::Error> {
 /// Decodes a record key: JSON, with or without the schema wrapper; `None` for a null key.
 pub fn decode_key(raw: Option<&[u8]>) -> Result<Option<Value>, DecodeError> {
     let Some(bytes) = raw else { return Ok(None) };
-    let (payload, _schema) = parse(bytes).map_err(|e| DecodeError {
+    let (payload, _schema) = parse::<Value>(bytes).map_err(|e| DecodeError {
         part: "key",
         reason: format!("not JSON: {e}"),
     })?;
@@ -245,41 +387,37 @@ pub fn decode_value(raw: Option<&[u8]>) -> Result<Payload, DecodeError> {
     let Some(bytes) = raw else {
         return Ok(Payload::Tombstone);
     };
-    let (payload, schema) =
-        parse(bytes).map_err(|e| DecodeError::value(format!("not JSON: {e}")))?;
-    match payload {
-        Value::Null => Ok(Payload::Tombstone),
-        Value::Object(envelope) => {
+    let (doc, schema) =
+        parse::<Doc>(bytes).map_err(|e| DecodeError::value(format!("not JSON: {e}")))?;
+    match doc {
+        Doc::Null => Ok(Payload::Tombstone),
+        Doc::Envelope(fields) => {
             let schema = schema
                 .map(shared_schema)
                 .transpose()
                 .map_err(|e| DecodeError::value(format!("schema not JSON: {e}")))?;
-            decode_envelope(envelope, schema).map(|e| Payload::Change(Box::new(e)))
+            decode_envelope(fields, schema).map(|e| Payload::Change(Box::new(e)))
         }
-        other => Err(DecodeError::value(format!(
-            "expected an envelope object, got {}",
-            json_kind(&other)
+        Doc::Other(kind) => Err(DecodeError::value(format!(
+            "expected an envelope object, got {kind}"
         ))),
     }
 }
 
-fn decode_envelope(
-    mut env: Map<String, Value>,
-    schema: Option<Arc<Value>>,
-) -> Result<ChangeEvent, DecodeError> {
-    let op_code = match env.get("op") {
-        Some(Value::String(s)) => s.clone(),
+fn decode_envelope(env: Fields, schema: Option<Arc<Value>>) -> Result<ChangeEvent, DecodeError> {
+    let op = match env.op {
+        Some(Value::String(s)) => {
+            Op::from_code(&s).ok_or_else(|| DecodeError::value(format!("unknown op `{s}`")))?
+        }
         Some(other) => {
             return Err(DecodeError::value(format!(
                 "`op` must be a string, got {}",
-                json_kind(other)
+                json_kind(&other)
             )))
         }
         None => return Err(DecodeError::value("missing `op`")),
     };
-    let op = Op::from_code(&op_code)
-        .ok_or_else(|| DecodeError::value(format!("unknown op `{op_code}`")))?;
-    let source = match env.remove("source") {
+    let source = match env.source {
         Some(Value::Object(s)) => s,
         Some(other) => {
             return Err(DecodeError::value(format!(
@@ -290,15 +428,15 @@ fn decode_envelope(
         None => return Err(DecodeError::value("missing `source`")),
     };
     let (version, version_origin) = version_of(&source)?;
-    let before = row(&mut env, "before")?;
-    let after = row(&mut env, "after")?;
+    let before = row(env.before, "before")?;
+    let after = row(env.after, "after")?;
     check_images(op, before.as_ref(), after.as_ref())?;
     Ok(ChangeEvent {
         op,
         before,
         after,
-        ts_ms: env.get("ts_ms").and_then(Value::as_i64),
-        message: env.remove("message").filter(|m| !m.is_null()),
+        ts_ms: env.ts_ms.as_ref().and_then(Value::as_i64),
+        message: env.message.filter(|m| !m.is_null()),
         source,
         version,
         version_origin,
@@ -322,11 +460,8 @@ fn check_images(
     }
 }
 
-fn row(
-    env: &mut Map<String, Value>,
-    field: &str,
-) -> Result<Option<Map<String, Value>>, DecodeError> {
-    match env.remove(field) {
+fn row(image: Option<Value>, field: &str) -> Result<Option<Map<String, Value>>, DecodeError> {
+    match image {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Object(row)) => Ok(Some(row)),
         Some(other) => Err(DecodeError::value(format!(

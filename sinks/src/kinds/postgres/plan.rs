@@ -1,10 +1,12 @@
 //! From a batch to the writes it needs: rows per target table collapsed to the
 //! newest change per key, history rows, truncates in their place. Pure: no I/O.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::hash_map::Entry;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 
 use super::config::{expand_name, PostgresConfig};
@@ -41,6 +43,25 @@ struct Matcher {
 }
 
 impl Shape {
+    /// For each entry of the after image of records of this shape (in the
+    /// record's order), the index in `columns` it fills: available non-key
+    /// columns only. Empty when the shape does not know its records' order
+    /// (deletes, rows filled from older changes): values are then looked up by name.
+    fn after_layout(&self, columns: &[&str]) -> Vec<Option<usize>> {
+        let Some(m) = self.matcher.as_ref().filter(|_| self.values.is_some()) else {
+            return Vec::new();
+        };
+        m.entries
+            .iter()
+            .map(|(name, _, unavailable)| {
+                if *unavailable || self.key.iter().any(|k| k == name) {
+                    return None;
+                }
+                columns.iter().position(|c| c == name)
+            })
+            .collect()
+    }
+
     /// Whether `column` is one of the row's available columns (key included).
     pub fn has_value(&self, column: &str) -> bool {
         self.key.iter().any(|k| k == column)
@@ -95,6 +116,51 @@ impl Row {
     }
 }
 
+/// The values of `columns` for each of `rows` (planned from `records`), one
+/// vector per column, JSON null as `None`: what [`Row::value`] gives, read by
+/// walking each record's after image once in the order its shape recorded
+/// instead of one lookup by name per column.
+pub fn column_values<'r>(
+    columns: &[&str],
+    rows: &[&Row],
+    records: &'r [Record],
+) -> Vec<Vec<Option<&'r Value>>> {
+    let mut out: Vec<Vec<Option<&Value>>> = columns
+        .iter()
+        .map(|_| Vec::with_capacity(rows.len()))
+        .collect();
+    // The layout of the previous row's shape: rows nearly always share one.
+    let mut layout: Option<(&Shape, Vec<Option<usize>>)> = None;
+    // This row's values found by position (`None`: look it up by name).
+    let mut found: Vec<Option<&Value>> = Vec::with_capacity(columns.len());
+    for row in rows {
+        found.clear();
+        found.resize(columns.len(), None);
+        if row.fills.is_empty() {
+            let (_, map) = match layout.take() {
+                Some((shape, map)) if std::ptr::eq(shape, &*row.shape) => {
+                    layout.insert((shape, map))
+                }
+                _ => layout.insert((&row.shape, row.shape.after_layout(columns))),
+            };
+            if let Some(after) = after_of(&records[row.record]).filter(|_| !map.is_empty()) {
+                for ((name, value), column) in after.iter().zip(map.iter()) {
+                    if let Some(c) = *column {
+                        if name == columns[c] {
+                            found[c] = Some(value);
+                        }
+                    }
+                }
+            }
+        }
+        for (c, column) in columns.iter().enumerate() {
+            let value = found[c].or_else(|| row.value(records, column));
+            out[c].push(value.filter(|v| !v.is_null()));
+        }
+    }
+    out
+}
+
 fn after_of(record: &Record) -> Option<&Map<String, Value>> {
     record.event()?.after.as_ref()
 }
@@ -123,8 +189,9 @@ pub struct HistoryRow {
 /// Rows of one target table, newest per key.
 #[derive(Debug, Default)]
 pub struct TableRows {
-    /// Key (serialized) -> newest row.
-    pub rows: HashMap<Vec<u8>, Row>,
+    /// Key (serialized) -> newest row. Fx hashing: the keys are short byte
+    /// strings built here, and SipHash showed in profiles.
+    pub rows: FxHashMap<Vec<u8>, Row>,
     /// The shape of the previous row, reused by rows like it.
     last: Option<Arc<Shape>>,
 }
@@ -406,15 +473,21 @@ fn collapse(records: &[Record], table: &mut TableRows, mut row: Row) {
             }
         }
     }
-    match table.rows.remove(&id) {
-        None => {}
-        Some(old) if old.version > row.version => row = old,
-        Some(old) if !row.is_delete() && !old.is_delete() && !row.shape.unavailable.is_empty() => {
-            fill(&mut row, &old);
+    match table.rows.entry(id) {
+        Entry::Vacant(slot) => {
+            slot.insert(row);
         }
-        Some(_) => {}
+        Entry::Occupied(mut slot) => {
+            let old = slot.get();
+            if old.version > row.version {
+                return;
+            }
+            if !row.is_delete() && !old.is_delete() && !row.shape.unavailable.is_empty() {
+                fill(&mut row, old);
+            }
+            slot.insert(row);
+        }
     }
-    table.rows.insert(id, row);
 }
 
 /// Takes the unavailable columns of `row` that `old` (an older change of its key) carried.

@@ -20,7 +20,7 @@ use tokio_postgres::types::ToSql;
 
 use super::config::{DeleteMode, TruncateMode};
 use super::error::{classify, Class};
-use super::plan::{HistoryRow, Row};
+use super::plan::{column_values, HistoryRow, Row};
 use super::table::{literal, quote, TableInfo, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
 use super::types::{to_text, ColumnSpec, Conv};
 use crate::error::RecordFailure;
@@ -175,13 +175,10 @@ async fn write_group(
     let hard = group.delete && modes.delete == DeleteMode::Hard;
     let mut params: Params = Vec::with_capacity(group.columns.len() + 4);
     let mut types: Vec<&'static str> = Vec::with_capacity(group.columns.len());
-    for (col, conv) in group.columns.iter().zip(&group.convs) {
+    let columns = column_values(&group.columns, rows, records);
+    for ((col, conv), values) in group.columns.iter().zip(&group.convs).zip(&columns) {
         let actual = info.columns.get(*col).map_or("text", String::as_str);
-        let values: Vec<Option<&Value>> = rows
-            .iter()
-            .map(|r| r.value(records, col).filter(|v| !v.is_null()))
-            .collect();
-        let (ty, param) = column_param(&values, actual, *conv);
+        let (ty, param) = column_param(values, actual, *conv);
         types.push(ty);
         params.push(param);
     }
