@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use serde_json::Value;
 
 use crate::error::SinkError;
@@ -50,8 +51,8 @@ pub struct Record {
     pub key: Option<Value>,
     /// The decoded value.
     pub payload: Payload,
-    raw_key: Option<Arc<[u8]>>,
-    raw_value: Option<Arc<[u8]>>,
+    raw_key: Option<Bytes>,
+    raw_value: Option<Bytes>,
 }
 
 impl Record {
@@ -69,8 +70,15 @@ impl Record {
 
     /// Attaches the original bytes, as read from Kafka.
     pub fn with_raw(mut self, key: Option<&[u8]>, value: Option<&[u8]>) -> Self {
-        self.raw_key = key.map(Arc::from);
-        self.raw_value = value.map(Arc::from);
+        self.raw_key = key.map(Bytes::copy_from_slice);
+        self.raw_value = value.map(Bytes::copy_from_slice);
+        self
+    }
+
+    /// Like [`Record::with_raw`], taking the bytes as they are (no copy).
+    pub fn with_raw_owned(mut self, key: Option<Vec<u8>>, value: Option<Vec<u8>>) -> Self {
+        self.raw_key = key.map(Bytes::from);
+        self.raw_value = value.map(Bytes::from);
         self
     }
 

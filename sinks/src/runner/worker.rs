@@ -271,8 +271,7 @@ fn decode(incoming: Vec<Incoming>) -> DecodedParts {
             decode_key(m.key.as_deref()).and_then(|k| Ok((k, decode_value(m.value.as_deref())?)));
         match decoded {
             Ok((key, payload)) => {
-                let mut r = Record::new(m.offset, key, payload)
-                    .with_raw(m.key.as_deref(), m.value.as_deref());
+                let mut r = Record::new(m.offset, key, payload).with_raw_owned(m.key, m.value);
                 r.timestamp_ms = m.timestamp_ms;
                 records.push(r);
             }
