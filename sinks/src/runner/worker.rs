@@ -37,6 +37,9 @@ use crate::event::{decode_key, decode_value, DecodeError};
 use crate::retry::{retry, Backoff, RetryOutcome};
 use crate::sink::{Batch, Record};
 
+/// How long a decoder waits before looking for more records of the batch it collects.
+const COLLECT_NAP: Duration = Duration::from_millis(1);
+
 /// A record read from Kafka, holding its share of the in-flight byte budget.
 pub(crate) struct Incoming {
     pub offset: i64,
@@ -195,7 +198,15 @@ impl Decoder {
     /// Waits for a first record, then gathers more until the batch is full, its
     /// time is up, nothing more is waiting while the applier is idle, or the
     /// worker is told to stop. Returns the records and whether to stop afterwards.
+    ///
+    /// After the first record it does not wait on the channel: it takes what is
+    /// queued, and while the applier is busy naps [`COLLECT_NAP`] (never past the
+    /// batch's deadline, and woken when the applier finishes) and looks again.
+    /// Waiting on the channel woke this task for nearly every record (the poll
+    /// thread hands them over one at a time), a cross-thread wake-up each,
+    /// competing for the cores with the target.
     async fn collect(&mut self) -> (Vec<Incoming>, bool) {
+        use tokio::sync::mpsc::error::TryRecvError;
         let max = self.shared.config.batch_max_records;
         let mut out = Vec::new();
         let first = tokio::select! {
@@ -206,32 +217,29 @@ impl Decoder {
         let Some(first) = first else {
             return (out, true);
         };
+        out.reserve(max.min(16_384));
         out.push(first);
         let deadline = tokio::time::Instant::now() + self.shared.config.batch_max_wait();
-        while out.len() < max {
-            match self.rx.try_recv() {
-                Ok(m) => {
-                    out.push(m);
-                    continue;
+        loop {
+            while out.len() < max {
+                match self.rx.try_recv() {
+                    Ok(m) => out.push(m),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return (out, true),
                 }
-                Err(mpsc::error::TryRecvError::Disconnected) => return (out, true),
-                Err(mpsc::error::TryRecvError::Empty) => {}
             }
-            if self.pending.idle() {
-                break; // the sink waits for work: hand it what there is
+            let now = tokio::time::Instant::now();
+            if out.len() >= max || now >= deadline || self.pending.idle() {
+                // Full, due, or the sink waits for work: hand it what there is.
+                return (out, false);
             }
             tokio::select! {
                 biased;
                 _ = self.stop.cancelled() => return (out, true),
-                _ = tokio::time::sleep_until(deadline) => break,
                 _ = self.pending.finished.notified() => {}
-                m = self.rx.recv() => match m {
-                    Some(m) => out.push(m),
-                    None => return (out, true),
-                },
+                _ = tokio::time::sleep_until((now + COLLECT_NAP).min(deadline)) => {}
             }
         }
-        (out, false)
     }
 
     /// Decodes keys and envelopes (what cannot be decoded is set aside for the
