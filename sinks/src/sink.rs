@@ -309,8 +309,9 @@ pub trait Sink: Send + Sync + 'static {
     /// pure CPU work on the batch's records, no I/O and no state of the target,
     /// stored with [`Batch::set_prepared`] and read back in `apply` with
     /// [`Batch::prepared`]. Cannot fail: whatever is wrong with a record is
-    /// reported by `apply`. Runs on an async worker thread, so it should take
-    /// milliseconds, not seconds. The default does nothing.
+    /// reported by `apply`. The runner calls it on a blocking thread
+    /// (`spawn_blocking`), together with decoding, so a slow `prepare` does
+    /// not hold up async tasks; it still delays the batch. The default does nothing.
     fn prepare(&self, batch: &mut Batch) {
         let _ = batch;
     }
