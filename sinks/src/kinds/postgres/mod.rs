@@ -72,7 +72,8 @@ use self::plan::{plan, Plan, Row, Shape, Step};
 use self::table::{quote, Catalog};
 use self::types::compatible;
 use self::write::{
-    conv_for_type, find_rejected, store_position, write_all, Group, Modes, Origin, Ready,
+    conv_for_type, find_rejected, store_position, write_all, write_group_with_position, Group,
+    Modes, Origin, Ready,
 };
 use crate::error::{RecordFailure, SinkError};
 use crate::sink::{Batch, Positions, Sink, TopicPartition};
@@ -330,6 +331,22 @@ impl PostgresSink {
             partition: batch.partition(),
             records: batch.records(),
         };
+        // One group (one table, one column list): a single statement, atomic
+        // without a transaction.
+        if let [Ready::Rows(info, groups)] = steps {
+            if let [group] = groups.as_slice() {
+                let target = (self.positions.as_str(), batch);
+                return write_group_with_position(
+                    client,
+                    info,
+                    group,
+                    &origin,
+                    self.modes(),
+                    target,
+                )
+                .await;
+            }
+        }
         let tx = client.transaction().await?;
         // The position is sent right behind the data statements instead of
         // after their replies (one round trip less); it is still only kept by

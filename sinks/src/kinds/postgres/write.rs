@@ -14,7 +14,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use deadpool_postgres::Transaction;
+use deadpool_postgres::{GenericClient, Transaction};
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
 
@@ -172,6 +172,57 @@ async fn write_group(
     records: &[crate::sink::Record],
     modes: Modes,
 ) -> Result<(), tokio_postgres::Error> {
+    let (sql, params) = group_statement(info, group, rows, records, modes);
+    run(tx, &sql, &params).await
+}
+
+/// Writes one group of rows and the batch's position as **one statement**
+/// (the upsert in a `WITH`, the position upsert as its main query): atomic on
+/// its own, so it runs without `BEGIN`/`COMMIT` and their two round trips.
+/// For batches whose plan is exactly one group, the common case.
+pub async fn write_group_with_position(
+    client: &deadpool_postgres::Client,
+    info: &TableInfo,
+    group: &Group<'_>,
+    origin: &Origin<'_>,
+    modes: Modes,
+    (positions_table, batch): (&str, &crate::sink::Batch),
+) -> Result<(), tokio_postgres::Error> {
+    let (data, mut params) = group_statement(info, group, &group.rows, origin.records, modes);
+    let n = params.len();
+    let sql = format!(
+        "WITH data AS ({data}) {}",
+        position_sql(positions_table, [n + 1, n + 2, n + 3, n + 4])
+    );
+    params.push(Box::new(batch.group().to_owned()));
+    params.push(Box::new(batch.topic().to_owned()));
+    params.push(Box::new(batch.partition()));
+    params.push(Box::new(batch.next_offset()));
+    run(client, &sql, &params).await
+}
+
+async fn run<C: GenericClient>(
+    client: &C,
+    sql: &str,
+    params: &Params<'_>,
+) -> Result<(), tokio_postgres::Error> {
+    let stmt = client.prepare_cached(sql).await?;
+    let refs: Vec<&(dyn ToSql + Sync)> = params
+        .iter()
+        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+        .collect();
+    client.execute(&stmt, &refs).await?;
+    Ok(())
+}
+
+/// The statement writing `rows` of `group`, and its parameters.
+fn group_statement<'a>(
+    info: &TableInfo,
+    group: &Group<'_>,
+    rows: &[&Row],
+    records: &'a [crate::sink::Record],
+    modes: Modes,
+) -> (String, Params<'a>) {
     let hard = group.delete && modes.delete == DeleteMode::Hard;
     let mut params: Params = Vec::with_capacity(group.columns.len() + 4);
     let mut types: Vec<&'static str> = Vec::with_capacity(group.columns.len());
@@ -209,13 +260,7 @@ async fn write_group(
         params.push(Box::new(unavailable));
         upsert_sql(info, group, &types, keep)
     };
-    let stmt = tx.prepare_cached(&sql).await?;
-    let refs: Vec<&(dyn ToSql + Sync)> = params
-        .iter()
-        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
-        .collect();
-    tx.execute(&stmt, &refs).await?;
-    Ok(())
+    (sql, params)
 }
 
 /// One column's values as an array parameter: typed (`int8[]`, `float8[]`, `bool[]`)
@@ -452,17 +497,24 @@ async fn history(
     Ok(())
 }
 
+/// The upsert of a position, its group, topic, partition and next offset
+/// bound to the parameters numbered `p`.
+fn position_sql(positions_table: &str, p: [usize; 4]) -> String {
+    format!(
+        "INSERT INTO {positions_table} (group_id, topic, partition, next_offset, updated_at) \
+         VALUES (${}, ${}, ${}, ${}, now()) ON CONFLICT (group_id, topic, partition) \
+         DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()",
+        p[0], p[1], p[2], p[3]
+    )
+}
+
 /// Stores the batch's position in the same transaction.
 pub async fn store_position(
     tx: &Transaction<'_>,
     positions_table: &str,
     batch: &crate::sink::Batch,
 ) -> Result<(), tokio_postgres::Error> {
-    let sql = format!(
-        "INSERT INTO {positions_table} (group_id, topic, partition, next_offset, updated_at) \
-         VALUES ($1, $2, $3, $4, now()) ON CONFLICT (group_id, topic, partition) \
-         DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()"
-    );
+    let sql = position_sql(positions_table, [1, 2, 3, 4]);
     let stmt = tx.prepare_cached(&sql).await?;
     tx.execute(
         &stmt,
