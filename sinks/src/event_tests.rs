@@ -182,3 +182,138 @@ fn the_schema_wrapper_is_recognised_in_any_key_order_and_parsed_once_per_text() 
     let three = json!({"schema": {}, "payload": {}, "op": "c"});
     assert!(decode_value(Some(&bytes(&three))).is_err());
 }
+
+#[test]
+fn the_wrapper_is_only_skipped_when_the_first_key_rules_it_out() {
+    assert!(!may_be_wrapped(br#"{"before": null}"#));
+    assert!(!may_be_wrapped(b"42"));
+    assert!(!may_be_wrapped(b"  [1]"));
+    assert!(may_be_wrapped(br#" { "schema": 1}"#));
+    assert!(may_be_wrapped(br#"{"payload": 1}"#));
+    assert!(
+        may_be_wrapped(br#"{"sch\u0065ma": 1}"#),
+        "escaped: serde decides"
+    );
+    assert!(may_be_wrapped(b"{}"));
+    assert!(may_be_wrapped(b"{"));
+    // An escaped `schema` key is still the wrapper.
+    let escaped = br#"{"sch\u0065ma": null, "payload": {"op": "c", "after": {"id": 1}, "source": {"lsn": 7}}}"#;
+    assert_eq!(change_of(escaped).version, Version::new(7, 0));
+}
+
+fn change_of(bytes: &[u8]) -> ChangeEvent {
+    match decode_value(Some(bytes)) {
+        Ok(Payload::Change(e)) => *e,
+        other => panic!("expected a change event, got {other:?}"),
+    }
+}
+
+/// What `decode_value` did before it read envelopes field by field: the whole
+/// document as a `Value`, the wrapper recognised as an object of exactly
+/// `schema` and `payload`, the envelope's fields taken from the map.
+fn reference(bytes: &[u8]) -> Result<Payload, ()> {
+    let doc: Value = serde_json::from_slice(bytes).map_err(|_| ())?;
+    let (payload, schema) = match doc {
+        Value::Object(mut m)
+            if m.len() == 2 && m.contains_key("schema") && m.contains_key("payload") =>
+        {
+            let schema = m.remove("schema").filter(|s| !s.is_null()).map(Arc::new);
+            (m.remove("payload").unwrap_or_default(), schema)
+        }
+        other => (other, None),
+    };
+    match payload {
+        Value::Null => Ok(Payload::Tombstone),
+        Value::Object(mut env) => {
+            let fields = Fields {
+                op: env.remove("op"),
+                before: env.remove("before"),
+                after: env.remove("after"),
+                source: env.remove("source"),
+                ts_ms: env.remove("ts_ms"),
+                message: env.remove("message"),
+            };
+            decode_envelope(fields, schema)
+                .map(|e| Payload::Change(Box::new(e)))
+                .map_err(|_| ())
+        }
+        _ => Err(()),
+    }
+}
+
+fn envelope_field() -> impl proptest::strategy::Strategy<Value = (String, Value)> {
+    use proptest::prelude::*;
+    let image = prop_oneof![
+        Just(Value::Null),
+        Just(json!({"id": 1, "name": "a"})),
+        Just(json!({"id": 2, "note": "__debezium_unavailable_value"})),
+        Just(json!([1])),
+        Just(json!(3)),
+    ];
+    let source = prop_oneof![
+        Just(json!({"schema": "public", "table": "t", "commit_lsn": 100, "event_seq": 2})),
+        Just(json!({"lsn": "55", "snapshot": "true"})),
+        Just(json!({"commit_lsn": -1})),
+        Just(json!({"db": "x"})),
+        Just(json!("source")),
+    ];
+    let op = prop_oneof![
+        Just(json!("c")),
+        Just(json!("u")),
+        Just(json!("d")),
+        Just(json!("r")),
+        Just(json!("t")),
+        Just(json!("m")),
+        Just(json!("x")),
+        Just(json!(1)),
+        Just(Value::Null),
+    ];
+    prop_oneof![
+        op.prop_map(|v| ("op".to_owned(), v)),
+        image.clone().prop_map(|v| ("before".to_owned(), v)),
+        image.prop_map(|v| ("after".to_owned(), v)),
+        source.prop_map(|v| ("source".to_owned(), v)),
+        prop_oneof![Just(json!(5)), Just(json!("5")), Just(Value::Null)]
+            .prop_map(|v| ("ts_ms".to_owned(), v)),
+        prop_oneof![Just(json!({"prefix": "p"})), Just(Value::Null)]
+            .prop_map(|v| ("message".to_owned(), v)),
+        prop_oneof![
+            Just(json!({"id": "tx"})),
+            Just(json!([{"a": [1, {}]}])),
+            Just(json!("s"))
+        ]
+        .prop_map(|v| ("transaction".to_owned(), v)),
+    ]
+}
+
+/// Writes an object with `fields` in the given order (repeats kept).
+fn object_text(fields: &[(String, Value)], space: &str) -> String {
+    let parts: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| format!("{space}{}:{space}{v}", Value::from(k.as_str())))
+        .collect();
+    format!("{space}{{{}}}", parts.join(","))
+}
+
+proptest::proptest! {
+    /// Field-by-field decoding gives what decoding the whole document as a
+    /// `Value` gave: any key order, repeated keys, unknown fields, whitespace,
+    /// with and without the schema wrapper (either order), valid or not.
+    #[test]
+    fn envelopes_decode_as_whole_documents_did(
+        fields in proptest::collection::vec(envelope_field(), 0..9),
+        wrap in 0u8..5,
+        space in proptest::sample::select(vec!["", " ", "\n\t"]),
+    ) {
+        let env = object_text(&fields, space);
+        let text = match wrap {
+            0 => format!(r#"{{"schema": null, "payload": {env}}}"#),
+            1 => format!(r#"{{"payload": {env}, "schema": {{"type": "struct"}}}}"#),
+            2 => format!(r#"{{"schema": {{}}, "payload": {env}, "extra": 1}}"#),
+            3 => format!(r#"{{"schema": {{}}, "payload": null}}"#),
+            _ => env,
+        };
+        let got = decode_value(Some(text.as_bytes())).map_err(|_| ());
+        proptest::prop_assert_eq!(got, reference(text.as_bytes()), "{}", text);
+    }
+}

@@ -196,3 +196,49 @@ fn a_prepared_plan_is_dropped_when_records_are_removed() {
     b.remove_offsets(&[0]);
     assert!(b.prepared::<Plan>().is_none());
 }
+
+proptest::proptest! {
+    /// `column_values` (positional, per shape) gives exactly what `Row::value`
+    /// gives by name, for rows of mixed shapes: other column orders, unavailable
+    /// values (filled from older changes or not), deletes, nulls, missing columns.
+    #[test]
+    fn column_values_match_lookups_by_name(
+        changes in proptest::collection::vec(
+            (0i64..6, 0u8..4, proptest::collection::vec((0usize..5, 0u8..5), 0..6)),
+            1..40,
+        )
+    ) {
+        let names = ["id", "a", "b", "c", "d"];
+        let mut records = Vec::new();
+        for (i, (id, op, cols)) in changes.iter().enumerate() {
+            let mut after = serde_json::Map::new();
+            for (c, kind) in cols {
+                let value = match kind {
+                    0 => Value::Null,
+                    1 => json!(UNAVAILABLE),
+                    2 => json!(i),
+                    3 => json!(format!("v{i}")),
+                    _ => json!(i % 2 == 0),
+                };
+                after.insert(names[*c].to_owned(), value);
+            }
+            after.insert("id".to_owned(), json!(id));
+            let op = ["c", "u", "r", "d"][*op as usize];
+            records.push(change(i as i64, *id, op, Value::Object(after), 10 + i as u64, 0));
+        }
+        let b = batch(records);
+        let p = plan(&PostgresConfig::new("postgres://x@h/db"), &b);
+        proptest::prop_assert!(p.rejected.is_empty());
+        let rows = rows(&p, 0);
+        let refs: Vec<&Row> = rows.iter().collect();
+        let columns = ["id", "a", "b", "c", "d", "zz"];
+        let got = column_values(&columns, &refs, b.records());
+        for (c, column) in columns.iter().enumerate() {
+            let want: Vec<Option<&Value>> = refs
+                .iter()
+                .map(|r| r.value(b.records(), column).filter(|v| !v.is_null()))
+                .collect();
+            proptest::prop_assert_eq!(&got[c], &want, "column {}", column);
+        }
+    }
+}
