@@ -256,8 +256,12 @@ fn group_statement<'a>(
             })
             .collect();
         let keep = rows.iter().any(|r| !r.shape.unavailable.is_empty());
-        params.push(Box::new(deleted));
-        params.push(Box::new(unavailable));
+        // Plain upserts (no deletes, nothing unavailable) set the flag and
+        // the list as constants: two arrays fewer to send and unnest.
+        if keep || group.delete {
+            params.push(Box::new(deleted));
+            params.push(Box::new(unavailable));
+        }
         upsert_sql(info, group, &types, keep)
     };
     (sql, params)
@@ -390,17 +394,22 @@ fn upsert_sql(info: &TableInfo, group: &Group<'_>, types: &[&str], keep: bool) -
         format!("{del} = EXCLUDED.{del}"),
         format!("{unav} = EXCLUDED.{unav}"),
     ]);
+    let (flags, extras): (&str, &[(&str, &str)]) = if keep || group.delete {
+        (
+            "u.d, u.n::jsonb",
+            &[("l", "int8"), ("s", "int8"), ("d", "bool"), ("n", "text")],
+        )
+    } else {
+        ("false, NULL::jsonb", &[("l", "int8"), ("s", "int8")])
+    };
     format!(
         "INSERT INTO {q} AS t ({}, {lsn}, {seq}, {del}, {unav}) \
-         SELECT {}, u.l, u.s, u.d, u.n::jsonb FROM {} \
+         SELECT {}, u.l, u.s, {flags} FROM {} \
          ON CONFLICT ({}) DO UPDATE SET {} \
          WHERE (t.{lsn}, t.{seq}) < (EXCLUDED.{lsn}, EXCLUDED.{seq})",
         names.join(", "),
         exprs(info, group).join(", "),
-        unnest(
-            types,
-            &[("l", "int8"), ("s", "int8"), ("d", "bool"), ("n", "text")]
-        ),
+        unnest(types, extras),
         keys.join(", "),
         set.join(", "),
     )
