@@ -497,13 +497,7 @@ async fn history(
         info.qualified,
         unnest(&["text"; 5], &[("l", "int8"), ("s", "int8"), ("ts", "int8"), ("o", "int8")]),
     );
-    let stmt = tx.prepare_cached(&sql).await?;
-    let refs: Vec<&(dyn ToSql + Sync)> = params
-        .iter()
-        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
-        .collect();
-    tx.execute(&stmt, &refs).await?;
-    Ok(())
+    run(tx, &sql, &params).await
 }
 
 /// The upsert of a position, its group, topic, partition and next offset
