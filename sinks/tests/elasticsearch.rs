@@ -40,22 +40,16 @@ fn sink_config(extra: &str) -> ElasticsearchConfig {
 
 /// Every document of `index` after a refresh: id -> (version, source).
 async fn documents(index: &str) -> BTreeMap<String, (i64, Value)> {
-    let client = es();
-    client
-        .indices()
+    es().indices()
         .refresh(IndicesRefreshParts::Index(&[index]))
         .send()
         .await
         .expect("refresh");
-    let body: Value = client
-        .search(SearchParts::Index(&[index]))
-        .body(json!({"size": 10000, "version": true, "query": {"match_all": {}}}))
-        .send()
-        .await
-        .expect("search")
-        .json()
-        .await
-        .expect("search body");
+    let body = search(
+        index,
+        json!({"size": 10000, "version": true, "query": {"match_all": {}}}),
+    )
+    .await;
     let hits = body["hits"]["hits"].as_array().cloned().unwrap_or_default();
     hits.into_iter()
         .map(|h| {
@@ -347,16 +341,20 @@ async fn a_mapping_conflict_dead_letters_that_record_and_the_rest_lands() {
 
 /// Documents a search finds right now, without forcing a refresh.
 async fn searchable(index: &str) -> u64 {
-    let body: Value = es()
-        .search(SearchParts::Index(&[index]))
-        .body(json!({"size": 0, "track_total_hits": true}))
+    let body = search(index, json!({"size": 0, "track_total_hits": true})).await;
+    body["hits"]["total"]["value"].as_u64().expect("total")
+}
+
+/// The response body of a search of `index`.
+async fn search(index: &str, body: Value) -> Value {
+    es().search(SearchParts::Index(&[index]))
+        .body(body)
         .send()
         .await
         .expect("search")
         .json()
         .await
-        .expect("search body");
-    body["hits"]["total"]["value"].as_u64().expect("total")
+        .expect("search body")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

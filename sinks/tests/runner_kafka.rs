@@ -346,6 +346,8 @@ async fn batches_close_early_when_the_sink_is_idle_and_grow_while_it_is_busy() {
     cfg.batch_max_ms = 120_000;
     cfg.batch_max_records = 1000;
     let (stop, task, _) = start(cfg, sink.clone());
+    // A failed wait must stop the runner too, or its consumer thread keeps the test alive.
+    let _stop_on_panic = stop.clone().drop_guard();
     let one = |id: u64, v: u64| Out {
         key: Some(key(id)),
         value: Some(envelope(id, 100 + v, 0, v)),

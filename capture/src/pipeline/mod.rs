@@ -383,7 +383,8 @@ impl Pipeline<'_> {
                 tracing::info!(flush_lsn = %format_lsn(self.committed.flush_lsn), "snapshot complete; snapshot.mode = initial_only: exiting");
                 return Ok(());
             }
-            // While a commit runs the open batch is empty: its age is the held records'.
+            // While a commit runs no batch is open (reads are held); the next
+            // batch's age starts when the commit ends and it opens.
             let deadline = match &self.inflight {
                 None => self.batch.as_ref().map(|b| b.started + batch_max),
                 Some(_) => None,
@@ -810,9 +811,6 @@ impl Pipeline<'_> {
 
     /// Sends records into the open transaction, or holds them while the previous one commits.
     async fn publish(&mut self, records: Vec<Record>) -> Result<(), CaptureError> {
-        if records.is_empty() {
-            return Ok(());
-        }
         if self.inflight.is_some() {
             let held = &mut self.held;
             held.bytes += records.iter().map(Record::len).sum::<usize>();

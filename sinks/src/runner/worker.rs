@@ -10,9 +10,9 @@
 //! previous one, handing over through a channel of one batch. The decoder also
 //! calls [`Sink::prepare`](crate::Sink::prepare) on the decoded batch, so the
 //! sink's own CPU work on it overlaps the previous write too; both run on a
-//! blocking thread, keeping the runtime's workers free for the applier's I/O. Decoding is CPU
-//! work on this side and applying mostly waits for the target, so overlapping
-//! them keeps the target busy. Order is unchanged: batches are applied in the
+//! blocking thread, keeping the runtime's workers free for the applier's I/O.
+//! Decoding is CPU work on this side and applying mostly waits for the target,
+//! so overlapping them keeps the target busy. Order is unchanged: batches are applied in the
 //! order they were collected, and a decoded batch still holds its records'
 //! byte budget until it is applied. On stop, the applier finishes the batch it
 //! is writing and drops any batch already decoded behind it (nothing of it is
