@@ -94,8 +94,24 @@ fn config(topic: &str, group: &str) -> RunnerConfig {
     c
 }
 
+/// Stops the runner when dropped, so a failed wait or assertion ends the test
+/// instead of leaving the runner's consumer thread to keep the runtime alive.
+struct StopOnDrop(CancellationToken);
+
+impl StopOnDrop {
+    fn cancel(&self) {
+        self.0.cancel();
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
 type Running = (
-    CancellationToken,
+    StopOnDrop,
     tokio::task::JoinHandle<Result<(), RunnerError>>,
     Metrics,
 );
@@ -105,7 +121,7 @@ fn start(config: RunnerConfig, sink: Arc<TestSink>) -> Running {
     let runner = Runner::new(config, sink).expect("valid config");
     let metrics = runner.metrics().clone();
     let task = tokio::spawn(runner.run(stop.clone()));
-    (stop, task, metrics)
+    (StopOnDrop(stop), task, metrics)
 }
 
 fn count(seen: &Seen) -> usize {
@@ -346,8 +362,6 @@ async fn batches_close_early_when_the_sink_is_idle_and_grow_while_it_is_busy() {
     cfg.batch_max_ms = 120_000;
     cfg.batch_max_records = 1000;
     let (stop, task, _) = start(cfg, sink.clone());
-    // A failed wait must stop the runner too, or its consumer thread keeps the test alive.
-    let _stop_on_panic = stop.clone().drop_guard();
     let one = |id: u64, v: u64| Out {
         key: Some(key(id)),
         value: Some(envelope(id, 100 + v, 0, v)),
