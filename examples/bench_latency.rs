@@ -105,6 +105,9 @@ struct Log {
 
 /// Per target: latencies (seconds) per phase, tagged with the send time.
 type Seen = Arc<Mutex<Vec<(usize, Instant, f64)>>>;
+/// Per observer: when each poll was sent and how long its answer took (a slow
+/// answer delays what the poll sees, so it tells a slow target from a slow reader).
+type ProbeTimes = Arc<Mutex<Vec<(Instant, f64)>>>;
 
 struct Processes {
     children: Vec<(String, Child)>,
@@ -243,7 +246,9 @@ async fn main() -> Result<()> {
     let index = format!("{prefix}.public.ticks");
     let es = Elasticsearch::new(Transport::single_node(&es_url)?);
     // Unset: the index refreshes every second (Elasticsearch's default).
-    let mut settings = json!({"number_of_replicas": 0});
+    // The slow log names any single document that took long to index.
+    let mut settings = json!({"number_of_replicas": 0,
+                              "indexing.slowlog.threshold.index.warn": "300ms"});
     if let Ok(refresh) = std::env::var("BENCH_ES_REFRESH") {
         settings["refresh_interval"] = json!(refresh);
     }
@@ -291,6 +296,7 @@ async fn main() -> Result<()> {
         Duration::from_millis(std::env::var("BENCH_POLL_MS").map_or(Ok(POLL_MS), |v| v.parse())?);
     let es_get = std::env::var("BENCH_ES_GET").is_ok();
     let mut observers = Vec::new();
+    let mut probe_time: BTreeMap<&str, ProbeTimes> = BTreeMap::new();
     for &target in &targets {
         let s: Seen = Arc::default();
         seen.insert(target, s.clone());
@@ -311,6 +317,8 @@ async fn main() -> Result<()> {
             in_kafka: in_kafka.clone(),
             es_get,
         };
+        let probe_times: ProbeTimes = Arc::default();
+        probe_time.insert(target, probe_times.clone());
         observers.push(tokio::spawn(async move {
             let mut next = 0usize;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
@@ -323,8 +331,13 @@ async fn main() -> Result<()> {
                         .map(|s| (s.key, s.n))
                         .collect()
                 };
+                let asked = Instant::now();
                 let max = probe.max_n(&pending).await;
                 let now = Instant::now();
+                probe_times
+                    .lock()
+                    .unwrap()
+                    .push((asked, (now - asked).as_secs_f64()));
                 visible.fetch_max(max, std::sync::atomic::Ordering::SeqCst);
                 {
                     let log = log.lock().unwrap();
@@ -457,6 +470,9 @@ async fn main() -> Result<()> {
     src.query_one("SELECT pg_drop_replication_slot($1)", &[&slot])
         .await
         .context("drop the benchmark's slot")?;
+    if targets.contains(&"elasticsearch") {
+        print_index_stats(&es, &index).await;
+    }
     // Clean up: an index left with an explicit refresh_interval is refreshed
     // forever (never search-idle), which skews every later run on this cluster.
     es.indices()
@@ -518,6 +534,38 @@ async fn main() -> Result<()> {
             sustained = Some(sustained.map_or(*rate, |s| s.max(*rate)));
         }
     }
+    // How long each target took to answer a poll: a stall in a target that its
+    // reads also show is the target's, one they don't is upstream of it.
+    let (now, wall) = (Instant::now(), chrono::Utc::now());
+    for (target, times) in &probe_time {
+        let times = times.lock().unwrap();
+        let mut took: Vec<f64> = times.iter().map(|t| t.1).collect();
+        let (p50, p99, max) = percentiles(&mut took);
+        let slow: Vec<String> = times
+            .iter()
+            .filter(|t| t.1 >= 0.5)
+            .map(|t| {
+                let ago = chrono::Duration::from_std(now - t.0).unwrap_or_default();
+                format!(
+                    "{:.0} ms at {}",
+                    t.1 * 1e3,
+                    (wall - ago).format("%H:%M:%S%.3f")
+                )
+            })
+            .collect();
+        println!(
+            "{target} observer: {} polls answered in p50 {:.1} / p99 {:.1} / max {:.0} ms{}",
+            took.len(),
+            p50 * 1e3,
+            p99 * 1e3,
+            max * 1e3,
+            if slow.is_empty() {
+                String::new()
+            } else {
+                format!("; slow (>= 500 ms): {}", slow.join(", "))
+            }
+        );
+    }
     match sustained {
         Some(r) => {
             println!("highest rate with bounded lag (p99 of the second half < 1 s): {r} changes/s")
@@ -525,6 +573,37 @@ async fn main() -> Result<()> {
         None => println!("no phase kept lag bounded"),
     }
     Ok(())
+}
+
+/// What the index did during the run: refreshes (a real-time get of a document
+/// changed since the last refresh forces an internal one), merges, gets, GC.
+async fn print_index_stats(es: &Elasticsearch, index: &str) {
+    let stats = async {
+        es.indices()
+            .stats(elasticsearch::indices::IndicesStatsParts::Index(&[index]))
+            .send()
+            .await?
+            .json::<Value>()
+            .await
+    };
+    let Ok(stats) = stats.await else {
+        return eprintln!("cannot read the index's stats");
+    };
+    let t = &stats["indices"][index]["total"];
+    println!(
+        "elasticsearch index: {} refreshes ({} scheduled or explicit) taking {} ms, \
+         {} merges taking {} ms, {} segments at the end, {} gets taking {} ms, {} docs indexed taking {} ms",
+        t["refresh"]["total"],
+        t["refresh"]["external_total"],
+        t["refresh"]["total_time_in_millis"],
+        t["merges"]["total"],
+        t["merges"]["total_time_in_millis"],
+        t["segments"]["count"],
+        t["get"]["total"],
+        t["get"]["time_in_millis"],
+        t["indexing"]["index_total"],
+        t["indexing"]["index_time_in_millis"],
+    );
 }
 
 async fn create_topic(brokers: &str, topic: &str) -> Result<()> {
