@@ -36,6 +36,10 @@ pub enum CaptureError {
         retriable: bool,
     },
 
+    /// The Kafka cluster refused the login: the credentials or the mechanism are wrong.
+    #[error("kafka refused the login: {reason}. Check security.protocol, sasl.mechanisms, sasl.username and sasl.password under [kafka.producer]")]
+    KafkaLogin { reason: String },
+
     /// The control connection to PostgreSQL failed.
     #[error("postgres: {context}: {source}")]
     Postgres {

@@ -4,18 +4,177 @@
 //! run on tokio's blocking pool, never on the runtime threads.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
+
+/// Whether a librdkafka property is about reaching the cluster (security,
+/// authentication, TLS, sockets, name lookup) rather than one client's
+/// behaviour. Every Kafka client opened for a capture — the transactional
+/// producer, the topic admin, the offset reader, `oncely verify` — needs these
+/// to get in; the rest of `[kafka.producer]` is for the producer alone.
+pub fn is_connection_property(key: &str) -> bool {
+    const PREFIXES: [&str; 6] = [
+        "security.",
+        "sasl.",
+        "ssl.",
+        "ssl_",
+        "socket.",
+        "broker.address.",
+    ];
+    const NAMES: [&str; 4] = [
+        "client.dns.lookup",
+        "client.id",
+        "enable.ssl.certificate.verification",
+        "https.ca.location",
+    ];
+    PREFIXES.iter().any(|p| key.starts_with(p)) || NAMES.contains(&key)
+}
+
+/// A client config for `bootstrap` with the connection properties among `props`
+/// (see [`is_connection_property`]), for clients other than the producer.
+pub fn client_config<'a>(
+    bootstrap: &str,
+    props: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> ClientConfig {
+    let mut client = ClientConfig::new();
+    client.set("bootstrap.servers", bootstrap);
+    for (k, v) in props {
+        if is_connection_property(k) {
+            client.set(k, v);
+        }
+    }
+    client
+}
+
+impl CaptureConfig {
+    /// The base config of this capture's admin and reader clients: its
+    /// brokers and the connection properties of `[kafka.producer]`.
+    pub fn kafka_client(&self) -> ClientConfig {
+        client_config(&self.kafka.bootstrap.servers, &self.kafka.producer)
+    }
+}
+
+/// The context of capture's Kafka clients: logs librdkafka's errors and
+/// remembers a refused login. librdkafka reports a refused login (bad SASL
+/// credentials or mechanism) only through this callback, retrying for ever,
+/// while the operation that needed the connection just times out; capture
+/// turns such a timeout into [`CaptureError::KafkaLogin`] and stops.
+#[derive(Default)]
+pub struct CaptureContext {
+    refused: Mutex<Option<String>>,
+}
+
+impl CaptureContext {
+    /// Why the cluster refused this client's login, if it did.
+    pub fn refused(&self) -> Option<String> {
+        self.refused.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// `error`, or a login refusal when that is what lies behind it.
+    pub fn explain(&self, error: CaptureError) -> CaptureError {
+        match (&error, self.refused()) {
+            (CaptureError::Kafka { .. }, Some(reason)) => CaptureError::KafkaLogin { reason },
+            _ => error,
+        }
+    }
+}
+
+impl CaptureContext {
+    fn record_refusal(&self, reason: &str) {
+        if let Ok(mut refused) = self.refused.lock() {
+            if refused.is_none() {
+                tracing::error!("kafka refused the login: {reason}");
+                *refused = Some(reason.to_owned());
+            }
+        }
+    }
+}
+
+impl ClientContext for CaptureContext {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        // librdkafka's broker threads report a refused login here (and retry);
+        // the error callback sees it only on clients that poll their main queue.
+        if message.contains("SASL authentication error")
+            || message.contains("Authentication failed")
+        {
+            return self.record_refusal(message);
+        }
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => tracing::error!("librdkafka: {facility} {message}"),
+            RDKafkaLogLevel::Warning => tracing::warn!("librdkafka: {facility} {message}"),
+            _ => tracing::debug!("librdkafka: {facility} {message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        match error.rdkafka_error_code() {
+            // Reaching the end of the offsets topic is how its reader knows it is done.
+            Some(RDKafkaErrorCode::PartitionEOF) => {}
+            Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed) => {
+                self.record_refusal(reason)
+            }
+            _ => tracing::warn!("librdkafka: {error}: {reason}"),
+        }
+    }
+}
+
+impl ConsumerContext for CaptureContext {}
+
+impl ProducerContext for CaptureContext {
+    type DeliveryOpaque = ();
+    // Delivery is awaited through the in-flight count before each commit, and
+    // a failed delivery fails the transaction's commit.
+    fn delivery(&self, _: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {}
+}
+
+/// Connects to the cluster as capture's clients will, before anything else
+/// uses it: a refused login becomes [`CaptureError::KafkaLogin`] within a
+/// second or two instead of a timeout of the first operation; an unreachable
+/// cluster a retriable error after `timeout`.
+pub async fn check_login(cfg: &CaptureConfig, timeout: Duration) -> Result<(), CaptureError> {
+    let mut client = cfg.kafka_client();
+    // A consumer serves librdkafka's log and error events when polled (an
+    // admin client never does); it joins no group.
+    client.set("group.id", "oncely-login-check");
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer<CaptureContext> = client
+            .create_with_context(CaptureContext::default())
+            .map_err(|e| CaptureError::kafka("create a client", "-", e))?;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let answer = consumer.fetch_metadata(None, Duration::from_millis(500));
+            // Serves queued log and error events, among them a refused login.
+            let _ = consumer.poll(Duration::from_millis(100));
+            if let Some(reason) = consumer.context().refused() {
+                return Err(CaptureError::KafkaLogin { reason });
+            }
+            match answer {
+                Ok(_) => return Ok(()),
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    return Err(CaptureError::kafka("connect", "-", e))
+                }
+                Err(_) => {}
+            }
+        }
+    })
+    .await
+    .map_err(|e| CaptureError::Protocol(format!("login check task failed: {e}")))?
+}
 
 /// How long a transaction call may wait for the coordinator.
 const TXN_CALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -25,7 +184,7 @@ const TXN_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// [`CaptureError::Fenced`].
 #[derive(Clone)]
 pub struct TxProducer {
-    inner: Arc<ThreadedProducer<DefaultProducerContext>>,
+    inner: Arc<ThreadedProducer<CaptureContext>>,
     transactional_id: Arc<str>,
 }
 
@@ -53,8 +212,8 @@ impl TxProducer {
         for (k, v) in &cfg.kafka.producer {
             client.set(k, v);
         }
-        let producer: ThreadedProducer<DefaultProducerContext> = client
-            .create()
+        let producer: ThreadedProducer<CaptureContext> = client
+            .create_with_context(CaptureContext::default())
             .map_err(|e| CaptureError::kafka("create producer", &transactional_id, e))?;
         let tx = TxProducer {
             inner: Arc::new(producer),
@@ -152,16 +311,18 @@ impl TxProducer {
 
     async fn blocking<F>(&self, context: &'static str, call: F) -> Result<(), CaptureError>
     where
-        F: FnOnce(&ThreadedProducer<DefaultProducerContext>) -> Result<(), KafkaError>
-            + Send
-            + 'static,
+        F: FnOnce(&ThreadedProducer<CaptureContext>) -> Result<(), KafkaError> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
         let id = Arc::clone(&self.transactional_id);
         tokio::task::spawn_blocking(move || call(&inner))
             .await
             .map_err(|e| CaptureError::Protocol(format!("{context} task failed: {e}")))?
-            .map_err(|e| CaptureError::kafka(context, &id, e))
+            .map_err(|e| {
+                self.inner
+                    .context()
+                    .explain(CaptureError::kafka(context, &id, e))
+            })
     }
 }
 
@@ -175,8 +336,8 @@ pub struct TopicCreator {
 
 impl TopicCreator {
     pub fn new(cfg: &CaptureConfig) -> Result<Self, CaptureError> {
-        let admin = ClientConfig::new()
-            .set("bootstrap.servers", &cfg.kafka.bootstrap.servers)
+        let admin = cfg
+            .kafka_client()
             .create()
             .map_err(|e| CaptureError::kafka("create admin client", "-", e))?;
         Ok(TopicCreator {
@@ -235,5 +396,73 @@ impl TopicCreator {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_and_reader_clients_get_the_connection_properties_only() {
+        let cfg = CaptureConfig::parse(
+            r#"
+topic.prefix = "shop"
+database.hostname = "127.0.0.1"
+database.user = "postgres"
+database.dbname = "shop"
+kafka.bootstrap.servers = "broker:9093"
+[kafka.producer]
+"security.protocol" = "sasl_ssl"
+"sasl.mechanisms" = "SCRAM-SHA-512"
+"sasl.username" = "capture"
+"sasl.password" = "s3cret"
+"ssl.ca.location" = "/etc/kafka/ca.pem"
+"client.id" = "shop-capture"
+"compression.type" = "zstd"
+"linger.ms" = "50"
+"#,
+            "test",
+        )
+        .expect("valid config");
+        let client = cfg.kafka_client();
+        assert_eq!(client.get("bootstrap.servers"), Some("broker:9093"));
+        for (key, value) in [
+            ("security.protocol", "sasl_ssl"),
+            ("sasl.mechanisms", "SCRAM-SHA-512"),
+            ("sasl.username", "capture"),
+            ("sasl.password", "s3cret"),
+            ("ssl.ca.location", "/etc/kafka/ca.pem"),
+            ("client.id", "shop-capture"),
+        ] {
+            assert_eq!(client.get(key), Some(value), "{key}");
+        }
+        // Producer tuning stays with the producer (a consumer would warn about it).
+        assert_eq!(client.get("compression.type"), None);
+        assert_eq!(client.get("linger.ms"), None);
+    }
+
+    #[test]
+    fn connection_properties_are_recognised_by_name() {
+        for key in [
+            "security.protocol",
+            "sasl.oauthbearer.token.endpoint.url",
+            "ssl.keystore.location",
+            "ssl_engine_callback_data",
+            "socket.keepalive.enable",
+            "broker.address.family",
+            "client.dns.lookup",
+            "enable.ssl.certificate.verification",
+        ] {
+            assert!(is_connection_property(key), "{key}");
+        }
+        for key in [
+            "acks",
+            "compression.type",
+            "batch.size",
+            "message.max.bytes",
+        ] {
+            assert!(!is_connection_property(key), "{key}");
+        }
     }
 }

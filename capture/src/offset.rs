@@ -6,15 +6,15 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use crate::error::CaptureError;
+use crate::kafka::CaptureContext;
 use crate::snapshot::SnapshotProgress;
 
 /// Where publication stands. Transactions are identified by their commit LSN,
@@ -103,49 +103,34 @@ impl SourceOffset {
 
 /// Reads the last committed offset record of `connector` from the offsets
 /// topic, with `read_committed` so aborted transactions are never seen.
-/// Returns `None` when the connector never committed.
+/// Returns `None` when the connector never committed. `client`: brokers and
+/// connection properties (see [`CaptureConfig::kafka_client`]).
+///
+/// [`CaptureConfig::kafka_client`]: crate::config::CaptureConfig::kafka_client
 pub async fn read_last_offset(
-    bootstrap: &str,
+    client: ClientConfig,
     topic: &str,
     connector: &str,
 ) -> Result<Option<SourceOffset>, CaptureError> {
-    let bootstrap = bootstrap.to_string();
     let topic = topic.to_string();
     let key = SourceOffset::key(connector);
-    tokio::task::spawn_blocking(move || read_last_blocking(&bootstrap, &topic, &key))
+    tokio::task::spawn_blocking(move || read_last_blocking(client, &topic, &key))
         .await
         .map_err(|e| CaptureError::Protocol(format!("offset reader task failed: {e}")))?
 }
 
-/// Reaching the end of the offsets topic is how the reader knows it is done,
-/// not an error worth logging.
-struct QuietEof;
-
-impl ClientContext for QuietEof {
-    fn error(&self, error: KafkaError, reason: &str) {
-        let eof = matches!(error, KafkaError::PartitionEOF(_))
-            || error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF);
-        if !eof {
-            tracing::error!("librdkafka: {error}: {reason}");
-        }
-    }
-}
-
-impl ConsumerContext for QuietEof {}
-
 fn read_last_blocking(
-    bootstrap: &str,
+    mut client: ClientConfig,
     topic: &str,
     key: &[u8],
 ) -> Result<Option<SourceOffset>, CaptureError> {
     let kafka = |context| move |e| CaptureError::kafka(context, "-", e);
-    let consumer: BaseConsumer<QuietEof> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let consumer: BaseConsumer<CaptureContext> = client
         .set("group.id", "oncely-offset-reader")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
-        .create_with_context(QuietEof)
+        .create_with_context(CaptureContext::default())
         .map_err(kafka("create offset reader"))?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, 0, Offset::Beginning)
@@ -157,6 +142,9 @@ fn read_last_blocking(
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     let mut last = None;
     loop {
+        if let Some(reason) = consumer.context().refused() {
+            return Err(CaptureError::KafkaLogin { reason });
+        }
         if std::time::Instant::now() > deadline {
             return Err(CaptureError::Kafka {
                 context: "read offsets topic",

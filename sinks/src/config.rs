@@ -318,8 +318,16 @@ pub fn parse_runner_config(text: &str) -> Result<(RunnerConfig, Option<toml::Tab
     }
     // Round-trip through text so that deserialization errors quote the offending line.
     let text = toml::to_string(&flat).map_err(|e| ConfigError::new("(file)", e.to_string()))?;
-    let runner: RunnerConfig =
+    let mut runner: RunnerConfig =
         toml::from_str(&text).map_err(|e| ConfigError::new("config", describe(&e)))?;
+    // `"sasl.password" = "${file:/run/secrets/kafka}"`, as in Kafka Connect.
+    for (key, value) in runner.kafka.iter_mut() {
+        *value = crate::secret::Secret::new(value.as_str())
+            .resolve()
+            .map_err(|e| ConfigError::new(format!("kafka.{key}"), e.to_string()))?
+            .expose()
+            .to_owned();
+    }
     Ok((runner, sink))
 }
 

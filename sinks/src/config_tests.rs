@@ -121,3 +121,26 @@ fn topics_are_required() {
     let e = err("bootstrap.servers = \"k\"\ngroup.id = \" \"\ntopics = [\"a\"]\n");
     assert_eq!(e.field, "group.id");
 }
+
+#[test]
+fn kafka_properties_resolve_secret_references() {
+    let dir = std::env::temp_dir().join(format!("oncely-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("kafka-password");
+    std::fs::write(&file, "from-a-file\n").expect("write secret");
+    let text = format!(
+        "bootstrap.servers = \"b:9092\"\ngroup.id = \"g\"\ntopics = [\"a\"]\n[kafka]\n\
+         \"sasl.password\" = \"${{file:{}}}\"\n\"security.protocol\" = \"sasl_ssl\"\n",
+        file.display()
+    );
+    let c = parse(&text).expect("parses");
+    assert_eq!(c.kafka["sasl.password"], "from-a-file");
+    assert_eq!(c.kafka["security.protocol"], "sasl_ssl");
+
+    // A reference that cannot be resolved names the property, not the secret.
+    let missing = text.replace(&file.display().to_string(), "/nonexistent/oncely-secret");
+    let e = err(&missing);
+    assert_eq!(e.field, "kafka.sasl.password", "{e}");
+    assert!(e.message.contains("/nonexistent/oncely-secret"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -132,11 +132,12 @@ async fn compare_all(
         report.source_lsn = Some(source::format_lsn(lsn));
         report.capture_wait = Some(started.elapsed());
         let topics: Vec<String> = tables.iter().map(|t| t.topic.clone()).collect();
-        let ends = wait::topic_ends(&cfg.kafka.bootstrap.servers, &topics).await?;
+        let kafka = cfg.kafka_client();
+        let ends = wait::topic_ends(&kafka, &topics).await?;
         for target in targets {
             report
                 .sink_waits
-                .push(wait::sink(&cfg.kafka.bootstrap.servers, target, &ends, deadline).await?);
+                .push(wait::sink(&kafka, target, &ends, deadline).await?);
         }
     }
     for target in targets {

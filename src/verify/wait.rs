@@ -26,7 +26,7 @@ const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
 pub async fn capture(cfg: &CaptureConfig, lsn: u64, deadline: Instant) -> Result<(), VerifyError> {
     loop {
         let offset = read_last_offset(
-            &cfg.kafka.bootstrap.servers,
+            cfg.kafka_client(),
             &cfg.offset.storage.topic,
             cfg.connector_name(),
         )
@@ -53,13 +53,13 @@ pub async fn capture(cfg: &CaptureConfig, lsn: u64, deadline: Instant) -> Result
 /// The partitions of `topics` (missing topics have none) with their low and
 /// high watermarks.
 pub async fn topic_ends(
-    bootstrap: &str,
+    client: &ClientConfig,
     topics: &[String],
 ) -> Result<HashMap<Partition, (i64, i64)>, VerifyError> {
-    let bootstrap = bootstrap.to_owned();
+    let client = client.clone();
     let topics = topics.to_vec();
     tokio::task::spawn_blocking(move || {
-        let consumer = reader(&bootstrap)?;
+        let consumer = reader(client)?;
         let metadata = consumer
             .fetch_metadata(None, KAFKA_TIMEOUT)
             .map_err(|e| VerifyError::Kafka(format!("read topic metadata: {e}")))?;
@@ -95,7 +95,7 @@ pub struct SinkWait {
 
 /// Waits until `target` has applied every committed record before `ends`.
 pub async fn sink(
-    bootstrap: &str,
+    client: &ClientConfig,
     target: &Target,
     ends: &HashMap<Partition, (i64, i64)>,
     deadline: Instant,
@@ -117,7 +117,7 @@ pub async fn sink(
             .filter(|p| at(p) < ends[*p].1)
             .map(|p| (p.clone(), at(p), ends[p].1))
             .collect();
-        let behind = unapplied(bootstrap, behind).await?;
+        let behind = unapplied(client, behind).await?;
         if behind.is_empty() {
             return Ok(SinkWait {
                 label: target.label.clone(),
@@ -145,15 +145,15 @@ pub async fn sink(
 /// committed record lies in between (the rest are only transaction markers
 /// or aborted records, which a sink never sees).
 async fn unapplied(
-    bootstrap: &str,
+    client: &ClientConfig,
     behind: Vec<(Partition, i64, i64)>,
 ) -> Result<Vec<(Partition, i64, i64)>, VerifyError> {
     if behind.is_empty() {
         return Ok(behind);
     }
-    let bootstrap = bootstrap.to_owned();
+    let client = client.clone();
     tokio::task::spawn_blocking(move || {
-        let consumer = reader(&bootstrap)?;
+        let consumer = reader(client)?;
         let mut out = Vec::new();
         for (partition, from, end) in behind {
             if committed_record_between(&consumer, &partition, from, end)? {
@@ -211,9 +211,9 @@ impl ClientContext for QuietEof {
 
 impl ConsumerContext for QuietEof {}
 
-fn reader(bootstrap: &str) -> Result<BaseConsumer<QuietEof>, VerifyError> {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+/// `client`: the capture's brokers and connection properties.
+fn reader(mut client: ClientConfig) -> Result<BaseConsumer<QuietEof>, VerifyError> {
+    client
         .set("group.id", "oncely-verify")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")

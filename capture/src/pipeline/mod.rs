@@ -112,6 +112,7 @@ async fn run_once(
         .await
         .map_err(CaptureError::pg("load user types"))?;
 
+    crate::kafka::check_login(cfg, Duration::from_secs(30)).await?;
     let mut topics = TopicCreator::new(cfg)?;
     topics
         .ensure_offsets_topic(&cfg.offset.storage.topic)
@@ -120,7 +121,7 @@ async fn run_once(
     // read next is final.
     let producer = TxProducer::connect(cfg).await?;
     let stored = read_last_offset(
-        &cfg.kafka.bootstrap.servers,
+        cfg.kafka_client(),
         &cfg.offset.storage.topic,
         cfg.connector_name(),
     )

@@ -42,9 +42,7 @@ impl EsTarget {
         let kafka = runner
             .kafka
             .iter()
-            .filter(|(k, _)| {
-                k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl.")
-            })
+            .filter(|(k, _)| oncely_capture::kafka::is_connection_property(k))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         Ok(Self {
