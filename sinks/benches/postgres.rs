@@ -13,6 +13,9 @@
 //! position in the same transaction. Both targets are checked equal at the end.
 //! The "sink.apply without Kafka" line calls `prepare` on each batch (untimed,
 //! printed apart, as the runner does it ahead) and times `apply` alone.
+//! The plain client runs first and again last (the ratio uses the mean of its
+//! two times), and every phase's table is vacuumed, untimed, before the next
+//! phase, so that no phase carries another's background work alone.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -85,6 +88,57 @@ async fn connect(url: &str) -> Res<Client> {
     Ok(client)
 }
 
+/// CPU time and run-queue wait of server processes, from `/proc/<pid>/schedstat`:
+/// shows whether a phase's backend works longer per event or waits for a core.
+/// Zero when the server does not run on this machine.
+#[derive(Debug, Default, Clone, Copy)]
+struct Sched {
+    cpu: Duration,
+    wait: Duration,
+}
+
+impl Sched {
+    fn of(pids: &[i32]) -> Self {
+        let mut total = Self::default();
+        for pid in pids {
+            let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/schedstat")) else {
+                continue;
+            };
+            let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().unwrap_or(0));
+            total.cpu += Duration::from_nanos(fields.next().unwrap_or(0));
+            total.wait += Duration::from_nanos(fields.next().unwrap_or(0));
+        }
+        total
+    }
+
+    fn since(self, start: Self) -> Self {
+        Self {
+            cpu: self.cpu.saturating_sub(start.cpu),
+            wait: self.wait.saturating_sub(start.wait),
+        }
+    }
+
+    fn per_event(self, n: usize) -> String {
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / n.max(1) as f64;
+        format!(
+            "server backend {:.2} µs CPU + {:.2} µs waiting for a core per event",
+            us(self.cpu),
+            us(self.wait)
+        )
+    }
+}
+
+/// The server processes of this connection's database with `application_name` `app`.
+async fn backends(client: &Client, app: &str) -> Res<Vec<i32>> {
+    let rows = client
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
+            &[&app],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 async fn fresh_db(base: &str, name: &str) -> Res<String> {
     let admin = connect(base).await?;
     admin
@@ -129,8 +183,9 @@ async fn produce(brokers: &str, topic: &str, events: &[Event]) -> Res<()> {
 }
 
 /// The plain client: per batch, newest per key, one `INSERT ... unnest ... ON CONFLICT` in a transaction.
-async fn plain(url: &str, events: &[Event]) -> Res<Duration> {
+async fn plain(url: &str, events: &[Event]) -> Res<(Duration, Sched)> {
     let mut c = connect(url).await?;
+    let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
     c.batch_execute(
         "CREATE TABLE public_items (id bigint PRIMARY KEY, name text, qty bigint, price text, \
          __oncely_lsn bigint NOT NULL, __oncely_seq bigint NOT NULL, \
@@ -147,6 +202,7 @@ async fn plain(url: &str, events: &[Event]) -> Res<Duration> {
         )
         .await?;
     let started = Instant::now();
+    let sched = Sched::of(&[pid]);
     for chunk in events.chunks(BATCH) {
         let mut newest: HashMap<i64, &Event> = HashMap::with_capacity(chunk.len());
         for e in chunk {
@@ -164,7 +220,7 @@ async fn plain(url: &str, events: &[Event]) -> Res<Duration> {
             .await?;
         tx.commit().await?;
     }
-    Ok(started.elapsed())
+    Ok((started.elapsed(), Sched::of(&[pid]).since(sched)))
 }
 
 /// Timings of the sink behind the runner.
@@ -173,6 +229,8 @@ struct SinkRun {
     total: Duration,
     /// Events applied after the first stored position, and the time they took.
     steady: (usize, Duration),
+    /// The sink's backends during the steady part.
+    sched: Sched,
 }
 
 /// The sink behind the runner, until the last position is stored.
@@ -189,6 +247,7 @@ async fn sink(url: &str, brokers: &str, topic: &str, n: usize) -> Res<SinkRun> {
     let run = tokio::spawn(runner.run(stop.clone()));
     let deadline = Instant::now() + Duration::from_secs(3600);
     let mut first: Option<(i64, Instant)> = None;
+    let mut sched = (Vec::new(), Sched::default());
     loop {
         let row = check
             .query_opt(
@@ -201,6 +260,8 @@ async fn sink(url: &str, brokers: &str, topic: &str, n: usize) -> Res<SinkRun> {
         let position = row.map(|r| r.get::<_, i64>(0));
         if let (None, Some(p)) = (first, position) {
             first = Some((p, Instant::now()));
+            let pids = backends(&check, "oncely-sink-postgres").await?;
+            sched = (pids.clone(), Sched::of(&pids));
         }
         if position >= Some(n as i64) {
             break;
@@ -211,12 +272,14 @@ async fn sink(url: &str, brokers: &str, topic: &str, n: usize) -> Res<SinkRun> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let (total, end) = (started.elapsed(), Instant::now());
+    let steady_sched = Sched::of(&sched.0).since(sched.1);
     stop.cancel();
     run.await??;
     let (p0, t0) = first.unwrap_or((0, started));
     Ok(SinkRun {
         total,
         steady: (n - p0 as usize, end - t0),
+        sched: steady_sched,
     })
 }
 
@@ -226,6 +289,8 @@ struct Direct {
     decode: Duration,
     prepare: Duration,
     apply: Duration,
+    /// The sink's backends over the whole phase (they only work in `apply`).
+    sched: Sched,
 }
 
 /// `PostgresSink::prepare` then `apply` called directly with decoded batches:
@@ -234,6 +299,9 @@ async fn direct(url: &str, events: &[Event]) -> Res<Direct> {
     use oncely_sinks::event::{decode_key, decode_value};
     use oncely_sinks::{Batch, Record, Sink};
     let sink = PostgresSink::connect(&PostgresConfig::new(url)).await?;
+    let check = connect(url).await?;
+    let pids = backends(&check, "oncely-sink-postgres").await?;
+    let sched = Sched::of(&pids);
     let mut spent = Direct::default();
     for (b, chunk) in events.chunks(BATCH).enumerate() {
         let mut records = Vec::with_capacity(chunk.len());
@@ -261,7 +329,18 @@ async fn direct(url: &str, events: &[Event]) -> Res<Direct> {
         sink.apply(&batch).await?;
         spent.apply += started.elapsed();
     }
+    spent.sched = Sched::of(&pids).since(sched);
     Ok(spent)
+}
+
+/// Vacuums a finished phase's table (untimed), so its autovacuum does not run
+/// during the next phase.
+async fn settle(url: &str) -> Res<()> {
+    connect(url)
+        .await?
+        .batch_execute("VACUUM public_items")
+        .await?;
+    Ok(())
 }
 
 async fn digest(url: &str) -> Res<(i64, String)> {
@@ -289,26 +368,42 @@ async fn main() -> Res<()> {
     produce(&brokers, &topic, &events).await?;
     println!("produced {n} events to {topic} in {:.1?}", t.elapsed());
 
+    // The plain client runs first and again last, so that what a phase leaves
+    // behind (autovacuum of its table, the broker's and PostgreSQL's background
+    // work) weighs on it as on the sink; each phase's table is vacuumed, untimed,
+    // before the next phase starts.
     let plain_url = fresh_db(&pg, &format!("bench_plain_{tag}")).await?;
-    let plain_time = plain(&plain_url, &events).await?;
+    let (plain_first, plain_first_sched) = plain(&plain_url, &events).await?;
+    settle(&plain_url).await?;
     let sink_url = fresh_db(&pg, &format!("bench_sink_{tag}")).await?;
     let run = sink(&sink_url, &brokers, &topic, n).await?;
+    settle(&sink_url).await?;
     let direct_url = fresh_db(&pg, &format!("bench_direct_{tag}")).await?;
     let direct_time = direct(&direct_url, &events).await?;
+    settle(&direct_url).await?;
+    let plain2_url = fresh_db(&pg, &format!("bench_plain2_{tag}")).await?;
+    let (plain_last, plain_last_sched) = plain(&plain2_url, &events).await?;
     let digests = (
         digest(&plain_url).await?,
         digest(&sink_url).await?,
         digest(&direct_url).await?,
+        digest(&plain2_url).await?,
     );
-    if digests.0 != digests.1 || digests.0 != digests.2 {
+    if digests.0 != digests.1 || digests.0 != digests.2 || digests.0 != digests.3 {
         return Err(format!("targets differ: {digests:?}").into());
     }
     let rate = |n: usize, d: Duration| n as f64 / d.as_secs_f64();
+    let plain_time = (plain_first + plain_last) / 2;
     let plain_rate = rate(n, plain_time);
     let steady_rate = rate(run.steady.0, run.steady.1);
     println!(
-        "plain client (no Kafka):   {n} events in {plain_time:.2?} = {plain_rate:.0} events/s"
+        "plain client (no Kafka):   {n} events in {plain_time:.2?} = {plain_rate:.0} events/s \
+         (mean of the first and last phase: {:.0} and {:.0} events/s)",
+        rate(n, plain_first),
+        rate(n, plain_last)
     );
+    println!("  first: {}", plain_first_sched.per_event(n));
+    println!("  last:  {}", plain_last_sched.per_event(n));
     println!(
         "postgres sink from Kafka:  {n} events in {:.2?} = {:.0} events/s including start-up; \
          steady state {} events in {:.2?} = {steady_rate:.0} events/s",
@@ -317,6 +412,7 @@ async fn main() -> Res<()> {
         run.steady.0,
         run.steady.1
     );
+    println!("  {}", run.sched.per_event(run.steady.0));
     println!(
         "sink.apply without Kafka:  {n} events in {:.2?} = {:.0} events/s \
          (not timed in: decoding {:.2?}, sink.prepare {:.2?})",
@@ -325,6 +421,7 @@ async fn main() -> Res<()> {
         direct_time.decode,
         direct_time.prepare
     );
+    println!("  {}", direct_time.sched.per_event(n));
     println!(
         "ratio sink/plain: steady {:.2}, including start-up {:.2} ({} rows in each target)",
         steady_rate / plain_rate,
@@ -334,6 +431,7 @@ async fn main() -> Res<()> {
     let admin = connect(&pg).await?;
     for db in [
         format!("bench_plain_{tag}"),
+        format!("bench_plain2_{tag}"),
         format!("bench_direct_{tag}"),
         format!("bench_sink_{tag}"),
     ] {
