@@ -24,6 +24,7 @@
 //! busy one gets ever larger batches (group commit), so latency is low at low
 //! load and throughput high at high load.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -314,30 +315,51 @@ impl Applier {
     /// Applies decoded batches in order until the queue closes, the worker is
     /// stopped, or a batch cannot be finished.
     async fn run(&mut self, mut queue: mpsc::Receiver<Decoded>) {
+        let mut freeing: Option<tokio::task::JoinHandle<()>> = None;
         // `queue` is dropped on return, which ends a decoder blocked on sending.
-        while let Some(decoded) = queue.recv().await {
+        while let Some(mut decoded) = queue.recv().await {
             let next_offset = decoded.batch.next_offset();
-            let outcome = self.process(decoded).await;
+            let outcome = self.process(&mut decoded).await;
             self.pending.batches.fetch_sub(1, Ordering::AcqRel);
             self.pending.finished.notify_one();
-            match outcome {
-                Ok(()) => self
-                    .shared
-                    .record_progress(&self.topic, self.partition, next_offset),
-                Err(Unfinished::Abandoned) => return,
-                Err(Unfinished::Fatal(e)) => {
-                    self.shared.fail(e);
-                    return;
-                }
+            // Freeing a batch (its records' decoded JSON, the prepared plan) is
+            // thousands of deallocations: on a blocking thread, so that the next
+            // batch's write does not wait for it (the target idled meanwhile).
+            // Its byte budget is released there too.
+            let previous = freeing.replace(tokio::task::spawn_blocking(move || drop(decoded)));
+            let flow = self.settle(outcome, next_offset);
+            if let Some(previous) = previous {
+                let _ = previous.await; // long done: it started a batch ago
             }
-            if self.control.stop.is_cancelled() {
-                return; // a batch decoded behind this one is read again later
+            if flow.is_break() {
+                break;
             }
+        }
+        if let Some(last) = freeing {
+            let _ = last.await;
         }
     }
 
+    /// Records the progress of a processed batch; `Break` when the applier must stop.
+    fn settle(&self, outcome: Result<(), Unfinished>, next_offset: i64) -> ControlFlow<()> {
+        match outcome {
+            Ok(()) => self
+                .shared
+                .record_progress(&self.topic, self.partition, next_offset),
+            Err(Unfinished::Abandoned) => return ControlFlow::Break(()),
+            Err(Unfinished::Fatal(e)) => {
+                self.shared.fail(e);
+                return ControlFlow::Break(());
+            }
+        }
+        if self.control.stop.is_cancelled() {
+            return ControlFlow::Break(()); // a batch decoded behind this one is read again later
+        }
+        ControlFlow::Continue(())
+    }
+
     /// Dead-letters undecodable records, then applies the rest.
-    async fn process(&mut self, mut decoded: Decoded) -> Result<(), Unfinished> {
+    async fn process(&mut self, decoded: &mut Decoded) -> Result<(), Unfinished> {
         let started = Instant::now();
         for u in &decoded.undecodable {
             let topic = self.topic.clone();
