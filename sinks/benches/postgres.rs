@@ -104,7 +104,9 @@ impl Sched {
             let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/schedstat")) else {
                 continue;
             };
-            let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().unwrap_or(0));
+            let mut fields = text
+                .split_whitespace()
+                .map(|f| f.parse::<u64>().unwrap_or(0));
             total.cpu += Duration::from_nanos(fields.next().unwrap_or(0));
             total.wait += Duration::from_nanos(fields.next().unwrap_or(0));
         }
