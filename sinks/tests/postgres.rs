@@ -587,3 +587,221 @@ async fn history_holds_each_change_once_across_replays() {
     );
     wh.drop().await;
 }
+
+/// Applies `batch` as the runner does: `prepare` first, then `apply`.
+async fn apply_prepared(sink: &PostgresSink, mut batch: Batch) -> Result<(), SinkError> {
+    sink.prepare(&mut batch);
+    sink.apply(&batch).await
+}
+
+/// An update of row `id` of `public.items`, schemaless: the column types are
+/// inferred (bigint, double precision, boolean, text).
+fn typed_change(offset: i64, id: i64, row: Value, lsn: u64) -> Record {
+    change(offset, id, "u", row, lsn)
+}
+
+/// The all-types fixture (Connect schemas) of `public.all_types` at commit LSN `lsn`.
+fn all_types(offset: i64, lsn: u64) -> Batch {
+    let mut fixture: Value = serde_json::from_str(include_str!(
+        "../../tests/fixtures/envelope/insert_all_types.json"
+    ))
+    .expect("fixture");
+    fixture["value"]["payload"]["source"]["commit_lsn"] = json!(lsn);
+    Batch::new(
+        Arc::from("g"),
+        (Arc::from("shop.public.all_types"), 0),
+        vec![record(
+            offset,
+            Some(fixture["key"].clone()),
+            Some(fixture["value"].clone()),
+        )],
+        offset + 1,
+    )
+}
+
+#[tokio::test]
+async fn prepared_batches_write_exactly_what_unprepared_batches_write() {
+    // The same batches into two warehouses, with and without `prepare`: once the
+    // table is known, prepared batches of one group are written with the
+    // statement built and encoded in `prepare`; the rows must be identical.
+    let batches = || {
+        vec![
+            vec![
+                typed_change(
+                    0,
+                    1,
+                    json!({"id": 1, "name": "a", "qty": 1, "price": 1.5, "ok": true}),
+                    100,
+                ),
+                typed_change(
+                    1,
+                    2,
+                    json!({"id": 2, "name": "b", "qty": 2, "price": 2.5, "ok": false}),
+                    101,
+                ),
+            ],
+            // Updates, a null, a new key and an older change of key 1 in the same batch.
+            vec![
+                typed_change(
+                    2,
+                    1,
+                    json!({"id": 1, "name": null, "qty": 10, "price": -0.25, "ok": null}),
+                    200,
+                ),
+                typed_change(
+                    3,
+                    3,
+                    json!({"id": 3, "name": "c é", "qty": -3, "price": 1e300, "ok": true}),
+                    201,
+                ),
+                typed_change(
+                    4,
+                    1,
+                    json!({"id": 1, "name": "old", "qty": 0, "price": 0.0, "ok": false}),
+                    150,
+                ),
+            ],
+            // Replayed older changes: must change nothing.
+            vec![typed_change(
+                5,
+                2,
+                json!({"id": 2, "name": "stale", "qty": 0, "price": 0.0, "ok": true}),
+                101,
+            )],
+            // Schemaless events of the same table: columns typed by the target.
+            vec![
+                change(
+                    6,
+                    2,
+                    "u",
+                    json!({"id": 2, "name": "b2", "qty": 20, "price": 7.0, "ok": true}),
+                    300,
+                ),
+                change(
+                    7,
+                    4,
+                    "c",
+                    json!({"id": 4, "name": "d", "qty": 4, "price": 4.0, "ok": false}),
+                    301,
+                ),
+            ],
+            // Deletes (tombstones), then unavailable values.
+            vec![
+                change(8, 3, "d", Value::Null, 400),
+                change(9, 4, "d", Value::Null, 401),
+            ],
+            vec![
+                change(
+                    10,
+                    2,
+                    "u",
+                    json!({"id": 2, "name": UNAVAILABLE, "qty": 21, "price": 7.5, "ok": false}),
+                    500,
+                ),
+                change(
+                    11,
+                    1,
+                    "u",
+                    json!({"id": 1, "name": UNAVAILABLE, "qty": 11, "price": 1.0, "ok": true}),
+                    501,
+                ),
+            ],
+        ]
+    };
+    let (plain_wh, prepared_wh) = (Warehouse::new().await, Warehouse::new().await);
+    let (plain, prepared) = (plain_wh.sink(|_| {}).await, prepared_wh.sink(|_| {}).await);
+    for (records_a, records_b) in batches().into_iter().zip(batches()) {
+        plain.apply(&batch(records_a)).await.expect("unprepared");
+        apply_prepared(&prepared, batch(records_b))
+            .await
+            .expect("prepared");
+        assert_eq!(
+            prepared_wh.rows("public_items").await,
+            plain_wh.rows("public_items").await
+        );
+    }
+    assert_eq!(position(&prepared).await, Some(12));
+    assert_eq!(
+        prepared.prebuilt_statements_used(),
+        5,
+        "every batch but the first (which created the table) used its prebuilt statement"
+    );
+    // Every type of the fixture (Connect schemas), through the prebuilt statement.
+    for lsn in [1_000, 2_000] {
+        plain.apply(&all_types(20, lsn)).await.expect("unprepared");
+        apply_prepared(&prepared, all_types(20, lsn))
+            .await
+            .expect("prepared");
+    }
+    assert_eq!(prepared.prebuilt_statements_used(), 6);
+    assert_eq!(
+        prepared_wh.rows("public_all_types").await,
+        plain_wh.rows("public_all_types").await
+    );
+    assert_eq!(plain.prebuilt_statements_used(), 0);
+    let rows = prepared_wh.live("public_items").await;
+    assert_eq!(
+        rows,
+        vec![
+            json!({"id": 1, "name": null, "qty": 11, "price": 1, "ok": true}),
+            json!({"id": 2, "name": "b2", "qty": 21, "price": 7.5, "ok": false}),
+        ]
+    );
+    plain_wh.drop().await;
+    prepared_wh.drop().await;
+}
+
+#[tokio::test]
+async fn a_statement_prepared_before_the_table_changed_is_not_used() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|_| {}).await;
+    sink.apply(&batch(vec![change(
+        0,
+        1,
+        "c",
+        json!({"id": 1, "name": "a"}),
+        100,
+    )]))
+    .await
+    .expect("create");
+    let mut ahead = batch(vec![change(2, 1, "u", json!({"id": 1, "name": "c"}), 300)]);
+    sink.prepare(&mut ahead);
+    // Another batch adds a column before the prepared one is applied: the
+    // catalog's table is then another, and `apply` builds its own statement.
+    sink.apply(&batch(vec![change(
+        1,
+        2,
+        "c",
+        json!({"id": 2, "name": "b", "extra": 5}),
+        200,
+    )]))
+    .await
+    .expect("new column");
+    sink.apply(&ahead)
+        .await
+        .expect("prepared before the change");
+    assert_eq!(sink.prebuilt_statements_used(), 0);
+    assert_eq!(
+        wh.live("public_items").await,
+        vec![
+            json!({"id": 1, "name": "c", "extra": null}),
+            json!({"id": 2, "name": "b", "extra": 5}),
+        ]
+    );
+    // A batch prepared now is written with its prebuilt statement.
+    apply_prepared(
+        &sink,
+        batch(vec![change(
+            3,
+            2,
+            "u",
+            json!({"id": 2, "name": "b3", "extra": 6}),
+            400,
+        )]),
+    )
+    .await
+    .expect("prepared after");
+    assert_eq!(sink.prebuilt_statements_used(), 1);
+    assert_eq!(position(&sink).await, Some(4));
+    wh.drop().await;
+}

@@ -55,6 +55,7 @@ mod types;
 mod write;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -68,15 +69,27 @@ pub use plan::UNAVAILABLE;
 pub use table::{DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
 
 use self::error::{classify, pool_error, to_sink_error, Class};
-use self::plan::{plan, Plan, Row, Shape, Step};
-use self::table::{quote, Catalog};
+use self::plan::{plan, Plan, Row, Shape, Step, TableRows};
+use self::table::{quote, Catalog, TableInfo};
 use self::types::compatible;
 use self::write::{
     conv_for_type, find_rejected, store_position, write_all, write_group_with_position, Group,
-    Modes, Origin, Ready,
+    Modes, Origin, Prebuilt, Ready,
 };
 use crate::error::{RecordFailure, SinkError};
 use crate::sink::{Batch, Positions, Sink, TopicPartition};
+
+/// What [`Sink::prepare`] stores in a batch: its plan and, for a batch that is
+/// one group of rows of a table the catalog already knows as needed (the usual
+/// case), its statement with the parameters already encoded — the array
+/// building and encoding that otherwise runs in `apply`, between two writes,
+/// while the target waits. `apply` still resolves the table and groups the
+/// rows, and uses the statement only when that gives the very group it was
+/// built from, with the same table metadata; otherwise it builds its own.
+struct Prepared {
+    plan: Plan,
+    statement: Option<Prebuilt>,
+}
 
 /// The `postgres` sink (see the module docs).
 pub struct PostgresSink {
@@ -84,6 +97,8 @@ pub struct PostgresSink {
     catalog: Catalog,
     config: PostgresConfig,
     positions: String,
+    /// Batches written with the statement built in `prepare`.
+    prebuilt_used: AtomicU64,
 }
 
 impl PostgresSink {
@@ -129,9 +144,16 @@ impl PostgresSink {
             catalog,
             config: config.clone(),
             positions,
+            prebuilt_used: AtomicU64::new(0),
         };
         sink.setup().await?;
         Ok(sink)
+    }
+
+    /// How many batches were written with the statement built ahead in
+    /// [`Sink::prepare`] (diagnostics and tests).
+    pub fn prebuilt_statements_used(&self) -> u64 {
+        self.prebuilt_used.load(Ordering::Relaxed)
     }
 
     async fn setup(&self) -> Result<(), SinkError> {
@@ -176,8 +198,7 @@ impl PostgresSink {
             match step {
                 Step::Rows(tables) => {
                     for (table, rows) in tables {
-                        let mut rows: Vec<&'a Row> = rows.rows.values().collect();
-                        rows.sort_by_key(|r| r.offset);
+                        let rows = sorted_rows(rows);
                         if let Some(r) = self.resolve_rows(client, table, rows, rejected).await? {
                             ready.push(r);
                         }
@@ -215,109 +236,38 @@ impl PostgresSink {
             return Ok(None);
         };
         let key: Vec<&'a str> = first.shape.key.iter().map(String::as_str).collect();
-        let mut wanted: BTreeMap<&str, types::ColumnSpec> = BTreeMap::new();
-        let mut seen: Option<&Shape> = None;
-        for r in &rows {
-            if seen.is_some_and(|s| std::ptr::eq(s, &*r.shape)) {
-                continue;
-            }
-            seen = Some(&r.shape);
-            for (name, spec) in &r.shape.specs {
-                wanted.entry(name).or_insert_with(|| spec.clone());
-            }
-        }
         let info = self
             .catalog
-            .ensure_target(client, table, &key, &wanted)
+            .ensure_target(client, table, &key, &wanted_specs(&rows))
             .await?;
-        let info_key: Vec<&str> = info.key.iter().map(String::as_str).collect();
-        let mut groups: Vec<Group<'a>> = Vec::new();
-        // Rows of one table nearly always share their shape (columns, specs,
-        // unavailable set): the checks of a row like the previous accepted one
-        // are not repeated, and it joins the same group.
-        let mut previous: Option<(usize, usize)> = None;
-        'rows: for row in rows {
-            if let Some((g, i)) = previous {
-                if same_shape(groups[g].rows[i], row) {
-                    groups[g].rows.push(row);
-                    continue;
-                }
-            }
-            let shape: &'a Shape = &row.shape;
-            if !shape
-                .key
-                .iter()
-                .map(String::as_str)
-                .eq(info_key.iter().copied())
-            {
-                let row_key: Vec<&str> = shape.key.iter().map(String::as_str).collect();
-                rejected.push(RecordFailure::new(
-                    row.offset,
-                    format!(
-                        "{} has primary key ({}) but the record's key has columns ({})",
-                        info.qualified,
-                        info.key.join(", "),
-                        row_key.join(", ")
-                    ),
-                ));
-                continue;
-            }
-            if i64::try_from(row.version.lsn).is_err() || i64::try_from(row.version.seq).is_err() {
-                rejected.push(RecordFailure::new(
-                    row.offset,
-                    format!("version {} does not fit in bigint", row.version),
-                ));
-                continue;
-            }
-            for (name, spec) in &shape.specs {
-                if let Some(actual) = info.columns.get(name) {
-                    if let Err(conflict) = compatible(spec, actual) {
-                        rejected.push(RecordFailure::new(
-                            row.offset,
-                            format!("column `{name}` of {}: {conflict}", info.qualified),
-                        ));
-                        continue 'rows;
-                    }
-                }
-            }
-            let mut columns = key.clone();
-            if let Some(values) = &shape.values {
-                let mut rest: Vec<&'a str> = values
-                    .iter()
-                    .chain(shape.unavailable.iter())
-                    .map(String::as_str)
-                    .filter(|c| !key.contains(c) && info.columns.contains_key(*c))
-                    .collect();
-                rest.sort();
-                columns.extend(rest);
-            }
-            let convs = columns
-                .iter()
-                .map(|c| match shape.specs.get(*c) {
-                    Some(spec) if !spec.inferred => spec.conv,
-                    _ => conv_for_type(info.columns.get(*c).map_or("text", String::as_str)),
-                })
-                .collect();
-            let delete = row.is_delete();
-            let convs: Vec<types::Conv> = convs;
-            let same =
-                |g: &Group<'a>| g.delete == delete && g.columns == columns && g.convs == convs;
-            let g = match groups.iter().position(same) {
-                Some(g) => g,
-                None => {
-                    groups.push(Group {
-                        columns,
-                        convs,
-                        rows: Vec::new(),
-                        delete,
-                    });
-                    groups.len() - 1
-                }
-            };
-            groups[g].rows.push(row);
-            previous = Some((g, groups[g].rows.len() - 1));
-        }
+        let groups = group_rows(&info, rows, rejected);
         Ok(Some(Ready::Rows(info, groups)))
+    }
+
+    /// The statement of a batch whose plan is one group of one table already
+    /// known to the catalog as it needs it (no DDL), built and encoded ahead
+    /// of `apply` (see [`Prepared`]); `None` for anything else.
+    fn prebuild(&self, plan: &Plan, records: &[crate::sink::Record]) -> Option<Prebuilt> {
+        if !plan.rejected.is_empty() || !plan.history.is_empty() {
+            return None;
+        }
+        let [Step::Rows(tables)] = plan.steps.as_slice() else {
+            return None;
+        };
+        let [(table, rows)] = tables.iter().collect::<Vec<_>>()[..] else {
+            return None;
+        };
+        let rows = sorted_rows(rows);
+        let info = self.catalog.cached(table)?;
+        if !info.has_columns(&wanted_specs(&rows)) {
+            return None;
+        }
+        let mut rejected = Vec::new();
+        let groups = group_rows(&info, rows, &mut rejected);
+        let ([group], true) = (groups.as_slice(), rejected.is_empty()) else {
+            return None;
+        };
+        Prebuilt::new(info.clone(), group, records, self.modes())
     }
 
     async fn write(
@@ -325,6 +275,7 @@ impl PostgresSink {
         client: &mut Client,
         steps: &[Ready<'_>],
         batch: &Batch,
+        prebuilt: Option<&Prebuilt>,
     ) -> Result<(), tokio_postgres::Error> {
         let origin = Origin {
             topic: batch.topic(),
@@ -336,15 +287,18 @@ impl PostgresSink {
         if let [Ready::Rows(info, groups)] = steps {
             if let [group] = groups.as_slice() {
                 let target = (self.positions.as_str(), batch);
-                return write_group_with_position(
+                let used = write_group_with_position(
                     client,
-                    info,
-                    group,
+                    (info, group, prebuilt),
                     &origin,
                     self.modes(),
                     target,
                 )
-                .await;
+                .await?;
+                if used {
+                    self.prebuilt_used.fetch_add(1, Ordering::Relaxed);
+                }
+                return Ok(());
             }
         }
         let tx = client.transaction().await?;
@@ -378,6 +332,129 @@ impl PostgresSink {
         tx.rollback().await?;
         Ok(failures)
     }
+}
+
+/// A table's rows of a plan in offset order.
+fn sorted_rows(rows: &TableRows) -> Vec<&Row> {
+    let mut rows: Vec<&Row> = rows.rows.values().collect();
+    rows.sort_by_key(|r| r.offset);
+    rows
+}
+
+/// The column specs `rows` need in their table (the first row's spec of each column).
+fn wanted_specs<'a>(rows: &[&'a Row]) -> BTreeMap<&'a str, types::ColumnSpec> {
+    let mut wanted: BTreeMap<&str, types::ColumnSpec> = BTreeMap::new();
+    let mut seen: Option<&Shape> = None;
+    for r in rows {
+        if seen.is_some_and(|s| std::ptr::eq(s, &*r.shape)) {
+            continue;
+        }
+        seen = Some(&r.shape);
+        for (name, spec) in &r.shape.specs {
+            wanted.entry(name).or_insert_with(|| spec.clone());
+        }
+    }
+    wanted
+}
+
+/// Checks `rows` against their table `info` (key columns, version range, column
+/// types; failures go to `rejected`) and groups the others by column list.
+fn group_rows<'a>(
+    info: &TableInfo,
+    rows: Vec<&'a Row>,
+    rejected: &mut Vec<RecordFailure>,
+) -> Vec<Group<'a>> {
+    let Some(first) = rows.first() else {
+        return Vec::new();
+    };
+    let key: Vec<&'a str> = first.shape.key.iter().map(String::as_str).collect();
+    let info_key: Vec<&str> = info.key.iter().map(String::as_str).collect();
+    let mut groups: Vec<Group<'a>> = Vec::new();
+    // Rows of one table nearly always share their shape (columns, specs,
+    // unavailable set): the checks of a row like the previous accepted one
+    // are not repeated, and it joins the same group.
+    let mut previous: Option<(usize, usize)> = None;
+    'rows: for row in rows {
+        if let Some((g, i)) = previous {
+            if same_shape(groups[g].rows[i], row) {
+                groups[g].rows.push(row);
+                continue;
+            }
+        }
+        let shape: &'a Shape = &row.shape;
+        if !shape
+            .key
+            .iter()
+            .map(String::as_str)
+            .eq(info_key.iter().copied())
+        {
+            let row_key: Vec<&str> = shape.key.iter().map(String::as_str).collect();
+            rejected.push(RecordFailure::new(
+                row.offset,
+                format!(
+                    "{} has primary key ({}) but the record's key has columns ({})",
+                    info.qualified,
+                    info.key.join(", "),
+                    row_key.join(", ")
+                ),
+            ));
+            continue;
+        }
+        if i64::try_from(row.version.lsn).is_err() || i64::try_from(row.version.seq).is_err() {
+            rejected.push(RecordFailure::new(
+                row.offset,
+                format!("version {} does not fit in bigint", row.version),
+            ));
+            continue;
+        }
+        for (name, spec) in &shape.specs {
+            if let Some(actual) = info.columns.get(name) {
+                if let Err(conflict) = compatible(spec, actual) {
+                    rejected.push(RecordFailure::new(
+                        row.offset,
+                        format!("column `{name}` of {}: {conflict}", info.qualified),
+                    ));
+                    continue 'rows;
+                }
+            }
+        }
+        let mut columns = key.clone();
+        if let Some(values) = &shape.values {
+            let mut rest: Vec<&'a str> = values
+                .iter()
+                .chain(shape.unavailable.iter())
+                .map(String::as_str)
+                .filter(|c| !key.contains(c) && info.columns.contains_key(*c))
+                .collect();
+            rest.sort();
+            columns.extend(rest);
+        }
+        let convs = columns
+            .iter()
+            .map(|c| match shape.specs.get(*c) {
+                Some(spec) if !spec.inferred => spec.conv,
+                _ => conv_for_type(info.columns.get(*c).map_or("text", String::as_str)),
+            })
+            .collect();
+        let delete = row.is_delete();
+        let convs: Vec<types::Conv> = convs;
+        let same = |g: &Group<'a>| g.delete == delete && g.columns == columns && g.convs == convs;
+        let g = match groups.iter().position(same) {
+            Some(g) => g,
+            None => {
+                groups.push(Group {
+                    columns,
+                    convs,
+                    rows: Vec::new(),
+                    delete,
+                });
+                groups.len() - 1
+            }
+        };
+        groups[g].rows.push(row);
+        previous = Some((g, groups[g].rows.len() - 1));
+    }
+    groups
 }
 
 /// The TLS mode and client settings of `sslmode`, `None` for plain TCP
@@ -455,28 +532,32 @@ impl Sink for PostgresSink {
             .collect())
     }
 
-    /// Plans the batch (see [`plan`]) ahead of `apply`; tables are resolved in `apply`.
+    /// Plans the batch (see [`plan`]) ahead of `apply`, and builds its statement
+    /// when it can (see [`Prepared`]); tables are resolved in `apply`.
     fn prepare(&self, batch: &mut Batch) {
-        let planned = plan(&self.config, batch);
-        batch.set_prepared(planned);
+        let plan = plan(&self.config, batch);
+        let statement = self.prebuild(&plan, batch.records());
+        batch.set_prepared(Prepared { plan, statement });
     }
 
     async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
         let inline;
-        let plan = match batch.prepared::<Plan>() {
-            Some(p) => p,
+        let prepared = batch.prepared::<Prepared>();
+        let plan = match prepared {
+            Some(p) => &p.plan,
             None => {
                 inline = plan(&self.config, batch);
                 &inline
             }
         };
+        let prebuilt = prepared.and_then(|p| p.statement.as_ref());
         let mut rejected = plan.rejected.clone();
         let mut client = self.pool.get().await.map_err(pool_error)?;
         let steps = self.resolve(&mut client, plan, &mut rejected).await?;
         if !rejected.is_empty() {
             return Err(SinkError::Rejected(rejected));
         }
-        let Err(e) = self.write(&mut client, &steps, batch).await else {
+        let Err(e) = self.write(&mut client, &steps, batch, prebuilt).await else {
             return Ok(());
         };
         if matches!(e.code(), Some(c) if *c == SqlState::UNDEFINED_TABLE

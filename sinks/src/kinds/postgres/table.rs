@@ -51,6 +51,18 @@ pub struct TableInfo {
     pub key: Vec<String>,
 }
 
+impl TableInfo {
+    /// Whether the table has every `wanted` column and the sink's own columns
+    /// (then [`Catalog::ensure_target`] returns it unchanged).
+    pub fn has_columns(&self, wanted: &BTreeMap<&str, ColumnSpec>) -> bool {
+        let meta = [LSN, SEQ, DELETED, UNAVAILABLE_COLUMNS];
+        wanted
+            .keys()
+            .chain(meta.iter())
+            .all(|c| self.columns.contains_key(*c))
+    }
+}
+
 /// Cache of target tables, shared by all workers.
 pub struct Catalog {
     schema: String,
@@ -79,7 +91,8 @@ impl Catalog {
             .clear();
     }
 
-    fn cached(&self, table: &str) -> Option<Arc<TableInfo>> {
+    /// The cached table, without asking the server.
+    pub fn cached(&self, table: &str) -> Option<Arc<TableInfo>> {
         self.tables
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -116,12 +129,7 @@ impl Catalog {
         wanted: &BTreeMap<&str, ColumnSpec>,
     ) -> Result<Arc<TableInfo>, SinkError> {
         if let Some(t) = self.lookup(client, table).await? {
-            let meta = [LSN, SEQ, DELETED, UNAVAILABLE_COLUMNS];
-            if wanted
-                .keys()
-                .chain(meta.iter())
-                .all(|c| t.columns.contains_key(*c))
-            {
+            if t.has_columns(wanted) {
                 return Ok(t);
             }
         }

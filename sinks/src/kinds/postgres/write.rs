@@ -14,9 +14,12 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
 use deadpool_postgres::{GenericClient, Transaction};
 use serde_json::Value;
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{IsNull, ToSql, Type, WrongType};
 
 use super::config::{DeleteMode, TruncateMode};
 use super::error::{classify, Class};
@@ -172,33 +175,156 @@ async fn write_group(
     records: &[crate::sink::Record],
     modes: Modes,
 ) -> Result<(), tokio_postgres::Error> {
-    let (sql, params) = group_statement(info, group, rows, records, modes);
+    let (sql, params, _) = group_statement(info, group, rows, records, modes);
     run(tx, &sql, &params).await
+}
+
+/// One parameter already encoded in the binary format of its type.
+#[derive(Debug)]
+struct Encoded {
+    ty: Type,
+    bytes: Option<Bytes>,
+}
+
+impl Encoded {
+    fn new(param: &(dyn ToSql + Sync), ty: Type) -> Option<Self> {
+        let mut buf = BytesMut::new();
+        let bytes = match param.to_sql_checked(&ty, &mut buf).ok()? {
+            IsNull::Yes => None,
+            IsNull::No => Some(buf.freeze()),
+        };
+        Some(Self { ty, bytes })
+    }
+}
+
+impl ToSql for Encoded {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match &self.bytes {
+            Some(b) => {
+                out.extend_from_slice(b);
+                Ok(IsNull::No)
+            }
+            None => Ok(IsNull::Yes),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    /// Only as the type it was encoded for.
+    fn to_sql_checked(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        if *ty != self.ty {
+            return Err(Box::new(WrongType::new::<Self>(ty.clone())));
+        }
+        self.to_sql(ty, out)
+    }
+}
+
+/// The statement of one group of rows (without the position), built and its
+/// parameters encoded ahead of `apply` (see `Prepared` in the module), with
+/// what it was built from, to check that `apply` resolved the same group.
+#[derive(Debug)]
+pub struct Prebuilt {
+    info: Arc<TableInfo>,
+    columns: Vec<String>,
+    convs: Vec<Conv>,
+    delete: bool,
+    offsets: Vec<i64>,
+    sql: String,
+    params: Vec<Encoded>,
+}
+
+impl Prebuilt {
+    /// Builds and encodes the statement of `group` of table `info`; `None` if a
+    /// parameter cannot be encoded (`apply` then builds it and reports the error).
+    pub fn new(
+        info: Arc<TableInfo>,
+        group: &Group<'_>,
+        records: &[crate::sink::Record],
+        modes: Modes,
+    ) -> Option<Self> {
+        let (sql, params, types) = group_statement(&info, group, &group.rows, records, modes);
+        let params = params
+            .iter()
+            .zip(types)
+            .map(|(p, ty)| Encoded::new(p.as_ref(), ty))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self {
+            columns: group.columns.iter().map(|c| (*c).to_owned()).collect(),
+            convs: group.convs.clone(),
+            delete: group.delete,
+            offsets: group.rows.iter().map(|r| r.offset).collect(),
+            info,
+            sql,
+            params,
+        })
+    }
+
+    /// Whether this is the statement of `group` of the table as `info` describes it now.
+    fn matches(&self, info: &Arc<TableInfo>, group: &Group<'_>) -> bool {
+        Arc::ptr_eq(&self.info, info)
+            && self.delete == group.delete
+            && self.convs == group.convs
+            && self
+                .columns
+                .iter()
+                .map(String::as_str)
+                .eq(group.columns.iter().copied())
+            && self
+                .offsets
+                .iter()
+                .copied()
+                .eq(group.rows.iter().map(|r| r.offset))
+    }
 }
 
 /// Writes one group of rows and the batch's position as **one statement**
 /// (the upsert in a `WITH`, the position upsert as its main query): atomic on
 /// its own, so it runs without `BEGIN`/`COMMIT` and their two round trips.
 /// For batches whose plan is exactly one group, the common case.
+/// Uses `prebuilt` when it is the statement of this very group and table
+/// (returns whether it did).
 pub async fn write_group_with_position(
     client: &deadpool_postgres::Client,
-    info: &TableInfo,
-    group: &Group<'_>,
+    (info, group, prebuilt): (&Arc<TableInfo>, &Group<'_>, Option<&Prebuilt>),
     origin: &Origin<'_>,
     modes: Modes,
     (positions_table, batch): (&str, &crate::sink::Batch),
-) -> Result<(), tokio_postgres::Error> {
-    let (data, mut params) = group_statement(info, group, &group.rows, origin.records, modes);
+) -> Result<bool, tokio_postgres::Error> {
+    let built;
+    let prebuilt = prebuilt.filter(|p| p.matches(info, group));
+    let (data, mut params): (&str, Vec<&(dyn ToSql + Sync)>) = match prebuilt {
+        Some(p) => (&p.sql, p.params.iter().map(|e| e as _).collect()),
+        None => {
+            built = group_statement(info, group, &group.rows, origin.records, modes);
+            (&built.0, built.1.iter().map(|p| p.as_ref() as _).collect())
+        }
+    };
     let n = params.len();
     let sql = format!(
         "WITH data AS ({data}) {}",
         position_sql(positions_table, [n + 1, n + 2, n + 3, n + 4])
     );
-    params.push(Box::new(batch.group().to_owned()));
-    params.push(Box::new(batch.topic().to_owned()));
-    params.push(Box::new(batch.partition()));
-    params.push(Box::new(batch.next_offset()));
-    run(client, &sql, &params).await
+    let (group_id, topic, partition, next) = (
+        batch.group(),
+        batch.topic(),
+        batch.partition(),
+        batch.next_offset(),
+    );
+    let position: [&(dyn ToSql + Sync); 4] = [&group_id, &topic, &partition, &next];
+    params.extend(position);
+    let stmt = client.prepare_cached(&sql).await?;
+    client.execute(&stmt, &params).await?;
+    Ok(prebuilt.is_some())
 }
 
 async fn run<C: GenericClient>(
@@ -215,14 +341,15 @@ async fn run<C: GenericClient>(
     Ok(())
 }
 
-/// The statement writing `rows` of `group`, and its parameters.
+/// The statement writing `rows` of `group`, its parameters and their types
+/// (as the statement's casts make them).
 fn group_statement<'a>(
     info: &TableInfo,
     group: &Group<'_>,
     rows: &[&Row],
     records: &'a [crate::sink::Record],
     modes: Modes,
-) -> (String, Params<'a>) {
+) -> (String, Params<'a>, Vec<Type>) {
     let hard = group.delete && modes.delete == DeleteMode::Hard;
     let mut params: Params = Vec::with_capacity(group.columns.len() + 4);
     let mut types: Vec<&'static str> = Vec::with_capacity(group.columns.len());
@@ -233,9 +360,11 @@ fn group_statement<'a>(
         types.push(ty);
         params.push(param);
     }
+    let mut param_types: Vec<Type> = types.iter().map(|t| array_type(t)).collect();
     let (lsns, seqs): (Vec<i64>, Vec<i64>) = rows.iter().map(|r| version_params(r)).unzip();
     params.push(Box::new(lsns));
     params.push(Box::new(seqs));
+    param_types.extend([Type::INT8_ARRAY, Type::INT8_ARRAY]);
     let sql = if hard {
         delete_sql(info, group, &types)
     } else {
@@ -261,10 +390,21 @@ fn group_statement<'a>(
         if keep || group.delete {
             params.push(Box::new(deleted));
             params.push(Box::new(unavailable));
+            param_types.extend([Type::BOOL_ARRAY, Type::TEXT_ARRAY]);
         }
         upsert_sql(info, group, &types, keep)
     };
-    (sql, params)
+    (sql, params, param_types)
+}
+
+/// The array type of the element type named in a statement's `$n::<name>[]` casts.
+fn array_type(element: &str) -> Type {
+    match element {
+        "int8" => Type::INT8_ARRAY,
+        "float8" => Type::FLOAT8_ARRAY,
+        "bool" => Type::BOOL_ARRAY,
+        _ => Type::TEXT_ARRAY,
+    }
 }
 
 /// One column's values as an array parameter: typed (`int8[]`, `float8[]`, `bool[]`)
