@@ -20,6 +20,10 @@
 //!    position** in the positions table, keyed by (group, topic, partition). On
 //!    assignment the runner seeks to the stored positions, so each record is
 //!    applied once; the version guard also makes replays of older changes harmless.
+//!    A batch that is one such statement (one table, one column list) is written
+//!    as a single statement with its position, without `BEGIN`/`COMMIT`; when
+//!    the catalog already knows its table as needed, `prepare` builds that
+//!    statement and encodes its arrays ahead (see `Prepared`).
 //!
 //! # Rows, deletes, truncates, TOAST
 //!
