@@ -16,6 +16,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 
@@ -111,12 +113,15 @@ impl ClientContext for CaptureContext {
         {
             return self.record_refusal(message);
         }
+        // librdkafka retries what it reports as errors (a refused connection,
+        // say); capture itself decides what is fatal, so these are warnings.
         match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => tracing::error!("librdkafka: {facility} {message}"),
-            RDKafkaLogLevel::Warning => tracing::warn!("librdkafka: {facility} {message}"),
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical => {
+                tracing::error!("librdkafka: {facility} {message}")
+            }
+            RDKafkaLogLevel::Error | RDKafkaLogLevel::Warning => {
+                tracing::warn!("librdkafka: {facility} {message}")
+            }
             _ => tracing::debug!("librdkafka: {facility} {message}"),
         }
     }
@@ -127,6 +132,11 @@ impl ClientContext for CaptureContext {
             Some(RDKafkaErrorCode::PartitionEOF) => {}
             Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed) => {
                 self.record_refusal(reason)
+            }
+            // Connection state, already logged by librdkafka's own FAIL line
+            // and retried by it.
+            Some(RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure) => {
+                tracing::debug!("librdkafka: {error}: {reason}")
             }
             _ => tracing::warn!("librdkafka: {error}: {reason}"),
         }
@@ -145,8 +155,13 @@ impl ProducerContext for CaptureContext {
 /// Connects to the cluster as capture's clients will, before anything else
 /// uses it: a refused login becomes [`CaptureError::KafkaLogin`] within a
 /// second or two instead of a timeout of the first operation; an unreachable
-/// cluster a retriable error after `timeout`.
-pub async fn check_login(cfg: &CaptureConfig, timeout: Duration) -> Result<(), CaptureError> {
+/// cluster a retriable error after `timeout`. Returns early once `stop` is cancelled.
+pub async fn check_login(
+    cfg: &CaptureConfig,
+    timeout: Duration,
+    stop: &CancellationToken,
+) -> Result<(), CaptureError> {
+    let stop = stop.clone();
     let mut client = cfg.kafka_client();
     // A consumer serves librdkafka's log and error events when polled (an
     // admin client never does); it joins no group.
@@ -157,6 +172,9 @@ pub async fn check_login(cfg: &CaptureConfig, timeout: Duration) -> Result<(), C
             .map_err(|e| CaptureError::kafka("create a client", "-", e))?;
         let deadline = std::time::Instant::now() + timeout;
         loop {
+            if stop.is_cancelled() {
+                return Ok(());
+            }
             let answer = consumer.fetch_metadata(None, Duration::from_millis(500));
             // Serves queued log and error events, among them a refused login.
             let _ = consumer.poll(Duration::from_millis(100));

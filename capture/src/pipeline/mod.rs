@@ -112,7 +112,11 @@ async fn run_once(
         .await
         .map_err(CaptureError::pg("load user types"))?;
 
-    crate::kafka::check_login(cfg, Duration::from_secs(30)).await?;
+    let checked = crate::kafka::check_login(cfg, Duration::from_secs(30), shutdown).await;
+    if shutdown.is_cancelled() {
+        return Ok(()); // stopped while Kafka was unreachable
+    }
+    checked?;
     let mut topics = TopicCreator::new(cfg)?;
     topics
         .ensure_offsets_topic(&cfg.offset.storage.topic)
