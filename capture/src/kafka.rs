@@ -15,7 +15,6 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
-
 use tokio_util::sync::CancellationToken;
 
 use crate::config::CaptureConfig;
@@ -91,9 +90,7 @@ impl CaptureContext {
             _ => error,
         }
     }
-}
 
-impl CaptureContext {
     fn record_refusal(&self, reason: &str) {
         if let Ok(mut refused) = self.refused.lock() {
             if refused.is_none() {
