@@ -125,7 +125,7 @@ impl ClientContext for CaptureContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         match error.rdkafka_error_code() {
-            // Reaching the end of the offsets topic is how its reader knows it is done.
+            // Reaching the end of a partition is how a reader knows it is done.
             Some(RDKafkaErrorCode::PartitionEOF) => {}
             Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed) => {
                 self.record_refusal(reason)

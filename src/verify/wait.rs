@@ -7,11 +7,11 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use oncely_capture::config::CaptureConfig;
+use oncely_capture::kafka::CaptureContext;
 use oncely_capture::offset::read_last_offset;
-use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -167,7 +167,7 @@ async fn unapplied(
 }
 
 fn committed_record_between(
-    consumer: &BaseConsumer<QuietEof>,
+    consumer: &BaseConsumer<CaptureContext>,
     (topic, partition): &Partition,
     from: i64,
     end: i64,
@@ -195,30 +195,14 @@ fn committed_record_between(
     Ok(true)
 }
 
-/// Reaching the end of a partition is how the reader knows it is done, not
-/// an error worth logging.
-struct QuietEof;
-
-impl ClientContext for QuietEof {
-    fn error(&self, error: KafkaError, reason: &str) {
-        let eof = matches!(error, KafkaError::PartitionEOF(_))
-            || error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF);
-        if !eof {
-            tracing::warn!("librdkafka: {error}: {reason}");
-        }
-    }
-}
-
-impl ConsumerContext for QuietEof {}
-
 /// `client`: the capture's brokers and connection properties.
-fn reader(mut client: ClientConfig) -> Result<BaseConsumer<QuietEof>, VerifyError> {
+fn reader(mut client: ClientConfig) -> Result<BaseConsumer<CaptureContext>, VerifyError> {
     client
         .set("group.id", "oncely-verify")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
-        .create_with_context(QuietEof)
+        .create_with_context(CaptureContext::default())
         .map_err(|e| VerifyError::Kafka(format!("create a consumer: {e}")))
 }

@@ -433,7 +433,7 @@ fn group_rows<'a>(
             rest.sort();
             columns.extend(rest);
         }
-        let convs = columns
+        let convs: Vec<types::Conv> = columns
             .iter()
             .map(|c| match shape.specs.get(*c) {
                 Some(spec) if !spec.inferred => spec.conv,
@@ -441,7 +441,6 @@ fn group_rows<'a>(
             })
             .collect();
         let delete = row.is_delete();
-        let convs: Vec<types::Conv> = convs;
         let same = |g: &Group<'a>| g.delete == delete && g.columns == columns && g.convs == convs;
         let g = match groups.iter().position(same) {
             Some(g) => g,

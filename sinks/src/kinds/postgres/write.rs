@@ -13,7 +13,6 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -384,10 +383,10 @@ fn group_statement<'a>(
                 })
             })
             .collect();
-        let keep = rows.iter().any(|r| !r.shape.unavailable.is_empty());
         // Plain upserts (no deletes, nothing unavailable) set the flag and
         // the list as constants: two arrays fewer to send and unnest.
-        if keep || group.delete {
+        let keep = group.delete || rows.iter().any(|r| !r.shape.unavailable.is_empty());
+        if keep {
             params.push(Box::new(deleted));
             params.push(Box::new(unavailable));
             param_types.extend([Type::BOOL_ARRAY, Type::TEXT_ARRAY]);
@@ -500,8 +499,10 @@ pub fn conv_for_type(actual: &str) -> Conv {
     }
 }
 
-/// With `keep`, a column listed in the row's unavailable columns (or any column of a
-/// delete) keeps its stored value; without it every listed column is overwritten.
+/// `keep`: the group is deletes or has unavailable values. Then a column listed in
+/// a row's unavailable columns (or any column of a delete) keeps its stored value,
+/// and the flag and list come as arrays; without it every listed column is
+/// overwritten and they are constants.
 fn upsert_sql(info: &TableInfo, group: &Group<'_>, types: &[&str], keep: bool) -> String {
     let columns = &group.columns;
     let q = &info.qualified;
@@ -518,7 +519,7 @@ fn upsert_sql(info: &TableInfo, group: &Group<'_>, types: &[&str], keep: bool) -
         .filter(|c| !info.key.iter().any(|k| k == **c))
         .map(|c| {
             let qc = quote(c);
-            if keep || group.delete {
+            if keep {
                 format!(
                     "{qc} = CASE WHEN EXCLUDED.{del} OR EXCLUDED.{unav} ? {} THEN t.{qc} ELSE EXCLUDED.{qc} END",
                     literal(c)
@@ -534,7 +535,7 @@ fn upsert_sql(info: &TableInfo, group: &Group<'_>, types: &[&str], keep: bool) -
         format!("{del} = EXCLUDED.{del}"),
         format!("{unav} = EXCLUDED.{unav}"),
     ]);
-    let (flags, extras): (&str, &[(&str, &str)]) = if keep || group.delete {
+    let (flags, extras): (&str, &[(&str, &str)]) = if keep {
         (
             "u.d, u.n::jsonb",
             &[("l", "int8"), ("s", "int8"), ("d", "bool"), ("n", "text")],
