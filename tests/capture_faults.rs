@@ -287,9 +287,17 @@ async fn a_slot_recreated_behind_our_back_stops_start_up() -> anyhow::Result<()>
     assert!(terminate(&mut capture, Duration::from_secs(30))?.success());
 
     // Someone drops and recreates the slot; changes in between are lost to it.
-    env.client
-        .query_one("SELECT pg_drop_replication_slot($1)", &[&env.slot])
-        .await?;
+    // (Its walsender can outlive the stopped capture for a moment: wait for it.)
+    env.drop_slot(&env.slot).await;
+    let dropped = env
+        .client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+            &[&env.slot],
+        )
+        .await?
+        .is_none();
+    assert!(dropped, "the slot could not be dropped");
     env.client
         .execute("INSERT INTO acct VALUES (78, 0, 'lost')", &[])
         .await?;
