@@ -367,7 +367,7 @@ impl Shape {
     }
 
     fn update(&self, n: i64, v: usize) -> String {
-        let all = v % 4 == 0;
+        let all = v.is_multiple_of(4);
         let sets: Vec<String> = self
             .columns
             .iter()
