@@ -1109,11 +1109,7 @@ impl Pipeline<'_> {
 /// With REPLICA IDENTITY FULL the old row carries the values of unchanged
 /// TOASTed columns, so the new row can be complete instead of marked unavailable.
 fn fill_unchanged_toast(new: &TupleData, old: &TupleData) -> Option<TupleData> {
-    let has_unchanged = new
-        .0
-        .iter()
-        .any(|v| matches!(v, TupleValue::UnchangedToast));
-    if !has_unchanged || new.0.len() != old.0.len() {
+    if !has_unchanged_toast(new) || new.0.len() != old.0.len() {
         return None;
     }
     let filled = new
@@ -1146,7 +1142,9 @@ fn changed_key(
 }
 
 fn has_unchanged_toast(row: &TupleData) -> bool {
-    row.0.iter().any(|v| matches!(v, TupleValue::UnchangedToast))
+    row.0
+        .iter()
+        .any(|v| matches!(v, TupleValue::UnchangedToast))
 }
 
 fn encode_err(e: crate::envelope::EnvelopeError) -> CaptureError {
