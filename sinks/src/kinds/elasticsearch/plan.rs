@@ -167,7 +167,13 @@ fn write_of<'a>(
     let action = match (event.op, config.delete_mode) {
         (Op::Delete, DeleteMode::Delete) => Action::Delete,
         (Op::Delete, DeleteMode::Soft) => {
-            let before = event.before.as_ref().ok_or("delete without `before`")?;
+            // A tombstone standing for its delete carries no row image: the
+            // key columns are the fallback document then.
+            let before = event
+                .before
+                .as_ref()
+                .or_else(|| key.as_object())
+                .ok_or("delete without `before`")?;
             let (mut fallback, _) = without_unavailable(before);
             fallback
                 .to_mut()

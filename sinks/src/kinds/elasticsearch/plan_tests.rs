@@ -156,3 +156,22 @@ fn an_older_or_repeated_version_in_the_batch_never_wins() {
     assert_eq!((w.offset, w.version), (0, (300 << 20) as i64));
     assert!(matches!(&w.action, Action::Index { doc, .. } if doc.get("n") == Some(&json!(3))));
 }
+
+#[test]
+fn a_tombstone_standing_for_its_delete_soft_deletes_by_key() {
+    let origin = crate::event::TombstoneOrigin {
+        version: crate::event::Version::new(200, 1),
+        schema: "public".into(),
+        table: "t".into(),
+    };
+    let b = batch(vec![Record::new(
+        3,
+        Some(json!({"id": 1})),
+        Payload::Change(Box::new(origin.to_delete())),
+    )]);
+    let p = plan(&b, &config("delete.mode = \"soft\""));
+    assert!(p.rejected.is_empty(), "{:?}", p.rejected);
+    assert!(p.writes[0].needs_stored());
+    let p = plan(&b, &config(""));
+    assert_eq!(p.writes[0].action, Action::Delete);
+}
