@@ -154,7 +154,7 @@ async fn load_shape(client: &Client, req: &ChunkRequest) -> Result<Shape, ChunkE
     let rows = client
         .query(
             "SELECT c.oid, c.relreplident::text, c.reltuples::float8,
-                    a.attname::text, a.atttypid, a.atttypmod, format_type(a.atttypid, NULL),
+                    a.attname::text, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod),
                     COALESCE(a.attnum = ANY(i.indkey::int2[]), false)
              FROM pg_class c
              JOIN pg_namespace n ON n.oid = c.relnamespace
