@@ -171,7 +171,10 @@ async fn chunk_cursor_pages_every_key_type_exactly_once_body(env: &CaptureEnv) -
             .query_one(&format!("SELECT count(*) FROM {table}"), &[])
             .await?
             .get(0);
-        ensure!(n as usize > CHUNK, "{table} has {n} rows, not more than a chunk");
+        ensure!(
+            n as usize > CHUNK,
+            "{table} has {n} rows, not more than a chunk"
+        );
         rows.insert(env.topic(table), n as usize);
         tables.insert(format!("public.{table}"), n as usize);
     }

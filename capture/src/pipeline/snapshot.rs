@@ -2,7 +2,7 @@
 //! the keys the stream changes while it is in flight, and publishing the
 //! surviving rows at its high watermark (see `crate::snapshot`).
 
-use std::collections::HashSet;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,10 +13,11 @@ use super::{encode_err, now_ms, Pipeline, Record};
 use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
 use crate::metrics::SnapshotView;
-use crate::pgoutput::{LogicalMessage, Relation};
+use crate::pgoutput::{LogicalMessage, OldTuple, Relation};
 use crate::snapshot::chunk::{self, ChunkError, ChunkRequest, ChunkRows};
+use crate::snapshot::window::{Verdict, Window};
 use crate::snapshot::{
-    new_chunk_id, parse_watermark, row_key, split_table, RowKey, SnapshotKind, Watermark,
+    new_chunk_id, parse_watermark, row_key, split_table, SnapshotKind, Watermark,
 };
 use crate::source::format_lsn;
 
@@ -41,11 +42,8 @@ struct InFlight {
     snapshot_id: String,
     table: String,
     key_columns: Vec<String>,
-    /// Keys the stream changed since launch.
-    dirty: HashSet<RowKey>,
-    /// The table was truncated, or a change's key could not be read: drop
-    /// every row of the chunk.
-    all_dirty: bool,
+    /// What the stream did to the table's keys since launch.
+    window: Window,
     task: Option<JoinHandle<Result<ChunkRows, ChunkError>>>,
     read: Option<Result<ChunkRows, ChunkError>>,
 }
@@ -155,8 +153,7 @@ impl Pipeline<'_> {
             snapshot_id,
             table: current.table.clone(),
             key_columns,
-            dirty: HashSet::new(),
-            all_dirty: false,
+            window: Window::default(),
             task: Some(task),
             read: None,
         });
@@ -171,6 +168,11 @@ impl Pipeline<'_> {
         match read {
             Ok(rows) => {
                 if let Some(c) = self.snap.inflight.as_mut() {
+                    c.window.chunk_read(
+                        rows.rows
+                            .iter()
+                            .filter_map(|row| row_key(row, &rows.key_idx)),
+                    );
                     c.read = Some(Ok(rows));
                 }
                 Ok(())
@@ -186,7 +188,7 @@ impl Pipeline<'_> {
         }
     }
 
-    /// Notes keys of the in-flight chunk's table that this change touches.
+    /// Notes what this change does to keys of the in-flight chunk's table.
     pub(super) fn mark_chunk_dirty(&mut self, change: &LogicalMessage) {
         let Some(chunk) = self.snap.inflight.as_mut() else {
             return;
@@ -196,22 +198,26 @@ impl Pipeline<'_> {
                 .get(id)
                 .filter(|r| format!("{}.{}", r.namespace, r.name) == chunk.table)
         };
+        let key_columns = &chunk.key_columns;
         let key_idx = |rel: &Relation| -> Option<Vec<usize>> {
-            chunk
-                .key_columns
+            key_columns
                 .iter()
                 .map(|k| rel.columns.iter().position(|c| &c.name == k))
                 .collect()
         };
-        let mut keys = Vec::new();
-        let mut all = false;
+        let window = &mut chunk.window;
         match change {
             LogicalMessage::Insert { relation_id, new } => {
                 if let Some(rel) = relation_of(*relation_id) {
-                    match key_idx(rel) {
-                        Some(idx) => keys.push(row_key(new, &idx)),
-                        None => all = true,
-                    }
+                    replaced(window, key_idx(rel).and_then(|idx| row_key(new, &idx)));
+                }
+            }
+            LogicalMessage::Delete { relation_id, old } => {
+                if let Some(rel) = relation_of(*relation_id) {
+                    replaced(
+                        window,
+                        key_idx(rel).and_then(|idx| row_key(old.tuple(), &idx)),
+                    );
                 }
             }
             LogicalMessage::Update {
@@ -219,41 +225,34 @@ impl Pipeline<'_> {
                 old,
                 new,
             } => {
-                if let Some(rel) = relation_of(*relation_id) {
-                    match key_idx(rel) {
-                        Some(idx) => {
-                            keys.push(row_key(new, &idx));
-                            if let Some(old) = old {
-                                keys.push(row_key(old.tuple(), &idx));
-                            }
-                        }
-                        None => all = true,
+                let Some(rel) = relation_of(*relation_id) else {
+                    return;
+                };
+                let Some(idx) = key_idx(rel) else {
+                    return window.all_changed();
+                };
+                let new_key = row_key(new, &idx);
+                let old_key = old.as_ref().map(|o| row_key(o.tuple(), &idx));
+                match (new_key, old_key) {
+                    (Some(key), None) => window.updated(key, rel, &filled(new, old.as_ref())),
+                    (Some(key), Some(Some(old_key))) if old_key == key => {
+                        window.updated(key, rel, &filled(new, old.as_ref()))
                     }
-                }
-            }
-            LogicalMessage::Delete { relation_id, old } => {
-                if let Some(rel) = relation_of(*relation_id) {
-                    match key_idx(rel) {
-                        Some(idx) => keys.push(row_key(old.tuple(), &idx)),
-                        None => all = true,
+                    // A primary-key change: a row left one key and came to another.
+                    (Some(key), Some(Some(old_key))) => {
+                        window.replaced(key);
+                        window.replaced(old_key);
                     }
+                    (None, _) | (_, Some(None)) => window.all_changed(),
                 }
             }
             LogicalMessage::Truncate { relation_ids, .. } => {
-                all = relation_ids.iter().any(|id| relation_of(*id).is_some());
+                if relation_ids.iter().any(|id| relation_of(*id).is_some()) {
+                    window.all_changed();
+                }
             }
             _ => {}
         }
-        for key in keys {
-            match key {
-                Some(k) => {
-                    chunk.dirty.insert(k);
-                }
-                // A key we cannot read may be any key.
-                None => all = true,
-            }
-        }
-        chunk.all_dirty |= all;
     }
 
     /// A watermark in the stream: the in-flight chunk's high watermark
@@ -315,13 +314,24 @@ impl Pipeline<'_> {
         let (encoder, topic) = self
             .chunk_encoder(&rows.relation, &chunk.key_columns)
             .await?;
-        let survivors: Vec<_> = rows
+        // Rows the stream did not touch as read; rows it updated in place
+        // leaving columns out, completed from its updates (`Window`).
+        let verdicts: Vec<Verdict> = rows
             .rows
             .iter()
-            .filter(|row| {
-                !chunk.all_dirty
-                    && row_key(row, &rows.key_idx).is_some_and(|k| !chunk.dirty.contains(&k))
+            .map(|row| {
+                let key = row_key(row, &rows.key_idx);
+                chunk.window.verdict(&rows.relation, row, key.as_ref())
             })
+            .collect();
+        let completed = verdicts
+            .iter()
+            .filter(|v| matches!(v, Verdict::Complete(_)))
+            .count();
+        let survivors: Vec<_> = verdicts
+            .iter()
+            .zip(&rows.rows)
+            .filter_map(|(verdict, row)| verdict.row(row))
             .collect();
         let dropped = rows.rows.len() - survivors.len();
         let now = now_ms();
@@ -334,8 +344,9 @@ impl Pipeline<'_> {
                 }
                 SnapshotKind::Initial => SnapshotMarker::True,
             };
-            // Every row takes the high watermark's commit LSN as its version;
-            // the ordinal keeps (commit_lsn, event_seq) unique.
+            // Every row takes the high watermark's commit LSN as its version
+            // (a completed row is the row as of the high watermark); the
+            // ordinal keeps (commit_lsn, event_seq) unique.
             let pos = SourcePosition {
                 tx_id: src.tx_id,
                 lsn: src.commit_lsn,
@@ -350,6 +361,14 @@ impl Pipeline<'_> {
                 .map_err(encode_err)?;
             records.push(Record::new(&topic, Some(key), Some(value)));
         }
+        tracing::debug!(
+            table = %chunk.table,
+            rows = rows.rows.len(),
+            dropped,
+            completed,
+            high_watermark = %format_lsn(src.commit_lsn),
+            "snapshot chunk published"
+        );
         self.publish(records).await?;
 
         let last_key = rows.rows.last().map(|row| {
@@ -512,5 +531,28 @@ impl Pipeline<'_> {
                 v
             });
         }
+    }
+}
+
+/// An insert or delete of `key`; a key we cannot read may be any key.
+fn replaced(window: &mut Window, key: Option<crate::snapshot::RowKey>) {
+    match key {
+        Some(k) => window.replaced(k),
+        None => window.all_changed(),
+    }
+}
+
+/// An update's new row, with unchanged TOAST values taken from a full old
+/// row (REPLICA IDENTITY FULL) where it has them.
+fn filled<'a>(
+    new: &'a crate::pgoutput::TupleData,
+    old: Option<&OldTuple>,
+) -> Cow<'a, crate::pgoutput::TupleData> {
+    match old {
+        Some(OldTuple::Full(full)) => match super::fill_unchanged_toast(new, full) {
+            Some(row) => Cow::Owned(row),
+            None => Cow::Borrowed(new),
+        },
+        _ => Cow::Borrowed(new),
     }
 }

@@ -19,6 +19,7 @@
 
 pub mod chunk;
 pub mod signal;
+pub mod window;
 
 use std::collections::BTreeSet;
 
