@@ -26,44 +26,79 @@ use rand::Rng;
 use tokio_postgres::Client;
 
 /// Rows at the start; ids above it are inserted by the writer.
-const ROWS: i64 = 3000;
+const ROWS: i64 = 5000;
 /// Rows per chunk: small, so that many chunks overlap the writer's updates.
 const CHUNK: usize = 5;
 /// SIGKILLs of capture while the snapshot runs (at least).
 const KILLS: usize = 3;
 
 /// `big` is stored out of line uncompressed (`EXTERNAL`): 2,560 bytes of md5
-/// digests, over the TOAST threshold. Not captured: `wh` (the warehouse).
+/// digests, over the TOAST threshold. Not captured: `wh` (the warehouse), and
+/// the signal table (commands, not state).
 const SCHEMA: &str = "
     CREATE TABLE docs (id bigint PRIMARY KEY, rev bigint NOT NULL, note text, big text);
     ALTER TABLE docs ALTER COLUMN big SET STORAGE EXTERNAL;
     CREATE FUNCTION big_value(seed text) RETURNS text LANGUAGE sql IMMUTABLE AS
         $$ SELECT string_agg(md5(seed || ':' || i), '') FROM generate_series(1, 80) i $$;
-    INSERT INTO docs SELECT g, 0, 'seed', big_value(g::text) FROM generate_series(1, 3000) g;";
+    INSERT INTO docs SELECT g, 0, 'seed', big_value(g::text) FROM generate_series(1, 5000) g;
+    CREATE TABLE oncely_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));";
+
+/// The snapshot the test runs.
+#[derive(Clone, Copy)]
+enum Start {
+    /// `snapshot.mode = "initial"`.
+    Initial,
+    /// `snapshot.mode = "no_data"` and an `execute-snapshot` signal whose
+    /// filter sleeps once per chunk SELECT, after its snapshot is taken: the
+    /// writer's updates then also commit between the chunk's read and its
+    /// high watermark, so the chunk row is older than the stream's values.
+    SlowSignal,
+}
+
+/// The tests each run a whole pipeline: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn snapshot_under_updates_that_leave_toast_unchanged_fills_every_target() -> Result<()> {
+async fn initial_snapshot_under_updates_that_leave_toast_unchanged_fills_every_target() -> Result<()>
+{
+    run(Start::Initial).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signalled_snapshot_with_reads_older_than_the_window_keeps_the_newer_updates() -> Result<()>
+{
+    run(Start::SlowSignal).await
+}
+
+async fn run(start: Start) -> Result<()> {
+    let _serial = SERIAL.lock().await;
     // The per-chunk line says how many rows were completed from the chunk.
     std::env::set_var(
         "ONCELY_TEST_CAPTURE_LOG",
         "info,rdkafka=warn,oncely_capture::pipeline::snapshot=debug",
     );
+    let mode = match start {
+        Start::Initial => "snapshot.mode = \"initial\"\n",
+        Start::SlowSignal => {
+            "snapshot.mode = \"no_data\"\nsignal.data.collection = \"public.oncely_signal\"\n"
+        }
+    };
     let p = Pipeline::new(
         "e2e_snap_toast",
         SCHEMA,
         &["docs"],
         &format!(
             "table.include.list = \"public\\\\.docs\"\npublication.autocreate.mode = \"filtered\"\n\
-             snapshot.mode = \"initial\"\nincremental.snapshot.chunk.size = {CHUNK}\nbatch.max.ms = 20\n"
+             incremental.snapshot.chunk.size = {CHUNK}\nbatch.max.ms = 20\n{mode}"
         ),
     )
     .await?;
-    let result = body(&p).await;
+    let result = body(&p, start).await;
     p.cleanup().await;
     result
 }
 
-async fn body(p: &Pipeline) -> Result<()> {
+async fn body(p: &Pipeline, start: Start) -> Result<()> {
     let big: i64 = p
         .env
         .client
@@ -85,6 +120,19 @@ async fn body(p: &Pipeline) -> Result<()> {
         Arc::clone(&stop),
         Arc::clone(&stats),
     ));
+    let chaser = tokio::spawn(chase(
+        p.env.connect().await?,
+        Arc::clone(&stop),
+        Arc::clone(&stats),
+    ));
+    if let Start::SlowSignal = start {
+        p.env
+            .client
+            .batch_execute(
+                "INSERT INTO oncely_signal VALUES ('slow', 'execute-snapshot', '{\"data-collections\": [\"public.docs\"], \"additional-conditions\": [{\"data-collection\": \"public.docs\", \"filter\": \"(SELECT true FROM pg_sleep(0.05))\"}]}')",
+            )
+            .await?;
+    }
 
     // SIGKILL capture at random moments while the snapshot runs.
     let mut kills = 0;
@@ -102,7 +150,7 @@ async fn body(p: &Pipeline) -> Result<()> {
                 ensure!(Instant::now() < deadline, "capture committed nothing");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            let pause = rand::rng().random_range(300..1500);
+            let pause = rand::rng().random_range(100..500);
             tokio::time::sleep(Duration::from_millis(pause)).await;
             if snapshot_done(&p.env) {
                 break;
@@ -123,8 +171,12 @@ async fn body(p: &Pipeline) -> Result<()> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.store(true, Ordering::Relaxed);
     writer.await??;
+    chaser.await??;
     let writes = stats.load(Ordering::Relaxed);
-    ensure!(writes > 100, "the writer committed only {writes} transactions");
+    ensure!(
+        writes > 100,
+        "the writer committed only {writes} transactions"
+    );
 
     let report = p.verify(Duration::from_secs(300)).await?;
     eprintln!("{report}");
@@ -149,9 +201,23 @@ async fn body(p: &Pipeline) -> Result<()> {
         .capture_log()
         .lines()
         .filter(|l| l.contains("snapshot chunk published"))
-        .filter_map(|l| l.split(" completed=").nth(1)?.split_whitespace().next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split(" completed=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum();
-    eprintln!("{writes} writer transactions, {kills} kills, {completed} chunk rows completed");
+    let again = p
+        .env
+        .capture_log()
+        .matches("snapshot chunk read again")
+        .count();
+    eprintln!(
+        "{writes} writer transactions, {kills} kills, {completed} chunk rows completed, {again} chunks read again"
+    );
     ensure!(
         completed > 0,
         "no chunk row was updated in its window: make the writer busier"
@@ -188,10 +254,10 @@ fn snapshot_done(env: &CaptureEnv) -> bool {
     env.capture_log().contains("snapshot complete")
 }
 
-/// Updates of `rev`/`note` on many random rows per transaction (leaving
-/// `big` unchanged: unavailable in the stream), among deletes, inserts,
-/// updates that set `big`, and a transaction that sets `big` and then leaves
-/// it unchanged.
+/// Updates of `rev`/`note` on random rows (leaving `big` unchanged:
+/// unavailable in the stream), also of rows in chunks not read yet, among
+/// deletes, inserts, updates that set `big`, and a transaction that sets
+/// `big` and then leaves it unchanged.
 async fn write(client: Client, stop: Arc<AtomicBool>, stats: Arc<AtomicU64>) -> Result<()> {
     let mut next_id = ROWS;
     let mut n = 0u64;
@@ -199,16 +265,12 @@ async fn write(client: Client, stop: Arc<AtomicBool>, stats: Arc<AtomicU64>) -> 
         n += 1;
         let (kind, id, ids) = {
             let mut rng = rand::rng();
-            let ids: Vec<i64> = (0..20).map(|_| rng.random_range(1..=ROWS)).collect();
+            let ids: Vec<i64> = (0..5).map(|_| rng.random_range(1..=ROWS)).collect();
             (rng.random_range(0..100), rng.random_range(1..=ROWS), ids)
         };
         let sql = match kind {
             0..=79 => {
-                let list = ids
-                    .iter()
-                    .map(i64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",");
+                let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
                 format!("UPDATE docs SET rev = rev + 1, note = 'w{n}' WHERE id IN ({list})")
             }
             80..=86 => format!("DELETE FROM docs WHERE id = {id}"),
@@ -216,9 +278,9 @@ async fn write(client: Client, stop: Arc<AtomicBool>, stats: Arc<AtomicU64>) -> 
                 next_id += 1;
                 format!("INSERT INTO docs VALUES ({next_id}, 0, 'new', big_value('new{next_id}'))")
             }
-            93..=96 => format!(
-                "UPDATE docs SET rev = rev + 1, big = big_value('b{n}') WHERE id = {id}"
-            ),
+            93..=96 => {
+                format!("UPDATE docs SET rev = rev + 1, big = big_value('b{n}') WHERE id = {id}")
+            }
             _ => format!(
                 "UPDATE docs SET big = big_value('t{n}') WHERE id = {id};
                  UPDATE docs SET rev = rev + 1, note = 't{n}' WHERE id = {id}"
@@ -228,9 +290,70 @@ async fn write(client: Client, stop: Arc<AtomicBool>, stats: Arc<AtomicU64>) -> 
             .batch_execute(&format!("BEGIN; {sql}; COMMIT"))
             .await?;
         stats.fetch_add(1, Ordering::Relaxed);
-        if n.is_multiple_of(10) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        // Few enough that most rows are not updated again after their
+        // chunk: a wrong value published for a chunk row stays wrong.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Updates `rev`/`note` (leaving `big` unchanged) of the rows the snapshot
+/// reads now and next, and deletes and inserts some of them: the rows after the last key of the newest chunk
+/// SELECT (in `pg_stat_activity`), so that they change inside their chunk's
+/// window — with the slow SELECT, after the chunk's read.
+async fn chase(client: Client, stop: Arc<AtomicBool>, stats: Arc<AtomicU64>) -> Result<()> {
+    let mut n = 0u64;
+    let mut after = 0i64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        // The snapshot connection's current or last query; between chunk
+        // SELECTs, the last key of the previous one.
+        let query: Option<String> = client
+            .query_opt(
+                "SELECT query FROM pg_stat_activity
+                 WHERE application_name = 'oncely-capture-snapshot' AND datname = current_database()
+                   AND query LIKE 'SELECT \"id\"%' ORDER BY backend_start DESC LIMIT 1",
+                &[],
+            )
+            .await?
+            .map(|r| r.get(0));
+        if let Some(query) = query {
+            after = query
+                .split("(\"id\") > ('")
+                .nth(1)
+                .and_then(|r| r.split('\'').next())
+                .and_then(|k| k.parse().ok())
+                .unwrap_or(0);
         }
+        // Mostly updates; now and then a delete of one of those rows, or
+        // the row inserted again: inside the window, both must win over
+        // the chunk row.
+        let id = after + 1 + (n % (2 * CHUNK as u64)) as i64;
+        match n % 20 {
+            0 => {
+                client
+                    .execute("DELETE FROM docs WHERE id = $1", &[&id])
+                    .await?
+            }
+            10 => {
+                client
+                    .execute(
+                        "INSERT INTO docs VALUES ($1, 0, 'again', big_value($2)) ON CONFLICT DO NOTHING",
+                        &[&id, &format!("again{n}")],
+                    )
+                    .await?
+            }
+            _ => {
+                client
+                    .execute(
+                        "UPDATE docs SET rev = rev + 1, note = $1 WHERE id > $2 AND id <= $3",
+                        &[&format!("c{n}"), &after, &(after + 2 * CHUNK as i64)],
+                    )
+                    .await?
+            }
+        };
+        stats.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! surviving rows at its high watermark (see `crate::snapshot`).
 
 use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,6 +24,9 @@ use crate::source::format_lsn;
 
 /// How often progress is logged at most (and always when a table is done).
 const PROGRESS_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+/// Transactions the stream carried that are remembered, newest first, to
+/// tell whether a chunk's SELECT missed one of them.
+const STREAMED_XIDS: usize = 65_536;
 
 /// The chunk being read and what it needs.
 pub(super) struct SnapshotRuntime {
@@ -35,6 +39,12 @@ pub(super) struct SnapshotRuntime {
     encoder: Option<(Relation, TableEncoder, Arc<str>)>,
     /// Rows and time at the last progress log line, for the rate.
     last_log: Option<(Instant, u64)>,
+    /// The transactions the stream carried lately, by xid, with their
+    /// ordinal (`streamed`); at most [`STREAMED_XIDS`] of them.
+    recent: HashMap<u32, u64>,
+    recent_order: VecDeque<u32>,
+    /// Transactions the stream began so far.
+    streamed: u64,
 }
 
 struct InFlight {
@@ -44,6 +54,8 @@ struct InFlight {
     key_columns: Vec<String>,
     /// What the stream did to the table's keys since launch.
     window: Window,
+    /// Transactions the stream had begun at launch (`SnapshotRuntime::streamed`).
+    launched: u64,
     task: Option<JoinHandle<Result<ChunkRows, ChunkError>>>,
     read: Option<Result<ChunkRows, ChunkError>>,
 }
@@ -57,7 +69,36 @@ impl SnapshotRuntime {
             inflight: None,
             encoder: None,
             last_log: None,
+            recent: HashMap::new(),
+            recent_order: VecDeque::new(),
+            streamed: 0,
         }
+    }
+
+    /// The stream began transaction `xid`.
+    pub(super) fn note_begin(&mut self, xid: u32) {
+        self.streamed += 1;
+        self.recent.insert(xid, self.streamed);
+        self.recent_order.push_back(xid);
+        while self.recent_order.len() > STREAMED_XIDS {
+            if let Some(old) = self.recent_order.pop_front() {
+                if self
+                    .recent
+                    .get(&old)
+                    .is_some_and(|n| self.streamed - n >= STREAMED_XIDS as u64)
+                {
+                    self.recent.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// Whether the stream began one of `xids` before ordinal `launched`
+    /// (transactions it had carried, fully or partly, when a chunk launched).
+    fn began_before(&self, xids: &[u32], launched: u64) -> Option<u32> {
+        xids.iter()
+            .copied()
+            .find(|x| self.recent.get(x).is_some_and(|n| *n <= launched))
     }
 }
 
@@ -154,6 +195,7 @@ impl Pipeline<'_> {
             table: current.table.clone(),
             key_columns,
             window: Window::default(),
+            launched: self.snap.streamed,
             task: Some(task),
             read: None,
         });
@@ -291,6 +333,14 @@ impl Pipeline<'_> {
             }
             Err(ChunkError::Capture(e)) => return Err(e),
         };
+        if let Some(xid) = self.snap.began_before(&rows.invisible, chunk.launched) {
+            // The stream carried this transaction before the chunk was
+            // launched, so the window did not note its changes, yet the
+            // SELECT did not see it: its commit was in the WAL but not yet
+            // visible. Nothing of the chunk is published; it is read again.
+            tracing::debug!(table = %chunk.table, xid, "snapshot chunk read again: its SELECT missed a transaction the stream had carried");
+            return Ok(());
+        }
         let wanted = self.pending.snapshot.as_ref().is_some_and(|p| {
             p.id == chunk.snapshot_id && p.current().is_some_and(|t| t.table == chunk.table)
         });
@@ -554,5 +604,29 @@ fn filled<'a>(
             None => Cow::Borrowed(new),
         },
         _ => Cow::Borrowed(new),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transactions_begun_before_a_launch_are_told_from_later_ones() {
+        let mut snap = SnapshotRuntime::new(10);
+        snap.note_begin(100);
+        snap.note_begin(101);
+        let launched = snap.streamed;
+        snap.note_begin(102);
+        assert_eq!(snap.began_before(&[7, 101], launched), Some(101));
+        // Begun after the launch: the window notes its changes.
+        assert_eq!(snap.began_before(&[102, 103], launched), None);
+        // Only the newest STREAMED_XIDS are remembered.
+        for x in 0..STREAMED_XIDS as u32 + 10 {
+            snap.note_begin(1_000 + x);
+        }
+        assert_eq!(snap.recent.len(), STREAMED_XIDS);
+        assert_eq!(snap.began_before(&[100], snap.streamed), None);
+        assert_eq!(snap.began_before(&[1_020], snap.streamed), Some(1_020));
     }
 }
