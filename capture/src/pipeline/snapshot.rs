@@ -288,10 +288,10 @@ impl Pipeline<'_> {
                     (None, _) | (_, Some(None)) => window.all_changed(),
                 }
             }
-            LogicalMessage::Truncate { relation_ids, .. } => {
-                if relation_ids.iter().any(|id| relation_of(*id).is_some()) {
-                    window.all_changed();
-                }
+            LogicalMessage::Truncate { relation_ids, .. }
+                if relation_ids.iter().any(|id| relation_of(*id).is_some()) =>
+            {
+                window.all_changed();
             }
             _ => {}
         }

@@ -76,7 +76,9 @@ pub async fn connect(cfg: &CaptureConfig) -> Result<Client, CaptureError> {
 }
 
 /// Reads one chunk. The watermarks are transactions of their own (autocommit),
-/// committed before and after the SELECT.
+/// committed before and after the SELECT; the SELECT runs in a read-only
+/// REPEATABLE READ transaction whose in-progress transactions come back
+/// with the rows ([`ChunkRows::invisible`]).
 pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows, ChunkError> {
     let Shape {
         relation,
