@@ -466,6 +466,7 @@ impl Pipeline<'_> {
                     Replay::PublishAll => 0,
                 };
                 tracing::trace!(commit_lsn = %format_lsn(commit_lsn), xid, skip, "transaction");
+                self.snap.note_begin(xid);
                 self.tx = Some(SourceTx {
                     commit_lsn,
                     xid,

@@ -2,7 +2,8 @@
 //! the keys the stream changes while it is in flight, and publishing the
 //! surviving rows at its high watermark (see `crate::snapshot`).
 
-use std::collections::HashSet;
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,15 +14,19 @@ use super::{encode_err, now_ms, Pipeline, Record};
 use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
 use crate::metrics::SnapshotView;
-use crate::pgoutput::{LogicalMessage, Relation};
+use crate::pgoutput::{LogicalMessage, OldTuple, Relation};
 use crate::snapshot::chunk::{self, ChunkError, ChunkRequest, ChunkRows};
+use crate::snapshot::window::{Verdict, Window};
 use crate::snapshot::{
-    new_chunk_id, parse_watermark, row_key, split_table, RowKey, SnapshotKind, Watermark,
+    new_chunk_id, parse_watermark, row_key, split_table, SnapshotKind, Watermark,
 };
 use crate::source::format_lsn;
 
 /// How often progress is logged at most (and always when a table is done).
 const PROGRESS_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+/// Transactions the stream carried that are remembered, newest first, to
+/// tell whether a chunk's SELECT missed one of them.
+const STREAMED_XIDS: usize = 65_536;
 
 /// The chunk being read and what it needs.
 pub(super) struct SnapshotRuntime {
@@ -34,6 +39,12 @@ pub(super) struct SnapshotRuntime {
     encoder: Option<(Relation, TableEncoder, Arc<str>)>,
     /// Rows and time at the last progress log line, for the rate.
     last_log: Option<(Instant, u64)>,
+    /// The transactions the stream carried lately, by xid, with their
+    /// ordinal (`streamed`); at most [`STREAMED_XIDS`] of them.
+    recent: HashMap<u32, u64>,
+    recent_order: VecDeque<u32>,
+    /// Transactions the stream began so far.
+    streamed: u64,
 }
 
 struct InFlight {
@@ -41,11 +52,10 @@ struct InFlight {
     snapshot_id: String,
     table: String,
     key_columns: Vec<String>,
-    /// Keys the stream changed since launch.
-    dirty: HashSet<RowKey>,
-    /// The table was truncated, or a change's key could not be read: drop
-    /// every row of the chunk.
-    all_dirty: bool,
+    /// What the stream did to the table's keys since launch.
+    window: Window,
+    /// Transactions the stream had begun at launch (`SnapshotRuntime::streamed`).
+    launched: u64,
     task: Option<JoinHandle<Result<ChunkRows, ChunkError>>>,
     read: Option<Result<ChunkRows, ChunkError>>,
 }
@@ -59,7 +69,36 @@ impl SnapshotRuntime {
             inflight: None,
             encoder: None,
             last_log: None,
+            recent: HashMap::new(),
+            recent_order: VecDeque::new(),
+            streamed: 0,
         }
+    }
+
+    /// The stream began transaction `xid`.
+    pub(super) fn note_begin(&mut self, xid: u32) {
+        self.streamed += 1;
+        self.recent.insert(xid, self.streamed);
+        self.recent_order.push_back(xid);
+        while self.recent_order.len() > STREAMED_XIDS {
+            if let Some(old) = self.recent_order.pop_front() {
+                if self
+                    .recent
+                    .get(&old)
+                    .is_some_and(|n| self.streamed - n >= STREAMED_XIDS as u64)
+                {
+                    self.recent.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// Whether the stream began one of `xids` before ordinal `launched`
+    /// (transactions it had carried, fully or partly, when a chunk launched).
+    fn began_before(&self, xids: &[u32], launched: u64) -> Option<u32> {
+        xids.iter()
+            .copied()
+            .find(|x| self.recent.get(x).is_some_and(|n| *n <= launched))
     }
 }
 
@@ -155,8 +194,8 @@ impl Pipeline<'_> {
             snapshot_id,
             table: current.table.clone(),
             key_columns,
-            dirty: HashSet::new(),
-            all_dirty: false,
+            window: Window::default(),
+            launched: self.snap.streamed,
             task: Some(task),
             read: None,
         });
@@ -171,6 +210,11 @@ impl Pipeline<'_> {
         match read {
             Ok(rows) => {
                 if let Some(c) = self.snap.inflight.as_mut() {
+                    c.window.chunk_read(
+                        rows.rows
+                            .iter()
+                            .filter_map(|row| row_key(row, &rows.key_idx)),
+                    );
                     c.read = Some(Ok(rows));
                 }
                 Ok(())
@@ -186,7 +230,7 @@ impl Pipeline<'_> {
         }
     }
 
-    /// Notes keys of the in-flight chunk's table that this change touches.
+    /// Notes what this change does to keys of the in-flight chunk's table.
     pub(super) fn mark_chunk_dirty(&mut self, change: &LogicalMessage) {
         let Some(chunk) = self.snap.inflight.as_mut() else {
             return;
@@ -196,22 +240,26 @@ impl Pipeline<'_> {
                 .get(id)
                 .filter(|r| format!("{}.{}", r.namespace, r.name) == chunk.table)
         };
+        let key_columns = &chunk.key_columns;
         let key_idx = |rel: &Relation| -> Option<Vec<usize>> {
-            chunk
-                .key_columns
+            key_columns
                 .iter()
                 .map(|k| rel.columns.iter().position(|c| &c.name == k))
                 .collect()
         };
-        let mut keys = Vec::new();
-        let mut all = false;
+        let window = &mut chunk.window;
         match change {
             LogicalMessage::Insert { relation_id, new } => {
                 if let Some(rel) = relation_of(*relation_id) {
-                    match key_idx(rel) {
-                        Some(idx) => keys.push(row_key(new, &idx)),
-                        None => all = true,
-                    }
+                    replaced(window, key_idx(rel).and_then(|idx| row_key(new, &idx)));
+                }
+            }
+            LogicalMessage::Delete { relation_id, old } => {
+                if let Some(rel) = relation_of(*relation_id) {
+                    replaced(
+                        window,
+                        key_idx(rel).and_then(|idx| row_key(old.tuple(), &idx)),
+                    );
                 }
             }
             LogicalMessage::Update {
@@ -219,41 +267,34 @@ impl Pipeline<'_> {
                 old,
                 new,
             } => {
-                if let Some(rel) = relation_of(*relation_id) {
-                    match key_idx(rel) {
-                        Some(idx) => {
-                            keys.push(row_key(new, &idx));
-                            if let Some(old) = old {
-                                keys.push(row_key(old.tuple(), &idx));
-                            }
-                        }
-                        None => all = true,
+                let Some(rel) = relation_of(*relation_id) else {
+                    return;
+                };
+                let Some(idx) = key_idx(rel) else {
+                    return window.all_changed();
+                };
+                let new_key = row_key(new, &idx);
+                let old_key = old.as_ref().map(|o| row_key(o.tuple(), &idx));
+                match (new_key, old_key) {
+                    (Some(key), None) => window.updated(key, rel, &filled(new, old.as_ref())),
+                    (Some(key), Some(Some(old_key))) if old_key == key => {
+                        window.updated(key, rel, &filled(new, old.as_ref()))
                     }
+                    // A primary-key change: a row left one key and came to another.
+                    (Some(key), Some(Some(old_key))) => {
+                        window.replaced(key);
+                        window.replaced(old_key);
+                    }
+                    (None, _) | (_, Some(None)) => window.all_changed(),
                 }
             }
-            LogicalMessage::Delete { relation_id, old } => {
-                if let Some(rel) = relation_of(*relation_id) {
-                    match key_idx(rel) {
-                        Some(idx) => keys.push(row_key(old.tuple(), &idx)),
-                        None => all = true,
-                    }
-                }
-            }
-            LogicalMessage::Truncate { relation_ids, .. } => {
-                all = relation_ids.iter().any(|id| relation_of(*id).is_some());
+            LogicalMessage::Truncate { relation_ids, .. }
+                if relation_ids.iter().any(|id| relation_of(*id).is_some()) =>
+            {
+                window.all_changed();
             }
             _ => {}
         }
-        for key in keys {
-            match key {
-                Some(k) => {
-                    chunk.dirty.insert(k);
-                }
-                // A key we cannot read may be any key.
-                None => all = true,
-            }
-        }
-        chunk.all_dirty |= all;
     }
 
     /// A watermark in the stream: the in-flight chunk's high watermark
@@ -292,6 +333,14 @@ impl Pipeline<'_> {
             }
             Err(ChunkError::Capture(e)) => return Err(e),
         };
+        if let Some(xid) = self.snap.began_before(&rows.invisible, chunk.launched) {
+            // The stream carried this transaction before the chunk was
+            // launched, so the window did not note its changes, yet the
+            // SELECT did not see it: its commit was in the WAL but not yet
+            // visible. Nothing of the chunk is published; it is read again.
+            tracing::debug!(table = %chunk.table, xid, "snapshot chunk read again: its SELECT missed a transaction the stream had carried");
+            return Ok(());
+        }
         let wanted = self.pending.snapshot.as_ref().is_some_and(|p| {
             p.id == chunk.snapshot_id && p.current().is_some_and(|t| t.table == chunk.table)
         });
@@ -315,13 +364,24 @@ impl Pipeline<'_> {
         let (encoder, topic) = self
             .chunk_encoder(&rows.relation, &chunk.key_columns)
             .await?;
-        let survivors: Vec<_> = rows
+        // Rows the stream did not touch as read; rows it updated in place
+        // leaving columns out, completed from its updates (`Window`).
+        let verdicts: Vec<Verdict> = rows
             .rows
             .iter()
-            .filter(|row| {
-                !chunk.all_dirty
-                    && row_key(row, &rows.key_idx).is_some_and(|k| !chunk.dirty.contains(&k))
+            .map(|row| {
+                let key = row_key(row, &rows.key_idx);
+                chunk.window.verdict(&rows.relation, row, key.as_ref())
             })
+            .collect();
+        let completed = verdicts
+            .iter()
+            .filter(|v| matches!(v, Verdict::Complete(_)))
+            .count();
+        let survivors: Vec<_> = verdicts
+            .iter()
+            .zip(&rows.rows)
+            .filter_map(|(verdict, row)| verdict.row(row))
             .collect();
         let dropped = rows.rows.len() - survivors.len();
         let now = now_ms();
@@ -334,8 +394,9 @@ impl Pipeline<'_> {
                 }
                 SnapshotKind::Initial => SnapshotMarker::True,
             };
-            // Every row takes the high watermark's commit LSN as its version;
-            // the ordinal keeps (commit_lsn, event_seq) unique.
+            // Every row takes the high watermark's commit LSN as its version
+            // (a completed row is the row as of the high watermark); the
+            // ordinal keeps (commit_lsn, event_seq) unique.
             let pos = SourcePosition {
                 tx_id: src.tx_id,
                 lsn: src.commit_lsn,
@@ -350,6 +411,14 @@ impl Pipeline<'_> {
                 .map_err(encode_err)?;
             records.push(Record::change(&topic, key, value, &pos));
         }
+        tracing::debug!(
+            table = %chunk.table,
+            rows = rows.rows.len(),
+            dropped,
+            completed,
+            high_watermark = %format_lsn(src.commit_lsn),
+            "snapshot chunk published"
+        );
         self.publish(records).await?;
 
         let last_key = rows.rows.last().map(|row| {
@@ -512,5 +581,52 @@ impl Pipeline<'_> {
                 v
             });
         }
+    }
+}
+
+/// An insert or delete of `key`; a key we cannot read may be any key.
+fn replaced(window: &mut Window, key: Option<crate::snapshot::RowKey>) {
+    match key {
+        Some(k) => window.replaced(k),
+        None => window.all_changed(),
+    }
+}
+
+/// An update's new row, with unchanged TOAST values taken from a full old
+/// row (REPLICA IDENTITY FULL) where it has them.
+fn filled<'a>(
+    new: &'a crate::pgoutput::TupleData,
+    old: Option<&OldTuple>,
+) -> Cow<'a, crate::pgoutput::TupleData> {
+    match old {
+        Some(OldTuple::Full(full)) => match super::fill_unchanged_toast(new, full) {
+            Some(row) => Cow::Owned(row),
+            None => Cow::Borrowed(new),
+        },
+        _ => Cow::Borrowed(new),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transactions_begun_before_a_launch_are_told_from_later_ones() {
+        let mut snap = SnapshotRuntime::new(10);
+        snap.note_begin(100);
+        snap.note_begin(101);
+        let launched = snap.streamed;
+        snap.note_begin(102);
+        assert_eq!(snap.began_before(&[7, 101], launched), Some(101));
+        // Begun after the launch: the window notes its changes.
+        assert_eq!(snap.began_before(&[102, 103], launched), None);
+        // Only the newest STREAMED_XIDS are remembered.
+        for x in 0..STREAMED_XIDS as u32 + 10 {
+            snap.note_begin(1_000 + x);
+        }
+        assert_eq!(snap.recent.len(), STREAMED_XIDS);
+        assert_eq!(snap.began_before(&[100], snap.streamed), None);
+        assert_eq!(snap.began_before(&[1_020], snap.streamed), Some(1_020));
     }
 }

@@ -38,6 +38,11 @@ pub struct ChunkRows {
     pub more: bool,
     /// `pg_class.reltuples`, when the table was ever analyzed.
     pub estimate: Option<u64>,
+    /// Transactions the SELECT's snapshot saw as in progress (`xip` of
+    /// `pg_current_snapshot()`, as 32-bit xids): a transaction whose commit
+    /// the stream carried before the chunk was launched can still be among
+    /// them, its changes missing from the rows.
+    pub invisible: Vec<u32>,
 }
 
 /// Why a chunk could not be read.
@@ -71,7 +76,9 @@ pub async fn connect(cfg: &CaptureConfig) -> Result<Client, CaptureError> {
 }
 
 /// Reads one chunk. The watermarks are transactions of their own (autocommit),
-/// committed before and after the SELECT.
+/// committed before and after the SELECT; the SELECT runs in a read-only
+/// REPEATABLE READ transaction whose in-progress transactions come back
+/// with the rows ([`ChunkRows::invisible`]).
 pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows, ChunkError> {
     let Shape {
         relation,
@@ -90,7 +97,53 @@ pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows
         req.filter.as_deref(),
         req.size + 1,
     );
-    let messages = client.simple_query(&sql).await.map_err(|e| {
+    // One REPEATABLE READ transaction: its snapshot, taken by the first
+    // statement, is the one the SELECT reads with.
+    client
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await
+        .map_err(CaptureError::pg("begin snapshot chunk"))?;
+    let read = select(client, &sql, req.size).await;
+    // Read-only: ending it either way changes nothing.
+    let end = if read.is_ok() { "COMMIT" } else { "ROLLBACK" };
+    client
+        .batch_execute(end)
+        .await
+        .map_err(CaptureError::pg("end snapshot chunk"))?;
+    let (rows, invisible) = read?;
+    let more = rows.len() > req.size;
+    let mut rows = rows;
+    rows.truncate(req.size);
+    emit(client, &watermark_content(&req.id, Watermark::High)).await?;
+    Ok(ChunkRows {
+        relation,
+        key_idx,
+        rows,
+        more,
+        estimate,
+        invisible,
+    })
+}
+
+/// The snapshot's in-progress transactions, then the chunk's rows (at most
+/// `size + 1`), inside the caller's transaction.
+async fn select(
+    client: &Client,
+    sql: &str,
+    size: usize,
+) -> Result<(Vec<TupleData>, Vec<u32>), ChunkError> {
+    let snapshot = client
+        .simple_query("SELECT pg_current_snapshot()::text")
+        .await
+        .map_err(CaptureError::pg("read the chunk's snapshot"))?;
+    let invisible = snapshot
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => row.get(0).map(in_progress),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let messages = client.simple_query(sql).await.map_err(|e| {
         if e.code().is_some() && !e.is_closed() {
             // The server refused the SELECT itself (a filter that no longer
             // compiles, a column type without ordering): retrying cannot help.
@@ -102,7 +155,7 @@ pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows
             })
         }
     })?;
-    let mut rows = Vec::with_capacity(req.size + 1);
+    let mut rows = Vec::with_capacity(size + 1);
     for m in messages {
         if let SimpleQueryMessage::Row(row) = m {
             let values = (0..row.len())
@@ -114,16 +167,20 @@ pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows
             rows.push(TupleData(values));
         }
     }
-    let more = rows.len() > req.size;
-    rows.truncate(req.size);
-    emit(client, &watermark_content(&req.id, Watermark::High)).await?;
-    Ok(ChunkRows {
-        relation,
-        key_idx,
-        rows,
-        more,
-        estimate,
-    })
+    Ok((rows, invisible))
+}
+
+/// The in-progress transactions of a `pg_snapshot` text (`xmin:xmax:xip,...`),
+/// as the 32-bit xids pgoutput's Begin carries (the low half of each xid8).
+pub(crate) fn in_progress(snapshot: &str) -> Vec<u32> {
+    snapshot
+        .splitn(3, ':')
+        .nth(2)
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|x| x.trim().parse::<u64>().ok())
+        .map(|x| x as u32)
+        .collect()
 }
 
 async fn emit(client: &Client, content: &str) -> Result<(), CaptureError> {
@@ -154,7 +211,7 @@ async fn load_shape(client: &Client, req: &ChunkRequest) -> Result<Shape, ChunkE
     let rows = client
         .query(
             "SELECT c.oid, c.relreplident::text, c.reltuples::float8,
-                    a.attname::text, a.atttypid, a.atttypmod, format_type(a.atttypid, NULL),
+                    a.attname::text, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod),
                     COALESCE(a.attnum = ANY(i.indkey::int2[]), false)
              FROM pg_class c
              JOIN pg_namespace n ON n.oid = c.relnamespace

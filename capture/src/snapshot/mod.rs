@@ -19,6 +19,7 @@
 
 pub mod chunk;
 pub mod signal;
+pub mod window;
 
 use std::collections::BTreeSet;
 
@@ -276,7 +277,11 @@ pub fn quote_literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
-/// A key column and its type name (`format_type`, for casting literals).
+/// A key column and its type for casting literals: the column's exact type,
+/// type modifier included (`format_type(atttypid, atttypmod)`). Without the
+/// modifier `char(6)` would be `character`, which is `char(1)`, and `bit(8)`
+/// would be `bit(1)`: a cast to those truncates the last key, and the cursor
+/// goes back and reads the same chunk again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyColumn {
     pub name: String,

@@ -218,3 +218,13 @@ proptest! {
         prop_assert_eq!(inner.replace("''", "'"), s);
     }
 }
+
+#[test]
+fn a_snapshots_in_progress_transactions_as_32_bit_xids() {
+    use super::chunk::in_progress;
+    assert_eq!(in_progress("10:20:"), Vec::<u32>::new());
+    assert_eq!(in_progress("10:20:12,15"), vec![12, 15]);
+    // xid8 with an epoch: pgoutput's Begin carries the low 32 bits.
+    assert_eq!(in_progress("4294967306:4294967310:4294967307"), vec![11]);
+    assert_eq!(in_progress("garbage"), Vec::<u32>::new());
+}

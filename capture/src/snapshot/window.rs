@@ -1,0 +1,308 @@
+//! What the stream did to the keys of the chunk in flight, and so what each
+//! chunk row is worth at the chunk's high watermark.
+//!
+//! A row whose key the stream inserted, deleted or moved (a primary-key
+//! change) while the chunk was in flight is dropped: the stream carries the
+//! row's whole state, or its absence, and a delete must win. A row the stream
+//! only updated in place is dropped too when those updates carried every
+//! column. But an update leaves an unchanged TOASTed column out (pgoutput
+//! sends it as "unchanged"), and a target that had no row yet — the snapshot
+//! had not reached it — then never learns that value. The chunk row holds it:
+//! a column that every update of the window left unchanged had one value
+//! throughout the window, so the value the chunk read is the current one,
+//! whenever in the window it read the row. Such a row is published
+//! *completed*: the newest value the window's updates carried for each column
+//! they carried, the chunk row's value for the rest — the row as it is at the
+//! high watermark, so its version (the high watermark's) fits it.
+
+use std::collections::{HashMap, HashSet};
+
+use super::RowKey;
+use crate::pgoutput::{Relation, TupleData, TupleValue};
+
+/// The stream's changes to one key since its chunk was launched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum KeyChange {
+    /// Inserted, deleted, or moved by a primary-key change.
+    Replaced,
+    /// Only updated in place: the newest value some update of the window
+    /// carried for each column, by column name, with the column's type OID.
+    /// A column every update left unchanged is absent.
+    Updated(HashMap<String, (u32, TupleValue)>),
+}
+
+/// The keys of one chunk's table the stream changed while the chunk was in
+/// flight. Memory: one entry per key changed in the window, holding the
+/// values its updates carried (never the unchanged TOAST ones); once the
+/// chunk is read, only the chunk's own keys are kept, so at most a chunk's
+/// worth of rows.
+#[derive(Debug, Default)]
+pub struct Window {
+    keys: HashMap<RowKey, KeyChange>,
+    /// The chunk's keys, once it is read.
+    chunk: Option<HashSet<RowKey>>,
+    /// A change whose key could not be told (a truncate, a key column not in
+    /// the tuple): any row may have changed, so every row is dropped.
+    all: bool,
+}
+
+/// What becomes of one chunk row at the high watermark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The stream did not touch the key: the row as read.
+    Keep,
+    /// Updated in the window, leaving columns out: the row completed from
+    /// the window's updates and the chunk row.
+    Complete(TupleData),
+    /// The stream carries the row's state (or its absence).
+    Drop,
+}
+
+impl Window {
+    fn tracks(&self, key: &RowKey) -> bool {
+        self.chunk.as_ref().is_none_or(|c| c.contains(key))
+    }
+
+    /// The key was inserted or deleted, or a primary-key change moved a row
+    /// to or from it.
+    pub fn replaced(&mut self, key: RowKey) {
+        if self.tracks(&key) {
+            self.keys.insert(key, KeyChange::Replaced);
+        }
+    }
+
+    /// The key's row was updated in place to `new` (shaped by `rel`;
+    /// unchanged TOAST values as [`TupleValue::UnchangedToast`]).
+    pub fn updated(&mut self, key: RowKey, rel: &Relation, new: &TupleData) {
+        if !self.tracks(&key) {
+            return;
+        }
+        let change = self
+            .keys
+            .entry(key)
+            .or_insert_with(|| KeyChange::Updated(HashMap::new()));
+        let KeyChange::Updated(carried) = change else {
+            return;
+        };
+        for (column, value) in rel.columns.iter().zip(&new.0) {
+            if !matches!(value, TupleValue::UnchangedToast) {
+                carried.insert(column.name.clone(), (column.type_oid, value.clone()));
+            }
+        }
+    }
+
+    /// A change whose key cannot be told: every row of the chunk is dropped.
+    pub fn all_changed(&mut self) {
+        self.all = true;
+        self.keys.clear();
+    }
+
+    /// Whether every row is dropped.
+    pub fn is_all_changed(&self) -> bool {
+        self.all
+    }
+
+    /// The chunk was read with these keys: changes of other keys no longer matter.
+    pub fn chunk_read(&mut self, keys: impl IntoIterator<Item = RowKey>) {
+        let keys: HashSet<RowKey> = keys.into_iter().collect();
+        self.keys.retain(|k, _| keys.contains(k));
+        self.chunk = Some(keys);
+    }
+
+    /// What becomes of chunk row `row` (shaped by the chunk's `rel`) with key
+    /// `key` (`None`: not readable).
+    pub fn verdict(&self, rel: &Relation, row: &TupleData, key: Option<&RowKey>) -> Verdict {
+        if self.all {
+            return Verdict::Drop;
+        }
+        let Some(key) = key else {
+            return Verdict::Drop;
+        };
+        let carried = match self.keys.get(key) {
+            None => return Verdict::Keep,
+            Some(KeyChange::Replaced) => return Verdict::Drop,
+            Some(KeyChange::Updated(carried)) => carried,
+        };
+        let mut completed = false;
+        let mut values = Vec::with_capacity(rel.columns.len());
+        for (column, read) in rel.columns.iter().zip(&row.0) {
+            match carried.get(&column.name) {
+                Some((oid, value)) if *oid == column.type_oid => values.push(value.clone()),
+                // The column's type changed under the chunk: which value is
+                // current cannot be told here.
+                Some(_) => return Verdict::Drop,
+                None => {
+                    completed = true;
+                    values.push(read.clone());
+                }
+            }
+        }
+        if completed {
+            Verdict::Complete(TupleData(values))
+        } else {
+            Verdict::Drop
+        }
+    }
+}
+
+impl Verdict {
+    /// The row to publish, if any (`read` is the chunk row).
+    pub fn row<'r>(&'r self, read: &'r TupleData) -> Option<&'r TupleData> {
+        match self {
+            Verdict::Keep => Some(read),
+            Verdict::Complete(row) => Some(row),
+            Verdict::Drop => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::pgoutput::{Column, ReplicaIdentity};
+
+    const TEXT: u32 = 25;
+    const INT: u32 = 23;
+
+    fn t(s: &str) -> TupleValue {
+        TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()))
+    }
+
+    fn u() -> TupleValue {
+        TupleValue::UnchangedToast
+    }
+
+    fn rel(types: &[(&str, u32)]) -> Relation {
+        Relation {
+            id: 1,
+            namespace: "public".into(),
+            name: "docs".into(),
+            replica_identity: ReplicaIdentity::Default,
+            columns: types
+                .iter()
+                .enumerate()
+                .map(|(i, (name, type_oid))| Column {
+                    is_key: i == 0,
+                    name: (*name).into(),
+                    type_oid: *type_oid,
+                    type_modifier: -1,
+                })
+                .collect(),
+        }
+    }
+
+    fn docs() -> Relation {
+        rel(&[("id", INT), ("rev", INT), ("big", TEXT)])
+    }
+
+    fn key(id: &str) -> RowKey {
+        vec![Some(Bytes::copy_from_slice(id.as_bytes()))]
+    }
+
+    fn row(values: Vec<TupleValue>) -> TupleData {
+        TupleData(values)
+    }
+
+    #[test]
+    fn untouched_rows_are_kept_as_read() {
+        let w = Window::default();
+        let read = row(vec![t("1"), t("0"), t("B")]);
+        assert_eq!(w.verdict(&docs(), &read, Some(&key("1"))), Verdict::Keep);
+        assert_eq!(
+            w.verdict(&docs(), &read, Some(&key("1")))
+                .row(&read)
+                .unwrap(),
+            &read
+        );
+    }
+
+    #[test]
+    fn an_unchanged_toast_value_comes_from_the_chunk_row_the_rest_from_the_stream() {
+        let mut w = Window::default();
+        // Read before the updates: rev 0. The stream set rev 1, then 2, and never big.
+        w.updated(key("1"), &docs(), &row(vec![t("1"), t("1"), u()]));
+        w.updated(key("1"), &docs(), &row(vec![t("1"), t("2"), u()]));
+        let read = row(vec![t("1"), t("0"), t("B")]);
+        assert_eq!(
+            w.verdict(&docs(), &read, Some(&key("1"))),
+            Verdict::Complete(row(vec![t("1"), t("2"), t("B")]))
+        );
+    }
+
+    #[test]
+    fn a_toast_value_some_update_carried_wins_over_the_chunk_row() {
+        let mut w = Window::default();
+        // big set to B2 after the chunk read B1, then left unchanged: the
+        // stream carried everything, the row is dropped.
+        w.updated(key("1"), &docs(), &row(vec![t("1"), t("1"), t("B2")]));
+        w.updated(key("1"), &docs(), &row(vec![t("1"), t("2"), u()]));
+        let read = row(vec![t("1"), t("0"), t("B1")]);
+        assert_eq!(w.verdict(&docs(), &read, Some(&key("1"))), Verdict::Drop);
+        // A second TOASTed column left unchanged throughout: completed, with
+        // the carried B2, never the chunk's B1.
+        let two = rel(&[("id", INT), ("big", TEXT), ("other", TEXT)]);
+        let mut w = Window::default();
+        w.updated(key("1"), &two, &row(vec![t("1"), t("B2"), u()]));
+        w.updated(key("1"), &two, &row(vec![t("1"), u(), u()]));
+        let read = row(vec![t("1"), t("B1"), t("O")]);
+        assert_eq!(
+            w.verdict(&two, &read, Some(&key("1"))),
+            Verdict::Complete(row(vec![t("1"), t("B2"), t("O")]))
+        );
+    }
+
+    #[test]
+    fn inserts_deletes_and_key_moves_win() {
+        let read = row(vec![t("1"), t("0"), t("B")]);
+        // Updated, then deleted: dropped, and a later update does not bring it back.
+        let mut w = Window::default();
+        w.updated(key("1"), &docs(), &row(vec![t("1"), t("1"), u()]));
+        w.replaced(key("1"));
+        w.updated(key("1"), &docs(), &row(vec![t("1"), t("2"), u()]));
+        assert_eq!(w.verdict(&docs(), &read, Some(&key("1"))), Verdict::Drop);
+        // Any unreadable key drops every row.
+        let mut w = Window::default();
+        w.all_changed();
+        w.updated(key("2"), &docs(), &row(vec![t("2"), t("1"), u()]));
+        assert_eq!(w.verdict(&docs(), &read, Some(&key("1"))), Verdict::Drop);
+        assert!(w.is_all_changed());
+        // A chunk row whose key cannot be read.
+        assert_eq!(
+            Window::default().verdict(&docs(), &read, None),
+            Verdict::Drop
+        );
+    }
+
+    #[test]
+    fn columns_match_by_name_and_type() {
+        let mut w = Window::default();
+        // The stream's shape lists columns in another order than the chunk's.
+        let stream = rel(&[("id", INT), ("big", TEXT), ("rev", INT)]);
+        w.updated(key("1"), &stream, &row(vec![t("1"), u(), t("5")]));
+        let read = row(vec![t("1"), t("0"), t("B")]);
+        assert_eq!(
+            w.verdict(&docs(), &read, Some(&key("1"))),
+            Verdict::Complete(row(vec![t("1"), t("5"), t("B")]))
+        );
+        // rev changed type since: no telling which value is current.
+        let changed = rel(&[("id", INT), ("rev", TEXT), ("big", TEXT)]);
+        assert_eq!(w.verdict(&changed, &read, Some(&key("1"))), Verdict::Drop);
+    }
+
+    #[test]
+    fn once_read_only_the_chunks_keys_are_kept() {
+        let mut w = Window::default();
+        w.updated(key("1"), &docs(), &row(vec![t("1"), t("1"), u()]));
+        w.updated(key("9"), &docs(), &row(vec![t("9"), t("1"), u()]));
+        w.chunk_read([key("1"), key("2")]);
+        assert_eq!(w.keys.len(), 1);
+        w.replaced(key("8"));
+        w.updated(key("7"), &docs(), &row(vec![t("7"), t("1"), u()]));
+        assert_eq!(w.keys.len(), 1);
+        w.replaced(key("2"));
+        let read = row(vec![t("2"), t("0"), t("B")]);
+        assert_eq!(w.verdict(&docs(), &read, Some(&key("2"))), Verdict::Drop);
+    }
+}
