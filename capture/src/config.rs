@@ -94,6 +94,37 @@ pub struct CaptureConfig {
     /// `signal.data.collection`.
     #[serde(default)]
     pub signal: SignalConfig,
+    /// `replica.identity.check`.
+    #[serde(default)]
+    pub replica: ReplicaConfig,
+}
+
+/// `replica.identity.check`: what start-up (and a Relation message in the
+/// stream) does about a captured table whose replica identity does not
+/// carry its event key.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaConfig {
+    #[serde(default)]
+    pub identity: ReplicaIdentityConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaIdentityConfig {
+    #[serde(default)]
+    pub check: ReplicaIdentityCheck,
+}
+
+/// `replica.identity.check` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplicaIdentityCheck {
+    /// Refuse to start; in the stream, publish nothing of the table.
+    #[default]
+    Fail,
+    /// Log a warning and publish as the identity allows.
+    Warn,
 }
 
 /// `snapshot.mode` and `snapshot.new.tables`.
