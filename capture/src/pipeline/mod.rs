@@ -847,7 +847,7 @@ impl Pipeline<'_> {
             );
             match self.cfg.replica.identity.check {
                 ReplicaIdentityCheck::Fail => {
-                    tracing::error!(table = %qualified, metric = crate::metrics::REFUSED_CHANGES_TOTAL, "{why}. Until it is fixed, changes of {qualified} are not published (the other tables go on); after the fix, snapshot it again (oncely capture snapshot --table {qualified}) to bring the targets up to date");
+                    tracing::error!(table = %qualified, metric = crate::metrics::REFUSED_CHANGES_TOTAL, "{why}. Until it is fixed, changes of {qualified} are not published (the other tables go on); after the fix, snapshot it again (oncely capture snapshot --table {qualified}) to bring the targets up to date. Or set replica.identity.check = \"warn\" to publish as the identity allows");
                     return Ok(Some(Route::Refused(qualified)));
                 }
                 ReplicaIdentityCheck::Warn => {
