@@ -183,6 +183,22 @@ async fn partitioned_tables_stream_and_snapshot_through_their_root() -> Result<(
             .any(|r| r.payload().is_some_and(|p| p["after"]["note"] == note))
     };
     wait_for(&topics, Duration::from_secs(120), |seen| marker(seen, "marker")).await?;
+    // Created publishing through the roots, holding the roots.
+    let publication = env
+        .client
+        .query_one(
+            "SELECT p.pubviaroot, array_agg(c.relname::text ORDER BY c.relname)
+             FROM pg_publication p JOIN pg_publication_rel r ON r.prpubid = p.oid
+             JOIN pg_class c ON c.oid = r.prrelid WHERE p.pubname = $1 GROUP BY 1",
+            &[&format!("{}_pub", env.slot)],
+        )
+        .await?;
+    ensure!(publication.get::<_, bool>(0), "publication is not via root");
+    let members: Vec<String> = publication.get(1);
+    ensure!(
+        members == ["accounts", "events", "orders", "readings"],
+        "publication holds {members:?}"
+    );
 
     // A restart: the publication already holds the roots.
     terminate(&mut capture, Duration::from_secs(30))?;
@@ -250,14 +266,6 @@ async fn partitioned_tables_stream_and_snapshot_through_their_root() -> Result<(
             .is_some_and(|p| p["after"]["qty"] == -1 || p["after"]["id"] == 300)
     });
     ensure!(!after_detach, "a change of the detached table was captured");
-    let publication = env
-        .client
-        .query_one(
-            "SELECT pubviaroot FROM pg_publication WHERE pubname = $1",
-            &[&format!("{}_pub", env.slot)],
-        )
-        .await?;
-    ensure!(publication.get::<_, bool>(0), "publication is not via root");
 
     // The detached table included by name is a table of its own from now on.
     terminate(&mut capture, Duration::from_secs(30))?;
