@@ -160,8 +160,10 @@ async fn partitioned_tables_stream_and_snapshot_through_their_root() -> Result<(
     // A partition detached before the snapshot read it takes its rows
     // along unseen: detach once the snapshot is done.
     wait_for(&topics, Duration::from_secs(120), |seen| {
-        seen.iter()
-            .any(|r| r.payload().is_some_and(|p| p["source"]["snapshot"] == "last"))
+        seen.iter().any(|r| {
+            r.payload()
+                .is_some_and(|p| p["source"]["snapshot"] == "last")
+        })
     })
     .await
     .with_context(|| env.capture_log())?;
@@ -182,7 +184,10 @@ async fn partitioned_tables_stream_and_snapshot_through_their_root() -> Result<(
         seen.iter()
             .any(|r| r.payload().is_some_and(|p| p["after"]["note"] == note))
     };
-    wait_for(&topics, Duration::from_secs(120), |seen| marker(seen, "marker")).await?;
+    wait_for(&topics, Duration::from_secs(120), |seen| {
+        marker(seen, "marker")
+    })
+    .await?;
     // Created publishing through the roots, holding the roots.
     let publication = env
         .client
@@ -237,7 +242,11 @@ async fn partitioned_tables_stream_and_snapshot_through_their_root() -> Result<(
                 cols.iter().all(|c| names.contains(c)) && names.len() == cols.len(),
                 "{table}: key {key} is not the root's primary key {cols:?}"
             );
-            ensure!(p["source"]["table"] == *table, "{table}: event of {}", p["source"]);
+            ensure!(
+                p["source"]["table"] == *table,
+                "{table}: event of {}",
+                p["source"]
+            );
         }
         let mut want = source_rows(&env.client, table, cols).await?;
         if *table == "orders" {
@@ -278,9 +287,11 @@ async fn partitioned_tables_stream_and_snapshot_through_their_root() -> Result<(
     env.client
         .batch_execute("UPDATE orders_us SET note = 'own table' WHERE id = 300")
         .await?;
-    wait_for(&[env.topic("orders_us")], Duration::from_secs(120), |seen| {
-        marker(seen, "own table")
-    })
+    wait_for(
+        &[env.topic("orders_us")],
+        Duration::from_secs(120),
+        |seen| marker(seen, "own table"),
+    )
     .await
     .with_context(|| env.capture_log())?;
     env.cleanup().await;
@@ -343,9 +354,11 @@ async fn publications_and_include_lists_are_checked_for_partitions() -> Result<(
         .batch_execute("INSERT INTO orders VALUES (902, 'eu', 1, 'after via root');")
         .await?;
     let topic = env.topic("orders");
-    let seen = wait_for(&[topic.clone()], Duration::from_secs(120), |seen| {
-        seen.iter().filter(|r| r.op() == Some("c")).count() >= 3
-    })
+    let seen = wait_for(
+        std::slice::from_ref(&topic),
+        Duration::from_secs(120),
+        |seen| seen.iter().filter(|r| r.op() == Some("c")).count() >= 3,
+    )
     .await
     .with_context(|| env.capture_log())?;
     let mut ids: Vec<i64> = seen
@@ -440,7 +453,13 @@ async fn partitioned_roots_reach_every_target_as_one_table() -> Result<()> {
         let mut names: Vec<&str> = target.tables.iter().map(|t| t.table.as_str()).collect();
         names.sort();
         ensure!(
-            names == ["public.accounts", "public.events", "public.orders", "public.readings"],
+            names
+                == [
+                    "public.accounts",
+                    "public.events",
+                    "public.orders",
+                    "public.readings"
+                ],
             "{}: tables {names:?}\n{report}",
             target.label
         );
@@ -456,7 +475,10 @@ async fn partitioned_roots_reach_every_target_as_one_table() -> Result<()> {
         .query_one("SELECT count(*) FROM orders", &[])
         .await?
         .get(0);
-    ensure!(orders.source_rows as i64 == source && source > 20, "{report}");
+    ensure!(
+        orders.source_rows as i64 == source && source > 20,
+        "{report}"
+    );
     drop(sinks);
     p.cleanup().await;
     Ok(())

@@ -74,14 +74,21 @@ async fn start_refuses_identities_without_the_key() -> Result<()> {
              UPDATE fully SET id = 2; DELETE FROM by_pk_index;",
         )
         .await?;
-    let topics = [env.topic("plain"), env.topic("fully"), env.topic("by_pk_index")];
+    let topics = [
+        env.topic("plain"),
+        env.topic("fully"),
+        env.topic("by_pk_index"),
+    ];
     let seen = wait_for(&topics, Duration::from_secs(60), |seen| {
         seen.iter().filter(|r| r.op() == Some("d")).count() >= 2
     })
     .await
     .with_context(|| env.capture_log())?;
     for r in seen.iter().filter(|r| r.op() == Some("d")) {
-        ensure!(r.key_payload().is_some_and(|k| k["id"] == 1), "delete without its key: {r:?}");
+        ensure!(
+            r.key_payload().is_some_and(|k| k["id"] == 1),
+            "delete without its key: {r:?}"
+        );
     }
     drop(capture);
 
@@ -95,7 +102,10 @@ async fn start_refuses_identities_without_the_key() -> Result<()> {
     )?;
     let _capture = env.spawn_capture(&path)?;
     for _ in 0..600 {
-        let active = env.client.query_one(capture_harness::ACTIVE_SLOT, &[&slot]).await?;
+        let active = env
+            .client
+            .query_one(capture_harness::ACTIVE_SLOT, &[&slot])
+            .await?;
         if active.get::<_, bool>(0) {
             break;
         }
@@ -104,9 +114,11 @@ async fn start_refuses_identities_without_the_key() -> Result<()> {
     env.client
         .batch_execute("INSERT INTO by_email VALUES (1, 'a@x', 'a')")
         .await?;
-    wait_for(&[format!("{prefix}.public.by_email")], Duration::from_secs(60), |seen| {
-        seen.iter().any(|r| r.op() == Some("c"))
-    })
+    wait_for(
+        &[format!("{prefix}.public.by_email")],
+        Duration::from_secs(60),
+        |seen| seen.iter().any(|r| r.op() == Some("c")),
+    )
     .await
     .with_context(|| env.capture_log())?;
     let log = env.capture_log();
@@ -124,7 +136,11 @@ fn ids(seen: &[Seen], topic: &str) -> Vec<(String, i64)> {
         .filter(|r| r.topic == topic)
         .filter_map(|r| {
             let p = r.payload()?;
-            let row = if p["op"] == "d" { &p["before"] } else { &p["after"] };
+            let row = if p["op"] == "d" {
+                &p["before"]
+            } else {
+                &p["after"]
+            };
             Some((p["op"].as_str()?.to_string(), row["id"].as_i64()?))
         })
         .collect()
@@ -177,7 +193,8 @@ async fn an_identity_broken_while_streaming_refuses_only_that_table() -> Result<
     ensure!(
         log.contains("table public.people has REPLICA IDENTITY USING INDEX on (email)")
             && log.contains("ALTER TABLE public.people REPLICA IDENTITY FULL")
-            && log.contains("table public.keyed has REPLICA IDENTITY DEFAULT without a primary key"),
+            && log
+                .contains("table public.keyed has REPLICA IDENTITY DEFAULT without a primary key"),
         "no refusal in the log:\n{log}"
     );
     let before = [("c".to_string(), 1), ("c".to_string(), 2)];

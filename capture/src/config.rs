@@ -785,6 +785,7 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
         assert!(!cfg.snapshot.new.tables);
         assert_eq!(cfg.chunk_size(), DEFAULT_SNAPSHOT_CHUNK_SIZE);
         assert_eq!(cfg.signal_table(), None);
+        assert_eq!(cfg.replica.identity.check, ReplicaIdentityCheck::Fail);
         assert_eq!(
             cfg.heartbeat_interval(),
             Duration::from_millis(DEFAULT_HEARTBEAT_MS)
@@ -863,6 +864,19 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
         let cfg = CaptureConfig::parse(&text, "test").unwrap();
         assert_eq!(cfg.database.password.expose(), "pw");
         assert!(!format!("{cfg:?}").contains("\"pw\""));
+    }
+
+    #[test]
+    fn replica_identity_check_parses() {
+        let warn = format!("{MINIMAL}\nreplica.identity.check = \"warn\"\n");
+        let cfg = CaptureConfig::parse(&warn, "test").unwrap();
+        assert_eq!(cfg.replica.identity.check, ReplicaIdentityCheck::Warn);
+        let bad = format!("{MINIMAL}\nreplica.identity.check = \"ignore\"\n");
+        let err = CaptureConfig::parse(&bad, "test").unwrap_err().to_string();
+        assert!(
+            err.contains("replica.identity.check") && err.contains("warn"),
+            "{err}"
+        );
     }
 
     #[test]

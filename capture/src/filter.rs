@@ -96,7 +96,11 @@ mod tests {
         assert!(!f.matches("public", "orders"));
         assert!(TableFilter::all().matches("x", "y"));
         // `included` ignores the exclude list.
-        let f = TableFilter::new(&["public\\..*".to_string()], &["public\\.orders".to_string()]).unwrap();
+        let f = TableFilter::new(
+            &["public\\..*".to_string()],
+            &["public\\.orders".to_string()],
+        )
+        .unwrap();
         assert!(!f.matches("public", "orders"));
         assert!(f.included("public", "orders"));
         assert!(!f.included("other", "orders"));

@@ -129,11 +129,7 @@ pub async fn check_tables(
         let relation: String = row.get(1);
         let identity: String = row.get(2);
         let identity_columns: Vec<String> = row.get(3);
-        let Some(identity) = identity
-            .bytes()
-            .next()
-            .and_then(ReplicaIdentity::from_byte)
-        else {
+        let Some(identity) = identity.bytes().next().and_then(ReplicaIdentity::from_byte) else {
             continue;
         };
         let key = keys.get(&table).copied().unwrap_or_default();
@@ -198,9 +194,14 @@ mod tests {
             lacks(Nothing, &[], &id).as_deref(),
             Some("REPLICA IDENTITY NOTHING")
         );
-        assert!(lacks(Default, &[], &id).unwrap().contains("without a primary key"));
+        assert!(lacks(Default, &[], &id)
+            .unwrap()
+            .contains("without a primary key"));
         let other = lacks(Index, &cols(&["email"]), &id).unwrap();
-        assert!(other.contains("USING INDEX on (email)") && other.contains("(id)"), "{other}");
+        assert!(
+            other.contains("USING INDEX on (email)") && other.contains("(id)"),
+            "{other}"
+        );
         // message.key.columns other than the primary key.
         let overridden = lacks(Default, &id, &cols(&["tenant", "id"])).unwrap();
         assert!(overridden.contains("primary key (id)"), "{overridden}");
@@ -210,11 +211,33 @@ mod tests {
 
     #[test]
     fn explanation_names_table_and_fix() {
-        let m = explain("public.orders", "public.orders", "REPLICA IDENTITY NOTHING", &cols(&["id"]));
-        assert!(m.starts_with("table public.orders has REPLICA IDENTITY NOTHING"), "{m}");
-        assert!(m.contains("ALTER TABLE public.orders REPLICA IDENTITY FULL"), "{m}");
-        let m = explain("public.orders", "public.Orders_EU", "REPLICA IDENTITY NOTHING", &cols(&["id"]));
-        assert!(m.contains("partition public.Orders_EU of captured table public.orders"), "{m}");
-        assert!(m.contains("ALTER TABLE public.\"Orders_EU\" REPLICA IDENTITY FULL"), "{m}");
+        let m = explain(
+            "public.orders",
+            "public.orders",
+            "REPLICA IDENTITY NOTHING",
+            &cols(&["id"]),
+        );
+        assert!(
+            m.starts_with("table public.orders has REPLICA IDENTITY NOTHING"),
+            "{m}"
+        );
+        assert!(
+            m.contains("ALTER TABLE public.orders REPLICA IDENTITY FULL"),
+            "{m}"
+        );
+        let m = explain(
+            "public.orders",
+            "public.Orders_EU",
+            "REPLICA IDENTITY NOTHING",
+            &cols(&["id"]),
+        );
+        assert!(
+            m.contains("partition public.Orders_EU of captured table public.orders"),
+            "{m}"
+        );
+        assert!(
+            m.contains("ALTER TABLE public.\"Orders_EU\" REPLICA IDENTITY FULL"),
+            "{m}"
+        );
     }
 }

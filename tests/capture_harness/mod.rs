@@ -159,7 +159,10 @@ impl CaptureEnv {
         let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
         Ok(match status {
             Some(s) => (s.success(), stderr),
-            None => (false, format!("capture was still running after {timeout:?}:\n{stderr}")),
+            None => (
+                false,
+                format!("capture was still running after {timeout:?}:\n{stderr}"),
+            ),
         })
     }
 
