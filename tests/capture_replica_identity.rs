@@ -101,16 +101,7 @@ async fn start_refuses_identities_without_the_key() -> Result<()> {
         &env.config_as(&prefix, &slot, &format!("{prefix}-offsets"), warn),
     )?;
     let _capture = env.spawn_capture(&path)?;
-    for _ in 0..600 {
-        let active = env
-            .client
-            .query_one(capture_harness::ACTIVE_SLOT, &[&slot])
-            .await?;
-        if active.get::<_, bool>(0) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    env.wait_named_slot_active(&slot).await?;
     env.client
         .batch_execute("INSERT INTO by_email VALUES (1, 'a@x', 'a')")
         .await?;

@@ -172,16 +172,20 @@ impl CaptureEnv {
     /// walsender holding it means the stream runs. Building a slot waits for
     /// every transaction running on the server (other tests' too): up to 2 min.
     pub async fn wait_slot_active(&self) -> Result<()> {
+        self.wait_named_slot_active(&self.slot).await
+    }
+
+    /// [`Self::wait_slot_active`] for another connector's slot on this database.
+    pub async fn wait_named_slot_active(&self, slot: &str) -> Result<()> {
         for _ in 0..1200 {
-            let row = self.client.query_opt(ACTIVE_SLOT, &[&self.slot]).await?;
+            let row = self.client.query_opt(ACTIVE_SLOT, &[&slot]).await?;
             if row.map(|r| r.get::<_, bool>(0)).unwrap_or(false) {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         bail!(
-            "slot {} never became active; log:\n{}",
-            self.slot,
+            "slot {slot} never became active; log:\n{}",
             self.capture_log()
         )
     }
