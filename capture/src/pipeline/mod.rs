@@ -110,7 +110,15 @@ async fn run_once(
         .iter()
         .filter(|t| cfg.outbox.as_ref().is_none_or(|o| o.table != t.qualified()))
         .collect();
-    crate::replica_identity::check_tables(&control, &checked, cfg.replica.identity.check).await?;
+    // A restart inside this process (after a retriable error) only warns:
+    // a table whose identity broke while streaming is refused by the stream
+    // check, and must not stop the others.
+    let identity_check = if first_life {
+        cfg.replica.identity.check
+    } else {
+        ReplicaIdentityCheck::Warn
+    };
+    crate::replica_identity::check_tables(&control, &checked, identity_check).await?;
     let slot = source::ensure_slot(&control, cfg).await?;
     let mut types = TypeRegistry::builtin();
     types
