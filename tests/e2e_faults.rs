@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use capture_harness::{db_url, kill9, Spawned};
-use e2e_harness::{scan_changes, Pipeline, SINKS};
+use capture_harness::{db_url, kill9};
+use e2e_harness::{scan_changes, Fleet, Pipeline};
 use rand::Rng;
 use tokio_postgres::{Client, NoTls};
 
@@ -287,73 +287,6 @@ async fn main_writer(mut w: Writer, stop: Arc<AtomicBool>, big_at: Instant) {
     }
 }
 
-/// Capture (0) and the sinks (1..=3) as processes, restarted when killed or exited.
-struct Fleet<'a> {
-    p: &'a Pipeline,
-    procs: Vec<Option<Spawned>>,
-    kills: [usize; 4],
-    exits: [usize; 4],
-}
-
-impl<'a> Fleet<'a> {
-    fn name(i: usize) -> &'static str {
-        if i == 0 {
-            "capture"
-        } else {
-            SINKS[i - 1]
-        }
-    }
-
-    fn spawn(&mut self, i: usize) -> Result<()> {
-        self.procs[i] = Some(if i == 0 {
-            self.p.spawn_capture()?
-        } else {
-            self.p.spawn_sink(i - 1)?
-        });
-        Ok(())
-    }
-
-    /// Restarts processes that exited on their own (e.g. capture finding its
-    /// slot still held by the walsender of a killed predecessor, or a process
-    /// giving up while a service restarts), as a supervisor would.
-    fn supervise(&mut self) -> Result<()> {
-        for i in 0..self.procs.len() {
-            let exited = match self.procs[i].as_mut() {
-                Some(child) => child.try_wait()?.is_some(),
-                None => true,
-            };
-            if exited {
-                self.exits[i] += 1;
-                self.spawn(i)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn kill_random(&mut self) -> Result<()> {
-        let i = rand::rng().random_range(0..self.procs.len());
-        if let Some(mut child) = self.procs[i].take() {
-            kill9(&mut child);
-        }
-        self.kills[i] += 1;
-        self.spawn(i)
-    }
-
-    fn summary(&self) -> String {
-        (0..4)
-            .map(|i| {
-                format!(
-                    "{} killed {}x, exited {}x",
-                    Self::name(i),
-                    self.kills[i],
-                    self.exits[i]
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-}
-
 /// The moments (from the start) at which Kafka and PostgreSQL restart.
 fn restart_plan(seconds: u64, restarts: u64) -> Vec<(Duration, &'static str)> {
     let mut plan = Vec::new();
@@ -384,12 +317,7 @@ async fn sigkills_and_service_restarts_leave_every_target_equal_and_each_change_
          snapshot.mode = \"no_data\"\n",
     )
     .await?;
-    let mut fleet = Fleet {
-        p: &p,
-        procs: (0..4).map(|_| None).collect(),
-        kills: [0; 4],
-        exits: [0; 4],
-    };
+    let mut fleet = Fleet::new(&p);
     fleet.spawn(0)?;
     p.env.wait_slot_active().await?;
     p.env.client.batch_execute(SEED).await?;

@@ -160,6 +160,73 @@ pub enum Payload {
     Tombstone,
 }
 
+/// Kafka header on every record oncely's capture writes for a table, tombstones
+/// included: the event's source position as `<commit_lsn>/<event_seq>` in
+/// decimal (the [`Version`] of its envelope). A tombstone's position is that of
+/// the delete it follows.
+pub const HEADER_POSITION: &str = "oncely.position";
+/// Kafka header on a tombstone: the source schema of the deleted row's table.
+pub const HEADER_SCHEMA: &str = "oncely.schema";
+/// Kafka header on a tombstone: the source table of the deleted row.
+pub const HEADER_TABLE: &str = "oncely.table";
+
+/// Where a tombstone comes from, read from its headers ([`HEADER_POSITION`],
+/// [`HEADER_SCHEMA`], [`HEADER_TABLE`]). With it a sink applies the tombstone
+/// as a versioned delete, so a sink that lags behind log compaction (which
+/// keeps only a deleted key's tombstone) still deletes the row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TombstoneOrigin {
+    /// The position of the delete the tombstone follows.
+    pub version: Version,
+    /// Source schema.
+    pub schema: String,
+    /// Source table.
+    pub table: String,
+}
+
+impl TombstoneOrigin {
+    /// Reads the three headers; `None` unless all are present and valid
+    /// (tombstones of Debezium and older oncely versions carry none).
+    pub fn from_headers<'a>(mut header: impl FnMut(&str) -> Option<&'a [u8]>) -> Option<Self> {
+        let text = |v: &'a [u8]| std::str::from_utf8(v).ok();
+        let version = parse_position(header(HEADER_POSITION).and_then(text)?)?;
+        let schema = header(HEADER_SCHEMA).and_then(text)?.to_owned();
+        let table = header(HEADER_TABLE).and_then(text)?.to_owned();
+        Some(Self {
+            version,
+            schema,
+            table,
+        })
+    }
+
+    /// The delete this tombstone stands for: no row images, the version and
+    /// table of the delete it follows.
+    pub fn to_delete(&self) -> ChangeEvent {
+        let mut source = Map::new();
+        source.insert("schema".into(), Value::String(self.schema.clone()));
+        source.insert("table".into(), Value::String(self.table.clone()));
+        source.insert("commit_lsn".into(), Value::from(self.version.lsn));
+        source.insert("event_seq".into(), Value::from(self.version.seq));
+        ChangeEvent {
+            op: Op::Delete,
+            before: None,
+            after: None,
+            source,
+            ts_ms: None,
+            message: None,
+            version: self.version,
+            version_origin: VersionOrigin::CommitLsn,
+            schema: None,
+        }
+    }
+}
+
+/// Parses `<lsn>/<seq>` (decimal), the text of [`HEADER_POSITION`].
+pub fn parse_position(text: &str) -> Option<Version> {
+    let (lsn, seq) = text.split_once('/')?;
+    Some(Version::new(lsn.parse().ok()?, seq.parse().ok()?))
+}
+
 /// A record that is not a valid change event; becomes a per-record failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cannot decode {part}: {reason}")]

@@ -317,3 +317,46 @@ proptest::proptest! {
         proptest::prop_assert_eq!(got, reference(text.as_bytes()), "{}", text);
     }
 }
+
+#[test]
+fn a_tombstone_with_position_headers_stands_for_its_delete() {
+    let headers = [
+        (HEADER_POSITION, "23911352/3"),
+        (HEADER_SCHEMA, "Sales"),
+        (HEADER_TABLE, "Order Items"),
+    ];
+    let find = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_bytes())
+    };
+    let origin = TombstoneOrigin::from_headers(find).expect("all three headers");
+    assert_eq!(origin.version, Version::new(23_911_352, 3));
+    let delete = origin.to_delete();
+    assert_eq!(delete.op, Op::Delete);
+    assert_eq!(delete.version, Version::new(23_911_352, 3));
+    assert_eq!(delete.version_origin, VersionOrigin::CommitLsn);
+    assert_eq!(delete.schema_name(), Some("Sales"));
+    assert_eq!(delete.table(), Some("Order Items"));
+    assert!(delete.before.is_none() && delete.after.is_none());
+
+    // Debezium's tombstones carry no headers; a missing or malformed one
+    // leaves the tombstone a plain tombstone.
+    assert_eq!(TombstoneOrigin::from_headers(|_| None), None);
+    for (missing, bad) in [
+        (HEADER_TABLE, None),
+        (HEADER_POSITION, Some("12")),
+        (HEADER_POSITION, Some("a/1")),
+    ] {
+        let got = TombstoneOrigin::from_headers(|name| {
+            if name == missing {
+                bad.map(str::as_bytes)
+            } else {
+                find(name)
+            }
+        });
+        assert_eq!(got, None, "{missing} = {bad:?}");
+    }
+    assert_eq!(parse_position("7/0"), Some(Version::new(7, 0)));
+}

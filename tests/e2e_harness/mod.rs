@@ -15,8 +15,9 @@ use elasticsearch::http::transport::Transport;
 use elasticsearch::indices::IndicesDeleteParts;
 use elasticsearch::Elasticsearch;
 use oncely::verify::{self, Report};
+use rand::Rng;
 
-use crate::capture_harness::{CaptureEnv, Spawned};
+use crate::capture_harness::{kill9, CaptureEnv, Spawned};
 use crate::common;
 
 /// The three targets, in the order of [`Pipeline::sinks`].
@@ -221,6 +222,83 @@ impl Pipeline {
     }
 }
 
+/// Capture (0) and the sinks (1..=3) as processes, restarted when killed or exited.
+pub struct Fleet<'a> {
+    p: &'a Pipeline,
+    pub procs: Vec<Option<Spawned>>,
+    pub kills: [usize; 4],
+    pub exits: [usize; 4],
+}
+
+impl<'a> Fleet<'a> {
+    /// Nothing running yet: `spawn` each process.
+    pub fn new(p: &'a Pipeline) -> Self {
+        Fleet {
+            p,
+            procs: (0..4).map(|_| None).collect(),
+            kills: [0; 4],
+            exits: [0; 4],
+        }
+    }
+
+    pub fn name(i: usize) -> &'static str {
+        if i == 0 {
+            "capture"
+        } else {
+            SINKS[i - 1]
+        }
+    }
+
+    pub fn spawn(&mut self, i: usize) -> Result<()> {
+        self.procs[i] = Some(if i == 0 {
+            self.p.spawn_capture()?
+        } else {
+            self.p.spawn_sink(i - 1)?
+        });
+        Ok(())
+    }
+
+    /// Restarts processes that exited on their own (e.g. capture finding its
+    /// slot still held by the walsender of a killed predecessor, or a process
+    /// giving up while a service restarts), as a supervisor would.
+    pub fn supervise(&mut self) -> Result<()> {
+        for i in 0..self.procs.len() {
+            let exited = match self.procs[i].as_mut() {
+                Some(child) => child.try_wait()?.is_some(),
+                None => true,
+            };
+            if exited {
+                self.exits[i] += 1;
+                self.spawn(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn kill_random(&mut self) -> Result<()> {
+        let i = rand::rng().random_range(0..self.procs.len());
+        if let Some(mut child) = self.procs[i].take() {
+            kill9(&mut child);
+        }
+        self.kills[i] += 1;
+        self.spawn(i)
+    }
+
+    pub fn summary(&self) -> String {
+        (0..4)
+            .map(|i| {
+                format!(
+                    "{} killed {}x, exited {}x",
+                    Self::name(i),
+                    self.kills[i],
+                    self.exits[i]
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
 /// The runner keys of a pipeline's sink: group `<prefix>-<kind>` consuming `topics`.
 fn runner_config(prefix: &str, topics: &[String], kind: &str, records: usize) -> String {
     let group = format!("{prefix}-{kind}");
@@ -234,6 +312,7 @@ fn runner_config(prefix: &str, topics: &[String], kind: &str, records: usize) ->
     format!(
         "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{group}\"\ntopics = [{list}]\n\
          batch.max.records = {records}\nbatch.max.ms = 20\nshutdown.timeout.ms = 10000\n\
+         errors.deadletterqueue.topic.name = \"{group}-dlq\"\n\
          retry.backoff.ms = 50\nretry.backoff.max.ms = 1000\n\
          [kafka]\n\"group.instance.id\" = \"{group}-1\"\n\"session.timeout.ms\" = 6000\n\
          \"topic.metadata.refresh.interval.ms\" = 2000\n",
@@ -266,6 +345,8 @@ pub fn summary(report: &Report) -> String {
 #[derive(Debug, Default)]
 pub struct ChangeScan {
     pub events: u64,
+    /// Snapshot rows (`op = r`) among `events`.
+    pub reads: u64,
     pub tombstones: u64,
     /// `(commit_lsn, event_seq, op)` seen twice or more, with the topic of
     /// both records (at most 10 listed).
@@ -338,6 +419,7 @@ pub fn scan_changes(topics: &[String]) -> Result<ChangeScan> {
                 ) {
                     (Some(lsn), Some(seq), Some(op)) => {
                         scan.events += 1;
+                        scan.reads += u64::from(op == 'r');
                         let topic = topics
                             .iter()
                             .position(|t| t == m.topic())
@@ -361,4 +443,61 @@ pub fn scan_changes(topics: &[String]) -> Result<ChangeScan> {
         }
     }
     Ok(scan)
+}
+
+/// The dead letters of this pipeline's sinks (topics `<prefix>-<sink>-dlq`),
+/// as `topic: reason` lines, read with `read_committed` to their end.
+pub fn dead_letters(prefix: &str) -> Result<Vec<String>> {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::error::KafkaError;
+    use rdkafka::message::{Headers, Message};
+    use rdkafka::{Offset, TopicPartitionList};
+    use std::time::Instant;
+
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", common::kafka_brokers())
+        .set("group.id", common::unique("dlq-scan"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()?;
+    let metadata = consumer.fetch_metadata(None, Duration::from_secs(10))?;
+    let mut tpl = TopicPartitionList::new();
+    for t in metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name().starts_with(&format!("{prefix}-")) && t.name().ends_with("-dlq"))
+    {
+        for p in t.partitions() {
+            tpl.add_partition_offset(t.name(), p.id(), Offset::Beginning)?;
+        }
+    }
+    let partitions = tpl.count();
+    let mut letters = Vec::new();
+    if partitions == 0 {
+        return Ok(letters);
+    }
+    consumer.assign(&tpl)?;
+    let (mut eof, deadline) = (0, Instant::now() + Duration::from_secs(60));
+    while eof < partitions {
+        anyhow::ensure!(Instant::now() < deadline, "reading dead letters timed out");
+        match consumer.poll(Duration::from_millis(500)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(_))) => eof += 1,
+            Some(Err(e)) => anyhow::bail!("read dead letters: {e}"),
+            Some(Ok(m)) => {
+                let reason = m
+                    .headers()
+                    .and_then(|h| {
+                        h.iter()
+                            .find(|h| h.key == "oncely.dlq.error")
+                            .and_then(|h| h.value)
+                    })
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default();
+                letters.push(format!("{}: {reason}", m.topic()));
+            }
+        }
+    }
+    Ok(letters)
 }

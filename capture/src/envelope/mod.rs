@@ -37,6 +37,20 @@ use source::SourceWriter;
 /// `source.version`: the oncely release that wrote the record.
 pub const SOURCE_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// Kafka header on every table record, tombstones included: the event's source
+/// position, `<commit_lsn>/<event_seq>` in decimal (a tombstone takes its
+/// delete's). Sinks read the same names (`oncely_sinks::event`).
+pub const HEADER_POSITION: &str = "oncely.position";
+/// Kafka header on a tombstone: the deleted row's source schema.
+pub const HEADER_SCHEMA: &str = "oncely.schema";
+/// Kafka header on a tombstone: the deleted row's source table.
+pub const HEADER_TABLE: &str = "oncely.table";
+
+/// The text of [`HEADER_POSITION`] for `src`.
+pub fn position_header(src: &SourcePosition) -> Vec<u8> {
+    format!("{}/{}", src.commit_lsn, src.event_seq).into_bytes()
+}
+
 /// Settings shared by every table's encoder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnvelopeConfig {
@@ -149,6 +163,9 @@ struct ColumnEncoder {
 pub struct TableEncoder {
     /// `schema.table`, for error messages.
     table: String,
+    /// Bytes of the schema name at the start of `table` (tombstone headers
+    /// name schema and table apart; either may contain dots).
+    schema_len: usize,
     topic: String,
     columns: Vec<ColumnEncoder>,
     key_indices: Vec<usize>,
@@ -253,6 +270,7 @@ impl TableEncoder {
         Ok(Self {
             topic: topic_name(&base_name),
             source: SourceWriter::new(cfg, &rel.namespace, &rel.name),
+            schema_len: rel.namespace.len(),
             table,
             columns,
             key_indices,
@@ -261,6 +279,11 @@ impl TableEncoder {
             tail,
             value_capacity,
         })
+    }
+
+    /// The source schema and table of the events.
+    pub fn source_names(&self) -> (&str, &str) {
+        (&self.table[..self.schema_len], &self.table[self.schema_len + 1..])
     }
 
     /// `<prefix>.<schema>.<table>`, with characters Kafka does not allow in

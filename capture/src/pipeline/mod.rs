@@ -24,7 +24,10 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{CaptureConfig, ReplicaIdentityCheck};
-use crate::envelope::{EnvelopeConfig, Op, SnapshotMarker, SourcePosition, TableEncoder};
+use crate::envelope::{
+    EnvelopeConfig, Op, SnapshotMarker, SourcePosition, TableEncoder, HEADER_POSITION,
+    HEADER_SCHEMA, HEADER_TABLE,
+};
 use crate::error::CaptureError;
 use crate::filter::TableFilter;
 use crate::kafka::{TopicCreator, TxProducer};
@@ -345,6 +348,28 @@ impl Record {
             ensure_topic: false,
         }
     }
+
+    /// A change event of a table, its source position in a header too.
+    fn change(topic: &Arc<str>, key: Vec<u8>, value: Vec<u8>, src: &SourcePosition) -> Self {
+        let mut r = Record::new(topic, Some(key), Some(value));
+        r.headers
+            .push((HEADER_POSITION, crate::envelope::position_header(src)));
+        r
+    }
+
+    /// The tombstone after a delete at `src`: it names that position and the
+    /// table, so a sink that only sees the tombstone (the delete compacted
+    /// away) can apply it as the delete.
+    fn tombstone(topic: &Arc<str>, key: Vec<u8>, src: &SourcePosition, enc: &TableEncoder) -> Self {
+        let (schema, table) = enc.source_names();
+        let mut r = Record::new(topic, Some(key), None);
+        r.headers = vec![
+            (HEADER_POSITION, crate::envelope::position_header(src)),
+            (HEADER_SCHEMA, schema.as_bytes().to_vec()),
+            (HEADER_TABLE, table.as_bytes().to_vec()),
+        ];
+        r
+    }
 }
 
 /// How the changes of one relation become records.
@@ -645,7 +670,7 @@ impl Pipeline<'_> {
         };
         let (topic, key, value) =
             crate::envelope::message_record(&self.envelope, false, prefix, content, &position, ts);
-        let mut record = Record::new(&topic.as_str().into(), Some(key), Some(value));
+        let mut record = Record::change(&topic.as_str().into(), key, value, &position);
         record.ensure_topic = true;
         self.publish(vec![record]).await?;
         let flush_lsn = self.pending.flush_lsn.max(lsn);
@@ -693,11 +718,7 @@ impl Pipeline<'_> {
                 Some(Route::Table(enc, topic)) => {
                     let key = enc.key(&new).map_err(encode_err)?;
                     let value = enc.value(Op::Create, None, Some(&new), src, now);
-                    out.push(Record::new(
-                        topic,
-                        Some(key),
-                        Some(value.map_err(encode_err)?),
-                    ));
+                    out.push(Record::change(topic, key, value.map_err(encode_err)?, src));
                 }
                 Some(Route::Outbox(router, rel)) => {
                     let ev = router
@@ -728,19 +749,21 @@ impl Pipeline<'_> {
                         // A primary-key change: the old row is gone, a new one exists.
                         let before = old.as_ref().map(OldTuple::tuple);
                         let deleted = enc.value(Op::Delete, before, None, src, now);
-                        out.push(Record::new(
+                        out.push(Record::change(
                             topic,
-                            Some(old_key.clone()),
-                            Some(deleted.map_err(encode_err)?),
+                            old_key.clone(),
+                            deleted.map_err(encode_err)?,
+                            src,
                         ));
                         if tombstones {
-                            out.push(Record::new(topic, Some(old_key), None));
+                            out.push(Record::tombstone(topic, old_key, src, enc));
                         }
                         let created = enc.value(Op::Create, None, Some(&new), src, now);
-                        out.push(Record::new(
+                        out.push(Record::change(
                             topic,
-                            Some(new_key),
-                            Some(created.map_err(encode_err)?),
+                            new_key,
+                            created.map_err(encode_err)?,
+                            src,
                         ));
                     }
                     _ => {
@@ -752,10 +775,11 @@ impl Pipeline<'_> {
                         };
                         let after = after.as_ref().unwrap_or(&new);
                         let value = enc.value(Op::Update, before, Some(after), src, now);
-                        out.push(Record::new(
+                        out.push(Record::change(
                             topic,
-                            Some(new_key),
-                            Some(value.map_err(encode_err)?),
+                            new_key,
+                            value.map_err(encode_err)?,
+                            src,
                         ));
                     }
                 }
@@ -766,19 +790,25 @@ impl Pipeline<'_> {
                 };
                 let key = enc.key(old.tuple()).map_err(encode_err)?;
                 let value = enc.value(Op::Delete, Some(old.tuple()), None, src, now);
-                out.push(Record::new(
+                out.push(Record::change(
                     topic,
-                    Some(key.clone()),
-                    Some(value.map_err(encode_err)?),
+                    key.clone(),
+                    value.map_err(encode_err)?,
+                    src,
                 ));
                 if tombstones {
-                    out.push(Record::new(topic, Some(key), None));
+                    out.push(Record::tombstone(topic, key, src, enc));
                 }
             }
             LogicalMessage::Truncate { relation_ids, .. } => {
                 for relation_id in relation_ids {
                     if let Some(Route::Table(enc, topic)) = self.route(relation_id).await? {
-                        out.push(Record::new(topic, None, Some(enc.truncate_value(src, now))));
+                        let mut record =
+                            Record::new(topic, None, Some(enc.truncate_value(src, now)));
+                        record
+                            .headers
+                            .push((HEADER_POSITION, crate::envelope::position_header(src)));
+                        out.push(record);
                     }
                 }
             }
@@ -793,7 +823,7 @@ impl Pipeline<'_> {
                     src,
                     now,
                 );
-                let mut record = Record::new(&topic.as_str().into(), Some(key), Some(value));
+                let mut record = Record::change(&topic.as_str().into(), key, value, src);
                 record.ensure_topic = true;
                 out.push(record);
             }

@@ -348,7 +348,7 @@ impl Pipeline<'_> {
             let value = encoder
                 .value(Op::Read, None, Some(row), &pos, now)
                 .map_err(encode_err)?;
-            records.push(Record::new(&topic, Some(key), Some(value)));
+            records.push(Record::change(&topic, key, value, &pos));
         }
         self.publish(records).await?;
 

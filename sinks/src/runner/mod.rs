@@ -55,6 +55,7 @@ use self::shared::{Shared, TopicFilter};
 use self::worker::Incoming;
 use crate::config::RunnerConfig;
 use crate::error::RunnerError;
+use crate::event::TombstoneOrigin;
 use crate::metrics::Metrics;
 use crate::sink::{Sink, TopicPartition};
 
@@ -251,6 +252,10 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
                 let incoming = (
                     message.key().map(<[u8]>::to_vec),
                     message.payload().map(<[u8]>::to_vec),
+                    match message.payload() {
+                        None => tombstone_origin(&message),
+                        Some(_) => None,
+                    },
                 );
                 let timestamp_ms = message.timestamp().to_millis();
                 drop(message);
@@ -278,14 +283,24 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
     Ok(())
 }
 
-type Payloads = (Option<Vec<u8>>, Option<Vec<u8>>);
+/// Key, value, and a tombstone's origin.
+type Payloads = (Option<Vec<u8>>, Option<Vec<u8>>, Option<TombstoneOrigin>);
+
+/// The origin a tombstone's headers name, if they do.
+fn tombstone_origin(message: &rdkafka::message::BorrowedMessage<'_>) -> Option<TombstoneOrigin> {
+    use rdkafka::message::Headers;
+    let headers = message.headers()?;
+    TombstoneOrigin::from_headers(|name| {
+        headers.iter().find(|h| h.key == name).and_then(|h| h.value)
+    })
+}
 
 /// Hands one record to its partition's worker, waiting for byte budget and channel space.
 fn dispatch(
     consumer: &BaseConsumer<RunnerContext>,
     shared: &Shared,
     (topic, partition, offset): (&str, i32, i64),
-    ((key, value), timestamp_ms): (Payloads, Option<i64>),
+    ((key, value, tombstone), timestamp_ms): (Payloads, Option<i64>),
 ) {
     if shared.filter.is_ignored(topic) {
         shared.record_progress(topic, partition, offset + 1);
@@ -326,6 +341,7 @@ fn dispatch(
         timestamp_ms,
         key,
         value,
+        tombstone,
         _permit: permit,
     };
     loop {

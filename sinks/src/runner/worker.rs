@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use super::dlq::DeadLetter;
 use super::shared::Shared;
 use crate::error::{RecordFailure, SinkError};
-use crate::event::{decode_key, decode_value, DecodeError};
+use crate::event::{decode_key, decode_value, DecodeError, Payload, TombstoneOrigin};
 use crate::retry::{retry, Backoff, RetryOutcome};
 use crate::sink::{Batch, Record};
 
@@ -48,6 +48,8 @@ pub(crate) struct Incoming {
     pub timestamp_ms: Option<i64>,
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
+    /// A tombstone's origin, from its headers (see [`TombstoneOrigin`]).
+    pub tombstone: Option<TombstoneOrigin>,
     pub _permit: OwnedSemaphorePermit,
 }
 
@@ -296,6 +298,14 @@ fn decode(incoming: Vec<Incoming>) -> DecodedParts {
             decode_key(m.key.as_deref()).and_then(|k| Ok((k, decode_value(m.value.as_deref())?)));
         match decoded {
             Ok((key, payload)) => {
+                // A tombstone that says which delete it follows is applied as
+                // that delete (versioned, so applying both is harmless).
+                let payload = match (payload, m.tombstone) {
+                    (Payload::Tombstone, Some(origin)) => {
+                        Payload::Change(Box::new(origin.to_delete()))
+                    }
+                    (payload, _) => payload,
+                };
                 let mut r = Record::new(m.offset, key, payload).with_raw_owned(m.key, m.value);
                 r.timestamp_ms = m.timestamp_ms;
                 records.push(r);

@@ -69,7 +69,13 @@ impl RedisTarget {
         };
         let conn = client
             .map_err(redis_error("open"))?
-            .get_multiplexed_async_connection()
+            // The sink's own timeouts: the client's default (a fraction of a
+            // second) is too short for a page of reads on a busy machine.
+            .get_multiplexed_async_connection_with_config(
+                &redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(config.connect_timeout()))
+                    .set_response_timeout(Some(config.response_timeout())),
+            )
             .await
             .map_err(redis_error("connect"))?;
         Ok(Self {

@@ -138,6 +138,9 @@ pub fn compatible(spec: &ColumnSpec, actual: &str) -> Result<(), String> {
         || is_text(actual)
         || (spec.inferred && want == "text")
         || (spec.inferred && want == "jsonb" && (have == "json" || have.ends_with("[]")))
+        // A JSON integer says nothing of its width: inferred, it fits any
+        // integer column (a value out of range is an error, never rounded).
+        || (spec.inferred && want == "bigint" && matches!(have.as_str(), "smallint" | "integer"))
         || match have.as_str() {
             "bigint" => matches!(want.as_str(), "smallint" | "integer"),
             "integer" => want == "smallint",
@@ -361,6 +364,12 @@ mod tests {
         let inferred_text = infer(&json!("x")).expect("spec");
         assert!(compatible(&inferred_text, "timestamp with time zone").is_ok());
         assert!(compatible(&infer(&json!(1.5)).expect("spec"), "bigint").is_err());
+        // A JSON integer without a schema fits any integer column; a JSON
+        // fraction never goes into one.
+        let inferred_int = infer(&json!(7)).expect("spec");
+        assert!(compatible(&inferred_int, "integer").is_ok());
+        assert!(compatible(&inferred_int, "smallint").is_ok());
+        assert!(compatible(&infer(&json!(1.5)).expect("spec"), "integer").is_err());
     }
 
     #[test]

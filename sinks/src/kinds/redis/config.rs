@@ -357,12 +357,12 @@ impl RedisConfig {
     }
 
     /// `connect.timeout.ms` as a duration.
-    pub(super) fn connect_timeout(&self) -> Duration {
+    pub fn connect_timeout(&self) -> Duration {
         Duration::from_millis(self.connect_timeout_ms)
     }
 
     /// `response.timeout.ms` as a duration.
-    pub(super) fn response_timeout(&self) -> Duration {
+    pub fn response_timeout(&self) -> Duration {
         Duration::from_millis(self.response_timeout_ms)
     }
 }
