@@ -4,8 +4,9 @@
 //! restarts Kafka and PostgreSQL. At the end `oncely verify` must find every
 //! target equal to the source, and a `read_committed` scan of the topics must
 //! hold each committed source change exactly once: each `(commit_lsn,
-//! event_seq, op)` once — a primary-key update's delete and create share
-//! their `event_seq` — and as many events as the source committed.
+//! event_seq)` once — every event has a position of its own, a primary-key
+//! update's delete and create included — and as many events as the source
+//! committed.
 //!
 //! The workload: inserts, updates, deletes, primary-key updates, hot keys
 //! updated many times a second, transactions spanning tables, one 20,000-row

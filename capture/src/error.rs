@@ -47,6 +47,11 @@ pub enum CaptureError {
         source: tokio_postgres::Error,
     },
 
+    /// A read from the source table could not complete yet (e.g. a
+    /// transaction the stream sent is not visible yet); retrying may help.
+    #[error("postgres: {0}")]
+    SourceRead(String),
+
     /// The replication stream failed.
     #[error("replication stream: {0}")]
     Replication(#[from] pgwire_replication::PgWireError),
@@ -66,6 +71,7 @@ impl CaptureError {
     pub fn is_retriable(&self) -> bool {
         match self {
             CaptureError::Kafka { retriable, .. } => *retriable,
+            CaptureError::SourceRead(_) => true,
             CaptureError::Postgres { source, .. } => {
                 // Transient unless the server said something definite about us.
                 source.code().is_none()

@@ -4,7 +4,8 @@
 use std::net::SocketAddr;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -20,6 +21,13 @@ pub const BATCH_DURATION_SECONDS: &str = "oncely_sink_batch_duration_seconds";
 pub const RETRIES_TOTAL: &str = "oncely_sink_retries_total";
 /// Counter: records written to the dead-letter topic.
 pub const DEAD_LETTERS_TOTAL: &str = "oncely_sink_dead_letters_total";
+/// Gauge: records applied but whose offset Kafka has not acknowledged yet, per owned partition.
+pub const UNCOMMITTED_RECORDS: &str = "oncely_sink_uncommitted_records";
+/// Gauge: seconds a partition's applied position has been ahead of its
+/// acknowledged commit (0 when caught up); alert when it exceeds a bound.
+pub const COMMIT_LAG_SECONDS: &str = "oncely_sink_commit_lag_seconds";
+/// Counter: offset commits Kafka refused or that failed (they are sent again).
+pub const OFFSET_COMMIT_FAILURES_TOTAL: &str = "oncely_sink_offset_commit_failures_total";
 /// Label: topic name.
 pub const LABEL_TOPIC: &str = "topic";
 /// Label: partition number.
@@ -45,6 +53,12 @@ pub struct Metrics {
     pub retries: IntCounterVec,
     /// See [`DEAD_LETTERS_TOTAL`].
     pub dead_letters: IntCounterVec,
+    /// See [`UNCOMMITTED_RECORDS`].
+    pub uncommitted_records: IntGaugeVec,
+    /// See [`COMMIT_LAG_SECONDS`].
+    pub commit_lag_seconds: GaugeVec,
+    /// See [`OFFSET_COMMIT_FAILURES_TOTAL`].
+    pub offset_commit_failures: IntCounter,
 }
 
 impl Metrics {
@@ -81,6 +95,27 @@ impl Metrics {
             ),
             &[LABEL_TOPIC],
         )?;
+        let uncommitted_records = IntGaugeVec::new(
+            Opts::new(
+                UNCOMMITTED_RECORDS,
+                "Records applied whose offset Kafka has not acknowledged, per partition",
+            ),
+            &[LABEL_TOPIC, LABEL_PARTITION],
+        )?;
+        let commit_lag_seconds = GaugeVec::new(
+            Opts::new(
+                COMMIT_LAG_SECONDS,
+                "Seconds the applied position has been ahead of the acknowledged commit",
+            ),
+            &[LABEL_TOPIC, LABEL_PARTITION],
+        )?;
+        let offset_commit_failures = IntCounter::new(
+            OFFSET_COMMIT_FAILURES_TOTAL,
+            "Offset commits that failed (sent again later)",
+        )?;
+        registry.register(Box::new(uncommitted_records.clone()))?;
+        registry.register(Box::new(commit_lag_seconds.clone()))?;
+        registry.register(Box::new(offset_commit_failures.clone()))?;
         registry.register(Box::new(consumer_lag.clone()))?;
         registry.register(Box::new(events_applied.clone()))?;
         registry.register(Box::new(batch_duration.clone()))?;
@@ -93,6 +128,9 @@ impl Metrics {
             batch_duration,
             retries,
             dead_letters,
+            uncommitted_records,
+            commit_lag_seconds,
+            offset_commit_failures,
         })
     }
 

@@ -389,3 +389,79 @@ async fn batches_close_early_when_the_sink_is_idle_and_grow_while_it_is_busy() {
         "a busy sink gets larger batches, got {sizes:?}"
     );
 }
+
+/// Offset commits that Kafka refuses (as it does during a rebalance, for a
+/// commit sent with the old generation) stay pending: they show in the
+/// commit-lag metrics, and once commits succeed again the applied positions
+/// are committed even though the partitions have gone idle meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs `--features oncely-sinks/failpoints` (scripts/test sets it)"
+)]
+async fn refused_commits_show_in_metrics_and_are_sent_again_when_idle() {
+    #[cfg(feature = "failpoints")]
+    {
+        let (topic, group) = (unique("refused"), unique("g"));
+        create_topic(&topic, 3).await;
+        let out: Vec<Out> = (0..30u64)
+            .map(|i| Out {
+                key: Some(key(i)),
+                value: Some(envelope(i, 100 + i, 0, i)),
+                partition: Some((i % 3) as i32),
+            })
+            .collect();
+        fail::cfg("sink-offset-commit", &format!("return({group})")).expect("failpoint");
+        produce(&topic, &out).await;
+        let sink = Arc::new(TestSink::default());
+        let (stop, task, metrics) = start(config(&topic, &group), sink.clone());
+        wait_until("all records applied", Duration::from_secs(60), || {
+            count(&sink.seen) >= 30
+        })
+        .await;
+        let uncommitted = |p: i32| {
+            metrics
+                .uncommitted_records
+                .with_label_values(&[&topic, &p.to_string()])
+                .get()
+        };
+        let lag_seconds = |p: i32| {
+            metrics
+                .commit_lag_seconds
+                .with_label_values(&[&topic, &p.to_string()])
+                .get()
+        };
+        wait_until("the commit lag shows", Duration::from_secs(30), || {
+            (0..3).all(|p| uncommitted(p) == 10 && lag_seconds(p) >= 1.0)
+        })
+        .await;
+        assert!(metrics.offset_commit_failures.get() > 0, "failures counted");
+        assert_eq!(
+            committed(&group, &topic, 3).await,
+            vec![-1; 3],
+            "nothing committed yet"
+        );
+
+        // Commits succeed again; nothing new arrives, yet every partition's
+        // applied position gets committed.
+        fail::remove("sink-offset-commit");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if committed(&group, &topic, 3).await == vec![10; 3] {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "idle partitions never committed what was applied: {:?}",
+                committed(&group, &topic, 3).await
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        wait_until("the commit lag clears", Duration::from_secs(10), || {
+            (0..3).all(|p| uncommitted(p) == 0 && lag_seconds(p) == 0.0)
+        })
+        .await;
+        stop.cancel();
+        task.await.expect("join").expect("runner ok");
+    }
+}

@@ -116,6 +116,17 @@ impl Pipeline {
         ))
     }
 
+    /// Appends `lines` to sink config `i`: its `[sink]` table comes last, so
+    /// they become keys of that table (e.g. `history.enabled = true`).
+    pub fn extend_sink_config(&self, i: usize, lines: &str) -> Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.sinks[i])?;
+        writeln!(f, "{lines}")?;
+        Ok(())
+    }
+
     pub fn sink_log(&self, i: usize) -> String {
         std::fs::read_to_string(self.sinks[i].with_extension("log")).unwrap_or_default()
     }
@@ -336,20 +347,20 @@ pub fn summary(report: &Report) -> String {
 }
 
 /// What a `read_committed` reader finds on change topics: change events
-/// (tombstones left out), and the source changes seen more than once.
+/// (tombstones left out), and the events seen more than once.
 ///
-/// A change is identified by `(source.commit_lsn, source.event_seq, op)`:
-/// capture numbers pgoutput's changes, and a primary-key update is one change
-/// that goes out as two events — a delete of the old key and a create of the
-/// new one — with the same `event_seq`.
+/// An event is identified by `(source.commit_lsn, source.event_seq)`:
+/// capture gives every event a position of its own (a primary-key update's
+/// delete and create take consecutive ordinals), so a position seen twice is
+/// a duplicate.
 #[derive(Debug, Default)]
 pub struct ChangeScan {
     pub events: u64,
     /// Snapshot rows (`op = r`) among `events`.
     pub reads: u64,
     pub tombstones: u64,
-    /// `(commit_lsn, event_seq, op)` seen twice or more, with the topic of
-    /// both records (at most 10 listed).
+    /// `(commit_lsn, event_seq, op)` of positions seen twice or more, with
+    /// the topic of both records (at most 10 listed).
     pub duplicates: Vec<String>,
     pub duplicate_count: u64,
     /// Events without `source.commit_lsn`/`event_seq`/`op`.
@@ -390,7 +401,7 @@ pub fn scan_changes(topics: &[String]) -> Result<ChangeScan> {
     let partitions = tpl.count();
     consumer.assign(&tpl)?;
     // Identity -> topic index, to describe a duplicate.
-    let mut seen: HashMap<(u64, u64, char), usize> = HashMap::new();
+    let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
     let mut scan = ChangeScan::default();
     let mut eof = 0;
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -424,7 +435,7 @@ pub fn scan_changes(topics: &[String]) -> Result<ChangeScan> {
                             .iter()
                             .position(|t| t == m.topic())
                             .unwrap_or(usize::MAX);
-                        if let Some(first_topic) = seen.insert((lsn, seq, op), topic) {
+                        if let Some(first_topic) = seen.insert((lsn, seq), topic) {
                             scan.duplicate_count += 1;
                             if scan.duplicates.len() < 10 {
                                 let name = |i: usize| topics.get(i).map_or("?", String::as_str);

@@ -283,7 +283,10 @@ impl TableEncoder {
 
     /// The source schema and table of the events.
     pub fn source_names(&self) -> (&str, &str) {
-        (&self.table[..self.schema_len], &self.table[self.schema_len + 1..])
+        (
+            &self.table[..self.schema_len],
+            &self.table[self.schema_len + 1..],
+        )
     }
 
     /// `<prefix>.<schema>.<table>`, with characters Kafka does not allow in

@@ -12,6 +12,7 @@
 //! committing transaction's offset record names the position reached when its
 //! commit started, so the held changes are replayed if it is the last to land.
 
+mod fill;
 mod signal;
 mod snapshot;
 
@@ -321,6 +322,11 @@ struct SourceTx {
     seen: u64,
     /// Changes already in Kafka: skip while `seen <= skip`.
     skip: u64,
+    /// Event ordinals used so far (`source.event_seq` of the last event):
+    /// one per change, two for a primary-key update (its delete and its
+    /// create), one per captured table of a truncate. Counted for skipped
+    /// changes too, so every replay numbers the same events the same way.
+    seq: u64,
 }
 
 /// A record ready for Kafka.
@@ -484,6 +490,7 @@ impl Pipeline<'_> {
                     commit_ts_ms: (commit_time_micros + PG_EPOCH_OFFSET_US) / 1000,
                     seen: 0,
                     skip,
+                    seq: 0,
                 });
             }
             ReplicationEvent::Commit { lsn, end_lsn, .. } => {
@@ -603,6 +610,9 @@ impl Pipeline<'_> {
         // not: dropping a chunk row is always safe, keeping a stale one is not.
         self.mark_chunk_dirty(&change);
         if replayed {
+            // Its events are in Kafka; their ordinals still count.
+            let ordinals = self.ordinals(&change).await?;
+            self.use_ordinals(ordinals);
             return Ok(());
         }
         let Some(tx) = self.tx.as_ref() else {
@@ -612,7 +622,7 @@ impl Pipeline<'_> {
             tx_id: tx.xid,
             lsn,
             commit_lsn: tx.commit_lsn,
-            event_seq: tx.seen,
+            event_seq: tx.seq + 1,
             commit_ts_ms: tx.commit_ts_ms,
             snapshot: SnapshotMarker::False,
         };
@@ -626,14 +636,18 @@ impl Pipeline<'_> {
                 // publishes its rows, in this Kafka transaction with the
                 // offset that moves the snapshot past them.
                 self.on_watermark(content, &position).await?;
+                self.use_ordinals(1);
                 self.advance(commit_lsn, seen, false, xid, ts);
                 return self.close_if_full().await;
             }
         }
         let signal = self.signal_row(&change).await?;
         if signal.is_none() {
-            let records = self.records_for(change, &position).await?;
+            let (records, ordinals) = self.records_for(change, &position).await?;
+            self.use_ordinals(ordinals);
             self.publish(records).await?;
+        } else {
+            self.use_ordinals(1);
         }
         self.advance(commit_lsn, seen, false, xid, ts);
         if let Some(signal) = signal {
@@ -679,6 +693,47 @@ impl Pipeline<'_> {
         self.close_if_full().await
     }
 
+    /// Counts `n` event ordinals of the open source transaction as used.
+    fn use_ordinals(&mut self, n: u64) {
+        if let Some(tx) = self.tx.as_mut() {
+            tx.seq += n;
+        }
+    }
+
+    /// How many event ordinals a change uses: as many as the events
+    /// [`Pipeline::records_for`] makes of it, and at least one. Decided from
+    /// the change and the routes alone (no value encoded, nothing read), so
+    /// a skipped change counts the same as when it was published.
+    async fn ordinals(&mut self, change: &LogicalMessage) -> Result<u64, CaptureError> {
+        match change {
+            LogicalMessage::Update {
+                relation_id,
+                old,
+                new,
+            } => match self.route(*relation_id).await? {
+                Some(Route::Table(enc, _)) if old.is_some() => {
+                    let new_key = enc.key(new).map_err(encode_err)?;
+                    Ok(if changed_key(enc, old.as_ref(), &new_key)?.is_some() {
+                        2
+                    } else {
+                        1
+                    })
+                }
+                _ => Ok(1),
+            },
+            LogicalMessage::Truncate { relation_ids, .. } => {
+                let mut tables = 0;
+                for &id in relation_ids {
+                    if let Some(Route::Table(..)) = self.route(id).await? {
+                        tables += 1;
+                    }
+                }
+                Ok(tables.max(1))
+            }
+            _ => Ok(1),
+        }
+    }
+
     /// Moves the pending position to change `events` of the transaction
     /// committing at `commit_lsn`; snapshot progress and known tables stay.
     fn advance(&mut self, commit_lsn: u64, events: u64, complete: bool, tx_id: u32, ts_ms: i64) {
@@ -690,15 +745,18 @@ impl Pipeline<'_> {
         p.ts_ms = ts_ms;
     }
 
-    /// The Kafka records of one change (none when its table is not captured).
+    /// The Kafka records of one change (none when its table is not captured),
+    /// and how many event ordinals they use from `src.event_seq` on (as
+    /// [`Pipeline::ordinals`] counts them).
     async fn records_for(
         &mut self,
         change: LogicalMessage,
         src: &SourcePosition,
-    ) -> Result<Vec<Record>, CaptureError> {
+    ) -> Result<(Vec<Record>, u64), CaptureError> {
         let now = now_ms();
         let tombstones = self.cfg.tombstones.on.delete;
         let mut out = Vec::new();
+        let mut ordinals = 1;
         if let LogicalMessage::Insert { relation_id, .. }
         | LogicalMessage::Update { relation_id, .. }
         | LogicalMessage::Delete { relation_id, .. } = &change
@@ -710,7 +768,8 @@ impl Pipeline<'_> {
             if let Some(table) = refused {
                 let counter = &self.metrics.refused_changes;
                 counter.with_label_values(&[table.as_str()]).inc();
-                return Ok(out);
+                // One ordinal, as `ordinals` counts a change of no table route.
+                return Ok((out, 1));
             }
         }
         match change {
@@ -736,57 +795,76 @@ impl Pipeline<'_> {
                 old,
                 new,
             } => {
-                let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
-                    return Ok(out);
+                let Some(Route::Table(enc, _)) = self.route(relation_id).await? else {
+                    return Ok((out, ordinals));
                 };
                 let new_key = enc.key(&new).map_err(encode_err)?;
-                let old_key = match &old {
-                    Some(o) => Some(enc.key(o.tuple()).map_err(encode_err)?),
-                    None => None,
+                let full = match &old {
+                    Some(OldTuple::Full(full)) => fill_unchanged_toast(&new, full),
+                    _ => None,
                 };
-                match old_key {
-                    Some(old_key) if old_key != new_key => {
-                        // A primary-key change: the old row is gone, a new one exists.
-                        let before = old.as_ref().map(OldTuple::tuple);
-                        let deleted = enc.value(Op::Delete, before, None, src, now);
-                        out.push(Record::change(
-                            topic,
-                            old_key.clone(),
-                            deleted.map_err(encode_err)?,
-                            src,
-                        ));
-                        if tombstones {
-                            out.push(Record::tombstone(topic, old_key, src, enc));
-                        }
-                        let created = enc.value(Op::Create, None, Some(&new), src, now);
-                        out.push(Record::change(
-                            topic,
-                            new_key,
-                            created.map_err(encode_err)?,
-                            src,
-                        ));
-                    }
-                    _ => {
-                        let (before, after) = match &old {
-                            Some(OldTuple::Full(full)) => {
-                                (Some(full), fill_unchanged_toast(&new, full))
-                            }
-                            _ => (None, None),
-                        };
-                        let after = after.as_ref().unwrap_or(&new);
-                        let value = enc.value(Op::Update, before, Some(after), src, now);
-                        out.push(Record::change(
-                            topic,
-                            new_key,
-                            value.map_err(encode_err)?,
-                            src,
-                        ));
-                    }
+                let Some(old_key) = changed_key(enc, old.as_ref(), &new_key)? else {
+                    let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
+                        return Ok((out, ordinals));
+                    };
+                    let before = match &old {
+                        Some(OldTuple::Full(full)) => Some(full),
+                        _ => None,
+                    };
+                    let after = full.as_ref().unwrap_or(&new);
+                    let value = enc.value(Op::Update, before, Some(after), src, now);
+                    out.push(Record::change(
+                        topic,
+                        new_key,
+                        value.map_err(encode_err)?,
+                        src,
+                    ));
+                    return Ok((out, ordinals));
+                };
+                // A primary-key change: the old row is gone, a new one
+                // exists. No target holds a row under the new key to keep
+                // unchanged TOAST values from, so the create carries them:
+                // from the old row (REPLICA IDENTITY FULL), else read from
+                // the source by the new key.
+                let key_columns: Vec<String> = enc.key_column_names().map(str::to_owned).collect();
+                let mut after = full.unwrap_or(new);
+                if has_unchanged_toast(&after) {
+                    after = self
+                        .read_unavailable(relation_id, &key_columns, after, src.tx_id)
+                        .await?;
                 }
+                let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
+                    return Ok((out, ordinals));
+                };
+                let before = old.as_ref().map(OldTuple::tuple);
+                let deleted = enc.value(Op::Delete, before, None, src, now);
+                out.push(Record::change(
+                    topic,
+                    old_key.clone(),
+                    deleted.map_err(encode_err)?,
+                    src,
+                ));
+                if tombstones {
+                    // The delete's position, as every tombstone.
+                    out.push(Record::tombstone(topic, old_key, src, enc));
+                }
+                // The create is an event of its own, with the next ordinal.
+                ordinals = 2;
+                let created_at = SourcePosition {
+                    event_seq: src.event_seq + 1,
+                    ..*src
+                };
+                let created = enc.value(Op::Create, None, Some(&after), &created_at, now);
+                out.push(Record::change(
+                    topic,
+                    new_key,
+                    created.map_err(encode_err)?,
+                    &created_at,
+                ));
             }
             LogicalMessage::Delete { relation_id, old } => {
                 let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
-                    return Ok(out);
+                    return Ok((out, ordinals));
                 };
                 let key = enc.key(old.tuple()).map_err(encode_err)?;
                 let value = enc.value(Op::Delete, Some(old.tuple()), None, src, now);
@@ -801,16 +879,24 @@ impl Pipeline<'_> {
                 }
             }
             LogicalMessage::Truncate { relation_ids, .. } => {
+                // One event per captured table, each with an ordinal of its own.
+                let mut tables = 0;
                 for relation_id in relation_ids {
                     if let Some(Route::Table(enc, topic)) = self.route(relation_id).await? {
+                        let at = SourcePosition {
+                            event_seq: src.event_seq + tables,
+                            ..*src
+                        };
                         let mut record =
-                            Record::new(topic, None, Some(enc.truncate_value(src, now)));
+                            Record::new(topic, None, Some(enc.truncate_value(&at, now)));
                         record
                             .headers
-                            .push((HEADER_POSITION, crate::envelope::position_header(src)));
+                            .push((HEADER_POSITION, crate::envelope::position_header(&at)));
                         out.push(record);
+                        tables += 1;
                     }
                 }
+                ordinals = tables.max(1);
             }
             LogicalMessage::Message {
                 prefix, content, ..
@@ -833,7 +919,42 @@ impl Pipeline<'_> {
                 )));
             }
         }
-        Ok(out)
+        Ok((out, ordinals))
+    }
+
+    /// `row` with its unchanged TOAST values read from the source table by
+    /// its key (`key_columns`), once transaction `xid` is visible; `row` as it
+    /// is when no row has that key any more (a later change deleted it or
+    /// changed its key again, and its own events bring the targets there).
+    async fn read_unavailable(
+        &mut self,
+        relation_id: u32,
+        key_columns: &[String],
+        row: TupleData,
+        xid: u32,
+    ) -> Result<TupleData, CaptureError> {
+        let rel = self.relations.get(relation_id).cloned().ok_or_else(|| {
+            CaptureError::Protocol(format!(
+                "change for relation {relation_id} before its Relation message"
+            ))
+        })?;
+        let key_idx = key_columns
+            .iter()
+            .map(|k| rel.columns.iter().position(|c| &c.name == k))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| {
+                CaptureError::Protocol(format!(
+                    "key columns {key_columns:?} are not all columns of {}.{}",
+                    rel.namespace, rel.name
+                ))
+            })?;
+        match fill::read_unavailable(&mut self.control, &rel, &key_idx, xid, &row).await? {
+            Some(filled) => Ok(filled),
+            None => {
+                tracing::debug!(table = %format!("{}.{}", rel.namespace, rel.name), "row of a primary-key update is gone from the source; its unchanged TOAST values stay unavailable");
+                Ok(row)
+            }
+        }
     }
 
     /// How a relation's changes are published, decided on first use after each Relation message.
@@ -1082,11 +1203,7 @@ impl Pipeline<'_> {
 /// With REPLICA IDENTITY FULL the old row carries the values of unchanged
 /// TOASTed columns, so the new row can be complete instead of marked unavailable.
 fn fill_unchanged_toast(new: &TupleData, old: &TupleData) -> Option<TupleData> {
-    let has_unchanged = new
-        .0
-        .iter()
-        .any(|v| matches!(v, TupleValue::UnchangedToast));
-    if !has_unchanged || new.0.len() != old.0.len() {
+    if !has_unchanged_toast(new) || new.0.len() != old.0.len() {
         return None;
     }
     let filled = new
@@ -1102,6 +1219,26 @@ fn fill_unchanged_toast(new: &TupleData, old: &TupleData) -> Option<TupleData> {
         })
         .collect();
     Some(TupleData(filled))
+}
+
+/// The old key of an update that changed its row's key (`None` when the key
+/// stayed, or the old key is not in the change).
+fn changed_key(
+    enc: &TableEncoder,
+    old: Option<&OldTuple>,
+    new_key: &[u8],
+) -> Result<Option<Vec<u8>>, CaptureError> {
+    let Some(old) = old else {
+        return Ok(None);
+    };
+    let old_key = enc.key(old.tuple()).map_err(encode_err)?;
+    Ok((old_key != new_key).then_some(old_key))
+}
+
+fn has_unchanged_toast(row: &TupleData) -> bool {
+    row.0
+        .iter()
+        .any(|v| matches!(v, TupleValue::UnchangedToast))
 }
 
 fn encode_err(e: crate::envelope::EnvelopeError) -> CaptureError {

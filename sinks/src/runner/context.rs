@@ -62,6 +62,11 @@ impl RunnerContext {
         self.lock_workers().get(&key).map(|w| w.tx.clone())
     }
 
+    /// The state shared with the workers.
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
     /// Every partition with a worker.
     pub(crate) fn assigned(&self) -> Vec<TopicPartition> {
         self.lock_workers().keys().cloned().collect()
@@ -87,7 +92,10 @@ impl RunnerContext {
         };
         for tp in &tps {
             let offset = match starts.get(tp) {
-                Some(n) => Offset::Offset(*n),
+                Some(n) => {
+                    self.shared.assigned(tp, *n);
+                    Offset::Offset(*n)
+                }
                 None => self.reset_offset(),
             };
             if let Err(e) = tpl.set_partition_offset(&tp.topic, tp.partition, offset) {
@@ -239,11 +247,11 @@ impl RunnerContext {
         }
         for tp in &tps {
             let partition = tp.partition.to_string();
-            let _ = self
-                .shared
-                .metrics
-                .consumer_lag
-                .remove_label_values(&[&tp.topic, &partition]);
+            let labels = [tp.topic.as_str(), partition.as_str()];
+            let m = &self.shared.metrics;
+            let _ = m.consumer_lag.remove_label_values(&labels);
+            let _ = m.uncommitted_records.remove_label_values(&labels);
+            let _ = m.commit_lag_seconds.remove_label_values(&labels);
             tracing::info!(%tp, lost, "partition revoked");
         }
     }
@@ -286,6 +294,14 @@ impl ClientContext for RunnerContext {
                     .set(p.consumer_lag);
             }
         }
+    }
+}
+
+impl RunnerContext {
+    /// An offset commit failed; its positions stay pending and go out again.
+    pub(crate) fn commit_failed(&self, e: &rdkafka::error::KafkaError) {
+        self.shared.metrics.offset_commit_failures.inc();
+        tracing::warn!("offset commit failed (sent again with the next commit): {e}");
     }
 }
 

@@ -63,6 +63,10 @@ pub use self::dlq::{HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC}
 
 /// How often applied positions are committed to Kafka (asynchronously) while running.
 const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
+/// How often pending commits are checked against what Kafka holds.
+const COMMIT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// How long that check may take.
+const COMMIT_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one consumer poll may block.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 /// librdkafka statistics interval when metrics are served (feeds the lag gauge).
@@ -77,14 +81,62 @@ pub(crate) fn commit(
     if positions.is_empty() {
         return;
     }
+    // Configured as `return(<group.id>)`: only that group's commits fail, so
+    // tests in one process do not disturb each other.
+    #[cfg(feature = "failpoints")]
+    if fail::eval("sink-offset-commit", |group| group)
+        .is_some_and(|group| group.as_deref() == Some(&*consumer.context().shared().group))
+    {
+        let refused = rdkafka::error::KafkaError::ConsumerCommit(
+            rdkafka::error::RDKafkaErrorCode::IllegalGeneration,
+        );
+        return consumer.context().commit_failed(&refused);
+    }
     let mut tpl = TopicPartitionList::new();
     for (tp, offset) in positions {
         if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(*offset)) {
             tracing::warn!(%tp, "cannot commit offset {offset}: {e}");
         }
     }
-    if let Err(e) = consumer.commit(&tpl, mode) {
-        tracing::warn!("offset commit failed: {e}");
+    match consumer.commit(&tpl, mode) {
+        Err(e) => consumer.context().commit_failed(&e),
+        // A synchronous commit returns Kafka's answer; an asynchronous one's is
+        // not delivered to us (librdkafka reports it only to a native
+        // callback), so [`confirm_commits`] reads it back.
+        Ok(()) if matches!(mode, CommitMode::Sync) => {
+            for (tp, offset) in positions {
+                consumer.context().shared().committed(tp, *offset);
+            }
+        }
+        Ok(()) => {}
+    }
+}
+
+/// Reads Kafka's committed offsets of the partitions with pending positions
+/// and marks what it holds as committed (one request, only when something is
+/// pending). An asynchronous commit that Kafka refused leaves its partition
+/// pending, so the next periodic commit sends it again.
+fn confirm_commits(consumer: &BaseConsumer<RunnerContext>, shared: &Shared) {
+    let pending = shared.pending_positions();
+    if pending.is_empty() {
+        return;
+    }
+    let mut tpl = TopicPartitionList::new();
+    for tp in pending.keys() {
+        tpl.add_partition(&tp.topic, tp.partition);
+    }
+    match consumer.committed_offsets(tpl, COMMIT_CHECK_TIMEOUT) {
+        Ok(list) => {
+            for e in list.elements() {
+                let tp = TopicPartition::new(e.topic(), e.partition());
+                if let (Offset::Offset(n), Some(applied)) = (e.offset(), pending.get(&tp)) {
+                    // Never past what this runner applied (another member's
+                    // commit must not make ours look ahead).
+                    shared.committed(&tp, n.min(*applied));
+                }
+            }
+        }
+        Err(e) => tracing::debug!("cannot read committed offsets to confirm commits: {e}"),
     }
 }
 
@@ -169,7 +221,7 @@ impl Runner {
             handle: Handle::current(),
             stop,
             fatal: Mutex::new(None),
-            positions: Mutex::new(HashMap::new()),
+            positions: Mutex::new(Default::default()),
         });
         let poll_shared = shared.clone();
         let polled = tokio::task::spawn_blocking(move || consume(base, poll_shared)).await;
@@ -239,6 +291,7 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
         .map_err(|e| RunnerError::kafka("subscribe", e))?;
     tracing::info!(group = %shared.group, ?topics, sink = shared.sink.name(), "consuming");
     let mut last_commit = Instant::now();
+    let mut last_check = Instant::now();
     while !shared.stop.is_cancelled() {
         match consumer.poll(POLL_TIMEOUT) {
             None => {}
@@ -268,15 +321,22 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
             }
         }
         if last_commit.elapsed() >= COMMIT_INTERVAL {
-            commit(&consumer, &shared.dirty_positions(), CommitMode::Async);
+            // Positions stay pending until Kafka is seen to hold them, so a
+            // refused commit is sent again next time, idle partition or not.
+            commit(&consumer, &shared.pending_positions(), CommitMode::Async);
             last_commit = Instant::now();
+        }
+        if last_check.elapsed() >= COMMIT_CHECK_INTERVAL {
+            confirm_commits(&consumer, &shared);
+            shared.publish_commit_lag();
+            last_check = Instant::now();
         }
     }
     let context = consumer.context().clone();
     let all = context.assigned();
     context.stop_workers(&all, false);
-    let mut positions = shared.take_positions(&all);
-    positions.extend(shared.dirty_positions());
+    let mut positions = shared.pending_positions();
+    positions.extend(shared.take_positions(&all));
     commit(&consumer, &positions, CommitMode::Sync);
     consumer.unsubscribe();
     tracing::info!("consumer stopped");

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
@@ -66,8 +66,105 @@ pub(crate) struct Shared {
     pub(crate) budget: Arc<Semaphore>,
     pub(crate) budget_total: u32,
     pub(crate) fatal: Mutex<Option<SinkError>>,
-    /// Per partition: the next offset after the last applied record, and whether it still needs a commit.
-    pub(crate) positions: Mutex<HashMap<TopicPartition, (i64, bool)>>,
+    /// Per partition owned here: what is applied and what Kafka acknowledged.
+    pub(crate) positions: Mutex<CommitLedger>,
+}
+
+/// Per owned partition: the applied position and its commit to Kafka.
+///
+/// A position counts as committed only once Kafka acknowledged it (the commit
+/// callback): an offset commit can fail — during a rebalance a commit sent with
+/// the old generation is refused — and is then sent again with the next
+/// periodic commit, also when the partition has gone idle meanwhile.
+#[derive(Debug, Default)]
+pub(crate) struct CommitLedger(HashMap<TopicPartition, Progress>);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Progress {
+    /// The next offset after the last applied record.
+    applied: i64,
+    /// The last offset Kafka acknowledged from this runner.
+    committed: Option<i64>,
+    /// Since when `applied` is ahead of `committed`.
+    behind_since: Option<Instant>,
+}
+
+impl Progress {
+    fn pending(&self) -> bool {
+        self.committed != Some(self.applied)
+    }
+}
+
+impl CommitLedger {
+    fn applied(&mut self, tp: TopicPartition, next_offset: i64, now: Instant) {
+        let p = self.0.entry(tp).or_insert(Progress {
+            applied: next_offset,
+            committed: None,
+            behind_since: None,
+        });
+        p.applied = next_offset;
+        if p.pending() && p.behind_since.is_none() {
+            p.behind_since = Some(now);
+        }
+    }
+
+    /// A partition assigned here, starting at `start`: the baseline of its
+    /// commit lag (what it read from is not owed to Kafka).
+    fn assigned(&mut self, tp: TopicPartition, start: i64) {
+        self.0.insert(
+            tp,
+            Progress {
+                applied: start,
+                committed: Some(start),
+                behind_since: None,
+            },
+        );
+    }
+
+    fn pending(&self) -> HashMap<TopicPartition, i64> {
+        self.0
+            .iter()
+            .filter(|(_, p)| p.pending())
+            .map(|(tp, p)| (tp.clone(), p.applied))
+            .collect()
+    }
+
+    fn committed(&mut self, tp: &TopicPartition, offset: i64) {
+        if let Some(p) = self.0.get_mut(tp) {
+            p.committed = Some(p.committed.map_or(offset, |c| c.max(offset)));
+            if !p.pending() {
+                p.behind_since = None;
+            }
+        }
+    }
+
+    /// Removes `tps`, returning the applied positions still owed to Kafka.
+    fn take(&mut self, tps: &[TopicPartition]) -> HashMap<TopicPartition, i64> {
+        tps.iter()
+            .filter_map(|tp| {
+                self.0
+                    .remove(tp)
+                    .filter(Progress::pending)
+                    .map(|p| (tp.clone(), p.applied))
+            })
+            .collect()
+    }
+
+    /// Per partition: records applied beyond the acknowledged commit, and
+    /// seconds it has been behind.
+    fn lag(&self, now: Instant) -> Vec<(TopicPartition, i64, f64)> {
+        self.0
+            .iter()
+            .map(|(tp, p)| {
+                let records = match p.committed {
+                    Some(c) => (p.applied - c).max(0),
+                    None => i64::from(p.pending()),
+                };
+                let seconds = p.behind_since.map_or(0.0, |t| (now - t).as_secs_f64());
+                (tp.clone(), records, seconds)
+            })
+            .collect()
+    }
 }
 
 impl Shared {
@@ -80,38 +177,56 @@ impl Shared {
 
     /// Records that everything before `next_offset` is applied (or skipped).
     pub(crate) fn record_progress(&self, topic: &str, partition: i32, next_offset: i64) {
-        let mut positions = self
-            .positions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        positions.insert(TopicPartition::new(topic, partition), (next_offset, true));
+        self.ledger().applied(
+            TopicPartition::new(topic, partition),
+            next_offset,
+            Instant::now(),
+        );
     }
 
-    /// Positions not yet committed, marked as committed.
-    pub(crate) fn dirty_positions(&self) -> HashMap<TopicPartition, i64> {
-        let mut positions = self
-            .positions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        positions
-            .iter_mut()
-            .filter(|(_, (_, dirty))| *dirty)
-            .map(|(tp, (offset, dirty))| {
-                *dirty = false;
-                (tp.clone(), *offset)
-            })
-            .collect()
+    /// A partition starts here at `start`.
+    pub(crate) fn assigned(&self, tp: &TopicPartition, start: i64) {
+        self.ledger().assigned(tp.clone(), start);
     }
 
-    /// Removes and returns the positions of `tps` (on revocation and shutdown).
+    /// Positions Kafka has not acknowledged yet (to commit; they stay pending
+    /// until [`Shared::committed`] hears the commit succeeded).
+    pub(crate) fn pending_positions(&self) -> HashMap<TopicPartition, i64> {
+        self.ledger().pending()
+    }
+
+    /// Kafka acknowledged `offset` for `tp`.
+    pub(crate) fn committed(&self, tp: &TopicPartition, offset: i64) {
+        self.ledger().committed(tp, offset);
+    }
+
+    /// Removes `tps` (on revocation and shutdown), returning the applied
+    /// positions Kafka does not hold yet.
     pub(crate) fn take_positions(&self, tps: &[TopicPartition]) -> HashMap<TopicPartition, i64> {
-        let mut positions = self
-            .positions
+        self.ledger().take(tps)
+    }
+
+    /// Sets the commit-lag gauges of every owned partition: records applied
+    /// but not acknowledged by Kafka, and for how long.
+    pub(crate) fn publish_commit_lag(&self) {
+        for (tp, records, seconds) in self.ledger().lag(Instant::now()) {
+            let partition = tp.partition.to_string();
+            let labels = [tp.topic.as_str(), partition.as_str()];
+            self.metrics
+                .uncommitted_records
+                .with_label_values(&labels)
+                .set(records);
+            self.metrics
+                .commit_lag_seconds
+                .with_label_values(&labels)
+                .set(seconds);
+        }
+    }
+
+    fn ledger(&self) -> std::sync::MutexGuard<'_, CommitLedger> {
+        self.positions
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        tps.iter()
-            .filter_map(|tp| positions.remove(tp).map(|(offset, _)| (tp.clone(), offset)))
-            .collect()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Stops the runner because of `e`; the first fatal error wins.
@@ -133,6 +248,47 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_commit_stays_pending_until_kafka_acknowledges_it() {
+        let mut ledger = CommitLedger::default();
+        let t0 = Instant::now();
+        let tp = TopicPartition::new("cdc.public.t", 2);
+        ledger.assigned(tp.clone(), 2_000);
+        assert!(ledger.pending().is_empty(), "the start is not owed");
+        ledger.applied(tp.clone(), 2_591, t0);
+        assert_eq!(ledger.lag(t0), vec![(tp.clone(), 591, 0.0)]);
+        assert_eq!(ledger.pending().get(&tp), Some(&2_591));
+        ledger.committed(&tp, 2_591);
+        assert!(ledger.pending().is_empty());
+        // More is applied, then the partition goes idle; the commit of it is
+        // refused (no acknowledgement): it is still pending, on every later
+        // round, however long the partition stays idle.
+        ledger.applied(tp.clone(), 4_986, t0 + Duration::from_secs(1));
+        for _ in 0..3 {
+            assert_eq!(ledger.pending().get(&tp), Some(&4_986));
+        }
+        let lag = ledger.lag(t0 + Duration::from_secs(61));
+        assert_eq!(lag, vec![(tp.clone(), 2_395, 60.0)]);
+        // An older acknowledgement arriving late does not move it back.
+        ledger.committed(&tp, 4_986);
+        ledger.committed(&tp, 2_591);
+        assert!(ledger.pending().is_empty());
+        assert_eq!(
+            ledger.lag(t0 + Duration::from_secs(70)),
+            vec![(tp.clone(), 0, 0.0)]
+        );
+        // A revoked partition leaves with its applied position.
+        ledger.applied(tp.clone(), 5_000, t0);
+        assert_eq!(
+            ledger.take(std::slice::from_ref(&tp)).get(&tp),
+            Some(&5_000)
+        );
+        assert!(ledger.pending().is_empty());
+        // Acknowledgements for partitions no longer owned are ignored.
+        ledger.committed(&tp, 6_000);
+        assert!(ledger.lag(t0).is_empty());
+    }
 
     #[test]
     fn heartbeats_offsets_dlq_and_configured_topics_are_ignored() {

@@ -1,0 +1,230 @@
+//! Values a change does not carry, read from the source by key.
+//!
+//! The create of a primary-key update carries unchanged TOASTed columns as
+//! "unchanged" (pgoutput sends them as `u`), and no target holds a row under
+//! the new key to keep them from. Capture reads them from the source table by
+//! the new key over the control connection instead. The value read is at
+//! least as new as the change (the read waits until the change's transaction
+//! is visible): any later change either carries its own value or leaves the
+//! column unchanged, so every target ends with the source's value (see
+//! docs/design.md, "Values that are not in the change").
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{Format, IsNull, ToSql, Type};
+use tokio_postgres::Client;
+
+use crate::error::CaptureError;
+use crate::pgoutput::{Relation, TupleData, TupleValue};
+
+/// The session settings of the replication connection, so values read here
+/// render exactly as the stream's (the snapshot connection uses the same).
+const SESSION: &str = "SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, YMD'; \
+     SET LOCAL IntervalStyle = 'postgres'; SET LOCAL extra_float_digits = 3; \
+     SET LOCAL standard_conforming_strings = on; SET LOCAL bytea_output = 'hex'";
+
+/// How long to wait for a committed transaction to become visible to new
+/// snapshots (PostgreSQL can send a commit a moment before that).
+const VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reads the columns of `row` that are [`TupleValue::UnchangedToast`] from the
+/// table of `rel`, by the key values of `row` (columns `key_idx`), once the
+/// transaction `xid` that wrote `row` is visible. Returns the completed row,
+/// or `None` when no row has that key any more (a later change deleted it or
+/// changed its key, and its own events cover the targets).
+pub(super) async fn read_unavailable(
+    client: &mut Client,
+    rel: &Relation,
+    key_idx: &[usize],
+    xid: u32,
+    row: &TupleData,
+) -> Result<Option<TupleData>, CaptureError> {
+    let missing: Vec<usize> = row
+        .0
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| matches!(v, TupleValue::UnchangedToast))
+        .map(|(i, _)| i)
+        .collect();
+    if missing.is_empty() {
+        return Ok(Some(row.clone()));
+    }
+    let mut keys = Vec::with_capacity(key_idx.len());
+    for &i in key_idx {
+        match row.0.get(i) {
+            Some(TupleValue::Text(t)) => keys.push(TextParam(t.clone())),
+            other => {
+                return Err(CaptureError::Protocol(format!(
+                    "key column {} of {}.{} is {other:?}, not a text value: cannot read the row's unchanged TOAST values",
+                    rel.columns.get(i).map_or("?", |c| c.name.as_str()),
+                    rel.namespace,
+                    rel.name
+                )))
+            }
+        }
+    }
+    let sql = read_query(rel, key_idx, &missing);
+    let xid = i64::from(xid);
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&xid];
+    params.extend(keys.iter().map(|k| k as &(dyn ToSql + Sync)));
+
+    let pg = |context| CaptureError::pg(context);
+    let tx = client
+        .build_transaction()
+        .read_only(true)
+        .start()
+        .await
+        .map_err(pg("begin TOAST read"))?;
+    tx.batch_execute(SESSION)
+        .await
+        .map_err(pg("set TOAST read session"))?;
+    let deadline = Instant::now() + VISIBLE_TIMEOUT;
+    let mut pause = Duration::from_millis(1);
+    let found = loop {
+        let rows = match tx.query(&sql, &params).await {
+            Ok(rows) => rows,
+            Err(e) if gone(&e) => {
+                // The table or the column no longer exists: its value is gone
+                // from the source too; the targets keep what they have.
+                tracing::warn!(table = %format!("{}.{}", rel.namespace, rel.name), error = %e, "cannot read unchanged TOAST values of a primary-key update: the table or column is gone; the values stay unavailable");
+                return Ok(None);
+            }
+            Err(e) => return Err(pg("read unchanged TOAST values")(e)),
+        };
+        let Some(first) = rows.first() else {
+            return Err(CaptureError::SourceRead(
+                "the TOAST read returned no visibility row".into(),
+            ));
+        };
+        if first.get::<_, bool>(0) {
+            break first
+                .get::<_, Option<bool>>(1)
+                .is_some()
+                .then(|| first.clone());
+        }
+        if Instant::now() > deadline {
+            return Err(CaptureError::SourceRead(format!(
+                "transaction {xid} sent by the replication stream is still not visible after {VISIBLE_TIMEOUT:?}"
+            )));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    };
+    tx.commit().await.map_err(pg("end TOAST read"))?;
+    let Some(found) = found else {
+        return Ok(None);
+    };
+    let mut filled = row.clone();
+    for (n, &i) in missing.iter().enumerate() {
+        filled.0[i] = match found.get::<_, Option<String>>(n + 2) {
+            Some(v) => TupleValue::Text(Bytes::from(v)),
+            None => TupleValue::Null,
+        };
+    }
+    Ok(Some(filled))
+}
+
+/// Whether the read failed because the table or a column no longer exists.
+fn gone(e: &tokio_postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(c) if *c == SqlState::UNDEFINED_TABLE || *c == SqlState::UNDEFINED_COLUMN
+    )
+}
+
+/// The read of columns `missing` of the row keyed by `$2..`, in the same
+/// statement (so the same snapshot) as the check that transaction `$1` (a
+/// 32-bit xid, widened with the epoch of the snapshot's xmax) is visible.
+/// Values come in their text output form (`format('%s')` calls the type's
+/// output function, as pgoutput does; a cast to text would not, e.g. for
+/// boolean or char(n)).
+fn read_query(rel: &Relation, key_idx: &[usize], missing: &[usize]) -> String {
+    let column = |i: usize| quote_ident(&rel.columns[i].name);
+    let values: Vec<String> = missing
+        .iter()
+        .map(|&i| {
+            let c = column(i);
+            format!("CASE WHEN {c} IS NULL THEN NULL ELSE format('%s', {c}) END")
+        })
+        .collect();
+    let filter: Vec<String> = key_idx
+        .iter()
+        .enumerate()
+        .map(|(n, &i)| format!("{} = ${}", column(i), n + 2))
+        .collect();
+    format!(
+        "SELECT pg_visible_in_snapshot(w.xid::text::xid8, w.snap), r.* \
+         FROM (SELECT s.snap, x.xmax - (((((x.xmax % 4294967296) - $1::bigint) % 4294967296) + 4294967296 + 2147483648) % 4294967296 - 2147483648) AS xid \
+               FROM (SELECT pg_current_snapshot() AS snap) s, \
+               LATERAL (SELECT pg_snapshot_xmax(s.snap)::text::bigint AS xmax) x) w \
+         LEFT JOIN LATERAL (SELECT true, {} FROM {}.{} WHERE {} LIMIT 1) r ON true",
+        values.join(", "),
+        quote_ident(&rel.namespace),
+        quote_ident(&rel.name),
+        filter.join(" AND "),
+    )
+}
+
+fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// A parameter sent in text format, for the server to parse as the type it
+/// infers (the key column's): the key values come from pgoutput as text.
+#[derive(Debug)]
+struct TextParam(Bytes);
+
+impl ToSql for TextParam {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(&self.0);
+        Ok(IsNull::No)
+    }
+
+    fn accepts(_ty: &Type) -> bool {
+        true
+    }
+
+    fn encode_format(&self, _ty: &Type) -> Format {
+        Format::Text
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pgoutput::{Column, ReplicaIdentity};
+
+    #[test]
+    fn the_query_quotes_names_and_binds_keys() {
+        let col = |name: &str| Column {
+            is_key: false,
+            name: name.into(),
+            type_oid: 25,
+            type_modifier: -1,
+        };
+        let rel = Relation {
+            id: 1,
+            namespace: "my schema".into(),
+            name: "t\"x".into(),
+            replica_identity: ReplicaIdentity::Default,
+            columns: vec![col("tenant"), col("id"), col("big")],
+        };
+        let sql = read_query(&rel, &[0, 1], &[2]);
+        assert!(
+            sql.contains(r#"FROM "my schema"."t""x" WHERE "tenant" = $2 AND "id" = $3 LIMIT 1"#),
+            "{sql}"
+        );
+        assert!(
+            sql.contains(r#"CASE WHEN "big" IS NULL THEN NULL ELSE format('%s', "big") END"#),
+            "{sql}"
+        );
+    }
+}
