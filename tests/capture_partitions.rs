@@ -282,7 +282,7 @@ async fn partitioned_tables_stream_and_snapshot_through_their_root() -> Result<(
         "capture-detached.toml",
         &config("public\\\\.(orders|readings|accounts|events|orders_us)"),
     )?;
-    let _capture = env.spawn_capture(&path)?;
+    let capture = env.spawn_capture(&path)?;
     env.wait_slot_active().await?;
     env.client
         .batch_execute("UPDATE orders_us SET note = 'own table' WHERE id = 300")
@@ -294,6 +294,8 @@ async fn partitioned_tables_stream_and_snapshot_through_their_root() -> Result<(
     )
     .await
     .with_context(|| env.capture_log())?;
+    // Stopped first: an active slot cannot be dropped.
+    drop(capture);
     env.cleanup().await;
     Ok(())
 }
@@ -348,7 +350,7 @@ async fn publications_and_include_lists_are_checked_for_partitions() -> Result<(
             "publication.name = \"leafwise\"\npublication.autocreate.mode = \"filtered\"\ntable.include.list = \"public\\\\.orders\"\n",
         ),
     )?;
-    let _capture = env.spawn_capture(&path)?;
+    let capture = env.spawn_capture(&path)?;
     env.wait_slot_active().await?;
     env.client
         .batch_execute("INSERT INTO orders VALUES (902, 'eu', 1, 'after via root');")
@@ -383,6 +385,8 @@ async fn publications_and_include_lists_are_checked_for_partitions() -> Result<(
         .await?
         .get(0);
     ensure!(via_root, "the publication was not altered");
+    // Stopped first: an active slot cannot be dropped.
+    drop(capture);
     env.cleanup().await;
     Ok(())
 }
@@ -416,7 +420,7 @@ async fn partitioned_roots_reach_every_target_as_one_table() -> Result<()> {
     .await?;
     kill9(&mut capture);
     p.env.client.batch_execute(ATTACH).await?;
-    let _capture = p.spawn_capture()?;
+    let capture = p.spawn_capture()?;
     p.env.wait_slot_active().await?;
     // Rows a table holds when it is attached were never changes of the
     // root: a snapshot of the root brings them to the targets.
@@ -480,6 +484,7 @@ async fn partitioned_roots_reach_every_target_as_one_table() -> Result<()> {
         "{report}"
     );
     drop(sinks);
+    drop(capture);
     p.cleanup().await;
     Ok(())
 }

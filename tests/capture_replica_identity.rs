@@ -100,7 +100,7 @@ async fn start_refuses_identities_without_the_key() -> Result<()> {
         "warn.toml",
         &env.config_as(&prefix, &slot, &format!("{prefix}-offsets"), warn),
     )?;
-    let _capture = env.spawn_capture(&path)?;
+    let capture = env.spawn_capture(&path)?;
     env.wait_named_slot_active(&slot).await?;
     env.client
         .batch_execute("INSERT INTO by_email VALUES (1, 'a@x', 'a')")
@@ -118,6 +118,8 @@ async fn start_refuses_identities_without_the_key() -> Result<()> {
             && log.contains("table public.nothing has REPLICA IDENTITY NOTHING"),
         "no warnings:\n{log}"
     );
+    // Stopped first: an active slot cannot be dropped.
+    drop(capture);
     env.cleanup().await;
     Ok(())
 }
@@ -151,7 +153,7 @@ async fn an_identity_broken_while_streaming_refuses_only_that_table() -> Result<
         "capture.toml",
         &env.config("table.include.list = \"public\\\\.(people|keyed|other)\"\n"),
     )?;
-    let _capture = env.spawn_capture(&path)?;
+    let capture = env.spawn_capture(&path)?;
     env.wait_slot_active().await?;
     let (people, keyed, other) = (env.topic("people"), env.topic("keyed"), env.topic("other"));
     let topics = [people.clone(), keyed.clone(), other.clone()];
@@ -244,6 +246,8 @@ async fn an_identity_broken_while_streaming_refuses_only_that_table() -> Result<
         "people after the fix: {:?}",
         ids(&seen, &people)
     );
+    // Stopped first: an active slot cannot be dropped.
+    drop(capture);
     env.cleanup().await;
     Ok(())
 }
