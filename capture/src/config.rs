@@ -94,6 +94,37 @@ pub struct CaptureConfig {
     /// `signal.data.collection`.
     #[serde(default)]
     pub signal: SignalConfig,
+    /// `replica.identity.check`.
+    #[serde(default)]
+    pub replica: ReplicaConfig,
+}
+
+/// `replica.identity.check`: what start-up (and a Relation message in the
+/// stream) does about a captured table whose replica identity does not
+/// carry its event key.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaConfig {
+    #[serde(default)]
+    pub identity: ReplicaIdentityConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaIdentityConfig {
+    #[serde(default)]
+    pub check: ReplicaIdentityCheck,
+}
+
+/// `replica.identity.check` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplicaIdentityCheck {
+    /// Refuse to start; in the stream, publish nothing of the table.
+    #[default]
+    Fail,
+    /// Log a warning and publish as the identity allows.
+    Warn,
 }
 
 /// `snapshot.mode` and `snapshot.new.tables`.
@@ -754,6 +785,7 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
         assert!(!cfg.snapshot.new.tables);
         assert_eq!(cfg.chunk_size(), DEFAULT_SNAPSHOT_CHUNK_SIZE);
         assert_eq!(cfg.signal_table(), None);
+        assert_eq!(cfg.replica.identity.check, ReplicaIdentityCheck::Fail);
         assert_eq!(
             cfg.heartbeat_interval(),
             Duration::from_millis(DEFAULT_HEARTBEAT_MS)
@@ -832,6 +864,19 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
         let cfg = CaptureConfig::parse(&text, "test").unwrap();
         assert_eq!(cfg.database.password.expose(), "pw");
         assert!(!format!("{cfg:?}").contains("\"pw\""));
+    }
+
+    #[test]
+    fn replica_identity_check_parses() {
+        let warn = format!("{MINIMAL}\nreplica.identity.check = \"warn\"\n");
+        let cfg = CaptureConfig::parse(&warn, "test").unwrap();
+        assert_eq!(cfg.replica.identity.check, ReplicaIdentityCheck::Warn);
+        let bad = format!("{MINIMAL}\nreplica.identity.check = \"ignore\"\n");
+        let err = CaptureConfig::parse(&bad, "test").unwrap_err().to_string();
+        assert!(
+            err.contains("replica.identity.check") && err.contains("warn"),
+            "{err}"
+        );
     }
 
     #[test]

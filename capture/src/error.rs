@@ -74,7 +74,9 @@ impl CaptureError {
             CaptureError::SourceRead(_) => true,
             CaptureError::Postgres { source, .. } => {
                 // Transient unless the server said something definite about us.
-                source.code().is_none() || source.is_closed()
+                source.code().is_none()
+                    || source.is_closed()
+                    || source.code().is_some_and(|c| is_shutdown(c.code()))
             }
             CaptureError::Replication(e) => {
                 use pgwire_replication::PgWireError as E;
@@ -82,7 +84,13 @@ impl CaptureError {
                     E::Io(_) | E::Task(_) => true,
                     // "replication slot ... is active for PID": the previous
                     // instance's walsender has not exited yet.
-                    E::Server(msg) => msg.contains("55006") || msg.contains("is active for PID"),
+                    // A walsender terminated (pg_terminate_backend) or a
+                    // server shutting down: connect again.
+                    E::Server(msg) => {
+                        msg.contains("55006")
+                            || msg.contains("is active for PID")
+                            || sqlstate_in(msg).is_some_and(is_shutdown)
+                    }
                     _ => false,
                 }
             }
@@ -119,6 +127,19 @@ impl CaptureError {
     }
 }
 
+/// SQLSTATE class 57 codes that end a connection, not the work: the backend
+/// was terminated (`57P01` admin_shutdown, also `pg_terminate_backend`), the
+/// server crashed (`57P02`) or is starting (`57P03`).
+fn is_shutdown(code: &str) -> bool {
+    matches!(code, "57P01" | "57P02" | "57P03")
+}
+
+/// The code of a server error as pgwire-replication renders it (`... (SQLSTATE 57P01)`).
+fn sqlstate_in(msg: &str) -> Option<&str> {
+    let at = msg.find("SQLSTATE ")? + "SQLSTATE ".len();
+    msg.get(at..at + 5)
+}
+
 fn is_fenced(e: &KafkaError) -> bool {
     matches!(
         e.rdkafka_error_code(),
@@ -126,4 +147,25 @@ fn is_fenced(e: &KafkaError) -> bool {
             | Some(RDKafkaErrorCode::ProducerFenced)
             | Some(RDKafkaErrorCode::InvalidProducerEpoch)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_terminated_walsender_is_retriable() {
+        let server =
+            |m: &str| CaptureError::Replication(pgwire_replication::PgWireError::Server(m.into()));
+        assert!(server(
+            "server error: terminating connection due to administrator command (SQLSTATE 57P01)"
+        )
+        .is_retriable());
+        assert!(server("replication slot \"s\" is active for PID 7").is_retriable());
+        assert!(
+            !server("server error: publication \"p\" does not exist (SQLSTATE 42704)")
+                .is_retriable()
+        );
+        assert!(!server("server error without a code").is_retriable());
+    }
 }

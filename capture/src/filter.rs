@@ -37,6 +37,12 @@ impl TableFilter {
         included && !self.exclude.iter().any(|r| r.is_match(&name))
     }
 
+    /// Whether the include list alone selects the table (the exclude list not applied).
+    pub fn included(&self, schema: &str, table: &str) -> bool {
+        let name = format!("{schema}.{table}");
+        self.include.is_empty() || self.include.iter().any(|r| r.is_match(&name))
+    }
+
     /// True when no include list was given (then system schemas are skipped by the caller).
     pub fn includes_everything(&self) -> bool {
         self.include.is_empty()
@@ -89,6 +95,15 @@ mod tests {
         let f = TableFilter::new(&["public.order".to_string()], &[]).unwrap();
         assert!(!f.matches("public", "orders"));
         assert!(TableFilter::all().matches("x", "y"));
+        // `included` ignores the exclude list.
+        let f = TableFilter::new(
+            &["public\\..*".to_string()],
+            &["public\\.orders".to_string()],
+        )
+        .unwrap();
+        assert!(!f.matches("public", "orders"));
+        assert!(f.included("public", "orders"));
+        assert!(!f.included("other", "orders"));
     }
 
     #[test]

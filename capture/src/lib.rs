@@ -13,6 +13,7 @@ pub mod offset;
 pub mod outbox;
 pub mod pgoutput;
 pub mod pipeline;
+pub mod replica_identity;
 pub mod secret;
 pub mod snapshot;
 pub mod source;

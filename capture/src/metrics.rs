@@ -24,6 +24,7 @@ pub const SNAPSHOT_ROWS_ESTIMATED: &str = "oncely_capture_snapshot_rows_estimate
 pub const SNAPSHOT_CHUNKS_TOTAL: &str = "oncely_capture_snapshot_chunks_total";
 pub const SNAPSHOT_RUNNING: &str = "oncely_capture_snapshot_running";
 pub const SNAPSHOT_PAUSED: &str = "oncely_capture_snapshot_paused";
+pub const REFUSED_CHANGES_TOTAL: &str = "oncely_capture_refused_changes_total";
 pub const TABLE_LABEL: &str = "table";
 
 /// The snapshot as a progress display shows it.
@@ -64,6 +65,9 @@ pub struct CaptureMetrics {
     pub snapshot_chunks: IntCounter,
     pub snapshot_running: IntGauge,
     pub snapshot_paused: IntGauge,
+    /// Changes not published because their table's replica identity stopped
+    /// carrying its key while capture ran (`replica.identity.check = fail`).
+    pub refused_changes: IntCounterVec,
     /// What a progress bar shows; `None` when no snapshot runs.
     pub snapshot_view: Arc<Mutex<Option<SnapshotView>>>,
 }
@@ -128,6 +132,10 @@ impl CaptureMetrics {
             snapshot_paused: gauge(
                 SNAPSHOT_PAUSED,
                 "1 while the snapshot is paused by a signal",
+            ),
+            refused_changes: counter_vec(
+                REFUSED_CHANGES_TOTAL,
+                "Changes not published because the table's replica identity does not carry its key",
             ),
             snapshot_view: Arc::new(Mutex::new(None)),
             events: counter(EVENTS_TOTAL, "Kafka records published"),

@@ -21,11 +21,19 @@ pub struct CapturedTable {
     pub key_columns: Vec<String>,
     /// Whether `key_columns` come from `message.key.columns`.
     pub key_overridden: bool,
+    /// A partitioned table (the root of a partition tree): captured, keyed
+    /// and snapshotted as one table, its partitions included.
+    pub partitioned: bool,
 }
 
 impl CapturedTable {
     pub fn qualified(&self) -> String {
         format!("{}.{}", self.schema, self.name)
+    }
+
+    /// `"schema"."table"`, for SQL.
+    pub fn quoted(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
     }
 }
 
@@ -83,7 +91,9 @@ pub async fn check_wal_level(client: &Client) -> Result<(), CaptureError> {
 
 /// Lists the tables that `table.include.list`/`exclude.list` select, with
 /// their key columns. A table with neither a primary key nor configured key
-/// columns stops start-up.
+/// columns stops start-up. Partitions are never captured on their own: a
+/// partitioned table is captured at its root (the top of its tree), and an
+/// include list that selects a partition but not its root stops start-up.
 pub async fn captured_tables(
     client: &Client,
     cfg: &CaptureConfig,
@@ -92,6 +102,7 @@ pub async fn captured_tables(
         .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?;
     let overrides = parse_key_columns(cfg.message.key.columns.as_deref())
         .map_err(|e| CaptureError::Prerequisite(format!("message.key.columns: {e}")))?;
+    check_partitions_excluded(client, &filter).await?;
     let rows = client
         .query(
             "SELECT n.nspname::text, c.relname::text,
@@ -99,7 +110,8 @@ pub async fn captured_tables(
                       FROM pg_index i
                       CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
                       JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-                      WHERE i.indrelid = c.oid AND i.indisprimary), '{}') AS pk
+                      WHERE i.indrelid = c.oid AND i.indisprimary), '{}') AS pk,
+                    c.relkind = 'p'
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
                AND n.nspname NOT IN ('pg_catalog', 'information_schema')
@@ -118,6 +130,7 @@ pub async fn captured_tables(
             continue;
         }
         let pk: Vec<String> = row.get(2);
+        let partitioned: bool = row.get(3);
         let qualified = format!("{schema}.{name}");
         let (key_columns, key_overridden) = match overrides.get(&qualified) {
             Some(cols) => (cols.clone(), true),
@@ -132,6 +145,7 @@ pub async fn captured_tables(
             name,
             key_columns,
             key_overridden,
+            partitioned,
         });
     }
     if !keyless.is_empty() {
@@ -147,8 +161,73 @@ pub async fn captured_tables(
     Ok(tables)
 }
 
+/// Stops start-up when the table filter selects a partition whose root it
+/// does not select: the partition's changes are published under its root
+/// (`publish_via_partition_root`), so capturing it alone cannot work. A root
+/// left out by `table.exclude.list` leaves its partitions out too.
+async fn check_partitions_excluded(
+    client: &Client,
+    filter: &TableFilter,
+) -> Result<(), CaptureError> {
+    let rows = client
+        .query(
+            "SELECT n.nspname::text, c.relname::text, rn.nspname::text, r.relname::text
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             JOIN pg_class r ON r.oid = pg_partition_root(c.oid)
+             JOIN pg_namespace rn ON rn.oid = r.relnamespace
+             WHERE c.relispartition AND c.relkind IN ('r', 'p')
+             ORDER BY 1, 2",
+            &[],
+        )
+        .await
+        .map_err(CaptureError::pg("list partitions"))?;
+    let mut alone = Vec::new();
+    for row in rows {
+        let (schema, name, root_schema, root): (String, String, String, String) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        if filter.matches(&schema, &name) && !filter.included(&root_schema, &root) {
+            alone.push((format!("{schema}.{name}"), format!("{root_schema}.{root}")));
+        }
+    }
+    let Some((first, first_root)) = alone.first() else {
+        return Ok(());
+    };
+    Err(CaptureError::Prerequisite(format!(
+        "table.include.list selects partition(s) {} without their partitioned table: partitions are captured through their root, as one table (topic, key and snapshot of the root). Include the root instead (e.g. \"{}\" rather than \"{}\"), or leave the partition out",
+        alone
+            .iter()
+            .map(|(p, r)| format!("{p} (of {r})"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        first_root.replace('.', "\\\\."),
+        first.replace('.', "\\\\."),
+    )))
+}
+
+/// The top of the partition tree that relation `relid` belongs to, when it is
+/// a partition (`None` for any other relation, or one that is gone).
+pub async fn partition_root(
+    client: &Client,
+    relid: u32,
+) -> Result<Option<(String, String)>, CaptureError> {
+    let row = client
+        .query_opt(
+            "SELECT rn.nspname::text, r.relname::text
+             FROM pg_class c JOIN pg_class r ON r.oid = pg_partition_root(c.oid)
+             JOIN pg_namespace rn ON rn.oid = r.relnamespace
+             WHERE c.oid = $1 AND c.relispartition",
+            &[&relid],
+        )
+        .await
+        .map_err(CaptureError::pg("read partition root"))?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
+}
+
 /// Checks the publication covers every captured table, creating or extending
-/// it as `publication.autocreate.mode` allows.
+/// it as `publication.autocreate.mode` allows. It publishes partitions through
+/// their root (`publish_via_partition_root`, PostgreSQL 13+): a publication
+/// without it is altered unless the mode is `disabled`, where start-up stops
+/// if a partitioned table is captured.
 pub async fn ensure_publication(
     client: &Client,
     cfg: &CaptureConfig,
@@ -156,27 +235,56 @@ pub async fn ensure_publication(
 ) -> Result<(), CaptureError> {
     let name = &cfg.publication.name;
     let mode = cfg.publication.autocreate.mode;
+    let version: i32 = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .map_err(CaptureError::pg("read server version"))?
+        .get(0);
+    let via_root_supported = version >= 130_000;
+    let partitioned: Vec<String> = tables
+        .iter()
+        .filter(|t| t.partitioned)
+        .map(CapturedTable::qualified)
+        .collect();
+    if !via_root_supported && !partitioned.is_empty() {
+        return Err(CaptureError::Prerequisite(format!(
+            "partitioned table(s) {} need PostgreSQL 13 or later (publish_via_partition_root), this server is version {version}: upgrade, or leave them out with table.exclude.list",
+            partitioned.join(", ")
+        )));
+    }
+    let with = if via_root_supported {
+        " WITH (publish_via_partition_root = true)"
+    } else {
+        ""
+    };
+    let via_root_column = if via_root_supported {
+        "pubviaroot"
+    } else {
+        "true"
+    };
     let exists = client
         .query_opt(
-            "SELECT puballtables FROM pg_publication WHERE pubname = $1",
+            &format!(
+                "SELECT puballtables, {via_root_column} FROM pg_publication WHERE pubname = $1"
+            ),
             &[name],
         )
         .await
         .map_err(CaptureError::pg("read publication"))?;
-    let quoted: Vec<String> = tables
-        .iter()
-        .map(|t| format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.name)))
-        .collect();
-    match (exists, mode) {
+    let quoted: Vec<String> = tables.iter().map(CapturedTable::quoted).collect();
+    let (all_tables, via_root) = match (exists, mode) {
         (None, AutocreateMode::Disabled) => {
             return Err(CaptureError::Prerequisite(format!(
-                "publication `{name}` does not exist and publication.autocreate.mode is `disabled`: create it (CREATE PUBLICATION {} FOR TABLE {}) or set publication.autocreate.mode = \"filtered\"",
+                "publication `{name}` does not exist and publication.autocreate.mode is `disabled`: create it (CREATE PUBLICATION {} FOR TABLE {}{with}) or set publication.autocreate.mode = \"filtered\"",
                 quote_ident(name),
                 if quoted.is_empty() { "...".to_string() } else { quoted.join(", ") }
             )));
         }
         (None, AutocreateMode::AllTables) => {
-            let sql = format!("CREATE PUBLICATION {} FOR ALL TABLES", quote_ident(name));
+            let sql = format!(
+                "CREATE PUBLICATION {} FOR ALL TABLES{with}",
+                quote_ident(name)
+            );
             client.batch_execute(&sql).await.map_err(|e| {
                 privilege_or(e, &format!("creating publication `{name}` FOR ALL TABLES needs a superuser: create it as one, or use publication.autocreate.mode = \"filtered\" with a user that owns the tables"), "create publication")
             })?;
@@ -185,10 +293,10 @@ pub async fn ensure_publication(
         }
         (None, AutocreateMode::Filtered) => {
             let sql = if quoted.is_empty() {
-                format!("CREATE PUBLICATION {}", quote_ident(name))
+                format!("CREATE PUBLICATION {}{with}", quote_ident(name))
             } else {
                 format!(
-                    "CREATE PUBLICATION {} FOR TABLE {}",
+                    "CREATE PUBLICATION {} FOR TABLE {}{with}",
                     quote_ident(name),
                     quoted.join(", ")
                 )
@@ -199,16 +307,48 @@ pub async fn ensure_publication(
             tracing::info!(publication = %name, tables = quoted.len(), "created publication");
             return Ok(());
         }
-        (Some(row), _) => {
-            let all_tables: bool = row.get(0);
-            if all_tables {
-                return Ok(());
+        (Some(row), _) => (row.get::<_, bool>(0), row.get::<_, bool>(1)),
+    };
+    if !via_root {
+        // Without it a partition's changes carry the partition's name while
+        // its root is what is captured and snapshotted.
+        if mode == AutocreateMode::Disabled {
+            if !partitioned.is_empty() {
+                return Err(CaptureError::Prerequisite(format!(
+                    "publication `{name}` publishes the changes of partitioned table(s) {} under their partitions' names, but capture needs them under the partitioned table: run ALTER PUBLICATION {} SET (publish_via_partition_root = true); or set publication.autocreate.mode = \"filtered\" to let capture do it",
+                    partitioned.join(", "),
+                    quote_ident(name)
+                )));
             }
+        } else {
+            let sql = format!(
+                "ALTER PUBLICATION {} SET (publish_via_partition_root = true)",
+                quote_ident(name)
+            );
+            client.batch_execute(&sql).await.map_err(|e| {
+                privilege_or(
+                    e,
+                    &format!("setting publish_via_partition_root on publication `{name}` needs its ownership: run {sql} as its owner, or set publication.autocreate.mode = \"disabled\" and capture no partitioned table"),
+                    "alter publication",
+                )
+            })?;
+            tracing::info!(publication = %name, "publication now publishes partitions through their root (publish_via_partition_root = true)");
         }
     }
+    if all_tables {
+        return Ok(());
+    }
+    // What the publication holds: its FOR TABLE members (a partitioned table
+    // stays one even while pg_publication_tables lists its partitions
+    // instead), and whatever else it publishes (FOR TABLES IN SCHEMA).
     let rows = client
         .query(
-            "SELECT schemaname::text || '.' || tablename::text FROM pg_publication_tables WHERE pubname = $1",
+            "SELECT n.nspname::text || '.' || c.relname::text
+             FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+             JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE p.pubname = $1
+             UNION
+             SELECT schemaname::text || '.' || tablename::text FROM pg_publication_tables WHERE pubname = $1",
             &[name],
         )
         .await
@@ -221,10 +361,7 @@ pub async fn ensure_publication(
     if missing.is_empty() {
         return Ok(());
     }
-    let missing_quoted: Vec<String> = missing
-        .iter()
-        .map(|t| format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.name)))
-        .collect();
+    let missing_quoted: Vec<String> = missing.iter().map(|t| t.quoted()).collect();
     if mode == AutocreateMode::Filtered {
         let sql = format!(
             "ALTER PUBLICATION {} ADD TABLE {}",
@@ -415,5 +552,6 @@ pub async fn signal_table(client: &Client, qualified: &str) -> Result<CapturedTa
         name: name.to_string(),
         key_columns,
         key_overridden: false,
+        partitioned: false,
     })
 }

@@ -131,21 +131,61 @@ impl CaptureEnv {
         ))
     }
 
+    /// Runs `oncely capture` with `config(extra)` until it exits: (success,
+    /// stderr). One still running after `timeout` is killed and reported as
+    /// a failure whose text says so (a start-up that should have been refused).
+    pub fn run_capture(&self, extra: &str, timeout: Duration) -> Result<(bool, String)> {
+        let n = rand::random::<u32>();
+        let path = self.write_config(&format!("capture-{n}.toml"), &self.config(extra))?;
+        let err_path = self.dir.join(format!("capture-{n}.stderr"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_oncely"))
+            .args(["capture", "--config"])
+            .arg(&path)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err_path)?)
+            .spawn()?;
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                kill9(&mut child);
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+        Ok(match status {
+            Some(s) => (s.success(), stderr),
+            None => (
+                false,
+                format!("capture was still running after {timeout:?}:\n{stderr}"),
+            ),
+        })
+    }
+
     /// Waits until the capture's slot exists and is in use (streaming).
     /// A slot is also "active" while `pg_create_logical_replication_slot`
     /// builds it, and a change committed then is before its start: only a
-    /// walsender holding it means the stream runs.
+    /// walsender holding it means the stream runs. Building a slot waits for
+    /// every transaction running on the server (other tests' too): up to 2 min.
     pub async fn wait_slot_active(&self) -> Result<()> {
-        for _ in 0..300 {
-            let row = self.client.query_opt(ACTIVE_SLOT, &[&self.slot]).await?;
+        self.wait_named_slot_active(&self.slot).await
+    }
+
+    /// [`Self::wait_slot_active`] for another connector's slot on this database.
+    pub async fn wait_named_slot_active(&self, slot: &str) -> Result<()> {
+        for _ in 0..1200 {
+            let row = self.client.query_opt(ACTIVE_SLOT, &[&slot]).await?;
             if row.map(|r| r.get::<_, bool>(0)).unwrap_or(false) {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         bail!(
-            "slot {} never became active; log:\n{}",
-            self.slot,
+            "slot {slot} never became active; log:\n{}",
             self.capture_log()
         )
     }

@@ -24,7 +24,7 @@ use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationE
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::CaptureConfig;
+use crate::config::{CaptureConfig, ReplicaIdentityCheck};
 use crate::envelope::{
     EnvelopeConfig, Op, SnapshotMarker, SourcePosition, TableEncoder, HEADER_POSITION,
     HEADER_SCHEMA, HEADER_TABLE,
@@ -109,6 +109,20 @@ async fn run_once(
         published.push(source::signal_table(&control, signal).await?);
     }
     source::ensure_publication(&control, cfg, &published).await?;
+    // The outbox publishes only inserts: its old rows never matter.
+    let checked: Vec<&source::CapturedTable> = tables
+        .iter()
+        .filter(|t| cfg.outbox.as_ref().is_none_or(|o| o.table != t.qualified()))
+        .collect();
+    // A restart inside this process (after a retriable error) only warns:
+    // a table whose identity broke while streaming is refused by the stream
+    // check, and must not stop the others.
+    let identity_check = if first_life {
+        cfg.replica.identity.check
+    } else {
+        ReplicaIdentityCheck::Warn
+    };
+    crate::replica_identity::check_tables(&control, &checked, identity_check).await?;
     let slot = source::ensure_slot(&control, cfg).await?;
     let mut types = TypeRegistry::builtin();
     types
@@ -372,6 +386,10 @@ enum Route {
     Outbox(OutboxRouter, Arc<Relation>),
     /// The signal table: inserts are commands; nothing is published.
     Signal(Arc<Relation>),
+    /// A captured table whose replica identity stopped carrying its key
+    /// (`replica.identity.check = fail`): nothing is published until a
+    /// Relation message shows it fixed.
+    Refused(String),
 }
 
 struct Pipeline<'a> {
@@ -538,7 +556,15 @@ impl Pipeline<'_> {
 
     async fn on_message(&mut self, msg: LogicalMessage, lsn: u64) -> Result<(), CaptureError> {
         match msg {
-            LogicalMessage::Relation(rel) => {
+            LogicalMessage::Relation(mut rel) => {
+                // Partitions are published through their root; a partition
+                // under its own name (WAL decoded before the publication
+                // published via the root) is still the root's change.
+                if let Some((schema, root)) = source::partition_root(&self.control, rel.id).await? {
+                    tracing::debug!(partition = %format!("{}.{}", rel.namespace, rel.name), root = %format!("{schema}.{root}"), "partition's changes go to its root");
+                    rel.namespace = schema;
+                    rel.name = root;
+                }
                 self.encoders.remove(&rel.id);
                 self.relations.insert(rel);
                 Ok(())
@@ -732,6 +758,21 @@ impl Pipeline<'_> {
         let tombstones = self.cfg.tombstones.on.delete;
         let mut out = Vec::new();
         let mut ordinals = 1;
+        if let LogicalMessage::Insert { relation_id, .. }
+        | LogicalMessage::Update { relation_id, .. }
+        | LogicalMessage::Delete { relation_id, .. } = &change
+        {
+            let refused = match self.route(*relation_id).await? {
+                Some(Route::Refused(table)) => Some(table.clone()),
+                _ => None,
+            };
+            if let Some(table) = refused {
+                let counter = &self.metrics.refused_changes;
+                counter.with_label_values(&[table.as_str()]).inc();
+                // One ordinal, as `ordinals` counts a change of no table route.
+                return Ok((out, 1));
+            }
+        }
         match change {
             LogicalMessage::Insert { relation_id, new } => match self.route(relation_id).await? {
                 Some(Route::Table(enc, topic)) => {
@@ -748,7 +789,7 @@ impl Pipeline<'_> {
                     record.ensure_topic = true;
                     out.push(record);
                 }
-                Some(Route::Signal(_)) | None => {}
+                Some(Route::Signal(_) | Route::Refused(_)) | None => {}
             },
             LogicalMessage::Update {
                 relation_id,
@@ -952,6 +993,28 @@ impl Pipeline<'_> {
             }
         }
         let key = self.key_columns.get(&qualified).map(Vec::as_slice);
+        let identity_columns = crate::replica_identity::flagged_columns(&rel);
+        if let Some(lacks) = crate::replica_identity::lacks(
+            rel.replica_identity,
+            &identity_columns,
+            key.unwrap_or_default(),
+        ) {
+            let why = crate::replica_identity::explain(
+                &qualified,
+                &qualified,
+                &lacks,
+                key.unwrap_or_default(),
+            );
+            match self.cfg.replica.identity.check {
+                ReplicaIdentityCheck::Fail => {
+                    tracing::error!(table = %qualified, metric = crate::metrics::REFUSED_CHANGES_TOTAL, "{why}. Until it is fixed, changes of {qualified} are not published (the other tables go on); after the fix, snapshot it again (oncely capture snapshot --table {qualified}) to bring the targets up to date. Or set replica.identity.check = \"warn\" to publish as the identity allows");
+                    return Ok(Some(Route::Refused(qualified)));
+                }
+                ReplicaIdentityCheck::Warn => {
+                    tracing::warn!(table = %qualified, "{why} (replica.identity.check = \"warn\": publishing anyway)");
+                }
+            }
+        }
         let enc = TableEncoder::new(&rel, &self.types, key, &self.envelope)
             .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let topic: Arc<str> = enc.topic().into();
