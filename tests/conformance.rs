@@ -205,7 +205,6 @@ const ALL_TYPES: &[Column] = &[
     ("ta", "text[]", &["'{\"a b\",\"c,d\",\"\",NULL}'", "'{x}'"]),
     ("na", "numeric[]", &["'{1.10,2.5}'"]),
     ("ua", "uuid[]", &["ARRAY[gen_random_uuid()]"]),
-    ("da", "date[]", &["'{2026-01-01,1999-12-31}'"]),
     ("ea", "mood[]", &["'{sad,happy}'", "'{}'"]),
     ("hs", "hstore", &["'a=>1, b=>NULL'", "''"]),
 ];
@@ -237,8 +236,10 @@ const PENDING: &[Column] = &[
     // issue 16 item 3: Elasticsearch maps a double column dynamically as
     // `float`, which refuses doubles beyond its range (and rounds others).
     ("f8_big", "double precision", &["1e308", "-2.5e-300"]),
-    // issue 23 item 9: verify compares inet spellings.
     ("ip6", "inet", &["'::1'"]),
+    // issue 16 item 1: the warehouse stores an array of dates (days since
+    // 1970 on the wire) as the JSON text of the numbers.
+    ("da", "date[]", &["'{2026-01-01,1999-12-31}'"]),
 ];
 
 const TOAST_COLUMNS: &[Column] = &[
@@ -467,6 +468,8 @@ async fn drive(p: &Pipeline, shapes: &[Shape], seconds: u64, min_kills: usize) -
             seed.push_str(";\n");
         }
     }
+    // The seed is read by the initial snapshot, not streamed: not counted.
+    seed.push_str("DELETE FROM expected_events;");
     p.env.client.batch_execute(&seed).await.context("seed")?;
     let mut next = SEED_ROWS;
 
@@ -474,6 +477,8 @@ async fn drive(p: &Pipeline, shapes: &[Shape], seconds: u64, min_kills: usize) -
     for i in 0..4 {
         fleet.spawn(i)?;
     }
+    // Changes committed before the slot exists are snapshot rows, not events.
+    p.env.wait_slot_active().await?;
     let writer = p.env.connect().await?;
     let started = Instant::now();
     let mut last_kill = Instant::now();

@@ -66,6 +66,16 @@ impl SourceTable {
     }
 }
 
+/// Column `name` of alias `s` in its type's text output form — what pgoutput
+/// sends and capture encodes. A cast to `text` differs for some types: it
+/// strips `char(n)` padding and spells `inet` with its netmask (`/32`).
+/// (`format` turns NULL into an empty string, hence the test of `::text`,
+/// which is NULL only for NULL, composites included.)
+fn output_text(name: &str) -> String {
+    let c = format!("s.{}", quote_ident(name));
+    format!("CASE WHEN {c}::text IS NULL THEN NULL ELSE format('%s', {c}) END")
+}
+
 /// One source row: its key (source text and wire JSON) and its wire row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceRow {
@@ -194,7 +204,7 @@ impl SourceDb {
         let select = table
             .columns
             .iter()
-            .map(|c| format!("{}::text", quote_ident(&c.name)))
+            .map(|c| output_text(&c.name))
             .collect::<Vec<_>>()
             .join(", ");
         let keys = table.key_list();
@@ -309,7 +319,7 @@ impl SourceDb {
         let select = table
             .key_names()
             .iter()
-            .map(|c| format!("{}::text", quote_ident(c)))
+            .map(|c| output_text(c))
             .collect::<Vec<_>>()
             .join(", ");
         let sql = format!(
