@@ -56,6 +56,20 @@ pub enum CaptureError {
     #[error("replication protocol: {0}")]
     Protocol(String),
 
+    /// A change's record is larger than Kafka accepts. Definite: restarting
+    /// would meet the same row again, and skipping it would lose it.
+    #[error("a change of table {table} (key {key}) is a record of {size} bytes on topic {topic}, larger than Kafka accepts ({limit}). Capture stops rather than skip it: raise {setting}, then start capture again")]
+    RecordTooLarge {
+        table: String,
+        topic: String,
+        key: String,
+        size: usize,
+        /// What refused it, with the limit where known.
+        limit: String,
+        /// The setting(s) to raise.
+        setting: String,
+    },
+
     /// A stored offset record could not be read.
     #[error("offset record on topic {topic} is unreadable: {reason}")]
     CorruptOffset { topic: String, reason: String },
@@ -101,6 +115,8 @@ impl CaptureError {
             };
         }
         let retriable = match &source {
+            // The same records would be refused again.
+            _ if is_too_large(&source) => false,
             KafkaError::Transaction(e) => !e.is_fatal(),
             KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) => false,
             _ => true,
@@ -113,6 +129,16 @@ impl CaptureError {
     }
 }
 
+/// Whether Kafka refused a record (or a batch) for its size: librdkafka's
+/// local `message.max.bytes` check and the broker's `max.message.bytes` give
+/// the same code.
+pub fn is_too_large(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::MessageBatchTooLarge)
+    )
+}
+
 fn is_fenced(e: &KafkaError) -> bool {
     matches!(
         e.rdkafka_error_code(),
@@ -120,4 +146,28 @@ fn is_fenced(e: &KafkaError) -> bool {
             | Some(RDKafkaErrorCode::ProducerFenced)
             | Some(RDKafkaErrorCode::InvalidProducerEpoch)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_refusals_are_definite() {
+        let local = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        assert!(!CaptureError::kafka("send", "t", local).is_retriable());
+        let batch = KafkaError::MessageProduction(RDKafkaErrorCode::MessageBatchTooLarge);
+        assert!(!CaptureError::kafka("send", "t", batch).is_retriable());
+        let full = KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull);
+        assert!(CaptureError::kafka("send", "t", full).is_retriable());
+        let too_large = CaptureError::RecordTooLarge {
+            table: "public.t".into(),
+            topic: "p.public.t".into(),
+            key: "{\"id\":1}".into(),
+            size: 2_000_000,
+            limit: "1048576".into(),
+            setting: "topic.creation.default.max.message.bytes".into(),
+        };
+        assert!(!too_large.is_retriable());
+    }
 }

@@ -262,7 +262,9 @@ pub fn summary(report: &Report) -> String {
 /// A change is identified by `(source.commit_lsn, source.event_seq, op)`:
 /// capture numbers pgoutput's changes, and a primary-key update is one change
 /// that goes out as two events — a delete of the old key and a create of the
-/// new one — with the same `event_seq`.
+/// new one — with the same `event_seq`. A truncate goes to every partition of
+/// its topic: one copy per partition is expected, so its identity includes
+/// the partition.
 #[derive(Debug, Default)]
 pub struct ChangeScan {
     pub events: u64,
@@ -309,7 +311,7 @@ pub fn scan_changes(topics: &[String]) -> Result<ChangeScan> {
     let partitions = tpl.count();
     consumer.assign(&tpl)?;
     // Identity -> topic index, to describe a duplicate.
-    let mut seen: HashMap<(u64, u64, char), usize> = HashMap::new();
+    let mut seen: HashMap<(u64, u64, char, i32), usize> = HashMap::new();
     let mut scan = ChangeScan::default();
     let mut eof = 0;
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -342,7 +344,8 @@ pub fn scan_changes(topics: &[String]) -> Result<ChangeScan> {
                             .iter()
                             .position(|t| t == m.topic())
                             .unwrap_or(usize::MAX);
-                        if let Some(first_topic) = seen.insert((lsn, seq, op), topic) {
+                        let partition = if op == 't' { m.partition() } else { -1 };
+                        if let Some(first_topic) = seen.insert((lsn, seq, op, partition), topic) {
                             scan.duplicate_count += 1;
                             if scan.duplicates.len() < 10 {
                                 let name = |i: usize| topics.get(i).map_or("?", String::as_str);

@@ -29,7 +29,7 @@ use crate::error::CaptureError;
 use crate::filter::TableFilter;
 use crate::kafka::{TopicCreator, TxProducer};
 use crate::metrics::CaptureMetrics;
-use crate::offset::{read_last_offset, Replay, SourceOffset};
+use crate::offset::{read_stored_offset, Replay, SourceOffset};
 use crate::outbox::OutboxRouter;
 use crate::pgoutput::{
     self, LogicalMessage, OldTuple, Relation, RelationCache, TupleData, TupleValue,
@@ -117,19 +117,25 @@ async fn run_once(
         return Ok(()); // stopped while Kafka was unreachable
     }
     checked?;
+    let offsets_topic = cfg.offsets_topic();
     let mut topics = TopicCreator::new(cfg)?;
-    topics
-        .ensure_offsets_topic(&cfg.offset.storage.topic)
-        .await?;
+    topics.ensure_offsets_topic(&offsets_topic).await?;
     // Fences an older instance and aborts its open transaction, so the offset
     // read next is final.
     let producer = TxProducer::connect(cfg).await?;
-    let stored = read_last_offset(
-        cfg.kafka_client(),
-        &cfg.offset.storage.topic,
-        cfg.connector_name(),
-    )
-    .await?;
+    let stored = match read_stored_offset(cfg).await? {
+        Some((o, found)) if found != offsets_topic => {
+            tracing::info!(
+                legacy_topic = %found,
+                offsets_topic = %offsets_topic,
+                commit_lsn = %format_lsn(o.commit_lsn),
+                flush_lsn = %format_lsn(o.flush_lsn),
+                "resuming from this connector's offset in the offsets topic shared by earlier versions; from now on its offsets go to its own topic"
+            );
+            Some(o)
+        }
+        found => found.map(|(o, _)| o),
+    };
     // Snapshot candidates: captured tables, less the outbox and signal tables
     // (their rows are events and commands, not state).
     let snapshot_tables: Vec<String> = tables
@@ -160,7 +166,7 @@ async fn run_once(
             name = cfg.connector_name(),
             offset_lsn = format_lsn(o),
             key = String::from_utf8_lossy(&SourceOffset::key(cfg.connector_name())),
-            topic = cfg.offset.storage.topic,
+            topic = offsets_topic,
         ))
     })?;
     let mut offset = match stored {
@@ -204,6 +210,8 @@ async fn run_once(
     let stream = connect_stream(cfg, offset.flush_lsn).await?;
     let mut pipeline = Pipeline {
         cfg,
+        offsets_topic,
+        tables_by_topic: HashMap::new(),
         envelope: EnvelopeConfig {
             topic_prefix: cfg.topic.prefix.clone(),
             database: cfg.database.dbname.clone(),
@@ -315,6 +323,8 @@ struct Record {
     headers: Vec<(&'static str, Vec<u8>)>,
     /// The topic may not exist yet (outbox routes are known only per row).
     ensure_topic: bool,
+    /// An explicit partition (truncates go to every partition); else the key's.
+    partition: Option<i32>,
 }
 
 impl Record {
@@ -329,6 +339,7 @@ impl Record {
             value,
             headers: Vec::new(),
             ensure_topic: false,
+            partition: None,
         }
     }
 }
@@ -345,6 +356,10 @@ enum Route {
 
 struct Pipeline<'a> {
     cfg: &'a CaptureConfig,
+    /// [`CaptureConfig::offsets_topic`].
+    offsets_topic: String,
+    /// The table whose changes a topic carries, to name it in errors.
+    tables_by_topic: HashMap<Arc<str>, String>,
     envelope: EnvelopeConfig,
     filter: TableFilter,
     key_columns: HashMap<String, Vec<String>>,
@@ -736,9 +751,20 @@ impl Pipeline<'_> {
                 }
             }
             LogicalMessage::Truncate { relation_ids, .. } => {
+                // A truncate has no key, and a sink orders records per
+                // partition only: one copy on each partition, after every
+                // earlier change of that partition and before every later
+                // one. Partitions are counted now, so partitions added to the
+                // topic since are covered too.
                 for relation_id in relation_ids {
-                    if let Some(Route::Table(enc, topic)) = self.route(relation_id).await? {
-                        out.push(Record::new(topic, None, Some(enc.truncate_value(src, now))));
+                    let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
+                        continue;
+                    };
+                    let (topic, value) = (Arc::clone(topic), enc.truncate_value(src, now));
+                    for partition in 0..self.producer.partition_count(&topic).await? {
+                        let mut record = Record::new(&topic, None, Some(value.clone()));
+                        record.partition = Some(partition);
+                        out.push(record);
                     }
                 }
             }
@@ -805,6 +831,8 @@ impl Pipeline<'_> {
             .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let topic: Arc<str> = enc.topic().into();
         self.topics.ensure(&topic).await?;
+        self.tables_by_topic
+            .insert(Arc::clone(&topic), qualified.clone());
         // Captured from now on: a later start must not take it for a table
         // added to the include list (snapshot.new.tables).
         self.pending
@@ -840,8 +868,15 @@ impl Pipeline<'_> {
                 r.headers.iter().map(|(k, v)| (*k, v.as_slice())).collect();
             let headers = (!headers.is_empty()).then_some(headers.as_slice());
             self.producer
-                .send_with_headers(&r.topic, r.key.as_deref(), r.value.as_deref(), headers)
-                .await?;
+                .send_with_headers(
+                    &r.topic,
+                    r.partition,
+                    r.key.as_deref(),
+                    r.value.as_deref(),
+                    headers,
+                )
+                .await
+                .map_err(|e| self.explain_too_large(e, r))?;
         }
 
         if let Some(b) = self.batch.as_mut() {
@@ -906,7 +941,7 @@ impl Pipeline<'_> {
         let key = SourceOffset::key(self.cfg.connector_name());
         let value = self.pending.to_bytes();
         self.producer
-            .send(&self.cfg.offset.storage.topic, Some(&key), Some(&value))
+            .send(&self.offsets_topic, Some(&key), Some(&value))
             .await?;
         let producer = self.producer.clone();
         self.inflight = Some(Inflight {
@@ -936,7 +971,8 @@ impl Pipeline<'_> {
         let Some(inflight) = self.inflight.take() else {
             return Ok(());
         };
-        done.map_err(|e| CaptureError::Protocol(format!("commit task failed: {e}")))??;
+        done.map_err(|e| CaptureError::Protocol(format!("commit task failed: {e}")))?
+            .map_err(|e| self.explain_refused(e))?;
         self.metrics
             .batch_commit
             .observe(inflight.started.elapsed().as_secs_f64());
@@ -958,6 +994,61 @@ impl Pipeline<'_> {
             self.start_commit().await?;
         }
         Ok(())
+    }
+
+    /// A record the producer refused to send for its size, named.
+    fn explain_too_large(&self, e: CaptureError, r: &Record) -> CaptureError {
+        match &e {
+            CaptureError::Kafka { source, .. } if crate::error::is_too_large(source) => {
+                let size = r.len() + r.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+                let limit = self.producer.max_message_bytes();
+                self.too_large(&r.topic, r.key.as_deref(), size, format!("the producer's message.max.bytes is {limit}"))
+            }
+            _ => e,
+        }
+    }
+
+    /// A failed commit, named when the broker refused one of its records for its size.
+    fn explain_refused(&self, e: CaptureError) -> CaptureError {
+        match self.producer.take_too_large() {
+            Some(r) => self.too_large(
+                &r.topic,
+                r.key.as_deref(),
+                r.size,
+                format!("the broker refused it: the topic's max.message.bytes (or the broker's message.max.bytes) is lower; the commit failed with: {e}"),
+            ),
+            None => e,
+        }
+    }
+
+    fn too_large(&self, topic: &str, key: Option<&[u8]>, size: usize, limit: String) -> CaptureError {
+        let table = self
+            .tables_by_topic
+            .get(topic)
+            .cloned()
+            .or_else(|| self.cfg.outbox.as_ref().map(|o| format!("{} (outbox)", o.table)))
+            .unwrap_or_else(|| "(logical decoding message)".to_owned());
+        let mut key = key.map_or("null".to_owned(), |k| String::from_utf8_lossy(k).into_owned());
+        if key.len() > 200 {
+            let mut end = 200;
+            while !key.is_char_boundary(end) {
+                end -= 1;
+            }
+            key.truncate(end);
+            key.push_str("...");
+        }
+        let wanted = size.next_power_of_two().max(self.cfg.max_message_bytes());
+        CaptureError::RecordTooLarge {
+            table,
+            topic: topic.to_owned(),
+            key,
+            size,
+            limit,
+            setting: format!(
+                "topic.creation.default.max.message.bytes (now {}; the producer's message.max.bytes follows it unless [kafka.producer] sets it) to at least {size}, and the max.message.bytes of topic {topic} if it exists already (kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config max.message.bytes={wanted})",
+                self.cfg.max_message_bytes()
+            ),
+        }
     }
 
     /// When nothing is in flight, commits an offset at the server's position so
