@@ -1002,7 +1002,13 @@ impl Pipeline<'_> {
             CaptureError::Kafka { source, .. } if crate::error::is_too_large(source) => {
                 let size = r.len() + r.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
                 let limit = self.producer.max_message_bytes();
-                self.too_large(&r.topic, r.key.as_deref(), size, format!("the producer's message.max.bytes is {limit}"))
+                self.too_large(
+                    &r.topic,
+                    r.key.as_deref(),
+                    size,
+                    format!("the producer's message.max.bytes is {limit}"),
+                    false,
+                )
             }
             _ => e,
         }
@@ -1015,20 +1021,36 @@ impl Pipeline<'_> {
                 &r.topic,
                 r.key.as_deref(),
                 r.size,
-                format!("the broker refused it: the topic's max.message.bytes (or the broker's message.max.bytes) is lower; the commit failed with: {e}"),
+                format!("the broker refused it, so the topic's max.message.bytes is lower; the commit failed with: {e}"),
+                true,
             ),
             None => e,
         }
     }
 
-    fn too_large(&self, topic: &str, key: Option<&[u8]>, size: usize, limit: String) -> CaptureError {
+    fn too_large(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        size: usize,
+        limit: String,
+        by_broker: bool,
+    ) -> CaptureError {
         let table = self
             .tables_by_topic
             .get(topic)
             .cloned()
             .or_else(|| self.cfg.outbox.as_ref().map(|o| format!("{} (outbox)", o.table)))
             .unwrap_or_else(|| "(logical decoding message)".to_owned());
-        let mut key = key.map_or("null".to_owned(), |k| String::from_utf8_lossy(k).into_owned());
+        // The key's payload, without its Connect schema.
+        let mut key = match key.map(serde_json::from_slice::<serde_json::Value>) {
+            None => "null".to_owned(),
+            Some(Ok(mut v)) => match v.get_mut("payload") {
+                Some(payload) => payload.take().to_string(),
+                None => v.to_string(),
+            },
+            Some(Err(_)) => String::from_utf8_lossy(key.unwrap_or_default()).into_owned(),
+        };
         if key.len() > 200 {
             let mut end = 200;
             while !key.is_char_boundary(end) {
@@ -1037,17 +1059,25 @@ impl Pipeline<'_> {
             key.truncate(end);
             key.push_str("...");
         }
-        let wanted = size.next_power_of_two().max(self.cfg.max_message_bytes());
+        let configured = self.cfg.max_message_bytes();
+        let wanted = size.next_power_of_two().max(configured);
+        let topic_setting = format!(
+            "the max.message.bytes of topic {topic} (kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config max.message.bytes={wanted})"
+        );
+        let setting = if by_broker && size <= configured {
+            topic_setting
+        } else {
+            format!(
+                "topic.creation.default.max.message.bytes (now {configured}; the producer's message.max.bytes follows it unless [kafka.producer] sets it) to at least {size}, and {topic_setting} if the topic exists already"
+            )
+        };
         CaptureError::RecordTooLarge {
             table,
             topic: topic.to_owned(),
             key,
             size,
             limit,
-            setting: format!(
-                "topic.creation.default.max.message.bytes (now {}; the producer's message.max.bytes follows it unless [kafka.producer] sets it) to at least {size}, and the max.message.bytes of topic {topic} if it exists already (kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config max.message.bytes={wanted})",
-                self.cfg.max_message_bytes()
-            ),
+            setting,
         }
     }
 
