@@ -52,6 +52,12 @@ fn default_offsets(text: &str) -> String {
         .collect()
 }
 
+fn kafka_client() -> ClientConfig {
+    let mut client = ClientConfig::new();
+    client.set("bootstrap.servers", common::kafka_brokers());
+    client
+}
+
 fn admin() -> Result<AdminClient<DefaultClientContext>> {
     Ok(ClientConfig::new()
         .set("bootstrap.servers", common::kafka_brokers())
@@ -355,6 +361,23 @@ fn open_transaction(topic: &str) -> Result<bool> {
     Ok(ends("read_committed")? < ends("read_uncommitted")?)
 }
 
+/// The end of partition 0 of `topic` as a `read_committed` reader sees it
+/// (0 while the topic does not exist).
+async fn committed_end(topic: &str) -> Result<i64> {
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", common::kafka_brokers())
+            .set("group.id", common::unique("lso"))
+            .set("isolation.level", "read_committed")
+            .create()?;
+        Ok(consumer
+            .fetch_watermarks(&topic, 0, Duration::from_secs(10))
+            .map_or(0, |(_, high)| high))
+    })
+    .await?
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_connector_does_not_hide_the_offsets_of_another() -> Result<()> {
     let env = CaptureEnv::new("cap_two_offsets").await?;
@@ -376,7 +399,7 @@ async fn a_killed_connector_does_not_hide_the_offsets_of_another() -> Result<()>
                 &prefix_a,
                 &slot_a,
                 "-",
-                "table.include.list = \"public.big\"\nbatch.max.events = 50\n\
+                "table.include.list = \"public.big\"\nbatch.max.events = 50\nheartbeat.interval.ms = 500\n\
                  [kafka.producer]\n\"transaction.timeout.ms\" = \"600000\"\n",
             )
         )),
@@ -388,12 +411,14 @@ async fn a_killed_connector_does_not_hide_the_offsets_of_another() -> Result<()>
             env.config_as(&prefix_b, &slot_b, "-", "table.include.list = \"public.small\"\nheartbeat.interval.ms = 500\n")
         )),
     )?;
-    let offsets_a = format!("oncely-offsets-{prefix_a}");
+    let offsets_a = oncely_capture::config::CaptureConfig::load(&config_a)?.offsets_topic();
+    let offsets_b = oncely_capture::config::CaptureConfig::load(&config_b)?.offsets_topic();
+    assert_ne!(offsets_a, offsets_b, "one offsets topic per connector by default");
     let mut b = env.spawn_capture(&config_b)?;
     wait_slot(&env, &slot_b).await?;
     let mut a = env.spawn_capture(&config_a)?;
     wait_slot(&env, &slot_a).await?;
-    const BIG: i64 = 60_000;
+    const BIG: i64 = 30_000;
     env.client
         .batch_execute(&format!(
             "INSERT INTO big SELECT g, 'v' || g FROM generate_series(1, {BIG}) g"
@@ -404,13 +429,14 @@ async fn a_killed_connector_does_not_hide_the_offsets_of_another() -> Result<()>
     let topic_big = format!("{prefix_a}.public.big");
     let mut open = false;
     for attempt in 0..40 {
-        // a is inside the big transaction once some of it is in Kafka.
-        wait_for(&[topic_big.clone()], Duration::from_secs(120), |seen| {
-            seen.len() > 100
-        })
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}; log:\n{}", env.capture_log()))?;
-        tokio::time::sleep(Duration::from_millis(100 + 37 * attempt)).await;
+        // a is inside the big transaction once more of it is in Kafka.
+        let start = committed_end(&topic_big).await?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while committed_end(&topic_big).await? < start + 200 {
+            ensure!(Instant::now() < deadline, "a does not publish:\n{}", env.capture_log());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(20 + 37 * attempt)).await;
         kill9(&mut a);
         let t = offsets_a.clone();
         if tokio::task::spawn_blocking(move || open_transaction(&t)).await?? {
@@ -473,24 +499,32 @@ async fn a_killed_connector_does_not_hide_the_offsets_of_another() -> Result<()>
     // a resumes and finishes its transaction: each change exactly once.
     a = env.spawn_capture(&config_a)?;
     wait_slot(&env, &slot_a).await?;
+    let end: i64 = env
+        .client
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+        .await?
+        .get(0);
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let topics = vec![topic_big.clone()];
-        let scan = tokio::task::spawn_blocking(move || scan_changes(&topics)).await??;
-        assert_eq!(scan.duplicate_count, 0, "{scan:?}");
-        if scan.events == BIG as u64 {
+        let stored =
+            oncely_capture::offset::read_last_offset(kafka_client(), &offsets_a, &prefix_a).await?;
+        if stored.is_some_and(|o| o.flush_lsn >= end as u64) {
             break;
         }
-        assert!(Instant::now() < deadline, "a finished: {scan:?}");
+        ensure!(Instant::now() < deadline, "a did not finish:\n{}", env.capture_log());
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+    let topics = vec![topic_big.clone()];
+    let scan = tokio::task::spawn_blocking(move || scan_changes(&topics)).await??;
+    assert_eq!(scan.duplicate_count, 0, "{scan:?}");
+    assert_eq!(scan.events, BIG as u64, "{scan:?}");
     terminate(&mut a, Duration::from_secs(30))?;
     terminate(&mut b, Duration::from_secs(30))?;
     env.drop_slot(&slot_a).await;
     env.drop_slot(&slot_b).await;
     delete_topics(&[
         offsets_a,
-        format!("oncely-offsets-{prefix_b}"),
+        offsets_b,
         topic_big,
         format!("{prefix_b}.public.small"),
     ])
@@ -550,14 +584,7 @@ async fn a_connector_upgraded_from_the_shared_offsets_topic_resumes_from_it() ->
     assert!(log.contains("offsets topic shared by earlier versions"), "{log}");
     // Its offsets are in its own topic now; a later start reads them there.
     let own = format!("oncely-offsets-{}", env.prefix);
-    let stored = oncely_capture::offset::read_last_offset(
-        ClientConfig::new()
-            .set("bootstrap.servers", common::kafka_brokers())
-            .clone(),
-        &own,
-        &env.prefix,
-    )
-    .await?;
+    let stored = oncely_capture::offset::read_last_offset(kafka_client(), &own, &env.prefix).await?;
     assert!(stored.is_some(), "offset in {own}");
     let mut capture = env.spawn_capture(&upgraded)?;
     env.wait_slot_active().await?;
@@ -570,10 +597,11 @@ async fn a_connector_upgraded_from_the_shared_offsets_topic_resumes_from_it() ->
     // No second snapshot, nothing published twice.
     let snapshot_rows = seen.iter().filter(|s| s.op() == Some("r")).count();
     assert_eq!(snapshot_rows, 20, "one snapshot only");
-    let ids: Vec<i64> = seen_last
+    let mut ids: Vec<i64> = seen_last
         .iter()
         .filter_map(|s| s.payload()?["after"]["id"].as_i64())
         .collect();
+    ids.sort();
     assert_eq!(ids, (1..=41).collect::<Vec<_>>(), "each row exactly once");
     delete_topics(&[own, topic]).await;
     env.cleanup().await;
