@@ -144,7 +144,10 @@ async fn a_20_mb_row_reaches_the_warehouse_and_the_cache() -> Result<()> {
         .flatten()
         .is_none()
     {
-        ensure!(Instant::now() < deadline, "the narrow warehouse never got row 1");
+        ensure!(
+            Instant::now() < deadline,
+            "the narrow warehouse never got row 1"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     p.env
@@ -167,7 +170,10 @@ async fn a_20_mb_row_reaches_the_warehouse_and_the_cache() -> Result<()> {
     let size: i64 = p
         .env
         .client
-        .query_one("SELECT length(body)::bigint FROM wh.public_big WHERE id = 2", &[])
+        .query_one(
+            "SELECT length(body)::bigint FROM wh.public_big WHERE id = 2",
+            &[],
+        )
         .await?
         .get(0);
     assert!(size >= 20 * 1024 * 1024, "{size}");
@@ -195,8 +201,11 @@ async fn a_20_mb_row_reaches_the_warehouse_and_the_cache() -> Result<()> {
         if note.as_deref() == Some("after") {
             break;
         }
-        ensure!(Instant::now() < deadline, "the narrow sink stopped: {note:?}\n{}",
-            std::fs::read_to_string(narrow.with_extension("log")).unwrap_or_default());
+        ensure!(
+            Instant::now() < deadline,
+            "the narrow sink stopped: {note:?}\n{}",
+            std::fs::read_to_string(narrow.with_extension("log")).unwrap_or_default()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
@@ -241,7 +250,8 @@ fn dead_letters(topic: &str, timeout: Duration) -> Result<Vec<Letter>> {
         out.push(Letter {
             topic: header(oncely_sinks::runner::HEADER_TOPIC),
             value_len: m.payload().map(<[u8]>::len),
-            omitted: header(oncely_sinks::runner::HEADER_VALUE_OMITTED).and_then(|v| v.parse().ok()),
+            omitted: header(oncely_sinks::runner::HEADER_VALUE_OMITTED)
+                .and_then(|v| v.parse().ok()),
         });
         if out.iter().any(|l| l.omitted.is_some()) {
             return Ok(out);
@@ -271,7 +281,10 @@ async fn a_row_larger_than_the_limit_stops_capture_with_a_named_error() -> Resul
     env.client
         .batch_execute("INSERT INTO big VALUES (1, 'small')")
         .await?;
-    wait_for(&[topic.clone()], Duration::from_secs(60), |s| !s.is_empty()).await?;
+    wait_for(std::slice::from_ref(&topic), Duration::from_secs(60), |s| {
+        !s.is_empty()
+    })
+    .await?;
     env.client
         .batch_execute(&format!("INSERT INTO big VALUES (2, {});", random_text(2)))
         .await?;
@@ -279,7 +292,12 @@ async fn a_row_larger_than_the_limit_stops_capture_with_a_named_error() -> Resul
     let log = env.capture_log();
     let status = status.map_err(|e| anyhow::anyhow!("{e}; log:\n{log}"))?;
     assert!(!status.success(), "capture exits non-zero:\n{log}");
-    assert_named(&log, "public.big", "{\"id\":2}", "topic.creation.default.max.message.bytes")?;
+    assert_named(
+        &log,
+        "public.big",
+        "{\"id\":2}",
+        "topic.creation.default.max.message.bytes",
+    )?;
     // The row before it is in Kafka, the large one is not.
     let seen = tokio::task::spawn_blocking({
         let t = vec![topic.clone()];
@@ -302,7 +320,12 @@ async fn a_row_larger_than_the_limit_stops_capture_with_a_named_error() -> Resul
         "capture-b.toml",
         &format!(
             "snapshot.mode = \"no_data\"\n{}",
-            env.config_as(&prefix2, &slot2, &format!("{prefix2}-offsets"), "table.include.list = \"public.big\"\n")
+            env.config_as(
+                &prefix2,
+                &slot2,
+                &format!("{prefix2}-offsets"),
+                "table.include.list = \"public.big\"\n"
+            )
         ),
     )?;
     std::fs::write(env.dir.join("capture.log"), "")?;
@@ -334,7 +357,10 @@ fn assert_named(log: &str, table: &str, key: &str, setting: &str) -> Result<()> 
         .ok_or_else(|| anyhow::anyhow!("no size error in the log:\n{log}"))?;
     ensure!(line.contains(table), "table named: {line}");
     let escaped = key.replace('"', "\\\"");
-    ensure!(line.contains(key) || line.contains(&escaped), "key named: {line}");
+    ensure!(
+        line.contains(key) || line.contains(&escaped),
+        "key named: {line}"
+    );
     let size: usize = line
         .split("is a record of ")
         .nth(1)
@@ -361,7 +387,10 @@ async fn wait_slot(env: &CaptureEnv, slot: &str) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    bail!("slot {slot} never became active; log:\n{}", env.capture_log())
+    bail!(
+        "slot {slot} never became active; log:\n{}",
+        env.capture_log()
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -431,12 +460,20 @@ async fn a_killed_connector_does_not_hide_the_offsets_of_another() -> Result<()>
         "capture-b.toml",
         &default_offsets(&format!(
             "snapshot.mode = \"no_data\"\n{}",
-            env.config_as(&prefix_b, &slot_b, "-", "table.include.list = \"public.small\"\nheartbeat.interval.ms = 500\n")
+            env.config_as(
+                &prefix_b,
+                &slot_b,
+                "-",
+                "table.include.list = \"public.small\"\nheartbeat.interval.ms = 500\n"
+            )
         )),
     )?;
     let offsets_a = oncely_capture::config::CaptureConfig::load(&config_a)?.offsets_topic();
     let offsets_b = oncely_capture::config::CaptureConfig::load(&config_b)?.offsets_topic();
-    assert_ne!(offsets_a, offsets_b, "one offsets topic per connector by default");
+    assert_ne!(
+        offsets_a, offsets_b,
+        "one offsets topic per connector by default"
+    );
     let mut b = env.spawn_capture(&config_b)?;
     wait_slot(&env, &slot_b).await?;
     let mut a = env.spawn_capture(&config_a)?;
@@ -456,7 +493,11 @@ async fn a_killed_connector_does_not_hide_the_offsets_of_another() -> Result<()>
         let start = committed_end(&topic_big).await?;
         let deadline = Instant::now() + Duration::from_secs(120);
         while committed_end(&topic_big).await? < start + 200 {
-            ensure!(Instant::now() < deadline, "a does not publish:\n{}", env.capture_log());
+            ensure!(
+                Instant::now() < deadline,
+                "a does not publish:\n{}",
+                env.capture_log()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         tokio::time::sleep(Duration::from_millis(20 + 37 * attempt)).await;
@@ -482,9 +523,11 @@ async fn a_killed_connector_does_not_hide_the_offsets_of_another() -> Result<()>
             ))
             .await?;
         let want = (round as usize + 1) * 100;
-        wait_for(&[format!("{prefix_b}.public.small")], Duration::from_secs(120), |seen| {
-            seen.len() >= want
-        })
+        wait_for(
+            &[format!("{prefix_b}.public.small")],
+            Duration::from_secs(120),
+            |seen| seen.len() >= want,
+        )
         .await
         .map_err(|e| anyhow::anyhow!("{e}; log:\n{}", env.capture_log()))?;
         // Until b's slot is confirmed past those changes: a stale offset then
@@ -503,9 +546,11 @@ async fn a_killed_connector_does_not_hide_the_offsets_of_another() -> Result<()>
     env.client
         .batch_execute("INSERT INTO small SELECT g, 'last' FROM generate_series(301, 310) g")
         .await?;
-    let seen_b = wait_for(&[format!("{prefix_b}.public.small")], Duration::from_secs(120), |seen| {
-        seen.len() >= 310
-    })
+    let seen_b = wait_for(
+        &[format!("{prefix_b}.public.small")],
+        Duration::from_secs(120),
+        |seen| seen.len() >= 310,
+    )
     .await
     .map_err(|e| anyhow::anyhow!("{e}; log:\n{}", env.capture_log()))?;
     assert!(b.try_wait()?.is_none(), "b runs:\n{}", env.capture_log());
@@ -534,7 +579,11 @@ async fn a_killed_connector_does_not_hide_the_offsets_of_another() -> Result<()>
         if stored.is_some_and(|o| o.flush_lsn >= end as u64) {
             break;
         }
-        ensure!(Instant::now() < deadline, "a did not finish:\n{}", env.capture_log());
+        ensure!(
+            Instant::now() < deadline,
+            "a did not finish:\n{}",
+            env.capture_log()
+        );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let topics = vec![topic_big.clone()];
@@ -588,7 +637,12 @@ async fn a_connector_upgraded_from_the_shared_offsets_topic_resumes_from_it() ->
         .batch_execute("INSERT INTO t SELECT g, 'streamed' FROM generate_series(21, 30) g")
         .await?;
     let topic = env.topic("t");
-    wait_for(&[topic.clone()], Duration::from_secs(120), |s| s.len() >= 30).await?;
+    wait_for(
+        std::slice::from_ref(&topic),
+        Duration::from_secs(120),
+        |s| s.len() >= 30,
+    )
+    .await?;
     assert!(terminate(&mut capture, Duration::from_secs(30))?.success());
 
     // Upgraded: the default is now the connector's own topic, which is empty.
@@ -601,20 +655,34 @@ async fn a_connector_upgraded_from_the_shared_offsets_topic_resumes_from_it() ->
     env.client
         .batch_execute("INSERT INTO t SELECT g, 'after' FROM generate_series(31, 40) g")
         .await?;
-    let seen = wait_for(&[topic.clone()], Duration::from_secs(120), |s| s.len() >= 40).await?;
+    let seen = wait_for(
+        std::slice::from_ref(&topic),
+        Duration::from_secs(120),
+        |s| s.len() >= 40,
+    )
+    .await?;
     assert!(terminate(&mut capture, Duration::from_secs(30))?.success());
     let log = env.capture_log();
-    assert!(log.contains("offsets topic shared by earlier versions"), "{log}");
+    assert!(
+        log.contains("offsets topic shared by earlier versions"),
+        "{log}"
+    );
     // Its offsets are in its own topic now; a later start reads them there.
     let own = format!("oncely-offsets-{}", env.prefix);
-    let stored = oncely_capture::offset::read_last_offset(kafka_client(), &own, &env.prefix).await?;
+    let stored =
+        oncely_capture::offset::read_last_offset(kafka_client(), &own, &env.prefix).await?;
     assert!(stored.is_some(), "offset in {own}");
     let mut capture = env.spawn_capture(&upgraded)?;
     env.wait_slot_active().await?;
     env.client
         .batch_execute("INSERT INTO t VALUES (41, 'last')")
         .await?;
-    let seen_last = wait_for(&[topic.clone()], Duration::from_secs(120), |s| s.len() >= 41).await?;
+    let seen_last = wait_for(
+        std::slice::from_ref(&topic),
+        Duration::from_secs(120),
+        |s| s.len() >= 41,
+    )
+    .await?;
     assert!(terminate(&mut capture, Duration::from_secs(30))?.success());
 
     // No second snapshot, nothing published twice.
@@ -645,9 +713,9 @@ async fn a_truncate_reaches_every_partition_and_the_warehouse_equals_the_source(
     )
     .await?;
     p.sinks.truncate(1); // the warehouse
-    // And one with truncate.mode = "truncate": the copy of a truncate read
-    // from one partition must not remove rows newer than it that another
-    // partition already applied.
+                         // And one with truncate.mode = "truncate": the copy of a truncate read
+                         // from one partition must not remove rows newer than it that another
+                         // partition already applied.
     p.add_sink(
         "postgres-truncate",
         &format!(
@@ -693,7 +761,10 @@ async fn a_truncate_reaches_every_partition_and_the_warehouse_equals_the_source(
     kill9(&mut sink);
     let restarted = p.spawn_sink(0)?;
     let report = p.verify(Duration::from_secs(180)).await?;
-    assert!(report.is_equal(), "the warehouses equal the source:\n{report}");
+    assert!(
+        report.is_equal(),
+        "the warehouses equal the source:\n{report}"
+    );
     assert_eq!(report.compared(), 2, "{report}");
 
     // The truncate is on every partition, once each.
@@ -712,9 +783,17 @@ async fn a_truncate_reaches_every_partition_and_the_warehouse_equals_the_source(
     let truncates: BTreeSet<String> = seen
         .iter()
         .filter(|s| s.op() == Some("t"))
-        .map(|s| s.payload().map(|p| p["source"].to_string()).unwrap_or_default())
+        .map(|s| {
+            s.payload()
+                .map(|p| p["source"].to_string())
+                .unwrap_or_default()
+        })
         .collect();
-    assert_eq!(truncates.len(), 1, "the same truncate on each: {truncates:?}");
+    assert_eq!(
+        truncates.len(),
+        1,
+        "the same truncate on each: {truncates:?}"
+    );
     let topics = vec![topic];
     let scan = tokio::task::spawn_blocking(move || scan_changes(&topics)).await??;
     assert_eq!(scan.duplicate_count, 0, "{scan:?}");

@@ -827,8 +827,7 @@ fn is_topic_name(s: &str) -> bool {
         && s.len() <= 249
         && s != "."
         && s != ".."
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
@@ -935,7 +934,8 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
 
     #[test]
     fn offsets_topic_is_per_connector_unless_configured() {
-        let named = CaptureConfig::parse(&format!("name = \"orders-cdc\"\n{MINIMAL}"), "test").unwrap();
+        let named =
+            CaptureConfig::parse(&format!("name = \"orders-cdc\"\n{MINIMAL}"), "test").unwrap();
         assert_eq!(named.offsets_topic(), "oncely-offsets-orders-cdc");
         let set = CaptureConfig::parse(
             &format!("{MINIMAL}\noffset.storage.topic = \"shared\"\n"),
@@ -947,7 +947,10 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
         let err = CaptureConfig::parse(&format!("name = \"a b\"\n{MINIMAL}"), "test")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("`name`") && err.contains("offset.storage.topic"), "{err}");
+        assert!(
+            err.contains("`name`") && err.contains("offset.storage.topic"),
+            "{err}"
+        );
         // A name that cannot make a topic is fine with an explicit topic.
         CaptureConfig::parse(
             &format!("name = \"a b\"\n{MINIMAL}\noffset.storage.topic = \"t\"\n"),

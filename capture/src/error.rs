@@ -58,21 +58,26 @@ pub enum CaptureError {
 
     /// A change's record is larger than Kafka accepts. Definite: restarting
     /// would meet the same row again, and skipping it would lose it.
-    #[error("a change of table {table} (key {key}) is a record of {size} bytes on topic {topic}, larger than Kafka accepts ({limit}). Capture stops rather than skip it: raise {setting}, then start capture again")]
-    RecordTooLarge {
-        table: String,
-        topic: String,
-        key: String,
-        size: usize,
-        /// What refused it, with the limit where known.
-        limit: String,
-        /// The setting(s) to raise.
-        setting: String,
-    },
+    #[error(transparent)]
+    RecordTooLarge(Box<TooLargeRecord>),
 
     /// A stored offset record could not be read.
     #[error("offset record on topic {topic} is unreadable: {reason}")]
     CorruptOffset { topic: String, reason: String },
+}
+
+/// The change behind [`CaptureError::RecordTooLarge`].
+#[derive(Debug, thiserror::Error)]
+#[error("a change of table {table} (key {key}) is a record of {size} bytes on topic {topic}, larger than Kafka accepts ({limit}). Capture stops rather than skip it: raise {setting}, then start capture again")]
+pub struct TooLargeRecord {
+    pub table: String,
+    pub topic: String,
+    pub key: String,
+    pub size: usize,
+    /// What refused it, with the limit where known.
+    pub limit: String,
+    /// The setting(s) to raise.
+    pub setting: String,
 }
 
 impl CaptureError {
@@ -160,14 +165,14 @@ mod tests {
         assert!(!CaptureError::kafka("send", "t", batch).is_retriable());
         let full = KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull);
         assert!(CaptureError::kafka("send", "t", full).is_retriable());
-        let too_large = CaptureError::RecordTooLarge {
+        let too_large = CaptureError::RecordTooLarge(Box::new(TooLargeRecord {
             table: "public.t".into(),
             topic: "p.public.t".into(),
             key: "{\"id\":1}".into(),
             size: 2_000_000,
             limit: "1048576".into(),
             setting: "topic.creation.default.max.message.bytes".into(),
-        };
+        }));
         assert!(!too_large.is_retriable());
     }
 }

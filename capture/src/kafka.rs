@@ -320,7 +320,9 @@ impl TxProducer {
                 if std::time::Instant::now() >= deadline {
                     return Err(CaptureError::Kafka {
                         context: "read topic metadata",
-                        source: KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition),
+                        source: KafkaError::MetadataFetch(
+                            RDKafkaErrorCode::UnknownTopicOrPartition,
+                        ),
                         retriable: true,
                     });
                 }

@@ -1000,7 +1000,11 @@ impl Pipeline<'_> {
     fn explain_too_large(&self, e: CaptureError, r: &Record) -> CaptureError {
         match &e {
             CaptureError::Kafka { source, .. } if crate::error::is_too_large(source) => {
-                let size = r.len() + r.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+                let size = r.len()
+                    + r.headers
+                        .iter()
+                        .map(|(k, v)| k.len() + v.len())
+                        .sum::<usize>();
                 let limit = self.producer.max_message_bytes();
                 self.too_large(
                     &r.topic,
@@ -1040,7 +1044,12 @@ impl Pipeline<'_> {
             .tables_by_topic
             .get(topic)
             .cloned()
-            .or_else(|| self.cfg.outbox.as_ref().map(|o| format!("{} (outbox)", o.table)))
+            .or_else(|| {
+                self.cfg
+                    .outbox
+                    .as_ref()
+                    .map(|o| format!("{} (outbox)", o.table))
+            })
             .unwrap_or_else(|| "(logical decoding message)".to_owned());
         // The key's payload, without its Connect schema.
         let mut key = match key.map(serde_json::from_slice::<serde_json::Value>) {
@@ -1071,14 +1080,14 @@ impl Pipeline<'_> {
                 "topic.creation.default.max.message.bytes (now {configured}; the producer's message.max.bytes follows it unless [kafka.producer] sets it) to at least {size}, and {topic_setting} if the topic exists already"
             )
         };
-        CaptureError::RecordTooLarge {
+        CaptureError::RecordTooLarge(Box::new(crate::error::TooLargeRecord {
             table,
             topic: topic.to_owned(),
             key,
             size,
             limit,
             setting,
-        }
+        }))
     }
 
     /// When nothing is in flight, commits an offset at the server's position so
