@@ -238,7 +238,13 @@ async fn run_once(
         server_position: 0,
         metrics: metrics.clone(),
     };
-    let result = pipeline.stream(shutdown).await;
+    // A record the broker refused for its size fails the transaction, and
+    // whatever call comes next (a send, the commit) reports only that: name
+    // the record, and make it definite.
+    let result = pipeline
+        .stream(shutdown)
+        .await
+        .map_err(|e| pipeline.explain_refused(e));
     if result.is_err() {
         // A commit still running must end before the abort (one transaction
         // call at a time); whether it landed, the restart reads from Kafka.
