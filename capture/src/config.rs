@@ -16,7 +16,17 @@ use crate::secret::{resolve_reference, Secret, SecretError};
 pub const DEFAULT_PORT: u16 = 5432;
 pub const DEFAULT_SLOT: &str = "oncely";
 pub const DEFAULT_PUBLICATION: &str = "oncely_publication";
-pub const DEFAULT_OFFSETS_TOPIC: &str = "oncely-offsets";
+/// The offsets topic every connector shared before 0.2: read once, on the
+/// first start of a connector whose own default topic holds nothing yet.
+pub const LEGACY_OFFSETS_TOPIC: &str = "oncely-offsets";
+/// The default `offset.storage.topic` is this prefix and the connector name
+/// (see [`CaptureConfig::offsets_topic`]).
+pub const DEFAULT_OFFSETS_TOPIC_PREFIX: &str = "oncely-offsets-";
+/// Default `topic.creation.default.max.message.bytes` (and the producer's
+/// `message.max.bytes`): room for rows with large TOASTed values.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// librdkafka's upper bound for `message.max.bytes`.
+pub const MAX_MESSAGE_BYTES_LIMIT: usize = 1_000_000_000;
 pub const DEFAULT_BATCH_MAX_EVENTS: usize = 20_000;
 pub const DEFAULT_BATCH_MAX_BYTES: usize = 64 * 1024 * 1024;
 pub const DEFAULT_BATCH_MAX_MS: u64 = 25;
@@ -229,8 +239,8 @@ pub struct TopicCreationConfig {
     pub default: TopicCreationDefaults,
 }
 
-/// `topic.creation.default.partitions` / `.replication.factor` for topics the
-/// connector creates.
+/// `topic.creation.default.partitions` / `.replication.factor` /
+/// `.max.message.bytes` for topics the connector creates.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopicCreationDefaults {
@@ -238,6 +248,9 @@ pub struct TopicCreationDefaults {
     pub partitions: i32,
     #[serde(default)]
     pub replication: ReplicationFactor,
+    /// `max.message.bytes`: the topic config of that name on created topics.
+    #[serde(default)]
+    pub max: TopicMaxConfig,
 }
 
 impl Default for TopicCreationDefaults {
@@ -245,8 +258,22 @@ impl Default for TopicCreationDefaults {
         TopicCreationDefaults {
             partitions: 1,
             replication: ReplicationFactor::default(),
+            max: TopicMaxConfig::default(),
         }
     }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicMaxConfig {
+    #[serde(default)]
+    pub message: TopicMaxMessage,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicMaxMessage {
+    pub bytes: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -537,7 +564,8 @@ pub struct BootstrapConfig {
     pub servers: String,
 }
 
-/// `offset.storage.topic`: the compacted topic of offset records.
+/// `offset.storage.topic`: the compacted topic of offset records; by default
+/// one per connector (see [`CaptureConfig::offsets_topic`]).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OffsetConfig {
@@ -545,23 +573,10 @@ pub struct OffsetConfig {
     pub storage: OffsetStorage,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OffsetStorage {
-    #[serde(default = "default_offsets_topic")]
-    pub topic: String,
-}
-
-impl Default for OffsetStorage {
-    fn default() -> Self {
-        OffsetStorage {
-            topic: DEFAULT_OFFSETS_TOPIC.into(),
-        }
-    }
-}
-
-fn default_offsets_topic() -> String {
-    DEFAULT_OFFSETS_TOPIC.into()
+    pub topic: Option<String>,
 }
 
 /// `metrics.listen`: address of the Prometheus endpoint (`/metrics`); off when absent.
@@ -676,9 +691,26 @@ impl CaptureConfig {
                 "must be at least 1",
             ));
         }
-        if self.offset.storage.topic.is_empty() {
-            return Err(invalid("offset.storage.topic", "must not be empty"));
+        match &self.offset.storage.topic {
+            Some(topic) if !is_topic_name(topic) => {
+                return Err(invalid(
+                    "offset.storage.topic",
+                    format!("{topic:?} must be 1 to 249 letters, digits, '.', '_' and '-' (Kafka topic characters)"),
+                ));
+            }
+            Some(_) => {}
+            None if !is_topic_name(&self.offsets_topic()) => {
+                return Err(invalid(
+                    "name",
+                    format!(
+                        "{:?} cannot name the default offsets topic {DEFAULT_OFFSETS_TOPIC_PREFIX}<name>: use letters, digits, '.', '_' and '-', or set offset.storage.topic",
+                        self.connector_name()
+                    ),
+                ));
+            }
+            None => {}
         }
+        self.validate_message_size()?;
         crate::filter::TableFilter::new(&self.table.include.list.0, &self.table.exclude.list.0)
             .map_err(|e| invalid("table.include.list", e.to_string()))?;
         crate::filter::parse_key_columns(self.message.key.columns.as_deref())
@@ -720,6 +752,78 @@ impl CaptureConfig {
         Ok(())
     }
 
+    /// The largest record capture publishes, in bytes: the topics it creates
+    /// get it as `max.message.bytes` and its producer as `message.max.bytes`.
+    /// `topic.creation.default.max.message.bytes`, else the producer's
+    /// `message.max.bytes` when `[kafka.producer]` sets it, else
+    /// [`DEFAULT_MAX_MESSAGE_BYTES`].
+    pub fn max_message_bytes(&self) -> usize {
+        self.topic
+            .creation
+            .default
+            .max
+            .message
+            .bytes
+            .or_else(|| self.producer_message_max_bytes())
+            .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES)
+    }
+
+    /// `[kafka.producer] "message.max.bytes"`, when set (and a number).
+    pub fn producer_message_max_bytes(&self) -> Option<usize> {
+        self.kafka
+            .producer
+            .get("message.max.bytes")
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    fn validate_message_size(&self) -> Result<(), ConfigError> {
+        if let Some(raw) = self.kafka.producer.get("message.max.bytes") {
+            if self.producer_message_max_bytes().is_none() {
+                return Err(invalid(
+                    "kafka.producer",
+                    format!("`message.max.bytes` = {raw:?} is not a number of bytes"),
+                ));
+            }
+        }
+        let (key, bytes) = match self.topic.creation.default.max.message.bytes {
+            Some(b) => ("topic.creation.default.max.message.bytes", b),
+            None => ("kafka.producer", self.max_message_bytes()),
+        };
+        if !(1024..=MAX_MESSAGE_BYTES_LIMIT).contains(&bytes) {
+            return Err(invalid(
+                key,
+                format!("{bytes} bytes: the record size limit must be between 1024 and {MAX_MESSAGE_BYTES_LIMIT}"),
+            ));
+        }
+        if let Some(producer) = self.producer_message_max_bytes() {
+            if producer > bytes {
+                return Err(invalid(
+                    "kafka.producer",
+                    format!("`message.max.bytes` = {producer} is larger than topic.creation.default.max.message.bytes = {bytes}: the topics would refuse what the producer sends; set both to the same value"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The topic of this connector's offset records: `offset.storage.topic`,
+    /// or `oncely-offsets-<name>`. One topic per connector by default: an
+    /// open transaction of one connector holds back what `read_committed`
+    /// readers see of the topic, so a shared topic would hide one
+    /// connector's newest offset behind another's unfinished transaction.
+    pub fn offsets_topic(&self) -> String {
+        match &self.offset.storage.topic {
+            Some(topic) => topic.clone(),
+            None => format!("{DEFAULT_OFFSETS_TOPIC_PREFIX}{}", self.connector_name()),
+        }
+    }
+
+    /// Whether the offsets topic is the default one (a connector upgraded
+    /// from the shared [`LEGACY_OFFSETS_TOPIC`] may find its offset there).
+    pub fn offsets_topic_is_default(&self) -> bool {
+        self.offset.storage.topic.is_none()
+    }
+
     /// The connector's name: `name`, or `topic.prefix` when unset.
     pub fn connector_name(&self) -> &str {
         self.name.as_deref().unwrap_or(&self.topic.prefix)
@@ -747,6 +851,15 @@ impl CaptureConfig {
     pub fn signal_table(&self) -> Option<&str> {
         self.signal.data.collection.as_deref()
     }
+}
+
+fn is_topic_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 249
+        && s != "."
+        && s != ".."
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 fn is_identifier(s: &str) -> bool {
@@ -780,7 +893,9 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
         assert!(cfg.schemas.enable);
         assert_eq!(cfg.database.port, 5432);
         assert_eq!(cfg.batch.max.events, DEFAULT_BATCH_MAX_EVENTS);
-        assert_eq!(cfg.offset.storage.topic, DEFAULT_OFFSETS_TOPIC);
+        assert_eq!(cfg.offsets_topic(), "oncely-offsets-shop");
+        assert!(cfg.offsets_topic_is_default());
+        assert_eq!(cfg.max_message_bytes(), DEFAULT_MAX_MESSAGE_BYTES);
         assert_eq!(cfg.snapshot.mode, SnapshotMode::Initial);
         assert!(!cfg.snapshot.new.tables);
         assert_eq!(cfg.chunk_size(), DEFAULT_SNAPSHOT_CHUNK_SIZE);
@@ -839,6 +954,63 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
             (
                 "signal.data.collection = \"signals\"",
                 "signal.data.collection",
+            ),
+        ];
+        for (line, key) in cases {
+            let err = CaptureConfig::parse(&format!("{MINIMAL}\n{line}\n"), "test")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{line}: {err}");
+        }
+    }
+
+    #[test]
+    fn offsets_topic_is_per_connector_unless_configured() {
+        let named =
+            CaptureConfig::parse(&format!("name = \"orders-cdc\"\n{MINIMAL}"), "test").unwrap();
+        assert_eq!(named.offsets_topic(), "oncely-offsets-orders-cdc");
+        let set = CaptureConfig::parse(
+            &format!("{MINIMAL}\noffset.storage.topic = \"shared\"\n"),
+            "test",
+        )
+        .unwrap();
+        assert_eq!(set.offsets_topic(), "shared");
+        assert!(!set.offsets_topic_is_default());
+        let err = CaptureConfig::parse(&format!("name = \"a b\"\n{MINIMAL}"), "test")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`name`") && err.contains("offset.storage.topic"),
+            "{err}"
+        );
+        // A name that cannot make a topic is fine with an explicit topic.
+        CaptureConfig::parse(
+            &format!("name = \"a b\"\n{MINIMAL}\noffset.storage.topic = \"t\"\n"),
+            "test",
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn message_size_limit_comes_from_the_topic_setting_or_the_producer() {
+        let topic = CaptureConfig::parse(
+            &format!("{MINIMAL}\ntopic.creation.default.max.message.bytes = 1048576\n"),
+            "test",
+        )
+        .unwrap();
+        assert_eq!(topic.max_message_bytes(), 1_048_576);
+        let producer = CaptureConfig::parse(
+            &format!("{MINIMAL}\n[kafka.producer]\n\"message.max.bytes\" = \"2000000\"\n"),
+            "test",
+        )
+        .unwrap();
+        assert_eq!(producer.max_message_bytes(), 2_000_000);
+        let cases = [
+            ("topic.creation.default.max.message.bytes = 10", "topic.creation.default.max.message.bytes"),
+            ("[kafka.producer]\n\"message.max.bytes\" = \"big\"", "kafka.producer"),
+            (
+                "topic.creation.default.max.message.bytes = 1048576\n[kafka.producer]\n\"message.max.bytes\" = \"2000000\"",
+                "kafka.producer",
             ),
         ];
         for (line, key) in cases {

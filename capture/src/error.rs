@@ -61,9 +61,28 @@ pub enum CaptureError {
     #[error("replication protocol: {0}")]
     Protocol(String),
 
+    /// A change's record is larger than Kafka accepts. Definite: restarting
+    /// would meet the same row again, and skipping it would lose it.
+    #[error(transparent)]
+    RecordTooLarge(Box<TooLargeRecord>),
+
     /// A stored offset record could not be read.
     #[error("offset record on topic {topic} is unreadable: {reason}")]
     CorruptOffset { topic: String, reason: String },
+}
+
+/// The change behind [`CaptureError::RecordTooLarge`].
+#[derive(Debug, thiserror::Error)]
+#[error("a change of table {table} (key {key}) is a record of {size} bytes on topic {topic}, larger than Kafka accepts ({limit}). Capture stops rather than skip it: raise {setting}, then start capture again")]
+pub struct TooLargeRecord {
+    pub table: String,
+    pub topic: String,
+    pub key: String,
+    pub size: usize,
+    /// What refused it, with the limit where known.
+    pub limit: String,
+    /// The setting(s) to raise.
+    pub setting: String,
 }
 
 impl CaptureError {
@@ -115,6 +134,8 @@ impl CaptureError {
             };
         }
         let retriable = match &source {
+            // The same records would be refused again.
+            _ if is_too_large(&source) => false,
             KafkaError::Transaction(e) => !e.is_fatal(),
             KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) => false,
             _ => true,
@@ -138,6 +159,16 @@ fn is_shutdown(code: &str) -> bool {
 fn sqlstate_in(msg: &str) -> Option<&str> {
     let at = msg.find("SQLSTATE ")? + "SQLSTATE ".len();
     msg.get(at..at + 5)
+}
+
+/// Whether Kafka refused a record (or a batch) for its size: librdkafka's
+/// local `message.max.bytes` check and the broker's `max.message.bytes` give
+/// the same code.
+pub fn is_too_large(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::MessageBatchTooLarge)
+    )
 }
 
 fn is_fenced(e: &KafkaError) -> bool {
@@ -167,5 +198,24 @@ mod tests {
                 .is_retriable()
         );
         assert!(!server("server error without a code").is_retriable());
+    }
+
+    #[test]
+    fn size_refusals_are_definite() {
+        let local = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        assert!(!CaptureError::kafka("send", "t", local).is_retriable());
+        let batch = KafkaError::MessageProduction(RDKafkaErrorCode::MessageBatchTooLarge);
+        assert!(!CaptureError::kafka("send", "t", batch).is_retriable());
+        let full = KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull);
+        assert!(CaptureError::kafka("send", "t", full).is_retriable());
+        let too_large = CaptureError::RecordTooLarge(Box::new(TooLargeRecord {
+            table: "public.t".into(),
+            topic: "p.public.t".into(),
+            key: "{\"id\":1}".into(),
+            size: 2_000_000,
+            limit: "1048576".into(),
+            setting: "topic.creation.default.max.message.bytes".into(),
+        }));
+        assert!(!too_large.is_retriable());
     }
 }

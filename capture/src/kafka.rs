@@ -18,7 +18,7 @@ use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer}
 use tokio_util::sync::CancellationToken;
 
 use crate::config::CaptureConfig;
-use crate::error::CaptureError;
+use crate::error::{is_too_large, CaptureError};
 
 /// Whether a librdkafka property is about reaching the cluster (security,
 /// authentication, TLS, sockets, name lookup) rather than one client's
@@ -75,6 +75,16 @@ impl CaptureConfig {
 #[derive(Default)]
 pub struct CaptureContext {
     refused: Mutex<Option<String>>,
+    too_large: Mutex<Option<RefusedRecord>>,
+}
+
+/// A record the broker refused for its size (its delivery report), kept so
+/// the failed commit can say which change it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedRecord {
+    pub topic: String,
+    pub key: Option<Vec<u8>>,
+    pub size: usize,
 }
 
 impl CaptureContext {
@@ -89,6 +99,11 @@ impl CaptureContext {
             (CaptureError::Kafka { .. }, Some(reason)) => CaptureError::KafkaLogin { reason },
             _ => error,
         }
+    }
+
+    /// The first record the broker refused for its size, if any (taken).
+    pub fn take_too_large(&self) -> Option<RefusedRecord> {
+        self.too_large.lock().ok().and_then(|mut r| r.take())
     }
 
     fn record_refusal(&self, reason: &str) {
@@ -145,8 +160,23 @@ impl ConsumerContext for CaptureContext {}
 impl ProducerContext for CaptureContext {
     type DeliveryOpaque = ();
     // Delivery is awaited through the in-flight count before each commit, and
-    // a failed delivery fails the transaction's commit.
-    fn delivery(&self, _: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {}
+    // a failed delivery fails the transaction's commit. A record refused for
+    // its size is remembered: the commit's error does not say which it was.
+    fn delivery(&self, result: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {
+        use rdkafka::message::Message;
+        if let Err((e, msg)) = result {
+            if is_too_large(e) {
+                if let Ok(mut slot) = self.too_large.lock() {
+                    slot.get_or_insert_with(|| RefusedRecord {
+                        topic: msg.topic().to_owned(),
+                        key: msg.key().map(<[u8]>::to_vec),
+                        size: msg.key().map_or(0, <[u8]>::len)
+                            + msg.payload().map_or(0, <[u8]>::len),
+                    });
+                }
+            }
+        }
+    }
 }
 
 /// Connects to the cluster as capture's clients will, before anything else
@@ -201,6 +231,8 @@ const TXN_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct TxProducer {
     inner: Arc<ThreadedProducer<CaptureContext>>,
     transactional_id: Arc<str>,
+    /// The producer's `message.max.bytes`.
+    max_message_bytes: usize,
 }
 
 impl TxProducer {
@@ -208,6 +240,13 @@ impl TxProducer {
     /// older instance and aborts its open transaction.
     pub async fn connect(cfg: &CaptureConfig) -> Result<Self, CaptureError> {
         let transactional_id = cfg.transactional_id();
+        // The topics capture creates take records up to this size; the
+        // producer's own check matches them (unless `[kafka.producer]` says
+        // otherwise), and its queue holds at least one such record.
+        let max_message_bytes = cfg
+            .producer_message_max_bytes()
+            .unwrap_or(cfg.max_message_bytes());
+        let queue_kbytes = (max_message_bytes / 1024 + 1024).max(65536);
         let mut client = ClientConfig::new();
         client
             .set("bootstrap.servers", &cfg.kafka.bootstrap.servers)
@@ -222,8 +261,9 @@ impl TxProducer {
             .set("transaction.timeout.ms", "60000")
             // Bounded producer memory: sends wait when the queue is full. It
             // matches the default batch.max.bytes, so a batch rarely waits.
-            .set("queue.buffering.max.kbytes", "65536")
-            .set("queue.buffering.max.messages", "100000");
+            .set("queue.buffering.max.kbytes", queue_kbytes.to_string())
+            .set("queue.buffering.max.messages", "100000")
+            .set("message.max.bytes", max_message_bytes.to_string());
         for (k, v) in &cfg.kafka.producer {
             client.set(k, v);
         }
@@ -233,6 +273,7 @@ impl TxProducer {
         let tx = TxProducer {
             inner: Arc::new(producer),
             transactional_id: transactional_id.into(),
+            max_message_bytes,
         };
         tx.blocking("init_transactions", |p| {
             p.init_transactions(TXN_CALL_TIMEOUT)
@@ -243,6 +284,53 @@ impl TxProducer {
 
     pub fn transactional_id(&self) -> &str {
         &self.transactional_id
+    }
+
+    /// The producer's `message.max.bytes`: larger records are refused at `send`.
+    pub fn max_message_bytes(&self) -> usize {
+        self.max_message_bytes
+    }
+
+    /// The first record the broker refused for its size since the last call.
+    pub fn take_too_large(&self) -> Option<RefusedRecord> {
+        self.inner.context().take_too_large()
+    }
+
+    /// How many partitions `topic` has now, from fresh cluster metadata.
+    pub async fn partition_count(&self, topic: &str) -> Result<i32, CaptureError> {
+        let inner = Arc::clone(&self.inner);
+        let name = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            // A topic created a moment ago can be missing from a broker's
+            // metadata for a moment.
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let metadata = inner
+                    .client()
+                    .fetch_metadata(Some(&name), Duration::from_secs(10))
+                    .map_err(|e| CaptureError::kafka("read topic metadata", "-", e))?;
+                let count = metadata
+                    .topics()
+                    .iter()
+                    .find(|t| t.name() == name && t.error().is_none())
+                    .map_or(0, |t| t.partitions().len());
+                if count > 0 {
+                    return Ok(count as i32);
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Err(CaptureError::Kafka {
+                        context: "read topic metadata",
+                        source: KafkaError::MetadataFetch(
+                            RDKafkaErrorCode::UnknownTopicOrPartition,
+                        ),
+                        retriable: true,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+        .await
+        .map_err(|e| CaptureError::Protocol(format!("metadata task failed: {e}")))?
     }
 
     pub fn begin(&self) -> Result<(), CaptureError> {
@@ -258,18 +346,23 @@ impl TxProducer {
         key: Option<&[u8]>,
         value: Option<&[u8]>,
     ) -> Result<(), CaptureError> {
-        self.send_with_headers(topic, key, value, None).await
+        self.send_with_headers(topic, None, key, value, None).await
     }
 
-    /// [`TxProducer::send`] with record headers.
+    /// [`TxProducer::send`] with record headers, to `partition` when given
+    /// (else the key's partition).
     pub async fn send_with_headers(
         &self,
         topic: &str,
+        partition: Option<i32>,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         headers: Option<&[(&str, &[u8])]>,
     ) -> Result<(), CaptureError> {
         let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic);
+        if let Some(p) = partition {
+            record = record.partition(p);
+        }
         if let Some(list) = headers {
             let mut owned = OwnedHeaders::new_with_capacity(list.len());
             for (name, value) in list {
@@ -347,6 +440,8 @@ pub struct TopicCreator {
     known: HashSet<String>,
     partitions: i32,
     replication: i32,
+    /// `max.message.bytes` of created topics.
+    max_message_bytes: String,
 }
 
 impl TopicCreator {
@@ -360,6 +455,7 @@ impl TopicCreator {
             known: HashSet::new(),
             partitions: cfg.topic.creation.default.partitions,
             replication: cfg.topic.creation.default.replication.factor,
+            max_message_bytes: cfg.max_message_bytes().to_string(),
         })
     }
 
@@ -368,11 +464,14 @@ impl TopicCreator {
         if self.known.contains(topic) {
             return Ok(());
         }
+        // The broker's default (`message.max.bytes`, about 1 MB) would refuse
+        // rows with large values; a topic that exists keeps its own setting.
         let new = NewTopic::new(
             topic,
             self.partitions,
             TopicReplication::Fixed(self.replication),
-        );
+        )
+        .set("max.message.bytes", &self.max_message_bytes);
         self.create(new).await?;
         self.known.insert(topic.to_string());
         Ok(())

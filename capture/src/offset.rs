@@ -13,6 +13,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
+use crate::config::{CaptureConfig, LEGACY_OFFSETS_TOPIC};
 use crate::error::CaptureError;
 use crate::kafka::CaptureContext;
 use crate::snapshot::SnapshotProgress;
@@ -99,6 +100,49 @@ impl SourceOffset {
         // Serializing plain integers and strings cannot fail.
         serde_json::to_vec(self).unwrap_or_default()
     }
+}
+
+/// The stored offset of `cfg`'s connector, from [`CaptureConfig::offsets_topic`],
+/// and where it was found. With the default topic holding nothing for the
+/// connector, the shared topic of earlier versions ([`LEGACY_OFFSETS_TOPIC`])
+/// is read once, when it exists: a connector upgraded from the shared
+/// default resumes where it was instead of starting over. Capture, `oncely
+/// verify` and the CLI all read offsets through this function.
+pub async fn read_stored_offset(
+    cfg: &CaptureConfig,
+) -> Result<Option<(SourceOffset, String)>, CaptureError> {
+    let topic = cfg.offsets_topic();
+    let name = cfg.connector_name();
+    if let Some(o) = read_last_offset(cfg.kafka_client(), &topic, name).await? {
+        return Ok(Some((o, topic)));
+    }
+    if !cfg.offsets_topic_is_default() || !topic_exists(cfg, LEGACY_OFFSETS_TOPIC).await? {
+        return Ok(None);
+    }
+    let legacy = read_last_offset(cfg.kafka_client(), LEGACY_OFFSETS_TOPIC, name).await?;
+    Ok(legacy.map(|o| (o, LEGACY_OFFSETS_TOPIC.to_owned())))
+}
+
+/// Whether `topic` exists on the cluster (assigning a missing topic would
+/// wait for it until the reader's deadline).
+async fn topic_exists(cfg: &CaptureConfig, topic: &str) -> Result<bool, CaptureError> {
+    let mut client = cfg.kafka_client();
+    client.set("group.id", "oncely-offset-reader");
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer<CaptureContext> = client
+            .create_with_context(CaptureContext::default())
+            .map_err(|e| CaptureError::kafka("create offset reader", "-", e))?;
+        let metadata = consumer
+            .fetch_metadata(Some(&topic), Duration::from_secs(30))
+            .map_err(|e| CaptureError::kafka("read topic metadata", "-", e))?;
+        Ok(metadata
+            .topics()
+            .iter()
+            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+    })
+    .await
+    .map_err(|e| CaptureError::Protocol(format!("metadata task failed: {e}")))?
 }
 
 /// Reads the last committed offset record of `connector` from the offsets

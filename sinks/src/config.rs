@@ -30,8 +30,9 @@ pub const DEFAULT_RETRY_BACKOFF_MAX_MS: u64 = 30_000;
 pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 30_000;
 /// Default `topic.heartbeat.prefix` (Debezium's heartbeat topics).
 pub const DEFAULT_HEARTBEAT_PREFIX: &str = "__debezium-heartbeat";
-/// Default `ignore.topics`: the capture's offsets topic.
-pub const DEFAULT_IGNORED_TOPIC: &str = "oncely-offsets";
+/// Default `ignore.topics`: capture's offsets topics (`oncely-offsets-<connector>`
+/// by default, `oncely-offsets` before).
+pub const DEFAULT_IGNORED_TOPIC: &str = "oncely-offsets(-.+)?";
 
 /// Consumer properties the runner sets itself and `[kafka]` may not override.
 const RESERVED_KAFKA_KEYS: &[&str] = &[

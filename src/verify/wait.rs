@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use oncely_capture::config::CaptureConfig;
 use oncely_capture::kafka::CaptureContext;
-use oncely_capture::offset::read_last_offset;
+use oncely_capture::offset::read_stored_offset;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -25,14 +25,10 @@ const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
 /// Waits until capture's last committed offset record covers `lsn`.
 pub async fn capture(cfg: &CaptureConfig, lsn: u64, deadline: Instant) -> Result<(), VerifyError> {
     loop {
-        let offset = read_last_offset(
-            cfg.kafka_client(),
-            &cfg.offset.storage.topic,
-            cfg.connector_name(),
-        )
-        .await
-        .map_err(|e| VerifyError::Kafka(format!("read capture's offset: {e}")))?;
-        let at = offset.as_ref().map(|o| o.flush_lsn);
+        let offset = read_stored_offset(cfg)
+            .await
+            .map_err(|e| VerifyError::Kafka(format!("read capture's offset: {e}")))?;
+        let at = offset.as_ref().map(|(o, _)| o.flush_lsn);
         if at.is_some_and(|at| at >= lsn) {
             return Ok(());
         }

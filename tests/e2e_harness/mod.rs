@@ -353,6 +353,8 @@ pub fn summary(report: &Report) -> String {
 /// capture gives every event a position of its own (a primary-key update's
 /// delete and create take consecutive ordinals), so a position seen twice is
 /// a duplicate.
+/// A truncate goes to every partition of its topic: one copy per partition
+/// is expected, so its identity includes the partition.
 #[derive(Debug, Default)]
 pub struct ChangeScan {
     pub events: u64,
@@ -401,7 +403,7 @@ pub fn scan_changes(topics: &[String]) -> Result<ChangeScan> {
     let partitions = tpl.count();
     consumer.assign(&tpl)?;
     // Identity -> topic index, to describe a duplicate.
-    let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
+    let mut seen: HashMap<(u64, u64, i32), usize> = HashMap::new();
     let mut scan = ChangeScan::default();
     let mut eof = 0;
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -435,7 +437,8 @@ pub fn scan_changes(topics: &[String]) -> Result<ChangeScan> {
                             .iter()
                             .position(|t| t == m.topic())
                             .unwrap_or(usize::MAX);
-                        if let Some(first_topic) = seen.insert((lsn, seq), topic) {
+                        let partition = if op == 't' { m.partition() } else { -1 };
+                        if let Some(first_topic) = seen.insert((lsn, seq, partition), topic) {
                             scan.duplicate_count += 1;
                             if scan.duplicates.len() < 10 {
                                 let name = |i: usize| topics.get(i).map_or("?", String::as_str);

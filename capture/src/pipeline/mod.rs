@@ -33,7 +33,7 @@ use crate::error::CaptureError;
 use crate::filter::TableFilter;
 use crate::kafka::{TopicCreator, TxProducer};
 use crate::metrics::CaptureMetrics;
-use crate::offset::{read_last_offset, Replay, SourceOffset};
+use crate::offset::{read_stored_offset, Replay, SourceOffset};
 use crate::outbox::OutboxRouter;
 use crate::pgoutput::{
     self, LogicalMessage, OldTuple, Relation, RelationCache, TupleData, TupleValue,
@@ -135,19 +135,25 @@ async fn run_once(
         return Ok(()); // stopped while Kafka was unreachable
     }
     checked?;
+    let offsets_topic = cfg.offsets_topic();
     let mut topics = TopicCreator::new(cfg)?;
-    topics
-        .ensure_offsets_topic(&cfg.offset.storage.topic)
-        .await?;
+    topics.ensure_offsets_topic(&offsets_topic).await?;
     // Fences an older instance and aborts its open transaction, so the offset
     // read next is final.
     let producer = TxProducer::connect(cfg).await?;
-    let stored = read_last_offset(
-        cfg.kafka_client(),
-        &cfg.offset.storage.topic,
-        cfg.connector_name(),
-    )
-    .await?;
+    let stored = match read_stored_offset(cfg).await? {
+        Some((o, found)) if found != offsets_topic => {
+            tracing::info!(
+                legacy_topic = %found,
+                offsets_topic = %offsets_topic,
+                commit_lsn = %format_lsn(o.commit_lsn),
+                flush_lsn = %format_lsn(o.flush_lsn),
+                "resuming from this connector's offset in the offsets topic shared by earlier versions; from now on its offsets go to its own topic"
+            );
+            Some(o)
+        }
+        found => found.map(|(o, _)| o),
+    };
     // Snapshot candidates: captured tables, less the outbox and signal tables
     // (their rows are events and commands, not state).
     let snapshot_tables: Vec<String> = tables
@@ -178,7 +184,7 @@ async fn run_once(
             name = cfg.connector_name(),
             offset_lsn = format_lsn(o),
             key = String::from_utf8_lossy(&SourceOffset::key(cfg.connector_name())),
-            topic = cfg.offset.storage.topic,
+            topic = offsets_topic,
         ))
     })?;
     let mut offset = match stored {
@@ -222,6 +228,8 @@ async fn run_once(
     let stream = connect_stream(cfg, offset.flush_lsn).await?;
     let mut pipeline = Pipeline {
         cfg,
+        offsets_topic,
+        tables_by_topic: HashMap::new(),
         envelope: EnvelopeConfig {
             topic_prefix: cfg.topic.prefix.clone(),
             database: cfg.database.dbname.clone(),
@@ -248,7 +256,13 @@ async fn run_once(
         server_position: 0,
         metrics: metrics.clone(),
     };
-    let result = pipeline.stream(shutdown).await;
+    // A record the broker refused for its size fails the transaction, and
+    // whatever call comes next (a send, the commit) reports only that: name
+    // the record, and make it definite.
+    let result = pipeline
+        .stream(shutdown)
+        .await
+        .map_err(|e| pipeline.explain_refused(e));
     if result.is_err() {
         // A commit still running must end before the abort (one transaction
         // call at a time); whether it landed, the restart reads from Kafka.
@@ -338,6 +352,8 @@ struct Record {
     headers: Vec<(&'static str, Vec<u8>)>,
     /// The topic may not exist yet (outbox routes are known only per row).
     ensure_topic: bool,
+    /// An explicit partition (truncates go to every partition); else the key's.
+    partition: Option<i32>,
 }
 
 impl Record {
@@ -352,6 +368,7 @@ impl Record {
             value,
             headers: Vec::new(),
             ensure_topic: false,
+            partition: None,
         }
     }
 
@@ -394,6 +411,10 @@ enum Route {
 
 struct Pipeline<'a> {
     cfg: &'a CaptureConfig,
+    /// [`CaptureConfig::offsets_topic`].
+    offsets_topic: String,
+    /// The table whose changes a topic carries, to name it in errors.
+    tables_by_topic: HashMap<Arc<str>, String>,
     envelope: EnvelopeConfig,
     filter: TableFilter,
     key_columns: HashMap<String, Vec<String>>,
@@ -880,21 +901,30 @@ impl Pipeline<'_> {
                 }
             }
             LogicalMessage::Truncate { relation_ids, .. } => {
-                // One event per captured table, each with an ordinal of its own.
+                // One event per captured table, each with an ordinal of its
+                // own. A truncate has no key, and a sink orders records per
+                // partition only: one copy on each partition, after every
+                // earlier change of that partition and before every later
+                // one. Partitions are counted now, so partitions added to the
+                // topic since are covered too.
                 let mut tables = 0;
                 for relation_id in relation_ids {
-                    if let Some(Route::Table(enc, topic)) = self.route(relation_id).await? {
-                        let at = SourcePosition {
-                            event_seq: src.event_seq + tables,
-                            ..*src
-                        };
-                        let mut record =
-                            Record::new(topic, None, Some(enc.truncate_value(&at, now)));
+                    let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
+                        continue;
+                    };
+                    let at = SourcePosition {
+                        event_seq: src.event_seq + tables,
+                        ..*src
+                    };
+                    tables += 1;
+                    let (topic, value) = (Arc::clone(topic), enc.truncate_value(&at, now));
+                    for partition in 0..self.producer.partition_count(&topic).await? {
+                        let mut record = Record::new(&topic, None, Some(value.clone()));
+                        record.partition = Some(partition);
                         record
                             .headers
                             .push((HEADER_POSITION, crate::envelope::position_header(&at)));
                         out.push(record);
-                        tables += 1;
                     }
                 }
                 ordinals = tables.max(1);
@@ -1019,6 +1049,8 @@ impl Pipeline<'_> {
             .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let topic: Arc<str> = enc.topic().into();
         self.topics.ensure(&topic).await?;
+        self.tables_by_topic
+            .insert(Arc::clone(&topic), qualified.clone());
         // Captured from now on: a later start must not take it for a table
         // added to the include list (snapshot.new.tables).
         self.pending
@@ -1054,8 +1086,15 @@ impl Pipeline<'_> {
                 r.headers.iter().map(|(k, v)| (*k, v.as_slice())).collect();
             let headers = (!headers.is_empty()).then_some(headers.as_slice());
             self.producer
-                .send_with_headers(&r.topic, r.key.as_deref(), r.value.as_deref(), headers)
-                .await?;
+                .send_with_headers(
+                    &r.topic,
+                    r.partition,
+                    r.key.as_deref(),
+                    r.value.as_deref(),
+                    headers,
+                )
+                .await
+                .map_err(|e| self.explain_too_large(e, r))?;
         }
 
         if let Some(b) = self.batch.as_mut() {
@@ -1120,7 +1159,7 @@ impl Pipeline<'_> {
         let key = SourceOffset::key(self.cfg.connector_name());
         let value = self.pending.to_bytes();
         self.producer
-            .send(&self.cfg.offset.storage.topic, Some(&key), Some(&value))
+            .send(&self.offsets_topic, Some(&key), Some(&value))
             .await?;
         let producer = self.producer.clone();
         self.inflight = Some(Inflight {
@@ -1150,7 +1189,8 @@ impl Pipeline<'_> {
         let Some(inflight) = self.inflight.take() else {
             return Ok(());
         };
-        done.map_err(|e| CaptureError::Protocol(format!("commit task failed: {e}")))??;
+        done.map_err(|e| CaptureError::Protocol(format!("commit task failed: {e}")))?
+            .map_err(|e| self.explain_refused(e))?;
         self.metrics
             .batch_commit
             .observe(inflight.started.elapsed().as_secs_f64());
@@ -1172,6 +1212,100 @@ impl Pipeline<'_> {
             self.start_commit().await?;
         }
         Ok(())
+    }
+
+    /// A record the producer refused to send for its size, named.
+    fn explain_too_large(&self, e: CaptureError, r: &Record) -> CaptureError {
+        match &e {
+            CaptureError::Kafka { source, .. } if crate::error::is_too_large(source) => {
+                let size = r.len()
+                    + r.headers
+                        .iter()
+                        .map(|(k, v)| k.len() + v.len())
+                        .sum::<usize>();
+                let limit = self.producer.max_message_bytes();
+                self.too_large(
+                    &r.topic,
+                    r.key.as_deref(),
+                    size,
+                    format!("the producer's message.max.bytes is {limit}"),
+                    false,
+                )
+            }
+            _ => e,
+        }
+    }
+
+    /// A failed commit, named when the broker refused one of its records for its size.
+    fn explain_refused(&self, e: CaptureError) -> CaptureError {
+        match self.producer.take_too_large() {
+            Some(r) => self.too_large(
+                &r.topic,
+                r.key.as_deref(),
+                r.size,
+                format!("the broker refused it, so the topic's max.message.bytes is lower; the commit failed with: {e}"),
+                true,
+            ),
+            None => e,
+        }
+    }
+
+    fn too_large(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        size: usize,
+        limit: String,
+        by_broker: bool,
+    ) -> CaptureError {
+        let table = self
+            .tables_by_topic
+            .get(topic)
+            .cloned()
+            .or_else(|| {
+                self.cfg
+                    .outbox
+                    .as_ref()
+                    .map(|o| format!("{} (outbox)", o.table))
+            })
+            .unwrap_or_else(|| "(logical decoding message)".to_owned());
+        // The key's payload, without its Connect schema.
+        let mut key = match key.map(serde_json::from_slice::<serde_json::Value>) {
+            None => "null".to_owned(),
+            Some(Ok(mut v)) => match v.get_mut("payload") {
+                Some(payload) => payload.take().to_string(),
+                None => v.to_string(),
+            },
+            Some(Err(_)) => String::from_utf8_lossy(key.unwrap_or_default()).into_owned(),
+        };
+        if key.len() > 200 {
+            let mut end = 200;
+            while !key.is_char_boundary(end) {
+                end -= 1;
+            }
+            key.truncate(end);
+            key.push_str("...");
+        }
+        let configured = self.cfg.max_message_bytes();
+        let wanted = size.next_power_of_two().max(configured);
+        let topic_setting = format!(
+            "the max.message.bytes of topic {topic} (kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config max.message.bytes={wanted})"
+        );
+        let setting = if by_broker && size <= configured {
+            topic_setting
+        } else {
+            format!(
+                "topic.creation.default.max.message.bytes (now {configured}; the producer's message.max.bytes follows it unless [kafka.producer] sets it) to at least {size}, and {topic_setting} if the topic exists already"
+            )
+        };
+        CaptureError::RecordTooLarge(Box::new(crate::error::TooLargeRecord {
+            table,
+            topic: topic.to_owned(),
+            key,
+            size,
+            limit,
+            setting,
+        }))
     }
 
     /// When nothing is in flight, commits an offset at the server's position so

@@ -17,6 +17,10 @@ pub const HEADER_PARTITION: &str = "oncely.dlq.partition";
 pub const HEADER_OFFSET: &str = "oncely.dlq.offset";
 /// Header: why the record could not be applied.
 pub const HEADER_ERROR: &str = "oncely.dlq.error";
+/// Header, only on a dead letter whose value was left out because the
+/// dead-letter topic refused a record that large: the value's size in bytes.
+/// The original stays at the source topic, partition and offset.
+pub const HEADER_VALUE_OMITTED: &str = "oncely.dlq.value.omitted.bytes";
 
 /// How long one send may wait for a free slot in the producer queue and an acknowledgement.
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -55,11 +59,34 @@ impl DeadLetters {
         Ok(Self { producer, topic })
     }
 
-    /// Writes one dead letter and waits for Kafka's acknowledgement.
+    /// Writes one dead letter and waits for Kafka's acknowledgement. A
+    /// record larger than the dead-letter topic (or this producer's
+    /// `message.max.bytes`) accepts is written without its value, with its
+    /// size in [`HEADER_VALUE_OMITTED`]: the headers still say where the
+    /// original is and why it failed.
     pub(crate) async fn send(&self, letter: &DeadLetter<'_>) -> Result<(), SinkError> {
+        match self.send_once(letter, false).await {
+            Err(e) if e.rdkafka_error_code().is_some_and(is_too_large) => {
+                tracing::warn!(
+                    topic = letter.topic,
+                    partition = letter.partition,
+                    offset = letter.offset,
+                    bytes = letter.value.map_or(0, <[u8]>::len),
+                    "the dead-letter topic refused the record for its size: writing the dead letter without its value"
+                );
+                self.send_once(letter, true)
+                    .await
+                    .map_err(|e| classify(&self.topic, e))
+            }
+            result => result.map_err(|e| classify(&self.topic, e)),
+        }
+    }
+
+    async fn send_once(&self, letter: &DeadLetter<'_>, omit_value: bool) -> Result<(), KafkaError> {
         let partition = letter.partition.to_string();
         let offset = letter.offset.to_string();
-        let headers = OwnedHeaders::new()
+        let omitted = letter.value.map_or(0, <[u8]>::len).to_string();
+        let mut headers = OwnedHeaders::new()
             .insert(Header {
                 key: HEADER_TOPIC,
                 value: Some(letter.topic),
@@ -76,19 +103,32 @@ impl DeadLetters {
                 key: HEADER_ERROR,
                 value: Some(letter.reason),
             });
+        if omit_value {
+            headers = headers.insert(Header {
+                key: HEADER_VALUE_OMITTED,
+                value: Some(&omitted),
+            });
+        }
         let mut record: FutureRecord<'_, [u8], [u8]> =
             FutureRecord::to(&self.topic).headers(headers);
         if let Some(k) = letter.key {
             record = record.key(k);
         }
-        if let Some(v) = letter.value {
+        if let Some(v) = letter.value.filter(|_| !omit_value) {
             record = record.payload(v);
         }
         match self.producer.send(record, SEND_TIMEOUT).await {
             Ok(_) => Ok(()),
-            Err((e, _)) => Err(classify(&self.topic, e)),
+            Err((e, _)) => Err(e),
         }
     }
+}
+
+fn is_too_large(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::MessageBatchTooLarge
+    )
 }
 
 /// Kafka errors that resending cannot fix stop the runner; the rest are retried.

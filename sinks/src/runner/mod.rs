@@ -59,7 +59,9 @@ use crate::event::TombstoneOrigin;
 use crate::metrics::Metrics;
 use crate::sink::{Sink, TopicPartition};
 
-pub use self::dlq::{HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+pub use self::dlq::{
+    HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC, HEADER_VALUE_OMITTED,
+};
 
 /// How often applied positions are committed to Kafka (asynchronously) while running.
 const COMMIT_INTERVAL: Duration = Duration::from_millis(200);

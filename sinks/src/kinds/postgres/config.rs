@@ -60,8 +60,11 @@ pub enum TruncateMode {
     /// Mark every row older than the truncate as deleted (tombstones, version-guarded). The default.
     #[default]
     Delete,
-    /// `TRUNCATE` the target table: rows and tombstones are gone, so replays of older
-    /// changes can resurrect rows (same limit as `delete.mode = "hard"`).
+    /// Delete every row older than the truncate, tombstones included (a
+    /// version-guarded `DELETE`, not a `TRUNCATE` statement: the truncate
+    /// arrives once per topic partition, and rows newer than it that another
+    /// partition already applied must stay). Replays of older changes can
+    /// resurrect rows (same limit as `delete.mode = "hard"`).
     Truncate,
     /// Do nothing.
     Ignore,

@@ -32,7 +32,10 @@
 //!   cannot resurrect the row. Query live rows with `WHERE NOT __oncely_deleted`.
 //!   `delete.mode = "hard"` removes the row instead and loses that protection.
 //! * `truncate.mode`: `delete` (default) turns every older row into a tombstone;
-//!   `truncate` empties the table (losing the protection); `ignore`.
+//!   `truncate` deletes every older row, tombstones too (losing the
+//!   protection); `ignore`. Both are version-guarded, so the copy of a
+//!   truncate that capture puts on each partition of a topic is applied
+//!   once per partition without touching rows newer than the truncate.
 //! * A column carrying `__debezium_unavailable_value` (unchanged TOAST) keeps the
 //!   stored value; on a row not stored yet it is NULL.
 //!

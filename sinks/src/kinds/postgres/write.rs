@@ -588,7 +588,14 @@ async fn truncate(
     );
     match modes.truncate {
         TruncateMode::Ignore => Ok(()),
-        TruncateMode::Truncate => tx.batch_execute(&format!("TRUNCATE {q}")).await,
+        // Not a TRUNCATE statement: capture sends a truncate to every
+        // partition of a topic, and the copy read from one partition may
+        // come after rows newer than it read from another. Rows older than
+        // the truncate go, without tombstones; newer ones stay.
+        TruncateMode::Truncate => {
+            let sql = format!("DELETE FROM {q} WHERE ({l}, {s}) < ($1, $2)");
+            tx.execute(&sql, &[&lsn, &seq]).await.map(|_| ())
+        }
         TruncateMode::Delete => {
             let sql = format!(
                 "UPDATE {q} SET {d} = true, {l} = $1, {s} = $2, {n} = NULL WHERE ({l}, {s}) < ($1, $2)"
