@@ -11,7 +11,10 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::config::RefreshPolicy;
-use super::error::{classify_item, error_fields, Class, EsError, OpKind};
+use super::error::{
+    classify_item, error_fields, exceeds_indexing_limit, Class, EsError, OpKind,
+    INDEXING_LIMIT_HINT, REJECTED,
+};
 
 /// The only response fields read: keeps bulk responses small.
 const FILTER_PATH: &[&str] = &[
@@ -193,7 +196,25 @@ pub async fn send(
             source,
         })?;
     if !(200..300).contains(&status) {
-        return Err(status_error("bulk", status, &body));
+        let error = status_error("bulk", status, &body);
+        return match (error, items.len()) {
+            // A request of one document refused at the coordinating stage for
+            // its size alone: that document, not the request, is the failure.
+            (
+                EsError::Status {
+                    status: 429,
+                    error_type: Some(ty),
+                    reason,
+                    ..
+                },
+                1,
+            ) if ty == REJECTED && exceeds_indexing_limit(&reason).is_some() => {
+                let meta = items.into_iter().next().expect("one item");
+                let error = too_large(&meta, status, ty, &reason);
+                Ok(vec![(meta, error)])
+            }
+            (error, _) => Err(error),
+        };
     }
     let parsed: BulkResponse = serde_json::from_slice(&body).map_err(|e| EsError::Response {
         what: "bulk",
@@ -217,8 +238,13 @@ pub async fn send(
             .error
             .map(|e| (Some(e.kind), e.reason))
             .unwrap_or((None, String::new()));
-        let class = classify_item(meta.op, result.status, kind.as_deref());
+        let class = classify_item(meta.op, result.status, kind.as_deref(), &reason);
         if class == Class::Settled {
+            continue;
+        }
+        if result.status == 429 && class == Class::Record {
+            let error = too_large(&meta, result.status, kind.unwrap_or_default(), &reason);
+            failures.push((meta, error));
             continue;
         }
         let error = EsError::Item {
@@ -232,6 +258,18 @@ pub async fn send(
         failures.push((meta, error));
     }
     Ok(failures)
+}
+
+/// The dead-letter error of a document over the indexing-pressure limit.
+fn too_large(meta: &ItemMeta, status: u16, error_type: String, reason: &str) -> EsError {
+    EsError::Item {
+        index: meta.index.clone(),
+        id: meta.id.clone(),
+        status,
+        error_type,
+        reason: format!("{reason}; {INDEXING_LIMIT_HINT}"),
+        class: Class::Record,
+    }
 }
 
 /// The error of a non-2xx response, with `error.type` / `error.reason` when the body has them.

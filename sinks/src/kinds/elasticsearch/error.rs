@@ -8,6 +8,7 @@
 //! | bulk item | 404 on a delete | settled: nothing stored, the tombstone version is kept |
 //! | bulk item | 400 (mapping, parsing, illegal argument, bad index name) | per record: dead letter |
 //! | bulk item | 404 `index_not_found_exception` on an index | fatal: auto-creation is off and no index exists |
+//! | bulk item, or a request of one item | 429 `es_rejected_execution_exception` whose operation alone exceeds the indexing-pressure limit | per record: dead letter (see [`exceeds_indexing_limit`]) |
 //! | any | 401, 403 `security_exception` | fatal |
 //! | any | 403 `cluster_block_exception`, 408, 429, 5xx, unknown | retriable |
 //! | request | 400, 404, 405, 413 | fatal: a request the cluster will never accept as sent |
@@ -37,10 +38,12 @@ pub enum OpKind {
     Delete,
 }
 
-/// Classifies one bulk item by its status and `error.type`.
-pub fn classify_item(op: OpKind, status: u16, error_type: Option<&str>) -> Class {
+/// Classifies one bulk item by its status, `error.type` and (for one
+/// rejection only, see [`exceeds_indexing_limit`]) `error.reason`.
+pub fn classify_item(op: OpKind, status: u16, error_type: Option<&str>, reason: &str) -> Class {
     match (status, error_type) {
         (200..=299, _) => Class::Settled,
+        (429, Some(REJECTED)) if exceeds_indexing_limit(reason).is_some() => Class::Record,
         (409, Some("version_conflict_engine_exception")) => Class::Settled,
         (404, _) if op == OpKind::Delete => Class::Settled,
         (404, Some("index_not_found_exception")) => Class::Fatal,
@@ -48,6 +51,42 @@ pub fn classify_item(op: OpKind, status: u16, error_type: Option<&str>) -> Class
         (401, _) | (403, Some("security_exception")) => Class::Fatal,
         _ => Class::Retriable,
     }
+}
+
+/// `error.type` of a rejection by a thread pool or by indexing pressure.
+pub const REJECTED: &str = "es_rejected_execution_exception";
+
+/// What to do about a document too large for the cluster's indexing memory.
+pub const INDEXING_LIMIT_HINT: &str = "this one operation is larger than the node's \
+     indexing-pressure limit, so Elasticsearch can never accept it: raise \
+     `indexing_pressure.memory.limit` (default 10% of the heap) or the heap, or \
+     leave the large column out of the index";
+
+/// `(operation bytes, limit)` when an indexing-pressure rejection says that
+/// the operation by itself is over the limit of its stage: such a document
+/// is refused however idle the cluster is, so retrying it would stall the
+/// partition for ever. Every other rejection is load and passes.
+///
+/// Elasticsearch reports these numbers only in `reason`, e.g. `rejected
+/// execution of primary operation [coordinating_and_primary_bytes=..,
+/// replica_bytes=0, all_bytes=.., primary_operation_bytes=83886128,
+/// max_primary_bytes=53687091]`, the one place this module reads text.
+pub fn exceeds_indexing_limit(reason: &str) -> Option<(u64, u64)> {
+    let number = |key: &str| -> Option<u64> {
+        let start = reason.find(key)? + key.len();
+        let digits: String = reason[start..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    };
+    ["primary", "coordinating", "replica"]
+        .into_iter()
+        .find_map(|stage| {
+            let op = number(&format!("{stage}_operation_bytes="))?;
+            let max = number(&format!("max_{stage}_bytes="))?;
+            (op > max).then_some((op, max))
+        })
 }
 
 /// Classifies a whole request that failed with `status` (and `error.type`, when the body has one).
@@ -173,11 +212,51 @@ mod tests {
         ];
         for (op, status, ty, want) in cases {
             assert_eq!(
-                classify_item(op, status, ty),
+                classify_item(
+                    op,
+                    status,
+                    ty,
+                    "rejected execution of primary operation [all_bytes=0]"
+                ),
                 want,
                 "{op:?} {status} {ty:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_operation_over_the_indexing_limit_is_a_record_failure() {
+        let primary =
+            "rejected execution of primary operation [coordinating_and_primary_bytes=20971724, \
+                       replica_bytes=0, all_bytes=20971724, primary_operation_bytes=83886128, \
+                       max_primary_bytes=53687091]";
+        assert_eq!(exceeds_indexing_limit(primary), Some((83886128, 53687091)));
+        let coordinating =
+            "rejected execution of coordinating operation [coordinating_and_primary_bytes=0, \
+                            replica_bytes=0, all_bytes=0, coordinating_operation_bytes=60000000, \
+                            max_coordinating_bytes=53687091]";
+        assert_eq!(
+            exceeds_indexing_limit(coordinating),
+            Some((60000000, 53687091))
+        );
+        // Load: the operation fits, the node is busy.
+        let busy =
+            "rejected execution of primary operation [coordinating_and_primary_bytes=53000000, \
+                    replica_bytes=0, all_bytes=53000000, primary_operation_bytes=1000, \
+                    max_primary_bytes=53687091]";
+        assert_eq!(exceeds_indexing_limit(busy), None);
+        let queue =
+            "rejected execution of org.elasticsearch.common.util.concurrent.TimedRunnable@1 on \
+                     EsThreadPoolExecutor[name = n/write, queue capacity = 10000]";
+        assert_eq!(exceeds_indexing_limit(queue), None);
+        assert_eq!(
+            classify_item(OpKind::Index, 429, Some(REJECTED), primary),
+            Class::Record
+        );
+        assert_eq!(
+            classify_item(OpKind::Index, 429, Some(REJECTED), busy),
+            Class::Retriable
+        );
     }
 
     #[test]
