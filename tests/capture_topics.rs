@@ -90,7 +90,7 @@ async fn delete_topics(names: &[String]) {
 // ---------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_20_mb_row_reaches_the_warehouse_and_the_cache() -> Result<()> {
+async fn a_20_mb_row_reaches_every_target_and_a_30_mb_one_is_dead_lettered_by_the_index() -> Result<()> {
     let schema = "CREATE TABLE big (id bigint PRIMARY KEY, note text, body text);
                   ALTER TABLE big ALTER COLUMN body SET STORAGE EXTERNAL;";
     // 20 MiB of text is a record of 20 MiB and more: above the 16 MiB default.
@@ -98,13 +98,14 @@ async fn a_20_mb_row_reaches_the_warehouse_and_the_cache() -> Result<()> {
         "cap_big_row",
         schema,
         &["big"],
-        "topic.creation.default.max.message.bytes = 33554432\n",
+        "topic.creation.default.max.message.bytes = 67108864\n",
     )
     .await?;
-    // Elasticsearch takes part but cannot hold the row: with this test
-    // cluster's heap its indexing-pressure limit (about 50 MB per operation,
-    // about four times the document's size) refuses the 20 MiB document
-    // however idle it is. The sink dead-letters it, saying why, and goes on.
+    // Elasticsearch holds the 20 MiB row but not a 30 MiB one: its
+    // indexing-pressure limit (10% of the test cluster's 1 GiB heap, and a
+    // document costs about four times its size) refuses that document
+    // however idle the node is. The sink dead-letters it, saying why, and
+    // goes on.
     let es_dlq = format!("{}-elasticsearch-dlq", p.env.prefix);
     // A second warehouse whose column refuses the row (body narrowed to
     // varchar(10) once the table exists): the dead letter is larger than the
@@ -158,12 +159,14 @@ async fn a_20_mb_row_reaches_the_warehouse_and_the_cache() -> Result<()> {
         .client
         .batch_execute(&format!(
             "INSERT INTO big VALUES (2, 'large', {});
+             INSERT INTO big VALUES (3, 'larger', {});
              UPDATE big SET note = 'after' WHERE id = 1;",
-            random_text(20)
+            random_text(20),
+            random_text(30),
         ))
         .await?;
-    // The narrow warehouse and the index are not mirrors of row 2: leave
-    // them out of verify.
+    // The narrow warehouse and the index are not mirrors of rows 2 and 3:
+    // leave them out of verify.
     p.sinks.pop();
     p.sinks.remove(1);
     let report = p.verify(Duration::from_secs(300)).await?;
@@ -211,8 +214,8 @@ async fn a_20_mb_row_reaches_the_warehouse_and_the_cache() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    // The index: the 20 MiB row dead-lettered with the reason and the fix,
-    // and the later change of row 1 applied.
+    // The index: the 30 MiB row dead-lettered with the reason and the fix,
+    // the 20 MiB row and the later change of row 1 applied.
     let letters = tokio::task::spawn_blocking({
         let es_dlq = es_dlq.clone();
         move || dead_letters(&es_dlq, Duration::from_secs(180))
@@ -231,12 +234,22 @@ async fn a_20_mb_row_reaches_the_warehouse_and_the_cache() -> Result<()> {
     loop {
         let found = e2e_harness::es()
             .search(elasticsearch::SearchParts::Index(&[&index]))
-            .body(serde_json::json!({"query": {"match": {"note": "after"}}}))
+            .body(serde_json::json!({
+                "query": {"terms": {"note.keyword": ["after", "large", "larger"]}},
+                "_source": ["note"],
+            }))
             .send()
             .await?
             .json::<serde_json::Value>()
             .await?;
-        if found["hits"]["total"]["value"].as_u64() == Some(1) {
+        let mut notes: Vec<&str> = found["hits"]["hits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| h["_source"]["note"].as_str())
+            .collect();
+        notes.sort_unstable();
+        if notes == ["after", "large"] {
             break;
         }
         ensure!(
