@@ -90,7 +90,8 @@ async fn delete_topics(names: &[String]) {
 // ---------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_20_mb_row_reaches_every_target_and_a_30_mb_one_is_dead_lettered_by_the_index() -> Result<()> {
+async fn a_20_mb_row_reaches_every_target_and_a_30_mb_one_is_dead_lettered_by_the_index(
+) -> Result<()> {
     let schema = "CREATE TABLE big (id bigint PRIMARY KEY, note text, body text);
                   ALTER TABLE big ALTER COLUMN body SET STORAGE EXTERNAL;";
     // 20 MiB of text is a record of 20 MiB and more: above the 16 MiB default.

@@ -486,6 +486,63 @@ fn random_transaction(shapes: &[Shape], next: &mut i64) -> String {
     sql
 }
 
+/// Key of the 20 MiB row, beyond the keys the random workload touches.
+const BIG_KEY: i64 = 1_000_000;
+
+/// A 20 MiB row in `toast_docs`: inserted before the signalled snapshot
+/// (which reads it again), then updated with its body unchanged, then given
+/// a new key (the create must carry the 20 MiB value, read back from the
+/// source), all while processes are killed.
+#[derive(Default)]
+struct BigRows {
+    done: usize,
+}
+
+impl BigRows {
+    async fn step(
+        &mut self,
+        writer: &tokio_postgres::Client,
+        shapes: &[Shape],
+        elapsed: Duration,
+        seconds: u64,
+    ) -> Result<()> {
+        if !shapes.iter().any(|s| s.table == "toast_docs") {
+            return Ok(());
+        }
+        let steps = [
+            (
+                seconds / 4,
+                format!(
+                    "INSERT INTO toast_docs (id, rev, body, note) VALUES ({BIG_KEY}, 1, \
+                     (SELECT string_agg(md5(random()::text || g), '') \
+                      FROM generate_series(1, {}) g), 'big')",
+                    20 * 1024 * 1024 / 32
+                ),
+            ),
+            (
+                seconds / 2,
+                format!(
+                    "UPDATE toast_docs SET rev = 2, note = 'big, updated' WHERE id = {BIG_KEY}"
+                ),
+            ),
+            (
+                seconds * 2 / 3,
+                format!(
+                    "UPDATE toast_docs SET id = {} WHERE id = {BIG_KEY}",
+                    BIG_KEY + 1
+                ),
+            ),
+        ];
+        if let Some((at, sql)) = steps.get(self.done) {
+            if elapsed > Duration::from_secs(*at) {
+                writer.batch_execute(sql).await.context("20 MiB row")?;
+                self.done += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
 async fn run_suite(name: &str, shapes: Vec<Shape>, seconds: u64, min_kills: usize) -> Result<()> {
     let tables: Vec<&str> = shapes.iter().map(|s| s.table).collect();
     let include = format!("public\\\\.({})", tables.join("|"));
@@ -497,7 +554,8 @@ async fn run_suite(name: &str, shapes: Vec<Shape>, seconds: u64, min_kills: usiz
             "snapshot.mode = \"initial\"\nincremental.snapshot.chunk.size = {CHUNK}\n\
              batch.max.events = 200\nbatch.max.ms = 20\n\
              signal.data.collection = \"public.oncely_signal\"\n\
-             table.include.list = \"{include}\"\npublication.autocreate.mode = \"filtered\"\n"
+             table.include.list = \"{include}\"\npublication.autocreate.mode = \"filtered\"\n\
+             topic.creation.default.max.message.bytes = 33554432\n"
         ),
     )
     .await?;
@@ -542,6 +600,7 @@ async fn drive(p: &Pipeline, shapes: &[Shape], seconds: u64, min_kills: usize) -
     let started = Instant::now();
     let mut last_kill = Instant::now();
     let mut signalled = false;
+    let mut big_rows = BigRows::default();
     let kills = |f: &Fleet| f.kills.iter().sum::<usize>();
     while started.elapsed() < Duration::from_secs(seconds) || kills(&fleet) < min_kills {
         anyhow::ensure!(
@@ -553,6 +612,9 @@ async fn drive(p: &Pipeline, shapes: &[Shape], seconds: u64, min_kills: usize) -
             .batch_execute(&random_transaction(shapes, &mut next))
             .await
             .context("workload")?;
+        big_rows
+            .step(&writer, shapes, started.elapsed(), seconds)
+            .await?;
         if !signalled && started.elapsed() > Duration::from_secs(seconds / 3) {
             // A signalled snapshot of every table while the rows keep changing.
             let list: Vec<String> = shapes
@@ -578,6 +640,9 @@ async fn drive(p: &Pipeline, shapes: &[Shape], seconds: u64, min_kills: usize) -
         }
     }
     fleet.supervise()?;
+    if shapes.iter().any(|s| s.table == "toast_docs") {
+        anyhow::ensure!(big_rows.done == 3, "the 20 MiB row's steps did not all run");
+    }
     eprintln!(
         "conformance: {}s, {} kills ({}), {} rows inserted",
         started.elapsed().as_secs(),
