@@ -608,7 +608,7 @@ impl CaptureConfig {
     pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
         let mut cfg: CaptureConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: origin.to_string(),
-            message: e.to_string(),
+            message: oncely_core::toml_error(&e, text),
         })?;
         cfg.database.password =
             cfg.database

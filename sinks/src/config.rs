@@ -301,8 +301,10 @@ fn in_range(field: &str, value: u64, min: u64, max: u64) -> Result<(), ConfigErr
 /// `[sink]` table, and deserializes the runner part. Tables other than `sink`
 /// and `kafka` are flattened into dotted keys.
 pub fn parse_runner_config(text: &str) -> Result<(RunnerConfig, Option<toml::Table>), ConfigError> {
-    let table: toml::Table = toml::from_str(text)
-        .map_err(|e| ConfigError::new("(file)", format!("not valid TOML: {e}")))?;
+    let table: toml::Table = toml::from_str(text).map_err(|e| {
+        let told = oncely_core::toml_error(&e, text);
+        ConfigError::new("(file)", format!("not valid TOML: {told}"))
+    })?;
     let mut flat = toml::Table::new();
     let mut sink = None;
     for (key, value) in table {

@@ -61,7 +61,7 @@ pub enum VerifyError {
     Source(String),
     #[error("{context}: {source}")]
     Postgres {
-        context: &'static str,
+        context: String,
         #[source]
         source: tokio_postgres::Error,
     },
@@ -74,8 +74,12 @@ pub enum VerifyError {
 }
 
 impl VerifyError {
-    fn pg(context: &'static str) -> impl Fn(tokio_postgres::Error) -> Self {
-        move |source| Self::Postgres { context, source }
+    fn pg(context: impl Into<String>) -> impl Fn(tokio_postgres::Error) -> Self {
+        let context = context.into();
+        move |source| Self::Postgres {
+            context: context.clone(),
+            source,
+        }
     }
 }
 

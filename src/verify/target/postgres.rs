@@ -48,6 +48,7 @@ impl PgTarget {
                 .map_err(|e| VerifyError::Config(format!("sink.password: {e}")))?;
             pg.password(password.expose());
         }
+        let place = oncely_sinks::kinds::postgres::place_of(&pg);
         pg.application_name("oncely-verify")
             .options(SESSION_OPTIONS)
             .connect_timeout(std::time::Duration::from_millis(config.connect_timeout_ms));
@@ -57,10 +58,9 @@ impl PgTarget {
         let client = match tls {
             None => {
                 pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
-                let (client, connection) = pg
-                    .connect(NoTls)
-                    .await
-                    .map_err(VerifyError::pg("connect to the warehouse"))?;
+                let (client, connection) = pg.connect(NoTls).await.map_err(VerifyError::pg(
+                    format!("connect to the warehouse at {place}"),
+                ))?;
                 tokio::spawn(drive(connection));
                 client
             }
@@ -69,7 +69,9 @@ impl PgTarget {
                 let (client, connection) = pg
                     .connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
                     .await
-                    .map_err(VerifyError::pg("connect to the warehouse"))?;
+                    .map_err(VerifyError::pg(format!(
+                        "connect to the warehouse at {place}"
+                    )))?;
                 tokio::spawn(drive(connection));
                 client
             }

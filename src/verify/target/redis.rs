@@ -47,6 +47,8 @@ impl RedisTarget {
             }
             info = info.set_redis_settings(settings);
         }
+        // Where, for errors: the address only (the URL may hold a password).
+        let place = info.addr().to_string();
         // The sink's TLS settings: `rediss://` URLs, and `tls.ca.file` to trust.
         let tls = config.url.trim().starts_with("rediss://");
         if tls {
@@ -77,7 +79,7 @@ impl RedisTarget {
                     .set_response_timeout(Some(config.response_timeout())),
             )
             .await
-            .map_err(redis_error("connect"))?;
+            .map_err(redis_error(&format!("connect to {place}")))?;
         Ok(Self {
             conn,
             config: config.clone(),

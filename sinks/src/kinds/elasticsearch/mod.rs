@@ -39,6 +39,7 @@ use ::elasticsearch::http::Url;
 use ::elasticsearch::indices::IndicesPutIndexTemplateParts;
 use ::elasticsearch::Elasticsearch;
 use async_trait::async_trait;
+use oncely_core::redact_url;
 
 use self::bulk::{encode, Chunk, ItemMeta};
 use self::error::{Class, EsError, OpKind};
@@ -78,14 +79,16 @@ impl ElasticsearchSink {
             .health(ClusterHealthParts::None)
             .send()
             .await
-            .map_err(|e| SinkError::fatal_from(format!("cannot reach {}", self.config.url), e))?;
+            .map_err(|e| {
+                SinkError::fatal_from(format!("cannot reach {}", redact_url(&self.config.url)), e)
+            })?;
         let status = response.status_code().as_u16();
         if (200..300).contains(&status) {
             return Ok(());
         }
         let body = response.bytes().await.unwrap_or_default();
         Err(SinkError::fatal_from(
-            format!("{} refused the health check", self.config.url),
+            format!("{} refused the health check", redact_url(&self.config.url)),
             bulk::status_error("cluster health", status, &body),
         ))
     }
@@ -211,7 +214,7 @@ impl Sink for ElasticsearchSink {
 /// The client for `config`: URL, credentials, TLS, timeout.
 fn client(config: &ElasticsearchConfig) -> Result<Elasticsearch, SinkError> {
     let url = Url::parse(config.url.trim())
-        .map_err(|e| SinkError::fatal_from(format!("sink.url {:?}", config.url), e))?;
+        .map_err(|e| SinkError::fatal_from(format!("sink.url {:?}", redact_url(&config.url)), e))?;
     let mut builder = TransportBuilder::new(SingleNodeConnectionPool::new(url))
         .timeout(config.request_timeout())
         .disable_proxy();

@@ -49,8 +49,10 @@ pub fn classify_code(code: &SqlState) -> Class {
 
 /// The sink error for a failed statement that is not a per-record failure.
 pub fn to_sink_error(context: &str, e: tokio_postgres::Error) -> SinkError {
-    let code = e.code().map(|c| c.code().to_owned()).unwrap_or_default();
-    let message = format!("{context} (SQLSTATE {code})");
+    let message = match e.code() {
+        Some(code) => format!("{context} (SQLSTATE {})", code.code()),
+        None => context.to_owned(),
+    };
     match classify(&e) {
         Class::Fatal => SinkError::fatal_from(message, e),
         Class::Transient | Class::Record => SinkError::retriable_from(message, e),
@@ -58,9 +60,12 @@ pub fn to_sink_error(context: &str, e: tokio_postgres::Error) -> SinkError {
 }
 
 /// The sink error for a pool that could not hand out a connection.
-pub fn pool_error(e: deadpool_postgres::PoolError) -> SinkError {
+/// `place` says where (`host:port/db`), never with credentials.
+pub fn pool_error(e: deadpool_postgres::PoolError, place: &str) -> SinkError {
     match e {
-        deadpool_postgres::PoolError::Backend(pg) => to_sink_error("connect to the warehouse", pg),
+        deadpool_postgres::PoolError::Backend(pg) => {
+            to_sink_error(&format!("connect to the warehouse at {place}"), pg)
+        }
         other => SinkError::retriable_from("warehouse connection pool", other),
     }
 }

@@ -106,6 +106,22 @@ pub struct PostgresSink {
     positions: String,
     /// Batches written with the statement built in `prepare`.
     prebuilt_used: AtomicU64,
+    /// `host:port/db` for errors: where, never who (no user or password).
+    place: String,
+}
+
+/// `host:port/db` of a connection config, for errors (no user, no password).
+pub fn place_of(pg: &tokio_postgres::Config) -> String {
+    let hosts: Vec<String> = pg
+        .get_hosts()
+        .iter()
+        .zip(pg.get_ports().iter().chain(std::iter::repeat(&5432)))
+        .map(|(host, port)| match host {
+            tokio_postgres::config::Host::Tcp(h) => format!("{h}:{port}"),
+            tokio_postgres::config::Host::Unix(p) => format!("{}:{port}", p.display()),
+        })
+        .collect();
+    format!("{}/{}", hosts.join(","), pg.get_dbname().unwrap_or(""))
 }
 
 impl PostgresSink {
@@ -125,6 +141,7 @@ impl PostgresSink {
                 .map_err(|e| SinkError::fatal(format!("sink.password: {e}")))?;
             pg.password(password.expose());
         }
+        let place = place_of(&pg);
         pg.connect_timeout(Duration::from_millis(config.connect_timeout_ms));
         pg.application_name("oncely-sink-postgres");
         let manager_config = ManagerConfig {
@@ -152,6 +169,7 @@ impl PostgresSink {
             config: config.clone(),
             positions,
             prebuilt_used: AtomicU64::new(0),
+            place,
         };
         sink.setup().await?;
         Ok(sink)
@@ -164,7 +182,11 @@ impl PostgresSink {
     }
 
     async fn setup(&self) -> Result<(), SinkError> {
-        let mut client = self.pool.get().await.map_err(pool_error)?;
+        let mut client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| pool_error(e, &self.place))?;
         let tx = client
             .transaction()
             .await
@@ -514,7 +536,11 @@ impl Sink for PostgresSink {
         group: &str,
         partitions: &[TopicPartition],
     ) -> Result<Positions, SinkError> {
-        let client = self.pool.get().await.map_err(pool_error)?;
+        let client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| pool_error(e, &self.place))?;
         let topics: Vec<&str> = partitions.iter().map(|tp| tp.topic.as_str()).collect();
         let rows = client
             .query(
@@ -558,7 +584,11 @@ impl Sink for PostgresSink {
         };
         let prebuilt = prepared.and_then(|p| p.statement.as_ref());
         let mut rejected = plan.rejected.clone();
-        let mut client = self.pool.get().await.map_err(pool_error)?;
+        let mut client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| pool_error(e, &self.place))?;
         let steps = self.resolve(&mut client, plan, &mut rejected).await?;
         if !rejected.is_empty() {
             return Err(SinkError::Rejected(rejected));

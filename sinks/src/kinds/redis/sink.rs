@@ -56,6 +56,8 @@ impl RedisSink {
             }
             info = info.set_redis_settings(settings);
         }
+        // Where, for errors: the address only (the URL may hold a password).
+        let place = info.addr().to_string();
         let client = match (
             &config.tls_ca_file,
             config.url.trim().starts_with("rediss://"),
@@ -86,7 +88,7 @@ impl RedisSink {
             .set_number_of_retries(config.reconnect_retries);
         let conn = ConnectionManager::new_with_config(client, manager_config)
             .await
-            .map_err(|e| classify("connect", e))?;
+            .map_err(|e| classify(&format!("connect to {place}"), e))?;
         let mut sink = Self {
             conn,
             sha: String::new(),

@@ -1,0 +1,185 @@
+//! Secrets in configuration: a literal value, or a reference resolved at
+//! start-up in the syntax of Kafka Connect's config providers — `${env:NAME}`
+//! or `${file:/path}` — so a password never has to sit in the config file. A
+//! [`Secret`] never prints itself (its `Debug` is `***`) and is not
+//! `Serialize`. Two more ways a secret used to leak are closed here: a URL
+//! with user info in an error ([`redact_url`]) and a TOML parse error, which
+//! quotes the offending line — often the one holding an inline password
+//! ([`toml_error`]).
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer};
+
+/// A configuration value that must not appear in logs or errors.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+/// Why a secret reference could not be resolved (never contains the secret).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    /// `${env:NAME}` names a variable that is not set.
+    #[error("environment variable {0} is not set (referenced as ${{env:{0}}})")]
+    MissingEnv(String),
+    /// `${file:PATH}` names a file that cannot be read.
+    #[error("cannot read secret file {path}: {reason}")]
+    File {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        reason: String,
+    },
+}
+
+impl Secret {
+    /// A secret holding `value` (a literal or a reference).
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value. Call only where it is handed to a client.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Replaces a `${env:NAME}` / `${file:PATH}` reference by what it points to
+    /// (a file's trailing newline is dropped); any other text is kept as is.
+    pub fn resolve(&self) -> Result<Secret, SecretError> {
+        resolve_reference(&self.0).map(Secret)
+    }
+}
+
+/// Resolves one `${env:..}` or `${file:..}` reference; any other text is returned as is.
+pub fn resolve_reference(raw: &str) -> Result<String, SecretError> {
+    let Some(inner) = raw.strip_prefix("${").and_then(|r| r.strip_suffix('}')) else {
+        return Ok(raw.to_owned());
+    };
+    if let Some(name) = inner.strip_prefix("env:") {
+        return std::env::var(name).map_err(|_| SecretError::MissingEnv(name.to_owned()));
+    }
+    if let Some(path) = inner.strip_prefix("file:") {
+        return std::fs::read_to_string(path)
+            .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
+            .map_err(|e| SecretError::File {
+                path: path.to_owned(),
+                reason: e.to_string(),
+            });
+    }
+    Ok(raw.to_owned())
+}
+
+/// `url` with the password of its user info replaced by `***`
+/// (`http://user:***@host/`); a URL without one is returned as is. Works on
+/// any `scheme://[user[:password]@]host...` text, parsed or not, so a URL
+/// that does not parse is still shown safely.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    let user = rest[..at].split(':').next().unwrap_or("");
+    let shown = if rest[..at].contains(':') {
+        format!("{user}:***")
+    } else if user.is_empty() {
+        String::new()
+    } else {
+        // `redis://secret@host`: a lone user info is Redis's password form.
+        "***".to_owned()
+    };
+    format!("{}{shown}@{}", &url[..scheme_end], &rest[at + 1..])
+}
+
+/// A TOML error as `line L, column C: message`, without the excerpt of the
+/// file `toml` prints (which would show an inline secret on that line).
+pub fn toml_error(error: &toml::de::Error, text: &str) -> String {
+    let message = error.message().trim_end();
+    match error.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message.to_owned(),
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Secret)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_lose_their_password() {
+        let cases = [
+            ("http://user:hunter2@es:9200/x", "http://user:***@es:9200/x"),
+            ("redis://:hunter2@r:6379/0", "redis://:***@r:6379/0"),
+            ("rediss://hunter2@r", "rediss://***@r"),
+            (
+                "postgres://u:p%40ss:w@db/x?sslmode=require",
+                "postgres://u:***@db/x?sslmode=require",
+            ),
+            ("http://es:9200/a@b", "http://es:9200/a@b"),
+            ("http://es:9200", "http://es:9200"),
+            ("not a url", "not a url"),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact_url(url), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn toml_errors_do_not_quote_the_line() {
+        let text = "name = \"x\"\npassword = \"hunter2\" oops\n";
+        let e = toml::from_str::<toml::Table>(text).expect_err("invalid");
+        assert!(e.to_string().contains("hunter2"), "toml quotes the line");
+        let told = toml_error(&e, text);
+        assert!(!told.contains("hunter2"), "{told}");
+        assert!(told.starts_with("line 2, column 22: "), "{told}");
+    }
+
+    #[test]
+    fn a_literal_is_kept_and_never_printed() {
+        let s = Secret::new("hunter2");
+        assert_eq!(s.resolve().expect("literal").expose(), "hunter2");
+        assert_eq!(format!("{s:?}"), "Secret(***)");
+    }
+
+    #[test]
+    fn env_and_file_references_resolve() {
+        std::env::set_var("ONCELY_SINKS_TEST_SECRET", "from-env");
+        let s = Secret::new("${env:ONCELY_SINKS_TEST_SECRET}");
+        assert_eq!(s.resolve().expect("env").expose(), "from-env");
+        let path = std::env::temp_dir().join(format!("oncely-sinks-secret-{}", std::process::id()));
+        std::fs::write(&path, "from-file\n").expect("write");
+        let s = Secret::new(format!("${{file:{}}}", path.display()));
+        assert_eq!(s.resolve().expect("file").expose(), "from-file");
+        std::fs::remove_file(path).expect("remove");
+    }
+
+    #[test]
+    fn a_missing_variable_is_named() {
+        let e = Secret::new("${env:ONCELY_SINKS_SURELY_UNSET}")
+            .resolve()
+            .expect_err("unset");
+        assert_eq!(
+            e,
+            SecretError::MissingEnv("ONCELY_SINKS_SURELY_UNSET".into())
+        );
+    }
+}
