@@ -125,7 +125,7 @@ pub async fn read_stored_offset(
 
 /// Whether `topic` exists on the cluster (assigning a missing topic would
 /// wait for it until the reader's deadline).
-async fn topic_exists(cfg: &CaptureConfig, topic: &str) -> Result<bool, CaptureError> {
+pub(crate) async fn topic_exists(cfg: &CaptureConfig, topic: &str) -> Result<bool, CaptureError> {
     let mut client = cfg.kafka_client();
     client.set("group.id", "oncely-offset-reader");
     let topic = topic.to_owned();
