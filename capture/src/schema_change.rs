@@ -84,15 +84,20 @@ pub enum ColumnChange {
 }
 
 impl ColumnChange {
-    /// Whether existing rows may hold values no row event carried: a column
-    /// added with a default (PostgreSQL fills it without writing rows), a
-    /// rename (rows hold the value under the new name), a type change (a
-    /// rewrite or `USING` can change every value).
+    /// Whether existing rows changed without row events: a column added
+    /// with a default (PostgreSQL fills it without writing rows), a rename
+    /// (rows hold the value under the new name), a type change (a rewrite or
+    /// `USING` can change every value), a drop (targets holding whole rows,
+    /// the index and the cache, keep the field until the row is written
+    /// again). A column added without a default is NULL in every row, and
+    /// nullability changes no value.
     pub fn changes_rows(&self) -> bool {
         match self {
             ColumnChange::Add { has_default, .. } => *has_default,
-            ColumnChange::Rename { .. } | ColumnChange::AlterType { .. } => true,
-            ColumnChange::Drop { .. } | ColumnChange::Nullability { .. } => false,
+            ColumnChange::Rename { .. }
+            | ColumnChange::AlterType { .. }
+            | ColumnChange::Drop { .. } => true,
+            ColumnChange::Nullability { .. } => false,
         }
     }
 }
@@ -355,7 +360,7 @@ mod tests {
             ]
         );
         let backfills: Vec<bool> = changes.iter().map(ColumnChange::changes_rows).collect();
-        assert_eq!(backfills, [true, true, false, false, true]);
+        assert_eq!(backfills, [true, true, false, true, true]);
         assert!(diff(&old, &old).is_empty());
         // A column added without a default holds NULL in every row: no backfill.
         let plain = diff(&old[..1], &old[..2]);

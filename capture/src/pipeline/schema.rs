@@ -23,6 +23,10 @@ impl Pipeline<'_> {
             .flatten()
             .filter(|t| self.cfg.outbox.as_ref().is_none_or(|o| &o.table != *t))
             .filter(|t| self.cfg.signal_table() != Some(t.as_str()))
+            // Tables captured once but since left out of the include list.
+            .filter(|t| {
+                crate::snapshot::split_table(t).is_some_and(|(s, n)| self.filter.matches(s, n))
+            })
             .cloned()
             .collect();
         if tables.is_empty() {
