@@ -1119,7 +1119,12 @@ impl Pipeline<'_> {
             b.records += records.len();
             b.bytes += bytes;
         }
-        self.metrics.events.inc_by(records.len() as u64);
+        // Schema-change records are counted by `schema_changes`, not as events.
+        let events = records
+            .iter()
+            .filter(|r| r.topic != self.schema_topic)
+            .count();
+        self.metrics.events.inc_by(events as u64);
         Ok(())
     }
 
