@@ -14,19 +14,13 @@
 
 use std::collections::BTreeMap;
 
-use std::time::Duration;
-
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
-use crate::kafka::CaptureContext;
 use crate::snapshot::{quote_ident, split_table};
 
 /// Suffix of the schema-change topic: `<topic.prefix>.schema-changes`.
@@ -217,61 +211,31 @@ pub async fn read_history(cfg: &CaptureConfig) -> Result<TableSchemas, CaptureEr
 }
 
 fn read_history_blocking(
-    mut client: rdkafka::config::ClientConfig,
+    client: rdkafka::config::ClientConfig,
     topic: &str,
     connector: &str,
 ) -> Result<TableSchemas, CaptureError> {
-    let kafka = |context| move |e| CaptureError::kafka(context, "-", e);
-    let consumer: BaseConsumer<CaptureContext> = client
-        .set("group.id", "oncely-schema-history-reader")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .create_with_context(CaptureContext::default())
-        .map_err(kafka("create schema history reader"))?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .map_err(kafka("assign schema-change topic"))?;
-    consumer
-        .assign(&tpl)
-        .map_err(kafka("assign schema-change topic"))?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
     let mut history = TableSchemas::new();
-    loop {
-        if let Some(reason) = consumer.context().refused() {
-            return Err(CaptureError::KafkaLogin { reason });
+    crate::offset::read_to_end(client, topic, "read schema-change topic", |msg| {
+        let Some(bytes) = msg.payload() else {
+            return Ok(());
+        };
+        let corrupt = |reason: String| CaptureError::CorruptSchemaHistory {
+            topic: topic.to_owned(),
+            reason: format!("offset {}: {reason}", msg.offset()),
+        };
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+        if value["source"]["name"].as_str() != Some(connector) {
+            return Ok(());
         }
-        if std::time::Instant::now() > deadline {
-            return Err(CaptureError::Kafka {
-                context: "read schema-change topic",
-                source: KafkaError::NoMessageReceived,
-                retriable: true,
-            });
-        }
-        match consumer.poll(Duration::from_millis(500)) {
-            None => continue,
-            Some(Err(KafkaError::PartitionEOF(_))) => break,
-            Some(Err(e)) => return Err(kafka("read schema-change topic")(e)),
-            Some(Ok(msg)) => {
-                let Some(bytes) = msg.payload() else { continue };
-                let corrupt = |reason: String| CaptureError::CorruptSchemaHistory {
-                    topic: topic.to_owned(),
-                    reason: format!("offset {}: {reason}", msg.offset()),
-                };
-                let value: Value =
-                    serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
-                if value["source"]["name"].as_str() != Some(connector) {
-                    continue;
-                }
-                let table = value["table"]
-                    .as_str()
-                    .ok_or_else(|| corrupt("no table".into()))?;
-                let columns: Vec<ColumnDef> = serde_json::from_value(value["columns"].clone())
-                    .map_err(|e| corrupt(e.to_string()))?;
-                history.insert(table.to_owned(), columns);
-            }
-        }
-    }
+        let table = value["table"]
+            .as_str()
+            .ok_or_else(|| corrupt("no table".into()))?;
+        let columns: Vec<ColumnDef> =
+            serde_json::from_value(value["columns"].clone()).map_err(|e| corrupt(e.to_string()))?;
+        history.insert(table.to_owned(), columns);
+        Ok(())
+    })?;
     Ok(history)
 }
 

@@ -62,9 +62,7 @@ impl TableInfo {
             .chain(meta.iter())
             .all(|c| self.columns.contains_key(*c))
     }
-}
 
-impl TableInfo {
     /// The columns `wanted` describes as wider than they are: (column, its
     /// type now, the type holding both).
     pub fn widenings(&self, wanted: &BTreeMap<&str, ColumnSpec>) -> Vec<(String, String, String)> {
@@ -202,13 +200,7 @@ impl Catalog {
         wanted: &BTreeMap<&str, ColumnSpec>,
     ) -> Result<Arc<TableInfo>, SinkError> {
         let q = self.qualified(table);
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| to_sink_error("begin DDL", e))?;
-        tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&q])
-            .await
-            .map_err(|e| to_sink_error("lock for DDL", e))?;
+        let tx = begin_locked(client, &q).await?;
         let current = load(&tx, &q)
             .await?
             .ok_or_else(|| SinkError::retriable(format!("{q} vanished before its DDL")))?;
@@ -229,13 +221,7 @@ impl Catalog {
         tx.commit()
             .await
             .map_err(|e| to_sink_error("commit DDL", e))?;
-        self.tables
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(table);
-        self.lookup(client, table)
-            .await?
-            .ok_or_else(|| SinkError::retriable(format!("{q} vanished right after its DDL")))
+        self.reload(client, table).await
     }
 
     /// Creates the history table `table` when missing.
@@ -257,6 +243,20 @@ impl Catalog {
         self.run_ddl(client, table, &ddl).await
     }
 
+    /// `table` read again from the catalog after its DDL.
+    async fn reload(&self, client: &Client, table: &str) -> Result<Arc<TableInfo>, SinkError> {
+        self.tables
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(table);
+        self.lookup(client, table).await?.ok_or_else(|| {
+            SinkError::retriable(format!(
+                "{} vanished right after its DDL",
+                self.qualified(table)
+            ))
+        })
+    }
+
     async fn run_ddl(
         &self,
         client: &mut Client,
@@ -264,27 +264,31 @@ impl Catalog {
         ddl: &str,
     ) -> Result<Arc<TableInfo>, SinkError> {
         let q = self.qualified(table);
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| to_sink_error("begin DDL", e))?;
-        tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&q])
-            .await
-            .map_err(|e| to_sink_error("lock for DDL", e))?;
+        let tx = begin_locked(client, &q).await?;
         tx.batch_execute(ddl)
             .await
             .map_err(|e| to_sink_error(&format!("create or alter {q}"), e))?;
         tx.commit()
             .await
             .map_err(|e| to_sink_error("commit DDL", e))?;
-        self.tables
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(table);
-        self.lookup(client, table)
-            .await?
-            .ok_or_else(|| SinkError::retriable(format!("{q} vanished right after its DDL")))
+        self.reload(client, table).await
     }
+}
+
+/// A transaction holding the DDL lock of the table `qualified` (a
+/// transaction-level advisory lock on its name).
+async fn begin_locked<'c>(
+    client: &'c mut Client,
+    qualified: &str,
+) -> Result<deadpool_postgres::Transaction<'c>, SinkError> {
+    let tx = client
+        .transaction()
+        .await
+        .map_err(|e| to_sink_error("begin DDL", e))?;
+    tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&qualified])
+        .await
+        .map_err(|e| to_sink_error("lock for DDL", e))?;
+    Ok(tx)
 }
 
 fn ddl_text_push(ddl: &mut String, table: &str, column: &str, ty: &str) {
