@@ -107,6 +107,37 @@ pub struct CaptureConfig {
     /// `replica.identity.check`.
     #[serde(default)]
     pub replica: ReplicaConfig,
+    /// `schema.change.backfill`.
+    #[serde(default)]
+    pub schema: SchemaConfig,
+}
+
+/// `schema.change.backfill`: whether a schema change that alters existing
+/// rows without row events (ADD COLUMN with a default, RENAME COLUMN, ALTER
+/// COLUMN TYPE) snapshots the table again so the targets converge.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaConfig {
+    #[serde(default)]
+    pub change: SchemaChangeConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaChangeConfig {
+    #[serde(default)]
+    pub backfill: SchemaChangeBackfill,
+}
+
+/// `schema.change.backfill` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchemaChangeBackfill {
+    /// Snapshot the table (an incremental, watermarked snapshot).
+    #[default]
+    Auto,
+    /// Publish the schema-change record only; the operator snapshots.
+    Off,
 }
 
 /// `replica.identity.check`: what start-up (and a Relation message in the
@@ -1047,6 +1078,21 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
         let err = CaptureConfig::parse(&bad, "test").unwrap_err().to_string();
         assert!(
             err.contains("replica.identity.check") && err.contains("warn"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn schema_change_backfill_parses() {
+        let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
+        assert_eq!(cfg.schema.change.backfill, SchemaChangeBackfill::Auto);
+        let off = format!("{MINIMAL}\nschema.change.backfill = \"off\"\n");
+        let cfg = CaptureConfig::parse(&off, "test").unwrap();
+        assert_eq!(cfg.schema.change.backfill, SchemaChangeBackfill::Off);
+        let bad = format!("{MINIMAL}\nschema.change.backfill = \"always\"\n");
+        let err = CaptureConfig::parse(&bad, "test").unwrap_err().to_string();
+        assert!(
+            err.contains("schema.change.backfill") || err.contains("auto"),
             "{err}"
         );
     }

@@ -69,6 +69,11 @@ pub enum CaptureError {
     /// A stored offset record could not be read.
     #[error("offset record on topic {topic} is unreadable: {reason}")]
     CorruptOffset { topic: String, reason: String },
+
+    /// A record of the schema-change topic could not be read (capture reads
+    /// the columns its last committed events used from it at start).
+    #[error("schema-change record on topic {topic} is unreadable: {reason}; capture writes only JSON records there: remove what another producer wrote (or delete the topic, and capture takes the catalog's columns as its baseline)")]
+    CorruptSchemaHistory { topic: String, reason: String },
 }
 
 /// The change behind [`CaptureError::RecordTooLarge`].

@@ -477,6 +477,21 @@ impl TopicCreator {
         Ok(())
     }
 
+    /// Makes sure a compacted single-partition topic exists, keeping records
+    /// as large as change topics do (the schema-change topic: one partition
+    /// keeps its records in commit order).
+    pub async fn ensure_compacted(&mut self, topic: &str) -> Result<(), CaptureError> {
+        if self.known.contains(topic) {
+            return Ok(());
+        }
+        let new = NewTopic::new(topic, 1, TopicReplication::Fixed(self.replication))
+            .set("cleanup.policy", "compact")
+            .set("max.message.bytes", &self.max_message_bytes);
+        self.create(new).await?;
+        self.known.insert(topic.to_string());
+        Ok(())
+    }
+
     /// Makes sure the compacted single-partition offsets topic exists.
     pub async fn ensure_offsets_topic(&mut self, topic: &str) -> Result<(), CaptureError> {
         let new = NewTopic::new(topic, 1, TopicReplication::Fixed(self.replication))

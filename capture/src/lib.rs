@@ -14,6 +14,7 @@ pub mod outbox;
 pub mod pgoutput;
 pub mod pipeline;
 pub mod replica_identity;
+pub mod schema_change;
 pub mod secret;
 pub mod snapshot;
 pub mod source;

@@ -17,6 +17,7 @@ pub const LAG_SECONDS: &str = "oncely_capture_lag_seconds";
 pub const SLOT_RETAINED_WAL_BYTES: &str = "oncely_capture_slot_retained_wal_bytes";
 pub const CONFIRMED_LSN: &str = "oncely_capture_confirmed_lsn";
 pub const HEARTBEATS_TOTAL: &str = "oncely_capture_heartbeats_total";
+pub const SCHEMA_CHANGES_TOTAL: &str = "oncely_capture_schema_changes_total";
 pub const RESTARTS_TOTAL: &str = "oncely_capture_restarts_total";
 pub const SNAPSHOT_ROWS_TOTAL: &str = "oncely_capture_snapshot_rows_total";
 pub const SNAPSHOT_ROWS_DROPPED_TOTAL: &str = "oncely_capture_snapshot_rows_dropped_total";
@@ -55,6 +56,8 @@ pub struct CaptureMetrics {
     pub slot_retained_wal: IntGauge,
     pub confirmed_lsn: IntGauge,
     pub heartbeats: IntCounter,
+    /// Schema changes of captured tables published.
+    pub schema_changes: IntCounter,
     pub restarts: IntCounter,
     /// Snapshot rows read, by table (rows read again after a restart count again).
     pub snapshot_rows: IntCounterVec,
@@ -148,6 +151,10 @@ impl CaptureMetrics {
             ),
             confirmed_lsn: gauge(CONFIRMED_LSN, "Last LSN confirmed to the slot"),
             heartbeats: counter(HEARTBEATS_TOTAL, "Heartbeat offset commits"),
+            schema_changes: counter(
+                SCHEMA_CHANGES_TOTAL,
+                "Schema changes of captured tables published",
+            ),
             restarts: counter(RESTARTS_TOTAL, "Pipeline restarts after retriable errors"),
             registry,
         }

@@ -125,7 +125,7 @@ pub async fn read_stored_offset(
 
 /// Whether `topic` exists on the cluster (assigning a missing topic would
 /// wait for it until the reader's deadline).
-async fn topic_exists(cfg: &CaptureConfig, topic: &str) -> Result<bool, CaptureError> {
+pub(crate) async fn topic_exists(cfg: &CaptureConfig, topic: &str) -> Result<bool, CaptureError> {
     let mut client = cfg.kafka_client();
     client.set("group.id", "oncely-offset-reader");
     let topic = topic.to_owned();
@@ -164,62 +164,71 @@ pub async fn read_last_offset(
 }
 
 fn read_last_blocking(
-    mut client: ClientConfig,
+    client: ClientConfig,
     topic: &str,
     key: &[u8],
 ) -> Result<Option<SourceOffset>, CaptureError> {
-    let kafka = |context| move |e| CaptureError::kafka(context, "-", e);
+    let mut last = None;
+    read_to_end(client, topic, "read offsets topic", |msg| {
+        if msg.key() != Some(key) {
+            return Ok(());
+        }
+        last = match msg.payload() {
+            // A compaction tombstone resets the connector.
+            None => None,
+            Some(bytes) => Some(serde_json::from_slice::<SourceOffset>(bytes).map_err(|e| {
+                CaptureError::CorruptOffset {
+                    topic: topic.to_string(),
+                    reason: format!("offset {}: {e}", msg.offset()),
+                }
+            })?),
+        };
+        Ok(())
+    })?;
+    Ok(last)
+}
+
+/// Hands every committed record of partition 0 of `topic` to `on`, from the
+/// start to the end (`read_committed`, so aborted transactions are never
+/// seen); `what` names the topic in errors. Blocking: run it off the runtime.
+pub(crate) fn read_to_end(
+    mut client: ClientConfig,
+    topic: &str,
+    what: &'static str,
+    mut on: impl FnMut(&rdkafka::message::BorrowedMessage<'_>) -> Result<(), CaptureError>,
+) -> Result<(), CaptureError> {
+    let kafka = |e| CaptureError::kafka(what, "-", e);
     let consumer: BaseConsumer<CaptureContext> = client
         .set("group.id", "oncely-offset-reader")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
         .create_with_context(CaptureContext::default())
-        .map_err(kafka("create offset reader"))?;
+        .map_err(kafka)?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .map_err(kafka("assign offsets topic"))?;
-    consumer
-        .assign(&tpl)
-        .map_err(kafka("assign offsets topic"))?;
+        .map_err(kafka)?;
+    consumer.assign(&tpl).map_err(kafka)?;
 
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let mut last = None;
     loop {
         if let Some(reason) = consumer.context().refused() {
             return Err(CaptureError::KafkaLogin { reason });
         }
         if std::time::Instant::now() > deadline {
             return Err(CaptureError::Kafka {
-                context: "read offsets topic",
+                context: what,
                 source: KafkaError::NoMessageReceived,
                 retriable: true,
             });
         }
         match consumer.poll(Duration::from_millis(500)) {
             None => continue,
-            Some(Err(KafkaError::PartitionEOF(_))) => break,
-            Some(Err(e)) => return Err(kafka("read offsets topic")(e)),
-            Some(Ok(msg)) => {
-                if msg.key() != Some(key) {
-                    continue;
-                }
-                last = match msg.payload() {
-                    // A compaction tombstone resets the connector.
-                    None => None,
-                    Some(bytes) => {
-                        Some(serde_json::from_slice::<SourceOffset>(bytes).map_err(|e| {
-                            CaptureError::CorruptOffset {
-                                topic: topic.to_string(),
-                                reason: format!("offset {}: {e}", msg.offset()),
-                            }
-                        })?)
-                    }
-                };
-            }
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(()),
+            Some(Err(e)) => return Err(kafka(e)),
+            Some(Ok(msg)) => on(&msg)?,
         }
     }
-    Ok(last)
 }
 
 #[cfg(test)]

@@ -33,6 +33,9 @@ pub const DEFAULT_HEARTBEAT_PREFIX: &str = "__debezium-heartbeat";
 /// Default `ignore.topics`: capture's offsets topics (`oncely-offsets-<connector>`
 /// by default, `oncely-offsets` before).
 pub const DEFAULT_IGNORED_TOPIC: &str = "oncely-offsets(-.+)?";
+/// Default `ignore.topics` too: capture's schema-change topics
+/// (`<topic.prefix>.schema-changes`), which hold no rows.
+pub const DEFAULT_IGNORED_SCHEMA_TOPIC: &str = ".+\\.schema-changes";
 
 /// Consumer properties the runner sets itself and `[kafka]` may not override.
 const RESERVED_KAFKA_KEYS: &[&str] = &[
@@ -123,7 +126,10 @@ pub struct RunnerConfig {
 }
 
 fn default_ignore_topics() -> Vec<String> {
-    vec![DEFAULT_IGNORED_TOPIC.to_owned()]
+    vec![
+        DEFAULT_IGNORED_TOPIC.to_owned(),
+        DEFAULT_IGNORED_SCHEMA_TOPIC.to_owned(),
+    ]
 }
 fn default_heartbeat_prefix() -> String {
     DEFAULT_HEARTBEAT_PREFIX.to_owned()

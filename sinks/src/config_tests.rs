@@ -28,7 +28,10 @@ fn minimal_file_gets_defaults() {
     assert_eq!(c.bootstrap_servers, "127.0.0.1:9092");
     assert_eq!(c.topics, vec!["a", "b"]);
     assert_eq!(c.batch_max_records, DEFAULT_BATCH_MAX_RECORDS);
-    assert_eq!(c.ignore_topics, vec![DEFAULT_IGNORED_TOPIC]);
+    assert_eq!(
+        c.ignore_topics,
+        vec![DEFAULT_IGNORED_TOPIC, DEFAULT_IGNORED_SCHEMA_TOPIC]
+    );
     assert_eq!(c.auto_offset_reset, OffsetReset::Earliest);
     assert!(sink.is_some_and(|t| t.get("kind").and_then(|k| k.as_str()) == Some("stdout")));
 }

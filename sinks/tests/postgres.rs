@@ -379,6 +379,7 @@ async fn connect_schemas_type_the_target_columns() {
         ("c_float4", "real"),
         ("c_numeric", "numeric(12,2)"),
         ("c_money", "numeric"),
+        ("c_varchar", "character varying(32)"),
         ("c_timestamptz", "timestamp with time zone"),
         ("c_timestamp", "timestamp without time zone"),
         ("c_date", "date"),
@@ -498,6 +499,144 @@ async fn type_conflicts_and_refused_values_are_rejected_alone_with_a_reason() {
         .collect();
     assert_eq!(ids, vec![json!(1), json!(4), json!(6)]);
     assert_eq!(position(&sink).await, Some(6));
+    wh.drop().await;
+}
+
+/// An event of `public.items` with a typed schema: `id` int64, `a` of Connect
+/// type `a_type`, `amount` a decimal string of numeric(`p`,`s`), `s` a varchar(`len`).
+fn typed_items(
+    offset: i64,
+    row: Value,
+    lsn: u64,
+    a_type: &str,
+    p: u32,
+    s: u32,
+    len: u32,
+) -> Record {
+    let param = |k: &str, v: String| (format!("__debezium.source.column.{k}"), Value::from(v));
+    let numeric: serde_json::Map<String, Value> = [
+        param("type", "NUMERIC".into()),
+        param("length", p.to_string()),
+        param("scale", s.to_string()),
+    ]
+    .into_iter()
+    .collect();
+    let varchar: serde_json::Map<String, Value> = [
+        param("type", "VARCHAR".into()),
+        param("length", len.to_string()),
+    ]
+    .into_iter()
+    .collect();
+    let fields = json!([
+        {"field": "id", "type": "int64"},
+        {"field": "a", "type": a_type, "optional": true},
+        {"field": "amount", "type": "string", "optional": true, "parameters": numeric},
+        {"field": "s", "type": "string", "optional": true, "parameters": varchar}]);
+    let id = row["id"].clone();
+    let value = json!({
+        "schema": {"type": "struct", "fields": [
+            {"field": "before", "type": "struct", "optional": true, "fields": fields.clone()},
+            {"field": "after", "type": "struct", "optional": true, "fields": fields}]},
+        "payload": {"before": null, "after": row, "op": "c",
+            "source": {"schema": "public", "table": "items", "commit_lsn": lsn, "event_seq": 1}}});
+    record(offset, Some(json!({"id": id})), Some(value))
+}
+
+#[tokio::test]
+async fn columns_widen_to_a_wider_source_type_and_values_are_never_rounded() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|_| {}).await;
+    let before = json!({"id": 1, "a": 5, "amount": "1.23", "s": "abc"});
+    sink.apply(&batch(vec![typed_items(0, before, 100, "int32", 10, 2, 5)]))
+        .await
+        .expect("first events");
+    assert_eq!(wh.column_type("public_items", "a").await, "integer");
+    assert_eq!(
+        wh.column_type("public_items", "amount").await,
+        "numeric(10,2)"
+    );
+    // After ALTER TYPE bigint, numeric(12,4), varchar(10) at the source; one
+    // batch holds rows from before and after the change.
+    let b = batch(vec![
+        typed_items(
+            1,
+            json!({"id": 2, "a": 6, "amount": "2.50", "s": "de"}),
+            200,
+            "int32",
+            10,
+            2,
+            5,
+        ),
+        typed_items(
+            2,
+            json!({"id": 3, "a": 3_000_000_000_i64, "amount": "1.2345", "s": "abcdefghij"}),
+            300,
+            "int64",
+            12,
+            4,
+            10,
+        ),
+    ]);
+    sink.apply(&b)
+        .await
+        .expect("wider events are written, not dead-lettered");
+    assert_eq!(wh.column_type("public_items", "a").await, "bigint");
+    assert_eq!(
+        wh.column_type("public_items", "amount").await,
+        "numeric(12,4)"
+    );
+    assert_eq!(
+        wh.column_type("public_items", "s").await,
+        "character varying(10)"
+    );
+    let row = wh
+        .client
+        .query_one(
+            "SELECT a, amount::text, s FROM public_items WHERE id = 3",
+            &[],
+        )
+        .await
+        .expect("row");
+    assert_eq!(row.get::<_, i64>(0), 3_000_000_000);
+    assert_eq!(row.get::<_, String>(1), "1.2345");
+    assert_eq!(row.get::<_, String>(2), "abcdefghij");
+    // A narrower event changes nothing: its values fit.
+    sink.apply(&batch(vec![typed_items(
+        3,
+        json!({"id": 4, "a": 7, "amount": "3.10", "s": "x"}),
+        400,
+        "int32",
+        10,
+        2,
+        5,
+    )]))
+    .await
+    .expect("narrower events");
+    assert_eq!(
+        wh.column_type("public_items", "amount").await,
+        "numeric(12,4)"
+    );
+    // A value the column would round is refused with a reason, never rounded.
+    let b = batch(vec![typed_items(
+        4,
+        json!({"id": 5, "a": 8, "amount": "1.23456", "s": "y"}),
+        500,
+        "int64",
+        12,
+        4,
+        10,
+    )]);
+    let Err(SinkError::Rejected(failures)) = sink.apply(&b).await else {
+        panic!("expected the rounded value to be refused");
+    };
+    assert_eq!(failures.len(), 1);
+    assert!(
+        failures[0]
+            .reason
+            .contains("does not fit numeric(12,4) without rounding"),
+        "{}",
+        failures[0].reason
+    );
     wh.drop().await;
 }
 

@@ -13,6 +13,7 @@
 //! commit started, so the held changes are replayed if it is the last to land.
 
 mod fill;
+mod schema;
 mod signal;
 mod snapshot;
 
@@ -225,6 +226,7 @@ async fn run_once(
         "capture starting"
     );
 
+    let schemas = crate::schema_change::read_history(cfg).await?;
     let stream = connect_stream(cfg, offset.flush_lsn).await?;
     let mut pipeline = Pipeline {
         cfg,
@@ -255,6 +257,8 @@ async fn run_once(
         tx: None,
         server_position: 0,
         metrics: metrics.clone(),
+        schema_topic: crate::schema_change::topic(cfg).into(),
+        schemas,
     };
     // A record the broker refused for its size fails the transaction, and
     // whatever call comes next (a send, the commit) reports only that: name
@@ -443,6 +447,11 @@ struct Pipeline<'a> {
     /// Last server WAL position heard outside a transaction (keepalives).
     server_position: u64,
     metrics: CaptureMetrics,
+    /// `<topic.prefix>.schema-changes`.
+    schema_topic: Arc<str>,
+    /// Per captured table, the columns of its last schema-change record
+    /// (read back from the topic at start): what its events use.
+    schemas: crate::schema_change::TableSchemas,
 }
 
 impl Pipeline<'_> {
@@ -587,7 +596,16 @@ impl Pipeline<'_> {
                     rel.name = root;
                 }
                 self.encoders.remove(&rel.id);
+                // A Relation that differs from the cached one follows DDL:
+                // compare the catalog now rather than at the next heartbeat.
+                let changed = self
+                    .relations
+                    .get(rel.id)
+                    .is_some_and(|old| old.columns != rel.columns);
                 self.relations.insert(rel);
+                if changed {
+                    self.check_schemas().await?;
+                }
                 Ok(())
             }
             LogicalMessage::Type(t) => {
@@ -1101,7 +1119,12 @@ impl Pipeline<'_> {
             b.records += records.len();
             b.bytes += bytes;
         }
-        self.metrics.events.inc_by(records.len() as u64);
+        // Schema-change records are counted by `schema_changes`, not as events.
+        let events = records
+            .iter()
+            .filter(|r| r.topic != self.schema_topic)
+            .count();
+        self.metrics.events.inc_by(events as u64);
         Ok(())
     }
 
@@ -1316,6 +1339,7 @@ impl Pipeline<'_> {
                 tracing::warn!(error = %e, "heartbeat.action.query failed");
             }
         }
+        self.check_schemas().await?;
         match source::slot_retained_wal(&self.control, &self.cfg.slot.name).await {
             Ok(Some(bytes)) => self.metrics.slot_retained_wal.set(bytes),
             Ok(None) => {}

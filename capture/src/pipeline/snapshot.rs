@@ -137,6 +137,11 @@ async fn join(
 }
 
 impl Pipeline<'_> {
+    /// Whether a chunk is being read (of the snapshot's current table).
+    pub(super) fn snap_in_flight(&self) -> bool {
+        self.snap.inflight.is_some()
+    }
+
     /// True when no snapshot runs and no chunk is in flight.
     pub(super) fn snapshot_finished(&self) -> bool {
         self.pending.snapshot.is_none() && self.snap.inflight.is_none() && self.tx.is_none()

@@ -36,6 +36,10 @@ pub enum ValueKind {
     Money,
     /// Character types and anything without a specific mapping.
     Text,
+    /// `varchar`: text whose schema carries the declared length (as
+    /// Debezium's `column.propagate.source.type` does), so the warehouse can
+    /// create and widen `character varying(n)` columns.
+    Varchar,
     Json,
     Xml,
     Uuid,
@@ -83,7 +87,8 @@ pub(crate) fn builtin_kind(oid: u32) -> Option<ValueKind> {
         1083 => ValueKind::MicroTime,
         1266 => ValueKind::ZonedTime,
         1186 => ValueKind::MicroDuration,
-        18 | 19 | 25 | 1042 | 1043 => ValueKind::Text,
+        18 | 19 | 25 | 1042 => ValueKind::Text,
+        1043 => ValueKind::Varchar,
         _ => return None,
     })
 }
@@ -128,6 +133,7 @@ impl ValueKind {
             }
             ValueKind::Decimal
             | ValueKind::Text
+            | ValueKind::Varchar
             | ValueKind::Json
             | ValueKind::Xml
             | ValueKind::Uuid
@@ -187,6 +193,15 @@ impl ValueKind {
                 "parameters": {"__debezium.source.column.type": "MONEY"}
             }),
             ValueKind::Text => json!({"type": "string"}),
+            // atttypmod of varchar(n) is n + 4; -1 for plain varchar.
+            ValueKind::Varchar if type_modifier >= 4 => json!({
+                "type": "string",
+                "parameters": {
+                    "__debezium.source.column.type": "VARCHAR",
+                    "__debezium.source.column.length": (type_modifier - 4).to_string()
+                }
+            }),
+            ValueKind::Varchar => json!({"type": "string"}),
             ValueKind::Json => semantic("string", "io.debezium.data.Json"),
             ValueKind::Xml => semantic("string", "io.debezium.data.Xml"),
             ValueKind::Uuid => semantic("string", "io.debezium.data.Uuid"),

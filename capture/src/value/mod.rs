@@ -263,6 +263,16 @@ mod tests {
                 "__debezium.source.column.scale": "2"}, "field": "f"})
         );
         assert_eq!(
+            s(1043, 20 + 4),
+            json!({"type": "string", "optional": true, "parameters": {
+                "__debezium.source.column.type": "VARCHAR",
+                "__debezium.source.column.length": "20"}, "field": "f"})
+        );
+        assert_eq!(
+            s(1043, -1),
+            json!({"type": "string", "optional": true, "field": "f"})
+        );
+        assert_eq!(
             s(1700, -1)["parameters"],
             json!({"__debezium.source.column.type": "NUMERIC"})
         );

@@ -117,6 +117,14 @@ mod tests {
         let (runner, sink) = parse_config(text).expect("examples/sink.toml is valid");
         assert_eq!(runner.dlq_topic.as_deref(), Some("oncely-dlq"));
         assert!(matches!(sink, SinkConfig::File(_)));
+        // The example spells out the default list.
+        assert_eq!(
+            runner.ignore_topics,
+            [
+                crate::config::DEFAULT_IGNORED_TOPIC,
+                crate::config::DEFAULT_IGNORED_SCHEMA_TOPIC
+            ]
+        );
     }
 
     #[test]

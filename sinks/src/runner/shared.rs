@@ -299,6 +299,8 @@ mod tests {
         assert!(filter.is_ignored("__debezium-heartbeat.cdc"));
         assert!(filter.is_ignored("oncely-offsets"));
         assert!(filter.is_ignored("oncely-offsets-shop"));
+        assert!(filter.is_ignored("shop.schema-changes"));
+        assert!(!filter.is_ignored("shop.public.schema_changes"));
         assert!(filter.is_ignored("dead"));
         assert!(filter.is_ignored("audit.log"));
         assert!(!filter.is_ignored("cdc.public.t"));

@@ -288,7 +288,8 @@ impl PostgresSink {
         };
         let rows = sorted_rows(rows);
         let info = self.catalog.cached(table)?;
-        if !info.has_columns(&wanted_specs(&rows)) {
+        let wanted = wanted_specs(&rows);
+        if !info.has_columns(&wanted) || !info.widenings(&wanted).is_empty() {
             return None;
         }
         let mut rejected = Vec::new();
@@ -370,7 +371,9 @@ fn sorted_rows(rows: &TableRows) -> Vec<&Row> {
     rows
 }
 
-/// The column specs `rows` need in their table (the first row's spec of each column).
+/// The column specs `rows` need in their table: per column the first row's
+/// spec, widened by later rows' wider ones (a batch can hold rows from before
+/// and after a type change; the column must hold both).
 fn wanted_specs<'a>(rows: &[&'a Row]) -> BTreeMap<&'a str, types::ColumnSpec> {
     let mut wanted: BTreeMap<&str, types::ColumnSpec> = BTreeMap::new();
     let mut seen: Option<&Shape> = None;
@@ -380,7 +383,15 @@ fn wanted_specs<'a>(rows: &[&'a Row]) -> BTreeMap<&'a str, types::ColumnSpec> {
         }
         seen = Some(&r.shape);
         for (name, spec) in &r.shape.specs {
-            wanted.entry(name).or_insert_with(|| spec.clone());
+            match wanted.entry(name) {
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(spec.clone());
+                }
+                std::collections::btree_map::Entry::Occupied(mut e) => {
+                    let merged = types::wider(e.get(), spec);
+                    e.insert(merged);
+                }
+            }
         }
     }
     wanted

@@ -1,5 +1,6 @@
 //! Target tables: what exists (cached from the catalog), and the DDL that creates
-//! missing tables and adds missing columns. Columns are never dropped or retyped.
+//! missing tables, adds missing columns and widens columns an event describes as
+//! wider ([`super::types::widened`]). Columns are never dropped or narrowed.
 //!
 //! Every target table has, beside the source columns:
 //!
@@ -15,10 +16,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use deadpool_postgres::Client;
+use deadpool_postgres::{Client, GenericClient};
 
 use super::error::to_sink_error;
-use super::types::ColumnSpec;
+use super::types::{widened, ColumnSpec};
 use crate::error::SinkError;
 
 /// Version column: commit LSN.
@@ -60,6 +61,19 @@ impl TableInfo {
             .keys()
             .chain(meta.iter())
             .all(|c| self.columns.contains_key(*c))
+    }
+
+    /// The columns `wanted` describes as wider than they are: (column, its
+    /// type now, the type holding both).
+    pub fn widenings(&self, wanted: &BTreeMap<&str, ColumnSpec>) -> Vec<(String, String, String)> {
+        wanted
+            .iter()
+            .filter_map(|(name, spec)| {
+                let actual = self.columns.get(*name)?;
+                let to = widened(spec, actual)?;
+                Some(((*name).to_owned(), actual.clone(), to))
+            })
+            .collect()
     }
 }
 
@@ -120,7 +134,8 @@ impl Catalog {
         }))
     }
 
-    /// Creates the target table or adds the `wanted` columns it lacks; returns it as it is then.
+    /// Creates the target table or adds the `wanted` columns it lacks, and
+    /// widens the columns `wanted` describes as wider; returns it as it is then.
     pub async fn ensure_target(
         &self,
         client: &mut Client,
@@ -130,7 +145,10 @@ impl Catalog {
     ) -> Result<Arc<TableInfo>, SinkError> {
         if let Some(t) = self.lookup(client, table).await? {
             if t.has_columns(wanted) {
-                return Ok(t);
+                if t.widenings(wanted).is_empty() {
+                    return Ok(t);
+                }
+                return self.widen(client, table, wanted).await;
             }
         }
         let q = self.qualified(table);
@@ -164,7 +182,46 @@ impl Catalog {
         for (name, spec) in wanted {
             ddl_text_push(&mut ddl_text, &q, name, &spec.ddl);
         }
-        self.run_ddl(client, table, &ddl_text).await
+        let t = self.run_ddl(client, table, &ddl_text).await?;
+        if t.widenings(wanted).is_empty() {
+            return Ok(t);
+        }
+        self.widen(client, table, wanted).await
+    }
+
+    /// Alters the columns of `table` that `wanted` describes as wider, each to
+    /// the type holding both, decided again under the DDL lock from the
+    /// catalog as it is then: another worker may have widened it meanwhile,
+    /// and deciding from a stale cache could narrow what it did.
+    async fn widen(
+        &self,
+        client: &mut Client,
+        table: &str,
+        wanted: &BTreeMap<&str, ColumnSpec>,
+    ) -> Result<Arc<TableInfo>, SinkError> {
+        let q = self.qualified(table);
+        let tx = begin_locked(client, &q).await?;
+        let current = load(&tx, &q)
+            .await?
+            .ok_or_else(|| SinkError::retriable(format!("{q} vanished before its DDL")))?;
+        let changes = current.widenings(wanted);
+        if !changes.is_empty() {
+            let alters: Vec<String> = changes
+                .iter()
+                .map(|(column, from, to)| {
+                    tracing::info!(table = %q, column = %column, from = %from, to = %to, "widening a warehouse column");
+                    format!("ALTER COLUMN {} TYPE {to}", quote(column))
+                })
+                .collect();
+            let ddl = format!("ALTER TABLE {q} {}", alters.join(", "));
+            tx.batch_execute(&ddl)
+                .await
+                .map_err(|e| to_sink_error(&format!("widen the columns of {q}"), e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| to_sink_error("commit DDL", e))?;
+        self.reload(client, table).await
     }
 
     /// Creates the history table `table` when missing.
@@ -186,6 +243,20 @@ impl Catalog {
         self.run_ddl(client, table, &ddl).await
     }
 
+    /// `table` read again from the catalog after its DDL.
+    async fn reload(&self, client: &Client, table: &str) -> Result<Arc<TableInfo>, SinkError> {
+        self.tables
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(table);
+        self.lookup(client, table).await?.ok_or_else(|| {
+            SinkError::retriable(format!(
+                "{} vanished right after its DDL",
+                self.qualified(table)
+            ))
+        })
+    }
+
     async fn run_ddl(
         &self,
         client: &mut Client,
@@ -193,27 +264,31 @@ impl Catalog {
         ddl: &str,
     ) -> Result<Arc<TableInfo>, SinkError> {
         let q = self.qualified(table);
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| to_sink_error("begin DDL", e))?;
-        tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&q])
-            .await
-            .map_err(|e| to_sink_error("lock for DDL", e))?;
+        let tx = begin_locked(client, &q).await?;
         tx.batch_execute(ddl)
             .await
             .map_err(|e| to_sink_error(&format!("create or alter {q}"), e))?;
         tx.commit()
             .await
             .map_err(|e| to_sink_error("commit DDL", e))?;
-        self.tables
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(table);
-        self.lookup(client, table)
-            .await?
-            .ok_or_else(|| SinkError::retriable(format!("{q} vanished right after its DDL")))
+        self.reload(client, table).await
     }
+}
+
+/// A transaction holding the DDL lock of the table `qualified` (a
+/// transaction-level advisory lock on its name).
+async fn begin_locked<'c>(
+    client: &'c mut Client,
+    qualified: &str,
+) -> Result<deadpool_postgres::Transaction<'c>, SinkError> {
+    let tx = client
+        .transaction()
+        .await
+        .map_err(|e| to_sink_error("begin DDL", e))?;
+    tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&qualified])
+        .await
+        .map_err(|e| to_sink_error("lock for DDL", e))?;
+    Ok(tx)
 }
 
 fn ddl_text_push(ddl: &mut String, table: &str, column: &str, ty: &str) {
@@ -223,7 +298,10 @@ fn ddl_text_push(ddl: &mut String, table: &str, column: &str, ty: &str) {
     ));
 }
 
-async fn load(client: &Client, qualified: &str) -> Result<Option<TableInfo>, SinkError> {
+async fn load(
+    client: &impl GenericClient,
+    qualified: &str,
+) -> Result<Option<TableInfo>, SinkError> {
     let rows = client
         .query(
             "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \

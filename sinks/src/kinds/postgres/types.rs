@@ -85,6 +85,16 @@ impl ColumnSpec {
             Conv::Micros => format!("{v}::bigint * interval '1 microsecond'"),
             Conv::Base64 => format!("decode({v}, 'base64')"),
         };
+        // PostgreSQL rounds a value to a `numeric(p,s)` column's scale without
+        // a word; a value that does not fit exactly must be refused instead
+        // (a data error, so the record is dead-lettered with this text).
+        if conv == Conv::Cast && matches!(Exact::parse(actual), Some(Exact::Decimal(..))) {
+            return format!(
+                "(CASE WHEN ({value})::numeric = (({value})::numeric)::{actual} \
+                 THEN ({value})::{actual} \
+                 ELSE ('oncely: ' || ({value}) || ' does not fit {actual} without rounding')::{actual} END)"
+            );
+        }
         format!("({value})::{actual}")
     }
 }
@@ -157,6 +167,108 @@ pub fn compatible(spec: &ColumnSpec, actual: &str) -> Result<(), String> {
     }
 }
 
+/// A type of the exact-number family, by what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exact {
+    /// `smallint`, `integer`, `bigint`: bits.
+    Int(u32),
+    /// `numeric(precision, scale)`.
+    Decimal(u32, u32),
+    /// `numeric` without modifiers: any value.
+    Unbounded,
+}
+
+impl Exact {
+    fn parse(t: &str) -> Option<Self> {
+        Some(match t {
+            "smallint" => Exact::Int(16),
+            "integer" => Exact::Int(32),
+            "bigint" => Exact::Int(64),
+            "numeric" => Exact::Unbounded,
+            _ => {
+                let inner = t.strip_prefix("numeric(")?.strip_suffix(')')?;
+                let (p, s) = inner.split_once(',').unwrap_or((inner, "0"));
+                Exact::Decimal(p.trim().parse().ok()?, s.trim().parse().ok()?)
+            }
+        })
+    }
+
+    /// (digits before the point, digits after it) it holds in full.
+    fn digits(self) -> Option<(u32, u32)> {
+        match self {
+            Exact::Int(16) => Some((5, 0)),
+            Exact::Int(32) => Some((10, 0)),
+            Exact::Int(_) => Some((19, 0)),
+            Exact::Decimal(p, s) => Some((p.saturating_sub(s), s)),
+            Exact::Unbounded => None,
+        }
+    }
+}
+
+/// PostgreSQL's largest `numeric` precision.
+const NUMERIC_MAX_PRECISION: u32 = 1000;
+
+/// The type an existing column of type `actual` must be altered to so that it
+/// holds every value `spec` describes exactly, when `actual` is narrower in
+/// the same family: integer widths, `numeric` precision and scale (an integer
+/// column becomes a `numeric` wide enough for both), `varchar` length and
+/// `varchar` to `text`. `None` when `actual` already holds them, or when the
+/// types are of different families (then [`compatible`] decides). Inferred
+/// specs (schemas off) never widen: a JSON value says nothing of its type.
+pub fn widened(spec: &ColumnSpec, actual: &str) -> Option<String> {
+    if spec.inferred || spec.ddl == actual {
+        return None;
+    }
+    if let (Some(have), Some(want)) = (Exact::parse(actual), Exact::parse(&spec.ddl)) {
+        return match (have, want) {
+            (Exact::Unbounded, _) => None,
+            (Exact::Int(a), Exact::Int(b)) => (b > a).then(|| spec.ddl.to_string()),
+            (_, Exact::Unbounded) => Some("numeric".to_owned()),
+            _ => {
+                let (have_int, have_scale) = have.digits()?;
+                let (want_int, want_scale) = want.digits()?;
+                let (int, scale) = (have_int.max(want_int), have_scale.max(want_scale));
+                if int == have_int && scale == have_scale {
+                    None
+                } else if int + scale > NUMERIC_MAX_PRECISION {
+                    Some("numeric".to_owned())
+                } else {
+                    Some(format!("numeric({},{scale})", int + scale))
+                }
+            }
+        };
+    }
+    let varchar_length = |t: &str| -> Option<u32> {
+        t.strip_prefix("character varying(")?
+            .strip_suffix(')')?
+            .parse()
+            .ok()
+    };
+    // `character(n)` is left alone: its cast to text drops trailing blanks.
+    let have = varchar_length(actual)?;
+    match varchar_length(&spec.ddl) {
+        Some(want) => (want > have).then(|| spec.ddl.to_string()),
+        None if matches!(spec.ddl.as_ref(), "text" | "character varying") => {
+            Some("text".to_owned())
+        }
+        None => None,
+    }
+}
+
+/// The spec holding the values of both `a` and `b` (rows of one batch may
+/// come from before and after a type change): the wider one, or `a` when
+/// neither widens the other.
+pub fn wider(a: &ColumnSpec, b: &ColumnSpec) -> ColumnSpec {
+    match widened(b, &a.ddl) {
+        Some(ddl) => ColumnSpec {
+            ddl: ddl.into(),
+            conv: b.conv,
+            inferred: false,
+        },
+        None => a.clone(),
+    }
+}
+
 /// The spec of one field of a Connect `struct` schema.
 pub fn from_schema(field: &Value) -> ColumnSpec {
     let ty = field.get("type").and_then(Value::as_str).unwrap_or("");
@@ -190,6 +302,15 @@ pub fn from_schema(field: &Value) -> ColumnSpec {
         _ => {}
     }
     let source_type = param("__debezium.source.column.type").unwrap_or("");
+    if ty == "string" && source_type == "VARCHAR" {
+        let length = param("__debezium.source.column.length").and_then(|s| s.parse::<u32>().ok());
+        return match length {
+            Some(n) if (1..=10_485_760).contains(&n) => {
+                ColumnSpec::new(format!("character varying({n})"), Conv::Cast)
+            }
+            _ => ColumnSpec::new("text", Conv::Cast),
+        };
+    }
     if ty == "string" && matches!(source_type, "NUMERIC" | "DECIMAL" | "MONEY") {
         let precision =
             param("__debezium.source.column.length").and_then(|s| s.parse::<u32>().ok());
@@ -370,6 +491,74 @@ mod tests {
         assert!(compatible(&inferred_int, "integer").is_ok());
         assert!(compatible(&inferred_int, "smallint").is_ok());
         assert!(compatible(&infer(&json!(1.5)).expect("spec"), "integer").is_err());
+    }
+
+    #[test]
+    fn wider_events_widen_columns_of_their_family() {
+        let spec = |ty: &str| ColumnSpec::new(ty.to_owned(), Conv::Cast);
+        let cases = [
+            ("integer", "bigint", Some("bigint")),
+            ("smallint", "integer", Some("integer")),
+            ("bigint", "integer", None),
+            ("integer", "integer", None),
+            ("numeric(10,2)", "numeric(12,4)", Some("numeric(12,4)")),
+            // More digits before the point and more after it than either.
+            ("numeric(10,2)", "numeric(9,4)", Some("numeric(12,4)")),
+            ("numeric(12,4)", "numeric(10,2)", None),
+            ("numeric(10,2)", "numeric", Some("numeric")),
+            ("numeric", "numeric(10,2)", None),
+            ("integer", "numeric(12,4)", Some("numeric(14,4)")),
+            ("numeric(5,2)", "bigint", Some("numeric(21,2)")),
+            ("numeric(30,0)", "bigint", None),
+            (
+                "character varying(10)",
+                "character varying(20)",
+                Some("character varying(20)"),
+            ),
+            ("character varying(20)", "character varying(10)", None),
+            ("character varying(10)", "text", Some("text")),
+            ("character(5)", "text", None),
+            ("text", "character varying(5)", None),
+            ("integer", "text", None),
+            ("timestamp with time zone", "date", None),
+        ];
+        for (actual, event, want) in cases {
+            assert_eq!(
+                widened(&spec(event), actual).as_deref(),
+                want,
+                "{actual} <- {event}"
+            );
+            if let Some(to) = want {
+                // What it widens to takes both.
+                assert!(compatible(&spec(event), to).is_ok(), "{event} into {to}");
+                assert!(widened(&spec(event), to).is_none(), "{event} into {to}");
+            }
+        }
+        // Schemaless integers never widen: their width is unknown.
+        assert_eq!(widened(&infer(&json!(1)).expect("spec"), "integer"), None);
+        // Rows before and after a change in one batch: the spec holding both.
+        assert_eq!(
+            wider(&spec("numeric(10,2)"), &spec("numeric(9,4)")).ddl,
+            "numeric(12,4)"
+        );
+        assert_eq!(wider(&spec("bigint"), &spec("integer")).ddl, "bigint");
+        let varchar = from_schema(&json!({"type": "string", "parameters": {
+            "__debezium.source.column.type": "VARCHAR", "__debezium.source.column.length": "20"}}));
+        assert_eq!(varchar.ddl, "character varying(20)");
+    }
+
+    #[test]
+    fn numeric_columns_refuse_values_they_would_round() {
+        let spec = ColumnSpec::new("numeric(10,2)", Conv::Cast);
+        let expr = spec.select_expr("u.c0", "numeric(10,2)");
+        assert!(
+            expr.contains("does not fit numeric(10,2) without rounding"),
+            "{expr}"
+        );
+        assert_eq!(
+            ColumnSpec::new("numeric", Conv::Cast).select_expr("u.c0", "numeric"),
+            "(u.c0)::numeric"
+        );
     }
 
     #[test]

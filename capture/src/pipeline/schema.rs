@@ -1,0 +1,107 @@
+//! The stream loop's side of schema changes (see `crate::schema_change`):
+//! comparing the catalog with the columns last published, publishing the
+//! schema-change record and queueing the backfill.
+
+use super::{now_ms, Pipeline, Record};
+use crate::config::SchemaChangeBackfill;
+use crate::error::CaptureError;
+use crate::schema_change::{self, ColumnChange};
+use crate::snapshot::{request, SnapshotKind, TableProgress};
+
+impl Pipeline<'_> {
+    /// Compares every captured table's columns in the catalog with those
+    /// its last schema-change record names; publishes a record for each
+    /// table that differs (and for a table seen the first time, so the
+    /// topic holds every table's columns) and queues a backfill where rows
+    /// changed without row events. Runs at every heartbeat and after a
+    /// Relation message that differs from the cached one.
+    pub(super) async fn check_schemas(&mut self) -> Result<(), CaptureError> {
+        let tables: Vec<String> = self
+            .pending
+            .tables
+            .iter()
+            .flatten()
+            .filter(|t| self.cfg.outbox.as_ref().is_none_or(|o| &o.table != *t))
+            .filter(|t| self.cfg.signal_table() != Some(t.as_str()))
+            // Tables captured once but since left out of the include list.
+            .filter(|t| {
+                crate::snapshot::split_table(t).is_some_and(|(s, n)| self.filter.matches(s, n))
+            })
+            .cloned()
+            .collect();
+        if tables.is_empty() {
+            return Ok(());
+        }
+        let now = schema_change::load(&self.control, &tables)
+            .await
+            .map_err(CaptureError::pg("read the captured tables' columns"))?;
+        let mut records = Vec::new();
+        for (table, columns) in now {
+            let changes = match self.schemas.get(&table) {
+                Some(old) if *old == columns => continue,
+                Some(old) => schema_change::diff(old, &columns),
+                None => Vec::new(),
+            };
+            let first_seen = !self.schemas.contains_key(&table);
+            let backfill = (!first_seen
+                && self.cfg.schema.change.backfill == SchemaChangeBackfill::Auto
+                && changes.iter().any(ColumnChange::changes_rows))
+            .then(|| self.queue_backfill(&table));
+            if !first_seen {
+                tracing::info!(table = %table, changes = ?changes, backfill = ?backfill, "schema change");
+                self.metrics.schema_changes.inc();
+            }
+            let (key, value) = schema_change::record(
+                self.cfg.connector_name(),
+                &table,
+                &changes,
+                &columns,
+                self.server_position.max(self.pending.flush_lsn),
+                backfill.as_deref(),
+                now_ms(),
+            );
+            let mut r = Record::new(&self.schema_topic, Some(key), Some(value));
+            r.partition = Some(0);
+            records.push(r);
+            self.schemas.insert(table, columns);
+        }
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.topics.ensure_compacted(&self.schema_topic).await?;
+        self.publish(records).await?;
+        // Outside a transaction nothing else would commit them soon.
+        if self.tx.is_none() && self.inflight.is_none() {
+            self.commit_position().await?;
+        }
+        self.publish_view();
+        Ok(())
+    }
+
+    /// Queues a snapshot of `table` that reads every row after now, and
+    /// returns the id of the snapshot it joins. A pass of that table already
+    /// under way may have read rows before the change, so a new pass is
+    /// queued after it; a queued pass that has not started yet reads the
+    /// new rows anyway.
+    fn queue_backfill(&mut self, table: &str) -> String {
+        let in_flight = self.snap_in_flight();
+        if let Some(p) = self.pending.snapshot.as_mut() {
+            let unstarted =
+                p.tables.iter().enumerate().any(|(i, t)| {
+                    t.table == table && t.last_key.is_none() && !(i == 0 && in_flight)
+                });
+            if !unstarted {
+                p.tables.push(TableProgress::new(table, None));
+            }
+            return p.id.clone();
+        }
+        let id = format!("schema-change-{}", now_ms());
+        request(
+            &mut self.pending.snapshot,
+            id.clone(),
+            SnapshotKind::Incremental,
+            vec![TableProgress::new(table, None)],
+        );
+        id
+    }
+}

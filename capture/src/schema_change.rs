@@ -1,0 +1,361 @@
+//! Schema changes of captured tables (docs/design.md, "Schema changes").
+//!
+//! pgoutput sends a Relation message before a table's next change after
+//! DDL, but DDL that writes no row change (ADD COLUMN with a default,
+//! RENAME COLUMN, ALTER TYPE rewriting the table) may never be followed by
+//! one. So capture reads the captured tables' columns from the catalog at
+//! start and every heartbeat, and when a Relation message differs from the
+//! cached one, and compares them with the columns its last committed offset
+//! record names (stored there, so a restart knows them). A difference is a
+//! schema change: a record on `<topic.prefix>.schema-changes`, in the Kafka
+//! transaction of the offset record that stores the new columns, and, when
+//! existing rows' values changed without row events, a backfill (an
+//! incremental snapshot of the table).
+
+use std::collections::BTreeMap;
+
+use rdkafka::message::Message;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio_postgres::Client;
+
+use crate::config::CaptureConfig;
+use crate::error::CaptureError;
+use crate::snapshot::{quote_ident, split_table};
+
+/// Suffix of the schema-change topic: `<topic.prefix>.schema-changes`.
+pub const TOPIC_SUFFIX: &str = "schema-changes";
+
+/// One column as the catalog has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnDef {
+    /// `attnum`: stable across RENAME and ALTER TYPE, never reused.
+    pub attnum: i16,
+    pub name: String,
+    /// `format_type(atttypid, atttypmod)`, e.g. `numeric(12,4)`.
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub not_null: bool,
+    /// A default (or a stored "missing" value of ADD COLUMN ... DEFAULT).
+    #[serde(default)]
+    pub has_default: bool,
+}
+
+/// The columns of each captured table (`schema.table`), in attnum order.
+pub type TableSchemas = BTreeMap<String, Vec<ColumnDef>>;
+
+/// What changed in one column, matched by attnum.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ColumnChange {
+    Add {
+        attnum: i16,
+        column: String,
+        #[serde(rename = "type")]
+        type_name: String,
+        has_default: bool,
+    },
+    Drop {
+        attnum: i16,
+        column: String,
+    },
+    Rename {
+        attnum: i16,
+        from: String,
+        to: String,
+    },
+    AlterType {
+        attnum: i16,
+        column: String,
+        from: String,
+        to: String,
+    },
+    Nullability {
+        attnum: i16,
+        column: String,
+        not_null: bool,
+    },
+}
+
+impl ColumnChange {
+    /// Whether existing rows changed without row events: a column added
+    /// with a default (PostgreSQL fills it without writing rows), a rename
+    /// (rows hold the value under the new name), a type change (a rewrite or
+    /// `USING` can change every value), a drop (targets holding whole rows,
+    /// the index and the cache, keep the field until the row is written
+    /// again). A column added without a default is NULL in every row, and
+    /// nullability changes no value.
+    pub fn changes_rows(&self) -> bool {
+        match self {
+            ColumnChange::Add { has_default, .. } => *has_default,
+            ColumnChange::Rename { .. }
+            | ColumnChange::AlterType { .. }
+            | ColumnChange::Drop { .. } => true,
+            ColumnChange::Nullability { .. } => false,
+        }
+    }
+}
+
+/// The changes from `old` to `new` columns of one table; empty when equal
+/// (a default set or dropped on an existing column is not a change: rows
+/// keep their values).
+pub fn diff(old: &[ColumnDef], new: &[ColumnDef]) -> Vec<ColumnChange> {
+    let mut changes = Vec::new();
+    for o in old {
+        match new.iter().find(|n| n.attnum == o.attnum) {
+            None => changes.push(ColumnChange::Drop {
+                attnum: o.attnum,
+                column: o.name.clone(),
+            }),
+            Some(n) => {
+                if n.name != o.name {
+                    changes.push(ColumnChange::Rename {
+                        attnum: o.attnum,
+                        from: o.name.clone(),
+                        to: n.name.clone(),
+                    });
+                }
+                if n.type_name != o.type_name {
+                    changes.push(ColumnChange::AlterType {
+                        attnum: o.attnum,
+                        column: n.name.clone(),
+                        from: o.type_name.clone(),
+                        to: n.type_name.clone(),
+                    });
+                }
+                if n.not_null != o.not_null {
+                    changes.push(ColumnChange::Nullability {
+                        attnum: o.attnum,
+                        column: n.name.clone(),
+                        not_null: n.not_null,
+                    });
+                }
+            }
+        }
+    }
+    for n in new {
+        if !old.iter().any(|o| o.attnum == n.attnum) {
+            changes.push(ColumnChange::Add {
+                attnum: n.attnum,
+                column: n.name.clone(),
+                type_name: n.type_name.clone(),
+                has_default: n.has_default,
+            });
+        }
+    }
+    changes
+}
+
+/// The columns of `tables` (`schema.table` names) as the catalog has them
+/// now; a table that no longer exists is left out.
+pub async fn load(
+    client: &Client,
+    tables: &[String],
+) -> Result<TableSchemas, tokio_postgres::Error> {
+    let (names, regclasses): (Vec<&str>, Vec<String>) = tables
+        .iter()
+        .filter_map(|t| {
+            let (schema, name) = split_table(t)?;
+            Some((
+                t.as_str(),
+                format!("{}.{}", quote_ident(schema), quote_ident(name)),
+            ))
+        })
+        .unzip();
+    let rows = client
+        .query(
+            "SELECT t.name, a.attnum, a.attname::text, format_type(a.atttypid, a.atttypmod), \
+                    a.attnotnull, a.atthasdef OR a.atthasmissing \
+             FROM unnest($1::text[], $2::text[]) AS t(name, rel) \
+             JOIN pg_attribute a ON a.attrelid = to_regclass(t.rel) \
+             WHERE a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY t.name, a.attnum",
+            &[&names, &regclasses],
+        )
+        .await?;
+    let mut out = TableSchemas::new();
+    for r in rows {
+        out.entry(r.get::<_, String>(0))
+            .or_default()
+            .push(ColumnDef {
+                attnum: r.get(1),
+                name: r.get(2),
+                type_name: r.get(3),
+                not_null: r.get(4),
+                has_default: r.get(5),
+            });
+    }
+    Ok(out)
+}
+
+/// `<topic.prefix>.schema-changes`.
+pub fn topic(cfg: &CaptureConfig) -> String {
+    format!("{}.{TOPIC_SUFFIX}", cfg.topic.prefix)
+}
+
+/// The columns each table had in the last committed schema-change record of
+/// this connector (`read_committed`: records of an aborted transaction,
+/// whose offset record was aborted with them, are never seen). Every table
+/// gets a record when first seen, so this is the schema its last committed
+/// events used; empty when the topic does not exist yet.
+pub async fn read_history(cfg: &CaptureConfig) -> Result<TableSchemas, CaptureError> {
+    let topic = topic(cfg);
+    if !crate::offset::topic_exists(cfg, &topic).await? {
+        return Ok(TableSchemas::new());
+    }
+    let client = cfg.kafka_client();
+    let connector = cfg.connector_name().to_owned();
+    tokio::task::spawn_blocking(move || read_history_blocking(client, &topic, &connector))
+        .await
+        .map_err(|e| CaptureError::Protocol(format!("schema history reader failed: {e}")))?
+}
+
+fn read_history_blocking(
+    client: rdkafka::config::ClientConfig,
+    topic: &str,
+    connector: &str,
+) -> Result<TableSchemas, CaptureError> {
+    let mut history = TableSchemas::new();
+    crate::offset::read_to_end(client, topic, "read schema-change topic", |msg| {
+        let Some(bytes) = msg.payload() else {
+            return Ok(());
+        };
+        let corrupt = |reason: String| CaptureError::CorruptSchemaHistory {
+            topic: topic.to_owned(),
+            reason: format!("offset {}: {reason}", msg.offset()),
+        };
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+        if value["source"]["name"].as_str() != Some(connector) {
+            return Ok(());
+        }
+        let table = value["table"]
+            .as_str()
+            .ok_or_else(|| corrupt("no table".into()))?;
+        let columns: Vec<ColumnDef> =
+            serde_json::from_value(value["columns"].clone()).map_err(|e| corrupt(e.to_string()))?;
+        history.insert(table.to_owned(), columns);
+        Ok(())
+    })?;
+    Ok(history)
+}
+
+/// The schema-change record: key `{"schema", "table"}`, value naming the
+/// changes (by attnum, so a rename is told from a drop and an add), the
+/// columns after them, the stream position they were seen at and the
+/// snapshot that backfills the table (null when none).
+pub fn record(
+    connector: &str,
+    table: &str,
+    changes: &[ColumnChange],
+    columns: &[ColumnDef],
+    seen_at_lsn: u64,
+    backfill: Option<&str>,
+    ts_ms: i64,
+) -> (Vec<u8>, Vec<u8>) {
+    let (schema, name) = split_table(table).unwrap_or(("", table));
+    let key = json!({"schema": schema, "table": name});
+    let value = json!({
+        "source": {"connector": "postgresql", "name": connector, "schema": schema, "table": name, "lsn": seen_at_lsn},
+        "ts_ms": ts_ms,
+        "table": table,
+        "changes": changes,
+        "columns": columns,
+        "backfill": backfill,
+    });
+    (key.to_string().into_bytes(), value.to_string().into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn col(attnum: i16, name: &str, ty: &str) -> ColumnDef {
+        ColumnDef {
+            attnum,
+            name: name.into(),
+            type_name: ty.into(),
+            not_null: false,
+            has_default: false,
+        }
+    }
+
+    #[test]
+    fn changes_are_matched_by_attnum() {
+        let old = vec![
+            col(1, "id", "integer"),
+            col(2, "a", "integer"),
+            col(3, "old", "text"),
+        ];
+        let mut added = col(4, "c", "integer");
+        added.has_default = true;
+        let mut renamed = col(2, "b", "bigint");
+        renamed.not_null = true;
+        let new = vec![col(1, "id", "integer"), renamed, added];
+        let changes = diff(&old, &new);
+        assert_eq!(
+            changes,
+            vec![
+                ColumnChange::Rename {
+                    attnum: 2,
+                    from: "a".into(),
+                    to: "b".into()
+                },
+                ColumnChange::AlterType {
+                    attnum: 2,
+                    column: "b".into(),
+                    from: "integer".into(),
+                    to: "bigint".into()
+                },
+                ColumnChange::Nullability {
+                    attnum: 2,
+                    column: "b".into(),
+                    not_null: true
+                },
+                ColumnChange::Drop {
+                    attnum: 3,
+                    column: "old".into()
+                },
+                ColumnChange::Add {
+                    attnum: 4,
+                    column: "c".into(),
+                    type_name: "integer".into(),
+                    has_default: true
+                },
+            ]
+        );
+        let backfills: Vec<bool> = changes.iter().map(ColumnChange::changes_rows).collect();
+        assert_eq!(backfills, [true, true, false, true, true]);
+        assert!(diff(&old, &old).is_empty());
+        // A column added without a default holds NULL in every row: no backfill.
+        let plain = diff(&old[..1], &old[..2]);
+        assert!(!plain[0].changes_rows(), "{plain:?}");
+    }
+
+    #[test]
+    fn the_record_names_the_changes() {
+        let changes = [ColumnChange::Rename {
+            attnum: 2,
+            from: "a".into(),
+            to: "b".into(),
+        }];
+        let (key, value) = record(
+            "shop",
+            "public.t",
+            &changes,
+            &[col(2, "b", "integer")],
+            42,
+            Some("schema-change-1"),
+            7,
+        );
+        let key: serde_json::Value = serde_json::from_slice(&key).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&value).unwrap();
+        assert_eq!(key, json!({"schema": "public", "table": "t"}));
+        assert_eq!(
+            value["changes"],
+            json!([{"kind": "rename", "attnum": 2, "from": "a", "to": "b"}])
+        );
+        assert_eq!(value["columns"][0]["type"], "integer");
+        assert_eq!(value["backfill"], "schema-change-1");
+        assert_eq!(value["source"]["lsn"], 42);
+    }
+}
