@@ -150,7 +150,10 @@ async fn truncates_reach_every_target_through_sigkills() -> Result<()> {
         .query_one("SELECT count(*) FROM t", &[])
         .await?
         .get(0);
-    assert_eq!(source, 81, "the source holds the rows after the last truncate");
+    assert_eq!(
+        source, 81,
+        "the source holds the rows after the last truncate"
+    );
 
     let letters = tokio::task::spawn_blocking({
         let prefix = p.env.prefix.clone();
