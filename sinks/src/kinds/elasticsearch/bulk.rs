@@ -97,7 +97,7 @@ impl Encoded {
 }
 
 /// Encodes a versioned `index` (with `doc`, which gets `version_field` =
-/// `version`) or `delete` (without).
+/// `version` unless the field is empty) or `delete` (without).
 pub fn encode(
     meta: ItemMeta,
     version: i64,
@@ -121,6 +121,9 @@ pub fn encode(
     let source = doc
         .map(|d| {
             let mut source = serde_json::to_vec(d)?;
+            if version_field.is_empty() {
+                return Ok(source);
+            }
             // `{...}` becomes `{...,"<field>":<version>}`: the version as a
             // searchable field, without copying the document to add it (the
             // plan refuses rows with a column of that name).

@@ -107,7 +107,8 @@ pub struct ElasticsearchConfig {
     pub soft_delete_field: String,
     /// `version.seq.bits`: bits of the external version given to the event ordinal.
     pub seq_bits: u32,
-    /// `version.field`: the field every document carries its external version in (a `long`).
+    /// `version.field`: the field every document carries its external version
+    /// in (a `long`); empty: none, and truncates are dead-lettered.
     pub version_field: String,
     /// `template.file`: a JSON composable index template body, installed at start.
     pub template_file: Option<PathBuf>,
@@ -299,12 +300,14 @@ impl ElasticsearchConfig {
                 "must not be empty",
             ));
         }
-        if self.version_field.trim().is_empty()
-            || self.version_field.starts_with('_') && !self.version_field.starts_with("__")
-        {
+        // Empty: documents without the field and truncates dead-lettered, as
+        // before the field existed (for indexes whose strict mapping lacks it).
+        let field = self.version_field.as_str();
+        if field.trim() != field || (field.starts_with('_') && !field.starts_with("__")) {
             return Err(ConfigError::new(
                 "sink.version.field",
-                "must be a field name (not empty; one leading `_` is reserved for Elasticsearch's metadata fields)",
+                "must be a field name (no surrounding spaces; one leading `_` is reserved for \
+                 Elasticsearch's metadata fields), or empty",
             ));
         }
         if self.delete_mode == DeleteMode::Soft && self.soft_delete_field == self.version_field {

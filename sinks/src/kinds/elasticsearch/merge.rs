@@ -85,7 +85,9 @@ pub async fn resolve(
         }
         // The stored version field is written again from the new version.
         let source = found.map(|(_, mut source)| {
-            source.shift_remove(version_field);
+            if !version_field.is_empty() {
+                source.shift_remove(version_field);
+            }
             source
         });
         merge(w, source, flag);

@@ -105,6 +105,14 @@ pub fn plan<'a>(batch: &'a Batch, config: &ElasticsearchConfig) -> Plan<'a> {
         };
         match event.op {
             Op::Message => continue,
+            Op::Truncate if config.version_field.is_empty() => {
+                out.rejected.push(RecordFailure::new(
+                    record.offset,
+                    "truncate not applied: `sink.version.field` is empty, so documents carry no \
+                     searchable version to find those older than the truncate",
+                ));
+                continue;
+            }
             Op::Truncate => {
                 match external_version(event.version, config.seq_bits) {
                     Ok(version) => out.truncates.push(Truncate {
@@ -186,7 +194,7 @@ fn write_of<'a>(
     let index = index_name(&config.index_pattern, batch.topic(), event);
     let version = external_version(event.version, config.seq_bits).map_err(|e| e.to_string())?;
     for row in [&event.before, &event.after].into_iter().flatten() {
-        if row.contains_key(&config.version_field) {
+        if !config.version_field.is_empty() && row.contains_key(&config.version_field) {
             return Err(format!(
                 "column `{}` has the name of the field holding the document's version: \
                  set `sink.version.field` to a name no column uses",
