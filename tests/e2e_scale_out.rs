@@ -142,7 +142,7 @@ async fn runners_killed_and_added_under_load_leave_equal_copies_and_caught_up_of
 
     // Every group's committed offsets at the topics' ends, within a bound.
     let deadline = Instant::now() + COMMIT_BOUND;
-    for i in 0..SINKS.len() {
+    for (i, kind) in SINKS.iter().enumerate() {
         let group = p.sink_group(i)?;
         loop {
             let lagging = tokio::task::spawn_blocking({
@@ -155,8 +155,7 @@ async fn runners_killed_and_added_under_load_leave_equal_copies_and_caught_up_of
             }
             anyhow::ensure!(
                 Instant::now() < deadline,
-                "group {group} ({}) has not committed the topics' ends within {COMMIT_BOUND:?}: {lagging:?}",
-                SINKS[i]
+                "group {group} ({kind}) has not committed the topics' ends within {COMMIT_BOUND:?}: {lagging:?}"
             );
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
