@@ -585,9 +585,10 @@ async fn drive(p: &Pipeline, shapes: &[Shape], seconds: u64, min_kills: usize) -
     fleet.spawn(0)?;
     // Changes committed before the slot exists are snapshot rows, not events.
     p.env.wait_slot_active().await?;
-    // The sinks start once every topic exists: a static group member (the
-    // harness sets group.instance.id) that restarts keeps the assignment its
-    // group made before a topic appeared (noted on issue 24).
+    // The sinks start once every topic exists, so the kills below never meet
+    // a group whose assignment predates a topic (a restarted static member
+    // gets such a topic only at the runner's ownership check, a few seconds
+    // later: sinks/src/runner/ownership.rs).
     let topics = p.topics();
     capture_harness::wait_for(&topics, Duration::from_secs(120), |seen| {
         topics.iter().all(|t| seen.iter().any(|r| &r.topic == t))

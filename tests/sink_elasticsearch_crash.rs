@@ -13,6 +13,7 @@ use capture_harness::{kill9, terminate, CaptureEnv};
 use elasticsearch::http::transport::Transport;
 use elasticsearch::indices::{IndicesDeleteParts, IndicesRefreshParts};
 use elasticsearch::{Elasticsearch, SearchParts};
+use oncely_sinks::kinds::elasticsearch::config::DEFAULT_VERSION_FIELD;
 use rand::Rng;
 use serde_json::{json, Value};
 use sink_harness::{captured_source, runner_config, source_rows, workload, TABLES};
@@ -48,7 +49,14 @@ async fn documents(client: &Elasticsearch, index: &str) -> anyhow::Result<BTreeM
     );
     Ok(hits
         .into_iter()
-        .filter_map(|h| Some((h["_id"].as_str()?.to_owned(), h["_source"].clone())))
+        .filter_map(|h| {
+            let mut source = h["_source"].clone();
+            // Every document carries its version beside the row's columns.
+            source
+                .as_object_mut()?
+                .shift_remove(DEFAULT_VERSION_FIELD)?;
+            Some((h["_id"].as_str()?.to_owned(), source))
+        })
         .collect())
 }
 

@@ -151,3 +151,79 @@ async fn partitions_move_between_two_runners_without_loss_or_duplicates() {
         "records applied more than once: {twice:?}"
     );
 }
+
+/// Records of `topic` the journal holds for `group`.
+fn applied_of(path: &Path, group: &str, topic: &str) -> usize {
+    read_journal(path)
+        .expect("read journal")
+        .into_iter()
+        .filter(|e| e.group == group && e.topic == topic)
+        .map(|e| e.records.len())
+        .sum()
+}
+
+/// A static member (`group.instance.id`) SIGKILLed and started again within
+/// the session timeout rejoins without a rebalance: the broker hands it the
+/// assignment the group made before, and a topic created while it was down
+/// (listed in `topics`, existing now) belongs to no one. The runner must
+/// notice the unowned partitions and make the group assign them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_static_member_gets_a_topic_created_while_it_was_down() {
+    let (first, second, group) = (unique("static_a"), unique("static_b"), unique("g"));
+    create_topic(&first, 2).await;
+    let dir = scratch(&unique("static"));
+    let journal = dir.join("journal.jsonl");
+    let body = format!(
+        "bootstrap.servers = \"{}\"\ngroup.id = \"{group}\"\ntopics = [\"{first}\", \"{second}\"]\n\
+         batch.max.records = 25\nbatch.max.ms = 20\nshutdown.timeout.ms = 10000\n\
+         [kafka]\n\"group.instance.id\" = \"{group}-1\"\n\"session.timeout.ms\" = 6000\n\
+         \"topic.metadata.refresh.interval.ms\" = 1000\n\
+         [sink]\nkind = \"journal\"\npath = \"{}\"\n",
+        brokers(),
+        journal.display()
+    );
+    let config = write_config(&dir, "sink", &body);
+    let log = dir.join("runner.log");
+    let records = |n: u64, start: u64| -> Vec<common::Out> {
+        (start..start + n)
+            .map(|i| common::Out {
+                key: Some(common::key(i)),
+                value: Some(common::envelope(i, 100 + i, 0, i)),
+                partition: None,
+            })
+            .collect()
+    };
+    let mut runner = spawn_runner(&config, &log);
+    common::produce(&first, &records(20, 0)).await;
+    wait_until(
+        "the first topic is applied",
+        Duration::from_secs(60),
+        || applied_of(&journal, &group, &first) == 20,
+    )
+    .await;
+    sigkill(&mut runner).await;
+    // While it is down: the second topic appears, with records.
+    create_topic(&second, 2).await;
+    common::produce(&second, &records(20, 100)).await;
+    let mut runner = spawn_runner(&config, &log);
+    common::produce(&first, &records(10, 20)).await;
+    wait_until(
+        "the restarted member applies the topic created while it was down",
+        Duration::from_secs(60),
+        || applied_of(&journal, &group, &second) == 20,
+    )
+    .await;
+    wait_until(
+        "and the first topic goes on",
+        Duration::from_secs(30),
+        || applied_of(&journal, &group, &first) == 30,
+    )
+    .await;
+    sigterm(&runner);
+    let status = wait_exit(&mut runner, Duration::from_secs(30)).await;
+    assert!(status.success(), "stops with 0, got {status}");
+    assert!(
+        plain_log(&log).contains("partitions of subscribed topics nobody owns"),
+        "the runner says why it asked for a rebalance"
+    );
+}

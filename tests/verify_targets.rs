@@ -61,7 +61,7 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
         "redis-json",
         &format!(
             "[sink]\nkind = \"redis\"\nurl = \"{}\"\nlayout = \"json\"\nkey.pattern = \"{json_prefix}:{{table}}:{{key}}\"\n\
-             version.key.prefix = \"{json_prefix}:v:\"\npositions.key.prefix = \"{json_prefix}:pos:\"\n",
+             version.key.prefix = \"{json_prefix}:v:\"\npositions.key.prefix = \"{json_prefix}:pos:\"\nkeyset.key.prefix = \"{json_prefix}:ks:\"\n",
             common::redis_url()
         ),
     )?;

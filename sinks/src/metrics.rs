@@ -28,6 +28,10 @@ pub const UNCOMMITTED_RECORDS: &str = "oncely_sink_uncommitted_records";
 pub const COMMIT_LAG_SECONDS: &str = "oncely_sink_commit_lag_seconds";
 /// Counter: offset commits Kafka refused or that failed (they are sent again).
 pub const OFFSET_COMMIT_FAILURES_TOTAL: &str = "oncely_sink_offset_commit_failures_total";
+/// Counter: rebalances a static member asked for because partitions of
+/// subscribed topics had no owner in the group.
+pub const UNOWNED_PARTITION_REBALANCES_TOTAL: &str =
+    "oncely_sink_unowned_partition_rebalances_total";
 /// Label: topic name.
 pub const LABEL_TOPIC: &str = "topic";
 /// Label: partition number.
@@ -59,6 +63,8 @@ pub struct Metrics {
     pub commit_lag_seconds: GaugeVec,
     /// See [`OFFSET_COMMIT_FAILURES_TOTAL`].
     pub offset_commit_failures: IntCounter,
+    /// See [`UNOWNED_PARTITION_REBALANCES_TOTAL`].
+    pub unowned_partition_rebalances: IntCounter,
 }
 
 impl Metrics {
@@ -113,6 +119,11 @@ impl Metrics {
             OFFSET_COMMIT_FAILURES_TOTAL,
             "Offset commits that failed (sent again later)",
         )?;
+        let unowned_partition_rebalances = IntCounter::new(
+            UNOWNED_PARTITION_REBALANCES_TOTAL,
+            "Rebalances asked for because subscribed partitions had no owner in the group",
+        )?;
+        registry.register(Box::new(unowned_partition_rebalances.clone()))?;
         registry.register(Box::new(uncommitted_records.clone()))?;
         registry.register(Box::new(commit_lag_seconds.clone()))?;
         registry.register(Box::new(offset_commit_failures.clone()))?;
@@ -131,6 +142,7 @@ impl Metrics {
             uncommitted_records,
             commit_lag_seconds,
             offset_commit_failures,
+            unowned_partition_rebalances,
         })
     }
 

@@ -10,6 +10,7 @@ use elasticsearch::http::transport::Transport;
 use elasticsearch::indices::{IndicesDeleteParts, IndicesRefreshParts};
 use elasticsearch::{Elasticsearch, SearchParts};
 use oncely_sinks::event::{decode_key, decode_value};
+use oncely_sinks::kinds::elasticsearch::config::DEFAULT_VERSION_FIELD;
 use oncely_sinks::kinds::elasticsearch::plan::UNAVAILABLE_VALUE;
 use oncely_sinks::kinds::elasticsearch::{ElasticsearchConfig, ElasticsearchSink};
 use oncely_sinks::runner::{HEADER_ERROR, HEADER_OFFSET};
@@ -54,13 +55,15 @@ async fn documents(index: &str) -> BTreeMap<String, (i64, Value)> {
     hits.into_iter()
         .map(|h| {
             let id = h["_id"].as_str().expect("_id").to_owned();
-            (
-                id,
-                (
-                    h["_version"].as_i64().expect("_version"),
-                    h["_source"].clone(),
-                ),
-            )
+            let mut source = h["_source"].clone();
+            let stamped = source
+                .as_object_mut()
+                .and_then(|s| s.shift_remove(DEFAULT_VERSION_FIELD));
+            assert!(
+                stamped.as_ref().is_some_and(Value::is_i64),
+                "{id}: every document carries its version: {source}"
+            );
+            (id, (h["_version"].as_i64().expect("_version"), source))
         })
         .collect()
 }
@@ -394,5 +397,148 @@ async fn refresh_true_makes_a_batch_searchable_when_it_is_applied() {
         .expect("apply");
     // The refresh publishes every document indexed before it, the lazy sink's too.
     assert_eq!(searchable(&topic).await, 6);
+    delete_index(&topic).await;
+}
+
+/// A truncate envelope of table `t`.
+fn truncate_change(lsn: u64, seq: u64) -> Vec<u8> {
+    json!({"before": null, "after": null, "op": "t", "ts_ms": 0,
+        "source": {"connector": "test", "lsn": lsn, "commit_lsn": lsn, "event_seq": seq, "schema": "public", "table": "t"}})
+    .to_string()
+    .into_bytes()
+}
+
+/// A batch of `topic` partition `partition`; `None` ids are keyless records (truncates).
+fn partition_batch(
+    topic: &str,
+    partition: i32,
+    records: Vec<(Option<u64>, Vec<u8>)>,
+    first: i64,
+) -> Batch {
+    let recs: Vec<Record> = records
+        .into_iter()
+        .enumerate()
+        .map(|(i, (id, v))| {
+            let k = id.map(key);
+            Record::new(
+                first + i as i64,
+                decode_key(k.as_deref()).expect("key"),
+                decode_value(Some(&v)).expect("value"),
+            )
+        })
+        .collect();
+    let next = first + recs.len() as i64;
+    Batch::new(Arc::from("g"), (Arc::from(topic), partition), recs, next)
+}
+
+/// The copies of one truncate read from two partitions at different times:
+/// each removes the documents older than it, the documents written after it
+/// stay, and replaying a copy changes nothing.
+async fn truncate_copies(mode: &str) -> BTreeMap<String, (i64, Value)> {
+    let topic = unique("es_truncate");
+    let sink = ElasticsearchSink::connect(&sink_config(&format!("delete.mode = \"{mode}\"")))
+        .await
+        .expect("sink");
+    let row = |id: u64| json!({"id": id, "v": format!("row {id}")});
+    // Partition 0: 300 rows before the truncate.
+    let before = (1..=300)
+        .map(|id| (Some(id), change("c", id, 10, id, row(id))))
+        .collect();
+    sink.apply(&partition_batch(&topic, 0, before, 0))
+        .await
+        .expect("rows");
+    // Partition 1: its copy, then a row written after the truncate.
+    let p1 = || {
+        partition_batch(
+            &topic,
+            1,
+            vec![
+                (None, truncate_change(20, 1)),
+                (Some(5), change("c", 5, 20, 2, row(5))),
+            ],
+            0,
+        )
+    };
+    sink.apply(&p1()).await.expect("truncate on partition 1");
+    // Partition 0: one more row from before the truncate, then its copy.
+    sink.apply(&partition_batch(
+        &topic,
+        0,
+        vec![
+            (Some(7), change("u", 7, 15, 0, row(7))),
+            (None, truncate_change(20, 1)),
+        ],
+        300,
+    ))
+    .await
+    .expect("truncate on partition 0");
+    sink.apply(&p1()).await.expect("replay");
+    let docs = documents(&topic).await;
+    delete_index(&topic).await;
+    docs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncate_deletes_the_documents_older_than_it_and_keeps_newer_ones() {
+    let docs = truncate_copies("delete").await;
+    let ids: Vec<&str> = docs.keys().map(String::as_str).collect();
+    assert_eq!(ids, vec!["5"], "only the row written after the truncate");
+    assert_eq!(docs["5"], ((20 << 20) + 2, json!({"id": 5, "v": "row 5"})));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_soft_truncate_flags_the_documents_older_than_it() {
+    let docs = truncate_copies("soft").await;
+    assert_eq!(docs.len(), 300, "soft deletes keep the documents");
+    for (id, (_, source)) in &docs {
+        let live = id == "5";
+        assert_eq!(source["__deleted"], json!(!live), "{id}: {source}");
+    }
+    assert_eq!(docs["5"].1["v"], json!("row 5"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncate_where_the_version_field_is_not_indexed_is_a_dead_letter() {
+    let topic = unique("es_truncate_unmapped");
+    // An index that does not map new fields: the version field is not searchable.
+    let created = es()
+        .indices()
+        .create(elasticsearch::indices::IndicesCreateParts::Index(&topic))
+        .body(json!({"mappings": {"dynamic": false, "properties": {"id": {"type": "long"}}}}))
+        .send()
+        .await
+        .expect("create index");
+    assert!(created.status_code().is_success());
+    let sink = ElasticsearchSink::connect(&sink_config(""))
+        .await
+        .expect("sink");
+    sink.apply(&partition_batch(
+        &topic,
+        0,
+        vec![(Some(1), change("c", 1, 10, 1, json!({"id": 1})))],
+        0,
+    ))
+    .await
+    .expect("row");
+    let err = sink
+        .apply(&partition_batch(
+            &topic,
+            0,
+            vec![(None, truncate_change(20, 1))],
+            1,
+        ))
+        .await
+        .expect_err("refused");
+    let oncely_sinks::SinkError::Rejected(failures) = err else {
+        panic!("not a per-record failure: {err}")
+    };
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].offset, 1);
+    assert!(
+        failures[0].reason.contains("not mapped"),
+        "{}",
+        failures[0].reason
+    );
+    assert_eq!(documents(&topic).await.len(), 1, "nothing deleted");
     delete_index(&topic).await;
 }

@@ -1,7 +1,9 @@
 //! The `redis` sink against the real Redis of `scripts/services` (never mocks):
 //! versions never regress under replays and reordering, positions are stored
 //! with the data, deletes leave tombstones, unchanged TOAST values stay,
-//! `NOSCRIPT` is survived, a key of another type is a per-record failure.
+//! `NOSCRIPT` is survived, a key of another type is a per-record failure,
+//! truncates remove the rows older than them (and only those) through the
+//! table's key set.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -38,6 +40,7 @@ fn config(layout: Layout) -> (RedisConfig, String) {
     c.key_pattern = format!("{p}:{{table}}:{{key}}");
     c.version_prefix = format!("{p}:v:");
     c.positions_prefix = format!("{p}:pos:");
+    c.keyset_prefix = format!("{p}:ks:");
     (c, p)
 }
 
@@ -635,4 +638,108 @@ async fn hash_rows_expire_with_ttl_seconds_and_carry_their_version() {
         stored_version(&mut conn, Layout::Hash, &p, &key).await,
         Some(encode_version(Version::new(10, 0)))
     );
+}
+
+/// A truncate event of table `t` at `v`.
+fn truncate_record(offset: i64, v: Version) -> Record {
+    let value = json!({
+        "before": null, "after": null, "op": "t",
+        "source": {"schema": "public", "table": "t", "commit_lsn": v.lsn, "event_seq": v.seq},
+    });
+    Record::new(
+        offset,
+        None,
+        decode_value(Some(value.to_string().as_bytes())).expect("envelope"),
+    )
+}
+
+/// The copies of one truncate on two partitions: each removes the rows older
+/// than it, in several calls (a key set of 300 rows, 3 members per call),
+/// keeps the rows written after it by the other partition, and a replay
+/// changes nothing.
+async fn truncates_remove_older_rows(layout: Layout) {
+    let (mut cfg, p) = config(layout);
+    cfg.script_max_changes = 3;
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let mut conn = raw().await;
+    let row = |id: i64| json!({"id": id, "v": format!("row {id}")});
+    let truncate = Version::new(20, 1);
+    // Partition 0: 300 rows before the truncate.
+    let before: Vec<Record> = (1..=300)
+        .map(|id| record(id - 1, id, "c", row(id), Version::new(10, id as u64)))
+        .collect();
+    sink.apply(&batch("g", 0, before, 300)).await.expect("rows");
+    // Partition 1: its copy of the truncate, then a row written after it.
+    let p1 = || {
+        batch(
+            "g",
+            1,
+            vec![
+                truncate_record(0, truncate),
+                record(1, 5, "c", row(5), Version::new(20, 2)),
+            ],
+            2,
+        )
+    };
+    sink.apply(&p1()).await.expect("truncate on partition 1");
+    // Partition 0 reads one more row from before the truncate, then its copy.
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![
+            record(300, 7, "u", row(7), Version::new(15, 0)),
+            truncate_record(301, truncate),
+        ],
+        302,
+    ))
+    .await
+    .expect("truncate on partition 0");
+    sink.apply(&p1()).await.expect("replay");
+    for id in 1..=300 {
+        let got = cached(&mut conn, layout, &format!("{p}:t:{id}")).await;
+        if id == 5 {
+            assert_eq!(
+                got,
+                Some(text_row(&row(5))),
+                "the row after the truncate stays"
+            );
+        } else {
+            assert_eq!(got, None, "row {id} is older than the truncate");
+        }
+    }
+    let members: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(format!("{p}:ks:.public.t"))
+        .query_async(&mut conn)
+        .await
+        .expect("SMEMBERS");
+    assert_eq!(
+        members,
+        vec![format!("{p}:t:5")],
+        "the key set holds the live rows"
+    );
+    let positions = sink
+        .load_positions(
+            "g",
+            &[
+                TopicPartition::new("topic-a", 0),
+                TopicPartition::new("topic-a", 1),
+            ],
+        )
+        .await
+        .expect("positions");
+    assert_eq!(
+        positions.get(&TopicPartition::new("topic-a", 0)),
+        Some(&302)
+    );
+    assert_eq!(positions.get(&TopicPartition::new("topic-a", 1)), Some(&2));
+}
+
+#[tokio::test]
+async fn hash_truncates_remove_older_rows_only() {
+    truncates_remove_older_rows(Layout::Hash).await;
+}
+
+#[tokio::test]
+async fn json_truncates_remove_older_rows_only() {
+    truncates_remove_older_rows(Layout::Json).await;
 }

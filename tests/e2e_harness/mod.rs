@@ -76,7 +76,7 @@ impl Pipeline {
             &format!(
                 "{}[sink]\nkind = \"redis\"\nurl = \"{}\"\nlayout = \"hash\"\n\
                  key.pattern = \"{redis_prefix}:{{table}}:{{key}}\"\nversion.key.prefix = \"{redis_prefix}:v:\"\n\
-                 positions.key.prefix = \"{redis_prefix}:pos:\"\n",
+                 positions.key.prefix = \"{redis_prefix}:pos:\"\nkeyset.key.prefix = \"{redis_prefix}:ks:\"\n",
                 runner("redis", 500),
                 common::redis_url(),
             ),
@@ -114,6 +114,58 @@ impl Pipeline {
                 .stderr(log)
                 .spawn()?,
         ))
+    }
+
+    /// Starts another runner of sink config `i`, in the same consumer group
+    /// with a static member id of its own (`<group>-<instance>`; the config's
+    /// own runner is instance 1): config and log `<config name>-<instance>.*`.
+    pub fn spawn_sink_instance(&self, i: usize, instance: usize) -> Result<Spawned> {
+        if instance == 1 {
+            return self.spawn_sink(i);
+        }
+        let group = self.sink_group(i)?;
+        let text = std::fs::read_to_string(&self.sinks[i])?;
+        let own = format!("\"group.instance.id\" = \"{group}-1\"");
+        anyhow::ensure!(
+            text.contains(&own),
+            "{} has no {own}",
+            self.sinks[i].display()
+        );
+        let text = text.replace(
+            &own,
+            &format!("\"group.instance.id\" = \"{group}-{instance}\""),
+        );
+        let stem = self.sinks[i]
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .context("config name")?
+            .to_owned();
+        let config = self.sinks[i].with_file_name(format!("{stem}-{instance}.toml"));
+        std::fs::write(&config, text)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(config.with_extension("log"))?;
+        Ok(Spawned(
+            Command::new(env!("CARGO_BIN_EXE_oncely"))
+                .args(["sink", "--config"])
+                .arg(&config)
+                .env("RUST_LOG", "info,rdkafka=warn")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()?,
+        ))
+    }
+
+    /// The `group.id` of sink config `i`.
+    pub fn sink_group(&self, i: usize) -> Result<String> {
+        // The harness writes it as `group.id = "<group>"` (see `runner_config`).
+        let text = std::fs::read_to_string(&self.sinks[i])?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("group.id = \""))
+            .and_then(|rest| rest.strip_suffix('"'))
+            .map(str::to_owned)
+            .context("group.id")
     }
 
     /// Appends `lines` to sink config `i`: its `[sink]` table comes last, so
@@ -457,6 +509,81 @@ pub fn scan_changes(topics: &[String]) -> Result<ChangeScan> {
         }
     }
     Ok(scan)
+}
+
+/// The partitions of `topics` where `group`'s committed Kafka offset lies
+/// before a committed record (transaction markers and aborted records after
+/// it do not count), as `topic[partition] committed X, end Y` lines.
+pub fn lagging_commits(group: &str, topics: &[String]) -> Result<Vec<String>> {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::error::KafkaError;
+    use rdkafka::message::Message;
+    use rdkafka::{Offset, TopicPartitionList};
+    use std::time::Instant;
+
+    let timeout = Duration::from_secs(10);
+    let committed: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", common::kafka_brokers())
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let metadata = committed.fetch_metadata(None, timeout)?;
+    let mut tpl = TopicPartitionList::new();
+    for t in metadata
+        .topics()
+        .iter()
+        .filter(|t| topics.iter().any(|w| w == t.name()))
+    {
+        for p in t.partitions() {
+            tpl.add_partition(t.name(), p.id());
+        }
+    }
+    let offsets = committed.committed_offsets(tpl, timeout)?;
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", common::kafka_brokers())
+        .set("group.id", common::unique("commit-scan"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()?;
+    let mut lagging = Vec::new();
+    for e in offsets.elements() {
+        let (_, end) = reader.fetch_watermarks(e.topic(), e.partition(), timeout)?;
+        let at = match e.offset() {
+            Offset::Offset(o) => o,
+            _ => 0,
+        };
+        if at >= end {
+            continue;
+        }
+        let mut one = TopicPartitionList::new();
+        one.add_partition_offset(e.topic(), e.partition(), Offset::Offset(at))?;
+        reader.assign(&one)?;
+        let deadline = Instant::now() + timeout;
+        let behind = loop {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "reading {}[{}] timed out",
+                e.topic(),
+                e.partition()
+            );
+            match reader.poll(Duration::from_millis(200)) {
+                None => {}
+                Some(Ok(m)) => break m.offset() < end,
+                Some(Err(KafkaError::PartitionEOF(_))) => break false,
+                Some(Err(err)) => anyhow::bail!("read {}[{}]: {err}", e.topic(), e.partition()),
+            }
+        };
+        if behind {
+            lagging.push(format!(
+                "{}[{}] committed {at}, end {end}",
+                e.topic(),
+                e.partition()
+            ));
+        }
+    }
+    Ok(lagging)
 }
 
 /// The dead letters of this pipeline's sinks (topics `<prefix>-<sink>-dlq`),

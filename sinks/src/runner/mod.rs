@@ -34,6 +34,7 @@
 
 mod context;
 pub(crate) mod dlq;
+mod ownership;
 mod shared;
 mod worker;
 
@@ -294,6 +295,12 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
     tracing::info!(group = %shared.group, ?topics, sink = shared.sink.name(), "consuming");
     let mut last_commit = Instant::now();
     let mut last_check = Instant::now();
+    // Only a static member can rejoin with an assignment missing a topic.
+    let mut ownership = shared
+        .config
+        .kafka
+        .contains_key("group.instance.id")
+        .then(ownership::OwnershipCheck::new);
     while !shared.stop.is_cancelled() {
         match consumer.poll(POLL_TIMEOUT) {
             None => {}
@@ -332,6 +339,9 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
             confirm_commits(&consumer, &shared);
             shared.publish_commit_lag();
             last_check = Instant::now();
+        }
+        if let Some(check) = ownership.as_mut() {
+            check.tick(&consumer, &shared, &topics);
         }
     }
     let context = consumer.context().clone();

@@ -125,6 +125,10 @@ impl EsTarget {
                     return None;
                 }
                 let mut source = d["_source"].as_object().cloned().unwrap_or_default();
+                // Every document carries its version beside the columns.
+                if !self.config.version_field.is_empty() {
+                    source.shift_remove(&self.config.version_field);
+                }
                 if self.soft() {
                     let flag = source.shift_remove(&self.config.soft_delete_field);
                     if flag == Some(json!(true)) {

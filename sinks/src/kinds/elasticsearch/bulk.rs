@@ -99,11 +99,13 @@ impl Encoded {
     }
 }
 
-/// Encodes a versioned `index` (with `doc`) or `delete` (without).
+/// Encodes a versioned `index` (with `doc`, which gets `version_field` =
+/// `version` unless the field is empty) or `delete` (without).
 pub fn encode(
     meta: ItemMeta,
     version: i64,
     doc: Option<&Map<String, Value>>,
+    version_field: &str,
 ) -> Result<Encoded, serde_json::Error> {
     let verb = match meta.op {
         OpKind::Index => "index",
@@ -119,7 +121,26 @@ pub fn encode(
     action.extend_from_slice(b",\"version\":");
     action.extend_from_slice(version.to_string().as_bytes());
     action.extend_from_slice(b",\"version_type\":\"external\"}}");
-    let source = doc.map(serde_json::to_vec).transpose()?;
+    let source = doc
+        .map(|d| {
+            let mut source = serde_json::to_vec(d)?;
+            if version_field.is_empty() {
+                return Ok(source);
+            }
+            // `{...}` becomes `{...,"<field>":<version>}`: the version as a
+            // searchable field, without copying the document to add it (the
+            // plan refuses rows with a column of that name).
+            source.pop();
+            if source.len() > 1 {
+                source.push(b',');
+            }
+            push_json_str(&mut source, version_field);
+            source.push(b':');
+            source.extend_from_slice(version.to_string().as_bytes());
+            source.push(b'}');
+            Ok::<_, serde_json::Error>(source)
+        })
+        .transpose()?;
     Ok(Encoded {
         meta,
         action,
@@ -305,14 +326,16 @@ mod tests {
     fn actions_are_versioned_ndjson() {
         let mut doc = Map::new();
         doc.insert("a".into(), Value::from(1));
-        let e = encode(meta(OpKind::Index), 42, Some(&doc)).expect("encode");
+        let e = encode(meta(OpKind::Index), 42, Some(&doc), "__v").expect("encode");
         let action: Value = serde_json::from_slice(&e.action).expect("json");
         assert_eq!(
             action,
             serde_json::json!({"index": {"_index": "in\"dex", "_id": "7", "version": 42, "version_type": "external"}})
         );
-        assert_eq!(e.source.as_deref(), Some(&b"{\"a\":1}"[..]));
-        let d = encode(meta(OpKind::Delete), 43, None).expect("encode");
+        assert_eq!(e.source.as_deref(), Some(&b"{\"a\":1,\"__v\":42}"[..]));
+        let empty = encode(meta(OpKind::Index), 7, Some(&Map::new()), "__v").expect("encode");
+        assert_eq!(empty.source.as_deref(), Some(&b"{\"__v\":7}"[..]));
+        let d = encode(meta(OpKind::Delete), 43, None, "__v").expect("encode");
         let action: Value = serde_json::from_slice(&d.action).expect("json");
         assert_eq!(action["delete"]["version"], 43);
         assert!(d.source.is_none());
@@ -322,7 +345,7 @@ mod tests {
     #[test]
     fn chunks_close_on_count_and_bytes() {
         let mut c = Chunk::default();
-        let e = encode(meta(OpKind::Delete), 1, None).expect("encode");
+        let e = encode(meta(OpKind::Delete), 1, None, "__v").expect("encode");
         let n = e.len();
         assert!(c.fits(n, 2, n * 2));
         c.push(e);

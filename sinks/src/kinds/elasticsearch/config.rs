@@ -26,6 +26,9 @@ pub const DEFAULT_BULK_MAX_BYTES: usize = 5 * 1024 * 1024;
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// Default `soft.delete.field`.
 pub const DEFAULT_SOFT_DELETE_FIELD: &str = "__deleted";
+/// Default `version.field`: the document field holding the event's external
+/// version, searchable, so a truncate can delete the documents older than it.
+pub const DEFAULT_VERSION_FIELD: &str = "__oncely_version";
 /// Default `version.seq.bits` (see [`super::version`]).
 pub const DEFAULT_SEQ_BITS: u32 = 20;
 /// Default `template.name`.
@@ -104,6 +107,9 @@ pub struct ElasticsearchConfig {
     pub soft_delete_field: String,
     /// `version.seq.bits`: bits of the external version given to the event ordinal.
     pub seq_bits: u32,
+    /// `version.field`: the field every document carries its external version
+    /// in (a `long`); empty: none, and truncates are dead-lettered.
+    pub version_field: String,
     /// `template.file`: a JSON composable index template body, installed at start.
     pub template_file: Option<PathBuf>,
     /// `template.name`: the name it is installed under.
@@ -142,6 +148,8 @@ struct Raw {
     soft_delete_field: String,
     #[serde(rename = "version.seq.bits", default = "default_seq_bits")]
     seq_bits: u32,
+    #[serde(rename = "version.field", default = "default_version_field")]
+    version_field: String,
     #[serde(rename = "template.file", default)]
     template_file: Option<PathBuf>,
     #[serde(rename = "template.name", default = "default_template_name")]
@@ -179,6 +187,9 @@ fn default_soft_field() -> String {
 fn default_seq_bits() -> u32 {
     DEFAULT_SEQ_BITS
 }
+fn default_version_field() -> String {
+    DEFAULT_VERSION_FIELD.into()
+}
 fn default_template_name() -> String {
     DEFAULT_TEMPLATE_NAME.into()
 }
@@ -205,6 +216,7 @@ impl<'de> Deserialize<'de> for ElasticsearchConfig {
             refresh: raw.refresh,
             soft_delete_field: raw.soft_delete_field,
             seq_bits: raw.seq_bits,
+            version_field: raw.version_field,
             template_file: raw.template_file,
             template_name: raw.template_name,
             username: raw.username,
@@ -286,6 +298,22 @@ impl ElasticsearchConfig {
             return Err(ConfigError::new(
                 "sink.soft.delete.field",
                 "must not be empty",
+            ));
+        }
+        // Empty: documents without the field and truncates dead-lettered, as
+        // before the field existed (for indexes whose strict mapping lacks it).
+        let field = self.version_field.as_str();
+        if field.trim() != field || (field.starts_with('_') && !field.starts_with("__")) {
+            return Err(ConfigError::new(
+                "sink.version.field",
+                "must be a field name (no surrounding spaces; one leading `_` is reserved for \
+                 Elasticsearch's metadata fields), or empty",
+            ));
+        }
+        if self.delete_mode == DeleteMode::Soft && self.soft_delete_field == self.version_field {
+            return Err(ConfigError::new(
+                "sink.version.field",
+                "must differ from `soft.delete.field`",
             ));
         }
         if self.template_name.trim().is_empty() {

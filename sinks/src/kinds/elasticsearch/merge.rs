@@ -51,7 +51,7 @@ pub async fn resolve(
     client: &Elasticsearch,
     writes: &mut Vec<Write<'_>>,
     per_request: usize,
-    flag: &str,
+    (flag, version_field): (&str, &str),
 ) -> Result<(), EsError> {
     let wanted: Vec<usize> = (0..writes.len())
         .filter(|&i| writes[i].needs_stored())
@@ -83,7 +83,14 @@ pub async fn resolve(
                 continue;
             }
         }
-        merge(w, found.map(|(_, source)| source), flag);
+        // The stored version field is written again from the new version.
+        let source = found.map(|(_, mut source)| {
+            if !version_field.is_empty() {
+                source.shift_remove(version_field);
+            }
+            source
+        });
+        merge(w, source, flag);
     }
     let mut i = 0;
     writes.retain(|_| {

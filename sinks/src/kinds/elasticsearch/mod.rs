@@ -20,7 +20,9 @@
 //!   bad index name) is rejected to the dead-letter topic and the rest of the
 //!   batch applied again (harmlessly); 429/5xx/no response retry the batch
 //!   with backoff; bad credentials or a refused request stop the runner.
-//!   Truncate events are rejected (no delete-by-query on locked-down clusters).
+//! * **Truncates** delete (or, soft, flag) the documents older than the
+//!   truncate by a query on `version.field`, which every document carries
+//!   (see [`truncate`]).
 //! * **Memory:** one bulk request (`bulk.max.actions` / `bulk.max.bytes`) is
 //!   encoded at a time, beside the batch the runner bounds.
 
@@ -29,6 +31,7 @@ pub mod config;
 pub mod error;
 pub mod merge;
 pub mod plan;
+pub mod truncate;
 pub mod version;
 
 use ::elasticsearch::auth::Credentials;
@@ -146,7 +149,7 @@ impl ElasticsearchSink {
                 op,
                 offset: w.offset,
             };
-            let encoded = match encode(meta, w.version, doc) {
+            let encoded = match encode(meta, w.version, doc, &self.config.version_field) {
                 Ok(e) => e,
                 Err(e) => {
                     rejected.push(RecordFailure::new(w.offset, format!("not JSON: {e}")));
@@ -199,10 +202,28 @@ impl Sink for ElasticsearchSink {
             &self.client,
             &mut writes,
             self.config.bulk_max_actions,
-            &self.config.soft_delete_field,
+            (&self.config.soft_delete_field, &self.config.version_field),
         )
         .await?;
-        let rejected = self.write_all(&writes).await?;
+        let mut rejected = self.write_all(&writes).await?;
+        if !rejected.is_empty() {
+            // The runner hands the rest back, truncates included.
+            return Err(SinkError::Rejected(rejected));
+        }
+        for t in &plan.truncates {
+            match truncate::apply(&self.client, &self.config, t).await? {
+                truncate::Outcome::Refused(reason) => {
+                    rejected.push(RecordFailure::new(t.offset, reason));
+                }
+                outcome => tracing::info!(
+                    partition = %batch.topic_partition(),
+                    offset = t.offset,
+                    index = %t.index,
+                    ?outcome,
+                    "elasticsearch truncate applied"
+                ),
+            }
+        }
         if rejected.is_empty() {
             Ok(())
         } else {

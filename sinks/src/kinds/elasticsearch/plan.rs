@@ -71,11 +71,26 @@ impl Write<'_> {
     }
 }
 
-/// The writes of a batch in first-seen order, and the records that can never be applied.
+/// A truncate: the documents of `index` older than `version` go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truncate {
+    /// Target index.
+    pub index: String,
+    /// External version of the truncate.
+    pub version: i64,
+    /// Offset of the truncate record.
+    pub offset: i64,
+}
+
+/// The writes of a batch in first-seen order, its truncates, and the records
+/// that can never be applied.
 #[derive(Debug, Default)]
 pub struct Plan<'a> {
     /// One write per (index, id).
     pub writes: Vec<Write<'a>>,
+    /// Truncates in offset order, applied after the batch's writes (a write
+    /// older than a truncate must not land after it; newer ones it leaves).
+    pub truncates: Vec<Truncate>,
     /// Records rejected before any request (no key, bad version, truncate, ...).
     pub rejected: Vec<RecordFailure>,
 }
@@ -90,11 +105,25 @@ pub fn plan<'a>(batch: &'a Batch, config: &ElasticsearchConfig) -> Plan<'a> {
         };
         match event.op {
             Op::Message => continue,
-            Op::Truncate => {
+            Op::Truncate if config.version_field.is_empty() => {
                 out.rejected.push(RecordFailure::new(
                     record.offset,
-                    "truncate is not supported by the elasticsearch sink (no delete-by-query)",
+                    "truncate not applied: `sink.version.field` is empty, so documents carry no \
+                     searchable version to find those older than the truncate",
                 ));
+                continue;
+            }
+            Op::Truncate => {
+                match external_version(event.version, config.seq_bits) {
+                    Ok(version) => out.truncates.push(Truncate {
+                        index: index_name(&config.index_pattern, batch.topic(), event),
+                        version,
+                        offset: record.offset,
+                    }),
+                    Err(e) => out
+                        .rejected
+                        .push(RecordFailure::new(record.offset, e.to_string())),
+                }
                 continue;
             }
             Op::Create | Op::Read | Op::Update | Op::Delete => {}
@@ -164,6 +193,15 @@ fn write_of<'a>(
     let id = document_id(key)?;
     let index = index_name(&config.index_pattern, batch.topic(), event);
     let version = external_version(event.version, config.seq_bits).map_err(|e| e.to_string())?;
+    for row in [&event.before, &event.after].into_iter().flatten() {
+        if !config.version_field.is_empty() && row.contains_key(&config.version_field) {
+            return Err(format!(
+                "column `{}` has the name of the field holding the document's version: \
+                 set `sink.version.field` to a name no column uses",
+                config.version_field
+            ));
+        }
+    }
     let action = match (event.op, config.delete_mode) {
         (Op::Delete, DeleteMode::Delete) => Action::Delete,
         (Op::Delete, DeleteMode::Soft) => {

@@ -175,3 +175,54 @@ fn a_tombstone_standing_for_its_delete_soft_deletes_by_key() {
     let p = plan(&b, &config(""));
     assert_eq!(p.writes[0].action, Action::Delete);
 }
+
+fn truncate_record(offset: i64, lsn: u64, seq: u64) -> Record {
+    let v = json!({"before": null, "after": null, "op": "t",
+        "source": {"commit_lsn": lsn, "event_seq": seq, "schema": "public", "table": "T", "db": "d"}});
+    Record::new(
+        offset,
+        None,
+        decode_value(Some(v.to_string().as_bytes())).expect("envelope"),
+    )
+}
+
+#[test]
+fn truncates_are_planned_after_the_writes_and_need_the_version_field() {
+    let b = batch(vec![
+        record(0, 1, "c", 5, 1, json!({"id": 1})),
+        truncate_record(1, 6, 1),
+        record(2, 2, "c", 6, 2, json!({"id": 2})),
+    ]);
+    let p = plan(&b, &config(""));
+    assert!(p.rejected.is_empty(), "{:?}", p.rejected);
+    assert_eq!(p.writes.len(), 2);
+    assert_eq!(
+        p.truncates,
+        vec![Truncate {
+            index: "p.public.t".into(),
+            version: (6 << 20) | 1,
+            offset: 1
+        }]
+    );
+    // Without a version field there is nothing to search: a dead letter.
+    let p = plan(&b, &config("\"version.field\" = \"\""));
+    assert!(p.truncates.is_empty());
+    assert_eq!(p.rejected.len(), 1);
+    assert_eq!(p.rejected[0].offset, 1);
+    // A column named like the field cannot be stored beside it.
+    let b = batch(vec![record(
+        0,
+        1,
+        "c",
+        5,
+        1,
+        json!({"id": 1, "__oncely_version": 3}),
+    )]);
+    let p = plan(&b, &config(""));
+    assert_eq!(p.rejected.len(), 1);
+    assert!(
+        p.rejected[0].reason.contains("version.field"),
+        "{:?}",
+        p.rejected
+    );
+}

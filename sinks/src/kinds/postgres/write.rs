@@ -586,6 +586,9 @@ async fn truncate(
         quote(DELETED),
         quote(UNAVAILABLE_COLUMNS),
     );
+    let applied = |rows: u64| {
+        tracing::info!(table = %q, rows, version = ?(lsn, seq), "postgres truncate applied");
+    };
     match modes.truncate {
         TruncateMode::Ignore => Ok(()),
         // Not a TRUNCATE statement: capture sends a truncate to every
@@ -594,13 +597,13 @@ async fn truncate(
         // the truncate go, without tombstones; newer ones stay.
         TruncateMode::Truncate => {
             let sql = format!("DELETE FROM {q} WHERE ({l}, {s}) < ($1, $2)");
-            tx.execute(&sql, &[&lsn, &seq]).await.map(|_| ())
+            tx.execute(&sql, &[&lsn, &seq]).await.map(applied)
         }
         TruncateMode::Delete => {
             let sql = format!(
                 "UPDATE {q} SET {d} = true, {l} = $1, {s} = $2, {n} = NULL WHERE ({l}, {s}) < ($1, $2)"
             );
-            tx.execute(&sql, &[&lsn, &seq]).await.map(|_| ())
+            tx.execute(&sql, &[&lsn, &seq]).await.map(applied)
         }
     }
 }

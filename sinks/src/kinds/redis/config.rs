@@ -23,6 +23,8 @@ pub const DEFAULT_KEY_SEPARATOR: &str = ":";
 pub const DEFAULT_VERSION_PREFIX: &str = "oncely:v:";
 /// Default `version.field`: the hash field holding a live row's version (hash layout).
 pub const DEFAULT_VERSION_FIELD: &str = "_oncely_version";
+/// Default `keyset.key.prefix`: a table's row keys live in the set `<prefix><db>.<schema>.<table>`.
+pub const DEFAULT_KEYSET_PREFIX: &str = "oncely:keyset:";
 /// Default `positions.key.prefix`: a group's positions live in the hash `<prefix><group.id>`.
 pub const DEFAULT_POSITIONS_PREFIX: &str = "oncely:positions:";
 /// Default `ttl.seconds`: rows never expire.
@@ -82,6 +84,8 @@ pub struct RedisConfig {
     pub version_field: String,
     /// `positions.key.prefix`: prefix of the hash holding a group's positions.
     pub positions_prefix: String,
+    /// `keyset.key.prefix`: prefix of the set of a table's row keys (what a truncate removes).
+    pub keyset_prefix: String,
     /// `ttl.seconds`: rows (and their versions) expire after this long; 0 = never.
     pub ttl_seconds: u64,
     /// `tombstone.ttl.seconds`: how long a deleted row's version is kept; 0 = forever.
@@ -124,6 +128,8 @@ struct Raw {
     version_field: String,
     #[serde(rename = "positions.key.prefix", default = "default_positions_prefix")]
     positions_prefix: String,
+    #[serde(rename = "keyset.key.prefix", default = "default_keyset_prefix")]
+    keyset_prefix: String,
     #[serde(rename = "ttl.seconds", default)]
     ttl_seconds: u64,
     #[serde(rename = "tombstone.ttl.seconds", default = "default_tombstone_ttl")]
@@ -159,6 +165,9 @@ fn default_version_field() -> String {
 }
 fn default_positions_prefix() -> String {
     DEFAULT_POSITIONS_PREFIX.into()
+}
+fn default_keyset_prefix() -> String {
+    DEFAULT_KEYSET_PREFIX.into()
 }
 fn default_tombstone_ttl() -> u64 {
     DEFAULT_TOMBSTONE_TTL_SECONDS
@@ -202,6 +211,7 @@ impl<'de> Deserialize<'de> for RedisConfig {
             version_prefix: raw.version_prefix,
             version_field: raw.version_field,
             positions_prefix: raw.positions_prefix,
+            keyset_prefix: raw.keyset_prefix,
             ttl_seconds: raw.ttl_seconds,
             tombstone_ttl_seconds: raw.tombstone_ttl_seconds,
             script_max_changes: raw.script_max_changes,
@@ -244,6 +254,7 @@ impl RedisConfig {
             version_prefix: DEFAULT_VERSION_PREFIX.into(),
             version_field: DEFAULT_VERSION_FIELD.into(),
             positions_prefix: DEFAULT_POSITIONS_PREFIX.into(),
+            keyset_prefix: DEFAULT_KEYSET_PREFIX.into(),
             ttl_seconds: DEFAULT_TTL_SECONDS,
             tombstone_ttl_seconds: DEFAULT_TOMBSTONE_TTL_SECONDS,
             script_max_changes: DEFAULT_SCRIPT_MAX_CHANGES,
@@ -305,6 +316,12 @@ impl RedisConfig {
             return Err(ConfigError::new(
                 "sink.positions.key.prefix",
                 "must not be empty",
+            ));
+        }
+        if self.keyset_prefix.is_empty() {
+            return Err(ConfigError::new(
+                "sink.keyset.key.prefix",
+                "must not be empty (key sets would share names with rows)",
             ));
         }
         if !(1..=MAX_SCRIPT_CHANGES).contains(&self.script_max_changes) {

@@ -41,6 +41,20 @@
 //!   over on their next change.
 //! * Positions: the hash `<positions.key.prefix><group.id>`, field
 //!   `<topic>:<partition>`.
+//! * Key sets: the set `<keyset.key.prefix><db>.<schema>.<table>` holds the
+//!   row keys of a table's live rows, written in the same script call as the
+//!   rows, so a truncate finds them without a scan of the keyspace.
+//!
+//! # Truncates
+//!
+//! Capture puts a truncate on every partition of the table's topic. Each copy
+//! removes the table's rows whose version is older than the truncate (and
+//! leaves newer ones: another partition may already have applied rows
+//! written after it), going through the key set in calls of at most
+//! `script.max.changes` members; the last call stores the position. No
+//! tombstones are left: an older row that another partition applies later is
+//! removed by that partition's own copy, which follows it. Rows cached by a
+//! sink version without key sets are in none, so a truncate leaves them.
 //! * `ttl.seconds` (optional) expires a row and its version together.
 //! * Unchanged TOAST columns keep their stored value: the hash layout does not
 //!   touch the field; the JSON layout reads the stored row first and fills them
@@ -80,8 +94,6 @@
 //!
 //! # Limits
 //!
-//! * Truncate events (`op = t`) are rejected to the dead-letter topic: dropping
-//!   a table's keys would need a scan, not a short script.
 //! * Standalone Redis (or a primary with replicas) only: a cluster would need
 //!   all keys of a call in one slot.
 //! * A key of another Redis type under a row key is a per-record failure

@@ -2,9 +2,8 @@
 //!
 //! * `c`, `r`, `u` upsert the row from `after`; `d` deletes it (leaving a
 //!   version tombstone); tombstone records (null values) and `m` messages
-//!   change nothing; `t` (truncate) is rejected to the dead-letter topic: the
-//!   cache cannot drop a whole table inside one short script (see the module
-//!   docs of [`super`]).
+//!   change nothing; `t` (truncate) removes the table's rows older than it,
+//!   found in the table's key set ([`key_set`]), never by a scan of the keyspace.
 //! * Row keys come from `key.pattern`; `{key}` is the record key's values in
 //!   key order, joined by `key.separator` (strings as is, other values as JSON).
 //! * A column holding [`UNAVAILABLE_VALUE`] (unchanged TOAST) is left out, so
@@ -29,8 +28,11 @@ pub const UNAVAILABLE_VALUE: &str = "__debezium_unavailable_value";
 pub struct Change<'a> {
     /// The record's offset (to name it in a rejection).
     pub offset: i64,
-    /// The row key.
+    /// The row key (empty for a truncate).
     pub row_key: String,
+    /// The set of the table's row keys ([`key_set`]): a write adds its row, a
+    /// delete removes it, a truncate goes through it.
+    pub key_set: String,
     /// The version, encoded for the script ([`encode_version`]).
     pub version: [u8; 40],
     /// What to do.
@@ -42,6 +44,8 @@ pub struct Change<'a> {
 pub enum Body<'a> {
     /// Remove the row, keep its version as a tombstone.
     Delete,
+    /// Remove every row of the table (its key set) older than this version.
+    Truncate,
     /// Hash layout: set the row's non-null columns, remove the null ones, keep
     /// the unavailable ones and every other field ([`hash_fields`]).
     Hash(&'a Map<String, Value>),
@@ -65,7 +69,7 @@ impl Change<'_> {
     pub fn weight(&self, version_prefix_len: usize) -> usize {
         let key = 2 * self.row_key.len() + version_prefix_len + 64;
         key + match &self.body {
-            Body::Delete => 0,
+            Body::Delete | Body::Truncate => 0,
             Body::Hash(row) => row
                 .iter()
                 .map(|(f, v)| f.len() + value_len(v) + 8)
@@ -203,18 +207,43 @@ fn push_text(out: &mut String, v: &Value) {
     }
 }
 
+/// The key of the set holding the row keys of an event's table:
+/// `<keyset.key.prefix><db>.<schema>.<table>` (the topic when the event names
+/// no table). Per table, not per topic or key pattern, so a truncate of one
+/// table never touches another's rows.
+pub fn key_set(prefix: &str, topic: &str, event: &ChangeEvent) -> String {
+    match event.table() {
+        Some(table) => {
+            let db = event.source.get("db").and_then(Value::as_str).unwrap_or("");
+            let schema = event.schema_name().unwrap_or("");
+            format!("{prefix}{db}.{schema}.{table}")
+        }
+        None => format!("{prefix}{topic}"),
+    }
+}
+
+/// How a batch's records become changes: the row keys, the hash field holding
+/// a row's version (hash layout) and the prefix of the tables' key sets.
+#[derive(Debug, Clone, Copy)]
+pub struct Naming<'a> {
+    /// `key.pattern`, parsed.
+    pub keys: &'a KeyPattern,
+    /// `version.field`.
+    pub version_field: &'a str,
+    /// `keyset.key.prefix`.
+    pub keyset_prefix: &'a str,
+}
+
 /// The changes of a batch, or the records that can never be applied.
-/// `version_field` is the hash field holding a row's version (hash layout).
 pub fn plan<'a>(
     batch: &'a Batch,
     layout: Layout,
-    keys: &KeyPattern,
-    version_field: &str,
+    naming: Naming<'_>,
 ) -> Result<Vec<Change<'a>>, Vec<RecordFailure>> {
     let mut changes = Vec::with_capacity(batch.len());
     let mut failures = Vec::new();
     for record in batch.records() {
-        match change_of(batch.topic(), record, layout, keys, version_field) {
+        match change_of(batch.topic(), record, layout, naming) {
             Ok(Some(c)) => changes.push(c),
             Ok(None) => {}
             Err(reason) => failures.push(RecordFailure::new(record.offset, reason)),
@@ -231,16 +260,25 @@ fn change_of<'a>(
     topic: &str,
     record: &'a Record,
     layout: Layout,
-    keys: &KeyPattern,
-    version_field: &str,
+    naming: Naming<'_>,
 ) -> Result<Option<Change<'a>>, String> {
     let Some(event) = record.event() else {
         return Ok(None); // a tombstone record: the delete before it did the work
     };
+    let version_field = naming.version_field;
+    let key_set = key_set(naming.keyset_prefix, topic, event);
+    let mut version = [0u8; 40];
+    write_version(event.version, &mut version);
     let body = match event.op {
         Op::Message => return Ok(None),
         Op::Truncate => {
-            return Err("truncate is not applied by the redis sink: clear the table's keys by hand (see the sink's docs)".into())
+            return Ok(Some(Change {
+                offset: record.offset,
+                row_key: String::new(),
+                key_set,
+                version,
+                body: Body::Truncate,
+            }))
         }
         Op::Delete => Body::Delete,
         Op::Create | Op::Read | Op::Update => {
@@ -266,11 +304,10 @@ fn change_of<'a>(
         .key
         .as_ref()
         .ok_or("a change without a record key: the redis sink needs the primary key")?;
-    let mut version = [0u8; 40];
-    write_version(event.version, &mut version);
     Ok(Some(Change {
         offset: record.offset,
-        row_key: keys.render(topic, event, key),
+        row_key: naming.keys.render(topic, event, key),
+        key_set,
         version,
         body,
     }))
@@ -327,7 +364,23 @@ pub fn merge_json(
             (k, (version, row))
         })
         .collect();
+    let tables: HashMap<String, String> = changes
+        .iter()
+        .filter(|c| state.contains_key(&c.row_key))
+        .map(|c| (c.row_key.clone(), c.key_set.clone()))
+        .collect();
     for change in changes.iter_mut() {
+        if change.body == Body::Truncate {
+            // The script removes the table's rows older than the truncate.
+            for (key, (version, base)) in state.iter_mut() {
+                let older = version.as_deref().is_none_or(|v| v < change.version_str());
+                if older && tables.get(key) == Some(&change.key_set) {
+                    *version = None;
+                    *base = None;
+                }
+            }
+            continue;
+        }
         let Some((version, base)) = state.get_mut(&change.row_key) else {
             continue;
         };
@@ -353,7 +406,7 @@ pub fn merge_json(
                 }
                 *base = Some(row.clone());
             }
-            Body::Hash(_) => {}
+            Body::Hash(_) | Body::Truncate => {}
         }
     }
 }

@@ -28,16 +28,18 @@
 //! simply not mentioned, and a column dropped from the table stays in the
 //! hash until the row is deleted (no read-modify-write).
 //!
-//! `KEYS[1]` is the positions hash, `KEYS[1 + i]` the row key of change `i`.
+//! `KEYS[1]` is the positions hash, `KEYS[2..=1 + m]` the key sets of the
+//! tables the call writes, `KEYS[1 + m + i]` the row key of change `i`.
 //! `ARGV` is a header — position field, next offset (`""` = do not store a
 //! position), row TTL ms, tombstone TTL ms, version field, tombstone key
-//! prefix — then per change:
+//! prefix, `m` — then per change (`set` is the 1-based index of its table's
+//! key set):
 //!
 //! | op | arguments |
 //! | --- | --- |
-//! | `H` upsert | version, fields |
-//! | `N` upsert with null columns | version, fields, null fields |
-//! | `D` delete | version |
+//! | `H` upsert | version, set, fields |
+//! | `N` upsert with null columns | version, set, fields, null fields |
+//! | `D` delete | version, set |
 //!
 //! where *fields* is `field, value, field, value, ...` and *null fields* is
 //! `field, ...`, each packed as a sequence of MessagePack strings
@@ -53,10 +55,33 @@
 //! `<version.key.prefix><row key>` (the tombstone after a delete). One
 //! `SET version-key ours GET` (Redis ≥ 6.2) reads the stored version and
 //! writes ours in one command; the rare stale change puts the stored one back.
-//! `KEYS[1]` is the positions hash, then two keys per change: the row key and
-//! the version key. `ARGV` is a header — position field, next offset, row TTL
-//! ms, tombstone TTL ms — then per change `J`, version, JSON text; or `D`,
-//! version.
+//! `KEYS[1]` is the positions hash, then the `m` key sets, then two keys per
+//! change: the row key and the version key. `ARGV` is a header — position
+//! field, next offset, row TTL ms, tombstone TTL ms, `m` — then per change
+//! `J`, version, set, JSON text; or `D`, version, set.
+//!
+//! # Key sets and truncates ([`TRUNCATE_SCRIPT`])
+//!
+//! Every table has a set of its row keys (`<keyset.key.prefix><db>.<schema>.<table>`):
+//! a newer upsert adds its row (`SADD`), a newer delete removes it, inside the
+//! same call as the row write, so set and rows never disagree. With
+//! `ttl.seconds` a row may expire while its key stays in the set; each new
+//! member then checks two random members and removes those whose row is gone
+//! (the set stays within about twice the live rows), and truncates drop them.
+//!
+//! A truncate is a call of its own: `KEYS` = positions hash, key set; `ARGV` =
+//! position field, next offset, the truncate's version, an `SSCAN` cursor, a
+//! budget of members (`script.max.changes`), layout (`H`/`J`), version field,
+//! version key prefix. It goes through up to the budget's members and removes
+//! each row whose version is older than the truncate (and its key from the
+//! set); newer rows stay. It replies `{cursor, removed}`; cursor `"0"` means
+//! done, and only then is the position stored, so the client calls again with
+//! the cursor until then. Rows written between two calls are either newer
+//! than the truncate (kept) or older ones read from another partition, whose
+//! own copy of the truncate removes them after they were written; `SSCAN`
+//! returns every member present for the whole scan, so nothing older than
+//! the truncate that was there when it started is missed. A call repeated
+//! after a crash changes nothing more.
 //!
 //! # Reply (both)
 //!
@@ -72,25 +97,38 @@ pub const HASH_SCRIPT: &str = r#"
 local ttl = tonumber(ARGV[3])
 local tomb_ttl = tonumber(ARGV[4])
 local vfield, tomb_prefix = ARGV[5], ARGV[6]
+local sets = tonumber(ARGV[7])
 local call, try, unpack_fields = redis.call, redis.pcall, cmsgpack.unpack
 local applied, skipped = 0, 0
 local wrongtype = {}
 local nargs = #ARGV
-local a, i = 7, 0
+local a, i = 8, 0
+
+-- A new member of a key set whose rows expire: check two members at random
+-- and forget those whose row expired, so the set stays within about twice
+-- the live rows.
+local function remember(set, row)
+  if call('SADD', set, row) == 1 and ttl > 0 then
+    for _, m in ipairs(call('SRANDMEMBER', set, 2)) do
+      if call('EXISTS', m) == 0 then call('SREM', set, m) end
+    end
+  end
+end
 
 while a <= nargs do
   i = i + 1
   local op, ver = ARGV[a], ARGV[a + 1]
-  local row = KEYS[i + 1]
+  local set = KEYS[1 + tonumber(ARGV[a + 2])]
+  local row = KEYS[1 + sets + i]
   local fields, nulls
   if op == 'H' then
-    fields = ARGV[a + 2]
-    a = a + 3
-  elseif op == 'N' then
-    fields, nulls = ARGV[a + 2], ARGV[a + 3]
+    fields = ARGV[a + 3]
     a = a + 4
+  elseif op == 'N' then
+    fields, nulls = ARGV[a + 3], ARGV[a + 4]
+    a = a + 5
   else
-    a = a + 2
+    a = a + 3
   end
   -- The stored version: the live row's field, else the tombstone's.
   local stored = try('HGET', row, vfield)
@@ -110,6 +148,7 @@ while a <= nargs do
     skipped = skipped + 1
   elseif op == 'D' then
     call('DEL', row)
+    call('SREM', set, row)
     if tomb_ttl > 0 then
       call('SET', tomb or (tomb_prefix .. row), ver, 'PX', tomb_ttl)
     else
@@ -121,6 +160,7 @@ while a <= nargs do
     call('HSET', row, vfield, ver, unpack_fields(fields))
     if ttl > 0 then call('PEXPIRE', row, ttl) end
     if tomb and stored then call('DEL', tomb) end
+    remember(set, row)
     applied = applied + 1
   end
 end
@@ -140,8 +180,9 @@ return {0, applied, skipped}
 pub const JSON_SCRIPT: &str = r#"
 local ttl = tonumber(ARGV[3])
 local tomb_ttl = tonumber(ARGV[4])
+local sets = tonumber(ARGV[5])
 local applied, skipped = 0, 0
-local a, k = 5, 2
+local a, k = 6, 2 + sets
 
 -- Puts back a version that ours did not supersede. A version whose row is
 -- gone is a tombstone and gets the tombstone expiry again (restarted, so a
@@ -158,11 +199,22 @@ local function restore(vkey, prev, row)
   end
 end
 
+-- As in the hash script: a new member of a set whose rows expire checks two
+-- members at random.
+local function remember(set, row)
+  if redis.call('SADD', set, row) == 1 and ttl > 0 then
+    for _, m in ipairs(redis.call('SRANDMEMBER', set, 2)) do
+      if redis.call('EXISTS', m) == 0 then redis.call('SREM', set, m) end
+    end
+  end
+end
+
 while a <= #ARGV do
   local op, ver = ARGV[a], ARGV[a + 1]
+  local set = KEYS[1 + tonumber(ARGV[a + 2])]
   local row, vkey = KEYS[k], KEYS[k + 1]
   k = k + 2
-  if op == 'J' then a = a + 3 else a = a + 2 end
+  if op == 'J' then a = a + 4 else a = a + 3 end
   -- One write both reads the stored version and stores ours (SET .. GET);
   -- when ours is not newer, the stored one is put back.
   local prev
@@ -179,9 +231,11 @@ while a <= #ARGV do
   else
     if op == 'D' then
       redis.call('DEL', row)
+      redis.call('SREM', set, row)
     else
       redis.call('SET', row, ARGV[a - 1])
       if ttl > 0 then redis.call('PEXPIRE', row, ttl) end
+      remember(set, row)
     end
     applied = applied + 1
   end
@@ -191,6 +245,47 @@ if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 end
 return {0, applied, skipped}
+"#;
+
+/// Applies one truncate, a part at a time (both layouts; see the module docs).
+/// Loaded once per connection (SCRIPT LOAD) and called by SHA.
+pub const TRUNCATE_SCRIPT: &str = r#"
+local positions, set = KEYS[1], KEYS[2]
+local ver, cursor, budget = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local layout, vfield, vprefix = ARGV[6], ARGV[7], ARGV[8]
+local call = redis.call
+local removed, seen = 0, 0
+
+repeat
+  local page = call('SSCAN', set, cursor, 'COUNT', 100)
+  cursor = page[1]
+  for _, row in ipairs(page[2]) do
+    seen = seen + 1
+    local stored
+    if layout == 'H' then
+      stored = redis.pcall('HGET', row, vfield)
+      if type(stored) == 'table' then stored = false end
+    elseif call('EXISTS', row) == 1 then
+      stored = call('GET', vprefix .. row)
+    else
+      stored = false
+    end
+    if not stored then
+      -- The row expired (or is no longer ours): forget it.
+      call('SREM', set, row)
+    elseif stored < ver then
+      call('DEL', row)
+      if layout == 'J' then call('DEL', vprefix .. row) end
+      call('SREM', set, row)
+      removed = removed + 1
+    end
+  end
+until cursor == '0' or seen >= budget
+
+if cursor == '0' and ARGV[2] ~= '' then
+  call('HSET', positions, ARGV[1], ARGV[2])
+end
+return {cursor, removed}
 "#;
 
 /// A version as the scripts compare it: 40 ASCII digits.

@@ -11,8 +11,9 @@ use super::config::{Layout, RedisConfig};
 use super::error::{classify, is_noscript};
 use super::plan::{
     hash_fields, json_text, keys_to_merge, merge_json, plan, Body, Change, FieldValue, KeyPattern,
+    Naming,
 };
-use super::script::{pack_str, position_field, Reply, HASH_SCRIPT, JSON_SCRIPT};
+use super::script::{pack_str, position_field, Reply, HASH_SCRIPT, JSON_SCRIPT, TRUNCATE_SCRIPT};
 use crate::error::{RecordFailure, SinkError};
 use crate::sink::{Batch, Positions, Sink, TopicPartition};
 
@@ -23,11 +24,13 @@ const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
 pub struct RedisSink {
     conn: ConnectionManager,
     sha: String,
+    truncate_sha: String,
     layout: Layout,
     keys: KeyPattern,
     version_prefix: String,
     version_field: String,
     positions_prefix: String,
+    keyset_prefix: String,
     ttl_ms: u64,
     tombstone_ttl_ms: u64,
     max_changes: usize,
@@ -92,17 +95,20 @@ impl RedisSink {
         let mut sink = Self {
             conn,
             sha: String::new(),
+            truncate_sha: String::new(),
             layout: config.layout,
             keys: KeyPattern::new(&config.key_pattern, &config.key_separator),
             version_prefix: config.version_prefix.clone(),
             version_field: config.version_field.clone(),
             positions_prefix: config.positions_prefix.clone(),
+            keyset_prefix: config.keyset_prefix.clone(),
             ttl_ms: config.ttl_ms(),
             tombstone_ttl_ms: config.tombstone_ttl_ms(),
             max_changes: config.script_max_changes,
             max_bytes: config.script_max_bytes,
         };
-        sink.sha = sink.load_script().await?;
+        sink.sha = sink.load_script(sink.script()).await?;
+        sink.truncate_sha = sink.load_script(TRUNCATE_SCRIPT).await?;
         sink.warn_without_persistence().await;
         Ok(sink)
     }
@@ -125,11 +131,11 @@ impl RedisSink {
         }
     }
 
-    async fn load_script(&self) -> Result<String, SinkError> {
+    async fn load_script(&self, script: &str) -> Result<String, SinkError> {
         let mut conn = self.conn.clone();
         redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(self.script())
+            .arg(script)
             .query_async(&mut conn)
             .await
             .map_err(|e| classify("SCRIPT LOAD", e))
@@ -180,22 +186,37 @@ impl RedisSink {
             .collect())
     }
 
-    /// The `EVALSHA` applying `chunk`, storing `position` when given (the
-    /// arguments are described in the script module).
+    /// The `EVALSHA` applying `chunk` (no truncates), storing `position` when
+    /// given (the arguments are described in the script module).
     fn script_cmd(
         &self,
         positions_key: &str,
         chunk: &[Change<'_>],
         position: Option<(&str, i64)>,
     ) -> redis::Cmd {
+        // The key sets of the chunk's tables, each once (usually one).
+        let mut sets: Vec<&str> = Vec::new();
+        let set_of: Vec<usize> = chunk
+            .iter()
+            .map(|c| match sets.iter().position(|s| *s == c.key_set) {
+                Some(i) => i + 1,
+                None => {
+                    sets.push(&c.key_set);
+                    sets.len()
+                }
+            })
+            .collect();
         let mut cmd = redis::cmd("EVALSHA");
         let keys_per_change = match self.layout {
             Layout::Hash => 1,
             Layout::Json => 2,
         };
         cmd.arg(&self.sha)
-            .arg(1 + keys_per_change * chunk.len())
+            .arg(1 + sets.len() + keys_per_change * chunk.len())
             .arg(positions_key);
+        for set in &sets {
+            cmd.arg(*set);
+        }
         for c in chunk {
             cmd.arg(&c.row_key);
             if self.layout == Layout::Json {
@@ -210,23 +231,25 @@ impl RedisSink {
         if self.layout == Layout::Hash {
             cmd.arg(&self.version_field).arg(&self.version_prefix);
         }
+        cmd.arg(sets.len());
         let (mut packed, mut text) = (Vec::new(), String::new());
-        for c in chunk {
+        for (c, set) in chunk.iter().zip(set_of) {
             match &c.body {
-                Body::Delete => {
-                    cmd.arg("D").arg(&c.version[..]);
+                Body::Delete | Body::Truncate => {
+                    cmd.arg("D").arg(&c.version[..]).arg(set);
                 }
                 Body::Json { row, unavailable } => {
                     cmd.arg("J")
                         .arg(&c.version[..])
+                        .arg(set)
                         .arg(json_text(row, unavailable));
                 }
                 Body::Hash(row) => {
-                    let (set, unset) = hash_fields(row);
+                    let (set_fields, unset) = hash_fields(row);
                     let op = if unset.is_empty() { "H" } else { "N" };
-                    cmd.arg(op).arg(&c.version[..]);
+                    cmd.arg(op).arg(&c.version[..]).arg(set);
                     packed.clear();
-                    for (f, v) in set {
+                    for (f, v) in set_fields {
                         pack_str(&mut packed, f.as_bytes());
                         pack_field(&mut packed, v, &mut text);
                     }
@@ -244,49 +267,130 @@ impl RedisSink {
         cmd
     }
 
-    /// Runs one script call: `EVALSHA`, and on `NOSCRIPT` (Redis restarted or
-    /// flushed its scripts) `SCRIPT LOAD` then `EVALSHA` once more.
-    async fn call(&self, evalsha: &redis::Cmd) -> Result<Reply, SinkError> {
+    /// One call of the truncate script: the next part of `truncate`'s key set
+    /// from `cursor` (see the script module).
+    fn truncate_cmd(
+        &self,
+        positions_key: &str,
+        truncate: &Change<'_>,
+        cursor: &str,
+        position: Option<(&str, i64)>,
+    ) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.truncate_sha)
+            .arg(2)
+            .arg(positions_key)
+            .arg(&truncate.key_set);
+        match position {
+            Some((field, next)) => cmd.arg(field).arg(next),
+            None => cmd.arg("").arg(""),
+        };
+        cmd.arg(&truncate.version[..])
+            .arg(cursor)
+            .arg(self.max_changes)
+            .arg(match self.layout {
+                Layout::Hash => "H",
+                Layout::Json => "J",
+            })
+            .arg(&self.version_field)
+            .arg(&self.version_prefix);
+        cmd
+    }
+
+    /// Runs `evalsha` of `script` (whose SHA is `sha`), and on `NOSCRIPT`
+    /// (Redis restarted or flushed its scripts) `SCRIPT LOAD` then `EVALSHA`
+    /// once more.
+    async fn eval<T: redis::FromRedisValue>(
+        &self,
+        evalsha: &redis::Cmd,
+        (script, sha): (&str, &str),
+    ) -> Result<T, SinkError> {
         let mut conn = self.conn.clone();
-        let reply: Vec<i64> = match evalsha.query_async(&mut conn).await {
-            Ok(r) => r,
+        match evalsha.query_async(&mut conn).await {
+            Ok(r) => Ok(r),
             Err(e) if is_noscript(&e) => {
                 tracing::info!("redis does not know the script (restarted?): loading it again");
-                let sha = self.load_script().await?;
-                if sha != self.sha {
+                let loaded = self.load_script(script).await?;
+                if loaded != sha {
                     return Err(SinkError::fatal(format!(
-                        "redis: SCRIPT LOAD returned SHA {sha}, expected {}",
-                        self.sha
+                        "redis: SCRIPT LOAD returned SHA {loaded}, expected {sha}"
                     )));
                 }
                 evalsha
                     .query_async(&mut conn)
                     .await
-                    .map_err(|e| classify("EVALSHA after SCRIPT LOAD", e))?
+                    .map_err(|e| classify("EVALSHA after SCRIPT LOAD", e))
             }
-            Err(e) => return Err(classify("EVALSHA", e)),
-        };
+            Err(e) => Err(classify("EVALSHA", e)),
+        }
+    }
+
+    /// Runs one call of the changes script.
+    async fn call(&self, evalsha: &redis::Cmd) -> Result<Reply, SinkError> {
+        let reply: Vec<i64> = self.eval(evalsha, (self.script(), &self.sha)).await?;
         Reply::parse(&reply).ok_or_else(|| {
             SinkError::retriable(format!("redis: unexpected script reply {reply:?}"))
         })
     }
 
-    /// Splits changes into calls bounded by `script.max.changes` and `script.max.bytes`.
-    fn chunks<'a, 'b>(&self, changes: &'a [Change<'b>]) -> Vec<&'a [Change<'b>]> {
+    /// Applies one truncate in calls of at most `script.max.changes` members;
+    /// `position` is stored by the call that finishes it. Returns the rows removed.
+    async fn truncate(
+        &self,
+        positions_key: &str,
+        truncate: &Change<'_>,
+        position: Option<(&str, i64)>,
+    ) -> Result<u64, SinkError> {
+        let mut cursor = String::from("0");
+        let mut removed = 0;
+        loop {
+            let cmd = self.truncate_cmd(positions_key, truncate, &cursor, position);
+            let (next, n): (String, u64) = self
+                .eval(&cmd, (TRUNCATE_SCRIPT, &self.truncate_sha))
+                .await?;
+            removed += n;
+            if next == "0" {
+                return Ok(removed);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Splits changes into calls bounded by `script.max.changes` and
+    /// `script.max.bytes`, each truncate a part of its own, in order (a
+    /// truncate must follow the older changes of its partition). At least one
+    /// part, so the position is always stored.
+    fn parts<'a, 'b>(&self, changes: &'a [Change<'b>]) -> Vec<Part<'a, 'b>> {
         let mut out = Vec::new();
         let (mut start, mut bytes) = (0, 0);
         for (i, c) in changes.iter().enumerate() {
+            if c.body == Body::Truncate {
+                if i > start {
+                    out.push(Part::Changes(&changes[start..i]));
+                }
+                out.push(Part::Truncate(c));
+                (start, bytes) = (i + 1, 0);
+                continue;
+            }
             let w = c.weight(self.version_prefix.len());
             if i > start && (i - start >= self.max_changes || bytes + w > self.max_bytes) {
-                out.push(&changes[start..i]);
+                out.push(Part::Changes(&changes[start..i]));
                 start = i;
                 bytes = 0;
             }
             bytes += w;
         }
-        out.push(&changes[start..]);
+        if start < changes.len() || out.is_empty() {
+            out.push(Part::Changes(&changes[start..]));
+        }
         out
     }
+}
+
+/// A part of a batch: one call of the changes script, or one truncate.
+enum Part<'a, 'b> {
+    Changes(&'a [Change<'b>]),
+    Truncate(&'a Change<'b>),
 }
 
 /// Packs a hash field's value: strings as is, other values as their JSON
@@ -340,8 +444,12 @@ impl Sink for RedisSink {
     }
 
     async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
-        let mut changes = plan(batch, self.layout, &self.keys, &self.version_field)
-            .map_err(SinkError::Rejected)?;
+        let naming = Naming {
+            keys: &self.keys,
+            version_field: &self.version_field,
+            keyset_prefix: &self.keyset_prefix,
+        };
+        let mut changes = plan(batch, self.layout, naming).map_err(SinkError::Rejected)?;
         if self.layout == Layout::Json {
             let keys = keys_to_merge(&changes);
             if !keys.is_empty() {
@@ -351,11 +459,26 @@ impl Sink for RedisSink {
         }
         let positions_key = self.positions_key(batch.group());
         let field = position_field(batch.topic(), batch.partition());
-        let chunks = self.chunks(&changes);
-        let last = chunks.len() - 1;
+        let parts = self.parts(&changes);
+        let last = parts.len() - 1;
         let (mut applied, mut skipped) = (0, 0);
-        for (i, chunk) in chunks.into_iter().enumerate() {
+        for (i, part) in parts.into_iter().enumerate() {
             let position = (i == last).then_some((field.as_str(), batch.next_offset()));
+            let chunk = match part {
+                Part::Truncate(t) => {
+                    let removed = self.truncate(&positions_key, t, position).await?;
+                    tracing::info!(
+                        partition = %batch.topic_partition(),
+                        offset = t.offset,
+                        key_set = %t.key_set,
+                        removed,
+                        "redis truncate applied"
+                    );
+                    applied += 1;
+                    continue;
+                }
+                Part::Changes(chunk) => chunk,
+            };
             let cmd = self.script_cmd(&positions_key, chunk, position);
             match self.call(&cmd).await? {
                 Reply::Done {

@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 use super::config::Layout;
 use super::config::DEFAULT_VERSION_FIELD as VF;
 use super::plan::{
-    hash_fields, keys_to_merge, merge_json, plan, Body, FieldValue, KeyPattern, UNAVAILABLE_VALUE,
+    hash_fields, keys_to_merge, merge_json, plan, Body, FieldValue, KeyPattern, Naming,
+    UNAVAILABLE_VALUE,
 };
 use super::script::{decode_version, encode_version, pack_str, Reply};
 use crate::event::{decode_value, Version};
@@ -29,6 +30,14 @@ fn event_record(offset: i64, id: i64, op: &str, row: Value, lsn: u64, seq: u64) 
     });
     let payload = decode_value(Some(value.to_string().as_bytes())).expect("valid envelope");
     Record::new(offset, Some(json!({ "id": id })), payload)
+}
+
+fn naming(keys: &KeyPattern) -> Naming<'_> {
+    Naming {
+        keys,
+        version_field: VF,
+        keyset_prefix: "ks:",
+    }
 }
 
 fn batch(records: Vec<Record>) -> Batch {
@@ -119,7 +128,12 @@ fn keys_render_from_the_pattern() {
 fn hash_rows_skip_unavailable_and_unset_nulls() {
     let row = json!({"id": 1, "note": null, "body": UNAVAILABLE_VALUE, "n": "1.50", "ok": true, "tags": [1, 2]});
     let b = batch(vec![event_record(5, 1, "u", row, 10, 2)]);
-    let changes = plan(&b, Layout::Hash, &KeyPattern::new("{table}:{key}", ":"), VF).expect("plan");
+    let changes = plan(
+        &b,
+        Layout::Hash,
+        naming(&KeyPattern::new("{table}:{key}", ":")),
+    )
+    .expect("plan");
     assert_eq!(changes.len(), 1);
     assert_eq!(changes[0].row_key, "orders:1");
     assert_eq!(
@@ -157,11 +171,11 @@ fn a_column_named_like_the_version_field_is_rejected() {
     let row = json!({"id": 1, "_oncely_version": "x"});
     let b = batch(vec![event_record(5, 1, "u", row, 10, 2)]);
     let keys = KeyPattern::new("{table}:{key}", ":");
-    let failures = plan(&b, Layout::Hash, &keys, VF).expect_err("collision");
+    let failures = plan(&b, Layout::Hash, naming(&keys)).expect_err("collision");
     assert_eq!(failures[0].offset, 5);
     assert!(failures[0].reason.contains("version.field"), "{failures:?}");
     // The JSON layout keeps versions apart from rows: no collision there.
-    assert!(plan(&b, Layout::Json, &keys, VF).is_ok());
+    assert!(plan(&b, Layout::Json, naming(&keys)).is_ok());
 }
 
 #[test]
@@ -186,23 +200,75 @@ fn packed_strings_are_messagepack_strings() {
 }
 
 #[test]
-fn tombstones_and_messages_are_skipped_truncates_rejected() {
+fn tombstones_and_messages_are_skipped_truncates_kept_in_order() {
     let tombstone = Record::new(2, Some(json!({"id": 1})), crate::event::Payload::Tombstone);
     let b = batch(vec![
         event_record(1, 1, "d", json!({"id": 1}), 5, 0),
         tombstone,
     ]);
-    let changes = plan(&b, Layout::Hash, &KeyPattern::new("{table}:{key}", ":"), VF).expect("plan");
+    let changes = plan(
+        &b,
+        Layout::Hash,
+        naming(&KeyPattern::new("{table}:{key}", ":")),
+    )
+    .expect("plan");
     assert_eq!(changes.len(), 1);
     assert_eq!(changes[0].body, Body::Delete);
+    assert_eq!(changes[0].key_set, "ks:shop.public.orders");
 
-    let value = json!({"op": "t", "source": {"table": "orders", "commit_lsn": 9}});
+    let value = json!({"op": "t", "source": {"db": "shop", "schema": "public", "table": "orders", "commit_lsn": 9, "event_seq": 2}});
     let payload = decode_value(Some(value.to_string().as_bytes())).expect("truncate");
-    let b = batch(vec![Record::new(3, None, payload)]);
-    let failures = plan(&b, Layout::Hash, &KeyPattern::new("{table}:{key}", ":"), VF)
-        .expect_err("truncate rejected");
-    assert_eq!(failures.len(), 1);
-    assert_eq!(failures[0].offset, 3);
+    let b = batch(vec![
+        event_record(2, 1, "c", json!({"id": 1}), 9, 1),
+        Record::new(3, None, payload),
+        event_record(4, 1, "c", json!({"id": 1}), 9, 3),
+    ]);
+    let changes = plan(
+        &b,
+        Layout::Hash,
+        naming(&KeyPattern::new("{table}:{key}", ":")),
+    )
+    .expect("plan");
+    assert_eq!(changes.len(), 3);
+    assert_eq!(changes[1].body, Body::Truncate);
+    assert_eq!(changes[1].offset, 3);
+    assert_eq!(changes[1].key_set, "ks:shop.public.orders");
+    assert_eq!(changes[1].version_str(), encode_version(Version::new(9, 2)));
+}
+
+#[test]
+fn json_merge_forgets_rows_a_truncate_removed() {
+    let keys = KeyPattern::new("{table}:{key}", ":");
+    let truncate = json!({"op": "t", "source": {"db": "shop", "schema": "public", "table": "orders", "commit_lsn": 30, "event_seq": 1}});
+    let b = batch(vec![
+        Record::new(
+            1,
+            None,
+            decode_value(Some(truncate.to_string().as_bytes())).expect("t"),
+        ),
+        event_record(
+            2,
+            1,
+            "u",
+            json!({"id": 1, "body": UNAVAILABLE_VALUE}),
+            30,
+            2,
+        ),
+    ]);
+    let mut changes = plan(&b, Layout::Json, naming(&keys)).expect("plan");
+    let mut stored = HashMap::new();
+    stored.insert(
+        "orders:1".to_string(),
+        (
+            Some(encode_version(Version::new(10, 0))),
+            Some(r#"{"id":1,"body":"before the truncate"}"#.to_string()),
+        ),
+    );
+    merge_json(&mut changes, stored);
+    let Body::Json { row, unavailable } = &changes[1].body else {
+        panic!("not json")
+    };
+    assert_eq!(super::plan::json_text(row, unavailable), r#"{"id":1}"#);
 }
 
 #[test]
@@ -238,7 +304,7 @@ fn json_merge_takes_unavailable_columns_from_the_newest_prior_row() {
             0,
         ),
     ]);
-    let mut changes = plan(&b, Layout::Json, &keys, VF).expect("plan");
+    let mut changes = plan(&b, Layout::Json, naming(&keys)).expect("plan");
     assert_eq!(keys_to_merge(&changes), vec!["orders:1", "orders:2"]);
     let mut stored = HashMap::new();
     stored.insert(
