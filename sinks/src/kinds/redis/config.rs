@@ -289,8 +289,11 @@ impl RedisConfig {
                 ),
             ));
         }
-        if self.key_separator.is_empty() {
-            return Err(ConfigError::new("sink.key.separator", "must not be empty"));
+        if self.key_separator.is_empty() || self.key_separator.contains('\\') {
+            return Err(ConfigError::new(
+                "sink.key.separator",
+                "must not be empty nor contain '\\' (the escape character of key values)",
+            ));
         }
         if self.version_prefix.is_empty() {
             return Err(ConfigError::new(

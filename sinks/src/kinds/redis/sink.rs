@@ -14,6 +14,7 @@ use super::plan::{
 };
 use super::script::{pack_str, position_field, Reply, HASH_SCRIPT, JSON_SCRIPT};
 use crate::error::{RecordFailure, SinkError};
+use crate::naming::TargetClaims;
 use crate::sink::{Batch, Positions, Sink, TopicPartition};
 
 /// First delay of the reconnect backoff.
@@ -32,6 +33,9 @@ pub struct RedisSink {
     tombstone_ttl_ms: u64,
     max_changes: usize,
     max_bytes: usize,
+    /// Which table each key prefix belongs to (`{table}:{key}` merges
+    /// tables of one name in two schemas).
+    claims: TargetClaims,
 }
 
 impl RedisSink {
@@ -99,6 +103,7 @@ impl RedisSink {
             tombstone_ttl_ms: config.tombstone_ttl_ms(),
             max_changes: config.script_max_changes,
             max_bytes: config.script_max_bytes,
+            claims: TargetClaims::new("key prefix", "sink.key.pattern"),
         };
         sink.sha = sink.load_script().await?;
         sink.warn_without_persistence().await;
@@ -269,6 +274,27 @@ impl RedisSink {
         })
     }
 
+    /// Refuses a batch whose table's keys another table writes to.
+    fn claim_keys(&self, batch: &Batch) -> Result<(), SinkError> {
+        let mut last = None;
+        for record in batch.records() {
+            let Some(event) = record.event() else {
+                continue;
+            };
+            let (Some(schema), Some(table)) = (event.schema_name(), event.table()) else {
+                continue;
+            };
+            if last == Some((schema, table)) {
+                continue;
+            }
+            last = Some((schema, table));
+            let db = event.source.get("db").and_then(|v| v.as_str()).unwrap_or("");
+            let part = self.keys.table_part(batch.topic(), [db, schema, table]);
+            self.claims.claim(&part, schema, table)?;
+        }
+        Ok(())
+    }
+
     /// Splits changes into calls bounded by `script.max.changes` and `script.max.bytes`.
     fn chunks<'a, 'b>(&self, changes: &'a [Change<'b>]) -> Vec<&'a [Change<'b>]> {
         let mut out = Vec::new();
@@ -338,6 +364,7 @@ impl Sink for RedisSink {
     }
 
     async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
+        self.claim_keys(batch)?;
         let mut changes = plan(batch, self.layout, &self.keys, &self.version_field)
             .map_err(SinkError::Rejected)?;
         if self.layout == Layout::Json {

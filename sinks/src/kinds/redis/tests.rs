@@ -116,6 +116,39 @@ fn keys_render_from_the_pattern() {
 }
 
 #[test]
+fn keys_holding_the_separator_stay_apart_and_split_back() {
+    let r = event_record(1, 7, "c", json!({"id": 7}), 1, 0);
+    let e = r.event().expect("event");
+    let p = KeyPattern::new("{table}:{key}", ":");
+    let one = p.render("t", e, &json!({"a": "a:b", "b": "c"}));
+    let two = p.render("t", e, &json!({"a": "a", "b": "b:c"}));
+    assert_eq!(one, "orders:a\\:b:c");
+    assert_eq!(two, "orders:a:b\\:c");
+    let three = p.render("t", e, &json!({"a": "a\\", "b": "b"}));
+    let four = p.render("t", e, &json!({"a": "a", "b": "\\b"}));
+    assert_ne!(three, four);
+    let prefix = "orders:";
+    for (key, values) in [
+        (&one, vec!["a:b", "c"]),
+        (&two, vec!["a", "b:c"]),
+        (&three, vec!["a\\", "b"]),
+        (&four, vec!["a", "\\b"]),
+    ] {
+        let inner = key.strip_prefix(prefix).expect("prefix");
+        assert_eq!(p.split_key(inner), values, "{key}");
+    }
+    // Names with the pattern's characters are escaped too: table `a:b` key
+    // `c` is not table `a` key (`b`, `c`).
+    let q = KeyPattern::new("{schema}.{table}:{key}", ":");
+    let k1 = q.render_row("t", ["d", "s", "a:b"], [&json!("c")]);
+    let k2 = q.render_row("t", ["d", "s", "a"], [&json!("b"), &json!("c")]);
+    assert_ne!(k1, k2);
+    assert_eq!(q.table_part("t", ["d", "s.x", "a"]), "s\\.x.a:{key}");
+    // Integers and text without special characters are as before.
+    assert_eq!(p.render("t", e, &json!({"id": 7})), "orders:7");
+}
+
+#[test]
 fn hash_rows_skip_unavailable_and_unset_nulls() {
     let row = json!({"id": 1, "note": null, "body": UNAVAILABLE_VALUE, "n": "1.50", "ok": true, "tags": [1, 2]});
     let b = batch(vec![event_record(5, 1, "u", row, 10, 2)]);
