@@ -73,11 +73,12 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub use config::{expand_name, DeleteMode, PostgresConfig, Secret, SslMode, TruncateMode};
 pub use plan::UNAVAILABLE;
-pub use table::{DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
+pub use table::{MetaColumns, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
 
 use self::error::{classify, pool_error, to_sink_error, Class};
 use self::plan::{plan, Plan, Row, Shape, Step, TableRows};
 use self::table::{quote, Catalog, TableInfo};
+use crate::naming::TargetClaims;
 use self::types::compatible;
 use self::write::{
     conv_for_type, find_rejected, store_position, write_all, write_group_with_position, Group,
@@ -106,6 +107,9 @@ pub struct PostgresSink {
     positions: String,
     /// Batches written with the statement built in `prepare`.
     prebuilt_used: AtomicU64,
+    /// Which source table each target table belongs to (`${schema}_${table}`
+    /// makes `a_b.c` and `a.b_c` one table).
+    claims: TargetClaims,
 }
 
 impl PostgresSink {
@@ -144,7 +148,10 @@ impl PostgresSink {
             .max_size(config.pool_max_size)
             .build()
             .map_err(|e| SinkError::fatal_from("build the connection pool", e))?;
-        let catalog = Catalog::new(&config.target_schema);
+        let catalog = Catalog::new(
+            &config.target_schema,
+            MetaColumns::new(&config.meta_column_prefix),
+        );
         let positions = catalog.qualified(&config.positions_table);
         let sink = Self {
             pool,
@@ -152,9 +159,34 @@ impl PostgresSink {
             config: config.clone(),
             positions,
             prebuilt_used: AtomicU64::new(0),
+            claims: TargetClaims::new("warehouse table", "sink.table.name.format"),
         };
         sink.setup().await?;
         Ok(sink)
+    }
+
+    /// Refuses a batch whose table's target another source table writes to.
+    fn claim_tables(&self, batch: &Batch) -> Result<(), SinkError> {
+        let mut last = None;
+        for record in batch.records() {
+            let Some(event) = record.event() else {
+                continue;
+            };
+            let (Some(schema), Some(table)) = (event.schema_name(), event.table()) else {
+                continue;
+            };
+            if last == Some((schema, table)) {
+                continue;
+            }
+            last = Some((schema, table));
+            // A name too long is the record's failure (in the plan).
+            if let Some(target) =
+                expand_name(&self.config.table_name_format, batch.topic(), schema, table)
+            {
+                self.claims.claim(&target, schema, table)?;
+            }
+        }
+        Ok(())
     }
 
     /// How many batches were written with the statement built ahead in
@@ -547,6 +579,7 @@ impl Sink for PostgresSink {
     }
 
     async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
+        self.claim_tables(batch)?;
         let inline;
         let prepared = batch.prepared::<Prepared>();
         let plan = match prepared {

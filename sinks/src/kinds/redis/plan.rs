@@ -43,8 +43,9 @@ pub struct Change<'a> {
 pub enum Body<'a> {
     /// Remove the row, keep its version as a tombstone.
     Delete,
-    /// Hash layout: set the row's non-null columns, remove the null ones, keep
-    /// the unavailable ones and every other field ([`hash_fields`]).
+    /// Hash layout: the row replaces the stored hash (non-null columns as
+    /// fields), keeping only the stored fields of its unavailable columns
+    /// ([`hash_fields`]).
     Hash(&'a Map<String, Value>),
     /// JSON layout: the row, and the columns to take from the stored row.
     Json {
@@ -95,21 +96,22 @@ pub enum FieldValue<'a> {
     Json(&'a Value),
 }
 
-/// A hash row's columns: the fields to set and the null columns to remove;
-/// unavailable (unchanged TOAST) columns are in neither, so they keep their
-/// stored value.
+/// A hash row's columns: the fields of the new hash (null columns have
+/// none), and the unavailable (unchanged TOAST) columns, whose stored field
+/// the script keeps. Every other stored field goes: a column dropped or
+/// renamed in the source leaves the cache with the next full row image.
 pub fn hash_fields(row: &Map<String, Value>) -> (Vec<(&str, FieldValue<'_>)>, Vec<&str>) {
     let mut set = Vec::with_capacity(row.len());
-    let mut unset = Vec::new();
+    let mut keep = Vec::new();
     for (column, value) in row {
         match value {
-            Value::Null => unset.push(column.as_str()),
-            Value::String(s) if s == UNAVAILABLE_VALUE => {}
+            Value::Null => {}
+            Value::String(s) if s == UNAVAILABLE_VALUE => keep.push(column.as_str()),
             Value::String(s) => set.push((column.as_str(), FieldValue::Str(s))),
             other => set.push((column.as_str(), FieldValue::Json(other))),
         }
     }
-    (set, unset)
+    (set, keep)
 }
 
 /// One piece of a parsed `key.pattern`.

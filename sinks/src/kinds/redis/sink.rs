@@ -225,8 +225,8 @@ impl RedisSink {
                         .arg(json_text(row, unavailable));
                 }
                 Body::Hash(row) => {
-                    let (set, unset) = hash_fields(row);
-                    let op = if unset.is_empty() { "H" } else { "N" };
+                    let (set, keep) = hash_fields(row);
+                    let op = if keep.is_empty() { "H" } else { "K" };
                     cmd.arg(op).arg(&c.version[..]);
                     packed.clear();
                     for (f, v) in set {
@@ -234,9 +234,9 @@ impl RedisSink {
                         pack_field(&mut packed, v, &mut text);
                     }
                     cmd.arg(&packed[..]);
-                    if !unset.is_empty() {
+                    if !keep.is_empty() {
                         packed.clear();
-                        for f in unset {
+                        for f in keep {
                             pack_str(&mut packed, f.as_bytes());
                         }
                         cmd.arg(&packed[..]);
