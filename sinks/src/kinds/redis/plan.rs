@@ -128,11 +128,14 @@ enum Part {
 ///
 /// Every value put into the pattern (`{topic}`, `{db}`, `{schema}`,
 /// `{table}`, and each key value of `{key}`) is escaped: a backslash goes
-/// before each `\`, each character of `key.separator` and each character of
-/// the pattern's own text (with the default `{table}:{key}`: before `\` and
-/// `:`). Unescaped, those characters come only from the pattern and the
-/// separators, so a key names one row: `('a:b', 'c')` is `t:a\:b:c` and
-/// `('a', 'b:c')` is `t:a:b\:c` (they were both `t:a:b:c`).
+/// before each `\`, each character of `key.separator` and each character
+/// that ends a placeholder in the pattern (the first character of the text
+/// after it; with the default `{table}:{key}`: `\` and `:` only).
+/// Unescaped, those characters come only from the pattern and the
+/// separators, so reading left to right each value ends where the pattern
+/// says and a key names one row: `('a:b', 'c')` is `t:a\:b:c` and
+/// `('a', 'b:c')` is `t:a:b\:c` (they were both `t:a:b:c`). Two
+/// placeholders must therefore have text between them (the config checks).
 #[derive(Debug, Clone)]
 pub struct KeyPattern {
     parts: Vec<Part>,
@@ -193,9 +196,11 @@ impl KeyPattern {
             }
         }
         let mut special: Vec<char> = separator.chars().collect();
-        for part in &parts {
-            if let Part::Literal(s) = part {
-                special.extend(s.chars());
+        for pair in parts.windows(2) {
+            if let [placeholder, Part::Literal(s)] = pair {
+                if !matches!(placeholder, Part::Literal(_)) {
+                    special.extend(s.chars().next());
+                }
             }
         }
         special.sort_unstable();

@@ -144,6 +144,12 @@ fn keys_holding_the_separator_stay_apart_and_split_back() {
     let k2 = q.render_row("t", ["d", "s", "a"], [&json!("b"), &json!("c")]);
     assert_ne!(k1, k2);
     assert_eq!(q.table_part("t", ["d", "s.x", "a"]), "s\\.x.a:{key}");
+    // The pattern's other text is not escaped in values.
+    let r = KeyPattern::new("cache_v1:{table}:{key}", ":");
+    assert_eq!(
+        r.render_row("t", ["d", "s", "order_items"], [&json!("a_b.c")]),
+        "cache_v1:order_items:a_b.c"
+    );
     // Integers and text without special characters are as before.
     assert_eq!(p.render("t", e, &json!({"id": 7})), "orders:7");
 }
