@@ -47,7 +47,10 @@ async fn tables_whose_topics_would_merge_are_refused() -> Result<()> {
         )
         .await?;
     let (ok, stderr) = env.run_capture("", Duration::from_secs(60))?;
-    assert!(!ok, "capture started although two tables share a topic:\n{stderr}");
+    assert!(
+        !ok,
+        "capture started although two tables share a topic:\n{stderr}"
+    );
     for needle in [
         r#""Sales"."Order Items""#,
         r#""Sales"."Order_Items""#,
@@ -97,7 +100,11 @@ async fn tables_whose_topics_would_merge_are_refused() -> Result<()> {
         .context("capture went on after a new table took another table's topic")?;
     assert!(!status.success());
     let log = env.capture_log();
-    for needle in [r#""Sales"."Order#Items""#, r#""Sales"."Order_Items""#, "topic.name.mapping"] {
+    for needle in [
+        r#""Sales"."Order#Items""#,
+        r#""Sales"."Order_Items""#,
+        "topic.name.mapping",
+    ] {
         assert!(log.contains(needle), "no {needle:?} in:\n{log}");
     }
     let hashed: Vec<_> = read_committed(&topics)?
@@ -108,7 +115,10 @@ async fn tables_whose_topics_would_merge_are_refused() -> Result<()> {
                 .unwrap_or(false)
         })
         .collect();
-    assert!(hashed.is_empty(), "the new table's row reached another table's topic");
+    assert!(
+        hashed.is_empty(),
+        "the new table's row reached another table's topic"
+    );
     drop(capture);
     env.cleanup().await;
     Ok(())
@@ -137,8 +147,7 @@ const ODD_KEYS: [(&str, &str); 6] = [
 /// the cached row in both Redis layouts, keeping only the unchanged TOASTed
 /// value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn odd_names_and_keys_reach_every_target_and_full_images_replace_cached_rows(
-) -> Result<()> {
+async fn odd_names_and_keys_reach_every_target_and_full_images_replace_cached_rows() -> Result<()> {
     let mut p = Pipeline::with_topics("names_odd", ODD_SCHEMA, &[], "", |prefix| {
         vec![format!("{prefix}.Sales.Order_Items")]
     })
@@ -170,6 +179,9 @@ async fn odd_names_and_keys_reach_every_target_and_full_images_replace_cached_ro
     }
     let report = p.verify(Duration::from_secs(120)).await?;
     assert!(report.is_equal(), "after inserts:\n{}", summary(&report));
+    // Compared, not skipped: verify knows the topic the sinks consume (it
+    // named it `... Order Items` and skipped the table as no sink's).
+    assert_all_compared(&report, p.sinks.len(), ODD_KEYS.len() as u64);
 
     p.env
         .client
@@ -180,7 +192,12 @@ async fn odd_names_and_keys_reach_every_target_and_full_images_replace_cached_ro
         )
         .await?;
     let report = p.verify(Duration::from_secs(120)).await?;
-    assert!(report.is_equal(), "after DROP/RENAME:\n{}", summary(&report));
+    assert!(
+        report.is_equal(),
+        "after DROP/RENAME:\n{}",
+        summary(&report)
+    );
+    assert_all_compared(&report, p.sinks.len(), ODD_KEYS.len() as u64);
 
     // Each row under its own key; no dropped or old-named field; the
     // unchanged TOASTed value kept.
@@ -191,8 +208,14 @@ async fn odd_names_and_keys_reach_every_target_and_full_images_replace_cached_ro
         .await?;
     assert_eq!(hash_keys.len(), ODD_KEYS.len(), "hash keys: {hash_keys:?}");
     for key in &hash_keys {
-        let h: HashMap<String, String> = redis::cmd("HGETALL").arg(key).query_async(&mut conn).await?;
-        assert!(!h.contains_key("old") && !h.contains_key("x"), "{key}: {h:?}");
+        let h: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(key)
+            .query_async(&mut conn)
+            .await?;
+        assert!(
+            !h.contains_key("old") && !h.contains_key("x"),
+            "{key}: {h:?}"
+        );
         assert_eq!(h.get("y").map(String::as_str), Some("2"), "{key}: {h:?}");
         assert_eq!(h.get("big"), Some(&big), "{key}: TOASTed value lost");
     }
@@ -204,15 +227,31 @@ async fn odd_names_and_keys_reach_every_target_and_full_images_replace_cached_ro
     for key in &json_keys {
         let text: String = redis::cmd("GET").arg(key).query_async(&mut conn).await?;
         let row: serde_json::Map<String, Value> = serde_json::from_str(&text)?;
-        assert!(!row.contains_key("old") && !row.contains_key("x"), "{key}: {text}");
+        assert!(
+            !row.contains_key("old") && !row.contains_key("x"),
+            "{key}: {text}"
+        );
         assert_eq!(row.get("big").and_then(Value::as_str), Some(big.as_str()));
     }
     let escaped = format!("{rp}:Order Items:a\\:b:c");
-    assert!(hash_keys.contains(&escaped), "{escaped} not in {hash_keys:?}");
+    assert!(
+        hash_keys.contains(&escaped),
+        "{escaped} not in {hash_keys:?}"
+    );
     drop(_sinks);
     drop(_capture);
     p.cleanup().await;
     Ok(())
+}
+
+/// Every one of `targets` compared the one table and holds `rows` rows.
+fn assert_all_compared(report: &oncely::verify::Report, targets: usize, rows: u64) {
+    assert_eq!(report.compared(), targets, "{}", summary(report));
+    for t in &report.targets {
+        for table in &t.tables {
+            assert_eq!(table.target_rows, rows, "{} {}", t.label, table.location);
+        }
+    }
 }
 
 /// Issue 23 item 13: a source column `__oncely_deleted` made `CREATE TABLE`
@@ -277,10 +316,17 @@ async fn tables_merged_by_a_target_name_stop_the_sink_naming_both() -> Result<()
         &[],
         "topic.name.mapping = { \"a.b_c\" = \"{prefix}.a.b-c\" }\n",
         |prefix| {
-            ["Sales.Orders", "sales.orders", "a_b.c", "a.b-c", "s1.t", "s2.t"]
-                .iter()
-                .map(|t| format!("{prefix}.{t}"))
-                .collect()
+            [
+                "Sales.Orders",
+                "sales.orders",
+                "a_b.c",
+                "a.b-c",
+                "s1.t",
+                "s2.t",
+            ]
+            .iter()
+            .map(|t| format!("{prefix}.{t}"))
+            .collect()
         },
     )
     .await?;
@@ -296,7 +342,12 @@ async fn tables_merged_by_a_target_name_stop_the_sink_naming_both() -> Result<()
         .await?;
     let expected = [
         (0, r#""a_b"."c""#, r#""a"."b_c""#, "table.name.format"),
-        (1, r#""Sales"."Orders""#, r#""sales"."orders""#, "index.pattern"),
+        (
+            1,
+            r#""Sales"."Orders""#,
+            r#""sales"."orders""#,
+            "index.pattern",
+        ),
         (2, r#""s1"."t""#, r#""s2"."t""#, "key.pattern"),
     ];
     for (i, first, second, setting) in expected {
@@ -350,7 +401,11 @@ async fn a_snapshot_filter_cannot_run_a_second_statement() -> Result<()> {
     assert!(stderr.contains("not a single expression"), "{stderr}");
 
     // Past the CLI: signal rows written by anyone who may write the table.
-    for (id, filter) in [("attack", attack), ("not-boolean", "id"), ("two", "1=1) OR (1=1")] {
+    for (id, filter) in [
+        ("attack", attack),
+        ("not-boolean", "id"),
+        ("two", "1=1) OR (1=1"),
+    ] {
         let data = serde_json::json!({
             "data-collections": ["public.t"],
             "additional-conditions": [{"data-collection": "public.t", "filter": filter}],
@@ -392,7 +447,11 @@ async fn a_snapshot_filter_cannot_run_a_second_statement() -> Result<()> {
         .query_one("SELECT to_regclass('public.victim')::text", &[])
         .await?
         .get(0);
-    assert_eq!(victim.as_deref(), Some("victim"), "the filter dropped a table");
+    assert_eq!(
+        victim.as_deref(),
+        Some("victim"),
+        "the filter dropped a table"
+    );
     let log = env.capture_log();
     assert!(log.contains("not a boolean expression"), "{log}");
     drop(_capture);

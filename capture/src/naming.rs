@@ -89,7 +89,12 @@ pub struct TopicClaims {
 impl TopicClaims {
     /// Reserves `topic` for table `schema.table`. Claiming the same topic
     /// again for the same table is fine.
-    pub fn claim_table(&mut self, topic: &str, schema: &str, table: &str) -> Result<(), TopicClash> {
+    pub fn claim_table(
+        &mut self,
+        topic: &str,
+        schema: &str,
+        table: &str,
+    ) -> Result<(), TopicClash> {
         self.claim(topic, &owner(schema, table), &format!("{schema}.{table}"))
     }
 
@@ -164,7 +169,9 @@ mod tests {
         assert_eq!(a, "p.Sales.Order_Items");
         assert_eq!(a, b);
         let mut claims = TopicClaims::default();
-        claims.claim_table(&a, "Sales", "Order Items").expect("first");
+        claims
+            .claim_table(&a, "Sales", "Order Items")
+            .expect("first");
         claims
             .claim_table(&a, "Sales", "Order Items")
             .expect("same table again");
@@ -200,8 +207,11 @@ mod tests {
 
     #[test]
     fn a_mapping_separates_tables_and_long_names_are_refused() {
-        let mapping: BTreeMap<String, String> =
-            [("Sales.Order Items".to_owned(), "p.sales.order-items".to_owned())].into();
+        let mapping: BTreeMap<String, String> = [(
+            "Sales.Order Items".to_owned(),
+            "p.sales.order-items".to_owned(),
+        )]
+        .into();
         let a = table_topic("p", &mapping, "Sales", "Order Items");
         let b = table_topic("p", &mapping, "Sales", "Order_Items");
         assert_eq!(a, "p.sales.order-items");

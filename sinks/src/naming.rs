@@ -67,8 +67,12 @@ mod tests {
     #[test]
     fn a_second_table_on_one_target_is_fatal_and_names_both() {
         let claims = TargetClaims::new("index", "sink.index.pattern");
-        claims.claim("p.sales.orders", "Sales", "Orders").expect("first");
-        claims.claim("p.sales.orders", "Sales", "Orders").expect("again");
+        claims
+            .claim("p.sales.orders", "Sales", "Orders")
+            .expect("first");
+        claims
+            .claim("p.sales.orders", "Sales", "Orders")
+            .expect("again");
         let e = claims
             .claim("p.sales.orders", "sales", "orders")
             .expect_err("merge");

@@ -49,7 +49,10 @@ impl Pipeline {
     ) -> Result<Self> {
         let names: Vec<String> = tables.iter().map(|t| t.to_string()).collect();
         Self::with_topics(name, schema, tables, capture_extra, |prefix| {
-            names.iter().map(|t| format!("{prefix}.public.{t}")).collect()
+            names
+                .iter()
+                .map(|t| format!("{prefix}.public.{t}"))
+                .collect()
         })
         .await
     }

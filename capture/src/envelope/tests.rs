@@ -74,7 +74,10 @@ fn topic_and_key_columns() {
     let e = enc(false);
     assert_eq!(e.topic(), "shop.public.customers");
     assert_eq!(e.key_column_names().collect::<Vec<_>>(), ["id"]);
-    assert_eq!(crate::naming::sanitize_topic("p.my schema.tåble"), "p.my_schema.t_ble");
+    assert_eq!(
+        crate::naming::sanitize_topic("p.my schema.tåble"),
+        "p.my_schema.t_ble"
+    );
 }
 
 #[test]

@@ -1058,8 +1058,7 @@ impl Pipeline<'_> {
         // A table created (or renamed) while capture runs: its topic must
         // not be another table's. Stopping loses nothing: after the fix, a
         // restart streams its changes from the committed offset.
-        check_length(&topic, &qualified)
-            .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+        check_length(&topic, &qualified).map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         self.topic_claims
             .claim_table(&topic, &rel.namespace, &rel.name)
             .map_err(|e| {
@@ -1434,7 +1433,10 @@ fn claim_topics(
     let mut claims = TopicClaims::default();
     let refuse = |e: &dyn std::fmt::Display| CaptureError::Prerequisite(e.to_string());
     claims
-        .claim_own(&cfg.offsets_topic(), "the offsets topic (offset.storage.topic)")
+        .claim_own(
+            &cfg.offsets_topic(),
+            "the offsets topic (offset.storage.topic)",
+        )
         .map_err(|e| refuse(&e))?;
     claims
         .claim_own(
@@ -1444,7 +1446,11 @@ fn claim_topics(
         .map_err(|e| refuse(&e))?;
     for t in tables {
         // The outbox's rows go to its event topics, not to a table topic.
-        if cfg.outbox.as_ref().is_some_and(|o| o.table == t.qualified()) {
+        if cfg
+            .outbox
+            .as_ref()
+            .is_some_and(|o| o.table == t.qualified())
+        {
             continue;
         }
         let topic = cfg.table_topic(&t.schema, &t.name);

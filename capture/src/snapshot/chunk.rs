@@ -161,7 +161,10 @@ async fn select(
     // (the extended protocol of tokio-postgres asks for binary results).
     // The cursor ends with the transaction.
     client
-        .execute(&format!("DECLARE oncely_chunk NO SCROLL CURSOR FOR {sql}"), &[])
+        .execute(
+            &format!("DECLARE oncely_chunk NO SCROLL CURSOR FOR {sql}"),
+            &[],
+        )
         .await
         .map_err(refused)?;
     let messages = client

@@ -115,7 +115,11 @@ pub fn check_filter(filter: &str) -> Result<(), String> {
     if filter.trim().is_empty() {
         return Err("the filter is empty".into());
     }
-    let refuse = |why: &str| Err(format!("filter {filter:?} is not a single expression: {why}"));
+    let refuse = |why: &str| {
+        Err(format!(
+            "filter {filter:?} is not a single expression: {why}"
+        ))
+    };
     let (mut i, mut depth) = (0usize, 0i32);
     while i < b.len() {
         match b[i] {
@@ -123,7 +127,10 @@ pub fn check_filter(filter: &str) -> Result<(), String> {
                 let escape_string = quote == b'\''
                     && i > 0
                     && matches!(b[i - 1], b'e' | b'E')
-                    && (i < 2 || !(b[i - 2].is_ascii_alphabetic() || b[i - 2] == b'_' || b[i - 2] >= 0x80));
+                    && (i < 2
+                        || !(b[i - 2].is_ascii_alphabetic()
+                            || b[i - 2] == b'_'
+                            || b[i - 2] >= 0x80));
                 if escape_string {
                     return refuse("escape string constants (E'...') are not accepted; write the value as a standard '...' literal");
                 }

@@ -297,7 +297,9 @@ pub fn index_name(
             '\\' | '/' | '*' | '?' | '"' | '<' | '>' | '|' | ' ' | ',' | '#' | ':'
         )
     }) {
-        return refuse(&format!("contains {c:?}, which Elasticsearch refuses in index names"));
+        return refuse(&format!(
+            "contains {c:?}, which Elasticsearch refuses in index names"
+        ));
     }
     Ok(name)
 }

@@ -111,6 +111,9 @@ mod tests {
         assert_eq!(classify_code(&SqlState::UNDEFINED_COLUMN), Class::Transient);
         // "column specified more than once" in CREATE TABLE: for ever, so fatal.
         assert_eq!(classify_code(&SqlState::DUPLICATE_COLUMN), Class::Fatal);
-        assert_eq!(classify_code(&SqlState::INVALID_TABLE_DEFINITION), Class::Fatal);
+        assert_eq!(
+            classify_code(&SqlState::INVALID_TABLE_DEFINITION),
+            Class::Fatal
+        );
     }
 }

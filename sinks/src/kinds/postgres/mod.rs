@@ -78,13 +78,13 @@ pub use table::{MetaColumns, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
 use self::error::{classify, pool_error, to_sink_error, Class};
 use self::plan::{plan, Plan, Row, Shape, Step, TableRows};
 use self::table::{quote, Catalog, TableInfo};
-use crate::naming::TargetClaims;
 use self::types::compatible;
 use self::write::{
     conv_for_type, find_rejected, store_position, write_all, write_group_with_position, Group,
     Modes, Origin, Prebuilt, Ready,
 };
 use crate::error::{RecordFailure, SinkError};
+use crate::naming::TargetClaims;
 use crate::sink::{Batch, Positions, Sink, TopicPartition};
 
 /// What [`Sink::prepare`] stores in a batch: its plan and, for a batch that is

@@ -198,7 +198,10 @@ impl Catalog {
             .collect();
         columns.push(format!("{} bigint NOT NULL", quote(&m.lsn)));
         columns.push(format!("{} bigint NOT NULL", quote(&m.seq)));
-        columns.push(format!("{} boolean NOT NULL DEFAULT false", quote(&m.deleted)));
+        columns.push(format!(
+            "{} boolean NOT NULL DEFAULT false",
+            quote(&m.deleted)
+        ));
         columns.push(format!("{} jsonb", quote(&m.unavailable)));
         let keys: Vec<String> = key.iter().map(|k| quote(k)).collect();
         let mut ddl_text = format!(

@@ -288,7 +288,11 @@ impl RedisSink {
                 continue;
             }
             last = Some((schema, table));
-            let db = event.source.get("db").and_then(|v| v.as_str()).unwrap_or("");
+            let db = event
+                .source
+                .get("db")
+                .and_then(|v| v.as_str())
+                .unwrap_or("");
             let part = self.keys.table_part(batch.topic(), [db, schema, table]);
             self.claims.claim(&part, schema, table)?;
         }
