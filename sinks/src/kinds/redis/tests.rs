@@ -67,6 +67,9 @@ fn config_errors_name_the_key() {
     assert_eq!(bad("version.key.prefix = \"\""), "sink.version.key.prefix");
     assert_eq!(bad("tls.ca.file = \"/ca.pem\""), "sink.tls.ca.file");
     assert_eq!(bad("version.field = \"\""), "sink.version.field");
+    // Keys must stay injective: text between placeholders, no escape character in the separator.
+    assert_eq!(bad("key.pattern = \"{table}{key}\""), "sink.key.pattern");
+    assert_eq!(bad("key.separator = \"\\\\\""), "sink.key.separator");
     let e = parse_config(&format!(
         "{HEAD}[sink]\nkind = \"redis\"\nlayot = \"hash\"\n"
     ))
