@@ -101,15 +101,6 @@ const SNAPSHOTTED: (&str, &str, &str) = (
     "ALTER TABLE during_snapshot ADD COLUMN f integer DEFAULT 5",
 );
 
-/// Tables whose DDL removes a field (DROP, RENAME): the Redis sink merges a
-/// full row image into the stored hash, so the old field stays (issue 23,
-/// item 3, fixed on its own branch). Remove this list once that is merged.
-const REDIS_KEEPS_OLD_FIELDS: &[&str] = &[
-    "public.drop_col",
-    "public.rename_col",
-    "public.while_stopped",
-];
-
 const SEED_ROWS: i64 = 80;
 /// Small chunks: the signalled snapshot spans the DDL.
 const CHUNK: usize = 10;
@@ -340,9 +331,6 @@ async fn drive(p: &Pipeline, tables: &[(&str, &str, &str)]) -> Result<()> {
                 .iter()
                 .filter(|r| !r.is_equal())
                 .map(|r| (t.label.clone(), r.table.clone()))
-        })
-        .filter(|(label, table)| {
-            !(label.starts_with("redis") && REDIS_KEEPS_OLD_FIELDS.contains(&table.as_str()))
         })
         .collect();
     assert!(

@@ -261,6 +261,18 @@ pub struct TopicConfig {
     pub prefix: String,
     #[serde(default)]
     pub creation: TopicCreationConfig,
+    #[serde(default)]
+    pub name: TopicNameConfig,
+}
+
+/// `topic.name.mapping = { "<schema>.<table>" = "<topic>" }`: the topic of a
+/// table instead of `<prefix>.<schema>.<table>`, to separate tables whose
+/// default names would merge (see [`crate::naming`]).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicNameConfig {
+    #[serde(default)]
+    pub mapping: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -741,6 +753,20 @@ impl CaptureConfig {
             }
             None => {}
         }
+        for (table, topic) in &self.topic.name.mapping {
+            if crate::snapshot::split_table(table).is_none() {
+                return Err(invalid(
+                    "topic.name.mapping",
+                    format!("key {table:?} must be <schema>.<table>, spelled as the catalog spells them"),
+                ));
+            }
+            if !is_topic_name(topic) {
+                return Err(invalid(
+                    "topic.name.mapping",
+                    format!("topic {topic:?} of {table} must be 1 to 249 letters, digits, '.', '_' and '-' (Kafka topic characters)"),
+                ));
+            }
+        }
         self.validate_message_size()?;
         crate::filter::TableFilter::new(&self.table.include.list.0, &self.table.exclude.list.0)
             .map_err(|e| invalid("table.include.list", e.to_string()))?;
@@ -876,6 +902,11 @@ impl CaptureConfig {
 
     pub fn chunk_size(&self) -> usize {
         self.incremental.snapshot.chunk.size
+    }
+
+    /// The topic of table `schema.table` (see [`crate::naming::table_topic`]).
+    pub fn table_topic(&self, schema: &str, table: &str) -> String {
+        crate::naming::table_topic(&self.topic.prefix, &self.topic.name.mapping, schema, table)
     }
 
     /// The signal table, `schema.table`, when configured.

@@ -9,6 +9,7 @@ pub mod error;
 pub mod filter;
 pub mod kafka;
 pub mod metrics;
+pub mod naming;
 pub mod offset;
 pub mod outbox;
 pub mod pgoutput;

@@ -11,6 +11,7 @@ use tokio_postgres::{Client, NoTls};
 use crate::config::{AutocreateMode, CaptureConfig};
 use crate::error::CaptureError;
 use crate::filter::{parse_key_columns, TableFilter};
+use crate::naming::quote_ident;
 
 /// A table chosen for capture and the columns that key its events.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -493,10 +494,6 @@ pub fn parse_lsn(text: Option<&str>) -> Result<u64, CaptureError> {
 
 pub fn format_lsn(lsn: u64) -> String {
     Lsn::from_u64(lsn).to_pg_string()
-}
-
-fn quote_ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
 }
 
 /// A privilege failure becomes a prerequisite message; anything else stays a database error.

@@ -10,6 +10,7 @@ pub mod error;
 pub mod event;
 pub mod kinds;
 pub mod metrics;
+pub mod naming;
 pub mod retry;
 pub mod runner;
 pub mod secret;

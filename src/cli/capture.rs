@@ -6,6 +6,7 @@ use anyhow::{bail, Context};
 use oncely_capture::config::CaptureConfig;
 use oncely_capture::error::CaptureError;
 use oncely_capture::metrics::{self, CaptureMetrics, SnapshotView};
+use oncely_capture::naming::quote_ident;
 use tokio_util::sync::CancellationToken;
 
 #[derive(clap::Args)]
@@ -172,6 +173,9 @@ async fn signal(args: SnapshotArgs) -> anyhow::Result<()> {
         let mut data =
             serde_json::json!({ "data-collections": args.tables, "type": "incremental" });
         if let Some(filter) = &args.filter {
+            // The running capture checks it again; refusing here says why at once.
+            oncely_capture::snapshot::signal::check_filter(filter)
+                .map_err(|why| anyhow::anyhow!("--filter: {why}"))?;
             data["additional-conditions"] = args
                 .tables
                 .iter()
@@ -207,9 +211,9 @@ async fn signal(args: SnapshotArgs) -> anyhow::Result<()> {
         std::process::id()
     );
     let sql = format!(
-        "INSERT INTO \"{}\".\"{}\" (id, type, data) VALUES ($1, $2, $3)",
-        schema.replace('"', "\"\""),
-        name.replace('"', "\"\"")
+        "INSERT INTO {}.{} (id, type, data) VALUES ($1, $2, $3)",
+        quote_ident(schema),
+        quote_ident(name)
     );
     client
         .execute(&sql, &[&id, &kind, &data])

@@ -174,7 +174,9 @@ impl SourceDb {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             out.push(SourceTable {
-                topic: format!("{}.{}.{}", cfg.topic.prefix, t.schema, t.name),
+                // Capture's own naming, mapping and replaced characters
+                // included: the sinks name their targets after it.
+                topic: cfg.table_topic(&t.schema, &t.name),
                 schema: t.schema,
                 name: t.name,
                 columns,
@@ -338,10 +340,8 @@ impl SourceDb {
     }
 }
 
-/// A PostgreSQL identifier, quoted.
-pub fn quote_ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
-}
+/// A PostgreSQL identifier, quoted (capture's one definition).
+pub use oncely_capture::naming::quote_ident;
 
 /// The PostgreSQL text of an LSN, e.g. `0/16B3748`.
 pub fn format_lsn(lsn: u64) -> String {
@@ -366,11 +366,5 @@ mod tests {
     fn lsn_text_matches_postgres() {
         assert_eq!(format_lsn(0x016B_3748), "0/16B3748");
         assert_eq!(format_lsn((3 << 32) | 0x10), "3/10");
-    }
-
-    #[test]
-    fn identifiers_are_quoted() {
-        assert_eq!(quote_ident("order"), "\"order\"");
-        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
     }
 }

@@ -34,6 +34,8 @@ pub struct Pipeline {
     pub sinks: Vec<PathBuf>,
     /// Prefix of this pipeline's Redis keys.
     pub redis_prefix: String,
+    /// The change topics the sinks consume.
+    topic_names: Vec<String>,
 }
 
 impl Pipeline {
@@ -45,13 +47,34 @@ impl Pipeline {
         tables: &[&str],
         capture_extra: &str,
     ) -> Result<Self> {
+        let names: Vec<String> = tables.iter().map(|t| t.to_string()).collect();
+        Self::with_topics(name, schema, tables, capture_extra, |prefix| {
+            names
+                .iter()
+                .map(|t| format!("{prefix}.public.{t}"))
+                .collect()
+        })
+        .await
+    }
+
+    /// [`Self::new`] for tables outside `public` or with unusual names: the
+    /// sinks consume `topics(prefix)` (the capture config's `{prefix}` is
+    /// replaced by the topic prefix first).
+    pub async fn with_topics(
+        name: &str,
+        schema: &str,
+        tables: &[&str],
+        capture_extra: &str,
+        topics: impl FnOnce(&str) -> Vec<String>,
+    ) -> Result<Self> {
         let env = CaptureEnv::new(name).await?;
         env.client.batch_execute(schema).await?;
+        let capture_extra = capture_extra.replace("{prefix}", &env.prefix);
         let capture_config = env.write_config(
             "capture.toml",
             &env.config(&format!("heartbeat.interval.ms = 500\n{capture_extra}")),
         )?;
-        let topics: Vec<String> = tables.iter().map(|t| env.topic(t)).collect();
+        let topics: Vec<String> = topics(&env.prefix);
         let redis_prefix = env.dbname.clone();
         let runner =
             |kind: &str, records: usize| runner_config(&env.prefix, &topics, kind, records);
@@ -87,11 +110,12 @@ impl Pipeline {
             capture_config,
             sinks: vec![pg, es, redis],
             redis_prefix,
+            topic_names: topics,
         })
     }
 
     pub fn topics(&self) -> Vec<String> {
-        self.tables.iter().map(|t| self.env.topic(t)).collect()
+        self.topic_names.clone()
     }
 
     pub fn spawn_capture(&self) -> Result<Spawned> {
@@ -259,6 +283,7 @@ impl Pipeline {
         let indices: Vec<String> = self
             .topics()
             .into_iter()
+            .map(|t| t.to_lowercase())
             .flat_map(|t| [format!("{t}-soft"), t])
             .collect();
         let names: Vec<&str> = indices.iter().map(String::as_str).collect();

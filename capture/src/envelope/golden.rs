@@ -29,6 +29,7 @@ const MOOD_OID: u32 = 16_400;
 fn cfg(schemas_enable: bool) -> EnvelopeConfig {
     EnvelopeConfig {
         topic_prefix: PREFIX.into(),
+        topic_mapping: Default::default(),
         database: "shopdb".into(),
         schemas_enable,
     }

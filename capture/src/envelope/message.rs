@@ -9,7 +9,7 @@ use crate::value::json::{write_i64, write_str};
 
 use super::schema::{message_key_schema, message_value_schema};
 use super::source::SourceWriter;
-use super::{topic_name, wrapper_head, EnvelopeConfig, SourcePosition};
+use super::{wrapper_head, EnvelopeConfig, SourcePosition};
 
 /// Builds `(topic, key, value)` for a logical decoding message: topic
 /// `<prefix>.message`, key `{"prefix": ...}`, value
@@ -25,7 +25,7 @@ pub fn message_record(
     src: &SourcePosition,
     now_ms: i64,
 ) -> (String, Vec<u8>, Vec<u8>) {
-    let topic = topic_name(&format!("{}.message", cfg.topic_prefix));
+    let topic = crate::naming::sanitize_topic(&format!("{}.message", cfg.topic_prefix));
     let (key_head, value_head, tail): (Vec<u8>, Vec<u8>, &[u8]) = if cfg.schemas_enable {
         (
             wrapper_head(&message_key_schema()),

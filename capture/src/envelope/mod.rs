@@ -57,6 +57,8 @@ pub struct EnvelopeConfig {
     /// `topic.prefix`: first part of every topic and schema name, and
     /// `source.name`.
     pub topic_prefix: String,
+    /// `topic.name.mapping`: tables whose topic is not the default one.
+    pub topic_mapping: std::collections::BTreeMap<String, String>,
     /// `source.db`.
     pub database: String,
     /// Wrap keys and values in `{"schema", "payload"}`.
@@ -268,7 +270,12 @@ impl TableEncoder {
 
         let value_capacity = value_head.len() + 320 + 48 * columns.len() * 2;
         Ok(Self {
-            topic: topic_name(&base_name),
+            topic: crate::naming::table_topic(
+                &cfg.topic_prefix,
+                &cfg.topic_mapping,
+                &rel.namespace,
+                &rel.name,
+            ),
             source: SourceWriter::new(cfg, &rel.namespace, &rel.name),
             schema_len: rel.namespace.len(),
             table,
@@ -290,7 +297,8 @@ impl TableEncoder {
     }
 
     /// `<prefix>.<schema>.<table>`, with characters Kafka does not allow in
-    /// topic names replaced by `_` (as Debezium does).
+    /// topic names replaced by `_` (as Debezium does), or the table's
+    /// `topic.name.mapping` entry ([`crate::naming::table_topic`]).
     pub fn topic(&self) -> &str {
         &self.topic
     }
@@ -468,19 +476,6 @@ fn wrapper_head(schema: &Value) -> Vec<u8> {
     out.extend_from_slice(schema.to_string().as_bytes());
     out.extend_from_slice(b",\"payload\":");
     out
-}
-
-/// Kafka topic names allow `[A-Za-z0-9._-]`; anything else becomes `_`.
-pub(crate) fn topic_name(raw: &str) -> String {
-    raw.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

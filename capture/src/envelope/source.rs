@@ -87,6 +87,7 @@ mod tests {
     fn writes_valid_json_with_escaped_names() {
         let cfg = EnvelopeConfig {
             topic_prefix: "p\"x".into(),
+            topic_mapping: Default::default(),
             database: "d\\b".into(),
             schemas_enable: false,
         };

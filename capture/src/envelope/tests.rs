@@ -30,6 +30,7 @@ fn rel(identity: ReplicaIdentity) -> Relation {
 fn cfg(schemas_enable: bool) -> EnvelopeConfig {
     EnvelopeConfig {
         topic_prefix: "shop".into(),
+        topic_mapping: Default::default(),
         database: "shopdb".into(),
         schemas_enable,
     }
@@ -73,7 +74,10 @@ fn topic_and_key_columns() {
     let e = enc(false);
     assert_eq!(e.topic(), "shop.public.customers");
     assert_eq!(e.key_column_names().collect::<Vec<_>>(), ["id"]);
-    assert_eq!(topic_name("p.my schema.tåble"), "p.my_schema.t_ble");
+    assert_eq!(
+        crate::naming::sanitize_topic("p.my schema.tåble"),
+        "p.my_schema.t_ble"
+    );
 }
 
 #[test]

@@ -17,6 +17,7 @@ use tokio_postgres::types::{Format, IsNull, ToSql, Type};
 use tokio_postgres::Client;
 
 use crate::error::CaptureError;
+use crate::naming::quote_ident;
 use crate::pgoutput::{Relation, TupleData, TupleValue};
 
 /// The session settings of the replication connection, so values read here
@@ -165,10 +166,6 @@ fn read_query(rel: &Relation, key_idx: &[usize], missing: &[usize]) -> String {
         quote_ident(&rel.name),
         filter.join(" AND "),
     )
-}
-
-fn quote_ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
 }
 
 /// A parameter sent in text format, for the server to parse as the type it

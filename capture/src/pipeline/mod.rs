@@ -34,6 +34,7 @@ use crate::error::CaptureError;
 use crate::filter::TableFilter;
 use crate::kafka::{TopicCreator, TxProducer};
 use crate::metrics::CaptureMetrics;
+use crate::naming::{check_length, TopicClaims};
 use crate::offset::{read_stored_offset, Replay, SourceOffset};
 use crate::outbox::OutboxRouter;
 use crate::pgoutput::{
@@ -105,6 +106,7 @@ async fn run_once(
             )));
         }
     }
+    let topic_claims = claim_topics(cfg, &tables)?;
     let mut published = tables.clone();
     if let Some(signal) = cfg.signal_table() {
         published.push(source::signal_table(&control, signal).await?);
@@ -232,8 +234,10 @@ async fn run_once(
         cfg,
         offsets_topic,
         tables_by_topic: HashMap::new(),
+        topic_claims,
         envelope: EnvelopeConfig {
             topic_prefix: cfg.topic.prefix.clone(),
+            topic_mapping: cfg.topic.name.mapping.clone(),
             database: cfg.database.dbname.clone(),
             schemas_enable: cfg.schemas.enable,
         },
@@ -419,6 +423,9 @@ struct Pipeline<'a> {
     offsets_topic: String,
     /// The table whose changes a topic carries, to name it in errors.
     tables_by_topic: HashMap<Arc<str>, String>,
+    /// Which table owns which topic: a table that appears while capture
+    /// runs must not take a topic another table writes to.
+    topic_claims: TopicClaims,
     envelope: EnvelopeConfig,
     filter: TableFilter,
     key_columns: HashMap<String, Vec<String>>,
@@ -1066,6 +1073,17 @@ impl Pipeline<'_> {
         let enc = TableEncoder::new(&rel, &self.types, key, &self.envelope)
             .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let topic: Arc<str> = enc.topic().into();
+        // A table created (or renamed) while capture runs: its topic must
+        // not be another table's. Stopping loses nothing: after the fix, a
+        // restart streams its changes from the committed offset.
+        check_length(&topic, &qualified).map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+        self.topic_claims
+            .claim_table(&topic, &rel.namespace, &rel.name)
+            .map_err(|e| {
+                CaptureError::Prerequisite(format!(
+                    "{e} (table {qualified} appeared while capture ran; capture stops so that nothing of it is lost: fix the configuration and start again)"
+                ))
+            })?;
         self.topics.ensure(&topic).await?;
         self.tables_by_topic
             .insert(Arc::clone(&topic), qualified.clone());
@@ -1427,6 +1445,45 @@ async fn sleep_until(deadline: Option<Instant>) {
         Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
     }
+}
+
+/// The topics of the captured tables, each claimed by one table: start-up
+/// stops when two tables (or a table and capture's own offsets or message
+/// topic) would share one, or a name is longer than Kafka allows.
+fn claim_topics(
+    cfg: &CaptureConfig,
+    tables: &[source::CapturedTable],
+) -> Result<TopicClaims, CaptureError> {
+    let mut claims = TopicClaims::default();
+    let refuse = |e: &dyn std::fmt::Display| CaptureError::Prerequisite(e.to_string());
+    claims
+        .claim_own(
+            &cfg.offsets_topic(),
+            "the offsets topic (offset.storage.topic)",
+        )
+        .map_err(|e| refuse(&e))?;
+    claims
+        .claim_own(
+            &crate::naming::sanitize_topic(&format!("{}.message", cfg.topic.prefix)),
+            "logical decoding messages",
+        )
+        .map_err(|e| refuse(&e))?;
+    for t in tables {
+        // The outbox's rows go to its event topics, not to a table topic.
+        if cfg
+            .outbox
+            .as_ref()
+            .is_some_and(|o| o.table == t.qualified())
+        {
+            continue;
+        }
+        let topic = cfg.table_topic(&t.schema, &t.name);
+        check_length(&topic, &t.qualified()).map_err(|e| refuse(&e))?;
+        claims
+            .claim_table(&topic, &t.schema, &t.name)
+            .map_err(|e| refuse(&e))?;
+    }
+    Ok(claims)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use super::{Pipeline, Route};
 use crate::error::CaptureError;
 use crate::pgoutput::{LogicalMessage, TupleValue};
-use crate::snapshot::signal::{parse, SignalAction};
+use crate::snapshot::signal::{check_filter, parse, SignalAction};
 use crate::snapshot::{quote_ident, request, split_table, SnapshotKind, TableProgress};
 use crate::source;
 
@@ -138,17 +138,34 @@ impl Pipeline<'_> {
         }
         self.key_columns.insert(table.to_string(), pk);
         if let Some(filter) = filter {
+            if let Err(why) = check_filter(filter) {
+                return Ok(Err(why));
+            }
+            // Prepared, never executed: the extended protocol parses one
+            // statement only, and the result type says whether the filter is
+            // a boolean expression of the table's columns.
             let probe = format!(
-                "SELECT 1 FROM {}.{} WHERE ({filter}) LIMIT 0",
+                "SELECT ({filter}) FROM {}.{} LIMIT 0",
                 quote_ident(schema),
                 quote_ident(name)
             );
-            if let Err(e) = self.control.batch_execute(&probe).await {
-                return definite(CaptureError::Postgres {
-                    context: "check snapshot filter",
-                    source: e,
-                })
-                .map(|r| r.map_err(|why| format!("filter {filter:?} does not work: {why}")));
+            match self.control.prepare(&probe).await {
+                Err(e) => {
+                    return definite(CaptureError::Postgres {
+                        context: "check snapshot filter",
+                        source: e,
+                    })
+                    .map(|r| r.map_err(|why| format!("filter {filter:?} does not work: {why}")));
+                }
+                Ok(statement) => {
+                    let ty = statement.columns().first().map(|c| c.type_().clone());
+                    if ty != Some(tokio_postgres::types::Type::BOOL) {
+                        return Ok(Err(format!(
+                            "filter {filter:?} is not a boolean expression (its type is {})",
+                            ty.map_or_else(|| "unknown".to_owned(), |t| t.name().to_owned())
+                        )));
+                    }
+                }
             }
         }
         Ok(Ok(()))

@@ -143,7 +143,7 @@ async fn select(
             _ => None,
         })
         .unwrap_or_default();
-    let messages = client.simple_query(sql).await.map_err(|e| {
+    let refused = |e: tokio_postgres::Error| {
         if e.code().is_some() && !e.is_closed() {
             // The server refused the SELECT itself (a filter that no longer
             // compiles, a column type without ordering): retrying cannot help.
@@ -154,7 +154,23 @@ async fn select(
                 source: e,
             })
         }
-    })?;
+    };
+    // The SELECT holds the user's filter, so it goes through the extended
+    // protocol, which runs one statement only; a cursor declared that way
+    // and fetched with the simple protocol still gives the rows as text
+    // (the extended protocol of tokio-postgres asks for binary results).
+    // The cursor ends with the transaction.
+    client
+        .execute(
+            &format!("DECLARE oncely_chunk NO SCROLL CURSOR FOR {sql}"),
+            &[],
+        )
+        .await
+        .map_err(refused)?;
+    let messages = client
+        .simple_query("FETCH ALL FROM oncely_chunk")
+        .await
+        .map_err(refused)?;
     let mut rows = Vec::with_capacity(size + 1);
     for m in messages {
         if let SimpleQueryMessage::Row(row) = m {

@@ -266,16 +266,7 @@ pub fn row_key(row: &TupleData, key_idx: &[usize]) -> Option<RowKey> {
         .collect()
 }
 
-/// `"ident"` with embedded quotes doubled.
-pub fn quote_ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
-}
-
-/// `'literal'` with embedded quotes doubled (the session sets
-/// `standard_conforming_strings = on`, so backslashes are plain).
-pub fn quote_literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
+pub use crate::naming::{quote_ident, quote_literal};
 
 /// A key column and its type for casting literals: the column's exact type,
 /// type modifier included (`format_type(atttypid, atttypmod)`). Without the

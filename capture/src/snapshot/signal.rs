@@ -102,6 +102,69 @@ fn collections(data: &Value) -> Result<Option<Vec<String>>, String> {
     }
 }
 
+/// Checks that a snapshot filter is one SQL expression that stays inside the
+/// parentheses it is put in: balanced parentheses outside quotes, and no `;`,
+/// comment, dollar quote or escape string (`E'...'`, whose backslashes could
+/// hide a quote). Whether it is a boolean expression of the table's columns
+/// the server decides when the signal is checked (a prepared, never executed
+/// `SELECT`); every query holding a filter goes through the extended
+/// protocol, which refuses more than one statement. Both guards stand on
+/// their own: `true) LIMIT 0; DROP TABLE t; SELECT (1` fails each.
+pub fn check_filter(filter: &str) -> Result<(), String> {
+    let b = filter.as_bytes();
+    if filter.trim().is_empty() {
+        return Err("the filter is empty".into());
+    }
+    let refuse = |why: &str| {
+        Err(format!(
+            "filter {filter:?} is not a single expression: {why}"
+        ))
+    };
+    let (mut i, mut depth) = (0usize, 0i32);
+    while i < b.len() {
+        match b[i] {
+            quote @ (b'\'' | b'"') => {
+                let escape_string = quote == b'\''
+                    && i > 0
+                    && matches!(b[i - 1], b'e' | b'E')
+                    && (i < 2
+                        || !(b[i - 2].is_ascii_alphabetic()
+                            || b[i - 2] == b'_'
+                            || b[i - 2] >= 0x80));
+                if escape_string {
+                    return refuse("escape string constants (E'...') are not accepted; write the value as a standard '...' literal");
+                }
+                i += 1;
+                loop {
+                    match b.get(i) {
+                        None => return refuse("a quote is not closed"),
+                        Some(&c) if c == quote && b.get(i + 1) == Some(&quote) => i += 2,
+                        Some(&c) if c == quote => break,
+                        Some(_) => i += 1,
+                    }
+                }
+            }
+            b'(' => depth += 1,
+            b')' => {
+                depth -= 1;
+                if depth < 0 {
+                    return refuse("a ')' closes a parenthesis the filter did not open");
+                }
+            }
+            b';' => return refuse("';' ends a statement"),
+            b'-' if b.get(i + 1) == Some(&b'-') => return refuse("comments are not accepted"),
+            b'/' if b.get(i + 1) == Some(&b'*') => return refuse("comments are not accepted"),
+            b'$' => return refuse("'$' (dollar quoting, parameters) is not accepted"),
+            _ => {}
+        }
+        i += 1;
+    }
+    if depth != 0 {
+        return refuse("a '(' is not closed");
+    }
+    Ok(())
+}
+
 /// `additional-conditions: [{"data-collection": t, "filter": sql}]` (Debezium
 /// 2.x), or the older single `additional-condition` string for every table.
 /// `None` as the table means every table.
@@ -109,7 +172,10 @@ fn conditions(data: &Value) -> Result<Vec<(Option<String>, String)>, String> {
     let mut out = Vec::new();
     if let Some(v) = data.get("additional-condition") {
         match v {
-            Value::String(f) if !f.trim().is_empty() => out.push((None, f.clone())),
+            Value::String(f) if !f.trim().is_empty() => {
+                check_filter(f)?;
+                out.push((None, f.clone()))
+            }
             Value::Null | Value::String(_) => {}
             other => {
                 return Err(format!(
@@ -126,6 +192,7 @@ fn conditions(data: &Value) -> Result<Vec<(Option<String>, String)>, String> {
                 let filter = item.get("filter").and_then(Value::as_str);
                 match (table, filter) {
                     (Some(t), Some(f)) if !f.trim().is_empty() => {
+                        check_filter(f)?;
                         out.insert(0, (Some(t.to_string()), f.to_string()))
                     }
                     _ => {
@@ -148,6 +215,36 @@ fn conditions(data: &Value) -> Result<Vec<(Option<String>, String)>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filters_must_be_one_expression() {
+        for ok in [
+            "id > 100",
+            "(a = 1 OR b = 2) AND c IS NOT NULL",
+            "name = 'it''s (not) ; -- a comment'",
+            "\"we;ird\" = 'x'",
+            "created > date'2020-01-01'",
+            "note LIKE '%\\%'",
+        ] {
+            assert_eq!(check_filter(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "true) LIMIT 0; DROP TABLE t; SELECT (1",
+            "1=1) OR (1=1",
+            "true; DROP TABLE t",
+            "true --",
+            "true /* x */",
+            "x = $$a$$",
+            "x = E'\\')' OR (true",
+            "(true",
+            "'open",
+            "  ",
+        ] {
+            assert!(check_filter(bad).is_err(), "{bad}");
+        }
+        let attack = r#"{"data-collections": ["public.t"], "additional-conditions": [{"data-collection": "public.t", "filter": "true) LIMIT 0; DROP TABLE public.t; SELECT (1"}]}"#;
+        assert!(parse("execute-snapshot", Some(attack)).is_err());
+    }
 
     #[test]
     fn execute_snapshot_with_conditions() {

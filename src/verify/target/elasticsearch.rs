@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use elasticsearch::indices::IndicesRefreshParts;
 use elasticsearch::{CountParts, Elasticsearch, MgetParts, OpenPointInTimeParts, SearchParts};
+use oncely_sinks::kinds::elasticsearch::plan::index_name;
 use oncely_sinks::kinds::elasticsearch::{DeleteMode, ElasticsearchConfig, ElasticsearchSink};
 use oncely_sinks::RunnerConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -59,15 +60,16 @@ impl EsTarget {
         self.sink.client()
     }
 
-    /// The index the sink writes `table` to.
-    pub fn index(&self, table: &SourceTable) -> String {
-        self.config
-            .index_pattern
-            .replace("{topic}", &table.topic)
-            .replace("{db}", &self.db)
-            .replace("{schema}", &table.schema)
-            .replace("{table}", &table.name)
-            .to_lowercase()
+    /// The index the sink writes `table` to: the sink's own function.
+    pub fn index(&self, table: &SourceTable) -> Result<String, VerifyError> {
+        index_name(
+            &self.config.index_pattern,
+            &table.topic,
+            &self.db,
+            &table.schema,
+            &table.name,
+        )
+        .map_err(VerifyError::Config)
     }
 
     fn soft(&self) -> bool {
@@ -88,7 +90,7 @@ impl EsTarget {
         table: &SourceTable,
         rows: &[SourceRow],
     ) -> Result<Vec<Option<TargetRow>>, VerifyError> {
-        let index = self.index(table);
+        let index = self.index(table)?;
         let ids: Vec<String> = rows.iter().map(|r| document_id(&r.key_wire)).collect();
         let response = self
             .client()
@@ -141,7 +143,7 @@ impl EsTarget {
     }
 
     pub async fn count(&self, table: &SourceTable) -> Result<u64, VerifyError> {
-        let index = self.index(table);
+        let index = self.index(table)?;
         // Counting searches what is refreshed; mget is real-time, so refresh first.
         let refresh = self
             .client()
@@ -179,7 +181,7 @@ impl EsTarget {
         table: &SourceTable,
         cursor: Option<String>,
     ) -> Result<KeyPage, VerifyError> {
-        let index = self.index(table);
+        let index = self.index(table)?;
         let err = |e: String| VerifyError::Target(format!("elasticsearch scan of {index}: {e}"));
         let (pit, after) = match cursor {
             Some(c) => {

@@ -157,7 +157,10 @@ impl Target {
     pub fn location(&self, table: &SourceTable) -> String {
         match &self.store {
             Store::Postgres(t) => t.location(table),
-            Store::Elasticsearch(t) => format!("index {}", t.index(table)),
+            Store::Elasticsearch(t) => match t.index(table) {
+                Ok(index) => format!("index {index}"),
+                Err(e) => e.to_string(),
+            },
             Store::Redis(t) => format!("keys {}", t.glob(table)),
         }
     }

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use oncely_capture::value::{TypeRegistry, ValueKind};
-use oncely_sinks::kinds::postgres::{expand_name, tls_settings, PostgresConfig, DELETED};
+use oncely_sinks::kinds::postgres::{expand_name, tls_settings, MetaColumns, PostgresConfig};
 use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls};
@@ -30,7 +30,8 @@ struct Shape {
     qualified: String,
     /// Column name -> (how to map its text, its SQL type).
     columns: HashMap<String, (ValueKind, String)>,
-    tombstones: bool,
+    /// The tombstone flag column, when the table has one.
+    tombstones: Option<String>,
 }
 
 impl PgTarget {
@@ -132,7 +133,8 @@ impl PgTarget {
                 )
             })
             .collect();
-        let tombstones = columns.contains_key(DELETED);
+        let deleted = MetaColumns::new(&self.config.meta_column_prefix).deleted;
+        let tombstones = columns.contains_key(&deleted).then_some(deleted);
         Ok(Some(Shape {
             qualified: format!(
                 "{}.{}",
@@ -145,10 +147,9 @@ impl PgTarget {
     }
 
     fn live(shape: &Shape) -> String {
-        if shape.tombstones {
-            format!("NOT {}", quote_ident(DELETED))
-        } else {
-            "true".into()
+        match &shape.tombstones {
+            Some(deleted) => format!("NOT {}", quote_ident(deleted)),
+            None => "true".into(),
         }
     }
 

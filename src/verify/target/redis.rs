@@ -6,19 +6,20 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use oncely_sinks::kinds::redis::{Layout, RedisConfig};
+use oncely_sinks::kinds::redis::{KeyPattern, Layout, RedisConfig};
 use redis::aio::MultiplexedConnection;
 use redis::IntoConnectionInfo;
 use serde_json::{Map, Value};
 
 use super::{KeyPage, Partition, PAGE};
 use crate::verify::compare::TargetRow;
-use crate::verify::source::{wire_text, SourceRow, SourceTable};
+use crate::verify::source::{SourceRow, SourceTable};
 use crate::verify::VerifyError;
 
 pub struct RedisTarget {
     conn: MultiplexedConnection,
     config: RedisConfig,
+    keys: KeyPattern,
     group: String,
     db: String,
 }
@@ -82,30 +83,26 @@ impl RedisTarget {
             .map_err(redis_error(&format!("connect to {place}")))?;
         Ok(Self {
             conn,
+            keys: KeyPattern::new(&config.key_pattern, &config.key_separator),
             config: config.clone(),
             group: group.to_owned(),
             db: db.to_owned(),
         })
     }
 
-    /// `key.pattern` with everything but `{key}` filled in.
+    /// `key.pattern` with everything but `{key}` filled in, by the sink's own function.
     fn pattern(&self, table: &SourceTable) -> String {
-        self.config
-            .key_pattern
-            .replace("{topic}", &table.topic)
-            .replace("{db}", &self.db)
-            .replace("{schema}", &table.schema)
-            .replace("{table}", &table.name)
+        self.keys
+            .table_part(&table.topic, [&self.db, &table.schema, &table.name])
     }
 
+    /// The row's key, by the sink's own function (escaping included).
     fn row_key(&self, table: &SourceTable, row: &SourceRow) -> String {
-        let key = row
-            .key_wire
-            .iter()
-            .map(|v| wire_text(v).unwrap_or_default())
-            .collect::<Vec<_>>()
-            .join(&self.config.key_separator);
-        self.pattern(table).replace("{key}", &key)
+        self.keys.render_row(
+            &table.topic,
+            [&self.db, &table.schema, &table.name],
+            &row.key_wire,
+        )
     }
 
     /// The SCAN pattern matching the table's row keys.
@@ -211,10 +208,7 @@ impl RedisTarget {
                     .strip_prefix(prefix)
                     .and_then(|k| k.strip_suffix(suffix))
                     .unwrap_or(k);
-                inner
-                    .splitn(table.key.len().max(1), self.config.key_separator.as_str())
-                    .map(str::to_owned)
-                    .collect()
+                self.keys.split_key(inner)
             })
             .collect();
         Ok((keys, next))

@@ -46,8 +46,9 @@ use oncely_core::redact_url;
 
 use self::bulk::{encode, Chunk, ItemMeta};
 use self::error::{Class, EsError, OpKind};
-use self::plan::{plan, Action};
+use self::plan::{event_index, plan, Action};
 use crate::error::{RecordFailure, SinkError};
+use crate::naming::TargetClaims;
 use crate::sink::{Batch, Sink};
 pub use config::{DeleteMode, ElasticsearchConfig};
 
@@ -55,6 +56,8 @@ pub use config::{DeleteMode, ElasticsearchConfig};
 pub struct ElasticsearchSink {
     client: Elasticsearch,
     config: ElasticsearchConfig,
+    /// Which table each index belongs to (lower-casing can merge two).
+    claims: TargetClaims,
 }
 
 impl ElasticsearchSink {
@@ -64,10 +67,33 @@ impl ElasticsearchSink {
         let sink = Self {
             client,
             config: config.clone(),
+            claims: TargetClaims::new("index", "sink.index.pattern"),
         };
         sink.check_cluster().await?;
         sink.install_template().await?;
         Ok(sink)
+    }
+
+    /// Refuses a batch whose table's index another table writes to.
+    fn claim_indexes(&self, batch: &Batch) -> Result<(), SinkError> {
+        let mut last = None;
+        for record in batch.records() {
+            let Some(event) = record.event() else {
+                continue;
+            };
+            let (Some(schema), Some(table)) = (event.schema_name(), event.table()) else {
+                continue;
+            };
+            if last == Some((schema, table)) {
+                continue;
+            }
+            last = Some((schema, table));
+            // A name Elasticsearch refuses is the record's failure (in the plan).
+            if let Ok(index) = event_index(&self.config.index_pattern, batch.topic(), event) {
+                self.claims.claim(&index, schema, table)?;
+            }
+        }
+        Ok(())
     }
 
     /// The client, e.g. for tests and benchmarks against the same cluster.
@@ -192,6 +218,7 @@ impl Sink for ElasticsearchSink {
     }
 
     async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
+        self.claim_indexes(batch)?;
         let plan = plan(batch, &self.config);
         if !plan.rejected.is_empty() {
             // Before any write: the runner dead-letters them and hands the rest back.

@@ -22,6 +22,8 @@ use crate::sink::{Batch, Record};
 
 /// The marker the capture (and Debezium) writes for an unchanged TOASTed value.
 pub const UNAVAILABLE_VALUE: &str = "__debezium_unavailable_value";
+/// Elasticsearch's limit on an index name, in bytes.
+pub const MAX_INDEX_BYTES: usize = 255;
 /// Elasticsearch's limit on `_id`, in bytes.
 pub const MAX_ID_BYTES: usize = 512;
 
@@ -114,15 +116,17 @@ pub fn plan<'a>(batch: &'a Batch, config: &ElasticsearchConfig) -> Plan<'a> {
                 continue;
             }
             Op::Truncate => {
-                match external_version(event.version, config.seq_bits) {
-                    Ok(version) => out.truncates.push(Truncate {
-                        index: index_name(&config.index_pattern, batch.topic(), event),
+                let index = event_index(&config.index_pattern, batch.topic(), event);
+                match (external_version(event.version, config.seq_bits), index) {
+                    (Ok(version), Ok(index)) => out.truncates.push(Truncate {
+                        index,
                         version,
                         offset: record.offset,
                     }),
-                    Err(e) => out
+                    (Err(e), _) => out
                         .rejected
                         .push(RecordFailure::new(record.offset, e.to_string())),
+                    (_, Err(e)) => out.rejected.push(RecordFailure::new(record.offset, e)),
                 }
                 continue;
             }
@@ -191,7 +195,7 @@ fn write_of<'a>(
         .as_ref()
         .ok_or("record without a key: the table needs a primary key")?;
     let id = document_id(key)?;
-    let index = index_name(&config.index_pattern, batch.topic(), event);
+    let index = event_index(&config.index_pattern, batch.topic(), event)?;
     let version = external_version(event.version, config.seq_bits).map_err(|e| e.to_string())?;
     for row in [&event.before, &event.after].into_iter().flatten() {
         if !config.version_field.is_empty() && row.contains_key(&config.version_field) {
@@ -279,15 +283,65 @@ pub fn document_id(key: &Value) -> Result<String, String> {
     Ok(id)
 }
 
-/// The index of an event: `index.pattern` with its placeholders replaced, lower-cased.
-pub fn index_name(pattern: &str, topic: &str, event: &ChangeEvent) -> String {
+/// The index of an event's table ([`index_name`]).
+pub fn event_index(pattern: &str, topic: &str, event: &ChangeEvent) -> Result<String, String> {
     let db = event.source.get("db").and_then(Value::as_str).unwrap_or("");
-    pattern
+    index_name(
+        pattern,
+        topic,
+        db,
+        event.schema_name().unwrap_or(""),
+        event.table().unwrap_or(""),
+    )
+}
+
+/// The index of a table: `index.pattern` with its placeholders replaced,
+/// lower-cased (Elasticsearch takes no upper case). The one function the
+/// sink and `oncely verify` name indexes with. A name Elasticsearch would
+/// refuse (longer than [`MAX_INDEX_BYTES`], a forbidden character, a
+/// forbidden first character) is an error naming `index.pattern`, never
+/// shortened: a shortened name could be another table's.
+pub fn index_name(
+    pattern: &str,
+    topic: &str,
+    db: &str,
+    schema: &str,
+    table: &str,
+) -> Result<String, String> {
+    let name = pattern
         .replace("{topic}", topic)
         .replace("{db}", db)
-        .replace("{schema}", event.schema_name().unwrap_or(""))
-        .replace("{table}", event.table().unwrap_or(""))
-        .to_lowercase()
+        .replace("{schema}", schema)
+        .replace("{table}", table)
+        .to_lowercase();
+    let refuse = |why: &str| {
+        Err(format!(
+            "index name {name:?} (from sink.index.pattern {pattern:?} for {schema}.{table}) {why}: change sink.index.pattern (e.g. to \"{{topic}}\", whose characters are always allowed), or give the table a shorter topic with capture's topic.name.mapping"
+        ))
+    };
+    if name.len() > MAX_INDEX_BYTES {
+        return refuse(&format!(
+            "is {} bytes, longer than Elasticsearch's limit of {MAX_INDEX_BYTES}",
+            name.len()
+        ));
+    }
+    if name.is_empty() || name == "." || name == ".." {
+        return refuse("is not a valid index name");
+    }
+    if name.starts_with(['-', '_', '+']) {
+        return refuse("starts with '-', '_' or '+', which Elasticsearch refuses");
+    }
+    if let Some(c) = name.chars().find(|c| {
+        matches!(
+            c,
+            '\\' | '/' | '*' | '?' | '"' | '<' | '>' | '|' | ' ' | ',' | '#' | ':'
+        )
+    }) {
+        return refuse(&format!(
+            "contains {c:?}, which Elasticsearch refuses in index names"
+        ));
+    }
+    Ok(name)
 }
 
 #[cfg(test)]

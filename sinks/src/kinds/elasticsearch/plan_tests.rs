@@ -137,9 +137,30 @@ fn ids_and_index_names() {
     let b = batch(vec![record(0, 1, "c", 1, 0, json!({"id": 1}))]);
     let e = b.records()[0].event().expect("event");
     assert_eq!(
-        index_name("cdc-{db}-{schema}-{table}", "x", e),
-        "cdc-d-public-t"
+        event_index("cdc-{db}-{schema}-{table}", "x", e).as_deref(),
+        Ok("cdc-d-public-t")
     );
+    assert_eq!(
+        index_name(
+            "{topic}",
+            "p.Sales.Order_Items",
+            "d",
+            "Sales",
+            "Order Items"
+        )
+        .as_deref(),
+        Ok("p.sales.order_items")
+    );
+    // Refused, never shortened: a shortened name could be another table's.
+    let long = "t".repeat(250);
+    let err = index_name("{topic}", &format!("p.public.{long}"), "d", "public", &long)
+        .expect_err("too long");
+    assert!(
+        err.contains("255") && err.contains("sink.index.pattern"),
+        "{err}"
+    );
+    assert!(index_name("{schema}.{table}", "x", "d", "Sales", "Order Items").is_err());
+    assert!(index_name("{table}", "x", "d", "public", "_t").is_err());
 }
 
 #[test]

@@ -19,6 +19,8 @@ pub const DEFAULT_HISTORY_TABLE_NAME_FORMAT: &str = "${schema}_${table}_history"
 pub const DEFAULT_POSITIONS_TABLE: &str = "oncely_positions";
 /// Default `connect.timeout.ms`.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// Default `meta.column.prefix`: the sink's own columns are `__oncely_lsn`, ...
+pub const DEFAULT_META_COLUMN_PREFIX: &str = "__oncely_";
 /// PostgreSQL's limit on identifier length, in bytes.
 const MAX_IDENTIFIER_BYTES: usize = 63;
 
@@ -120,6 +122,11 @@ pub struct PostgresConfig {
     /// `truncate.mode`: `delete` (default), `truncate` or `ignore`.
     #[serde(rename = "truncate.mode", default)]
     pub truncate_mode: TruncateMode,
+    /// `meta.column.prefix`: prefix of the sink's own columns (`<prefix>lsn`,
+    /// `<prefix>seq`, `<prefix>deleted`, `<prefix>unavailable`); change it
+    /// when a source column already has one of those names.
+    #[serde(rename = "meta.column.prefix", default = "default_meta_column_prefix")]
+    pub meta_column_prefix: String,
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -156,6 +163,10 @@ fn default_table_name_format() -> String {
 fn default_history_table_name_format() -> String {
     DEFAULT_HISTORY_TABLE_NAME_FORMAT.to_owned()
 }
+fn default_meta_column_prefix() -> String {
+    DEFAULT_META_COLUMN_PREFIX.to_owned()
+}
+
 fn default_positions_table() -> String {
     DEFAULT_POSITIONS_TABLE.to_owned()
 }
@@ -178,6 +189,7 @@ impl PostgresConfig {
             positions_table: default_positions_table(),
             delete_mode: DeleteMode::Tombstone,
             truncate_mode: TruncateMode::Delete,
+            meta_column_prefix: default_meta_column_prefix(),
         }
     }
 
@@ -220,6 +232,18 @@ impl PostgresConfig {
             ));
         }
         identifier("sink.target.schema", &self.target_schema)?;
+        // The longest of the sink's column names must fit an identifier.
+        if self.meta_column_prefix.is_empty()
+            || self.meta_column_prefix.len() + "unavailable".len() > MAX_IDENTIFIER_BYTES
+        {
+            return Err(ConfigError::new(
+                "sink.meta.column.prefix",
+                format!(
+                    "must be 1..={} bytes",
+                    MAX_IDENTIFIER_BYTES - "unavailable".len()
+                ),
+            ));
+        }
         identifier("sink.positions.table", &self.positions_table)?;
         name_format("sink.table.name.format", &self.table_name_format)?;
         name_format(

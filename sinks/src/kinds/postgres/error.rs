@@ -4,6 +4,7 @@
 //! | --- | --- | --- |
 //! | `22xxx` data exception, `23xxx` integrity violation | a value the target refuses | [`Class::Record`]: find the records and dead-letter them |
 //! | `28xxx` auth, `3D000` no such database, `42501` privilege, `42601` syntax | retrying cannot fix it | [`Class::Fatal`] |
+//! | `42701` duplicate column, `42P07` duplicate table, `42P16` invalid table definition, `42611` invalid column definition, `42622` name too long, `42602` invalid name, `42939` reserved name | a definite answer to the sink's own DDL: retrying would fail the same way for ever | [`Class::Fatal`] |
 //! | a server certificate refused by `sslmode` (no SQLSTATE; a rustls certificate error) | retrying cannot fix it | [`Class::Fatal`] |
 //! | anything else, and errors without a SQLSTATE (I/O, closed connection) | | [`Class::Transient`] ("transient unless proven otherwise") |
 
@@ -40,11 +41,28 @@ pub fn classify_code(code: &SqlState) -> Class {
         || *code == SqlState::INVALID_CATALOG_NAME
         || *code == SqlState::INSUFFICIENT_PRIVILEGE
         || *code == SqlState::SYNTAX_ERROR
+        || is_definite_ddl(code)
     {
         Class::Fatal
     } else {
         Class::Transient
     }
+}
+
+/// Definite answers to DDL. Not among them: undefined table or column
+/// (`42P01`, `42703`), which a stale catalog cache explains and a retry with
+/// a fresh one fixes.
+fn is_definite_ddl(code: &SqlState) -> bool {
+    [
+        SqlState::DUPLICATE_COLUMN,
+        SqlState::DUPLICATE_TABLE,
+        SqlState::INVALID_TABLE_DEFINITION,
+        SqlState::INVALID_COLUMN_DEFINITION,
+        SqlState::NAME_TOO_LONG,
+        SqlState::INVALID_NAME,
+        SqlState::RESERVED_NAME,
+    ]
+    .contains(code)
 }
 
 /// The sink error for a failed statement that is not a per-record failure.
@@ -96,5 +114,11 @@ mod tests {
         );
         assert_eq!(classify_code(&SqlState::ADMIN_SHUTDOWN), Class::Transient);
         assert_eq!(classify_code(&SqlState::UNDEFINED_COLUMN), Class::Transient);
+        // "column specified more than once" in CREATE TABLE: for ever, so fatal.
+        assert_eq!(classify_code(&SqlState::DUPLICATE_COLUMN), Class::Fatal);
+        assert_eq!(
+            classify_code(&SqlState::INVALID_TABLE_DEFINITION),
+            Class::Fatal
+        );
     }
 }

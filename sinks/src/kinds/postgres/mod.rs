@@ -73,7 +73,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub use config::{expand_name, DeleteMode, PostgresConfig, Secret, SslMode, TruncateMode};
 pub use plan::UNAVAILABLE;
-pub use table::{DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
+pub use table::{MetaColumns, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
 
 use self::error::{classify, pool_error, to_sink_error, Class};
 use self::plan::{plan, Plan, Row, Shape, Step, TableRows};
@@ -84,6 +84,7 @@ use self::write::{
     Modes, Origin, Prebuilt, Ready,
 };
 use crate::error::{RecordFailure, SinkError};
+use crate::naming::TargetClaims;
 use crate::sink::{Batch, Positions, Sink, TopicPartition};
 
 /// What [`Sink::prepare`] stores in a batch: its plan and, for a batch that is
@@ -108,6 +109,9 @@ pub struct PostgresSink {
     prebuilt_used: AtomicU64,
     /// `host:port/db` for errors: where, never who (no user or password).
     place: String,
+    /// Which source table each target table belongs to (`${schema}_${table}`
+    /// makes `a_b.c` and `a.b_c` one table).
+    claims: TargetClaims,
 }
 
 /// `host:port/db` of a connection config, for errors (no user, no password).
@@ -161,7 +165,10 @@ impl PostgresSink {
             .max_size(config.pool_max_size)
             .build()
             .map_err(|e| SinkError::fatal_from("build the connection pool", e))?;
-        let catalog = Catalog::new(&config.target_schema);
+        let catalog = Catalog::new(
+            &config.target_schema,
+            MetaColumns::new(&config.meta_column_prefix),
+        );
         let positions = catalog.qualified(&config.positions_table);
         let sink = Self {
             pool,
@@ -170,9 +177,34 @@ impl PostgresSink {
             positions,
             prebuilt_used: AtomicU64::new(0),
             place,
+            claims: TargetClaims::new("warehouse table", "sink.table.name.format"),
         };
         sink.setup().await?;
         Ok(sink)
+    }
+
+    /// Refuses a batch whose table's target another source table writes to.
+    fn claim_tables(&self, batch: &Batch) -> Result<(), SinkError> {
+        let mut last = None;
+        for record in batch.records() {
+            let Some(event) = record.event() else {
+                continue;
+            };
+            let (Some(schema), Some(table)) = (event.schema_name(), event.table()) else {
+                continue;
+            };
+            if last == Some((schema, table)) {
+                continue;
+            }
+            last = Some((schema, table));
+            // A name too long is the record's failure (in the plan).
+            if let Some(target) =
+                expand_name(&self.config.table_name_format, batch.topic(), schema, table)
+            {
+                self.claims.claim(&target, schema, table)?;
+            }
+        }
+        Ok(())
     }
 
     /// How many batches were written with the statement built ahead in
@@ -584,6 +616,7 @@ impl Sink for PostgresSink {
     }
 
     async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
+        self.claim_tables(batch)?;
         let inline;
         let prepared = batch.prepared::<Prepared>();
         let plan = match prepared {

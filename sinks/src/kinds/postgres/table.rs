@@ -22,14 +22,60 @@ use super::error::to_sink_error;
 use super::types::{widened, ColumnSpec};
 use crate::error::SinkError;
 
-/// Version column: commit LSN.
+/// Version column: commit LSN (its default name).
 pub const LSN: &str = "__oncely_lsn";
-/// Version column: ordinal in the transaction.
+/// Version column: ordinal in the transaction (its default name).
 pub const SEQ: &str = "__oncely_seq";
-/// Tombstone flag.
+/// Tombstone flag (its default name).
 pub const DELETED: &str = "__oncely_deleted";
-/// Columns kept from the stored row in the last change.
+/// Columns kept from the stored row in the last change (its default name).
 pub const UNAVAILABLE_COLUMNS: &str = "__oncely_unavailable";
+
+/// The names of the sink's own columns: `meta.column.prefix` followed by
+/// `lsn`, `seq`, `deleted`, `unavailable`. A source column may not have one
+/// of them (see [`MetaColumns::clash`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaColumns {
+    pub lsn: String,
+    pub seq: String,
+    pub deleted: String,
+    pub unavailable: String,
+}
+
+impl Default for MetaColumns {
+    fn default() -> Self {
+        Self::new(super::config::DEFAULT_META_COLUMN_PREFIX)
+    }
+}
+
+impl MetaColumns {
+    pub fn new(prefix: &str) -> Self {
+        Self {
+            lsn: format!("{prefix}lsn"),
+            seq: format!("{prefix}seq"),
+            deleted: format!("{prefix}deleted"),
+            unavailable: format!("{prefix}unavailable"),
+        }
+    }
+
+    /// The four names.
+    pub fn all(&self) -> [&str; 4] {
+        [&self.lsn, &self.seq, &self.deleted, &self.unavailable]
+    }
+
+    /// A fatal error when source column `column` of `table` has the name of
+    /// one of these: `CREATE TABLE` would fail (SQLSTATE 42701), or worse, the
+    /// sink would write its bookkeeping into the source's column.
+    pub fn clash(&self, table: &str, column: &str) -> Result<(), SinkError> {
+        if self.all().contains(&column) {
+            return Err(SinkError::fatal(format!(
+                "source column {column:?} of the table mirrored into {table} has the name of one of the warehouse sink's own columns ({}): set sink.meta.column.prefix to a prefix no source column starts with (e.g. meta.column.prefix = \"_oncely_meta_\"); tables the sink created before keep their old column names, so a new prefix needs a new target.schema or table.name.format",
+                self.all().join(", ")
+            )));
+        }
+        Ok(())
+    }
+}
 
 /// A double-quoted identifier.
 pub fn quote(ident: &str) -> String {
@@ -50,16 +96,17 @@ pub struct TableInfo {
     pub columns: HashMap<String, String>,
     /// Primary-key column names, sorted.
     pub key: Vec<String>,
+    /// The sink's own columns.
+    pub meta: Arc<MetaColumns>,
 }
 
 impl TableInfo {
     /// Whether the table has every `wanted` column and the sink's own columns
     /// (then [`Catalog::ensure_target`] returns it unchanged).
     pub fn has_columns(&self, wanted: &BTreeMap<&str, ColumnSpec>) -> bool {
-        let meta = [LSN, SEQ, DELETED, UNAVAILABLE_COLUMNS];
         wanted
             .keys()
-            .chain(meta.iter())
+            .chain(self.meta.all().iter())
             .all(|c| self.columns.contains_key(*c))
     }
 
@@ -80,14 +127,16 @@ impl TableInfo {
 /// Cache of target tables, shared by all workers.
 pub struct Catalog {
     schema: String,
+    meta: Arc<MetaColumns>,
     tables: Mutex<HashMap<String, Arc<TableInfo>>>,
 }
 
 impl Catalog {
-    /// An empty cache for tables in `schema`.
-    pub fn new(schema: &str) -> Self {
+    /// An empty cache for tables in `schema`, with the sink's own columns named by `meta`.
+    pub fn new(schema: &str, meta: MetaColumns) -> Self {
         Self {
             schema: schema.to_owned(),
+            meta: Arc::new(meta),
             tables: Mutex::new(HashMap::new()),
         }
     }
@@ -123,7 +172,7 @@ impl Catalog {
         if let Some(t) = self.cached(table) {
             return Ok(Some(t));
         }
-        let info = load(client, &self.qualified(table)).await?;
+        let info = load(client, &self.qualified(table), &self.meta).await?;
         Ok(info.map(|info| {
             let info = Arc::new(info);
             self.tables
@@ -143,6 +192,11 @@ impl Catalog {
         key: &[&str],
         wanted: &BTreeMap<&str, ColumnSpec>,
     ) -> Result<Arc<TableInfo>, SinkError> {
+        // First sight of a table (and of each new column): a source column
+        // named like one of the sink's own is refused before any DDL.
+        for column in wanted.keys() {
+            self.meta.clash(&self.qualified(table), column)?;
+        }
         if let Some(t) = self.lookup(client, table).await? {
             if t.has_columns(wanted) {
                 if t.widenings(wanted).is_empty() {
@@ -152,6 +206,7 @@ impl Catalog {
             }
         }
         let q = self.qualified(table);
+        let m = &self.meta;
         let mut columns: Vec<String> = wanted
             .iter()
             .map(|(name, spec)| {
@@ -159,10 +214,13 @@ impl Catalog {
                 format!("{} {}{not_null}", quote(name), spec.ddl)
             })
             .collect();
-        columns.push(format!("{} bigint NOT NULL", quote(LSN)));
-        columns.push(format!("{} bigint NOT NULL", quote(SEQ)));
-        columns.push(format!("{} boolean NOT NULL DEFAULT false", quote(DELETED)));
-        columns.push(format!("{} jsonb", quote(UNAVAILABLE_COLUMNS)));
+        columns.push(format!("{} bigint NOT NULL", quote(&m.lsn)));
+        columns.push(format!("{} bigint NOT NULL", quote(&m.seq)));
+        columns.push(format!(
+            "{} boolean NOT NULL DEFAULT false",
+            quote(&m.deleted)
+        ));
+        columns.push(format!("{} jsonb", quote(&m.unavailable)));
         let keys: Vec<String> = key.iter().map(|k| quote(k)).collect();
         let mut ddl_text = format!(
             "CREATE TABLE IF NOT EXISTS {q} ({}, PRIMARY KEY ({}));",
@@ -172,10 +230,10 @@ impl Catalog {
         // A table created by someone else gets the sink's columns too (rows
         // already there count as version 0, older than any change).
         for (name, ddl) in [
-            (LSN, "bigint NOT NULL DEFAULT 0"),
-            (SEQ, "bigint NOT NULL DEFAULT 0"),
-            (DELETED, "boolean NOT NULL DEFAULT false"),
-            (UNAVAILABLE_COLUMNS, "jsonb"),
+            (m.lsn.as_str(), "bigint NOT NULL DEFAULT 0"),
+            (m.seq.as_str(), "bigint NOT NULL DEFAULT 0"),
+            (m.deleted.as_str(), "boolean NOT NULL DEFAULT false"),
+            (m.unavailable.as_str(), "jsonb"),
         ] {
             ddl_text_push(&mut ddl_text, &q, name, ddl);
         }
@@ -201,7 +259,7 @@ impl Catalog {
     ) -> Result<Arc<TableInfo>, SinkError> {
         let q = self.qualified(table);
         let tx = begin_locked(client, &q).await?;
-        let current = load(&tx, &q)
+        let current = load(&tx, &q, &self.meta)
             .await?
             .ok_or_else(|| SinkError::retriable(format!("{q} vanished before its DDL")))?;
         let changes = current.widenings(wanted);
@@ -301,6 +359,7 @@ fn ddl_text_push(ddl: &mut String, table: &str, column: &str, ty: &str) {
 async fn load(
     client: &impl GenericClient,
     qualified: &str,
+    meta: &Arc<MetaColumns>,
 ) -> Result<Option<TableInfo>, SinkError> {
     let rows = client
         .query(
@@ -318,6 +377,7 @@ async fn load(
     }
     let mut info = TableInfo {
         qualified: qualified.to_owned(),
+        meta: Arc::clone(meta),
         ..TableInfo::default()
     };
     for r in rows {

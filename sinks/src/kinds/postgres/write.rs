@@ -23,7 +23,7 @@ use tokio_postgres::types::{IsNull, ToSql, Type, WrongType};
 use super::config::{DeleteMode, TruncateMode};
 use super::error::{classify, Class};
 use super::plan::{column_values, HistoryRow, Row};
-use super::table::{literal, quote, TableInfo, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
+use super::table::{literal, quote, TableInfo};
 use super::types::{to_text, ColumnSpec, Conv};
 use crate::error::RecordFailure;
 
@@ -507,10 +507,10 @@ fn upsert_sql(info: &TableInfo, group: &Group<'_>, types: &[&str], keep: bool) -
     let columns = &group.columns;
     let q = &info.qualified;
     let (lsn, seq, del, unav) = (
-        quote(LSN),
-        quote(SEQ),
-        quote(DELETED),
-        quote(UNAVAILABLE_COLUMNS),
+        quote(&info.meta.lsn),
+        quote(&info.meta.seq),
+        quote(&info.meta.deleted),
+        quote(&info.meta.unavailable),
     );
     let names: Vec<String> = columns.iter().map(|c| quote(c)).collect();
     let keys: Vec<String> = info.key.iter().map(|c| quote(c)).collect();
@@ -558,7 +558,7 @@ fn upsert_sql(info: &TableInfo, group: &Group<'_>, types: &[&str], keep: bool) -
 
 fn delete_sql(info: &TableInfo, group: &Group<'_>, types: &[&str]) -> String {
     let columns = &group.columns;
-    let (lsn, seq) = (quote(LSN), quote(SEQ));
+    let (lsn, seq) = (quote(&info.meta.lsn), quote(&info.meta.seq));
     let exprs = exprs(info, group);
     let on: Vec<String> = columns
         .iter()
@@ -581,10 +581,10 @@ async fn truncate(
 ) -> Result<(), tokio_postgres::Error> {
     let q = &info.qualified;
     let (l, s, d, n) = (
-        quote(LSN),
-        quote(SEQ),
-        quote(DELETED),
-        quote(UNAVAILABLE_COLUMNS),
+        quote(&info.meta.lsn),
+        quote(&info.meta.seq),
+        quote(&info.meta.deleted),
+        quote(&info.meta.unavailable),
     );
     let applied = |rows: u64| {
         tracing::info!(table = %q, rows, version = ?(lsn, seq), "postgres truncate applied");

@@ -300,8 +300,24 @@ impl RedisConfig {
                 ),
             ));
         }
-        if self.key_separator.is_empty() {
-            return Err(ConfigError::new("sink.key.separator", "must not be empty"));
+        // Values are escaped up to the text that ends them (see `KeyPattern`):
+        // two placeholders side by side could split their text anywhere.
+        if let Some(pair) = KEY_PLACEHOLDERS.iter().find_map(|a| {
+            KEY_PLACEHOLDERS
+                .iter()
+                .map(|b| format!("{a}{b}"))
+                .find(|ab| self.key_pattern.contains(ab.as_str()))
+        }) {
+            return Err(ConfigError::new(
+                "sink.key.pattern",
+                format!("{pair}: put a character such as ':' between two placeholders, or keys of different rows could be equal"),
+            ));
+        }
+        if self.key_separator.is_empty() || self.key_separator.contains('\\') {
+            return Err(ConfigError::new(
+                "sink.key.separator",
+                "must not be empty nor contain '\\' (the escape character of key values)",
+            ));
         }
         if self.version_prefix.is_empty() {
             return Err(ConfigError::new(

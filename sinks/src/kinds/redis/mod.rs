@@ -27,7 +27,9 @@
 //! # Layout
 //!
 //! * Row key: `key.pattern` with `{topic}`, `{db}`, `{schema}`, `{table}` and
-//!   `{key}` (the primary key values in key order, joined by `key.separator`).
+//!   `{key}` (the primary key values in key order, joined by `key.separator`);
+//!   each value is escaped (`\` before `\`, before the separator's and the
+//!   pattern's own characters), so two rows never share a key.
 //! * `layout = "hash"`: one field per non-null column (strings as is, numbers,
 //!   booleans, arrays and objects as JSON text); null columns have no field.
 //!   `layout = "json"`: the row as a JSON object string (Debezium's value
@@ -109,7 +111,7 @@ mod script;
 mod sink;
 
 pub use config::{Layout, RedisConfig};
-pub use plan::UNAVAILABLE_VALUE;
+pub use plan::{KeyPattern, UNAVAILABLE_VALUE};
 pub use script::{decode_version, encode_version, position_field, HASH_SCRIPT, JSON_SCRIPT};
 pub use sink::RedisSink;
 

@@ -5,7 +5,8 @@
 //!   change nothing; `t` (truncate) removes the table's rows older than it,
 //!   found in the table's key set ([`key_set`]), never by a scan of the keyspace.
 //! * Row keys come from `key.pattern`; `{key}` is the record key's values in
-//!   key order, joined by `key.separator` (strings as is, other values as JSON).
+//!   key order, joined by `key.separator` (strings as is, other values as
+//!   JSON), every value escaped so that keys never collide ([`KeyPattern`]).
 //! * A column holding [`UNAVAILABLE_VALUE`] (unchanged TOAST) is left out, so
 //!   the stored value stays: the hash script does not touch the field, and the
 //!   JSON layout merges the stored row in before the call ([`merge_json`]).
@@ -46,8 +47,9 @@ pub enum Body<'a> {
     Delete,
     /// Remove every row of the table (its key set) older than this version.
     Truncate,
-    /// Hash layout: set the row's non-null columns, remove the null ones, keep
-    /// the unavailable ones and every other field ([`hash_fields`]).
+    /// Hash layout: the row replaces the stored hash (non-null columns as
+    /// fields), keeping only the stored fields of its unavailable columns
+    /// ([`hash_fields`]).
     Hash(&'a Map<String, Value>),
     /// JSON layout: the row, and the columns to take from the stored row.
     Json {
@@ -98,21 +100,22 @@ pub enum FieldValue<'a> {
     Json(&'a Value),
 }
 
-/// A hash row's columns: the fields to set and the null columns to remove;
-/// unavailable (unchanged TOAST) columns are in neither, so they keep their
-/// stored value.
+/// A hash row's columns: the fields of the new hash (null columns have
+/// none), and the unavailable (unchanged TOAST) columns, whose stored field
+/// the script keeps. Every other stored field goes: a column dropped or
+/// renamed in the source leaves the cache with the next full row image.
 pub fn hash_fields(row: &Map<String, Value>) -> (Vec<(&str, FieldValue<'_>)>, Vec<&str>) {
     let mut set = Vec::with_capacity(row.len());
-    let mut unset = Vec::new();
+    let mut keep = Vec::new();
     for (column, value) in row {
         match value {
-            Value::Null => unset.push(column.as_str()),
-            Value::String(s) if s == UNAVAILABLE_VALUE => {}
+            Value::Null => {}
+            Value::String(s) if s == UNAVAILABLE_VALUE => keep.push(column.as_str()),
             Value::String(s) => set.push((column.as_str(), FieldValue::Str(s))),
             other => set.push((column.as_str(), FieldValue::Json(other))),
         }
     }
-    (set, unset)
+    (set, keep)
 }
 
 /// One piece of a parsed `key.pattern`.
@@ -124,11 +127,46 @@ enum Part {
     Key,
 }
 
-/// How row keys are built: `key.pattern`, parsed once.
+/// How row keys are built: `key.pattern`, parsed once. The one function the
+/// sink and `oncely verify` name keys with.
+///
+/// Every value put into the pattern (`{topic}`, `{db}`, `{schema}`,
+/// `{table}`, and each key value of `{key}`) is escaped: a backslash goes
+/// before each `\`, each character of `key.separator` and each character
+/// that ends a placeholder in the pattern (the first character of the text
+/// after it; with the default `{table}:{key}`: `\` and `:` only).
+/// Unescaped, those characters come only from the pattern and the
+/// separators, so reading left to right each value ends where the pattern
+/// says and a key names one row: `('a:b', 'c')` is `t:a\:b:c` and
+/// `('a', 'b:c')` is `t:a:b\:c` (they were both `t:a:b:c`). Two
+/// placeholders must therefore have text between them (the config checks).
 #[derive(Debug, Clone)]
 pub struct KeyPattern {
     parts: Vec<Part>,
     separator: String,
+    /// Characters escaped in values (besides `\`).
+    special: Vec<char>,
+}
+
+/// Where a key's source names come from.
+trait SourceNames {
+    fn field(&self, name: &str) -> &str;
+}
+
+impl SourceNames for ChangeEvent {
+    fn field(&self, name: &str) -> &str {
+        self.source.get(name).and_then(Value::as_str).unwrap_or("")
+    }
+}
+
+impl SourceNames for [&str; 3] {
+    fn field(&self, name: &str) -> &str {
+        match name {
+            "db" => self[0],
+            "schema" => self[1],
+            _ => self[2],
+        }
+    }
 }
 
 impl KeyPattern {
@@ -161,48 +199,137 @@ impl KeyPattern {
                 }
             }
         }
+        let mut special: Vec<char> = separator.chars().collect();
+        for pair in parts.windows(2) {
+            if let [placeholder, Part::Literal(s)] = pair {
+                if !matches!(placeholder, Part::Literal(_)) {
+                    special.extend(s.chars().next());
+                }
+            }
+        }
+        special.sort_unstable();
+        special.dedup();
         Self {
             parts,
             separator: separator.to_owned(),
+            special,
         }
     }
 
     /// The row key of `key` for an event of `topic`.
     pub fn render(&self, topic: &str, event: &ChangeEvent, key: &Value) -> String {
+        match key {
+            Value::Object(map) => self.render_with(topic, event, map.values()),
+            other => self.render_with(topic, event, std::iter::once(other)),
+        }
+    }
+
+    /// The row key of a row of table `schema.table` in database `db`, on
+    /// `topic`, with key values `key` (in key order, as on the wire).
+    pub fn render_row<'v>(
+        &self,
+        topic: &str,
+        [db, schema, table]: [&str; 3],
+        key: impl IntoIterator<Item = &'v Value>,
+    ) -> String {
+        self.render_with(topic, &[db, schema, table], key)
+    }
+
+    /// The key with everything but `{key}` filled in (`{key}` stays): what
+    /// tells one table's keys from another's.
+    pub fn table_part(&self, topic: &str, [db, schema, table]: [&str; 3]) -> String {
         let mut out = String::with_capacity(64);
         for part in &self.parts {
             match part {
-                Part::Literal(s) => out.push_str(s),
-                Part::Topic => out.push_str(topic),
-                Part::Source(f) => {
-                    out.push_str(event.source.get(*f).and_then(Value::as_str).unwrap_or(""))
-                }
-                Part::Key => match key {
-                    Value::Object(map) => {
-                        for (i, v) in map.values().enumerate() {
-                            if i > 0 {
-                                out.push_str(&self.separator);
-                            }
-                            push_text(&mut out, v);
-                        }
-                    }
-                    other => push_text(&mut out, other),
-                },
+                Part::Key => out.push_str("{key}"),
+                _ => self.push_part(&mut out, part, topic, &[db, schema, table]),
             }
         }
         out
     }
-}
 
-/// Appends a key value's text: strings as is, other values as JSON, nothing for null.
-fn push_text(out: &mut String, v: &Value) {
-    use std::fmt::Write;
-    match v {
-        Value::Null => {}
-        Value::String(s) => out.push_str(s),
-        // Writing into a String cannot fail.
-        other => {
-            let _ = write!(out, "{other}");
+    /// The key values of `inner` (a row key with the table part's text
+    /// before and after `{key}` removed), unescaped, in key order.
+    pub fn split_key(&self, inner: &str) -> Vec<String> {
+        let mut values = vec![String::new()];
+        let mut rest = inner;
+        while let Some(c) = rest.chars().next() {
+            if c == '\\' {
+                rest = &rest[1..];
+                if let Some(next) = rest.chars().next() {
+                    if let Some(v) = values.last_mut() {
+                        v.push(next);
+                    }
+                    rest = &rest[next.len_utf8()..];
+                }
+            } else if rest.starts_with(self.separator.as_str()) {
+                values.push(String::new());
+                rest = &rest[self.separator.len()..];
+            } else {
+                if let Some(v) = values.last_mut() {
+                    v.push(c);
+                }
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+        values
+    }
+
+    fn render_with<'v>(
+        &self,
+        topic: &str,
+        names: &(impl SourceNames + ?Sized),
+        key: impl IntoIterator<Item = &'v Value>,
+    ) -> String {
+        let values: Vec<&Value> = key.into_iter().collect();
+        let mut out = String::with_capacity(64);
+        for part in &self.parts {
+            match part {
+                Part::Key => {
+                    for (i, v) in values.iter().enumerate() {
+                        if i > 0 {
+                            out.push_str(&self.separator);
+                        }
+                        self.push_value(&mut out, v);
+                    }
+                }
+                _ => self.push_part(&mut out, part, topic, names),
+            }
+        }
+        out
+    }
+
+    fn push_part(
+        &self,
+        out: &mut String,
+        part: &Part,
+        topic: &str,
+        names: &(impl SourceNames + ?Sized),
+    ) {
+        match part {
+            Part::Literal(s) => out.push_str(s),
+            Part::Topic => self.push_escaped(out, topic),
+            Part::Source(f) => self.push_escaped(out, names.field(f)),
+            Part::Key => {}
+        }
+    }
+
+    /// A key value's text, escaped: strings as is, other values as JSON,
+    /// nothing for null.
+    fn push_value(&self, out: &mut String, v: &Value) {
+        match v {
+            Value::Null => {}
+            Value::String(s) => self.push_escaped(out, s),
+            other => self.push_escaped(out, &other.to_string()),
+        }
+    }
+
+    fn push_escaped(&self, out: &mut String, text: &str) {
+        for c in text.chars() {
+            if c == '\\' || self.special.binary_search(&c).is_ok() {
+                out.push('\\');
+            }
+            out.push(c);
         }
     }
 }

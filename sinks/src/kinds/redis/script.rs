@@ -21,12 +21,13 @@
 //! (`<version.key.prefix><row key>`, with `tombstone.ttl.seconds`). Per
 //! change: `HGET row version-field` reads the stored version (the one read
 //! that can meet `WRONGTYPE`, before anything is written); only when the row
-//! is absent is the tombstone read. A newer upsert is one
-//! `HSET row version-field ours col val ...` (plus `HDEL` of null columns),
-//! and removes a tombstone it supersedes; a newer delete is `DEL row` and the
-//! tombstone `SET`. A stale change writes nothing. Unchanged TOAST columns are
-//! simply not mentioned, and a column dropped from the table stays in the
-//! hash until the row is deleted (no read-modify-write).
+//! is absent is the tombstone read. A newer upsert **replaces** the row:
+//! `DEL row`, then `HSET row version-field ours col val ...`, so a column
+//! dropped or renamed in the source leaves the hash with the row's next full
+//! image; only the fields of unavailable (unchanged TOAST) columns are kept,
+//! read with `HMGET` before the `DEL` and written back, in the same atomic
+//! call. It removes a tombstone it supersedes; a newer delete is `DEL row`
+//! and the tombstone `SET`. A stale change writes nothing.
 //!
 //! `KEYS[1]` is the positions hash, `KEYS[2..=1 + m]` the key sets of the
 //! tables the call writes, `KEYS[1 + m + i]` the row key of change `i`.
@@ -37,13 +38,13 @@
 //!
 //! | op | arguments |
 //! | --- | --- |
-//! | `H` upsert | version, set, fields |
-//! | `N` upsert with null columns | version, set, fields, null fields |
+//! | `H` upsert (full row image) | version, set, fields |
+//! | `K` upsert keeping unavailable columns | version, set, fields, kept fields |
 //! | `D` delete | version, set |
 //!
-//! where *fields* is `field, value, field, value, ...` and *null fields* is
+//! where *fields* is `field, value, field, value, ...` and *kept fields* is
 //! `field, ...`, each packed as a sequence of MessagePack strings
-//! ([`pack_str`]) that the script unpacks straight into `HSET`/`HDEL`
+//! ([`pack_str`]) that the script unpacks straight into `HSET`/`HMGET`
 //! (`cmsgpack`, built into Redis). Packing matters: each script argument
 //! costs Redis a parse, a Lua string and garbage collection, and with one
 //! argument per field the script spent more time on its arguments than on
@@ -120,12 +121,12 @@ while a <= nargs do
   local op, ver = ARGV[a], ARGV[a + 1]
   local set = KEYS[1 + tonumber(ARGV[a + 2])]
   local row = KEYS[1 + sets + i]
-  local fields, nulls
+  local fields, kept
   if op == 'H' then
     fields = ARGV[a + 3]
     a = a + 4
-  elseif op == 'N' then
-    fields, nulls = ARGV[a + 3], ARGV[a + 4]
+  elseif op == 'K' then
+    fields, kept = ARGV[a + 3], ARGV[a + 4]
     a = a + 5
   else
     a = a + 3
@@ -156,8 +157,19 @@ while a <= nargs do
     end
     applied = applied + 1
   else
-    if nulls then call('HDEL', row, unpack_fields(nulls)) end
+    -- The row image replaces the hash; unavailable columns keep their field.
+    local keep_names, keep_values
+    if kept then
+      keep_names = {unpack_fields(kept)}
+      keep_values = call('HMGET', row, unpack(keep_names))
+    end
+    call('DEL', row)
     call('HSET', row, vfield, ver, unpack_fields(fields))
+    if kept then
+      for j, name in ipairs(keep_names) do
+        if keep_values[j] then call('HSET', row, name, keep_values[j]) end
+      end
+    end
     if ttl > 0 then call('PEXPIRE', row, ttl) end
     if tomb and stored then call('DEL', tomb) end
     remember(set, row)

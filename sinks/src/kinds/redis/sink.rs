@@ -15,6 +15,7 @@ use super::plan::{
 };
 use super::script::{pack_str, position_field, Reply, HASH_SCRIPT, JSON_SCRIPT, TRUNCATE_SCRIPT};
 use crate::error::{RecordFailure, SinkError};
+use crate::naming::TargetClaims;
 use crate::sink::{Batch, Positions, Sink, TopicPartition};
 
 /// First delay of the reconnect backoff.
@@ -35,6 +36,9 @@ pub struct RedisSink {
     tombstone_ttl_ms: u64,
     max_changes: usize,
     max_bytes: usize,
+    /// Which table each key prefix belongs to (`{table}:{key}` merges
+    /// tables of one name in two schemas).
+    claims: TargetClaims,
 }
 
 impl RedisSink {
@@ -106,6 +110,7 @@ impl RedisSink {
             tombstone_ttl_ms: config.tombstone_ttl_ms(),
             max_changes: config.script_max_changes,
             max_bytes: config.script_max_bytes,
+            claims: TargetClaims::new("key prefix", "sink.key.pattern"),
         };
         sink.sha = sink.load_script(sink.script()).await?;
         sink.truncate_sha = sink.load_script(TRUNCATE_SCRIPT).await?;
@@ -245,8 +250,8 @@ impl RedisSink {
                         .arg(json_text(row, unavailable));
                 }
                 Body::Hash(row) => {
-                    let (set_fields, unset) = hash_fields(row);
-                    let op = if unset.is_empty() { "H" } else { "N" };
+                    let (set_fields, keep) = hash_fields(row);
+                    let op = if keep.is_empty() { "H" } else { "K" };
                     cmd.arg(op).arg(&c.version[..]).arg(set);
                     packed.clear();
                     for (f, v) in set_fields {
@@ -254,9 +259,9 @@ impl RedisSink {
                         pack_field(&mut packed, v, &mut text);
                     }
                     cmd.arg(&packed[..]);
-                    if !unset.is_empty() {
+                    if !keep.is_empty() {
                         packed.clear();
-                        for f in unset {
+                        for f in keep {
                             pack_str(&mut packed, f.as_bytes());
                         }
                         cmd.arg(&packed[..]);
@@ -331,6 +336,31 @@ impl RedisSink {
         Reply::parse(&reply).ok_or_else(|| {
             SinkError::retriable(format!("redis: unexpected script reply {reply:?}"))
         })
+    }
+
+    /// Refuses a batch whose table's keys another table writes to.
+    fn claim_keys(&self, batch: &Batch) -> Result<(), SinkError> {
+        let mut last = None;
+        for record in batch.records() {
+            let Some(event) = record.event() else {
+                continue;
+            };
+            let (Some(schema), Some(table)) = (event.schema_name(), event.table()) else {
+                continue;
+            };
+            if last == Some((schema, table)) {
+                continue;
+            }
+            last = Some((schema, table));
+            let db = event
+                .source
+                .get("db")
+                .and_then(|v| v.as_str())
+                .unwrap_or("");
+            let part = self.keys.table_part(batch.topic(), [db, schema, table]);
+            self.claims.claim(&part, schema, table)?;
+        }
+        Ok(())
     }
 
     /// Applies one truncate in calls of at most `script.max.changes` members;
@@ -444,6 +474,7 @@ impl Sink for RedisSink {
     }
 
     async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
+        self.claim_keys(batch)?;
         let naming = Naming {
             keys: &self.keys,
             version_field: &self.version_field,

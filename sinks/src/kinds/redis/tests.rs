@@ -76,6 +76,9 @@ fn config_errors_name_the_key() {
     assert_eq!(bad("version.key.prefix = \"\""), "sink.version.key.prefix");
     assert_eq!(bad("tls.ca.file = \"/ca.pem\""), "sink.tls.ca.file");
     assert_eq!(bad("version.field = \"\""), "sink.version.field");
+    // Keys must stay injective: text between placeholders, no escape character in the separator.
+    assert_eq!(bad("key.pattern = \"{table}{key}\""), "sink.key.pattern");
+    assert_eq!(bad("key.separator = \"\\\\\""), "sink.key.separator");
     let e = parse_config(&format!(
         "{HEAD}[sink]\nkind = \"redis\"\nlayot = \"hash\"\n"
     ))
@@ -125,6 +128,45 @@ fn keys_render_from_the_pattern() {
 }
 
 #[test]
+fn keys_holding_the_separator_stay_apart_and_split_back() {
+    let r = event_record(1, 7, "c", json!({"id": 7}), 1, 0);
+    let e = r.event().expect("event");
+    let p = KeyPattern::new("{table}:{key}", ":");
+    let one = p.render("t", e, &json!({"a": "a:b", "b": "c"}));
+    let two = p.render("t", e, &json!({"a": "a", "b": "b:c"}));
+    assert_eq!(one, "orders:a\\:b:c");
+    assert_eq!(two, "orders:a:b\\:c");
+    let three = p.render("t", e, &json!({"a": "a\\", "b": "b"}));
+    let four = p.render("t", e, &json!({"a": "a", "b": "\\b"}));
+    assert_ne!(three, four);
+    let prefix = "orders:";
+    for (key, values) in [
+        (&one, vec!["a:b", "c"]),
+        (&two, vec!["a", "b:c"]),
+        (&three, vec!["a\\", "b"]),
+        (&four, vec!["a", "\\b"]),
+    ] {
+        let inner = key.strip_prefix(prefix).expect("prefix");
+        assert_eq!(p.split_key(inner), values, "{key}");
+    }
+    // Names with the pattern's characters are escaped too: table `a:b` key
+    // `c` is not table `a` key (`b`, `c`).
+    let q = KeyPattern::new("{schema}.{table}:{key}", ":");
+    let k1 = q.render_row("t", ["d", "s", "a:b"], [&json!("c")]);
+    let k2 = q.render_row("t", ["d", "s", "a"], [&json!("b"), &json!("c")]);
+    assert_ne!(k1, k2);
+    assert_eq!(q.table_part("t", ["d", "s.x", "a"]), "s\\.x.a:{key}");
+    // The pattern's other text is not escaped in values.
+    let r = KeyPattern::new("cache_v1:{table}:{key}", ":");
+    assert_eq!(
+        r.render_row("t", ["d", "s", "order_items"], [&json!("a_b.c")]),
+        "cache_v1:order_items:a_b.c"
+    );
+    // Integers and text without special characters are as before.
+    assert_eq!(p.render("t", e, &json!({"id": 7})), "orders:7");
+}
+
+#[test]
 fn hash_rows_skip_unavailable_and_unset_nulls() {
     let row = json!({"id": 1, "note": null, "body": UNAVAILABLE_VALUE, "n": "1.50", "ok": true, "tags": [1, 2]});
     let b = batch(vec![event_record(5, 1, "u", row, 10, 2)]);
@@ -143,7 +185,7 @@ fn hash_rows_skip_unavailable_and_unset_nulls() {
     let Body::Hash(row) = &changes[0].body else {
         panic!("not a hash body")
     };
-    let (set, unset) = hash_fields(row);
+    let (set, keep) = hash_fields(row);
     let set: Vec<(&str, String)> = set
         .into_iter()
         .map(|(f, v)| {
@@ -163,7 +205,8 @@ fn hash_rows_skip_unavailable_and_unset_nulls() {
             ("tags", "[1,2]".to_string())
         ]
     );
-    assert_eq!(unset, vec!["note"]);
+    // `note` (null) gets no field; `body` (unchanged TOAST) keeps the stored one.
+    assert_eq!(keep, vec!["body"]);
 }
 
 #[test]
