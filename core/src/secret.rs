@@ -93,19 +93,53 @@ pub fn redact_url(url: &str) -> String {
     format!("{}{shown}@{}", &url[..scheme_end], &rest[at + 1..])
 }
 
-/// A TOML error as `line L, column C: message`, without the excerpt of the
-/// file `toml` prints (which would show an inline secret on that line).
+/// A TOML error as `line L, column C, key K: message`, without the excerpt
+/// of the file `toml` prints (which would show an inline secret on that
+/// line). The key is named because a bad value's message (`unknown variant`)
+/// does not say whose value it is; keys are names, never secrets.
 pub fn toml_error(error: &toml::de::Error, text: &str) -> String {
     let message = error.message().trim_end();
     match error.span() {
         Some(span) => {
-            let before = &text[..span.start.min(text.len())];
+            let before = &text[..floor_char_boundary(text, span.start)];
             let line = before.matches('\n').count() + 1;
-            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-            format!("line {line}, column {column}: {message}")
+            let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+            let column = before[line_start..].chars().count() + 1;
+            match key_of_value(before, line_start) {
+                Some(key) => format!("line {line}, column {column}, key `{key}`: {message}"),
+                None => format!("line {line}, column {column}: {message}"),
+            }
         }
         None => message.to_owned(),
     }
+}
+
+fn floor_char_boundary(text: &str, at: usize) -> usize {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+/// The dotted key of the line `before` ends on (`key = <here>`),
+/// prefixed by the `[table]` header it sits under.
+fn key_of_value(before: &str, line_start: usize) -> Option<String> {
+    let on_line = &before[line_start..];
+    // The first `=`: a later one may sit inside a (secret) value.
+    let key = on_line[..on_line.find('=')?].trim();
+    if key.is_empty() || key.starts_with('#') {
+        return None;
+    }
+    let table = before[..line_start].lines().rev().find_map(|l| {
+        let l = l.trim();
+        l.starts_with('[')
+            .then(|| l.trim_matches(['[', ']']).trim().to_owned())
+    });
+    Some(match table {
+        Some(t) if !t.is_empty() => format!("{t}.{key}"),
+        _ => key.to_owned(),
+    })
 }
 
 impl fmt::Debug for Secret {
@@ -150,7 +184,43 @@ mod tests {
         assert!(e.to_string().contains("hunter2"), "toml quotes the line");
         let told = toml_error(&e, text);
         assert!(!told.contains("hunter2"), "{told}");
-        assert!(told.starts_with("line 2, column 22: "), "{told}");
+        assert!(
+            told.starts_with("line 2, column 22, key `password`: "),
+            "{told}"
+        );
+        let text = "password = \"a=hunter2\" oops\n";
+        let e = toml::from_str::<toml::Table>(text).expect_err("invalid");
+        let told = toml_error(&e, text);
+        assert!(!told.contains("hunter2"), "{told}");
+    }
+
+    #[test]
+    fn toml_errors_name_the_key_of_a_bad_value() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        enum Mode {
+            #[serde(rename = "on")]
+            On,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Inner {
+            mode: Mode,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Outer {
+            name: String,
+            kafka: Inner,
+        }
+        let text = "name = \"x\"\n[kafka]\nmode = \"sometimes\"\n";
+        let e = toml::from_str::<Outer>(text).expect_err("invalid");
+        let told = toml_error(&e, text);
+        assert!(
+            told.starts_with("line 3, column 8, key `kafka.mode`: "),
+            "{told}"
+        );
+        assert!(told.contains("sometimes"), "the bad value is named: {told}");
     }
 
     #[test]
