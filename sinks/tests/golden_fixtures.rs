@@ -8,10 +8,14 @@ use serde_json::Value;
 
 fn fixtures() -> Vec<(String, Value)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/envelope");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        eprintln!("no fixtures at {}: nothing to check yet", dir.display());
-        return Vec::new();
-    };
+    // Missing fixtures fail: a contract test that passes by checking nothing
+    // would hide a moved or deleted directory.
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| {
+        panic!(
+            "no golden fixtures at {} ({e}): UPDATE_GOLDEN=1 cargo test -p oncely-capture --lib golden writes them",
+            dir.display()
+        )
+    });
     let mut out: Vec<(String, Value)> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
