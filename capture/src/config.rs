@@ -110,6 +110,26 @@ pub struct CaptureConfig {
     /// `schema.change.backfill`.
     #[serde(default)]
     pub schema: SchemaConfig,
+    /// `interval.handling.mode`.
+    #[serde(default)]
+    pub interval: IntervalConfig,
+}
+
+/// `interval.handling.mode`: `"string"` (default: Debezium's
+/// `io.debezium.time.Interval`, exact) or `"numeric"` (Debezium's default
+/// `io.debezium.time.MicroDuration`: µs, a month as 30.4375 days, lossy).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntervalConfig {
+    #[serde(default)]
+    pub handling: IntervalHandlingConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntervalHandlingConfig {
+    #[serde(default)]
+    pub mode: crate::value::IntervalHandlingMode,
 }
 
 /// `schema.change.backfill`: whether a schema change that alters existing
