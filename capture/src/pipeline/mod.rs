@@ -846,7 +846,12 @@ impl Pipeline<'_> {
                 Some(Route::Table(enc, topic)) => {
                     let key = enc.key(&new).map_err(refusable(1))?;
                     let value = enc.value(Op::Create, None, Some(&new), src, now);
-                    out.push(Record::change(topic, key, value.map_err(refusable(1))?, src));
+                    out.push(Record::change(
+                        topic,
+                        key,
+                        value.map_err(refusable(1))?,
+                        src,
+                    ));
                 }
                 Some(Route::Outbox(router, rel)) => {
                     let ev = router

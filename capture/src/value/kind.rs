@@ -141,7 +141,9 @@ impl ValueKind {
             ValueKind::Bytea => bytea_to_base64(text).map(|s| Mapped::Str(Cow::Owned(s))),
             ValueKind::ZonedTimestamp => parse_timestamptz(text).map(Mapped::ZonedTimestamp),
             ValueKind::MicroTimestamp => {
-                return parse_timestamp(text).map(Mapped::Int).ok_or(Unrepresentable)
+                return parse_timestamp(text)
+                    .map(Mapped::Int)
+                    .ok_or(Unrepresentable)
             }
             ValueKind::Date => {
                 return parse_date(text)

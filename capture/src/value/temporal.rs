@@ -596,7 +596,9 @@ fn parse_iso_interval(s: &str) -> Option<IntervalParts> {
             any = true;
             let p = &mut parts;
             match (is_time, designator) {
-                (false, b'Y') if frac == 0 => p.months = p.months.checked_add(num.checked_mul(12)?)?,
+                (false, b'Y') if frac == 0 => {
+                    p.months = p.months.checked_add(num.checked_mul(12)?)?
+                }
                 (false, b'M') if frac == 0 => p.months = p.months.checked_add(num)?,
                 (false, b'W') if frac == 0 => p.days = p.days.checked_add(num.checked_mul(7)?)?,
                 (false, b'D') if frac == 0 => p.days = p.days.checked_add(num)?,
@@ -667,12 +669,7 @@ mod tests {
         assert_eq!(parse_date("4714-11-24 BC"), Some(-2_440_588));
         assert_eq!(parse_date("4713-01-01 BC"), Some(-2_440_550));
         assert_eq!(parse_date("5874897-12-31"), Some(2_145_042_905));
-        for bad in [
-            "2026-13-01",
-            "2026-02-30",
-            "26-1-1",
-            "2026-01-01x",
-        ] {
+        for bad in ["2026-13-01", "2026-02-30", "26-1-1", "2026-01-01x"] {
             assert_eq!(parse_date(bad), None, "{bad}");
         }
     }
@@ -803,7 +800,10 @@ mod tests {
         );
         assert_eq!(parse_timetz("15:10:35"), None);
         // The end of the day in UTC stays the end of the day.
-        assert_eq!(fmt(parse_timetz("24:00:00+00").unwrap()), "24:00:00.000000Z");
+        assert_eq!(
+            fmt(parse_timetz("24:00:00+00").unwrap()),
+            "24:00:00.000000Z"
+        );
         assert_eq!(
             fmt(parse_timetz("24:00:00+01").unwrap()),
             "23:00:00.000000Z"
@@ -875,13 +875,13 @@ mod tests {
         );
         assert_eq!(iso(parts("00:00:00")), "P0Y0M0DT0H0M0S");
         assert_eq!(iso(parts("-00:00:00.5")), "P0Y0M0DT0H0M-0.5S");
-        assert_eq!(iso(parts("10303:05:06.000001")), "P0Y0M0DT10303H5M6.000001S");
+        assert_eq!(
+            iso(parts("10303:05:06.000001")),
+            "P0Y0M0DT10303H5M6.000001S"
+        );
         assert_eq!(iso(parts("-178000000 years")), "P-178000000Y0M0DT0H0M0S");
         assert_eq!(iso(parts("1 year -1 mons")), "P0Y11M0DT0H0M0S");
-        assert_eq!(
-            parse_interval_parts("infinity"),
-            Some(Interval::Infinity)
-        );
+        assert_eq!(parse_interval_parts("infinity"), Some(Interval::Infinity));
         // Beyond 64-bit µs: exact as parts, refused as MicroDuration.
         assert_eq!(parse_interval("-178000000 years"), None);
         assert_eq!(parse_interval("infinity"), Some(i64::MAX));
