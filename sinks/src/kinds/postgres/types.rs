@@ -393,7 +393,10 @@ pub fn from_schema(field: &Value) -> ColumnSpec {
         "double" | "float64" => ColumnSpec::new("double precision", Conv::Cast),
         "bytes" => ColumnSpec::new("bytea", Conv::Base64),
         "array" => match field.get("items").map(from_schema) {
-            Some(item) if item.conv == Conv::Cast && !item.ddl.ends_with("[]") => {
+            // Zoned elements are converted one by one (`to_text`).
+            Some(item)
+                if matches!(item.conv, Conv::Cast | Conv::Zoned) && !item.ddl.ends_with("[]") =>
+            {
                 ColumnSpec::new(format!("{}[]", item.ddl), Conv::Cast)
             }
             _ => ColumnSpec::new("jsonb", Conv::Cast),
@@ -456,6 +459,11 @@ pub fn to_text<'v>(value: &'v Value, actual: &str) -> Option<Cow<'v, str>> {
                     Value::Array(_) => out.push_str(&to_text(item, actual).unwrap_or_default()),
                     other => {
                         let text = match other {
+                            // Signed ISO years of `timestamptz[]` elements
+                            // in the era form PostgreSQL reads.
+                            Value::String(s) if actual.starts_with("timestamp with time zone") => {
+                                iso_era(Cow::Borrowed(s)).into_owned()
+                            }
                             Value::String(s) => s.clone(),
                             v => v.to_string(),
                         };
@@ -524,6 +532,14 @@ mod tests {
             (
                 json!({"type": "array", "items": {"type": "int32", "name": "io.debezium.time.Date"}}),
                 "jsonb",
+            ),
+            (
+                json!({"type": "array", "items": {"type": "string", "name": "io.debezium.time.ZonedTimestamp"}}),
+                "timestamptz[]",
+            ),
+            (
+                json!({"type": "array", "items": {"type": "string", "name": "io.debezium.time.Interval"}}),
+                "interval[]",
             ),
             (json!({"type": "string"}), "text"),
         ];
@@ -669,6 +685,14 @@ mod tests {
             Some(r#"{"a,b","x\"y",NULL}"#)
         );
         assert_eq!(to_text(&json!([1, 2]), "jsonb").as_deref(), Some("[1,2]"));
+        assert_eq!(
+            to_text(
+                &json!(["-0043-03-15T12:00:00.000000Z", "infinity"]),
+                "timestamp with time zone[]"
+            )
+            .as_deref(),
+            Some(r#"{"0044-03-15T12:00:00.000000Z BC","infinity"}"#)
+        );
         assert_eq!(
             to_text(&json!({"a": 1}), "jsonb").as_deref(),
             Some(r#"{"a":1}"#)
