@@ -229,8 +229,12 @@ const ALL_TYPES: &[Column] = &[
     (
         "tza",
         "timestamptz[]",
+        // Elasticsearch maps a field from the first document holding it; an
+        // array mixing date-like and other strings there is a mapping
+        // conflict (see docs/design.md), so each array is of one kind.
         &[
-            "'{\"0044-03-15 12:00+00 BC\",infinity,NULL,\"2026-01-01 00:00+00\"}'",
+            "'{\"0044-03-15 12:00+00 BC\",NULL,\"2026-01-01 00:00+00\"}'",
+            "'{infinity,-infinity}'",
             "'{}'",
         ],
     ),

@@ -1121,6 +1121,22 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
     }
 
     #[test]
+    fn interval_handling_mode_defaults_to_string_and_parses() {
+        use crate::value::IntervalHandlingMode;
+        let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
+        assert_eq!(cfg.interval.handling.mode, IntervalHandlingMode::String);
+        let numeric = format!("{MINIMAL}\ninterval.handling.mode = \"numeric\"\n");
+        let cfg = CaptureConfig::parse(&numeric, "test").unwrap();
+        assert_eq!(cfg.interval.handling.mode, IntervalHandlingMode::Numeric);
+        let bad = format!("{MINIMAL}\ninterval.handling.mode = \"iso\"\n");
+        let err = CaptureConfig::parse(&bad, "test").unwrap_err().to_string();
+        assert!(
+            err.contains("interval.handling.mode") && err.contains("numeric"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn replica_identity_check_parses() {
         let warn = format!("{MINIMAL}\nreplica.identity.check = \"warn\"\n");
         let cfg = CaptureConfig::parse(&warn, "test").unwrap();

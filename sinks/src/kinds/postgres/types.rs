@@ -179,6 +179,9 @@ fn is_text(actual: &str) -> bool {
 /// Canonical `format_type` spelling of the DDL names this module produces.
 pub fn canonical(ddl: &str) -> String {
     let base = base_type(ddl);
+    if let Some(element) = base.strip_suffix("[]") {
+        return format!("{}[]", canonical(element));
+    }
     let mapped = match base.as_str() {
         "timestamptz" => "timestamp with time zone",
         "timestamp" => "timestamp without time zone",
@@ -700,5 +703,9 @@ mod tests {
         assert_eq!(base_type("numeric(12,2)"), "numeric");
         assert_eq!(base_type("character varying(5)[]"), "character varying[]");
         assert_eq!(canonical("timestamptz"), "timestamp with time zone");
+        assert_eq!(canonical("timestamptz[]"), "timestamp with time zone[]");
+        let tza = from_schema(&json!({"type": "array", "items": {"type": "string",
+            "name": "io.debezium.time.ZonedTimestamp"}}));
+        assert!(compatible(&tza, "timestamp with time zone[]").is_ok());
     }
 }
