@@ -133,7 +133,7 @@ impl ElasticsearchSink {
             let Ok(index) = event_index(&self.config.index_pattern, batch.topic(), event) else {
                 continue;
             };
-            let known = self.known.lock().map_or(false, |k| k.contains(&index));
+            let known = self.known.lock().is_ok_and(|k| k.contains(&index));
             if !known && !wanted.contains(&index) {
                 wanted.push(index);
             }
