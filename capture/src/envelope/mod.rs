@@ -176,11 +176,11 @@ fn unrepresentable_help(kind: &ValueKind) -> (&'static str, &'static str) {
         ValueKind::Array { element, .. } => unrepresentable_help(element),
         ValueKind::MicroDuration => (
             "io.debezium.time.MicroDuration (int64 µs)",
-            "set interval.handling.mode = \"string\" in the capture config (exact ISO-8601 intervals, any size) and restart capture; the change is then published, since it is still in the slot",
+            "set interval.handling.mode = \"string\" in the capture config (exact ISO-8601 intervals, any size), restart capture, then snapshot the table (oncely capture snapshot --table ...) to bring the refused rows to the targets",
         ),
         ValueKind::MicroTimestamp => (
             "io.debezium.time.MicroTimestamp (int64 µs since 1970, up to 294247-01-10 04:00:54.775806)",
-            "timestamps from 294247-01-10 04:00:54.775807 on do not fit; store such values as timestamptz (a string field) or bring them into range, then snapshot the table",
+            "timestamps from 294247-01-10 04:00:54.775807 on do not fit; store such values as timestamptz (a string field) or bring them into range, then snapshot the table (oncely capture snapshot --table ...)",
         ),
         _ => (
             "its integer field",
