@@ -199,6 +199,90 @@ async fn each_change_kind_gives_the_expected_events() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Issue 23 items 6 and 8: a value its integer field cannot hold (an
+/// interval beyond 64-bit µs under `interval.handling.mode = "numeric"`, a
+/// `timestamp` past 294247 AD) is refused with a message naming table,
+/// column, value and fix, and counted; the other changes of the same
+/// transaction and table are published with the ordinals they would have
+/// had, and capture goes on. On main the values went out as strings in
+/// `int64` fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_a_field_cannot_hold_are_refused_by_name_and_the_stream_goes_on(
+) -> anyhow::Result<()> {
+    let env = CaptureEnv::new("cap_refuse").await?;
+    env.client
+        .batch_execute("CREATE TABLE spans (id int PRIMARY KEY, span interval, at timestamp)")
+        .await?;
+    let metrics_port = 20000 + (rand::random::<u16>() % 20000);
+    let config = env.write_config(
+        "capture.toml",
+        &env.config(&format!(
+            "interval.handling.mode = \"numeric\"\nbatch.max.ms = 20\nmetrics.listen = \"127.0.0.1:{metrics_port}\"\n"
+        )),
+    )?;
+    let mut capture = env.spawn_capture(&config)?;
+    env.wait_slot_active().await?;
+    env.client
+        .batch_execute(
+            "BEGIN;
+             INSERT INTO spans VALUES (1, '1 day', 'infinity');
+             INSERT INTO spans VALUES (2, '-178000000 years', '2026-01-01');
+             INSERT INTO spans VALUES (3, '2 days', '294270-01-01 00:00:00');
+             INSERT INTO spans VALUES (4, '-1 mon', '4714-11-24 00:00:00 BC');
+             COMMIT;
+             UPDATE spans SET span = '1 hour' WHERE id = 2;",
+        )
+        .await?;
+    let topics = vec![env.topic("spans")];
+    let seen = wait_for(&topics, TIMEOUT, |s| s.len() >= 3).await?;
+    let rows: Vec<(Value, Value, Value)> = seen
+        .iter()
+        .map(|s| {
+            (
+                after(s)["id"].clone(),
+                after(s)["span"].clone(),
+                source(s)["event_seq"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            (json!(1), json!(86_400_000_000_i64), json!(1)),
+            (json!(4), json!(-2_629_800_000_000_i64), json!(4)),
+            (json!(2), json!(3_600_000_000_i64), json!(1)),
+        ],
+        "{seen:#?}"
+    );
+    assert_eq!(
+        after(&seen[0])["at"],
+        json!(i64::MAX),
+        "infinity's sentinel"
+    );
+    assert_eq!(after(&seen[1])["at"], json!(-210_866_803_200_000_000_i64));
+    let log = env.capture_log();
+    for part in [
+        "public.spans",
+        "column span",
+        "-178000000 years",
+        "interval.handling.mode = \"string\"",
+        "column at",
+        "294270-01-01 00:00:00",
+    ] {
+        assert!(log.contains(part), "{part} not in the log:\n{log}");
+    }
+    let body = get_metrics(metrics_port).await?;
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("oncely_capture_refused_changes_total"))
+        .unwrap_or_default();
+    assert!(line.ends_with(" 2"), "metrics: {line:?}\n{body}");
+    let status = terminate(&mut capture, Duration::from_secs(30))?;
+    assert!(status.success(), "capture exit {status}; log:\n{log}");
+    env.cleanup().await;
+    Ok(())
+}
+
 /// GET /metrics over a plain TCP connection.
 async fn get_metrics(port: u16) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -110,6 +110,26 @@ pub struct CaptureConfig {
     /// `schema.change.backfill`.
     #[serde(default)]
     pub schema: SchemaConfig,
+    /// `interval.handling.mode`.
+    #[serde(default)]
+    pub interval: IntervalConfig,
+}
+
+/// `interval.handling.mode`: `"string"` (default: Debezium's
+/// `io.debezium.time.Interval`, exact) or `"numeric"` (Debezium's default
+/// `io.debezium.time.MicroDuration`: µs, a month as 30.4375 days, lossy).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntervalConfig {
+    #[serde(default)]
+    pub handling: IntervalHandlingConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntervalHandlingConfig {
+    #[serde(default)]
+    pub mode: crate::value::IntervalHandlingMode,
 }
 
 /// `schema.change.backfill`: whether a schema change that alters existing
@@ -1103,6 +1123,22 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
         let cfg = CaptureConfig::parse(&text, "test").unwrap();
         assert_eq!(cfg.database.password.expose(), "pw");
         assert!(!format!("{cfg:?}").contains("\"pw\""));
+    }
+
+    #[test]
+    fn interval_handling_mode_defaults_to_string_and_parses() {
+        use crate::value::IntervalHandlingMode;
+        let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
+        assert_eq!(cfg.interval.handling.mode, IntervalHandlingMode::String);
+        let numeric = format!("{MINIMAL}\ninterval.handling.mode = \"numeric\"\n");
+        let cfg = CaptureConfig::parse(&numeric, "test").unwrap();
+        assert_eq!(cfg.interval.handling.mode, IntervalHandlingMode::Numeric);
+        let bad = format!("{MINIMAL}\ninterval.handling.mode = \"iso\"\n");
+        let err = CaptureConfig::parse(&bad, "test").unwrap_err().to_string();
+        assert!(
+            err.contains("interval.handling.mode") && err.contains("numeric"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -70,6 +70,14 @@ pub enum CaptureError {
     #[error("offset record on topic {topic} is unreadable: {reason}")]
     CorruptOffset { topic: String, reason: String },
 
+    /// A change holds a value its field cannot carry (a `timestamp` beyond
+    /// 64-bit µs, an interval beyond them under `interval.handling.mode =
+    /// "numeric"`). The pipeline refuses that change — logs it, counts it in
+    /// `oncely_capture_refused_changes_total{table}` and goes on — so this
+    /// never stops capture.
+    #[error(transparent)]
+    ValueRefused(Box<RefusedValue>),
+
     /// A record of the schema-change topic could not be read (capture reads
     /// the columns its last committed events used from it at start).
     #[error("schema-change record on topic {topic} is unreadable: {reason}; capture writes only JSON records there: remove what another producer wrote (or delete the topic, and capture takes the catalog's columns as its baseline)")]
@@ -88,6 +96,20 @@ pub struct TooLargeRecord {
     pub limit: String,
     /// The setting(s) to raise.
     pub setting: String,
+}
+
+/// The change behind [`CaptureError::ValueRefused`].
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}")]
+pub struct RefusedValue {
+    /// `schema.table`.
+    pub table: String,
+    /// Names table, column, value and the fix.
+    pub reason: String,
+    /// The event ordinals the change takes all the same (as
+    /// `Pipeline::ordinals` counts them), so the numbering of the
+    /// transaction's later events does not depend on the refusal.
+    pub ordinals: u64,
 }
 
 impl CaptureError {

@@ -542,3 +542,61 @@ async fn a_truncate_where_the_version_field_is_not_indexed_is_a_dead_letter() {
     assert_eq!(documents(&topic).await.len(), 1, "nothing deleted");
     delete_index(&topic).await;
 }
+
+/// Issue 23 item 8: a `timestamptz` Elasticsearch cannot parse as a date (a
+/// year before 0 or after 9999 as java.time writes it, `infinity`) after the
+/// field was mapped as `date` still lands, its exact value in `_source`; as
+/// do timestamp/date infinity sentinels and exact ISO intervals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dates_beyond_elasticsearchs_range_are_kept_in_the_source() {
+    let topic = unique("es_dates");
+    let sink = ElasticsearchSink::connect(&sink_config(""))
+        .await
+        .expect("sink");
+    let rows = [
+        json!({"id": 0, "tz": "2026-11-27T15:10:35.670111Z", "ts": 1, "d": 1, "iv": "P1Y2M3DT4H5M6.789S"}),
+        json!({"id": 1, "tz": "-0043-03-15T12:00:00.000000Z", "ts": i64::MIN, "d": i32::MIN, "iv": "P-178000000Y0M0DT0H0M0S"}),
+        json!({"id": 2, "tz": "+294276-12-31T23:59:59.999999Z", "ts": i64::MAX, "d": i32::MAX, "iv": "P0Y0M0DT0H0M-0.5S"}),
+        json!({"id": 3, "tz": "infinity", "ts": -210_863_520_000_000_000_i64, "d": 2_145_042_905, "iv": "P0Y0M0DT0H0M0S"}),
+        json!({"id": 4, "tz": "-infinity", "ts": 0, "d": -2_440_550, "iv": "P0Y0M0DT24H0M0S"}),
+    ];
+    // The first row alone, so the field is mapped as a date first.
+    let first = vec![(0, change("c", 0, 100, 1, rows[0].clone()))];
+    sink.apply(&batch_of(&topic, first, 0))
+        .await
+        .expect("first");
+    let rest: Vec<(u64, Vec<u8>)> = rows[1..]
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            (
+                i as u64 + 1,
+                change("c", i as u64 + 1, 200, i as u64 + 1, r.clone()),
+            )
+        })
+        .collect();
+    sink.apply(&batch_of(&topic, rest, 1))
+        .await
+        .expect("every row lands");
+    let docs = documents(&topic).await;
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(docs.get(&i.to_string()).map(|d| &d.1), Some(row), "row {i}");
+    }
+    let mapping = es()
+        .indices()
+        .get_mapping(elasticsearch::indices::IndicesGetMappingParts::Index(&[
+            &topic,
+        ]))
+        .send()
+        .await
+        .expect("mapping")
+        .json::<Value>()
+        .await
+        .expect("mapping json");
+    assert_eq!(
+        mapping[&topic]["mappings"]["properties"]["tz"]["type"],
+        json!("date"),
+        "{mapping}"
+    );
+    delete_index(&topic).await;
+}

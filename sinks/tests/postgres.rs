@@ -414,11 +414,64 @@ async fn connect_schemas_type_the_target_columns() {
     assert_eq!(row.get::<_, String>(2), "12345678.90");
     assert!(row.get::<_, bool>(3));
     assert_eq!(row.get::<_, String>(4), "15:10:35.670111");
-    assert_eq!(row.get::<_, String>(5), "10303:05:06.789");
+    // Exact (issue 23 item 5): months, days and time as the source had them,
+    // not '10303:05:06.789'.
+    assert_eq!(row.get::<_, String>(5), "1 year 2 mons 3 days 04:05:06.789");
     assert_eq!(row.get::<_, String>(6), "0001feff");
     assert_eq!(row.get::<_, String>(7), r#"{plain,"a,b","x\"y",NULL}"#);
     assert_eq!(row.get::<_, String>(8), "infinity");
     assert_eq!(row.get::<_, String>(9), "NaN");
+    // PostgreSQL's extremes (issue 23 items 5-8), each as the source held it:
+    // compared by PostgreSQL's `=` and by the text (interval `=` calls
+    // '1 mon' and '30 days' equal; the text does not).
+    let extremes = [
+        (
+            "c_interval_neg",
+            "interval",
+            "-1 years -2 mons +3 days -04:05:06.789",
+        ),
+        ("c_interval_huge", "interval", "-178000000 years"),
+        (
+            "c_timestamptz_bc",
+            "timestamptz",
+            "0044-03-15 12:00:00+00 BC",
+        ),
+        (
+            "c_timestamptz_max",
+            "timestamptz",
+            "294276-12-31 23:59:59.999999+00",
+        ),
+        ("c_timestamptz_neg_inf", "timestamptz", "-infinity"),
+        ("c_timestamp_bc", "timestamp", "4713-01-01 00:00:00 BC"),
+        ("c_timestamp_neg_inf", "timestamp", "-infinity"),
+        ("c_date_bc", "date", "4713-01-01 BC"),
+        ("c_date_max", "date", "5874897-12-31"),
+        ("c_date_inf", "date", "infinity"),
+        ("c_time_24", "time", "24:00:00"),
+        ("c_timetz_24", "timetz", "24:00:00+00"),
+    ];
+    for (column, ty, want) in extremes {
+        // timestamptz's text follows the session's time zone: `=` only.
+        let text = if ty == "timestamptz" {
+            "NULL::text".to_owned()
+        } else {
+            format!("{column}::text")
+        };
+        let sql = format!("SELECT {column} = '{want}'::{ty}, {text} FROM public_all_types");
+        let row = wh.client.query_one(&sql, &[]).await.expect(column);
+        assert!(
+            row.get::<_, Option<bool>>(0).unwrap_or(false),
+            "{column}: {:?} in the warehouse, want {want}",
+            row.get::<_, Option<String>>(1)
+        );
+        if ty != "timestamptz" {
+            assert_eq!(
+                row.get::<_, Option<String>>(1).as_deref(),
+                Some(want),
+                "{column}"
+            );
+        }
+    }
     wh.drop().await;
 }
 

@@ -221,6 +221,48 @@ mod tests {
         assert!(!values_equal(&ValueKind::Int64, &json!(1), &json!("1")));
     }
 
+    /// Issue 23 item 5: a warehouse's interval, timestamptz and date text
+    /// maps to the very wire value of the source's, whatever the spelling
+    /// (IntervalStyle, era or sign of the year), so they compare by value.
+    #[test]
+    fn temporal_values_compare_by_value_not_spelling() {
+        use oncely_capture::value::{IntervalHandlingMode, TypeRegistry};
+        let reg = TypeRegistry::builtin();
+        let same = |oid: u32, a: &str, b: &str| {
+            let kind = reg.value_kind(oid);
+            values_equal(&kind, &kind.to_json(a), &kind.to_json(b))
+        };
+        assert!(same(
+            1186,
+            "1 year 2 mons 3 days 04:05:06.789",
+            "P1Y2M3DT4H5M6.789S"
+        ));
+        assert!(same(
+            1186,
+            "-1 years -2 mons +3 days -04:05:06.789",
+            "@ 1 year 2 mons -3 days 4 hours 5 mins 6.789 secs ago"
+        ));
+        // Different values that PostgreSQL's `=` calls equal are different
+        // intervals here: '1 mon' is not '30 days' (what the sink stored
+        // before: '10303:05:06.789' for the first one).
+        assert!(!same(1186, "1 mon", "30 days"));
+        assert!(!same(
+            1186,
+            "1 year 2 mons 3 days 04:05:06.789",
+            "10303:05:06.789"
+        ));
+        assert!(same(
+            1184,
+            "0044-03-15 12:00:00+00 BC",
+            "0044-03-15 13:00:00+01 BC"
+        ));
+        assert!(same(1082, "infinity", "infinity"));
+        assert!(!same(1082, "infinity", "5874897-12-31"));
+        let numeric = TypeRegistry::builtin().with_interval_mode(IntervalHandlingMode::Numeric);
+        let kind = numeric.value_kind(1186);
+        assert_eq!(kind.to_json("1 mon"), json!(2_629_800_000_000_i64));
+    }
+
     #[test]
     fn hash_rows_hold_text_of_non_null_columns() {
         let hash = |pairs: &[(&str, &str)]| {

@@ -91,7 +91,7 @@ pub async fn run(options: &Options) -> Result<Report, VerifyError> {
     let tables = source.tables(&cfg).await?;
     let mut targets = Vec::with_capacity(options.sinks.len());
     for path in &options.sinks {
-        targets.push(Target::open(path, &cfg.database.dbname).await?);
+        targets.push(Target::open(path, &cfg.database.dbname, cfg.interval.handling.mode).await?);
     }
     let mut retried = 0;
     loop {

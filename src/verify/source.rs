@@ -121,7 +121,8 @@ impl SourceDb {
                 tracing::warn!("source connection closed: {e}");
             }
         });
-        let mut types = TypeRegistry::builtin();
+        // Intervals as capture writes them: the ISO string or the µs.
+        let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval.handling.mode);
         types
             .load_user_types(&client)
             .await

@@ -124,6 +124,29 @@ fn all_types() -> (Relation, TupleData) {
         ("c_time", 1083, -1, "15:10:35.670111"),
         ("c_timetz", 1266, -1, "15:10:35.670111+05:30"),
         ("c_interval", 1186, -1, "1 year 2 mons 3 days 04:05:06.789"),
+        // PostgreSQL's extremes (issue 23 items 5-8).
+        (
+            "c_interval_neg",
+            1186,
+            -1,
+            "-1 years -2 mons +3 days -04:05:06.789",
+        ),
+        ("c_interval_huge", 1186, -1, "-178000000 years"),
+        ("c_timestamptz_bc", 1184, -1, "0044-03-15 12:00:00+00 BC"),
+        (
+            "c_timestamptz_max",
+            1184,
+            -1,
+            "294276-12-31 23:59:59.999999+00",
+        ),
+        ("c_timestamptz_neg_inf", 1184, -1, "-infinity"),
+        ("c_timestamp_bc", 1114, -1, "4713-01-01 00:00:00 BC"),
+        ("c_timestamp_neg_inf", 1114, -1, "-infinity"),
+        ("c_date_bc", 1082, -1, "4713-01-01 BC"),
+        ("c_date_max", 1082, -1, "5874897-12-31"),
+        ("c_date_inf", 1082, -1, "infinity"),
+        ("c_time_24", 1083, -1, "24:00:00"),
+        ("c_timetz_24", 1266, -1, "24:00:00+00"),
         ("c_bytea", 17, -1, "\\x0001feff"),
         ("c_json", 114, -1, "{\"a\": [1, 2]}"),
         ("c_jsonb", 3802, -1, "{\"b\": {\"c\": null}}"),
@@ -183,7 +206,9 @@ fn cases() -> Vec<Case> {
     out.push(case(
         "insert_all_types.json",
         "Insert (op c) into a table with one column per mapped type, schemas enabled. \
-         Shows NaN and infinity kept as strings, numeric/money as exact strings, \
+         Shows NaN kept as a string, timestamp/date infinity as PostgreSQL's sentinels \
+         (i64::MAX/MIN µs, i32::MAX/MIN days), BC and far-future values, 24:00:00, \
+         intervals as exact ISO-8601 strings, numeric/money as exact strings, \
          the numeric's precision and scale in the schema parameters.",
         &enc,
         Some(enc.key(&row).expect("key")),

@@ -148,6 +148,45 @@ pub enum EnvelopeError {
     InvalidUtf8 { table: String, column: String },
     #[error("key column {column} of table {table} is an unchanged TOAST value, so the row's key is unknown")]
     KeyValueUnavailable { table: String, column: String },
+    /// A value its field's type cannot hold (issue 23): the change is
+    /// refused, never sent with a string in an integer field.
+    #[error("column {column} of table {table} holds {value:?}, which {field} cannot hold; the change is not published: {fix}")]
+    Unrepresentable {
+        table: String,
+        column: String,
+        /// The value's text (cut at 200 characters).
+        value: String,
+        /// The Connect field, e.g. `io.debezium.time.MicroTimestamp (int64)`.
+        field: &'static str,
+        /// What makes such values publishable.
+        fix: &'static str,
+    },
+}
+
+impl EnvelopeError {
+    /// A refused value: the change is not published, the stream goes on.
+    pub fn is_unrepresentable(&self) -> bool {
+        matches!(self, EnvelopeError::Unrepresentable { .. })
+    }
+}
+
+/// The field and the fix named when a value of `kind` is refused.
+fn unrepresentable_help(kind: &ValueKind) -> (&'static str, &'static str) {
+    match kind {
+        ValueKind::Array { element, .. } => unrepresentable_help(element),
+        ValueKind::MicroDuration => (
+            "io.debezium.time.MicroDuration (int64 µs)",
+            "set interval.handling.mode = \"string\" in the capture config (exact ISO-8601 intervals, any size), restart capture, then snapshot the table (oncely capture snapshot --table ...) to bring the refused rows to the targets",
+        ),
+        ValueKind::MicroTimestamp => (
+            "io.debezium.time.MicroTimestamp (int64 µs since 1970, up to 294247-01-10 04:00:54.775806)",
+            "timestamps from 294247-01-10 04:00:54.775807 on do not fit; store such values as timestamptz (a string field) or bring them into range, then snapshot the table (oncely capture snapshot --table ...)",
+        ),
+        _ => (
+            "its integer field",
+            "bring the value into the field's range, then snapshot the table",
+        ),
+    }
 }
 
 /// One column as the encoder writes it.
@@ -448,7 +487,16 @@ impl TableEncoder {
                     table: self.table.clone(),
                     column: col.name.clone(),
                 })?;
-                col.kind.write_json(text, out);
+                col.kind.write_json(text, out).map_err(|_| {
+                    let (field, fix) = unrepresentable_help(&col.kind);
+                    EnvelopeError::Unrepresentable {
+                        table: self.table.clone(),
+                        column: col.name.clone(),
+                        value: text.chars().take(200).collect(),
+                        field,
+                        fix,
+                    }
+                })?;
             }
             TupleValue::Binary(bytes) => write_str(
                 out,

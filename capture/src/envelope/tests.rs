@@ -354,3 +354,53 @@ fn throughput() {
         bytes / usize::try_from(n).unwrap()
     );
 }
+
+/// Issue 23 items 6 and 8: a value its integer field cannot hold is an error
+/// naming table, column, value and the fix, and nothing is written — never
+/// the text as a string in an `int64` field.
+#[test]
+fn values_an_integer_field_cannot_hold_are_refused_by_name() {
+    let r = Relation {
+        id: 16_384,
+        namespace: "public".into(),
+        name: "events".into(),
+        replica_identity: ReplicaIdentity::Default,
+        columns: vec![
+            col("id", 23, true),
+            col("at", 1114, false),
+            col("span", 1186, false),
+        ],
+    };
+    let numeric =
+        TypeRegistry::builtin().with_interval_mode(crate::value::IntervalHandlingMode::Numeric);
+    let e = TableEncoder::new(&r, &numeric, None, &cfg(true)).unwrap();
+    let huge = row(vec![t("1"), TupleValue::Null, t("-178000000 years")]);
+    let mut out = b"prefix".to_vec();
+    let err = e
+        .value_into(Op::Create, None, Some(&huge), &src(), 0, &mut out)
+        .unwrap_err();
+    assert!(err.is_unrepresentable());
+    let text = err.to_string();
+    for part in [
+        "public.events",
+        "span",
+        "-178000000 years",
+        "interval.handling.mode = \"string\"",
+    ] {
+        assert!(text.contains(part), "{part} missing from: {text}");
+    }
+    assert_eq!(out, b"prefix");
+    let far = row(vec![
+        t("1"),
+        t("294276-12-31 23:59:59.999999"),
+        TupleValue::Null,
+    ]);
+    let err = e
+        .value(Op::Create, None, Some(&far), &src(), 0)
+        .unwrap_err();
+    assert!(err.to_string().contains("MicroTimestamp"), "{err}");
+    // The default string mode carries the huge interval exactly.
+    let e = TableEncoder::new(&r, &TypeRegistry::builtin(), None, &cfg(false)).unwrap();
+    let v = parse(&e.value(Op::Create, None, Some(&huge), &src(), 0).unwrap());
+    assert_eq!(v["after"]["span"], json!("P-178000000Y0M0DT0H0M0S"));
+}

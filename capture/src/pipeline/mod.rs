@@ -127,7 +127,7 @@ async fn run_once(
     };
     crate::replica_identity::check_tables(&control, &checked, identity_check).await?;
     let slot = source::ensure_slot(&control, cfg).await?;
-    let mut types = TypeRegistry::builtin();
+    let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval.handling.mode);
     types
         .load_user_types(&control)
         .await
@@ -690,7 +690,14 @@ impl Pipeline<'_> {
         }
         let signal = self.signal_row(&change).await?;
         if signal.is_none() {
-            let (records, ordinals) = self.records_for(change, &position).await?;
+            let (records, ordinals) = match self.records_for(change, &position).await {
+                Ok(built) => built,
+                Err(CaptureError::ValueRefused(refused)) => {
+                    self.refuse_value(&refused);
+                    (Vec::new(), refused.ordinals)
+                }
+                Err(e) => return Err(e),
+            };
             self.use_ordinals(ordinals);
             self.publish(records).await?;
         } else {
@@ -740,6 +747,16 @@ impl Pipeline<'_> {
         self.close_if_full().await
     }
 
+    /// A change (or snapshot row) holding a value its field cannot carry is
+    /// not published: logged with table, column, value and the fix, and
+    /// counted per table. The other changes, of that table too, go on
+    /// (stopping would not help: the same WAL decodes the same way).
+    pub(super) fn refuse_value(&self, refused: &crate::error::RefusedValue) {
+        let counter = &self.metrics.refused_changes;
+        counter.with_label_values(&[refused.table.as_str()]).inc();
+        tracing::error!(table = %refused.table, metric = crate::metrics::REFUSED_CHANGES_TOTAL, "{}", refused.reason);
+    }
+
     /// Counts `n` event ordinals of the open source transaction as used.
     fn use_ordinals(&mut self, n: u64) {
         if let Some(tx) = self.tx.as_mut() {
@@ -759,11 +776,16 @@ impl Pipeline<'_> {
                 new,
             } => match self.route(*relation_id).await? {
                 Some(Route::Table(enc, _)) if old.is_some() => {
-                    let new_key = enc.key(new).map_err(encode_err)?;
-                    Ok(if changed_key(enc, old.as_ref(), &new_key)?.is_some() {
-                        2
-                    } else {
-                        1
+                    // A key that cannot be encoded refuses the change, as
+                    // one ordinal (as `records_for` counts it).
+                    let new_key = match enc.key(new) {
+                        Err(e) if e.is_unrepresentable() => return Ok(1),
+                        key => key.map_err(encode_err)?,
+                    };
+                    Ok(match changed_key(enc, old.as_ref(), &new_key) {
+                        Ok(Some(_)) => 2,
+                        Ok(None) | Err(CaptureError::ValueRefused(_)) => 1,
+                        Err(e) => return Err(e),
                     })
                 }
                 _ => Ok(1),
@@ -822,9 +844,14 @@ impl Pipeline<'_> {
         match change {
             LogicalMessage::Insert { relation_id, new } => match self.route(relation_id).await? {
                 Some(Route::Table(enc, topic)) => {
-                    let key = enc.key(&new).map_err(encode_err)?;
+                    let key = enc.key(&new).map_err(refusable(1))?;
                     let value = enc.value(Op::Create, None, Some(&new), src, now);
-                    out.push(Record::change(topic, key, value.map_err(encode_err)?, src));
+                    out.push(Record::change(
+                        topic,
+                        key,
+                        value.map_err(refusable(1))?,
+                        src,
+                    ));
                 }
                 Some(Route::Outbox(router, rel)) => {
                     let ev = router
@@ -845,7 +872,7 @@ impl Pipeline<'_> {
                 let Some(Route::Table(enc, _)) = self.route(relation_id).await? else {
                     return Ok((out, ordinals));
                 };
-                let new_key = enc.key(&new).map_err(encode_err)?;
+                let new_key = enc.key(&new).map_err(refusable(1))?;
                 let full = match &old {
                     Some(OldTuple::Full(full)) => fill_unchanged_toast(&new, full),
                     _ => None,
@@ -863,7 +890,7 @@ impl Pipeline<'_> {
                     out.push(Record::change(
                         topic,
                         new_key,
-                        value.map_err(encode_err)?,
+                        value.map_err(refusable(1))?,
                         src,
                     ));
                     return Ok((out, ordinals));
@@ -888,7 +915,7 @@ impl Pipeline<'_> {
                 out.push(Record::change(
                     topic,
                     old_key.clone(),
-                    deleted.map_err(encode_err)?,
+                    deleted.map_err(refusable(2))?,
                     src,
                 ));
                 if tombstones {
@@ -905,7 +932,7 @@ impl Pipeline<'_> {
                 out.push(Record::change(
                     topic,
                     new_key,
-                    created.map_err(encode_err)?,
+                    created.map_err(refusable(2))?,
                     &created_at,
                 ));
             }
@@ -913,12 +940,12 @@ impl Pipeline<'_> {
                 let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
                     return Ok((out, ordinals));
                 };
-                let key = enc.key(old.tuple()).map_err(encode_err)?;
+                let key = enc.key(old.tuple()).map_err(refusable(1))?;
                 let value = enc.value(Op::Delete, Some(old.tuple()), None, src, now);
                 out.push(Record::change(
                     topic,
                     key.clone(),
-                    value.map_err(encode_err)?,
+                    value.map_err(refusable(1))?,
                     src,
                 ));
                 if tombstones {
@@ -1408,7 +1435,7 @@ fn changed_key(
     let Some(old) = old else {
         return Ok(None);
     };
-    let old_key = enc.key(old.tuple()).map_err(encode_err)?;
+    let old_key = enc.key(old.tuple()).map_err(refusable(1))?;
     Ok((old_key != new_key).then_some(old_key))
 }
 
@@ -1420,6 +1447,22 @@ fn has_unchanged_toast(row: &TupleData) -> bool {
 
 fn encode_err(e: crate::envelope::EnvelopeError) -> CaptureError {
     CaptureError::Protocol(e.to_string())
+}
+
+/// [`encode_err`], except that a value its field cannot carry refuses the
+/// change ([`CaptureError::ValueRefused`]), which takes `ordinals` event
+/// ordinals all the same.
+fn refusable(ordinals: u64) -> impl FnOnce(crate::envelope::EnvelopeError) -> CaptureError {
+    move |e| match e {
+        crate::envelope::EnvelopeError::Unrepresentable { ref table, .. } => {
+            CaptureError::ValueRefused(Box::new(crate::error::RefusedValue {
+                table: table.clone(),
+                reason: e.to_string(),
+                ordinals,
+            }))
+        }
+        other => encode_err(other),
+    }
 }
 
 fn now_ms() -> i64 {

@@ -10,7 +10,7 @@ use std::time::Instant;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
-use super::{encode_err, now_ms, Pipeline, Record};
+use super::{now_ms, refusable, Pipeline, Record};
 use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
 use crate::metrics::SnapshotView;
@@ -410,10 +410,20 @@ impl Pipeline<'_> {
                 commit_ts_ms: src.commit_ts_ms,
                 snapshot: marker,
             };
-            let key = encoder.key(row).map_err(encode_err)?;
-            let value = encoder
-                .value(Op::Read, None, Some(row), &pos, now)
-                .map_err(encode_err)?;
+            // A row holding a value its field cannot carry is refused (logged,
+            // counted) like a streamed change; the rest of the chunk goes.
+            let encoded = encoder.key(row).and_then(|key| {
+                let value = encoder.value(Op::Read, None, Some(row), &pos, now)?;
+                Ok((key, value))
+            });
+            let (key, value) = match encoded.map_err(refusable(1)) {
+                Ok(kv) => kv,
+                Err(CaptureError::ValueRefused(refused)) => {
+                    self.refuse_value(&refused);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             records.push(Record::change(&topic, key, value, &pos));
         }
         tracing::debug!(

@@ -10,8 +10,9 @@ use super::array::{parse_array, ArrayNode};
 use super::json::{is_json_integer, is_json_number, write_i64, write_str};
 use super::scalar::{bytea_to_base64, normalize_money, parse_bool};
 use super::temporal::{
-    parse_date, parse_interval, parse_time, parse_timestamp, parse_timestamptz, parse_timetz,
-    write_zoned_time, write_zoned_timestamp,
+    parse_date, parse_interval, parse_interval_parts, parse_time, parse_timestamp,
+    parse_timestamptz, parse_timetz, write_zoned_time, write_zoned_timestamp, Interval,
+    IntervalParts, ZonedTimestamp,
 };
 
 pub(crate) const BOX_OID: u32 = 603;
@@ -57,8 +58,12 @@ pub enum ValueKind {
     MicroTime,
     /// `timetz` -> `HH:MM:SS.ffffffZ`.
     ZonedTime,
-    /// `interval` -> µs.
+    /// `interval` -> µs (`interval.handling.mode = "numeric"`: lossy, a
+    /// month is 30.4375 days).
     MicroDuration,
+    /// `interval` -> Debezium's ISO-8601 string, months, days and time kept
+    /// apart (`interval.handling.mode = "string"`, the default).
+    Interval,
     Array {
         element: Box<ValueKind>,
         /// `typdelim` of the element type.
@@ -93,6 +98,14 @@ pub(crate) fn builtin_kind(oid: u32) -> Option<ValueKind> {
     })
 }
 
+/// A value an integer-typed field cannot hold: a `timestamp` beyond 64-bit
+/// µs since 1970, an `interval` beyond 64-bit µs under
+/// `interval.handling.mode = "numeric"`. Never sent as anything else (a
+/// string in an `int64` field is refused by every typed consumer): the
+/// caller refuses the change, naming table, column and value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unrepresentable;
+
 /// A value after parsing, before writing: shared by the byte writer and the
 /// `serde_json::Value` builder so both always agree.
 enum Mapped<'a> {
@@ -102,16 +115,20 @@ enum Mapped<'a> {
     /// Text already checked to be a JSON number literal.
     Number(Cow<'a, str>),
     Str(Cow<'a, str>),
-    ZonedTimestamp(i64),
+    ZonedTimestamp(ZonedTimestamp),
     ZonedTime(i64),
+    Interval(IntervalParts),
     Array(Vec<Mapped<'a>>),
 }
 
 impl ValueKind {
-    /// Parses `text` per this kind. Anything unparseable (including
-    /// `NaN`/`Infinity` floats and `infinity` dates, which JSON numbers
-    /// cannot hold) becomes the text itself as a string.
-    fn map<'a>(&self, text: &'a str) -> Mapped<'a> {
+    /// Parses `text` per this kind. A value of an integer-typed temporal kind
+    /// that does not parse (it is out of the field's range: the session
+    /// settings make every other value parse) is [`Unrepresentable`];
+    /// anything else unparseable (`NaN`/`Infinity` floats, which JSON numbers
+    /// cannot hold, a type we do not know) becomes the text itself as a
+    /// string.
+    fn map<'a>(&self, text: &'a str) -> Result<Mapped<'a>, Unrepresentable> {
         let parsed = match self {
             ValueKind::Bool => parse_bool(text).map(Mapped::Bool),
             ValueKind::Int16 | ValueKind::Int32 | ValueKind::Int64 => (is_json_integer(text)
@@ -123,14 +140,32 @@ impl ValueKind {
             ValueKind::Money => normalize_money(text).map(|s| Mapped::Str(Cow::Owned(s))),
             ValueKind::Bytea => bytea_to_base64(text).map(|s| Mapped::Str(Cow::Owned(s))),
             ValueKind::ZonedTimestamp => parse_timestamptz(text).map(Mapped::ZonedTimestamp),
-            ValueKind::MicroTimestamp => parse_timestamp(text).map(Mapped::Int),
-            ValueKind::Date => parse_date(text).map(|d| Mapped::Int(i64::from(d))),
-            ValueKind::MicroTime => parse_time(text).map(Mapped::Int),
-            ValueKind::ZonedTime => parse_timetz(text).map(Mapped::ZonedTime),
-            ValueKind::MicroDuration => parse_interval(text).map(Mapped::Int),
-            ValueKind::Array { element, delimiter } => {
-                parse_array(text, *delimiter).map(|nodes| Mapped::Array(map_nodes(element, nodes)))
+            ValueKind::MicroTimestamp => {
+                return parse_timestamp(text)
+                    .map(Mapped::Int)
+                    .ok_or(Unrepresentable)
             }
+            ValueKind::Date => {
+                return parse_date(text)
+                    .map(|d| Mapped::Int(i64::from(d)))
+                    .ok_or(Unrepresentable)
+            }
+            ValueKind::MicroTime => {
+                return parse_time(text).map(Mapped::Int).ok_or(Unrepresentable)
+            }
+            ValueKind::MicroDuration => {
+                return parse_interval(text).map(Mapped::Int).ok_or(Unrepresentable)
+            }
+            ValueKind::ZonedTime => parse_timetz(text).map(Mapped::ZonedTime),
+            ValueKind::Interval => match parse_interval_parts(text) {
+                Some(Interval::Finite(parts)) => Some(Mapped::Interval(parts)),
+                // `infinity`, `-infinity` (PostgreSQL 17) as they are.
+                _ => None,
+            },
+            ValueKind::Array { element, delimiter } => match parse_array(text, *delimiter) {
+                Some(nodes) => return map_nodes(element, nodes).map(Mapped::Array),
+                None => None,
+            },
             ValueKind::Decimal
             | ValueKind::Text
             | ValueKind::Varchar
@@ -139,17 +174,30 @@ impl ValueKind {
             | ValueKind::Uuid
             | ValueKind::Enum { .. } => None,
         };
-        parsed.unwrap_or(Mapped::Str(Cow::Borrowed(text)))
+        Ok(parsed.unwrap_or(Mapped::Str(Cow::Borrowed(text))))
     }
 
-    /// Appends the JSON for `text` to `out`.
-    pub fn write_json(&self, text: &str, out: &mut Vec<u8>) {
-        self.map(text).write(out);
+    /// Appends the JSON for `text` to `out`; nothing when the value is
+    /// [`Unrepresentable`] in this kind's field.
+    pub fn write_json(&self, text: &str, out: &mut Vec<u8>) -> Result<(), Unrepresentable> {
+        self.map(text)?.write(out);
+        Ok(())
     }
 
-    /// The JSON for `text` as a `serde_json::Value`.
+    /// The JSON for `text` as a `serde_json::Value`. An [`Unrepresentable`]
+    /// value comes back as its text (for `oncely verify`, which compares
+    /// both sides through this and must not fail on them; capture never
+    /// sends it).
     pub fn to_json(&self, text: &str) -> Value {
-        self.map(text).into_value()
+        match self.map(text) {
+            Ok(mapped) => mapped.into_value(),
+            Err(Unrepresentable) => Value::String(text.to_owned()),
+        }
+    }
+
+    /// Whether `text` can be sent in this kind's field.
+    pub fn representable(&self, text: &str) -> bool {
+        self.map(text).is_ok()
     }
 
     /// The Kafka Connect schema of a field of this kind; see
@@ -218,6 +266,7 @@ impl ValueKind {
             ValueKind::MicroTime => semantic("int64", "io.debezium.time.MicroTime"),
             ValueKind::ZonedTime => semantic("string", "io.debezium.time.ZonedTime"),
             ValueKind::MicroDuration => semantic("int64", "io.debezium.time.MicroDuration"),
+            ValueKind::Interval => semantic("string", "io.debezium.time.Interval"),
             ValueKind::Array { element, .. } => {
                 let mut items = element.schema(-1);
                 items.insert("optional".into(), Value::Bool(true));
@@ -235,15 +284,18 @@ fn semantic(ty: &str, name: &str) -> Value {
     json!({"type": ty, "name": name, "version": 1})
 }
 
-fn map_nodes<'a>(element: &ValueKind, nodes: Vec<ArrayNode<'a>>) -> Vec<Mapped<'a>> {
+fn map_nodes<'a>(
+    element: &ValueKind,
+    nodes: Vec<ArrayNode<'a>>,
+) -> Result<Vec<Mapped<'a>>, Unrepresentable> {
     nodes
         .into_iter()
         .map(|node| match node {
-            ArrayNode::Null => Mapped::Null,
-            ArrayNode::Nested(inner) => Mapped::Array(map_nodes(element, inner)),
+            ArrayNode::Null => Ok(Mapped::Null),
+            ArrayNode::Nested(inner) => map_nodes(element, inner).map(Mapped::Array),
             ArrayNode::Item(Cow::Borrowed(s)) => element.map(s),
             // Unescaped elements own their text; map and then detach.
-            ArrayNode::Item(Cow::Owned(s)) => element.map(&s).into_owned(),
+            ArrayNode::Item(Cow::Owned(s)) => element.map(&s).map(Mapped::into_owned),
         })
         .collect()
 }
@@ -257,13 +309,14 @@ impl<'a> Mapped<'a> {
             Mapped::Int(n) => write_i64(out, *n),
             Mapped::Number(text) => out.extend_from_slice(text.as_bytes()),
             Mapped::Str(s) => write_str(out, s),
-            Mapped::ZonedTimestamp(micros) => {
+            Mapped::ZonedTimestamp(value) => {
                 out.push(b'"');
-                if !write_zoned_timestamp(out, *micros) {
-                    // Unreachable for parsed input (same calendar range);
-                    // keep the output valid JSON regardless.
-                    write_i64(out, *micros);
-                }
+                write_zoned_timestamp(out, *value);
+                out.push(b'"');
+            }
+            Mapped::Interval(parts) => {
+                out.push(b'"');
+                parts.write_iso(out);
                 out.push(b'"');
             }
             Mapped::ZonedTime(micros) => {
@@ -292,7 +345,7 @@ impl<'a> Mapped<'a> {
             Mapped::Number(text) => number_value(&text),
             Mapped::Str(s) => Value::String(s.into_owned()),
             Mapped::Array(items) => Value::Array(items.into_iter().map(Self::into_value).collect()),
-            zoned @ (Mapped::ZonedTimestamp(_) | Mapped::ZonedTime(_)) => {
+            zoned @ (Mapped::ZonedTimestamp(_) | Mapped::ZonedTime(_) | Mapped::Interval(_)) => {
                 let mut out = Vec::with_capacity(32);
                 zoned.write(&mut out);
                 serde_json::from_slice(&out).unwrap_or(Value::Null)
@@ -309,6 +362,7 @@ impl<'a> Mapped<'a> {
             Mapped::Str(s) => Mapped::Str(Cow::Owned(s.into_owned())),
             Mapped::ZonedTimestamp(m) => Mapped::ZonedTimestamp(m),
             Mapped::ZonedTime(m) => Mapped::ZonedTime(m),
+            Mapped::Interval(p) => Mapped::Interval(p),
             Mapped::Array(items) => {
                 Mapped::Array(items.into_iter().map(Self::into_owned).collect())
             }

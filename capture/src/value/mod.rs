@@ -9,17 +9,22 @@
 //!   create a `numeric(p,s)` column.
 //! - `money` is an exact digit string with the currency formatting removed
 //!   (see [`scalar::normalize_money`] for how locales are read).
-//! - `NaN`/`Infinity` floats, and `infinity`/`-infinity` dates and
-//!   timestamps, have no JSON number: they stay their PostgreSQL text, as a
-//!   string, even though the field's schema type is numeric. Sinks must
-//!   accept that string in a numeric field.
-//! - `timestamptz` is always written with six fraction digits.
-//! - `interval` uses Debezium's month of 30.4375 days
-//!   ([`temporal::MICROS_PER_MONTH`]).
+//! - `NaN`/`Infinity` floats have no JSON number: they stay their
+//!   PostgreSQL text, as a string, even though the field's schema type is
+//!   numeric.
+//! - Dates and times cover PostgreSQL's whole range ([`temporal`]):
+//!   `infinity`/`-infinity` of `timestamp` and `date` are PostgreSQL's own
+//!   sentinels (`i64::MAX`/`i64::MIN` µs, `i32::MAX`/`i32::MIN` days); a
+//!   `timestamp` the 64 bits cannot hold otherwise is refused
+//!   ([`Unrepresentable`]), never sent as a string in an integer field.
+//! - `timestamptz` is always written with six fraction digits, years as
+//!   java.time writes them (`-0043` is 44 BC, `+10000`).
+//! - `interval` is Debezium's `interval.handling.mode`: `string` (our
+//!   default, exact: `P1Y2M3DT4H5M6.789S`) or `numeric` (µs, a month of
+//!   30.4375 days, [`temporal::MICROS_PER_MONTH`]).
 //!
-//! Mapping never fails: a value that does not parse as its type expects
-//! (an unexpected server setting, a type we do not know) is emitted as its
-//! text. Losing typing on one value beats stopping the stream.
+//! A value of another type that does not parse as its type expects (a type
+//! we do not know) is emitted as its text, in a string field.
 
 mod array;
 pub(crate) mod json;
@@ -30,9 +35,26 @@ mod temporal;
 
 use serde_json::Value;
 
-pub use kind::ValueKind;
+pub use kind::{Unrepresentable, ValueKind};
 pub use registry::{PgType, PgTypeKind, TypeRegistry};
-pub use temporal::MICROS_PER_MONTH;
+pub use temporal::{
+    civil_from_days, days_from_civil, DATE_INFINITY, DATE_NEG_INFINITY, MICROS_PER_MONTH,
+    TIMESTAMP_INFINITY, TIMESTAMP_NEG_INFINITY,
+};
+
+/// `interval.handling.mode` (Debezium's key and values).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntervalHandlingMode {
+    /// `io.debezium.time.Interval`: ISO-8601 text, months, days and time
+    /// kept apart, so every interval round-trips. Our default; Debezium's
+    /// is `numeric`.
+    #[default]
+    String,
+    /// `io.debezium.time.MicroDuration`: µs, a month counted as 30.4375
+    /// days (lossy); an interval beyond 64-bit µs is refused.
+    Numeric,
+}
 
 /// What an unchanged TOASTed column is emitted as (Debezium's default
 /// `unavailable.value.placeholder`): never null, so a sink can tell "not
@@ -70,7 +92,11 @@ mod tests {
         let value = to_json(&reg, oid, text);
         // The byte writer must agree with the Value builder.
         let mut out = Vec::new();
-        reg.value_kind(oid).write_json(text, &mut out);
+        if reg.value_kind(oid).write_json(text, &mut out).is_err() {
+            assert!(out.is_empty(), "nothing written for a refused value");
+            assert_eq!(value, json!(text));
+            return value;
+        }
         let written: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(
             written, value,
@@ -107,7 +133,7 @@ mod tests {
     #[test]
     fn float_text_is_written_verbatim() {
         let mut out = Vec::new();
-        ValueKind::Float32.write_json("0.1", &mut out);
+        ValueKind::Float32.write_json("0.1", &mut out).unwrap();
         assert_eq!(out, b"0.1");
     }
 
@@ -141,17 +167,63 @@ mod tests {
             json!("2026-11-27T15:10:35.000000Z")
         );
         assert_eq!(j(1184, "infinity"), json!("infinity"));
+        assert_eq!(
+            j(1184, "0044-03-15 12:00:00+00 BC"),
+            json!("-0043-03-15T12:00:00.000000Z")
+        );
         assert_eq!(j(1114, "1970-01-01 00:00:01.5"), json!(1_500_000));
-        assert_eq!(j(1114, "-infinity"), json!("-infinity"));
+        assert_eq!(j(1114, "-infinity"), json!(i64::MIN));
+        assert_eq!(j(1114, "infinity"), json!(i64::MAX));
         assert_eq!(j(1082, "1970-01-02"), json!(1));
-        assert_eq!(j(1082, "infinity"), json!("infinity"));
+        assert_eq!(j(1082, "infinity"), json!(i32::MAX));
+        assert_eq!(j(1082, "-infinity"), json!(i32::MIN));
         assert_eq!(j(1083, "00:00:01"), json!(1_000_000));
+        assert_eq!(j(1083, "24:00:00"), json!(86_400_000_000_i64));
         assert_eq!(j(1266, "10:00:00+01"), json!("09:00:00.000000Z"));
-        assert_eq!(j(1186, "1 day 00:00:01"), json!(86_401_000_000_i64));
+        assert_eq!(j(1186, "1 day 00:00:01"), json!("P0Y0M1DT0H0M1S"));
+        assert_eq!(
+            j(1186, "1 year 2 mons 3 days 04:05:06.789"),
+            json!("P1Y2M3DT4H5M6.789S")
+        );
+        let numeric = TypeRegistry::builtin().with_interval_mode(IntervalHandlingMode::Numeric);
+        assert_eq!(
+            numeric.value_kind(1186).to_json("1 day 00:00:01"),
+            json!(86_401_000_000_i64)
+        );
         // Another DateStyle is not guessed at: the text passes through.
         assert_eq!(
             j(1184, "Fri Nov 27 15:10:35 2026 UTC"),
             json!("Fri Nov 27 15:10:35 2026 UTC")
+        );
+    }
+
+    /// A value an integer field cannot hold is refused, never written as a
+    /// string in that field (issue 23 items 6 and 8).
+    #[test]
+    fn values_integer_fields_cannot_hold_are_refused() {
+        let reg = TypeRegistry::builtin();
+        let numeric = TypeRegistry::builtin().with_interval_mode(IntervalHandlingMode::Numeric);
+        let refused = |reg: &TypeRegistry, oid: u32, text: &str| {
+            let mut out = Vec::new();
+            let result = reg.value_kind(oid).write_json(text, &mut out);
+            result.is_err() && out.is_empty()
+        };
+        assert!(refused(&reg, 1114, "294276-12-31 23:59:59.999999"));
+        assert!(refused(&reg, 1115, "{\"294276-12-31 23:59:59\"}"));
+        assert!(refused(&numeric, 1186, "-178000000 years"));
+        assert!(!refused(&reg, 1186, "-178000000 years"));
+        assert_eq!(
+            reg.value_kind(1186).to_json("-178000000 years"),
+            json!("P-178000000Y0M0DT0H0M0S")
+        );
+        // Arrays follow their elements.
+        assert_eq!(
+            j(1182, "{infinity,4713-01-01 BC,NULL}"),
+            json!([i32::MAX, -2_440_550, null])
+        );
+        assert_eq!(
+            j(1187, "{\"1 mon\",-00:00:01}"),
+            json!(["P0Y1M0DT0H0M0S", "P0Y0M0DT0H0M-1S"])
         );
     }
 
@@ -252,7 +324,16 @@ mod tests {
         assert_eq!(s(1082, -1)["type"], "int32");
         assert_eq!(s(1083, -1)["name"], "io.debezium.time.MicroTime");
         assert_eq!(s(1266, -1)["name"], "io.debezium.time.ZonedTime");
-        assert_eq!(s(1186, -1)["name"], "io.debezium.time.MicroDuration");
+        assert_eq!(
+            s(1186, -1),
+            json!({"type": "string", "optional": true, "name": "io.debezium.time.Interval",
+                   "version": 1, "field": "f"})
+        );
+        let numeric = TypeRegistry::builtin().with_interval_mode(IntervalHandlingMode::Numeric);
+        assert_eq!(
+            field_schema(&numeric, 1186, -1, "f", true)["name"],
+            "io.debezium.time.MicroDuration"
+        );
         assert_eq!(s(3802, -1)["name"], "io.debezium.data.Json");
         assert_eq!(s(2950, -1)["name"], "io.debezium.data.Uuid");
         assert_eq!(

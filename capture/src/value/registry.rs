@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use crate::pgoutput::TypeMessage;
 
 use super::kind::{builtin_kind, ValueKind, BOX_OID};
+use super::IntervalHandlingMode;
 
 /// One entry of the registry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +46,9 @@ pub enum PgTypeKind {
 #[derive(Debug, Clone, Default)]
 pub struct TypeRegistry {
     types: HashMap<u32, PgType>,
+    /// `interval.handling.mode`: how `interval` values (and domains and
+    /// arrays over it) are written.
+    interval_mode: IntervalHandlingMode,
 }
 
 /// Domains over domains are legal; cycles are not, but a corrupt catalog
@@ -129,7 +133,16 @@ impl TypeRegistry {
                 },
             );
         }
-        Self { types }
+        Self {
+            types,
+            interval_mode: IntervalHandlingMode::default(),
+        }
+    }
+
+    /// The same registry writing intervals per `mode`.
+    pub fn with_interval_mode(mut self, mode: IntervalHandlingMode) -> Self {
+        self.interval_mode = mode;
+        self
     }
 
     /// Adds or replaces a type.
@@ -227,7 +240,14 @@ impl TypeRegistry {
             return ValueKind::Text;
         }
         match self.types.get(&oid).map(|t| &t.kind) {
-            Some(PgTypeKind::Builtin) | None => builtin_kind(oid).unwrap_or(ValueKind::Text),
+            Some(PgTypeKind::Builtin) | None => match builtin_kind(oid) {
+                Some(ValueKind::MicroDuration)
+                    if self.interval_mode == IntervalHandlingMode::String =>
+                {
+                    ValueKind::Interval
+                }
+                kind => kind.unwrap_or(ValueKind::Text),
+            },
             Some(PgTypeKind::Enum { labels }) => ValueKind::Enum {
                 labels: labels.clone(),
             },

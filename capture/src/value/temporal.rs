@@ -1,29 +1,42 @@
-//! Date/time text forms -> Debezium's numbers and UTC strings.
+//! Date/time text forms -> Debezium's numbers and strings (DESIGN.md,
+//! "Wire format").
 //!
-//! PostgreSQL's text output depends on the session: we set `DateStyle=ISO`
-//! and `TimeZone=UTC` on the replication session, but parse any ISO-style
-//! offset (`+00`, `+05:30`, `-03:30:15` for historical zones) anyway, and
-//! the ` BC` suffix. Anything else (another DateStyle, `infinity`) is not
-//! parsed here; the caller keeps the text.
+//! PostgreSQL's text output depends on the session: we set `DateStyle=ISO`,
+//! `IntervalStyle=postgres` and `TimeZone=UTC` on every session whose values
+//! are encoded, but parse any ISO-style offset (`+00`, `+05:30`, `-03:30:15`
+//! for historical zones) anyway, and the ` BC` suffix.
 //!
-//! Calendar arithmetic uses chrono; formatting is hand-written into the
-//! output buffer to keep the per-event path free of allocations.
+//! The whole range PostgreSQL accepts is covered: dates from 4713 BC to
+//! 5874897 AD, timestamps to 294276 AD, `infinity` and `-infinity`. Calendar
+//! arithmetic is done here on `i64` (proleptic Gregorian, astronomical
+//! years: 1 BC is year 0), since chrono stops at year 262143. A value an
+//! integer field cannot hold is `None` here, and the caller refuses it: it
+//! never goes out as a string in an integer field.
 
-use chrono::{Datelike, NaiveDate};
-
-use super::json::write_padded;
+use super::json::{write_i64, write_padded, write_u64};
 
 pub const MICROS_PER_SECOND: i64 = 1_000_000;
 pub const MICROS_PER_DAY: i64 = 86_400 * MICROS_PER_SECOND;
+const MICROS_PER_HOUR: i64 = 3600 * MICROS_PER_SECOND;
+const MICROS_PER_MINUTE: i64 = 60 * MICROS_PER_SECOND;
 
 /// Debezium's `MicroDuration` counts a month as the average Gregorian month,
 /// 365.25 / 12 = 30.4375 days (exactly 2,629,800 s), so an interval of
 /// `1 mon` becomes 2,629,800,000,000 µs — the same number a Debezium
-/// connector would produce for the same column.
+/// connector would produce for the same column. Lossy: `interval.handling.mode
+/// = "string"` (the default) keeps months, days and time apart.
 pub const MICROS_PER_MONTH: i64 = 2_629_800 * MICROS_PER_SECOND;
 
-/// Days from 0001-01-01 (CE day 1) to 1970-01-01.
-const UNIX_EPOCH_FROM_CE: i64 = 719_163;
+/// `timestamp` `infinity` as `io.debezium.time.MicroTimestamp`: PostgreSQL's
+/// own sentinel (`DT_NOEND`). No finite `timestamp` is sent as it.
+pub const TIMESTAMP_INFINITY: i64 = i64::MAX;
+/// `timestamp` `-infinity` (`DT_NOBEGIN`).
+pub const TIMESTAMP_NEG_INFINITY: i64 = i64::MIN;
+/// `date` `infinity` as `io.debezium.time.Date` (`DATEVAL_NOEND`); finite
+/// dates end at 5874897-12-31, day 2,145,042,905.
+pub const DATE_INFINITY: i32 = i32::MAX;
+/// `date` `-infinity` (`DATEVAL_NOBEGIN`).
+pub const DATE_NEG_INFINITY: i32 = i32::MIN;
 
 /// A text cursor for the fixed ISO layouts.
 struct Cursor<'a> {
@@ -73,8 +86,53 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// `YYYY-MM-DD` (year may be longer than four digits) -> days since epoch,
-/// without the era; the caller applies ` BC`.
+fn is_leap(year: i64) -> bool {
+    year.rem_euclid(4) == 0 && (year.rem_euclid(100) != 0 || year.rem_euclid(400) == 0)
+}
+
+fn days_in_month(year: i64, month: u32) -> u32 {
+    match month {
+        2 if is_leap(year) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (astronomical year);
+/// `None` for a month or day that does not exist.
+pub fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
+    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+        return None;
+    }
+    // Years counted from March, so the leap day ends the year.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let m = i64::from(month);
+    let day_of_year = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    Some(era * 146_097 + day_of_era - 719_468)
+}
+
+/// The inverse of [`days_from_civil`]: (astronomical year, month, day).
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    // Both are in range by construction.
+    (year, month as u32, day as u32)
+}
+
+/// `YYYY-MM-DD` (the year may be longer than four digits) without the era;
+/// the caller applies ` BC`.
 fn date_part(c: &mut Cursor) -> Option<(i64, u32, u32)> {
     let year = c.digits(4, 9)?;
     if !c.eat(b'-') {
@@ -88,12 +146,7 @@ fn date_part(c: &mut Cursor) -> Option<(i64, u32, u32)> {
     Some((year, month, day))
 }
 
-fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
-    let date = NaiveDate::from_ymd_opt(i32::try_from(year).ok()?, month, day)?;
-    Some(i64::from(date.num_days_from_ce()) - UNIX_EPOCH_FROM_CE)
-}
-
-/// Strips a trailing ` BC` and turns the year astronomical (1 BC = year 0).
+/// Strips a trailing ` BC`.
 fn split_era(s: &str) -> (&str, bool) {
     match s.strip_suffix(" BC") {
         Some(rest) => (rest, true),
@@ -101,6 +154,7 @@ fn split_era(s: &str) -> (&str, bool) {
     }
 }
 
+/// The astronomical year (1 BC = year 0, 44 BC = -43).
 fn era_year(year: i64, bc: bool) -> i64 {
     if bc {
         1 - year
@@ -110,7 +164,7 @@ fn era_year(year: i64, bc: bool) -> i64 {
 }
 
 /// `HH:MM:SS[.ffffff]` -> µs since midnight. Hours may be 24 only as
-/// `24:00:00`, which PostgreSQL allows for `time`.
+/// `24:00:00`, which PostgreSQL allows for `time` and `timetz`.
 fn time_part(c: &mut Cursor) -> Option<i64> {
     let h = c.digits(2, 2)?;
     if !c.eat(b':') {
@@ -161,20 +215,27 @@ fn offset_part(c: &mut Cursor) -> Option<i64> {
     Some(sign * secs)
 }
 
-/// `date`: days since 1970-01-01.
+/// `date`: days since 1970-01-01; `infinity` and `-infinity` as
+/// [`DATE_INFINITY`] and [`DATE_NEG_INFINITY`].
 pub fn parse_date(s: &str) -> Option<i32> {
+    match s {
+        "infinity" => return Some(DATE_INFINITY),
+        "-infinity" => return Some(DATE_NEG_INFINITY),
+        _ => {}
+    }
     let (s, bc) = split_era(s);
     let mut c = Cursor::new(s);
     let (y, m, d) = date_part(&mut c)?;
     if !c.at_end() {
         return None;
     }
-    i32::try_from(days_from_civil(era_year(y, bc), m, d)?).ok()
+    let days = i32::try_from(days_from_civil(era_year(y, bc), m, d)?).ok()?;
+    (days != DATE_INFINITY && days != DATE_NEG_INFINITY).then_some(days)
 }
 
 /// Shared by `timestamp` and `timestamptz`: date, separator, time; returns
-/// local µs since epoch and leaves the cursor at the offset (if any).
-fn local_timestamp(c: &mut Cursor, bc: bool) -> Option<i64> {
+/// (days since epoch, µs of the day) and leaves the cursor at the offset.
+fn local_timestamp(c: &mut Cursor, bc: bool) -> Option<(i64, i64)> {
     let (y, m, d) = date_part(c)?;
     if !(c.eat(b' ') || c.eat(b'T')) {
         return None;
@@ -183,28 +244,61 @@ fn local_timestamp(c: &mut Cursor, bc: bool) -> Option<i64> {
     if tod >= MICROS_PER_DAY {
         return None;
     }
-    let days = days_from_civil(era_year(y, bc), m, d)?;
-    days.checked_mul(MICROS_PER_DAY)?.checked_add(tod)
+    Some((days_from_civil(era_year(y, bc), m, d)?, tod))
 }
 
-/// `timestamp` (without time zone): µs since 1970-01-01 00:00:00.
+/// `timestamp` (without time zone): µs since 1970-01-01 00:00:00, with
+/// `infinity`/`-infinity` as [`TIMESTAMP_INFINITY`]/[`TIMESTAMP_NEG_INFINITY`].
+/// `None` for a finite timestamp the 64 bits cannot hold apart from those
+/// (from 294247-01-10 04:00:54.775807 on; PostgreSQL goes to 294276).
 pub fn parse_timestamp(s: &str) -> Option<i64> {
+    match s {
+        "infinity" => return Some(TIMESTAMP_INFINITY),
+        "-infinity" => return Some(TIMESTAMP_NEG_INFINITY),
+        _ => {}
+    }
     let (s, bc) = split_era(s);
     let mut c = Cursor::new(s);
-    let micros = local_timestamp(&mut c, bc)?;
-    c.at_end().then_some(micros)
+    let (days, tod) = local_timestamp(&mut c, bc)?;
+    if !c.at_end() {
+        return None;
+    }
+    let micros = days.checked_mul(MICROS_PER_DAY)?.checked_add(tod)?;
+    (micros != TIMESTAMP_INFINITY && micros != TIMESTAMP_NEG_INFINITY).then_some(micros)
 }
 
-/// `timestamptz`: µs since the epoch, in UTC.
-pub fn parse_timestamptz(s: &str) -> Option<i64> {
+/// A `timestamptz` value: an instant in UTC, or an infinity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZonedTimestamp {
+    At {
+        /// Days since 1970-01-01, UTC.
+        days: i64,
+        /// µs of that day.
+        micros: i64,
+    },
+    Infinity,
+    NegInfinity,
+}
+
+/// `timestamptz`, normalized to UTC.
+pub fn parse_timestamptz(s: &str) -> Option<ZonedTimestamp> {
+    match s {
+        "infinity" => return Some(ZonedTimestamp::Infinity),
+        "-infinity" => return Some(ZonedTimestamp::NegInfinity),
+        _ => {}
+    }
     let (s, bc) = split_era(s);
     let mut c = Cursor::new(s);
-    let local = local_timestamp(&mut c, bc)?;
+    let (days, tod) = local_timestamp(&mut c, bc)?;
     let offset = if c.eat(b'Z') { 0 } else { offset_part(&mut c)? };
     if !c.at_end() {
         return None;
     }
-    local.checked_sub(offset.checked_mul(MICROS_PER_SECOND)?)
+    let utc = tod - offset * MICROS_PER_SECOND;
+    Some(ZonedTimestamp::At {
+        days: days + utc.div_euclid(MICROS_PER_DAY),
+        micros: utc.rem_euclid(MICROS_PER_DAY),
+    })
 }
 
 /// `time`: µs since midnight (`24:00:00` is 86,400,000,000).
@@ -214,7 +308,9 @@ pub fn parse_time(s: &str) -> Option<i64> {
     c.at_end().then_some(micros)
 }
 
-/// `timetz`: µs since midnight UTC, wrapped into one day.
+/// `timetz`: µs since midnight UTC, wrapped into one day, except that
+/// `24:00:00+00` stays the end of the day (86,400,000,000), as Debezium's
+/// `24:00:00Z`.
 pub fn parse_timetz(s: &str) -> Option<i64> {
     let mut c = Cursor::new(s);
     let local = time_part(&mut c)?;
@@ -222,46 +318,57 @@ pub fn parse_timetz(s: &str) -> Option<i64> {
     if !c.at_end() {
         return None;
     }
+    if local == MICROS_PER_DAY && offset == 0 {
+        return Some(MICROS_PER_DAY);
+    }
     Some((local - offset * MICROS_PER_SECOND).rem_euclid(MICROS_PER_DAY))
 }
 
-/// Writes `io.debezium.time.ZonedTimestamp` text: ISO-8601 in UTC with
-/// exactly six fraction digits, e.g. `2026-11-27T15:10:35.670111Z`. A fixed
-/// width keeps values sortable as strings. Years outside 0..=9999 are written
-/// as java.time does (`+10000`, `-0043`). Returns false (writing nothing)
-/// when the instant is outside chrono's range.
-pub fn write_zoned_timestamp(out: &mut Vec<u8>, micros: i64) -> bool {
-    let days = micros.div_euclid(MICROS_PER_DAY);
-    let tod = micros.rem_euclid(MICROS_PER_DAY);
-    let Some(date) = i32::try_from(days + UNIX_EPOCH_FROM_CE)
-        .ok()
-        .and_then(NaiveDate::from_num_days_from_ce_opt)
-    else {
-        return false;
-    };
-    let year = date.year();
+/// Writes an astronomical year as java.time's ISO formatter does (Debezium's
+/// form): four digits at least, `+` before years above 9999, `-` before
+/// negative ones (`-0043` is 44 BC).
+fn write_iso_year(out: &mut Vec<u8>, year: i64) {
     if year > 9999 {
         out.push(b'+');
     } else if year < 0 {
         out.push(b'-');
     }
-    write_padded(out, u64::from(year.unsigned_abs()), 4);
-    out.push(b'-');
-    write_padded(out, u64::from(date.month()), 2);
-    out.push(b'-');
-    write_padded(out, u64::from(date.day()), 2);
-    out.push(b'T');
-    write_time_of_day(out, tod);
-    true
+    write_padded(out, year.unsigned_abs(), 4);
 }
 
-/// Writes `io.debezium.time.ZonedTime` text: `HH:MM:SS.ffffffZ` in UTC.
+/// Writes `io.debezium.time.ZonedTimestamp` text: ISO-8601 in UTC with
+/// exactly six fraction digits, e.g. `2026-11-27T15:10:35.670111Z` (a fixed
+/// width keeps values sortable as strings), years as [`write_iso_year`];
+/// `infinity` and `-infinity` as those words (Debezium's form).
+pub fn write_zoned_timestamp(out: &mut Vec<u8>, value: ZonedTimestamp) {
+    let (days, micros) = match value {
+        ZonedTimestamp::Infinity => return out.extend_from_slice(b"infinity"),
+        ZonedTimestamp::NegInfinity => return out.extend_from_slice(b"-infinity"),
+        ZonedTimestamp::At { days, micros } => (days, micros),
+    };
+    let (year, month, day) = civil_from_days(days);
+    write_iso_year(out, year);
+    out.push(b'-');
+    write_padded(out, u64::from(month), 2);
+    out.push(b'-');
+    write_padded(out, u64::from(day), 2);
+    out.push(b'T');
+    write_time_of_day(out, micros);
+}
+
+/// Writes `io.debezium.time.ZonedTime` text: `HH:MM:SS.ffffffZ` in UTC
+/// (`24:00:00.000000Z` for the end of the day).
 pub fn write_zoned_time(out: &mut Vec<u8>, micros_of_day: i64) {
-    write_time_of_day(out, micros_of_day.rem_euclid(MICROS_PER_DAY));
+    let tod = if micros_of_day == MICROS_PER_DAY {
+        micros_of_day
+    } else {
+        micros_of_day.rem_euclid(MICROS_PER_DAY)
+    };
+    write_time_of_day(out, tod);
 }
 
 fn write_time_of_day(out: &mut Vec<u8>, tod: i64) {
-    // tod is in 0..MICROS_PER_DAY, so every part is non-negative.
+    // tod is in 0..=MICROS_PER_DAY, so every part is non-negative.
     let tod = tod.unsigned_abs();
     let secs = tod / 1_000_000;
     write_padded(out, secs / 3600, 2);
@@ -274,16 +381,88 @@ fn write_time_of_day(out: &mut Vec<u8>, tod: i64) {
     out.push(b'Z');
 }
 
-/// `interval` -> µs, as Debezium's `MicroDuration` (see [`MICROS_PER_MONTH`]).
+/// An `interval` as PostgreSQL keeps it: months, days and microseconds,
+/// each with its own sign, none converted into another (a month is not a
+/// fixed number of days, nor a day of hours across a DST change).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IntervalParts {
+    pub months: i64,
+    pub days: i64,
+    pub micros: i64,
+}
+
+impl IntervalParts {
+    /// Debezium's `MicroDuration`: months at [`MICROS_PER_MONTH`], days at
+    /// 24 h; `None` beyond 64 bits.
+    pub fn to_micros(self) -> Option<i64> {
+        self.months
+            .checked_mul(MICROS_PER_MONTH)?
+            .checked_add(self.days.checked_mul(MICROS_PER_DAY)?)?
+            .checked_add(self.micros)
+    }
+
+    /// Writes Debezium's `io.debezium.time.Interval` text
+    /// (`interval.handling.mode = string`): `P<y>Y<m>M<d>DT<h>H<m>M<s>S`
+    /// with every part present, zeros included, each with its own sign as
+    /// PostgreSQL prints it (years and months from the months, truncated
+    /// toward zero; hours, minutes and seconds from the microseconds), and
+    /// seconds with their fraction, trailing zeros cut:
+    /// `P1Y2M3DT4H5M6.789S`, `P-1Y-2M3DT-4H-5M-6.789S`, `P0Y0M0DT0H0M0S`.
+    pub fn write_iso(self, out: &mut Vec<u8>) {
+        out.push(b'P');
+        write_i64(out, self.months / 12);
+        out.push(b'Y');
+        write_i64(out, self.months % 12);
+        out.push(b'M');
+        write_i64(out, self.days);
+        out.extend_from_slice(b"DT");
+        write_i64(out, self.micros / MICROS_PER_HOUR);
+        out.push(b'H');
+        write_i64(out, self.micros % MICROS_PER_HOUR / MICROS_PER_MINUTE);
+        out.push(b'M');
+        let seconds = self.micros % MICROS_PER_MINUTE;
+        if seconds < 0 {
+            out.push(b'-');
+        }
+        let abs = seconds.unsigned_abs();
+        write_u64(out, abs / 1_000_000);
+        let frac = abs % 1_000_000;
+        if frac != 0 {
+            let mut digits = Vec::with_capacity(7);
+            digits.push(b'.');
+            write_padded(&mut digits, frac, 6);
+            while digits.last() == Some(&b'0') {
+                digits.pop();
+            }
+            out.extend_from_slice(&digits);
+        }
+        out.push(b'S');
+    }
+}
+
+/// An `interval`'s text: its parts, or an infinity (PostgreSQL 17).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interval {
+    Finite(IntervalParts),
+    Infinity,
+    NegInfinity,
+}
+
+/// `interval` text -> its parts, exactly.
 ///
-/// Understands the `postgres` IntervalStyle (the default:
-/// `1 year 2 mons -3 days -04:05:06.789`), `postgres_verbose`
+/// Understands the `postgres` IntervalStyle (the default, and what capture
+/// sets: `1 year 2 mons -3 days -04:05:06.789`), `postgres_verbose`
 /// (`@ 1 year 2 mons 4 hours 5 mins 6.789 secs ago`) and `iso_8601`
 /// (`P1Y2M3DT4H5M6.789S`). `sql_standard` output is ambiguous without the
-/// column's field restriction and is left as text.
-pub fn parse_interval(s: &str) -> Option<i64> {
+/// column's field restriction and is not parsed.
+pub fn parse_interval_parts(s: &str) -> Option<Interval> {
+    match s {
+        "infinity" => return Some(Interval::Infinity),
+        "-infinity" => return Some(Interval::NegInfinity),
+        _ => {}
+    }
     if let Some(iso) = s.strip_prefix('P') {
-        return parse_iso_interval(iso);
+        return parse_iso_interval(iso).map(Interval::Finite);
     }
     let (body, verbose) = match s.strip_prefix("@ ") {
         Some(rest) => (rest, true),
@@ -293,43 +472,64 @@ pub fn parse_interval(s: &str) -> Option<i64> {
         Some(rest) if verbose => (rest, true),
         _ => (body, false),
     };
-    let mut months: i64 = 0;
-    let mut micros: i64 = 0;
+    let mut parts = IntervalParts::default();
     let mut tokens = body.split(' ').filter(|t| !t.is_empty()).peekable();
     let mut seen_any = false;
     while let Some(tok) = tokens.next() {
         seen_any = true;
         if tok.contains(':') {
-            micros = micros.checked_add(clock_duration(tok)?)?;
+            parts.micros = parts.micros.checked_add(clock_duration(tok)?)?;
             continue;
         }
         let unit = tokens.next()?;
         let (num, frac_micros) = signed_decimal(tok)?;
-        let per: (i64, i64) = match unit.trim_end_matches('s') {
-            "year" => (12, 0),
-            "mon" => (1, 0),
-            "day" => (0, MICROS_PER_DAY),
-            "hour" => (0, 3600 * MICROS_PER_SECOND),
-            "min" => (0, 60 * MICROS_PER_SECOND),
-            "sec" => (0, MICROS_PER_SECOND),
+        let unit_micros = match unit.trim_end_matches('s') {
+            "year" | "mon" | "day" if frac_micros != 0 => return None,
+            "year" => {
+                parts.months = parts.months.checked_add(num.checked_mul(12)?)?;
+                continue;
+            }
+            "mon" => {
+                parts.months = parts.months.checked_add(num)?;
+                continue;
+            }
+            "day" => {
+                parts.days = parts.days.checked_add(num)?;
+                continue;
+            }
+            "hour" => MICROS_PER_HOUR,
+            "min" => MICROS_PER_MINUTE,
+            "sec" => MICROS_PER_SECOND,
             _ => return None,
         };
-        match per {
-            (m, 0) if frac_micros == 0 => months = months.checked_add(num.checked_mul(m)?)?,
-            (0, unit_micros) => {
-                let whole = num.checked_mul(unit_micros)?;
-                // Fractions appear only on seconds in PostgreSQL's output.
-                let part = frac_micros.checked_mul(unit_micros / MICROS_PER_SECOND)?;
-                micros = micros.checked_add(whole)?.checked_add(part)?;
-            }
-            _ => return None,
-        }
+        let whole = num.checked_mul(unit_micros)?;
+        // Fractions appear only on seconds in PostgreSQL's output.
+        let part = frac_micros.checked_mul(unit_micros / MICROS_PER_SECOND)?;
+        parts.micros = parts.micros.checked_add(whole)?.checked_add(part)?;
     }
     if !seen_any {
         return None;
     }
-    let total = months.checked_mul(MICROS_PER_MONTH)?.checked_add(micros)?;
-    Some(if ago { total.checked_neg()? } else { total })
+    if ago {
+        parts = IntervalParts {
+            months: parts.months.checked_neg()?,
+            days: parts.days.checked_neg()?,
+            micros: parts.micros.checked_neg()?,
+        };
+    }
+    Some(Interval::Finite(parts))
+}
+
+/// `interval` -> µs, as Debezium's `MicroDuration` (see [`MICROS_PER_MONTH`]),
+/// infinities as `i64::MAX`/`i64::MIN`; `None` beyond 64 bits.
+pub fn parse_interval(s: &str) -> Option<i64> {
+    match parse_interval_parts(s)? {
+        Interval::Finite(parts) => parts
+            .to_micros()
+            .filter(|&m| m != i64::MAX && m != i64::MIN),
+        Interval::Infinity => Some(i64::MAX),
+        Interval::NegInfinity => Some(i64::MIN),
+    }
 }
 
 /// `[+-]H+:MM:SS[.ffffff]` (hours unbounded) -> µs.
@@ -379,13 +579,12 @@ fn signed_decimal(tok: &str) -> Option<(i64, i64)> {
 }
 
 /// The part after `P` of an ISO-8601 duration, e.g. `1Y-2M3DT4H5M6.5S`.
-fn parse_iso_interval(s: &str) -> Option<i64> {
+fn parse_iso_interval(s: &str) -> Option<IntervalParts> {
     let (date, time) = match s.split_once('T') {
         Some((d, t)) => (d, Some(t)),
         None => (s, None),
     };
-    let mut months: i64 = 0;
-    let mut micros: i64 = 0;
+    let mut parts = IntervalParts::default();
     let mut any = false;
     for (part, is_time) in [(date, false), (time.unwrap_or(""), true)] {
         let mut rest = part;
@@ -395,23 +594,23 @@ fn parse_iso_interval(s: &str) -> Option<i64> {
             let designator = rest.as_bytes()[end];
             rest = &rest[end + 1..];
             any = true;
+            let p = &mut parts;
             match (is_time, designator) {
-                (false, b'Y') if frac == 0 => months = months.checked_add(num.checked_mul(12)?)?,
-                (false, b'M') if frac == 0 => months = months.checked_add(num)?,
-                (false, b'W') if frac == 0 => {
-                    micros = micros.checked_add(num.checked_mul(7 * MICROS_PER_DAY)?)?
+                (false, b'Y') if frac == 0 => {
+                    p.months = p.months.checked_add(num.checked_mul(12)?)?
                 }
-                (false, b'D') if frac == 0 => {
-                    micros = micros.checked_add(num.checked_mul(MICROS_PER_DAY)?)?
-                }
+                (false, b'M') if frac == 0 => p.months = p.months.checked_add(num)?,
+                (false, b'W') if frac == 0 => p.days = p.days.checked_add(num.checked_mul(7)?)?,
+                (false, b'D') if frac == 0 => p.days = p.days.checked_add(num)?,
                 (true, b'H') if frac == 0 => {
-                    micros = micros.checked_add(num.checked_mul(3600 * MICROS_PER_SECOND)?)?
+                    p.micros = p.micros.checked_add(num.checked_mul(MICROS_PER_HOUR)?)?
                 }
                 (true, b'M') if frac == 0 => {
-                    micros = micros.checked_add(num.checked_mul(60 * MICROS_PER_SECOND)?)?
+                    p.micros = p.micros.checked_add(num.checked_mul(MICROS_PER_MINUTE)?)?
                 }
                 (true, b'S') => {
-                    micros = micros
+                    p.micros = p
+                        .micros
                         .checked_add(num.checked_mul(MICROS_PER_SECOND)?)?
                         .checked_add(frac)?
                 }
@@ -419,23 +618,40 @@ fn parse_iso_interval(s: &str) -> Option<i64> {
             }
         }
     }
-    if !any {
-        return None;
-    }
-    months.checked_mul(MICROS_PER_MONTH)?.checked_add(micros)
+    any.then_some(parts)
 }
 
 #[cfg(test)]
 mod tests {
-    use chrono::{DateTime, FixedOffset, Utc};
+    use chrono::{DateTime, FixedOffset, NaiveDate, Utc};
     use proptest::prelude::*;
 
     use super::*;
 
-    fn zoned(micros: i64) -> String {
+    fn at(micros: i64) -> ZonedTimestamp {
+        ZonedTimestamp::At {
+            days: micros.div_euclid(MICROS_PER_DAY),
+            micros: micros.rem_euclid(MICROS_PER_DAY),
+        }
+    }
+
+    fn zoned(value: ZonedTimestamp) -> String {
         let mut out = Vec::new();
-        assert!(write_zoned_timestamp(&mut out, micros));
+        write_zoned_timestamp(&mut out, value);
         String::from_utf8(out).unwrap()
+    }
+
+    fn iso(parts: IntervalParts) -> String {
+        let mut out = Vec::new();
+        parts.write_iso(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    fn parts(s: &str) -> IntervalParts {
+        match parse_interval_parts(s) {
+            Some(Interval::Finite(p)) => p,
+            other => panic!("{s}: {other:?}"),
+        }
     }
 
     #[test]
@@ -447,14 +663,13 @@ mod tests {
         // 1 BC is astronomical year 0, a leap year.
         assert_eq!(parse_date("0001-02-29 BC"), Some(-719_162 - 366 + 59));
         assert_eq!(parse_date("10000-01-01"), Some(2_932_897));
-        for bad in [
-            "infinity",
-            "-infinity",
-            "2026-13-01",
-            "2026-02-30",
-            "26-1-1",
-            "2026-01-01x",
-        ] {
+        assert_eq!(parse_date("infinity"), Some(i32::MAX));
+        assert_eq!(parse_date("-infinity"), Some(i32::MIN));
+        // PostgreSQL's extremes.
+        assert_eq!(parse_date("4714-11-24 BC"), Some(-2_440_588));
+        assert_eq!(parse_date("4713-01-01 BC"), Some(-2_440_550));
+        assert_eq!(parse_date("5874897-12-31"), Some(2_145_042_905));
+        for bad in ["2026-13-01", "2026-02-30", "26-1-1", "2026-01-01x"] {
             assert_eq!(parse_date(bad), None, "{bad}");
         }
     }
@@ -475,8 +690,20 @@ mod tests {
             parse_timestamp("2026-11-27T15:10:35"),
             Some(1_795_792_235_000_000)
         );
+        assert_eq!(parse_timestamp("infinity"), Some(i64::MAX));
+        assert_eq!(parse_timestamp("-infinity"), Some(i64::MIN));
+        assert_eq!(
+            parse_timestamp("4714-11-24 00:00:00 BC"),
+            Some(-2_440_588 * MICROS_PER_DAY)
+        );
+        // The last µs below the +infinity sentinel; then nothing fits.
+        assert_eq!(
+            parse_timestamp("294247-01-10 04:00:54.775806"),
+            Some(i64::MAX - 1)
+        );
         for bad in [
-            "infinity",
+            "294247-01-10 04:00:54.775807",
+            "294276-12-31 23:59:59.999999",
             "2026-11-27",
             "2026-11-27 24:00:00",
             "2026-11-27 15:10:35.1234567",
@@ -488,7 +715,7 @@ mod tests {
 
     #[test]
     fn timestamptz_offsets() {
-        let want = Some(1_795_792_235_670_111);
+        let want = Some(at(1_795_792_235_670_111));
         assert_eq!(parse_timestamptz("2026-11-27 15:10:35.670111+00"), want);
         assert_eq!(parse_timestamptz("2026-11-27 15:10:35.670111Z"), want);
         assert_eq!(parse_timestamptz("2026-11-27 20:40:35.670111+05:30"), want);
@@ -502,27 +729,40 @@ mod tests {
             parse_timestamptz("1880-01-01 00:00:00+00:53:28"),
             parse_timestamptz("1879-12-31 23:06:32+00")
         );
-        assert_eq!(parse_timestamptz("infinity"), None);
+        assert_eq!(
+            parse_timestamptz("infinity"),
+            Some(ZonedTimestamp::Infinity)
+        );
         assert_eq!(parse_timestamptz("2026-11-27 15:10:35.670111"), None);
         assert_eq!(parse_timestamptz("2026-11-27 15:10:35+5"), None);
     }
 
     #[test]
-    fn timestamptz_bc() {
+    fn timestamptz_bc_and_far_future() {
         let m = parse_timestamptz("0044-03-15 12:00:00+00 BC").unwrap();
         assert_eq!(zoned(m), "-0043-03-15T12:00:00.000000Z");
+        let m = parse_timestamptz("0001-01-01 00:00:00+00 BC").unwrap();
+        assert_eq!(zoned(m), "0000-01-01T00:00:00.000000Z");
+        let m = parse_timestamptz("4714-11-24 00:00:00+00 BC").unwrap();
+        assert_eq!(zoned(m), "-4713-11-24T00:00:00.000000Z");
+        // Beyond 64-bit µs, as PostgreSQL allows for timestamptz.
+        let m = parse_timestamptz("294276-12-31 23:59:59.999999+00").unwrap();
+        assert_eq!(zoned(m), "+294276-12-31T23:59:59.999999Z");
+        assert_eq!(zoned(ZonedTimestamp::NegInfinity), "-infinity");
     }
 
     #[test]
     fn zoned_timestamp_formatting() {
-        assert_eq!(zoned(0), "1970-01-01T00:00:00.000000Z");
-        assert_eq!(zoned(1_795_792_235_670_111), "2026-11-27T15:10:35.670111Z");
-        assert_eq!(zoned(-1), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(zoned(at(0)), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(
+            zoned(at(1_795_792_235_670_111)),
+            "2026-11-27T15:10:35.670111Z"
+        );
+        assert_eq!(zoned(at(-1)), "1969-12-31T23:59:59.999999Z");
         assert_eq!(
             zoned(parse_timestamptz("10000-01-01 00:00:00+00").unwrap()),
             "+10000-01-01T00:00:00.000000Z"
         );
-        assert!(!write_zoned_timestamp(&mut Vec::new(), i64::MAX));
     }
 
     #[test]
@@ -559,6 +799,15 @@ mod tests {
             "23:00:00.000000Z"
         );
         assert_eq!(parse_timetz("15:10:35"), None);
+        // The end of the day in UTC stays the end of the day.
+        assert_eq!(
+            fmt(parse_timetz("24:00:00+00").unwrap()),
+            "24:00:00.000000Z"
+        );
+        assert_eq!(
+            fmt(parse_timetz("24:00:00+01").unwrap()),
+            "23:00:00.000000Z"
+        );
     }
 
     const H: i64 = 3600 * MICROS_PER_SECOND;
@@ -580,7 +829,12 @@ mod tests {
         );
         assert_eq!(parse_interval("-00:00:00.5"), Some(-500_000));
         assert_eq!(parse_interval("100:00:00"), Some(100 * H));
-        assert_eq!(parse_interval("2562047788:00:54.775807"), Some(i64::MAX));
+        assert_eq!(
+            parse_interval("2562047788:00:54.775806"),
+            Some(i64::MAX - 1)
+        );
+        // i64::MAX is +infinity's sentinel.
+        assert_eq!(parse_interval("2562047788:00:54.775807"), None);
     }
 
     #[test]
@@ -607,6 +861,30 @@ mod tests {
             Some(-MICROS_PER_DAY - 500_000)
         );
         assert_eq!(parse_interval("PT0S"), Some(0));
+    }
+
+    #[test]
+    fn intervals_keep_months_days_and_time_apart() {
+        assert_eq!(
+            iso(parts("1 year 2 mons 3 days 04:05:06.789")),
+            "P1Y2M3DT4H5M6.789S"
+        );
+        assert_eq!(
+            iso(parts("-1 years -2 mons +3 days -04:05:06.789")),
+            "P-1Y-2M3DT-4H-5M-6.789S"
+        );
+        assert_eq!(iso(parts("00:00:00")), "P0Y0M0DT0H0M0S");
+        assert_eq!(iso(parts("-00:00:00.5")), "P0Y0M0DT0H0M-0.5S");
+        assert_eq!(
+            iso(parts("10303:05:06.000001")),
+            "P0Y0M0DT10303H5M6.000001S"
+        );
+        assert_eq!(iso(parts("-178000000 years")), "P-178000000Y0M0DT0H0M0S");
+        assert_eq!(iso(parts("1 year -1 mons")), "P0Y11M0DT0H0M0S");
+        assert_eq!(parse_interval_parts("infinity"), Some(Interval::Infinity));
+        // Beyond 64-bit µs: exact as parts, refused as MicroDuration.
+        assert_eq!(parse_interval("-178000000 years"), None);
+        assert_eq!(parse_interval("infinity"), Some(i64::MAX));
     }
 
     #[test]
@@ -659,12 +937,12 @@ mod tests {
             offset in -15 * 3600..15 * 3600i32,
         ) {
             let text = pg_timestamptz_text(micros, offset);
-            prop_assert_eq!(parse_timestamptz(&text), Some(micros), "{}", text);
+            prop_assert_eq!(parse_timestamptz(&text), Some(at(micros)), "{}", text);
             let want = DateTime::<Utc>::from_timestamp_micros(micros)
                 .unwrap()
                 .format("%Y-%m-%dT%H:%M:%S%.6fZ")
                 .to_string();
-            prop_assert_eq!(zoned(micros), want);
+            prop_assert_eq!(zoned(at(micros)), want);
         }
 
         #[test]
@@ -677,7 +955,7 @@ mod tests {
         #[test]
         fn date_text_round_trips(days in -719_162..2_932_896i64) {
             let date = NaiveDate::from_num_days_from_ce_opt(
-                i32::try_from(days + UNIX_EPOCH_FROM_CE).unwrap()).unwrap();
+                i32::try_from(days + 719_163).unwrap()).unwrap();
             let text = date.format("%Y-%m-%d").to_string();
             prop_assert_eq!(parse_date(&text).map(i64::from), Some(days));
         }
@@ -700,6 +978,55 @@ mod tests {
         }
 
         #[test]
+        fn civil_days_round_trip(days in -2_500_000i64..2_146_000_000) {
+            let (y, m, d) = civil_from_days(days);
+            prop_assert_eq!(days_from_civil(y, m, d), Some(days));
+        }
+
+        /// The ISO form of any interval reads back as the same parts (the
+        /// designators each carry their own sign, so nothing is lost).
+        #[test]
+        fn interval_iso_round_trips(
+            months in -2_136_000_000i64..2_136_000_000,
+            days in -2_147_483_648i64..2_147_483_647,
+            micros in any::<i64>(),
+        ) {
+            let p = IntervalParts { months, days, micros };
+            let text = iso(p);
+            prop_assert_eq!(parse_interval_parts(&text), Some(Interval::Finite(p)), "{}", text);
+        }
+
+        /// PostgreSQL's own output of an interval's parts reads back exactly.
+        #[test]
+        fn interval_postgres_text_round_trips(
+            months in -2_136_000_000i64..2_136_000_000,
+            days in -2_147_483_648i64..2_147_483_647,
+            micros in -9_223_372_036_854_775_807i64..9_223_372_036_854_775_807,
+        ) {
+            let mut text = Vec::new();
+            let (y, m) = (months / 12, months % 12);
+            if y != 0 { text.push(format!("{y} year{}", if y.abs() == 1 { "" } else { "s" })); }
+            if m != 0 { text.push(format!("{m} mon{}", if m.abs() == 1 { "" } else { "s" })); }
+            if days != 0 {
+                let sign = if days > 0 && (y < 0 || m < 0) { "+" } else { "" };
+                text.push(format!("{sign}{days} day{}", if days.abs() == 1 { "" } else { "s" }));
+            }
+            if micros != 0 || text.is_empty() {
+                let abs = micros.unsigned_abs();
+                let secs = abs / 1_000_000;
+                let sign = if micros < 0 { "-" } else if !text.is_empty() && (days < 0 || months < 0) { "+" } else { "" };
+                let mut clock = format!("{sign}{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60);
+                if abs % 1_000_000 != 0 {
+                    clock.push_str(format!(".{:06}", abs % 1_000_000).trim_end_matches('0'));
+                }
+                text.push(clock);
+            }
+            let text = text.join(" ");
+            let want = IntervalParts { months, days, micros };
+            prop_assert_eq!(parse_interval_parts(&text), Some(Interval::Finite(want)), "{}", text);
+        }
+
+        #[test]
         fn parsers_never_panic(s in "\\PC{0,40}") {
             let _ = parse_date(&s);
             let _ = parse_timestamp(&s);
@@ -707,6 +1034,7 @@ mod tests {
             let _ = parse_time(&s);
             let _ = parse_timetz(&s);
             let _ = parse_interval(&s);
+            let _ = parse_interval_parts(&s);
         }
     }
 }

@@ -42,13 +42,19 @@ enum Store {
 
 impl Target {
     /// Reads a sink configuration and connects to its store.
-    pub async fn open(path: &Path, db: &str) -> Result<Self, VerifyError> {
+    /// `intervals` is capture's `interval.handling.mode` (the warehouse maps
+    /// its interval columns back to that form).
+    pub async fn open(
+        path: &Path,
+        db: &str,
+        intervals: oncely_capture::value::IntervalHandlingMode,
+    ) -> Result<Self, VerifyError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| VerifyError::Config(format!("cannot read {}: {e}", path.display())))?;
         let (runner, sink) = oncely_sinks::kinds::parse_config(&text)
             .map_err(|e| VerifyError::Config(format!("{}: {e}", path.display())))?;
         let (kind, store) = match &sink {
-            SinkConfig::Postgres(c) => ("postgres", Store::Postgres(Box::new(postgres::PgTarget::connect(c, &runner.group_id).await?))),
+            SinkConfig::Postgres(c) => ("postgres", Store::Postgres(Box::new(postgres::PgTarget::connect(c, &runner.group_id, intervals).await?))),
             SinkConfig::Elasticsearch(c) => (
                 "elasticsearch",
                 Store::Elasticsearch(Box::new(elasticsearch::EsTarget::connect(c, &runner, db).await?)),

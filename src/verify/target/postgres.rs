@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use oncely_capture::value::{TypeRegistry, ValueKind};
+use oncely_capture::value::{IntervalHandlingMode, TypeRegistry, ValueKind};
 use oncely_sinks::kinds::postgres::{expand_name, tls_settings, MetaColumns, PostgresConfig};
 use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
@@ -35,7 +35,13 @@ struct Shape {
 }
 
 impl PgTarget {
-    pub async fn connect(config: &PostgresConfig, group: &str) -> Result<Self, VerifyError> {
+    /// `intervals`: capture's `interval.handling.mode`, so warehouse
+    /// intervals map to the form the source's do and compare by value.
+    pub async fn connect(
+        config: &PostgresConfig,
+        group: &str,
+        intervals: IntervalHandlingMode,
+    ) -> Result<Self, VerifyError> {
         let url = config
             .url
             .resolve()
@@ -77,7 +83,7 @@ impl PgTarget {
                 client
             }
         };
-        let mut types = TypeRegistry::builtin();
+        let mut types = TypeRegistry::builtin().with_interval_mode(intervals);
         types
             .load_user_types(&client)
             .await

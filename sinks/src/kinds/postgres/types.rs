@@ -40,8 +40,13 @@ pub enum Conv {
     MicrosOfDay,
     /// Integer milliseconds since midnight -> time.
     MillisOfDay,
-    /// Integer microseconds -> interval.
+    /// Integer microseconds (Debezium's lossy `MicroDuration`) -> interval;
+    /// other text (an ISO-8601 `io.debezium.time.Interval`) is cast.
     Micros,
+    /// An ISO-8601 instant as java.time writes it (`io.debezium.time.ZonedTimestamp`):
+    /// signed astronomical years (`-0043` is 44 BC, `+10000`) become the
+    /// era form PostgreSQL reads (`0044-... BC`), then a cast.
+    Zoned,
     /// Base64 text -> bytea.
     Base64,
 }
@@ -76,13 +81,19 @@ impl ColumnSpec {
         let int = format!("{v} ~ '^-?[0-9]+$'");
         let value = match conv {
             Conv::Cast => v.to_owned(),
-            Conv::EpochMicros => format!("CASE WHEN {int} THEN 'epoch'::timestamp + {v}::bigint * interval '1 microsecond' ELSE {v}::timestamp END"),
+            // Whole days and the µs of the day apart: `bigint * interval`
+            // multiplies in double precision, which is not exact beyond
+            // 2^53 µs (year 2255).
+            Conv::EpochMicros => format!("CASE WHEN {int} THEN 'epoch'::timestamp + ({v}::bigint / 86400000000) * interval '1 day' + ({v}::bigint % 86400000000) * interval '1 microsecond' ELSE {v}::timestamp END"),
             Conv::EpochMillis => format!("CASE WHEN {int} THEN 'epoch'::timestamp + {v}::bigint * interval '1 millisecond' ELSE {v}::timestamp END"),
             Conv::EpochNanos => format!("CASE WHEN {int} THEN 'epoch'::timestamp + ({v}::bigint / 1000) * interval '1 microsecond' ELSE {v}::timestamp END"),
             Conv::EpochDays => format!("CASE WHEN {int} THEN 'epoch'::date + {v}::integer ELSE {v}::date END"),
-            Conv::MicrosOfDay => format!("'00:00'::time + {v}::bigint * interval '1 microsecond'"),
+            // `24:00:00` comes as text (see `Conv::pg_text`): time + interval wraps.
+            Conv::MicrosOfDay => format!("CASE WHEN {int} THEN '00:00'::time + {v}::bigint * interval '1 microsecond' ELSE {v}::time END"),
             Conv::MillisOfDay => format!("'00:00'::time + {v}::bigint * interval '1 millisecond'"),
-            Conv::Micros => format!("{v}::bigint * interval '1 microsecond'"),
+            // Read as text, the µs are exact (`bigint * interval` is double precision).
+            Conv::Micros => format!("CASE WHEN {int} THEN ({v} || ' microseconds')::interval ELSE {v}::interval END"),
+            Conv::Zoned => v.to_owned(),
             Conv::Base64 => format!("decode({v}, 'base64')"),
         };
         // PostgreSQL rounds a value to a `numeric(p,s)` column's scale without
@@ -96,6 +107,54 @@ impl ColumnSpec {
             );
         }
         format!("({value})::{actual}")
+    }
+}
+
+impl Conv {
+    /// The text PostgreSQL reads for a wire value `text` bound for a column
+    /// of type `actual`: PostgreSQL's own sentinels for infinity (`i64::MAX`
+    /// / `i64::MIN` µs, `i32::MAX` / `i32::MIN` days, as capture sends them)
+    /// become `infinity` / `-infinity`, the end of the day (86,400,000,000 µs)
+    /// `24:00:00`, and a signed ISO year the era form. Text columns take the
+    /// wire text as it is.
+    pub fn pg_text<'v>(self, text: Cow<'v, str>, actual: &str) -> Cow<'v, str> {
+        if is_text(actual) {
+            return text;
+        }
+        let word = match (self, text.as_ref()) {
+            (Conv::EpochMicros, "9223372036854775807") => "infinity",
+            (Conv::EpochMicros, "-9223372036854775808") => "-infinity",
+            (Conv::EpochDays, "2147483647") => "infinity",
+            (Conv::EpochDays, "-2147483648") => "-infinity",
+            (Conv::MicrosOfDay, "86400000000") => "24:00:00",
+            (Conv::Zoned, _) => return iso_era(text),
+            _ => return text,
+        };
+        Cow::Borrowed(word)
+    }
+}
+
+/// `-0043-03-15T12:00:00.000000Z` -> `0044-03-15T12:00:00.000000Z BC`,
+/// `+10000-...` -> `10000-...`, year `0000` -> `0001 ... BC`; anything else
+/// as it is.
+fn iso_era(text: Cow<'_, str>) -> Cow<'_, str> {
+    let t = text.as_ref();
+    let (negative, body) = match t.as_bytes().first() {
+        Some(b'-') if t.len() > 1 && t.as_bytes()[1].is_ascii_digit() => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        Some(b'0') if t.starts_with("0000-") => (true, t),
+        _ => return text,
+    };
+    let digits = body.bytes().take_while(u8::is_ascii_digit).count();
+    let Ok(year) = body[..digits].parse::<i64>() else {
+        return text;
+    };
+    let rest = &body[digits..];
+    if negative {
+        // Astronomical year -n is (n + 1) BC.
+        Cow::Owned(format!("{:04}{rest} BC", year + 1))
+    } else {
+        Cow::Owned(format!("{year:04}{rest}"))
     }
 }
 
@@ -120,6 +179,9 @@ fn is_text(actual: &str) -> bool {
 /// Canonical `format_type` spelling of the DDL names this module produces.
 pub fn canonical(ddl: &str) -> String {
     let base = base_type(ddl);
+    if let Some(element) = base.strip_suffix("[]") {
+        return format!("{}[]", canonical(element));
+    }
     let mapped = match base.as_str() {
         "timestamptz" => "timestamp with time zone",
         "timestamp" => "timestamp without time zone",
@@ -280,7 +342,7 @@ pub fn from_schema(field: &Value) -> ColumnSpec {
             .and_then(Value::as_str)
     };
     match name {
-        "io.debezium.time.ZonedTimestamp" => return ColumnSpec::new("timestamptz", Conv::Cast),
+        "io.debezium.time.ZonedTimestamp" => return ColumnSpec::new("timestamptz", Conv::Zoned),
         "io.debezium.time.MicroTimestamp" => {
             return ColumnSpec::new("timestamp", Conv::EpochMicros)
         }
@@ -297,6 +359,9 @@ pub fn from_schema(field: &Value) -> ColumnSpec {
         }
         "io.debezium.time.ZonedTime" => return ColumnSpec::new("timetz", Conv::Cast),
         "io.debezium.time.MicroDuration" => return ColumnSpec::new("interval", Conv::Micros),
+        // Exact: PostgreSQL reads the ISO-8601 designators, signed parts and
+        // fractional seconds included (`P-1Y-2M3DT-4H-5M-6.789S`).
+        "io.debezium.time.Interval" => return ColumnSpec::new("interval", Conv::Cast),
         "io.debezium.data.Json" => return ColumnSpec::new("jsonb", Conv::Cast),
         "io.debezium.data.Uuid" => return ColumnSpec::new("uuid", Conv::Cast),
         _ => {}
@@ -331,7 +396,10 @@ pub fn from_schema(field: &Value) -> ColumnSpec {
         "double" | "float64" => ColumnSpec::new("double precision", Conv::Cast),
         "bytes" => ColumnSpec::new("bytea", Conv::Base64),
         "array" => match field.get("items").map(from_schema) {
-            Some(item) if item.conv == Conv::Cast && !item.ddl.ends_with("[]") => {
+            // Zoned elements are converted one by one (`to_text`).
+            Some(item)
+                if matches!(item.conv, Conv::Cast | Conv::Zoned) && !item.ddl.ends_with("[]") =>
+            {
                 ColumnSpec::new(format!("{}[]", item.ddl), Conv::Cast)
             }
             _ => ColumnSpec::new("jsonb", Conv::Cast),
@@ -394,6 +462,11 @@ pub fn to_text<'v>(value: &'v Value, actual: &str) -> Option<Cow<'v, str>> {
                     Value::Array(_) => out.push_str(&to_text(item, actual).unwrap_or_default()),
                     other => {
                         let text = match other {
+                            // Signed ISO years of `timestamptz[]` elements
+                            // in the era form PostgreSQL reads.
+                            Value::String(s) if actual.starts_with("timestamp with time zone") => {
+                                iso_era(Cow::Borrowed(s)).into_owned()
+                            }
                             Value::String(s) => s.clone(),
                             v => v.to_string(),
                         };
@@ -435,6 +508,10 @@ mod tests {
                 "interval",
             ),
             (
+                json!({"type": "string", "name": "io.debezium.time.Interval"}),
+                "interval",
+            ),
+            (
                 json!({"type": "string", "parameters": {"__debezium.source.column.type": "NUMERIC",
                 "__debezium.source.column.length": "12", "__debezium.source.column.scale": "2"}}),
                 "numeric(12,2)",
@@ -458,6 +535,14 @@ mod tests {
             (
                 json!({"type": "array", "items": {"type": "int32", "name": "io.debezium.time.Date"}}),
                 "jsonb",
+            ),
+            (
+                json!({"type": "array", "items": {"type": "string", "name": "io.debezium.time.ZonedTimestamp"}}),
+                "timestamptz[]",
+            ),
+            (
+                json!({"type": "array", "items": {"type": "string", "name": "io.debezium.time.Interval"}}),
+                "interval[]",
             ),
             (json!({"type": "string"}), "text"),
         ];
@@ -562,6 +647,39 @@ mod tests {
     }
 
     #[test]
+    fn sentinels_boundaries_and_signed_years_become_postgresql_text() {
+        let t = |conv: Conv, s: &'static str| conv.pg_text(Cow::Borrowed(s), "x").into_owned();
+        assert_eq!(t(Conv::EpochMicros, "9223372036854775807"), "infinity");
+        assert_eq!(t(Conv::EpochMicros, "-9223372036854775808"), "-infinity");
+        assert_eq!(t(Conv::EpochMicros, "-1"), "-1");
+        assert_eq!(t(Conv::EpochDays, "2147483647"), "infinity");
+        assert_eq!(t(Conv::EpochDays, "-2147483648"), "-infinity");
+        assert_eq!(t(Conv::MicrosOfDay, "86400000000"), "24:00:00");
+        assert_eq!(
+            t(Conv::Zoned, "-0043-03-15T12:00:00.000000Z"),
+            "0044-03-15T12:00:00.000000Z BC"
+        );
+        assert_eq!(
+            t(Conv::Zoned, "0000-01-01T00:00:00.000000Z"),
+            "0001-01-01T00:00:00.000000Z BC"
+        );
+        assert_eq!(
+            t(Conv::Zoned, "+294276-12-31T23:59:59.999999Z"),
+            "294276-12-31T23:59:59.999999Z"
+        );
+        assert_eq!(t(Conv::Zoned, "-infinity"), "-infinity");
+        assert_eq!(
+            t(Conv::Zoned, "2026-11-27T15:10:35.670111Z"),
+            "2026-11-27T15:10:35.670111Z"
+        );
+        // A text column keeps the wire text.
+        assert_eq!(
+            Conv::EpochDays.pg_text(Cow::Borrowed("2147483647"), "text"),
+            "2147483647"
+        );
+    }
+
+    #[test]
     fn values_become_text() {
         assert_eq!(to_text(&json!(null), "text"), None);
         assert_eq!(to_text(&json!(12), "bigint").as_deref(), Some("12"));
@@ -571,11 +689,23 @@ mod tests {
         );
         assert_eq!(to_text(&json!([1, 2]), "jsonb").as_deref(), Some("[1,2]"));
         assert_eq!(
+            to_text(
+                &json!(["-0043-03-15T12:00:00.000000Z", "infinity"]),
+                "timestamp with time zone[]"
+            )
+            .as_deref(),
+            Some(r#"{"0044-03-15T12:00:00.000000Z BC","infinity"}"#)
+        );
+        assert_eq!(
             to_text(&json!({"a": 1}), "jsonb").as_deref(),
             Some(r#"{"a":1}"#)
         );
         assert_eq!(base_type("numeric(12,2)"), "numeric");
         assert_eq!(base_type("character varying(5)[]"), "character varying[]");
         assert_eq!(canonical("timestamptz"), "timestamp with time zone");
+        assert_eq!(canonical("timestamptz[]"), "timestamp with time zone[]");
+        let tza = from_schema(&json!({"type": "array", "items": {"type": "string",
+            "name": "io.debezium.time.ZonedTimestamp"}}));
+        assert!(compatible(&tza, "timestamp with time zone[]").is_ok());
     }
 }

@@ -447,7 +447,10 @@ fn column_param<'v>(
     }
     let texts: Vec<Option<Cow<'v, str>>> = values
         .iter()
-        .map(|v| v.and_then(|v| to_text(v, actual)))
+        .map(|v| {
+            v.and_then(|v| to_text(v, actual))
+                .map(|t| conv.pg_text(t, actual))
+        })
         .collect();
     ("text", Box::new(texts))
 }
@@ -494,6 +497,7 @@ pub fn conv_for_type(actual: &str) -> Conv {
         "date" => Conv::EpochDays,
         "time without time zone" => Conv::MicrosOfDay,
         "interval" => Conv::Micros,
+        "timestamp with time zone" => Conv::Zoned,
         "bytea" => Conv::Base64,
         _ => Conv::Cast,
     }
