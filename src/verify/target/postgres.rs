@@ -8,10 +8,10 @@
 use std::collections::HashMap;
 
 use oncely_capture::value::{TypeRegistry, ValueKind};
-use oncely_sinks::kinds::postgres::{expand_name, tls_settings, MetaColumns, PostgresConfig};
+use oncely_sinks::kinds::postgres::{connector, expand_name, MetaColumns, PostgresConfig};
 use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use super::{KeyPage, Partition, PAGE};
 use crate::verify::compare::TargetRow;
@@ -53,30 +53,12 @@ impl PgTarget {
         pg.application_name("oncely-verify")
             .options(SESSION_OPTIONS)
             .connect_timeout(std::time::Duration::from_millis(config.connect_timeout_ms));
-        // The sink's own TLS settings (`sslmode`, `sslrootcert`).
+        // The sink's own TLS settings (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`).
         let tls =
-            tls_settings(config).map_err(|e| VerifyError::Config(format!("warehouse TLS: {e}")))?;
-        let client = match tls {
-            None => {
-                pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
-                let (client, connection) = pg.connect(NoTls).await.map_err(VerifyError::pg(
-                    format!("connect to the warehouse at {place}"),
-                ))?;
-                tokio::spawn(drive(connection));
-                client
-            }
-            Some((mode, tls)) => {
-                pg.ssl_mode(mode);
-                let (client, connection) = pg
-                    .connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
-                    .await
-                    .map_err(VerifyError::pg(format!(
-                        "connect to the warehouse at {place}"
-                    )))?;
-                tokio::spawn(drive(connection));
-                client
-            }
-        };
+            connector(config).map_err(|e| VerifyError::Config(format!("warehouse TLS: {e}")))?;
+        let client = tls.connect(&pg, "warehouse").await.map_err(|e| {
+            VerifyError::Target(format!("connect to the warehouse at {place}: {e}"))
+        })?;
         let mut types = TypeRegistry::builtin();
         types
             .load_user_types(&client)
@@ -312,17 +294,6 @@ impl PgTarget {
             }
             Err(e) => Err(VerifyError::pg("read the warehouse positions")(e)),
         }
-    }
-}
-
-/// Runs the warehouse connection until it closes.
-async fn drive<S, T>(connection: tokio_postgres::Connection<S, T>)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    if let Err(e) = connection.await {
-        tracing::warn!("warehouse connection closed: {e}");
     }
 }
 
