@@ -108,63 +108,6 @@ async fn misconfigurations_are_explained() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `slot.failover = true`: a failover slot on PostgreSQL 17+ (an existing
-/// slot is altered to one), a start refused naming the key and the version
-/// on older servers.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failover_slots_need_postgresql_17() -> anyhow::Result<()> {
-    let env = CaptureEnv::new("cap_failover").await?;
-    let result = failover_slots(&env).await;
-    env.cleanup().await;
-    result
-}
-
-async fn failover_slots(env: &CaptureEnv) -> anyhow::Result<()> {
-    env.client
-        .batch_execute("CREATE TABLE keyed (id int PRIMARY KEY, v text);")
-        .await?;
-    let version: i32 = env
-        .client
-        .query_one("SELECT current_setting('server_version_num')::int", &[])
-        .await?
-        .get(0);
-    let extra = "table.include.list = \"public.keyed\"\nslot.failover = true\n";
-    if version < 170_000 {
-        let (ok, err) = run_capture(env, extra)?;
-        anyhow::ensure!(!ok, "capture started with slot.failover on {version}");
-        let major = format!("version {}.", version / 10_000);
-        for part in ["slot.failover", "PostgreSQL 17", major.as_str()] {
-            anyhow::ensure!(err.contains(part), "no {part:?} in:\n{err}");
-        }
-        return Ok(());
-    }
-    // An existing ordinary slot becomes a failover slot.
-    env.client
-        .query_one(
-            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
-            &[&env.slot],
-        )
-        .await?;
-    let path = env.write_config("failover.toml", &env.config(extra))?;
-    let mut capture = env.spawn_capture(&path)?;
-    env.wait_slot_active().await?;
-    let failover: bool = env
-        .client
-        .query_one(
-            "SELECT failover FROM pg_replication_slots WHERE slot_name = $1",
-            &[&env.slot],
-        )
-        .await?
-        .get(0);
-    capture_harness::kill9(&mut capture);
-    anyhow::ensure!(
-        failover,
-        "the slot is not a failover slot:\n{}",
-        env.capture_log()
-    );
-    Ok(())
-}
-
 /// A throwaway server with `wal_level = replica`, owned by the `postgres`
 /// user when the tests run as root.
 struct ReplicaServer {

@@ -406,11 +406,6 @@ pub struct SlotConfig {
     /// Create the slot when it does not exist (default true).
     #[serde(default = "yes")]
     pub create: bool,
-    /// `slot.failover`: a failover slot (PostgreSQL 17+), which standbys
-    /// listed in `synchronized_standby_slots` keep in sync, so capture can
-    /// go on from a promoted standby. Default false.
-    #[serde(default)]
-    pub failover: bool,
 }
 
 impl Default for SlotConfig {
@@ -418,7 +413,6 @@ impl Default for SlotConfig {
         SlotConfig {
             name: DEFAULT_SLOT.into(),
             create: true,
-            failover: false,
         }
     }
 }
@@ -1005,10 +999,6 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
         assert_eq!(cfg.connector_name(), "shop");
         assert_eq!(cfg.transactional_id(), "oncely-capture-shop");
         assert_eq!(cfg.slot.name, DEFAULT_SLOT);
-        assert!(!cfg.slot.failover);
-        let failover =
-            CaptureConfig::parse(&format!("{MINIMAL}slot.failover = true\n"), "test").unwrap();
-        assert!(failover.slot.failover);
         assert_eq!(cfg.publication.name, DEFAULT_PUBLICATION);
         assert_eq!(cfg.publication.autocreate.mode, AutocreateMode::AllTables);
         assert!(cfg.tombstones.on.delete);

@@ -43,8 +43,6 @@ impl CapturedTable {
 pub struct SlotState {
     pub confirmed_flush_lsn: u64,
     pub created: bool,
-    /// `slot.failover` is set and the existing slot is not a failover slot yet.
-    pub needs_failover: bool,
 }
 
 /// Connection settings for the captured database (host, port, user, database,
@@ -395,24 +393,10 @@ pub async fn ensure_publication(
 /// Checks the slot (plugin, database) or creates it.
 pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotState, CaptureError> {
     let name = &cfg.slot.name;
-    let version = server_version(client).await?;
-    if cfg.slot.failover && version < FAILOVER_SLOTS_VERSION {
-        return Err(CaptureError::Prerequisite(format!(
-            "slot.failover = true needs PostgreSQL 17 or later (failover slots), but this server is version {}: remove slot.failover (or set it to false), or upgrade the server",
-            version_text(version)
-        )));
-    }
-    let failover_column = if version >= FAILOVER_SLOTS_VERSION {
-        "failover"
-    } else {
-        "false"
-    };
     let row = client
         .query_opt(
-            &format!(
-                "SELECT plugin::text, slot_type::text, database::text, confirmed_flush_lsn::text, {failover_column}
-                 FROM pg_replication_slots WHERE slot_name = $1"
-            ),
+            "SELECT plugin::text, slot_type::text, database::text, confirmed_flush_lsn::text
+             FROM pg_replication_slots WHERE slot_name = $1",
             &[name],
         )
         .await
@@ -422,7 +406,6 @@ pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotSta
         let slot_type: String = row.get(1);
         let database: Option<String> = row.get(2);
         let confirmed: Option<String> = row.get(3);
-        let failover: bool = row.get(4);
         if slot_type != "logical" || plugin.as_deref() != Some("pgoutput") {
             return Err(CaptureError::Prerequisite(format!(
                 "replication slot `{name}` is a {slot_type} slot with plugin `{}`, but capture needs a logical slot with plugin `pgoutput`: choose another slot.name, or drop it (SELECT pg_drop_replication_slot('{name}')) if nothing else uses it",
@@ -439,9 +422,6 @@ pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotSta
         return Ok(SlotState {
             confirmed_flush_lsn: parse_lsn(confirmed.as_deref())?,
             created: false,
-            // An existing slot is made a failover slot over the replication
-            // protocol (ALTER_REPLICATION_SLOT), before the stream starts.
-            needs_failover: cfg.slot.failover && !failover,
         });
     }
     if !cfg.slot.create {
@@ -449,42 +429,21 @@ pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotSta
             "replication slot `{name}` does not exist and slot.create is false: create it with SELECT pg_create_logical_replication_slot('{name}', 'pgoutput'), or set slot.create = true"
         )));
     }
-    // Arguments: name, plugin, temporary, two-phase, failover (17+).
-    let create = if cfg.slot.failover {
-        "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)"
-    } else {
-        "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')"
-    };
     let row = client
-        .query_one(create, &[name])
+        .query_one(
+            "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[name],
+        )
         .await
         .map_err(|e| {
             privilege_or(e, &format!("creating replication slot `{name}` needs the REPLICATION attribute: ALTER ROLE {} REPLICATION", quote_ident(&cfg.database.user)), "create slot")
         })?;
     let lsn: String = row.get(0);
-    tracing::info!(slot = %name, lsn = %lsn, failover = cfg.slot.failover, "created replication slot");
+    tracing::info!(slot = %name, lsn = %lsn, "created replication slot");
     Ok(SlotState {
         confirmed_flush_lsn: parse_lsn(Some(&lsn))?,
         created: true,
-        needs_failover: false,
     })
-}
-
-/// The first server version with failover slots (`server_version_num`).
-pub const FAILOVER_SLOTS_VERSION: i32 = 170_000;
-
-/// `server_version_num`.
-pub async fn server_version(client: &Client) -> Result<i32, CaptureError> {
-    Ok(client
-        .query_one("SELECT current_setting('server_version_num')::int", &[])
-        .await
-        .map_err(CaptureError::pg("read server version"))?
-        .get(0))
-}
-
-/// `150004` as `15.4`.
-fn version_text(num: i32) -> String {
-    format!("{}.{}", num / 10_000, num % 10_000)
 }
 
 /// Bytes of WAL the slot keeps the server from recycling.

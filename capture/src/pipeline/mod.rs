@@ -127,9 +127,6 @@ async fn run_once(
     };
     crate::replica_identity::check_tables(&control, &checked, identity_check).await?;
     let slot = source::ensure_slot(&control, cfg).await?;
-    if slot.needs_failover {
-        make_failover_slot(cfg).await?;
-    }
     let mut types = TypeRegistry::builtin();
     types
         .load_user_types(&control)
@@ -289,30 +286,8 @@ async fn run_once(
 }
 
 async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationClient, CaptureError> {
-    let mut client = ReplicationClient::connect(replication_config(cfg, from)).await?;
-    client.wait_started().await?;
-    Ok(client)
-}
-
-/// `slot.failover = true` and the slot exists without it (PostgreSQL 17+
-/// checked by `ensure_slot`): `ALTER_REPLICATION_SLOT`, a replication command,
-/// on a replication session of its own that never starts streaming.
-async fn make_failover_slot(cfg: &CaptureConfig) -> Result<(), CaptureError> {
-    let mut session = ReplicationClient::connect_gated(replication_config(cfg, 0)).await?;
-    session
-        .simple_query(&format!(
-            "ALTER_REPLICATION_SLOT {} ( FAILOVER true )",
-            crate::naming::quote_ident(&cfg.slot.name)
-        ))
-        .await?;
-    tracing::info!(slot = %cfg.slot.name, "made the slot a failover slot (slot.failover)");
-    Ok(())
-}
-
-/// The replication connection's settings, streaming from `from`.
-fn replication_config(cfg: &CaptureConfig, from: u64) -> ReplicationConfig {
     let db = &cfg.database;
-    ReplicationConfig::new(
+    let repl = ReplicationConfig::new(
         db.hostname.clone(),
         db.user.clone(),
         db.password.expose().to_string(),
@@ -333,7 +308,10 @@ fn replication_config(cfg: &CaptureConfig, from: u64) -> ReplicationConfig {
     .with_options(
         "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3",
     )
-    .with_application_name(format!("oncely-{}", cfg.connector_name()))
+    .with_application_name(format!("oncely-{}", cfg.connector_name()));
+    let mut client = ReplicationClient::connect(repl).await?;
+    client.wait_started().await?;
+    Ok(client)
 }
 
 /// A Kafka transaction committing in the background.
