@@ -406,6 +406,10 @@ pub struct SlotConfig {
     /// Create the slot when it does not exist (default true).
     #[serde(default = "yes")]
     pub create: bool,
+    /// A failover slot (PostgreSQL 17+): synchronized to physical standbys
+    /// (`sync_replication_slots`), so capture resumes on a promoted standby.
+    #[serde(default)]
+    pub failover: bool,
 }
 
 impl Default for SlotConfig {
@@ -413,6 +417,7 @@ impl Default for SlotConfig {
         SlotConfig {
             name: DEFAULT_SLOT.into(),
             create: true,
+            failover: false,
         }
     }
 }

@@ -22,6 +22,7 @@ use tokio_postgres::Client;
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 use crate::snapshot::{quote_ident, split_table};
+use crate::source::PUBLISHED_COLUMN;
 
 /// Suffix of the schema-change topic: `<topic.prefix>.schema-changes`.
 pub const TOPIC_SUFFIX: &str = "schema-changes";
@@ -164,12 +165,14 @@ pub async fn load(
         .unzip();
     let rows = client
         .query(
-            "SELECT t.name, a.attnum, a.attname::text, format_type(a.atttypid, a.atttypmod), \
-                    a.attnotnull, a.atthasdef OR a.atthasmissing \
-             FROM unnest($1::text[], $2::text[]) AS t(name, rel) \
-             JOIN pg_attribute a ON a.attrelid = to_regclass(t.rel) \
-             WHERE a.attnum > 0 AND NOT a.attisdropped \
-             ORDER BY t.name, a.attnum",
+            &format!(
+                "SELECT t.name, a.attnum, a.attname::text, format_type(a.atttypid, a.atttypmod), \
+                        a.attnotnull, a.atthasdef OR a.atthasmissing \
+                 FROM unnest($1::text[], $2::text[]) AS t(name, rel) \
+                 JOIN pg_attribute a ON a.attrelid = to_regclass(t.rel) \
+                 WHERE a.attnum > 0 AND NOT a.attisdropped AND {PUBLISHED_COLUMN} \
+                 ORDER BY t.name, a.attnum"
+            ),
             &[&names, &regclasses],
         )
         .await?;

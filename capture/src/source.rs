@@ -256,20 +256,31 @@ pub async fn ensure_publication(
             partitioned.join(", ")
         )));
     }
-    let with = if via_root_supported {
-        " WITH (publish_via_partition_root = true)"
-    } else {
-        ""
+    // PostgreSQL 18 publishes stored generated columns when asked to
+    // (`publish_generated_columns`); capture always asks, so targets mirror
+    // them (see PUBLISHED_COLUMN).
+    let generated_supported = version >= GENERATED_COLUMNS_VERSION;
+    let with = match (via_root_supported, generated_supported) {
+        (true, true) => {
+            " WITH (publish_via_partition_root = true, publish_generated_columns = stored)"
+        }
+        (true, false) => " WITH (publish_via_partition_root = true)",
+        _ => "",
     };
     let via_root_column = if via_root_supported {
         "pubviaroot"
     } else {
         "true"
     };
+    let generated_column = if generated_supported {
+        "pubgencols::text = 's'"
+    } else {
+        "true"
+    };
     let exists = client
         .query_opt(
             &format!(
-                "SELECT puballtables, {via_root_column} FROM pg_publication WHERE pubname = $1"
+                "SELECT puballtables, {via_root_column}, {generated_column} FROM pg_publication WHERE pubname = $1"
             ),
             &[name],
         )
@@ -311,7 +322,12 @@ pub async fn ensure_publication(
             tracing::info!(publication = %name, tables = quoted.len(), "created publication");
             return Ok(());
         }
-        (Some(row), _) => (row.get::<_, bool>(0), row.get::<_, bool>(1)),
+        (Some(row), _) => {
+            if !row.get::<_, bool>(2) {
+                ensure_generated_columns_published(client, name, mode, tables).await?;
+            }
+            (row.get::<_, bool>(0), row.get::<_, bool>(1))
+        }
     };
     if !via_root {
         // Without it a partition's changes carry the partition's name while
@@ -390,13 +406,100 @@ pub async fn ensure_publication(
     )))
 }
 
+/// The first server version with failover slots.
+pub const FAILOVER_SLOTS_VERSION: i32 = 170_000;
+
+/// `server_version_num` as people write it (`150014` -> `15.14`).
+fn server_version_text(num: i32) -> String {
+    format!("{}.{}", num / 10_000, num % 10_000)
+}
+
+/// The first server version that publishes generated columns.
+pub const GENERATED_COLUMNS_VERSION: i32 = 180_000;
+
+/// SQL condition on `pg_attribute a`: the column is one pgoutput sends, so
+/// snapshots, schema tracking and verify see the columns the stream does.
+/// Stored generated columns are sent from PostgreSQL 18 on (capture's
+/// publications set `publish_generated_columns = stored`); virtual ones
+/// never are.
+pub const PUBLISHED_COLUMN: &str = "(a.attgenerated = '' OR (a.attgenerated = 's' \
+     AND current_setting('server_version_num')::int >= 180000))";
+
+/// An existing publication of a PostgreSQL 18 server that leaves stored
+/// generated columns out: set the option (modes that may alter it), or stop
+/// when a captured table has such a column and capture may not.
+async fn ensure_generated_columns_published(
+    client: &Client,
+    name: &str,
+    mode: AutocreateMode,
+    tables: &[CapturedTable],
+) -> Result<(), CaptureError> {
+    let sql = format!(
+        "ALTER PUBLICATION {} SET (publish_generated_columns = stored)",
+        quote_ident(name)
+    );
+    if mode == AutocreateMode::Disabled {
+        let qualified: Vec<String> = tables.iter().map(CapturedTable::qualified).collect();
+        let with_generated: Vec<String> = client
+            .query(
+                "SELECT DISTINCT n.nspname::text || '.' || c.relname::text
+                 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE a.attgenerated = 's' AND NOT a.attisdropped
+                   AND n.nspname::text || '.' || c.relname::text = ANY($1)
+                 ORDER BY 1",
+                &[&qualified],
+            )
+            .await
+            .map_err(CaptureError::pg("read generated columns"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        if with_generated.is_empty() {
+            return Ok(());
+        }
+        return Err(CaptureError::Prerequisite(format!(
+            "publication `{name}` leaves out stored generated columns, which captured table(s) {} have, so the targets would lack them: run {sql}; or set publication.autocreate.mode = \"filtered\" to let capture do it",
+            with_generated.join(", ")
+        )));
+    }
+    client.batch_execute(&sql).await.map_err(|e| {
+        privilege_or(
+            e,
+            &format!("setting publish_generated_columns on publication `{name}` needs its ownership: run {sql} as its owner"),
+            "alter publication",
+        )
+    })?;
+    tracing::info!(publication = %name, "publication now publishes stored generated columns (publish_generated_columns = stored)");
+    Ok(())
+}
+
 /// Checks the slot (plugin, database) or creates it.
 pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotState, CaptureError> {
     let name = &cfg.slot.name;
+    let version: i32 = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .map_err(CaptureError::pg("read server version"))?
+        .get(0);
+    let failover_supported = version >= FAILOVER_SLOTS_VERSION;
+    if cfg.slot.failover && !failover_supported {
+        return Err(CaptureError::Prerequisite(format!(
+            "slot.failover = true needs PostgreSQL 17 or later (failover slots), but this server is version {}: set slot.failover = false, or upgrade the server",
+            server_version_text(version)
+        )));
+    }
+    let failover_column = if failover_supported {
+        "failover"
+    } else {
+        "false"
+    };
     let row = client
         .query_opt(
-            "SELECT plugin::text, slot_type::text, database::text, confirmed_flush_lsn::text
-             FROM pg_replication_slots WHERE slot_name = $1",
+            &format!(
+                "SELECT plugin::text, slot_type::text, database::text, confirmed_flush_lsn::text, {failover_column}
+                 FROM pg_replication_slots WHERE slot_name = $1"
+            ),
             &[name],
         )
         .await
@@ -406,6 +509,14 @@ pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotSta
         let slot_type: String = row.get(1);
         let database: Option<String> = row.get(2);
         let confirmed: Option<String> = row.get(3);
+        let failover: Option<bool> = row.get(4);
+        if cfg.slot.failover && failover != Some(true) {
+            return Err(CaptureError::Prerequisite(format!(
+                "replication slot `{name}` is not a failover slot, but slot.failover = true: make it one on a replication connection (psql \"dbname={} replication=database\" -c 'ALTER_REPLICATION_SLOT {} (FAILOVER true)'), or set slot.failover = false",
+                cfg.database.dbname,
+                quote_ident(name)
+            )));
+        }
         if slot_type != "logical" || plugin.as_deref() != Some("pgoutput") {
             return Err(CaptureError::Prerequisite(format!(
                 "replication slot `{name}` is a {slot_type} slot with plugin `{}`, but capture needs a logical slot with plugin `pgoutput`: choose another slot.name, or drop it (SELECT pg_drop_replication_slot('{name}')) if nothing else uses it",
@@ -429,17 +540,27 @@ pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotSta
             "replication slot `{name}` does not exist and slot.create is false: create it with SELECT pg_create_logical_replication_slot('{name}', 'pgoutput'), or set slot.create = true"
         )));
     }
-    let row = client
-        .query_one(
-            "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
-            &[name],
-        )
-        .await
+    let created = if failover_supported {
+        client
+            .query_one(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, $2)",
+                &[name, &cfg.slot.failover],
+            )
+            .await
+    } else {
+        client
+            .query_one(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[name],
+            )
+            .await
+    };
+    let row = created
         .map_err(|e| {
             privilege_or(e, &format!("creating replication slot `{name}` needs the REPLICATION attribute: ALTER ROLE {} REPLICATION", quote_ident(&cfg.database.user)), "create slot")
         })?;
     let lsn: String = row.get(0);
-    tracing::info!(slot = %name, lsn = %lsn, "created replication slot");
+    tracing::info!(slot = %name, lsn = %lsn, failover = cfg.slot.failover, "created replication slot");
     Ok(SlotState {
         confirmed_flush_lsn: parse_lsn(Some(&lsn))?,
         created: true,

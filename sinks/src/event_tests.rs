@@ -318,6 +318,76 @@ proptest::proptest! {
     }
 }
 
+/// Any JSON document, nested a few levels, with the envelope's field names
+/// likely, so the decoder's deeper paths are reached too.
+fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        "\\PC{0,12}".prop_map(Value::String),
+    ];
+    let name = prop_oneof![
+        proptest::sample::select(vec![
+            "schema",
+            "payload",
+            "before",
+            "after",
+            "source",
+            "op",
+            "ts_ms",
+            "commit_lsn",
+            "event_seq",
+            "lsn",
+            "snapshot",
+            "table",
+            "schema",
+            "fields",
+            "field",
+            "type",
+            "optional",
+            "name",
+            "message",
+            "transaction",
+            "prefix",
+            "content",
+        ])
+        .prop_map(str::to_owned),
+        "\\PC{0,6}",
+    ];
+    leaf.prop_recursive(4, 48, 6, move |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            proptest::collection::vec((name.clone(), inner), 0..6)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+proptest::proptest! {
+    /// Issue 17 item 5: a poison record is a typed error (a dead letter),
+    /// never a panic that would crash-loop the sink on the same offset.
+    #[test]
+    fn arbitrary_bytes_never_panic_the_decoders(raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+        let _ = decode_value(Some(&raw));
+        let _ = decode_key(Some(&raw));
+    }
+
+    #[test]
+    fn arbitrary_json_never_panics_the_decoders(doc in any_json(), wrap in 0u8..3) {
+        let text = match wrap {
+            0 => doc.to_string(),
+            1 => serde_json::json!({"schema": {"type": "struct"}, "payload": doc}).to_string(),
+            _ => serde_json::json!({"payload": {"op": "u", "after": doc, "source": {"lsn": 1}}}).to_string(),
+        };
+        let _ = decode_value(Some(text.as_bytes()));
+        let _ = decode_key(Some(text.as_bytes()));
+    }
+}
+
 #[test]
 fn a_tombstone_with_position_headers_stands_for_its_delete() {
     let headers = [

@@ -135,15 +135,19 @@ impl SourceDb {
             .map_err(|e| VerifyError::Source(e.to_string()))?;
         let mut out = Vec::with_capacity(captured.len());
         for t in captured {
-            // Generated columns are not replicated by pgoutput (PostgreSQL 15).
+            // The columns pgoutput sends: stored generated ones from
+            // PostgreSQL 18 on, virtual ones never.
             let rows = self
                 .client
                 .query(
-                    "SELECT a.attname::text, a.atttypid, format_type(a.atttypid, a.atttypmod)
-                     FROM pg_attribute a
-                     WHERE a.attrelid = format('%I.%I', $1::text, $2::text)::regclass
-                       AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
-                     ORDER BY a.attnum",
+                    &format!(
+                        "SELECT a.attname::text, a.atttypid, format_type(a.atttypid, a.atttypmod)
+                         FROM pg_attribute a
+                         WHERE a.attrelid = format('%I.%I', $1::text, $2::text)::regclass
+                           AND a.attnum > 0 AND NOT a.attisdropped AND {}
+                         ORDER BY a.attnum",
+                        oncely_capture::source::PUBLISHED_COLUMN
+                    ),
                     &[&t.schema, &t.name],
                 )
                 .await

@@ -10,6 +10,7 @@ use super::{
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 use crate::pgoutput::{Column, Relation, ReplicaIdentity, TupleData, TupleValue};
+use crate::source::PUBLISHED_COLUMN;
 
 /// What the stream loop asks for.
 #[derive(Debug, Clone)]
@@ -204,8 +205,8 @@ async fn emit(client: &Client, content: &str) -> Result<(), CaptureError> {
 
 /// A table as a chunk reads it.
 struct Shape {
-    /// Columns as pgoutput would describe them (dropped and generated
-    /// columns left out).
+    /// Columns as pgoutput would describe them (dropped columns left out,
+    /// generated ones as [`PUBLISHED_COLUMN`] says).
     relation: Relation,
     /// Key columns with their types.
     key: Vec<KeyColumn>,
@@ -218,16 +219,18 @@ struct Shape {
 async fn load_shape(client: &Client, req: &ChunkRequest) -> Result<Shape, ChunkError> {
     let rows = client
         .query(
-            "SELECT c.oid, c.relreplident::text, c.reltuples::float8,
-                    a.attname::text, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod),
-                    COALESCE(a.attnum = ANY(i.indkey::int2[]), false)
-             FROM pg_class c
-             JOIN pg_namespace n ON n.oid = c.relnamespace
-             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
-                                 AND NOT a.attisdropped AND a.attgenerated = ''
-             LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
-             WHERE n.nspname = $1 AND c.relname = $2
-             ORDER BY a.attnum",
+            &format!(
+                "SELECT c.oid, c.relreplident::text, c.reltuples::float8,
+                        a.attname::text, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod),
+                        COALESCE(a.attnum = ANY(i.indkey::int2[]), false)
+                 FROM pg_class c
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+                                     AND NOT a.attisdropped AND {PUBLISHED_COLUMN}
+                 LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
+                 WHERE n.nspname = $1 AND c.relname = $2
+                 ORDER BY a.attnum"
+            ),
             &[&req.schema, &req.table],
         )
         .await
