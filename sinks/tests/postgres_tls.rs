@@ -257,6 +257,32 @@ async fn a_client_certificate_is_presented() {
     drop_database(&admin, &db).await;
 }
 
+#[tokio::test]
+async fn a_server_that_requires_ssl_is_named_with_the_key_to_set() {
+    // A role `pg_hba.conf` accepts only over `hostssl` (scripts/services up).
+    let role = env("ONCELY_PG_TLS_USER");
+    let password = env("ONCELY_PG_TLS_PASSWORD");
+    let (host, port, _) = server();
+    let (db, admin) = database().await;
+    let mut plain = config(
+        format!("host={host} port={port} user={role} dbname={db}"),
+        SslMode::Disable,
+        None,
+    );
+    plain.password = Some(oncely_sinks::kinds::postgres::Secret::new(password));
+    let e = match PostgresSink::connect(&plain).await {
+        Ok(_) => panic!("connected without TLS"),
+        Err(e) => e,
+    };
+    assert!(e.is_fatal(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("requires SSL") && text.contains("sink.sslmode"),
+        "{text}"
+    );
+    drop_database(&admin, &db).await;
+}
+
 #[test]
 fn tls_settings_are_checked() {
     let with = |mode, ca: Option<&str>| config("postgres://h/db".into(), mode, ca.map(Into::into));

@@ -69,7 +69,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
-use oncely_core::postgres::PgConnector;
+use oncely_core::postgres::{ConnectError, PgConnector};
 use tokio_postgres::error::SqlState;
 
 pub use config::{expand_name, DeleteMode, PostgresConfig, Secret, SslMode, TruncateMode};
@@ -154,6 +154,22 @@ impl PostgresSink {
         };
         let tls = connector(config)?;
         tls.configure(&mut pg);
+        // One connection first, through the builder's checks, so that a
+        // refused certificate or a server that requires SSL is said at start.
+        match tls.connect(&pg, "warehouse check").await {
+            Ok(client) => drop(client),
+            Err(ConnectError::Postgres(e)) => {
+                return Err(to_sink_error(
+                    &format!("connect to the warehouse at {place}"),
+                    e,
+                ))
+            }
+            Err(e) => {
+                return Err(SinkError::fatal(format!(
+                    "postgres: connect to the warehouse at {place}: {e}"
+                )))
+            }
+        }
         let manager = Manager::from_config(pg, tls.make_tls(), manager_config);
         let pool = Pool::builder(manager)
             .max_size(config.pool_max_size)
