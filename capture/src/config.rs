@@ -6,10 +6,12 @@
 //! the values and names the offending key.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+
+use oncely_core::postgres::{PgTls, SettingError, SslMode};
 
 use crate::secret::{resolve_reference, Secret, SecretError};
 
@@ -54,6 +56,9 @@ pub enum ConfigError {
         key: &'static str,
         source: SecretError,
     },
+    /// `database.sslmode` and the files it needs do not fit together.
+    #[error(transparent)]
+    Tls(#[from] SettingError),
 }
 
 fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
@@ -368,10 +373,48 @@ pub struct DatabaseConfig {
     #[serde(default)]
     pub password: Secret,
     pub dbname: String,
+    /// `database.sslmode`: `disable`, `prefer` (the default, as libpq's),
+    /// `require`, `verify-ca` or `verify-full`, with libpq's meanings.
+    #[serde(default = "default_sslmode")]
+    pub sslmode: SslMode,
+    /// `database.sslrootcert`: PEM file of the CAs to trust (needed by
+    /// `verify-ca` and `verify-full`; makes `require` check the chain).
+    #[serde(default)]
+    pub sslrootcert: Option<PathBuf>,
+    /// `database.sslcert`: a client certificate (PEM), for servers that ask
+    /// for one (`clientcert=verify-full`, `cert` authentication).
+    #[serde(default)]
+    pub sslcert: Option<PathBuf>,
+    /// `database.sslkey`: the client certificate's key file; the path may be
+    /// a `${env:NAME}` reference, resolved at start.
+    #[serde(default)]
+    pub sslkey: Option<Secret>,
+}
+
+/// `database.sslmode` when unset: libpq's default.
+pub const DEFAULT_SSLMODE: SslMode = SslMode::Prefer;
+
+fn default_sslmode() -> SslMode {
+    DEFAULT_SSLMODE
 }
 
 fn default_port() -> u16 {
     DEFAULT_PORT
+}
+
+impl DatabaseConfig {
+    /// The TLS settings of every connection to the captured database (the
+    /// control, snapshot and signal connections, the replication stream and
+    /// `oncely verify`'s reader), for `oncely-core`'s connection builder.
+    pub fn tls(&self) -> PgTls {
+        PgTls {
+            sslmode: self.sslmode,
+            sslrootcert: self.sslrootcert.clone(),
+            sslcert: self.sslcert.clone(),
+            sslkey: self.sslkey.as_ref().map(|k| PathBuf::from(k.expose())),
+            keys: "database",
+        }
+    }
 }
 
 /// `slot.name` and whether to create it.
@@ -686,6 +729,12 @@ impl CaptureConfig {
                     key: "database.password",
                     source,
                 })?;
+        if let Some(key) = &cfg.database.sslkey {
+            cfg.database.sslkey = Some(key.resolve().map_err(|source| ConfigError::Secret {
+                key: "database.sslkey",
+                source,
+            })?);
+        }
         for value in cfg.kafka.producer.values_mut() {
             *value = resolve_reference(value).map_err(|source| ConfigError::Secret {
                 key: "kafka.producer",
@@ -721,6 +770,7 @@ impl CaptureConfig {
         if self.publication.name.is_empty() {
             return Err(invalid("publication.name", "must not be empty"));
         }
+        self.database.tls().check()?;
         if self.batch.max.events == 0 {
             return Err(invalid("batch.max.events", "must be at least 1"));
         }
@@ -1076,6 +1126,60 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
             "test",
         )
         .unwrap();
+    }
+
+    #[test]
+    fn tls_keys_parse_with_libpq_defaults_and_are_checked_together() {
+        let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
+        assert_eq!(cfg.database.sslmode, SslMode::Prefer);
+        assert_eq!(cfg.database.tls().sslrootcert, None);
+        std::env::set_var("ONCELY_TEST_PG_SSLKEY", "/keys/client.key");
+        let full = CaptureConfig::parse(
+            &format!(
+                "{MINIMAL}database.sslmode = \"verify-full\"\ndatabase.sslrootcert = \"/ca.crt\"\n\
+                 database.sslcert = \"/client.crt\"\ndatabase.sslkey = \"${{env:ONCELY_TEST_PG_SSLKEY}}\"\n"
+            ),
+            "test",
+        )
+        .unwrap();
+        let tls = full.database.tls();
+        assert_eq!(tls.sslmode, SslMode::VerifyFull);
+        assert_eq!(tls.sslrootcert, Some(PathBuf::from("/ca.crt")));
+        assert_eq!(tls.sslcert, Some(PathBuf::from("/client.crt")));
+        assert_eq!(tls.sslkey, Some(PathBuf::from("/keys/client.key")));
+        for (mode, expected) in [
+            ("disable", SslMode::Disable),
+            ("require", SslMode::Require),
+            ("verify-ca", SslMode::VerifyCa),
+        ] {
+            let text = format!(
+                "{MINIMAL}database.sslmode = \"{mode}\"\ndatabase.sslrootcert = \"/ca.crt\"\n"
+            );
+            match CaptureConfig::parse(&text, "test") {
+                Ok(cfg) => assert_eq!(cfg.database.sslmode, expected),
+                // A CA under `disable` would be ignored: refused, naming the key.
+                Err(e) => {
+                    assert_eq!(expected, SslMode::Disable);
+                    assert!(e.to_string().contains("database.sslrootcert"), "{e}");
+                }
+            }
+        }
+        let cases = [
+            ("database.sslmode = \"verify-full\"", "database.sslrootcert"),
+            ("database.sslmode = \"verify-ca\"", "database.sslrootcert"),
+            ("database.sslcert = \"/c.crt\"", "database.sslkey"),
+            ("database.sslkey = \"/c.key\"", "database.sslcert"),
+            ("database.sslmode = \"allow\"", "database.sslmode"),
+            ("database.sslmode = \"disable\"\ndatabase.sslcert = \"/c\"\ndatabase.sslkey = \"/k\"", "database.sslcert"),
+            ("database.sslkey = \"${env:ONCELY_TEST_UNSET_SSLKEY}\"\ndatabase.sslcert = \"/c\"", "database.sslkey"),
+            ("database.sslpassword = \"x\"", "sslpassword"),
+        ];
+        for (line, key) in cases {
+            let err = CaptureConfig::parse(&format!("{MINIMAL}{line}\n"), "test")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{line}: {err}");
+        }
     }
 
     #[test]

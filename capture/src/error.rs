@@ -47,6 +47,12 @@ pub enum CaptureError {
         source: tokio_postgres::Error,
     },
 
+    /// A connection to the source database could not be opened. Fatal when
+    /// its TLS settings, the server's certificate or an SSL requirement is
+    /// the reason; a database error is classified as [`CaptureError::Postgres`].
+    #[error("postgres: connect: {0}")]
+    Connect(oncely_core::postgres::ConnectError),
+
     /// A read from the source table could not complete yet (e.g. a
     /// transaction the stream sent is not visible yet); retrying may help.
     #[error("postgres: {0}")]
@@ -112,18 +118,20 @@ pub struct RefusedValue {
     pub ordinals: u64,
 }
 
+impl From<oncely_core::postgres::ConnectError> for CaptureError {
+    fn from(e: oncely_core::postgres::ConnectError) -> Self {
+        CaptureError::Connect(e)
+    }
+}
+
 impl CaptureError {
     /// Whether restarting the pipeline from the last committed offset may succeed.
     pub fn is_retriable(&self) -> bool {
         match self {
             CaptureError::Kafka { retriable, .. } => *retriable,
             CaptureError::SourceRead(_) => true,
-            CaptureError::Postgres { source, .. } => {
-                // Transient unless the server said something definite about us.
-                source.code().is_none()
-                    || source.is_closed()
-                    || source.code().is_some_and(|c| is_shutdown(c.code()))
-            }
+            CaptureError::Postgres { source, .. } => transient_pg(source),
+            CaptureError::Connect(e) => e.postgres().is_some_and(transient_pg),
             CaptureError::Replication(e) => {
                 use pgwire_replication::PgWireError as E;
                 match e {
@@ -173,6 +181,13 @@ impl CaptureError {
             retriable,
         }
     }
+}
+
+/// Transient unless the server said something definite about us.
+fn transient_pg(source: &tokio_postgres::Error) -> bool {
+    source.code().is_none()
+        || source.is_closed()
+        || source.code().is_some_and(|c| is_shutdown(c.code()))
 }
 
 /// SQLSTATE class 57 codes that end a connection, not the work: the backend

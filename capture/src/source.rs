@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use pgwire_replication::Lsn;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use crate::config::{AutocreateMode, CaptureConfig};
 use crate::error::CaptureError;
@@ -45,9 +45,9 @@ pub struct SlotState {
     pub created: bool,
 }
 
-/// Opens the control connection. The connection task ends when the client drops.
 /// Connection settings for the captured database (host, port, user, database,
-/// password when set), for every connection oncely opens to it besides the stream.
+/// password when set), for every connection oncely opens to it besides the
+/// stream; TLS comes from [`connect_with`].
 pub fn pg_config(cfg: &CaptureConfig, application_name: &str) -> tokio_postgres::Config {
     let db = &cfg.database;
     let mut pg = tokio_postgres::Config::new();
@@ -62,17 +62,20 @@ pub fn pg_config(cfg: &CaptureConfig, application_name: &str) -> tokio_postgres:
     pg
 }
 
+/// Opens the control connection. The connection task ends when the client drops.
 pub async fn connect(cfg: &CaptureConfig) -> Result<Client, CaptureError> {
-    let (client, connection) = pg_config(cfg, "oncely-capture-control")
-        .connect(NoTls)
-        .await
-        .map_err(CaptureError::pg("connect"))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::warn!("control connection closed: {e}");
-        }
-    });
-    Ok(client)
+    Ok(connect_with(cfg, &pg_config(cfg, "oncely-capture-control"), "control").await?)
+}
+
+/// Connects to the captured database with `pg` (from [`pg_config`], with
+/// options added) under `database.sslmode` and its files: `oncely-core`'s
+/// one PostgreSQL connection builder. `what` names the connection in logs.
+pub async fn connect_with(
+    cfg: &CaptureConfig,
+    pg: &tokio_postgres::Config,
+    what: &'static str,
+) -> Result<Client, oncely_core::postgres::ConnectError> {
+    cfg.database.tls().connector()?.connect(pg, what).await
 }
 
 /// `wal_level` must be `logical` for a logical slot to decode anything.

@@ -2,9 +2,14 @@
 //!
 //! Today: [`secret`] (values that never print themselves, `${env:..}` and
 //! `${file:..}` references, URLs and configuration errors told without the
-//! secrets in them). The architecture issue moves the wire contract,
-//! identifier quoting, connection setup, backoff and the HTTP listener here.
+//! secrets in them), [`tls`] (the rustls provider, CA files, client
+//! certificates, the `sslmode` verifiers) and [`postgres`] (the one
+//! PostgreSQL connection builder: `sslmode` and friends, connecting, and the
+//! errors that retrying cannot fix). The architecture issue moves the wire
+//! contract, identifier quoting, backoff and the HTTP listener here.
 
+pub mod postgres;
 pub mod secret;
+pub mod tls;
 
 pub use secret::{redact_url, toml_error, Secret, SecretError};

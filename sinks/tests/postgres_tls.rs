@@ -71,8 +71,9 @@ fn config(conninfo: String, mode: SslMode, ca: Option<String>) -> PostgresConfig
     c
 }
 
-/// Applies one change and checks that every connection of the sink to `db` uses TLS.
-async fn applies_over_tls(cfg: &PostgresConfig, db: &str, admin: &Client) {
+/// Applies one change and checks that every connection of the sink to `db`
+/// uses TLS; returns the client certificate DNs they presented ("" for none).
+async fn applies_over_tls(cfg: &PostgresConfig, db: &str, admin: &Client) -> Vec<String> {
     cfg.validate().expect("valid config");
     let sink = PostgresSink::connect(cfg).await.expect("connect over TLS");
     let value = json!({"before": null, "op": "c",
@@ -87,7 +88,7 @@ async fn applies_over_tls(cfg: &PostgresConfig, db: &str, admin: &Client) {
     sink.apply(&batch).await.expect("apply over TLS");
     let rows = admin
         .query(
-            "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+            "SELECT s.ssl, coalesce(s.client_dn, '') FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
              WHERE a.datname = $1 AND a.application_name = 'oncely-sink-postgres'",
             &[&db],
         )
@@ -99,6 +100,7 @@ async fn applies_over_tls(cfg: &PostgresConfig, db: &str, admin: &Client) {
         "a connection of the sink is not TLS"
     );
     sink.shutdown().await.expect("shutdown");
+    rows.iter().map(|r| r.get(1)).collect()
 }
 
 async fn drop_database(admin: &Client, db: &str) {
@@ -225,6 +227,62 @@ async fn verification_refuses_a_wrong_ca_and_verify_full_a_wrong_name() {
     drop_database(&admin, &db).await;
 }
 
+#[tokio::test]
+async fn a_client_certificate_is_presented() {
+    let ca = env("ONCELY_PG_SSLROOTCERT");
+    // A role `pg_hba.conf` accepts only over TLS with a client certificate
+    // (`clientcert=verify-full`), provisioned by `scripts/services up`.
+    let role = env("ONCELY_PG_CERT_USER");
+    let (cert, key) = (env("ONCELY_PG_SSLCERT"), env("ONCELY_PG_SSLKEY"));
+    let (host, port, _) = server();
+    let (db, admin) = database().await;
+    admin
+        .batch_execute(&format!("ALTER DATABASE {db} OWNER TO {role}"))
+        .await
+        .expect("hand the database over");
+    let conninfo = format!("host={host} port={port} user={role} dbname={db}");
+    let without = config(conninfo.clone(), SslMode::VerifyFull, Some(ca.clone()));
+    let refused = PostgresSink::connect(&without).await;
+    assert!(refused.is_err(), "connected without a client certificate");
+    let mut with = without;
+    with.sslcert = Some(cert);
+    // The key file's path through a reference, as a secret may be given.
+    std::env::set_var("ONCELY_TEST_SINK_SSLKEY", key);
+    with.sslkey = Some(oncely_sinks::kinds::postgres::Secret::new(
+        "${env:ONCELY_TEST_SINK_SSLKEY}",
+    ));
+    let dns = applies_over_tls(&with, &db, &admin).await;
+    let expected = format!("/CN={role}");
+    assert!(dns.iter().all(|dn| *dn == expected), "{dns:?}");
+    drop_database(&admin, &db).await;
+}
+
+#[tokio::test]
+async fn a_server_that_requires_ssl_is_named_with_the_key_to_set() {
+    // A role `pg_hba.conf` accepts only over `hostssl` (scripts/services up).
+    let role = env("ONCELY_PG_TLS_USER");
+    let password = env("ONCELY_PG_TLS_PASSWORD");
+    let (host, port, _) = server();
+    let (db, admin) = database().await;
+    let mut plain = config(
+        format!("host={host} port={port} user={role} dbname={db}"),
+        SslMode::Disable,
+        None,
+    );
+    plain.password = Some(oncely_sinks::kinds::postgres::Secret::new(password));
+    let e = match PostgresSink::connect(&plain).await {
+        Ok(_) => panic!("connected without TLS"),
+        Err(e) => e,
+    };
+    assert!(e.is_fatal(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("requires SSL") && text.contains("sink.sslmode"),
+        "{text}"
+    );
+    drop_database(&admin, &db).await;
+}
+
 #[test]
 fn tls_settings_are_checked() {
     let with = |mode, ca: Option<&str>| config("postgres://h/db".into(), mode, ca.map(Into::into));
@@ -255,4 +313,10 @@ fn tls_settings_are_checked() {
         .validate()
         .expect("require alone");
     with(SslMode::Prefer, None).validate().expect("prefer");
+    let mut cert_only = with(SslMode::Require, None);
+    cert_only.sslcert = Some("/client.crt".into());
+    assert_eq!(
+        cert_only.validate().expect_err("no key").field,
+        "sink.sslkey"
+    );
 }

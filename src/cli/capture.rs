@@ -184,21 +184,10 @@ async fn signal(args: SnapshotArgs) -> anyhow::Result<()> {
         }
         ("execute-snapshot", Some(data.to_string()))
     };
-    let db = &cfg.database;
-    let mut pg = tokio_postgres::Config::new();
-    pg.host(&db.hostname)
-        .port(db.port)
-        .user(&db.user)
-        .dbname(&db.dbname)
-        .application_name("oncely-capture-signal");
-    if !db.password.expose().is_empty() {
-        pg.password(db.password.expose());
-    }
-    let (client, connection) = pg
-        .connect(tokio_postgres::NoTls)
+    let pg = oncely_capture::source::pg_config(&cfg, "oncely-capture-signal");
+    let client = oncely_capture::source::connect_with(&cfg, &pg, "signal")
         .await
-        .with_context(|| format!("connect to database {}", db.dbname))?;
-    let conn = tokio::spawn(connection);
+        .with_context(|| format!("connect to database {}", cfg.database.dbname))?;
     let (schema, name) = table
         .split_once('.')
         .context("signal.data.collection must be schema.table")?;
@@ -220,7 +209,6 @@ async fn signal(args: SnapshotArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("insert the signal into {table}"))?;
     drop(client);
-    let _ = conn.await;
     println!("signal {id} ({kind}) inserted into {table}; the capture log says what it did");
     Ok(())
 }

@@ -6,7 +6,7 @@ use oncely_capture::config::CaptureConfig;
 use oncely_capture::value::{TypeRegistry, ValueKind};
 use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use super::VerifyError;
 
@@ -111,16 +111,11 @@ impl SourceDb {
     /// Connects with capture's `database.*` settings and the session settings of
     /// its replication connection, and loads user types (enums, domains).
     pub async fn connect(cfg: &CaptureConfig) -> Result<Self, VerifyError> {
-        let (client, connection) = oncely_capture::source::pg_config(cfg, "oncely-verify")
-            .options(SESSION_OPTIONS)
-            .connect(NoTls)
+        let mut pg = oncely_capture::source::pg_config(cfg, "oncely-verify");
+        pg.options(SESSION_OPTIONS);
+        let client = oncely_capture::source::connect_with(cfg, &pg, "source")
             .await
-            .map_err(VerifyError::pg("connect to the source database"))?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!("source connection closed: {e}");
-            }
-        });
+            .map_err(|e| VerifyError::Source(format!("connect to the source database: {e}")))?;
         // Intervals as capture writes them: the ISO string or the µs.
         let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval.handling.mode);
         types

@@ -135,8 +135,13 @@ impl CaptureEnv {
     /// stderr). One still running after `timeout` is killed and reported as
     /// a failure whose text says so (a start-up that should have been refused).
     pub fn run_capture(&self, extra: &str, timeout: Duration) -> Result<(bool, String)> {
+        self.run_capture_with(&self.config(extra), timeout)
+    }
+
+    /// [`Self::run_capture`] with a whole config `text`.
+    pub fn run_capture_with(&self, text: &str, timeout: Duration) -> Result<(bool, String)> {
         let n = rand::random::<u32>();
-        let path = self.write_config(&format!("capture-{n}.toml"), &self.config(extra))?;
+        let path = self.write_config(&format!("capture-{n}.toml"), text)?;
         let err_path = self.dir.join(format!("capture-{n}.stderr"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_oncely"))
             .args(["capture", "--config"])

@@ -296,6 +296,8 @@ async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationCli
         cfg.publication.name.clone(),
     )
     .with_port(db.port)
+    // `database.sslmode` and its files, as every other connection to the source.
+    .with_tls(db.tls().replication(&db.hostname))
     .with_start_lsn(Lsn::from_u64(from))
     // Until we confirm more, report only what Kafka already holds.
     .with_ack_lsn(Lsn::from_u64(from))

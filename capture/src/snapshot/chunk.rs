@@ -2,7 +2,7 @@
 //! catalog, low watermark, SELECT, high watermark.
 
 use bytes::Bytes;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 use super::{
     chunk_query, quote_literal, watermark_content, KeyColumn, Watermark, WATERMARK_PREFIX,
@@ -61,19 +61,11 @@ pub enum ChunkError {
 /// Opens the snapshot connection, with the session settings the replication
 /// connection uses, so values read here render exactly as the stream's.
 pub async fn connect(cfg: &CaptureConfig) -> Result<Client, CaptureError> {
-    let (client, connection) = crate::source::pg_config(cfg, "oncely-capture-snapshot")
-        .options(
-            "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3 -c standard_conforming_strings=on -c bytea_output=hex",
-        )
-        .connect(NoTls)
-        .await
-        .map_err(CaptureError::pg("connect snapshot connection"))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::warn!("snapshot connection closed: {e}");
-        }
-    });
-    Ok(client)
+    let mut pg = crate::source::pg_config(cfg, "oncely-capture-snapshot");
+    pg.options(
+        "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3 -c standard_conforming_strings=on -c bytea_output=hex",
+    );
+    Ok(crate::source::connect_with(cfg, &pg, "snapshot").await?)
 }
 
 /// Reads one chunk. The watermarks are transactions of their own (autocommit),

@@ -7,11 +7,16 @@
 
 use std::collections::HashMap;
 
+<<<<<<< HEAD
 use oncely_capture::value::{IntervalHandlingMode, TypeRegistry, ValueKind};
 use oncely_sinks::kinds::postgres::{expand_name, tls_settings, MetaColumns, PostgresConfig};
+=======
+use oncely_capture::value::{TypeRegistry, ValueKind};
+use oncely_sinks::kinds::postgres::{connector, expand_name, MetaColumns, PostgresConfig};
+>>>>>>> tls
 use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use super::{KeyPage, Partition, PAGE};
 use crate::verify::compare::TargetRow;
@@ -59,8 +64,9 @@ impl PgTarget {
         pg.application_name("oncely-verify")
             .options(SESSION_OPTIONS)
             .connect_timeout(std::time::Duration::from_millis(config.connect_timeout_ms));
-        // The sink's own TLS settings (`sslmode`, `sslrootcert`).
+        // The sink's own TLS settings (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`).
         let tls =
+<<<<<<< HEAD
             tls_settings(config).map_err(|e| VerifyError::Config(format!("warehouse TLS: {e}")))?;
         let client = match tls {
             None => {
@@ -84,6 +90,13 @@ impl PgTarget {
             }
         };
         let mut types = TypeRegistry::builtin().with_interval_mode(intervals);
+=======
+            connector(config).map_err(|e| VerifyError::Config(format!("warehouse TLS: {e}")))?;
+        let client = tls.connect(&pg, "warehouse").await.map_err(|e| {
+            VerifyError::Target(format!("connect to the warehouse at {place}: {e}"))
+        })?;
+        let mut types = TypeRegistry::builtin();
+>>>>>>> tls
         types
             .load_user_types(&client)
             .await
@@ -318,17 +331,6 @@ impl PgTarget {
             }
             Err(e) => Err(VerifyError::pg("read the warehouse positions")(e)),
         }
-    }
-}
-
-/// Runs the warehouse connection until it closes.
-async fn drive<S, T>(connection: tokio_postgres::Connection<S, T>)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    if let Err(e) = connection.await {
-        tracing::warn!("warehouse connection closed: {e}");
     }
 }
 

@@ -24,23 +24,9 @@ pub const DEFAULT_META_COLUMN_PREFIX: &str = "__oncely_";
 /// PostgreSQL's limit on identifier length, in bytes.
 const MAX_IDENTIFIER_BYTES: usize = 63;
 
-/// `sslmode`: how the connection is secured, with libpq's meanings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum SslMode {
-    /// Plain TCP (the default; for loopback or private networks).
-    #[default]
-    Disable,
-    /// TLS when the server offers it, plain otherwise; the certificate is not checked.
-    Prefer,
-    /// TLS or no connection. The certificate is not checked, unless
-    /// `sslrootcert` is set: then its chain is (like `verify-ca`, as libpq does).
-    Require,
-    /// TLS, and the server's certificate must chain to a CA of `sslrootcert`.
-    VerifyCa,
-    /// `verify-ca`, and the certificate must also name the host connected to.
-    VerifyFull,
-}
+/// `sslmode`: how the connection is secured, with libpq's meanings (one
+/// definition for every PostgreSQL connection, in `oncely-core`).
+pub use oncely_core::postgres::SslMode;
 
 /// `delete.mode`: what a delete event does to the target row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -83,11 +69,17 @@ pub struct PostgresConfig {
     #[serde(default)]
     pub password: Option<Secret>,
     /// `sslmode`: `disable` (default), `prefer`, `require`, `verify-ca`, `verify-full`.
-    #[serde(default)]
+    #[serde(default = "default_sslmode")]
     pub sslmode: SslMode,
     /// `sslrootcert`: PEM file of the CAs to trust (needed by `verify-ca` and `verify-full`).
     #[serde(default)]
     pub sslrootcert: Option<String>,
+    /// `sslcert`: client certificate (PEM) presented when the server asks for one.
+    #[serde(default)]
+    pub sslcert: Option<String>,
+    /// `sslkey`: the client certificate's key file (PEM); the path may be a reference.
+    #[serde(default)]
+    pub sslkey: Option<Secret>,
     /// `pool.max.size`: pooled connections (each partition worker uses one per batch).
     #[serde(rename = "pool.max.size", default = "default_pool_max_size")]
     pub pool_max_size: usize,
@@ -135,6 +127,7 @@ impl fmt::Debug for PostgresConfig {
             .field("url", &"***")
             .field("sslmode", &self.sslmode)
             .field("sslrootcert", &self.sslrootcert)
+            .field("sslcert", &self.sslcert)
             .field("target_schema", &self.target_schema)
             .field("table_name_format", &self.table_name_format)
             .field("upsert_enabled", &self.upsert_enabled)
@@ -147,6 +140,9 @@ impl fmt::Debug for PostgresConfig {
 
 fn yes() -> bool {
     true
+}
+fn default_sslmode() -> SslMode {
+    SslMode::Disable
 }
 fn default_pool_max_size() -> usize {
     DEFAULT_POOL_MAX_SIZE
@@ -179,6 +175,8 @@ impl PostgresConfig {
             password: None,
             sslmode: SslMode::Disable,
             sslrootcert: None,
+            sslcert: None,
+            sslkey: None,
             pool_max_size: DEFAULT_POOL_MAX_SIZE,
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             target_schema: default_target_schema(),
@@ -193,6 +191,18 @@ impl PostgresConfig {
         }
     }
 
+    /// The TLS settings of the warehouse connections, the key file `sslkey`
+    /// resolved by the caller.
+    pub fn tls(&self, sslkey: Option<std::path::PathBuf>) -> oncely_core::postgres::PgTls {
+        oncely_core::postgres::PgTls {
+            sslmode: self.sslmode,
+            sslrootcert: self.sslrootcert.as_ref().map(Into::into),
+            sslcert: self.sslcert.as_ref().map(Into::into),
+            sslkey,
+            keys: "sink",
+        }
+    }
+
     /// Checks the values (secrets are resolved when the sink is built); errors name `sink.<key>`.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.url.expose().trim().is_empty() {
@@ -204,21 +214,12 @@ impl PostgresConfig {
                 "set TLS with the sink's `sslmode` (and `sslrootcert`), not in the URL",
             ));
         }
-        match (self.sslmode, &self.sslrootcert) {
-            (SslMode::VerifyCa | SslMode::VerifyFull, None) => {
-                return Err(ConfigError::new(
-                    "sink.sslrootcert",
-                    "required by sslmode verify-ca and verify-full (the CA file to trust)",
-                ))
-            }
-            (SslMode::Disable, Some(_)) => {
-                return Err(ConfigError::new(
-                    "sink.sslrootcert",
-                    "set, but `sslmode` is disable: choose require, verify-ca or verify-full",
-                ))
-            }
-            _ => {}
-        }
+        // The key's reference is resolved when the sink connects; here only
+        // whether it is set matters.
+        let mut tls = self.tls(None);
+        tls.sslkey = self.sslkey.as_ref().map(|k| k.expose().into());
+        tls.check()
+            .map_err(|e| ConfigError::new(e.key, e.message))?;
         if !(1..=256).contains(&self.pool_max_size) {
             return Err(ConfigError::new("sink.pool.max.size", "must be 1..=256"));
         }

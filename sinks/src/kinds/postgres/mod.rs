@@ -51,8 +51,10 @@
 //! `sslmode` follows libpq: `disable` (default), `prefer` (TLS if offered,
 //! certificate not checked), `require` (TLS, certificate not checked — or its
 //! chain when `sslrootcert` is set), `verify-ca` (chain to a CA of
-//! `sslrootcert`), `verify-full` (chain and host name). TLS is rustls; the
-//! URL must not carry its own `sslmode`.
+//! `sslrootcert`), `verify-full` (chain and host name); `sslcert` and `sslkey`
+//! present a client certificate. TLS is rustls, set up by `oncely-core`'s
+//! PostgreSQL connection builder (`oncely_core::postgres`); the URL must not
+//! carry its own `sslmode`.
 
 mod config;
 mod error;
@@ -67,9 +69,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
+use oncely_core::postgres::{ConnectError, PgConnector};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::NoTls;
-use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub use config::{expand_name, DeleteMode, PostgresConfig, Secret, SslMode, TruncateMode};
 pub use plan::UNAVAILABLE;
@@ -151,16 +152,25 @@ impl PostgresSink {
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
-        let manager = match tls_settings(config)? {
-            None => {
-                pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
-                Manager::from_config(pg, NoTls, manager_config)
+        let tls = connector(config)?;
+        tls.configure(&mut pg);
+        // One connection first, through the builder's checks, so that a
+        // refused certificate or a server that requires SSL is said at start.
+        match tls.connect(&pg, "warehouse check").await {
+            Ok(client) => drop(client),
+            Err(ConnectError::Postgres(e)) => {
+                return Err(to_sink_error(
+                    &format!("connect to the warehouse at {place}"),
+                    e,
+                ))
             }
-            Some((mode, tls)) => {
-                pg.ssl_mode(mode);
-                Manager::from_config(pg, MakeRustlsConnect::new(tls), manager_config)
+            Err(e) => {
+                return Err(SinkError::fatal(format!(
+                    "postgres: connect to the warehouse at {place}: {e}"
+                )))
             }
-        };
+        }
+        let manager = Manager::from_config(pg, tls.make_tls(), manager_config);
         let pool = Pool::builder(manager)
             .max_size(config.pool_max_size)
             .build()
@@ -528,25 +538,24 @@ fn group_rows<'a>(
     groups
 }
 
-/// The TLS mode and client settings of `sslmode`, `None` for plain TCP
-/// (public for `oncely verify`, which reads the warehouse as the sink writes it).
-pub fn tls_settings(
-    config: &PostgresConfig,
-) -> Result<Option<(tokio_postgres::config::SslMode, rustls::ClientConfig)>, SinkError> {
-    use crate::tls::{client_config, Verify};
-    use tokio_postgres::config::SslMode as Wire;
-    let ca = config.sslrootcert.as_deref().map(std::path::Path::new);
-    let (wire, verify) = match (config.sslmode, ca) {
-        (SslMode::Disable, _) => return Ok(None),
-        (SslMode::Prefer, _) => (Wire::Prefer, Verify::Nothing),
-        (SslMode::Require, None) => (Wire::Require, Verify::Nothing),
-        (SslMode::Require | SslMode::VerifyCa, Some(_)) => (Wire::Require, Verify::Chain),
-        (SslMode::VerifyCa, None) => (Wire::Require, Verify::Chain),
-        (SslMode::VerifyFull, _) => (Wire::Require, Verify::Full),
+/// The warehouse connections' TLS settings (`sslmode`, `sslrootcert`,
+/// `sslcert`, `sslkey`, the key's reference resolved), loaded once: the one
+/// PostgreSQL connection builder of `oncely-core` (public for `oncely
+/// verify`, which reads the warehouse as the sink writes it).
+pub fn connector(config: &PostgresConfig) -> Result<PgConnector, SinkError> {
+    let sslkey = match &config.sslkey {
+        Some(key) => Some(
+            key.resolve()
+                .map_err(|e| SinkError::fatal(format!("sink.sslkey: {e}")))?
+                .expose()
+                .into(),
+        ),
+        None => None,
     };
-    let tls = client_config(verify, ca)
-        .map_err(|e| SinkError::fatal_from("postgres: `sink.sslmode` / `sink.sslrootcert`", e))?;
-    Ok(Some((wire, tls)))
+    config
+        .tls(sslkey)
+        .connector()
+        .map_err(|e| SinkError::fatal_from("postgres", e))
 }
 
 /// Whether two rows of a table have the same columns, column specs and
