@@ -7,13 +7,8 @@
 
 use std::collections::HashMap;
 
-<<<<<<< HEAD
 use oncely_capture::value::{IntervalHandlingMode, TypeRegistry, ValueKind};
-use oncely_sinks::kinds::postgres::{expand_name, tls_settings, MetaColumns, PostgresConfig};
-=======
-use oncely_capture::value::{TypeRegistry, ValueKind};
 use oncely_sinks::kinds::postgres::{connector, expand_name, MetaColumns, PostgresConfig};
->>>>>>> tls
 use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
@@ -66,37 +61,11 @@ impl PgTarget {
             .connect_timeout(std::time::Duration::from_millis(config.connect_timeout_ms));
         // The sink's own TLS settings (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`).
         let tls =
-<<<<<<< HEAD
-            tls_settings(config).map_err(|e| VerifyError::Config(format!("warehouse TLS: {e}")))?;
-        let client = match tls {
-            None => {
-                pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
-                let (client, connection) = pg.connect(NoTls).await.map_err(VerifyError::pg(
-                    format!("connect to the warehouse at {place}"),
-                ))?;
-                tokio::spawn(drive(connection));
-                client
-            }
-            Some((mode, tls)) => {
-                pg.ssl_mode(mode);
-                let (client, connection) = pg
-                    .connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
-                    .await
-                    .map_err(VerifyError::pg(format!(
-                        "connect to the warehouse at {place}"
-                    )))?;
-                tokio::spawn(drive(connection));
-                client
-            }
-        };
-        let mut types = TypeRegistry::builtin().with_interval_mode(intervals);
-=======
             connector(config).map_err(|e| VerifyError::Config(format!("warehouse TLS: {e}")))?;
         let client = tls.connect(&pg, "warehouse").await.map_err(|e| {
             VerifyError::Target(format!("connect to the warehouse at {place}: {e}"))
         })?;
-        let mut types = TypeRegistry::builtin();
->>>>>>> tls
+        let mut types = TypeRegistry::builtin().with_interval_mode(intervals);
         types
             .load_user_types(&client)
             .await
