@@ -16,6 +16,10 @@
 //!   `delete.mode = "soft"` keeps the document with `soft.delete.field = true`
 //!   instead (and `false` on live documents), safe to replay from any point.
 //! * **Unchanged TOAST** values keep the stored field (see [`merge`]).
+//! * **Mapping.** The sink creates each index before its first write, with
+//!   floating-point columns mapped `double` (`real`: `float`) that keep
+//!   non-finite values in `_source` (see [`mapping`]); an index template
+//!   with mappings wins.
 //! * **Failures** ([`error`]): a record the cluster refuses (mapping conflict,
 //!   bad index name) is rejected to the dead-letter topic and the rest of the
 //!   batch applied again (harmlessly); 429/5xx/no response retry the batch
@@ -29,6 +33,7 @@
 pub mod bulk;
 pub mod config;
 pub mod error;
+pub mod mapping;
 pub mod merge;
 pub mod plan;
 pub mod truncate;
@@ -58,6 +63,8 @@ pub struct ElasticsearchSink {
     config: ElasticsearchConfig,
     /// Which table each index belongs to (lower-casing can merge two).
     claims: TargetClaims,
+    /// The indexes seen, and whether the sink created them (see [`mapping`]).
+    mappings: mapping::Mappings,
 }
 
 impl ElasticsearchSink {
@@ -68,6 +75,7 @@ impl ElasticsearchSink {
             client,
             config: config.clone(),
             claims: TargetClaims::new("index", "sink.index.pattern"),
+            mappings: mapping::Mappings::default(),
         };
         sink.check_cluster().await?;
         sink.install_template().await?;
@@ -219,6 +227,9 @@ impl Sink for ElasticsearchSink {
 
     async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
         self.claim_indexes(batch)?;
+        self.mappings
+            .prepare(&self.client, batch, &self.config.index_pattern)
+            .await?;
         let plan = plan(batch, &self.config);
         if !plan.rejected.is_empty() {
             // Before any write: the runner dead-letters them and hands the rest back.

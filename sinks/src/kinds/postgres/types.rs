@@ -19,8 +19,6 @@
 
 use std::borrow::Cow;
 
-use std::collections::HashMap;
-
 use serde_json::Value;
 
 /// How a text value is turned into the column's value in SQL.
@@ -358,23 +356,7 @@ pub fn infer(value: &Value) -> Option<ColumnSpec> {
     })
 }
 
-/// The fields of the `after` (or `before`) row struct in a value schema, by column name.
-pub fn row_fields(schema: Option<&Value>) -> Option<HashMap<&str, &Value>> {
-    let fields = schema?.get("fields")?.as_array()?;
-    let named = |name: &str| {
-        fields
-            .iter()
-            .find(|f| f.get("field").and_then(Value::as_str) == Some(name))
-    };
-    let row = named("after").or_else(|| named("before"))?;
-    Some(
-        row.get("fields")?
-            .as_array()?
-            .iter()
-            .filter_map(|f| Some((f.get("field")?.as_str()?, f)))
-            .collect(),
-    )
-}
+pub use crate::event::row_fields;
 
 /// The text a JSON value is sent as, for a column of type `actual`; `None` for SQL NULL.
 pub fn to_text<'v>(value: &'v Value, actual: &str) -> Option<Cow<'v, str>> {
