@@ -944,3 +944,79 @@ async fn a_statement_prepared_before_the_table_changed_is_not_used() {
     assert_eq!(position(&sink).await, Some(4));
     wh.drop().await;
 }
+
+#[tokio::test]
+async fn arrays_of_dates_times_and_timestamps_become_typed_array_columns() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|_| {}).await;
+    let item = |ty: &str, name: &str| json!({"type": ty, "name": name, "optional": true});
+    let fields = json!([
+        {"field": "id", "type": "int64"},
+        {"field": "da", "type": "array", "optional": true, "items": item("int32", "io.debezium.time.Date")},
+        {"field": "ta", "type": "array", "optional": true, "items": item("int64", "io.debezium.time.MicroTimestamp")},
+        {"field": "tm", "type": "array", "optional": true, "items": item("int64", "io.debezium.time.MicroTime")}]);
+    let event = |offset: i64, id: i64, row: Value| {
+        let value = json!({
+            "schema": {"type": "struct", "fields": [
+                {"field": "before", "type": "struct", "optional": true, "fields": fields.clone()},
+                {"field": "after", "type": "struct", "optional": true, "fields": fields.clone()}]},
+            "payload": {"before": null, "after": row, "op": "c",
+                "source": {"schema": "public", "table": "items", "commit_lsn": 10 + offset, "event_seq": 1}}});
+        record(offset, Some(json!({"id": id})), Some(value))
+    };
+    sink.apply(&batch(vec![
+        event(
+            0,
+            1,
+            json!({"id": 1, "da": [20454, 10956], "ta": [946684800000000_i64, -1],
+                "tm": [0, 86400000000_i64]}),
+        ),
+        event(
+            1,
+            2,
+            json!({"id": 2, "da": [[20454, null], [-719528, "infinity"]], "ta": [], "tm": null}),
+        ),
+    ]))
+    .await
+    .expect("typed arrays");
+    for (column, ty) in [
+        ("da", "date[]"),
+        ("ta", "timestamp without time zone[]"),
+        ("tm", "time without time zone[]"),
+    ] {
+        assert_eq!(wh.column_type("public_items", column).await, ty, "{column}");
+    }
+    let rows = wh
+        .client
+        .query(
+            "SELECT da = '{2026-01-01,1999-12-31}'::date[], \
+                    ta = '{2000-01-01 00:00:00,1969-12-31 23:59:59.999999}'::timestamp[], \
+                    tm = '{00:00:00,24:00:00}'::time[], da::text, ta::text, tm::text \
+             FROM public_items ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("rows");
+    assert!(
+        rows[0].get::<_, bool>(0),
+        "{:?}",
+        rows[0].get::<_, String>(3)
+    );
+    assert!(
+        rows[0].get::<_, bool>(1),
+        "{:?}",
+        rows[0].get::<_, String>(4)
+    );
+    assert!(
+        rows[0].get::<_, bool>(2),
+        "{:?}",
+        rows[0].get::<_, String>(5)
+    );
+    assert_eq!(
+        rows[1].get::<_, String>(3),
+        "{{2026-01-01,NULL},{\"0001-01-01 BC\",infinity}}"
+    );
+    assert_eq!(rows[1].get::<_, String>(4), "{}");
+    assert_eq!(rows[1].get::<_, Option<String>>(5), None);
+    wh.drop().await;
+}
