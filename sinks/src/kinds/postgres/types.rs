@@ -270,6 +270,11 @@ pub fn compatible(spec: &ColumnSpec, actual: &str) -> Result<(), String> {
         // Temporal arrays went to `jsonb` before they were typed: such a
         // column keeps taking them, as JSON text.
         || (matches!(spec.conv, Conv::Each(_)) && have == "jsonb")
+        // Network addresses travel as plain strings (as Debezium's do): a
+        // column the user typed `inet`, `cidr` or `macaddr` takes them by
+        // cast (text that is no address is a data error: a dead letter).
+        || (want == "text" && is_network(&have))
+        || (want == "text[]" && have.strip_suffix("[]").is_some_and(is_network))
         // A JSON integer says nothing of its width: inferred, it fits any
         // integer column (a value out of range is an error, never rounded).
         || (spec.inferred && want == "bigint" && matches!(have.as_str(), "smallint" | "integer"))
@@ -287,6 +292,10 @@ pub fn compatible(spec: &ColumnSpec, actual: &str) -> Result<(), String> {
             spec.ddl
         ))
     }
+}
+
+fn is_network(t: &str) -> bool {
+    matches!(t, "inet" | "cidr" | "macaddr" | "macaddr8")
 }
 
 /// A type of the exact-number family, by what it holds.
@@ -626,6 +635,15 @@ mod tests {
         let inferred_int = infer(&json!(7)).expect("spec");
         assert!(compatible(&inferred_int, "integer").is_ok());
         assert!(compatible(&inferred_int, "smallint").is_ok());
+        // Addresses are strings on the wire; a column typed for them takes them.
+        let text = from_schema(&json!({"type": "string"}));
+        for t in ["inet", "cidr", "macaddr", "macaddr8"] {
+            assert!(compatible(&text, t).is_ok(), "{t}");
+        }
+        let texts = from_schema(&json!({"type": "array", "items": {"type": "string"}}));
+        assert!(compatible(&texts, "inet[]").is_ok());
+        assert!(compatible(&texts, "inet").is_err());
+        assert!(compatible(&text, "integer").is_err());
         assert!(compatible(&infer(&json!(1.5)).expect("spec"), "integer").is_err());
     }
 
