@@ -95,7 +95,7 @@ pub fn index_body(fields: &BTreeMap<String, &'static str>) -> Value {
 }
 
 /// What the sink knows of an index.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum Known {
     /// Created by the sink; these fields are mapped.
     Ours(HashSet<String>),
@@ -138,25 +138,31 @@ impl Mappings {
                 .extend(floating_fields(event));
         }
         for (index, fields) in wanted {
-            let known = self.lock().get(&index).cloned();
-            let known = match known {
+            // Decided under the lock, without copying what is known.
+            let new: Option<BTreeMap<String, &'static str>> = match self.lock().get(&index) {
                 Some(Known::Theirs) => continue,
-                Some(Known::Ours(mapped)) => {
-                    let new: BTreeMap<String, &'static str> = fields
-                        .into_iter()
-                        .filter(|(f, _)| !mapped.contains(f))
-                        .collect();
-                    if new.is_empty() {
-                        continue;
-                    }
-                    put_fields(client, &index, &new).await?;
-                    let mut mapped = mapped;
-                    mapped.extend(new.into_keys());
-                    Known::Ours(mapped)
-                }
-                None => adopt(client, &index, &fields).await?,
+                Some(Known::Ours(mapped)) => Some(
+                    fields
+                        .iter()
+                        .filter(|(f, _)| !mapped.contains(*f))
+                        .map(|(f, t)| (f.clone(), *t))
+                        .collect(),
+                ),
+                None => None,
             };
-            self.lock().insert(index, known);
+            match new {
+                Some(new) if new.is_empty() => {}
+                Some(new) => {
+                    put_fields(client, &index, &new).await?;
+                    if let Some(Known::Ours(mapped)) = self.lock().get_mut(&index) {
+                        mapped.extend(new.into_keys());
+                    }
+                }
+                None => {
+                    let known = adopt(client, &index, &fields).await?;
+                    self.lock().insert(index, known);
+                }
+            }
         }
         Ok(())
     }
