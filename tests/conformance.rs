@@ -269,23 +269,85 @@ const ALL_TYPES: &[Column] = &[
     ("ua", "uuid[]", &["ARRAY[gen_random_uuid()]"]),
     ("ea", "mood[]", &["'{sad,happy}'", "'{}'"]),
     ("hs", "hstore", &["'a=>1, b=>NULL'", "''"]),
+    // Non-finite and extreme floats ("NaN", "Infinity", "-Infinity" on the
+    // wire), numerics that differ from their spelling in scale.
+    (
+        "n_special",
+        "numeric",
+        &["'NaN'", "'Infinity'", "'-Infinity'", "11.2500", "NULL"],
+    ),
+    (
+        "f8_special",
+        "double precision",
+        &[
+            "1",
+            "'NaN'",
+            "1e308",
+            "'Infinity'",
+            "-2.5e-300",
+            "'-Infinity'",
+            "-1.7976931348623157e308",
+        ],
+    ),
+    (
+        "f4_special",
+        "real",
+        &[
+            "'NaN'",
+            "3.4028235e38",
+            "'Infinity'",
+            "1.17549435e-38",
+            "'-Infinity'",
+            "2",
+        ],
+    ),
+    (
+        "ip6",
+        "inet",
+        &[
+            "'::1'",
+            "'::1/128'",
+            "'10.1.2.3/8'",
+            "'2001:db8::1/64'",
+            "'10.1.2.3/32'",
+        ],
+    ),
+    ("net6", "cidr", &["'::1/128'", "'0.0.0.0/0'"]),
+    (
+        "fa",
+        "double precision[]",
+        &["'{1e308,NaN,-Infinity,NULL}'", "'{}'", "'{{1,2},{3,4.5}}'"],
+    ),
+    ("nsa", "numeric[]", &["'{NaN,Infinity,-Infinity,1.10}'"]),
+    // Arrays of dates, timestamps and times: typed arrays in the warehouse.
+    (
+        "da",
+        "date[]",
+        &[
+            "'{2026-01-01,1999-12-31}'",
+            "'{{2026-01-01,NULL},{1970-01-01,0001-01-01}}'",
+            "'{}'",
+        ],
+    ),
+    (
+        "tsa",
+        "timestamp[]",
+        &[
+            "'{2000-01-01 00:00:00,1969-12-31 23:59:59.999999}'",
+            "'{NULL}'",
+        ],
+    ),
+    (
+        "tma",
+        "time[]",
+        &["'{00:00:00,23:59:59.999999,12:34:56.5}'"],
+    ),
 ];
 
 /// Values not yet carried exactly into every target, each with its issue.
 /// `pending_values_round_trip` runs them; move an entry into [`ALL_TYPES`]
 /// when its fix lands.
-const PENDING: &[Column] = &[
-    // issue 15 conformance: numeric NaN and infinities.
-    ("n_nan", "numeric", &["'NaN'", "'Infinity'", "'-Infinity'"]),
-    ("f8_nan", "double precision", &["'NaN'", "'Infinity'"]),
-    // issue 16 item 3: Elasticsearch maps a double column dynamically as
-    // `float`, which refuses doubles beyond its range (and rounds others).
-    ("f8_big", "double precision", &["1e308", "-2.5e-300"]),
-    ("ip6", "inet", &["'::1'"]),
-    // issue 16 item 1: the warehouse stores an array of dates (days since
-    // 1970 on the wire) as the JSON text of the numbers.
-    ("da", "date[]", &["'{2026-01-01,1999-12-31}'"]),
-];
+const PENDING: &[Column] = &[];
 
 const TOAST_COLUMNS: &[Column] = &[
     ("rev", "integer", &["1", "2", "3", "4", "5"]),

@@ -5,6 +5,9 @@
 //! the warehouse, Elasticsearch with plain and with soft deletes, Redis with
 //! the hash and with the JSON layout. `bulk` spans
 //! several pages, whose keys order differently as numbers and as text.
+//! `nums` holds values targets spell otherwise (numerics of another scale,
+//! re-serialized and non-finite doubles, addresses with their full prefix,
+//! warehouse columns typed `inet`/`cidr`): verify compares them by value.
 mod capture_harness;
 mod common;
 mod e2e_harness;
@@ -25,7 +28,14 @@ const SCHEMA: &str = "
                         meta jsonb, status item_status, note text, day date, qty integer, ratio real, body text);
     ALTER TABLE items ALTER COLUMN body SET STORAGE EXTERNAL;
     CREATE TABLE pairs (a integer, b text, v double precision, PRIMARY KEY (a, b));
-    CREATE TABLE bulk (id bigint PRIMARY KEY, v text);";
+    CREATE TABLE bulk (id bigint PRIMARY KEY, v text);
+    CREATE TABLE nums (id integer PRIMARY KEY, n numeric, f double precision, r real, ip inet, net cidr);";
+
+/// The warehouse types `nums`' addresses as `inet` and `cidr` (the sink
+/// alone would make them `text`): their `::text` is `::1/128`, the source's
+/// output `::1`.
+const WAREHOUSE_NUMS: &str = "
+    CREATE TABLE public_nums (id integer PRIMARY KEY, ip inet, net cidr);";
 
 const WORKLOAD: &str = "
     INSERT INTO items SELECT g, g * 1.25, '2026-11-27 15:10:35.670111+02'::timestamptz + g * interval '1 hour',
@@ -36,7 +46,11 @@ const WORKLOAD: &str = "
     DELETE FROM items WHERE id BETWEEN 31 AND 35;
     INSERT INTO pairs SELECT g, 'k:' || g, g / 7.0 FROM generate_series(1, 10) g;
     DELETE FROM pairs WHERE a = 3;
-    INSERT INTO bulk SELECT g, 'v' || g FROM generate_series(1, 2500) g;";
+    INSERT INTO bulk SELECT g, 'v' || g FROM generate_series(1, 2500) g;
+    INSERT INTO nums VALUES (1, 11.2500, 1e308, 3.4028235e38, '::1', '::1/128'),
+        (2, 'NaN', 'NaN', 'Infinity', '::1/128', '10.0.0.0/8'),
+        (3, '-Infinity', '-Infinity', '-Infinity', '10.1.2.3/8', '2001:db8::/32'),
+        (4, 0.00000000000000000001, -2.5e-300, 1.17549435e-38, '10.1.2.3/32', '10.1.2.3/32');";
 
 fn table<'a>(report: &'a Report, target: usize, name: &str) -> &'a TableReport {
     report.targets[target]
@@ -48,7 +62,13 @@ fn table<'a>(report: &'a Report, target: usize, name: &str) -> &'a TableReport {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> anyhow::Result<()> {
-    let mut p = Pipeline::new("verify_targets", SCHEMA, &["items", "pairs", "bulk"], "").await?;
+    let mut p = Pipeline::new(
+        "verify_targets",
+        SCHEMA,
+        &["items", "pairs", "bulk", "nums"],
+        "",
+    )
+    .await?;
     p.add_sink(
         "elasticsearch-soft",
         &format!(
@@ -65,6 +85,12 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
             common::redis_url()
         ),
     )?;
+    p.env
+        .client
+        .batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {WAREHOUSE_SCHEMA}; SET search_path = {WAREHOUSE_SCHEMA}; {WAREHOUSE_NUMS} RESET search_path;"
+        ))
+        .await?;
     let capture = p.spawn_capture()?;
     p.env.wait_slot_active().await?;
     p.env.client.batch_execute(WORKLOAD).await?;
@@ -84,7 +110,7 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
         report.is_equal(),
         "targets should equal the source:\n{report}"
     );
-    assert_eq!(report.compared(), 15, "3 tables x 5 targets:\n{report}");
+    assert_eq!(report.compared(), 20, "4 tables x 5 targets:\n{report}");
     for t in 0..5 {
         assert_eq!(table(&report, t, "public.items").source_rows, 35);
         assert_eq!(table(&report, t, "public.items").target_rows, 35);
@@ -94,7 +120,7 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
     }
     let (status, out) = p.verify_cli(&["--timeout", "60s"])?;
     assert!(status.success(), "verify exits 0 when equal:\n{out}");
-    assert!(out.contains("result: equal (15 table copies)"), "{out}");
+    assert!(out.contains("result: equal (20 table copies)"), "{out}");
     drop(sinks);
 
     // Into each target: item 1 removed, item 2's price changed, deleted item 31 back.
@@ -172,6 +198,26 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
             .await?;
     }
 
+    // Values spelled otherwise are no difference: a numeric of another
+    // scale, a double re-serialized, an address with its full prefix.
+    let nums = p.env.topic("nums");
+    let r = es
+        .index(IndexParts::IndexId(&nums, "1"))
+        .body(json!({"id": 1, "n": "11.25", "f": 1.0E308, "r": 3.4028235e38, "ip": "::1/128", "net": "::1/128"}))
+        .send()
+        .await?;
+    assert!(r.status_code().is_success(), "{:?}", r.text().await);
+    redis::cmd("HSET")
+        .arg(format!("{}:nums:1", p.redis_prefix))
+        .arg("n")
+        .arg("11.250")
+        .arg("f")
+        .arg("1.0E308")
+        .arg("ip")
+        .arg("0:0:0:0:0:0:0:1")
+        .query_async::<()>(&mut redis)
+        .await?;
+
     let report = p.verify(Duration::from_secs(60)).await?;
     assert!(!report.is_equal(), "{report}");
     assert_eq!(
@@ -205,6 +251,7 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
         );
         assert!(table(&report, t, "public.pairs").is_equal(), "{report}");
         assert!(table(&report, t, "public.bulk").is_equal(), "{report}");
+        assert!(table(&report, t, "public.nums").is_equal(), "{report}");
     }
     // A real difference stays through a second round.
     let (status, out) = p.verify_cli(&["--timeout", "60s", "--retries", "1"])?;
@@ -213,7 +260,7 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
         "verify exits non-zero on differences:\n{out}"
     );
     assert!(out.contains("(round 2 of the comparison"), "{out}");
-    assert!(out.contains("result: 5 of 15 table copies DIFFER"), "{out}");
+    assert!(out.contains("result: 5 of 20 table copies DIFFER"), "{out}");
     // Stopped first: cleanup cannot drop a slot in use.
     drop(capture);
     p.cleanup().await;

@@ -106,6 +106,25 @@ impl Op {
     }
 }
 
+/// The fields of the `after` (or `before`) row struct in a value schema, by
+/// column name: what each sink reads a column's Connect type from.
+pub fn row_fields(schema: Option<&Value>) -> Option<std::collections::HashMap<&str, &Value>> {
+    let fields = schema?.get("fields")?.as_array()?;
+    let named = |name: &str| {
+        fields
+            .iter()
+            .find(|f| f.get("field").and_then(Value::as_str) == Some(name))
+    };
+    let row = named("after").or_else(|| named("before"))?;
+    Some(
+        row.get("fields")?
+            .as_array()?
+            .iter()
+            .filter_map(|f| Some((f.get("field")?.as_str()?, f)))
+            .collect(),
+    )
+}
+
 /// A decoded change event (the value of a non-tombstone record).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChangeEvent {

@@ -600,3 +600,181 @@ async fn dates_beyond_elasticsearchs_range_are_kept_in_the_source() {
     );
     delete_index(&topic).await;
 }
+
+/// An oncely envelope of table `t` with its Connect schema: `id` int64,
+/// `f4` float, `f8` double, `fa` array of double.
+fn float_change(lsn: u64, row: Value) -> Vec<u8> {
+    let field = |name: &str, ty: Value| {
+        let mut f = ty;
+        f["optional"] = json!(name != "id");
+        f["field"] = json!(name);
+        f
+    };
+    let row_schema = |name: &str| {
+        json!({"type": "struct", "optional": true, "field": name, "fields": [
+            field("id", json!({"type": "int64"})),
+            field("f4", json!({"type": "float"})),
+            field("f8", json!({"type": "double"})),
+            field("fa", json!({"type": "array", "items": {"type": "double", "optional": true}})),
+        ]})
+    };
+    let schema = json!({"type": "struct", "optional": false, "fields": [
+        row_schema("before"), row_schema("after"),
+        {"type": "struct", "optional": false, "field": "source", "fields": []},
+        {"type": "string", "optional": false, "field": "op"},
+    ]});
+    json!({"schema": schema, "payload": {"before": null, "after": row, "op": "c", "ts_ms": 0,
+        "source": {"connector": "test", "lsn": lsn, "commit_lsn": lsn, "event_seq": 1, "schema": "public", "table": "t"}}})
+    .to_string()
+    .into_bytes()
+}
+
+/// The mapping of `field` in `index`: its `type` and `ignore_malformed`.
+async fn field_mapping(index: &str, field: &str) -> Value {
+    let body: Value = es()
+        .indices()
+        .get_mapping(elasticsearch::indices::IndicesGetMappingParts::Index(&[
+            index,
+        ]))
+        .send()
+        .await
+        .expect("get mapping")
+        .json()
+        .await
+        .expect("mapping body");
+    body[index]["mappings"]["properties"][field].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doubles_beyond_float_and_non_finite_floats_are_indexed_exactly() {
+    let topic = unique("es_floats");
+    let sink = ElasticsearchSink::connect(&sink_config(""))
+        .await
+        .expect("sink");
+    // The first double is integral (dynamic mapping would make it `long`).
+    let rows = [
+        json!({"id": 1, "f4": 1.5, "f8": 1, "fa": [1]}),
+        json!({"id": 2, "f4": 3.4028235e38, "f8": 1e308, "fa": [1e308, "NaN"]}),
+        json!({"id": 3, "f4": "NaN", "f8": -2.5e-300, "fa": ["-Infinity", 0.1]}),
+        json!({"id": 4, "f4": "Infinity", "f8": "-Infinity", "fa": []}),
+        json!({"id": 5, "f4": "-Infinity", "f8": "NaN", "fa": null}),
+        json!({"id": 6, "f4": -3.25e-5, "f8": "Infinity", "fa": [2.5e-300]}),
+    ];
+    for (i, row) in rows.iter().enumerate() {
+        let id = i as u64 + 1;
+        sink.apply(&batch_of(
+            &topic,
+            vec![(id, float_change(100 + id, row.clone()))],
+            i as i64,
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("row {id} refused: {e}"));
+    }
+    let docs = documents(&topic).await;
+    assert_eq!(docs.len(), rows.len(), "{docs:?}");
+    for (i, row) in rows.iter().enumerate() {
+        let stored = &docs[&(i + 1).to_string()].1;
+        for f in ["f4", "f8", "fa"] {
+            assert_eq!(stored[f], row[f], "row {}: {f}: {stored}", i + 1);
+        }
+    }
+    assert_eq!(
+        field_mapping(&topic, "f8").await,
+        json!({"type": "double", "ignore_malformed": true})
+    );
+    assert_eq!(
+        field_mapping(&topic, "f4").await,
+        json!({"type": "float", "ignore_malformed": true})
+    );
+    assert_eq!(field_mapping(&topic, "fa").await["type"], "double");
+    // Finite values are searchable at full precision; non-finite ones are kept, not indexed.
+    let hits = search(
+        &topic,
+        json!({"query": {"range": {"f8": {"gte": 1e307}}}, "_source": false}),
+    )
+    .await;
+    let ids: Vec<&str> = hits["hits"]["hits"]
+        .as_array()
+        .expect("hits")
+        .iter()
+        .filter_map(|h| h["_id"].as_str())
+        .collect();
+    assert_eq!(ids, vec!["2"]);
+    let tiny = search(&topic, json!({"query": {"term": {"f8": -2.5e-300}}})).await;
+    assert_eq!(tiny["hits"]["total"]["value"], 1, "{tiny}");
+
+    // A column added later is mapped before its first value.
+    let later = json!({"id": 7, "f4": 0.5, "f8": 2, "fa": [3]});
+    let mut added: Value = serde_json::from_slice(&float_change(200, later)).expect("json");
+    for row in [0, 1] {
+        added["schema"]["fields"][row]["fields"]
+            .as_array_mut()
+            .expect("fields")
+            .push(json!({"type": "double", "optional": true, "field": "g8"}));
+    }
+    added["payload"]["after"]["g8"] = json!(7);
+    sink.apply(&batch_of(
+        &topic,
+        vec![(7, added.to_string().into_bytes())],
+        6,
+    ))
+    .await
+    .expect("new column");
+    assert_eq!(field_mapping(&topic, "g8").await["type"], "double");
+    delete_index(&topic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_with_mappings_and_an_index_made_elsewhere_keep_their_mappings() {
+    // A user's template with mappings applies to the index: the sink adds nothing.
+    let topic = unique("es_floats_tpl");
+    let dir = std::env::temp_dir().join(unique("es_tpl_floats"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let template = dir.join("template.json");
+    let body = json!({"index_patterns": [format!("{topic}*")], "priority": 500,
+        "template": {"mappings": {"properties": {"f8": {"type": "keyword"}}}}});
+    std::fs::write(&template, body.to_string()).expect("template");
+    let tpl_name = unique("tpl");
+    let sink = ElasticsearchSink::connect(&sink_config(&format!(
+        "template.file = \"{}\"\ntemplate.name = \"{tpl_name}\"\n",
+        template.display()
+    )))
+    .await
+    .expect("sink");
+    let row = json!({"id": 1, "f4": 1.5, "f8": 1e308, "fa": [1.5]});
+    sink.apply(&batch_of(&topic, vec![(1, float_change(10, row))], 0))
+        .await
+        .expect("row");
+    assert_eq!(field_mapping(&topic, "f8").await["type"], "keyword");
+    // Dynamic mapping as Elasticsearch has it: `fa` a float, no `_meta` mark.
+    assert_eq!(field_mapping(&topic, "fa").await["type"], "float");
+    delete_index(&topic).await;
+    let _ = es()
+        .indices()
+        .delete_index_template(
+            elasticsearch::indices::IndicesDeleteIndexTemplateParts::Name(&tpl_name),
+        )
+        .send()
+        .await;
+
+    // An index someone else created is not re-mapped.
+    let topic = unique("es_floats_theirs");
+    es().indices()
+        .create(elasticsearch::indices::IndicesCreateParts::Index(&topic))
+        .body(json!({"mappings": {"properties": {"f4": {"type": "double"}}}}))
+        .send()
+        .await
+        .expect("create index")
+        .error_for_status_code()
+        .expect("index created");
+    let sink = ElasticsearchSink::connect(&sink_config(""))
+        .await
+        .expect("sink");
+    let row = json!({"id": 1, "f4": 1.5, "f8": 2.5, "fa": [1.5]});
+    sink.apply(&batch_of(&topic, vec![(1, float_change(10, row))], 0))
+        .await
+        .expect("row");
+    assert_eq!(field_mapping(&topic, "f4").await, json!({"type": "double"}));
+    assert_eq!(field_mapping(&topic, "f8").await["type"], "float");
+    delete_index(&topic).await;
+}

@@ -997,3 +997,166 @@ async fn a_statement_prepared_before_the_table_changed_is_not_used() {
     assert_eq!(position(&sink).await, Some(4));
     wh.drop().await;
 }
+
+#[tokio::test]
+async fn arrays_of_dates_times_and_timestamps_become_typed_array_columns() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|_| {}).await;
+    let item = |ty: &str, name: &str| json!({"type": ty, "name": name, "optional": true});
+    let fields = json!([
+        {"field": "id", "type": "int64"},
+        {"field": "da", "type": "array", "optional": true, "items": item("int32", "io.debezium.time.Date")},
+        {"field": "ta", "type": "array", "optional": true, "items": item("int64", "io.debezium.time.MicroTimestamp")},
+        {"field": "tm", "type": "array", "optional": true, "items": item("int64", "io.debezium.time.MicroTime")}]);
+    let event = |offset: i64, id: i64, row: Value| {
+        let value = json!({
+            "schema": {"type": "struct", "fields": [
+                {"field": "before", "type": "struct", "optional": true, "fields": fields.clone()},
+                {"field": "after", "type": "struct", "optional": true, "fields": fields.clone()}]},
+            "payload": {"before": null, "after": row, "op": "c",
+                "source": {"schema": "public", "table": "items", "commit_lsn": 10 + offset, "event_seq": 1}}});
+        record(offset, Some(json!({"id": id})), Some(value))
+    };
+    sink.apply(&batch(vec![
+        event(
+            0,
+            1,
+            json!({"id": 1, "da": [20454, 10956], "ta": [946684800000000_i64, -1],
+                "tm": [0, 86400000000_i64]}),
+        ),
+        event(
+            1,
+            2,
+            json!({"id": 2, "da": [[20454, null], [-719528, "infinity"]], "ta": [], "tm": null}),
+        ),
+    ]))
+    .await
+    .expect("typed arrays");
+    for (column, ty) in [
+        ("da", "date[]"),
+        ("ta", "timestamp without time zone[]"),
+        ("tm", "time without time zone[]"),
+    ] {
+        assert_eq!(wh.column_type("public_items", column).await, ty, "{column}");
+    }
+    let rows = wh
+        .client
+        .query(
+            "SELECT da = '{2026-01-01,1999-12-31}'::date[], \
+                    ta = '{2000-01-01 00:00:00,1969-12-31 23:59:59.999999}'::timestamp[], \
+                    tm = '{00:00:00,24:00:00}'::time[], da::text, ta::text, tm::text \
+             FROM public_items ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("rows");
+    assert!(
+        rows[0].get::<_, bool>(0),
+        "{:?}",
+        rows[0].get::<_, String>(3)
+    );
+    assert!(
+        rows[0].get::<_, bool>(1),
+        "{:?}",
+        rows[0].get::<_, String>(4)
+    );
+    assert!(
+        rows[0].get::<_, bool>(2),
+        "{:?}",
+        rows[0].get::<_, String>(5)
+    );
+    assert_eq!(
+        rows[1].get::<_, String>(3),
+        "{{2026-01-01,NULL},{\"0001-01-01 BC\",infinity}}"
+    );
+    assert_eq!(rows[1].get::<_, String>(4), "{}");
+    assert_eq!(rows[1].get::<_, Option<String>>(5), None);
+    wh.drop().await;
+}
+
+#[tokio::test]
+async fn non_finite_numbers_and_addresses_reach_typed_columns() {
+    let wh = Warehouse::new().await;
+    // The user typed the addresses; the sink creates the rest.
+    wh.client
+        .batch_execute(
+            "CREATE TABLE public_items (id bigint PRIMARY KEY, ip inet, nets cidr[], mac macaddr)",
+        )
+        .await
+        .expect("table");
+    let sink = wh.sink(|_| {}).await;
+    let fields = json!([
+        {"field": "id", "type": "int64"},
+        {"field": "f4", "type": "float", "optional": true},
+        {"field": "f8", "type": "double", "optional": true},
+        {"field": "n", "type": "string", "optional": true,
+            "parameters": {"__debezium.source.column.type": "NUMERIC"}},
+        {"field": "n2", "type": "string", "optional": true,
+            "parameters": {"__debezium.source.column.type": "NUMERIC",
+                "__debezium.source.column.length": "12", "__debezium.source.column.scale": "2"}},
+        {"field": "ip", "type": "string", "optional": true},
+        {"field": "nets", "type": "array", "optional": true, "items": {"type": "string", "optional": true}},
+        {"field": "mac", "type": "string", "optional": true}]);
+    let event = |offset: i64, row: Value| {
+        let id = row["id"].clone();
+        let value = json!({
+            "schema": {"type": "struct", "fields": [
+                {"field": "before", "type": "struct", "optional": true, "fields": fields.clone()},
+                {"field": "after", "type": "struct", "optional": true, "fields": fields.clone()}]},
+            "payload": {"before": null, "after": row, "op": "c",
+                "source": {"schema": "public", "table": "items", "commit_lsn": 10 + offset, "event_seq": 1}}});
+        record(offset, Some(json!({"id": id})), Some(value))
+    };
+    sink.apply(&batch(vec![
+        event(
+            0,
+            json!({"id": 1, "f4": "NaN", "f8": 1e308, "n": "NaN", "n2": "NaN",
+                "ip": "::1", "nets": ["::1/128", "10.0.0.0/8"], "mac": "08:00:2b:01:02:03"}),
+        ),
+        event(
+            1,
+            json!({"id": 2, "f4": "Infinity", "f8": "-Infinity", "n": "-Infinity", "n2": "11.25",
+                "ip": "10.1.2.3/8", "nets": [], "mac": null}),
+        ),
+        event(
+            2,
+            json!({"id": 3, "f4": 3.4028235e38, "f8": -2.5e-300, "n": "Infinity", "n2": null,
+                "ip": "2001:db8::1/64", "nets": null, "mac": null}),
+        ),
+    ]))
+    .await
+    .expect("every row lands");
+    let rows = wh
+        .client
+        .query(
+            "SELECT f4::text, f8::text, n::text, n2::text, ip::text, nets::text, \
+                    format_type(atttypid, atttypmod) \
+             FROM public_items, pg_attribute \
+             WHERE attrelid = 'public_items'::regclass AND attname = 'f8' ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("rows");
+    let text = |r: usize, c: usize| rows[r].get::<_, Option<String>>(c);
+    assert_eq!(text(0, 6).as_deref(), Some("double precision"));
+    assert_eq!(
+        (0..6).map(|c| text(0, c)).collect::<Vec<_>>(),
+        [
+            Some("NaN"),
+            Some("1e+308"),
+            Some("NaN"),
+            Some("NaN"),
+            Some("::1/128"),
+            Some("{::1/128,10.0.0.0/8}")
+        ]
+        .map(|s| s.map(str::to_owned))
+    );
+    assert_eq!(text(1, 0).as_deref(), Some("Infinity"));
+    assert_eq!(text(1, 1).as_deref(), Some("-Infinity"));
+    assert_eq!(text(1, 2).as_deref(), Some("-Infinity"));
+    assert_eq!(text(1, 4).as_deref(), Some("10.1.2.3/8"));
+    assert_eq!(text(2, 0).as_deref(), Some("3.4028235e+38"));
+    assert_eq!(text(2, 1).as_deref(), Some("-2.5e-300"));
+    assert_eq!(text(2, 2).as_deref(), Some("Infinity"));
+    wh.drop().await;
+}

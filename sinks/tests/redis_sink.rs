@@ -743,3 +743,38 @@ async fn hash_truncates_remove_older_rows_only() {
 async fn json_truncates_remove_older_rows_only() {
     truncates_remove_older_rows(Layout::Json).await;
 }
+
+/// Non-finite floats, doubles at their limits, numerics and addresses are
+/// cached as the exact text capture sent, in either layout.
+async fn special_numbers_are_kept(layout: Layout) {
+    let (cfg, p) = config(layout);
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let mut conn = raw().await;
+    let rows = [
+        json!({"id": 1, "f8": 1e308, "f4": "NaN", "n": "NaN", "ip": "::1"}),
+        json!({"id": 2, "f8": -2.5e-300, "f4": "Infinity", "n": "-Infinity", "ip": "10.1.2.3/8"}),
+        json!({"id": 3, "f8": "-Infinity", "f4": 3.4028235e38, "n": "11.2500", "ip": null}),
+    ];
+    let records = rows
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let id = i as i64 + 1;
+            record(id, id, "c", row.clone(), Version::new(10 + id as u64, 0))
+        })
+        .collect();
+    sink.apply(&batch("g", 0, records, 4)).await.expect("rows");
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(
+            cached(&mut conn, layout, &format!("{p}:t:{}", i + 1)).await,
+            Some(text_row(row)),
+            "{layout:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn non_finite_floats_extreme_doubles_and_numerics_are_cached_exactly() {
+    special_numbers_are_kept(Layout::Hash).await;
+    special_numbers_are_kept(Layout::Json).await;
+}

@@ -30,26 +30,26 @@ pub struct ColumnDiff {
 }
 
 /// Compares one row; `None` when equal. Columns are visited in table order,
-/// then target fields the source does not have.
+/// then target fields the source does not have. Values compare by their
+/// column's type ([`Rule`]), not by spelling.
 pub fn compare_row(
     table: &SourceTable,
     source: &SourceRow,
     target: &TargetRow,
 ) -> Option<ColumnDiff> {
     for column in &table.columns {
+        let rule = Rule::of(&column.kind, &column.sql_type);
         let s = source.row.get(&column.name).unwrap_or(&Value::Null);
         let (equal, t) = match target {
             TargetRow::Json(map) => {
                 let t = map.get(&column.name).unwrap_or(&Value::Null);
-                (values_equal(&column.kind, s, t), t.clone())
+                (rule.values_equal(s, t), t.clone())
             }
             TargetRow::Hash(hash) => {
                 let t = hash.get(&column.name);
                 let equal = match (wire_text(s), t) {
                     (None, None) => true,
-                    (Some(a), Some(b)) => {
-                        a == *b || (is_json(&column.kind) && json_texts_equal(&a, b))
-                    }
+                    (Some(a), Some(b)) => rule.texts_equal(&a, b),
                     _ => false,
                 };
                 (equal, t.map_or(Value::Null, |t| Value::String(t.clone())))
@@ -81,26 +81,201 @@ pub fn compare_row(
     })
 }
 
-/// Whether a target value equals the source's, for a column of `kind`: equal
-/// JSON, or the same number written differently (`1.0` and `1`), or — for
-/// JSON columns — texts that parse to the same document (a `json` source
-/// column keeps its whitespace; a `jsonb` warehouse column does not).
+/// Whether a target value equals the source's, for a column of `kind`; see
+/// [`Rule`] (`sql_type` unknown: network addresses compare as text).
 pub fn values_equal(kind: &ValueKind, source: &Value, target: &Value) -> bool {
-    if source == target {
-        return true;
+    Rule::of(kind, "").values_equal(source, target)
+}
+
+/// How two values of a column compare: by what they mean to PostgreSQL, so
+/// a target that spells a value otherwise (a JSON number re-serialized,
+/// `11.25` for `11.2500`, `::1/128` for `::1`) is not a difference.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rule {
+    /// Equal JSON; numbers by value (`1` and `1.0`).
+    Exact,
+    /// `numeric`, `money`: by decimal value, scale ignored (PostgreSQL's
+    /// `=`: `11.2500 = 11.25`); `NaN` equals `NaN`, infinities by sign.
+    Decimal,
+    /// `real`, `double precision`: by value (`1e308` and `1.0E308`), `NaN`
+    /// equals `NaN` (as PostgreSQL orders it), infinities by sign.
+    Float,
+    /// `inet`, `cidr`: by address and prefix length, a missing length being
+    /// the full one (`::1/128` equals `::1`).
+    Inet,
+    /// `json`, `jsonb`: texts that parse to the same document.
+    Json,
+    /// Arrays: item by item, by the element's rule.
+    Array(Box<Rule>),
+}
+
+impl Rule {
+    /// The rule of a column of `kind` whose type is `sql_type` (`format_type`).
+    pub fn of(kind: &ValueKind, sql_type: &str) -> Self {
+        match kind {
+            ValueKind::Decimal | ValueKind::Money => Rule::Decimal,
+            ValueKind::Float32 | ValueKind::Float64 => Rule::Float,
+            ValueKind::Json => Rule::Json,
+            ValueKind::Array { element, .. } => Rule::Array(Box::new(Rule::of(
+                element,
+                sql_type.strip_suffix("[]").unwrap_or(""),
+            ))),
+            _ if matches!(sql_type, "inet" | "cidr") => Rule::Inet,
+            _ => Rule::Exact,
+        }
     }
-    match (source, target) {
-        (Value::Number(a), Value::Number(b)) => match (a.as_i64(), b.as_i64()) {
-            (Some(x), Some(y)) => x == y,
-            _ => a.as_f64().is_some() && a.as_f64() == b.as_f64(),
-        },
-        (Value::String(a), Value::String(b)) if is_json(kind) => json_texts_equal(a, b),
-        _ => false,
+
+    /// Whether two wire JSON values are equal under this rule.
+    pub fn values_equal(&self, source: &Value, target: &Value) -> bool {
+        if source == target {
+            return true;
+        }
+        match (self, source, target) {
+            (_, Value::Null, _) | (_, _, Value::Null) => false,
+            (Rule::Array(item), Value::Array(a), Value::Array(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| item.values_equal(x, y))
+            }
+            (Rule::Array(_), _, _) => false,
+            (Rule::Json, Value::String(a), Value::String(b)) => json_texts_equal(a, b),
+            (Rule::Decimal | Rule::Float | Rule::Inet, a, b) => {
+                match (scalar_text(a), scalar_text(b)) {
+                    (Some(a), Some(b)) => self.texts_equal(&a, &b),
+                    _ => false,
+                }
+            }
+            (_, Value::Number(a), Value::Number(b)) => numbers_equal(a, b),
+            _ => false,
+        }
+    }
+
+    /// Whether two values in text form (a Redis hash field: strings as
+    /// they are, other values as JSON) are equal under this rule.
+    pub fn texts_equal(&self, a: &str, b: &str) -> bool {
+        if a == b {
+            return true;
+        }
+        match self {
+            Rule::Decimal => match (Decimal::parse(a), Decimal::parse(b)) {
+                (Some(x), Some(y)) => x == y,
+                _ => false,
+            },
+            Rule::Float => match (float(a), float(b)) {
+                (Some(x), Some(y)) => x == y || (x.is_nan() && y.is_nan()),
+                _ => false,
+            },
+            Rule::Inet => match (inet(a), inet(b)) {
+                (Some(x), Some(y)) => x == y,
+                _ => false,
+            },
+            Rule::Json | Rule::Array(_) => match (
+                serde_json::from_str::<Value>(a),
+                serde_json::from_str::<Value>(b),
+            ) {
+                (Ok(x), Ok(y)) if matches!(self, Rule::Json) => x == y,
+                (Ok(x), Ok(y)) => self.values_equal(&x, &y),
+                _ => false,
+            },
+            Rule::Exact => false,
+        }
     }
 }
 
-fn is_json(kind: &ValueKind) -> bool {
-    matches!(kind, ValueKind::Json)
+/// A number or a string as text; `None` for other JSON.
+fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn numbers_equal(a: &serde_json::Number, b: &serde_json::Number) -> bool {
+    match (a.as_i64(), b.as_i64()) {
+        (Some(x), Some(y)) => x == y,
+        _ => a.as_f64().is_some() && a.as_f64() == b.as_f64(),
+    }
+}
+
+/// A float's text: a number, or `NaN`/`Infinity`/`-Infinity` in any spelling.
+fn float(s: &str) -> Option<f64> {
+    s.trim().parse::<f64>().ok()
+}
+
+/// An exact decimal, by value: scale, leading and trailing zeros and the
+/// spelling of the special values do not matter.
+#[derive(Debug, PartialEq, Eq)]
+enum Decimal {
+    NaN,
+    Infinity {
+        negative: bool,
+    },
+    /// `digits` × 10^`exponent`, `digits` without leading or trailing
+    /// zeros (empty for zero, which has no sign).
+    Finite {
+        negative: bool,
+        digits: String,
+        exponent: i64,
+    },
+}
+
+impl Decimal {
+    fn parse(s: &str) -> Option<Self> {
+        let s = s.trim();
+        match s.to_ascii_lowercase().as_str() {
+            "nan" => return Some(Decimal::NaN),
+            "infinity" | "+infinity" | "inf" | "+inf" => {
+                return Some(Decimal::Infinity { negative: false })
+            }
+            "-infinity" | "-inf" => return Some(Decimal::Infinity { negative: true }),
+            _ => {}
+        }
+        let (negative, rest) = match s.as_bytes().first() {
+            Some(b'-') => (true, &s[1..]),
+            Some(b'+') => (false, &s[1..]),
+            _ => (false, s),
+        };
+        let (mantissa, exponent) = match rest.find(['e', 'E']) {
+            Some(i) => (&rest[..i], rest[i + 1..].parse::<i64>().ok()?),
+            None => (rest, 0),
+        };
+        let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        if int.is_empty() && frac.is_empty()
+            || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+        {
+            return None;
+        }
+        let all = format!("{int}{frac}");
+        let trimmed = all.trim_start_matches('0');
+        let kept = trimmed.trim_end_matches('0');
+        if kept.is_empty() {
+            return Some(Decimal::Finite {
+                negative: false,
+                digits: String::new(),
+                exponent: 0,
+            });
+        }
+        let exponent = exponent
+            .checked_sub(i64::try_from(frac.len()).ok()?)?
+            .checked_add(i64::try_from(trimmed.len() - kept.len()).ok()?)?;
+        Some(Decimal::Finite {
+            negative,
+            digits: kept.to_owned(),
+            exponent,
+        })
+    }
+}
+
+/// An `inet`/`cidr` value: the address and its prefix length (the full
+/// length when the text has none).
+fn inet(s: &str) -> Option<(std::net::IpAddr, u8)> {
+    let (addr, len) = match s.trim().split_once('/') {
+        Some((a, l)) => (a, Some(l.parse::<u8>().ok()?)),
+        None => (s.trim(), None),
+    };
+    let addr: std::net::IpAddr = addr.parse().ok()?;
+    let full = if addr.is_ipv4() { 32 } else { 128 };
+    let len = len.unwrap_or(full);
+    (len <= full).then_some((addr, len))
 }
 
 fn json_texts_equal(a: &str, b: &str) -> bool {
@@ -166,12 +341,97 @@ mod tests {
     }
 
     #[test]
-    fn decimals_are_compared_exactly() {
+    fn decimals_compare_by_value_whatever_their_scale() {
+        // `11.2500 = 11.25` in PostgreSQL: an index holding either is equal.
         let t = obj(json!({"id": 7, "total": "12.5", "meta": "{\"a\": 1}"}));
+        assert_eq!(compare_row(&table(), &src(), &t), None);
+        let t = obj(json!({"id": 7, "total": "12.51", "meta": "{\"a\": 1}"}));
         let d = compare_row(&table(), &src(), &t).expect("differs");
         assert_eq!(d.column, "total");
         assert_eq!(d.source, json!("12.50"));
-        assert_eq!(d.target, json!("12.5"));
+        assert_eq!(d.target, json!("12.51"));
+        let eq = |a: &str, b: &str| Rule::Decimal.texts_equal(a, b);
+        assert!(eq("11.2500", "11.25"));
+        assert!(eq("0.00", "-0"));
+        assert!(eq("100", "1e2"));
+        assert!(eq("0.00000000000000000001", "1E-20"));
+        assert!(eq(
+            "123456789012345678901234567890.123456789",
+            "123456789012345678901234567890.1234567890"
+        ));
+        assert!(!eq(
+            "123456789012345678901234567890.123456789",
+            "123456789012345678901234567890.123456788"
+        ));
+        assert!(!eq("-1", "1"));
+        assert!(!eq("10", "1"));
+        assert!(eq("NaN", "nan"));
+        assert!(eq("-Infinity", "-Infinity"));
+        assert!(!eq("Infinity", "-Infinity"));
+        assert!(!eq("NaN", "0"));
+        assert!(!eq("12.5x", "12.5x0"));
+        // A decimal written as a JSON number by a target compares by value too.
+        assert!(Rule::Decimal.values_equal(&json!("11.2500"), &json!(11.25)));
+    }
+
+    #[test]
+    fn floats_compare_by_value_and_nan_equals_nan() {
+        let f = Rule::of(&ValueKind::Float64, "double precision");
+        let v = |s: &str| serde_json::from_str::<Value>(s).expect("json");
+        assert!(f.values_equal(&v("1e308"), &v("1.0E308")));
+        assert!(f.values_equal(&v("-2.5e-300"), &v("-2.50E-300")));
+        assert!(!f.values_equal(&v("1e308"), &v("1e307")));
+        assert!(f.values_equal(&json!("NaN"), &json!("NaN")));
+        assert!(f.values_equal(&json!("-Infinity"), &json!("-Infinity")));
+        assert!(!f.values_equal(&json!("Infinity"), &json!("-Infinity")));
+        assert!(!f.values_equal(&json!("NaN"), &json!(1.5)));
+        assert!(!f.values_equal(&json!(1.5), &Value::Null));
+        // Redis hash text: the JSON number's text or the string.
+        assert!(f.texts_equal("1e308", "1.0E308"));
+        assert!(f.texts_equal("NaN", "NaN"));
+        assert!(!f.texts_equal("NaN", "Infinity"));
+        // Arrays item by item.
+        let a = Rule::of(
+            &ValueKind::Array {
+                element: Box::new(ValueKind::Float64),
+                delimiter: b',',
+            },
+            "double precision[]",
+        );
+        assert!(a.values_equal(
+            &v(r#"[1e308, "NaN", null]"#),
+            &v(r#"[1.0E308, "NaN", null]"#)
+        ));
+        assert!(!a.values_equal(&v("[1, 2]"), &v("[1]")));
+        assert!(a.texts_equal("[1e308,\"NaN\"]", "[1.0E308, \"NaN\"]"));
+    }
+
+    #[test]
+    fn network_addresses_compare_by_address_and_prefix() {
+        let inet = Rule::of(&ValueKind::Text, "inet");
+        assert_eq!(inet, Rule::Inet);
+        let eq = |a: &str, b: &str| inet.values_equal(&json!(a), &json!(b));
+        assert!(eq("::1/128", "::1"));
+        assert!(eq("0:0:0:0:0:0:0:1", "::1"));
+        assert!(eq("10.1.2.3/32", "10.1.2.3"));
+        assert!(!eq("10.1.2.3/8", "10.1.2.3"));
+        assert!(!eq("2001:db8::1/64", "2001:db8::1"));
+        assert!(!eq("::1", "::2"));
+        assert!(inet.texts_equal("::1/128", "::1"));
+        assert_eq!(Rule::of(&ValueKind::Text, "cidr"), Rule::Inet);
+        // Plain text is compared as text, whatever it looks like.
+        assert!(!Rule::of(&ValueKind::Text, "text").values_equal(&json!("::1/128"), &json!("::1")));
+        let arr = Rule::of(
+            &ValueKind::Array {
+                element: Box::new(ValueKind::Text),
+                delimiter: b',',
+            },
+            "inet[]",
+        );
+        assert!(arr.values_equal(
+            &json!(["::1/128", "10.0.0.1"]),
+            &json!(["::1", "10.0.0.1/32"])
+        ));
     }
 
     #[test]

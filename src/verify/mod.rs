@@ -5,7 +5,7 @@
 //! pagination: bounded memory on any table size), looks each page's keys up
 //! in the target (warehouse rows by key, Elasticsearch `_mget`, pipelined
 //! Redis reads), and compares every column in the form capture writes it
-//! (DESIGN.md, "Wire format"), read the way that sink stores it. Then it
+//! (docs/design.md, "Wire format"), read the way that sink stores it. Then it
 //! compares the target's live row count with the source's; when the target
 //! holds more, it pages through the target's keys to name the extra ones.
 //!

@@ -72,7 +72,14 @@ impl SourceTable {
 /// (`format` turns NULL into an empty string, hence the test of `::text`,
 /// which is NULL only for NULL, composites included.)
 fn output_text(name: &str) -> String {
-    let c = format!("s.{}", quote_ident(name));
+    output_text_of("s", name)
+}
+
+/// [`output_text`] of column `name` of alias `alias`: the warehouse is read
+/// in the same form (an `inet` column's `::text` is `::1/128`, its output
+/// `::1`).
+pub fn output_text_of(alias: &str, name: &str) -> String {
+    let c = format!("{alias}.{}", quote_ident(name));
     format!("CASE WHEN {c}::text IS NULL THEN NULL ELSE format('%s', {c}) END")
 }
 

@@ -102,7 +102,7 @@ fn customer_row(id: &str, balance: &str, notes: TupleValue, at: &str) -> TupleDa
     TupleData(vec![t(id), t("Ann O'Neil"), t(balance), notes, t(at)])
 }
 
-/// `public.all_types`: one column per mapping in DESIGN.md's table.
+/// `public.all_types`: one column per mapping in the value mapping of capture/src/value/mod.rs.
 fn all_types() -> (Relation, TupleData) {
     let cols: Vec<(&str, u32, i32, &str)> = vec![
         ("id", 20, -1, "9007199254740993"),

@@ -1,5 +1,5 @@
 //! Kafka record keys and values in the layout Debezium's PostgreSQL
-//! connector writes through Kafka Connect's JSON converter (DESIGN.md,
+//! connector writes through Kafka Connect's JSON converter (docs/design.md,
 //! "Wire format"): with schemas enabled each key and value is
 //! `{"schema": ..., "payload": ...}`, otherwise just the payload.
 //!

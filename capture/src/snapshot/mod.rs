@@ -1,4 +1,4 @@
-//! Chunked snapshots that run while the stream flows (DESIGN.md, "Capture" 6;
+//! Chunked snapshots that run while the stream flows (docs/design.md, "Snapshots";
 //! the DBLog watermark method).
 //!
 //! A chunk is read on a connection of its own: a low watermark

@@ -7,8 +7,8 @@ use std::borrow::Cow;
 use serde_json::{json, Map, Value};
 
 use super::array::{parse_array, ArrayNode};
-use super::json::{is_json_integer, is_json_number, write_i64, write_str};
-use super::scalar::{bytea_to_base64, normalize_money, parse_bool};
+use super::json::{is_json_integer, write_i64, write_str};
+use super::scalar::{bytea_to_base64, normalize_money, parse_bool, parse_float, FloatText};
 use super::temporal::{
     parse_date, parse_interval, parse_interval_parts, parse_time, parse_timestamp,
     parse_timestamptz, parse_timetz, write_zoned_time, write_zoned_timestamp, Interval,
@@ -17,7 +17,7 @@ use super::temporal::{
 
 pub(crate) const BOX_OID: u32 = 603;
 
-/// The JSON mapping of one PostgreSQL type (DESIGN.md, "Wire format").
+/// The JSON mapping of one PostgreSQL type (docs/design.md, "Wire format").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ValueKind {
     Bool,
@@ -134,9 +134,10 @@ impl ValueKind {
             ValueKind::Int16 | ValueKind::Int32 | ValueKind::Int64 => (is_json_integer(text)
                 && text.parse::<i64>().is_ok())
             .then_some(Mapped::Number(Cow::Borrowed(text))),
-            ValueKind::Float32 | ValueKind::Float64 => {
-                is_json_number(text).then_some(Mapped::Number(Cow::Borrowed(text)))
-            }
+            ValueKind::Float32 | ValueKind::Float64 => parse_float(text).map(|f| match f {
+                FloatText::Number(n) => Mapped::Number(n),
+                FloatText::NonFinite(s) => Mapped::Str(Cow::Borrowed(s)),
+            }),
             ValueKind::Money => normalize_money(text).map(|s| Mapped::Str(Cow::Owned(s))),
             ValueKind::Bytea => bytea_to_base64(text).map(|s| Mapped::Str(Cow::Owned(s))),
             ValueKind::ZonedTimestamp => parse_timestamptz(text).map(Mapped::ZonedTimestamp),

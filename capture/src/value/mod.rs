@@ -1,6 +1,6 @@
 //! Column values (pgoutput text format) -> JSON, following Debezium's
 //! default PostgreSQL type mapping so that Debezium consumers read oncely
-//! topics unchanged (DESIGN.md, "Wire format"). Deliberate choices:
+//! topics unchanged (docs/design.md, "Wire format"). Deliberate choices:
 //!
 //! - `numeric`/`decimal` are exact strings (Debezium's
 //!   `decimal.handling.mode=string`); their schema carries the source type,
@@ -9,9 +9,11 @@
 //!   create a `numeric(p,s)` column.
 //! - `money` is an exact digit string with the currency formatting removed
 //!   (see [`scalar::normalize_money`] for how locales are read).
-//! - `NaN`/`Infinity` floats have no JSON number: they stay their
-//!   PostgreSQL text, as a string, even though the field's schema type is
-//!   numeric.
+//! - `float4`/`float8` values are JSON numbers, except the non-finite ones,
+//!   which JSON numbers cannot hold: they are exactly the strings `"NaN"`,
+//!   `"Infinity"` and `"-Infinity"` (what Kafka Connect's JSON converter
+//!   writes for them), and a float field carries no other string
+//!   ([`scalar::parse_float`]). Sinks accept these three in float fields.
 //! - Dates and times cover PostgreSQL's whole range ([`temporal`]):
 //!   `infinity`/`-infinity` of `timestamp` and `date` are PostgreSQL's own
 //!   sentinels (`i64::MAX`/`i64::MIN` µs, `i32::MAX`/`i32::MIN` days); a
@@ -128,6 +130,38 @@ mod tests {
         assert_eq!(j(701, "NaN"), json!("NaN"));
         assert_eq!(j(701, "Infinity"), json!("Infinity"));
         assert_eq!(j(700, "-Infinity"), json!("-Infinity"));
+        // Beyond a `float` (what Elasticsearch maps a JSON double to) and
+        // at the edge of a double: JSON numbers, exactly.
+        assert_eq!(j(701, "1e+308"), json!(1e308));
+        assert_eq!(j(701, "-2.5e-300"), json!(-2.5e-300));
+        assert_eq!(j(700, "3.4028235e+38"), json!(3.402_823_5e38));
+    }
+
+    #[test]
+    fn non_finite_floats_are_the_three_connect_strings_and_nothing_else() {
+        for (text, wire) in [
+            ("nan", "NaN"),
+            ("inf", "Infinity"),
+            ("+Infinity", "Infinity"),
+            ("-inf", "-Infinity"),
+            ("-INFINITY", "-Infinity"),
+        ] {
+            assert_eq!(j(701, text), json!(wire), "{text}");
+            assert_eq!(j(700, text), json!(wire), "{text}");
+        }
+        // Finite text that is not a JSON literal is respelled as one.
+        assert_eq!(j(701, ".5"), json!(0.5));
+        assert_eq!(j(701, "+1"), json!(1.0));
+        let mut out = Vec::new();
+        ValueKind::Float64
+            .write_json("1.", &mut out)
+            .expect("a finite float");
+        assert_eq!(out, b"1.0");
+        // In arrays too.
+        assert_eq!(
+            j(1022, "{1e+308,NaN,-Infinity,NULL}"),
+            json!([1e308, "NaN", "-Infinity", null])
+        );
     }
 
     #[test]

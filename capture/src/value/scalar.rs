@@ -1,4 +1,5 @@
-//! Parsers for the non-temporal scalar text forms: boolean, money, bytea.
+//! Parsers for the non-temporal scalar text forms: boolean, floats, money,
+//! bytea.
 //!
 //! Each returns `None` for input it does not recognise; the caller then
 //! emits the text unchanged, so an unexpected server setting degrades to a
@@ -14,6 +15,50 @@ pub fn parse_bool(s: &str) -> Option<bool> {
         _ => None,
     }
 }
+
+/// A `float4`/`float8` value on the wire: a JSON number, or one of the
+/// three strings JSON has for what it cannot hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FloatText<'a> {
+    /// Text that is a JSON number literal, written as it is (PostgreSQL's
+    /// shortest exact spelling, e.g. `1e+308`).
+    Number(std::borrow::Cow<'a, str>),
+    /// `"NaN"`, `"Infinity"` or `"-Infinity"`: exactly what Kafka Connect's
+    /// JSON converter (Jackson, `QUOTE_NON_NUMERIC_NUMBERS`) writes for a
+    /// non-finite double, so Debezium consumers read them unchanged.
+    NonFinite(&'static str),
+}
+
+/// The wire form of float text; `None` for text that is no float at all.
+///
+/// PostgreSQL writes `NaN`, `Infinity` and `-Infinity`; other spellings a
+/// float parser takes (`nan`, `inf`, `+Infinity`) map to the same three
+/// strings, and finite text that is not a JSON literal (`.5`, `+1`, `1.`)
+/// is respelled as one, so a float field never carries any other string.
+pub fn parse_float(s: &str) -> Option<FloatText<'_>> {
+    if super::json::is_json_number(s) {
+        return Some(FloatText::Number(std::borrow::Cow::Borrowed(s)));
+    }
+    let f: f64 = s.trim().parse().ok()?;
+    Some(if f.is_nan() {
+        FloatText::NonFinite(NAN)
+    } else if f == f64::INFINITY {
+        FloatText::NonFinite(INFINITY)
+    } else if f == f64::NEG_INFINITY {
+        FloatText::NonFinite(NEG_INFINITY)
+    } else {
+        // `{:?}` is Rust's shortest round-trip spelling, always with a
+        // fraction or an exponent (`0.5`, `1e300`): a JSON literal.
+        FloatText::Number(std::borrow::Cow::Owned(format!("{f:?}")))
+    })
+}
+
+/// The wire strings of the non-finite floats (Jackson's spelling).
+pub const NAN: &str = "NaN";
+/// See [`NAN`].
+pub const INFINITY: &str = "Infinity";
+/// See [`NAN`].
+pub const NEG_INFINITY: &str = "-Infinity";
 
 /// `money` text -> exact decimal digits, e.g. `-$1,234.56` -> `-1234.56`.
 ///

@@ -1,4 +1,4 @@
-//! Date/time text forms -> Debezium's numbers and strings (DESIGN.md,
+//! Date/time text forms -> Debezium's numbers and strings (docs/design.md,
 //! "Wire format").
 //!
 //! PostgreSQL's text output depends on the session: we set `DateStyle=ISO`,

@@ -15,7 +15,7 @@ use tokio_postgres::Client;
 
 use super::{KeyPage, Partition, PAGE};
 use crate::verify::compare::TargetRow;
-use crate::verify::source::{quote_ident, SourceRow, SourceTable, SESSION_OPTIONS};
+use crate::verify::source::{output_text_of, quote_ident, SourceRow, SourceTable, SESSION_OPTIONS};
 use crate::verify::VerifyError;
 
 pub struct PgTarget {
@@ -157,10 +157,11 @@ impl PgTarget {
             .filter(|c| shape.columns.contains_key(*c))
             .collect();
         let keys = table.key_names();
+        // In the types' output form, as the source is read.
         let select = keys
             .iter()
             .chain(present.iter())
-            .map(|c| format!("t.{}::text", quote_ident(c)))
+            .map(|c| output_text_of("t", c))
             .collect::<Vec<_>>()
             .join(", ");
         let key_params: Vec<Vec<&str>> = (0..keys.len())

@@ -16,6 +16,10 @@
 //!   `delete.mode = "soft"` keeps the document with `soft.delete.field = true`
 //!   instead (and `false` on live documents), safe to replay from any point.
 //! * **Unchanged TOAST** values keep the stored field (see [`merge`]).
+//! * **Mapping.** The sink creates each index before its first write, with
+//!   floating-point columns mapped `double` (`real`: `float`) that keep
+//!   non-finite values in `_source` (see [`mapping`]); an index template
+//!   with mappings wins.
 //! * **Failures** ([`error`]): a record the cluster refuses (mapping conflict,
 //!   bad index name) is rejected to the dead-letter topic and the rest of the
 //!   batch applied again (harmlessly); 429/5xx/no response retry the batch
@@ -23,7 +27,7 @@
 //! * **Truncates** delete (or, soft, flag) the documents older than the
 //!   truncate by a query on `version.field`, which every document carries
 //!   (see [`truncate`]).
-//! * **Dates out of Elasticsearch's range** ([`ensure_indexes`]): an index the
+//! * **Dates out of Elasticsearch's range** ([`mapping`]): an index the
 //!   sink creates maps every field dynamic date detection types as `date`
 //!   with `ignore_malformed`, so a `timestamptz` of 44 BC or 294276 AD, or
 //!   `infinity`, is kept exactly in `_source` (unindexed) instead of
@@ -34,6 +38,7 @@
 pub mod bulk;
 pub mod config;
 pub mod error;
+pub mod mapping;
 pub mod merge;
 pub mod plan;
 pub mod truncate;
@@ -44,7 +49,7 @@ use ::elasticsearch::cert::{Certificate, CertificateValidation};
 use ::elasticsearch::cluster::ClusterHealthParts;
 use ::elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
 use ::elasticsearch::http::Url;
-use ::elasticsearch::indices::{IndicesCreateParts, IndicesPutIndexTemplateParts};
+use ::elasticsearch::indices::IndicesPutIndexTemplateParts;
 use ::elasticsearch::Elasticsearch;
 use async_trait::async_trait;
 use oncely_core::redact_url;
@@ -63,22 +68,8 @@ pub struct ElasticsearchSink {
     config: ElasticsearchConfig,
     /// Which table each index belongs to (lower-casing can merge two).
     claims: TargetClaims,
-    /// Indexes known to exist (created here, or found existing).
-    known: std::sync::Mutex<std::collections::HashSet<String>>,
-}
-
-/// The mapping of an index the sink creates: strings that dynamic date
-/// detection takes for dates become `date` fields that keep a value they
-/// cannot parse (`infinity`, a year before 0 or after 9999 as java.time
-/// writes it: `-0043-03-15T12:00:00.000000Z`, `+294276-...`) in `_source`
-/// unindexed, instead of refusing the whole document. Other fields map as
-/// Elasticsearch's defaults would; a type conflict elsewhere stays a dead
-/// letter.
-pub fn index_mappings() -> serde_json::Value {
-    serde_json::json!({"mappings": {"dynamic_templates": [{"oncely_dates": {
-        "match_mapping_type": "date",
-        "mapping": {"type": "date", "ignore_malformed": true}
-    }}]}})
+    /// The indexes seen, and whether the sink created them (see [`mapping`]).
+    mappings: mapping::Mappings,
 }
 
 impl ElasticsearchSink {
@@ -89,7 +80,7 @@ impl ElasticsearchSink {
             client,
             config: config.clone(),
             claims: TargetClaims::new("index", "sink.index.pattern"),
-            known: Default::default(),
+            mappings: mapping::Mappings::default(),
         };
         sink.check_cluster().await?;
         sink.install_template().await?;
@@ -113,56 +104,6 @@ impl ElasticsearchSink {
             // A name Elasticsearch refuses is the record's failure (in the plan).
             if let Ok(index) = event_index(&self.config.index_pattern, batch.topic(), event) {
                 self.claims.claim(&index, schema, table)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Creates the batch's indexes not known to exist with [`index_mappings`]
-    /// (merged with any matching index template), once per index and
-    /// process. An index that exists is left as it is: one created by an
-    /// earlier version, or by hand, keeps its mapping (add the dynamic
-    /// template to it, or to `template.file`, for out-of-range dates).
-    async fn ensure_indexes(&self, batch: &Batch) -> Result<(), SinkError> {
-        let mut wanted = Vec::new();
-        for record in batch.records() {
-            let Some(event) = record.event() else {
-                continue;
-            };
-            // A name Elasticsearch refuses is the record's failure (in the plan).
-            let Ok(index) = event_index(&self.config.index_pattern, batch.topic(), event) else {
-                continue;
-            };
-            let known = self.known.lock().is_ok_and(|k| k.contains(&index));
-            if !known && !wanted.contains(&index) {
-                wanted.push(index);
-            }
-        }
-        for index in wanted {
-            let response = self
-                .client
-                .indices()
-                .create(IndicesCreateParts::Index(&index))
-                .body(index_mappings())
-                .send()
-                .await
-                .map_err(|e| SinkError::retriable_from(format!("create index {index}"), e))?;
-            let status = response.status_code().as_u16();
-            let body = response.bytes().await.unwrap_or_default();
-            let exists =
-                String::from_utf8_lossy(&body).contains("resource_already_exists_exception");
-            if (200..300).contains(&status) || exists {
-                if let Ok(mut known) = self.known.lock() {
-                    known.insert(index);
-                }
-            } else if status == 429 || status >= 500 {
-                return Err(SinkError::retriable_from(
-                    format!("create index {index}"),
-                    bulk::status_error("create index", status, &body),
-                ));
-            } else {
-                // The bulk request creates it (or names the problem per document).
-                tracing::warn!(index, status, body = %String::from_utf8_lossy(&body), "could not create the index with its date mapping");
             }
         }
         Ok(())
@@ -291,7 +232,9 @@ impl Sink for ElasticsearchSink {
 
     async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
         self.claim_indexes(batch)?;
-        self.ensure_indexes(batch).await?;
+        self.mappings
+            .prepare(&self.client, batch, &self.config.index_pattern)
+            .await?;
         let plan = plan(batch, &self.config);
         if !plan.rejected.is_empty() {
             // Before any write: the runner dead-letters them and hands the rest back.

@@ -9,17 +9,24 @@
 //! numbers -> `double precision`, string -> `text`, array/object -> `jsonb`),
 //! so an epoch-micros timestamp lands as `bigint`: enable schemas for typed targets.
 //!
+//! Arrays of dates, timestamps and times (items `io.debezium.time.Date`,
+//! `MicroTimestamp`, `Timestamp`, `NanoTimestamp`, `MicroTime`, `Time`)
+//! become typed array columns (`date[]`, `timestamp[]`, `time[]`), their
+//! items converted from the epoch numbers to PostgreSQL text in Rust
+//! ([`Temporal`]), so nested arrays and NULL items keep their shape; a
+//! column that already exists as `jsonb` (created by earlier versions) keeps
+//! taking the JSON text.
+//!
 //! **Limits:** Connect `Decimal` as base64 bytes (Debezium's default
 //! `decimal.handling.mode=precise`) is stored as `bytea`, not `numeric`; use
-//! string decimals (oncely's default). Arrays of semantic types (e.g. dates) go to `jsonb`.
+//! string decimals (oncely's default). Arrays of other semantic types go to
+//! `jsonb`.
 //!
 //! Every value travels as text in one `text[]` parameter per column and is
 //! converted in SQL ([`ColumnSpec::select_expr`]), so a batch is one statement
 //! whatever the column types.
 
 use std::borrow::Cow;
-
-use std::collections::HashMap;
 
 use serde_json::Value;
 
@@ -49,6 +56,125 @@ pub enum Conv {
     Zoned,
     /// Base64 text -> bytea.
     Base64,
+    /// An array of epoch numbers of this kind -> a typed array: each item
+    /// converted to PostgreSQL text before the array is sent.
+    Each(Temporal),
+}
+
+/// An epoch number Debezium writes for a date or time, as an array item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Temporal {
+    /// Days since 1970-01-01 -> `date`.
+    Days,
+    /// Microseconds since the epoch -> `timestamp`.
+    Micros,
+    /// Milliseconds since the epoch -> `timestamp`.
+    Millis,
+    /// Nanoseconds since the epoch -> `timestamp` (microseconds kept).
+    Nanos,
+    /// Microseconds since midnight -> `time`.
+    MicrosOfDay,
+    /// Milliseconds since midnight -> `time`.
+    MillisOfDay,
+}
+
+const MICROS_PER_DAY: i64 = 86_400_000_000;
+
+impl Temporal {
+    /// The item kind of a column conversion, for the scalar conversions that have one.
+    fn of(conv: Conv) -> Option<Self> {
+        Some(match conv {
+            Conv::EpochDays => Temporal::Days,
+            Conv::EpochMicros => Temporal::Micros,
+            Conv::EpochMillis => Temporal::Millis,
+            Conv::EpochNanos => Temporal::Nanos,
+            Conv::MicrosOfDay => Temporal::MicrosOfDay,
+            Conv::MillisOfDay => Temporal::MillisOfDay,
+            _ => return None,
+        })
+    }
+
+    /// PostgreSQL input text for an item: an epoch number converted
+    /// (`20454` days -> `2026-01-01`, years before 1 as `... BC`), a string
+    /// (`infinity`) as it is; `None` for anything else.
+    pub fn text(self, item: &Value) -> Option<String> {
+        let n = match item {
+            Value::String(s) => return Some(s.clone()),
+            Value::Number(n) => n.as_i64()?,
+            _ => return None,
+        };
+        // PostgreSQL's own infinity sentinels, as capture sends them (the
+        // scalar columns' rule: `Conv::pg_text`).
+        let infinite = match (self, n) {
+            (Temporal::Days, n) if n == i64::from(i32::MAX) => Some("infinity"),
+            (Temporal::Days, n) if n == i64::from(i32::MIN) => Some("-infinity"),
+            (Temporal::Micros, i64::MAX) => Some("infinity"),
+            (Temporal::Micros, i64::MIN) => Some("-infinity"),
+            _ => None,
+        };
+        if let Some(word) = infinite {
+            return Some(word.to_owned());
+        }
+        Some(match self {
+            Temporal::Days => date_text(n),
+            Temporal::Micros => timestamp_text(n),
+            Temporal::Millis => timestamp_text(n.checked_mul(1000)?),
+            Temporal::Nanos => timestamp_text(n.div_euclid(1000)),
+            Temporal::MicrosOfDay => time_text(n),
+            Temporal::MillisOfDay => time_text(n.checked_mul(1000)?),
+        })
+    }
+}
+
+/// `(year, month, day)` of the proleptic Gregorian calendar (year 0 = 1 BC)
+/// for days since 1970-01-01, for any `i64` PostgreSQL can hold (H. Hinnant's
+/// `civil_from_days`).
+fn civil(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// `YYYY-MM-DD`, or `YYYY-MM-DD BC` before year 1.
+fn date_text(days: i64) -> String {
+    let (year, month, day) = civil(days);
+    if year <= 0 {
+        format!("{:04}-{month:02}-{day:02} BC", 1 - year)
+    } else {
+        format!("{year:04}-{month:02}-{day:02}")
+    }
+}
+
+/// `HH:MM:SS.ffffff`; a whole day is `24:00:00`, which `time` holds.
+fn time_text(micros: i64) -> String {
+    let s = micros / 1_000_000;
+    format!(
+        "{:02}:{:02}:{:02}.{:06}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        micros % 1_000_000
+    )
+}
+
+/// `YYYY-MM-DD HH:MM:SS.ffffff`, the era last (`... BC`).
+fn timestamp_text(micros: i64) -> String {
+    let (days, tod) = (
+        micros.div_euclid(MICROS_PER_DAY),
+        micros.rem_euclid(MICROS_PER_DAY),
+    );
+    let date = date_text(days);
+    match date.strip_suffix(" BC") {
+        Some(d) => format!("{d} {} BC", time_text(tod)),
+        None => format!("{date} {}", time_text(tod)),
+    }
 }
 
 /// A column as the events describe it.
@@ -95,6 +221,8 @@ impl ColumnSpec {
             Conv::Micros => format!("CASE WHEN {int} THEN ({v} || ' microseconds')::interval ELSE {v}::interval END"),
             Conv::Zoned => v.to_owned(),
             Conv::Base64 => format!("decode({v}, 'base64')"),
+            // Items converted in Rust (`to_text_as`): the array text casts.
+            Conv::Each(_) => v.to_owned(),
         };
         // PostgreSQL rounds a value to a `numeric(p,s)` column's scale without
         // a word; a value that does not fit exactly must be refused instead
@@ -210,6 +338,14 @@ pub fn compatible(spec: &ColumnSpec, actual: &str) -> Result<(), String> {
         || is_text(actual)
         || (spec.inferred && want == "text")
         || (spec.inferred && want == "jsonb" && (have == "json" || have.ends_with("[]")))
+        // Temporal arrays went to `jsonb` before they were typed: such a
+        // column keeps taking them, as JSON text.
+        || (matches!(spec.conv, Conv::Each(_)) && have == "jsonb")
+        // Network addresses travel as plain strings (as Debezium's do): a
+        // column the user typed `inet`, `cidr` or `macaddr` takes them by
+        // cast (text that is no address is a data error: a dead letter).
+        || (want == "text" && is_network(&have))
+        || (want == "text[]" && have.strip_suffix("[]").is_some_and(is_network))
         // A JSON integer says nothing of its width: inferred, it fits any
         // integer column (a value out of range is an error, never rounded).
         || (spec.inferred && want == "bigint" && matches!(have.as_str(), "smallint" | "integer"))
@@ -227,6 +363,10 @@ pub fn compatible(spec: &ColumnSpec, actual: &str) -> Result<(), String> {
             spec.ddl
         ))
     }
+}
+
+fn is_network(t: &str) -> bool {
+    matches!(t, "inet" | "cidr" | "macaddr" | "macaddr8")
 }
 
 /// A type of the exact-number family, by what it holds.
@@ -396,13 +536,16 @@ pub fn from_schema(field: &Value) -> ColumnSpec {
         "double" | "float64" => ColumnSpec::new("double precision", Conv::Cast),
         "bytes" => ColumnSpec::new("bytea", Conv::Base64),
         "array" => match field.get("items").map(from_schema) {
-            // Zoned elements are converted one by one (`to_text`).
-            Some(item)
-                if matches!(item.conv, Conv::Cast | Conv::Zoned) && !item.ddl.ends_with("[]") =>
-            {
+            Some(item) if item.ddl.ends_with("[]") => ColumnSpec::new("jsonb", Conv::Cast),
+            // Zoned items are converted one by one (`to_text_as`).
+            Some(item) if matches!(item.conv, Conv::Cast | Conv::Zoned) => {
                 ColumnSpec::new(format!("{}[]", item.ddl), Conv::Cast)
             }
-            _ => ColumnSpec::new("jsonb", Conv::Cast),
+            Some(item) => match Temporal::of(item.conv) {
+                Some(t) => ColumnSpec::new(format!("{}[]", item.ddl), Conv::Each(t)),
+                None => ColumnSpec::new("jsonb", Conv::Cast),
+            },
+            None => ColumnSpec::new("jsonb", Conv::Cast),
         },
         "struct" | "map" => ColumnSpec::new("jsonb", Conv::Cast),
         _ => ColumnSpec::new("text", Conv::Cast),
@@ -426,26 +569,16 @@ pub fn infer(value: &Value) -> Option<ColumnSpec> {
     })
 }
 
-/// The fields of the `after` (or `before`) row struct in a value schema, by column name.
-pub fn row_fields(schema: Option<&Value>) -> Option<HashMap<&str, &Value>> {
-    let fields = schema?.get("fields")?.as_array()?;
-    let named = |name: &str| {
-        fields
-            .iter()
-            .find(|f| f.get("field").and_then(Value::as_str) == Some(name))
-    };
-    let row = named("after").or_else(|| named("before"))?;
-    Some(
-        row.get("fields")?
-            .as_array()?
-            .iter()
-            .filter_map(|f| Some((f.get("field")?.as_str()?, f)))
-            .collect(),
-    )
-}
+pub use crate::event::row_fields;
 
-/// The text a JSON value is sent as, for a column of type `actual`; `None` for SQL NULL.
-pub fn to_text<'v>(value: &'v Value, actual: &str) -> Option<Cow<'v, str>> {
+/// The text a JSON value is sent as, for a column of type `actual`, with
+/// the items of an array converted by `each` (see [`Conv::Each`]); `None`
+/// for SQL NULL.
+pub fn to_text_as<'v>(
+    value: &'v Value,
+    actual: &str,
+    each: Option<Temporal>,
+) -> Option<Cow<'v, str>> {
     match value {
         Value::Null => None,
         Value::String(s) => Some(Cow::Borrowed(s)),
@@ -459,16 +592,21 @@ pub fn to_text<'v>(value: &'v Value, actual: &str) -> Option<Cow<'v, str>> {
                 }
                 match item {
                     Value::Null => out.push_str("NULL"),
-                    Value::Array(_) => out.push_str(&to_text(item, actual).unwrap_or_default()),
+                    Value::Array(_) => {
+                        out.push_str(&to_text_as(item, actual, each).unwrap_or_default())
+                    }
                     other => {
-                        let text = match other {
-                            // Signed ISO years of `timestamptz[]` elements
-                            // in the era form PostgreSQL reads.
-                            Value::String(s) if actual.starts_with("timestamp with time zone") => {
+                        let text = match (each.and_then(|t| t.text(other)), other) {
+                            (Some(t), _) => t,
+                            // Signed ISO years of `timestamptz[]` items in
+                            // the era form PostgreSQL reads.
+                            (None, Value::String(s))
+                                if actual.starts_with("timestamp with time zone") =>
+                            {
                                 iso_era(Cow::Borrowed(s)).into_owned()
                             }
-                            Value::String(s) => s.clone(),
-                            v => v.to_string(),
+                            (None, Value::String(s)) => s.clone(),
+                            (None, v) => v.to_string(),
                         };
                         out.push('"');
                         out.push_str(&text.replace('\\', "\\\\").replace('"', "\\\""));
@@ -534,6 +672,22 @@ mod tests {
             ),
             (
                 json!({"type": "array", "items": {"type": "int32", "name": "io.debezium.time.Date"}}),
+                "date[]",
+            ),
+            (
+                json!({"type": "array", "items": {"type": "int64", "name": "io.debezium.time.MicroTimestamp"}}),
+                "timestamp[]",
+            ),
+            (
+                json!({"type": "array", "items": {"type": "int64", "name": "io.debezium.time.MicroTime"}}),
+                "time[]",
+            ),
+            (
+                json!({"type": "array", "items": {"type": "string", "name": "io.debezium.time.ZonedTimestamp"}}),
+                "timestamptz[]",
+            ),
+            (
+                json!({"type": "array", "items": {"type": "bytes"}}),
                 "jsonb",
             ),
             (
@@ -575,6 +729,15 @@ mod tests {
         let inferred_int = infer(&json!(7)).expect("spec");
         assert!(compatible(&inferred_int, "integer").is_ok());
         assert!(compatible(&inferred_int, "smallint").is_ok());
+        // Addresses are strings on the wire; a column typed for them takes them.
+        let text = from_schema(&json!({"type": "string"}));
+        for t in ["inet", "cidr", "macaddr", "macaddr8"] {
+            assert!(compatible(&text, t).is_ok(), "{t}");
+        }
+        let texts = from_schema(&json!({"type": "array", "items": {"type": "string"}}));
+        assert!(compatible(&texts, "inet[]").is_ok());
+        assert!(compatible(&texts, "inet").is_err());
+        assert!(compatible(&text, "integer").is_err());
         assert!(compatible(&infer(&json!(1.5)).expect("spec"), "integer").is_err());
     }
 
@@ -680,24 +843,82 @@ mod tests {
     }
 
     #[test]
-    fn values_become_text() {
-        assert_eq!(to_text(&json!(null), "text"), None);
-        assert_eq!(to_text(&json!(12), "bigint").as_deref(), Some("12"));
+    fn temporal_array_items_become_postgres_text() {
+        let dates = from_schema(
+            &json!({"type": "array", "items": {"type": "int32", "name": "io.debezium.time.Date"}}),
+        );
+        assert_eq!(dates.conv, Conv::Each(Temporal::Days));
+        assert!(compatible(&dates, "date[]").is_ok());
+        // Columns typed `jsonb` by earlier versions keep taking them.
+        assert!(compatible(&dates, "jsonb").is_ok());
+        assert!(compatible(&dates, "integer[]").is_err());
+        let value = json!([[20454, null], [10956, "infinity"], [-719528, -2440588]]);
         assert_eq!(
-            to_text(&json!(["a,b", "x\"y", null]), "text[]").as_deref(),
+            to_text_as(&value, "date[]", Some(Temporal::Days)).as_deref(),
+            Some(
+                r#"{{"2026-01-01",NULL},{"1999-12-31","infinity"},{"0001-01-01 BC","4714-11-24 BC"}}"#
+            )
+        );
+        let t = |kind: Temporal, v: Value| kind.text(&v).expect("text");
+        assert_eq!(t(Temporal::Days, json!(0)), "1970-01-01");
+        assert_eq!(t(Temporal::Days, json!(-1)), "1969-12-31");
+        assert_eq!(t(Temporal::Days, json!(2_932_896)), "9999-12-31");
+        assert_eq!(t(Temporal::Days, json!(2_932_897)), "10000-01-01");
+        assert_eq!(t(Temporal::Micros, json!(-1)), "1969-12-31 23:59:59.999999");
+        assert_eq!(
+            t(Temporal::Micros, json!(-62_135_596_800_000_001_i64)),
+            "0001-12-31 23:59:59.999999 BC"
+        );
+        assert_eq!(
+            t(Temporal::Millis, json!(1_500)),
+            "1970-01-01 00:00:01.500000"
+        );
+        assert_eq!(
+            t(Temporal::Nanos, json!(1_999)),
+            "1970-01-01 00:00:00.000001"
+        );
+        assert_eq!(
+            t(Temporal::MicrosOfDay, json!(86_400_000_000_i64)),
+            "24:00:00.000000"
+        );
+        assert_eq!(
+            t(Temporal::MillisOfDay, json!(45_296_500)),
+            "12:34:56.500000"
+        );
+        assert_eq!(Temporal::Days.text(&json!(true)), None);
+        assert_eq!(t(Temporal::Days, json!(i32::MAX)), "infinity");
+        assert_eq!(t(Temporal::Days, json!(i32::MIN)), "-infinity");
+        assert_eq!(t(Temporal::Micros, json!(i64::MAX)), "infinity");
+        assert_eq!(t(Temporal::Micros, json!(i64::MIN)), "-infinity");
+        assert_eq!(canonical("timestamp[]"), "timestamp without time zone[]");
+    }
+
+    #[test]
+    fn values_become_text() {
+        assert_eq!(to_text_as(&json!(null), "text", None), None);
+        assert_eq!(
+            to_text_as(&json!(12), "bigint", None).as_deref(),
+            Some("12")
+        );
+        assert_eq!(
+            to_text_as(&json!(["a,b", "x\"y", null]), "text[]", None).as_deref(),
             Some(r#"{"a,b","x\"y",NULL}"#)
         );
-        assert_eq!(to_text(&json!([1, 2]), "jsonb").as_deref(), Some("[1,2]"));
         assert_eq!(
-            to_text(
+            to_text_as(
                 &json!(["-0043-03-15T12:00:00.000000Z", "infinity"]),
-                "timestamp with time zone[]"
+                "timestamp with time zone[]",
+                None
             )
             .as_deref(),
             Some(r#"{"0044-03-15T12:00:00.000000Z BC","infinity"}"#)
         );
         assert_eq!(
-            to_text(&json!({"a": 1}), "jsonb").as_deref(),
+            to_text_as(&json!([1, 2]), "jsonb", None).as_deref(),
+            Some("[1,2]")
+        );
+        assert_eq!(
+            to_text_as(&json!({"a": 1}), "jsonb", None).as_deref(),
             Some(r#"{"a":1}"#)
         );
         assert_eq!(base_type("numeric(12,2)"), "numeric");

@@ -24,7 +24,7 @@ use super::config::{DeleteMode, TruncateMode};
 use super::error::{classify, Class};
 use super::plan::{column_values, HistoryRow, Row};
 use super::table::{literal, quote, TableInfo};
-use super::types::{to_text, ColumnSpec, Conv};
+use super::types::{to_text_as, ColumnSpec, Conv, Temporal};
 use crate::error::RecordFailure;
 
 /// Rows of one table that share a column list: one statement.
@@ -445,10 +445,14 @@ fn column_param<'v>(
             _ => {}
         }
     }
+    let each = match conv {
+        Conv::Each(t) if actual.ends_with("[]") => Some(t),
+        _ => None,
+    };
     let texts: Vec<Option<Cow<'v, str>>> = values
         .iter()
         .map(|v| {
-            v.and_then(|v| to_text(v, actual))
+            v.and_then(|v| to_text_as(v, actual, each))
                 .map(|t| conv.pg_text(t, actual))
         })
         .collect();
@@ -499,6 +503,9 @@ pub fn conv_for_type(actual: &str) -> Conv {
         "interval" => Conv::Micros,
         "timestamp with time zone" => Conv::Zoned,
         "bytea" => Conv::Base64,
+        "date[]" => Conv::Each(Temporal::Days),
+        "timestamp without time zone[]" => Conv::Each(Temporal::Micros),
+        "time without time zone[]" => Conv::Each(Temporal::MicrosOfDay),
         _ => Conv::Cast,
     }
 }
