@@ -31,6 +31,9 @@ pub const DEFAULT_BATCH_MAX_EVENTS: usize = 20_000;
 pub const DEFAULT_BATCH_MAX_BYTES: usize = 64 * 1024 * 1024;
 pub const DEFAULT_BATCH_MAX_MS: u64 = 25;
 pub const DEFAULT_HEARTBEAT_MS: u64 = 10_000;
+/// Default `health.ready.max.lag.ms`: how long changes read may wait for a
+/// Kafka commit before `/readyz` answers 503.
+pub const DEFAULT_READY_MAX_LAG_MS: u64 = 60_000;
 pub const DEFAULT_STATUS_INTERVAL_MS: u64 = 1_000;
 pub const DEFAULT_SNAPSHOT_CHUNK_SIZE: usize = 1024;
 /// Snapshot rows of a chunk share one commit LSN and are told apart by
@@ -93,6 +96,9 @@ pub struct CaptureConfig {
     pub offset: OffsetConfig,
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// `health.ready.max.lag.ms`.
+    #[serde(default)]
+    pub health: HealthConfig,
     /// `[outbox]`: route an outbox table's inserts as domain events.
     pub outbox: Option<crate::outbox::OutboxConfig>,
     /// `snapshot.mode`, `snapshot.new.tables`.
@@ -629,6 +635,30 @@ pub struct MetricsConfig {
     pub listen: Option<String>,
 }
 
+/// `health.ready.max.lag.ms`: `/readyz` answers 503 while changes read have
+/// waited longer than this for a Kafka commit (default
+/// [`DEFAULT_READY_MAX_LAG_MS`]).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthConfig {
+    #[serde(default)]
+    pub ready: HealthReady,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthReady {
+    #[serde(default)]
+    pub max: HealthReadyMax,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthReadyMax {
+    #[serde(default)]
+    pub lag: MillisConfig,
+}
+
 /// Librdkafka properties a user may not override: they carry the exactly-once guarantee.
 const RESERVED_PRODUCER_KEYS: &[&str] = &[
     "transactional.id",
@@ -798,6 +828,14 @@ impl CaptureConfig {
                 ));
             }
         }
+        if let Some(ms) = self.health.ready.max.lag.ms {
+            if !(100..=86_400_000).contains(&ms) {
+                return Err(invalid(
+                    "health.ready.max.lag.ms",
+                    format!("{ms} must be between 100 and 86400000 (default {DEFAULT_READY_MAX_LAG_MS})"),
+                ));
+            }
+        }
         if let Some(listen) = &self.metrics.listen {
             listen.parse::<std::net::SocketAddr>().map_err(|e| {
                 invalid(
@@ -894,6 +932,18 @@ impl CaptureConfig {
 
     pub fn heartbeat_interval(&self) -> Duration {
         Duration::from_millis(self.heartbeat.interval.ms.unwrap_or(DEFAULT_HEARTBEAT_MS))
+    }
+
+    /// `health.ready.max.lag.ms` as a duration.
+    pub fn ready_max_lag(&self) -> Duration {
+        Duration::from_millis(
+            self.health
+                .ready
+                .max
+                .lag
+                .ms
+                .unwrap_or(DEFAULT_READY_MAX_LAG_MS),
+        )
     }
 
     pub fn batch_max_time(&self) -> Duration {
@@ -1007,6 +1057,7 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
                 "kafka.producer",
             ),
             ("metrics.listen = \"nope\"", "metrics.listen"),
+            ("health.ready.max.lag.ms = 5", "health.ready.max.lag.ms"),
             ("message.key.columns = \"orders\"", "message.key.columns"),
             ("snapshot.mode = \"sometimes\"", "snapshot.mode"),
             (

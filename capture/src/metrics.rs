@@ -1,14 +1,14 @@
-//! Prometheus metrics of capture, registered once, and the `/metrics` endpoint.
+//! Prometheus metrics of capture, registered once, and what the shared
+//! listener (`oncely_core::endpoint`) serves: `/metrics` and `/readyz`.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
     Opts, Registry, TextEncoder,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+
+use crate::health::CaptureHealth;
 
 pub const EVENTS_TOTAL: &str = "oncely_capture_events_total";
 pub const KAFKA_TRANSACTIONS_TOTAL: &str = "oncely_capture_kafka_transactions_total";
@@ -73,6 +73,8 @@ pub struct CaptureMetrics {
     pub refused_changes: IntCounterVec,
     /// What a progress bar shows; `None` when no snapshot runs.
     pub snapshot_view: Arc<Mutex<Option<SnapshotView>>>,
+    /// What `/readyz` answers.
+    pub health: CaptureHealth,
 }
 
 impl CaptureMetrics {
@@ -141,6 +143,7 @@ impl CaptureMetrics {
                 "Changes not published because the table's replica identity does not carry its key",
             ),
             snapshot_view: Arc::new(Mutex::new(None)),
+            health: CaptureHealth::default(),
             events: counter(EVENTS_TOTAL, "Kafka records published"),
             kafka_transactions: counter(KAFKA_TRANSACTIONS_TOTAL, "Kafka transactions committed"),
             batch_commit,
@@ -168,22 +171,12 @@ impl CaptureMetrics {
     }
 }
 
-/// Serves `GET /metrics` on `addr` until the task is dropped.
-pub async fn serve(addr: SocketAddr, metrics: CaptureMetrics) -> std::io::Result<()> {
-    let listener = TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "metrics endpoint listening");
-    loop {
-        let (mut socket, _) = listener.accept().await?;
-        let body = metrics.render();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 1024];
-            let _ = socket.read(&mut buf).await;
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = socket.write_all(head.as_bytes()).await;
-            let _ = socket.write_all(&body).await;
-        });
+impl oncely_core::endpoint::Probe for CaptureMetrics {
+    fn metrics(&self) -> Vec<u8> {
+        self.render()
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        self.health.ready()
     }
 }

@@ -2,9 +2,11 @@
 //!
 //! Today: [`secret`] (values that never print themselves, `${env:..}` and
 //! `${file:..}` references, URLs and configuration errors told without the
-//! secrets in them). The architecture issue moves the wire contract,
-//! identifier quoting, connection setup, backoff and the HTTP listener here.
+//! secrets in them) and [`endpoint`] (the HTTP listener of `/metrics`,
+//! `/healthz` and `/readyz`). The architecture issue moves the wire
+//! contract, identifier quoting, connection setup and backoff here.
 
+pub mod endpoint;
 pub mod secret;
 
 pub use secret::{redact_url, toml_error, Secret, SecretError};

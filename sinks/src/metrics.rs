@@ -1,15 +1,11 @@
 //! The runner's Prometheus metrics: names as constants, registered once per runner,
-//! served as Prometheus text at `/metrics` by a tiny HTTP listener.
-
-use std::net::SocketAddr;
+//! served as Prometheus text at `/metrics` by the shared listener
+//! (`oncely_core::endpoint`, with `/healthz` and `/readyz`).
 
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
 
 /// Gauge: records between the partition's high watermark and the consumer's committed offset.
 pub const CONSUMER_LAG_RECORDS: &str = "oncely_sink_consumer_lag_records";
@@ -161,74 +157,12 @@ impl Metrics {
     }
 }
 
-/// Binds `addr` for [`serve`]; separate so that a bad address fails the start, not later.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
-}
-
-/// Serves `GET /metrics` (anything else is 404) until `stop` fires. One request per
-/// connection; each connection is handled on its own task and bounded in time and size.
-pub async fn serve(listener: TcpListener, metrics: Metrics, stop: CancellationToken) {
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => return,
-            a = listener.accept() => a,
-        };
-        match accepted {
-            Ok((stream, _)) => {
-                let metrics = metrics.clone();
-                // Detached on purpose: each connection ends within the timeout below.
-                drop(tokio::spawn(async move {
-                    let answer = tokio::time::timeout(
-                        std::time::Duration::from_secs(5),
-                        respond(stream, &metrics),
-                    );
-                    if let Ok(Err(e)) = answer.await {
-                        tracing::debug!("metrics connection: {e}");
-                    }
-                }));
-            }
-            Err(e) => {
-                tracing::warn!("metrics listener: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-        }
-    }
-}
-
-async fn respond(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
-    let mut buf = vec![0u8; 4096];
-    let mut len = 0;
-    while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") && len < buf.len() {
-        let n = stream.read(&mut buf[len..]).await?;
-        if n == 0 {
-            break;
-        }
-        len += n;
-    }
-    let request = String::from_utf8_lossy(&buf[..len]);
-    let mut parts = request.split_whitespace();
-    let (status, content_type, body) = match (parts.next(), parts.next()) {
-        (Some("GET"), Some("/metrics")) => {
-            ("200 OK", "text/plain; version=0.0.4", metrics.render())
-        }
-        _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn serves_text_format_and_404() {
+    #[test]
+    fn renders_text_format() {
         let metrics = Metrics::new().expect("metrics");
         metrics
             .events_applied
@@ -238,33 +172,14 @@ mod tests {
             .batch_duration
             .with_label_values(&["s"])
             .observe(0.02);
-        let listener = bind("127.0.0.1:0".parse().expect("addr"))
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let stop = CancellationToken::new();
-        let server = tokio::spawn(serve(listener, metrics, stop.clone()));
-        let get = |path: &'static str| async move {
-            let mut s = TcpStream::connect(addr).await.expect("connect");
-            s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-                .await
-                .expect("write");
-            let mut out = String::new();
-            s.read_to_string(&mut out).await.expect("read");
-            out
-        };
-        let ok = get("/metrics").await;
-        assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+        let text = metrics.render();
         assert!(
-            ok.contains("oncely_sink_events_applied_total{sink=\"s\",topic=\"t\"} 3"),
-            "{ok}"
+            text.contains("oncely_sink_events_applied_total{sink=\"s\",topic=\"t\"} 3"),
+            "{text}"
         );
         assert!(
-            ok.contains("oncely_sink_batch_duration_seconds_bucket"),
-            "{ok}"
+            text.contains("oncely_sink_batch_duration_seconds_bucket"),
+            "{text}"
         );
-        assert!(get("/other").await.starts_with("HTTP/1.1 404"));
-        stop.cancel();
-        server.await.expect("server task");
     }
 }

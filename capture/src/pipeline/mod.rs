@@ -71,6 +71,7 @@ pub async fn run(
             Ok(()) => return Ok(()),
             Err(e) if e.is_retriable() && !shutdown.is_cancelled() => {
                 metrics.restarts.inc();
+                metrics.health.down(&e.to_string());
                 if started.elapsed() > Duration::from_secs(60) {
                     backoff = Duration::from_millis(500);
                 }
@@ -230,6 +231,7 @@ async fn run_once(
 
     let schemas = crate::schema_change::read_history(cfg).await?;
     let stream = connect_stream(cfg, offset.flush_lsn).await?;
+    metrics.health.connected();
     let mut pipeline = Pipeline {
         cfg,
         offsets_topic,
@@ -1148,6 +1150,7 @@ impl Pipeline<'_> {
 
     fn open_batch(&mut self) -> Result<(), CaptureError> {
         if self.batch.is_none() {
+            self.metrics.health.waiting();
             self.producer.begin()?;
             self.batch = Some(OpenBatch {
                 started: Instant::now(),
@@ -1236,6 +1239,7 @@ impl Pipeline<'_> {
             .batch_commit
             .observe(inflight.started.elapsed().as_secs_f64());
         self.metrics.kafka_transactions.inc();
+        self.metrics.health.committed();
         self.committed = inflight.offset;
         // Kafka now holds everything up to flush_lsn: PostgreSQL may release it.
         self.stream

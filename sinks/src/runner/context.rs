@@ -318,6 +318,7 @@ impl ConsumerContext for RunnerContext {
         );
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.shared.liveness.joined();
                 self.on_assign(consumer, tpl);
                 if cooperative {
                     consumer.incremental_assign(tpl)
