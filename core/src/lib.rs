@@ -2,11 +2,12 @@
 //!
 //! Today: [`secret`] (values that never print themselves, `${env:..}` and
 //! `${file:..}` references, URLs and configuration errors told without the
-//! secrets in them) and [`endpoint`] (the HTTP listener of `/metrics`,
-//! `/healthz` and `/readyz`). The architecture issue moves the wire
+//! secrets in them), [`endpoint`] (the HTTP listener of `/metrics`,
+//! `/healthz` and `/readyz`) and [`log_limit`] (rate-limited warnings). The architecture issue moves the wire
 //! contract, identifier quoting, connection setup and backoff here.
 
 pub mod endpoint;
+pub mod log_limit;
 pub mod secret;
 
 pub use secret::{redact_url, toml_error, Secret, SecretError};
