@@ -296,3 +296,75 @@ async fn capture_is_not_ready_while_it_cannot_reach_postgres() -> Result<()> {
     env.cleanup().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_retaining_more_than_slot_max_retained_bytes_is_reported() -> Result<()> {
+    let env = CaptureEnv::new("health_slot").await?;
+    env.client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        .await?;
+    let addr = free_addr();
+    let config = |limit: u64| {
+        env.config(&format!(
+            "metrics.listen = \"{addr}\"\nheartbeat.interval.ms = 200\nslot.max.retained.bytes = {limit}\n"
+        ))
+    };
+    let path = env.write_config("capture.toml", &config(4096))?;
+    let capture = env.spawn_capture(&path)?;
+    env.wait_slot_active().await?;
+    wait_status(addr, "/healthz", 200, Duration::from_secs(30)).await?;
+    // About 2.5 MB of WAL: the slot keeps it until the server logs its
+    // running transactions again and capture confirms past them.
+    env.client
+        .batch_execute("INSERT INTO t SELECT g, repeat('x', 1000) FROM generate_series(1, 2000) g")
+        .await?;
+    let why = wait_status(addr, "/readyz", 503, Duration::from_secs(30)).await?;
+    assert!(
+        why.contains(&format!("replication slot {} retains", env.slot))
+            && why.contains("slot.max.retained.bytes = 4096"),
+        "{why}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !env
+        .capture_log()
+        .contains("more than slot.max.retained.bytes = 4096")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no error logged:\n{}",
+            env.capture_log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        env.capture_log()
+            .lines()
+            .filter(|l| l.contains("more than slot.max.retained.bytes"))
+            .count()
+            <= 1,
+        "the error is rate-limited:\n{}",
+        env.capture_log()
+    );
+    drop(capture);
+
+    // A limit the slot stays below: ready, the metric at 0.
+    std::fs::write(&path, config(1 << 30))?;
+    let capture = env.spawn_capture(&path)?;
+    wait_status(addr, "/readyz", 200, Duration::from_secs(60)).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = get(addr, "/metrics").await?.1;
+        if metrics
+            .lines()
+            .any(|l| l.starts_with("oncely_capture_slot_over_limit{") && l.ends_with(" 0"))
+            && metrics.contains("oncely_capture_slot_max_retained_bytes")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{metrics}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(capture);
+    env.cleanup().await;
+    Ok(())
+}

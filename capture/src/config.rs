@@ -369,6 +369,9 @@ pub struct SlotConfig {
     /// Create the slot when it does not exist (default true).
     #[serde(default = "yes")]
     pub create: bool,
+    /// `slot.max.retained.bytes`.
+    #[serde(default)]
+    pub max: SlotMax,
 }
 
 impl Default for SlotConfig {
@@ -376,8 +379,24 @@ impl Default for SlotConfig {
         SlotConfig {
             name: DEFAULT_SLOT.into(),
             create: true,
+            max: SlotMax::default(),
         }
     }
+}
+
+/// `slot.max.retained.bytes`: WAL the slot may keep on the server before
+/// capture reports it (an error log, a metric, `/readyz` 503). Unset: no limit.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlotMax {
+    #[serde(default)]
+    pub retained: SlotRetained,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlotRetained {
+    pub bytes: Option<u64>,
 }
 
 fn default_slot() -> String {
@@ -828,6 +847,12 @@ impl CaptureConfig {
                 ));
             }
         }
+        if self.slot.max.retained.bytes == Some(0) {
+            return Err(invalid(
+                "slot.max.retained.bytes",
+                "0 would report every slot; leave it unset for no limit".to_owned(),
+            ));
+        }
         if let Some(ms) = self.health.ready.max.lag.ms {
             if !(100..=86_400_000).contains(&ms) {
                 return Err(invalid(
@@ -1058,6 +1083,7 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
             ),
             ("metrics.listen = \"nope\"", "metrics.listen"),
             ("health.ready.max.lag.ms = 5", "health.ready.max.lag.ms"),
+            ("slot.max.retained.bytes = 0", "slot.max.retained.bytes"),
             ("message.key.columns = \"orders\"", "message.key.columns"),
             ("snapshot.mode = \"sometimes\"", "snapshot.mode"),
             (

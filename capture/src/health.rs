@@ -22,6 +22,8 @@ struct State {
     /// Since when records read wait for a commit (`None`: nothing waits).
     waiting_since: Option<Instant>,
     last_commit: Option<Instant>,
+    /// Why the slot is over `slot.max.retained.bytes`, while it is.
+    slot_over: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -48,6 +50,7 @@ impl CaptureHealth {
                 stream: Stream::Starting,
                 waiting_since: None,
                 last_commit: None,
+                slot_over: None,
             })),
         }
     }
@@ -83,6 +86,11 @@ impl CaptureHealth {
         s.waiting_since = None;
     }
 
+    /// The slot retains more WAL than allowed (`Some(why)`), or no longer (`None`).
+    pub fn slot_over(&self, why: Option<String>) {
+        self.lock().slot_over = why;
+    }
+
     /// `Ok` when ready, else the reason.
     pub fn ready(&self) -> Result<(), String> {
         self.ready_at(Instant::now())
@@ -100,6 +108,9 @@ impl CaptureHealth {
                 ))
             }
             Stream::Connected => {}
+        }
+        if let Some(why) = &s.slot_over {
+            return Err(why.clone());
         }
         if let Some(since) = s.waiting_since {
             let waited = now.saturating_duration_since(since);

@@ -15,6 +15,8 @@ pub const KAFKA_TRANSACTIONS_TOTAL: &str = "oncely_capture_kafka_transactions_to
 pub const BATCH_COMMIT_SECONDS: &str = "oncely_capture_batch_commit_seconds";
 pub const LAG_SECONDS: &str = "oncely_capture_lag_seconds";
 pub const SLOT_RETAINED_WAL_BYTES: &str = "oncely_capture_slot_retained_wal_bytes";
+pub const SLOT_MAX_RETAINED_BYTES: &str = "oncely_capture_slot_max_retained_bytes";
+pub const SLOT_OVER_LIMIT: &str = "oncely_capture_slot_over_limit";
 pub const CONFIRMED_LSN: &str = "oncely_capture_confirmed_lsn";
 pub const HEARTBEATS_TOTAL: &str = "oncely_capture_heartbeats_total";
 pub const SCHEMA_CHANGES_TOTAL: &str = "oncely_capture_schema_changes_total";
@@ -54,6 +56,10 @@ pub struct CaptureMetrics {
     /// Now minus the source commit time of the last published event.
     pub lag: Gauge,
     pub slot_retained_wal: IntGauge,
+    /// `slot.max.retained.bytes` (0 when unset).
+    pub slot_max_retained: IntGauge,
+    /// 1 while the slot retains more than `slot.max.retained.bytes`.
+    pub slot_over_limit: IntGauge,
     pub confirmed_lsn: IntGauge,
     pub heartbeats: IntCounter,
     /// Schema changes of captured tables published.
@@ -151,6 +157,14 @@ impl CaptureMetrics {
             slot_retained_wal: gauge(
                 SLOT_RETAINED_WAL_BYTES,
                 "WAL bytes the slot keeps on the server",
+            ),
+            slot_max_retained: gauge(
+                SLOT_MAX_RETAINED_BYTES,
+                "slot.max.retained.bytes, the retained WAL capture reports (0: no limit)",
+            ),
+            slot_over_limit: gauge(
+                SLOT_OVER_LIMIT,
+                "1 while the slot retains more WAL than slot.max.retained.bytes",
             ),
             confirmed_lsn: gauge(CONFIRMED_LSN, "Last LSN confirmed to the slot"),
             heartbeats: counter(HEARTBEATS_TOTAL, "Heartbeat offset commits"),

@@ -1353,6 +1353,33 @@ impl Pipeline<'_> {
         }))
     }
 
+    /// `slot.max.retained.bytes`: beyond it an error (at most one a minute),
+    /// the metric `oncely_capture_slot_over_limit` and `/readyz` say so.
+    fn check_slot_limit(&self, retained: i64) {
+        static OVER: oncely_core::log_limit::LogLimit =
+            oncely_core::log_limit::LogLimit::new(Duration::from_secs(60), 1);
+        let Some(limit) = self.cfg.slot.max.retained.bytes else {
+            return;
+        };
+        self.metrics
+            .slot_max_retained
+            .set(i64::try_from(limit).unwrap_or(i64::MAX));
+        let over = u64::try_from(retained).is_ok_and(|r| r > limit);
+        self.metrics.slot_over_limit.set(i64::from(over));
+        if !over {
+            self.metrics.health.slot_over(None);
+            return;
+        }
+        let why = format!(
+            "replication slot {} retains {retained} bytes of WAL, more than slot.max.retained.bytes = {limit}: capture confirms only what Kafka holds, so a slow or failing Kafka commit, or a long source transaction, keeps WAL on the server (see README, Operating notes: slot lag)",
+            self.cfg.slot.name
+        );
+        if let Some(suppressed) = OVER.admit() {
+            tracing::error!(suppressed, "{why}");
+        }
+        self.metrics.health.slot_over(Some(why));
+    }
+
     /// When nothing is in flight, commits an offset at the server's position so
     /// an idle slot does not pin WAL.
     async fn heartbeat(&mut self) -> Result<(), CaptureError> {
@@ -1363,7 +1390,10 @@ impl Pipeline<'_> {
         }
         self.check_schemas().await?;
         match source::slot_retained_wal(&self.control, &self.cfg.slot.name).await {
-            Ok(Some(bytes)) => self.metrics.slot_retained_wal.set(bytes),
+            Ok(Some(bytes)) => {
+                self.metrics.slot_retained_wal.set(bytes);
+                self.check_slot_limit(bytes);
+            }
             Ok(None) => {}
             Err(e) => tracing::debug!(error = %e, "cannot read slot lag"),
         }
