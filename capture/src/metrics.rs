@@ -3,6 +3,10 @@
 
 use std::sync::{Arc, Mutex};
 
+use std::cell::RefCell;
+
+use oncely_core::endpoint::MetricInfo;
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
     Opts, Registry, TextEncoder,
@@ -81,25 +85,52 @@ pub struct CaptureMetrics {
     pub snapshot_view: Arc<Mutex<Option<SnapshotView>>>,
     /// What `/readyz` answers.
     pub health: CaptureHealth,
+    /// Every registered metric, as registered.
+    catalog: Arc<Vec<MetricInfo>>,
+}
+
+/// The label every capture metric carries (the registry's constant label).
+pub const CONNECTOR_LABEL: &str = "connector";
+
+/// Registers `c` and notes it in `catalog`.
+fn register<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    catalog: &RefCell<Vec<MetricInfo>>,
+    c: &C,
+    kind: &'static str,
+) {
+    for d in c.desc() {
+        let mut labels = d.variable_labels.clone();
+        labels.push(CONNECTOR_LABEL.to_owned());
+        labels.sort();
+        catalog.borrow_mut().push(MetricInfo {
+            name: d.fq_name.clone(),
+            kind,
+            labels,
+            help: d.help.clone(),
+        });
+    }
+    let _ = registry.register(Box::new(c.clone()));
 }
 
 impl CaptureMetrics {
     pub fn new(connector: &str) -> Self {
         let registry = Registry::new_custom(
             None,
-            Some(std::iter::once(("connector".to_string(), connector.to_string())).collect()),
+            Some(std::iter::once((CONNECTOR_LABEL.to_string(), connector.to_string())).collect()),
         )
         .unwrap_or_default();
+        let catalog = RefCell::new(Vec::new());
         let counter = |name: &str, help: &str| {
             let c = IntCounter::with_opts(Opts::new(name, help))
                 .expect("static metric options are valid");
-            let _ = registry.register(Box::new(c.clone()));
+            register(&registry, &catalog, &c, "counter");
             c
         };
         let gauge = |name: &str, help: &str| {
             let g = IntGauge::with_opts(Opts::new(name, help))
                 .expect("static metric options are valid");
-            let _ = registry.register(Box::new(g.clone()));
+            register(&registry, &catalog, &g, "gauge");
             g
         };
         let batch_commit = Histogram::with_opts(
@@ -109,17 +140,17 @@ impl CaptureMetrics {
                 ]),
         )
         .expect("static metric options are valid");
-        let _ = registry.register(Box::new(batch_commit.clone()));
+        register(&registry, &catalog, &batch_commit, "histogram");
         let lag = Gauge::with_opts(Opts::new(
             LAG_SECONDS,
             "Now minus the source commit time of the last published event",
         ))
         .expect("static metric options are valid");
-        let _ = registry.register(Box::new(lag.clone()));
+        register(&registry, &catalog, &lag, "gauge");
         let counter_vec = |name: &str, help: &str| {
             let c = IntCounterVec::new(Opts::new(name, help), &[TABLE_LABEL])
                 .expect("static metric options are valid");
-            let _ = registry.register(Box::new(c.clone()));
+            register(&registry, &catalog, &c, "counter");
             c
         };
         let snapshot_rows_estimated = IntGaugeVec::new(
@@ -130,8 +161,8 @@ impl CaptureMetrics {
             &[TABLE_LABEL],
         )
         .expect("static metric options are valid");
-        let _ = registry.register(Box::new(snapshot_rows_estimated.clone()));
-        CaptureMetrics {
+        register(&registry, &catalog, &snapshot_rows_estimated, "gauge");
+        let metrics = CaptureMetrics {
             snapshot_rows: counter_vec(SNAPSHOT_ROWS_TOTAL, "Snapshot rows read"),
             snapshot_rows_dropped: counter_vec(
                 SNAPSHOT_ROWS_DROPPED_TOTAL,
@@ -173,8 +204,18 @@ impl CaptureMetrics {
                 "Schema changes of captured tables published",
             ),
             restarts: counter(RESTARTS_TOTAL, "Pipeline restarts after retriable errors"),
-            registry,
+            registry: registry.clone(),
+            catalog: Arc::default(),
+        };
+        CaptureMetrics {
+            catalog: Arc::new(catalog.take()),
+            ..metrics
         }
+    }
+
+    /// Every metric capture registers: name, type, labels, help.
+    pub fn catalog(&self) -> &[MetricInfo] {
+        &self.catalog
     }
 
     /// Prometheus text exposition of all metrics.

@@ -40,6 +40,17 @@ pub trait Probe: Send + Sync + 'static {
     fn ready(&self) -> Result<(), String>;
 }
 
+/// One metric a process registers, as the README's metrics table lists it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MetricInfo {
+    pub name: String,
+    /// `counter`, `gauge` or `histogram`.
+    pub kind: &'static str,
+    /// Label names, constant ones (capture's `connector`) included, sorted.
+    pub labels: Vec<String>,
+    pub help: String,
+}
+
 /// The listener could not be opened: a start-up error.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr} (set by `{key}`): {source}; choose a free address or stop the process holding it")]

@@ -2,6 +2,10 @@
 //! served as Prometheus text at `/metrics` by the shared listener
 //! (`oncely_core::endpoint`, with `/healthz` and `/readyz`).
 
+use std::sync::Arc;
+
+use oncely_core::endpoint::MetricInfo;
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -61,6 +65,28 @@ pub struct Metrics {
     pub offset_commit_failures: IntCounter,
     /// See [`UNOWNED_PARTITION_REBALANCES_TOTAL`].
     pub unowned_partition_rebalances: IntCounter,
+    /// Every registered metric, as registered.
+    catalog: Arc<Vec<MetricInfo>>,
+}
+
+/// Registers `c` in `registry` and notes it in `catalog`.
+fn register<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    catalog: &mut Vec<MetricInfo>,
+    c: &C,
+    kind: &'static str,
+) -> Result<(), prometheus::Error> {
+    for d in c.desc() {
+        let mut labels = d.variable_labels.clone();
+        labels.sort();
+        catalog.push(MetricInfo {
+            name: d.fq_name.clone(),
+            kind,
+            labels,
+            help: d.help.clone(),
+        });
+    }
+    registry.register(Box::new(c.clone()))
 }
 
 impl Metrics {
@@ -119,15 +145,17 @@ impl Metrics {
             UNOWNED_PARTITION_REBALANCES_TOTAL,
             "Rebalances asked for because subscribed partitions had no owner in the group",
         )?;
-        registry.register(Box::new(unowned_partition_rebalances.clone()))?;
-        registry.register(Box::new(uncommitted_records.clone()))?;
-        registry.register(Box::new(commit_lag_seconds.clone()))?;
-        registry.register(Box::new(offset_commit_failures.clone()))?;
-        registry.register(Box::new(consumer_lag.clone()))?;
-        registry.register(Box::new(events_applied.clone()))?;
-        registry.register(Box::new(batch_duration.clone()))?;
-        registry.register(Box::new(retries.clone()))?;
-        registry.register(Box::new(dead_letters.clone()))?;
+        let mut catalog = Vec::new();
+        let c = &mut catalog;
+        register(&registry, c, &unowned_partition_rebalances, "counter")?;
+        register(&registry, c, &uncommitted_records, "gauge")?;
+        register(&registry, c, &commit_lag_seconds, "gauge")?;
+        register(&registry, c, &offset_commit_failures, "counter")?;
+        register(&registry, c, &consumer_lag, "gauge")?;
+        register(&registry, c, &events_applied, "counter")?;
+        register(&registry, c, &batch_duration, "histogram")?;
+        register(&registry, c, &retries, "counter")?;
+        register(&registry, c, &dead_letters, "counter")?;
         Ok(Self {
             registry,
             consumer_lag,
@@ -139,7 +167,13 @@ impl Metrics {
             commit_lag_seconds,
             offset_commit_failures,
             unowned_partition_rebalances,
+            catalog: Arc::new(catalog),
         })
+    }
+
+    /// Every metric the runner registers: name, type, labels, help.
+    pub fn catalog(&self) -> &[MetricInfo] {
+        &self.catalog
     }
 
     /// The registry, to add a sink's own metrics next to the runner's.
