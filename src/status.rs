@@ -96,6 +96,12 @@ pub struct Status {
     /// Capture's committed offset: its flush LSN, and bytes behind the server.
     pub committed_lsn: Option<String>,
     pub capture_lag_bytes: Option<i64>,
+    /// Seconds since the source commit of the last transaction capture
+    /// published (grows while the source is idle too).
+    pub last_published_age_seconds: Option<f64>,
+    /// The snapshot running, from the committed offset: (id, table being
+    /// copied, its rows read, tables queued after it, paused).
+    pub snapshot: Option<(String, String, u64, usize, bool)>,
     pub sinks: Vec<SinkStatus>,
     pub max_lag: i64,
     /// Why the verdict is what it is (empty when healthy).
@@ -128,6 +134,10 @@ impl Status {
             "capture": {
                 "committed_lsn": self.committed_lsn,
                 "lag_bytes": self.capture_lag_bytes,
+                "last_published_age_seconds": self.last_published_age_seconds,
+                "snapshot": self.snapshot.as_ref().map(|(id, table, rows, queued, paused)| json!({
+                    "id": id, "table": table, "rows": rows, "tables_queued": queued, "paused": paused,
+                })),
             },
             "sinks": self.sinks.iter().map(|s| json!({
                 "sink": s.label,
@@ -174,6 +184,19 @@ impl fmt::Display for Status {
             self.capture_lag_bytes
                 .map_or("?".to_owned(), |b| b.to_string())
         )?;
+        if let Some(age) = self.last_published_age_seconds {
+            writeln!(
+                f,
+                "  last published transaction committed {age:.0} s ago at the source"
+            )?;
+        }
+        if let Some((id, table, rows, queued, paused)) = &self.snapshot {
+            writeln!(
+                f,
+                "  snapshot {id}: copying {table} ({rows} rows read), {queued} tables queued{}",
+                if *paused { ", PAUSED" } else { "" }
+            )?;
+        }
         for sink in &self.sinks {
             writeln!(
                 f,
@@ -227,7 +250,13 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
         max_retained_bytes: cfg.slot.max.retained.bytes,
     };
     let mut problems = Vec::new();
-    let committed = match read_stored_offset(&cfg).await {
+    let stored = read_stored_offset(&cfg).await;
+    let offset = stored
+        .as_ref()
+        .ok()
+        .and_then(|o| o.as_ref())
+        .map(|(o, _)| o.clone());
+    let committed = match stored {
         Ok(Some((o, _))) => Some(o.flush_lsn),
         Ok(None) => {
             problems.push((
@@ -312,6 +341,21 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
         committed_lsn: committed.map(crate::verify::format_lsn),
         capture_lag_bytes: committed
             .map(|c| i64::try_from(server.saturating_sub(c)).unwrap_or(i64::MAX)),
+        last_published_age_seconds: offset.as_ref().filter(|o| o.ts_ms > 0).map(|o| {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            (now_ms - o.ts_ms).max(0) as f64 / 1000.0
+        }),
+        snapshot: offset
+            .as_ref()
+            .and_then(|o| o.snapshot.as_ref())
+            .and_then(|s| {
+                s.current().map(|t| {
+                    let queued = s.tables.len().saturating_sub(1);
+                    (s.id.clone(), t.table.clone(), t.rows, queued, s.paused)
+                })
+            }),
         sinks,
         max_lag: options.max_lag,
         problems,

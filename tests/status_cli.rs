@@ -113,6 +113,7 @@ async fn status_tells_healthy_degraded_and_down() -> Result<()> {
     }
     let (code, text) = status(&p, &capture_config, &[])?;
     assert_eq!(code, 0, "{text}");
+    eprintln!("{text}");
     assert!(
         text.contains(&format!("slot {}: active", p.env.slot))
             && text.ends_with("status: healthy\n"),
