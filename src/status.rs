@@ -18,7 +18,7 @@ use oncely_capture::config::CaptureConfig;
 use oncely_capture::offset::read_stored_offset;
 use serde_json::{json, Value};
 
-use crate::verify::{topic_ends, SourceDb, Target, VerifyError};
+use crate::verify::{oldest_unapplied, topic_ends, SourceDb, Target, VerifyError};
 
 /// What to look at.
 #[derive(Debug, Clone)]
@@ -71,6 +71,9 @@ pub struct SinkStatus {
     pub group: String,
     /// Per partition: (position, end); position `None` before the first apply.
     pub partitions: BTreeMap<(String, i32), (Option<i64>, i64)>,
+    /// Per partition behind its end: seconds the oldest committed record it
+    /// has not applied has been in Kafka (absent: nothing unapplied).
+    pub waiting_seconds: BTreeMap<(String, i32), f64>,
     pub dead_letter_topic: Option<String>,
     /// Records in the dead-letter topic (all sinks writing to it).
     pub dead_letters: Option<i64>,
@@ -146,6 +149,7 @@ impl Status {
                 "partitions": s.partitions.iter().map(|((t, p), (at, end))| json!({
                     "topic": t, "partition": p, "position": at, "end": end,
                     "lag_offsets": (end - at.unwrap_or(0)).max(0),
+                    "lag_seconds": s.waiting_seconds.get(&(t.clone(), *p)).copied().unwrap_or(0.0),
                 })).collect::<Vec<_>>(),
                 "dead_letter_topic": s.dead_letter_topic,
                 "dead_letters": s.dead_letters,
@@ -211,9 +215,13 @@ impl fmt::Display for Status {
             for ((topic, p), (at, end)) in &sink.partitions {
                 writeln!(
                     f,
-                    "  {topic}[{p}] at {} of {end} (lag {})",
+                    "  {topic}[{p}] at {} of {end} (lag {} offsets, {:.1} s)",
                     at.map_or("-".to_owned(), |a| a.to_string()),
-                    (end - at.unwrap_or(0)).max(0)
+                    (end - at.unwrap_or(0)).max(0),
+                    sink.waiting_seconds
+                        .get(&(topic.clone(), *p))
+                        .copied()
+                        .unwrap_or(0.0)
                 )?;
             }
         }
@@ -308,7 +316,29 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
             ),
             None => None,
         };
+        // The oldest unapplied record of each partition behind its end
+        // (low watermark when it has no position yet).
+        let behind: Vec<((String, i32), i64, i64)> = partitions
+            .iter()
+            .map(|p| {
+                (
+                    p.clone(),
+                    positions.get(p).copied().unwrap_or(ends[p].0),
+                    ends[p].1,
+                )
+            })
+            .filter(|(_, at, end)| at < end)
+            .collect();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let waiting_seconds = oldest_unapplied(&kafka, behind)
+            .await?
+            .into_iter()
+            .filter_map(|(p, ts)| ts.map(|ts| (p, (now_ms - ts).max(0) as f64 / 1000.0)))
+            .collect();
         let sink = SinkStatus {
+            waiting_seconds,
             label: target.label.clone(),
             group: target.group().to_owned(),
             partitions: partitions

@@ -91,7 +91,9 @@ async fn status_tells_healthy_degraded_and_down() -> Result<()> {
                     s["partitions"].as_array().is_some_and(|ps| {
                         !ps.is_empty()
                             && ps.iter().all(|p| {
-                                p["position"].is_i64() && p["lag_offsets"].as_i64() <= Some(1)
+                                p["position"].is_i64()
+                                    && p["lag_offsets"].as_i64() <= Some(1)
+                                    && p["lag_seconds"] == 0.0
                             })
                     })
                 })
@@ -135,6 +137,23 @@ async fn status_tells_healthy_degraded_and_down() -> Result<()> {
             .as_str()
             .is_some_and(|w| w.contains("slot.max.retained.bytes = 1")),
         "{degraded:#}"
+    );
+
+    // Redis's sink stopped: its partition falls behind, in offsets and in time.
+    let mut sinks = sinks;
+    drop(sinks.pop());
+    p.env
+        .client
+        .batch_execute("INSERT INTO t SELECT g, 'w' || g FROM generate_series(501, 510) g")
+        .await?;
+    let behind = wait_status(&p, &capture_config, "redis behind", |code, j| {
+        code == 0
+            && j["sinks"][1]["partitions"][0]["lag_offsets"].as_i64() > Some(1)
+            && j["sinks"][1]["partitions"][0]["lag_seconds"].as_f64() > Some(0.5)
+    })?;
+    assert!(
+        behind["sinks"][0]["partitions"][0]["lag_seconds"].as_f64() < Some(60.0),
+        "{behind:#}"
     );
 
     drop(capture);
