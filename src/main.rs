@@ -1,4 +1,4 @@
-//! The `oncely` command line: `oncely capture`, `oncely sink` and `oncely verify`.
+//! The `oncely` command line: `oncely capture`, `oncely sink`, `oncely verify` and `oncely status`.
 use clap::{Parser, Subcommand};
 
 mod cli;
@@ -29,6 +29,9 @@ enum Command {
     /// Compare the source tables with every target, after waiting for them to catch up;
     /// exits non-zero on any difference.
     Verify(cli::verify::VerifyArgs),
+    /// Show a pipeline's slot, capture offset and sink lag; exits 0 healthy,
+    /// 1 degraded, 2 down.
+    Status(cli::status::StatusArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -49,6 +52,7 @@ fn main() -> std::process::ExitCode {
             Command::Capture(args) => cli::capture::run(args).await,
             Command::Sink(args) => cli::sink::run(args).await,
             Command::Verify(args) => cli::verify::run(args).await,
+            Command::Status(args) => cli::status::run(args).await,
         }
     });
     match result {

@@ -129,7 +129,8 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
         .batch_execute(&format!(
             "DELETE FROM {WAREHOUSE_SCHEMA}.public_items WHERE id = 1;
              UPDATE {WAREHOUSE_SCHEMA}.public_items SET price = price + 1 WHERE id = 2;
-             UPDATE {WAREHOUSE_SCHEMA}.public_items SET __oncely_deleted = false WHERE id = 31;"
+             UPDATE {WAREHOUSE_SCHEMA}.public_items SET __oncely_deleted = false WHERE id = 31;
+             UPDATE {WAREHOUSE_SCHEMA}.public_items SET body = repeat('x', 6144) WHERE id = 4;"
         ))
         .await?;
     let es = es();
@@ -227,9 +228,11 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
     );
     for t in 0..5 {
         let items = table(&report, t, "public.items");
+        // The warehouse's item 4 also holds a 6 KB body of its own.
+        let changed = if t == 0 { 2 } else { 1 };
         assert_eq!(
             (items.missing, items.changed, items.extra),
-            (1, 1, 1),
+            (1, changed, 1),
             "target {t}:\n{report}"
         );
         assert!(
@@ -261,6 +264,29 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
     );
     assert!(out.contains("(round 2 of the comparison"), "{out}");
     assert!(out.contains("result: 5 of 20 table copies DIFFER"), "{out}");
+    // The 3.2 KB source and 6 KB warehouse bodies print as prefix, length and hash.
+    assert!(
+        out.contains("column body: source \"") && out.contains("(6144 chars, hash "),
+        "{out}"
+    );
+    assert!(out.lines().all(|l| l.len() < 400), "long lines:\n{out}");
+    let (status, out) = p.verify_cli(&["--timeout", "60s", "--json"])?;
+    assert!(
+        !status.success(),
+        "--json exits non-zero on differences too"
+    );
+    let parsed: serde_json::Value = serde_json::from_str(&out)?;
+    assert_eq!(parsed["result"], "different", "{out}");
+    assert_eq!(parsed["differing"], 5, "{out}");
+    let body = parsed["targets"][0]["tables"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["table"] == "public.items"))
+        .and_then(|t| t["examples"].as_array())
+        .and_then(|es| es.iter().find(|e| e["column"] == "body"))
+        .unwrap_or_else(|| panic!("no body difference in {out}"));
+    assert_eq!(body["key"], json!({"id": 4}), "{out}");
+    assert_eq!(body["target"]["truncated"]["length"], 6144, "{out}");
+    assert_eq!(body["source"]["truncated"]["length"], 3200, "{out}");
     // Stopped first: cleanup cannot drop a slot in use.
     drop(capture);
     p.cleanup().await;

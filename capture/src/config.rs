@@ -33,6 +33,9 @@ pub const DEFAULT_BATCH_MAX_EVENTS: usize = 20_000;
 pub const DEFAULT_BATCH_MAX_BYTES: usize = 64 * 1024 * 1024;
 pub const DEFAULT_BATCH_MAX_MS: u64 = 25;
 pub const DEFAULT_HEARTBEAT_MS: u64 = 10_000;
+/// Default `health.ready.max.lag.ms`: how long changes read may wait for a
+/// Kafka commit before `/readyz` answers 503.
+pub const DEFAULT_READY_MAX_LAG_MS: u64 = 60_000;
 pub const DEFAULT_STATUS_INTERVAL_MS: u64 = 1_000;
 pub const DEFAULT_SNAPSHOT_CHUNK_SIZE: usize = 1024;
 /// Snapshot rows of a chunk share one commit LSN and are told apart by
@@ -98,6 +101,9 @@ pub struct CaptureConfig {
     pub offset: OffsetConfig,
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// `health.ready.max.lag.ms`.
+    #[serde(default)]
+    pub health: HealthConfig,
     /// `[outbox]`: route an outbox table's inserts as domain events.
     pub outbox: Option<crate::outbox::OutboxConfig>,
     /// `snapshot.mode`, `snapshot.new.tables`.
@@ -430,6 +436,9 @@ pub struct SlotConfig {
     /// (`sync_replication_slots`), so capture resumes on a promoted standby.
     #[serde(default)]
     pub failover: bool,
+    /// `slot.max.retained.bytes`.
+    #[serde(default)]
+    pub max: SlotMax,
 }
 
 impl Default for SlotConfig {
@@ -438,8 +447,24 @@ impl Default for SlotConfig {
             name: DEFAULT_SLOT.into(),
             create: true,
             failover: false,
+            max: SlotMax::default(),
         }
     }
+}
+
+/// `slot.max.retained.bytes`: WAL the slot may keep on the server before
+/// capture reports it (an error log, a metric, `/readyz` 503). Unset: no limit.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlotMax {
+    #[serde(default)]
+    pub retained: SlotRetained,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlotRetained {
+    pub bytes: Option<u64>,
 }
 
 fn default_slot() -> String {
@@ -697,6 +722,30 @@ pub struct MetricsConfig {
     pub listen: Option<String>,
 }
 
+/// `health.ready.max.lag.ms`: `/readyz` answers 503 while changes read have
+/// waited longer than this for a Kafka commit (default
+/// [`DEFAULT_READY_MAX_LAG_MS`]).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthConfig {
+    #[serde(default)]
+    pub ready: HealthReady,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthReady {
+    #[serde(default)]
+    pub max: HealthReadyMax,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthReadyMax {
+    #[serde(default)]
+    pub lag: MillisConfig,
+}
+
 /// Librdkafka properties a user may not override: they carry the exactly-once guarantee.
 const RESERVED_PRODUCER_KEYS: &[&str] = &[
     "transactional.id",
@@ -873,6 +922,20 @@ impl CaptureConfig {
                 ));
             }
         }
+        if self.slot.max.retained.bytes == Some(0) {
+            return Err(invalid(
+                "slot.max.retained.bytes",
+                "0 would report every slot; leave it unset for no limit".to_owned(),
+            ));
+        }
+        if let Some(ms) = self.health.ready.max.lag.ms {
+            if !(100..=86_400_000).contains(&ms) {
+                return Err(invalid(
+                    "health.ready.max.lag.ms",
+                    format!("{ms} must be between 100 and 86400000 (default {DEFAULT_READY_MAX_LAG_MS})"),
+                ));
+            }
+        }
         if let Some(listen) = &self.metrics.listen {
             listen.parse::<std::net::SocketAddr>().map_err(|e| {
                 invalid(
@@ -969,6 +1032,18 @@ impl CaptureConfig {
 
     pub fn heartbeat_interval(&self) -> Duration {
         Duration::from_millis(self.heartbeat.interval.ms.unwrap_or(DEFAULT_HEARTBEAT_MS))
+    }
+
+    /// `health.ready.max.lag.ms` as a duration.
+    pub fn ready_max_lag(&self) -> Duration {
+        Duration::from_millis(
+            self.health
+                .ready
+                .max
+                .lag
+                .ms
+                .unwrap_or(DEFAULT_READY_MAX_LAG_MS),
+        )
     }
 
     pub fn batch_max_time(&self) -> Duration {
@@ -1082,6 +1157,8 @@ kafka.bootstrap.servers = "127.0.0.1:9092"
                 "kafka.producer",
             ),
             ("metrics.listen = \"nope\"", "metrics.listen"),
+            ("health.ready.max.lag.ms = 5", "health.ready.max.lag.ms"),
+            ("slot.max.retained.bytes = 0", "slot.max.retained.bytes"),
             ("message.key.columns = \"orders\"", "message.key.columns"),
             ("snapshot.mode = \"sometimes\"", "snapshot.mode"),
             (

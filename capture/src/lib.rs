@@ -7,6 +7,7 @@ pub mod config;
 pub mod envelope;
 pub mod error;
 pub mod filter;
+pub mod health;
 pub mod kafka;
 pub mod metrics;
 pub mod naming;

@@ -1,20 +1,26 @@
-//! Prometheus metrics of capture, registered once, and the `/metrics` endpoint.
+//! Prometheus metrics of capture, registered once, and what the shared
+//! listener (`oncely_core::endpoint`) serves: `/metrics` and `/readyz`.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use std::cell::RefCell;
+
+use oncely_core::endpoint::MetricInfo;
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
     Opts, Registry, TextEncoder,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+
+use crate::health::CaptureHealth;
 
 pub const EVENTS_TOTAL: &str = "oncely_capture_events_total";
 pub const KAFKA_TRANSACTIONS_TOTAL: &str = "oncely_capture_kafka_transactions_total";
 pub const BATCH_COMMIT_SECONDS: &str = "oncely_capture_batch_commit_seconds";
 pub const LAG_SECONDS: &str = "oncely_capture_lag_seconds";
 pub const SLOT_RETAINED_WAL_BYTES: &str = "oncely_capture_slot_retained_wal_bytes";
+pub const SLOT_MAX_RETAINED_BYTES: &str = "oncely_capture_slot_max_retained_bytes";
+pub const SLOT_OVER_LIMIT: &str = "oncely_capture_slot_over_limit";
 pub const CONFIRMED_LSN: &str = "oncely_capture_confirmed_lsn";
 pub const HEARTBEATS_TOTAL: &str = "oncely_capture_heartbeats_total";
 pub const SCHEMA_CHANGES_TOTAL: &str = "oncely_capture_schema_changes_total";
@@ -54,6 +60,10 @@ pub struct CaptureMetrics {
     /// Now minus the source commit time of the last published event.
     pub lag: Gauge,
     pub slot_retained_wal: IntGauge,
+    /// `slot.max.retained.bytes` (0 when unset).
+    pub slot_max_retained: IntGauge,
+    /// 1 while the slot retains more than `slot.max.retained.bytes`.
+    pub slot_over_limit: IntGauge,
     pub confirmed_lsn: IntGauge,
     pub heartbeats: IntCounter,
     /// Schema changes of captured tables published.
@@ -73,25 +83,54 @@ pub struct CaptureMetrics {
     pub refused_changes: IntCounterVec,
     /// What a progress bar shows; `None` when no snapshot runs.
     pub snapshot_view: Arc<Mutex<Option<SnapshotView>>>,
+    /// What `/readyz` answers.
+    pub health: CaptureHealth,
+    /// Every registered metric, as registered.
+    catalog: Arc<Vec<MetricInfo>>,
+}
+
+/// The label every capture metric carries (the registry's constant label).
+pub const CONNECTOR_LABEL: &str = "connector";
+
+/// Registers `c` and notes it in `catalog`.
+fn register<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    catalog: &RefCell<Vec<MetricInfo>>,
+    c: &C,
+    kind: &'static str,
+) {
+    for d in c.desc() {
+        let mut labels = d.variable_labels.clone();
+        labels.push(CONNECTOR_LABEL.to_owned());
+        labels.sort();
+        catalog.borrow_mut().push(MetricInfo {
+            name: d.fq_name.clone(),
+            kind,
+            labels,
+            help: d.help.clone(),
+        });
+    }
+    let _ = registry.register(Box::new(c.clone()));
 }
 
 impl CaptureMetrics {
     pub fn new(connector: &str) -> Self {
         let registry = Registry::new_custom(
             None,
-            Some(std::iter::once(("connector".to_string(), connector.to_string())).collect()),
+            Some(std::iter::once((CONNECTOR_LABEL.to_string(), connector.to_string())).collect()),
         )
         .unwrap_or_default();
+        let catalog = RefCell::new(Vec::new());
         let counter = |name: &str, help: &str| {
             let c = IntCounter::with_opts(Opts::new(name, help))
                 .expect("static metric options are valid");
-            let _ = registry.register(Box::new(c.clone()));
+            register(&registry, &catalog, &c, "counter");
             c
         };
         let gauge = |name: &str, help: &str| {
             let g = IntGauge::with_opts(Opts::new(name, help))
                 .expect("static metric options are valid");
-            let _ = registry.register(Box::new(g.clone()));
+            register(&registry, &catalog, &g, "gauge");
             g
         };
         let batch_commit = Histogram::with_opts(
@@ -101,17 +140,17 @@ impl CaptureMetrics {
                 ]),
         )
         .expect("static metric options are valid");
-        let _ = registry.register(Box::new(batch_commit.clone()));
+        register(&registry, &catalog, &batch_commit, "histogram");
         let lag = Gauge::with_opts(Opts::new(
             LAG_SECONDS,
             "Now minus the source commit time of the last published event",
         ))
         .expect("static metric options are valid");
-        let _ = registry.register(Box::new(lag.clone()));
+        register(&registry, &catalog, &lag, "gauge");
         let counter_vec = |name: &str, help: &str| {
             let c = IntCounterVec::new(Opts::new(name, help), &[TABLE_LABEL])
                 .expect("static metric options are valid");
-            let _ = registry.register(Box::new(c.clone()));
+            register(&registry, &catalog, &c, "counter");
             c
         };
         let snapshot_rows_estimated = IntGaugeVec::new(
@@ -122,8 +161,8 @@ impl CaptureMetrics {
             &[TABLE_LABEL],
         )
         .expect("static metric options are valid");
-        let _ = registry.register(Box::new(snapshot_rows_estimated.clone()));
-        CaptureMetrics {
+        register(&registry, &catalog, &snapshot_rows_estimated, "gauge");
+        let metrics = CaptureMetrics {
             snapshot_rows: counter_vec(SNAPSHOT_ROWS_TOTAL, "Snapshot rows read"),
             snapshot_rows_dropped: counter_vec(
                 SNAPSHOT_ROWS_DROPPED_TOTAL,
@@ -141,6 +180,7 @@ impl CaptureMetrics {
                 "Changes not published because the table's replica identity does not carry its key",
             ),
             snapshot_view: Arc::new(Mutex::new(None)),
+            health: CaptureHealth::default(),
             events: counter(EVENTS_TOTAL, "Kafka records published"),
             kafka_transactions: counter(KAFKA_TRANSACTIONS_TOTAL, "Kafka transactions committed"),
             batch_commit,
@@ -149,6 +189,14 @@ impl CaptureMetrics {
                 SLOT_RETAINED_WAL_BYTES,
                 "WAL bytes the slot keeps on the server",
             ),
+            slot_max_retained: gauge(
+                SLOT_MAX_RETAINED_BYTES,
+                "slot.max.retained.bytes, the retained WAL capture reports (0: no limit)",
+            ),
+            slot_over_limit: gauge(
+                SLOT_OVER_LIMIT,
+                "1 while the slot retains more WAL than slot.max.retained.bytes",
+            ),
             confirmed_lsn: gauge(CONFIRMED_LSN, "Last LSN confirmed to the slot"),
             heartbeats: counter(HEARTBEATS_TOTAL, "Heartbeat offset commits"),
             schema_changes: counter(
@@ -156,8 +204,18 @@ impl CaptureMetrics {
                 "Schema changes of captured tables published",
             ),
             restarts: counter(RESTARTS_TOTAL, "Pipeline restarts after retriable errors"),
-            registry,
+            registry: registry.clone(),
+            catalog: Arc::default(),
+        };
+        CaptureMetrics {
+            catalog: Arc::new(catalog.take()),
+            ..metrics
         }
+    }
+
+    /// Every metric capture registers: name, type, labels, help.
+    pub fn catalog(&self) -> &[MetricInfo] {
+        &self.catalog
     }
 
     /// Prometheus text exposition of all metrics.
@@ -168,22 +226,12 @@ impl CaptureMetrics {
     }
 }
 
-/// Serves `GET /metrics` on `addr` until the task is dropped.
-pub async fn serve(addr: SocketAddr, metrics: CaptureMetrics) -> std::io::Result<()> {
-    let listener = TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "metrics endpoint listening");
-    loop {
-        let (mut socket, _) = listener.accept().await?;
-        let body = metrics.render();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 1024];
-            let _ = socket.read(&mut buf).await;
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = socket.write_all(head.as_bytes()).await;
-            let _ = socket.write_all(&body).await;
-        });
+impl oncely_core::endpoint::Probe for CaptureMetrics {
+    fn metrics(&self) -> Vec<u8> {
+        self.render()
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        self.health.ready()
     }
 }

@@ -3,11 +3,15 @@
 //! Today: [`secret`] (values that never print themselves, `${env:..}` and
 //! `${file:..}` references, URLs and configuration errors told without the
 //! secrets in them), [`tls`] (the rustls provider, CA files, client
-//! certificates, the `sslmode` verifiers) and [`postgres`] (the one
+//! certificates, the `sslmode` verifiers), [`postgres`] (the one
 //! PostgreSQL connection builder: `sslmode` and friends, connecting, and the
-//! errors that retrying cannot fix). The architecture issue moves the wire
-//! contract, identifier quoting, backoff and the HTTP listener here.
+//! errors that retrying cannot fix), [`endpoint`] (the HTTP listener of
+//! `/metrics`, `/healthz` and `/readyz`) and [`log_limit`] (rate-limited
+//! warnings). The architecture issue moves the wire contract, identifier
+//! quoting and backoff here.
 
+pub mod endpoint;
+pub mod log_limit;
 pub mod postgres;
 pub mod secret;
 pub mod tls;

@@ -28,6 +28,10 @@ pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 100;
 pub const DEFAULT_RETRY_BACKOFF_MAX_MS: u64 = 30_000;
 /// Default `shutdown.timeout.ms`.
 pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 30_000;
+/// Default `health.ready.max.lag.ms`: how long a partition's applied position
+/// may stay ahead of its Kafka commit, and the poll loop may stall, before
+/// `/readyz` answers 503.
+pub const DEFAULT_READY_MAX_LAG_MS: u64 = 60_000;
 /// Default `topic.heartbeat.prefix` (Debezium's heartbeat topics).
 pub const DEFAULT_HEARTBEAT_PREFIX: &str = "__debezium-heartbeat";
 /// Default `ignore.topics`: capture's offsets topics (`oncely-offsets-<connector>`
@@ -110,6 +114,14 @@ pub struct RunnerConfig {
     /// `metrics.listen`: `ip:port` serving Prometheus text at `/metrics`. Unset: no listener.
     #[serde(rename = "metrics.listen", default)]
     pub metrics_listen: Option<String>,
+    /// `health.ready.max.lag.ms`: `/readyz` answers 503 when the consumer has
+    /// not polled for this long, or an owned partition's applied position has
+    /// been ahead of its Kafka commit for this long.
+    #[serde(
+        rename = "health.ready.max.lag.ms",
+        default = "default_ready_max_lag_ms"
+    )]
+    pub ready_max_lag_ms: u64,
     /// `auto.offset.reset`: `earliest` (default) or `latest`.
     #[serde(rename = "auto.offset.reset", default)]
     pub auto_offset_reset: OffsetReset,
@@ -130,6 +142,9 @@ fn default_ignore_topics() -> Vec<String> {
         DEFAULT_IGNORED_TOPIC.to_owned(),
         DEFAULT_IGNORED_SCHEMA_TOPIC.to_owned(),
     ]
+}
+fn default_ready_max_lag_ms() -> u64 {
+    DEFAULT_READY_MAX_LAG_MS
 }
 fn default_heartbeat_prefix() -> String {
     DEFAULT_HEARTBEAT_PREFIX.to_owned()
@@ -174,6 +189,7 @@ impl RunnerConfig {
             retry_backoff_max_ms: DEFAULT_RETRY_BACKOFF_MAX_MS,
             dlq_topic: None,
             metrics_listen: None,
+            ready_max_lag_ms: DEFAULT_READY_MAX_LAG_MS,
             auto_offset_reset: OffsetReset::Earliest,
             shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
             kafka: BTreeMap::new(),
@@ -232,6 +248,12 @@ impl RunnerConfig {
             )
         })?;
         in_range(
+            "health.ready.max.lag.ms",
+            self.ready_max_lag_ms,
+            100,
+            86_400_000,
+        )?;
+        in_range(
             "shutdown.timeout.ms",
             self.shutdown_timeout_ms,
             0,
@@ -276,6 +298,11 @@ impl RunnerConfig {
     /// `batch.max.ms` as a duration.
     pub fn batch_max_wait(&self) -> Duration {
         Duration::from_millis(self.batch_max_ms)
+    }
+
+    /// `health.ready.max.lag.ms` as a duration.
+    pub fn ready_max_lag(&self) -> Duration {
+        Duration::from_millis(self.ready_max_lag_ms)
     }
 
     /// `shutdown.timeout.ms` as a duration.

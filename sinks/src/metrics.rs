@@ -1,15 +1,15 @@
 //! The runner's Prometheus metrics: names as constants, registered once per runner,
-//! served as Prometheus text at `/metrics` by a tiny HTTP listener.
+//! served as Prometheus text at `/metrics` by the shared listener
+//! (`oncely_core::endpoint`, with `/healthz` and `/readyz`).
 
-use std::net::SocketAddr;
+use std::sync::Arc;
 
+use oncely_core::endpoint::MetricInfo;
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
 
 /// Gauge: records between the partition's high watermark and the consumer's committed offset.
 pub const CONSUMER_LAG_RECORDS: &str = "oncely_sink_consumer_lag_records";
@@ -65,6 +65,28 @@ pub struct Metrics {
     pub offset_commit_failures: IntCounter,
     /// See [`UNOWNED_PARTITION_REBALANCES_TOTAL`].
     pub unowned_partition_rebalances: IntCounter,
+    /// Every registered metric, as registered.
+    catalog: Arc<Vec<MetricInfo>>,
+}
+
+/// Registers `c` in `registry` and notes it in `catalog`.
+fn register<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    catalog: &mut Vec<MetricInfo>,
+    c: &C,
+    kind: &'static str,
+) -> Result<(), prometheus::Error> {
+    for d in c.desc() {
+        let mut labels = d.variable_labels.clone();
+        labels.sort();
+        catalog.push(MetricInfo {
+            name: d.fq_name.clone(),
+            kind,
+            labels,
+            help: d.help.clone(),
+        });
+    }
+    registry.register(Box::new(c.clone()))
 }
 
 impl Metrics {
@@ -123,15 +145,17 @@ impl Metrics {
             UNOWNED_PARTITION_REBALANCES_TOTAL,
             "Rebalances asked for because subscribed partitions had no owner in the group",
         )?;
-        registry.register(Box::new(unowned_partition_rebalances.clone()))?;
-        registry.register(Box::new(uncommitted_records.clone()))?;
-        registry.register(Box::new(commit_lag_seconds.clone()))?;
-        registry.register(Box::new(offset_commit_failures.clone()))?;
-        registry.register(Box::new(consumer_lag.clone()))?;
-        registry.register(Box::new(events_applied.clone()))?;
-        registry.register(Box::new(batch_duration.clone()))?;
-        registry.register(Box::new(retries.clone()))?;
-        registry.register(Box::new(dead_letters.clone()))?;
+        let mut catalog = Vec::new();
+        let c = &mut catalog;
+        register(&registry, c, &unowned_partition_rebalances, "counter")?;
+        register(&registry, c, &uncommitted_records, "gauge")?;
+        register(&registry, c, &commit_lag_seconds, "gauge")?;
+        register(&registry, c, &offset_commit_failures, "counter")?;
+        register(&registry, c, &consumer_lag, "gauge")?;
+        register(&registry, c, &events_applied, "counter")?;
+        register(&registry, c, &batch_duration, "histogram")?;
+        register(&registry, c, &retries, "counter")?;
+        register(&registry, c, &dead_letters, "counter")?;
         Ok(Self {
             registry,
             consumer_lag,
@@ -143,7 +167,13 @@ impl Metrics {
             commit_lag_seconds,
             offset_commit_failures,
             unowned_partition_rebalances,
+            catalog: Arc::new(catalog),
         })
+    }
+
+    /// Every metric the runner registers: name, type, labels, help.
+    pub fn catalog(&self) -> &[MetricInfo] {
+        &self.catalog
     }
 
     /// The registry, to add a sink's own metrics next to the runner's.
@@ -161,74 +191,12 @@ impl Metrics {
     }
 }
 
-/// Binds `addr` for [`serve`]; separate so that a bad address fails the start, not later.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
-}
-
-/// Serves `GET /metrics` (anything else is 404) until `stop` fires. One request per
-/// connection; each connection is handled on its own task and bounded in time and size.
-pub async fn serve(listener: TcpListener, metrics: Metrics, stop: CancellationToken) {
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => return,
-            a = listener.accept() => a,
-        };
-        match accepted {
-            Ok((stream, _)) => {
-                let metrics = metrics.clone();
-                // Detached on purpose: each connection ends within the timeout below.
-                drop(tokio::spawn(async move {
-                    let answer = tokio::time::timeout(
-                        std::time::Duration::from_secs(5),
-                        respond(stream, &metrics),
-                    );
-                    if let Ok(Err(e)) = answer.await {
-                        tracing::debug!("metrics connection: {e}");
-                    }
-                }));
-            }
-            Err(e) => {
-                tracing::warn!("metrics listener: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-        }
-    }
-}
-
-async fn respond(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
-    let mut buf = vec![0u8; 4096];
-    let mut len = 0;
-    while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") && len < buf.len() {
-        let n = stream.read(&mut buf[len..]).await?;
-        if n == 0 {
-            break;
-        }
-        len += n;
-    }
-    let request = String::from_utf8_lossy(&buf[..len]);
-    let mut parts = request.split_whitespace();
-    let (status, content_type, body) = match (parts.next(), parts.next()) {
-        (Some("GET"), Some("/metrics")) => {
-            ("200 OK", "text/plain; version=0.0.4", metrics.render())
-        }
-        _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn serves_text_format_and_404() {
+    #[test]
+    fn renders_text_format() {
         let metrics = Metrics::new().expect("metrics");
         metrics
             .events_applied
@@ -238,33 +206,14 @@ mod tests {
             .batch_duration
             .with_label_values(&["s"])
             .observe(0.02);
-        let listener = bind("127.0.0.1:0".parse().expect("addr"))
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let stop = CancellationToken::new();
-        let server = tokio::spawn(serve(listener, metrics, stop.clone()));
-        let get = |path: &'static str| async move {
-            let mut s = TcpStream::connect(addr).await.expect("connect");
-            s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-                .await
-                .expect("write");
-            let mut out = String::new();
-            s.read_to_string(&mut out).await.expect("read");
-            out
-        };
-        let ok = get("/metrics").await;
-        assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+        let text = metrics.render();
         assert!(
-            ok.contains("oncely_sink_events_applied_total{sink=\"s\",topic=\"t\"} 3"),
-            "{ok}"
+            text.contains("oncely_sink_events_applied_total{sink=\"s\",topic=\"t\"} 3"),
+            "{text}"
         );
         assert!(
-            ok.contains("oncely_sink_batch_duration_seconds_bucket"),
-            "{ok}"
+            text.contains("oncely_sink_batch_duration_seconds_bucket"),
+            "{text}"
         );
-        assert!(get("/other").await.starts_with("HTTP/1.1 404"));
-        stop.cancel();
-        server.await.expect("server task");
     }
 }

@@ -124,6 +124,33 @@ fn start(config: RunnerConfig, sink: Arc<TestSink>) -> Running {
     (StopOnDrop(stop), task, metrics)
 }
 
+/// A local address nothing listens on (bound once, then released).
+#[cfg(feature = "failpoints")]
+fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+/// Polls `/readyz` until it answers `status`; returns the last answer.
+#[cfg(feature = "failpoints")]
+async fn wait_ready(addr: std::net::SocketAddr, status: u16, timeout: Duration) -> (u16, String) {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let answer = oncely_core::endpoint::get(addr, "/readyz").await;
+        if let Ok((s, body)) = &answer {
+            if *s == status {
+                return (*s, body.clone());
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/readyz never answered {status}: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn count(seen: &Seen) -> usize {
     seen.lock().map(|s| s.len()).unwrap_or(0)
 }
@@ -414,7 +441,11 @@ async fn refused_commits_show_in_metrics_and_are_sent_again_when_idle() {
         fail::cfg("sink-offset-commit", &format!("return({group})")).expect("failpoint");
         produce(&topic, &out).await;
         let sink = Arc::new(TestSink::default());
-        let (stop, task, metrics) = start(config(&topic, &group), sink.clone());
+        let addr = free_addr();
+        let mut c = config(&topic, &group);
+        c.metrics_listen = Some(addr.to_string());
+        c.ready_max_lag_ms = 1_500;
+        let (stop, task, metrics) = start(c, sink.clone());
         wait_until("all records applied", Duration::from_secs(60), || {
             count(&sink.seen) >= 30
         })
@@ -436,6 +467,20 @@ async fn refused_commits_show_in_metrics_and_are_sent_again_when_idle() {
         })
         .await;
         assert!(metrics.offset_commit_failures.get() > 0, "failures counted");
+        // ... and in readiness, once the lag outlives health.ready.max.lag.ms.
+        let (status, body) = wait_ready(addr, 503, Duration::from_secs(20)).await;
+        assert!(
+            body.contains("not committed to Kafka") && body.contains(&topic),
+            "{status} {body}"
+        );
+        assert_eq!(
+            oncely_core::endpoint::get(addr, "/healthz")
+                .await
+                .expect("healthz")
+                .0,
+            200,
+            "alive while not ready"
+        );
         assert_eq!(
             committed(&group, &topic, 3).await,
             vec![-1; 3],
@@ -461,6 +506,7 @@ async fn refused_commits_show_in_metrics_and_are_sent_again_when_idle() {
             (0..3).all(|p| uncommitted(p) == 0 && lag_seconds(p) == 0.0)
         })
         .await;
+        wait_ready(addr, 200, Duration::from_secs(10)).await;
         stop.cancel();
         task.await.expect("join").expect("runner ok");
     }

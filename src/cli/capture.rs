@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use oncely_capture::config::CaptureConfig;
 use oncely_capture::error::CaptureError;
-use oncely_capture::metrics::{self, CaptureMetrics, SnapshotView};
+use oncely_capture::metrics::{CaptureMetrics, SnapshotView};
 use oncely_capture::naming::quote_ident;
 use tokio_util::sync::CancellationToken;
 
@@ -61,16 +61,22 @@ pub async fn run(args: CaptureArgs) -> anyhow::Result<()> {
 async fn capture(config: PathBuf) -> anyhow::Result<()> {
     let cfg = CaptureConfig::load(&config)?;
     let metrics = CaptureMetrics::new(cfg.connector_name());
-    if let Some(listen) = &cfg.metrics.listen {
-        let addr = listen.parse().context("metrics.listen")?;
-        let m = metrics.clone();
-        tokio::spawn(async move {
-            if let Err(e) = metrics::serve(addr, m).await {
-                tracing::error!(%addr, "metrics endpoint failed: {e}");
-            }
-        });
-    }
+    metrics.health.set_max_lag(cfg.ready_max_lag());
     let shutdown = CancellationToken::new();
+    // Bound before anything connects: a taken address stops the start.
+    let endpoint = match &cfg.metrics.listen {
+        Some(listen) => {
+            let addr = listen.parse().context("metrics.listen")?;
+            let listener = oncely_core::endpoint::bind(addr, "metrics.listen").await?;
+            tracing::info!(%addr, "metrics at /metrics, health at /healthz and /readyz");
+            Some(tokio::spawn(oncely_core::endpoint::serve(
+                listener,
+                std::sync::Arc::new(metrics.clone()),
+                shutdown.clone(),
+            )))
+        }
+        None => None,
+    };
     super::cancel_on_signal(shutdown.clone())?;
     let bar = std::io::stderr()
         .is_terminal()
@@ -89,6 +95,9 @@ async fn capture(config: PathBuf) -> anyhow::Result<()> {
     shutdown.cancel();
     if let Some(bar) = bar {
         let _ = bar.await;
+    }
+    if let Some(endpoint) = endpoint {
+        let _ = endpoint.await;
     }
     match result {
         Ok(()) => Ok(()),

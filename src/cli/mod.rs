@@ -1,5 +1,6 @@
 pub mod capture;
 pub mod sink;
+pub mod status;
 pub mod verify;
 
 /// Logs go to stderr; `RUST_LOG` overrides the default `info` level.

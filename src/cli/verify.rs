@@ -26,20 +26,27 @@ pub struct VerifyArgs {
     /// up to this many times (for a source that keeps changing).
     #[arg(long, default_value_t = 0)]
     pub retries: u32,
+    /// Print the report as JSON (long values as prefix, length and hash).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Prints the report; differences are an error (non-zero exit).
 pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
     let report = verify::run(&Options {
-        capture: args.capture,
-        sinks: args.sinks,
+        capture: args.capture.clone(),
+        sinks: args.sinks.clone(),
         wait: !args.no_wait,
         timeout: args.timeout,
         examples: args.examples,
         retries: args.retries,
     })
     .await?;
-    println!("{report}");
+    if args.json {
+        println!("{:#}", report.to_json());
+    } else {
+        println!("{report}");
+    }
     if report.is_equal() {
         Ok(())
     } else {

@@ -29,9 +29,15 @@ use oncely_capture::config::CaptureConfig;
 
 pub use compare::{compare_row, values_equal, ColumnDiff, TargetRow};
 pub use report::{Difference, Report, TableReport, TargetReport};
+pub use source::format_lsn;
 pub use source::{Column, SourceDb, SourceRow, SourceTable};
 pub use target::{Target, PAGE};
-pub use wait::SinkWait;
+pub use wait::{oldest_unapplied, topic_ends, SinkWait};
+
+/// [`VerifyError::Postgres`] with `context`, for readers outside verify (`oncely status`).
+pub(crate) fn pg_error(context: &'static str) -> impl Fn(tokio_postgres::Error) -> VerifyError {
+    VerifyError::pg(context)
+}
 
 /// What to verify and how.
 #[derive(Debug, Clone)]

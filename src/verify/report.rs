@@ -3,10 +3,83 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::compare::ColumnDiff;
 use super::wait::SinkWait;
+
+/// A value whose text is longer than this many characters is shown as a
+/// prefix, its length and a hash (two 6 KB values per differing row made the
+/// report unreadable, issue 20).
+pub const SHOWN_MAX_CHARS: usize = 120;
+/// Characters of a long value's prefix.
+const PREFIX_CHARS: usize = 40;
+
+/// A value as the report shows it: whole when short; else its first
+/// [`PREFIX_CHARS`] characters, its length in characters and a hash of all
+/// of it (FNV-1a, 64 bits), so two long values can still be told apart.
+pub fn shown(v: &Value) -> String {
+    match Long::of(v) {
+        None => v.to_string(),
+        Some(l) => format!(
+            "{}... ({} chars, hash {})",
+            Value::String(l.prefix.clone())
+                .to_string()
+                .trim_end_matches('"'),
+            l.length,
+            l.hash
+        ),
+    }
+}
+
+/// [`shown`] for `--json`: the value, or `{"truncated": {prefix, length, hash}}`.
+pub fn shown_json(v: &Value) -> Value {
+    match Long::of(v) {
+        None => v.clone(),
+        Some(l) => json!({"truncated": {"prefix": l.prefix, "length": l.length, "hash": l.hash}}),
+    }
+}
+
+/// A value too long to show whole.
+struct Long {
+    prefix: String,
+    length: usize,
+    hash: String,
+}
+
+impl Long {
+    fn of(v: &Value) -> Option<Self> {
+        let text = match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let length = text.chars().count();
+        (length > SHOWN_MAX_CHARS).then(|| Long {
+            prefix: text.chars().take(PREFIX_CHARS).collect(),
+            length,
+            hash: format!("{:016x}", fnv1a(text.as_bytes())),
+        })
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Where two long values first differ (in characters), when both are
+/// strings too long to show whole.
+fn first_difference(a: &Value, b: &Value) -> Option<usize> {
+    let (Value::String(a), Value::String(b)) = (a, b) else {
+        return None;
+    };
+    if a.chars().count() <= SHOWN_MAX_CHARS && b.chars().count() <= SHOWN_MAX_CHARS {
+        return None;
+    }
+    let same = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+    Some(same)
+}
 
 /// The outcome of a run: equal when no table of any target differs.
 #[derive(Debug, Clone)]
@@ -100,14 +173,84 @@ impl Report {
 impl fmt::Display for Difference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Missing { key } => write!(f, "missing  {key}"),
-            Self::Changed { key, diff } => write!(
-                f,
-                "changed  {key}: column {}: source {}, target {}",
-                diff.column, diff.source, diff.target
-            ),
-            Self::Extra { key } => write!(f, "extra    {}", key.join(", ")),
+            Self::Missing { key } => write!(f, "missing  {}", shown(key)),
+            Self::Changed { key, diff } => {
+                write!(
+                    f,
+                    "changed  {}: column {}: source {}, target {}",
+                    shown(key),
+                    diff.column,
+                    shown(&diff.source),
+                    shown(&diff.target)
+                )?;
+                match first_difference(&diff.source, &diff.target) {
+                    Some(at) => write!(f, "; they differ from character {at} on"),
+                    None => Ok(()),
+                }
+            }
+            Self::Extra { key } => {
+                let key: Vec<String> = key
+                    .iter()
+                    .map(|k| shown(&Value::String(k.clone())))
+                    .collect();
+                write!(f, "extra    {}", key.join(", "))
+            }
         }
+    }
+}
+
+impl Difference {
+    /// The machine-readable form (`oncely verify --json`), values as [`shown_json`].
+    pub fn to_json(&self) -> Value {
+        match self {
+            Self::Missing { key } => json!({"kind": "missing", "key": shown_json(key)}),
+            Self::Changed { key, diff } => json!({
+                "kind": "changed",
+                "key": shown_json(key),
+                "column": diff.column,
+                "source": shown_json(&diff.source),
+                "target": shown_json(&diff.target),
+                "first_difference": first_difference(&diff.source, &diff.target),
+            }),
+            Self::Extra { key } => json!({
+                "kind": "extra",
+                "key": key.iter().map(|k| shown_json(&Value::String(k.clone()))).collect::<Vec<_>>(),
+            }),
+        }
+    }
+}
+
+impl Report {
+    /// The machine-readable report (`oncely verify --json`).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "result": if self.is_equal() { "equal" } else { "different" },
+            "source": self.source,
+            "source_lsn": self.source_lsn,
+            "capture_wait_seconds": self.capture_wait.map(|d| d.as_secs_f64()),
+            "sink_waits": self.sink_waits.iter().map(|w| json!({
+                "sink": w.label,
+                "lag_offsets": w.lag_offsets,
+                "waited_seconds": w.waited.as_secs_f64(),
+            })).collect::<Vec<_>>(),
+            "targets": self.targets.iter().map(|t| json!({
+                "target": t.label,
+                "tables": t.tables.iter().map(|r| json!({
+                    "table": r.table,
+                    "location": r.location,
+                    "equal": r.is_equal(),
+                    "source_rows": r.source_rows,
+                    "target_rows": r.target_rows,
+                    "missing": r.missing,
+                    "changed": r.changed,
+                    "extra": r.extra,
+                    "examples": r.examples.iter().map(Difference::to_json).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "rounds": self.retried + 1,
+            "compared": self.compared(),
+            "differing": self.differing(),
+        })
     }
 }
 
@@ -242,6 +385,41 @@ mod tests {
             text.ends_with("result: 1 of 1 table copies DIFFER"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn long_values_print_as_prefix_length_and_hash() {
+        let long = "a".repeat(6144);
+        let other = format!("{}b{}", "a".repeat(3000), "a".repeat(3143));
+        let mut t = table(0, 5, 5);
+        t.changed = 1;
+        t.examples = vec![Difference::Changed {
+            key: json!({"id": 7}),
+            diff: ColumnDiff {
+                column: "body".into(),
+                source: json!(long),
+                target: json!(other),
+            },
+        }];
+        let text = report(t.clone()).to_string();
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("changed"))
+            .expect("the changed line");
+        assert!(line.len() < 300, "{line}");
+        assert!(line.contains("(6144 chars, hash "), "{line}");
+        assert!(line.contains("differ from character 3000 on"), "{line}");
+        assert_ne!(shown(&json!(long)), shown(&json!(other)), "hashes differ");
+        assert_eq!(shown(&json!("short")), "\"short\"");
+
+        let parsed: Value =
+            serde_json::from_str(&report(t).to_json().to_string()).expect("--json parses");
+        assert_eq!(parsed["result"], "different");
+        let example = &parsed["targets"][0]["tables"][0]["examples"][0];
+        assert_eq!(example["kind"], "changed");
+        assert_eq!(example["source"]["truncated"]["length"], 6144);
+        assert_eq!(example["first_difference"], 3000);
+        assert_eq!(example["key"], json!({"id": 7}));
     }
 
     #[test]

@@ -152,7 +152,7 @@ async fn unapplied(
         let consumer = reader(client)?;
         let mut out = Vec::new();
         for (partition, from, end) in behind {
-            if committed_record_between(&consumer, &partition, from, end)? {
+            if first_committed_between(&consumer, &partition, from, end)?.is_some() {
                 out.push((partition, from, end));
             }
         }
@@ -162,12 +162,36 @@ async fn unapplied(
     .map_err(|e| VerifyError::Kafka(format!("lag reader task failed: {e}")))?
 }
 
-fn committed_record_between(
+/// Per partition, the Kafka timestamp (ms) of the first committed record in
+/// `[from, end)`, or `None` when there is none (only transaction markers or
+/// aborted records): how long the oldest change a sink has not applied has
+/// waited (`oncely status`).
+pub async fn oldest_unapplied(
+    client: &ClientConfig,
+    behind: Vec<(Partition, i64, i64)>,
+) -> Result<HashMap<Partition, Option<i64>>, VerifyError> {
+    let client = client.clone();
+    tokio::task::spawn_blocking(move || {
+        let consumer = reader(client)?;
+        let mut out = HashMap::new();
+        for (partition, from, end) in behind {
+            let first = first_committed_between(&consumer, &partition, from, end)?;
+            out.insert(partition, first.flatten());
+        }
+        Ok(out)
+    })
+    .await
+    .map_err(|e| VerifyError::Kafka(format!("lag reader task failed: {e}")))?
+}
+
+/// `Some(timestamp)` when a committed record lies in `[from, end)` (its
+/// Kafka timestamp, when it has one), `None` when none does.
+fn first_committed_between(
     consumer: &BaseConsumer<CaptureContext>,
     (topic, partition): &Partition,
     from: i64,
     end: i64,
-) -> Result<bool, VerifyError> {
+) -> Result<Option<Option<i64>>, VerifyError> {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, *partition, Offset::Offset(from))
         .map_err(|e| VerifyError::Kafka(e.to_string()))?;
@@ -178,8 +202,10 @@ fn committed_record_between(
     while Instant::now() < deadline {
         match consumer.poll(Duration::from_millis(200)) {
             None => {}
-            Some(Ok(m)) => return Ok(m.offset() < end),
-            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(false),
+            Some(Ok(m)) => {
+                return Ok((m.offset() < end).then(|| m.timestamp().to_millis()));
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(None),
             Some(Err(e)) => {
                 return Err(VerifyError::Kafka(format!(
                     "read {topic}[{partition}]: {e}"
@@ -188,7 +214,7 @@ fn committed_record_between(
         }
     }
     // Nothing readable yet (an open transaction holds the stable offset back): still behind.
-    Ok(true)
+    Ok(Some(None))
 }
 
 /// `client`: the capture's brokers and connection properties.

@@ -89,7 +89,11 @@ pub(super) async fn read_unavailable(
             Err(e) if gone(&e) => {
                 // The table or the column no longer exists: its value is gone
                 // from the source too; the targets keep what they have.
-                tracing::warn!(table = %format!("{}.{}", rel.namespace, rel.name), error = %e, "cannot read unchanged TOAST values of a primary-key update: the table or column is gone; the values stay unavailable");
+                static GONE: oncely_core::log_limit::LogLimit =
+                    oncely_core::log_limit::LogLimit::new(Duration::from_secs(10), 5);
+                if let Some(suppressed) = GONE.admit() {
+                    tracing::warn!(table = %format!("{}.{}", rel.namespace, rel.name), error = %e, suppressed, "cannot read unchanged TOAST values of a primary-key update: the table or column is gone; the values stay unavailable (at most 5 such lines per 10 s)");
+                }
                 return Ok(None);
             }
             Err(e) => return Err(pg("read unchanged TOAST values")(e)),

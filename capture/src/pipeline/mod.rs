@@ -71,6 +71,7 @@ pub async fn run(
             Ok(()) => return Ok(()),
             Err(e) if e.is_retriable() && !shutdown.is_cancelled() => {
                 metrics.restarts.inc();
+                metrics.health.down(&e.to_string());
                 if started.elapsed() > Duration::from_secs(60) {
                     backoff = Duration::from_millis(500);
                 }
@@ -230,6 +231,7 @@ async fn run_once(
 
     let schemas = crate::schema_change::read_history(cfg).await?;
     let stream = connect_stream(cfg, offset.flush_lsn).await?;
+    metrics.health.connected();
     let mut pipeline = Pipeline {
         cfg,
         offsets_topic,
@@ -1177,6 +1179,7 @@ impl Pipeline<'_> {
 
     fn open_batch(&mut self) -> Result<(), CaptureError> {
         if self.batch.is_none() {
+            self.metrics.health.waiting();
             self.producer.begin()?;
             self.batch = Some(OpenBatch {
                 started: Instant::now(),
@@ -1265,6 +1268,7 @@ impl Pipeline<'_> {
             .batch_commit
             .observe(inflight.started.elapsed().as_secs_f64());
         self.metrics.kafka_transactions.inc();
+        self.metrics.health.committed();
         self.committed = inflight.offset;
         // Kafka now holds everything up to flush_lsn: PostgreSQL may release it.
         self.stream
@@ -1378,6 +1382,33 @@ impl Pipeline<'_> {
         }))
     }
 
+    /// `slot.max.retained.bytes`: beyond it an error (at most one a minute),
+    /// the metric `oncely_capture_slot_over_limit` and `/readyz` say so.
+    fn check_slot_limit(&self, retained: i64) {
+        static OVER: oncely_core::log_limit::LogLimit =
+            oncely_core::log_limit::LogLimit::new(Duration::from_secs(60), 1);
+        let Some(limit) = self.cfg.slot.max.retained.bytes else {
+            return;
+        };
+        self.metrics
+            .slot_max_retained
+            .set(i64::try_from(limit).unwrap_or(i64::MAX));
+        let over = u64::try_from(retained).is_ok_and(|r| r > limit);
+        self.metrics.slot_over_limit.set(i64::from(over));
+        if !over {
+            self.metrics.health.slot_over(None);
+            return;
+        }
+        let why = format!(
+            "replication slot {} retains {retained} bytes of WAL, more than slot.max.retained.bytes = {limit}: capture confirms only what Kafka holds, so a slow or failing Kafka commit, or a long source transaction, keeps WAL on the server (see README, Operating notes: slot lag)",
+            self.cfg.slot.name
+        );
+        if let Some(suppressed) = OVER.admit() {
+            tracing::error!(suppressed, "{why}");
+        }
+        self.metrics.health.slot_over(Some(why));
+    }
+
     /// When nothing is in flight, commits an offset at the server's position so
     /// an idle slot does not pin WAL.
     async fn heartbeat(&mut self) -> Result<(), CaptureError> {
@@ -1388,7 +1419,10 @@ impl Pipeline<'_> {
         }
         self.check_schemas().await?;
         match source::slot_retained_wal(&self.control, &self.cfg.slot.name).await {
-            Ok(Some(bytes)) => self.metrics.slot_retained_wal.set(bytes),
+            Ok(Some(bytes)) => {
+                self.metrics.slot_retained_wal.set(bytes);
+                self.check_slot_limit(bytes);
+            }
             Ok(None) => {}
             Err(e) => tracing::debug!(error = %e, "cannot read slot lag"),
         }

@@ -300,8 +300,16 @@ impl ClientContext for RunnerContext {
 impl RunnerContext {
     /// An offset commit failed; its positions stay pending and go out again.
     pub(crate) fn commit_failed(&self, e: &rdkafka::error::KafkaError) {
+        // Sent every 200 ms while refused: rate-limited, counted in the metric.
+        static REFUSED: oncely_core::log_limit::LogLimit =
+            oncely_core::log_limit::LogLimit::new(Duration::from_secs(10), 3);
         self.shared.metrics.offset_commit_failures.inc();
-        tracing::warn!("offset commit failed (sent again with the next commit): {e}");
+        if let Some(suppressed) = REFUSED.admit() {
+            tracing::warn!(
+                suppressed,
+                "offset commit failed (sent again with the next commit; at most 3 such lines per 10 s, `suppressed` counts those not logged): {e}"
+            );
+        }
     }
 }
 
@@ -318,6 +326,7 @@ impl ConsumerContext for RunnerContext {
         );
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.shared.liveness.joined();
                 self.on_assign(consumer, tpl);
                 if cooperative {
                     consumer.incremental_assign(tpl)

@@ -184,26 +184,15 @@ impl Runner {
             sink,
             metrics,
         } = self;
-        let metrics_stop = CancellationToken::new();
-        let server = match config.metrics_addr()? {
-            Some(addr) => {
-                let listener =
-                    crate::metrics::bind(addr)
-                        .await
-                        .map_err(|source| RunnerError::Io {
-                            context: format!("bind metrics.listen {addr}"),
-                            source,
-                        })?;
-                tracing::info!(
-                    "metrics at http://{}/metrics",
-                    listener.local_addr().unwrap_or(addr)
-                );
-                Some(tokio::spawn(crate::metrics::serve(
-                    listener,
-                    metrics.clone(),
-                    metrics_stop.clone(),
-                )))
-            }
+        let listener = match config.metrics_addr()? {
+            Some(addr) => Some(
+                oncely_core::endpoint::bind(addr, "metrics.listen")
+                    .await
+                    .map_err(|e| RunnerError::Io {
+                        context: format!("cannot listen on {addr} (set by `metrics.listen`)"),
+                        source: e.source,
+                    })?,
+            ),
             None => None,
         };
         let base = client_config(&config);
@@ -225,6 +214,18 @@ impl Runner {
             stop,
             fatal: Mutex::new(None),
             positions: Mutex::new(Default::default()),
+            liveness: shared::Liveness::new(),
+        });
+        let metrics_stop = CancellationToken::new();
+        let server = listener.map(|listener| {
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!("metrics at http://{addr}/metrics, health at /healthz and /readyz");
+            }
+            tokio::spawn(oncely_core::endpoint::serve(
+                listener,
+                Arc::new(Probe(shared.clone())),
+                metrics_stop.clone(),
+            ))
         });
         let poll_shared = shared.clone();
         let polled = tokio::task::spawn_blocking(move || consume(base, poll_shared)).await;
@@ -238,6 +239,19 @@ impl Runner {
             return Err(RunnerError::Sink(e));
         }
         shutdown.map_err(RunnerError::Sink)
+    }
+}
+
+/// What the listener serves: the runner's metrics and readiness.
+struct Probe(Arc<Shared>);
+
+impl oncely_core::endpoint::Probe for Probe {
+    fn metrics(&self) -> Vec<u8> {
+        self.0.metrics.render().into_bytes()
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        self.0.readiness()
     }
 }
 
@@ -302,6 +316,7 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
         .contains_key("group.instance.id")
         .then(ownership::OwnershipCheck::new);
     while !shared.stop.is_cancelled() {
+        shared.liveness.polled();
         match consumer.poll(POLL_TIMEOUT) {
             None => {}
             Some(Err(e)) => tracing::warn!("consumer: {e}"),

@@ -1,6 +1,7 @@
 //! State shared by the poll thread and the partition workers, and the topic filter.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -68,6 +69,45 @@ pub(crate) struct Shared {
     pub(crate) fatal: Mutex<Option<SinkError>>,
     /// Per partition owned here: what is applied and what Kafka acknowledged.
     pub(crate) positions: Mutex<CommitLedger>,
+    /// What `/readyz` reads besides the ledger.
+    pub(crate) liveness: Liveness,
+}
+
+/// The poll thread's signs of life, for `/readyz`.
+#[derive(Debug)]
+pub(crate) struct Liveness {
+    since: Instant,
+    /// Milliseconds after `since` of the poll loop's last turn.
+    last_poll_ms: AtomicU64,
+    /// The group assigned partitions to this member (an assignment arrived).
+    joined: AtomicBool,
+}
+
+impl Liveness {
+    pub(crate) fn new() -> Self {
+        Self {
+            since: Instant::now(),
+            last_poll_ms: AtomicU64::new(0),
+            joined: AtomicBool::new(false),
+        }
+    }
+
+    /// The poll loop turned.
+    pub(crate) fn polled(&self) {
+        let ms = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_poll_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The group's assignment arrived.
+    pub(crate) fn joined(&self) {
+        self.joined.store(true, Ordering::Relaxed);
+    }
+
+    fn since_poll(&self) -> Duration {
+        self.since.elapsed().saturating_sub(Duration::from_millis(
+            self.last_poll_ms.load(Ordering::Relaxed),
+        ))
+    }
 }
 
 /// Per owned partition: the applied position and its commit to Kafka.
@@ -221,6 +261,46 @@ impl Shared {
                 .with_label_values(&labels)
                 .set(seconds);
         }
+    }
+
+    /// `/readyz`: the member joined its group, the poll loop turns, and no
+    /// owned partition's commit has lagged what was applied for longer than
+    /// `health.ready.max.lag.ms`; else why not.
+    pub(crate) fn readiness(&self) -> Result<(), String> {
+        let bound = self.config.ready_max_lag();
+        let key = "health.ready.max.lag.ms";
+        if self.stop.is_cancelled() {
+            return Err("stopping".into());
+        }
+        if !self.liveness.joined.load(Ordering::Relaxed) {
+            return Err(format!(
+                "consumer group {} has not assigned partitions to this member yet",
+                self.group
+            ));
+        }
+        let stalled = self.liveness.since_poll();
+        if stalled > bound {
+            return Err(format!(
+                "the consumer has not polled Kafka for {:.0} s (the sink holds every in-flight record; {key} = {})",
+                stalled.as_secs_f64(),
+                bound.as_millis()
+            ));
+        }
+        let mut lagging: Vec<_> = self
+            .ledger()
+            .lag(Instant::now())
+            .into_iter()
+            .filter(|(_, _, seconds)| *seconds > bound.as_secs_f64())
+            .collect();
+        lagging.sort_by(|a, b| b.2.total_cmp(&a.2));
+        if let Some((tp, records, seconds)) = lagging.first() {
+            return Err(format!(
+                "{} partition(s) applied but not committed to Kafka for longer than {key} = {} ms; the oldest: {tp}, {records} records for {seconds:.0} s",
+                lagging.len(),
+                bound.as_millis()
+            ));
+        }
+        Ok(())
     }
 
     fn ledger(&self) -> std::sync::MutexGuard<'_, CommitLedger> {

@@ -468,13 +468,19 @@ impl Applier {
                 letter.topic, letter.partition, letter.offset, letter.reason
             ))));
         };
-        tracing::warn!(
-            topic = letter.topic,
-            partition = letter.partition,
-            offset = letter.offset,
-            "dead-lettering record: {}",
-            letter.reason
-        );
+        // Per record, so rate-limited; every one is in the topic and the metric.
+        static DEAD_LETTERING: oncely_core::log_limit::LogLimit =
+            oncely_core::log_limit::LogLimit::new(Duration::from_secs(10), 10);
+        if let Some(suppressed) = DEAD_LETTERING.admit() {
+            tracing::warn!(
+                topic = letter.topic,
+                partition = letter.partition,
+                offset = letter.offset,
+                suppressed,
+                "dead-lettering record (at most 10 such lines per 10 s; `suppressed` counts those not logged): {}",
+                letter.reason
+            );
+        }
         let attempt = retry(
             &mut self.backoff,
             &self.control.abandon,

@@ -110,6 +110,11 @@ impl Target {
         &self.runner.group_id
     }
 
+    /// `errors.deadletterqueue.topic.name`, when set.
+    pub fn dead_letter_topic(&self) -> Option<&str> {
+        self.runner.dlq_topic.as_deref()
+    }
+
     /// The next offset to apply per partition, where the sink keeps them (in
     /// its target, or Kafka's committed offsets); partitions without one are absent.
     pub async fn positions(

@@ -16,8 +16,10 @@
 //! a zombie runner during a rebalance; its older versions still lose to ours.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use ::elasticsearch::{Elasticsearch, MgetParts};
+use oncely_core::log_limit::LogLimit;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -41,6 +43,10 @@ struct MgetDoc {
     #[serde(default)]
     error: Option<Value>,
 }
+
+/// The warning for values neither the event nor the index holds: per
+/// document, so rate-limited (issue 20: hundreds of lines a second).
+static LEFT_OUT: LogLimit = LogLimit::new(Duration::from_secs(10), 5);
 
 /// A stored document: its version and source.
 type Stored = (i64, Map<String, Value>);
@@ -115,12 +121,15 @@ fn merge(w: &mut Write<'_>, stored: Option<Map<String, Value>>, flag: &str) {
                 })
                 .collect();
             if !unknown.is_empty() {
-                tracing::warn!(
-                    index = %w.index,
-                    id = %w.id,
-                    fields = ?unknown,
-                    "unavailable (unchanged TOAST) values are not stored either: left out"
-                );
+                if let Some(suppressed) = LEFT_OUT.admit() {
+                    tracing::warn!(
+                        index = %w.index,
+                        id = %w.id,
+                        fields = ?unknown,
+                        suppressed,
+                        "unavailable (unchanged TOAST) values are not stored either: left out (at most 5 such lines per 10 s; `suppressed` counts the documents not logged since the previous line)"
+                    );
+                }
             }
         }
         Action::SoftDelete { fallback } => {
@@ -190,4 +199,56 @@ async fn mget(client: &Elasticsearch, docs: Vec<Value>) -> Result<Vec<Option<Sto
             None => Ok(None),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_burst_of_documents_with_unknown_values_logs_a_bounded_number_of_lines() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            for i in 0..1000 {
+                let mut w = Write {
+                    index: "shop.public.docs".into(),
+                    id: i.to_string(),
+                    version: 1,
+                    action: Action::Index {
+                        doc: Cow::Owned(Map::new()),
+                        missing: vec!["body".into()],
+                    },
+                    offset: i,
+                };
+                merge(&mut w, None, "__deleted");
+                assert!(
+                    matches!(&w.action, Action::Index { doc, .. } if !doc.contains_key("body"))
+                );
+            }
+        });
+        let text = String::from_utf8(lines.0.lock().expect("lock").clone()).expect("utf-8");
+        let warned = text.lines().filter(|l| l.contains("left out")).count();
+        assert_eq!(warned, 5, "{text}");
+        assert!(text.contains("suppressed=0"), "{text}");
+    }
 }

@@ -1,0 +1,393 @@
+//! `oncely status`: one screen per pipeline — the replication slot, capture's
+//! committed offset against the server's WAL position, and per sink its
+//! positions against the topics' ends and its dead letters. It reads what
+//! `oncely verify` reads (the same configs, [`crate::verify`]'s source,
+//! target and topic readers) and compares nothing row by row.
+//!
+//! The verdict, for scripts: **down** (exit 2) when the slot is missing or no
+//! walsender holds it (capture is not streaming) or capture has committed no
+//! offset; **degraded** (exit 1) when the slot retains more WAL than
+//! `slot.max.retained.bytes`, a sink's dead-letter topic holds records, or a
+//! sink is more than `max_lag` offsets behind; else **healthy** (exit 0).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use oncely_capture::config::CaptureConfig;
+use oncely_capture::offset::read_stored_offset;
+use serde_json::{json, Value};
+
+use crate::verify::{oldest_unapplied, topic_ends, SourceDb, Target, VerifyError};
+
+/// What to look at.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub capture: PathBuf,
+    pub sinks: Vec<PathBuf>,
+    /// Offsets a sink may be behind its topics' ends before it is degraded.
+    pub max_lag: i64,
+}
+
+/// The verdict; its exit code is [`Health::code`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Health {
+    Healthy,
+    Degraded,
+    Down,
+}
+
+impl Health {
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Healthy => "healthy",
+            Self::Degraded => "degraded",
+            Self::Down => "down",
+        }
+    }
+}
+
+/// The replication slot as the server reports it.
+#[derive(Debug, Clone)]
+pub struct SlotStatus {
+    pub name: String,
+    pub exists: bool,
+    /// A walsender holds it (capture streams).
+    pub active: bool,
+    pub confirmed_lsn: Option<String>,
+    pub retained_bytes: Option<i64>,
+    /// `slot.max.retained.bytes`.
+    pub max_retained_bytes: Option<u64>,
+}
+
+/// One sink.
+#[derive(Debug, Clone)]
+pub struct SinkStatus {
+    pub label: String,
+    pub group: String,
+    /// Per partition: (position, end); position `None` before the first apply.
+    pub partitions: BTreeMap<(String, i32), (Option<i64>, i64)>,
+    /// Per partition behind its end: seconds the oldest committed record it
+    /// has not applied has been in Kafka (absent: nothing unapplied).
+    pub waiting_seconds: BTreeMap<(String, i32), f64>,
+    pub dead_letter_topic: Option<String>,
+    /// Records in the dead-letter topic (all sinks writing to it).
+    pub dead_letters: Option<i64>,
+}
+
+impl SinkStatus {
+    /// Offsets between the positions and the ends (transaction markers
+    /// included, so at most this many records).
+    pub fn lag(&self) -> i64 {
+        self.partitions
+            .values()
+            .map(|(at, end)| (end - at.unwrap_or(0)).max(0))
+            .sum()
+    }
+}
+
+/// Everything `oncely status` shows.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub connector: String,
+    pub server_lsn: String,
+    pub slot: SlotStatus,
+    /// Capture's committed offset: its flush LSN, and bytes behind the server.
+    pub committed_lsn: Option<String>,
+    pub capture_lag_bytes: Option<i64>,
+    /// Seconds since the source commit of the last transaction capture
+    /// published (grows while the source is idle too).
+    pub last_published_age_seconds: Option<f64>,
+    /// The snapshot running, from the committed offset: (id, table being
+    /// copied, its rows read, tables queued after it, paused).
+    pub snapshot: Option<(String, String, u64, usize, bool)>,
+    pub sinks: Vec<SinkStatus>,
+    pub max_lag: i64,
+    /// Why the verdict is what it is (empty when healthy).
+    pub problems: Vec<(Health, String)>,
+}
+
+impl Status {
+    pub fn health(&self) -> Health {
+        self.problems
+            .iter()
+            .map(|(h, _)| *h)
+            .max()
+            .unwrap_or(Health::Healthy)
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "health": self.health().name(),
+            "problems": self.problems.iter().map(|(h, why)| json!({"severity": h.name(), "problem": why})).collect::<Vec<_>>(),
+            "connector": self.connector,
+            "server_lsn": self.server_lsn,
+            "slot": {
+                "name": self.slot.name,
+                "exists": self.slot.exists,
+                "active": self.slot.active,
+                "confirmed_lsn": self.slot.confirmed_lsn,
+                "retained_bytes": self.slot.retained_bytes,
+                "max_retained_bytes": self.slot.max_retained_bytes,
+            },
+            "capture": {
+                "committed_lsn": self.committed_lsn,
+                "lag_bytes": self.capture_lag_bytes,
+                "last_published_age_seconds": self.last_published_age_seconds,
+                "snapshot": self.snapshot.as_ref().map(|(id, table, rows, queued, paused)| json!({
+                    "id": id, "table": table, "rows": rows, "tables_queued": queued, "paused": paused,
+                })),
+            },
+            "sinks": self.sinks.iter().map(|s| json!({
+                "sink": s.label,
+                "group": s.group,
+                "lag_offsets": s.lag(),
+                "partitions": s.partitions.iter().map(|((t, p), (at, end))| json!({
+                    "topic": t, "partition": p, "position": at, "end": end,
+                    "lag_offsets": (end - at.unwrap_or(0)).max(0),
+                    "lag_seconds": s.waiting_seconds.get(&(t.clone(), *p)).copied().unwrap_or(0.0),
+                })).collect::<Vec<_>>(),
+                "dead_letter_topic": s.dead_letter_topic,
+                "dead_letters": s.dead_letters,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.slot;
+        writeln!(
+            f,
+            "capture {} (server WAL at {})",
+            self.connector, self.server_lsn
+        )?;
+        if s.exists {
+            writeln!(
+                f,
+                "  slot {}: {}, confirmed {}, retains {} bytes of WAL (limit {})",
+                s.name,
+                if s.active { "active" } else { "INACTIVE" },
+                s.confirmed_lsn.as_deref().unwrap_or("-"),
+                s.retained_bytes.unwrap_or(0),
+                s.max_retained_bytes
+                    .map_or("none: slot.max.retained.bytes unset".to_owned(), |m| m
+                        .to_string()),
+            )?;
+        } else {
+            writeln!(f, "  slot {}: MISSING", s.name)?;
+        }
+        writeln!(
+            f,
+            "  committed offset {} ({} bytes behind the server)",
+            self.committed_lsn.as_deref().unwrap_or("none"),
+            self.capture_lag_bytes
+                .map_or("?".to_owned(), |b| b.to_string())
+        )?;
+        if let Some(age) = self.last_published_age_seconds {
+            writeln!(
+                f,
+                "  last published transaction committed {age:.0} s ago at the source"
+            )?;
+        }
+        if let Some((id, table, rows, queued, paused)) = &self.snapshot {
+            writeln!(
+                f,
+                "  snapshot {id}: copying {table} ({rows} rows read), {queued} tables queued{}",
+                if *paused { ", PAUSED" } else { "" }
+            )?;
+        }
+        for sink in &self.sinks {
+            writeln!(
+                f,
+                "{}: {} offsets behind, dead letters {}",
+                sink.label,
+                sink.lag(),
+                match (&sink.dead_letter_topic, sink.dead_letters) {
+                    (None, _) => "(no dead-letter topic)".to_owned(),
+                    (Some(t), n) => format!("{} in {t}", n.unwrap_or(0)),
+                }
+            )?;
+            for ((topic, p), (at, end)) in &sink.partitions {
+                writeln!(
+                    f,
+                    "  {topic}[{p}] at {} of {end} (lag {} offsets, {:.1} s)",
+                    at.map_or("-".to_owned(), |a| a.to_string()),
+                    (end - at.unwrap_or(0)).max(0),
+                    sink.waiting_seconds
+                        .get(&(topic.clone(), *p))
+                        .copied()
+                        .unwrap_or(0.0)
+                )?;
+            }
+        }
+        for (h, why) in &self.problems {
+            writeln!(f, "{}: {why}", h.name().to_uppercase())?;
+        }
+        write!(f, "status: {}", self.health().name())
+    }
+}
+
+/// Reads the status of the pipeline the configs describe.
+pub async fn run(options: &Options) -> Result<Status, VerifyError> {
+    let cfg =
+        CaptureConfig::load(&options.capture).map_err(|e| VerifyError::Config(e.to_string()))?;
+    let source = SourceDb::connect(&cfg).await?;
+    let server = source.current_wal_lsn().await?;
+    let row = source
+        .client()
+        .query_opt(
+            "SELECT active AND EXISTS (SELECT 1 FROM pg_stat_replication r WHERE r.pid = s.active_pid),
+                    confirmed_flush_lsn::text,
+                    pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
+               FROM pg_replication_slots s WHERE slot_name = $1",
+            &[&cfg.slot.name],
+        )
+        .await
+        .map_err(crate::verify::pg_error("read the replication slot"))?;
+    let slot = SlotStatus {
+        name: cfg.slot.name.clone(),
+        exists: row.is_some(),
+        active: row.as_ref().is_some_and(|r| r.get::<_, bool>(0)),
+        confirmed_lsn: row.as_ref().and_then(|r| r.get(1)),
+        retained_bytes: row.as_ref().and_then(|r| r.get(2)),
+        max_retained_bytes: cfg.slot.max.retained.bytes,
+    };
+    let mut problems = Vec::new();
+    let stored = read_stored_offset(&cfg).await;
+    let offset = stored
+        .as_ref()
+        .ok()
+        .and_then(|o| o.as_ref())
+        .map(|(o, _)| o.clone());
+    let committed = match stored {
+        Ok(Some((o, _))) => Some(o.flush_lsn),
+        Ok(None) => {
+            problems.push((
+                Health::Down,
+                "capture has committed no offset to Kafka yet".to_owned(),
+            ));
+            None
+        }
+        // Before capture's first start its offsets topic does not exist.
+        Err(e) => {
+            problems.push((
+                Health::Down,
+                format!("cannot read capture's offset ({e}): has capture ever run?"),
+            ));
+            None
+        }
+    };
+    if !slot.exists {
+        problems.push((Health::Down, format!("replication slot {} does not exist: capture never started, or the slot was dropped (start capture; a dropped slot needs snapshot.mode = \"when_needed\")", slot.name)));
+    } else if !slot.active {
+        problems.push((Health::Down, format!("no walsender holds slot {}: capture is not streaming (is `oncely capture` running? its log and /readyz say why)", slot.name)));
+    }
+    if let (Some(r), Some(max)) = (slot.retained_bytes, slot.max_retained_bytes) {
+        if u64::try_from(r).is_ok_and(|r| r > max) {
+            problems.push((Health::Degraded, format!("slot {} retains {r} bytes of WAL, more than slot.max.retained.bytes = {max} (README, Operating notes: slot lag)", slot.name)));
+        }
+    }
+    let tables = source.tables(&cfg).await?;
+    let topics: Vec<String> = tables.iter().map(|t| t.topic.clone()).collect();
+    let kafka = cfg.kafka_client();
+    let ends = topic_ends(&kafka, &topics).await?;
+    let mut sinks = Vec::new();
+    for path in &options.sinks {
+        let target = Target::open(path, &cfg.database.dbname, cfg.interval.handling.mode).await?;
+        let partitions: Vec<(String, i32)> = ends
+            .keys()
+            .filter(|(t, _)| target.covers(t))
+            .cloned()
+            .collect();
+        let positions = target.positions(&partitions).await?;
+        let dlq = target.dead_letter_topic().map(str::to_owned);
+        let dead_letters = match &dlq {
+            Some(t) => Some(
+                topic_ends(&kafka, std::slice::from_ref(t))
+                    .await?
+                    .values()
+                    .map(|(low, high)| high - low)
+                    .sum(),
+            ),
+            None => None,
+        };
+        // The oldest unapplied record of each partition behind its end
+        // (low watermark when it has no position yet).
+        let behind: Vec<((String, i32), i64, i64)> = partitions
+            .iter()
+            .map(|p| {
+                (
+                    p.clone(),
+                    positions.get(p).copied().unwrap_or(ends[p].0),
+                    ends[p].1,
+                )
+            })
+            .filter(|(_, at, end)| at < end)
+            .collect();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let waiting_seconds = oldest_unapplied(&kafka, behind)
+            .await?
+            .into_iter()
+            .filter_map(|(p, ts)| ts.map(|ts| (p, (now_ms - ts).max(0) as f64 / 1000.0)))
+            .collect();
+        let sink = SinkStatus {
+            waiting_seconds,
+            label: target.label.clone(),
+            group: target.group().to_owned(),
+            partitions: partitions
+                .iter()
+                .map(|p| (p.clone(), (positions.get(p).copied(), ends[p].1)))
+                .collect(),
+            dead_letter_topic: dlq,
+            dead_letters,
+        };
+        if sink.dead_letters.unwrap_or(0) > 0 {
+            problems.push((
+                Health::Degraded,
+                format!(
+                    "{}: {} dead letters in {} (README, Operating notes: dead letters)",
+                    sink.label,
+                    sink.dead_letters.unwrap_or(0),
+                    sink.dead_letter_topic.as_deref().unwrap_or("-")
+                ),
+            ));
+        }
+        if sink.lag() > options.max_lag {
+            problems.push((Health::Degraded, format!("{}: {} offsets behind, more than --max-lag {} (is it running? its /readyz says why)", sink.label, sink.lag(), options.max_lag)));
+        }
+        sinks.push(sink);
+    }
+    Ok(Status {
+        connector: cfg.connector_name().to_owned(),
+        server_lsn: crate::verify::format_lsn(server),
+        slot,
+        committed_lsn: committed.map(crate::verify::format_lsn),
+        capture_lag_bytes: committed
+            .map(|c| i64::try_from(server.saturating_sub(c)).unwrap_or(i64::MAX)),
+        last_published_age_seconds: offset.as_ref().filter(|o| o.ts_ms > 0).map(|o| {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            (now_ms - o.ts_ms).max(0) as f64 / 1000.0
+        }),
+        snapshot: offset
+            .as_ref()
+            .and_then(|o| o.snapshot.as_ref())
+            .and_then(|s| {
+                s.current().map(|t| {
+                    let queued = s.tables.len().saturating_sub(1);
+                    (s.id.clone(), t.table.clone(), t.rows, queued, s.paused)
+                })
+            }),
+        sinks,
+        max_lag: options.max_lag,
+        problems,
+    })
+}
