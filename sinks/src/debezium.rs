@@ -92,8 +92,11 @@ pub(crate) struct Plan {
 /// Plans recently built on this thread, by the schema they were built from.
 const PLAN_CACHE: usize = 64;
 
+/// A schema and its plan (`None`: nothing to convert).
+type CachedPlan = (Arc<Value>, Option<Arc<Plan>>);
+
 thread_local! {
-    static PLANS: RefCell<Vec<(Arc<Value>, Option<Arc<Plan>>)>> = const { RefCell::new(Vec::new()) };
+    static PLANS: RefCell<Vec<CachedPlan>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Where a schema's columns are.

@@ -9,9 +9,9 @@
 //! numbers -> `double precision`, string -> `text`, array/object -> `jsonb`),
 //! so an epoch-micros timestamp lands as `bigint`: enable schemas for typed targets.
 //!
-//! **Limits:** Connect `Decimal` as base64 bytes (Debezium's default
-//! `decimal.handling.mode=precise`) is stored as `bytea`, not `numeric`; use
-//! string decimals (oncely's default). Arrays of semantic types (e.g. dates) go to `jsonb`.
+//! Debezium's own encodings (Connect `Decimal`, millisecond times, ...) never
+//! reach this module: decoding turns them into oncely's (`crate::debezium`).
+//! **Limit:** arrays of semantic types (e.g. dates) go to `jsonb`.
 //!
 //! Every value travels as text in one `text[]` parameter per column and is
 //! converted in SQL ([`ColumnSpec::select_expr`]), so a batch is one statement
