@@ -35,8 +35,9 @@
 //! **Schemas off.** What the value itself shows is recovered: the structs
 //! (`VariableScaleDecimal`, `Point`, in arrays too) and the binary
 //! unavailable marker. A base64 `Decimal` cannot be told from text without
-//! its schema: such topics need `decimal.handling.mode=string` (README,
-//! "Reading Debezium topics").
+//! its schema, so such events are dead letters ([`refuse_schemaless`]) until
+//! the runner is told the connector sends string decimals
+//! (`debezium.schemaless.accept`; README, "Reading Debezium topics").
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -45,7 +46,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
-use crate::event::DecodeError;
+use crate::event::{ChangeEvent, DecodeError, VersionOrigin};
 
 /// The marker Debezium (and capture) writes for an unchanged TOASTed value.
 pub const UNAVAILABLE: &str = "__debezium_unavailable_value";
@@ -300,6 +301,48 @@ pub(crate) fn key_may_need_normalizing(schema: &str) -> bool {
     ]
     .iter()
     .any(|hint| schema.contains(hint))
+}
+
+/// The dead letter for a change a real Debezium connector wrote without
+/// schemas, unless the runner accepts them (`debezium.schemaless.accept`):
+/// under Debezium's default `decimal.handling.mode=precise` a `numeric`
+/// column is base64 text, which no sink can tell from a text column, so it
+/// would be stored as that text. The reason names the columns whose values
+/// look like such decimals (short base64), and the settings to change.
+pub fn refuse_schemaless(event: &ChangeEvent) -> Option<DecodeError> {
+    if event.schema.is_some() || event.version_origin != VersionOrigin::SourceLsn {
+        return None;
+    }
+    let row = event.after.as_ref().or(event.before.as_ref());
+    let suspects: Vec<&str> = row
+        .into_iter()
+        .flatten()
+        .filter(|(_, v)| v.as_str().is_some_and(looks_like_decimal_bytes))
+        .map(|(c, _)| c.as_str())
+        .collect();
+    let columns = if suspects.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (columns that may hold such decimals: {})",
+            suspects.join(", ")
+        )
+    };
+    Some(DecodeError {
+        part: "value",
+        reason: format!(
+            "a Debezium change event without its schema: under Debezium's default \
+             decimal.handling.mode=precise a numeric column is base64 text that cannot be \
+             told from text{columns}; set decimal.handling.mode=string on the connector and \
+             debezium.schemaless.accept = true in the sink, or enable schemas \
+             (value.converter.schemas.enable=true)"
+        ),
+    })
+}
+
+/// Short canonical base64, as a `Decimal`'s unscaled bytes are.
+fn looks_like_decimal_bytes(s: &str) -> bool {
+    (4..=24).contains(&s.len()) && s.len().is_multiple_of(4) && BASE64.decode(s).is_ok()
 }
 
 /// Applies `plan` to a row image.

@@ -100,3 +100,53 @@ fn schemaless_structs_and_binary_markers_are_recovered() {
         })
     );
 }
+
+fn schemaless_debezium_event(after: Value) -> ChangeEvent {
+    let bytes = serde_json::to_vec(&json!({
+        "before": null, "after": after, "op": "c",
+        "source": {"version": "3.6.1.Final", "connector": "postgresql", "lsn": 24023128}
+    }))
+    .unwrap();
+    match crate::event::decode_value(Some(&bytes)) {
+        Ok(crate::Payload::Change(e)) => *e,
+        other => panic!("expected a change, got {other:?}"),
+    }
+}
+
+#[test]
+fn schemaless_debezium_events_are_refused_naming_the_setting_and_columns() {
+    let e = schemaless_debezium_event(json!({"id": 1, "name": "Anne B.", "n122": "P9I="}));
+    let err = refuse_schemaless(&e).expect("refused");
+    assert!(err.reason.contains("decimal.handling.mode=string"), "{err}");
+    assert!(err.reason.contains("debezium.schemaless.accept"), "{err}");
+    assert!(err.reason.contains("such decimals: n122)"), "{err}");
+}
+
+#[test]
+fn events_with_schemas_or_from_capture_are_never_refused() {
+    let e = change_with_schema();
+    assert!(refuse_schemaless(&e).is_none());
+    let bytes = serde_json::to_vec(&json!({
+        "after": {"id": 1, "n": "P9I="}, "op": "c",
+        "source": {"commit_lsn": 5, "event_seq": 1, "lsn": 5}
+    }))
+    .unwrap();
+    match crate::event::decode_value(Some(&bytes)) {
+        Ok(crate::Payload::Change(e)) => assert!(refuse_schemaless(&e).is_none()),
+        other => panic!("expected a change, got {other:?}"),
+    }
+}
+
+fn change_with_schema() -> ChangeEvent {
+    let bytes = serde_json::to_vec(&json!({
+        "schema": {"type": "struct", "fields": [
+            {"type": "struct", "optional": true, "field": "after", "fields": [
+                {"type": "int64", "optional": false, "field": "id"}]}]},
+        "payload": {"after": {"id": 1}, "op": "c", "source": {"lsn": 5}}
+    }))
+    .unwrap();
+    match crate::event::decode_value(Some(&bytes)) {
+        Ok(crate::Payload::Change(e)) => *e,
+        other => panic!("expected a change, got {other:?}"),
+    }
+}
