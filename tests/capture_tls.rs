@@ -356,6 +356,7 @@ async fn refusals(env: &CaptureEnv, tls: &Tls) -> Result<()> {
         timeout: Duration::from_secs(10),
         examples: 1,
         retries: 0,
+        capture_offset: true,
     })
     .await;
     match verify {

@@ -132,6 +132,14 @@ pub struct RunnerConfig {
         default = "default_shutdown_timeout_ms"
     )]
     pub shutdown_timeout_ms: u64,
+    /// `debezium.schemaless.accept`: apply change events a real Debezium
+    /// connector wrote without schemas (`value.converter.schemas.enable=false`).
+    /// Off (the default), each is a dead letter: under Debezium's default
+    /// `decimal.handling.mode=precise` a `numeric` column is base64 text that
+    /// no sink can tell from text. Turn it on once the connector uses
+    /// `decimal.handling.mode=string` (README, "Reading Debezium topics").
+    #[serde(rename = "debezium.schemaless.accept", default)]
+    pub debezium_schemaless_accept: bool,
     /// `[kafka]`: extra librdkafka consumer/producer properties (security, timeouts, ...).
     #[serde(default)]
     pub kafka: BTreeMap<String, String>,
@@ -192,6 +200,7 @@ impl RunnerConfig {
             ready_max_lag_ms: DEFAULT_READY_MAX_LAG_MS,
             auto_offset_reset: OffsetReset::Earliest,
             shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
+            debezium_schemaless_accept: false,
             kafka: BTreeMap::new(),
         }
     }

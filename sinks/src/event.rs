@@ -2,7 +2,12 @@
 //!
 //! Both layouts of Kafka Connect's JSON converter are accepted: with the
 //! `{"schema": ..., "payload": ...}` wrapper (schemas enabled) and without it.
-//! A record with a null value is a [`Payload::Tombstone`].
+//! A record with a null value is a [`Payload::Tombstone`]; Debezium's
+//! transaction-metadata and heartbeat records are [`Payload::Bookkeeping`].
+//!
+//! Events of topics a real Debezium connector wrote are normalized to
+//! oncely's wire form while decoding (decimals, temporal precision modes,
+//! bits, points, the binary unavailable marker): see [`crate::debezium`].
 //!
 //! # Versions
 //!
@@ -29,6 +34,8 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+use crate::debezium;
 
 /// The position of a change in the source's commit order; compared lexicographically.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -177,6 +184,18 @@ pub enum Payload {
     Change(Box<ChangeEvent>),
     /// A null value: the key's tombstone, following a delete (for log compaction).
     Tombstone,
+    /// A Debezium record that is no change: sinks skip it.
+    Bookkeeping(Bookkeeping),
+}
+
+/// Records of Debezium's own topics, which carry no row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bookkeeping {
+    /// A `BEGIN` or `END` record of the transaction-metadata topic
+    /// (`provide.transaction.metadata`).
+    TransactionMetadata,
+    /// A record of the heartbeat topic (`heartbeat.interval.ms`): only `ts_ms`.
+    Heartbeat,
 }
 
 /// Kafka header on every record oncely's capture writes for a table, tombstones
@@ -339,6 +358,10 @@ struct Fields {
     source: Option<Value>,
     ts_ms: Option<Value>,
     message: Option<Value>,
+    /// `status` of a Debezium transaction-metadata record.
+    status: Option<Value>,
+    /// Whether the object had keys other than the envelope's.
+    other: bool,
 }
 
 /// A top-level envelope key.
@@ -349,6 +372,7 @@ enum Key {
     Source,
     TsMs,
     Message,
+    Status,
     Other,
 }
 
@@ -368,6 +392,7 @@ impl<'de> serde::Deserialize<'de> for Key {
                     "source" => Key::Source,
                     "ts_ms" => Key::TsMs,
                     "message" => Key::Message,
+                    "status" => Key::Status,
                     _ => Key::Other,
                 })
             }
@@ -420,7 +445,9 @@ impl<'de> serde::Deserialize<'de> for Doc {
                         Key::Source => &mut f.source,
                         Key::TsMs => &mut f.ts_ms,
                         Key::Message => &mut f.message,
+                        Key::Status => &mut f.status,
                         Key::Other => {
+                            f.other = true;
                             map.next_value::<IgnoredAny>()?;
                             continue;
                         }
@@ -461,10 +488,27 @@ fn shared_schema(raw: &RawValue) -> Result<Arc<Value>, serde_json::Error> {
 /// Decodes a record key: JSON, with or without the schema wrapper; `None` for a null key.
 pub fn decode_key(raw: Option<&[u8]>) -> Result<Option<Value>, DecodeError> {
     let Some(bytes) = raw else { return Ok(None) };
-    let (payload, _schema) = parse::<Value>(bytes).map_err(|e| DecodeError {
+    let (mut payload, schema) = parse::<Value>(bytes).map_err(|e| DecodeError {
         part: "key",
         reason: format!("not JSON: {e}"),
     })?;
+    // A key column in one of Debezium's encodings (a `numeric` or temporal
+    // primary key) is normalized as the row's column is, so the key matches
+    // the row and the key oncely's capture would send.
+    if let (Some(schema), Value::Object(columns)) = (schema, &mut payload) {
+        if debezium::key_may_need_normalizing(schema.get()) {
+            let schema = shared_schema(schema).map_err(|e| DecodeError {
+                part: "key",
+                reason: format!("schema not JSON: {e}"),
+            })?;
+            if let Some(plan) = debezium::plan_for(&schema, debezium::Layout::Key) {
+                debezium::apply(&plan, columns).map_err(|e| DecodeError {
+                    part: "key",
+                    reason: e.reason,
+                })?;
+            }
+        }
+    }
     Ok(match payload {
         Value::Null => None,
         other => Some(other),
@@ -485,7 +529,7 @@ pub fn decode_value(raw: Option<&[u8]>) -> Result<Payload, DecodeError> {
                 .map(shared_schema)
                 .transpose()
                 .map_err(|e| DecodeError::value(format!("schema not JSON: {e}")))?;
-            decode_envelope(fields, schema).map(|e| Payload::Change(Box::new(e)))
+            decode_envelope(fields, schema)
         }
         Doc::Other(kind) => Err(DecodeError::value(format!(
             "expected an envelope object, got {kind}"
@@ -493,7 +537,12 @@ pub fn decode_value(raw: Option<&[u8]>) -> Result<Payload, DecodeError> {
     }
 }
 
-fn decode_envelope(env: Fields, schema: Option<Arc<Value>>) -> Result<ChangeEvent, DecodeError> {
+fn decode_envelope(env: Fields, schema: Option<Arc<Value>>) -> Result<Payload, DecodeError> {
+    if env.op.is_none() {
+        if let Some(kind) = bookkeeping(&env) {
+            return Ok(Payload::Bookkeeping(kind));
+        }
+    }
     let op = match env.op {
         Some(Value::String(s)) => {
             Op::from_code(&s).ok_or_else(|| DecodeError::value(format!("unknown op `{s}`")))?
@@ -517,10 +566,30 @@ fn decode_envelope(env: Fields, schema: Option<Arc<Value>>) -> Result<ChangeEven
         None => return Err(DecodeError::value("missing `source`")),
     };
     let (version, version_origin) = version_of(&source)?;
-    let before = row(env.before, "before")?;
-    let after = row(env.after, "after")?;
+    let mut before = row(env.before, "before")?;
+    let mut after = row(env.after, "after")?;
     check_images(op, before.as_ref(), after.as_ref())?;
-    Ok(ChangeEvent {
+    let mut schema = schema;
+    // Only topics a real Debezium wrote (no `commit_lsn`) carry encodings
+    // oncely's capture never uses.
+    if version_origin == VersionOrigin::SourceLsn {
+        match &schema {
+            Some(s) => {
+                if let Some(plan) = debezium::plan_for(s, debezium::Layout::Envelope) {
+                    for image in [before.as_mut(), after.as_mut()].into_iter().flatten() {
+                        debezium::apply(&plan, image)?;
+                    }
+                    schema = Some(plan.schema.clone());
+                }
+            }
+            None => {
+                for image in [before.as_mut(), after.as_mut()].into_iter().flatten() {
+                    debezium::recover_schemaless(image)?;
+                }
+            }
+        }
+    }
+    Ok(Payload::Change(Box::new(ChangeEvent {
         op,
         before,
         after,
@@ -530,7 +599,21 @@ fn decode_envelope(env: Fields, schema: Option<Arc<Value>>) -> Result<ChangeEven
         version,
         version_origin,
         schema,
-    })
+    })))
+}
+
+/// A record of Debezium's transaction-metadata or heartbeat topic, told by
+/// its fields: `status` `BEGIN`/`END` (with `id`), or nothing but `ts_ms`.
+fn bookkeeping(env: &Fields) -> Option<Bookkeeping> {
+    let no_change = env.before.is_none() && env.after.is_none() && env.source.is_none();
+    if !no_change || env.message.is_some() {
+        return None;
+    }
+    match env.status.as_ref().and_then(Value::as_str) {
+        Some("BEGIN" | "END") => Some(Bookkeeping::TransactionMetadata),
+        None if env.ts_ms.is_some() && !env.other => Some(Bookkeeping::Heartbeat),
+        _ => None,
+    }
 }
 
 /// Creates and snapshot reads need `after`, deletes need `before` (at least the key columns).

@@ -232,10 +232,10 @@ fn reference(bytes: &[u8]) -> Result<Payload, ()> {
                 source: env.remove("source"),
                 ts_ms: env.remove("ts_ms"),
                 message: env.remove("message"),
+                status: env.remove("status"),
+                other: !env.is_empty(),
             };
-            decode_envelope(fields, schema)
-                .map(|e| Payload::Change(Box::new(e)))
-                .map_err(|_| ())
+            decode_envelope(fields, schema).map_err(|_| ())
         }
         _ => Err(()),
     }

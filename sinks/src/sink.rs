@@ -82,11 +82,11 @@ impl Record {
         self
     }
 
-    /// The change event, `None` for a tombstone.
+    /// The change event, `None` for a tombstone or a Debezium bookkeeping record.
     pub fn event(&self) -> Option<&ChangeEvent> {
         match &self.payload {
             Payload::Change(e) => Some(e),
-            Payload::Tombstone => None,
+            Payload::Tombstone | Payload::Bookkeeping(_) => None,
         }
     }
 

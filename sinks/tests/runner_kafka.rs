@@ -511,3 +511,89 @@ async fn refused_commits_show_in_metrics_and_are_sent_again_when_idle() {
         task.await.expect("join").expect("runner ok");
     }
 }
+
+/// Records of a real Debezium connector's topics: a change without schemas
+/// is a dead letter naming the setting to change unless
+/// `debezium.schemaless.accept`; transaction-metadata and heartbeat records
+/// reach the sink as records without an event; a change with its schema is
+/// applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_records_without_schemas_are_dead_letters_unless_accepted() {
+    let (topic, dlq) = (unique("dbz"), unique("dlq"));
+    create_topic(&topic, 1).await;
+    create_topic(&dlq, 1).await;
+    let source = serde_json::json!({"version": "3.6.1.Final", "connector": "postgresql",
+        "name": "p", "schema": "public", "table": "t", "lsn": 100});
+    let schemaless = serde_json::json!({"before": null, "after": {"id": 1, "v": 1, "n": "P9I="},
+        "op": "c", "source": source});
+    let with_schema = serde_json::json!({
+        "schema": {"type": "struct", "fields": [
+            {"type": "struct", "optional": true, "field": "after", "fields": [
+                {"type": "int64", "optional": false, "field": "id"},
+                {"type": "int64", "optional": true, "field": "v"},
+                {"type": "bytes", "optional": true, "name": "org.apache.kafka.connect.data.Decimal",
+                 "version": 1, "parameters": {"scale": "2"}, "field": "n"}]}]},
+        "payload": {"before": null, "after": {"id": 2, "v": 2, "n": "P9I="}, "op": "c", "source": source}
+    });
+    let begin = br#"{"status":"BEGIN","id":"571:100","event_count":null,"data_collections":null,"ts_ms":1}"#;
+    let out = |key: Vec<u8>, value: Vec<u8>| Out {
+        key: Some(key),
+        value: Some(value),
+        partition: Some(0),
+    };
+    produce(
+        &topic,
+        &[
+            out(key(1), schemaless.to_string().into_bytes()),
+            out(br#"{"id":"571:100"}"#.to_vec(), begin.to_vec()),
+            out(key(2), with_schema.to_string().into_bytes()),
+            out(
+                br#"{"serverName":"p"}"#.to_vec(),
+                br#"{"ts_ms":2}"#.to_vec(),
+            ),
+        ],
+    )
+    .await;
+    for accept in [false, true] {
+        let sink = Arc::new(TestSink::default());
+        let group = unique("g");
+        let mut c = config(&topic, &group);
+        c.dlq_topic = Some(dlq.clone());
+        c.debezium_schemaless_accept = accept;
+        let (stop, task, _metrics) = start(c, sink.clone());
+        let expected: Vec<i64> = if accept {
+            vec![0, 1, 2, 3]
+        } else {
+            vec![1, 2, 3]
+        };
+        wait_until(
+            "records handed to the sink",
+            Duration::from_secs(60),
+            || count(&sink.seen) >= expected.len(),
+        )
+        .await;
+        stop.cancel();
+        task.await.expect("join").expect("runner ok");
+        let seen = sink.seen.lock().expect("lock").clone();
+        let offsets: Vec<i64> = seen.iter().map(|s| s.1).collect();
+        assert_eq!(offsets, expected, "accept = {accept}");
+        // Only changes carry a version; the bookkeeping records have none.
+        let versioned: Vec<u64> = seen
+            .iter()
+            .filter(|s| s.3 != Version::default())
+            .map(|s| s.2)
+            .collect();
+        let want: Vec<u64> = if accept { vec![1, 2] } else { vec![2] };
+        assert_eq!(versioned, want, "accept = {accept}");
+    }
+    let letters = read_topic(&dlq, 1, 1).await;
+    assert_eq!(letters.len(), 1);
+    assert_eq!(header(&letters[0], HEADER_OFFSET).as_deref(), Some("0"));
+    let error = header(&letters[0], HEADER_ERROR).unwrap_or_default();
+    assert!(
+        error.contains("decimal.handling.mode=string")
+            && error.contains("debezium.schemaless.accept")
+            && error.contains("such decimals: n)"),
+        "{error}"
+    );
+}

@@ -19,6 +19,12 @@ pub struct VerifyArgs {
     /// Compare at once, without waiting for the targets to catch up.
     #[arg(long)]
     pub no_wait: bool,
+    /// Do not wait for capture's committed offset record: for topics another
+    /// producer wrote (a real Debezium connector), which has none. Verify then
+    /// waits only for the sinks to apply what the topics hold when it starts,
+    /// so let the producer publish the source's changes first.
+    #[arg(long)]
+    pub no_capture_offset: bool,
     /// Differing keys listed per table.
     #[arg(long, default_value_t = 5)]
     pub examples: usize,
@@ -37,6 +43,7 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
         capture: args.capture.clone(),
         sinks: args.sinks.clone(),
         wait: !args.no_wait,
+        capture_offset: !args.no_capture_offset,
         timeout: args.timeout,
         examples: args.examples,
         retries: args.retries,

@@ -224,10 +224,21 @@ impl Pipeline {
 
     /// `oncely verify` as a library call, waiting up to `timeout` for the targets.
     pub async fn verify(&self, timeout: Duration) -> Result<Report> {
+        self.verify_waiting(timeout, true).await
+    }
+
+    /// [`Self::verify`] for topics another producer wrote (a real Debezium
+    /// connector): no capture offset to wait for (`--no-capture-offset`).
+    pub async fn verify_without_capture_offset(&self, timeout: Duration) -> Result<Report> {
+        self.verify_waiting(timeout, false).await
+    }
+
+    async fn verify_waiting(&self, timeout: Duration, capture_offset: bool) -> Result<Report> {
         verify::run(&verify::Options {
             capture: self.capture_config.clone(),
             sinks: self.sinks.clone(),
             wait: true,
+            capture_offset,
             timeout,
             examples: 5,
             retries: 0,

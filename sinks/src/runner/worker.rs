@@ -267,7 +267,8 @@ impl Decoder {
 /// dead-letter topic), then lets the sink prepare the batch.
 fn decode_batch(shared: &Shared, tp: (Arc<str>, i32), incoming: Vec<Incoming>) -> Decoded {
     let started = Instant::now();
-    let (records, undecodable, next_offset, permits) = decode(incoming);
+    let (records, undecodable, next_offset, permits) =
+        decode(incoming, shared.config.debezium_schemaless_accept);
     let mut batch = Batch::new(shared.group.clone(), tp, records, next_offset);
     shared.sink.prepare(&mut batch);
     Decoded {
@@ -287,15 +288,24 @@ type DecodedParts = (
 );
 
 /// Decodes keys and envelopes; what cannot be decoded is set aside for the dead-letter topic.
-fn decode(incoming: Vec<Incoming>) -> DecodedParts {
+/// `schemaless_debezium`: whether events a real Debezium wrote without
+/// schemas are applied (else they are dead letters, see
+/// [`crate::debezium::refuse_schemaless`]).
+fn decode(incoming: Vec<Incoming>, schemaless_debezium: bool) -> DecodedParts {
     let next_offset = incoming.last().map_or(0, |m| m.offset + 1);
     let mut records = Vec::with_capacity(incoming.len());
     let mut undecodable = Vec::new();
     let mut permits = Vec::with_capacity(incoming.len());
     for m in incoming {
         permits.push(m._permit);
-        let decoded =
-            decode_key(m.key.as_deref()).and_then(|k| Ok((k, decode_value(m.value.as_deref())?)));
+        let decoded = decode_key(m.key.as_deref())
+            .and_then(|k| Ok((k, decode_value(m.value.as_deref())?)))
+            .and_then(|(k, payload)| match &payload {
+                Payload::Change(e) if !schemaless_debezium => {
+                    crate::debezium::refuse_schemaless(e).map_or(Ok((k, payload)), Err)
+                }
+                _ => Ok((k, payload)),
+            });
         match decoded {
             Ok((key, payload)) => {
                 // A tombstone that says which delete it follows is applied as

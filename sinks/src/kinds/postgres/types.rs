@@ -17,10 +17,9 @@
 //! column that already exists as `jsonb` (created by earlier versions) keeps
 //! taking the JSON text.
 //!
-//! **Limits:** Connect `Decimal` as base64 bytes (Debezium's default
-//! `decimal.handling.mode=precise`) is stored as `bytea`, not `numeric`; use
-//! string decimals (oncely's default). Arrays of other semantic types go to
-//! `jsonb`.
+//! Debezium's own encodings (Connect `Decimal`, millisecond times, ...) never
+//! reach this module: decoding turns them into oncely's (`crate::debezium`).
+//! **Limit:** arrays of other semantic types go to `jsonb`.
 //!
 //! Every value travels as text in one `text[]` parameter per column and is
 //! converted in SQL ([`ColumnSpec::select_expr`]), so a batch is one statement
