@@ -227,6 +227,22 @@ impl Pipeline {
         self.verify_waiting(timeout, true).await
     }
 
+    /// [`Self::verify`] again every 2 s until every copy is equal or
+    /// `within` has passed; the last report either way. verify waits for
+    /// capture's committed position, not for a snapshot still publishing
+    /// (an initial one, a schema-change backfill): tests that compare right
+    /// after one use this.
+    pub async fn verify_until_equal(&self, within: Duration) -> Result<Report> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let report = self.verify(Duration::from_secs(120)).await?;
+            if report.is_equal() || std::time::Instant::now() > deadline {
+                return Ok(report);
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+
     /// [`Self::verify`] for topics another producer wrote (a real Debezium
     /// connector): no capture offset to wait for (`--no-capture-offset`).
     pub async fn verify_without_capture_offset(&self, timeout: Duration) -> Result<Report> {

@@ -90,19 +90,42 @@ pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows
         req.filter.as_deref(),
         req.size + 1,
     );
-    // One REPEATABLE READ transaction: its snapshot, taken by the first
-    // statement, is the one the SELECT reads with.
-    client
-        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        .await
-        .map_err(CaptureError::pg("begin snapshot chunk"))?;
-    let read = select(client, &sql, req.size).await;
-    // Read-only: ending it either way changes nothing.
-    let end = if read.is_ok() { "COMMIT" } else { "ROLLBACK" };
-    client
-        .batch_execute(end)
-        .await
-        .map_err(CaptureError::pg("end snapshot chunk"))?;
+    let mut attempt = 0;
+    let read = loop {
+        // A table-rewriting ALTER TABLE is not MVCC-safe: a snapshot taken
+        // before it commits sees the rewritten table empty, and an empty
+        // chunk ends the table's snapshot. The storage files read before the
+        // snapshot and after the SELECT (which holds a lock no rewrite can
+        // pass) tell whether one committed in between; then read again.
+        let files_before = storage_files(client, relation.id).await?;
+        // One REPEATABLE READ transaction: its snapshot, taken by the first
+        // statement, is the one the SELECT reads with.
+        client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(CaptureError::pg("begin snapshot chunk"))?;
+        let read = select(client, &sql, req.size).await;
+        let files_after = match &read {
+            Ok(_) => Some(storage_files(client, relation.id).await?),
+            Err(_) => None,
+        };
+        // Read-only: ending it either way changes nothing.
+        let end = if read.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        client
+            .batch_execute(end)
+            .await
+            .map_err(CaptureError::pg("end snapshot chunk"))?;
+        attempt += 1;
+        match files_after {
+            Some(after) if after != files_before && attempt < MAX_REWRITE_RETRIES => {
+                tracing::info!(
+                    table = %format!("{}.{}", req.schema, req.table),
+                    "the table was rewritten while its chunk was read; reading the chunk again"
+                );
+            }
+            _ => break read,
+        }
+    };
     let (rows, invisible) = read?;
     let more = rows.len() > req.size;
     let mut rows = rows;
@@ -116,6 +139,32 @@ pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows
         estimate,
         invisible,
     })
+}
+
+/// Rewrites in a row before a chunk gives up telling them apart (and reads
+/// what its last snapshot sees, as before).
+const MAX_REWRITE_RETRIES: u32 = 20;
+
+/// The storage files (`pg_relation_filenode`) of a table, or of a
+/// partitioned table's leaves: a rewrite gives the table a new one. Catalog
+/// lookups see the latest committed state, also inside a REPEATABLE READ
+/// transaction.
+async fn storage_files(client: &Client, table: u32) -> Result<String, CaptureError> {
+    let rows = client
+        .simple_query(&format!(
+            "SELECT string_agg(pg_relation_filenode(r)::text, ',' ORDER BY r::oid) \
+             FROM (SELECT {table}::oid::regclass AS r \
+                   UNION SELECT relid FROM pg_partition_tree({table}::oid::regclass) WHERE isleaf) x"
+        ))
+        .await
+        .map_err(CaptureError::pg("read the table's storage files"))?;
+    Ok(rows
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(row.get(0).unwrap_or_default().to_owned()),
+            _ => None,
+        })
+        .unwrap_or_default())
 }
 
 /// The snapshot's in-progress transactions, then the chunk's rows (at most
