@@ -86,16 +86,20 @@ async fn drive(env: &CaptureEnv) -> Result<()> {
         .context("commit the rewrite")?;
 
     let topic = env.topic("rw");
-    let seen = wait_for(&[topic.clone()], Duration::from_secs(90), |seen| {
-        seen.iter()
-            .filter(|r| {
-                r.value
-                    .as_ref()
-                    .is_some_and(|v| v["payload"]["op"] == "r" || v["op"] == "r")
-            })
-            .count()
-            >= ROWS
-    })
+    let seen = wait_for(
+        std::slice::from_ref(&topic),
+        Duration::from_secs(90),
+        |seen| {
+            seen.iter()
+                .filter(|r| {
+                    r.value
+                        .as_ref()
+                        .is_some_and(|v| v["payload"]["op"] == "r" || v["op"] == "r")
+                })
+                .count()
+                >= ROWS
+        },
+    )
     .await
     .with_context(|| {
         format!(
