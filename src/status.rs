@@ -18,7 +18,7 @@ use oncely_capture::config::CaptureConfig;
 use oncely_capture::offset::read_stored_offset;
 use serde_json::{json, Value};
 
-use crate::verify::{oldest_unapplied, topic_ends, SourceDb, Target, VerifyError};
+use crate::verify::{oldest_unapplied, topic_ends, SourceDb, Target, Unapplied, VerifyError};
 
 /// What to look at.
 #[derive(Debug, Clone)]
@@ -60,6 +60,8 @@ pub struct SlotStatus {
     pub active: bool,
     pub confirmed_lsn: Option<String>,
     pub retained_bytes: Option<i64>,
+    /// Capture's lag as the walsender measures it (see [`Status::capture_lag_seconds`]).
+    pub lag_seconds: Option<f64>,
     /// `slot.max.retained.bytes`.
     pub max_retained_bytes: Option<u64>,
 }
@@ -74,6 +76,10 @@ pub struct SinkStatus {
     /// Per partition behind its end: seconds the oldest committed record it
     /// has not applied has been in Kafka (absent: nothing unapplied).
     pub waiting_seconds: BTreeMap<(String, i32), f64>,
+    /// Per partition behind its end: seconds since that record's change
+    /// committed at the source (its `source.ts_ms`), so capture's delay
+    /// counts too: how stale the target is.
+    pub source_seconds: BTreeMap<(String, i32), f64>,
     pub dead_letter_topic: Option<String>,
     /// Records in the dead-letter topic (all sinks writing to it).
     pub dead_letters: Option<i64>,
@@ -99,6 +105,11 @@ pub struct Status {
     /// Capture's committed offset: its flush LSN, and bytes behind the server.
     pub committed_lsn: Option<String>,
     pub capture_lag_bytes: Option<i64>,
+    /// The server's measure of capture's lag: time from flushing WAL at the
+    /// source to capture confirming it (`pg_stat_replication.replay_lag` of
+    /// the walsender holding the slot); 0 when nothing is unconfirmed,
+    /// `None` when no walsender holds the slot.
+    pub capture_lag_seconds: Option<f64>,
     /// Seconds since the source commit of the last transaction capture
     /// published (grows while the source is idle too).
     pub last_published_age_seconds: Option<f64>,
@@ -137,6 +148,7 @@ impl Status {
             "capture": {
                 "committed_lsn": self.committed_lsn,
                 "lag_bytes": self.capture_lag_bytes,
+                "lag_seconds": self.capture_lag_seconds,
                 "last_published_age_seconds": self.last_published_age_seconds,
                 "snapshot": self.snapshot.as_ref().map(|(id, table, rows, queued, paused)| json!({
                     "id": id, "table": table, "rows": rows, "tables_queued": queued, "paused": paused,
@@ -149,7 +161,8 @@ impl Status {
                 "partitions": s.partitions.iter().map(|((t, p), (at, end))| json!({
                     "topic": t, "partition": p, "position": at, "end": end,
                     "lag_offsets": (end - at.unwrap_or(0)).max(0),
-                    "lag_seconds": s.waiting_seconds.get(&(t.clone(), *p)).copied().unwrap_or(0.0),
+                    "lag_seconds": seconds(&s.waiting_seconds, t, *p),
+                    "lag_source_seconds": seconds(&s.source_seconds, t, *p),
                 })).collect::<Vec<_>>(),
                 "dead_letter_topic": s.dead_letter_topic,
                 "dead_letters": s.dead_letters,
@@ -183,10 +196,12 @@ impl fmt::Display for Status {
         }
         writeln!(
             f,
-            "  committed offset {} ({} bytes behind the server)",
+            "  committed offset {} ({} bytes, {} behind the server)",
             self.committed_lsn.as_deref().unwrap_or("none"),
             self.capture_lag_bytes
-                .map_or("?".to_owned(), |b| b.to_string())
+                .map_or("?".to_owned(), |b| b.to_string()),
+            self.capture_lag_seconds
+                .map_or("? s".to_owned(), |s| format!("{s:.1} s"))
         )?;
         if let Some(age) = self.last_published_age_seconds {
             writeln!(
@@ -215,13 +230,11 @@ impl fmt::Display for Status {
             for ((topic, p), (at, end)) in &sink.partitions {
                 writeln!(
                     f,
-                    "  {topic}[{p}] at {} of {end} (lag {} offsets, {:.1} s)",
+                    "  {topic}[{p}] at {} of {end} (lag {} offsets, {:.1} s in Kafka, {:.1} s since the source commit)",
                     at.map_or("-".to_owned(), |a| a.to_string()),
                     (end - at.unwrap_or(0)).max(0),
-                    sink.waiting_seconds
-                        .get(&(topic.clone(), *p))
-                        .copied()
-                        .unwrap_or(0.0)
+                    seconds(&sink.waiting_seconds, topic, *p),
+                    seconds(&sink.source_seconds, topic, *p),
                 )?;
             }
         }
@@ -230,6 +243,25 @@ impl fmt::Display for Status {
         }
         write!(f, "status: {}", self.health().name())
     }
+}
+
+fn seconds(per_partition: &BTreeMap<(String, i32), f64>, topic: &str, partition: i32) -> f64 {
+    per_partition
+        .get(&(topic.to_owned(), partition))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// Milliseconds since the epoch, now.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Seconds from `ms` (since the epoch) to `now`, never negative.
+fn age(now: i64, ms: i64) -> f64 {
+    (now - ms).max(0) as f64 / 1000.0
 }
 
 /// Reads the status of the pipeline the configs describe.
@@ -243,7 +275,10 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
         .query_opt(
             "SELECT active AND EXISTS (SELECT 1 FROM pg_stat_replication r WHERE r.pid = s.active_pid),
                     confirmed_flush_lsn::text,
-                    pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
+                    pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint,
+                    -- NULL lag while a walsender holds the slot: nothing unconfirmed.
+                    (SELECT extract(epoch FROM coalesce(r.replay_lag, interval '0'))::float8
+                       FROM pg_stat_replication r WHERE r.pid = s.active_pid)
                FROM pg_replication_slots s WHERE slot_name = $1",
             &[&cfg.slot.name],
         )
@@ -255,6 +290,7 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
         active: row.as_ref().is_some_and(|r| r.get::<_, bool>(0)),
         confirmed_lsn: row.as_ref().and_then(|r| r.get(1)),
         retained_bytes: row.as_ref().and_then(|r| r.get(2)),
+        lag_seconds: row.as_ref().and_then(|r| r.get(3)),
         max_retained_bytes: cfg.slot.max.retained.bytes,
     };
     let mut problems = Vec::new();
@@ -289,7 +325,7 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
     }
     if let (Some(r), Some(max)) = (slot.retained_bytes, slot.max_retained_bytes) {
         if u64::try_from(r).is_ok_and(|r| r > max) {
-            problems.push((Health::Degraded, format!("slot {} retains {r} bytes of WAL, more than slot.max.retained.bytes = {max} (README, Operating notes: slot lag)", slot.name)));
+            problems.push((Health::Degraded, format!("slot {} retains {r} bytes of WAL, more than slot.max.retained.bytes = {max} (README, Operating: slot lag)", slot.name)));
         }
     }
     let tables = source.tables(&cfg).await?;
@@ -329,16 +365,17 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
             })
             .filter(|(_, at, end)| at < end)
             .collect();
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        let waiting_seconds = oldest_unapplied(&kafka, behind)
-            .await?
-            .into_iter()
-            .filter_map(|(p, ts)| ts.map(|ts| (p, (now_ms - ts).max(0) as f64 / 1000.0)))
-            .collect();
+        let now = now_ms();
+        let unapplied = oldest_unapplied(&kafka, behind).await?;
+        let ages = |at: fn(&Unapplied) -> Option<i64>| -> BTreeMap<(String, i32), f64> {
+            unapplied
+                .iter()
+                .filter_map(|(p, u)| Some((p.clone(), age(now, at(u.as_ref()?)?))))
+                .collect()
+        };
         let sink = SinkStatus {
-            waiting_seconds,
+            waiting_seconds: ages(|u| u.kafka_ms),
+            source_seconds: ages(|u| u.source_ms),
             label: target.label.clone(),
             group: target.group().to_owned(),
             partitions: partitions
@@ -352,7 +389,7 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
             problems.push((
                 Health::Degraded,
                 format!(
-                    "{}: {} dead letters in {} (README, Operating notes: dead letters)",
+                    "{}: {} dead letters in {} (README, Operating: dead letters)",
                     sink.label,
                     sink.dead_letters.unwrap_or(0),
                     sink.dead_letter_topic.as_deref().unwrap_or("-")
@@ -365,18 +402,17 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
         sinks.push(sink);
     }
     Ok(Status {
+        capture_lag_seconds: slot.lag_seconds,
         connector: cfg.connector_name().to_owned(),
         server_lsn: crate::verify::format_lsn(server),
         slot,
         committed_lsn: committed.map(crate::verify::format_lsn),
         capture_lag_bytes: committed
             .map(|c| i64::try_from(server.saturating_sub(c)).unwrap_or(i64::MAX)),
-        last_published_age_seconds: offset.as_ref().filter(|o| o.ts_ms > 0).map(|o| {
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-            (now_ms - o.ts_ms).max(0) as f64 / 1000.0
-        }),
+        last_published_age_seconds: offset
+            .as_ref()
+            .filter(|o| o.ts_ms > 0)
+            .map(|o| age(now_ms(), o.ts_ms)),
         snapshot: offset
             .as_ref()
             .and_then(|o| o.snapshot.as_ref())

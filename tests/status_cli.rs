@@ -102,6 +102,12 @@ async fn status_tells_healthy_degraded_and_down() -> Result<()> {
     assert_eq!(healthy["health"], "healthy", "{healthy:#}");
     assert_eq!(healthy["slot"]["active"], true, "{healthy:#}");
     assert!(
+        healthy["capture"]["lag_seconds"]
+            .as_f64()
+            .is_some_and(|s| (0.0..60.0).contains(&s)),
+        "capture's lag in seconds, from its walsender: {healthy:#}"
+    );
+    assert!(
         healthy["capture"]["committed_lsn"].is_string(),
         "{healthy:#}"
     );
@@ -156,15 +162,50 @@ async fn status_tells_healthy_degraded_and_down() -> Result<()> {
         "{behind:#}"
     );
 
+    assert!(
+        behind["sinks"][1]["partitions"][0]["lag_source_seconds"].as_f64()
+            >= behind["sinks"][1]["partitions"][0]["lag_seconds"].as_f64(),
+        "a change commits at the source before it reaches Kafka: {behind:#}"
+    );
+
+    // Lag in source time counts capture's delay too: with capture and the
+    // warehouse's sink stopped, rows committed now reach Kafka only once
+    // capture is back, seconds later; the warehouse is that much staler
+    // than the time they have spent in Kafka.
+    wait_status(&p, &capture_config, "warehouse caught up", |_, j| {
+        j["sinks"][0]["partitions"][0]["lag_offsets"].as_i64() <= Some(1)
+    })?;
+    drop(sinks);
+    drop(capture);
+    p.env
+        .client
+        .batch_execute("INSERT INTO t SELECT g, 'x' || g FROM generate_series(511, 520) g")
+        .await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let capture = p.spawn_capture()?;
+    let stale = wait_status(&p, &capture_config, "warehouse stale", |_, j| {
+        let part = &j["sinks"][0]["partitions"][0];
+        part["lag_offsets"].as_i64() > Some(1) && part["lag_source_seconds"].as_f64() >= Some(4.0)
+    })?;
+    let part = &stale["sinks"][0]["partitions"][0];
+    assert!(
+        part["lag_seconds"].as_f64().unwrap_or(f64::MAX)
+            < part["lag_source_seconds"].as_f64().unwrap_or(0.0) - 2.0,
+        "time in Kafka leaves out the seconds capture was stopped: {stale:#}"
+    );
+
     drop(capture);
     let down = wait_status(&p, &capture_config, "down", |code, _| code == 2)?;
+    assert!(
+        down["capture"]["lag_seconds"].is_null(),
+        "no walsender, no measured lag: {down:#}"
+    );
     assert!(
         down["problems"]
             .to_string()
             .contains("capture is not streaming"),
         "{down:#}"
     );
-    drop(sinks);
     p.cleanup().await;
     Ok(())
 }

@@ -34,7 +34,7 @@ pub use report::{Difference, Report, TableReport, TargetReport};
 pub use source::format_lsn;
 pub use source::{Column, SourceDb, SourceRow, SourceTable};
 pub use target::{Target, PAGE};
-pub use wait::{oldest_unapplied, topic_ends, SinkWait};
+pub use wait::{oldest_unapplied, topic_ends, SinkWait, Unapplied};
 
 /// [`VerifyError::Postgres`] with `context`, for readers outside verify (`oncely status`).
 pub(crate) fn pg_error(context: &'static str) -> impl Fn(tokio_postgres::Error) -> VerifyError {

@@ -12,7 +12,7 @@ use oncely_capture::offset::read_stored_offset;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::source::format_lsn;
@@ -169,7 +169,7 @@ async fn unapplied(
 pub async fn oldest_unapplied(
     client: &ClientConfig,
     behind: Vec<(Partition, i64, i64)>,
-) -> Result<HashMap<Partition, Option<i64>>, VerifyError> {
+) -> Result<HashMap<Partition, Option<Unapplied>>, VerifyError> {
     let client = client.clone();
     tokio::task::spawn_blocking(move || {
         let consumer = reader(client)?;
@@ -184,14 +184,40 @@ pub async fn oldest_unapplied(
     .map_err(|e| VerifyError::Kafka(format!("lag reader task failed: {e}")))?
 }
 
-/// `Some(timestamp)` when a committed record lies in `[from, end)` (its
-/// Kafka timestamp, when it has one), `None` when none does.
+/// The oldest committed record a sink has not applied: when it reached
+/// Kafka and when its change committed at the source (milliseconds since
+/// the epoch, each when the record has one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Unapplied {
+    pub kafka_ms: Option<i64>,
+    pub source_ms: Option<i64>,
+}
+
+impl Unapplied {
+    fn of(message: &BorrowedMessage<'_>) -> Self {
+        Self {
+            kafka_ms: message.timestamp().to_millis(),
+            source_ms: message.payload().and_then(source_ts_ms),
+        }
+    }
+}
+
+/// `source.ts_ms` of a change event (schemas on or off; Debezium's and
+/// oncely's envelopes alike): when its transaction committed at the source.
+fn source_ts_ms(value: &[u8]) -> Option<i64> {
+    let doc: serde_json::Value = serde_json::from_slice(value).ok()?;
+    let envelope = doc.get("payload").filter(|p| p.is_object()).unwrap_or(&doc);
+    envelope.get("source")?.get("ts_ms")?.as_i64()
+}
+
+/// `Some(..)` when a committed record lies in `[from, end)`, `None` when
+/// none does.
 fn first_committed_between(
     consumer: &BaseConsumer<CaptureContext>,
     (topic, partition): &Partition,
     from: i64,
     end: i64,
-) -> Result<Option<Option<i64>>, VerifyError> {
+) -> Result<Option<Option<Unapplied>>, VerifyError> {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, *partition, Offset::Offset(from))
         .map_err(|e| VerifyError::Kafka(e.to_string()))?;
@@ -203,7 +229,7 @@ fn first_committed_between(
         match consumer.poll(Duration::from_millis(200)) {
             None => {}
             Some(Ok(m)) => {
-                return Ok((m.offset() < end).then(|| m.timestamp().to_millis()));
+                return Ok((m.offset() < end).then(|| Some(Unapplied::of(&m))));
             }
             Some(Err(KafkaError::PartitionEOF(_))) => return Ok(None),
             Some(Err(e)) => {

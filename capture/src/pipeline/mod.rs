@@ -1400,7 +1400,7 @@ impl Pipeline<'_> {
             return;
         }
         let why = format!(
-            "replication slot {} retains {retained} bytes of WAL, more than slot.max.retained.bytes = {limit}: capture confirms only what Kafka holds, so a slow or failing Kafka commit, or a long source transaction, keeps WAL on the server (see README, Operating notes: slot lag)",
+            "replication slot {} retains {retained} bytes of WAL, more than slot.max.retained.bytes = {limit}: capture confirms only what Kafka holds, so a slow or failing Kafka commit, or a long source transaction, keeps WAL on the server (see README, Operating: slot lag)",
             self.cfg.slot.name
         );
         if let Some(suppressed) = OVER.admit() {
