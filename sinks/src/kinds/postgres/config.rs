@@ -58,6 +58,20 @@ pub enum TruncateMode {
     Ignore,
 }
 
+/// `schema.evolution.drop.columns`: what a column dropped in the source
+/// does to its warehouse column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DropColumns {
+    /// Keep it: rows keep their old values, new rows hold NULL. The default.
+    #[default]
+    Keep,
+    /// Drop it (`ALTER TABLE ... DROP COLUMN`) once an event newer than the
+    /// drop says the source dropped its attnum. Only columns whose source
+    /// attnum the sink recorded; never with schemas off.
+    Drop,
+}
+
 /// `[sink] kind = "postgres"` (see `examples/sink-postgres.toml`).
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -119,6 +133,9 @@ pub struct PostgresConfig {
     /// when a source column already has one of those names.
     #[serde(rename = "meta.column.prefix", default = "default_meta_column_prefix")]
     pub meta_column_prefix: String,
+    /// `schema.evolution.drop.columns`: `keep` (default) or `drop`.
+    #[serde(rename = "schema.evolution.drop.columns", default)]
+    pub drop_columns: DropColumns,
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -134,6 +151,7 @@ impl fmt::Debug for PostgresConfig {
             .field("history_enabled", &self.history_enabled)
             .field("delete_mode", &self.delete_mode)
             .field("truncate_mode", &self.truncate_mode)
+            .field("drop_columns", &self.drop_columns)
             .finish_non_exhaustive()
     }
 }
@@ -188,6 +206,7 @@ impl PostgresConfig {
             delete_mode: DeleteMode::Tombstone,
             truncate_mode: TruncateMode::Delete,
             meta_column_prefix: default_meta_column_prefix(),
+            drop_columns: DropColumns::Keep,
         }
     }
 
