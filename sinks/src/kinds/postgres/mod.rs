@@ -11,7 +11,9 @@
 //!    batch so that what came before it is written before it.
 //! 2. **Schema** ([`table`]): missing target tables are created from the event's
 //!    columns ([`types`] maps Connect schemas to PostgreSQL types), new columns are
-//!    added, nothing is dropped or retyped. A value whose type an existing column
+//!    added, renamed source columns renamed and, with
+//!    `schema.evolution.drop.columns = "drop"`, dropped ones dropped, matched by
+//!    source attnum ([`identity`]); nothing is narrowed. A value whose type an existing column
 //!    cannot take is a per-record failure (dead letter) naming the column and both types.
 //! 3. **Write** ([`write`]): one transaction holds set-based statements — one
 //!    `INSERT ... SELECT FROM unnest(...) ON CONFLICT (key) DO UPDATE ... WHERE

@@ -1,6 +1,7 @@
 //! Target tables: what exists (cached from the catalog), and the DDL that creates
 //! missing tables, adds missing columns and widens columns an event describes as
-//! wider ([`super::types::widened`]). Columns are never dropped or narrowed.
+//! wider ([`super::types::widened`]). Columns are never narrowed; renames and
+//! drops follow the source by attnum ([`super::identity`]).
 //!
 //! Every target table has, beside the source columns:
 //!
