@@ -338,6 +338,134 @@ pub fn records(info: &TableInfo, (newest, at): (&Shape, Version)) -> Vec<String>
 mod tests {
     use super::*;
 
+    const OID: u32 = 16_385;
+
+    /// A warehouse table `t` with columns (name, recorded attnum at version 10).
+    fn table(columns: &[(&str, Option<i16>)], dropped: &[i16]) -> TableInfo {
+        let mut info = TableInfo {
+            qualified: "\"wh\".\"t\"".into(),
+            key: vec!["id".into()],
+            source: Some(TableId {
+                oid: OID,
+                at: Version::new(10, 0),
+                dropped: dropped.to_vec(),
+            }),
+            ..TableInfo::default()
+        };
+        for (name, attnum) in columns {
+            info.columns.insert((*name).into(), "text".into());
+            if let Some(attnum) = attnum {
+                info.ids.insert(
+                    (*name).into(),
+                    ColumnId {
+                        attnum: *attnum,
+                        at: Version::new(10, 0),
+                    },
+                );
+            }
+        }
+        info
+    }
+
+    fn renames(ddl: &[String]) -> Vec<&str> {
+        ddl.iter()
+            .filter(|s| s.contains("RENAME") || s.contains("DROP COLUMN"))
+            .map(String::as_str)
+            .collect()
+    }
+
+    #[test]
+    fn a_newer_event_renames_an_older_one_does_not() {
+        let info = table(&[("id", Some(1)), ("a", Some(2))], &[]);
+        let newer = Shape::with_attnums(&[("id", 1), ("b", 2), ("a", 3)], OID, &[]);
+        let ddl = alterations(&info, (&newer, Version::new(20, 0)), DropColumns::Keep);
+        assert_eq!(
+            renames(&ddl),
+            [
+                "ALTER TABLE \"wh\".\"t\" RENAME COLUMN \"a\" TO \"__oncely_renaming_2\"",
+                "ALTER TABLE \"wh\".\"t\" RENAME COLUMN \"__oncely_renaming_2\" TO \"b\""
+            ]
+        );
+        assert!(ddl
+            .iter()
+            .any(|s| s.ends_with("'oncely.attnum=2 oncely.at=20/0'")));
+        // An event older than the column's name renames nothing.
+        let older = Shape::with_attnums(&[("id", 1), ("b", 2)], OID, &[]);
+        assert!(alterations(&info, (&older, Version::new(5, 0)), DropColumns::Keep).is_empty());
+    }
+
+    #[test]
+    fn fields_go_to_the_column_of_their_attnum() {
+        // After RENAME a TO b; ADD COLUMN a.
+        let info = table(&[("id", Some(1)), ("b", Some(2)), ("a", Some(3))], &[]);
+        let old = Shape::with_attnums(&[("id", 1), ("a", 2)], OID, &[]);
+        let map = targets(&info, &old);
+        assert_eq!(map.get("a"), Some(&Some("b".to_owned())));
+        assert_eq!(map.len(), 1);
+        let new = Shape::with_attnums(&[("id", 1), ("b", 2), ("a", 3)], OID, &[]);
+        assert!(targets(&info, &new).is_empty());
+        // Another source table (dropped and created again): by name.
+        let other = Shape::with_attnums(&[("id", 1), ("a", 2)], OID + 1, &[]);
+        assert!(targets(&info, &other).is_empty());
+        let translated = old.translated(&map);
+        assert_eq!(
+            translated.values.as_deref(),
+            Some(&["b".to_owned(), "id".to_owned()][..])
+        );
+        assert_eq!(translated.source_of("b"), "a");
+    }
+
+    #[test]
+    fn swapped_names_go_through_temporary_names() {
+        let info = table(&[("id", Some(1)), ("x", Some(2)), ("y", Some(3))], &[]);
+        let swapped = Shape::with_attnums(&[("id", 1), ("x", 3), ("y", 2)], OID, &[]);
+        let ddl = alterations(&info, (&swapped, Version::new(20, 0)), DropColumns::Keep);
+        let r = renames(&ddl);
+        assert_eq!(r.len(), 4, "{r:?}");
+        assert!(
+            r[..2].iter().all(|s| s.contains("TO \"__oncely_renaming_")),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn only_recorded_columns_the_source_dropped_are_dropped() {
+        let info = table(&[("id", Some(1)), ("old", Some(2)), ("legacy", None)], &[]);
+        let after = Shape::with_attnums(&[("id", 1)], OID, &[2, 4]);
+        let at = Version::new(20, 0);
+        assert!(alterations(&info, (&after, at), DropColumns::Keep).is_empty());
+        let ddl = alterations(&info, (&after, at), DropColumns::Drop);
+        assert_eq!(
+            renames(&ddl),
+            ["ALTER TABLE \"wh\".\"t\" DROP COLUMN \"old\""]
+        );
+        assert!(
+            ddl.iter().any(|s| s.contains("oncely.dropped=2")),
+            "{ddl:?}"
+        );
+        // Absent but not dropped (a publication column list): kept.
+        let narrower = Shape::with_attnums(&[("id", 1)], OID, &[]);
+        assert!(alterations(&info, (&narrower, at), DropColumns::Drop).is_empty());
+        // An older event still carrying the dropped column adds nothing back.
+        let dropped = table(&[("id", Some(1))], &[2]);
+        let old = Shape::with_attnums(&[("id", 1), ("old", 2)], OID, &[]);
+        assert_eq!(targets(&dropped, &old).get("old"), Some(&None));
+    }
+
+    #[test]
+    fn a_new_source_table_forgets_the_recorded_attnums() {
+        let info = table(&[("id", Some(1)), ("a", Some(2))], &[]);
+        let recreated = Shape::with_attnums(&[("id", 1), ("b", 2)], OID + 1, &[]);
+        let ddl = alterations(&info, (&recreated, Version::new(20, 0)), DropColumns::Keep);
+        assert!(renames(&ddl).is_empty(), "{ddl:?}");
+        assert!(ddl.iter().any(|s| s.contains("\"a\" IS NULL")), "{ddl:?}");
+        assert!(ddl
+            .iter()
+            .any(|s| s.contains(&format!("oncely.source.oid={}", OID + 1))));
+        // An older event of the new table changes nothing.
+        assert!(alterations(&info, (&recreated, Version::new(5, 0)), DropColumns::Keep).is_empty());
+    }
+
     #[test]
     fn comments_round_trip() {
         let c = ColumnId {

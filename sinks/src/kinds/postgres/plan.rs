@@ -276,6 +276,27 @@ pub struct Plan {
     pub rejected: Vec<RecordFailure>,
 }
 
+#[cfg(test)]
+impl Shape {
+    /// The shape of an upsert of `fields` (name, attnum; the first is the
+    /// key) from source table `oid` whose dropped attnums are `dropped`.
+    pub fn with_attnums(fields: &[(&str, i16)], oid: u32, dropped: &[i16]) -> Shape {
+        let entries = fields
+            .iter()
+            .map(|(name, attnum)| {
+                let field = serde_json::json!({"type": "string",
+                    "parameters": {super::types::PARAM_ATTNUM: attnum.to_string()}});
+                ((*name).to_owned(), Some(from_schema(&field)), false)
+            })
+            .collect();
+        let source = SourceTable {
+            oid,
+            dropped: dropped.to_vec(),
+        };
+        shape_of(vec![fields[0].0.to_owned()], entries, false, Some(source))
+    }
+}
+
 impl Plan {
     /// This plan with the shapes of each table's rows replaced where
     /// `shape_for(table, shape)` gives another (fields renamed to the target
