@@ -205,37 +205,35 @@ pub fn alterations(
         return Vec::new();
     };
     let mut out = Vec::new();
-    let mut ids = info.ids.clone();
-    let mut table = info.source.clone();
-    if let Some(t) = &table {
-        if t.oid != source.oid {
-            if at <= t.at {
-                // An older table's event: nothing of it is renamed or dropped.
-                return out;
-            }
-            for column in ids.keys() {
-                out.push(format!("COMMENT ON COLUMN {q}.{} IS NULL", quote(column)));
-            }
-            ids.clear();
-            table = Some(TableId {
-                oid: source.oid,
-                at,
-                dropped: Vec::new(),
-            });
-            out.push(comment_table(q, table.as_ref().expect("set")));
-        }
-    }
-    let Some(mut table) = table else {
+    let Some(recorded) = &info.source else {
         // Recorded after the table's columns exist (`records`).
         return out;
     };
-    let by_attnum: HashMap<i16, &String> = ids.iter().map(|(n, id)| (id.attnum, n)).collect();
+    if recorded.oid != source.oid {
+        if at > recorded.at {
+            // A new source table under this name: its attnums start afresh
+            // (adopted by name by `records`).
+            for column in info.ids.keys() {
+                out.push(format!("COMMENT ON COLUMN {q}.{} IS NULL", quote(column)));
+            }
+            let table = TableId {
+                oid: source.oid,
+                at,
+                dropped: Vec::new(),
+            };
+            out.push(comment_table(q, &table));
+        }
+        // Else an older table's event: nothing of it is renamed or dropped.
+        return out;
+    }
+    let ids = &info.ids;
+    let mut table = recorded.clone();
     let mut renames: Vec<(String, String, i16)> = Vec::new();
     for (name, spec) in &newest.specs {
         let Some(attnum) = spec.attnum else { continue };
-        if let Some(current) = by_attnum.get(&attnum) {
-            if *current != name && at > ids[*current].at {
-                renames.push(((*current).clone(), name.clone(), attnum));
+        if let Some(current) = info.column_of(attnum) {
+            if current != name && at > ids[current].at {
+                renames.push((current.to_owned(), name.clone(), attnum));
             }
         }
     }
@@ -283,7 +281,7 @@ pub fn alterations(
     }
     if drop == DropColumns::Drop {
         let mut dropped_now = false;
-        for (name, id) in &ids {
+        for (name, id) in ids {
             if source.dropped.contains(&id.attnum) && at > id.at && !info.key.contains(name) {
                 tracing::info!(table = %q, column = %name, attnum = id.attnum, "dropping a warehouse column dropped in the source");
                 out.push(format!("ALTER TABLE {q} DROP COLUMN {}", quote(name)));
@@ -355,6 +353,7 @@ mod tests {
         for (name, attnum) in columns {
             info.columns.insert((*name).into(), "text".into());
             if let Some(attnum) = attnum {
+                info.by_attnum.insert(*attnum, (*name).into());
                 info.ids.insert(
                     (*name).into(),
                     ColumnId {

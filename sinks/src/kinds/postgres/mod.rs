@@ -404,9 +404,11 @@ impl PostgresSink {
             let drop = self.config.drop_columns;
             if !identity::alterations(&info, newest, drop).is_empty()
                 || !identity::records(&info, newest).is_empty()
-                || rows
-                    .iter()
-                    .any(|r| !identity::targets(&info, &r.shape).is_empty())
+                || rows.iter().enumerate().any(|(i, r)| {
+                    // Rows nearly always share their shape: each is checked once.
+                    (i == 0 || !Arc::ptr_eq(&rows[i - 1].shape, &r.shape))
+                        && !identity::targets(&info, &r.shape).is_empty()
+                })
             {
                 return None;
             }

@@ -104,15 +104,14 @@ pub struct TableInfo {
     pub ids: HashMap<String, ColumnId>,
     /// The recorded source table (table comment).
     pub source: Option<TableId>,
+    /// Recorded attnum -> column name (`ids` inverted).
+    pub by_attnum: HashMap<i16, String>,
 }
 
 impl TableInfo {
     /// The column recorded as source column `attnum`.
     pub fn column_of(&self, attnum: i16) -> Option<&str> {
-        self.ids
-            .iter()
-            .find(|(_, id)| id.attnum == attnum)
-            .map(|(name, _)| name.as_str())
+        self.by_attnum.get(&attnum).map(String::as_str)
     }
 
     /// Whether the table has every `wanted` column and the sink's own columns
@@ -429,6 +428,7 @@ async fn load(
         }
         if let Some(id) = r.get::<_, Option<&str>>(3).and_then(ColumnId::parse) {
             info.ids.insert(name.clone(), id);
+            info.by_attnum.insert(id.attnum, name.clone());
         }
         if info.source.is_none() {
             info.source = r.get::<_, Option<&str>>(4).and_then(TableId::parse);
