@@ -60,8 +60,7 @@ pub enum TruncateMode {
 
 /// `schema.evolution.drop.columns`: what a column dropped in the source
 /// does to its warehouse column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DropColumns {
     /// Keep it: rows keep their old values, new rows hold NULL. The default.
     #[default]
@@ -70,6 +69,20 @@ pub enum DropColumns {
     /// drop says the source dropped its attnum. Only columns whose source
     /// attnum the sink recorded; never with schemas off.
     Drop,
+}
+
+impl<'de> Deserialize<'de> for DropColumns {
+    /// By hand, so that a wrong value's message names the key (the sink's
+    /// config is read through an untagged `kind`, which loses the path).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "keep" => Ok(Self::Keep),
+            "drop" => Ok(Self::Drop),
+            other => Err(serde::de::Error::custom(format!(
+                "sink.schema.evolution.drop.columns = {other:?}: must be \"keep\" (the default) or \"drop\""
+            ))),
+        }
+    }
 }
 
 /// `[sink] kind = "postgres"` (see `examples/sink-postgres.toml`).
@@ -365,6 +378,23 @@ mod tests {
         assert!(c.history_enabled && c.upsert_enabled);
         assert_eq!(c.delete_mode, DeleteMode::Hard);
         assert_eq!(c.truncate_mode, TruncateMode::Ignore);
+        assert_eq!(c.drop_columns, DropColumns::Keep, "the default");
+        let (_, sink) = crate::kinds::parse_config(&format!(
+            "{text}schema.evolution.drop.columns = \"drop\"\n"
+        ))
+        .expect("drop");
+        let crate::kinds::SinkConfig::Postgres(c) = sink else {
+            panic!("not postgres");
+        };
+        assert_eq!(c.drop_columns, DropColumns::Drop);
+        let e = crate::kinds::parse_config(&format!(
+            "{text}schema.evolution.drop.columns = \"delete\"\n"
+        ))
+        .expect_err("unknown value");
+        assert!(
+            e.to_string().contains("schema.evolution.drop.columns"),
+            "{e}"
+        );
         let e = crate::kinds::parse_config(&text.replace("history.enabled", "history.enabeld"))
             .expect_err("typo");
         assert!(e.message.contains("history.enabeld"), "{e}");
