@@ -8,6 +8,9 @@
 //! change once, as what it is (a rename as a rename), however often capture
 //! was killed.
 //!
+//! The warehouse renames a renamed column (matched by attnum) and keeps a
+//! dropped one (the default `schema.evolution.drop.columns = "keep"`).
+//!
 //! Kinds: ALTER TYPE widening (int -> bigint with values beyond int,
 //! numeric(10,2) -> numeric(12,4) with values of four decimals), narrowing
 //! (bigint -> int, values that fit), with `USING` (values rewritten without
@@ -340,6 +343,31 @@ async fn drive(p: &Pipeline, tables: &[(&str, &str, &str)]) -> Result<()> {
         p.env.dir.display()
     );
     assert_eq!(report.compared(), tables.len() * 3, "{report}");
+
+    // The warehouse renamed the renamed columns (no old-name column left)
+    // and kept the dropped one (`schema.evolution.drop.columns` = keep).
+    for (table, has, lacks) in [
+        ("rename_col", "b2", "b"),
+        ("while_stopped", "x2", "x"),
+        ("drop_col", "old", ""),
+    ] {
+        let columns: Vec<String> = p
+            .env
+            .client
+            .query(
+                "SELECT column_name::text FROM information_schema.columns \
+                 WHERE table_schema = $1 AND table_name = $2",
+                &[&e2e_harness::WAREHOUSE_SCHEMA, &format!("public_{table}")],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert!(
+            columns.iter().any(|c| c == has) && !columns.iter().any(|c| c == lacks),
+            "warehouse columns of {table}: {columns:?}"
+        );
+    }
 
     // The schema-change topic: each change once, as what it is.
     let topic = format!("{}.schema-changes", p.env.prefix);

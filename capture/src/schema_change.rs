@@ -20,7 +20,9 @@ use serde_json::{json, Value};
 use tokio_postgres::Client;
 
 use crate::config::CaptureConfig;
+use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
+use crate::pgoutput::Relation;
 use crate::snapshot::{quote_ident, split_table};
 use crate::source::PUBLISHED_COLUMN;
 
@@ -191,6 +193,83 @@ pub async fn load(
     Ok(out)
 }
 
+/// The [`SourceIdentity`] of `rel`, the Relation of table `table`
+/// (`schema.table`, a partition's root): its oid and dropped columns as the
+/// catalog has them now, and each column's attnum matched by name
+/// ([`match_attnums`]) against the catalog's columns and `known` (the
+/// columns last published, which the stream may still be at when the
+/// catalog is ahead of it). `None` when the table no longer exists.
+pub async fn identity(
+    client: &Client,
+    table: &str,
+    rel: &Relation,
+    known: Option<&[ColumnDef]>,
+) -> Result<Option<SourceIdentity>, tokio_postgres::Error> {
+    let Some((schema, name)) = split_table(table) else {
+        return Ok(None);
+    };
+    let rows = client
+        .query(
+            "SELECT c.oid, a.attnum, a.attname::text, a.attisdropped \
+             FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 \
+             WHERE c.oid = to_regclass($1)",
+            &[&format!("{}.{}", quote_ident(schema), quote_ident(name))],
+        )
+        .await?;
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let mut candidates: Vec<(i16, &str)> = known
+        .unwrap_or_default()
+        .iter()
+        .map(|c| (c.attnum, c.name.as_str()))
+        .collect();
+    let mut dropped = Vec::new();
+    for r in &rows {
+        if r.get::<_, bool>(3) {
+            dropped.push(r.get::<_, i16>(1));
+        } else {
+            candidates.push((r.get(1), r.get(2)));
+        }
+    }
+    let names: Vec<&str> = rel.columns.iter().map(|c| c.name.as_str()).collect();
+    let attnums = match_attnums(&names, &candidates);
+    // A column the catalog already dropped that this (older) Relation still
+    // has is not reported dropped by it.
+    dropped.retain(|d| !attnums.contains(&Some(*d)));
+    dropped.sort_unstable();
+    Ok(Some(SourceIdentity {
+        table_oid: first.get(0),
+        attnums,
+        dropped,
+    }))
+}
+
+/// The attnum of each column of `names` (a Relation's columns, in attnum
+/// order), from `candidates` (attnum, name) of every shape of the table
+/// known: the smallest attnum of that name above the previous column's.
+/// When the catalog is ahead of the stream a name can have two attnums
+/// (`RENAME a TO b; ADD COLUMN a`); the order tells them apart: in the
+/// Relation `[id, a]` (before the rename) `a` is the older attnum, in
+/// `[id, b, a]` the newer. `None` for a name no candidate has.
+pub fn match_attnums(names: &[&str], candidates: &[(i16, &str)]) -> Vec<Option<i16>> {
+    let mut previous = 0;
+    names
+        .iter()
+        .map(|name| {
+            let found = candidates
+                .iter()
+                .filter(|(attnum, n)| n == name && *attnum > previous)
+                .map(|(attnum, _)| *attnum)
+                .min();
+            if let Some(a) = found {
+                previous = a;
+            }
+            found
+        })
+        .collect()
+}
+
 /// `<topic.prefix>.schema-changes`.
 pub fn topic(cfg: &CaptureConfig) -> String {
     format!("{}.{TOPIC_SUFFIX}", cfg.topic.prefix)
@@ -332,6 +411,22 @@ mod tests {
         // A column added without a default holds NULL in every row: no backfill.
         let plain = diff(&old[..1], &old[..2]);
         assert!(!plain[0].changes_rows(), "{plain:?}");
+    }
+
+    #[test]
+    fn attnums_are_matched_by_name_in_attnum_order() {
+        // RENAME a TO b; ADD COLUMN a: `a` is 2 before the rename, 3 after.
+        let known = [(1, "id"), (2, "a"), (2, "b"), (3, "a")];
+        assert_eq!(
+            match_attnums(&["id", "a"], &known),
+            [Some(1), Some(2)],
+            "before the rename"
+        );
+        assert_eq!(
+            match_attnums(&["id", "b", "a"], &known),
+            [Some(1), Some(2), Some(3)]
+        );
+        assert_eq!(match_attnums(&["id", "zz"], &known), [Some(1), None]);
     }
 
     #[test]

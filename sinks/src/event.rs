@@ -113,18 +113,23 @@ impl Op {
     }
 }
 
-/// The fields of the `after` (or `before`) row struct in a value schema, by
-/// column name: what each sink reads a column's Connect type from.
-pub fn row_fields(schema: Option<&Value>) -> Option<std::collections::HashMap<&str, &Value>> {
+/// The `after` (or `before`) row struct of a value schema.
+pub fn row_struct(schema: Option<&Value>) -> Option<&Value> {
     let fields = schema?.get("fields")?.as_array()?;
     let named = |name: &str| {
         fields
             .iter()
             .find(|f| f.get("field").and_then(Value::as_str) == Some(name))
     };
-    let row = named("after").or_else(|| named("before"))?;
+    named("after").or_else(|| named("before"))
+}
+
+/// The fields of the `after` (or `before`) row struct in a value schema, by
+/// column name: what each sink reads a column's Connect type from.
+pub fn row_fields(schema: Option<&Value>) -> Option<std::collections::HashMap<&str, &Value>> {
     Some(
-        row.get("fields")?
+        row_struct(schema)?
+            .get("fields")?
             .as_array()?
             .iter()
             .filter_map(|f| Some((f.get("field")?.as_str()?, f)))

@@ -198,6 +198,33 @@ struct ColumnEncoder {
     kind: ValueKind,
 }
 
+/// Which source columns a table's fields are (docs/design.md, "Schema
+/// changes"): written into the Connect schema so that a sink can tell a
+/// renamed column from a dropped one and a new one, without reading the
+/// schema-change topic. Extra schema parameters, which Debezium consumers
+/// ignore: [`PARAM_ATTNUM`] on each row field, [`PARAM_TABLE_OID`] and
+/// [`PARAM_DROPPED_ATTNUMS`] on the `before`/`after` row structs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceIdentity {
+    /// The table's oid (a partitioned table's root): a table dropped and
+    /// created again under its name has another.
+    pub table_oid: u32,
+    /// `attnum` of each Relation column, in the Relation's order (`None`
+    /// when it could not be told).
+    pub attnums: Vec<Option<i16>>,
+    /// `attnum`s of the table's dropped columns (never reused).
+    pub dropped: Vec<i16>,
+}
+
+/// Field parameter: the column's `attnum`, stable across RENAME and ALTER
+/// TYPE and never reused by PostgreSQL.
+pub const PARAM_ATTNUM: &str = "__oncely.attnum";
+/// Row-struct parameter: the source table's oid.
+pub const PARAM_TABLE_OID: &str = "__oncely.table.oid";
+/// Row-struct parameter: the table's dropped columns' `attnum`s, comma
+/// separated (empty when none).
+pub const PARAM_DROPPED_ATTNUMS: &str = "__oncely.dropped.attnums";
+
 /// Record builder for one shape of one table; build a new one whenever a
 /// Relation message changes the shape.
 #[derive(Debug, Clone)]
@@ -235,6 +262,18 @@ impl TableEncoder {
         reg: &TypeRegistry,
         key_columns: Option<&[String]>,
         cfg: &EnvelopeConfig,
+    ) -> Result<Self, EnvelopeError> {
+        Self::identified(rel, reg, key_columns, cfg, None)
+    }
+
+    /// [`TableEncoder::new`] whose value schema also says which source
+    /// columns the fields are ([`SourceIdentity`]).
+    pub fn identified(
+        rel: &Relation,
+        reg: &TypeRegistry,
+        key_columns: Option<&[String]>,
+        cfg: &EnvelopeConfig,
+        identity: Option<&SourceIdentity>,
     ) -> Result<Self, EnvelopeError> {
         let table = format!("{}.{}", rel.namespace, rel.name);
         let key_indices = match key_columns {
@@ -294,13 +333,29 @@ impl TableEncoder {
                 .zip(&columns)
                 .enumerate()
                 .map(|(i, (c, enc))| {
-                    enc.kind
-                        .field_schema(c.type_modifier, &c.name, !key_indices.contains(&i))
+                    let mut field =
+                        enc.kind
+                            .field_schema(c.type_modifier, &c.name, !key_indices.contains(&i));
+                    if let Some(attnum) = identity.and_then(|id| id.attnums.get(i).copied()?) {
+                        schema::add_parameter(&mut field, PARAM_ATTNUM, attnum.to_string());
+                    }
+                    field
                 })
                 .collect();
+            let row_parameters = identity.map(|id| {
+                let dropped: Vec<String> = id.dropped.iter().map(i16::to_string).collect();
+                serde_json::json!({
+                    PARAM_TABLE_OID: id.table_oid.to_string(),
+                    PARAM_DROPPED_ATTNUMS: dropped.join(","),
+                })
+            });
             (
                 wrapper_head(&schema::key_schema(&base_name, key_fields)),
-                wrapper_head(&schema::value_schema(&base_name, row_fields)),
+                wrapper_head(&schema::value_schema(
+                    &base_name,
+                    row_fields,
+                    row_parameters,
+                )),
                 b"}",
             )
         } else {

@@ -77,16 +77,42 @@ pub fn key_schema(base_name: &str, fields: Vec<Value>) -> Value {
     })
 }
 
-/// `<prefix>.<schema>.<table>.Envelope` around two `.Value` row structs.
-pub fn value_schema(base_name: &str, row_fields: Vec<Value>) -> Value {
+/// Adds `key = value` to a field schema's `parameters`, keeping Connect's
+/// key order (`parameters` before `field`).
+pub fn add_parameter(field: &mut Value, key: &str, value: String) {
+    let Some(map) = field.as_object_mut() else {
+        return;
+    };
+    if let Some(params) = map.get_mut("parameters").and_then(Value::as_object_mut) {
+        params.insert(key.into(), Value::String(value));
+        return;
+    }
+    let name = map.remove("field");
+    map.insert("parameters".into(), json!({ key: value }));
+    if let Some(name) = name {
+        map.insert("field".into(), name);
+    }
+}
+
+/// `<prefix>.<schema>.<table>.Envelope` around two `.Value` row structs,
+/// which carry `row_parameters` (the source identity) when given.
+pub fn value_schema(
+    base_name: &str,
+    row_fields: Vec<Value>,
+    row_parameters: Option<Value>,
+) -> Value {
     let row = |field_name: &str| {
-        json!({
+        let mut row = json!({
             "type": "struct",
             "fields": row_fields.clone(),
             "optional": true,
             "name": format!("{base_name}.Value"),
-            "field": field_name
-        })
+        });
+        if let Some(p) = &row_parameters {
+            row["parameters"] = p.clone();
+        }
+        row["field"] = json!(field_name);
+        row
     };
     json!({
         "type": "struct",

@@ -290,6 +290,53 @@ fn schema_fields_match_payload_fields() {
 }
 
 #[test]
+fn the_schema_names_each_fields_source_column() {
+    let identity = SourceIdentity {
+        table_oid: 16_384,
+        attnums: vec![Some(1), Some(3), None],
+        dropped: vec![2, 5],
+    };
+    let e = TableEncoder::identified(
+        &rel(ReplicaIdentity::Default),
+        &TypeRegistry::builtin(),
+        None,
+        &cfg(true),
+        Some(&identity),
+    )
+    .unwrap();
+    let r = row(vec![t("1"), t("a"), TupleValue::Null]);
+    let v = parse(&e.value(Op::Create, None, Some(&r), &src(), 0).unwrap());
+    for image in [0, 1] {
+        let row_struct = &v["schema"]["fields"][image];
+        assert_eq!(
+            row_struct["parameters"],
+            json!({PARAM_TABLE_OID: "16384", PARAM_DROPPED_ATTNUMS: "2,5"})
+        );
+        let fields = row_struct["fields"].as_array().unwrap();
+        assert_eq!(fields[0]["parameters"], json!({PARAM_ATTNUM: "1"}));
+        assert_eq!(fields[1]["parameters"], json!({PARAM_ATTNUM: "3"}));
+        assert!(fields[2]["parameters"].is_null(), "{}", fields[2]);
+        // Connect's key order: `field` last.
+        assert_eq!(
+            fields[1]
+                .as_object()
+                .unwrap()
+                .keys()
+                .last()
+                .map(String::as_str),
+            Some("field")
+        );
+    }
+    // Without an identity the schema is exactly Debezium's.
+    let plain = parse(
+        &enc(true)
+            .value(Op::Create, None, Some(&r), &src(), 0)
+            .unwrap(),
+    );
+    assert!(plain["schema"]["fields"][1]["parameters"].is_null());
+}
+
+#[test]
 fn truncate_value_has_no_rows() {
     let v = parse(&enc(false).truncate_value(&src(), 9));
     assert_eq!(v["before"], Value::Null);

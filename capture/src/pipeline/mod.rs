@@ -1101,8 +1101,10 @@ impl Pipeline<'_> {
                 }
             }
         }
-        let enc = TableEncoder::new(&rel, &self.types, key, &self.envelope)
-            .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+        let identity = self.source_identity(&qualified, &rel).await?;
+        let enc =
+            TableEncoder::identified(&rel, &self.types, key, &self.envelope, identity.as_ref())
+                .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let topic: Arc<str> = enc.topic().into();
         // A table created (or renamed) while capture runs: its topic must
         // not be another table's. Stopping loses nothing: after the fix, a

@@ -4,7 +4,9 @@
 
 use super::{now_ms, Pipeline, Record};
 use crate::config::SchemaChangeBackfill;
+use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
+use crate::pgoutput::Relation;
 use crate::schema_change::{self, ColumnChange};
 use crate::snapshot::{request, SnapshotKind, TableProgress};
 
@@ -76,6 +78,19 @@ impl Pipeline<'_> {
         }
         self.publish_view();
         Ok(())
+    }
+
+    /// Which source columns `rel`'s fields are (table `qualified`), for the
+    /// encoder's schema ([`schema_change::identity`]).
+    pub(super) async fn source_identity(
+        &self,
+        qualified: &str,
+        rel: &Relation,
+    ) -> Result<Option<SourceIdentity>, CaptureError> {
+        let known = self.schemas.get(qualified).map(Vec::as_slice);
+        schema_change::identity(&self.control, qualified, rel, known)
+            .await
+            .map_err(CaptureError::pg("read the table's column attnums"))
     }
 
     /// Queues a snapshot of `table` that reads every row after now, and

@@ -509,8 +509,16 @@ impl Pipeline<'_> {
                 return Ok((enc.clone(), Arc::clone(topic)));
             }
         }
-        let enc = TableEncoder::new(rel, &self.types, Some(key_columns), &self.envelope)
-            .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+        let qualified = format!("{}.{}", rel.namespace, rel.name);
+        let identity = self.source_identity(&qualified, rel).await?;
+        let enc = TableEncoder::identified(
+            rel,
+            &self.types,
+            Some(key_columns),
+            &self.envelope,
+            identity.as_ref(),
+        )
+        .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let topic: Arc<str> = enc.topic().into();
         self.topics.ensure(&topic).await?;
         self.snap.encoder = Some((rel.clone(), enc.clone(), Arc::clone(&topic)));

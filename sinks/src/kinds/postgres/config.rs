@@ -58,6 +58,33 @@ pub enum TruncateMode {
     Ignore,
 }
 
+/// `schema.evolution.drop.columns`: what a column dropped in the source
+/// does to its warehouse column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DropColumns {
+    /// Keep it: rows keep their old values, new rows hold NULL. The default.
+    #[default]
+    Keep,
+    /// Drop it (`ALTER TABLE ... DROP COLUMN`) once an event newer than the
+    /// drop says the source dropped its attnum. Only columns whose source
+    /// attnum the sink recorded; never with schemas off.
+    Drop,
+}
+
+impl<'de> Deserialize<'de> for DropColumns {
+    /// By hand, so that a wrong value's message names the key (the sink's
+    /// config is read through an untagged `kind`, which loses the path).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "keep" => Ok(Self::Keep),
+            "drop" => Ok(Self::Drop),
+            other => Err(serde::de::Error::custom(format!(
+                "sink.schema.evolution.drop.columns = {other:?}: must be \"keep\" (the default) or \"drop\""
+            ))),
+        }
+    }
+}
+
 /// `[sink] kind = "postgres"` (see `examples/sink-postgres.toml`).
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -119,6 +146,9 @@ pub struct PostgresConfig {
     /// when a source column already has one of those names.
     #[serde(rename = "meta.column.prefix", default = "default_meta_column_prefix")]
     pub meta_column_prefix: String,
+    /// `schema.evolution.drop.columns`: `keep` (default) or `drop`.
+    #[serde(rename = "schema.evolution.drop.columns", default)]
+    pub drop_columns: DropColumns,
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -134,6 +164,7 @@ impl fmt::Debug for PostgresConfig {
             .field("history_enabled", &self.history_enabled)
             .field("delete_mode", &self.delete_mode)
             .field("truncate_mode", &self.truncate_mode)
+            .field("drop_columns", &self.drop_columns)
             .finish_non_exhaustive()
     }
 }
@@ -188,6 +219,7 @@ impl PostgresConfig {
             delete_mode: DeleteMode::Tombstone,
             truncate_mode: TruncateMode::Delete,
             meta_column_prefix: default_meta_column_prefix(),
+            drop_columns: DropColumns::Keep,
         }
     }
 
@@ -346,6 +378,23 @@ mod tests {
         assert!(c.history_enabled && c.upsert_enabled);
         assert_eq!(c.delete_mode, DeleteMode::Hard);
         assert_eq!(c.truncate_mode, TruncateMode::Ignore);
+        assert_eq!(c.drop_columns, DropColumns::Keep, "the default");
+        let (_, sink) = crate::kinds::parse_config(&format!(
+            "{text}schema.evolution.drop.columns = \"drop\"\n"
+        ))
+        .expect("drop");
+        let crate::kinds::SinkConfig::Postgres(c) = sink else {
+            panic!("not postgres");
+        };
+        assert_eq!(c.drop_columns, DropColumns::Drop);
+        let e = crate::kinds::parse_config(&format!(
+            "{text}schema.evolution.drop.columns = \"delete\"\n"
+        ))
+        .expect_err("unknown value");
+        assert!(
+            e.to_string().contains("schema.evolution.drop.columns"),
+            "{e}"
+        );
         let e = crate::kinds::parse_config(&text.replace("history.enabled", "history.enabeld"))
             .expect_err("typo");
         assert!(e.message.contains("history.enabeld"), "{e}");

@@ -11,7 +11,9 @@
 //!    batch so that what came before it is written before it.
 //! 2. **Schema** ([`table`]): missing target tables are created from the event's
 //!    columns ([`types`] maps Connect schemas to PostgreSQL types), new columns are
-//!    added, nothing is dropped or retyped. A value whose type an existing column
+//!    added, renamed source columns renamed and, with
+//!    `schema.evolution.drop.columns = "drop"`, dropped ones dropped, matched by
+//!    source attnum ([`identity`]); nothing is narrowed. A value whose type an existing column
 //!    cannot take is a per-record failure (dead letter) naming the column and both types.
 //! 3. **Write** ([`write`]): one transaction holds set-based statements — one
 //!    `INSERT ... SELECT FROM unnest(...) ON CONFLICT (key) DO UPDATE ... WHERE
@@ -58,13 +60,15 @@
 
 mod config;
 mod error;
+mod identity;
 mod plan;
 mod table;
 mod types;
 mod write;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -72,7 +76,9 @@ use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
 use oncely_core::postgres::{ConnectError, PgConnector};
 use tokio_postgres::error::SqlState;
 
-pub use config::{expand_name, DeleteMode, PostgresConfig, Secret, SslMode, TruncateMode};
+pub use config::{
+    expand_name, DeleteMode, DropColumns, PostgresConfig, Secret, SslMode, TruncateMode,
+};
 pub use plan::UNAVAILABLE;
 pub use table::{MetaColumns, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
 
@@ -307,12 +313,72 @@ impl PostgresSink {
             return Ok(None);
         };
         let key: Vec<&'a str> = first.shape.key.iter().map(String::as_str).collect();
-        let info = self
+        let mut info = self
             .catalog
             .ensure_target(client, table, &key, &wanted_specs(&rows))
             .await?;
+        // The attnums of new columns (and of columns adopted by name).
+        if let Some(newest) = identity::newest(rows.iter().map(|r| (&*r.shape, r.version))) {
+            if !identity::records(&info, newest).is_empty() {
+                info = self
+                    .catalog
+                    .alter_with(client, table, |current| identity::records(current, newest))
+                    .await?;
+            }
+        }
         let groups = group_rows(&info, rows, rejected);
         Ok(Some(Ready::Rows(info, groups)))
+    }
+
+    /// Renames (and with `schema.evolution.drop.columns = "drop"` drops)
+    /// warehouse columns by source attnum before the rows are written
+    /// ([`identity::alterations`]), and returns the plan with fields renamed
+    /// to their columns when any is (`None`: the plan as it is).
+    async fn follow_renames(
+        &self,
+        client: &mut Client,
+        plan: &Plan,
+    ) -> Result<Option<Plan>, SinkError> {
+        let drop = self.config.drop_columns;
+        // Keyed by the shape's address (rows share their shape).
+        let mut shapes: HashMap<(&str, usize), Arc<Shape>> = HashMap::new();
+        for step in &plan.steps {
+            let Step::Rows(tables) = step else { continue };
+            for (table, rows) in tables {
+                let Some(newest) =
+                    identity::newest(rows.rows.values().map(|r| (&*r.shape, r.version)))
+                else {
+                    continue;
+                };
+                let Some(mut info) = self.catalog.lookup(client, table).await? else {
+                    continue;
+                };
+                if !identity::alterations(&info, newest, drop).is_empty() {
+                    info = self
+                        .catalog
+                        .alter_with(client, table, |current| {
+                            identity::alterations(current, newest, drop)
+                        })
+                        .await?;
+                }
+                for row in rows.rows.values() {
+                    let key = (table.as_str(), Arc::as_ptr(&row.shape) as usize);
+                    if shapes.contains_key(&key) {
+                        continue;
+                    }
+                    let map = identity::targets(&info, &row.shape);
+                    if !map.is_empty() {
+                        shapes.insert(key, Arc::new(row.shape.translated(&map)));
+                    }
+                }
+            }
+        }
+        if shapes.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(plan.translated(|table, shape| {
+            shapes.get(&(table, Arc::as_ptr(shape) as usize)).cloned()
+        })))
     }
 
     /// The statement of a batch whose plan is one group of one table already
@@ -333,6 +399,19 @@ impl PostgresSink {
         let wanted = wanted_specs(&rows);
         if !info.has_columns(&wanted) || !info.widenings(&wanted).is_empty() {
             return None;
+        }
+        if let Some(newest) = identity::newest(rows.iter().map(|r| (&*r.shape, r.version))) {
+            let drop = self.config.drop_columns;
+            if !identity::alterations(&info, newest, drop).is_empty()
+                || !identity::records(&info, newest).is_empty()
+                || rows.iter().enumerate().any(|(i, r)| {
+                    // Rows nearly always share their shape: each is checked once.
+                    (i == 0 || !Arc::ptr_eq(&rows[i - 1].shape, &r.shape))
+                        && !identity::targets(&info, &r.shape).is_empty()
+                })
+            {
+                return None;
+            }
         }
         let mut rejected = Vec::new();
         let groups = group_rows(&info, rows, &mut rejected);
@@ -635,13 +714,21 @@ impl Sink for PostgresSink {
                 &inline
             }
         };
-        let prebuilt = prepared.and_then(|p| p.statement.as_ref());
+        let mut prebuilt = prepared.and_then(|p| p.statement.as_ref());
         let mut rejected = plan.rejected.clone();
         let mut client = self
             .pool
             .get()
             .await
             .map_err(|e| pool_error(e, &self.place))?;
+        let translated = self.follow_renames(&mut client, plan).await?;
+        let plan = match &translated {
+            Some(t) => {
+                prebuilt = None;
+                t
+            }
+            None => plan,
+        };
         let steps = self.resolve(&mut client, plan, &mut rejected).await?;
         if !rejected.is_empty() {
             return Err(SinkError::Rejected(rejected));

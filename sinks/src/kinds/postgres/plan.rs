@@ -10,6 +10,7 @@ use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 
 use super::config::{expand_name, PostgresConfig};
+use super::identity::{source_table, NameMap, SourceTable};
 use super::types::{from_schema, infer, row_fields, ColumnSpec};
 use crate::error::RecordFailure;
 use crate::event::{ChangeEvent, Op, Version};
@@ -34,6 +35,11 @@ pub struct Shape {
     /// after-image entries (name, spec, unavailable) in the record's own order.
     /// Empty for a shape that is never reused (filled from an older change).
     matcher: Option<Matcher>,
+    /// The source table the event's schema names ([`identity`](super::identity)).
+    pub source: Option<Arc<SourceTable>>,
+    /// (target column, event field) of fields written under another name
+    /// (a renamed column): values are read under the field's name.
+    renamed: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +66,53 @@ impl Shape {
                 columns.iter().position(|c| c == name)
             })
             .collect()
+    }
+
+    /// The event field holding target column `column`'s value.
+    pub fn source_of<'s>(&'s self, column: &'s str) -> &'s str {
+        self.renamed
+            .iter()
+            .find(|(target, _)| target == column)
+            .map_or(column, |(_, field)| field.as_str())
+    }
+
+    /// This shape with its fields renamed to the target columns `map`
+    /// names (left out where it names none); values are then read by name.
+    pub fn translated(&self, map: &NameMap) -> Shape {
+        let target = |name: &String| match map.get(name) {
+            Some(t) => t.clone(),
+            None => Some(name.clone()),
+        };
+        let rename =
+            |names: &[String]| -> Vec<String> { names.iter().filter_map(target).collect() };
+        let mut values = self.values.as_deref().map(rename);
+        if let Some(v) = values.as_mut() {
+            v.sort();
+            v.dedup();
+        }
+        let mut key: Vec<String> = self
+            .key
+            .iter()
+            .map(|k| target(k).unwrap_or(k.clone()))
+            .collect();
+        key.sort();
+        let renamed = map
+            .iter()
+            .filter_map(|(field, t)| Some((t.clone()?, field.clone())))
+            .collect();
+        Shape {
+            key,
+            values,
+            unavailable: rename(&self.unavailable),
+            specs: self
+                .specs
+                .iter()
+                .filter_map(|(n, s)| Some((target(n)?, s.clone())))
+                .collect(),
+            matcher: None,
+            source: self.source.clone(),
+            renamed,
+        }
     }
 
     /// Whether `column` is one of the row's available columns (key included).
@@ -98,18 +151,19 @@ impl Row {
 
     /// The row's value of `column` (`None` when absent or unavailable), read from `records`
     /// (the batch the row was planned from).
-    pub fn value<'r>(&self, records: &'r [Record], column: &str) -> Option<&'r Value> {
-        if let Some((_, i)) = self.fills.iter().find(|(c, _)| c == column) {
+    pub fn value<'r>(&self, records: &'r [Record], target: &str) -> Option<&'r Value> {
+        let column = self.shape.source_of(target);
+        if let Some((_, i)) = self.fills.iter().find(|(c, _)| c == target) {
             return after_of(&records[*i])?.get(column);
         }
         let record = &records[self.record];
         // `shape.key` names the record key's columns: no lookup for the others.
-        if self.shape.key.iter().any(|k| k == column) {
+        if self.shape.key.iter().any(|k| k == target) {
             if let Some(v) = record.key.as_ref().and_then(|k| k.get(column)) {
                 return Some(v);
             }
         }
-        if self.shape.unavailable.iter().any(|c| c == column) {
+        if self.shape.unavailable.iter().any(|c| c == target) {
             return None;
         }
         after_of(record)?.get(column)
@@ -220,6 +274,77 @@ pub struct Plan {
     pub history: BTreeMap<String, Vec<HistoryRow>>,
     /// Records that can never be applied.
     pub rejected: Vec<RecordFailure>,
+}
+
+#[cfg(test)]
+impl Shape {
+    /// The shape of an upsert of `fields` (name, attnum; the first is the
+    /// key) from source table `oid` whose dropped attnums are `dropped`.
+    pub fn with_attnums(fields: &[(&str, i16)], oid: u32, dropped: &[i16]) -> Shape {
+        let entries = fields
+            .iter()
+            .map(|(name, attnum)| {
+                let field = serde_json::json!({"type": "string",
+                    "parameters": {super::types::PARAM_ATTNUM: attnum.to_string()}});
+                ((*name).to_owned(), Some(from_schema(&field)), false)
+            })
+            .collect();
+        let source = SourceTable {
+            oid,
+            dropped: dropped.to_vec(),
+        };
+        shape_of(vec![fields[0].0.to_owned()], entries, false, Some(source))
+    }
+}
+
+impl Plan {
+    /// This plan with the shapes of each table's rows replaced where
+    /// `shape_for(table, shape)` gives another (fields renamed to the target
+    /// columns by attnum).
+    pub fn translated(&self, shape_for: impl Fn(&str, &Arc<Shape>) -> Option<Arc<Shape>>) -> Plan {
+        let steps = self
+            .steps
+            .iter()
+            .map(|step| match step {
+                Step::Rows(tables) => Step::Rows(
+                    tables
+                        .iter()
+                        .map(|(table, rows)| {
+                            let rows = rows
+                                .rows
+                                .iter()
+                                .map(|(id, row)| {
+                                    let mut row = row.clone();
+                                    if let Some(shape) = shape_for(table, &row.shape) {
+                                        for (c, _) in &mut row.fills {
+                                            if let Some((t, _)) =
+                                                shape.renamed.iter().find(|(_, f)| f == c)
+                                            {
+                                                *c = t.clone();
+                                            }
+                                        }
+                                        row.fills.retain(|(c, _)| shape.has_value(c));
+                                        row.shape = shape;
+                                    }
+                                    (id.clone(), row)
+                                })
+                                .collect();
+                            (table.clone(), TableRows { rows, last: None })
+                        })
+                        .collect(),
+                ),
+                Step::Truncate { table, version } => Step::Truncate {
+                    table: table.clone(),
+                    version: *version,
+                },
+            })
+            .collect();
+        Plan {
+            steps,
+            history: self.history.clone(),
+            rejected: self.rejected.clone(),
+        }
+    }
 }
 
 /// Builds the plan of `batch`.
@@ -345,6 +470,9 @@ fn row_of(
     };
     let fields = row_fields(event.schema.as_deref());
     let field = |name: &str| fields.as_ref().and_then(|f| f.get(name).copied());
+    let source = source_table(event.schema.as_deref());
+    // A shape is reused only for the same source table.
+    let last = last.filter(|l| l.source.as_deref() == source.as_ref());
     let spec_of = |name: &str, value: &Value| match field(name) {
         Some(field) => Some(from_schema(field)),
         None => infer(value),
@@ -379,7 +507,7 @@ fn row_of(
             .iter()
             .map(|(k, v)| (k.clone(), spec(k, v), false))
             .collect();
-        return Ok(row(Arc::new(shape_of(key_order, entries, true))));
+        return Ok(row(Arc::new(shape_of(key_order, entries, true, source))));
     }
     let after = event
         .after
@@ -415,7 +543,7 @@ fn row_of(
         let (spec, unavailable) = entry(name, value);
         entries.push((name.clone(), spec, unavailable));
     }
-    let shape = shape_of(key_order, entries, false);
+    let shape = shape_of(key_order, entries, false, source);
     let values = shape.values.as_ref().expect("not a delete");
     for name in &shape.key {
         if values.binary_search(name).is_err() {
@@ -431,6 +559,7 @@ fn shape_of(
     key_order: Vec<String>,
     entries: Vec<(String, Option<ColumnSpec>, bool)>,
     delete: bool,
+    source: Option<SourceTable>,
 ) -> Shape {
     let mut key = key_order.clone();
     key.sort();
@@ -458,6 +587,8 @@ fn shape_of(
             key: key_order,
             entries,
         }),
+        source: source.map(Arc::new),
+        renamed: Vec::new(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Target tables: what exists (cached from the catalog), and the DDL that creates
 //! missing tables, adds missing columns and widens columns an event describes as
-//! wider ([`super::types::widened`]). Columns are never dropped or narrowed.
+//! wider ([`super::types::widened`]). Columns are never narrowed; renames and
+//! drops follow the source by attnum ([`super::identity`]).
 //!
 //! Every target table has, beside the source columns:
 //!
@@ -19,6 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use deadpool_postgres::{Client, GenericClient};
 
 use super::error::to_sink_error;
+use super::identity::{ColumnId, TableId};
 use super::types::{widened, ColumnSpec};
 use crate::error::SinkError;
 
@@ -98,9 +100,20 @@ pub struct TableInfo {
     pub key: Vec<String>,
     /// The sink's own columns.
     pub meta: Arc<MetaColumns>,
+    /// Column name -> its recorded source column (column comment).
+    pub ids: HashMap<String, ColumnId>,
+    /// The recorded source table (table comment).
+    pub source: Option<TableId>,
+    /// Recorded attnum -> column name (`ids` inverted).
+    pub by_attnum: HashMap<i16, String>,
 }
 
 impl TableInfo {
+    /// The column recorded as source column `attnum`.
+    pub fn column_of(&self, attnum: i16) -> Option<&str> {
+        self.by_attnum.get(&attnum).map(String::as_str)
+    }
+
     /// Whether the table has every `wanted` column and the sink's own columns
     /// (then [`Catalog::ensure_target`] returns it unchanged).
     pub fn has_columns(&self, wanted: &BTreeMap<&str, ColumnSpec>) -> bool {
@@ -282,6 +295,33 @@ impl Catalog {
         self.reload(client, table).await
     }
 
+    /// Runs `decide(info)` as it is under the table's DDL lock (another
+    /// worker may have changed it since it was cached) and the statements it
+    /// returns; `table` as it is then. Used for the attnum bookkeeping
+    /// ([`super::identity`]): renames, drops, comments.
+    pub async fn alter_with(
+        &self,
+        client: &mut Client,
+        table: &str,
+        decide: impl Fn(&TableInfo) -> Vec<String>,
+    ) -> Result<Arc<TableInfo>, SinkError> {
+        let q = self.qualified(table);
+        let tx = begin_locked(client, &q).await?;
+        let current = load(&tx, &q, &self.meta)
+            .await?
+            .ok_or_else(|| SinkError::retriable(format!("{q} vanished before its DDL")))?;
+        let statements = decide(&current);
+        if !statements.is_empty() {
+            tx.batch_execute(&statements.join(";\n"))
+                .await
+                .map_err(|e| to_sink_error(&format!("rename, drop or record columns of {q}"), e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| to_sink_error("commit DDL", e))?;
+        self.reload(client, table).await
+    }
+
     /// Creates the history table `table` when missing.
     pub async fn ensure_history(
         &self,
@@ -364,7 +404,8 @@ async fn load(
     let rows = client
         .query(
             "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
-                    coalesce(a.attnum = ANY(i.indkey), false) \
+                    coalesce(a.attnum = ANY(i.indkey), false), \
+                    col_description(a.attrelid, a.attnum), obj_description(a.attrelid, 'pg_class') \
              FROM pg_attribute a \
              LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary \
              WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
@@ -384,6 +425,13 @@ async fn load(
         let name: String = r.get(0);
         if r.get::<_, bool>(2) {
             info.key.push(name.clone());
+        }
+        if let Some(id) = r.get::<_, Option<&str>>(3).and_then(ColumnId::parse) {
+            info.ids.insert(name.clone(), id);
+            info.by_attnum.insert(id.attnum, name.clone());
+        }
+        if info.source.is_none() {
+            info.source = r.get::<_, Option<&str>>(4).and_then(TableId::parse);
         }
         info.columns.insert(name, r.get(1));
     }

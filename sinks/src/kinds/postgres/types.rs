@@ -185,6 +185,9 @@ pub struct ColumnSpec {
     pub conv: Conv,
     /// True when inferred from a JSON value (schemas off): compatibility is lenient.
     pub inferred: bool,
+    /// The source column's `attnum` (capture's `__oncely.attnum` field
+    /// parameter), when the event says it: a rename keeps it.
+    pub attnum: Option<i16>,
 }
 
 impl ColumnSpec {
@@ -193,6 +196,7 @@ impl ColumnSpec {
             ddl: ddl.into(),
             conv,
             inferred: false,
+            attnum: None,
         }
     }
 
@@ -465,13 +469,29 @@ pub fn wider(a: &ColumnSpec, b: &ColumnSpec) -> ColumnSpec {
             ddl: ddl.into(),
             conv: b.conv,
             inferred: false,
+            attnum: b.attnum.or(a.attnum),
         },
         None => a.clone(),
     }
 }
 
-/// The spec of one field of a Connect `struct` schema.
+/// The spec of one field of a Connect `struct` schema, with the source
+/// column's attnum when capture sent it.
 pub fn from_schema(field: &Value) -> ColumnSpec {
+    let mut spec = spec_of_type(field);
+    spec.attnum = field
+        .get("parameters")
+        .and_then(|p| p.get(PARAM_ATTNUM))
+        .and_then(Value::as_str)
+        .and_then(|a| a.parse().ok());
+    spec
+}
+
+/// Field parameter naming the source column's attnum (capture's
+/// `oncely_capture::envelope::PARAM_ATTNUM`).
+pub const PARAM_ATTNUM: &str = "__oncely.attnum";
+
+fn spec_of_type(field: &Value) -> ColumnSpec {
     let ty = field.get("type").and_then(Value::as_str).unwrap_or("");
     let name = field.get("name").and_then(Value::as_str).unwrap_or("");
     let param = |k: &str| {
@@ -565,6 +585,7 @@ pub fn infer(value: &Value) -> Option<ColumnSpec> {
         ddl: Cow::Borrowed(ddl),
         conv: Conv::Cast,
         inferred: true,
+        attnum: None,
     })
 }
 

@@ -487,6 +487,7 @@ fn exprs(info: &TableInfo, group: &Group<'_>) -> Vec<String> {
                 ddl: actual.to_owned().into(),
                 conv: *conv,
                 inferred: false,
+                attnum: None,
             }
             .select_expr(&format!("u.c{i}"), actual)
         })
