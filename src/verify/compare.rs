@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use oncely_capture::value::ValueKind;
+use oncely_sinks::kinds::elasticsearch::values::Format;
 use serde_json::{Map, Value};
 
 use super::source::{wire_text, SourceRow, SourceTable};
@@ -17,6 +18,10 @@ pub enum TargetRow {
     /// A Redis hash: one field per non-null column, strings as they are and
     /// other values as JSON text.
     Hash(BTreeMap<String, String>),
+    /// An Elasticsearch `_source` written in `Format`: each source value is
+    /// converted as the sink converts it (its column's Connect schema, from
+    /// the column's kind) before the comparison.
+    Native(Map<String, Value>, Format),
 }
 
 /// The first column where a target row differs from its source row.
@@ -45,6 +50,15 @@ pub fn compare_row(
                 let t = map.get(&column.name).unwrap_or(&Value::Null);
                 (rule.values_equal(s, t), t.clone())
             }
+            TargetRow::Native(map, format) => {
+                let t = map.get(&column.name).unwrap_or(&Value::Null);
+                let schema = column.kind.field_schema(-1, &column.name, true);
+                let equal = match format.kind(&schema) {
+                    Some(kind) => rule.values_equal(&kind.convert(s), t),
+                    None => rule.values_equal(s, t),
+                };
+                (equal, t.clone())
+            }
             TargetRow::Hash(hash) => {
                 let t = hash.get(&column.name);
                 let equal = match (wire_text(s), t) {
@@ -65,7 +79,7 @@ pub fn compare_row(
     }
     let known = |f: &str| table.columns.iter().any(|c| c.name == f);
     let extra = match target {
-        TargetRow::Json(map) => map
+        TargetRow::Json(map) | TargetRow::Native(map, _) => map
             .iter()
             .find(|(f, v)| !v.is_null() && !known(f))
             .map(|(f, v)| (f.clone(), v.clone())),
