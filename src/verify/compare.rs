@@ -355,6 +355,45 @@ mod tests {
     }
 
     #[test]
+    fn native_documents_compare_with_the_source_converted_as_the_sink_converts() {
+        use oncely_sinks::kinds::elasticsearch::JsonMode;
+        use oncely_sinks::native::ValueFormat;
+        let mut t = table();
+        t.columns.push(Column {
+            name: "day".into(),
+            kind: ValueKind::Date,
+            sql_type: "date".into(),
+        });
+        let native = Format {
+            values: ValueFormat::Native,
+            json: JsonMode::Flattened,
+        };
+        let s = row(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}", "day": 20454}));
+        let doc = |day: Value, meta: Value| {
+            let v = json!({"id": 7, "total": "12.5", "meta": meta, "day": day});
+            TargetRow::Native(v.as_object().cloned().unwrap_or_default(), native)
+        };
+        assert_eq!(
+            compare_row(&t, &s, &doc(json!("2026-01-01"), json!({"a": 1}))),
+            None
+        );
+        let diff = compare_row(&t, &s, &doc(json!("2026-01-02"), json!({"a": 1}))).expect("day");
+        assert_eq!(diff.column, "day");
+        let diff = compare_row(&t, &s, &doc(json!("2026-01-01"), json!({"a": 2}))).expect("meta");
+        assert_eq!(diff.column, "meta");
+        // The wire value in a native index is a difference.
+        assert!(compare_row(&t, &s, &doc(json!(20454), json!({"a": 1}))).is_some());
+        // JSON as text: the text, compared as JSON.
+        let text = Format {
+            json: JsonMode::Text,
+            ..native
+        };
+        let v = json!({"id": 7, "total": "12.50", "meta": "{\"a\":1}", "day": "2026-01-01"});
+        let row_text = TargetRow::Native(v.as_object().cloned().unwrap_or_default(), text);
+        assert_eq!(compare_row(&t, &s, &row_text), None);
+    }
+
+    #[test]
     fn decimals_compare_by_value_whatever_their_scale() {
         // `11.2500 = 11.25` in PostgreSQL: an index holding either is equal.
         let t = obj(json!({"id": 7, "total": "12.5", "meta": "{\"a\": 1}"}));
