@@ -14,7 +14,7 @@ use oncely_sinks::kinds::elasticsearch::config::DEFAULT_VERSION_FIELD;
 use oncely_sinks::kinds::elasticsearch::plan::UNAVAILABLE_VALUE;
 use oncely_sinks::kinds::elasticsearch::{ElasticsearchConfig, ElasticsearchSink};
 use oncely_sinks::runner::{HEADER_ERROR, HEADER_OFFSET};
-use oncely_sinks::{Batch, Record, Runner, RunnerConfig, Sink};
+use oncely_sinks::{Batch, Record, Runner, RunnerConfig, Sink, SinkError};
 use rand::seq::SliceRandom;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -604,19 +604,33 @@ async fn dates_beyond_elasticsearchs_range_are_kept_in_the_source() {
 /// An oncely envelope of table `t` with its Connect schema: `id` int64,
 /// `f4` float, `f8` double, `fa` array of double.
 fn float_change(lsn: u64, row: Value) -> Vec<u8> {
-    let field = |name: &str, ty: Value| {
-        let mut f = ty;
+    typed_change(
+        lsn,
+        &[
+            ("f4", json!({"type": "float"})),
+            ("f8", json!({"type": "double"})),
+            (
+                "fa",
+                json!({"type": "array", "items": {"type": "double", "optional": true}}),
+            ),
+        ],
+        row,
+    )
+}
+
+/// An oncely insert into table `t` with its Connect schema: `id` int64,
+/// then `columns` (name, field schema).
+fn typed_change(lsn: u64, columns: &[(&str, Value)], row: Value) -> Vec<u8> {
+    let field = |name: &str, ty: &Value| {
+        let mut f = ty.clone();
         f["optional"] = json!(name != "id");
         f["field"] = json!(name);
         f
     };
     let row_schema = |name: &str| {
-        json!({"type": "struct", "optional": true, "field": name, "fields": [
-            field("id", json!({"type": "int64"})),
-            field("f4", json!({"type": "float"})),
-            field("f8", json!({"type": "double"})),
-            field("fa", json!({"type": "array", "items": {"type": "double", "optional": true}})),
-        ]})
+        let mut fields = vec![field("id", &json!({"type": "int64"}))];
+        fields.extend(columns.iter().map(|(n, ty)| field(n, ty)));
+        json!({"type": "struct", "optional": true, "field": name, "fields": fields})
     };
     let schema = json!({"type": "struct", "optional": false, "fields": [
         row_schema("before"), row_schema("after"),
@@ -776,5 +790,264 @@ async fn a_template_with_mappings_and_an_index_made_elsewhere_keep_their_mapping
         .expect("row");
     assert_eq!(field_mapping(&topic, "f4").await, json!({"type": "double"}));
     assert_eq!(field_mapping(&topic, "f8").await["type"], "float");
+    delete_index(&topic).await;
+}
+
+/// The columns of the native-values tests, as capture describes them.
+fn native_columns() -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "d",
+            json!({"type": "int32", "name": "io.debezium.time.Date", "version": 1}),
+        ),
+        (
+            "ts",
+            json!({"type": "int64", "name": "io.debezium.time.MicroTimestamp", "version": 1}),
+        ),
+        (
+            "tz",
+            json!({"type": "string", "name": "io.debezium.time.ZonedTimestamp", "version": 1}),
+        ),
+        (
+            "tm",
+            json!({"type": "int64", "name": "io.debezium.time.MicroTime", "version": 1}),
+        ),
+        (
+            "n",
+            json!({"type": "string", "parameters": {"__debezium.source.column.type": "NUMERIC",
+            "__debezium.source.column.length": "12", "__debezium.source.column.scale": "2"}}),
+        ),
+        (
+            "j",
+            json!({"type": "string", "name": "io.debezium.data.Json", "version": 1}),
+        ),
+        (
+            "u",
+            json!({"type": "string", "name": "io.debezium.data.Uuid", "version": 1}),
+        ),
+        (
+            "da",
+            json!({"type": "array", "items": {"type": "int32", "name": "io.debezium.time.Date", "version": 1, "optional": true}}),
+        ),
+    ]
+}
+
+/// The ids of the documents `query` finds in `index` (after a refresh), sorted.
+async fn ids_of(index: &str, query: Value) -> Vec<String> {
+    es().indices()
+        .refresh(IndicesRefreshParts::Index(&[index]))
+        .send()
+        .await
+        .expect("refresh");
+    let body = search(
+        index,
+        json!({"size": 100, "_source": false, "query": query}),
+    )
+    .await;
+    let mut ids: Vec<String> = body["hits"]["hits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no hits: {body}"))
+        .iter()
+        .filter_map(|h| h["_id"].as_str().map(str::to_owned))
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Issue 16 item 3: documents carry dates as ISO-8601 text, JSON as JSON,
+/// decimals exactly; the index is mapped from the Connect schema, so a
+/// `range` query on a date column and on a numeric column finds exactly
+/// the right rows (values Elasticsearch cannot index kept in `_source`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_values_are_typed_and_range_queries_find_the_right_rows() {
+    let topic = unique("es_native");
+    let sink = ElasticsearchSink::connect(&sink_config(""))
+        .await
+        .expect("sink");
+    // (wire row, the document the sink must write)
+    let rows = [
+        (
+            json!({"id": 1, "d": 20454, "ts": 946_684_788_500_000_i64, "tz": "2026-11-27T15:10:35.670111Z",
+                "tm": 45_296_500_000_i64, "n": "163.38", "j": "{\"a\": {\"b\": [1, 2.50]}}",
+                "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "da": [20454, null]}),
+            json!({"id": 1, "d": "2026-01-01", "ts": "1999-12-31T23:59:48.500000", "tz": "2026-11-27T15:10:35.670111Z",
+                "tm": "12:34:56.500000", "n": "163.38", "j": {"a": {"b": [1, 2.50]}},
+                "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "da": ["2026-01-01", null]}),
+        ),
+        (
+            json!({"id": 2, "d": 10956, "ts": 0, "tz": "1970-01-01T00:00:00.000000Z", "tm": 0,
+                "n": "-9999999999.99", "j": "{}", "u": null, "da": [[10956], [-719162]]}),
+            json!({"id": 2, "d": "1999-12-31", "ts": "1970-01-01T00:00:00.000000", "tz": "1970-01-01T00:00:00.000000Z",
+                "tm": "00:00:00.000000", "n": "-9999999999.99", "j": {}, "u": null, "da": [["1999-12-31"], ["0001-01-01"]]}),
+        ),
+        (
+            json!({"id": 3, "d": 20455, "ts": i64::MAX, "tz": "infinity", "tm": 86_400_000_000_i64,
+                "n": "200.00", "j": null, "u": null, "da": []}),
+            json!({"id": 3, "d": "2026-01-02", "ts": "infinity", "tz": "infinity", "tm": "24:00:00.000000",
+                "n": "200.00", "j": null, "u": null, "da": []}),
+        ),
+        (
+            json!({"id": 4, "d": i32::MAX, "ts": -210_866_803_200_000_000_i64, "tz": "-0043-03-15T12:00:00.000000Z",
+                "tm": 1, "n": "NaN", "j": "[{\"k\": 1}]", "u": null, "da": [i32::MIN]}),
+            json!({"id": 4, "d": "infinity", "ts": "-4713-11-24T00:00:00.000000", "tz": "-0043-03-15T12:00:00.000000Z",
+                "tm": "00:00:00.000001", "n": "NaN", "j": [{"k": 1}], "u": null, "da": ["-infinity"]}),
+        ),
+        (
+            json!({"id": 5, "d": -735_160, "ts": 1, "tz": "+294276-12-31T23:59:59.999999Z", "tm": 2,
+                "n": "100.00", "j": "{\"a\": \"x\"}", "u": null, "da": null}),
+            json!({"id": 5, "d": "-0043-03-15", "ts": "1970-01-01T00:00:00.000001", "tz": "+294276-12-31T23:59:59.999999Z",
+                "tm": "00:00:00.000002", "n": "100.00", "j": {"a": "x"}, "u": null, "da": null}),
+        ),
+    ];
+    let columns = native_columns();
+    let records: Vec<(u64, Vec<u8>)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, (wire, _))| {
+            (
+                i as u64 + 1,
+                typed_change(100 + i as u64, &columns, wire.clone()),
+            )
+        })
+        .collect();
+    sink.apply(&batch_of(&topic, records, 0))
+        .await
+        .expect("every row lands");
+    let docs = documents(&topic).await;
+    for (wire, native) in &rows {
+        let id = wire["id"].to_string();
+        assert_eq!(docs.get(&id).map(|d| &d.1), Some(native), "row {id}");
+    }
+    assert_eq!(field_mapping(&topic, "d").await["type"], "date");
+    assert_eq!(field_mapping(&topic, "ts").await["type"], "date");
+    assert_eq!(field_mapping(&topic, "tz").await["type"], "date");
+    assert_eq!(field_mapping(&topic, "tm").await["type"], "keyword");
+    assert_eq!(field_mapping(&topic, "u").await["type"], "keyword");
+    assert_eq!(field_mapping(&topic, "j").await["type"], "flattened");
+    let n = field_mapping(&topic, "n").await;
+    assert_eq!(n["type"], "double", "{n}");
+    assert_eq!(n["fields"]["keyword"]["type"], "keyword", "{n}");
+
+    // Dates: by calendar, BC and infinity kept out of the index.
+    let range = |f: &str, r: Value| json!({"range": {f: r}});
+    assert_eq!(
+        ids_of(
+            &topic,
+            range("d", json!({"gte": "2026-01-01", "lte": "2026-01-02"}))
+        )
+        .await,
+        ["1", "3"]
+    );
+    assert_eq!(
+        ids_of(&topic, range("d", json!({"lt": "2000-01-01"}))).await,
+        ["2", "5"]
+    );
+    assert_eq!(
+        ids_of(
+            &topic,
+            range(
+                "ts",
+                json!({"gte": "1999-12-31T23:59:48", "lt": "2000-01-01"})
+            )
+        )
+        .await,
+        ["1"]
+    );
+    assert_eq!(
+        ids_of(&topic, range("da", json!({"lte": "0001-01-01"}))).await,
+        ["2"]
+    );
+    // Numerics: by value, not by text ("200.00" < "9..." as text); NaN kept out.
+    assert_eq!(
+        ids_of(&topic, range("n", json!({"gte": 100, "lte": 163.38}))).await,
+        ["1", "5"]
+    );
+    assert_eq!(ids_of(&topic, range("n", json!({"lt": 0}))).await, ["2"]);
+    assert_eq!(
+        ids_of(&topic, json!({"term": {"n.keyword": "100.00"}})).await,
+        ["5"]
+    );
+    // Times sort as text; JSON leaves are searchable.
+    assert_eq!(
+        ids_of(&topic, range("tm", json!({"gt": "12:00:00"}))).await,
+        ["1", "3"]
+    );
+    assert_eq!(ids_of(&topic, json!({"term": {"j.a": "x"}})).await, ["5"]);
+    assert_eq!(ids_of(&topic, json!({"term": {"j.a.b": "1"}})).await, ["1"]);
+
+    // JSON a flattened field cannot hold is a dead letter naming the setting.
+    let scalar = json!({"id": 6, "j": "[1, \"two\"]"});
+    let e = sink
+        .apply(&batch_of(
+            &topic,
+            vec![(6, typed_change(300, &columns, scalar))],
+            5,
+        ))
+        .await
+        .expect_err("an array of scalars in a flattened field");
+    let SinkError::Rejected(failures) = e else {
+        panic!("not a dead letter: {e}");
+    };
+    assert_eq!(failures.len(), 1);
+    assert!(
+        failures[0].reason.contains("json.handling.mode"),
+        "{}",
+        failures[0].reason
+    );
+    delete_index(&topic).await;
+}
+
+/// `value.format = "wire"` keeps the wire values (and the dynamic mapping
+/// of before); an index an older version created (its mark without
+/// `value.format`, dates mapped `long`) keeps taking the wire form, whatever
+/// the setting, instead of refusing every document.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_values_and_indexes_made_before_native_values_keep_the_wire_form() {
+    let columns = native_columns();
+    let wire = json!({"id": 1, "d": 20454, "ts": 1, "tz": "1970-01-01T00:00:00.000000Z", "tm": 2,
+        "n": "1.50", "j": "[1, 2]", "u": null, "da": [20454]});
+
+    let topic = unique("es_wire");
+    let sink = ElasticsearchSink::connect(&sink_config("value.format = \"wire\""))
+        .await
+        .expect("sink");
+    sink.apply(&batch_of(
+        &topic,
+        vec![(1, typed_change(10, &columns, wire.clone()))],
+        0,
+    ))
+    .await
+    .expect("wire row");
+    assert_eq!(documents(&topic).await["1"].1, wire);
+    assert_eq!(field_mapping(&topic, "d").await["type"], "long");
+    delete_index(&topic).await;
+
+    // An index as the version before native values created it.
+    let topic = unique("es_legacy");
+    es().indices()
+        .create(elasticsearch::indices::IndicesCreateParts::Index(&topic))
+        .body(
+            json!({"mappings": {"_meta": {"oncely": {"floating_point": "double"}},
+            "properties": {"d": {"type": "long"}, "ts": {"type": "long"}}}}),
+        )
+        .send()
+        .await
+        .expect("create index")
+        .error_for_status_code()
+        .expect("index created");
+    let sink = ElasticsearchSink::connect(&sink_config(""))
+        .await
+        .expect("sink");
+    sink.apply(&batch_of(
+        &topic,
+        vec![(1, typed_change(10, &columns, wire.clone()))],
+        0,
+    ))
+    .await
+    .expect("a legacy index keeps taking wire values");
+    assert_eq!(documents(&topic).await["1"].1, wire);
+    assert_eq!(field_mapping(&topic, "d").await["type"], "long");
+    // Mapped as Elasticsearch's dynamic mapping has it, not as a double.
+    assert_eq!(field_mapping(&topic, "n").await["type"], "text");
     delete_index(&topic).await;
 }

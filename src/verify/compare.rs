@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use oncely_capture::value::ValueKind;
+use oncely_sinks::kinds::elasticsearch::values::Format;
 use serde_json::{Map, Value};
 
 use super::source::{wire_text, SourceRow, SourceTable};
@@ -17,6 +18,10 @@ pub enum TargetRow {
     /// A Redis hash: one field per non-null column, strings as they are and
     /// other values as JSON text.
     Hash(BTreeMap<String, String>),
+    /// An Elasticsearch `_source` written in `Format`: each source value is
+    /// converted as the sink converts it (its column's Connect schema, from
+    /// the column's kind) before the comparison.
+    Native(Map<String, Value>, Format),
 }
 
 /// The first column where a target row differs from its source row.
@@ -45,6 +50,15 @@ pub fn compare_row(
                 let t = map.get(&column.name).unwrap_or(&Value::Null);
                 (rule.values_equal(s, t), t.clone())
             }
+            TargetRow::Native(map, format) => {
+                let t = map.get(&column.name).unwrap_or(&Value::Null);
+                let schema = column.kind.field_schema(-1, &column.name, true);
+                let equal = match format.kind(&schema) {
+                    Some(kind) => rule.values_equal(&kind.convert(s), t),
+                    None => rule.values_equal(s, t),
+                };
+                (equal, t.clone())
+            }
             TargetRow::Hash(hash) => {
                 let t = hash.get(&column.name);
                 let equal = match (wire_text(s), t) {
@@ -65,7 +79,7 @@ pub fn compare_row(
     }
     let known = |f: &str| table.columns.iter().any(|c| c.name == f);
     let extra = match target {
-        TargetRow::Json(map) => map
+        TargetRow::Json(map) | TargetRow::Native(map, _) => map
             .iter()
             .find(|(f, v)| !v.is_null() && !known(f))
             .map(|(f, v)| (f.clone(), v.clone())),
@@ -338,6 +352,45 @@ mod tests {
         assert_eq!(compare_row(&table(), &src(), &t), None);
         let t = obj(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}", "note": null}));
         assert_eq!(compare_row(&table(), &src(), &t), None);
+    }
+
+    #[test]
+    fn native_documents_compare_with_the_source_converted_as_the_sink_converts() {
+        use oncely_sinks::kinds::elasticsearch::JsonMode;
+        use oncely_sinks::native::ValueFormat;
+        let mut t = table();
+        t.columns.push(Column {
+            name: "day".into(),
+            kind: ValueKind::Date,
+            sql_type: "date".into(),
+        });
+        let native = Format {
+            values: ValueFormat::Native,
+            json: JsonMode::Flattened,
+        };
+        let s = row(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}", "day": 20454}));
+        let doc = |day: Value, meta: Value| {
+            let v = json!({"id": 7, "total": "12.5", "meta": meta, "day": day});
+            TargetRow::Native(v.as_object().cloned().unwrap_or_default(), native)
+        };
+        assert_eq!(
+            compare_row(&t, &s, &doc(json!("2026-01-01"), json!({"a": 1}))),
+            None
+        );
+        let diff = compare_row(&t, &s, &doc(json!("2026-01-02"), json!({"a": 1}))).expect("day");
+        assert_eq!(diff.column, "day");
+        let diff = compare_row(&t, &s, &doc(json!("2026-01-01"), json!({"a": 2}))).expect("meta");
+        assert_eq!(diff.column, "meta");
+        // The wire value in a native index is a difference.
+        assert!(compare_row(&t, &s, &doc(json!(20454), json!({"a": 1}))).is_some());
+        // JSON as text: the text, compared as JSON.
+        let text = Format {
+            json: JsonMode::Text,
+            ..native
+        };
+        let v = json!({"id": 7, "total": "12.50", "meta": "{\"a\":1}", "day": "2026-01-01"});
+        let row_text = TargetRow::Native(v.as_object().cloned().unwrap_or_default(), text);
+        assert_eq!(compare_row(&t, &s, &row_text), None);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Elasticsearch: one index per table (`index.pattern`, lower-cased), document
 //! id = the key (one column: its value as text; several: the JSON array of
-//! the values), `_source` = the row as capture wrote it. With
+//! the values), `_source` = the row in the index's form (native or wire,
+//! recorded in the index's mark; see the sink's `values`). With
 //! `delete.mode = "soft"` a deleted row stays with the flag field set. The
 //! sink commits its positions to Kafka (the consumer group's offsets).
 
@@ -9,8 +10,11 @@ use std::time::Duration;
 
 use elasticsearch::indices::IndicesRefreshParts;
 use elasticsearch::{CountParts, Elasticsearch, MgetParts, OpenPointInTimeParts, SearchParts};
+use oncely_sinks::kinds::elasticsearch::mapping::index_format;
 use oncely_sinks::kinds::elasticsearch::plan::index_name;
+use oncely_sinks::kinds::elasticsearch::values::Format;
 use oncely_sinks::kinds::elasticsearch::{DeleteMode, ElasticsearchConfig, ElasticsearchSink};
+use oncely_sinks::native::ValueFormat;
 use oncely_sinks::RunnerConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -112,6 +116,9 @@ impl EsTarget {
                 "elasticsearch mget on {index}: HTTP {status}: {body}"
             )));
         }
+        let format = index_format(self.client(), &index, Format::of_config(&self.config))
+            .await
+            .map_err(|e| VerifyError::Target(format!("elasticsearch mapping of {index}: {e}")))?;
         let docs = body["docs"].as_array().cloned().unwrap_or_default();
         if docs.len() != rows.len() {
             return Err(VerifyError::Target(format!(
@@ -137,7 +144,10 @@ impl EsTarget {
                         return None;
                     }
                 }
-                Some(TargetRow::Json(source))
+                Some(match format.values {
+                    ValueFormat::Native => TargetRow::Native(source, format),
+                    ValueFormat::Wire => TargetRow::Json(source),
+                })
             })
             .collect())
     }

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use super::version::{MAX_SEQ_BITS, MIN_SEQ_BITS};
 use crate::error::ConfigError;
+use crate::native::ValueFormat;
 use crate::secret::Secret;
 
 /// Default `url`.
@@ -45,6 +46,36 @@ pub enum DeleteMode {
     Delete,
     /// The document stays, with `soft.delete.field = true`: safe to replay from any point.
     Soft,
+}
+
+/// `json.handling.mode`: how a `json`/`jsonb` column is written and mapped
+/// under `value.format = "native"` (see [`super::mapping`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum JsonMode {
+    /// The JSON value, mapped `flattened`: every leaf searchable as a
+    /// keyword (`column.path.to.leaf`), whatever its type in other rows.
+    /// Holds objects (and arrays of them) only.
+    #[default]
+    Flattened,
+    /// The JSON value, mapped `object`: sub-fields mapped dynamically
+    /// (numbers as numbers); a leaf whose type differs from the first
+    /// row's is refused. Holds objects (and arrays of them) only.
+    Object,
+    /// The JSON text as a string (the wire form), mapped as text: holds
+    /// every JSON value, scalars and arrays of scalars included.
+    Text,
+}
+
+impl JsonMode {
+    /// The setting's value as written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JsonMode::Flattened => "flattened",
+            JsonMode::Object => "object",
+            JsonMode::Text => "text",
+        }
+    }
 }
 
 /// When written documents become searchable (`refresh`, Elasticsearch's bulk
@@ -124,6 +155,11 @@ pub struct ElasticsearchConfig {
     pub tls_ca_file: Option<PathBuf>,
     /// `tls.verify`: verify the server certificate (default true; false only for diagnosis).
     pub tls_verify: bool,
+    /// `value.format`: `native` (default: dates as ISO-8601 text, JSON as
+    /// JSON, typed mappings) or `wire` (values as capture writes them).
+    pub value_format: ValueFormat,
+    /// `json.handling.mode`: `flattened` (default), `object` or `text`.
+    pub json_mode: JsonMode,
 }
 
 /// The keys as written, before flattening checks; `deny_unknown_fields` names typos.
@@ -164,6 +200,10 @@ struct Raw {
     tls_ca_file: Option<PathBuf>,
     #[serde(rename = "tls.verify", default = "yes")]
     tls_verify: bool,
+    #[serde(rename = "value.format", default)]
+    value_format: ValueFormat,
+    #[serde(rename = "json.handling.mode", default)]
+    json_mode: JsonMode,
 }
 
 fn default_url() -> String {
@@ -224,6 +264,8 @@ impl<'de> Deserialize<'de> for ElasticsearchConfig {
             api_key: raw.api_key,
             tls_ca_file: raw.tls_ca_file,
             tls_verify: raw.tls_verify,
+            value_format: raw.value_format,
+            json_mode: raw.json_mode,
         })
     }
 }
@@ -370,6 +412,17 @@ mod tests {
         assert_eq!(c.refresh, RefreshPolicy::True);
         let e = parse("refresh = \"now\"\n").expect_err("bad refresh");
         assert!(e.contains("wait_for"), "{e}");
+        assert_eq!(c.value_format, ValueFormat::Native);
+        assert_eq!(c.json_mode, JsonMode::Flattened);
+        let c = parse("value.format = \"wire\"\njson.handling.mode = \"text\"\n").expect("formats");
+        assert_eq!(
+            (c.value_format, c.json_mode),
+            (ValueFormat::Wire, JsonMode::Text)
+        );
+        let e = parse("value.format = \"raw\"\n").expect_err("bad format");
+        assert!(e.contains("native") && e.contains("wire"), "{e}");
+        let e = parse("json.handling.mode = \"nested\"\n").expect_err("bad json mode");
+        assert!(e.contains("flattened"), "{e}");
     }
 
     #[test]

@@ -1,30 +1,36 @@
-//! The mapping of the indexes the sink creates: floating-point fields are
-//! `double` (a `real` column `float`), and both keep documents whose value
-//! is not a finite number.
+//! The mapping of the indexes the sink creates: each column's field typed
+//! from its Connect schema ([`super::values`]: dates as `date`, decimals as
+//! `double` with an exact `keyword` sub-field, JSON as `flattened`, ...),
+//! floating-point fields `double` (a `real` column `float`), and values a
+//! field cannot index kept in `_source`.
 //!
 //! Elasticsearch's dynamic mapping makes a JSON fraction a `float`, which
 //! refuses `1e308` and rounds every double to 24 bits, and a JSON integer a
 //! `long`, which a `double precision` column whose first value was `1`
 //! then refuses for `1e308`. And a numeric field refuses the strings
 //! `"NaN"`, `"Infinity"` and `"-Infinity"` that capture writes for the
-//! non-finite floats. So before the first write to an index the sink
-//! creates it ([`Mappings::prepare`]) with:
+//! non-finite floats, a `date` field `infinity`. So before the first write
+//! to an index the sink creates it ([`Mappings::prepare`]) with:
 //!
-//! * `properties` for each column the Connect schema types `float` (`float`)
-//!   or `double` (`double`), arrays of them included, each with
-//!   `ignore_malformed: true`: a non-finite value is kept in `_source`
-//!   (exact, what `oncely verify` and every reader of the document see) and
-//!   left out of the field's index, so it is not searchable;
+//! * `properties` for each column whose Connect schema says more than its
+//!   JSON does ([`Format::field_mapping`]), arrays of them included; the
+//!   numeric and date fields with `ignore_malformed: true`: a value they
+//!   cannot parse is kept in `_source` (exact, what `oncely verify` and every
+//!   reader of the document see) and left out of the field's index, so it is
+//!   not searchable;
 //! * a dynamic template mapping any other JSON fraction (schemaless topics)
-//!   to `double`, also with `ignore_malformed`;
-//! * `_meta.oncely`, which marks the index as the sink's own.
+//!   to `double`, also with `ignore_malformed`, and one keeping strings
+//!   dynamic date detection takes for dates;
+//! * `_meta.oncely`, which marks the index as the sink's own and records the
+//!   form of its values ([`Format::mark`]).
 //!
 //! Columns that appear later (`ADD COLUMN`) get their properties the same
 //! way (`PUT _mapping`) before their first value is written. The sink shapes
 //! only indexes it created: an index that exists without the mark (made by
-//! hand, by an older version, by a template) is left as it is, and so is any
-//! index an index template with mappings applies to — the user's template
-//! wins whole (copy the dynamic template above into it to keep doubles).
+//! hand, by a template) is left as it is, and so is any index an index
+//! template with mappings applies to — the user's template wins whole (copy
+//! the dynamic templates above into it to keep doubles). An index an older
+//! version created keeps its mapping and the wire form it was made for.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
@@ -37,52 +43,32 @@ use ::elasticsearch::Elasticsearch;
 use serde_json::{json, Map, Value};
 
 use super::bulk::status_error;
+use super::config::ElasticsearchConfig;
 use super::error::EsError;
 use super::plan::event_index;
-use crate::event::{row_fields, ChangeEvent};
+use super::values::Format;
+use crate::event::row_fields;
 use crate::sink::Batch;
 
 /// The `_meta` key marking an index the sink created.
 pub const META_KEY: &str = "oncely";
 
-/// The Elasticsearch type of a Connect field, for the fields this module
-/// maps: `float` for Connect `float`, `double` for `double`, also as array
-/// items.
-pub fn field_type(field: &Value) -> Option<&'static str> {
-    let ty = field.get("type").and_then(Value::as_str)?;
-    match ty {
-        "float" | "float32" => Some("float"),
-        "double" | "float64" => Some("double"),
-        "array" => field.get("items").and_then(field_type),
-        _ => None,
-    }
-}
+/// The Connect schemas of some columns, by name.
+type Fields = BTreeMap<String, Value>;
 
-/// The fields of `event`'s row schema this module maps, with their type.
-pub fn floating_fields(event: &ChangeEvent) -> BTreeMap<String, &'static str> {
-    row_fields(event.schema.as_deref())
-        .map(|fields| {
-            fields
-                .into_iter()
-                .filter_map(|(name, f)| Some((name.to_owned(), field_type(f)?)))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// `properties` for `fields`.
-fn properties(fields: &BTreeMap<String, &'static str>) -> Map<String, Value> {
+/// `properties` for `fields` in `format` (columns mapped dynamically left out).
+fn properties(fields: &Fields, format: Format) -> Map<String, Value> {
     fields
         .iter()
-        .map(|(name, ty)| (name.clone(), json!({"type": ty, "ignore_malformed": true})))
+        .filter_map(|(name, f)| Some((name.clone(), format.field_mapping(f)?)))
         .collect()
 }
 
 /// The body of the index creation: see the module docs.
-pub fn index_body(fields: &BTreeMap<String, &'static str>) -> Value {
+pub fn index_body(fields: &Fields, format: Format) -> Value {
     json!({
         "mappings": {
-            "_meta": {META_KEY: {"floating_point": "double"}},
+            "_meta": {META_KEY: format.mark()},
             "dynamic_templates": [{
                 "oncely_floating_point": {
                     "match_mapping_type": "double",
@@ -99,7 +85,7 @@ pub fn index_body(fields: &BTreeMap<String, &'static str>) -> Value {
                     "mapping": {"type": "date", "ignore_malformed": true}
                 }
             }],
-            "properties": properties(fields)
+            "properties": properties(fields, format)
         }
     })
 }
@@ -107,21 +93,39 @@ pub fn index_body(fields: &BTreeMap<String, &'static str>) -> Value {
 /// What the sink knows of an index.
 #[derive(Debug)]
 enum Known {
-    /// Created by the sink; these fields are mapped.
-    Ours(HashSet<String>),
+    /// Created by the sink, in this form; these columns are mapped.
+    Ours(Format, HashSet<String>),
     /// Someone else's (or a template's): never touched.
     Theirs,
 }
 
 /// The indexes this process has seen; see the module docs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Mappings {
     known: Mutex<HashMap<String, Known>>,
+    /// The form of new indexes and of those not the sink's.
+    configured: Format,
 }
 
 impl Mappings {
+    /// No index seen yet; new ones get the form `config` sets.
+    pub fn new(config: &ElasticsearchConfig) -> Self {
+        Self {
+            known: Mutex::default(),
+            configured: Format::of_config(config),
+        }
+    }
+
+    /// The form `index` is written in (after [`Self::prepare`] saw it).
+    pub fn format(&self, index: &str) -> Format {
+        match self.lock().get(index) {
+            Some(Known::Ours(format, _)) => *format,
+            _ => self.configured,
+        }
+    }
+
     /// Creates the indexes `batch` writes to that this process has not seen
-    /// yet, and maps the floating-point fields new to an index of the sink's.
+    /// yet, and maps the columns new to an index of the sink's.
     /// Runs before the batch's writes; repeated calls (replays, other
     /// partitions, other processes) are harmless.
     pub async fn prepare(
@@ -130,7 +134,9 @@ impl Mappings {
         batch: &Batch,
         pattern: &str,
     ) -> Result<(), EsError> {
-        let mut wanted: BTreeMap<String, BTreeMap<String, &'static str>> = BTreeMap::new();
+        let mut wanted: BTreeMap<String, Fields> = BTreeMap::new();
+        // Events of a table share their schema: each is read once per index.
+        let mut read: HashSet<(String, usize)> = HashSet::new();
         for record in batch.records() {
             let Some(event) = record.event() else {
                 continue;
@@ -142,34 +148,43 @@ impl Mappings {
             let Ok(index) = event_index(pattern, batch.topic(), event) else {
                 continue;
             };
-            wanted
-                .entry(index)
-                .or_default()
-                .extend(floating_fields(event));
+            let fields = wanted.entry(index.clone()).or_default();
+            let Some(schema) = &event.schema else {
+                continue;
+            };
+            if !read.insert((index, std::sync::Arc::as_ptr(schema) as usize)) {
+                continue;
+            }
+            for (name, field) in row_fields(Some(schema)).unwrap_or_default() {
+                fields
+                    .entry(name.to_owned())
+                    .or_insert_with(|| field.clone());
+            }
         }
         for (index, fields) in wanted {
             // Decided under the lock, without copying what is known.
-            let new: Option<BTreeMap<String, &'static str>> = match self.lock().get(&index) {
+            let new: Option<(Format, Fields)> = match self.lock().get(&index) {
                 Some(Known::Theirs) => continue,
-                Some(Known::Ours(mapped)) => Some(
+                Some(Known::Ours(format, mapped)) => Some((
+                    *format,
                     fields
                         .iter()
                         .filter(|(f, _)| !mapped.contains(*f))
-                        .map(|(f, t)| (f.clone(), *t))
+                        .map(|(f, t)| (f.clone(), t.clone()))
                         .collect(),
-                ),
+                )),
                 None => None,
             };
             match new {
-                Some(new) if new.is_empty() => {}
-                Some(new) => {
-                    put_fields(client, &index, &new).await?;
-                    if let Some(Known::Ours(mapped)) = self.lock().get_mut(&index) {
+                Some((_, new)) if new.is_empty() => {}
+                Some((format, new)) => {
+                    put_fields(client, &index, &new, format).await?;
+                    if let Some(Known::Ours(_, mapped)) = self.lock().get_mut(&index) {
                         mapped.extend(new.into_keys());
                     }
                 }
                 None => {
-                    let known = adopt(client, &index, &fields).await?;
+                    let known = adopt(client, &index, &fields, self.configured).await?;
                     self.lock().insert(index, known);
                 }
             }
@@ -187,7 +202,8 @@ impl Mappings {
 async fn adopt(
     client: &Elasticsearch,
     index: &str,
-    fields: &BTreeMap<String, &'static str>,
+    fields: &Fields,
+    configured: Format,
 ) -> Result<Known, EsError> {
     if template_maps(client, index).await? {
         tracing::info!(
@@ -199,7 +215,7 @@ async fn adopt(
     let response = client
         .indices()
         .create(IndicesCreateParts::Index(index))
-        .body(index_body(fields))
+        .body(index_body(fields, configured))
         .send()
         .await
         .map_err(|source| EsError::Transport {
@@ -209,8 +225,12 @@ async fn adopt(
     let status = response.status_code().as_u16();
     let body = read(response, "create index").await?;
     if (200..300).contains(&status) {
-        tracing::info!(index, "index created with doubles mapped as double");
-        return Ok(Known::Ours(fields.keys().cloned().collect()));
+        tracing::info!(
+            index,
+            value_format = configured.values.as_str(),
+            "index created with a mapping from the columns' schemas"
+        );
+        return Ok(Known::Ours(configured, fields.keys().cloned().collect()));
     }
     match (status, body["error"]["type"].as_str()) {
         (400, Some("resource_already_exists_exception")) => {}
@@ -225,11 +245,20 @@ async fn adopt(
             ))
         }
     }
-    if !marked(client, index).await? {
+    let Some(mark) = mark(client, index).await? else {
         return Ok(Known::Theirs);
+    };
+    let format = Format::of_mark(&mark);
+    if format != configured {
+        tracing::info!(
+            index,
+            value_format = format.values.as_str(),
+            json_handling_mode = format.json.as_str(),
+            "the index keeps the form of values it was created with (reindex to change it)"
+        );
     }
-    put_fields(client, index, fields).await?;
-    Ok(Known::Ours(fields.keys().cloned().collect()))
+    put_fields(client, index, fields, format).await?;
+    Ok(Known::Ours(format, fields.keys().cloned().collect()))
 }
 
 /// Whether an index template with mappings would apply to a new `index`.
@@ -253,8 +282,21 @@ async fn template_maps(client: &Elasticsearch, index: &str) -> Result<bool, EsEr
     }
 }
 
-/// Whether the existing `index` carries the sink's mark.
-async fn marked(client: &Elasticsearch, index: &str) -> Result<bool, EsError> {
+/// The form `index` is written in: recorded in the sink's mark, or the
+/// configured one for an index that is not the sink's (or does not exist
+/// yet). `oncely verify` reads documents in it.
+pub async fn index_format(
+    client: &Elasticsearch,
+    index: &str,
+    configured: Format,
+) -> Result<Format, EsError> {
+    Ok(mark(client, index)
+        .await?
+        .map_or(configured, |m| Format::of_mark(&m)))
+}
+
+/// The sink's mark on the existing `index`, if it carries one.
+async fn mark(client: &Elasticsearch, index: &str) -> Result<Option<Value>, EsError> {
     let what = "get mapping";
     let response = client
         .indices()
@@ -269,28 +311,31 @@ async fn marked(client: &Elasticsearch, index: &str) -> Result<bool, EsError> {
         200..=299 => Ok(body
             .as_object()
             .and_then(|indices| indices.values().next())
-            .is_some_and(|i| i["mappings"]["_meta"].get(META_KEY).is_some())),
-        404 => Ok(false),
+            .and_then(|i| i["mappings"]["_meta"].get(META_KEY))
+            .cloned()),
+        404 => Ok(None),
         _ => Err(status_error(what, status, body.to_string().as_bytes())),
     }
 }
 
-/// Maps `fields` in the sink's `index`. A field already mapped otherwise
-/// (by a schemaless event before it) stays as it is, with a warning: an
-/// existing field's type cannot change.
+/// Maps `fields` in the sink's `index`, written in `format`. A field
+/// already mapped otherwise (by a schemaless event before it) stays as it
+/// is, with a warning: an existing field's type cannot change.
 async fn put_fields(
     client: &Elasticsearch,
     index: &str,
-    fields: &BTreeMap<String, &'static str>,
+    fields: &Fields,
+    format: Format,
 ) -> Result<(), EsError> {
-    if fields.is_empty() {
+    let properties = properties(fields, format);
+    if properties.is_empty() {
         return Ok(());
     }
     let what = "put mapping";
     let response = client
         .indices()
         .put_mapping(IndicesPutMappingParts::Index(&[index]))
-        .body(json!({ "properties": properties(fields) }))
+        .body(json!({ "properties": properties }))
         .send()
         .await
         .map_err(|source| EsError::Transport { what, source })?;
@@ -302,7 +347,7 @@ async fn put_fields(
             tracing::warn!(
                 index,
                 reason = %body["error"]["reason"],
-                "floating-point fields keep the type they were mapped with first"
+                "fields keep the type they were mapped with first"
             );
             Ok(())
         }
@@ -324,28 +369,25 @@ async fn read(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kinds::elasticsearch::JsonMode;
+    use crate::native::ValueFormat;
 
     #[test]
-    fn floats_and_doubles_and_their_arrays_are_mapped() {
-        assert_eq!(field_type(&json!({"type": "double"})), Some("double"));
-        assert_eq!(field_type(&json!({"type": "float"})), Some("float"));
-        assert_eq!(
-            field_type(&json!({"type": "array", "items": {"type": "double"}})),
-            Some("double")
-        );
-        assert_eq!(field_type(&json!({"type": "int64"})), None);
-        assert_eq!(
-            field_type(
-                &json!({"type": "string", "parameters": {"__debezium.source.column.type": "NUMERIC"}})
+    fn the_index_body_maps_columns_and_keeps_malformed_values() {
+        let fields = Fields::from([
+            ("f8".to_owned(), json!({"type": "double"})),
+            ("f4".to_owned(), json!({"type": "float"})),
+            (
+                "d".to_owned(),
+                json!({"type": "int32", "name": "io.debezium.time.Date"}),
             ),
-            None
-        );
-    }
-
-    #[test]
-    fn the_index_body_maps_doubles_and_keeps_malformed_values() {
-        let fields = BTreeMap::from([("f8".to_owned(), "double"), ("f4".to_owned(), "float")]);
-        let body = index_body(&fields);
+            ("i".to_owned(), json!({"type": "int64"})),
+        ]);
+        let format = Format {
+            values: ValueFormat::Native,
+            json: JsonMode::Flattened,
+        };
+        let body = index_body(&fields, format);
         let m = &body["mappings"];
         assert_eq!(
             m["properties"]["f8"],
@@ -355,9 +397,11 @@ mod tests {
             m["properties"]["f4"],
             json!({"type": "float", "ignore_malformed": true})
         );
+        assert_eq!(m["properties"]["d"]["type"], "date");
+        assert!(m["properties"].get("i").is_none());
         let t = &m["dynamic_templates"][0]["oncely_floating_point"];
         assert_eq!(t["match_mapping_type"], "double");
         assert_eq!(t["mapping"]["type"], "double");
-        assert!(m["_meta"].get(META_KEY).is_some());
+        assert_eq!(Format::of_mark(&m["_meta"][META_KEY]), format);
     }
 }

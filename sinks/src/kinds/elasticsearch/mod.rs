@@ -16,10 +16,13 @@
 //!   `delete.mode = "soft"` keeps the document with `soft.delete.field = true`
 //!   instead (and `false` on live documents), safe to replay from any point.
 //! * **Unchanged TOAST** values keep the stored field (see [`merge`]).
-//! * **Mapping.** The sink creates each index before its first write, with
-//!   floating-point columns mapped `double` (`real`: `float`) that keep
-//!   non-finite values in `_source` (see [`mapping`]); an index template
-//!   with mappings wins.
+//! * **Values and mapping.** Documents carry native values (`value.format =
+//!   "native"`: dates as ISO-8601 text, JSON as JSON, see [`values`]) and
+//!   the sink creates each index before its first write with a mapping
+//!   derived from the columns' Connect schemas (dates `date`, decimals
+//!   `double` + exact `keyword`, floating point `double`/`float`, values a
+//!   field cannot index kept in `_source`; see [`mapping`]); an index
+//!   template with mappings wins, and an index keeps the form it was made in.
 //! * **Failures** ([`error`]): a record the cluster refuses (mapping conflict,
 //!   bad index name) is rejected to the dead-letter topic and the rest of the
 //!   batch applied again (harmlessly); 429/5xx/no response retry the batch
@@ -42,6 +45,7 @@ pub mod mapping;
 pub mod merge;
 pub mod plan;
 pub mod truncate;
+pub mod values;
 pub mod version;
 
 use ::elasticsearch::auth::Credentials;
@@ -56,11 +60,11 @@ use oncely_core::redact_url;
 
 use self::bulk::{encode, Chunk, ItemMeta};
 use self::error::{Class, EsError, OpKind};
-use self::plan::{event_index, plan, Action};
+use self::plan::{event_index, plan_with, Action};
 use crate::error::{RecordFailure, SinkError};
 use crate::naming::TargetClaims;
 use crate::sink::{Batch, Sink};
-pub use config::{DeleteMode, ElasticsearchConfig};
+pub use config::{DeleteMode, ElasticsearchConfig, JsonMode};
 
 /// The `elasticsearch` sink (see the module docs).
 pub struct ElasticsearchSink {
@@ -80,7 +84,7 @@ impl ElasticsearchSink {
             client,
             config: config.clone(),
             claims: TargetClaims::new("index", "sink.index.pattern"),
-            mappings: mapping::Mappings::default(),
+            mappings: mapping::Mappings::new(config),
         };
         sink.check_cluster().await?;
         sink.install_template().await?;
@@ -235,7 +239,7 @@ impl Sink for ElasticsearchSink {
         self.mappings
             .prepare(&self.client, batch, &self.config.index_pattern)
             .await?;
-        let plan = plan(batch, &self.config);
+        let plan = plan_with(batch, &self.config, &|index| self.mappings.format(index));
         if !plan.rejected.is_empty() {
             // Before any write: the runner dead-letters them and hands the rest back.
             return Err(SinkError::Rejected(plan.rejected));

@@ -7,14 +7,18 @@
 //! newest anyway. Values
 //! marked unavailable (unchanged TOAST) are taken from an earlier event of the
 //! same key in the batch when there is one, else left to be read from the
-//! stored document (see [`super::merge`]).
+//! stored document (see [`super::merge`]). Rows are written in their
+//! index's form ([`super::values`]).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
 use super::config::{DeleteMode, ElasticsearchConfig};
+use super::values::{columns, document, Columns, Format};
 use super::version::external_version;
 use crate::error::RecordFailure;
 use crate::event::{ChangeEvent, Op};
@@ -97,9 +101,41 @@ pub struct Plan<'a> {
     pub rejected: Vec<RecordFailure>,
 }
 
-/// Builds the plan of `batch`. Tombstones and logical messages need no write.
+/// Builds the plan of `batch`, every index in the configured form.
 pub fn plan<'a>(batch: &'a Batch, config: &ElasticsearchConfig) -> Plan<'a> {
+    plan_with(batch, config, &|_| Format::of_config(config))
+}
+
+/// The converted columns of the schemas and forms of a batch, each worked
+/// out once (a table's events share their schema).
+#[derive(Default)]
+struct ColumnCache(Vec<(Option<Arc<Value>>, Format, Rc<Columns>)>);
+
+impl ColumnCache {
+    fn get(&mut self, schema: &Option<Arc<Value>>, format: Format) -> Rc<Columns> {
+        let same = |s: &Option<Arc<Value>>| match (s, schema) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if let Some((_, _, c)) = self.0.iter().find(|(s, f, _)| same(s) && *f == format) {
+            return c.clone();
+        }
+        let c = Rc::new(columns(schema.as_deref(), format));
+        self.0.push((schema.clone(), format, c.clone()));
+        c
+    }
+}
+
+/// Builds the plan of `batch`, each index in the form `format_of` gives.
+/// Tombstones and logical messages need no write.
+pub fn plan_with<'a>(
+    batch: &'a Batch,
+    config: &ElasticsearchConfig,
+    format_of: &dyn Fn(&str) -> Format,
+) -> Plan<'a> {
     let mut out = Plan::default();
+    let mut cache = ColumnCache::default();
     let mut slots: HashMap<(String, String), usize> = HashMap::new();
     for record in batch.records() {
         let Some(event) = record.event() else {
@@ -132,7 +168,9 @@ pub fn plan<'a>(batch: &'a Batch, config: &ElasticsearchConfig) -> Plan<'a> {
             }
             Op::Create | Op::Read | Op::Update | Op::Delete => {}
         }
-        let write = match write_of(batch, record, event, config) {
+        let write = match write_of(batch, record, event, config, &mut |index| {
+            cache.get(&event.schema, format_of(index))
+        }) {
             Ok(w) => w,
             Err(reason) => {
                 out.rejected.push(RecordFailure::new(record.offset, reason));
@@ -189,6 +227,7 @@ fn write_of<'a>(
     record: &'a Record,
     event: &'a ChangeEvent,
     config: &ElasticsearchConfig,
+    columns_of: &mut dyn FnMut(&str) -> Rc<Columns>,
 ) -> Result<Write<'a>, String> {
     let key = record
         .key
@@ -197,6 +236,7 @@ fn write_of<'a>(
     let id = document_id(key)?;
     let index = event_index(&config.index_pattern, batch.topic(), event)?;
     let version = external_version(event.version, config.seq_bits).map_err(|e| e.to_string())?;
+    let columns = columns_of(&index);
     for row in [&event.before, &event.after].into_iter().flatten() {
         if !config.version_field.is_empty() && row.contains_key(&config.version_field) {
             return Err(format!(
@@ -216,7 +256,7 @@ fn write_of<'a>(
                 .as_ref()
                 .or_else(|| key.as_object())
                 .ok_or("delete without `before`")?;
-            let (mut fallback, _) = without_unavailable(before);
+            let (mut fallback, _) = document(before, &columns)?;
             fallback
                 .to_mut()
                 .insert(config.soft_delete_field.clone(), Value::Bool(true));
@@ -224,7 +264,7 @@ fn write_of<'a>(
         }
         _ => {
             let after = event.after.as_ref().ok_or("change without `after`")?;
-            let (mut doc, missing) = without_unavailable(after);
+            let (mut doc, missing) = document(after, &columns)?;
             if config.delete_mode == DeleteMode::Soft {
                 doc.to_mut()
                     .insert(config.soft_delete_field.clone(), Value::Bool(false));
@@ -239,23 +279,6 @@ fn write_of<'a>(
         action,
         offset: record.offset,
     })
-}
-
-/// The row without unavailable values (borrowed when there are none), and their names.
-fn without_unavailable(row: &Map<String, Value>) -> (Cow<'_, Map<String, Value>>, Vec<String>) {
-    let missing: Vec<String> = row
-        .iter()
-        .filter(|(_, v)| v.as_str() == Some(UNAVAILABLE_VALUE))
-        .map(|(k, _)| k.clone())
-        .collect();
-    if missing.is_empty() {
-        return (Cow::Borrowed(row), missing);
-    }
-    let mut owned = row.clone();
-    for k in &missing {
-        owned.remove(k);
-    }
-    (Cow::Owned(owned), missing)
 }
 
 /// The document id of a primary key: a single column's value as text (strings as
