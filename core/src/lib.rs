@@ -7,9 +7,11 @@
 //! PostgreSQL connection builder: `sslmode` and friends, connecting, and the
 //! errors that retrying cannot fix), [`endpoint`] (the HTTP listener of
 //! `/metrics`, `/healthz` and `/readyz`) and [`log_limit`] (rate-limited
-//! warnings). The architecture issue moves the wire contract, identifier
+//! warnings) and [`calendar`] (days to dates, the
+//! wire's infinity sentinels). The architecture issue moves the wire contract, identifier
 //! quoting and backoff here.
 
+pub mod calendar;
 pub mod endpoint;
 pub mod log_limit;
 pub mod postgres;

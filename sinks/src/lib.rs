@@ -12,6 +12,7 @@ pub mod event;
 pub mod kinds;
 pub mod metrics;
 pub mod naming;
+pub mod native;
 pub mod retry;
 pub mod runner;
 pub mod secret;

@@ -15,8 +15,12 @@
 
 use super::json::{write_i64, write_padded, write_u64};
 
+pub use oncely_core::calendar::{
+    civil_from_days, DATE_INFINITY, DATE_NEG_INFINITY, MICROS_PER_DAY, TIMESTAMP_INFINITY,
+    TIMESTAMP_NEG_INFINITY,
+};
+
 pub const MICROS_PER_SECOND: i64 = 1_000_000;
-pub const MICROS_PER_DAY: i64 = 86_400 * MICROS_PER_SECOND;
 const MICROS_PER_HOUR: i64 = 3600 * MICROS_PER_SECOND;
 const MICROS_PER_MINUTE: i64 = 60 * MICROS_PER_SECOND;
 
@@ -26,17 +30,6 @@ const MICROS_PER_MINUTE: i64 = 60 * MICROS_PER_SECOND;
 /// connector would produce for the same column. Lossy: `interval.handling.mode
 /// = "string"` (the default) keeps months, days and time apart.
 pub const MICROS_PER_MONTH: i64 = 2_629_800 * MICROS_PER_SECOND;
-
-/// `timestamp` `infinity` as `io.debezium.time.MicroTimestamp`: PostgreSQL's
-/// own sentinel (`DT_NOEND`). No finite `timestamp` is sent as it.
-pub const TIMESTAMP_INFINITY: i64 = i64::MAX;
-/// `timestamp` `-infinity` (`DT_NOBEGIN`).
-pub const TIMESTAMP_NEG_INFINITY: i64 = i64::MIN;
-/// `date` `infinity` as `io.debezium.time.Date` (`DATEVAL_NOEND`); finite
-/// dates end at 5874897-12-31, day 2,145,042,905.
-pub const DATE_INFINITY: i32 = i32::MAX;
-/// `date` `-infinity` (`DATEVAL_NOBEGIN`).
-pub const DATE_NEG_INFINITY: i32 = i32::MIN;
 
 /// A text cursor for the fixed ISO layouts.
 struct Cursor<'a> {
@@ -113,22 +106,6 @@ pub fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
     let day_of_year = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
     let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
     Some(era * 146_097 + day_of_era - 719_468)
-}
-
-/// The inverse of [`days_from_civil`]: (astronomical year, month, day).
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    // Both are in range by construction.
-    (year, month as u32, day as u32)
 }
 
 /// `YYYY-MM-DD` (the year may be longer than four digits) without the era;

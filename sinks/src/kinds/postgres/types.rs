@@ -27,7 +27,10 @@
 
 use std::borrow::Cow;
 
+use oncely_core::calendar::{civil_from_days, MICROS_PER_DAY};
 use serde_json::Value;
+
+use crate::native::iso_time;
 
 /// How a text value is turned into the column's value in SQL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -77,8 +80,6 @@ pub enum Temporal {
     MillisOfDay,
 }
 
-const MICROS_PER_DAY: i64 = 86_400_000_000;
-
 impl Temporal {
     /// The item kind of a column conversion, for the scalar conversions that have one.
     fn of(conv: Conv) -> Option<Self> {
@@ -119,48 +120,20 @@ impl Temporal {
             Temporal::Micros => timestamp_text(n),
             Temporal::Millis => timestamp_text(n.checked_mul(1000)?),
             Temporal::Nanos => timestamp_text(n.div_euclid(1000)),
-            Temporal::MicrosOfDay => time_text(n),
-            Temporal::MillisOfDay => time_text(n.checked_mul(1000)?),
+            Temporal::MicrosOfDay => iso_time(n),
+            Temporal::MillisOfDay => iso_time(n.checked_mul(1000)?),
         })
     }
 }
 
-/// `(year, month, day)` of the proleptic Gregorian calendar (year 0 = 1 BC)
-/// for days since 1970-01-01, for any `i64` PostgreSQL can hold (H. Hinnant's
-/// `civil_from_days`).
-fn civil(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 /// `YYYY-MM-DD`, or `YYYY-MM-DD BC` before year 1.
 fn date_text(days: i64) -> String {
-    let (year, month, day) = civil(days);
+    let (year, month, day) = civil_from_days(days);
     if year <= 0 {
         format!("{:04}-{month:02}-{day:02} BC", 1 - year)
     } else {
         format!("{year:04}-{month:02}-{day:02}")
     }
-}
-
-/// `HH:MM:SS.ffffff`; a whole day is `24:00:00`, which `time` holds.
-fn time_text(micros: i64) -> String {
-    let s = micros / 1_000_000;
-    format!(
-        "{:02}:{:02}:{:02}.{:06}",
-        s / 3600,
-        s / 60 % 60,
-        s % 60,
-        micros % 1_000_000
-    )
 }
 
 /// `YYYY-MM-DD HH:MM:SS.ffffff`, the era last (`... BC`).
@@ -171,8 +144,8 @@ fn timestamp_text(micros: i64) -> String {
     );
     let date = date_text(days);
     match date.strip_suffix(" BC") {
-        Some(d) => format!("{d} {} BC", time_text(tod)),
-        None => format!("{date} {}", time_text(tod)),
+        Some(d) => format!("{d} {} BC", iso_time(tod)),
+        None => format!("{date} {}", iso_time(tod)),
     }
 }
 
