@@ -101,15 +101,16 @@ impl Kind {
         let number = || value.as_i64();
         let text = match (self, value) {
             (_, Value::Null) => return Cow::Borrowed(value),
-            // Multidimensional arrays nest, under a one-level schema.
+            // A multi-dimensional array nests arrays of the same items.
             (Kind::Array(item), Value::Array(items)) => {
                 return Cow::Owned(Value::Array(
                     items
                         .iter()
                         .map(|v| match v {
-                            Value::Array(_) => self.convert(v).into_owned(),
-                            _ => item.convert(v).into_owned(),
+                            Value::Array(_) => self.convert(v),
+                            _ => item.convert(v),
                         })
+                        .map(Cow::into_owned)
                         .collect(),
                 ))
             }
