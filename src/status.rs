@@ -334,7 +334,7 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
     let ends = topic_ends(&kafka, &topics).await?;
     let mut sinks = Vec::new();
     for path in &options.sinks {
-        let target = Target::open(path, &cfg.database.dbname, cfg.interval.handling.mode).await?;
+        let target = Target::open(path, &cfg).await?;
         let partitions: Vec<(String, i32)> = ends
             .keys()
             .filter(|(t, _)| target.covers(t))

@@ -13,6 +13,7 @@ use oncely_sinks::kinds::redis::config::DEFAULT_VERSION_FIELD;
 use oncely_sinks::kinds::redis::{
     encode_version, Layout, RedisConfig, RedisSink, UNAVAILABLE_VALUE,
 };
+use oncely_sinks::native::ValueFormat;
 use oncely_sinks::{Batch, Record, Sink, SinkError, TopicPartition, Version};
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -777,4 +778,155 @@ async fn special_numbers_are_kept(layout: Layout) {
 async fn non_finite_floats_extreme_doubles_and_numerics_are_cached_exactly() {
     special_numbers_are_kept(Layout::Hash).await;
     special_numbers_are_kept(Layout::Json).await;
+}
+
+/// The Connect schema of a table with a column of each kind the native form
+/// converts, and some it keeps (`total`, `at`, `raw`).
+fn typed_fields() -> Value {
+    let semantic = |field: &str, ty: &str, name: &str| json!({"field": field, "type": ty, "optional": true, "name": name, "version": 1});
+    json!([
+        {"field": "id", "type": "int64", "optional": false},
+        semantic("opened", "int32", "io.debezium.time.Date"),
+        semantic("local_ts", "int64", "io.debezium.time.MicroTimestamp"),
+        semantic("at", "string", "io.debezium.time.ZonedTimestamp"),
+        semantic("tm", "int64", "io.debezium.time.MicroTime"),
+        {"field": "total", "type": "string", "optional": true, "parameters": {
+            "__debezium.source.column.type": "NUMERIC",
+            "__debezium.source.column.length": "12",
+            "__debezium.source.column.scale": "2"}},
+        semantic("meta", "string", "io.debezium.data.Json"),
+        {"field": "raw", "type": "bytes", "optional": true},
+        {"field": "days", "type": "array", "optional": true,
+         "items": {"type": "int32", "optional": true, "name": "io.debezium.time.Date", "version": 1}},
+    ])
+}
+
+/// A record of an oncely envelope with schemas on, inserting `row` into `t`.
+fn typed_record(offset: i64, row: Value, v: Version) -> Record {
+    let fields = typed_fields();
+    let schema = json!({"type": "struct", "optional": false, "fields": [
+        {"field": "before", "type": "struct", "optional": true, "fields": fields},
+        {"field": "after", "type": "struct", "optional": true, "fields": fields},
+        {"field": "op", "type": "string", "optional": false},
+    ]});
+    let id = row["id"].clone();
+    let value = json!({"schema": schema, "payload": {
+        "before": null, "after": row, "op": "c",
+        "source": {"schema": "public", "table": "t", "commit_lsn": v.lsn, "event_seq": v.seq},
+    }});
+    let payload = decode_value(Some(value.to_string().as_bytes())).expect("envelope");
+    Record::new(offset, Some(json!({ "id": id })), payload)
+}
+
+/// Two rows on the wire: ordinary values, and PostgreSQL's extremes.
+fn typed_rows() -> [Value; 2] {
+    [
+        json!({"id": 1, "opened": 16_661, "local_ts": 946_684_788_500_000_i64,
+               "at": "2026-11-27T15:10:35.670111Z", "tm": 45_296_500_000_i64,
+               "total": "163.38", "meta": "{\"a\": [1, 2.50], \"b\": \"x\"}", "raw": "AP8Q",
+               "days": [16_661, null, i32::MAX]}),
+        json!({"id": 2, "opened": -2_440_588, "local_ts": i64::MAX,
+               "at": "-0043-03-15T12:00:00.000000Z", "tm": 86_400_000_000_i64,
+               "total": "-9999999999.99", "meta": "\"s\"", "raw": "", "days": []}),
+    ]
+}
+
+async fn apply_typed(layout: Layout, format: ValueFormat) -> (MultiplexedConnection, String) {
+    let (mut cfg, p) = config(layout);
+    cfg.value_format = format;
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let records = typed_rows()
+        .into_iter()
+        .enumerate()
+        .map(|(i, row)| typed_record(i as i64, row, Version::new(10 + i as u64, 0)))
+        .collect();
+    sink.apply(&batch("g", 0, records, 2)).await.expect("rows");
+    (raw().await, p)
+}
+
+async fn hget(conn: &mut MultiplexedConnection, key: &str, field: &str) -> Option<String> {
+    redis::cmd("HGET")
+        .arg(key)
+        .arg(field)
+        .query_async(conn)
+        .await
+        .expect("HGET")
+}
+
+/// `HGET` of each field of `key` returns the text paired with it.
+async fn assert_fields(conn: &mut MultiplexedConnection, key: &str, want: &[(&str, &str)]) {
+    for (field, value) in want {
+        assert_eq!(
+            hget(conn, key, field).await.as_deref(),
+            Some(*value),
+            "{key} {field}"
+        );
+    }
+}
+
+/// Issue 16 item 4: `HGET` of a date column returns `YYYY-MM-DD`, a timestamp
+/// ISO-8601, a numeric its exact decimal string; BC, far-future and infinite
+/// values keep their meaning; `value.format = "wire"` keeps the wire form.
+#[tokio::test]
+async fn hash_fields_hold_dates_times_and_numerics_in_their_users_form() {
+    let (mut conn, p) = apply_typed(Layout::Hash, ValueFormat::Native).await;
+    let row1 = format!("{p}:t:1");
+    let want = [
+        ("opened", "2015-08-14"),
+        ("local_ts", "1999-12-31T23:59:48.500000"),
+        ("at", "2026-11-27T15:10:35.670111Z"),
+        ("tm", "12:34:56.500000"),
+        ("total", "163.38"),
+        // A hash field is text: a JSON column keeps its text.
+        ("meta", "{\"a\": [1, 2.50], \"b\": \"x\"}"),
+        ("raw", "AP8Q"),
+        ("days", "[\"2015-08-14\",null,\"infinity\"]"),
+    ];
+    assert_fields(&mut conn, &row1, &want).await;
+    let row2 = format!("{p}:t:2");
+    let want = [
+        ("opened", "-4713-11-24"),
+        ("local_ts", "infinity"),
+        ("at", "-0043-03-15T12:00:00.000000Z"),
+        ("tm", "24:00:00.000000"),
+        ("total", "-9999999999.99"),
+        ("days", "[]"),
+    ];
+    assert_fields(&mut conn, &row2, &want).await;
+
+    let (mut conn, p) = apply_typed(Layout::Hash, ValueFormat::Wire).await;
+    let wire = [
+        ("opened", "16661"),
+        ("local_ts", "946684788500000"),
+        ("tm", "45296500000"),
+        ("total", "163.38"),
+        ("days", "[16661,null,2147483647]"),
+    ];
+    assert_fields(&mut conn, &format!("{p}:t:1"), &wire).await;
+}
+
+/// The JSON layout: the same forms, and JSON columns nested as JSON.
+#[tokio::test]
+async fn json_rows_hold_dates_times_numerics_and_nested_json() {
+    let (mut conn, p) = apply_typed(Layout::Json, ValueFormat::Native).await;
+    let row = |text: Option<String>| -> Value {
+        serde_json::from_str(&text.expect("cached row")).expect("json row")
+    };
+    assert_eq!(
+        row(get(&mut conn, &format!("{p}:t:1")).await),
+        json!({"id": 1, "opened": "2015-08-14", "local_ts": "1999-12-31T23:59:48.500000",
+               "at": "2026-11-27T15:10:35.670111Z", "tm": "12:34:56.500000",
+               "total": "163.38", "meta": {"a": [1, 2.5], "b": "x"}, "raw": "AP8Q",
+               "days": ["2015-08-14", null, "infinity"]})
+    );
+    assert_eq!(
+        row(get(&mut conn, &format!("{p}:t:2")).await),
+        json!({"id": 2, "opened": "-4713-11-24", "local_ts": "infinity",
+               "at": "-0043-03-15T12:00:00.000000Z", "tm": "24:00:00.000000",
+               "total": "-9999999999.99", "meta": "s", "raw": "", "days": []})
+    );
+
+    let (mut conn, p) = apply_typed(Layout::Json, ValueFormat::Wire).await;
+    let [wire, _] = typed_rows();
+    assert_eq!(row(get(&mut conn, &format!("{p}:t:1")).await), wire);
 }

@@ -105,7 +105,7 @@ pub async fn run(options: &Options) -> Result<Report, VerifyError> {
     let tables = source.tables(&cfg).await?;
     let mut targets = Vec::with_capacity(options.sinks.len());
     for path in &options.sinks {
-        targets.push(Target::open(path, &cfg.database.dbname, cfg.interval.handling.mode).await?);
+        targets.push(Target::open(path, &cfg).await?);
     }
     let mut retried = 0;
     loop {
@@ -192,7 +192,7 @@ pub async fn compare_table(
             break;
         }
         let found = target.fetch(table, &rows).await?;
-        for (row, held) in rows.iter().zip(found) {
+        for (row, held) in target.as_stored(table, &rows).iter().zip(found) {
             match held {
                 None => {
                     out.missing += 1;

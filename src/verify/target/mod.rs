@@ -6,9 +6,11 @@ mod elasticsearch;
 mod postgres;
 mod redis;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
+use oncely_capture::config::CaptureConfig;
 use oncely_sinks::kinds::SinkConfig;
 use oncely_sinks::RunnerConfig;
 use regex::Regex;
@@ -41,14 +43,13 @@ enum Store {
 }
 
 impl Target {
-    /// Reads a sink configuration and connects to its store.
-    /// `intervals` is capture's `interval.handling.mode` (the warehouse maps
-    /// its interval columns back to that form).
-    pub async fn open(
-        path: &Path,
-        db: &str,
-        intervals: oncely_capture::value::IntervalHandlingMode,
-    ) -> Result<Self, VerifyError> {
+    /// Reads a sink configuration and connects to its store. `capture`
+    /// describes the topics: the database's name, `interval.handling.mode`
+    /// (the warehouse maps its interval columns back to that form) and
+    /// `schemas.enable` (without schemas the cache stores the wire form).
+    pub async fn open(path: &Path, capture: &CaptureConfig) -> Result<Self, VerifyError> {
+        let db = capture.database.dbname.as_str();
+        let intervals = capture.interval.handling.mode;
         let text = std::fs::read_to_string(path)
             .map_err(|e| VerifyError::Config(format!("cannot read {}: {e}", path.display())))?;
         let (runner, sink) = oncely_sinks::kinds::parse_config(&text)
@@ -59,7 +60,7 @@ impl Target {
                 "elasticsearch",
                 Store::Elasticsearch(Box::new(elasticsearch::EsTarget::connect(c, &runner, db).await?)),
             ),
-            SinkConfig::Redis(c) => ("redis", Store::Redis(Box::new(redis::RedisTarget::connect(c, &runner.group_id, db).await?))),
+            SinkConfig::Redis(c) => ("redis", Store::Redis(Box::new(redis::RedisTarget::connect(c, &runner.group_id, db, capture.schemas.enable).await?))),
             _ => {
                 return Err(VerifyError::Config(format!(
                     "{}: verify reads postgres, elasticsearch and redis sinks; this one is another kind",
@@ -138,6 +139,20 @@ impl Target {
             Store::Postgres(t) => t.fetch(table, rows).await,
             Store::Elasticsearch(t) => t.fetch(table, rows).await,
             Store::Redis(t) => t.fetch(table, rows).await,
+        }
+    }
+
+    /// `rows` in the form the target stores their values, to compare with
+    /// what it holds: the cache's native form ([`oncely_sinks::native`]);
+    /// the other targets are read back into the wire form.
+    pub fn as_stored<'r>(
+        &self,
+        table: &SourceTable,
+        rows: &'r [SourceRow],
+    ) -> Cow<'r, [SourceRow]> {
+        match &self.store {
+            Store::Redis(t) => t.as_stored(table, rows),
+            Store::Postgres(_) | Store::Elasticsearch(_) => Cow::Borrowed(rows),
         }
     }
 

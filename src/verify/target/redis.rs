@@ -2,11 +2,14 @@
 //! `key.separator`), a hash of the non-null columns (`layout = "hash"`) or the
 //! row as a JSON string (`layout = "json"`); a deleted row's key is gone.
 //! Positions live in the hash `<positions.key.prefix><group.id>`, one field
-//! `<topic>:<partition>` per partition.
+//! `<topic>:<partition>` per partition. Values are compared in the form the
+//! sink stores them (`value.format`; [`RedisTarget::as_stored`]).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
-use oncely_sinks::kinds::redis::{KeyPattern, Layout, RedisConfig};
+use oncely_sinks::kinds::redis::{native_row, KeyPattern, Layout, RedisConfig};
+use oncely_sinks::native::{Kind, ValueFormat};
 use redis::aio::MultiplexedConnection;
 use redis::IntoConnectionInfo;
 use serde_json::{Map, Value};
@@ -22,6 +25,9 @@ pub struct RedisTarget {
     keys: KeyPattern,
     group: String,
     db: String,
+    /// Whether the topics carry schemas: without them the sink cannot tell
+    /// a date from a number and stores the wire form.
+    schemas: bool,
 }
 
 fn redis_error(what: &str) -> impl Fn(redis::RedisError) -> VerifyError + '_ {
@@ -29,7 +35,12 @@ fn redis_error(what: &str) -> impl Fn(redis::RedisError) -> VerifyError + '_ {
 }
 
 impl RedisTarget {
-    pub async fn connect(config: &RedisConfig, group: &str, db: &str) -> Result<Self, VerifyError> {
+    pub async fn connect(
+        config: &RedisConfig,
+        group: &str,
+        db: &str,
+        schemas: bool,
+    ) -> Result<Self, VerifyError> {
         let mut info = config
             .url
             .as_str()
@@ -87,7 +98,42 @@ impl RedisTarget {
             config: config.clone(),
             group: group.to_owned(),
             db: db.to_owned(),
+            schemas,
         })
+    }
+
+    /// `rows` as the sink stores them: under `value.format = "native"` each
+    /// column converted by the sink's own function, chosen by the Connect
+    /// schema capture gives the column's type ([`Kind::of_schema`]).
+    pub fn as_stored<'r>(
+        &self,
+        table: &SourceTable,
+        rows: &'r [SourceRow],
+    ) -> Cow<'r, [SourceRow]> {
+        if self.config.value_format == ValueFormat::Wire || !self.schemas {
+            return Cow::Borrowed(rows);
+        }
+        let kinds: Vec<(String, Kind)> = table
+            .columns
+            .iter()
+            .filter_map(|c| {
+                let schema = c.kind.field_schema(-1, &c.name, true);
+                Some((c.name.clone(), Kind::of_schema(&schema)?))
+            })
+            .collect();
+        if kinds.is_empty() {
+            return Cow::Borrowed(rows);
+        }
+        let nest_json = self.config.layout == Layout::Json;
+        Cow::Owned(
+            rows.iter()
+                .map(|r| SourceRow {
+                    row: native_row(&r.row, &kinds, nest_json).into_owned(),
+                    key_text: r.key_text.clone(),
+                    key_wire: r.key_wire.clone(),
+                })
+                .collect(),
+        )
     }
 
     /// `key.pattern` with everything but `{key}` filled in, by the sink's own function.

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
+use crate::native::ValueFormat;
 use crate::secret::Secret;
 
 /// Default `url`.
@@ -73,6 +74,10 @@ pub struct RedisConfig {
     pub tls_ca_file: Option<String>,
     /// `layout`: `hash` (default) or `json`.
     pub layout: Layout,
+    /// `value.format`: `native` (default: dates and times as ISO-8601, JSON
+    /// columns nested in the JSON layout; [`crate::native`]) or `wire` (as
+    /// in Kafka, what earlier versions stored).
+    pub value_format: ValueFormat,
     /// `key.pattern`: the row key from `{topic}`, `{db}`, `{schema}`, `{table}`, `{key}`.
     pub key_pattern: String,
     /// `key.separator`: between the values of a composite primary key.
@@ -118,6 +123,8 @@ struct Raw {
     tls_ca_file: Option<String>,
     #[serde(default)]
     layout: Layout,
+    #[serde(rename = "value.format", default)]
+    value_format: ValueFormat,
     #[serde(rename = "key.pattern", default = "default_key_pattern")]
     key_pattern: String,
     #[serde(rename = "key.separator", default = "default_key_separator")]
@@ -206,6 +213,7 @@ impl<'de> Deserialize<'de> for RedisConfig {
             password: raw.password,
             tls_ca_file: raw.tls_ca_file,
             layout: raw.layout,
+            value_format: raw.value_format,
             key_pattern: raw.key_pattern,
             key_separator: raw.key_separator,
             version_prefix: raw.version_prefix,
@@ -249,6 +257,7 @@ impl RedisConfig {
             password: None,
             tls_ca_file: None,
             layout: Layout::Hash,
+            value_format: ValueFormat::Native,
             key_pattern: DEFAULT_KEY_PATTERN.into(),
             key_separator: DEFAULT_KEY_SEPARATOR.into(),
             version_prefix: DEFAULT_VERSION_PREFIX.into(),

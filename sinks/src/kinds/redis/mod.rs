@@ -8,6 +8,7 @@
 //! # tls.ca.file = "/etc/oncely/redis-ca.pem"   # CAs to trust (default: the system's)
 //! password = "${env:REDIS_PASSWORD}"   # optional; username too (ACL)
 //! layout = "hash"                      # or "json"
+//! value.format = "native"              # or "wire" (days and µs since 1970)
 //! key.pattern = "{table}:{key}"
 //! ```
 //!
@@ -32,8 +33,13 @@
 //!   pattern's own characters), so two rows never share a key.
 //! * `layout = "hash"`: one field per non-null column (strings as is, numbers,
 //!   booleans, arrays and objects as JSON text); null columns have no field.
-//!   `layout = "json"`: the row as a JSON object string (Debezium's value
-//!   mapping, see the wire format).
+//!   `layout = "json"`: the row as a JSON object string.
+//! * Values (`value.format`): `native` (default) in their users' form, read
+//!   from the event's Connect schema ([`crate::native`]): dates, times and
+//!   timestamps as ISO-8601 text, JSON columns nested in the JSON layout (a
+//!   hash field holds their text), the rest as sent (decimal strings, base64
+//!   bytes); schemaless events as sent. `wire`: every value as sent
+//!   (Debezium's value mapping, see the wire format).
 //! * Version: 40 digits. In the hash layout a live row carries it in the
 //!   field `version.field` (default `_oncely_version`; a column of that name
 //!   is a per-record failure — pick another name), so one `HGET` and one
@@ -111,7 +117,7 @@ mod script;
 mod sink;
 
 pub use config::{Layout, RedisConfig};
-pub use plan::{KeyPattern, UNAVAILABLE_VALUE};
+pub use plan::{native_row, row_kinds, KeyPattern, UNAVAILABLE_VALUE};
 pub use script::{decode_version, encode_version, position_field, HASH_SCRIPT, JSON_SCRIPT};
 pub use sink::RedisSink;
 

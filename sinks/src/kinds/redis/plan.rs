@@ -10,8 +10,15 @@
 //! * A column holding [`UNAVAILABLE_VALUE`] (unchanged TOAST) is left out, so
 //!   the stored value stays: the hash script does not touch the field, and the
 //!   JSON layout merges the stored row in before the call ([`merge_json`]).
+//! * Under `value.format = "native"` rows are stored in their users' form
+//!   ([`crate::native`], read from the event's Connect schema): dates, times
+//!   and timestamps as ISO-8601 text, JSON columns nested in the JSON layout
+//!   (a hash field holds their text, as before). Schemaless events stay as
+//!   they are: nothing tells a date from a number.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -19,6 +26,7 @@ use super::config::Layout;
 use super::script::{decode_version, write_version};
 use crate::error::RecordFailure;
 use crate::event::{ChangeEvent, Op};
+use crate::native::{Kind, ValueFormat};
 use crate::sink::{Batch, Record};
 
 /// Debezium's marker of an unchanged TOASTed column.
@@ -49,8 +57,8 @@ pub enum Body<'a> {
     Truncate,
     /// Hash layout: the row replaces the stored hash (non-null columns as
     /// fields), keeping only the stored fields of its unavailable columns
-    /// ([`hash_fields`]).
-    Hash(&'a Map<String, Value>),
+    /// ([`hash_fields`]). Borrowed from the batch unless converted to native form.
+    Hash(Cow<'a, Map<String, Value>>),
     /// JSON layout: the row, and the columns to take from the stored row.
     Json {
         /// The row; its unavailable columns still hold the marker until merged.
@@ -361,16 +369,90 @@ pub struct Naming<'a> {
     pub keyset_prefix: &'a str,
 }
 
+/// How rows are stored: the layout and, under `value.format = "native"`,
+/// the conversions of the columns of the last schema seen (a batch's records
+/// share theirs, decoded once).
+struct Form {
+    layout: Layout,
+    format: ValueFormat,
+    kinds: Option<(Arc<Value>, ColumnKinds)>,
+}
+
+/// The columns whose values change in native form, with their [`Kind`].
+pub type ColumnKinds = Vec<(String, Kind)>;
+
+impl Form {
+    /// `row` as stored: in native form when asked and the event has a schema.
+    fn row<'r>(
+        &mut self,
+        event: &ChangeEvent,
+        row: &'r Map<String, Value>,
+    ) -> Cow<'r, Map<String, Value>> {
+        let (ValueFormat::Native, Some(schema)) = (self.format, &event.schema) else {
+            return Cow::Borrowed(row);
+        };
+        if !matches!(&self.kinds, Some((s, _)) if Arc::ptr_eq(s, schema)) {
+            self.kinds = Some((schema.clone(), row_kinds(schema)));
+        }
+        let kinds = self.kinds.as_ref().map_or(&[][..], |(_, k)| k.as_slice());
+        native_row(row, kinds, self.layout == Layout::Json)
+    }
+}
+
+/// The columns of a change event's row schema whose values change in
+/// native form, with their [`Kind`].
+pub fn row_kinds(schema: &Value) -> ColumnKinds {
+    crate::event::row_fields(Some(schema))
+        .map(|fields| {
+            fields
+                .into_iter()
+                .filter_map(|(name, f)| Some((name.to_owned(), Kind::of_schema(f)?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `row` as the cache stores it under `value.format = "native"`, each column
+/// of `kinds` converted ([`Kind::convert`]); `nest_json` false (the hash
+/// layout, whose fields are text) keeps JSON columns as their text. The
+/// one function the sink and `oncely verify` shape rows with.
+pub fn native_row<'r>(
+    row: &'r Map<String, Value>,
+    kinds: &[(String, Kind)],
+    nest_json: bool,
+) -> Cow<'r, Map<String, Value>> {
+    let mut out: Option<Map<String, Value>> = None;
+    for (column, kind) in kinds {
+        if !nest_json && *kind == Kind::Json {
+            continue;
+        }
+        let Some(value) = row.get(column) else {
+            continue;
+        };
+        if let Cow::Owned(v) = kind.convert(value) {
+            out.get_or_insert_with(|| row.clone())
+                .insert(column.clone(), v);
+        }
+    }
+    out.map_or(Cow::Borrowed(row), Cow::Owned)
+}
+
 /// The changes of a batch, or the records that can never be applied.
 pub fn plan<'a>(
     batch: &'a Batch,
     layout: Layout,
+    format: ValueFormat,
     naming: Naming<'_>,
 ) -> Result<Vec<Change<'a>>, Vec<RecordFailure>> {
     let mut changes = Vec::with_capacity(batch.len());
     let mut failures = Vec::new();
+    let mut form = Form {
+        layout,
+        format,
+        kinds: None,
+    };
     for record in batch.records() {
-        match change_of(batch.topic(), record, layout, naming) {
+        match change_of(batch.topic(), record, &mut form, naming) {
             Ok(Some(c)) => changes.push(c),
             Ok(None) => {}
             Err(reason) => failures.push(RecordFailure::new(record.offset, reason)),
@@ -386,7 +468,7 @@ pub fn plan<'a>(
 fn change_of<'a>(
     topic: &str,
     record: &'a Record,
-    layout: Layout,
+    form: &mut Form,
     naming: Naming<'_>,
 ) -> Result<Option<Change<'a>>, String> {
     let Some(event) = record.event() else {
@@ -413,17 +495,16 @@ fn change_of<'a>(
                 .after
                 .as_ref()
                 .ok_or_else(|| format!("op `{}` without `after`", event.op.code()))?;
-            match layout {
-                Layout::Hash => {
-                    if after.contains_key(version_field) {
-                        return Err(format!(
-                            "column `{version_field}` has the name of the hash field holding the \
-                             row's version: set `sink.version.field` to a name no column uses"
-                        ));
-                    }
-                    Body::Hash(after)
-                }
-                Layout::Json => json_body(after),
+            if form.layout == Layout::Hash && after.contains_key(version_field) {
+                return Err(format!(
+                    "column `{version_field}` has the name of the hash field holding the \
+                     row's version: set `sink.version.field` to a name no column uses"
+                ));
+            }
+            let row = form.row(event, after);
+            match form.layout {
+                Layout::Hash => Body::Hash(row),
+                Layout::Json => json_body(row.into_owned()),
             }
         }
     };
@@ -440,15 +521,13 @@ fn change_of<'a>(
     }))
 }
 
-fn json_body(after: &Map<String, Value>) -> Body<'static> {
-    Body::Json {
-        row: after.clone(),
-        unavailable: after
-            .iter()
-            .filter(|(_, v)| v.as_str() == Some(UNAVAILABLE_VALUE))
-            .map(|(c, _)| c.clone())
-            .collect(),
-    }
+fn json_body(row: Map<String, Value>) -> Body<'static> {
+    let unavailable = row
+        .iter()
+        .filter(|(_, v)| v.as_str() == Some(UNAVAILABLE_VALUE))
+        .map(|(c, _)| c.clone())
+        .collect();
+    Body::Json { row, unavailable }
 }
 
 /// The row keys whose stored JSON rows [`merge_json`] needs.

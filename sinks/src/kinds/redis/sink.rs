@@ -16,6 +16,7 @@ use super::plan::{
 use super::script::{pack_str, position_field, Reply, HASH_SCRIPT, JSON_SCRIPT, TRUNCATE_SCRIPT};
 use crate::error::{RecordFailure, SinkError};
 use crate::naming::TargetClaims;
+use crate::native::ValueFormat;
 use crate::sink::{Batch, Positions, Sink, TopicPartition};
 
 /// First delay of the reconnect backoff.
@@ -27,6 +28,7 @@ pub struct RedisSink {
     sha: String,
     truncate_sha: String,
     layout: Layout,
+    value_format: ValueFormat,
     keys: KeyPattern,
     version_prefix: String,
     version_field: String,
@@ -101,6 +103,7 @@ impl RedisSink {
             sha: String::new(),
             truncate_sha: String::new(),
             layout: config.layout,
+            value_format: config.value_format,
             keys: KeyPattern::new(&config.key_pattern, &config.key_separator),
             version_prefix: config.version_prefix.clone(),
             version_field: config.version_field.clone(),
@@ -480,7 +483,8 @@ impl Sink for RedisSink {
             version_field: &self.version_field,
             keyset_prefix: &self.keyset_prefix,
         };
-        let mut changes = plan(batch, self.layout, naming).map_err(SinkError::Rejected)?;
+        let mut changes =
+            plan(batch, self.layout, self.value_format, naming).map_err(SinkError::Rejected)?;
         if self.layout == Layout::Json {
             let keys = keys_to_merge(&changes);
             if !keys.is_empty() {

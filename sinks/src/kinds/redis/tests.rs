@@ -14,6 +14,7 @@ use super::plan::{
 use super::script::{decode_version, encode_version, pack_str, Reply};
 use crate::event::{decode_value, Version};
 use crate::kinds::{parse_config, SinkConfig};
+use crate::native::ValueFormat;
 use crate::sink::{Batch, Record};
 
 const HEAD: &str = "bootstrap.servers = \"k:9092\"\ngroup.id = \"g\"\ntopics = [\"t\"]\n";
@@ -84,6 +85,73 @@ fn config_errors_name_the_key() {
     ))
     .expect_err("typo");
     assert!(e.message.contains("layot"), "{e}");
+    let e = parse_config(&format!(
+        "{HEAD}[sink]\nkind = \"redis\"\nvalue.format = \"raw\"\n"
+    ))
+    .expect_err("unknown format");
+    assert!(
+        e.message.contains("raw") && e.message.contains("native") && e.message.contains("wire"),
+        "{e}"
+    );
+}
+
+#[test]
+fn value_format_is_native_unless_wire_is_asked_for() {
+    let format = |body: &str| {
+        let (_, sink) =
+            parse_config(&format!("{HEAD}[sink]\nkind = \"redis\"\n{body}\n")).expect("valid");
+        let SinkConfig::Redis(c) = sink else {
+            panic!("not a redis config")
+        };
+        c.value_format
+    };
+    assert_eq!(format(""), ValueFormat::Native);
+    assert_eq!(format("value.format = \"wire\""), ValueFormat::Wire);
+    assert_eq!(format("\"value.format\" = \"native\""), ValueFormat::Native);
+}
+
+/// A change with schemas on: dates and JSON in native form per layout;
+/// without a schema, or under `value.format = "wire"`, as sent.
+#[test]
+fn rows_are_planned_in_native_form_from_their_schema() {
+    let fields = json!([
+        {"field": "id", "type": "int64"},
+        {"field": "d", "type": "int32", "name": "io.debezium.time.Date"},
+        {"field": "j", "type": "string", "name": "io.debezium.data.Json"},
+    ]);
+    let value = json!({
+        "schema": {"type": "struct", "fields": [
+            {"field": "before", "type": "struct", "fields": fields},
+            {"field": "after", "type": "struct", "fields": fields},
+        ]},
+        "payload": {"before": null, "after": {"id": 1, "d": 16661, "j": "{\"a\": 1}"}, "op": "c",
+            "source": {"db": "shop", "schema": "public", "table": "orders", "commit_lsn": 5, "event_seq": 0}},
+    });
+    let payload = decode_value(Some(value.to_string().as_bytes())).expect("valid envelope");
+    let b = batch(vec![Record::new(0, Some(json!({"id": 1})), payload)]);
+    let keys = KeyPattern::new("{table}:{key}", ":");
+    let row_of = |layout: Layout, format: ValueFormat| -> Value {
+        let changes = plan(&b, layout, format, naming(&keys)).expect("plan");
+        match &changes[0].body {
+            Body::Hash(row) => Value::Object(row.clone().into_owned()),
+            Body::Json { row, .. } => Value::Object(row.clone()),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        row_of(Layout::Hash, ValueFormat::Native),
+        json!({"id": 1, "d": "2015-08-14", "j": "{\"a\": 1}"})
+    );
+    assert_eq!(
+        row_of(Layout::Json, ValueFormat::Native),
+        json!({"id": 1, "d": "2015-08-14", "j": {"a": 1}})
+    );
+    for layout in [Layout::Hash, Layout::Json] {
+        assert_eq!(
+            row_of(layout, ValueFormat::Wire),
+            json!({"id": 1, "d": 16661, "j": "{\"a\": 1}"})
+        );
+    }
 }
 
 #[test]
@@ -173,6 +241,7 @@ fn hash_rows_skip_unavailable_and_unset_nulls() {
     let changes = plan(
         &b,
         Layout::Hash,
+        ValueFormat::Native,
         naming(&KeyPattern::new("{table}:{key}", ":")),
     )
     .expect("plan");
@@ -214,11 +283,12 @@ fn a_column_named_like_the_version_field_is_rejected() {
     let row = json!({"id": 1, "_oncely_version": "x"});
     let b = batch(vec![event_record(5, 1, "u", row, 10, 2)]);
     let keys = KeyPattern::new("{table}:{key}", ":");
-    let failures = plan(&b, Layout::Hash, naming(&keys)).expect_err("collision");
+    let failures =
+        plan(&b, Layout::Hash, ValueFormat::Native, naming(&keys)).expect_err("collision");
     assert_eq!(failures[0].offset, 5);
     assert!(failures[0].reason.contains("version.field"), "{failures:?}");
     // The JSON layout keeps versions apart from rows: no collision there.
-    assert!(plan(&b, Layout::Json, naming(&keys)).is_ok());
+    assert!(plan(&b, Layout::Json, ValueFormat::Native, naming(&keys)).is_ok());
 }
 
 #[test]
@@ -252,6 +322,7 @@ fn tombstones_and_messages_are_skipped_truncates_kept_in_order() {
     let changes = plan(
         &b,
         Layout::Hash,
+        ValueFormat::Native,
         naming(&KeyPattern::new("{table}:{key}", ":")),
     )
     .expect("plan");
@@ -269,6 +340,7 @@ fn tombstones_and_messages_are_skipped_truncates_kept_in_order() {
     let changes = plan(
         &b,
         Layout::Hash,
+        ValueFormat::Native,
         naming(&KeyPattern::new("{table}:{key}", ":")),
     )
     .expect("plan");
@@ -298,7 +370,7 @@ fn json_merge_forgets_rows_a_truncate_removed() {
             2,
         ),
     ]);
-    let mut changes = plan(&b, Layout::Json, naming(&keys)).expect("plan");
+    let mut changes = plan(&b, Layout::Json, ValueFormat::Native, naming(&keys)).expect("plan");
     let mut stored = HashMap::new();
     stored.insert(
         "orders:1".to_string(),
@@ -347,7 +419,7 @@ fn json_merge_takes_unavailable_columns_from_the_newest_prior_row() {
             0,
         ),
     ]);
-    let mut changes = plan(&b, Layout::Json, naming(&keys)).expect("plan");
+    let mut changes = plan(&b, Layout::Json, ValueFormat::Native, naming(&keys)).expect("plan");
     assert_eq!(keys_to_merge(&changes), vec!["orders:1", "orders:2"]);
     let mut stored = HashMap::new();
     stored.insert(
