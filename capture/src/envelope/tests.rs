@@ -322,7 +322,7 @@ fn the_schema_names_each_fields_source_column() {
                 .as_object()
                 .unwrap()
                 .keys()
-                .last()
+                .next_back()
                 .map(String::as_str),
             Some("field")
         );
