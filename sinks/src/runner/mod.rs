@@ -33,6 +33,7 @@
 //! read again by the next owner.
 
 mod context;
+pub mod dedup;
 pub(crate) mod dlq;
 mod ownership;
 mod shared;
@@ -194,6 +195,15 @@ impl Runner {
                     })?,
             ),
             None => None,
+        };
+        let sink = match &config.dedup {
+            Some(dedup) => {
+                let skipped = metrics.dedup_skipped.clone();
+                self::dedup::wrap(sink, dedup, &config.group_id, skipped)
+                    .await
+                    .map_err(RunnerError::Sink)?
+            }
+            None => sink,
         };
         let base = client_config(&config);
         let dlq = match &config.dlq_topic {
