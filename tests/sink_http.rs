@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    brokers, committed, create_topic, envelope, header, key, produce, produce_steadily,
-    read_topic, unique, wait_until, Out,
+    brokers, committed, create_topic, envelope, header, key, produce, produce_steadily, read_topic,
+    unique, wait_until, Out,
 };
 use rand::Rng;
 use sink_runner_support::*;
@@ -70,7 +70,10 @@ impl Drop for Running {
 
 /// The `lsn` of an applied key `<topic>/<lsn>/<seq>`.
 fn lsn(key: &str) -> u64 {
-    key.split('/').nth(1).and_then(|l| l.parse().ok()).expect("lsn")
+    key.split('/')
+        .nth(1)
+        .and_then(|l| l.parse().ok())
+        .expect("lsn")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,7 +83,11 @@ async fn every_event_reaches_the_webhook_once_across_sigkills_and_replays() {
     let receiver = Receiver::start().await;
     let dir = scratch(&unique("hook"));
     let prefix = format!("oncely:test:{}:", unique("w"));
-    let config = write_config(&dir, "sink", &config_body(&group, &topic, &prefix, &receiver));
+    let config = write_config(
+        &dir,
+        "sink",
+        &config_body(&group, &topic, &prefix, &receiver),
+    );
     let log = dir.join("runner.log");
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -116,7 +123,9 @@ async fn every_event_reaches_the_webhook_once_across_sigkills_and_replays() {
     })
     .await;
     sigterm(&last.0);
-    assert!(wait_exit(&mut last.0, Duration::from_secs(30)).await.success());
+    assert!(wait_exit(&mut last.0, Duration::from_secs(30))
+        .await
+        .success());
 
     // Every event once: produce_steadily gives event n the position (1000 + n)/0.
     let applied = receiver.applied();
@@ -152,15 +161,21 @@ async fn every_event_reaches_the_webhook_once_across_sigkills_and_replays() {
         &config_body(&replay_group, &topic, &prefix, &receiver),
     );
     let mut child = Running::spawn(&replay, &log);
-    wait_until("the replay to commit the end", Duration::from_secs(60), || {
-        futures::executor::block_on(committed(&replay_group, &topic, PARTITIONS))
-            .iter()
-            .sum::<i64>() as u64
-            == total
-    })
+    wait_until(
+        "the replay to commit the end",
+        Duration::from_secs(60),
+        || {
+            futures::executor::block_on(committed(&replay_group, &topic, PARTITIONS))
+                .iter()
+                .sum::<i64>() as u64
+                == total
+        },
+    )
     .await;
     sigterm(&child.0);
-    assert!(wait_exit(&mut child.0, Duration::from_secs(30)).await.success());
+    assert!(wait_exit(&mut child.0, Duration::from_secs(30))
+        .await
+        .success());
     assert_eq!(
         receiver.request_count(),
         before,
@@ -196,23 +211,31 @@ async fn a_4xx_is_a_dead_letter_and_a_429_waits_for_retry_after() {
         receiver.url()
     );
     let config = write_config(&dir, "sink", &body);
-    let mut child = Running(std::process::Command::new(env!("CARGO_BIN_EXE_oncely"))
-        .args(["sink", "--config"])
-        .arg(&config)
-        .env("ONCELY_TEST_WEBHOOK_AUTH", "Bearer s3cret")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(dir.join("runner.log")).expect("log"))
-        .spawn()
-        .expect("spawn"));
+    let mut child = Running(
+        std::process::Command::new(env!("CARGO_BIN_EXE_oncely"))
+            .args(["sink", "--config"])
+            .arg(&config)
+            .env("ONCELY_TEST_WEBHOOK_AUTH", "Bearer s3cret")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join("runner.log")).expect("log"))
+            .spawn()
+            .expect("spawn"),
+    );
     wait_until("9 events applied", Duration::from_secs(60), || {
         receiver.applied_count() >= 9
     })
     .await;
     let letters = read_topic(&dlq, 1, 1).await;
     sigterm(&child.0);
-    assert!(wait_exit(&mut child.0, Duration::from_secs(30)).await.success());
+    assert!(wait_exit(&mut child.0, Duration::from_secs(30))
+        .await
+        .success());
 
-    assert_eq!(letters.len(), 1, "exactly the rejected event is a dead letter");
+    assert_eq!(
+        letters.len(),
+        1,
+        "exactly the rejected event is a dead letter"
+    );
     let reason = header(&letters[0], oncely_sinks::runner::HEADER_ERROR).expect("reason");
     assert!(
         reason.contains("422") && reason.contains("unknown customer 7"),
@@ -236,7 +259,10 @@ async fn a_4xx_is_a_dead_letter_and_a_429_waits_for_retry_after() {
     assert!(requests
         .iter()
         .all(|r| r.authorization.as_deref() == Some("Bearer s3cret")));
-    let first = requests.iter().find(|r| r.status == 200).expect("a delivery");
+    let first = requests
+        .iter()
+        .find(|r| r.status == 200)
+        .expect("a delivery");
     assert_eq!(first.body["op"], "u");
     assert_eq!(first.body["idempotency_key"], first.key.as_str());
     assert!(first.body["after"]["id"].is_u64(), "{}", first.body);

@@ -162,3 +162,46 @@ fn the_dedup_table_parses_with_bare_dotted_keys() {
     let e = crate::kinds::parse_config(&text.replace("ttl.ms", "tll.ms")).expect_err("typo");
     assert!(e.message.contains("tll"), "{e}");
 }
+
+/// Owns its positions: applies each record once by itself.
+struct Owning;
+
+#[async_trait]
+impl Sink for Owning {
+    fn name(&self) -> &str {
+        "owning"
+    }
+    fn owns_positions(&self) -> bool {
+        true
+    }
+    async fn apply(&self, _: &Batch) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_position_owning_sink_is_refused_and_none_leaves_the_sink_alone() {
+    let metrics = Metrics::new().expect("metrics");
+    let e = wrap(
+        Arc::new(Owning),
+        &DedupConfig::default(),
+        "g",
+        metrics.dedup_skipped.clone(),
+    )
+    .await
+    .err()
+    .expect("refused");
+    assert!(
+        e.is_fatal() && e.to_string().contains("owns its positions"),
+        "{e}"
+    );
+    let off = DedupConfig {
+        store: DedupStore::None,
+        ..Default::default()
+    };
+    let inner: Arc<dyn Sink> = Arc::new(Recording::default());
+    let same = wrap(inner.clone(), &off, "g", metrics.dedup_skipped.clone())
+        .await
+        .expect("none");
+    assert!(Arc::ptr_eq(&inner, &same));
+}
