@@ -10,6 +10,8 @@
 //!   the Redis window skips everything: not one request.
 //! * A 4xx answer is a dead letter naming status and body; a 429 with
 //!   `Retry-After` is retried, not sooner than asked; the auth header is sent.
+//! * Over TLS, the server is trusted through `tls.ca.file`; without it the
+//!   certificate is refused and the sink stops (non-zero exit), sending nothing.
 #[path = "../sinks/tests/common/mod.rs"]
 mod common;
 mod sink_runner_support;
@@ -266,4 +268,49 @@ async fn a_4xx_is_a_dead_letter_and_a_429_waits_for_retry_after() {
     assert_eq!(first.body["op"], "u");
     assert_eq!(first.body["idempotency_key"], first.key.as_str());
     assert!(first.body["after"]["id"].is_u64(), "{}", first.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_trusts_the_ca_file_and_refuses_an_unknown_server() {
+    let (topic, dir) = (unique("hooktls"), scratch(&unique("hooktls")));
+    create_topic(&topic, 1).await;
+    let (ca, cert, key_file) = webhook_receiver::make_tls_files(&dir);
+    let receiver = Receiver::start_tls(&cert, &key_file).await;
+    let records: Vec<Out> = (0..5u64)
+        .map(|id| Out {
+            key: Some(key(id)),
+            value: Some(envelope(id, 700 + id, 0, id)),
+            partition: Some(0),
+        })
+        .collect();
+    produce(&topic, &records).await;
+    let config = |group: &str, ca_line: &str| {
+        let body = format!(
+            "{}[sink]\nkind = \"http\"\nurl = \"{}\"\n{ca_line}",
+            runner_keys(&brokers(), group, &topic),
+            receiver.url()
+        );
+        write_config(&dir, group, &body)
+    };
+    // Without the CA: refused, fatal, nothing delivered.
+    let mut untrusting = Running::spawn(&config(&unique("g"), ""), &dir.join("untrusting.log"));
+    let status = wait_exit(&mut untrusting.0, Duration::from_secs(60)).await;
+    assert!(
+        !status.success(),
+        "an untrusted certificate must stop the sink"
+    );
+    let log = std::fs::read_to_string(dir.join("untrusting.log")).expect("log");
+    assert!(log.contains("sink.tls.ca.file"), "{log}");
+    assert_eq!(receiver.request_count(), 0);
+    // With it: every event delivered.
+    let ca_line = format!("tls.ca.file = \"{}\"\n", ca.display());
+    let mut trusting = Running::spawn(&config(&unique("g"), &ca_line), &dir.join("trusting.log"));
+    wait_until("5 events over TLS", Duration::from_secs(60), || {
+        receiver.applied_count() >= 5
+    })
+    .await;
+    sigterm(&trusting.0);
+    assert!(wait_exit(&mut trusting.0, Duration::from_secs(30))
+        .await
+        .success());
 }

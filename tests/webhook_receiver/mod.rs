@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
 
 /// One answer: status, extra headers, body.
 #[derive(Clone, Debug)]
@@ -62,29 +62,68 @@ struct State {
 #[derive(Clone)]
 pub struct Receiver {
     pub addr: SocketAddr,
+    url: String,
     state: Arc<Mutex<State>>,
 }
 
 impl Receiver {
     /// Starts listening on an ephemeral port.
     pub async fn start() -> Self {
+        Self::listen(None).await
+    }
+
+    /// Starts listening with TLS, presenting the PEM `cert` chain and `key`.
+    pub async fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> Self {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+            .expect("cert file")
+            .collect::<Result<_, _>>()
+            .expect("certs");
+        let key = PrivateKeyDer::from_pem_file(key).expect("key");
+        let config = rustls::ServerConfig::builder_with_provider(oncely_core::tls::provider())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .expect("server config");
+        Self::listen(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    async fn listen(tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let state = Arc::new(Mutex::new(State::default()));
         let shared = state.clone();
+        let scheme = if tls.is_some() { "https" } else { "http" };
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
-                tokio::spawn(serve(stream, shared.clone()));
+                let (shared, tls) = (shared.clone(), tls.clone());
+                tokio::spawn(async move {
+                    match tls {
+                        None => serve(stream, shared).await,
+                        // A refused handshake is the client's to report.
+                        Some(tls) => {
+                            if let Ok(stream) = tls.accept(stream).await {
+                                serve(stream, shared).await;
+                            }
+                        }
+                    }
+                });
             }
         });
-        Self { addr, state }
+        Self {
+            url: format!("{scheme}://{addr}/hook"),
+            addr,
+            state,
+        }
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}/hook", self.addr)
+        self.url.clone()
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
@@ -124,8 +163,8 @@ impl Receiver {
     }
 }
 
-async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
-    let (read, mut write) = stream.into_split();
+async fn serve(stream: impl AsyncRead + AsyncWrite + Unpin, state: Arc<Mutex<State>>) {
+    let (read, mut write) = tokio::io::split(stream);
     let mut reader = BufReader::new(read);
     loop {
         let mut line = String::new();
@@ -192,8 +231,73 @@ async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
         }
         out.push_str("\r\n");
         out.push_str(&answer.body);
-        if write.write_all(out.as_bytes()).await.is_err() {
+        if write.write_all(out.as_bytes()).await.is_err() || write.flush().await.is_err() {
             return;
         }
     }
+}
+
+/// A CA and a server certificate for 127.0.0.1 signed by it, made with
+/// `openssl` in `dir`: returns (ca.crt, server.crt, server.key).
+pub fn make_tls_files(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .expect("run openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let new_key = [
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+    ];
+    run(&[
+        &new_key[..],
+        &[
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-subj",
+            "/CN=oncely-test-ca",
+        ],
+    ]
+    .concat());
+    run(&[
+        &new_key[..],
+        &[
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.crt",
+            "-subj",
+            "/CN=localhost",
+        ],
+        &[
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        &[
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+            "-addext",
+            "extendedKeyUsage=serverAuth",
+        ],
+    ]
+    .concat());
+    (
+        dir.join("ca.crt"),
+        dir.join("server.crt"),
+        dir.join("server.key"),
+    )
 }
