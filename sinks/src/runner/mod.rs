@@ -12,6 +12,10 @@
 //!   start at the sink's stored positions; Kafka commits serve lag monitoring only.
 //!   Otherwise each record is applied at least once, the duplicates after a crash
 //!   being exactly the records applied but not yet committed to Kafka.
+//! * With `[dedup]` (see [`dedup`]), a sink that does not own its positions
+//!   sits behind a window of applied identities: a redelivered record whose
+//!   identity the window holds is skipped; only the batches in flight at a
+//!   crash can repeat.
 //!
 //! # Threads and memory
 //!

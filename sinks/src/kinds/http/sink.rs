@@ -241,3 +241,41 @@ impl Sink for HttpSink {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::decode_value;
+    use serde_json::json;
+
+    fn record(offset: i64, lsn: u64) -> Record {
+        let value = json!({
+            "before": null, "after": {"id": offset}, "op": "c",
+            "source": {"commit_lsn": lsn, "event_seq": 2, "schema": "public", "table": "t"},
+        })
+        .to_string();
+        let payload = decode_value(Some(value.as_bytes())).expect("decode");
+        Record::new(offset, Some(json!({"id": offset})), payload)
+    }
+
+    #[test]
+    fn one_change_is_an_object_several_an_array_each_keyed() {
+        let records = vec![record(4, 100), record(5, 101)];
+        let batch = Batch::new(Arc::from("g"), (Arc::from("topic"), 0), records, 6);
+        let refs: Vec<&Record> = batch.records().iter().collect();
+        let (key, body) = request_body(&batch, &refs[..1], false);
+        assert_eq!(key, "topic/100/2");
+        assert_eq!(body["idempotency_key"], "topic/100/2");
+        assert_eq!(body["after"]["id"], 4);
+        assert_eq!(body["op"], "c");
+        let (key, body) = request_body(&batch, &refs, true);
+        assert_eq!(key, "topic/100/2..topic/101/2");
+        let keys: Vec<&Value> = body
+            .as_array()
+            .expect("array")
+            .iter()
+            .map(|e| &e["idempotency_key"])
+            .collect();
+        assert_eq!(keys, [&json!("topic/100/2"), &json!("topic/101/2")]);
+    }
+}
