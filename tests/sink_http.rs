@@ -10,6 +10,8 @@
 //!   the Redis window skips everything: not one request.
 //! * A 4xx answer is a dead letter naming status and body; a 429 with
 //!   `Retry-After` is retried, not sooner than asked; the auth header is sent.
+//! * It passes the conformance kit (`oncely_sinks::conformance`) with a
+//!   receiver that honours `Idempotency-Key` and folds changes into rows.
 //! * Over TLS, the server is trusted through `tls.ca.file`; without it the
 //!   certificate is refused and the sink stops (non-zero exit), sending nothing.
 #[path = "../sinks/tests/common/mod.rs"]
@@ -26,6 +28,7 @@ use common::{
     brokers, committed, create_topic, envelope, header, key, produce, produce_steadily, read_topic,
     unique, wait_until, Out,
 };
+use oncely_sinks::conformance;
 use rand::Rng;
 use sink_runner_support::*;
 use webhook_receiver::{Answer, Receiver};
@@ -313,4 +316,58 @@ async fn tls_trusts_the_ca_file_and_refuses_an_unknown_server() {
     assert!(wait_exit(&mut trusting.0, Duration::from_secs(30))
         .await
         .success());
+}
+
+/// The webhook sink as a conformance [`Target`]: the "target" is a receiver
+/// that applies each `Idempotency-Key` once and folds the changes into rows
+/// (an unavailable value keeps the column, a delete removes the row).
+struct WebhookTarget {
+    receiver: Receiver,
+}
+
+#[async_trait::async_trait]
+impl conformance::Target for WebhookTarget {
+    async fn sink(&self) -> Result<Arc<dyn oncely_sinks::Sink>, oncely_sinks::SinkError> {
+        let text = format!(
+            "bootstrap.servers = \"unused:9092\"\ngroup.id = \"g\"\ntopics = [\"t\"]\n\
+             [sink]\nkind = \"http\"\nurl = \"{}\"\n",
+            self.receiver.url()
+        );
+        let (_, config) = oncely_sinks::kinds::parse_config(&text).expect("config");
+        config.build().await
+    }
+
+    async fn rows(&self, topic: &str) -> Result<conformance::Rows, oncely_sinks::error::BoxError> {
+        let mut rows = conformance::Rows::new();
+        for body in self.receiver.applied_bodies() {
+            if body["topic"] != topic {
+                continue;
+            }
+            let id = body["key"]["id"].as_u64().ok_or("no key id")?;
+            match body["op"].as_str() {
+                Some("d") => {
+                    rows.remove(&id);
+                }
+                _ => {
+                    let row = rows.entry(id).or_default();
+                    for (column, value) in body["after"].as_object().ok_or("no after")? {
+                        if value != conformance::UNAVAILABLE {
+                            row.insert(column.clone(), value.clone());
+                        }
+                    }
+                }
+            }
+        }
+        Ok(rows)
+    }
+}
+
+#[tokio::test]
+async fn the_webhook_sink_passes_the_conformance_kit() {
+    let target = WebhookTarget {
+        receiver: Receiver::start().await,
+    };
+    conformance::check(&target, &unique("conf"))
+        .await
+        .expect("conforms");
 }

@@ -53,6 +53,8 @@ struct State {
     /// Keys applied, in the order they were first applied.
     applied: Vec<String>,
     applied_set: HashSet<String>,
+    /// Bodies of the requests applied, in that order.
+    applied_bodies: Vec<Value>,
     duplicates: u64,
     always: HashMap<String, Answer>,
     first: HashMap<String, VecDeque<Answer>>,
@@ -157,6 +159,11 @@ impl Receiver {
         self.with(|s| s.applied.len())
     }
 
+    /// Bodies of the requests applied (first of each key), in that order.
+    pub fn applied_bodies(&self) -> Vec<Value> {
+        self.with(|s| s.applied_bodies.clone())
+    }
+
     /// Requests whose key had been applied already.
     pub fn duplicates(&self) -> u64 {
         self.with(|s| s.duplicates)
@@ -206,6 +213,8 @@ async fn serve(stream: impl AsyncRead + AsyncWrite + Unpin, state: Arc<Mutex<Sta
                 None => {
                     if s.applied_set.insert(key.clone()) {
                         s.applied.push(key.clone());
+                        s.applied_bodies
+                            .push(serde_json::from_slice(&body).unwrap_or(Value::Null));
                     } else {
                         s.duplicates += 1;
                     }
