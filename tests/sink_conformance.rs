@@ -1,0 +1,73 @@
+//! The conformance kit (`oncely_sinks::conformance`) against a prebuilt sink
+//! and its real target: the Redis cache sink (owns its positions; versioned
+//! writes). The webhook sink runs it in `tests/sink_http.rs`.
+#[path = "../sinks/tests/common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+
+use common::unique;
+use oncely_sinks::conformance::{self, Rows, Target};
+use oncely_sinks::error::BoxError;
+use oncely_sinks::{Sink, SinkError};
+use serde_json::{Map, Value};
+
+fn redis_url() -> String {
+    std::env::var("ONCELY_REDIS_URL")
+        .expect("ONCELY_REDIS_URL is not set: eval \"$(scripts/services env)\"")
+}
+
+/// The Redis sink, its rows under `<topic>:<id>` (hash layout).
+struct RedisTarget;
+
+#[async_trait::async_trait]
+impl Target for RedisTarget {
+    async fn sink(&self) -> Result<Arc<dyn Sink>, SinkError> {
+        let text = format!(
+            "bootstrap.servers = \"unused:9092\"\ngroup.id = \"g\"\ntopics = [\"t\"]\n\
+             [sink]\nkind = \"redis\"\nurl = \"{}\"\nkey.pattern = \"{{topic}}:{{key}}\"\n",
+            redis_url()
+        );
+        let (_, config) = oncely_sinks::kinds::parse_config(&text).expect("config");
+        config.build().await
+    }
+
+    async fn rows(&self, topic: &str) -> Result<Rows, BoxError> {
+        let client = redis::Client::open(redis_url())?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{topic}:*"))
+            .query_async(&mut conn)
+            .await?;
+        let mut rows = Rows::new();
+        for key in keys {
+            let id: u64 = key.rsplit(':').next().ok_or("key")?.parse()?;
+            let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await?;
+            let mut row = Map::new();
+            for (field, value) in fields {
+                if field.starts_with("_oncely") {
+                    continue;
+                }
+                let value = match field.as_str() {
+                    "doc" => Value::String(value),
+                    _ => serde_json::from_str(&value)?,
+                };
+                row.insert(field, value);
+            }
+            if !row.is_empty() {
+                rows.insert(id, row);
+            }
+        }
+        Ok(rows)
+    }
+}
+
+#[tokio::test]
+async fn the_redis_sink_passes_the_conformance_kit() {
+    conformance::check(&RedisTarget, &unique("conf"))
+        .await
+        .expect("conforms");
+}
