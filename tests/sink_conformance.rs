@@ -1,6 +1,7 @@
 //! The conformance kit (`oncely_sinks::conformance`) against a prebuilt sink
-//! and its real target: the Redis cache sink (owns its positions; versioned
-//! writes). The webhook sink runs it in `tests/sink_http.rs`.
+//! and its real target: the PostgreSQL warehouse sink and the Redis cache sink
+//! (both own their positions; versioned writes). The webhook sink runs it in
+//! `tests/sink_http.rs`.
 #[path = "../sinks/tests/common/mod.rs"]
 mod common;
 
@@ -70,4 +71,69 @@ async fn the_redis_sink_passes_the_conformance_kit() {
     conformance::check(&RedisTarget, &unique("conf"))
         .await
         .expect("conforms");
+}
+
+fn pg_url() -> String {
+    std::env::var("ONCELY_PG_URL")
+        .expect("ONCELY_PG_URL is not set: eval \"$(scripts/services env)\"")
+}
+
+async fn pg() -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&pg_url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    client
+}
+
+/// The PostgreSQL sink writing into a schema of its own.
+struct PostgresTarget {
+    schema: String,
+}
+
+#[async_trait::async_trait]
+impl Target for PostgresTarget {
+    async fn sink(&self) -> Result<Arc<dyn Sink>, SinkError> {
+        let text = format!(
+            "bootstrap.servers = \"unused:9092\"\ngroup.id = \"g\"\ntopics = [\"t\"]\n\
+             [sink]\nkind = \"postgres\"\nurl = \"{}\"\ntarget.schema = \"{}\"\n",
+            pg_url(),
+            self.schema
+        );
+        let (_, config) = oncely_sinks::kinds::parse_config(&text).expect("config");
+        config.build().await
+    }
+
+    async fn rows(&self, _topic: &str) -> Result<Rows, BoxError> {
+        let sql = format!(
+            "SELECT to_jsonb(t) FROM {}.public_conformance t WHERE NOT __oncely_deleted",
+            self.schema
+        );
+        let mut rows = Rows::new();
+        for r in pg().await.query(&sql, &[]).await? {
+            let row: Value = r.get(0);
+            let id = row["id"].as_u64().ok_or("no id")?;
+            rows.insert(id, row.as_object().cloned().ok_or("not an object")?);
+        }
+        Ok(rows)
+    }
+}
+
+#[tokio::test]
+async fn the_postgres_sink_passes_the_conformance_kit() {
+    let schema = unique("conf");
+    pg().await
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .expect("schema");
+    let target = PostgresTarget {
+        schema: schema.clone(),
+    };
+    conformance::check(&target, &unique("conf"))
+        .await
+        .expect("conforms");
+    pg().await
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop schema");
 }
