@@ -1,21 +1,25 @@
 //! The conformance kit (`oncely_sinks::conformance`) against a prebuilt sink
 //! and its real target: the PostgreSQL warehouse sink and the Redis cache sink
-//! (both own their positions; versioned writes). The webhook sink runs it in
+//! (both own their positions; versioned writes) and the Elasticsearch sink
+//! (Kafka holds its positions; versioned writes). The webhook sink runs it in
 //! `tests/sink_http.rs`.
-#[path = "../sinks/tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
 
-use common::unique;
+use common::{es_url, pg_url, redis_url, unique};
 use oncely_sinks::conformance::{self, Rows, Target};
 use oncely_sinks::error::BoxError;
 use oncely_sinks::{Sink, SinkError};
 use serde_json::{Map, Value};
 
-fn redis_url() -> String {
-    std::env::var("ONCELY_REDIS_URL")
-        .expect("ONCELY_REDIS_URL is not set: eval \"$(scripts/services env)\"")
+/// The sink a `[sink]` table (its lines after the header) describes, as `oncely sink` builds it.
+async fn build(sink_table: &str) -> Result<Arc<dyn Sink>, SinkError> {
+    let text = format!(
+        "bootstrap.servers = \"unused:9092\"\ngroup.id = \"g\"\ntopics = [\"t\"]\n[sink]\n{sink_table}"
+    );
+    let (_, config) = oncely_sinks::kinds::parse_config(&text).expect("config");
+    config.build().await
 }
 
 /// The Redis sink, its rows under `<topic>:<id>` (hash layout).
@@ -24,13 +28,11 @@ struct RedisTarget;
 #[async_trait::async_trait]
 impl Target for RedisTarget {
     async fn sink(&self) -> Result<Arc<dyn Sink>, SinkError> {
-        let text = format!(
-            "bootstrap.servers = \"unused:9092\"\ngroup.id = \"g\"\ntopics = [\"t\"]\n\
-             [sink]\nkind = \"redis\"\nurl = \"{}\"\nkey.pattern = \"{{topic}}:{{key}}\"\n",
+        build(&format!(
+            "kind = \"redis\"\nurl = \"{}\"\nkey.pattern = \"{{topic}}:{{key}}\"\n",
             redis_url()
-        );
-        let (_, config) = oncely_sinks::kinds::parse_config(&text).expect("config");
-        config.build().await
+        ))
+        .await
     }
 
     async fn rows(&self, topic: &str) -> Result<Rows, BoxError> {
@@ -73,11 +75,6 @@ async fn the_redis_sink_passes_the_conformance_kit() {
         .expect("conforms");
 }
 
-fn pg_url() -> String {
-    std::env::var("ONCELY_PG_URL")
-        .expect("ONCELY_PG_URL is not set: eval \"$(scripts/services env)\"")
-}
-
 async fn pg() -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(&pg_url(), tokio_postgres::NoTls)
         .await
@@ -94,14 +91,12 @@ struct PostgresTarget {
 #[async_trait::async_trait]
 impl Target for PostgresTarget {
     async fn sink(&self) -> Result<Arc<dyn Sink>, SinkError> {
-        let text = format!(
-            "bootstrap.servers = \"unused:9092\"\ngroup.id = \"g\"\ntopics = [\"t\"]\n\
-             [sink]\nkind = \"postgres\"\nurl = \"{}\"\ntarget.schema = \"{}\"\n",
+        build(&format!(
+            "kind = \"postgres\"\nurl = \"{}\"\ntarget.schema = \"{}\"\n",
             pg_url(),
             self.schema
-        );
-        let (_, config) = oncely_sinks::kinds::parse_config(&text).expect("config");
-        config.build().await
+        ))
+        .await
     }
 
     async fn rows(&self, _topic: &str) -> Result<Rows, BoxError> {
@@ -136,4 +131,63 @@ async fn the_postgres_sink_passes_the_conformance_kit() {
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .await
         .expect("drop schema");
+}
+
+/// The Elasticsearch sink, one index per topic (the default pattern).
+struct ElasticsearchTarget;
+
+#[async_trait::async_trait]
+impl Target for ElasticsearchTarget {
+    async fn sink(&self) -> Result<Arc<dyn Sink>, SinkError> {
+        build(&format!(
+            "kind = \"elasticsearch\"\nurl = \"{}\"\n",
+            es_url()
+        ))
+        .await
+    }
+
+    async fn rows(&self, topic: &str) -> Result<Rows, BoxError> {
+        use elasticsearch::http::transport::Transport;
+        use elasticsearch::indices::IndicesRefreshParts;
+        use elasticsearch::{Elasticsearch, SearchParts};
+        let client = Elasticsearch::new(Transport::single_node(&es_url())?);
+        client
+            .indices()
+            .refresh(IndicesRefreshParts::Index(&[topic]))
+            .send()
+            .await?
+            .error_for_status_code()?;
+        let found: Value = client
+            .search(SearchParts::Index(&[topic]))
+            .size(1000)
+            .send()
+            .await?
+            .error_for_status_code()?
+            .json()
+            .await?;
+        let mut rows = Rows::new();
+        for hit in found["hits"]["hits"].as_array().ok_or("no hits")? {
+            let row = hit["_source"].as_object().cloned().ok_or("no _source")?;
+            let id = row.get("id").and_then(Value::as_u64).ok_or("no id")?;
+            rows.insert(id, row);
+        }
+        Ok(rows)
+    }
+}
+
+#[tokio::test]
+async fn the_elasticsearch_sink_passes_the_conformance_kit() {
+    let index = unique("conf");
+    conformance::check(&ElasticsearchTarget, &index)
+        .await
+        .expect("conforms");
+    let client = elasticsearch::Elasticsearch::new(
+        elasticsearch::http::transport::Transport::single_node(&es_url()).expect("transport"),
+    );
+    client
+        .indices()
+        .delete(elasticsearch::indices::IndicesDeleteParts::Index(&[&index]))
+        .send()
+        .await
+        .expect("delete index");
 }

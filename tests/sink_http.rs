@@ -16,6 +16,8 @@
 //!   certificate is refused and the sink stops (non-zero exit), sending nothing.
 #[path = "../sinks/tests/common/mod.rs"]
 mod common;
+#[path = "common/mod.rs"]
+mod services;
 mod sink_runner_support;
 mod webhook_receiver;
 
@@ -30,6 +32,7 @@ use common::{
 };
 use oncely_sinks::conformance;
 use rand::Rng;
+use services::redis_url;
 use sink_runner_support::*;
 use webhook_receiver::{Answer, Receiver};
 
@@ -37,11 +40,6 @@ const PARTITIONS: i32 = 3;
 const KILLS: usize = 6;
 /// `batch.max.records` of `runner_keys`.
 const BATCH: u64 = 25;
-
-fn redis_url() -> String {
-    std::env::var("ONCELY_REDIS_URL")
-        .expect("ONCELY_REDIS_URL is not set: eval \"$(scripts/services env)\"")
-}
 
 /// A static member with a short session, so a restarted runner gets its
 /// partitions back at once instead of after the killed one's session expired.
