@@ -50,7 +50,7 @@ use crate::secret::Secret;
 use crate::sink::{Batch, Positions, Record, Sink};
 
 /// Default `dedup.max.entries` (memory store): identities kept.
-pub const DEFAULT_DEDUP_MAX_ENTRIES: u64 = 1_000_000;
+pub const DEFAULT_DEDUP_MAX_ENTRIES: u64 = 100_000;
 /// Default `dedup.ttl.ms`: how long an identity is kept (one day).
 pub const DEFAULT_DEDUP_TTL_MS: u64 = 86_400_000;
 /// Key prefix of the Redis store before the group id: `oncely:dedup:<group.id>:`.
