@@ -34,21 +34,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oncely_dedup::{DedupError, RedisWindow, WindowStore};
+use oncely_dedup::{RedisWindow, WindowStore};
+use oncely_sinks::runner::dedup::window_error as dedup_error;
 use oncely_sinks::{Batch, Op, Runner, RunnerConfig, Sink, SinkError};
 
 /// Notifies about every created or updated row, once per event.
 struct NotifySink {
     window: RedisWindow,
     out: PathBuf,
-}
-
-fn dedup_error(e: DedupError) -> SinkError {
-    if e.is_retriable() {
-        SinkError::retriable_from("dedup window", e)
-    } else {
-        SinkError::fatal_from("dedup window", e)
-    }
 }
 
 impl NotifySink {

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
+pub use crate::runner::dedup::{DedupConfig, DedupStore};
 
 /// Default `batch.max.records`.
 pub const DEFAULT_BATCH_MAX_RECORDS: usize = 1000;
@@ -143,6 +144,10 @@ pub struct RunnerConfig {
     /// `[kafka]`: extra librdkafka consumer/producer properties (security, timeouts, ...).
     #[serde(default)]
     pub kafka: BTreeMap<String, String>,
+    /// `[dedup]`: a window of applied identities in front of the sink
+    /// (see [`crate::runner::dedup`]). Unset: none (the HTTP sink defaults to a memory window).
+    #[serde(default)]
+    pub dedup: Option<DedupConfig>,
 }
 
 fn default_ignore_topics() -> Vec<String> {
@@ -202,6 +207,7 @@ impl RunnerConfig {
             shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
             debezium_schemaless_accept: false,
             kafka: BTreeMap::new(),
+            dedup: None,
         }
     }
 
@@ -276,6 +282,9 @@ impl RunnerConfig {
                     "the dead-letter topic must not be one of `topics`",
                 ));
             }
+        }
+        if let Some(dedup) = &self.dedup {
+            dedup.validate()?;
         }
         self.metrics_addr()?;
         for key in self.kafka.keys() {
@@ -357,6 +366,11 @@ pub fn parse_runner_config(text: &str) -> Result<(RunnerConfig, Option<toml::Tab
                 let mut props = toml::Table::new();
                 flatten_into(&mut props, "", t, true)?;
                 flat.insert("kafka".into(), toml::Value::Table(props));
+            }
+            ("dedup", toml::Value::Table(t)) => {
+                let mut keys = toml::Table::new();
+                flatten_into(&mut keys, "", t, false)?;
+                flat.insert("dedup".into(), toml::Value::Table(keys));
             }
             (_, value) => flatten_value(&mut flat, key, value, false)?,
         }

@@ -6,6 +6,7 @@
 //! command does the same for the sinks of [`kinds`].
 
 pub mod config;
+pub mod conformance;
 pub mod debezium;
 pub mod error;
 pub mod event;

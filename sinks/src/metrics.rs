@@ -32,6 +32,8 @@ pub const OFFSET_COMMIT_FAILURES_TOTAL: &str = "oncely_sink_offset_commit_failur
 /// subscribed topics had no owner in the group.
 pub const UNOWNED_PARTITION_REBALANCES_TOTAL: &str =
     "oncely_sink_unowned_partition_rebalances_total";
+/// Counter: records the dedup window (`[dedup]`) found already applied and skipped.
+pub const DEDUP_SKIPPED_TOTAL: &str = "oncely_sink_dedup_skipped_total";
 /// Label: topic name.
 pub const LABEL_TOPIC: &str = "topic";
 /// Label: partition number.
@@ -65,6 +67,8 @@ pub struct Metrics {
     pub offset_commit_failures: IntCounter,
     /// See [`UNOWNED_PARTITION_REBALANCES_TOTAL`].
     pub unowned_partition_rebalances: IntCounter,
+    /// See [`DEDUP_SKIPPED_TOTAL`].
+    pub dedup_skipped: IntCounterVec,
     /// Every registered metric, as registered.
     catalog: Arc<Vec<MetricInfo>>,
 }
@@ -145,6 +149,13 @@ impl Metrics {
             UNOWNED_PARTITION_REBALANCES_TOTAL,
             "Rebalances asked for because subscribed partitions had no owner in the group",
         )?;
+        let dedup_skipped = IntCounterVec::new(
+            Opts::new(
+                DEDUP_SKIPPED_TOTAL,
+                "Records skipped because the dedup window holds their identity",
+            ),
+            &[LABEL_SINK, LABEL_TOPIC],
+        )?;
         let mut catalog = Vec::new();
         let c = &mut catalog;
         register(&registry, c, &unowned_partition_rebalances, "counter")?;
@@ -156,6 +167,7 @@ impl Metrics {
         register(&registry, c, &batch_duration, "histogram")?;
         register(&registry, c, &retries, "counter")?;
         register(&registry, c, &dead_letters, "counter")?;
+        register(&registry, c, &dedup_skipped, "counter")?;
         Ok(Self {
             registry,
             consumer_lag,
@@ -167,6 +179,7 @@ impl Metrics {
             commit_lag_seconds,
             offset_commit_failures,
             unowned_partition_rebalances,
+            dedup_skipped,
             catalog: Arc::new(catalog),
         })
     }

@@ -68,8 +68,25 @@ pub enum RetryOutcome<E> {
 pub async fn retry<T, E, Op, Fut>(
     backoff: &mut Backoff,
     cancel: &CancellationToken,
-    mut op: Op,
+    op: Op,
     is_retriable: impl Fn(&E) -> bool,
+    on_retry: impl FnMut(&E, Duration),
+) -> Result<T, RetryOutcome<E>>
+where
+    Op: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    retry_hinted(backoff, cancel, op, (is_retriable, |_: &E| None), on_retry).await
+}
+
+/// [`retry`], where an error may also name the least delay before the next
+/// attempt (an HTTP `Retry-After`): `policy` is `(is_retriable, least_delay)`,
+/// and the delay slept is the longer of that and the backoff's.
+pub async fn retry_hinted<T, E, Op, Fut>(
+    backoff: &mut Backoff,
+    cancel: &CancellationToken,
+    mut op: Op,
+    (is_retriable, least_delay): (impl Fn(&E) -> bool, impl Fn(&E) -> Option<Duration>),
     mut on_retry: impl FnMut(&E, Duration),
 ) -> Result<T, RetryOutcome<E>>
 where
@@ -84,7 +101,9 @@ where
             }
             Err(e) if !is_retriable(&e) => return Err(RetryOutcome::Failed(e)),
             Err(e) => {
-                let delay = backoff.next_delay();
+                let delay = backoff
+                    .next_delay()
+                    .max(least_delay(&e).unwrap_or_default());
                 on_retry(&e, delay);
                 tokio::select! {
                     biased;
@@ -144,6 +163,28 @@ mod tests {
         // Slept at least the halves of 1s + 2s + 4s with time paused.
         assert!(start.elapsed() >= Duration::from_millis(3500));
         assert_eq!(b.peek(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hinted_delay_is_honoured_when_longer_than_the_backoff() {
+        let calls = AtomicU32::new(0);
+        let mut b = Backoff::new(Duration::from_millis(10), Duration::from_millis(10));
+        let cancel = CancellationToken::new();
+        let mut seen = Vec::new();
+        let result = retry_hinted(
+            &mut b,
+            &cancel,
+            || async {
+                (calls.fetch_add(1, Ordering::SeqCst) >= 2)
+                    .then_some(())
+                    .ok_or(7u64)
+            },
+            (|_: &u64| true, |s: &u64| Some(Duration::from_secs(*s))),
+            |_, d| seen.push(d),
+        )
+        .await;
+        assert_eq!(result, Ok(()));
+        assert_eq!(seen, [Duration::from_secs(7), Duration::from_secs(7)]);
     }
 
     #[tokio::test(start_paused = true)]

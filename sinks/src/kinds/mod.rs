@@ -13,6 +13,7 @@
 
 pub mod elasticsearch;
 pub mod file;
+pub mod http;
 pub mod journal;
 mod json;
 pub mod postgres;
@@ -42,6 +43,8 @@ pub enum SinkConfig {
     Postgres(postgres::PostgresConfig),
     /// A Redis cache of the current row per key: versioned writes and positions in one Lua script call.
     Redis(redis::RedisConfig),
+    /// Webhooks: each change POSTed as JSON with an `Idempotency-Key`; Kafka holds the positions.
+    Http(http::HttpConfig),
 }
 
 impl SinkConfig {
@@ -54,6 +57,7 @@ impl SinkConfig {
             Self::Elasticsearch(c) => c.validate(),
             Self::Postgres(c) => c.validate(),
             Self::Redis(c) => c.validate(),
+            Self::Http(c) => c.validate(),
         }
     }
 
@@ -66,13 +70,14 @@ impl SinkConfig {
             Self::Elasticsearch(c) => Arc::new(elasticsearch::ElasticsearchSink::connect(c).await?),
             Self::Postgres(c) => Arc::new(postgres::PostgresSink::connect(c).await?),
             Self::Redis(c) => Arc::new(redis::RedisSink::connect(c).await?),
+            Self::Http(c) => Arc::new(http::HttpSink::connect(c)?),
         })
     }
 }
 
 /// Parses a whole `sink.toml`: the runner's keys and the `[sink]` table, both validated.
 pub fn parse_config(text: &str) -> Result<(RunnerConfig, SinkConfig), ConfigError> {
-    let (runner, sink) = parse_runner_config(text)?;
+    let (mut runner, sink) = parse_runner_config(text)?;
     runner.validate()?;
     let sink =
         sink.ok_or_else(|| ConfigError::new("sink", "missing [sink] table (with `kind = ...`)"))?;
@@ -82,10 +87,16 @@ pub fn parse_config(text: &str) -> Result<(RunnerConfig, SinkConfig), ConfigErro
         let msg = e.message().to_owned();
         ConfigError::new(
             "sink",
-            format!("{msg} (known kinds: file, stdout, journal, elasticsearch, postgres, redis)"),
+            format!(
+                "{msg} (known kinds: file, stdout, journal, elasticsearch, postgres, redis, http)"
+            ),
         )
     })?;
     sink.validate()?;
+    // A webhook cannot compare versions: a dedup window in front of it unless `[dedup]` says otherwise.
+    if matches!(sink, SinkConfig::Http(_)) && runner.dedup.is_none() {
+        runner.dedup = Some(Default::default());
+    }
     Ok((runner, sink))
 }
 

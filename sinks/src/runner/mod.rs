@@ -12,6 +12,10 @@
 //!   start at the sink's stored positions; Kafka commits serve lag monitoring only.
 //!   Otherwise each record is applied at least once, the duplicates after a crash
 //!   being exactly the records applied but not yet committed to Kafka.
+//! * With `[dedup]` (see [`dedup`]), a sink that does not own its positions
+//!   sits behind a window of applied identities: a redelivered record whose
+//!   identity the window holds is skipped; only the batches in flight at a
+//!   crash can repeat.
 //!
 //! # Threads and memory
 //!
@@ -33,6 +37,7 @@
 //! read again by the next owner.
 
 mod context;
+pub mod dedup;
 pub(crate) mod dlq;
 mod ownership;
 mod shared;
@@ -194,6 +199,15 @@ impl Runner {
                     })?,
             ),
             None => None,
+        };
+        let sink = match &config.dedup {
+            Some(dedup) => {
+                let skipped = metrics.dedup_skipped.clone();
+                self::dedup::wrap(sink, dedup, &config.group_id, skipped)
+                    .await
+                    .map_err(RunnerError::Sink)?
+            }
+            None => sink,
         };
         let base = client_config(&config);
         let dlq = match &config.dlq_topic {

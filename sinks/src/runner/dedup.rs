@@ -1,0 +1,309 @@
+//! Runner-level dedup: the `[dedup]` table puts a bounded window of event
+//! identities (`oncely-dedup`) in front of any sink that does not own its
+//! positions, so a record the target already took is skipped, not applied again.
+//!
+//! # What the window guarantees
+//!
+//! For each batch the runner (1) asks the window which records it holds and
+//! drops them (counted in `oncely_sink_dedup_skipped_total`), (2) applies the
+//! rest, (3) puts their identities in the window — only after the sink
+//! returned `Ok`. Hence:
+//!
+//! * A record whose identity is in the window is never applied again: not on a
+//!   retried batch, not after a restart or rebalance that reads older offsets
+//!   again (with `store = "redis"`, which outlives the process; the `memory`
+//!   store only covers retries and redeliveries inside one process), as long
+//!   as the identity is younger than `ttl.ms` (and, in memory, among the last
+//!   `max.entries`).
+//! * A crash (or a failed window write) between the target's acknowledgement
+//!   and step 3 leaves those records out of the window: they are applied once
+//!   more. At most the batches in flight at the crash repeat, i.e. at most
+//!   `batch.max.records` records per partition. That repeat carries the same
+//!   identity, which sinks hand to the target (the HTTP sink's
+//!   `Idempotency-Key`), so a target that remembers keys absorbs it too.
+//! * A partially applied batch that failed (retriable or rejected records) is
+//!   applied again whole: the same bound and the same key cover it.
+//!
+//! # Identity
+//!
+//! `<topic>/<commit_lsn>/<event_seq>` — the event's source position, unique per
+//! event (a tombstone carrying `oncely.position` is decoded as the delete it
+//! follows, hence a duplicate of it) — or, with `identity.field`, the value of
+//! that field of the envelope (`after.event_id`: an outbox event's own id).
+//! Records without a change event (plain tombstones, Debezium bookkeeping) have
+//! no identity and always pass.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::try_join_all;
+use oncely_dedup::{DedupError, MemoryWindow, RedisWindow, WindowStore};
+use prometheus::IntCounterVec;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::{ConfigError, SinkError};
+use crate::secret::Secret;
+use crate::sink::{Batch, Positions, Record, Sink};
+
+/// Default `dedup.max.entries` (memory store): identities kept.
+pub const DEFAULT_DEDUP_MAX_ENTRIES: u64 = 100_000;
+/// Default `dedup.ttl.ms`: how long an identity is kept (one day).
+pub const DEFAULT_DEDUP_TTL_MS: u64 = 86_400_000;
+/// Key prefix of the Redis store before the group id: `oncely:dedup:<group.id>:`.
+pub const DEDUP_REDIS_PREFIX: &str = "oncely:dedup:";
+
+/// Where the window lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DedupStore {
+    /// In the process, bounded by count and age; lost on restart.
+    #[default]
+    Memory,
+    /// In Redis, bounded by age; survives restarts and moves between runners.
+    Redis,
+    /// No window (turns off the HTTP sink's default one).
+    None,
+}
+
+/// The `[dedup]` table (see the module docs).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DedupConfig {
+    /// `store`: `memory` (default), `redis` or `none`.
+    #[serde(default)]
+    pub store: DedupStore,
+    /// `max.entries`: bound on identities held by the memory store.
+    #[serde(rename = "max.entries", default)]
+    pub max_entries: Option<u64>,
+    /// `ttl.ms`: how long an identity stays in the window.
+    #[serde(rename = "ttl.ms", default)]
+    pub ttl_ms: Option<u64>,
+    /// `redis.url`: the Redis of the `redis` store (`${env:..}`/`${file:..}` accepted).
+    #[serde(rename = "redis.url", default)]
+    pub redis_url: Option<Secret>,
+    /// `redis.key.prefix`: prefix of the identities' keys (default `oncely:dedup:<group.id>:`).
+    #[serde(rename = "redis.key.prefix", default)]
+    pub redis_key_prefix: Option<String>,
+    /// `identity.field`: dotted path into the envelope (`after.event_id`) whose
+    /// value identifies an event; unset: the source position.
+    #[serde(rename = "identity.field", default)]
+    pub identity_field: Option<String>,
+}
+
+impl DedupConfig {
+    /// Checks the values; errors name `dedup.<key>`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.ttl_ms == Some(0) {
+            return Err(ConfigError::new("dedup.ttl.ms", "must be at least 1"));
+        }
+        if self.max_entries == Some(0) {
+            return Err(ConfigError::new("dedup.max.entries", "must be at least 1"));
+        }
+        match self.store {
+            DedupStore::Redis if self.redis_url.is_none() => Err(ConfigError::new(
+                "dedup.redis.url",
+                "required with store = \"redis\" (e.g. redis://127.0.0.1:6379)",
+            )),
+            DedupStore::Redis if self.max_entries.is_some() => Err(ConfigError::new(
+                "dedup.max.entries",
+                "the redis store is bounded by `ttl.ms` only (and Redis maxmemory)",
+            )),
+            DedupStore::Memory | DedupStore::None if self.redis_url.is_some() => Err(
+                ConfigError::new("dedup.redis.url", "only used with store = \"redis\""),
+            ),
+            _ => Ok(()),
+        }
+        .and_then(|()| match &self.identity_field {
+            Some(f) if f.split('.').any(str::is_empty) => Err(ConfigError::new(
+                "dedup.identity.field",
+                "a dotted path into the envelope, e.g. after.event_id",
+            )),
+            _ => Ok(()),
+        })
+    }
+
+    fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms.unwrap_or(DEFAULT_DEDUP_TTL_MS))
+    }
+
+    /// Opens the configured window; `None` for `store = "none"`.
+    pub async fn open(&self, group: &str) -> Result<Option<Arc<dyn WindowStore>>, SinkError> {
+        Ok(match self.store {
+            DedupStore::None => None,
+            DedupStore::Memory => Some(Arc::new(MemoryWindow::new(
+                self.max_entries.unwrap_or(DEFAULT_DEDUP_MAX_ENTRIES),
+                self.ttl(),
+            ))),
+            DedupStore::Redis => {
+                let url = self
+                    .redis_url
+                    .as_ref()
+                    .ok_or_else(|| SinkError::fatal("dedup.redis.url is not set"))?
+                    .resolve()
+                    .map_err(|e| SinkError::fatal_from("dedup.redis.url", e))?;
+                let prefix = self
+                    .redis_key_prefix
+                    .clone()
+                    .unwrap_or_else(|| format!("{DEDUP_REDIS_PREFIX}{group}:"));
+                let window = RedisWindow::connect(url.expose(), &prefix, self.ttl())
+                    .await
+                    .map_err(window_error)?;
+                Some(Arc::new(window))
+            }
+        })
+    }
+}
+
+/// A window error as a sink error: unavailable is retriable, the rest fatal.
+pub fn window_error(e: DedupError) -> SinkError {
+    if e.is_retriable() {
+        SinkError::retriable_from("dedup window", e)
+    } else {
+        SinkError::fatal_from("dedup window", e)
+    }
+}
+
+/// The identity of `record` of `topic` (see the module docs); `None`: no identity.
+pub fn event_identity(topic: &str, record: &Record, field: Option<&str>) -> Option<String> {
+    let event = record.event()?;
+    if let Some(path) = field {
+        let mut parts = path.split('.');
+        let root = match parts.next()? {
+            "after" => event.after.as_ref(),
+            "before" => event.before.as_ref(),
+            "source" => Some(&event.source),
+            _ => None,
+        };
+        let found = root.and_then(|m| {
+            let mut v = m.get(parts.next()?)?;
+            for p in parts {
+                v = v.get(p)?;
+            }
+            Some(v)
+        });
+        match found {
+            Some(Value::String(s)) => return Some(format!("{topic}/{path}={s}")),
+            Some(Value::Null) | None => {}
+            Some(v) => return Some(format!("{topic}/{path}={v}")),
+        }
+    }
+    Some(format!("{topic}/{}", event.version))
+}
+
+/// A sink behind a dedup window (see the module docs).
+pub(crate) struct DedupSink {
+    inner: Arc<dyn Sink>,
+    window: Arc<dyn WindowStore>,
+    field: Option<String>,
+    skipped: IntCounterVec,
+}
+
+impl DedupSink {
+    pub(crate) fn new(
+        inner: Arc<dyn Sink>,
+        window: Arc<dyn WindowStore>,
+        field: Option<String>,
+        skipped: IntCounterVec,
+    ) -> Self {
+        Self {
+            inner,
+            window,
+            field,
+            skipped,
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for DedupSink {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn assigned(&self, starts: &Positions) -> Result<(), SinkError> {
+        self.inner.assigned(starts).await
+    }
+
+    fn prepare(&self, batch: &mut Batch) {
+        self.inner.prepare(batch);
+    }
+
+    async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
+        let ids: Vec<Option<String>> = batch
+            .records()
+            .iter()
+            .map(|r| event_identity(batch.topic(), r, self.field.as_deref()))
+            .collect();
+        let held = try_join_all(ids.iter().map(|id| async move {
+            match id {
+                Some(id) => self.window.contains(id.as_bytes()).await,
+                None => Ok(false),
+            }
+        }))
+        .await
+        .map_err(window_error)?;
+        // Skip what the window holds, and a second record of one identity in the batch.
+        let mut fresh = HashSet::new();
+        let mut skip = Vec::new();
+        for ((record, id), held) in batch.records().iter().zip(&ids).zip(held) {
+            if let Some(id) = id {
+                if held || !fresh.insert(id.as_str()) {
+                    skip.push(record.offset);
+                }
+            }
+        }
+        let to_apply = if skip.is_empty() {
+            Cow::Borrowed(batch)
+        } else {
+            let mut b = batch.clone();
+            b.remove_offsets(&skip);
+            Cow::Owned(b)
+        };
+        self.inner.apply(&to_apply).await?;
+        try_join_all(fresh.iter().map(|id| self.window.remember(id.as_bytes())))
+            .await
+            .map_err(window_error)?;
+        if !skip.is_empty() {
+            self.skipped
+                .with_label_values(&[self.inner.name(), batch.topic()])
+                .inc_by(skip.len() as u64);
+        }
+        Ok(())
+    }
+
+    async fn shutdown(&self) -> Result<(), SinkError> {
+        self.inner.shutdown().await
+    }
+}
+
+/// Puts `sink` behind the window `config` describes (`store = "none"`: unchanged).
+pub(crate) async fn wrap(
+    sink: Arc<dyn Sink>,
+    config: &DedupConfig,
+    group: &str,
+    skipped: IntCounterVec,
+) -> Result<Arc<dyn Sink>, SinkError> {
+    if sink.owns_positions() {
+        return Err(SinkError::fatal(format!(
+            "`[dedup]`: sink `{}` owns its positions and applies each record once already; remove [dedup]",
+            sink.name()
+        )));
+    }
+    Ok(match config.open(group).await? {
+        None => sink,
+        Some(window) => Arc::new(DedupSink::new(
+            sink,
+            window,
+            config.identity_field.clone(),
+            skipped,
+        )),
+    })
+}
+
+#[cfg(test)]
+#[path = "dedup_tests.rs"]
+mod tests;

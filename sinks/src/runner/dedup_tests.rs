@@ -1,0 +1,207 @@
+use std::sync::Mutex;
+
+use serde_json::json;
+
+use super::*;
+use crate::event::decode_value;
+use crate::metrics::Metrics;
+
+/// Records the offsets it is given; fails the next `fail` applies (after recording).
+#[derive(Default)]
+struct Recording {
+    applied: Mutex<Vec<i64>>,
+    fail: Mutex<u32>,
+}
+
+#[async_trait]
+impl Sink for Recording {
+    fn name(&self) -> &str {
+        "recording"
+    }
+    async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
+        let mut applied = self.applied.lock().expect("lock");
+        applied.extend(batch.records().iter().map(|r| r.offset));
+        let mut fail = self.fail.lock().expect("lock");
+        if *fail > 0 {
+            *fail -= 1;
+            return Err(SinkError::retriable("acknowledged, then the process died"));
+        }
+        Ok(())
+    }
+}
+
+fn record(offset: i64, lsn: u64, seq: u64, event_id: &str) -> Record {
+    let value = json!({
+        "before": null,
+        "after": {"id": 1, "event_id": event_id},
+        "source": {"commit_lsn": lsn, "event_seq": seq, "schema": "public", "table": "t"},
+        "op": "c",
+    })
+    .to_string();
+    let payload = decode_value(Some(value.as_bytes())).expect("decode");
+    Record::new(offset, Some(json!({"id": 1})), payload)
+}
+
+fn batch(records: Vec<Record>) -> Batch {
+    let next = records.last().map_or(0, |r| r.offset + 1);
+    Batch::new(Arc::from("g"), (Arc::from("t"), 0), records, next)
+}
+
+fn dedup(inner: Arc<Recording>, field: Option<&str>) -> (DedupSink, Metrics) {
+    let metrics = Metrics::new().expect("metrics");
+    let window = Arc::new(MemoryWindow::new(1000, Duration::from_secs(60)));
+    let sink = DedupSink::new(
+        inner,
+        window,
+        field.map(str::to_owned),
+        metrics.dedup_skipped.clone(),
+    );
+    (sink, metrics)
+}
+
+fn skipped(m: &Metrics) -> u64 {
+    m.dedup_skipped.with_label_values(&["recording", "t"]).get()
+}
+
+#[tokio::test]
+async fn a_redelivered_batch_is_skipped_and_counted() {
+    let inner = Arc::new(Recording::default());
+    let (sink, metrics) = dedup(inner.clone(), None);
+    let first = batch(vec![record(0, 10, 0, "a"), record(1, 10, 1, "b")]);
+    sink.apply(&first).await.expect("first");
+    // Redelivered from an older offset, with one new record behind.
+    let again = batch(vec![
+        record(0, 10, 0, "a"),
+        record(1, 10, 1, "b"),
+        record(2, 11, 0, "c"),
+    ]);
+    sink.apply(&again).await.expect("again");
+    assert_eq!(*inner.applied.lock().expect("lock"), [0, 1, 2]);
+    assert_eq!(skipped(&metrics), 2);
+}
+
+#[tokio::test]
+async fn one_identity_twice_in_a_batch_is_applied_once() {
+    let inner = Arc::new(Recording::default());
+    let (sink, metrics) = dedup(inner.clone(), None);
+    // A delete and the tombstone decoded as that delete share the position.
+    sink.apply(&batch(vec![record(0, 10, 0, "a"), record(1, 10, 0, "a")]))
+        .await
+        .expect("apply");
+    assert_eq!(*inner.applied.lock().expect("lock"), [0]);
+    assert_eq!(skipped(&metrics), 1);
+}
+
+#[tokio::test]
+async fn nothing_is_remembered_before_the_sink_returns_ok() {
+    let inner = Arc::new(Recording::default());
+    *inner.fail.lock().expect("lock") = 1;
+    let (sink, _) = dedup(inner.clone(), None);
+    let b = batch(vec![record(0, 10, 0, "a")]);
+    sink.apply(&b).await.expect_err("fails once");
+    sink.apply(&b).await.expect("retried");
+    sink.apply(&b).await.expect("redelivered");
+    // The documented repeat: the failed attempt and its retry; then skipped.
+    assert_eq!(*inner.applied.lock().expect("lock"), [0, 0]);
+}
+
+#[tokio::test]
+async fn identity_field_names_the_event() {
+    let inner = Arc::new(Recording::default());
+    let (sink, metrics) = dedup(inner.clone(), Some("after.event_id"));
+    sink.apply(&batch(vec![record(0, 10, 0, "evt-1")]))
+        .await
+        .expect("first");
+    // Same outbox event id, written again by the application at another position.
+    sink.apply(&batch(vec![
+        record(1, 20, 0, "evt-1"),
+        record(2, 20, 1, "evt-2"),
+    ]))
+    .await
+    .expect("second");
+    assert_eq!(*inner.applied.lock().expect("lock"), [0, 2]);
+    assert_eq!(skipped(&metrics), 1);
+}
+
+#[test]
+fn config_is_checked_with_the_key_named() {
+    let bad = |c: DedupConfig| c.validate().expect_err("invalid").field;
+    assert_eq!(
+        bad(DedupConfig {
+            store: DedupStore::Redis,
+            ..Default::default()
+        }),
+        "dedup.redis.url"
+    );
+    assert_eq!(
+        bad(DedupConfig {
+            ttl_ms: Some(0),
+            ..Default::default()
+        }),
+        "dedup.ttl.ms"
+    );
+    assert_eq!(
+        bad(DedupConfig {
+            identity_field: Some("after.".into()),
+            ..Default::default()
+        }),
+        "dedup.identity.field"
+    );
+}
+
+#[test]
+fn the_dedup_table_parses_with_bare_dotted_keys() {
+    let text = "bootstrap.servers = \"k:9092\"\ngroup.id = \"g\"\ntopics = [\"t\"]\n\
+                [dedup]\nstore = \"redis\"\nredis.url = \"redis://r:6379\"\nttl.ms = 5000\n\
+                identity.field = \"after.event_id\"\n[sink]\nkind = \"stdout\"\n";
+    let (runner, _) = crate::kinds::parse_config(text).expect("valid");
+    let d = runner.dedup.expect("dedup");
+    assert_eq!(d.store, DedupStore::Redis);
+    assert_eq!(d.ttl_ms, Some(5000));
+    assert_eq!(d.identity_field.as_deref(), Some("after.event_id"));
+    let e = crate::kinds::parse_config(&text.replace("ttl.ms", "tll.ms")).expect_err("typo");
+    assert!(e.message.contains("tll"), "{e}");
+}
+
+/// Owns its positions: applies each record once by itself.
+struct Owning;
+
+#[async_trait]
+impl Sink for Owning {
+    fn name(&self) -> &str {
+        "owning"
+    }
+    fn owns_positions(&self) -> bool {
+        true
+    }
+    async fn apply(&self, _: &Batch) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_position_owning_sink_is_refused_and_none_leaves_the_sink_alone() {
+    let metrics = Metrics::new().expect("metrics");
+    let e = wrap(
+        Arc::new(Owning),
+        &DedupConfig::default(),
+        "g",
+        metrics.dedup_skipped.clone(),
+    )
+    .await
+    .err()
+    .expect("refused");
+    assert!(
+        e.is_fatal() && e.to_string().contains("owns its positions"),
+        "{e}"
+    );
+    let off = DedupConfig {
+        store: DedupStore::None,
+        ..Default::default()
+    };
+    let inner: Arc<dyn Sink> = Arc::new(Recording::default());
+    let same = wrap(inner.clone(), &off, "g", metrics.dedup_skipped.clone())
+        .await
+        .expect("none");
+    assert!(Arc::ptr_eq(&inner, &same));
+}
