@@ -11,6 +11,12 @@
 //! old-name events arriving after the rename): they must land in `b`, not
 //! in the new `a`, and add no column.
 //!
+//! `a_rename_while_capture_is_stopped_keeps_old_events_in_the_renamed_column`:
+//! capture restarted after a rename still ties the older, not yet published
+//! old-name events to the column (through the former names its
+//! schema-change records carry); replayed after the warehouse renamed the
+//! column they must land in it and add no old-name column.
+//!
 //! `dropped_columns_follow_the_setting`: `schema.evolution.drop.columns`
 //! `drop` removes the column, the default `keep` keeps it.
 mod capture_harness;
@@ -79,6 +85,26 @@ fn stop(child: &mut Spawned) {
     kill9(&mut child.0);
 }
 
+/// Empties the warehouse table and starts the warehouse sink again under a
+/// new consumer group, so every event is applied once more after the
+/// warehouse already renamed its columns; waits for `rows` rows.
+async fn replay_into_emptied(p: &mut Pipeline, table: &str, rows: i64) -> Result<Spawned> {
+    let w = WAREHOUSE_SCHEMA;
+    p.env
+        .client
+        .batch_execute(&format!("DELETE FROM {w}.public_{table}"))
+        .await?;
+    let sink_table = format!(
+        "[sink]\nkind = \"postgres\"\nurl = \"{}\"\ntarget.schema = \"{w}\"\n",
+        capture_harness::db_url(&p.env.dbname)
+    );
+    p.add_sink("replay", &sink_table)?;
+    p.sinks.remove(0);
+    let replay = p.spawn_sink(0)?;
+    wait_rows(p, w, table, rows).await?;
+    Ok(replay)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renamed_columns_are_renamed_and_old_events_land_in_them() -> Result<()> {
     let mut p = Pipeline::new(
@@ -139,16 +165,7 @@ async fn rename(p: &mut Pipeline) -> Result<()> {
     // Every event again, into the emptied table, by a new group: the
     // old-name events come after the warehouse renamed the column.
     stop(&mut sink);
-    db.batch_execute(&format!("DELETE FROM {w}.public_ren"))
-        .await?;
-    let sink_table = format!(
-        "[sink]\nkind = \"postgres\"\nurl = \"{}\"\ntarget.schema = \"{w}\"\n",
-        capture_harness::db_url(&p.env.dbname)
-    );
-    p.add_sink("replay", &sink_table)?;
-    p.sinks.remove(0);
-    let mut replay = p.spawn_sink(0)?;
-    wait_rows(p, w, "ren", 30).await?;
+    let mut replay = replay_into_emptied(p, "ren", 30).await?;
     let old_values: i64 = db
         .query_one(
             &format!("SELECT count(*) FROM {w}.public_ren WHERE b = 's' || id AND id BETWEEN 6 AND 20 AND a IS NULL"),
@@ -161,6 +178,68 @@ async fn rename(p: &mut Pipeline) -> Result<()> {
         "rows 6..=20 hold their old-name values in b"
     );
     assert_eq!(columns(p, w, "ren").await?, ["a", "b", "id", "v"]);
+    assert_equal(p).await?;
+    stop(&mut replay);
+    stop(&mut capture);
+    Ok(())
+}
+
+/// A rename committed while capture is stopped, after rows it has not
+/// published yet: at start capture sees the new name in the catalog (and
+/// publishes the rename) before it streams those rows, whose Relation still
+/// says `a`. Their field must still carry `a`'s attnum, or the warehouse
+/// adds a column `a` beside the renamed `b` when the events are applied
+/// after the rename (seen under SIGKILLs in conformance_ddl).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_while_capture_is_stopped_keeps_old_events_in_the_renamed_column() -> Result<()> {
+    let mut p = Pipeline::new(
+        "wh_ren_stopped",
+        "CREATE TABLE ren_stopped (id int PRIMARY KEY, v int, a text)",
+        &["ren_stopped"],
+        "snapshot.mode = \"initial\"\nschema.change.backfill = \"off\"\n",
+    )
+    .await?;
+    p.sinks.truncate(1);
+    let result = rename_while_stopped(&mut p).await;
+    if result.is_err() {
+        eprintln!("logs in {}", p.env.dir.display());
+    }
+    p.cleanup().await;
+    result
+}
+
+async fn rename_while_stopped(p: &mut Pipeline) -> Result<()> {
+    let w = WAREHOUSE_SCHEMA;
+    let db = p.env.connect().await?;
+    db.batch_execute("INSERT INTO ren_stopped SELECT n, n, 's' || n FROM generate_series(1, 10) n")
+        .await?;
+    let mut capture = p.spawn_capture()?;
+    let mut sink = p.spawn_sink(0)?;
+    wait_rows(p, w, "ren_stopped", 10).await?;
+    stop(&mut capture);
+    db.batch_execute(
+        "INSERT INTO ren_stopped SELECT n, n, 's' || n FROM generate_series(11, 20) n;\
+         ALTER TABLE ren_stopped RENAME COLUMN a TO b;\
+         INSERT INTO ren_stopped SELECT n, n, 's' || n FROM generate_series(21, 30) n",
+    )
+    .await?;
+    let mut capture = p.spawn_capture()?;
+    wait_rows(p, w, "ren_stopped", 30).await?;
+    stop(&mut sink);
+    let mut replay = replay_into_emptied(p, "ren_stopped", 30).await?;
+    let in_b: i64 = db
+        .query_one(
+            &format!("SELECT count(*) FROM {w}.public_ren_stopped WHERE b = 's' || id"),
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(
+        columns(p, w, "ren_stopped").await?,
+        ["b", "id", "v"],
+        "no column for the old name"
+    );
+    assert_eq!(in_b, 30, "every row's value is in b");
     assert_equal(p).await?;
     stop(&mut replay);
     stop(&mut capture);

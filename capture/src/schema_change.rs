@@ -47,6 +47,52 @@ pub struct ColumnDef {
 /// The columns of each captured table (`schema.table`), in attnum order.
 pub type TableSchemas = BTreeMap<String, Vec<ColumnDef>>;
 
+/// A name a column had before a RENAME. Events decoded from WAL written
+/// before the rename still use it (a restart replays them after capture
+/// saw the new name in the catalog), and only this ties them to the column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FormerName {
+    pub attnum: i16,
+    pub name: String,
+}
+
+/// How many former names are kept per table: the oldest go first. A name
+/// is needed only while events older than its rename can still be replayed.
+const FORMER_NAMES_KEPT: usize = 64;
+
+/// What capture knows of each table's shape: its columns as last
+/// published and the names its columns had before.
+#[derive(Debug, Clone, Default)]
+pub struct SchemaHistory {
+    pub columns: TableSchemas,
+    pub former_names: BTreeMap<String, Vec<FormerName>>,
+}
+
+impl SchemaHistory {
+    /// Records the columns `changes` renamed in `table` under their old names.
+    pub fn note_renames(&mut self, table: &str, changes: &[ColumnChange]) {
+        for change in changes {
+            if let ColumnChange::Rename { attnum, from, .. } = change {
+                let former = FormerName {
+                    attnum: *attnum,
+                    name: from.clone(),
+                };
+                let names = self.former_names.entry(table.to_owned()).or_default();
+                if !names.contains(&former) {
+                    names.push(former);
+                }
+                let excess = names.len().saturating_sub(FORMER_NAMES_KEPT);
+                names.drain(..excess);
+            }
+        }
+    }
+
+    /// The former names of `table`'s columns, oldest first.
+    pub fn former_names(&self, table: &str) -> &[FormerName] {
+        self.former_names.get(table).map_or(&[], Vec::as_slice)
+    }
+}
+
 /// What changed in one column, matched by attnum.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -196,14 +242,16 @@ pub async fn load(
 /// The [`SourceIdentity`] of `rel`, the Relation of table `table`
 /// (`schema.table`, a partition's root): its oid and dropped columns as the
 /// catalog has them now, and each column's attnum matched by name
-/// ([`match_attnums`]) against the catalog's columns and `known` (the
+/// ([`match_attnums`]) against the catalog's columns, `known` (the
 /// columns last published, which the stream may still be at when the
-/// catalog is ahead of it). `None` when the table no longer exists.
+/// catalog is ahead of it) and `former` names (for a Relation older than
+/// both, replayed after a restart).
 pub async fn identity(
     client: &Client,
     table: &str,
     rel: &Relation,
     known: Option<&[ColumnDef]>,
+    former: &[FormerName],
 ) -> Result<Option<SourceIdentity>, tokio_postgres::Error> {
     let Some((schema, name)) = split_table(table) else {
         return Ok(None);
@@ -223,6 +271,7 @@ pub async fn identity(
         .unwrap_or_default()
         .iter()
         .map(|c| (c.attnum, c.name.as_str()))
+        .chain(former.iter().map(|f| (f.attnum, f.name.as_str())))
         .collect();
     let mut dropped = Vec::new();
     for r in &rows {
@@ -277,13 +326,14 @@ pub fn topic(cfg: &CaptureConfig) -> String {
 
 /// The columns each table had in the last committed schema-change record of
 /// this connector (`read_committed`: records of an aborted transaction,
-/// whose offset record was aborted with them, are never seen). Every table
-/// gets a record when first seen, so this is the schema its last committed
-/// events used; empty when the topic does not exist yet.
-pub async fn read_history(cfg: &CaptureConfig) -> Result<TableSchemas, CaptureError> {
+/// whose offset record was aborted with them, are never seen), and the
+/// former names that record carries. Every table gets a record when first
+/// seen, so this is the schema its last committed events used; empty when
+/// the topic does not exist yet.
+pub async fn read_history(cfg: &CaptureConfig) -> Result<SchemaHistory, CaptureError> {
     let topic = topic(cfg);
     if !crate::offset::topic_exists(cfg, &topic).await? {
-        return Ok(TableSchemas::new());
+        return Ok(SchemaHistory::default());
     }
     let client = cfg.kafka_client();
     let connector = cfg.connector_name().to_owned();
@@ -296,8 +346,8 @@ fn read_history_blocking(
     client: rdkafka::config::ClientConfig,
     topic: &str,
     connector: &str,
-) -> Result<TableSchemas, CaptureError> {
-    let mut history = TableSchemas::new();
+) -> Result<SchemaHistory, CaptureError> {
+    let mut history = SchemaHistory::default();
     crate::offset::read_to_end(client, topic, "read schema-change topic", |msg| {
         let Some(bytes) = msg.payload() else {
             return Ok(());
@@ -315,21 +365,36 @@ fn read_history_blocking(
             .ok_or_else(|| corrupt("no table".into()))?;
         let columns: Vec<ColumnDef> =
             serde_json::from_value(value["columns"].clone()).map_err(|e| corrupt(e.to_string()))?;
-        history.insert(table.to_owned(), columns);
+        // Each record carries every former name (so compaction keeping only
+        // a table's last record loses none); records written before former
+        // names existed have none.
+        let former: Vec<FormerName> = match &value["former_names"] {
+            Value::Null => Vec::new(),
+            v => serde_json::from_value(v.clone()).map_err(|e| corrupt(e.to_string()))?,
+        };
+        history.columns.insert(table.to_owned(), columns);
+        history.former_names.insert(table.to_owned(), former);
         Ok(())
     })?;
     Ok(history)
 }
 
+/// A table's shape as a schema-change record states it.
+pub struct TableShape<'a> {
+    pub columns: &'a [ColumnDef],
+    pub former_names: &'a [FormerName],
+}
+
 /// The schema-change record: key `{"schema", "table"}`, value naming the
 /// changes (by attnum, so a rename is told from a drop and an add), the
-/// columns after them, the stream position they were seen at and the
-/// snapshot that backfills the table (null when none).
+/// columns after them and every name they had before, the stream position
+/// they were seen at and the snapshot that backfills the table (null when
+/// none).
 pub fn record(
     connector: &str,
     table: &str,
     changes: &[ColumnChange],
-    columns: &[ColumnDef],
+    shape: TableShape<'_>,
     seen_at_lsn: u64,
     backfill: Option<&str>,
     ts_ms: i64,
@@ -341,7 +406,8 @@ pub fn record(
         "ts_ms": ts_ms,
         "table": table,
         "changes": changes,
-        "columns": columns,
+        "columns": shape.columns,
+        "former_names": shape.former_names,
         "backfill": backfill,
     });
     (key.to_string().into_bytes(), value.to_string().into_bytes())
@@ -430,6 +496,52 @@ mod tests {
     }
 
     #[test]
+    fn former_names_tie_an_older_relation_to_renamed_columns() {
+        let mut history = SchemaHistory::default();
+        let rename = |attnum, from: &str, to: &str| ColumnChange::Rename {
+            attnum,
+            from: from.into(),
+            to: to.into(),
+        };
+        // Swap `a` (2) and `b` (3) through `tmp`.
+        history.note_renames("public.t", &[rename(2, "a", "tmp")]);
+        history.note_renames("public.t", &[rename(3, "b", "a"), rename(2, "tmp", "b")]);
+        history.note_renames("public.t", &[rename(3, "b", "a")]);
+        let former = history.former_names("public.t");
+        assert_eq!(former.len(), 3, "{former:?}");
+        // The catalog (and the last published columns) have b = 2, a = 3.
+        let mut candidates = vec![(1, "id"), (2, "b"), (3, "a")];
+        assert_eq!(
+            match_attnums(&["id", "a", "b"], &candidates),
+            [Some(1), Some(3), None],
+            "without former names the old `b` is lost"
+        );
+        candidates.extend(former.iter().map(|f| (f.attnum, f.name.as_str())));
+        assert_eq!(
+            match_attnums(&["id", "a", "b"], &candidates),
+            [Some(1), Some(2), Some(3)],
+            "the Relation before the swap"
+        );
+        assert_eq!(
+            match_attnums(&["id", "tmp", "b"], &candidates),
+            [Some(1), Some(2), Some(3)],
+            "the Relation halfway"
+        );
+        assert_eq!(
+            match_attnums(&["id", "b", "a"], &candidates),
+            [Some(1), Some(2), Some(3)],
+            "the Relation after the swap"
+        );
+        assert!(history.former_names("public.other").is_empty());
+        for n in 0..100 {
+            history.note_renames("public.t", &[rename(2, &format!("n{n}"), "b")]);
+        }
+        let former = history.former_names("public.t");
+        assert_eq!(former.len(), FORMER_NAMES_KEPT);
+        assert_eq!(former.last().unwrap().name, "n99", "the newest are kept");
+    }
+
+    #[test]
     fn the_record_names_the_changes() {
         let changes = [ColumnChange::Rename {
             attnum: 2,
@@ -440,7 +552,13 @@ mod tests {
             "shop",
             "public.t",
             &changes,
-            &[col(2, "b", "integer")],
+            TableShape {
+                columns: &[col(2, "b", "integer")],
+                former_names: &[FormerName {
+                    attnum: 2,
+                    name: "a".into(),
+                }],
+            },
             42,
             Some("schema-change-1"),
             7,
@@ -453,6 +571,7 @@ mod tests {
             json!([{"kind": "rename", "attnum": 2, "from": "a", "to": "b"}])
         );
         assert_eq!(value["columns"][0]["type"], "integer");
+        assert_eq!(value["former_names"], json!([{"attnum": 2, "name": "a"}]));
         assert_eq!(value["backfill"], "schema-change-1");
         assert_eq!(value["source"]["lsn"], 42);
     }

@@ -462,7 +462,7 @@ struct Pipeline<'a> {
     schema_topic: Arc<str>,
     /// Per captured table, the columns of its last schema-change record
     /// (read back from the topic at start): what its events use.
-    schemas: crate::schema_change::TableSchemas,
+    schemas: crate::schema_change::SchemaHistory,
 }
 
 impl Pipeline<'_> {

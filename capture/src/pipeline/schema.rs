@@ -7,7 +7,7 @@ use crate::config::SchemaChangeBackfill;
 use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
 use crate::pgoutput::Relation;
-use crate::schema_change::{self, ColumnChange};
+use crate::schema_change::{self, ColumnChange, TableShape};
 use crate::snapshot::{request, SnapshotKind, TableProgress};
 
 impl Pipeline<'_> {
@@ -39,12 +39,13 @@ impl Pipeline<'_> {
             .map_err(CaptureError::pg("read the captured tables' columns"))?;
         let mut records = Vec::new();
         for (table, columns) in now {
-            let changes = match self.schemas.get(&table) {
+            let changes = match self.schemas.columns.get(&table) {
                 Some(old) if *old == columns => continue,
                 Some(old) => schema_change::diff(old, &columns),
                 None => Vec::new(),
             };
-            let first_seen = !self.schemas.contains_key(&table);
+            let first_seen = !self.schemas.columns.contains_key(&table);
+            self.schemas.note_renames(&table, &changes);
             let backfill = (!first_seen
                 && self.cfg.schema.change.backfill == SchemaChangeBackfill::Auto
                 && changes.iter().any(ColumnChange::changes_rows))
@@ -57,7 +58,10 @@ impl Pipeline<'_> {
                 self.cfg.connector_name(),
                 &table,
                 &changes,
-                &columns,
+                TableShape {
+                    columns: &columns,
+                    former_names: self.schemas.former_names(&table),
+                },
                 self.server_position.max(self.pending.flush_lsn),
                 backfill.as_deref(),
                 now_ms(),
@@ -65,7 +69,7 @@ impl Pipeline<'_> {
             let mut r = Record::new(&self.schema_topic, Some(key), Some(value));
             r.partition = Some(0);
             records.push(r);
-            self.schemas.insert(table, columns);
+            self.schemas.columns.insert(table, columns);
         }
         if records.is_empty() {
             return Ok(());
@@ -87,8 +91,9 @@ impl Pipeline<'_> {
         qualified: &str,
         rel: &Relation,
     ) -> Result<Option<SourceIdentity>, CaptureError> {
-        let known = self.schemas.get(qualified).map(Vec::as_slice);
-        schema_change::identity(&self.control, qualified, rel, known)
+        let known = self.schemas.columns.get(qualified).map(Vec::as_slice);
+        let former = self.schemas.former_names(qualified);
+        schema_change::identity(&self.control, qualified, rel, known, former)
             .await
             .map_err(CaptureError::pg("read the table's column attnums"))
     }
