@@ -15,17 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 /// Kafka's limit on a topic name, in bytes (all topic characters are ASCII).
 pub const MAX_TOPIC_BYTES: usize = 249;
 
-/// `"ident"` with embedded quotes doubled: any name, as PostgreSQL spells it.
-pub fn quote_ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
-}
-
-/// `'literal'` with embedded quotes doubled. Only for sessions with
-/// `standard_conforming_strings = on` (every connection capture opens), where
-/// backslashes are plain characters.
-pub fn quote_literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
+pub use oncely_core::sql::{quote_ident, quote_literal};
 
 /// Kafka topic names allow `[A-Za-z0-9._-]`; anything else becomes `_`.
 pub fn sanitize_topic(raw: &str) -> String {

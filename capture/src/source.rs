@@ -616,9 +616,7 @@ pub fn parse_lsn(text: Option<&str>) -> Result<u64, CaptureError> {
     }
 }
 
-pub fn format_lsn(lsn: u64) -> String {
-    Lsn::from_u64(lsn).to_pg_string()
-}
+pub use oncely_core::wire::format_lsn;
 
 /// A privilege failure becomes a prerequisite message; anything else stays a database error.
 fn privilege_or(e: tokio_postgres::Error, message: &str, context: &'static str) -> CaptureError {

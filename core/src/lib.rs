@@ -1,6 +1,8 @@
 //! oncely-core: the one home of what capture, the sinks and verify share.
 //!
-//! Today: [`secret`] (values that never print themselves, `${env:..}` and
+//! [`wire`] (the envelope's ops, the unavailable-value marker, LSN text),
+//! [`sql`] (identifier and literal quoting), [`backoff`] (jittered
+//! exponential backoff and the retry loops), [`secret`] (values that never print themselves, `${env:..}` and
 //! `${file:..}` references, URLs and configuration errors told without the
 //! secrets in them), [`tls`] (the rustls provider, CA files, client
 //! certificates, the `sslmode` verifiers), [`postgres`] (the one
@@ -8,14 +10,16 @@
 //! errors that retrying cannot fix), [`endpoint`] (the HTTP listener of
 //! `/metrics`, `/healthz` and `/readyz`) and [`log_limit`] (rate-limited
 //! warnings) and [`calendar`] (days to dates, the
-//! wire's infinity sentinels). The architecture issue moves the wire contract, identifier
-//! quoting and backoff here.
+//! wire's infinity sentinels).
 
+pub mod backoff;
 pub mod calendar;
 pub mod endpoint;
 pub mod log_limit;
 pub mod postgres;
 pub mod secret;
+pub mod sql;
 pub mod tls;
+pub mod wire;
 
 pub use secret::{redact_url, toml_error, Secret, SecretError};

@@ -26,8 +26,7 @@ use crate::error::{BoxError, SinkError};
 use crate::event::decode_value;
 use crate::sink::{Batch, Positions, Record, Sink, TopicPartition};
 
-/// The marker of a value the source did not send (unchanged TOAST).
-pub const UNAVAILABLE: &str = "__debezium_unavailable_value";
+pub use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
 /// The consumer group the kit's batches carry.
 pub const GROUP: &str = "oncely-conformance";
 /// Partitions the kit uses (row `id` goes to partition `id % PARTITIONS`).

@@ -50,8 +50,7 @@ use serde_json::{Map, Value};
 
 use crate::event::{ChangeEvent, DecodeError, VersionOrigin};
 
-/// The marker Debezium (and capture) writes for an unchanged TOASTed value.
-pub const UNAVAILABLE: &str = "__debezium_unavailable_value";
+pub use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
 /// [`UNAVAILABLE`] as Debezium writes it in a `bytes` column (base64 of its bytes).
 const UNAVAILABLE_BASE64: &str = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==";
 /// [`UNAVAILABLE`] in a `bytea` column under `binary.handling.mode=hex`.

@@ -69,49 +69,7 @@ pub enum VersionOrigin {
     SourceLsn,
 }
 
-/// The kind of change (`op` in the envelope).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Op {
-    /// `c`: a row was inserted.
-    Create,
-    /// `u`: a row was updated.
-    Update,
-    /// `d`: a row was deleted.
-    Delete,
-    /// `r`: a row read by a snapshot.
-    Read,
-    /// `t`: a table was truncated.
-    Truncate,
-    /// `m`: a logical decoding message.
-    Message,
-}
-
-impl Op {
-    /// Parses the one-letter code of the envelope.
-    pub fn from_code(code: &str) -> Option<Self> {
-        Some(match code {
-            "c" => Self::Create,
-            "u" => Self::Update,
-            "d" => Self::Delete,
-            "r" => Self::Read,
-            "t" => Self::Truncate,
-            "m" => Self::Message,
-            _ => return None,
-        })
-    }
-
-    /// The one-letter code of the envelope.
-    pub fn code(self) -> &'static str {
-        match self {
-            Self::Create => "c",
-            Self::Update => "u",
-            Self::Delete => "d",
-            Self::Read => "r",
-            Self::Truncate => "t",
-            Self::Message => "m",
-        }
-    }
-}
+pub use oncely_core::wire::Op;
 
 /// The `after` (or `before`) row struct of a value schema.
 pub fn row_struct(schema: Option<&Value>) -> Option<&Value> {

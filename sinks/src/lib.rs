@@ -14,7 +14,6 @@ pub mod kinds;
 pub mod metrics;
 pub mod naming;
 pub mod native;
-pub mod retry;
 pub mod runner;
 pub mod secret;
 pub mod sink;

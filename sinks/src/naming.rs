@@ -56,9 +56,7 @@ impl TargetClaims {
     }
 }
 
-fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
+use oncely_core::sql::quote_ident as quote;
 
 #[cfg(test)]
 mod tests {

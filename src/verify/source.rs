@@ -350,10 +350,7 @@ impl SourceDb {
 /// A PostgreSQL identifier, quoted (capture's one definition).
 pub use oncely_capture::naming::quote_ident;
 
-/// The PostgreSQL text of an LSN, e.g. `0/16B3748`.
-pub fn format_lsn(lsn: u64) -> String {
-    format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
-}
+pub use oncely_core::wire::format_lsn;
 
 /// The text form of a wire value as hash fields and row keys use it: strings
 /// as they are, anything else as JSON; `None` for null.

@@ -65,28 +65,7 @@ pub struct EnvelopeConfig {
     pub schemas_enable: bool,
 }
 
-/// The `op` field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Op {
-    Create,
-    Update,
-    Delete,
-    /// A snapshot row.
-    Read,
-    Truncate,
-}
-
-impl Op {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Op::Create => "c",
-            Op::Update => "u",
-            Op::Delete => "d",
-            Op::Read => "r",
-            Op::Truncate => "t",
-        }
-    }
-}
+pub use oncely_core::wire::Op;
 
 /// `source.snapshot`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -502,7 +481,7 @@ impl TableEncoder {
         out.extend_from_slice(b",\"source\":");
         self.source.write(out, src, Some(src.tx_id));
         out.extend_from_slice(b",\"transaction\":null,\"op\":\"");
-        out.extend_from_slice(op.as_str().as_bytes());
+        out.extend_from_slice(op.code().as_bytes());
         out.extend_from_slice(b"\",\"ts_ms\":");
         write_i64(out, now_ms);
         out.push(b'}');

@@ -51,6 +51,7 @@ const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
 /// queue until acknowledged, so this adds to it; kept small to bound memory.
 const HOLD_MAX_BYTES: usize = 4 * 1024 * 1024;
 /// Longest wait between restarts after retriable failures.
+const RESTART_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Runs capture until `shutdown` is cancelled (then commits what it holds and
@@ -61,7 +62,7 @@ pub async fn run(
     metrics: CaptureMetrics,
     shutdown: CancellationToken,
 ) -> Result<(), CaptureError> {
-    let mut backoff = Duration::from_millis(500);
+    let mut backoff = oncely_core::backoff::Backoff::new(RESTART_BACKOFF, MAX_RESTART_BACKOFF);
     let mut first_life = true;
     loop {
         let started = Instant::now();
@@ -73,14 +74,14 @@ pub async fn run(
                 metrics.restarts.inc();
                 metrics.health.down(&e.to_string());
                 if started.elapsed() > Duration::from_secs(60) {
-                    backoff = Duration::from_millis(500);
+                    backoff.reset();
                 }
-                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "capture failed; restarting from the last committed offset");
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "capture failed; restarting from the last committed offset");
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(delay) => {}
                     _ = shutdown.cancelled() => return Ok(()),
                 }
-                backoff = (backoff * 2).min(MAX_RESTART_BACKOFF);
             }
             Err(e) => return Err(e),
         }

@@ -58,10 +58,7 @@ pub enum IntervalHandlingMode {
     Numeric,
 }
 
-/// What an unchanged TOASTed column is emitted as (Debezium's default
-/// `unavailable.value.placeholder`): never null, so a sink can tell "not
-/// sent" from "set to NULL" and keep the stored value.
-pub const UNAVAILABLE_VALUE: &str = "__debezium_unavailable_value";
+pub use oncely_core::wire::UNAVAILABLE_VALUE;
 
 /// The JSON for one column value in PostgreSQL text format.
 pub fn to_json(reg: &TypeRegistry, type_oid: u32, text: &str) -> Value {

@@ -29,8 +29,8 @@ use super::shared::Shared;
 use super::worker::{Control, Incoming, Worker};
 use crate::config::OffsetReset;
 use crate::error::SinkError;
-use crate::retry::{retry, RetryOutcome};
 use crate::sink::{Positions, TopicPartition};
+use oncely_core::backoff::{retry, RetryOutcome};
 
 /// How long a metadata or committed-offsets request may take during a rebalance.
 const REBALANCE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);

@@ -13,8 +13,8 @@ use super::dlq::DeadLetters;
 use crate::config::RunnerConfig;
 use crate::error::{RunnerError, SinkError};
 use crate::metrics::Metrics;
-use crate::retry::Backoff;
 use crate::sink::{Sink, TopicPartition};
+use oncely_core::backoff::Backoff;
 
 /// Decides which topics are skipped: heartbeats, the capture offsets topic, the dead-letter topic.
 pub(crate) struct TopicFilter {

@@ -36,8 +36,8 @@ use super::dlq::DeadLetter;
 use super::shared::Shared;
 use crate::error::{RecordFailure, SinkError};
 use crate::event::{decode_key, decode_value, DecodeError, Payload, TombstoneOrigin};
-use crate::retry::{retry, Backoff, RetryOutcome};
 use crate::sink::{Batch, Record};
+use oncely_core::backoff::{retry, Backoff, RetryOutcome};
 
 /// How long a decoder waits before looking for more records of the batch it collects.
 const COLLECT_NAP: Duration = Duration::from_millis(1);

@@ -296,12 +296,11 @@ impl EsTarget {
     }
 }
 
-/// The sink's document id of a key (see `oncely_sinks::kinds::elasticsearch::plan::document_id`).
+/// The sink's document id of a key's values ("" for a null key, which the
+/// sink never writes).
 pub fn document_id(key: &[Value]) -> String {
-    match key {
-        [one] => wire_text(one).unwrap_or_default(),
-        many => Value::Array(many.to_vec()).to_string(),
-    }
+    let values: Vec<&Value> = key.iter().collect();
+    oncely_sinks::kinds::elasticsearch::plan::document_id_of(&values).unwrap_or_default()
 }
 
 /// Key values (as text) of a document id.

@@ -24,8 +24,7 @@ use crate::error::RecordFailure;
 use crate::event::{ChangeEvent, Op};
 use crate::sink::{Batch, Record};
 
-/// The marker the capture (and Debezium) writes for an unchanged TOASTed value.
-pub const UNAVAILABLE_VALUE: &str = "__debezium_unavailable_value";
+pub use oncely_core::wire::UNAVAILABLE_VALUE;
 /// Elasticsearch's limit on an index name, in bytes.
 pub const MAX_INDEX_BYTES: usize = 255;
 /// Elasticsearch's limit on `_id`, in bytes.
@@ -284,18 +283,22 @@ fn write_of<'a>(
 /// The document id of a primary key: a single column's value as text (strings as
 /// they are), a composite key as the JSON array of its values in key order.
 pub fn document_id(key: &Value) -> Result<String, String> {
-    let id = match key {
-        Value::Object(fields) if fields.len() == 1 => match fields.values().next() {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Number(n)) => n.to_string(),
-            Some(Value::Bool(b)) => b.to_string(),
-            Some(Value::Null) | None => return Err("primary key value is null".into()),
-            Some(other) => other.to_string(),
-        },
+    match key {
         Value::Object(fields) if !fields.is_empty() => {
-            Value::Array(fields.values().cloned().collect()).to_string()
+            document_id_of(&fields.values().collect::<Vec<_>>())
         }
-        other => return Err(format!("key must be a non-empty JSON object, got {other}")),
+        other => Err(format!("key must be a non-empty JSON object, got {other}")),
+    }
+}
+
+/// The document id of a primary key's values in key order ([`document_id`];
+/// `oncely verify` derives the ids it looks up with it).
+pub fn document_id_of(values: &[&Value]) -> Result<String, String> {
+    let id = match values {
+        [] | [Value::Null] => return Err("primary key value is null".into()),
+        [Value::String(s)] => s.clone(),
+        [one] => one.to_string(),
+        many => Value::Array(many.iter().map(|v| (*v).clone()).collect()).to_string(),
     };
     if id.is_empty() || id.len() > MAX_ID_BYTES {
         return Err(format!(

@@ -17,9 +17,9 @@ use super::config::HttpConfig;
 use super::error::HttpError;
 use crate::error::{RecordFailure, SinkError};
 use crate::kinds::json::record_json;
-use crate::retry::{retry_hinted, Backoff, RetryOutcome};
 use crate::runner::dedup::event_identity;
 use crate::sink::{Batch, Record, Sink};
+use oncely_core::backoff::{retry_hinted, Backoff, RetryOutcome};
 
 /// The request header carrying the event's identity (its source position).
 pub const HEADER_IDEMPOTENCY_KEY: &str = "Idempotency-Key";

@@ -16,8 +16,7 @@ use crate::error::RecordFailure;
 use crate::event::{ChangeEvent, Op, Version};
 use crate::sink::{Batch, Record};
 
-/// The string capture (and Debezium) put in place of an unchanged TOASTed value.
-pub const UNAVAILABLE: &str = "__debezium_unavailable_value";
+pub use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
 
 /// The columns of a row and their specs: rows of a table nearly always share
 /// one, so it is built once and shared ([`Arc`]), and rows compare by it.

@@ -79,15 +79,7 @@ impl MetaColumns {
     }
 }
 
-/// A double-quoted identifier.
-pub fn quote(ident: &str) -> String {
-    format!("\"{}\"", ident.replace('"', "\"\""))
-}
-
-/// A single-quoted literal.
-pub fn literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
+pub use oncely_core::sql::{quote_ident as quote, quote_literal as literal};
 
 /// An existing table: its columns (name -> `format_type`) and primary key.
 #[derive(Debug, Clone, Default)]

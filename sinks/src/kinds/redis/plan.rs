@@ -29,8 +29,7 @@ use crate::event::{ChangeEvent, Op};
 use crate::native::{Kind, ValueFormat};
 use crate::sink::{Batch, Record};
 
-/// Debezium's marker of an unchanged TOASTed column.
-pub const UNAVAILABLE_VALUE: &str = "__debezium_unavailable_value";
+pub use oncely_core::wire::UNAVAILABLE_VALUE;
 
 /// One change for the script, borrowing from its batch.
 #[derive(Debug, Clone, PartialEq)]
