@@ -140,11 +140,11 @@ impl CaptureError {
                     // instance's walsender has not exited yet.
                     // A walsender terminated (pg_terminate_backend) or a
                     // server shutting down: connect again.
-                    E::Server(msg) => {
-                        msg.contains("55006")
-                            || msg.contains("is active for PID")
-                            || sqlstate_in(msg).is_some_and(is_shutdown)
-                    }
+                    E::Server(msg) => match sqlstate_in(msg) {
+                        // object_in_use: the slot is still held.
+                        Some(code) => code == "55006" || is_shutdown(code),
+                        None => msg.contains("is active for PID"),
+                    },
                     _ => false,
                 }
             }
@@ -235,6 +235,15 @@ mod tests {
         )
         .is_retriable());
         assert!(server("replication slot \"s\" is active for PID 7").is_retriable());
+        assert!(server(
+            "server error: replication slot \"s\" is active for PID 7 (SQLSTATE 55006)"
+        )
+        .is_retriable());
+        assert!(
+            !server("server error: a column named 55006 does not exist (SQLSTATE 42703)")
+                .is_retriable(),
+            "codes, not text"
+        );
         assert!(
             !server("server error: publication \"p\" does not exist (SQLSTATE 42704)")
                 .is_retriable()
