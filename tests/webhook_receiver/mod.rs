@@ -62,6 +62,9 @@ struct State {
     keep: bool,
     /// Requests answered, kept or not.
     request_count: u64,
+    /// When the first and the latest webhook request arrived.
+    first_at: Option<Instant>,
+    last_at: Option<Instant>,
     always: HashMap<String, Answer>,
     first: HashMap<String, VecDeque<Answer>>,
 }
@@ -164,6 +167,11 @@ impl Receiver {
 
     pub fn request_count(&self) -> usize {
         self.with(|s| s.request_count as usize)
+    }
+
+    /// From the first webhook request to the latest one.
+    pub fn span(&self) -> Option<std::time::Duration> {
+        self.with(|s| Some(s.last_at?.duration_since(s.first_at?)))
     }
 
     /// `{"requests", "applied", "duplicates"}`, as `GET /stats` answers.
@@ -282,6 +290,9 @@ fn webhook_answer(
         }
     };
     s.request_count += 1;
+    let now = Instant::now();
+    s.first_at.get_or_insert(now);
+    s.last_at = Some(now);
     if s.keep {
         s.requests.push(Request {
             key,
