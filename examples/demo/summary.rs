@@ -124,21 +124,24 @@ pub(crate) async fn summary(seconds: u64, webhook: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// The webhook sink's counts and what its receiver saw, once the receiver
-/// holds every captured change (or 60 s passed).
+/// The webhook sink's counts and what its receiver saw, once the receiver's
+/// count stood still for 3 s (the sink caught up; at most 60 s).
 async fn webhook_summary(receiver: &str, captured: f64) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut last, mut still_since) = (None, Instant::now());
     let stats = loop {
         let stats: serde_json::Value = serde_json::from_str(&get(receiver, "/stats").await?)?;
-        let applied = stats["applied"].as_f64().unwrap_or(0.0);
-        if applied >= captured || Instant::now() >= deadline {
+        if last.as_ref() != Some(&stats["requests"]) {
+            (last, still_since) = (Some(stats["requests"].clone()), Instant::now());
+        }
+        if still_since.elapsed() >= Duration::from_secs(3) || Instant::now() >= deadline {
             break stats;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let m = scrape_from(&[("webhook", WEBHOOK_METRICS)]).await;
     println!(
-        "webhook (http://{receiver}, Redis dedup window): the receiver got {} requests, {} distinct events ({captured:.0} captured), {} repeats of an Idempotency-Key it had applied",
+        "webhook (http://{receiver}, Redis dedup window): the receiver got {} requests, {} distinct events (of the {captured:.0} records capture published, tombstones included, which are not POSTed), {} repeats of an Idempotency-Key it had applied (the batches in flight at the kill)",
         stats["requests"], stats["applied"], stats["duplicates"],
     );
     println!(

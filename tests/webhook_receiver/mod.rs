@@ -238,6 +238,11 @@ async fn serve(stream: impl AsyncRead + AsyncWrite + Unpin, state: Arc<Mutex<Sta
             return;
         }
         let key = headers.get("idempotency-key").cloned().unwrap_or_default();
+        // An HTTP/1.0 client (the demo's `GET /stats`) reads until the connection closes.
+        let close = line.trim_end().ends_with("HTTP/1.0")
+            || headers
+                .get("connection")
+                .is_some_and(|v| v.eq_ignore_ascii_case("close"));
         let answer = {
             let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
             if line.starts_with("GET /stats") {
@@ -256,7 +261,11 @@ async fn serve(stream: impl AsyncRead + AsyncWrite + Unpin, state: Arc<Mutex<Sta
         }
         out.push_str("\r\n");
         out.push_str(&answer.body);
-        if write.write_all(out.as_bytes()).await.is_err() || write.flush().await.is_err() {
+        if write.write_all(out.as_bytes()).await.is_err()
+            || write.flush().await.is_err()
+            || close
+        {
+            let _ = write.shutdown().await;
             return;
         }
     }
