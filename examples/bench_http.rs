@@ -33,7 +33,8 @@ const KEYS: u64 = 10_000;
 const WINDOWS: [&str; 3] = ["none", "memory", "redis"];
 
 fn env(key: &str) -> Result<String> {
-    std::env::var(key).with_context(|| format!("{key} is not set: eval \"$(scripts/services env)\""))
+    std::env::var(key)
+        .with_context(|| format!("{key} is not set: eval \"$(scripts/services env)\""))
 }
 
 fn tag() -> String {
@@ -42,8 +43,9 @@ fn tag() -> String {
 
 /// N update events, event n on row n % KEYS at position (1000 + n)/0.
 async fn produce(brokers: &str, topic: &str, total: u64) -> Result<()> {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", brokers).create()?;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
     let new = NewTopic::new(topic, PARTITIONS, TopicReplication::Fixed(1));
     for r in admin.create_topics([&new], &AdminOptions::new()).await? {
         r.map_err(|(t, e)| anyhow::anyhow!("create {t}: {e}"))?;
@@ -115,7 +117,10 @@ async fn run(brokers: &str, topic: &str, total: u64, store: &'static str) -> Res
     while (receiver.applied_count() as u64) < total {
         if task.is_finished() || Instant::now() > deadline {
             stop.cancel();
-            bail!("window {store}: {} of {total} events delivered", receiver.applied_count());
+            bail!(
+                "window {store}: {} of {total} events delivered",
+                receiver.applied_count()
+            );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -133,7 +138,11 @@ async fn run(brokers: &str, topic: &str, total: u64, store: &'static str) -> Res
 #[tokio::main]
 async fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    let total: u64 = args.next().map(|s| s.parse()).transpose()?.unwrap_or(100_000);
+    let total: u64 = args
+        .next()
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(100_000);
     let rounds: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(1);
     let brokers = env("ONCELY_KAFKA_BROKERS")?;
     let topic = format!("bench_http_{}", tag());
@@ -165,8 +174,9 @@ async fn main() -> Result<()> {
         rates.sort_by(f64::total_cmp);
         println!("  {store:<6} {:>8.0}", rates[rates.len() / 2]);
     }
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", &brokers).create()?;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()?;
     admin.delete_topics(&[&topic], &AdminOptions::new()).await?;
     Ok(())
 }

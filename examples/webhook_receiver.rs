@@ -19,7 +19,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:19480".into());
     let receiver = webhook_receiver::Receiver::start_counting(&addr).await;
-    println!("webhook receiver at {} (counts at GET /stats)", receiver.url());
+    println!(
+        "webhook receiver at {} (counts at GET /stats)",
+        receiver.url()
+    );
     let mut term = signal(SignalKind::terminate())?;
     tokio::select! {
         _ = term.recv() => {}

@@ -124,31 +124,33 @@ pub(crate) async fn summary(seconds: u64, webhook: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// The webhook sink's counts and what its receiver saw, once the receiver's
-/// count stood still for 3 s (the sink caught up; at most 60 s).
+/// The webhook sink's counts and what its receiver saw, once the sink is as
+/// far as the warehouse sink (which `oncely verify` waited for; at most 60 s).
 async fn webhook_summary(receiver: &str, captured: f64) -> Result<()> {
+    const LAG: &str = "oncely_sink_consumer_lag_records";
     let deadline = Instant::now() + Duration::from_secs(60);
-    let (mut last, mut still_since) = (None, Instant::now());
-    let stats = loop {
-        let stats: serde_json::Value = serde_json::from_str(&get(receiver, "/stats").await?)?;
-        if last.as_ref() != Some(&stats["requests"]) {
-            (last, still_since) = (Some(stats["requests"].clone()), Instant::now());
-        }
-        if still_since.elapsed() >= Duration::from_secs(3) || Instant::now() >= deadline {
-            break stats;
+    loop {
+        let m = scrape_from(&[("webhook", WEBHOOK_METRICS), METRICS[1]]).await;
+        let caught_up = matches!(
+            (m.value("webhook", LAG), m.value("postgres", LAG)),
+            (Some(hook), Some(warehouse)) if hook <= warehouse
+        );
+        if caught_up || Instant::now() >= deadline {
+            break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    }
+    let stats: serde_json::Value = serde_json::from_str(&get(receiver, "/stats").await?)?;
     let m = scrape_from(&[("webhook", WEBHOOK_METRICS)]).await;
     println!(
         "webhook (http://{receiver}, Redis dedup window): the receiver got {} requests, {} distinct events (of the {captured:.0} records capture published, tombstones included, which are not POSTed), {} repeats of an Idempotency-Key it had applied (the batches in flight at the kill)",
         stats["requests"], stats["applied"], stats["duplicates"],
     );
     println!(
-        "  the webhook sink restarted after its SIGKILL: {} events POSTed since, {} skipped by the dedup window (redelivered after the kill, or a tombstone repeating its delete), {} dead letters",
+        "  the webhook sink restarted after its SIGKILL: {} events POSTed since, {} skipped by the dedup window (redelivered after the kill, or a tombstone repeating its delete), {:.0} dead letters",
         m.get("webhook", "oncely_sink_events_applied_total"),
         m.get("webhook", "oncely_sink_dedup_skipped_total"),
-        m.get("webhook", "oncely_sink_dead_letters_total"),
+        m.value("webhook", "oncely_sink_dead_letters_total").unwrap_or(0.0),
     );
     Ok(())
 }

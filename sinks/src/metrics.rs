@@ -105,7 +105,10 @@ impl Metrics {
             &[LABEL_TOPIC, LABEL_PARTITION],
         )?;
         let events_applied = IntCounterVec::new(
-            Opts::new(EVENTS_APPLIED_TOTAL, "Records applied by the sink (not those the dedup window skipped)"),
+            Opts::new(
+                EVENTS_APPLIED_TOTAL,
+                "Records applied by the sink (not those the dedup window skipped)",
+            ),
             &[LABEL_SINK, LABEL_TOPIC],
         )?;
         let batch_duration = HistogramVec::new(

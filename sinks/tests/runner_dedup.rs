@@ -44,7 +44,9 @@ impl Sink for Recording {
 fn redis_url() -> String {
     match std::env::var("ONCELY_REDIS_URL") {
         Ok(v) if !v.trim().is_empty() => v,
-        _ => panic!("ONCELY_REDIS_URL is not set: run `eval \"$(scripts/services env)\"` or scripts/test"),
+        _ => panic!(
+            "ONCELY_REDIS_URL is not set: run `eval \"$(scripts/services env)\"` or scripts/test"
+        ),
     }
 }
 
@@ -90,7 +92,9 @@ fn counts(m: &Metrics, topic: &str) -> (u64, u64) {
         m.events_applied
             .with_label_values(&["recording", topic])
             .get(),
-        m.dedup_skipped.with_label_values(&["recording", topic]).get(),
+        m.dedup_skipped
+            .with_label_values(&["recording", topic])
+            .get(),
     )
 }
 
@@ -104,7 +108,13 @@ async fn a_header_identity_is_applied_once_across_republishing_and_replays() {
         value: Some(envelope(id, lsn, 0, lsn)),
         partition: Some(0),
     };
-    let records = [out(1, 100), out(2, 101), out(3, 102), out(1, 103), out(4, 104)];
+    let records = [
+        out(1, 100),
+        out(2, 101),
+        out(3, 102),
+        out(1, 103),
+        out(4, 104),
+    ];
     let headers: [&[(&str, &str)]; 5] = [
         &[(HEADER, "e-1")],
         &[("other", "x"), (HEADER, "e-2")],
@@ -116,7 +126,12 @@ async fn a_header_identity_is_applied_once_across_republishing_and_replays() {
     produce_headed(&topic, &headed).await;
 
     let first = Arc::new(Recording::default());
-    let metrics = run_to(config(&topic, &unique("g"), &dlq, &prefix), first.clone(), 5).await;
+    let metrics = run_to(
+        config(&topic, &unique("g"), &dlq, &prefix),
+        first.clone(),
+        5,
+    )
+    .await;
     assert_eq!(
         *first.seen.lock().expect("lock"),
         [(0, "e-1".into()), (1, "e-2".into()), (4, "e-3".into())]
@@ -131,7 +146,12 @@ async fn a_header_identity_is_applied_once_across_republishing_and_replays() {
     // A restart from older offsets (a new group from the start): the Redis
     // window holds every identity, nothing is applied again.
     let replay = Arc::new(Recording::default());
-    let metrics = run_to(config(&topic, &unique("g"), &dlq, &prefix), replay.clone(), 5).await;
+    let metrics = run_to(
+        config(&topic, &unique("g"), &dlq, &prefix),
+        replay.clone(),
+        5,
+    )
+    .await;
     assert_eq!(*replay.seen.lock().expect("lock"), []);
     assert_eq!(counts(&metrics, &topic), (0, 4), "(applied, skipped)");
 }

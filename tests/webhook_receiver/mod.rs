@@ -261,10 +261,7 @@ async fn serve(stream: impl AsyncRead + AsyncWrite + Unpin, state: Arc<Mutex<Sta
         }
         out.push_str("\r\n");
         out.push_str(&answer.body);
-        if write.write_all(out.as_bytes()).await.is_err()
-            || write.flush().await.is_err()
-            || close
-        {
+        if write.write_all(out.as_bytes()).await.is_err() || write.flush().await.is_err() || close {
             let _ = write.shutdown().await;
             return;
         }

@@ -388,12 +388,7 @@ pub(crate) async fn wrap(
     }
     Ok(match config.open(group).await? {
         None => sink,
-        Some(window) => Arc::new(DedupSink::new(
-            sink,
-            window,
-            config.identity(),
-            skipped,
-        )),
+        Some(window) => Arc::new(DedupSink::new(sink, window, config.identity(), skipped)),
     })
 }
 

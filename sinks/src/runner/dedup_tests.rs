@@ -83,7 +83,11 @@ async fn a_redelivered_batch_is_skipped_and_counted() {
     sink.apply(&again).await.expect("again");
     assert_eq!(*inner.applied.lock().expect("lock"), [0, 1, 2]);
     assert_eq!(skipped(&metrics), 2);
-    assert_eq!(again.skipped(), 2, "noted on the batch, so not counted as applied");
+    assert_eq!(
+        again.skipped(),
+        2,
+        "noted on the batch, so not counted as applied"
+    );
     sink.apply(&again).await.expect("all held");
     assert_eq!(again.skipped(), 3, "each apply notes its own count");
 }
@@ -159,7 +163,11 @@ async fn identity_header_names_the_event_and_a_missing_header_is_rejected() {
     assert!(failures[0].reason.contains("no `event-id` header"), "{e}");
     assert!(failures[1].reason.contains("empty"), "{e}");
     assert!(failures[2].reason.contains("257 bytes"), "{e}");
-    assert_eq!(*inner.applied.lock().expect("lock"), [0, 2], "nothing applied");
+    assert_eq!(
+        *inner.applied.lock().expect("lock"),
+        [0, 2],
+        "nothing applied"
+    );
 
     // A plain tombstone has no identity either way and passes.
     let tombstone = Record::new(7, Some(json!({"id": 1})), crate::event::Payload::Tombstone);
@@ -185,7 +193,10 @@ fn identity_header_and_field_exclude_each_other() {
         identity_header: Some(" ".into()),
         ..Default::default()
     };
-    assert_eq!(blank.validate().expect_err("blank").field, "dedup.identity.header");
+    assert_eq!(
+        blank.validate().expect_err("blank").field,
+        "dedup.identity.header"
+    );
     let header = DedupConfig {
         identity_header: Some("event-id".into()),
         ..Default::default()

@@ -239,7 +239,7 @@ mod tests {
         // 1994-11-06 08:49:37 UTC, the date RFC 9110 uses in its examples.
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777);
         for form in [
-            "Sun, 06 Nov 1994 08:50:07 GMT", // IMF-fixdate
+            "Sun, 06 Nov 1994 08:50:07 GMT",  // IMF-fixdate
             "Sunday, 06-Nov-94 08:50:07 GMT", // obsolete RFC 850
             "Sun Nov  6 08:50:07 1994",       // obsolete asctime
         ] {
@@ -262,6 +262,10 @@ mod tests {
     fn an_http_date_retry_after_is_capped() {
         let far = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(3600));
         let e = classify(503, Some(&far), "");
-        assert_eq!(e.retry_after(), Some(CAP), "an hour away, capped at retry.after.max.ms");
+        assert_eq!(
+            e.retry_after(),
+            Some(CAP),
+            "an hour away, capped at retry.after.max.ms"
+        );
     }
 }
