@@ -28,6 +28,14 @@
 //! ```
 //!
 //! It consumes `<topic>` as group `custom-sink-example` and stops on Ctrl-C.
+//!
+//! # Checked by the conformance kit
+//!
+//! Each notification is one JSON line (`id`, `op`, `key`, `after`), so the
+//! file folds back into rows; `cargo test --example custom_sink` (part of
+//! `scripts/test`: the example is `test = true` in Cargo.toml) runs
+//! `oncely_sinks::conformance` against it — replays, a crash with redelivery,
+//! a rebalance with a late old owner — and the rows must come out exact.
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,9 +44,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use oncely_dedup::{RedisWindow, WindowStore};
 use oncely_sinks::runner::dedup::window_error as dedup_error;
-use oncely_sinks::{Batch, Op, Runner, RunnerConfig, Sink, SinkError};
+use oncely_sinks::{Batch, Runner, RunnerConfig, Sink, SinkError};
 
-/// Notifies about every created or updated row, once per event.
+/// Notifies about every change (create, update, delete), once per event.
 struct NotifySink {
     window: RedisWindow,
     out: PathBuf,
@@ -74,9 +82,6 @@ impl Sink for NotifySink {
             let Some(event) = record.event() else {
                 continue;
             }; // tombstone
-            if !matches!(event.op, Op::Create | Op::Update) {
-                continue;
-            }
             let key = record
                 .key
                 .as_ref()
@@ -91,12 +96,13 @@ impl Sink for NotifySink {
             {
                 continue;
             }
-            let row = event
-                .after
-                .as_ref()
-                .map(|a| serde_json::Value::Object(a.clone()));
-            self.notify(format!("{id} {}", row.unwrap_or_default()))
-                .await?;
+            let line = serde_json::json!({
+                "id": id,
+                "op": event.op.code(),
+                "key": record.key,
+                "after": event.after,
+            });
+            self.notify(line.to_string()).await?;
             self.window
                 .remember(id.as_bytes())
                 .await
@@ -135,4 +141,66 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let runner = Runner::new(config, Arc::new(NotifySink { window, out }))?;
     runner.run_until_signal().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncely_sinks::conformance::{self, Rows, Target, UNAVAILABLE};
+    use oncely_sinks::error::BoxError;
+
+    /// The notifications file folded into rows, a fresh sink per call over the same window.
+    struct Notifications {
+        prefix: String,
+        out: PathBuf,
+    }
+
+    #[async_trait]
+    impl Target for Notifications {
+        async fn sink(&self) -> Result<Arc<dyn Sink>, SinkError> {
+            let url = env("ONCELY_REDIS_URL").map_err(SinkError::fatal)?;
+            let window = RedisWindow::connect(&url, &self.prefix, Duration::from_secs(600))
+                .await
+                .map_err(dedup_error)?;
+            Ok(Arc::new(NotifySink {
+                window,
+                out: self.out.clone(),
+            }))
+        }
+
+        async fn rows(&self, topic: &str) -> Result<Rows, BoxError> {
+            let mut rows = Rows::new();
+            for line in std::fs::read_to_string(&self.out)?.lines() {
+                let n: serde_json::Value = serde_json::from_str(line)?;
+                let ours = n["id"].as_str().and_then(|i| i.strip_prefix(topic));
+                if !ours.is_some_and(|rest| rest.starts_with('/')) {
+                    continue;
+                }
+                let id = n["key"]["id"].as_u64().ok_or("no key id")?;
+                if n["op"] == "d" {
+                    rows.remove(&id);
+                    continue;
+                }
+                let row = rows.entry(id).or_default();
+                for (column, value) in n["after"].as_object().ok_or("no after")? {
+                    if value != UNAVAILABLE {
+                        row.insert(column.clone(), value.clone());
+                    }
+                }
+            }
+            Ok(rows)
+        }
+    }
+
+    #[tokio::test]
+    async fn the_example_sink_passes_the_conformance_kit() {
+        let run = format!("{:016x}", rand::random::<u64>());
+        let target = Notifications {
+            prefix: format!("oncely:test:notify:{run}:"),
+            out: std::env::temp_dir().join(format!("oncely-notify-{run}.jsonl")),
+        };
+        let result = conformance::check(&target, &format!("conf_{run}")).await;
+        let _ = std::fs::remove_file(&target.out);
+        result.expect("conforms");
+    }
 }

@@ -10,7 +10,8 @@
 //!
 //! Services are found through `scripts/services env` (`ONCELY_PG_URL`,
 //! `ONCELY_KAFKA_BROKERS`, `ONCELY_ES_URL`, `ONCELY_REDIS_URL`).
-use std::collections::BTreeMap;
+mod summary;
+
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -23,28 +24,20 @@ use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_postgres::{Client, NoTls};
 
 const TABLES: [&str; 3] = ["customers", "orders", "order_lines"];
 const TOPIC_PREFIX: &str = "shop.public.";
 const OFFSETS_TOPIC: &str = "oncely-demo-offsets";
 const DLQ_TOPIC: &str = "oncely-demo-dlq";
-const GROUPS: [&str; 3] = [
+const GROUPS: [&str; 4] = [
     "oncely-demo-warehouse",
     "oncely-demo-search",
     "oncely-demo-cache",
+    "oncely-demo-webhook",
 ];
 const SLOT: &str = "oncely_demo";
 const REDIS_PREFIX: &str = "shop:";
-/// Prometheus endpoints of the demo's processes (the demo configs' `metrics.listen`).
-const METRICS: [(&str, &str); 4] = [
-    ("capture", "127.0.0.1:19464"),
-    ("postgres", "127.0.0.1:19465"),
-    ("elasticsearch", "127.0.0.1:19466"),
-    ("redis", "127.0.0.1:19467"),
-];
-
 const SCHEMA: &str = "
     CREATE TYPE order_status AS ENUM ('pending', 'paid', 'shipped', 'cancelled');
     CREATE TABLE customers (
@@ -99,6 +92,9 @@ enum Cmd {
         /// How long the workload ran (for throughput).
         #[arg(long, default_value_t = 30)]
         seconds: u64,
+        /// The webhook receiver's address (`ONCELY_DEMO_WEBHOOK=1`): report the webhook sink too.
+        #[arg(long)]
+        webhook: Option<String>,
     },
 }
 
@@ -108,7 +104,7 @@ async fn main() -> Result<()> {
         Cmd::Reset => reset().await,
         Cmd::DropSlot => drop_slot().await,
         Cmd::Workload { seconds, rate } => workload(seconds, rate).await,
-        Cmd::Summary { seconds } => summary(seconds).await,
+        Cmd::Summary { seconds, webhook } => summary::summary(seconds, webhook.as_deref()).await,
     }
 }
 
@@ -304,7 +300,7 @@ async fn workload(seconds: u64, rate: u64) -> Result<()> {
         }
         if last_report.elapsed() >= Duration::from_secs(5) {
             last_report = Instant::now();
-            let m = scrape_all().await;
+            let m = summary::scrape_all().await;
             println!(
                 "  {:>3.0}s  {transactions:>6} transactions  {:>7} events captured  lag (records): warehouse {}, search {}, cache {}",
                 started.elapsed().as_secs_f64(),
@@ -416,100 +412,6 @@ async fn one_transaction(c: &Client, shop: &mut Shop) -> Result<()> {
             )
             .await?;
         }
-    }
-    Ok(())
-}
-
-/// Metric samples of each process, summed over labels.
-struct Metrics(BTreeMap<(String, String), f64>);
-
-impl Metrics {
-    fn value(&self, process: &str, name: &str) -> Option<f64> {
-        self.0.get(&(process.to_owned(), name.to_owned())).copied()
-    }
-
-    fn get(&self, process: &str, name: &str) -> String {
-        self.value(process, name)
-            .map_or("-".to_owned(), |v| format!("{v:.0}"))
-    }
-}
-
-async fn scrape_all() -> Metrics {
-    let mut out = BTreeMap::new();
-    for (process, addr) in METRICS {
-        // A process that is not up yet (or not started) shows as "-".
-        if let Ok(text) = scrape(addr).await {
-            for line in text.lines().filter(|l| !l.starts_with('#')) {
-                let Some((name_labels, value)) = line.rsplit_once(' ') else {
-                    continue;
-                };
-                let name = name_labels.split('{').next().unwrap_or(name_labels);
-                if let Ok(v) = value.parse::<f64>() {
-                    *out.entry((process.to_owned(), name.to_owned()))
-                        .or_insert(0.0) += v;
-                }
-            }
-        }
-    }
-    Metrics(out)
-}
-
-/// `GET /metrics` over a plain TCP connection (HTTP/1.0: the server closes when done).
-async fn scrape(addr: &str) -> Result<String> {
-    let fetch = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        stream
-            .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-            .await?;
-        let mut body = String::new();
-        stream.read_to_string(&mut body).await?;
-        anyhow::Ok(
-            body.split_once("\r\n\r\n")
-                .map(|(_, b)| b.to_owned())
-                .unwrap_or_default(),
-        )
-    };
-    tokio::time::timeout(Duration::from_secs(3), fetch).await?
-}
-
-async fn summary(seconds: u64) -> Result<()> {
-    let c = connect(&db_url("shop")?).await?;
-    let m = scrape_all().await;
-    println!("\n==== oncely demo summary");
-    println!("source tables (database shop):");
-    for t in TABLES {
-        let n: i64 = c
-            .query_one(&format!("SELECT count(*) FROM {t}"), &[])
-            .await?
-            .get(0);
-        println!("  {t:<12} {n:>7} rows");
-    }
-    let events = m
-        .value("capture", "oncely_capture_events_total")
-        .unwrap_or(0.0);
-    println!(
-        "capture: {events:.0} change events in {} Kafka transactions ({:.0} events/s over the {seconds} s workload), {} heartbeats",
-        m.get("capture", "oncely_capture_kafka_transactions_total"),
-        events / seconds.max(1) as f64,
-        m.get("capture", "oncely_capture_heartbeats_total"),
-    );
-    for (process, what) in [
-        (
-            "postgres",
-            "warehouse (database shop_warehouse, schema warehouse)",
-        ),
-        ("elasticsearch", "search (indexes shop.public.*)"),
-        ("redis", "cache (keys shop:<table>:<key>)"),
-    ] {
-        let applied = m
-            .value(process, "oncely_sink_events_applied_total")
-            .unwrap_or(0.0);
-        println!(
-            "{what}: {applied:.0} events applied ({:.0}/s), consumer lag now {} offsets (transaction markers count too), {:.0} dead letters",
-            applied / seconds.max(1) as f64,
-            m.get(process, "oncely_sink_consumer_lag_records"),
-            m.value(process, "oncely_sink_dead_letters_total").unwrap_or(0.0),
-        );
     }
     Ok(())
 }

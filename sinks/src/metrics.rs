@@ -13,7 +13,7 @@ use prometheus::{
 
 /// Gauge: records between the partition's high watermark and the consumer's committed offset.
 pub const CONSUMER_LAG_RECORDS: &str = "oncely_sink_consumer_lag_records";
-/// Counter: change events (and tombstones) applied by the sink.
+/// Counter: change events (and tombstones) applied by the sink; what the dedup window skipped counts in [`DEDUP_SKIPPED_TOTAL`] only.
 pub const EVENTS_APPLIED_TOTAL: &str = "oncely_sink_events_applied_total";
 /// Histogram: time to apply one batch, retries and dead-lettering included.
 pub const BATCH_DURATION_SECONDS: &str = "oncely_sink_batch_duration_seconds";
@@ -105,7 +105,10 @@ impl Metrics {
             &[LABEL_TOPIC, LABEL_PARTITION],
         )?;
         let events_applied = IntCounterVec::new(
-            Opts::new(EVENTS_APPLIED_TOTAL, "Records applied by the sink"),
+            Opts::new(
+                EVENTS_APPLIED_TOTAL,
+                "Records applied by the sink (not those the dedup window skipped)",
+            ),
             &[LABEL_SINK, LABEL_TOPIC],
         )?;
         let batch_duration = HistogramVec::new(

@@ -3,6 +3,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -53,6 +54,8 @@ pub struct Record {
     pub payload: Payload,
     raw_key: Option<Bytes>,
     raw_value: Option<Bytes>,
+    /// The value of the `dedup.identity.header` Kafka header, the one header carried.
+    identity_header: Option<Bytes>,
 }
 
 impl Record {
@@ -65,7 +68,20 @@ impl Record {
             payload,
             raw_key: None,
             raw_value: None,
+            identity_header: None,
         }
+    }
+
+    /// Attaches the value of the Kafka header named by `dedup.identity.header`.
+    pub fn with_identity_header(mut self, value: Option<Vec<u8>>) -> Self {
+        self.identity_header = value.map(Bytes::from);
+        self
+    }
+
+    /// The value of the Kafka header named by `dedup.identity.header`, when
+    /// that is set and the record had the header (no other header is carried).
+    pub fn identity_header(&self) -> Option<&[u8]> {
+        self.identity_header.as_deref()
     }
 
     /// Attaches the original bytes, as read from Kafka.
@@ -124,6 +140,18 @@ pub struct Batch {
     records: Vec<Record>,
     next_offset: i64,
     prepared: Option<Arc<dyn Any + Send + Sync>>,
+    skipped: SkipCount,
+}
+
+/// Records of a batch that its last apply left out as already applied (the
+/// dedup window), so the runner counts them as skipped, not applied.
+#[derive(Debug, Default)]
+struct SkipCount(AtomicUsize);
+
+impl Clone for SkipCount {
+    fn clone(&self) -> Self {
+        Self(AtomicUsize::new(self.0.load(Ordering::Relaxed)))
+    }
 }
 
 impl fmt::Debug for Batch {
@@ -155,7 +183,19 @@ impl Batch {
             records,
             next_offset,
             prepared: None,
+            skipped: SkipCount::default(),
         }
+    }
+
+    /// Notes that the current apply leaves `n` records out as already applied
+    /// (each apply of a retried batch notes its own count).
+    pub(crate) fn note_skipped(&self, n: usize) {
+        self.skipped.0.store(n, Ordering::Relaxed);
+    }
+
+    /// Records the last apply left out as already applied.
+    pub(crate) fn skipped(&self) -> usize {
+        self.skipped.0.load(Ordering::Relaxed)
     }
 
     /// The consumer group, the first part of a position's identity.

@@ -2,7 +2,9 @@
 //! every request, and applies each `Idempotency-Key` once (a repeat is
 //! answered 200 and counted as a duplicate, as a receiver honouring the key
 //! does). Answers can be scripted per key: a fixed status for ever, or a list
-//! of answers for the first requests.
+//! of answers for the first requests. `GET /stats` answers its counts as
+//! JSON. `examples/webhook_receiver.rs` serves it as a process (the demo and
+//! the webhook benchmark use that).
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -56,6 +58,13 @@ struct State {
     /// Bodies of the requests applied, in that order.
     applied_bodies: Vec<Value>,
     duplicates: u64,
+    /// Keep each request and applied body (tests); off, only keys and counts.
+    keep: bool,
+    /// Requests answered, kept or not.
+    request_count: u64,
+    /// When the first and the latest webhook request arrived.
+    first_at: Option<Instant>,
+    last_at: Option<Instant>,
     always: HashMap<String, Answer>,
     first: HashMap<String, VecDeque<Answer>>,
 }
@@ -71,7 +80,13 @@ pub struct Receiver {
 impl Receiver {
     /// Starts listening on an ephemeral port.
     pub async fn start() -> Self {
-        Self::listen(None).await
+        Self::listen(None, "127.0.0.1:0", true).await
+    }
+
+    /// Starts listening on `addr`, keeping only the applied keys and the
+    /// counts (memory stays small over millions of requests).
+    pub async fn start_counting(addr: &str) -> Self {
+        Self::listen(None, addr, false).await
     }
 
     /// Starts listening with TLS, presenting the PEM `cert` chain and `key`.
@@ -89,13 +104,17 @@ impl Receiver {
             .with_no_client_auth()
             .with_single_cert(certs, key)
             .expect("server config");
-        Self::listen(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+        let tls = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        Self::listen(Some(tls), "127.0.0.1:0", true).await
     }
 
-    async fn listen(tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    async fn listen(tls: Option<tokio_rustls::TlsAcceptor>, addr: &str, keep: bool) -> Self {
+        let listener = TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let state = Arc::new(Mutex::new(State::default()));
+        let state = Arc::new(Mutex::new(State {
+            keep,
+            ..State::default()
+        }));
         let shared = state.clone();
         let scheme = if tls.is_some() { "https" } else { "http" };
         tokio::spawn(async move {
@@ -147,7 +166,17 @@ impl Receiver {
     }
 
     pub fn request_count(&self) -> usize {
-        self.with(|s| s.requests.len())
+        self.with(|s| s.request_count as usize)
+    }
+
+    /// From the first webhook request to the latest one.
+    pub fn span(&self) -> Option<std::time::Duration> {
+        self.with(|s| Some(s.last_at?.duration_since(s.first_at?)))
+    }
+
+    /// `{"requests", "applied", "duplicates"}`, as `GET /stats` answers.
+    pub fn stats(&self) -> Value {
+        self.with(|s| stats(s))
     }
 
     /// Keys applied, in first-applied order (each once).
@@ -168,6 +197,14 @@ impl Receiver {
     pub fn duplicates(&self) -> u64 {
         self.with(|s| s.duplicates)
     }
+}
+
+fn stats(s: &State) -> Value {
+    serde_json::json!({
+        "requests": s.request_count,
+        "applied": s.applied.len(),
+        "duplicates": s.duplicates,
+    })
 }
 
 async fn serve(stream: impl AsyncRead + AsyncWrite + Unpin, state: Arc<Mutex<State>>) {
@@ -201,34 +238,18 @@ async fn serve(stream: impl AsyncRead + AsyncWrite + Unpin, state: Arc<Mutex<Sta
             return;
         }
         let key = headers.get("idempotency-key").cloned().unwrap_or_default();
+        // An HTTP/1.0 client (the demo's `GET /stats`) reads until the connection closes.
+        let close = line.trim_end().ends_with("HTTP/1.0")
+            || headers
+                .get("connection")
+                .is_some_and(|v| v.eq_ignore_ascii_case("close"));
         let answer = {
             let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
-            let scripted = s
-                .first
-                .get_mut(&key)
-                .and_then(VecDeque::pop_front)
-                .or_else(|| s.always.get(&key).cloned());
-            let answer = match scripted {
-                Some(a) => a,
-                None => {
-                    if s.applied_set.insert(key.clone()) {
-                        s.applied.push(key.clone());
-                        s.applied_bodies
-                            .push(serde_json::from_slice(&body).unwrap_or(Value::Null));
-                    } else {
-                        s.duplicates += 1;
-                    }
-                    Answer::new(200, "ok")
-                }
-            };
-            s.requests.push(Request {
-                key,
-                authorization: headers.get("authorization").cloned(),
-                body: serde_json::from_slice(&body).unwrap_or(Value::Null),
-                at: Instant::now(),
-                status: answer.status,
-            });
-            answer
+            if line.starts_with("GET /stats") {
+                Answer::new(200, &stats(&s).to_string())
+            } else {
+                webhook_answer(&mut s, key, &headers, &body)
+            }
         };
         let mut out = format!(
             "HTTP/1.1 {} X\r\ncontent-length: {}\r\ncontent-type: text/plain\r\n",
@@ -240,10 +261,54 @@ async fn serve(stream: impl AsyncRead + AsyncWrite + Unpin, state: Arc<Mutex<Sta
         }
         out.push_str("\r\n");
         out.push_str(&answer.body);
-        if write.write_all(out.as_bytes()).await.is_err() || write.flush().await.is_err() {
+        if write.write_all(out.as_bytes()).await.is_err() || write.flush().await.is_err() || close {
+            let _ = write.shutdown().await;
             return;
         }
     }
+}
+
+/// Answers one webhook request (scripted, or 200 and applied once per key) and records it.
+fn webhook_answer(
+    s: &mut State,
+    key: String,
+    headers: &HashMap<String, String>,
+    body: &[u8],
+) -> Answer {
+    let scripted = s
+        .first
+        .get_mut(&key)
+        .and_then(VecDeque::pop_front)
+        .or_else(|| s.always.get(&key).cloned());
+    let answer = match scripted {
+        Some(a) => a,
+        None => {
+            if s.applied_set.insert(key.clone()) {
+                s.applied.push(key.clone());
+                if s.keep {
+                    let body = serde_json::from_slice(body).unwrap_or(Value::Null);
+                    s.applied_bodies.push(body);
+                }
+            } else {
+                s.duplicates += 1;
+            }
+            Answer::new(200, "ok")
+        }
+    };
+    s.request_count += 1;
+    let now = Instant::now();
+    s.first_at.get_or_insert(now);
+    s.last_at = Some(now);
+    if s.keep {
+        s.requests.push(Request {
+            key,
+            authorization: headers.get("authorization").cloned(),
+            body: serde_json::from_slice(body).unwrap_or(Value::Null),
+            at: Instant::now(),
+            status: answer.status,
+        });
+    }
+    answer
 }
 
 /// A CA and a server certificate for 127.0.0.1 signed by it, made with

@@ -29,8 +29,13 @@
 //! `<topic>/<commit_lsn>/<event_seq>` — the event's source position, unique per
 //! event (a tombstone carrying `oncely.position` is decoded as the delete it
 //! follows, hence a duplicate of it) — or, with `identity.field`, the value of
-//! that field of the envelope (`after.event_id`: an outbox event's own id).
-//! Records without a change event (plain tombstones, Debezium bookkeeping) have
+//! that field of the envelope (`after.event_id`: an outbox event's own id), or,
+//! with `identity.header`, the value of that Kafka header (`<topic>/<name>=<value>`;
+//! the runner carries only that header). Under `identity.header` a change
+//! without the header (or with an empty one, or one longer than
+//! [`MAX_IDENTITY_HEADER_BYTES`]) is never applied unchecked: it goes to the
+//! dead-letter topic, the reason naming the header. Records without a change
+//! event (plain tombstones, Debezium bookkeeping) and without the header have
 //! no identity and always pass.
 
 use std::borrow::Cow;
@@ -45,7 +50,7 @@ use prometheus::IntCounterVec;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::error::{ConfigError, SinkError};
+use crate::error::{ConfigError, RecordFailure, SinkError};
 use crate::secret::Secret;
 use crate::sink::{Batch, Positions, Record, Sink};
 
@@ -53,6 +58,8 @@ use crate::sink::{Batch, Positions, Record, Sink};
 pub const DEFAULT_DEDUP_MAX_ENTRIES: u64 = 100_000;
 /// Default `dedup.ttl.ms`: how long an identity is kept (one day).
 pub const DEFAULT_DEDUP_TTL_MS: u64 = 86_400_000;
+/// Longest `dedup.identity.header` value taken as an identity: an id, not a payload.
+pub const MAX_IDENTITY_HEADER_BYTES: usize = 256;
 /// Key prefix of the Redis store before the group id: `oncely:dedup:<group.id>:`.
 pub const DEDUP_REDIS_PREFIX: &str = "oncely:dedup:";
 
@@ -92,6 +99,21 @@ pub struct DedupConfig {
     /// value identifies an event; unset: the source position.
     #[serde(rename = "identity.field", default)]
     pub identity_field: Option<String>,
+    /// `identity.header`: name of the Kafka header whose value identifies an
+    /// event (e.g. an outbox event id set by the producer); excludes `identity.field`.
+    #[serde(rename = "identity.header", default)]
+    pub identity_header: Option<String>,
+}
+
+/// Where an event's identity comes from (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// The source position `<commit_lsn>/<event_seq>`.
+    Position,
+    /// A dotted path into the envelope (`identity.field`).
+    Field(String),
+    /// A Kafka header's name (`identity.header`).
+    Header(String),
 }
 
 impl DedupConfig {
@@ -124,6 +146,26 @@ impl DedupConfig {
             )),
             _ => Ok(()),
         })
+        .and_then(|()| match &self.identity_header {
+            Some(_) if self.identity_field.is_some() => Err(ConfigError::new(
+                "dedup.identity.header",
+                "set either identity.field or identity.header, not both: an event has one identity",
+            )),
+            Some(h) if h.trim().is_empty() => Err(ConfigError::new(
+                "dedup.identity.header",
+                "the name of a Kafka header, e.g. event_id",
+            )),
+            _ => Ok(()),
+        })
+    }
+
+    /// Where identities come from.
+    pub fn identity(&self) -> Identity {
+        match (&self.identity_header, &self.identity_field) {
+            (Some(h), _) => Identity::Header(h.clone()),
+            (None, Some(f)) => Identity::Field(f.clone()),
+            (None, None) => Identity::Position,
+        }
     }
 
     fn ttl(&self) -> Duration {
@@ -194,11 +236,36 @@ pub fn event_identity(topic: &str, record: &Record, field: Option<&str>) -> Opti
     Some(format!("{topic}/{}", event.version))
 }
 
+/// The identity of `record` of `topic` from the `name` header; `Err`: why
+/// the record must be dead-lettered instead (see the module docs).
+pub fn header_identity(topic: &str, record: &Record, name: &str) -> Result<Option<String>, String> {
+    match record.identity_header() {
+        Some(v) if v.len() > MAX_IDENTITY_HEADER_BYTES => Err(format!(
+            "the `{name}` header (dedup.identity.header) is {} bytes, more than the {MAX_IDENTITY_HEADER_BYTES} an identity may have",
+            v.len()
+        )),
+        Some(v) if !v.is_empty() => Ok(Some(match std::str::from_utf8(v) {
+            Ok(text) => format!("{topic}/{name}={text}"),
+            Err(_) => {
+                let hex: String = v.iter().map(|b| format!("{b:02x}")).collect();
+                format!("{topic}/{name}=0x{hex}")
+            }
+        })),
+        _ if record.event().is_none() => Ok(None),
+        Some(_) => Err(format!(
+            "the `{name}` header (dedup.identity.header) is empty: it must hold the event's identity"
+        )),
+        None => Err(format!(
+            "no `{name}` header (dedup.identity.header): a change without its identity cannot be deduplicated, so it is not applied"
+        )),
+    }
+}
+
 /// A sink behind a dedup window (see the module docs).
 pub(crate) struct DedupSink {
     inner: Arc<dyn Sink>,
     window: Arc<dyn WindowStore>,
-    field: Option<String>,
+    identity: Identity,
     skipped: IntCounterVec,
 }
 
@@ -206,15 +273,44 @@ impl DedupSink {
     pub(crate) fn new(
         inner: Arc<dyn Sink>,
         window: Arc<dyn WindowStore>,
-        field: Option<String>,
+        identity: Identity,
         skipped: IntCounterVec,
     ) -> Self {
         Self {
             inner,
             window,
-            field,
+            identity,
             skipped,
         }
+    }
+
+    /// Each record's identity, or the records to dead-letter.
+    fn identities(&self, batch: &Batch) -> Result<Vec<Option<String>>, SinkError> {
+        let topic = batch.topic();
+        let field = match &self.identity {
+            Identity::Header(name) => {
+                let mut ids = Vec::with_capacity(batch.len());
+                let mut refused = Vec::new();
+                for r in batch.records() {
+                    match header_identity(topic, r, name) {
+                        Ok(id) => ids.push(id),
+                        Err(reason) => refused.push(RecordFailure::new(r.offset, reason)),
+                    }
+                }
+                return if refused.is_empty() {
+                    Ok(ids)
+                } else {
+                    Err(SinkError::Rejected(refused))
+                };
+            }
+            Identity::Field(f) => Some(f.as_str()),
+            Identity::Position => None,
+        };
+        Ok(batch
+            .records()
+            .iter()
+            .map(|r| event_identity(topic, r, field))
+            .collect())
     }
 }
 
@@ -233,11 +329,7 @@ impl Sink for DedupSink {
     }
 
     async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
-        let ids: Vec<Option<String>> = batch
-            .records()
-            .iter()
-            .map(|r| event_identity(batch.topic(), r, self.field.as_deref()))
-            .collect();
+        let ids = self.identities(batch)?;
         let held = try_join_all(ids.iter().map(|id| async move {
             match id {
                 Some(id) => self.window.contains(id.as_bytes()).await,
@@ -263,6 +355,7 @@ impl Sink for DedupSink {
             b.remove_offsets(&skip);
             Cow::Owned(b)
         };
+        batch.note_skipped(skip.len());
         self.inner.apply(&to_apply).await?;
         try_join_all(fresh.iter().map(|id| self.window.remember(id.as_bytes())))
             .await
@@ -295,12 +388,7 @@ pub(crate) async fn wrap(
     }
     Ok(match config.open(group).await? {
         None => sink,
-        Some(window) => Arc::new(DedupSink::new(
-            sink,
-            window,
-            config.identity_field.clone(),
-            skipped,
-        )),
+        Some(window) => Arc::new(DedupSink::new(sink, window, config.identity(), skipped)),
     })
 }
 

@@ -48,15 +48,20 @@ fn batch(records: Vec<Record>) -> Batch {
 }
 
 fn dedup(inner: Arc<Recording>, field: Option<&str>) -> (DedupSink, Metrics) {
+    let identity = field.map_or(Identity::Position, |f| Identity::Field(f.to_owned()));
+    dedup_by(inner, identity)
+}
+
+fn dedup_by(inner: Arc<Recording>, identity: Identity) -> (DedupSink, Metrics) {
     let metrics = Metrics::new().expect("metrics");
     let window = Arc::new(MemoryWindow::new(1000, Duration::from_secs(60)));
-    let sink = DedupSink::new(
-        inner,
-        window,
-        field.map(str::to_owned),
-        metrics.dedup_skipped.clone(),
-    );
+    let sink = DedupSink::new(inner, window, identity, metrics.dedup_skipped.clone());
     (sink, metrics)
+}
+
+/// A record whose `event-id` header is `id` (`None`: no header).
+fn headed(offset: i64, lsn: u64, id: Option<&str>) -> Record {
+    record(offset, lsn, 0, "unused").with_identity_header(id.map(|i| i.as_bytes().to_vec()))
 }
 
 fn skipped(m: &Metrics) -> u64 {
@@ -78,6 +83,13 @@ async fn a_redelivered_batch_is_skipped_and_counted() {
     sink.apply(&again).await.expect("again");
     assert_eq!(*inner.applied.lock().expect("lock"), [0, 1, 2]);
     assert_eq!(skipped(&metrics), 2);
+    assert_eq!(
+        again.skipped(),
+        2,
+        "noted on the batch, so not counted as applied"
+    );
+    sink.apply(&again).await.expect("all held");
+    assert_eq!(again.skipped(), 3, "each apply notes its own count");
 }
 
 #[tokio::test]
@@ -123,6 +135,77 @@ async fn identity_field_names_the_event() {
     assert_eq!(skipped(&metrics), 1);
 }
 
+#[tokio::test]
+async fn identity_header_names_the_event_and_a_missing_header_is_rejected() {
+    let inner = Arc::new(Recording::default());
+    let (sink, metrics) = dedup_by(inner.clone(), Identity::Header("event-id".into()));
+    sink.apply(&batch(vec![headed(0, 10, Some("e-1"))]))
+        .await
+        .expect("first");
+    // The same event id at another position (re-published): skipped; a new id applied.
+    let b = batch(vec![headed(1, 20, Some("e-1")), headed(2, 21, Some("e-2"))]);
+    sink.apply(&b).await.expect("second");
+    assert_eq!(*inner.applied.lock().expect("lock"), [0, 2]);
+    assert_eq!((skipped(&metrics), b.skipped()), (1, 1));
+
+    // Missing, empty or oversized: rejected by offset with the header named, nothing applied.
+    let long = "x".repeat(MAX_IDENTITY_HEADER_BYTES + 1);
+    let b = batch(vec![
+        headed(3, 30, None),
+        headed(4, 31, Some("e-3")),
+        headed(5, 32, Some("")),
+        headed(6, 33, Some(&long)),
+    ]);
+    let e = sink.apply(&b).await.expect_err("rejected");
+    let failures = e.rejected().expect("per record");
+    let offsets: Vec<i64> = failures.iter().map(|f| f.offset).collect();
+    assert_eq!(offsets, [3, 5, 6]);
+    assert!(failures[0].reason.contains("no `event-id` header"), "{e}");
+    assert!(failures[1].reason.contains("empty"), "{e}");
+    assert!(failures[2].reason.contains("257 bytes"), "{e}");
+    assert_eq!(
+        *inner.applied.lock().expect("lock"),
+        [0, 2],
+        "nothing applied"
+    );
+
+    // A plain tombstone has no identity either way and passes.
+    let tombstone = Record::new(7, Some(json!({"id": 1})), crate::event::Payload::Tombstone);
+    assert_eq!(header_identity("t", &tombstone, "event-id"), Ok(None));
+    let binary = record(8, 40, 0, "u").with_identity_header(Some(vec![0xff, 0x00]));
+    assert_eq!(
+        header_identity("t", &binary, "event-id"),
+        Ok(Some("t/event-id=0xff00".into()))
+    );
+}
+
+#[test]
+fn identity_header_and_field_exclude_each_other() {
+    let both = DedupConfig {
+        identity_field: Some("after.event_id".into()),
+        identity_header: Some("event-id".into()),
+        ..Default::default()
+    };
+    let e = both.validate().expect_err("both");
+    assert_eq!(e.field, "dedup.identity.header");
+    assert!(e.to_string().contains("not both"), "{e}");
+    let blank = DedupConfig {
+        identity_header: Some(" ".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        blank.validate().expect_err("blank").field,
+        "dedup.identity.header"
+    );
+    let header = DedupConfig {
+        identity_header: Some("event-id".into()),
+        ..Default::default()
+    };
+    header.validate().expect("valid");
+    assert_eq!(header.identity(), Identity::Header("event-id".into()));
+    assert_eq!(DedupConfig::default().identity(), Identity::Position);
+}
+
 #[test]
 fn config_is_checked_with_the_key_named() {
     let bad = |c: DedupConfig| c.validate().expect_err("invalid").field;
@@ -159,6 +242,12 @@ fn the_dedup_table_parses_with_bare_dotted_keys() {
     assert_eq!(d.store, DedupStore::Redis);
     assert_eq!(d.ttl_ms, Some(5000));
     assert_eq!(d.identity_field.as_deref(), Some("after.event_id"));
+    let e = crate::kinds::parse_config(&text.replace(
+        "identity.field = \"after.event_id\"",
+        "identity.field = \"after.event_id\"\nidentity.header = \"event-id\"",
+    ))
+    .expect_err("both");
+    assert!(e.to_string().contains("dedup.identity.header"), "{e}");
     let e = crate::kinds::parse_config(&text.replace("ttl.ms", "tll.ms")).expect_err("typo");
     assert!(e.message.contains("tll"), "{e}");
 }

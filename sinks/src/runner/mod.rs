@@ -39,6 +39,7 @@
 mod context;
 pub mod dedup;
 pub(crate) mod dlq;
+mod headers;
 mod ownership;
 mod shared;
 mod worker;
@@ -57,11 +58,11 @@ use tokio_util::sync::CancellationToken;
 
 use self::context::RunnerContext;
 use self::dlq::DeadLetters;
+use self::headers::Payloads;
 use self::shared::{Shared, TopicFilter};
 use self::worker::Incoming;
 use crate::config::RunnerConfig;
 use crate::error::RunnerError;
-use crate::event::TombstoneOrigin;
 use crate::metrics::Metrics;
 use crate::sink::{Sink, TopicPartition};
 
@@ -329,6 +330,11 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
         .kafka
         .contains_key("group.instance.id")
         .then(ownership::OwnershipCheck::new);
+    let identity_header = shared
+        .config
+        .dedup
+        .as_ref()
+        .and_then(|d| d.identity_header.as_deref());
     while !shared.stop.is_cancelled() {
         shared.liveness.polled();
         match consumer.poll(POLL_TIMEOUT) {
@@ -340,14 +346,7 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
                     message.partition(),
                     message.offset(),
                 );
-                let incoming = (
-                    message.key().map(<[u8]>::to_vec),
-                    message.payload().map(<[u8]>::to_vec),
-                    match message.payload() {
-                        None => tombstone_origin(&message),
-                        Some(_) => None,
-                    },
-                );
+                let incoming = Payloads::of(&message, identity_header);
                 let timestamp_ms = message.timestamp().to_millis();
                 drop(message);
                 dispatch(
@@ -384,24 +383,12 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
     Ok(())
 }
 
-/// Key, value, and a tombstone's origin.
-type Payloads = (Option<Vec<u8>>, Option<Vec<u8>>, Option<TombstoneOrigin>);
-
-/// The origin a tombstone's headers name, if they do.
-fn tombstone_origin(message: &rdkafka::message::BorrowedMessage<'_>) -> Option<TombstoneOrigin> {
-    use rdkafka::message::Headers;
-    let headers = message.headers()?;
-    TombstoneOrigin::from_headers(|name| {
-        headers.iter().find(|h| h.key == name).and_then(|h| h.value)
-    })
-}
-
 /// Hands one record to its partition's worker, waiting for byte budget and channel space.
 fn dispatch(
     consumer: &BaseConsumer<RunnerContext>,
     shared: &Shared,
     (topic, partition, offset): (&str, i32, i64),
-    ((key, value, tombstone), timestamp_ms): (Payloads, Option<i64>),
+    (payloads, timestamp_ms): (Payloads, Option<i64>),
 ) {
     if shared.filter.is_ignored(topic) {
         shared.record_progress(topic, partition, offset + 1);
@@ -416,7 +403,7 @@ fn dispatch(
         );
         return;
     };
-    let size = key.as_ref().map_or(0, Vec::len) + value.as_ref().map_or(0, Vec::len);
+    let size = payloads.size();
     let permits = u32::try_from(size)
         .unwrap_or(u32::MAX)
         .clamp(1, shared.budget_total);
@@ -440,9 +427,10 @@ fn dispatch(
     let mut incoming = Incoming {
         offset,
         timestamp_ms,
-        key,
-        value,
-        tombstone,
+        key: payloads.key,
+        value: payloads.value,
+        tombstone: payloads.tombstone,
+        identity_header: payloads.identity_header,
         _permit: permit,
     };
     loop {

@@ -50,6 +50,8 @@ pub(crate) struct Incoming {
     pub value: Option<Vec<u8>>,
     /// A tombstone's origin, from its headers (see [`TombstoneOrigin`]).
     pub tombstone: Option<TombstoneOrigin>,
+    /// The `dedup.identity.header` header's value (only that header is carried).
+    pub identity_header: Option<Vec<u8>>,
     pub _permit: OwnedSemaphorePermit,
 }
 
@@ -316,7 +318,9 @@ fn decode(incoming: Vec<Incoming>, schemaless_debezium: bool) -> DecodedParts {
                     }
                     (payload, _) => payload,
                 };
-                let mut r = Record::new(m.offset, key, payload).with_raw_owned(m.key, m.value);
+                let mut r = Record::new(m.offset, key, payload)
+                    .with_raw_owned(m.key, m.value)
+                    .with_identity_header(m.identity_header);
                 r.timestamp_ms = m.timestamp_ms;
                 records.push(r);
             }
@@ -397,9 +401,11 @@ impl Applier {
         self.apply(batch).await?;
         let m = &self.shared.metrics;
         let sink = self.shared.sink.name();
+        // What the dedup window skipped counts in `dedup_skipped` only.
+        let applied = batch.len().saturating_sub(batch.skipped());
         m.events_applied
             .with_label_values(&[sink, &self.topic])
-            .inc_by(batch.len() as u64);
+            .inc_by(applied as u64);
         m.batch_duration
             .with_label_values(&[sink])
             .observe((decoded.decode_time + started.elapsed()).as_secs_f64());

@@ -71,6 +71,13 @@ pub struct Out {
 
 /// Produces `records` in order (idempotent producer, acks=all) and waits for every acknowledgement.
 pub async fn produce(topic: &str, records: &[Out]) {
+    let plain: Vec<(&Out, &[(&str, &str)])> = records.iter().map(|r| (r, &[][..])).collect();
+    produce_headed(topic, &plain).await;
+}
+
+/// Like [`produce`], each record with its Kafka headers (name, value).
+pub async fn produce_headed(topic: &str, records: &[(&Out, &[(&str, &str)])]) {
+    use rdkafka::message::{Header, OwnedHeaders};
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers())
         .set("enable.idempotence", "true")
@@ -78,7 +85,7 @@ pub async fn produce(topic: &str, records: &[Out]) {
         .create()
         .expect("producer");
     let mut pending = Vec::with_capacity(records.len());
-    for r in records {
+    for (r, headers) in records {
         let mut rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic);
         if let Some(k) = &r.key {
             rec = rec.key(k.as_slice());
@@ -88,6 +95,16 @@ pub async fn produce(topic: &str, records: &[Out]) {
         }
         if let Some(p) = r.partition {
             rec = rec.partition(p);
+        }
+        if !headers.is_empty() {
+            let mut h = OwnedHeaders::new_with_capacity(headers.len());
+            for (key, value) in *headers {
+                h = h.insert(Header {
+                    key,
+                    value: Some(*value),
+                });
+            }
+            rec = rec.headers(h);
         }
         pending.push(
             producer

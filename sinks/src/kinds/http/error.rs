@@ -9,7 +9,7 @@
 //! | other 4xx | [`HttpError::Rejected`]: a dead letter with the status and a body excerpt |
 //! | refused server certificate | [`HttpError::Fatal`] |
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::StatusCode;
@@ -149,10 +149,20 @@ impl HttpError {
     }
 }
 
-/// `Retry-After` in seconds (the HTTP-date form is not honoured: the backoff applies).
+/// `Retry-After` (RFC 9110 §10.2.3): delay-seconds, or an HTTP-date (the
+/// time until it, zero when already past); unreadable: `None`, the backoff applies.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let text = headers.get(RETRY_AFTER)?.to_str().ok()?;
-    text.trim().parse::<u64>().ok().map(Duration::from_secs)
+    retry_after_at(headers, SystemTime::now())
+}
+
+fn retry_after_at(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let text = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    // All three forms RFC 9110 makes recipients accept (IMF-fixdate, RFC 850, asctime).
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// The first [`BODY_EXCERPT_BYTES`] of `body` as text (lossy), on a char boundary.
@@ -216,5 +226,46 @@ mod tests {
         assert_eq!(failures.len(), 2);
         assert!(failures[0].reason.starts_with("webhook answered 400: xxx"));
         assert!(failures[0].reason.len() < BODY_EXCERPT_BYTES + 64);
+    }
+
+    fn retry_after_header(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_str(value).expect("header"));
+        h
+    }
+
+    #[test]
+    fn retry_after_as_an_http_date_is_the_time_until_it() {
+        // 1994-11-06 08:49:37 UTC, the date RFC 9110 uses in its examples.
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777);
+        for form in [
+            "Sun, 06 Nov 1994 08:50:07 GMT",  // IMF-fixdate
+            "Sunday, 06-Nov-94 08:50:07 GMT", // obsolete RFC 850
+            "Sun Nov  6 08:50:07 1994",       // obsolete asctime
+        ] {
+            assert_eq!(
+                retry_after_at(&retry_after_header(form), now),
+                Some(Duration::from_secs(30)),
+                "{form}"
+            );
+        }
+        assert_eq!(
+            retry_after_at(&retry_after_header("Sun, 06 Nov 1994 08:49:00 GMT"), now),
+            Some(Duration::ZERO),
+            "a date already past: no extra wait"
+        );
+        assert_eq!(retry_after_at(&retry_after_header("soon"), now), None);
+        assert_eq!(retry_after_at(&HeaderMap::new(), now), None);
+    }
+
+    #[test]
+    fn an_http_date_retry_after_is_capped() {
+        let far = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(3600));
+        let e = classify(503, Some(&far), "");
+        assert_eq!(
+            e.retry_after(),
+            Some(CAP),
+            "an hour away, capped at retry.after.max.ms"
+        );
     }
 }

@@ -35,7 +35,7 @@
 //!
 //! See [`error`]: timeouts, 408, 425, 429 and 5xx are retried with the
 //! jittered exponential backoff (`retry.backoff.ms`, `retry.backoff.max.ms`),
-//! never sooner than the answer's `Retry-After` (seconds, at most
+//! never sooner than the answer's `Retry-After` (seconds or an HTTP-date, at most
 //! `retry.after.max.ms`), up to `retry.max.attempts` times; then the batch goes
 //! back to the runner, which retries it whole after its own backoff. Other
 //! 4xx answers are dead letters, their reason `webhook answered <status>:
