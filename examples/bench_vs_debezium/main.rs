@@ -57,20 +57,24 @@ async fn main() -> Result<()> {
     let modes = std::env::var("BENCH_MODES").unwrap_or_else(|_| "stream,snapshot".into());
     let services = Services::from_env()?;
     connect_harness::connect_lib()?;
-    let mut results: Vec<(Mode, usize, Measured)> = Vec::new();
-    for mode in modes.split(',').map(str::trim) {
-        let mode = match mode {
-            "stream" => Mode::Stream,
-            "snapshot" => Mode::Snapshot,
+    let modes = modes
+        .split(',')
+        .map(|m| match m.trim() {
+            "stream" => Ok(Mode::Stream),
+            "snapshot" => Ok(Mode::Snapshot),
             other => bail!("BENCH_MODES: unknown mode {other:?} (stream, snapshot)"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut results: Vec<(Mode, usize, Measured)> = Vec::new();
+    // Modes inside pairs, so that a run cut short still has every mode.
+    for pair in 0..2 * runs {
+        // Pairs alternate: oncely first, Debezium first, ...
+        let order = if pair % 2 == 0 {
+            [Tool::Oncely, Tool::Debezium]
+        } else {
+            [Tool::Debezium, Tool::Oncely]
         };
-        for pair in 0..2 * runs {
-            // Pairs alternate: oncely first, Debezium first, ...
-            let order = if pair % 2 == 0 {
-                [Tool::Oncely, Tool::Debezium]
-            } else {
-                [Tool::Debezium, Tool::Oncely]
-            };
+        for &mode in &modes {
             for m in run_pair(&services, mode, n, order).await? {
                 eprintln!("{}", row(mode, pair, &m));
                 results.push((mode, pair, m));

@@ -241,7 +241,12 @@ pub async fn run(tool: Tool, s: &Spec<'_>, position: &'static str) -> Result<Mea
             running.check()?;
         }
         if started.elapsed() > Duration::from_secs(timeout) {
-            bail!("{}: not all {} records in {topic} after {timeout}s (see {})", tool.name(), s.records, dir.display());
+            bail!(
+                "{}: not all {} records in {topic} after {timeout}s (see {})",
+                tool.name(),
+                s.records,
+                dir.display()
+            );
         }
         let ends = tokio::task::block_in_place(|| offsets.ends(&topic))?;
         let seen = match &running {

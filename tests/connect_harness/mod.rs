@@ -75,8 +75,14 @@ impl Connect {
         let worker = c.dir.join("connect-worker.properties");
         let mut text = properties(&[
             ("bootstrap.servers", c.brokers),
-            ("key.converter", "org.apache.kafka.connect.json.JsonConverter"),
-            ("value.converter", "org.apache.kafka.connect.json.JsonConverter"),
+            (
+                "key.converter",
+                "org.apache.kafka.connect.json.JsonConverter",
+            ),
+            (
+                "value.converter",
+                "org.apache.kafka.connect.json.JsonConverter",
+            ),
             ("offset.storage.file.filename", &offsets),
             ("listeners", "http://127.0.0.1:0"),
             ("plugin.discovery", "only_scan"),
