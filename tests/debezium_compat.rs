@@ -21,7 +21,7 @@ mod e2e_harness;
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use connect_harness::{Connect, Connector};
 use e2e_harness::{dead_letters, summary, Pipeline};
 

@@ -237,7 +237,7 @@ pub async fn run(tool: Tool, s: &Spec<'_>, position: &'static str) -> Result<Mea
     let done = loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         polls += 1;
-        if polls % 10 == 0 {
+        if polls.is_multiple_of(10) {
             running.check()?;
         }
         if started.elapsed() > Duration::from_secs(timeout) {
