@@ -16,14 +16,13 @@
 //! Debezium topics", lists what else it changes.
 mod capture_harness;
 mod common;
+mod connect_harness;
 mod e2e_harness;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use capture_harness::Spawned;
+use anyhow::{bail, Result};
+use connect_harness::{Connect, Connector};
 use e2e_harness::{dead_letters, summary, Pipeline};
 
 const TABLE: &str = "all_types";
@@ -191,110 +190,27 @@ fn update(id: i64, v: usize) -> String {
     format!("UPDATE {TABLE} SET {} WHERE id = {id}", sets.join(", "))
 }
 
-/// Kafka Connect standalone running Debezium's connector; killed when dropped.
-struct Connect {
-    process: Spawned,
-    log: PathBuf,
-}
-
-impl Connect {
-    fn start(p: &Pipeline, settings: &[(&str, &str)]) -> Result<Self> {
-        let lib = std::env::var("ONCELY_CONNECT_LIB").context(
-            "ONCELY_CONNECT_LIB is not set: run `scripts/services connect` (Kafka Connect and \
-             Debezium jars) and `eval \"$(scripts/services env)\"`",
-        )?;
-        let dir = &p.env.dir;
-        let log = dir.join("connect.log");
-        let worker = p.env.write_config(
-            "connect-worker.properties",
-            &format!(
-                "bootstrap.servers={brokers}\n\
-                 key.converter=org.apache.kafka.connect.json.JsonConverter\n\
-                 value.converter=org.apache.kafka.connect.json.JsonConverter\n\
-                 offset.storage.file.filename={offsets}\n\
-                 offset.flush.interval.ms=1000\n\
-                 listeners=http://127.0.0.1:0\n\
-                 plugin.discovery=only_scan\n",
-                brokers = common::kafka_brokers(),
-                offsets = dir.join("connect.offsets").display(),
-            ),
-        )?;
-        // Debezium's defaults, but for what the test servers need: pgoutput
-        // (the server has no decoderbufs), this test's slot, publication and
-        // table, and the harness's topic prefix.
-        let mut connector = format!(
-            "name={prefix}\n\
-             connector.class=io.debezium.connector.postgresql.PostgresConnector\n\
-             database.hostname={host}\ndatabase.port={port}\ndatabase.user={user}\n\
-             database.dbname={db}\n\
-             topic.prefix={prefix}\nslot.name={slot}\npublication.name={slot}\n\
-             publication.autocreate.mode=filtered\nplugin.name=pgoutput\n\
-             table.include.list=public.{TABLE}\n",
-            prefix = p.env.prefix,
-            host = p.env.pg_host,
-            port = p.env.pg_port,
-            user = p.env.pg_user,
-            db = p.env.dbname,
-            slot = p.env.slot,
-        );
-        if let Some(password) = pg_password() {
-            connector.push_str(&format!("database.password={password}\n"));
-        }
-        for (k, v) in settings {
-            connector.push_str(&format!("{k}={v}\n"));
-        }
-        let connector = p
-            .env
-            .write_config("connect-debezium.properties", &connector)?;
-        let log4j = p.env.write_config(
-            "connect-log4j2.properties",
-            &format!(
-                "rootLogger.level = INFO\nrootLogger.appenderRef.file.ref = file\n\
-                 appender.file.type = File\nappender.file.name = file\n\
-                 appender.file.fileName = {}\nappender.file.layout.type = PatternLayout\n\
-                 appender.file.layout.pattern = [%d] %p %m (%c)%n\n",
-                log.display()
-            ),
-        )?;
-        let out = std::fs::File::create(dir.join("connect.out"))?;
-        let process = Command::new("java")
-            .arg(format!("-Dlog4j2.configurationFile={}", log4j.display()))
-            .arg("-Xmx512m")
-            .arg("-cp")
-            .arg(Path::new(&lib).join("*"))
-            .arg("org.apache.kafka.connect.cli.ConnectStandalone")
-            .arg(&worker)
-            .arg(&connector)
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .spawn()
-            .context("start java (Kafka Connect standalone)")?;
-        Ok(Self {
-            process: Spawned(process),
-            log,
-        })
-    }
-
-    /// Fails with the log's errors if the JVM exited or the task died.
-    fn check(&mut self) -> Result<()> {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let died = log.contains("Task is being killed");
-        if let Some(status) = self.process.try_wait()? {
-            bail!("Kafka Connect exited ({status}):\n{}", errors(&log));
-        }
-        if died {
-            bail!("the Debezium task died:\n{}", errors(&log));
-        }
-        Ok(())
-    }
-}
-
-fn errors(log: &str) -> String {
-    log.lines()
-        .filter(|l| l.contains("ERROR") || l.starts_with("Caused by"))
-        .take(20)
-        .collect::<Vec<_>>()
-        .join("\n")
+/// Starts Debezium on the pipeline's database, slot and topic prefix.
+fn start_connect(p: &Pipeline, settings: &[(&str, &str)]) -> Result<Connect> {
+    let password = pg_password();
+    let brokers = common::kafka_brokers();
+    let table = format!("public.{TABLE}");
+    Connect::start(&Connector {
+        dir: &p.env.dir,
+        brokers: &brokers,
+        prefix: &p.env.prefix,
+        host: &p.env.pg_host,
+        port: p.env.pg_port,
+        user: &p.env.pg_user,
+        password: password.as_deref(),
+        dbname: &p.env.dbname,
+        slot: &p.env.slot,
+        publication: &p.env.slot,
+        tables: &[&table],
+        settings,
+        worker: &[("offset.flush.interval.ms", "1000")],
+        jvm: &["-Xmx512m"],
+    })
 }
 
 fn pg_password() -> Option<String> {
@@ -362,7 +278,7 @@ async fn run(name: &str, settings: &[(&str, &str)]) -> Result<()> {
 
 async fn exercise(p: &Pipeline, settings: &[(&str, &str)]) -> Result<()> {
     let topic = p.env.topic(TABLE);
-    let mut connect = Connect::start(p, settings)?;
+    let mut connect = start_connect(p, settings)?;
     wait_for_records(&mut connect, &topic, SNAPSHOT_ROWS).await?;
 
     // Streamed changes, one transaction each: inserts, updates (big left

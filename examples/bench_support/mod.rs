@@ -121,3 +121,80 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     (ticks(11) + ticks(12)) / 100.0
 }
+
+/// A topic's offsets summed over its partitions.
+pub struct Ends {
+    pub low: i64,
+    pub high: i64,
+    /// The last stable offset: `high` unless a transaction is open.
+    pub stable: i64,
+}
+
+/// Reads topic end offsets, as a plain and as a `read_committed` reader sees them.
+pub struct Offsets {
+    plain: rdkafka::consumer::BaseConsumer,
+    committed: rdkafka::consumer::BaseConsumer,
+}
+
+impl Offsets {
+    pub fn new(brokers: &str) -> Result<Self> {
+        use rdkafka::config::ClientConfig;
+        let consumer = |isolation: &str| {
+            ClientConfig::new()
+                .set("bootstrap.servers", brokers)
+                .set("isolation.level", isolation)
+                .create()
+        };
+        Ok(Self {
+            plain: consumer("read_uncommitted")?,
+            committed: consumer("read_committed")?,
+        })
+    }
+
+    /// Blocking; all zero while the topic does not exist.
+    pub fn ends(&self, topic: &str) -> Result<Ends> {
+        use rdkafka::consumer::Consumer;
+        let timeout = std::time::Duration::from_secs(10);
+        let metadata = self.plain.fetch_metadata(Some(topic), timeout)?;
+        let mut ends = Ends {
+            low: 0,
+            high: 0,
+            stable: 0,
+        };
+        for t in metadata.topics().iter().filter(|t| t.error().is_none()) {
+            for p in t.partitions() {
+                let (low, high) = self.plain.fetch_watermarks(topic, p.id(), timeout)?;
+                let (_, stable) = self.committed.fetch_watermarks(topic, p.id(), timeout)?;
+                ends.low += low;
+                ends.high += high;
+                ends.stable += stable;
+            }
+        }
+        Ok(ends)
+    }
+}
+
+/// Deletes every topic whose name starts with `prefix`.
+pub async fn delete_topics(brokers: &str, prefix: &str) -> Result<()> {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::config::ClientConfig;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let metadata = admin
+        .inner()
+        .fetch_metadata(None, std::time::Duration::from_secs(10))?;
+    let names: Vec<&str> = metadata
+        .topics()
+        .iter()
+        .map(|t| t.name())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    if !names.is_empty() {
+        for r in admin.delete_topics(&names, &AdminOptions::new()).await? {
+            r.map_err(|(topic, e)| anyhow::anyhow!("delete topic {topic}: {e}"))?;
+        }
+    }
+    Ok(())
+}
