@@ -117,10 +117,27 @@ struct ReplicaServer {
 }
 
 impl ReplicaServer {
+    /// Starts the server; a port taken between choosing and binding it
+    /// (another test, a client's ephemeral port) is tried again with another.
     fn start() -> anyhow::Result<Self> {
+        let mut last = None;
+        for _ in 0..3 {
+            match Self::start_once() {
+                Ok(server) => return Ok(server),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("three tries"))
+    }
+
+    fn start_once() -> anyhow::Result<Self> {
         let bin = std::path::Path::new("/usr/lib/postgresql/15/bin");
         let dir = std::env::temp_dir().join(common::unique("oncely_walcheck"));
-        let port = 20000 + (rand::random::<u16>() % 20000);
+        // A port the kernel just handed out is free (a random one in the
+        // ephemeral range could belong to any open connection).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
         let as_postgres = Command::new("id").arg("-u").output()?.stdout == b"0\n";
         std::fs::create_dir_all(&dir)?;
         if as_postgres {
@@ -142,19 +159,16 @@ impl ReplicaServer {
             "-c wal_level=replica -c listen_addresses=127.0.0.1 -p {port} -k {}",
             server.dir.display()
         );
-        server.run(
-            bin.join("pg_ctl"),
-            &[
-                "-D",
-                &server.data(),
-                "-w",
-                "-l",
-                &format!("{}/log", server.dir.display()),
-                "-o",
-                &opts,
-                "start",
-            ],
-        )?;
+        let log = format!("{}/log", server.dir.display());
+        server
+            .run(
+                bin.join("pg_ctl"),
+                &["-D", &server.data(), "-w", "-l", &log, "-o", &opts, "start"],
+            )
+            .map_err(|e| {
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                e.context(format!("server log:\n{log}"))
+            })?;
         Ok(server)
     }
 
