@@ -14,10 +14,10 @@
 //! ```
 mod bench_support;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent, TlsConfig};
 
 const ROWS_PER_TX: i64 = 10_000;
@@ -130,7 +130,7 @@ async fn main() -> Result<()> {
     )?;
     let bin = bench_support::oncely_binary()?;
     // BENCH_PERF=<file> profiles capture with `perf record`.
-    let mut command = match std::env::var("BENCH_PERF") {
+    let command = match std::env::var("BENCH_PERF") {
         Ok(out) => {
             let mut c = Command::new("perf");
             c.args(["record", "-F", "499", "-g", "-o", &out, "--"])
@@ -139,13 +139,7 @@ async fn main() -> Result<()> {
         }
         Err(_) => Command::new(&bin),
     };
-    let mut child = command
-        .args(["capture", "--config"])
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .with_context(|| format!("run {} (cargo build --release first)", bin.display()))?;
+    let mut child = bench_support::spawn_capture(command, &config)?;
     let pid = child.id();
     let mut first: Option<Instant> = None;
     let mut rss_samples = Vec::new();

@@ -15,7 +15,7 @@
 //! ```
 mod bench_support;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -92,13 +92,7 @@ async fn main() -> Result<()> {
         ),
     )?;
     let bin = bench_support::oncely_binary()?;
-    let mut child = Command::new(&bin)
-        .args(["capture", "--config"])
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .with_context(|| format!("run {} (cargo build --release first)", bin.display()))?;
+    let mut child = bench_support::spawn_capture(Command::new(&bin), &config)?;
     let pid = child.id();
     let mut started: Option<Instant> = None;
     let mut rss_samples = Vec::new();

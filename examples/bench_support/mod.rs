@@ -84,6 +84,21 @@ pub fn oncely_binary() -> Result<PathBuf> {
         .context("locate target/release/oncely (cargo build --release --bin oncely)")
 }
 
+/// Starts `oncely capture --config <config>` through `command` (the binary
+/// of [`oncely_binary`], or a profiler in front of it), quiet.
+pub fn spawn_capture(
+    mut command: std::process::Command,
+    config: &std::path::Path,
+) -> Result<std::process::Child> {
+    command
+        .args(["capture", "--config"])
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("run target/release/oncely (cargo build --release --bin oncely first)")
+}
+
 /// Reads one metric (exact name, with or without labels) from a Prometheus endpoint.
 pub async fn scrape(port: u16, name: &str) -> Option<f64> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

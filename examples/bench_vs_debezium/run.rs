@@ -1,10 +1,10 @@
 //! One tool's run: start it on a prepared database, watch Kafka until every
 //! record is there, read its CPU and peak memory from `/proc`, stop it.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use crate::bench_support::{self, Offsets, Services};
 use crate::connect_harness::{Connect, Connector, STANDALONE_JVM};
@@ -161,13 +161,7 @@ fn start(tool: Tool, s: &Spec, dir: &std::path::Path) -> Result<Running> {
                 ),
             )?;
             let bin = bench_support::oncely_binary()?;
-            let child = Command::new(&bin)
-                .args(["capture", "--config"])
-                .arg(&config)
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .spawn()
-                .with_context(|| format!("run {} (cargo build --release first)", bin.display()))?;
+            let child = bench_support::spawn_capture(Command::new(&bin), &config)?;
             Ok(Running::Oncely {
                 child,
                 metrics_port,
