@@ -350,10 +350,18 @@ async fn a_second_instance_fences_the_first_and_nothing_is_duplicated() -> anyho
         tail(&env.capture_log())
     );
     let want = expected.len();
-    let seen = wait_for(&topics(&env), Duration::from_secs(120), |s| {
+    let seen = match wait_for(&topics(&env), Duration::from_secs(120), |s| {
         count_changes(s) >= want
     })
-    .await?;
+    .await
+    {
+        Ok(seen) => seen,
+        Err(e) => anyhow::bail!(
+            "{e} (want {want} changes; second instance exited: {:?})\n{}",
+            second.try_wait()?,
+            tail(&env.capture_log())
+        ),
+    };
     assert!(terminate(&mut second, Duration::from_secs(30))?.success());
     assert_exactly_once(&seen, &expected);
     env.cleanup().await;
