@@ -1160,3 +1160,51 @@ async fn non_finite_numbers_and_addresses_reach_typed_columns() {
     assert_eq!(text(2, 2).as_deref(), Some("Infinity"));
     wh.drop().await;
 }
+
+#[tokio::test]
+async fn millisecond_and_nanosecond_timestamps_keep_every_digit() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|_| {}).await;
+    let field = |name: &str, logical: &str| json!({"field": name, "type": "int64", "name": logical, "optional": true});
+    let fields = json!([
+        {"field": "id", "type": "int64"},
+        field("ms", "io.debezium.time.Timestamp"),
+        field("ns", "io.debezium.time.NanoTimestamp")]);
+    let event = |offset: i64, id: i64, ms: i64, ns: i64| {
+        let value = json!({
+            "schema": {"type": "struct", "fields": [
+                {"field": "before", "type": "struct", "optional": true, "fields": fields.clone()},
+                {"field": "after", "type": "struct", "optional": true, "fields": fields.clone()}]},
+            "payload": {"before": null, "after": {"id": id, "ms": ms, "ns": ns}, "op": "c",
+                "source": {"schema": "public", "table": "stamps", "commit_lsn": 10 + offset, "event_seq": 1}}});
+        record(offset, Some(json!({"id": id})), Some(value))
+    };
+    sink.apply(&batch(vec![
+        // PostgreSQL's first and last milliseconds; int64's nanosecond ends.
+        event(0, 1, -210_866_803_199_999, i64::MIN),
+        event(1, 2, 9_224_318_015_999_999, i64::MAX),
+        event(2, 3, -1, -1),
+    ]))
+    .await
+    .expect("timestamps");
+    let rows = wh
+        .client
+        .query(
+            "SELECT ms::text, ns::text FROM public_stamps ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("rows");
+    let got: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let want = [
+        ("4714-11-24 00:00:00.001 BC", "1677-09-21 00:12:43.145224"),
+        ("294276-12-31 23:59:59.999", "2262-04-11 23:47:16.854775"),
+        ("1969-12-31 23:59:59.999", "1969-12-31 23:59:59.999999"),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(got, want);
+    wh.drop().await;
+}

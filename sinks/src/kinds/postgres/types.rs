@@ -32,6 +32,8 @@ use serde_json::Value;
 
 use crate::native::iso_time;
 
+const MILLIS_PER_DAY: i64 = MICROS_PER_DAY / 1000;
+
 /// How a text value is turned into the column's value in SQL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Conv {
@@ -118,7 +120,11 @@ impl Temporal {
         Some(match self {
             Temporal::Days => date_text(n),
             Temporal::Micros => timestamp_text(n),
-            Temporal::Millis => timestamp_text(n.checked_mul(1000)?),
+            // Days apart: the latest timestamps' µs do not fit an i64.
+            Temporal::Millis => day_and_time_text(
+                n.div_euclid(MILLIS_PER_DAY),
+                n.rem_euclid(MILLIS_PER_DAY) * 1000,
+            ),
             Temporal::Nanos => timestamp_text(n.div_euclid(1000)),
             Temporal::MicrosOfDay => iso_time(n),
             Temporal::MillisOfDay => iso_time(n.checked_mul(1000)?),
@@ -138,10 +144,14 @@ fn date_text(days: i64) -> String {
 
 /// `YYYY-MM-DD HH:MM:SS.ffffff`, the era last (`... BC`).
 fn timestamp_text(micros: i64) -> String {
-    let (days, tod) = (
+    day_and_time_text(
         micros.div_euclid(MICROS_PER_DAY),
         micros.rem_euclid(MICROS_PER_DAY),
-    );
+    )
+}
+
+/// [`timestamp_text`] of a day since the epoch and µs into it.
+fn day_and_time_text(days: i64, tod: i64) -> String {
     let date = date_text(days);
     match date.strip_suffix(" BC") {
         Some(d) => format!("{d} {} BC", iso_time(tod)),
@@ -232,6 +242,17 @@ impl Conv {
             (Conv::EpochDays, "-2147483648") => "-infinity",
             (Conv::MicrosOfDay, "86400000000") => "24:00:00",
             (Conv::Zoned, _) => return iso_era(text),
+            // `bigint * interval` multiplies in double precision: milliseconds
+            // before 4253 BC or so lose digits, and `/ 1000` would round
+            // nanoseconds before 1970 up. The exact Rust conversion of the
+            // array items instead (nanoseconds floored to the µs).
+            (Conv::EpochMillis | Conv::EpochNanos, t) => {
+                let exact = t
+                    .parse::<i64>()
+                    .ok()
+                    .and_then(|n| Temporal::of(self)?.text(&Value::from(n)));
+                return exact.map_or(text, Cow::Owned);
+            }
             _ => return text,
         };
         Cow::Borrowed(word)
@@ -884,6 +905,35 @@ mod tests {
         assert_eq!(t(Temporal::Micros, json!(i64::MAX)), "infinity");
         assert_eq!(t(Temporal::Micros, json!(i64::MIN)), "-infinity");
         assert_eq!(canonical("timestamp[]"), "timestamp without time zone[]");
+    }
+
+    #[test]
+    fn millisecond_and_nanosecond_timestamps_are_converted_exactly() {
+        let text = |conv: Conv, v: &str| conv.pg_text(Cow::Borrowed(v), "timestamp").into_owned();
+        // 4714-11-24 BC, PostgreSQL's first day: SQL's `bigint * interval`
+        // gave `.000992` here.
+        assert_eq!(
+            text(Conv::EpochMillis, "-210866803199999"),
+            "4714-11-24 00:00:00.001000 BC"
+        );
+        assert_eq!(
+            text(Conv::EpochMillis, "9224318015999999"),
+            "294276-12-31 23:59:59.999000"
+        );
+        // Floored like the array items, not rounded up by `/`.
+        assert_eq!(
+            text(Conv::EpochNanos, "-9223372036854775808"),
+            "1677-09-21 00:12:43.145224"
+        );
+        assert_eq!(text(Conv::EpochNanos, "-1"), "1969-12-31 23:59:59.999999");
+        // Text columns and values that are no number keep the wire text.
+        assert_eq!(
+            Conv::EpochMillis
+                .pg_text(Cow::Borrowed("1500"), "text")
+                .into_owned(),
+            "1500"
+        );
+        assert_eq!(text(Conv::EpochMillis, "infinity"), "infinity");
     }
 
     #[test]
