@@ -356,11 +356,27 @@ async fn a_second_instance_fences_the_first_and_nothing_is_duplicated() -> anyho
     .await
     {
         Ok(seen) => seen,
-        Err(e) => anyhow::bail!(
-            "{e} (want {want} changes; second instance exited: {:?})\n{}",
-            second.try_wait()?,
-            tail(&env.capture_log())
-        ),
+        Err(e) => {
+            let seen = read_committed(&topics(&env))?;
+            let mut missing: BTreeMap<Change, usize> = BTreeMap::new();
+            for c in &expected {
+                *missing.entry(c.clone()).or_default() += 1;
+            }
+            for c in seen.iter().filter_map(change_of) {
+                if let Some(n) = missing.get_mut(&c) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+            missing.retain(|_, n| *n > 0);
+            let first: Vec<_> = missing.keys().take(10).collect();
+            anyhow::bail!(
+                "{e}: {} of {want} changes, {} missing (first: {first:?}); second instance exited: {:?}\n{}",
+                count_changes(&seen),
+                missing.len(),
+                second.try_wait()?,
+                tail(&env.capture_log())
+            )
+        }
     };
     assert!(terminate(&mut second, Duration::from_secs(30))?.success());
     assert_exactly_once(&seen, &expected);
