@@ -58,15 +58,18 @@
 //! PostgreSQL connection builder (`oncely_core::postgres`); the URL must not
 //! carry its own `sslmode`.
 
+mod compat;
 mod config;
 mod error;
+mod group;
 mod identity;
 mod plan;
+mod resolve;
+mod statement;
 mod table;
 mod types;
 mod write;
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,12 +86,12 @@ pub use plan::UNAVAILABLE;
 pub use table::{MetaColumns, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
 
 use self::error::{classify, pool_error, to_sink_error, Class};
-use self::plan::{plan, Plan, Row, Shape, Step, TableRows};
-use self::table::{quote, Catalog, TableInfo};
-use self::types::compatible;
+use self::group::{group_rows, sorted_rows, wanted_specs};
+use self::plan::{plan, Plan, Step};
+use self::table::{quote, Catalog};
 use self::write::{
-    conv_for_type, find_rejected, store_position, write_all, write_group_with_position, Group,
-    Modes, Origin, Prebuilt, Ready,
+    find_rejected, store_position, write_all, write_group_with_position, Modes, Origin, Prebuilt,
+    Ready,
 };
 use crate::error::{RecordFailure, SinkError};
 use crate::naming::TargetClaims;
@@ -263,124 +266,6 @@ impl PostgresSink {
         }
     }
 
-    /// Resolves tables (creating and altering them) and checks every row against them.
-    async fn resolve<'a>(
-        &self,
-        client: &mut Client,
-        plan: &'a Plan,
-        rejected: &mut Vec<RecordFailure>,
-    ) -> Result<Vec<Ready<'a>>, SinkError> {
-        let mut ready = Vec::new();
-        for step in &plan.steps {
-            match step {
-                Step::Rows(tables) => {
-                    for (table, rows) in tables {
-                        let rows = sorted_rows(rows);
-                        if let Some(r) = self.resolve_rows(client, table, rows, rejected).await? {
-                            ready.push(r);
-                        }
-                    }
-                }
-                Step::Truncate { table, version } => {
-                    if let Some(info) = self.catalog.lookup(client, table).await? {
-                        let v = (
-                            i64::try_from(version.lsn).unwrap_or(i64::MAX),
-                            i64::try_from(version.seq).unwrap_or(i64::MAX),
-                        );
-                        ready.push(Ready::Truncate {
-                            table: info,
-                            version: v,
-                        });
-                    }
-                }
-            }
-        }
-        for (table, rows) in &plan.history {
-            let info = self.catalog.ensure_history(client, table).await?;
-            ready.push(Ready::History(info, rows));
-        }
-        Ok(ready)
-    }
-
-    async fn resolve_rows<'a>(
-        &self,
-        client: &mut Client,
-        table: &str,
-        rows: Vec<&'a Row>,
-        rejected: &mut Vec<RecordFailure>,
-    ) -> Result<Option<Ready<'a>>, SinkError> {
-        let Some(first) = rows.first() else {
-            return Ok(None);
-        };
-        let key: Vec<&'a str> = first.shape.key.iter().map(String::as_str).collect();
-        let mut info = self
-            .catalog
-            .ensure_target(client, table, &key, &wanted_specs(&rows))
-            .await?;
-        // The attnums of new columns (and of columns adopted by name).
-        if let Some(newest) = identity::newest(rows.iter().map(|r| (&*r.shape, r.version))) {
-            if !identity::records(&info, newest).is_empty() {
-                info = self
-                    .catalog
-                    .alter_with(client, table, |current| identity::records(current, newest))
-                    .await?;
-            }
-        }
-        let groups = group_rows(&info, rows, rejected);
-        Ok(Some(Ready::Rows(info, groups)))
-    }
-
-    /// Renames (and with `schema.evolution.drop.columns = "drop"` drops)
-    /// warehouse columns by source attnum before the rows are written
-    /// ([`identity::alterations`]), and returns the plan with fields renamed
-    /// to their columns when any is (`None`: the plan as it is).
-    async fn follow_renames(
-        &self,
-        client: &mut Client,
-        plan: &Plan,
-    ) -> Result<Option<Plan>, SinkError> {
-        let drop = self.config.drop_columns;
-        // Keyed by the shape's address (rows share their shape).
-        let mut shapes: HashMap<(&str, usize), Arc<Shape>> = HashMap::new();
-        for step in &plan.steps {
-            let Step::Rows(tables) = step else { continue };
-            for (table, rows) in tables {
-                let Some(newest) =
-                    identity::newest(rows.rows.values().map(|r| (&*r.shape, r.version)))
-                else {
-                    continue;
-                };
-                let Some(mut info) = self.catalog.lookup(client, table).await? else {
-                    continue;
-                };
-                if !identity::alterations(&info, newest, drop).is_empty() {
-                    info = self
-                        .catalog
-                        .alter_with(client, table, |current| {
-                            identity::alterations(current, newest, drop)
-                        })
-                        .await?;
-                }
-                for row in rows.rows.values() {
-                    let key = (table.as_str(), Arc::as_ptr(&row.shape) as usize);
-                    if shapes.contains_key(&key) {
-                        continue;
-                    }
-                    let map = identity::targets(&info, &row.shape);
-                    if !map.is_empty() {
-                        shapes.insert(key, Arc::new(row.shape.translated(&map)));
-                    }
-                }
-            }
-        }
-        if shapes.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(plan.translated(|table, shape| {
-            shapes.get(&(table, Arc::as_ptr(shape) as usize)).cloned()
-        })))
-    }
-
     /// The statement of a batch whose plan is one group of one table already
     /// known to the catalog as it needs it (no DDL), built and encoded ahead
     /// of `apply` (see [`Prepared`]); `None` for anything else.
@@ -485,138 +370,6 @@ impl PostgresSink {
     }
 }
 
-/// A table's rows of a plan in offset order.
-fn sorted_rows(rows: &TableRows) -> Vec<&Row> {
-    let mut rows: Vec<&Row> = rows.rows.values().collect();
-    rows.sort_by_key(|r| r.offset);
-    rows
-}
-
-/// The column specs `rows` need in their table: per column the first row's
-/// spec, widened by later rows' wider ones (a batch can hold rows from before
-/// and after a type change; the column must hold both).
-fn wanted_specs<'a>(rows: &[&'a Row]) -> BTreeMap<&'a str, types::ColumnSpec> {
-    let mut wanted: BTreeMap<&str, types::ColumnSpec> = BTreeMap::new();
-    let mut seen: Option<&Shape> = None;
-    for r in rows {
-        if seen.is_some_and(|s| std::ptr::eq(s, &*r.shape)) {
-            continue;
-        }
-        seen = Some(&r.shape);
-        for (name, spec) in &r.shape.specs {
-            match wanted.entry(name) {
-                std::collections::btree_map::Entry::Vacant(e) => {
-                    e.insert(spec.clone());
-                }
-                std::collections::btree_map::Entry::Occupied(mut e) => {
-                    let merged = types::wider(e.get(), spec);
-                    e.insert(merged);
-                }
-            }
-        }
-    }
-    wanted
-}
-
-/// Checks `rows` against their table `info` (key columns, version range, column
-/// types; failures go to `rejected`) and groups the others by column list.
-fn group_rows<'a>(
-    info: &TableInfo,
-    rows: Vec<&'a Row>,
-    rejected: &mut Vec<RecordFailure>,
-) -> Vec<Group<'a>> {
-    let Some(first) = rows.first() else {
-        return Vec::new();
-    };
-    let key: Vec<&'a str> = first.shape.key.iter().map(String::as_str).collect();
-    let info_key: Vec<&str> = info.key.iter().map(String::as_str).collect();
-    let mut groups: Vec<Group<'a>> = Vec::new();
-    // Rows of one table nearly always share their shape (columns, specs,
-    // unavailable set): the checks of a row like the previous accepted one
-    // are not repeated, and it joins the same group.
-    let mut previous: Option<(usize, usize)> = None;
-    'rows: for row in rows {
-        if let Some((g, i)) = previous {
-            if same_shape(groups[g].rows[i], row) {
-                groups[g].rows.push(row);
-                continue;
-            }
-        }
-        let shape: &'a Shape = &row.shape;
-        if !shape
-            .key
-            .iter()
-            .map(String::as_str)
-            .eq(info_key.iter().copied())
-        {
-            let row_key: Vec<&str> = shape.key.iter().map(String::as_str).collect();
-            rejected.push(RecordFailure::new(
-                row.offset,
-                format!(
-                    "{} has primary key ({}) but the record's key has columns ({})",
-                    info.qualified,
-                    info.key.join(", "),
-                    row_key.join(", ")
-                ),
-            ));
-            continue;
-        }
-        if i64::try_from(row.version.lsn).is_err() || i64::try_from(row.version.seq).is_err() {
-            rejected.push(RecordFailure::new(
-                row.offset,
-                format!("version {} does not fit in bigint", row.version),
-            ));
-            continue;
-        }
-        for (name, spec) in &shape.specs {
-            if let Some(actual) = info.columns.get(name) {
-                if let Err(conflict) = compatible(spec, actual) {
-                    rejected.push(RecordFailure::new(
-                        row.offset,
-                        format!("column `{name}` of {}: {conflict}", info.qualified),
-                    ));
-                    continue 'rows;
-                }
-            }
-        }
-        let mut columns = key.clone();
-        if let Some(values) = &shape.values {
-            let mut rest: Vec<&'a str> = values
-                .iter()
-                .chain(shape.unavailable.iter())
-                .map(String::as_str)
-                .filter(|c| !key.contains(c) && info.columns.contains_key(*c))
-                .collect();
-            rest.sort();
-            columns.extend(rest);
-        }
-        let convs: Vec<types::Conv> = columns
-            .iter()
-            .map(|c| match shape.specs.get(*c) {
-                Some(spec) if !spec.inferred => spec.conv,
-                _ => conv_for_type(info.columns.get(*c).map_or("text", String::as_str)),
-            })
-            .collect();
-        let delete = row.is_delete();
-        let same = |g: &Group<'a>| g.delete == delete && g.columns == columns && g.convs == convs;
-        let g = match groups.iter().position(same) {
-            Some(g) => g,
-            None => {
-                groups.push(Group {
-                    columns,
-                    convs,
-                    rows: Vec::new(),
-                    delete,
-                });
-                groups.len() - 1
-            }
-        };
-        groups[g].rows.push(row);
-        previous = Some((g, groups[g].rows.len() - 1));
-    }
-    groups
-}
-
 /// The warehouse connections' TLS settings (`sslmode`, `sslrootcert`,
 /// `sslcert`, `sslkey`, the key's reference resolved), loaded once: the one
 /// PostgreSQL connection builder of `oncely-core` (public for `oncely
@@ -635,21 +388,6 @@ pub fn connector(config: &PostgresConfig) -> Result<PgConnector, SinkError> {
         .tls(sslkey)
         .connector()
         .map_err(|e| SinkError::fatal_from("postgres", e))
-}
-
-/// Whether two rows of a table have the same columns, column specs and
-/// unavailable columns, so that the checks and group of one hold for the other.
-/// (Key columns and the version's range are checked per row by the caller
-/// only on a shape change; a version outside bigint is rare enough to recheck.)
-fn same_shape(a: &Row, b: &Row) -> bool {
-    i64::try_from(b.version.lsn).is_ok()
-        && i64::try_from(b.version.seq).is_ok()
-        && (std::sync::Arc::ptr_eq(&a.shape, &b.shape) || same_columns(&a.shape, &b.shape))
-}
-
-/// Equal shapes apart from how they were found (the reuse matcher).
-fn same_columns(a: &Shape, b: &Shape) -> bool {
-    a.key == b.key && a.values == b.values && a.unavailable == b.unavailable && a.specs == b.specs
 }
 
 #[async_trait]

@@ -294,180 +294,15 @@ pub fn base_type(t: &str) -> String {
     }
 }
 
-fn is_text(actual: &str) -> bool {
+pub(super) fn is_text(actual: &str) -> bool {
     matches!(
         base_type(actual).as_str(),
         "text" | "character varying" | "character"
     )
 }
 
-/// Canonical `format_type` spelling of the DDL names this module produces.
-pub fn canonical(ddl: &str) -> String {
-    let base = base_type(ddl);
-    if let Some(element) = base.strip_suffix("[]") {
-        return format!("{}[]", canonical(element));
-    }
-    let mapped = match base.as_str() {
-        "timestamptz" => "timestamp with time zone",
-        "timestamp" => "timestamp without time zone",
-        "timetz" => "time with time zone",
-        "time" => "time without time zone",
-        other => other,
-    };
-    mapped.to_owned()
-}
-
-/// Whether an existing column of type `actual` accepts values described by `spec`;
-/// `Err` explains the conflict.
-pub fn compatible(spec: &ColumnSpec, actual: &str) -> Result<(), String> {
-    if spec.ddl == actual {
-        return Ok(());
-    }
-    let want = canonical(&spec.ddl);
-    let have = base_type(actual);
-    let numeric = |t: &str| {
-        matches!(
-            t,
-            "smallint" | "integer" | "bigint" | "real" | "double precision" | "numeric"
-        )
-    };
-    let ok = want == have
-        || is_text(actual)
-        || (spec.inferred && want == "text")
-        || (spec.inferred && want == "jsonb" && (have == "json" || have.ends_with("[]")))
-        // Temporal arrays went to `jsonb` before they were typed: such a
-        // column keeps taking them, as JSON text.
-        || (matches!(spec.conv, Conv::Each(_)) && have == "jsonb")
-        // Network addresses travel as plain strings (as Debezium's do): a
-        // column the user typed `inet`, `cidr` or `macaddr` takes them by
-        // cast (text that is no address is a data error: a dead letter).
-        || (want == "text" && is_network(&have))
-        || (want == "text[]" && have.strip_suffix("[]").is_some_and(is_network))
-        // A JSON integer says nothing of its width: inferred, it fits any
-        // integer column (a value out of range is an error, never rounded).
-        || (spec.inferred && want == "bigint" && matches!(have.as_str(), "smallint" | "integer"))
-        || match have.as_str() {
-            "bigint" => matches!(want.as_str(), "smallint" | "integer"),
-            "integer" => want == "smallint",
-            "real" | "double precision" | "numeric" => numeric(&want),
-            _ => false,
-        };
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "type conflict: the target column is {actual} but the event carries {}",
-            spec.ddl
-        ))
-    }
-}
-
-fn is_network(t: &str) -> bool {
-    matches!(t, "inet" | "cidr" | "macaddr" | "macaddr8")
-}
-
-/// A type of the exact-number family, by what it holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Exact {
-    /// `smallint`, `integer`, `bigint`: bits.
-    Int(u32),
-    /// `numeric(precision, scale)`.
-    Decimal(u32, u32),
-    /// `numeric` without modifiers: any value.
-    Unbounded,
-}
-
-impl Exact {
-    fn parse(t: &str) -> Option<Self> {
-        Some(match t {
-            "smallint" => Exact::Int(16),
-            "integer" => Exact::Int(32),
-            "bigint" => Exact::Int(64),
-            "numeric" => Exact::Unbounded,
-            _ => {
-                let inner = t.strip_prefix("numeric(")?.strip_suffix(')')?;
-                let (p, s) = inner.split_once(',').unwrap_or((inner, "0"));
-                Exact::Decimal(p.trim().parse().ok()?, s.trim().parse().ok()?)
-            }
-        })
-    }
-
-    /// (digits before the point, digits after it) it holds in full.
-    fn digits(self) -> Option<(u32, u32)> {
-        match self {
-            Exact::Int(16) => Some((5, 0)),
-            Exact::Int(32) => Some((10, 0)),
-            Exact::Int(_) => Some((19, 0)),
-            Exact::Decimal(p, s) => Some((p.saturating_sub(s), s)),
-            Exact::Unbounded => None,
-        }
-    }
-}
-
-/// PostgreSQL's largest `numeric` precision.
-const NUMERIC_MAX_PRECISION: u32 = 1000;
-
-/// The type an existing column of type `actual` must be altered to so that it
-/// holds every value `spec` describes exactly, when `actual` is narrower in
-/// the same family: integer widths, `numeric` precision and scale (an integer
-/// column becomes a `numeric` wide enough for both), `varchar` length and
-/// `varchar` to `text`. `None` when `actual` already holds them, or when the
-/// types are of different families (then [`compatible`] decides). Inferred
-/// specs (schemas off) never widen: a JSON value says nothing of its type.
-pub fn widened(spec: &ColumnSpec, actual: &str) -> Option<String> {
-    if spec.inferred || spec.ddl == actual {
-        return None;
-    }
-    if let (Some(have), Some(want)) = (Exact::parse(actual), Exact::parse(&spec.ddl)) {
-        return match (have, want) {
-            (Exact::Unbounded, _) => None,
-            (Exact::Int(a), Exact::Int(b)) => (b > a).then(|| spec.ddl.to_string()),
-            (_, Exact::Unbounded) => Some("numeric".to_owned()),
-            _ => {
-                let (have_int, have_scale) = have.digits()?;
-                let (want_int, want_scale) = want.digits()?;
-                let (int, scale) = (have_int.max(want_int), have_scale.max(want_scale));
-                if int == have_int && scale == have_scale {
-                    None
-                } else if int + scale > NUMERIC_MAX_PRECISION {
-                    Some("numeric".to_owned())
-                } else {
-                    Some(format!("numeric({},{scale})", int + scale))
-                }
-            }
-        };
-    }
-    let varchar_length = |t: &str| -> Option<u32> {
-        t.strip_prefix("character varying(")?
-            .strip_suffix(')')?
-            .parse()
-            .ok()
-    };
-    // `character(n)` is left alone: its cast to text drops trailing blanks.
-    let have = varchar_length(actual)?;
-    match varchar_length(&spec.ddl) {
-        Some(want) => (want > have).then(|| spec.ddl.to_string()),
-        None if matches!(spec.ddl.as_ref(), "text" | "character varying") => {
-            Some("text".to_owned())
-        }
-        None => None,
-    }
-}
-
-/// The spec holding the values of both `a` and `b` (rows of one batch may
-/// come from before and after a type change): the wider one, or `a` when
-/// neither widens the other.
-pub fn wider(a: &ColumnSpec, b: &ColumnSpec) -> ColumnSpec {
-    match widened(b, &a.ddl) {
-        Some(ddl) => ColumnSpec {
-            ddl: ddl.into(),
-            conv: b.conv,
-            inferred: false,
-            attnum: b.attnum.or(a.attnum),
-        },
-        None => a.clone(),
-    }
-}
+pub(super) use super::compat::Exact;
+pub use super::compat::{compatible, widened, wider};
 
 /// The spec of one field of a Connect `struct` schema, with the source
 /// column's attnum when capture sent it.
@@ -638,6 +473,7 @@ pub fn to_text_as<'v>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kinds::postgres::compat::canonical;
     use serde_json::json;
 
     #[test]
