@@ -65,6 +65,7 @@ mod group;
 mod identity;
 mod plan;
 mod resolve;
+mod rows;
 mod statement;
 mod table;
 mod types;
