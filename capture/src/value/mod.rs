@@ -29,6 +29,7 @@
 //! we do not know) is emitted as its text, in a string field.
 
 mod array;
+mod interval;
 pub(crate) mod json;
 mod kind;
 mod registry;
