@@ -1,3 +1,4 @@
+use super::decode::{decode_envelope, may_be_wrapped, Fields};
 use super::*;
 use serde_json::json;
 
