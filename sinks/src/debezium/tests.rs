@@ -1,3 +1,4 @@
+use super::values::*;
 use super::*;
 use serde_json::json;
 
