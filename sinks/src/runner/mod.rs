@@ -37,6 +37,7 @@
 //! read again by the next owner.
 
 mod context;
+mod decoder;
 pub mod dedup;
 pub(crate) mod dlq;
 mod headers;
