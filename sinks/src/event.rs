@@ -49,6 +49,17 @@ impl Version {
     }
 }
 
+/// Whether a change at version `next` replaces what a change at version
+/// `held` wrote (or would write) for the same key: only when strictly
+/// newer. The one tie rule of every sink: the in-batch folds (warehouse
+/// `collapse`, Elasticsearch `fold`) and the guards at the target
+/// (warehouse `(lsn, seq) <`, Elasticsearch external versions and its merge
+/// and truncate checks, the Redis script's `stored >= ver` skip) all keep what is there on
+/// an equal version, so a batch and its replay end the same way.
+pub fn replaces<V: PartialOrd>(next: V, held: V) -> bool {
+    next > held
+}
+
 impl fmt::Display for Version {
     /// `lsn/seq` in decimal, e.g. `23911352/3`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -26,6 +26,7 @@ use serde_json::{json, Map, Value};
 use super::bulk::status_error;
 use super::error::{Class, EsError};
 use super::plan::{Action, Write};
+use crate::event::replaces;
 
 #[derive(Deserialize)]
 struct MgetResponse {
@@ -84,7 +85,7 @@ pub async fn resolve(
     for (i, found) in stored {
         let w = &mut writes[i];
         if let Some((version, _)) = &found {
-            if *version >= w.version {
+            if !replaces(w.version, *version) {
                 stale[i] = true;
                 continue;
             }

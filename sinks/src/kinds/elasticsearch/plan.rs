@@ -21,7 +21,7 @@ use super::config::{DeleteMode, ElasticsearchConfig};
 use super::values::{columns, document, Columns, Format};
 use super::version::external_version;
 use crate::error::RecordFailure;
-use crate::event::{ChangeEvent, Op};
+use crate::event::{replaces, ChangeEvent, Op};
 use crate::sink::{Batch, Record};
 
 pub use oncely_core::wire::UNAVAILABLE_VALUE;
@@ -195,7 +195,7 @@ pub fn plan_with<'a>(
 /// A newer write takes its unavailable values from the older one, and a soft
 /// delete after an indexed version keeps that version's document, flagged.
 fn fold<'a>(prev: &mut Write<'a>, mut next: Write<'a>, flag: &str) {
-    if next.version <= prev.version {
+    if !replaces(next.version, prev.version) {
         return;
     }
     match (&mut prev.action, &mut next.action) {

@@ -35,6 +35,7 @@ use super::bulk::{self, encode, status_error, Chunk, ItemMeta};
 use super::config::{DeleteMode, ElasticsearchConfig, RefreshPolicy};
 use super::error::{EsError, OpKind};
 use super::plan::Truncate;
+use crate::event::replaces;
 
 /// What a truncate did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +103,7 @@ pub async fn apply(
         for hit in &hits {
             // Rewritten at or after the truncate by an earlier sink version
             // (no version field): not ours to remove.
-            if hit.version >= t.version {
+            if !replaces(t.version, hit.version) {
                 continue;
             }
             let meta = ItemMeta {

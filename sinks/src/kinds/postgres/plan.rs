@@ -13,7 +13,7 @@ use super::config::{expand_name, PostgresConfig};
 use super::identity::{source_table, SourceTable};
 use super::types::{from_schema, infer, row_fields, ColumnSpec};
 use crate::error::RecordFailure;
-use crate::event::{ChangeEvent, Op, Version};
+use crate::event::{replaces, ChangeEvent, Op, Version};
 use crate::sink::{Batch, Record};
 
 pub use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
@@ -412,7 +412,7 @@ fn collapse(records: &[Record], table: &mut TableRows, mut row: Row) {
         }
         Entry::Occupied(mut slot) => {
             let old = slot.get();
-            if old.version > row.version {
+            if !replaces(row.version, old.version) {
                 return;
             }
             if !row.is_delete() && !old.is_delete() && !row.shape.unavailable.is_empty() {

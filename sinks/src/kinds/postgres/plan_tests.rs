@@ -242,3 +242,19 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn an_equal_version_keeps_the_first_change_like_the_targets_guard() {
+    // A replayed duplicate (same commit LSN and ordinal) in one batch: the
+    // upsert's guard `(stored lsn, seq) < (incoming lsn, seq)` would keep the
+    // first across batches, and the fold keeps it within one (`replaces`).
+    let config = PostgresConfig::new("postgres://x@h/db");
+    let b = batch(vec![
+        change(0, 1, "c", json!({"id": 1, "v": "first"}), 10, 1),
+        change(1, 1, "c", json!({"id": 1, "v": "again"}), 10, 1),
+    ]);
+    let rows = rows(&plan(&config, &b), 0);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].offset, 0);
+    assert_eq!(rows[0].value(b.records(), "v"), Some(&json!("first")));
+}
