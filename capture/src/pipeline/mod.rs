@@ -12,7 +12,13 @@
 //! committing transaction's offset record names the position reached when its
 //! commit started, so the held changes are replayed if it is the last to land.
 
+mod committer;
+#[cfg(test)]
+mod committer_tests;
 mod fill;
+#[cfg(test)]
+mod memory;
+mod record;
 mod schema;
 mod signal;
 mod snapshot;
@@ -28,7 +34,6 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{CaptureConfig, ReplicaIdentityCheck};
 use crate::envelope::{
     EnvelopeConfig, Op, SnapshotMarker, SourcePosition, TableEncoder, HEADER_POSITION,
-    HEADER_SCHEMA, HEADER_TABLE,
 };
 use crate::error::CaptureError;
 use crate::filter::TableFilter;
@@ -43,13 +48,11 @@ use crate::pgoutput::{
 use crate::snapshot::{plan_start, GapRefused, StartFacts, TableProgress};
 use crate::source::{self, format_lsn};
 use crate::value::TypeRegistry;
+use committer::{Committer, KafkaTx, Limits};
+use record::Record;
 
 /// Microseconds between the Unix epoch and PostgreSQL's (2000-01-01).
 const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
-/// Most bytes of records held while a transaction commits: beyond it reading
-/// waits for the commit. The committing batch still sits in the producer's
-/// queue until acknowledged, so this adds to it; kept small to bound memory.
-const HOLD_MAX_BYTES: usize = 4 * 1024 * 1024;
 /// Longest wait between restarts after retriable failures.
 const RESTART_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
@@ -235,7 +238,6 @@ async fn run_once(
     metrics.health.connected();
     let mut pipeline = Pipeline {
         cfg,
-        offsets_topic,
         tables_by_topic: HashMap::new(),
         topic_claims,
         envelope: EnvelopeConfig {
@@ -247,8 +249,20 @@ async fn run_once(
         filter: TableFilter::new(&cfg.table.include.list.0, &cfg.table.exclude.list.0)
             .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?,
         key_columns: source::key_columns_by_table(&tables),
-        producer,
-        topics,
+        kafka: Committer::new(
+            KafkaTx { producer, topics },
+            Limits {
+                events: cfg.batch.max.events,
+                bytes: cfg.batch.max.bytes,
+            },
+            committer::Topics {
+                offsets: offsets_topic.as_str().into(),
+                offset_key: SourceOffset::key(cfg.connector_name()),
+                schema_changes: crate::schema_change::topic(cfg).into(),
+            },
+            metrics.clone(),
+            offset,
+        ),
         types,
         relations: RelationCache::new(),
         encoders: HashMap::new(),
@@ -256,11 +270,6 @@ async fn run_once(
         control,
         snap: snapshot::SnapshotRuntime::new(cfg.chunk_size()),
         exit_when_done: plan.exit_when_done,
-        committed: offset.clone(),
-        pending: offset,
-        batch: None,
-        inflight: None,
-        held: Held::default(),
         tx: None,
         server_position: 0,
         metrics: metrics.clone(),
@@ -275,14 +284,9 @@ async fn run_once(
         .await
         .map_err(|e| pipeline.explain_refused(e));
     if result.is_err() {
-        // A commit still running must end before the abort (one transaction
-        // call at a time); whether it landed, the restart reads from Kafka.
-        if let Some(inflight) = pipeline.inflight.take() {
-            let _ = inflight.task.await;
-        }
         // Nothing of an aborted batch is visible; the restart resumes at the
         // last offset record in Kafka.
-        let _ = pipeline.producer.abort().await;
+        pipeline.kafka.abort().await;
     }
     pipeline.stream.stop();
     result
@@ -317,28 +321,6 @@ async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationCli
     Ok(client)
 }
 
-/// A Kafka transaction committing in the background.
-struct Inflight {
-    task: tokio::task::JoinHandle<Result<(), CaptureError>>,
-    /// The position its offset record holds.
-    offset: SourceOffset,
-    started: Instant,
-}
-
-/// Records read while a transaction commits, for the next one.
-#[derive(Default)]
-struct Held {
-    records: Vec<Record>,
-    bytes: usize,
-}
-
-/// The Kafka transaction being filled.
-struct OpenBatch {
-    started: Instant,
-    records: usize,
-    bytes: usize,
-}
-
 /// The source transaction being read.
 struct SourceTx {
     commit_lsn: u64,
@@ -354,58 +336,6 @@ struct SourceTx {
     /// create), one per captured table of a truncate. Counted for skipped
     /// changes too, so every replay numbers the same events the same way.
     seq: u64,
-}
-
-/// A record ready for Kafka.
-struct Record {
-    topic: Arc<str>,
-    key: Option<Vec<u8>>,
-    value: Option<Vec<u8>>,
-    /// Outbox events carry their id and type as headers.
-    headers: Vec<(&'static str, Vec<u8>)>,
-    /// The topic may not exist yet (outbox routes are known only per row).
-    ensure_topic: bool,
-    /// An explicit partition (truncates go to every partition); else the key's.
-    partition: Option<i32>,
-}
-
-impl Record {
-    fn len(&self) -> usize {
-        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len)
-    }
-
-    fn new(topic: &Arc<str>, key: Option<Vec<u8>>, value: Option<Vec<u8>>) -> Self {
-        Record {
-            topic: Arc::clone(topic),
-            key,
-            value,
-            headers: Vec::new(),
-            ensure_topic: false,
-            partition: None,
-        }
-    }
-
-    /// A change event of a table, its source position in a header too.
-    fn change(topic: &Arc<str>, key: Vec<u8>, value: Vec<u8>, src: &SourcePosition) -> Self {
-        let mut r = Record::new(topic, Some(key), Some(value));
-        r.headers
-            .push((HEADER_POSITION, crate::envelope::position_header(src)));
-        r
-    }
-
-    /// The tombstone after a delete at `src`: it names that position and the
-    /// table, so a sink that only sees the tombstone (the delete compacted
-    /// away) can apply it as the delete.
-    fn tombstone(topic: &Arc<str>, key: Vec<u8>, src: &SourcePosition, enc: &TableEncoder) -> Self {
-        let (schema, table) = enc.source_names();
-        let mut r = Record::new(topic, Some(key), None);
-        r.headers = vec![
-            (HEADER_POSITION, crate::envelope::position_header(src)),
-            (HEADER_SCHEMA, schema.as_bytes().to_vec()),
-            (HEADER_TABLE, table.as_bytes().to_vec()),
-        ];
-        r
-    }
 }
 
 /// How the changes of one relation become records.
@@ -424,8 +354,6 @@ enum Route {
 
 struct Pipeline<'a> {
     cfg: &'a CaptureConfig,
-    /// [`CaptureConfig::offsets_topic`].
-    offsets_topic: String,
     /// The table whose changes a topic carries, to name it in errors.
     tables_by_topic: HashMap<Arc<str>, String>,
     /// Which table owns which topic: a table that appears while capture
@@ -434,8 +362,8 @@ struct Pipeline<'a> {
     envelope: EnvelopeConfig,
     filter: TableFilter,
     key_columns: HashMap<String, Vec<String>>,
-    producer: TxProducer,
-    topics: TopicCreator,
+    /// The Kafka transactions, the position they reach and what they confirm.
+    kafka: Committer<KafkaTx>,
     types: TypeRegistry,
     relations: RelationCache,
     /// Per relation: how its changes are published, or `None` when not captured.
@@ -446,15 +374,6 @@ struct Pipeline<'a> {
     snap: snapshot::SnapshotRuntime,
     /// `snapshot.mode = initial_only`: stop once no snapshot runs.
     exit_when_done: bool,
-    /// The position in the last committed offset record.
-    committed: SourceOffset,
-    /// The position the open batch (or the stream, when nothing is open) has reached.
-    pending: SourceOffset,
-    batch: Option<OpenBatch>,
-    /// The previous batch, committing in the background.
-    inflight: Option<Inflight>,
-    /// Records waiting for `inflight` to finish.
-    held: Held,
     tx: Option<SourceTx>,
     /// Last server WAL position heard outside a transaction (keepalives).
     server_position: u64,
@@ -476,24 +395,24 @@ impl Pipeline<'_> {
             self.launch_chunk().await?;
             if self.exit_when_done && self.snapshot_finished() {
                 self.commit_position().await?;
-                tracing::info!(flush_lsn = %format_lsn(self.committed.flush_lsn), "snapshot complete; snapshot.mode = initial_only: exiting");
+                tracing::info!(flush_lsn = %format_lsn(self.kafka.committed.flush_lsn), "snapshot complete; snapshot.mode = initial_only: exiting");
                 return Ok(());
             }
             // While a commit runs no batch is open (reads are held); the next
             // batch's age starts when the commit ends and it opens.
-            let deadline = match &self.inflight {
-                None => self.batch.as_ref().map(|b| b.started + batch_max),
-                Some(_) => None,
-            };
+            let deadline = self
+                .kafka
+                .batch_started()
+                .map(|started| started + batch_max);
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
                     self.commit_position().await?;
-                    tracing::info!(flush_lsn = %format_lsn(self.committed.flush_lsn), "capture stopped cleanly");
+                    tracing::info!(flush_lsn = %format_lsn(self.kafka.committed.flush_lsn), "capture stopped cleanly");
                     return Ok(());
                 }
-                done = commit_done(&mut self.inflight) => self.on_commit_done(done).await?,
-                _ = sleep_until(deadline) => self.start_commit().await?,
+                done = self.kafka.commit_done() => self.kafka.on_commit_done(done, &mut self.stream).await?,
+                _ = sleep_until(deadline) => self.kafka.start_commit().await?,
                 _ = heartbeat.tick() => self.heartbeat().await?,
                 read = snapshot::chunk_read(&mut self.snap) => self.on_chunk_read(read).await?,
                 event = self.stream.recv() => match event? {
@@ -520,7 +439,7 @@ impl Pipeline<'_> {
                     )));
                 }
                 let commit_lsn = final_lsn.as_u64();
-                let skip = match self.pending.replay(commit_lsn) {
+                let skip = match self.kafka.pending.replay(commit_lsn) {
                     Replay::SkipAll => u64::MAX,
                     Replay::SkipFirst(n) => n,
                     Replay::PublishAll => 0,
@@ -587,11 +506,11 @@ impl Pipeline<'_> {
         }
         if tx.skip == u64::MAX {
             // Already in Kafka; its end is safe to confirm.
-            self.pending.flush_lsn = self.pending.flush_lsn.max(end_lsn);
+            self.kafka.pending.flush_lsn = self.kafka.pending.flush_lsn.max(end_lsn);
         } else {
-            let flush_lsn = self.pending.flush_lsn.max(end_lsn);
+            let flush_lsn = self.kafka.pending.flush_lsn.max(end_lsn);
             self.advance(commit_lsn, tx.seen, true, tx.xid, tx.commit_ts_ms);
-            self.pending.flush_lsn = flush_lsn;
+            self.kafka.pending.flush_lsn = flush_lsn;
         }
         self.close_if_full().await
     }
@@ -729,7 +648,7 @@ impl Pipeline<'_> {
                 "non-transactional message inside a transaction".into(),
             ));
         }
-        if self.pending.replay(lsn) != Replay::PublishAll {
+        if self.kafka.pending.replay(lsn) != Replay::PublishAll {
             return Ok(());
         }
         let ts = now_ms();
@@ -746,9 +665,9 @@ impl Pipeline<'_> {
         let mut record = Record::change(&topic.as_str().into(), key, value, &position);
         record.ensure_topic = true;
         self.publish(vec![record]).await?;
-        let flush_lsn = self.pending.flush_lsn.max(lsn);
+        let flush_lsn = self.kafka.pending.flush_lsn.max(lsn);
         self.advance(lsn, 1, true, 0, ts);
-        self.pending.flush_lsn = flush_lsn;
+        self.kafka.pending.flush_lsn = flush_lsn;
         self.close_if_full().await
     }
 
@@ -811,7 +730,7 @@ impl Pipeline<'_> {
     /// Moves the pending position to change `events` of the transaction
     /// committing at `commit_lsn`; snapshot progress and known tables stay.
     fn advance(&mut self, commit_lsn: u64, events: u64, complete: bool, tx_id: u32, ts_ms: i64) {
-        let p = &mut self.pending;
+        let p = &mut self.kafka.pending;
         p.commit_lsn = commit_lsn;
         p.events = events;
         p.complete = complete;
@@ -975,7 +894,7 @@ impl Pipeline<'_> {
                     };
                     tables += 1;
                     let (topic, value) = (Arc::clone(topic), enc.truncate_value(&at, now));
-                    for partition in 0..self.producer.partition_count(&topic).await? {
+                    for partition in 0..self.kafka.tx.producer.partition_count(&topic).await? {
                         let mut record = Record::new(&topic, None, Some(value.clone()));
                         record.partition = Some(partition);
                         record
@@ -1118,212 +1037,43 @@ impl Pipeline<'_> {
                     "{e} (table {qualified} appeared while capture ran; capture stops so that nothing of it is lost: fix the configuration and start again)"
                 ))
             })?;
-        self.topics.ensure(&topic).await?;
+        self.kafka.tx.topics.ensure(&topic).await?;
         self.tables_by_topic
             .insert(Arc::clone(&topic), qualified.clone());
         // Captured from now on: a later start must not take it for a table
         // added to the include list (snapshot.new.tables).
-        self.pending
+        self.kafka
+            .pending
             .tables
             .get_or_insert_with(BTreeSet::new)
             .insert(qualified);
         Ok(Some(Route::Table(enc, topic)))
     }
 
-    /// Sends records into the open transaction, or holds them while the previous one commits.
-    async fn publish(&mut self, records: Vec<Record>) -> Result<(), CaptureError> {
-        if self.inflight.is_some() {
-            let held = &mut self.held;
-            held.bytes += records.iter().map(Record::len).sum::<usize>();
-            held.records.extend(records);
-            return Ok(());
-        }
-        self.send(records).await
-    }
-
-    async fn send(&mut self, records: Vec<Record>) -> Result<(), CaptureError> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        self.open_batch()?;
-        let mut bytes = 0;
-        for r in &records {
-            bytes += r.len();
-            if r.ensure_topic {
-                self.topics.ensure(&r.topic).await?;
-            }
-            let headers: Vec<(&str, &[u8])> =
-                r.headers.iter().map(|(k, v)| (*k, v.as_slice())).collect();
-            let headers = (!headers.is_empty()).then_some(headers.as_slice());
-            self.producer
-                .send_with_headers(
-                    &r.topic,
-                    r.partition,
-                    r.key.as_deref(),
-                    r.value.as_deref(),
-                    headers,
-                )
-                .await
-                .map_err(|e| self.explain_too_large(e, r))?;
-        }
-
-        if let Some(b) = self.batch.as_mut() {
-            b.records += records.len();
-            b.bytes += bytes;
-        }
-        // Schema-change records are counted by `schema_changes`, not as events.
-        let events = records
-            .iter()
-            .filter(|r| r.topic != self.schema_topic)
-            .count();
-        self.metrics.events.inc_by(events as u64);
-        Ok(())
-    }
-
-    fn open_batch(&mut self) -> Result<(), CaptureError> {
-        if self.batch.is_none() {
-            self.metrics.health.waiting();
-            self.producer.begin()?;
-            self.batch = Some(OpenBatch {
-                started: Instant::now(),
-                records: 0,
-                bytes: 0,
-            });
-        }
-        Ok(())
-    }
-
-    /// Starts the commit of a full batch; when the records held behind a
-    /// running commit fill a batch, waits for that commit first (bounding memory).
-    async fn close_if_full(&mut self) -> Result<(), CaptureError> {
-        let max = &self.cfg.batch.max;
-        if self.inflight.is_some()
-            && (self.held.records.len() >= max.events
-                || self.held.bytes >= max.bytes.min(HOLD_MAX_BYTES))
-        {
-            self.finish_inflight().await?;
-        }
-        if self.batch_full() {
-            self.start_commit().await?;
-        }
-        Ok(())
-    }
-
-    fn batch_full(&self) -> bool {
-        let max = &self.cfg.batch.max;
-        self.batch
-            .as_ref()
-            .is_some_and(|b| b.records >= max.events || b.bytes >= max.bytes)
-    }
-
-    /// Commits everything read so far and waits for it: the running commit,
-    /// the records held behind it, and the offset record of `pending`; then
-    /// confirms its flush position to the slot. With nothing new this does nothing.
-    async fn commit_position(&mut self) -> Result<(), CaptureError> {
-        self.finish_inflight().await?;
-        self.start_commit().await?;
-        self.finish_inflight().await
-    }
-
-    /// Closes the open batch with the offset record of `pending` and starts
-    /// committing it in the background. Call only with no commit running.
-    async fn start_commit(&mut self) -> Result<(), CaptureError> {
-        if self.inflight.is_some() || (self.batch.is_none() && self.pending == self.committed) {
-            return Ok(());
-        }
-        self.open_batch()?;
-        let key = SourceOffset::key(self.cfg.connector_name());
-        let value = self.pending.to_bytes();
-        self.producer
-            .send(&self.offsets_topic, Some(&key), Some(&value))
-            .await?;
-        let producer = self.producer.clone();
-        self.inflight = Some(Inflight {
-            task: tokio::spawn(async move { producer.commit().await }),
-            offset: self.pending.clone(),
-            started: Instant::now(),
-        });
-        self.batch = None;
-        Ok(())
-    }
-
-    /// Waits for the running commit (if any) and takes its outcome.
-    async fn finish_inflight(&mut self) -> Result<(), CaptureError> {
-        if self.inflight.is_none() {
-            return Ok(());
-        }
-        let done = commit_done(&mut self.inflight).await;
-        self.on_commit_done(done).await
-    }
-
-    /// A background commit ended: on success its position is final, Kafka
-    /// holds everything up to its flush LSN, and the held records open the next batch.
-    async fn on_commit_done(
-        &mut self,
-        done: Result<Result<(), CaptureError>, tokio::task::JoinError>,
-    ) -> Result<(), CaptureError> {
-        let Some(inflight) = self.inflight.take() else {
-            return Ok(());
-        };
-        done.map_err(|e| CaptureError::Protocol(format!("commit task failed: {e}")))?
-            .map_err(|e| self.explain_refused(e))?;
-        self.metrics
-            .batch_commit
-            .observe(inflight.started.elapsed().as_secs_f64());
-        self.metrics.kafka_transactions.inc();
-        self.metrics.health.committed();
-        self.committed = inflight.offset;
-        // Kafka now holds everything up to flush_lsn: PostgreSQL may release it.
-        self.stream
-            .update_applied_lsn(Lsn::from_u64(self.committed.flush_lsn));
-        self.metrics
-            .confirmed_lsn
-            .set(self.committed.flush_lsn as i64);
-        // The held records open the next batch, whose age counts from now:
-        // counting from when they were read would close it at once after a
-        // long commit, and many small transactions cost more than they save.
-        let held = std::mem::take(&mut self.held);
-        self.send(held.records).await?;
-        // A batch refilled from held records may already be full.
-        if self.batch_full() {
-            self.start_commit().await?;
-        }
-        Ok(())
-    }
-
-    /// A record the producer refused to send for its size, named.
-    fn explain_too_large(&self, e: CaptureError, r: &Record) -> CaptureError {
-        match &e {
-            CaptureError::Kafka { source, .. } if crate::error::is_too_large(source) => {
-                let size = r.len()
-                    + r.headers
-                        .iter()
-                        .map(|(k, v)| k.len() + v.len())
-                        .sum::<usize>();
-                let limit = self.producer.max_message_bytes();
-                self.too_large(
-                    &r.topic,
-                    r.key.as_deref(),
-                    size,
-                    format!("the producer's message.max.bytes is {limit}"),
-                    false,
-                )
-            }
-            _ => e,
-        }
-    }
-
-    /// A failed commit, named when the broker refused one of its records for its size.
-    fn explain_refused(&self, e: CaptureError) -> CaptureError {
-        match self.producer.take_too_large() {
-            Some(r) => self.too_large(
+    /// A failed send or commit, named when the producer or the broker
+    /// refused one of its records for its size.
+    fn explain_refused(&mut self, e: CaptureError) -> CaptureError {
+        if let Some(r) = self.kafka.tx.producer.take_too_large() {
+            return self.too_large(
                 &r.topic,
                 r.key.as_deref(),
                 r.size,
                 format!("the broker refused it, so the topic's max.message.bytes is lower; the commit failed with: {e}"),
                 true,
-            ),
-            None => e,
+            );
+        }
+        match (&e, self.kafka.take_failed_send()) {
+            (CaptureError::Kafka { source, .. }, Some(r)) if crate::error::is_too_large(source) => {
+                let limit = self.kafka.tx.producer.max_message_bytes();
+                self.too_large(
+                    &r.topic,
+                    r.key.as_deref(),
+                    r.size,
+                    format!("the producer's message.max.bytes is {limit}"),
+                    false,
+                )
+            }
+            _ => e,
         }
     }
 
@@ -1385,6 +1135,18 @@ impl Pipeline<'_> {
         }))
     }
 
+    async fn publish(&mut self, records: Vec<Record>) -> Result<(), CaptureError> {
+        self.kafka.publish(records).await
+    }
+
+    async fn close_if_full(&mut self) -> Result<(), CaptureError> {
+        self.kafka.close_if_full(&mut self.stream).await
+    }
+
+    async fn commit_position(&mut self) -> Result<(), CaptureError> {
+        self.kafka.commit_position(&mut self.stream).await
+    }
+
     /// `slot.max.retained.bytes`: beyond it an error (at most one a minute),
     /// the metric `oncely_capture_slot_over_limit` and `/readyz` say so.
     fn check_slot_limit(&self, retained: i64) {
@@ -1429,13 +1191,13 @@ impl Pipeline<'_> {
             Ok(None) => {}
             Err(e) => tracing::debug!(error = %e, "cannot read slot lag"),
         }
-        if self.tx.is_some() || self.batch.is_some() || self.inflight.is_some() {
+        if self.tx.is_some() || self.kafka.busy() {
             return Ok(());
         }
-        if self.server_position > self.pending.flush_lsn {
-            self.pending.flush_lsn = self.server_position;
+        if self.server_position > self.kafka.pending.flush_lsn {
+            self.kafka.pending.flush_lsn = self.server_position;
         }
-        if self.pending != self.committed {
+        if self.kafka.pending != self.kafka.committed {
             self.commit_position().await?;
             self.metrics.heartbeats.inc();
         }
@@ -1509,17 +1271,6 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
-}
-
-/// The outcome of the running commit; never ready without one.
-async fn commit_done(
-    inflight: &mut Option<Inflight>,
-) -> Result<Result<(), CaptureError>, tokio::task::JoinError> {
-    match inflight {
-        // Awaiting the handle by reference leaves the task running if this is dropped.
-        Some(i) => (&mut i.task).await,
-        None => std::future::pending().await,
-    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
