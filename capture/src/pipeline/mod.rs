@@ -22,6 +22,9 @@ mod record;
 mod schema;
 mod signal;
 mod snapshot;
+mod tracker;
+#[cfg(test)]
+mod tracker_tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -32,15 +35,13 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{CaptureConfig, ReplicaIdentityCheck};
-use crate::envelope::{
-    EnvelopeConfig, Op, SnapshotMarker, SourcePosition, TableEncoder, HEADER_POSITION,
-};
+use crate::envelope::{EnvelopeConfig, Op, SourcePosition, TableEncoder, HEADER_POSITION};
 use crate::error::CaptureError;
 use crate::filter::TableFilter;
 use crate::kafka::{TopicCreator, TxProducer};
 use crate::metrics::CaptureMetrics;
 use crate::naming::{check_length, TopicClaims};
-use crate::offset::{read_stored_offset, Replay, SourceOffset};
+use crate::offset::{read_stored_offset, SourceOffset};
 use crate::outbox::OutboxRouter;
 use crate::pgoutput::{
     self, LogicalMessage, OldTuple, Relation, RelationCache, TupleData, TupleValue,
@@ -50,9 +51,8 @@ use crate::source::{self, format_lsn};
 use crate::value::TypeRegistry;
 use committer::{Committer, KafkaTx, Limits};
 use record::Record;
+use tracker::Tracker;
 
-/// Microseconds between the Unix epoch and PostgreSQL's (2000-01-01).
-const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
 /// Longest wait between restarts after retriable failures.
 const RESTART_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
@@ -270,7 +270,7 @@ async fn run_once(
         control,
         snap: snapshot::SnapshotRuntime::new(cfg.chunk_size()),
         exit_when_done: plan.exit_when_done,
-        tx: None,
+        tracker: Tracker::default(),
         server_position: 0,
         metrics: metrics.clone(),
         schema_topic: crate::schema_change::topic(cfg).into(),
@@ -321,23 +321,6 @@ async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationCli
     Ok(client)
 }
 
-/// The source transaction being read.
-struct SourceTx {
-    commit_lsn: u64,
-    xid: u32,
-    commit_ts_ms: i64,
-    /// Changes received so far (every change counts, captured or not, so the
-    /// count is the same on every replay).
-    seen: u64,
-    /// Changes already in Kafka: skip while `seen <= skip`.
-    skip: u64,
-    /// Event ordinals used so far (`source.event_seq` of the last event):
-    /// one per change, two for a primary-key update (its delete and its
-    /// create), one per captured table of a truncate. Counted for skipped
-    /// changes too, so every replay numbers the same events the same way.
-    seq: u64,
-}
-
 /// How the changes of one relation become records.
 enum Route {
     /// A captured table: Debezium envelopes on its topic.
@@ -374,7 +357,8 @@ struct Pipeline<'a> {
     snap: snapshot::SnapshotRuntime,
     /// `snapshot.mode = initial_only`: stop once no snapshot runs.
     exit_when_done: bool,
-    tx: Option<SourceTx>,
+    /// Where the stream stands in the open source transaction.
+    tracker: Tracker,
     /// Last server WAL position heard outside a transaction (keepalives).
     server_position: u64,
     metrics: CaptureMetrics,
@@ -432,28 +416,13 @@ impl Pipeline<'_> {
                 xid,
                 commit_time_micros,
             } => {
-                if let Some(open) = &self.tx {
-                    return Err(CaptureError::Protocol(format!(
-                        "Begin of transaction {xid} inside transaction {}",
-                        open.xid
-                    )));
-                }
-                let commit_lsn = final_lsn.as_u64();
-                let skip = match self.kafka.pending.replay(commit_lsn) {
-                    Replay::SkipAll => u64::MAX,
-                    Replay::SkipFirst(n) => n,
-                    Replay::PublishAll => 0,
-                };
-                tracing::trace!(commit_lsn = %format_lsn(commit_lsn), xid, skip, "transaction");
-                self.snap.note_begin(xid);
-                self.tx = Some(SourceTx {
-                    commit_lsn,
+                self.tracker.begin(
+                    &self.kafka.pending,
+                    final_lsn.as_u64(),
                     xid,
-                    commit_ts_ms: (commit_time_micros + PG_EPOCH_OFFSET_US) / 1000,
-                    seen: 0,
-                    skip,
-                    seq: 0,
-                });
+                    commit_time_micros,
+                )?;
+                self.snap.note_begin(xid);
             }
             ReplicationEvent::Commit { lsn, end_lsn, .. } => {
                 self.on_commit(lsn.as_u64(), end_lsn.as_u64()).await?
@@ -480,8 +449,8 @@ impl Pipeline<'_> {
                 self.on_message(msg, lsn.as_u64()).await?;
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => {
-                tracing::trace!(wal_end = %format_lsn(wal_end.as_u64()), in_tx = self.tx.is_some(), "keepalive");
-                if self.tx.is_none() {
+                tracing::trace!(wal_end = %format_lsn(wal_end.as_u64()), in_tx = self.tracker.in_tx(), "keepalive");
+                if !self.tracker.in_tx() {
                     self.server_position = self.server_position.max(wal_end.as_u64());
                 }
             }
@@ -491,27 +460,8 @@ impl Pipeline<'_> {
     }
 
     async fn on_commit(&mut self, commit_lsn: u64, end_lsn: u64) -> Result<(), CaptureError> {
-        let Some(tx) = self.tx.take() else {
-            return Err(CaptureError::Protocol(format!(
-                "Commit at {} outside a transaction",
-                format_lsn(commit_lsn)
-            )));
-        };
-        if tx.commit_lsn != commit_lsn {
-            return Err(CaptureError::Protocol(format!(
-                "Commit LSN {} differs from its Begin's {}",
-                format_lsn(commit_lsn),
-                format_lsn(tx.commit_lsn)
-            )));
-        }
-        if tx.skip == u64::MAX {
-            // Already in Kafka; its end is safe to confirm.
-            self.kafka.pending.flush_lsn = self.kafka.pending.flush_lsn.max(end_lsn);
-        } else {
-            let flush_lsn = self.kafka.pending.flush_lsn.max(end_lsn);
-            self.advance(commit_lsn, tx.seen, true, tx.xid, tx.commit_ts_ms);
-            self.kafka.pending.flush_lsn = flush_lsn;
-        }
+        self.tracker
+            .commit(&mut self.kafka.pending, commit_lsn, end_lsn)?;
         self.close_if_full().await
     }
 
@@ -570,34 +520,16 @@ impl Pipeline<'_> {
     /// A change inside a transaction: counted, skipped if already published,
     /// otherwise turned into records of the open batch.
     async fn on_change(&mut self, change: LogicalMessage, lsn: u64) -> Result<(), CaptureError> {
-        let Some(tx) = self.tx.as_mut() else {
-            return Err(CaptureError::Protocol(
-                "row change outside a transaction".into(),
-            ));
-        };
-        tx.seen += 1;
-        let replayed = tx.seen <= tx.skip;
+        let position = self.tracker.change(lsn)?;
         // Every change seen while a chunk is in flight counts, replayed or
         // not: dropping a chunk row is always safe, keeping a stale one is not.
         self.mark_chunk_dirty(&change);
-        if replayed {
+        let Some(position) = position else {
             // Its events are in Kafka; their ordinals still count.
             let ordinals = self.ordinals(&change).await?;
-            self.use_ordinals(ordinals);
-            return Ok(());
-        }
-        let Some(tx) = self.tx.as_ref() else {
+            self.tracker.use_ordinals(ordinals);
             return Ok(());
         };
-        let position = SourcePosition {
-            tx_id: tx.xid,
-            lsn,
-            commit_lsn: tx.commit_lsn,
-            event_seq: tx.seq + 1,
-            commit_ts_ms: tx.commit_ts_ms,
-            snapshot: SnapshotMarker::False,
-        };
-        let (commit_lsn, seen, xid, ts) = (tx.commit_lsn, tx.seen, tx.xid, tx.commit_ts_ms);
         if let LogicalMessage::Message {
             prefix, content, ..
         } = &change
@@ -607,8 +539,8 @@ impl Pipeline<'_> {
                 // publishes its rows, in this Kafka transaction with the
                 // offset that moves the snapshot past them.
                 self.on_watermark(content, &position).await?;
-                self.use_ordinals(1);
-                self.advance(commit_lsn, seen, false, xid, ts);
+                self.tracker.use_ordinals(1);
+                self.tracker.advance(&mut self.kafka.pending);
                 return self.close_if_full().await;
             }
         }
@@ -622,15 +554,16 @@ impl Pipeline<'_> {
                 }
                 Err(e) => return Err(e),
             };
-            self.use_ordinals(ordinals);
+            self.tracker.use_ordinals(ordinals);
             self.publish(records).await?;
         } else {
-            self.use_ordinals(1);
+            self.tracker.use_ordinals(1);
         }
-        self.advance(commit_lsn, seen, false, xid, ts);
+        self.tracker.advance(&mut self.kafka.pending);
         if let Some(signal) = signal {
             self.on_signal(signal).await?;
         }
+        let ts = position.commit_ts_ms;
         self.metrics.lag.set((now_ms() - ts).max(0) as f64 / 1000.0);
         self.close_if_full().await
     }
@@ -643,31 +576,16 @@ impl Pipeline<'_> {
         prefix: &str,
         content: &[u8],
     ) -> Result<(), CaptureError> {
-        if self.tx.is_some() {
-            return Err(CaptureError::Protocol(
-                "non-transactional message inside a transaction".into(),
-            ));
-        }
-        if self.kafka.pending.replay(lsn) != Replay::PublishAll {
-            return Ok(());
-        }
         let ts = now_ms();
-        let position = SourcePosition {
-            tx_id: 0,
-            lsn,
-            commit_lsn: lsn,
-            event_seq: 1,
-            commit_ts_ms: ts,
-            snapshot: SnapshotMarker::False,
+        let Some(position) = self.tracker.message(&self.kafka.pending, lsn, ts)? else {
+            return Ok(());
         };
         let (topic, key, value) =
             crate::envelope::message_record(&self.envelope, false, prefix, content, &position, ts);
         let mut record = Record::change(&topic.as_str().into(), key, value, &position);
         record.ensure_topic = true;
         self.publish(vec![record]).await?;
-        let flush_lsn = self.kafka.pending.flush_lsn.max(lsn);
-        self.advance(lsn, 1, true, 0, ts);
-        self.kafka.pending.flush_lsn = flush_lsn;
+        Tracker::message_published(&mut self.kafka.pending, &position);
         self.close_if_full().await
     }
 
@@ -679,13 +597,6 @@ impl Pipeline<'_> {
         let counter = &self.metrics.refused_changes;
         counter.with_label_values(&[refused.table.as_str()]).inc();
         tracing::error!(table = %refused.table, metric = crate::metrics::REFUSED_CHANGES_TOTAL, "{}", refused.reason);
-    }
-
-    /// Counts `n` event ordinals of the open source transaction as used.
-    fn use_ordinals(&mut self, n: u64) {
-        if let Some(tx) = self.tx.as_mut() {
-            tx.seq += n;
-        }
     }
 
     /// How many event ordinals a change uses: as many as the events
@@ -725,17 +636,6 @@ impl Pipeline<'_> {
             }
             _ => Ok(1),
         }
-    }
-
-    /// Moves the pending position to change `events` of the transaction
-    /// committing at `commit_lsn`; snapshot progress and known tables stay.
-    fn advance(&mut self, commit_lsn: u64, events: u64, complete: bool, tx_id: u32, ts_ms: i64) {
-        let p = &mut self.kafka.pending;
-        p.commit_lsn = commit_lsn;
-        p.events = events;
-        p.complete = complete;
-        p.tx_id = tx_id;
-        p.ts_ms = ts_ms;
     }
 
     /// The Kafka records of one change (none when its table is not captured),
@@ -1191,7 +1091,7 @@ impl Pipeline<'_> {
             Ok(None) => {}
             Err(e) => tracing::debug!(error = %e, "cannot read slot lag"),
         }
-        if self.tx.is_some() || self.kafka.busy() {
+        if self.tracker.in_tx() || self.kafka.busy() {
             return Ok(());
         }
         if self.server_position > self.kafka.pending.flush_lsn {

@@ -82,7 +82,7 @@ impl Pipeline<'_> {
             .await?;
         self.publish(records).await?;
         // Outside a transaction nothing else would commit them soon.
-        if self.tx.is_none() && !self.kafka.committing() {
+        if !self.tracker.in_tx() && !self.kafka.committing() {
             self.commit_position().await?;
         }
         self.publish_view();

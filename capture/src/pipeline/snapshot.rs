@@ -144,7 +144,9 @@ impl Pipeline<'_> {
 
     /// True when no snapshot runs and no chunk is in flight.
     pub(super) fn snapshot_finished(&self) -> bool {
-        self.kafka.pending.snapshot.is_none() && self.snap.inflight.is_none() && self.tx.is_none()
+        self.kafka.pending.snapshot.is_none()
+            && self.snap.inflight.is_none()
+            && !self.tracker.in_tx()
     }
 
     /// Starts reading the next chunk when a snapshot runs, is not paused and
