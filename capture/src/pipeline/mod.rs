@@ -19,6 +19,9 @@ mod fill;
 #[cfg(test)]
 mod memory;
 mod record;
+mod router;
+#[cfg(test)]
+mod router_tests;
 mod schema;
 mod signal;
 mod snapshot;
@@ -35,7 +38,7 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{CaptureConfig, ReplicaIdentityCheck};
-use crate::envelope::{EnvelopeConfig, Op, SourcePosition, TableEncoder, HEADER_POSITION};
+use crate::envelope::{EnvelopeConfig, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
 use crate::filter::TableFilter;
 use crate::kafka::{TopicCreator, TxProducer};
@@ -43,14 +46,13 @@ use crate::metrics::CaptureMetrics;
 use crate::naming::{check_length, TopicClaims};
 use crate::offset::{read_stored_offset, SourceOffset};
 use crate::outbox::OutboxRouter;
-use crate::pgoutput::{
-    self, LogicalMessage, OldTuple, Relation, RelationCache, TupleData, TupleValue,
-};
+use crate::pgoutput::{self, LogicalMessage, Relation, RelationCache, TupleData};
 use crate::snapshot::{plan_start, GapRefused, StartFacts, TableProgress};
 use crate::source::{self, format_lsn};
 use crate::value::TypeRegistry;
 use committer::{Committer, KafkaTx, Limits};
 use record::Record;
+use router::{refusable, Mapping, Resolved, Route, Routes};
 use tracker::Tracker;
 
 /// Longest wait between restarts after retriable failures.
@@ -321,20 +323,6 @@ async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationCli
     Ok(client)
 }
 
-/// How the changes of one relation become records.
-enum Route {
-    /// A captured table: Debezium envelopes on its topic.
-    Table(TableEncoder, Arc<str>),
-    /// The outbox table: inserts become routed domain events; nothing else is published.
-    Outbox(OutboxRouter, Arc<Relation>),
-    /// The signal table: inserts are commands; nothing is published.
-    Signal(Arc<Relation>),
-    /// A captured table whose replica identity stopped carrying its key
-    /// (`replica.identity.check = fail`): nothing is published until a
-    /// Relation message shows it fixed.
-    Refused(String),
-}
-
 struct Pipeline<'a> {
     cfg: &'a CaptureConfig,
     /// The table whose changes a topic carries, to name it in errors.
@@ -350,7 +338,7 @@ struct Pipeline<'a> {
     types: TypeRegistry,
     relations: RelationCache,
     /// Per relation: how its changes are published, or `None` when not captured.
-    encoders: HashMap<u32, Option<Route>>,
+    encoders: Routes,
     stream: ReplicationClient,
     control: Client,
     /// The snapshot chunk in flight and what reads it.
@@ -599,234 +587,90 @@ impl Pipeline<'_> {
         tracing::error!(table = %refused.table, metric = crate::metrics::REFUSED_CHANGES_TOTAL, "{}", refused.reason);
     }
 
-    /// How many event ordinals a change uses: as many as the events
-    /// [`Pipeline::records_for`] makes of it, and at least one. Decided from
-    /// the change and the routes alone (no value encoded, nothing read), so
-    /// a skipped change counts the same as when it was published.
+    /// How many event ordinals a change uses ([`router::ordinals`]), its
+    /// routes resolved first.
     async fn ordinals(&mut self, change: &LogicalMessage) -> Result<u64, CaptureError> {
-        match change {
-            LogicalMessage::Update {
-                relation_id,
-                old,
-                new,
-            } => match self.route(*relation_id).await? {
-                Some(Route::Table(enc, _)) if old.is_some() => {
-                    // A key that cannot be encoded refuses the change, as
-                    // one ordinal (as `records_for` counts it).
-                    let new_key = match enc.key(new) {
-                        Err(e) if e.is_unrepresentable() => return Ok(1),
-                        key => key.map_err(encode_err)?,
-                    };
-                    Ok(match changed_key(enc, old.as_ref(), &new_key) {
-                        Ok(Some(_)) => 2,
-                        Ok(None) | Err(CaptureError::ValueRefused(_)) => 1,
-                        Err(e) => return Err(e),
-                    })
-                }
-                _ => Ok(1),
-            },
-            LogicalMessage::Truncate { relation_ids, .. } => {
-                let mut tables = 0;
-                for &id in relation_ids {
-                    if let Some(Route::Table(..)) = self.route(id).await? {
-                        tables += 1;
-                    }
-                }
-                Ok(tables.max(1))
+        if let LogicalMessage::Update { .. } | LogicalMessage::Truncate { .. } = change {
+            for &id in router::relations(change) {
+                self.route(id).await?;
             }
-            _ => Ok(1),
         }
+        router::ordinals(&self.encoders, change)
     }
 
-    /// The Kafka records of one change (none when its table is not captured),
-    /// and how many event ordinals they use from `src.event_seq` on (as
-    /// [`Pipeline::ordinals`] counts them).
+    /// The Kafka records of one change and the event ordinals they use:
+    /// what it needs resolved, then mapped ([`router::records`]).
     async fn records_for(
         &mut self,
         change: LogicalMessage,
         src: &SourcePosition,
     ) -> Result<(Vec<Record>, u64), CaptureError> {
-        let now = now_ms();
-        let tombstones = self.cfg.tombstones.on.delete;
-        let mut out = Vec::new();
-        let mut ordinals = 1;
-        if let LogicalMessage::Insert { relation_id, .. }
-        | LogicalMessage::Update { relation_id, .. }
-        | LogicalMessage::Delete { relation_id, .. } = &change
-        {
-            let refused = match self.route(*relation_id).await? {
-                Some(Route::Refused(table)) => Some(table.clone()),
-                _ => None,
-            };
-            if let Some(table) = refused {
-                let counter = &self.metrics.refused_changes;
-                counter.with_label_values(&[table.as_str()]).inc();
-                // One ordinal, as `ordinals` counts a change of no table route.
-                return Ok((out, 1));
-            }
-        }
+        let now_ms = now_ms();
+        let Some(resolved) = self.resolve(&change, src.tx_id).await? else {
+            // One ordinal, as `ordinals` counts a change of no table route.
+            return Ok((Vec::new(), 1));
+        };
+        let mapping = Mapping {
+            envelope: &self.envelope,
+            tombstones: self.cfg.tombstones.on.delete,
+            now_ms,
+        };
+        router::records(&self.encoders, change, src, resolved, &mapping)
+    }
+
+    /// The async step before [`router::records`]: the routes of the
+    /// change's relations, the unchanged TOAST values of a primary-key
+    /// change's new row (read from the source once transaction `xid` is
+    /// visible), the partitions of a truncated topic. `None` for a change of
+    /// a table whose changes are refused (counted here).
+    async fn resolve(
+        &mut self,
+        change: &LogicalMessage,
+        xid: u32,
+    ) -> Result<Option<Resolved>, CaptureError> {
+        let mut resolved = Resolved::default();
         match change {
-            LogicalMessage::Insert { relation_id, new } => match self.route(relation_id).await? {
-                Some(Route::Table(enc, topic)) => {
-                    let key = enc.key(&new).map_err(refusable(1))?;
-                    let value = enc.value(Op::Create, None, Some(&new), src, now);
-                    out.push(Record::change(
-                        topic,
-                        key,
-                        value.map_err(refusable(1))?,
-                        src,
-                    ));
-                }
-                Some(Route::Outbox(router, rel)) => {
-                    let ev = router
-                        .route(&new, rel)
-                        .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
-                    let mut record = Record::new(&ev.topic.as_str().into(), Some(ev.key), ev.value);
-                    record.headers = vec![("id", ev.id), ("type", ev.kind)];
-                    record.ensure_topic = true;
-                    out.push(record);
-                }
-                Some(Route::Signal(_) | Route::Refused(_)) | None => {}
-            },
-            LogicalMessage::Update {
-                relation_id,
-                old,
-                new,
-            } => {
-                let Some(Route::Table(enc, _)) = self.route(relation_id).await? else {
-                    return Ok((out, ordinals));
-                };
-                let new_key = enc.key(&new).map_err(refusable(1))?;
-                let full = match &old {
-                    Some(OldTuple::Full(full)) => fill_unchanged_toast(&new, full),
-                    _ => None,
-                };
-                let Some(old_key) = changed_key(enc, old.as_ref(), &new_key)? else {
-                    let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
-                        return Ok((out, ordinals));
-                    };
-                    let before = match &old {
-                        Some(OldTuple::Full(full)) => Some(full),
+            LogicalMessage::Insert { relation_id, .. }
+            | LogicalMessage::Update { relation_id, .. }
+            | LogicalMessage::Delete { relation_id, .. } => {
+                let need = match self.route(*relation_id).await? {
+                    Some(Route::Refused(table)) => Err(table.clone()),
+                    Some(Route::Table(enc, _)) => Ok(match change {
+                        LogicalMessage::Update { old, new, .. } => {
+                            router::create_needs_source(enc, old.as_ref(), new)
+                        }
                         _ => None,
-                    };
-                    let after = full.as_ref().unwrap_or(&new);
-                    let value = enc.value(Op::Update, before, Some(after), src, now);
-                    out.push(Record::change(
-                        topic,
-                        new_key,
-                        value.map_err(refusable(1))?,
-                        src,
-                    ));
-                    return Ok((out, ordinals));
+                    }),
+                    _ => Ok(None),
                 };
-                // A primary-key change: the old row is gone, a new one
-                // exists. No target holds a row under the new key to keep
-                // unchanged TOAST values from, so the create carries them:
-                // from the old row (REPLICA IDENTITY FULL), else read from
-                // the source by the new key.
-                let key_columns: Vec<String> = enc.key_column_names().map(str::to_owned).collect();
-                let mut after = full.unwrap_or(new);
-                if has_unchanged_toast(&after) {
-                    after = self
-                        .read_unavailable(relation_id, &key_columns, after, src.tx_id)
+                let need = match need {
+                    Ok(need) => need,
+                    Err(table) => {
+                        let counter = &self.metrics.refused_changes;
+                        counter.with_label_values(&[table.as_str()]).inc();
+                        return Ok(None);
+                    }
+                };
+                if let Some((key_columns, row)) = need {
+                    let filled = self
+                        .read_unavailable(*relation_id, &key_columns, row, xid)
                         .await?;
-                }
-                let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
-                    return Ok((out, ordinals));
-                };
-                let before = old.as_ref().map(OldTuple::tuple);
-                let deleted = enc.value(Op::Delete, before, None, src, now);
-                out.push(Record::change(
-                    topic,
-                    old_key.clone(),
-                    deleted.map_err(refusable(2))?,
-                    src,
-                ));
-                if tombstones {
-                    // The delete's position, as every tombstone.
-                    out.push(Record::tombstone(topic, old_key, src, enc));
-                }
-                // The create is an event of its own, with the next ordinal.
-                ordinals = 2;
-                let created_at = SourcePosition {
-                    event_seq: src.event_seq + 1,
-                    ..*src
-                };
-                let created = enc.value(Op::Create, None, Some(&after), &created_at, now);
-                out.push(Record::change(
-                    topic,
-                    new_key,
-                    created.map_err(refusable(2))?,
-                    &created_at,
-                ));
-            }
-            LogicalMessage::Delete { relation_id, old } => {
-                let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
-                    return Ok((out, ordinals));
-                };
-                let key = enc.key(old.tuple()).map_err(refusable(1))?;
-                let value = enc.value(Op::Delete, Some(old.tuple()), None, src, now);
-                out.push(Record::change(
-                    topic,
-                    key.clone(),
-                    value.map_err(refusable(1))?,
-                    src,
-                ));
-                if tombstones {
-                    out.push(Record::tombstone(topic, key, src, enc));
+                    resolved.created = Some(filled);
                 }
             }
             LogicalMessage::Truncate { relation_ids, .. } => {
-                // One event per captured table, each with an ordinal of its
-                // own. A truncate has no key, and a sink orders records per
-                // partition only: one copy on each partition, after every
-                // earlier change of that partition and before every later
-                // one. Partitions are counted now, so partitions added to the
-                // topic since are covered too.
-                let mut tables = 0;
-                for relation_id in relation_ids {
-                    let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
+                for &id in relation_ids {
+                    let Some(Route::Table(_, topic)) = self.route(id).await? else {
                         continue;
                     };
-                    let at = SourcePosition {
-                        event_seq: src.event_seq + tables,
-                        ..*src
-                    };
-                    tables += 1;
-                    let (topic, value) = (Arc::clone(topic), enc.truncate_value(&at, now));
-                    for partition in 0..self.kafka.tx.producer.partition_count(&topic).await? {
-                        let mut record = Record::new(&topic, None, Some(value.clone()));
-                        record.partition = Some(partition);
-                        record
-                            .headers
-                            .push((HEADER_POSITION, crate::envelope::position_header(&at)));
-                        out.push(record);
-                    }
+                    let topic = Arc::clone(topic);
+                    let count = self.kafka.tx.producer.partition_count(&topic).await?;
+                    resolved.partitions.insert(id, count);
                 }
-                ordinals = tables.max(1);
             }
-            LogicalMessage::Message {
-                prefix, content, ..
-            } => {
-                let (topic, key, value) = crate::envelope::message_record(
-                    &self.envelope,
-                    true,
-                    &prefix,
-                    &content,
-                    src,
-                    now,
-                );
-                let mut record = Record::change(&topic.as_str().into(), key, value, src);
-                record.ensure_topic = true;
-                out.push(record);
-            }
-            other => {
-                return Err(CaptureError::Protocol(format!(
-                    "unexpected message in a transaction: {other:?}"
-                )));
-            }
+            _ => {}
         }
-        Ok((out, ordinals))
+        Ok(Some(resolved))
     }
 
     /// `row` with its unchanged TOAST values read from the source table by
@@ -1105,67 +949,6 @@ impl Pipeline<'_> {
     }
 }
 
-/// With REPLICA IDENTITY FULL the old row carries the values of unchanged
-/// TOASTed columns, so the new row can be complete instead of marked unavailable.
-fn fill_unchanged_toast(new: &TupleData, old: &TupleData) -> Option<TupleData> {
-    if !has_unchanged_toast(new) || new.0.len() != old.0.len() {
-        return None;
-    }
-    let filled = new
-        .0
-        .iter()
-        .zip(&old.0)
-        .map(|(n, o)| match (n, o) {
-            (
-                TupleValue::UnchangedToast,
-                TupleValue::Text(_) | TupleValue::Binary(_) | TupleValue::Null,
-            ) => o.clone(),
-            _ => n.clone(),
-        })
-        .collect();
-    Some(TupleData(filled))
-}
-
-/// The old key of an update that changed its row's key (`None` when the key
-/// stayed, or the old key is not in the change).
-fn changed_key(
-    enc: &TableEncoder,
-    old: Option<&OldTuple>,
-    new_key: &[u8],
-) -> Result<Option<Vec<u8>>, CaptureError> {
-    let Some(old) = old else {
-        return Ok(None);
-    };
-    let old_key = enc.key(old.tuple()).map_err(refusable(1))?;
-    Ok((old_key != new_key).then_some(old_key))
-}
-
-fn has_unchanged_toast(row: &TupleData) -> bool {
-    row.0
-        .iter()
-        .any(|v| matches!(v, TupleValue::UnchangedToast))
-}
-
-fn encode_err(e: crate::envelope::EnvelopeError) -> CaptureError {
-    CaptureError::Protocol(e.to_string())
-}
-
-/// [`encode_err`], except that a value its field cannot carry refuses the
-/// change ([`CaptureError::ValueRefused`]), which takes `ordinals` event
-/// ordinals all the same.
-fn refusable(ordinals: u64) -> impl FnOnce(crate::envelope::EnvelopeError) -> CaptureError {
-    move |e| match e {
-        crate::envelope::EnvelopeError::Unrepresentable { ref table, .. } => {
-            CaptureError::ValueRefused(Box::new(crate::error::RefusedValue {
-                table: table.clone(),
-                reason: e.to_string(),
-                ordinals,
-            }))
-        }
-        other => encode_err(other),
-    }
-}
-
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -1217,36 +1000,4 @@ fn claim_topics(
             .map_err(|e| refuse(&e))?;
     }
     Ok(claims)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::Bytes;
-
-    fn text(s: &str) -> TupleValue {
-        TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()))
-    }
-
-    #[test]
-    fn full_identity_fills_unchanged_toast() {
-        let old = TupleData(vec![text("1"), text("big")]);
-        let new = TupleData(vec![text("1"), TupleValue::UnchangedToast]);
-        assert_eq!(
-            fill_unchanged_toast(&new, &old).unwrap(),
-            TupleData(vec![text("1"), text("big")])
-        );
-        // The old row itself unavailable: stays marked.
-        let old = TupleData(vec![text("1"), TupleValue::UnchangedToast]);
-        assert_eq!(
-            fill_unchanged_toast(&new, &old).unwrap().0[1],
-            TupleValue::UnchangedToast
-        );
-        // Nothing unchanged: no copy.
-        assert!(fill_unchanged_toast(&old_row(), &old_row()).is_none());
-    }
-
-    fn old_row() -> TupleData {
-        TupleData(vec![text("1")])
-    }
 }

@@ -629,7 +629,7 @@ fn filled<'a>(
     old: Option<&OldTuple>,
 ) -> Cow<'a, crate::pgoutput::TupleData> {
     match old {
-        Some(OldTuple::Full(full)) => match super::fill_unchanged_toast(new, full) {
+        Some(OldTuple::Full(full)) => match super::router::fill_unchanged_toast(new, full) {
             Some(row) => Cow::Owned(row),
             None => Cow::Borrowed(new),
         },
