@@ -203,7 +203,7 @@ pub(super) fn stored_offset(log: &Log) -> Option<SourceOffset> {
             Step::Send { topic, value, .. } if topic == OFFSETS => Some(decode(value.as_deref())),
             _ => None,
         })
-        .last()
+        .next_back()
 }
 
 /// A one-record change on `topic` with key `key`.
