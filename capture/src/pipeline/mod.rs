@@ -12,420 +12,51 @@
 //! committing transaction's offset record names the position reached when its
 //! commit started, so the held changes are replayed if it is the last to land.
 
+mod committer;
+#[cfg(test)]
+mod committer_tests;
 mod fill;
+#[cfg(test)]
+mod memory;
+mod record;
+mod resolve;
+mod router;
+#[cfg(test)]
+mod router_tests;
 mod schema;
 mod signal;
 mod snapshot;
+mod start;
+mod tracker;
+#[cfg(test)]
+mod tracker_tests;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent};
+use pgwire_replication::{ReplicationClient, ReplicationEvent};
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{CaptureConfig, ReplicaIdentityCheck};
-use crate::envelope::{
-    EnvelopeConfig, Op, SnapshotMarker, SourcePosition, TableEncoder, HEADER_POSITION,
-    HEADER_SCHEMA, HEADER_TABLE,
-};
+use crate::config::CaptureConfig;
+use crate::envelope::EnvelopeConfig;
 use crate::error::CaptureError;
 use crate::filter::TableFilter;
-use crate::kafka::{TopicCreator, TxProducer};
 use crate::metrics::CaptureMetrics;
-use crate::naming::{check_length, TopicClaims};
-use crate::offset::{read_stored_offset, Replay, SourceOffset};
-use crate::outbox::OutboxRouter;
-use crate::pgoutput::{
-    self, LogicalMessage, OldTuple, Relation, RelationCache, TupleData, TupleValue,
-};
-use crate::snapshot::{plan_start, GapRefused, StartFacts, TableProgress};
+use crate::naming::TopicClaims;
+use crate::pgoutput::{self, LogicalMessage, RelationCache};
 use crate::source::{self, format_lsn};
 use crate::value::TypeRegistry;
+use committer::{Committer, KafkaTx};
+use record::Record;
+use router::{refusable, Route, Routes};
+use tracker::Tracker;
 
-/// Microseconds between the Unix epoch and PostgreSQL's (2000-01-01).
-const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
-/// Most bytes of records held while a transaction commits: beyond it reading
-/// waits for the commit. The committing batch still sits in the producer's
-/// queue until acknowledged, so this adds to it; kept small to bound memory.
-const HOLD_MAX_BYTES: usize = 4 * 1024 * 1024;
-/// Longest wait between restarts after retriable failures.
-const RESTART_BACKOFF: Duration = Duration::from_millis(500);
-const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
-
-/// Runs capture until `shutdown` is cancelled (then commits what it holds and
-/// returns `Ok`) or a fatal error. Retriable failures restart the pipeline
-/// from the last committed offset, with backoff.
-pub async fn run(
-    cfg: CaptureConfig,
-    metrics: CaptureMetrics,
-    shutdown: CancellationToken,
-) -> Result<(), CaptureError> {
-    let mut backoff = oncely_core::backoff::Backoff::new(RESTART_BACKOFF, MAX_RESTART_BACKOFF);
-    let mut first_life = true;
-    loop {
-        let started = Instant::now();
-        let result = run_once(&cfg, &metrics, &shutdown, first_life).await;
-        first_life = false;
-        match result {
-            Ok(()) => return Ok(()),
-            Err(e) if e.is_retriable() && !shutdown.is_cancelled() => {
-                metrics.restarts.inc();
-                metrics.health.down(&e.to_string());
-                if started.elapsed() > Duration::from_secs(60) {
-                    backoff.reset();
-                }
-                let delay = backoff.next_delay();
-                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "capture failed; restarting from the last committed offset");
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = shutdown.cancelled() => return Ok(()),
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// One life of the pipeline: checks, fencing, offset, snapshot plan, stream.
-/// `first_life` is false for restarts after retriable errors, which resume
-/// rather than start anything (`snapshot.mode = always` snapshots once per process).
-async fn run_once(
-    cfg: &CaptureConfig,
-    metrics: &CaptureMetrics,
-    shutdown: &CancellationToken,
-    first_life: bool,
-) -> Result<(), CaptureError> {
-    let control = source::connect(cfg).await?;
-    source::check_wal_level(&control).await?;
-    let tables = source::captured_tables(&control, cfg).await?;
-    if let Some(outbox) = &cfg.outbox {
-        if !tables.iter().any(|t| t.qualified() == outbox.table) {
-            return Err(CaptureError::Prerequisite(format!(
-                "outbox.table {} is not among the captured tables: create it (with a primary key) and make table.include.list match it",
-                outbox.table
-            )));
-        }
-    }
-    let topic_claims = claim_topics(cfg, &tables)?;
-    let mut published = tables.clone();
-    if let Some(signal) = cfg.signal_table() {
-        published.push(source::signal_table(&control, signal).await?);
-    }
-    source::ensure_publication(&control, cfg, &published).await?;
-    // The outbox publishes only inserts: its old rows never matter.
-    let checked: Vec<&source::CapturedTable> = tables
-        .iter()
-        .filter(|t| cfg.outbox.as_ref().is_none_or(|o| o.table != t.qualified()))
-        .collect();
-    // A restart inside this process (after a retriable error) only warns:
-    // a table whose identity broke while streaming is refused by the stream
-    // check, and must not stop the others.
-    let identity_check = if first_life {
-        cfg.replica.identity.check
-    } else {
-        ReplicaIdentityCheck::Warn
-    };
-    crate::replica_identity::check_tables(&control, &checked, identity_check).await?;
-    let slot = source::ensure_slot(&control, cfg).await?;
-    let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval.handling.mode);
-    types
-        .load_user_types(&control)
-        .await
-        .map_err(CaptureError::pg("load user types"))?;
-
-    let checked = crate::kafka::check_login(cfg, Duration::from_secs(30), shutdown).await;
-    if shutdown.is_cancelled() {
-        return Ok(()); // stopped while Kafka was unreachable
-    }
-    checked?;
-    let offsets_topic = cfg.offsets_topic();
-    let mut topics = TopicCreator::new(cfg)?;
-    topics.ensure_offsets_topic(&offsets_topic).await?;
-    // Fences an older instance and aborts its open transaction, so the offset
-    // read next is final.
-    let producer = TxProducer::connect(cfg).await?;
-    let stored = match read_stored_offset(cfg).await? {
-        Some((o, found)) if found != offsets_topic => {
-            tracing::info!(
-                legacy_topic = %found,
-                offsets_topic = %offsets_topic,
-                commit_lsn = %format_lsn(o.commit_lsn),
-                flush_lsn = %format_lsn(o.flush_lsn),
-                "resuming from this connector's offset in the offsets topic shared by earlier versions; from now on its offsets go to its own topic"
-            );
-            Some(o)
-        }
-        found => found.map(|(o, _)| o),
-    };
-    // Snapshot candidates: captured tables, less the outbox and signal tables
-    // (their rows are events and commands, not state).
-    let snapshot_tables: Vec<String> = tables
-        .iter()
-        .map(|t| t.qualified())
-        .filter(|t| cfg.outbox.as_ref().is_none_or(|o| &o.table != t))
-        .filter(|t| cfg.signal_table() != Some(t.as_str()))
-        .collect();
-    let gap = stored
-        .as_ref()
-        .is_some_and(|o| slot.confirmed_flush_lsn > o.flush_lsn);
-    let plan = plan_start(StartFacts {
-        mode: cfg.snapshot.mode,
-        stored: stored
-            .as_ref()
-            .map(|o| (o.snapshot.is_some(), o.tables.as_ref())),
-        gap,
-        first_life,
-        new_tables: cfg.snapshot.new.tables,
-        captured: &snapshot_tables,
-    })
-    .map_err(|GapRefused| {
-        let o = stored.as_ref().map(|o| o.flush_lsn).unwrap_or_default();
-        CaptureError::Gap(format!(
-            "replication slot `{slot_name}` is confirmed up to {slot_lsn}, but connector `{name}` committed offsets to Kafka only up to {offset_lsn}: the changes in between were never published, so data may be missing from Kafka. The slot was dropped and recreated, or advanced by another client. To recover: re-snapshot the captured tables (start once with snapshot.mode = \"when_needed\"); or, accepting the gap, delete this connector's offset (a null-valued record with key {key} on topic `{topic}`) and start again",
-            slot_name = cfg.slot.name,
-            slot_lsn = format_lsn(slot.confirmed_flush_lsn),
-            name = cfg.connector_name(),
-            offset_lsn = format_lsn(o),
-            key = String::from_utf8_lossy(&SourceOffset::key(cfg.connector_name())),
-            topic = offsets_topic,
-        ))
-    })?;
-    let mut offset = match stored {
-        Some(o) if !plan.restart_from_slot => o,
-        Some(o) => {
-            tracing::warn!(
-                slot_lsn = %format_lsn(slot.confirmed_flush_lsn),
-                offset_lsn = %format_lsn(o.flush_lsn),
-                mode = ?cfg.snapshot.mode,
-                "the stored position is no longer in the slot: streaming from the slot's position and snapshotting every captured table again"
-            );
-            SourceOffset::start(slot.confirmed_flush_lsn)
-        }
-        None => SourceOffset::start(slot.confirmed_flush_lsn),
-    };
-    if let Some((kind, names)) = plan.snapshot {
-        let label = match kind {
-            crate::snapshot::SnapshotKind::Initial => "initial",
-            crate::snapshot::SnapshotKind::Incremental => "new-tables",
-        };
-        let queued = names.iter().map(|t| TableProgress::new(t, None)).collect();
-        let id = format!("{label}-{}", now_ms());
-        let added = crate::snapshot::request(&mut offset.snapshot, id, kind, queued);
-        tracing::info!(mode = ?cfg.snapshot.mode, tables = ?added, "snapshot requested");
-    }
-    let mut known = offset.tables.take().unwrap_or_default();
-    known.extend(snapshot_tables.iter().cloned());
-    offset.tables = Some(known);
-    tracing::info!(
-        connector = cfg.connector_name(),
-        slot = %cfg.slot.name,
-        tables = tables.len(),
-        resume_commit_lsn = %format_lsn(offset.commit_lsn),
-        resume_events = offset.events,
-        flush_lsn = %format_lsn(offset.flush_lsn),
-        snapshot_table = offset.snapshot.as_ref().and_then(|p| p.current()).map(|t| t.table.as_str()),
-        snapshot_rows_done = offset.snapshot.as_ref().and_then(|p| p.current()).map(|t| t.rows),
-        "capture starting"
-    );
-
-    let schemas = crate::schema_change::read_history(cfg).await?;
-    let stream = connect_stream(cfg, offset.flush_lsn).await?;
-    metrics.health.connected();
-    let mut pipeline = Pipeline {
-        cfg,
-        offsets_topic,
-        tables_by_topic: HashMap::new(),
-        topic_claims,
-        envelope: EnvelopeConfig {
-            topic_prefix: cfg.topic.prefix.clone(),
-            topic_mapping: cfg.topic.name.mapping.clone(),
-            database: cfg.database.dbname.clone(),
-            schemas_enable: cfg.schemas.enable,
-        },
-        filter: TableFilter::new(&cfg.table.include.list.0, &cfg.table.exclude.list.0)
-            .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?,
-        key_columns: source::key_columns_by_table(&tables),
-        producer,
-        topics,
-        types,
-        relations: RelationCache::new(),
-        encoders: HashMap::new(),
-        stream,
-        control,
-        snap: snapshot::SnapshotRuntime::new(cfg.chunk_size()),
-        exit_when_done: plan.exit_when_done,
-        committed: offset.clone(),
-        pending: offset,
-        batch: None,
-        inflight: None,
-        held: Held::default(),
-        tx: None,
-        server_position: 0,
-        metrics: metrics.clone(),
-        schema_topic: crate::schema_change::topic(cfg).into(),
-        schemas,
-    };
-    // A record the broker refused for its size fails the transaction, and
-    // whatever call comes next (a send, the commit) reports only that: name
-    // the record, and make it definite.
-    let result = pipeline
-        .stream(shutdown)
-        .await
-        .map_err(|e| pipeline.explain_refused(e));
-    if result.is_err() {
-        // A commit still running must end before the abort (one transaction
-        // call at a time); whether it landed, the restart reads from Kafka.
-        if let Some(inflight) = pipeline.inflight.take() {
-            let _ = inflight.task.await;
-        }
-        // Nothing of an aborted batch is visible; the restart resumes at the
-        // last offset record in Kafka.
-        let _ = pipeline.producer.abort().await;
-    }
-    pipeline.stream.stop();
-    result
-}
-
-async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationClient, CaptureError> {
-    let db = &cfg.database;
-    let repl = ReplicationConfig::new(
-        db.hostname.clone(),
-        db.user.clone(),
-        db.password.expose().to_string(),
-        db.dbname.clone(),
-        cfg.slot.name.clone(),
-        cfg.publication.name.clone(),
-    )
-    .with_port(db.port)
-    // `database.sslmode` and its files, as every other connection to the source.
-    .with_tls(db.tls().replication(&db.hostname))
-    .with_start_lsn(Lsn::from_u64(from))
-    // Until we confirm more, report only what Kafka already holds.
-    .with_ack_lsn(Lsn::from_u64(from))
-    .with_status_interval(Duration::from_millis(
-        crate::config::DEFAULT_STATUS_INTERVAL_MS,
-    ))
-    // Text values render the same on every server: UTC, ISO dates, full float precision.
-    .with_options(
-        "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3",
-    )
-    .with_application_name(format!("oncely-{}", cfg.connector_name()));
-    let mut client = ReplicationClient::connect(repl).await?;
-    client.wait_started().await?;
-    Ok(client)
-}
-
-/// A Kafka transaction committing in the background.
-struct Inflight {
-    task: tokio::task::JoinHandle<Result<(), CaptureError>>,
-    /// The position its offset record holds.
-    offset: SourceOffset,
-    started: Instant,
-}
-
-/// Records read while a transaction commits, for the next one.
-#[derive(Default)]
-struct Held {
-    records: Vec<Record>,
-    bytes: usize,
-}
-
-/// The Kafka transaction being filled.
-struct OpenBatch {
-    started: Instant,
-    records: usize,
-    bytes: usize,
-}
-
-/// The source transaction being read.
-struct SourceTx {
-    commit_lsn: u64,
-    xid: u32,
-    commit_ts_ms: i64,
-    /// Changes received so far (every change counts, captured or not, so the
-    /// count is the same on every replay).
-    seen: u64,
-    /// Changes already in Kafka: skip while `seen <= skip`.
-    skip: u64,
-    /// Event ordinals used so far (`source.event_seq` of the last event):
-    /// one per change, two for a primary-key update (its delete and its
-    /// create), one per captured table of a truncate. Counted for skipped
-    /// changes too, so every replay numbers the same events the same way.
-    seq: u64,
-}
-
-/// A record ready for Kafka.
-struct Record {
-    topic: Arc<str>,
-    key: Option<Vec<u8>>,
-    value: Option<Vec<u8>>,
-    /// Outbox events carry their id and type as headers.
-    headers: Vec<(&'static str, Vec<u8>)>,
-    /// The topic may not exist yet (outbox routes are known only per row).
-    ensure_topic: bool,
-    /// An explicit partition (truncates go to every partition); else the key's.
-    partition: Option<i32>,
-}
-
-impl Record {
-    fn len(&self) -> usize {
-        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len)
-    }
-
-    fn new(topic: &Arc<str>, key: Option<Vec<u8>>, value: Option<Vec<u8>>) -> Self {
-        Record {
-            topic: Arc::clone(topic),
-            key,
-            value,
-            headers: Vec::new(),
-            ensure_topic: false,
-            partition: None,
-        }
-    }
-
-    /// A change event of a table, its source position in a header too.
-    fn change(topic: &Arc<str>, key: Vec<u8>, value: Vec<u8>, src: &SourcePosition) -> Self {
-        let mut r = Record::new(topic, Some(key), Some(value));
-        r.headers
-            .push((HEADER_POSITION, crate::envelope::position_header(src)));
-        r
-    }
-
-    /// The tombstone after a delete at `src`: it names that position and the
-    /// table, so a sink that only sees the tombstone (the delete compacted
-    /// away) can apply it as the delete.
-    fn tombstone(topic: &Arc<str>, key: Vec<u8>, src: &SourcePosition, enc: &TableEncoder) -> Self {
-        let (schema, table) = enc.source_names();
-        let mut r = Record::new(topic, Some(key), None);
-        r.headers = vec![
-            (HEADER_POSITION, crate::envelope::position_header(src)),
-            (HEADER_SCHEMA, schema.as_bytes().to_vec()),
-            (HEADER_TABLE, table.as_bytes().to_vec()),
-        ];
-        r
-    }
-}
-
-/// How the changes of one relation become records.
-enum Route {
-    /// A captured table: Debezium envelopes on its topic.
-    Table(TableEncoder, Arc<str>),
-    /// The outbox table: inserts become routed domain events; nothing else is published.
-    Outbox(OutboxRouter, Arc<Relation>),
-    /// The signal table: inserts are commands; nothing is published.
-    Signal(Arc<Relation>),
-    /// A captured table whose replica identity stopped carrying its key
-    /// (`replica.identity.check = fail`): nothing is published until a
-    /// Relation message shows it fixed.
-    Refused(String),
-}
+pub use start::run;
 
 struct Pipeline<'a> {
     cfg: &'a CaptureConfig,
-    /// [`CaptureConfig::offsets_topic`].
-    offsets_topic: String,
     /// The table whose changes a topic carries, to name it in errors.
     tables_by_topic: HashMap<Arc<str>, String>,
     /// Which table owns which topic: a table that appears while capture
@@ -434,28 +65,20 @@ struct Pipeline<'a> {
     envelope: EnvelopeConfig,
     filter: TableFilter,
     key_columns: HashMap<String, Vec<String>>,
-    producer: TxProducer,
-    topics: TopicCreator,
+    /// The Kafka transactions, the position they reach and what they confirm.
+    kafka: Committer<KafkaTx>,
     types: TypeRegistry,
     relations: RelationCache,
     /// Per relation: how its changes are published, or `None` when not captured.
-    encoders: HashMap<u32, Option<Route>>,
+    encoders: Routes,
     stream: ReplicationClient,
     control: Client,
     /// The snapshot chunk in flight and what reads it.
     snap: snapshot::SnapshotRuntime,
     /// `snapshot.mode = initial_only`: stop once no snapshot runs.
     exit_when_done: bool,
-    /// The position in the last committed offset record.
-    committed: SourceOffset,
-    /// The position the open batch (or the stream, when nothing is open) has reached.
-    pending: SourceOffset,
-    batch: Option<OpenBatch>,
-    /// The previous batch, committing in the background.
-    inflight: Option<Inflight>,
-    /// Records waiting for `inflight` to finish.
-    held: Held,
-    tx: Option<SourceTx>,
+    /// Where the stream stands in the open source transaction.
+    tracker: Tracker,
     /// Last server WAL position heard outside a transaction (keepalives).
     server_position: u64,
     metrics: CaptureMetrics,
@@ -476,24 +99,24 @@ impl Pipeline<'_> {
             self.launch_chunk().await?;
             if self.exit_when_done && self.snapshot_finished() {
                 self.commit_position().await?;
-                tracing::info!(flush_lsn = %format_lsn(self.committed.flush_lsn), "snapshot complete; snapshot.mode = initial_only: exiting");
+                tracing::info!(flush_lsn = %format_lsn(self.kafka.committed.flush_lsn), "snapshot complete; snapshot.mode = initial_only: exiting");
                 return Ok(());
             }
             // While a commit runs no batch is open (reads are held); the next
             // batch's age starts when the commit ends and it opens.
-            let deadline = match &self.inflight {
-                None => self.batch.as_ref().map(|b| b.started + batch_max),
-                Some(_) => None,
-            };
+            let deadline = self
+                .kafka
+                .batch_started()
+                .map(|started| started + batch_max);
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
                     self.commit_position().await?;
-                    tracing::info!(flush_lsn = %format_lsn(self.committed.flush_lsn), "capture stopped cleanly");
+                    tracing::info!(flush_lsn = %format_lsn(self.kafka.committed.flush_lsn), "capture stopped cleanly");
                     return Ok(());
                 }
-                done = commit_done(&mut self.inflight) => self.on_commit_done(done).await?,
-                _ = sleep_until(deadline) => self.start_commit().await?,
+                done = self.kafka.commit_done() => self.kafka.on_commit_done(done, &mut self.stream).await?,
+                _ = sleep_until(deadline) => self.kafka.start_commit().await?,
                 _ = heartbeat.tick() => self.heartbeat().await?,
                 read = snapshot::chunk_read(&mut self.snap) => self.on_chunk_read(read).await?,
                 event = self.stream.recv() => match event? {
@@ -513,28 +136,13 @@ impl Pipeline<'_> {
                 xid,
                 commit_time_micros,
             } => {
-                if let Some(open) = &self.tx {
-                    return Err(CaptureError::Protocol(format!(
-                        "Begin of transaction {xid} inside transaction {}",
-                        open.xid
-                    )));
-                }
-                let commit_lsn = final_lsn.as_u64();
-                let skip = match self.pending.replay(commit_lsn) {
-                    Replay::SkipAll => u64::MAX,
-                    Replay::SkipFirst(n) => n,
-                    Replay::PublishAll => 0,
-                };
-                tracing::trace!(commit_lsn = %format_lsn(commit_lsn), xid, skip, "transaction");
-                self.snap.note_begin(xid);
-                self.tx = Some(SourceTx {
-                    commit_lsn,
+                self.tracker.begin(
+                    &self.kafka.pending,
+                    final_lsn.as_u64(),
                     xid,
-                    commit_ts_ms: (commit_time_micros + PG_EPOCH_OFFSET_US) / 1000,
-                    seen: 0,
-                    skip,
-                    seq: 0,
-                });
+                    commit_time_micros,
+                )?;
+                self.snap.note_begin(xid);
             }
             ReplicationEvent::Commit { lsn, end_lsn, .. } => {
                 self.on_commit(lsn.as_u64(), end_lsn.as_u64()).await?
@@ -561,8 +169,8 @@ impl Pipeline<'_> {
                 self.on_message(msg, lsn.as_u64()).await?;
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => {
-                tracing::trace!(wal_end = %format_lsn(wal_end.as_u64()), in_tx = self.tx.is_some(), "keepalive");
-                if self.tx.is_none() {
+                tracing::trace!(wal_end = %format_lsn(wal_end.as_u64()), in_tx = self.tracker.in_tx(), "keepalive");
+                if !self.tracker.in_tx() {
                     self.server_position = self.server_position.max(wal_end.as_u64());
                 }
             }
@@ -572,27 +180,8 @@ impl Pipeline<'_> {
     }
 
     async fn on_commit(&mut self, commit_lsn: u64, end_lsn: u64) -> Result<(), CaptureError> {
-        let Some(tx) = self.tx.take() else {
-            return Err(CaptureError::Protocol(format!(
-                "Commit at {} outside a transaction",
-                format_lsn(commit_lsn)
-            )));
-        };
-        if tx.commit_lsn != commit_lsn {
-            return Err(CaptureError::Protocol(format!(
-                "Commit LSN {} differs from its Begin's {}",
-                format_lsn(commit_lsn),
-                format_lsn(tx.commit_lsn)
-            )));
-        }
-        if tx.skip == u64::MAX {
-            // Already in Kafka; its end is safe to confirm.
-            self.pending.flush_lsn = self.pending.flush_lsn.max(end_lsn);
-        } else {
-            let flush_lsn = self.pending.flush_lsn.max(end_lsn);
-            self.advance(commit_lsn, tx.seen, true, tx.xid, tx.commit_ts_ms);
-            self.pending.flush_lsn = flush_lsn;
-        }
+        self.tracker
+            .commit(&mut self.kafka.pending, commit_lsn, end_lsn)?;
         self.close_if_full().await
     }
 
@@ -651,34 +240,16 @@ impl Pipeline<'_> {
     /// A change inside a transaction: counted, skipped if already published,
     /// otherwise turned into records of the open batch.
     async fn on_change(&mut self, change: LogicalMessage, lsn: u64) -> Result<(), CaptureError> {
-        let Some(tx) = self.tx.as_mut() else {
-            return Err(CaptureError::Protocol(
-                "row change outside a transaction".into(),
-            ));
-        };
-        tx.seen += 1;
-        let replayed = tx.seen <= tx.skip;
+        let position = self.tracker.change(lsn)?;
         // Every change seen while a chunk is in flight counts, replayed or
         // not: dropping a chunk row is always safe, keeping a stale one is not.
         self.mark_chunk_dirty(&change);
-        if replayed {
+        let Some(position) = position else {
             // Its events are in Kafka; their ordinals still count.
             let ordinals = self.ordinals(&change).await?;
-            self.use_ordinals(ordinals);
-            return Ok(());
-        }
-        let Some(tx) = self.tx.as_ref() else {
+            self.tracker.use_ordinals(ordinals);
             return Ok(());
         };
-        let position = SourcePosition {
-            tx_id: tx.xid,
-            lsn,
-            commit_lsn: tx.commit_lsn,
-            event_seq: tx.seq + 1,
-            commit_ts_ms: tx.commit_ts_ms,
-            snapshot: SnapshotMarker::False,
-        };
-        let (commit_lsn, seen, xid, ts) = (tx.commit_lsn, tx.seen, tx.xid, tx.commit_ts_ms);
         if let LogicalMessage::Message {
             prefix, content, ..
         } = &change
@@ -688,8 +259,8 @@ impl Pipeline<'_> {
                 // publishes its rows, in this Kafka transaction with the
                 // offset that moves the snapshot past them.
                 self.on_watermark(content, &position).await?;
-                self.use_ordinals(1);
-                self.advance(commit_lsn, seen, false, xid, ts);
+                self.tracker.use_ordinals(1);
+                self.tracker.advance(&mut self.kafka.pending);
                 return self.close_if_full().await;
             }
         }
@@ -703,15 +274,16 @@ impl Pipeline<'_> {
                 }
                 Err(e) => return Err(e),
             };
-            self.use_ordinals(ordinals);
+            self.tracker.use_ordinals(ordinals);
             self.publish(records).await?;
         } else {
-            self.use_ordinals(1);
+            self.tracker.use_ordinals(1);
         }
-        self.advance(commit_lsn, seen, false, xid, ts);
+        self.tracker.advance(&mut self.kafka.pending);
         if let Some(signal) = signal {
             self.on_signal(signal).await?;
         }
+        let ts = position.commit_ts_ms;
         self.metrics.lag.set((now_ms() - ts).max(0) as f64 / 1000.0);
         self.close_if_full().await
     }
@@ -724,31 +296,16 @@ impl Pipeline<'_> {
         prefix: &str,
         content: &[u8],
     ) -> Result<(), CaptureError> {
-        if self.tx.is_some() {
-            return Err(CaptureError::Protocol(
-                "non-transactional message inside a transaction".into(),
-            ));
-        }
-        if self.pending.replay(lsn) != Replay::PublishAll {
-            return Ok(());
-        }
         let ts = now_ms();
-        let position = SourcePosition {
-            tx_id: 0,
-            lsn,
-            commit_lsn: lsn,
-            event_seq: 1,
-            commit_ts_ms: ts,
-            snapshot: SnapshotMarker::False,
+        let Some(position) = self.tracker.message(&self.kafka.pending, lsn, ts)? else {
+            return Ok(());
         };
         let (topic, key, value) =
             crate::envelope::message_record(&self.envelope, false, prefix, content, &position, ts);
         let mut record = Record::change(&topic.as_str().into(), key, value, &position);
         record.ensure_topic = true;
         self.publish(vec![record]).await?;
-        let flush_lsn = self.pending.flush_lsn.max(lsn);
-        self.advance(lsn, 1, true, 0, ts);
-        self.pending.flush_lsn = flush_lsn;
+        Tracker::message_published(&mut self.kafka.pending, &position);
         self.close_if_full().await
     }
 
@@ -762,568 +319,30 @@ impl Pipeline<'_> {
         tracing::error!(table = %refused.table, metric = crate::metrics::REFUSED_CHANGES_TOTAL, "{}", refused.reason);
     }
 
-    /// Counts `n` event ordinals of the open source transaction as used.
-    fn use_ordinals(&mut self, n: u64) {
-        if let Some(tx) = self.tx.as_mut() {
-            tx.seq += n;
-        }
-    }
-
-    /// How many event ordinals a change uses: as many as the events
-    /// [`Pipeline::records_for`] makes of it, and at least one. Decided from
-    /// the change and the routes alone (no value encoded, nothing read), so
-    /// a skipped change counts the same as when it was published.
-    async fn ordinals(&mut self, change: &LogicalMessage) -> Result<u64, CaptureError> {
-        match change {
-            LogicalMessage::Update {
-                relation_id,
-                old,
-                new,
-            } => match self.route(*relation_id).await? {
-                Some(Route::Table(enc, _)) if old.is_some() => {
-                    // A key that cannot be encoded refuses the change, as
-                    // one ordinal (as `records_for` counts it).
-                    let new_key = match enc.key(new) {
-                        Err(e) if e.is_unrepresentable() => return Ok(1),
-                        key => key.map_err(encode_err)?,
-                    };
-                    Ok(match changed_key(enc, old.as_ref(), &new_key) {
-                        Ok(Some(_)) => 2,
-                        Ok(None) | Err(CaptureError::ValueRefused(_)) => 1,
-                        Err(e) => return Err(e),
-                    })
-                }
-                _ => Ok(1),
-            },
-            LogicalMessage::Truncate { relation_ids, .. } => {
-                let mut tables = 0;
-                for &id in relation_ids {
-                    if let Some(Route::Table(..)) = self.route(id).await? {
-                        tables += 1;
-                    }
-                }
-                Ok(tables.max(1))
-            }
-            _ => Ok(1),
-        }
-    }
-
-    /// Moves the pending position to change `events` of the transaction
-    /// committing at `commit_lsn`; snapshot progress and known tables stay.
-    fn advance(&mut self, commit_lsn: u64, events: u64, complete: bool, tx_id: u32, ts_ms: i64) {
-        let p = &mut self.pending;
-        p.commit_lsn = commit_lsn;
-        p.events = events;
-        p.complete = complete;
-        p.tx_id = tx_id;
-        p.ts_ms = ts_ms;
-    }
-
-    /// The Kafka records of one change (none when its table is not captured),
-    /// and how many event ordinals they use from `src.event_seq` on (as
-    /// [`Pipeline::ordinals`] counts them).
-    async fn records_for(
-        &mut self,
-        change: LogicalMessage,
-        src: &SourcePosition,
-    ) -> Result<(Vec<Record>, u64), CaptureError> {
-        let now = now_ms();
-        let tombstones = self.cfg.tombstones.on.delete;
-        let mut out = Vec::new();
-        let mut ordinals = 1;
-        if let LogicalMessage::Insert { relation_id, .. }
-        | LogicalMessage::Update { relation_id, .. }
-        | LogicalMessage::Delete { relation_id, .. } = &change
-        {
-            let refused = match self.route(*relation_id).await? {
-                Some(Route::Refused(table)) => Some(table.clone()),
-                _ => None,
-            };
-            if let Some(table) = refused {
-                let counter = &self.metrics.refused_changes;
-                counter.with_label_values(&[table.as_str()]).inc();
-                // One ordinal, as `ordinals` counts a change of no table route.
-                return Ok((out, 1));
-            }
-        }
-        match change {
-            LogicalMessage::Insert { relation_id, new } => match self.route(relation_id).await? {
-                Some(Route::Table(enc, topic)) => {
-                    let key = enc.key(&new).map_err(refusable(1))?;
-                    let value = enc.value(Op::Create, None, Some(&new), src, now);
-                    out.push(Record::change(
-                        topic,
-                        key,
-                        value.map_err(refusable(1))?,
-                        src,
-                    ));
-                }
-                Some(Route::Outbox(router, rel)) => {
-                    let ev = router
-                        .route(&new, rel)
-                        .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
-                    let mut record = Record::new(&ev.topic.as_str().into(), Some(ev.key), ev.value);
-                    record.headers = vec![("id", ev.id), ("type", ev.kind)];
-                    record.ensure_topic = true;
-                    out.push(record);
-                }
-                Some(Route::Signal(_) | Route::Refused(_)) | None => {}
-            },
-            LogicalMessage::Update {
-                relation_id,
-                old,
-                new,
-            } => {
-                let Some(Route::Table(enc, _)) = self.route(relation_id).await? else {
-                    return Ok((out, ordinals));
-                };
-                let new_key = enc.key(&new).map_err(refusable(1))?;
-                let full = match &old {
-                    Some(OldTuple::Full(full)) => fill_unchanged_toast(&new, full),
-                    _ => None,
-                };
-                let Some(old_key) = changed_key(enc, old.as_ref(), &new_key)? else {
-                    let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
-                        return Ok((out, ordinals));
-                    };
-                    let before = match &old {
-                        Some(OldTuple::Full(full)) => Some(full),
-                        _ => None,
-                    };
-                    let after = full.as_ref().unwrap_or(&new);
-                    let value = enc.value(Op::Update, before, Some(after), src, now);
-                    out.push(Record::change(
-                        topic,
-                        new_key,
-                        value.map_err(refusable(1))?,
-                        src,
-                    ));
-                    return Ok((out, ordinals));
-                };
-                // A primary-key change: the old row is gone, a new one
-                // exists. No target holds a row under the new key to keep
-                // unchanged TOAST values from, so the create carries them:
-                // from the old row (REPLICA IDENTITY FULL), else read from
-                // the source by the new key.
-                let key_columns: Vec<String> = enc.key_column_names().map(str::to_owned).collect();
-                let mut after = full.unwrap_or(new);
-                if has_unchanged_toast(&after) {
-                    after = self
-                        .read_unavailable(relation_id, &key_columns, after, src.tx_id)
-                        .await?;
-                }
-                let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
-                    return Ok((out, ordinals));
-                };
-                let before = old.as_ref().map(OldTuple::tuple);
-                let deleted = enc.value(Op::Delete, before, None, src, now);
-                out.push(Record::change(
-                    topic,
-                    old_key.clone(),
-                    deleted.map_err(refusable(2))?,
-                    src,
-                ));
-                if tombstones {
-                    // The delete's position, as every tombstone.
-                    out.push(Record::tombstone(topic, old_key, src, enc));
-                }
-                // The create is an event of its own, with the next ordinal.
-                ordinals = 2;
-                let created_at = SourcePosition {
-                    event_seq: src.event_seq + 1,
-                    ..*src
-                };
-                let created = enc.value(Op::Create, None, Some(&after), &created_at, now);
-                out.push(Record::change(
-                    topic,
-                    new_key,
-                    created.map_err(refusable(2))?,
-                    &created_at,
-                ));
-            }
-            LogicalMessage::Delete { relation_id, old } => {
-                let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
-                    return Ok((out, ordinals));
-                };
-                let key = enc.key(old.tuple()).map_err(refusable(1))?;
-                let value = enc.value(Op::Delete, Some(old.tuple()), None, src, now);
-                out.push(Record::change(
-                    topic,
-                    key.clone(),
-                    value.map_err(refusable(1))?,
-                    src,
-                ));
-                if tombstones {
-                    out.push(Record::tombstone(topic, key, src, enc));
-                }
-            }
-            LogicalMessage::Truncate { relation_ids, .. } => {
-                // One event per captured table, each with an ordinal of its
-                // own. A truncate has no key, and a sink orders records per
-                // partition only: one copy on each partition, after every
-                // earlier change of that partition and before every later
-                // one. Partitions are counted now, so partitions added to the
-                // topic since are covered too.
-                let mut tables = 0;
-                for relation_id in relation_ids {
-                    let Some(Route::Table(enc, topic)) = self.route(relation_id).await? else {
-                        continue;
-                    };
-                    let at = SourcePosition {
-                        event_seq: src.event_seq + tables,
-                        ..*src
-                    };
-                    tables += 1;
-                    let (topic, value) = (Arc::clone(topic), enc.truncate_value(&at, now));
-                    for partition in 0..self.producer.partition_count(&topic).await? {
-                        let mut record = Record::new(&topic, None, Some(value.clone()));
-                        record.partition = Some(partition);
-                        record
-                            .headers
-                            .push((HEADER_POSITION, crate::envelope::position_header(&at)));
-                        out.push(record);
-                    }
-                }
-                ordinals = tables.max(1);
-            }
-            LogicalMessage::Message {
-                prefix, content, ..
-            } => {
-                let (topic, key, value) = crate::envelope::message_record(
-                    &self.envelope,
-                    true,
-                    &prefix,
-                    &content,
-                    src,
-                    now,
-                );
-                let mut record = Record::change(&topic.as_str().into(), key, value, src);
-                record.ensure_topic = true;
-                out.push(record);
-            }
-            other => {
-                return Err(CaptureError::Protocol(format!(
-                    "unexpected message in a transaction: {other:?}"
-                )));
-            }
-        }
-        Ok((out, ordinals))
-    }
-
-    /// `row` with its unchanged TOAST values read from the source table by
-    /// its key (`key_columns`), once transaction `xid` is visible; `row` as it
-    /// is when no row has that key any more (a later change deleted it or
-    /// changed its key again, and its own events bring the targets there).
-    async fn read_unavailable(
-        &mut self,
-        relation_id: u32,
-        key_columns: &[String],
-        row: TupleData,
-        xid: u32,
-    ) -> Result<TupleData, CaptureError> {
-        let rel = self.relations.get(relation_id).cloned().ok_or_else(|| {
-            CaptureError::Protocol(format!(
-                "change for relation {relation_id} before its Relation message"
-            ))
-        })?;
-        let key_idx = key_columns
-            .iter()
-            .map(|k| rel.columns.iter().position(|c| &c.name == k))
-            .collect::<Option<Vec<usize>>>()
-            .ok_or_else(|| {
-                CaptureError::Protocol(format!(
-                    "key columns {key_columns:?} are not all columns of {}.{}",
-                    rel.namespace, rel.name
-                ))
-            })?;
-        match fill::read_unavailable(&mut self.control, &rel, &key_idx, xid, &row).await? {
-            Some(filled) => Ok(filled),
-            None => {
-                tracing::debug!(table = %format!("{}.{}", rel.namespace, rel.name), "row of a primary-key update is gone from the source; its unchanged TOAST values stay unavailable");
-                Ok(row)
-            }
-        }
-    }
-
-    /// How a relation's changes are published, decided on first use after each Relation message.
-    async fn route(&mut self, relation_id: u32) -> Result<Option<&Route>, CaptureError> {
-        if !self.encoders.contains_key(&relation_id) {
-            let rel = self.relations.get(relation_id).cloned().ok_or_else(|| {
-                CaptureError::Protocol(format!(
-                    "change for relation {relation_id} before its Relation message"
-                ))
-            })?;
-            let built = self.build_route(rel).await?;
-            self.encoders.insert(relation_id, built);
-        }
-        Ok(self.encoders.get(&relation_id).and_then(Option::as_ref))
-    }
-
-    async fn build_route(&mut self, rel: Arc<Relation>) -> Result<Option<Route>, CaptureError> {
-        let qualified = format!("{}.{}", rel.namespace, rel.name);
-        if self.cfg.signal_table() == Some(qualified.as_str()) {
-            return Ok(Some(Route::Signal(rel)));
-        }
-        if !self.filter.matches(&rel.namespace, &rel.name) {
-            return Ok(None);
-        }
-        if let Some(outbox) = self.cfg.outbox.as_ref().filter(|o| o.table == qualified) {
-            let router = OutboxRouter::new(&rel, outbox)
-                .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
-            return Ok(Some(Route::Outbox(router, rel)));
-        }
-        if !self.key_columns.contains_key(&qualified) {
-            // A table created after start-up: key it by its primary key.
-            let pk = source::primary_key(&self.control, &rel.namespace, &rel.name).await?;
-            if !pk.is_empty() {
-                self.key_columns.insert(qualified.clone(), pk);
-            }
-        }
-        let key = self.key_columns.get(&qualified).map(Vec::as_slice);
-        let identity_columns = crate::replica_identity::flagged_columns(&rel);
-        if let Some(lacks) = crate::replica_identity::lacks(
-            rel.replica_identity,
-            &identity_columns,
-            key.unwrap_or_default(),
-        ) {
-            let why = crate::replica_identity::explain(
-                &qualified,
-                &qualified,
-                &lacks,
-                key.unwrap_or_default(),
-            );
-            match self.cfg.replica.identity.check {
-                ReplicaIdentityCheck::Fail => {
-                    tracing::error!(table = %qualified, metric = crate::metrics::REFUSED_CHANGES_TOTAL, "{why}. Until it is fixed, changes of {qualified} are not published (the other tables go on); after the fix, snapshot it again (oncely capture snapshot --table {qualified}) to bring the targets up to date. Or set replica.identity.check = \"warn\" to publish as the identity allows");
-                    return Ok(Some(Route::Refused(qualified)));
-                }
-                ReplicaIdentityCheck::Warn => {
-                    tracing::warn!(table = %qualified, "{why} (replica.identity.check = \"warn\": publishing anyway)");
-                }
-            }
-        }
-        let identity = self.source_identity(&qualified, &rel).await?;
-        let enc =
-            TableEncoder::identified(&rel, &self.types, key, &self.envelope, identity.as_ref())
-                .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
-        let topic: Arc<str> = enc.topic().into();
-        // A table created (or renamed) while capture runs: its topic must
-        // not be another table's. Stopping loses nothing: after the fix, a
-        // restart streams its changes from the committed offset.
-        check_length(&topic, &qualified).map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
-        self.topic_claims
-            .claim_table(&topic, &rel.namespace, &rel.name)
-            .map_err(|e| {
-                CaptureError::Prerequisite(format!(
-                    "{e} (table {qualified} appeared while capture ran; capture stops so that nothing of it is lost: fix the configuration and start again)"
-                ))
-            })?;
-        self.topics.ensure(&topic).await?;
-        self.tables_by_topic
-            .insert(Arc::clone(&topic), qualified.clone());
-        // Captured from now on: a later start must not take it for a table
-        // added to the include list (snapshot.new.tables).
-        self.pending
-            .tables
-            .get_or_insert_with(BTreeSet::new)
-            .insert(qualified);
-        Ok(Some(Route::Table(enc, topic)))
-    }
-
-    /// Sends records into the open transaction, or holds them while the previous one commits.
-    async fn publish(&mut self, records: Vec<Record>) -> Result<(), CaptureError> {
-        if self.inflight.is_some() {
-            let held = &mut self.held;
-            held.bytes += records.iter().map(Record::len).sum::<usize>();
-            held.records.extend(records);
-            return Ok(());
-        }
-        self.send(records).await
-    }
-
-    async fn send(&mut self, records: Vec<Record>) -> Result<(), CaptureError> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        self.open_batch()?;
-        let mut bytes = 0;
-        for r in &records {
-            bytes += r.len();
-            if r.ensure_topic {
-                self.topics.ensure(&r.topic).await?;
-            }
-            let headers: Vec<(&str, &[u8])> =
-                r.headers.iter().map(|(k, v)| (*k, v.as_slice())).collect();
-            let headers = (!headers.is_empty()).then_some(headers.as_slice());
-            self.producer
-                .send_with_headers(
-                    &r.topic,
-                    r.partition,
-                    r.key.as_deref(),
-                    r.value.as_deref(),
-                    headers,
-                )
-                .await
-                .map_err(|e| self.explain_too_large(e, r))?;
-        }
-
-        if let Some(b) = self.batch.as_mut() {
-            b.records += records.len();
-            b.bytes += bytes;
-        }
-        // Schema-change records are counted by `schema_changes`, not as events.
-        let events = records
-            .iter()
-            .filter(|r| r.topic != self.schema_topic)
-            .count();
-        self.metrics.events.inc_by(events as u64);
-        Ok(())
-    }
-
-    fn open_batch(&mut self) -> Result<(), CaptureError> {
-        if self.batch.is_none() {
-            self.metrics.health.waiting();
-            self.producer.begin()?;
-            self.batch = Some(OpenBatch {
-                started: Instant::now(),
-                records: 0,
-                bytes: 0,
-            });
-        }
-        Ok(())
-    }
-
-    /// Starts the commit of a full batch; when the records held behind a
-    /// running commit fill a batch, waits for that commit first (bounding memory).
-    async fn close_if_full(&mut self) -> Result<(), CaptureError> {
-        let max = &self.cfg.batch.max;
-        if self.inflight.is_some()
-            && (self.held.records.len() >= max.events
-                || self.held.bytes >= max.bytes.min(HOLD_MAX_BYTES))
-        {
-            self.finish_inflight().await?;
-        }
-        if self.batch_full() {
-            self.start_commit().await?;
-        }
-        Ok(())
-    }
-
-    fn batch_full(&self) -> bool {
-        let max = &self.cfg.batch.max;
-        self.batch
-            .as_ref()
-            .is_some_and(|b| b.records >= max.events || b.bytes >= max.bytes)
-    }
-
-    /// Commits everything read so far and waits for it: the running commit,
-    /// the records held behind it, and the offset record of `pending`; then
-    /// confirms its flush position to the slot. With nothing new this does nothing.
-    async fn commit_position(&mut self) -> Result<(), CaptureError> {
-        self.finish_inflight().await?;
-        self.start_commit().await?;
-        self.finish_inflight().await
-    }
-
-    /// Closes the open batch with the offset record of `pending` and starts
-    /// committing it in the background. Call only with no commit running.
-    async fn start_commit(&mut self) -> Result<(), CaptureError> {
-        if self.inflight.is_some() || (self.batch.is_none() && self.pending == self.committed) {
-            return Ok(());
-        }
-        self.open_batch()?;
-        let key = SourceOffset::key(self.cfg.connector_name());
-        let value = self.pending.to_bytes();
-        self.producer
-            .send(&self.offsets_topic, Some(&key), Some(&value))
-            .await?;
-        let producer = self.producer.clone();
-        self.inflight = Some(Inflight {
-            task: tokio::spawn(async move { producer.commit().await }),
-            offset: self.pending.clone(),
-            started: Instant::now(),
-        });
-        self.batch = None;
-        Ok(())
-    }
-
-    /// Waits for the running commit (if any) and takes its outcome.
-    async fn finish_inflight(&mut self) -> Result<(), CaptureError> {
-        if self.inflight.is_none() {
-            return Ok(());
-        }
-        let done = commit_done(&mut self.inflight).await;
-        self.on_commit_done(done).await
-    }
-
-    /// A background commit ended: on success its position is final, Kafka
-    /// holds everything up to its flush LSN, and the held records open the next batch.
-    async fn on_commit_done(
-        &mut self,
-        done: Result<Result<(), CaptureError>, tokio::task::JoinError>,
-    ) -> Result<(), CaptureError> {
-        let Some(inflight) = self.inflight.take() else {
-            return Ok(());
-        };
-        done.map_err(|e| CaptureError::Protocol(format!("commit task failed: {e}")))?
-            .map_err(|e| self.explain_refused(e))?;
-        self.metrics
-            .batch_commit
-            .observe(inflight.started.elapsed().as_secs_f64());
-        self.metrics.kafka_transactions.inc();
-        self.metrics.health.committed();
-        self.committed = inflight.offset;
-        // Kafka now holds everything up to flush_lsn: PostgreSQL may release it.
-        self.stream
-            .update_applied_lsn(Lsn::from_u64(self.committed.flush_lsn));
-        self.metrics
-            .confirmed_lsn
-            .set(self.committed.flush_lsn as i64);
-        // The held records open the next batch, whose age counts from now:
-        // counting from when they were read would close it at once after a
-        // long commit, and many small transactions cost more than they save.
-        let held = std::mem::take(&mut self.held);
-        self.send(held.records).await?;
-        // A batch refilled from held records may already be full.
-        if self.batch_full() {
-            self.start_commit().await?;
-        }
-        Ok(())
-    }
-
-    /// A record the producer refused to send for its size, named.
-    fn explain_too_large(&self, e: CaptureError, r: &Record) -> CaptureError {
-        match &e {
-            CaptureError::Kafka { source, .. } if crate::error::is_too_large(source) => {
-                let size = r.len()
-                    + r.headers
-                        .iter()
-                        .map(|(k, v)| k.len() + v.len())
-                        .sum::<usize>();
-                let limit = self.producer.max_message_bytes();
-                self.too_large(
-                    &r.topic,
-                    r.key.as_deref(),
-                    size,
-                    format!("the producer's message.max.bytes is {limit}"),
-                    false,
-                )
-            }
-            _ => e,
-        }
-    }
-
-    /// A failed commit, named when the broker refused one of its records for its size.
-    fn explain_refused(&self, e: CaptureError) -> CaptureError {
-        match self.producer.take_too_large() {
-            Some(r) => self.too_large(
+    /// A failed send or commit, named when the producer or the broker
+    /// refused one of its records for its size.
+    fn explain_refused(&mut self, e: CaptureError) -> CaptureError {
+        if let Some(r) = self.kafka.tx.producer.take_too_large() {
+            return self.too_large(
                 &r.topic,
                 r.key.as_deref(),
                 r.size,
                 format!("the broker refused it, so the topic's max.message.bytes is lower; the commit failed with: {e}"),
                 true,
-            ),
-            None => e,
+            );
+        }
+        match (&e, self.kafka.take_failed_send()) {
+            (CaptureError::Kafka { source, .. }, Some(r)) if crate::error::is_too_large(source) => {
+                let limit = self.kafka.tx.producer.max_message_bytes();
+                self.too_large(
+                    &r.topic,
+                    r.key.as_deref(),
+                    r.size,
+                    format!("the producer's message.max.bytes is {limit}"),
+                    false,
+                )
+            }
+            _ => e,
         }
     }
 
@@ -1385,6 +404,18 @@ impl Pipeline<'_> {
         }))
     }
 
+    async fn publish(&mut self, records: Vec<Record>) -> Result<(), CaptureError> {
+        self.kafka.publish(records).await
+    }
+
+    async fn close_if_full(&mut self) -> Result<(), CaptureError> {
+        self.kafka.close_if_full(&mut self.stream).await
+    }
+
+    async fn commit_position(&mut self) -> Result<(), CaptureError> {
+        self.kafka.commit_position(&mut self.stream).await
+    }
+
     /// `slot.max.retained.bytes`: beyond it an error (at most one a minute),
     /// the metric `oncely_capture_slot_over_limit` and `/readyz` say so.
     fn check_slot_limit(&self, retained: i64) {
@@ -1429,78 +460,17 @@ impl Pipeline<'_> {
             Ok(None) => {}
             Err(e) => tracing::debug!(error = %e, "cannot read slot lag"),
         }
-        if self.tx.is_some() || self.batch.is_some() || self.inflight.is_some() {
+        if self.tracker.in_tx() || self.kafka.busy() {
             return Ok(());
         }
-        if self.server_position > self.pending.flush_lsn {
-            self.pending.flush_lsn = self.server_position;
+        if self.server_position > self.kafka.pending.flush_lsn {
+            self.kafka.pending.flush_lsn = self.server_position;
         }
-        if self.pending != self.committed {
+        if self.kafka.pending != self.kafka.committed {
             self.commit_position().await?;
             self.metrics.heartbeats.inc();
         }
         Ok(())
-    }
-}
-
-/// With REPLICA IDENTITY FULL the old row carries the values of unchanged
-/// TOASTed columns, so the new row can be complete instead of marked unavailable.
-fn fill_unchanged_toast(new: &TupleData, old: &TupleData) -> Option<TupleData> {
-    if !has_unchanged_toast(new) || new.0.len() != old.0.len() {
-        return None;
-    }
-    let filled = new
-        .0
-        .iter()
-        .zip(&old.0)
-        .map(|(n, o)| match (n, o) {
-            (
-                TupleValue::UnchangedToast,
-                TupleValue::Text(_) | TupleValue::Binary(_) | TupleValue::Null,
-            ) => o.clone(),
-            _ => n.clone(),
-        })
-        .collect();
-    Some(TupleData(filled))
-}
-
-/// The old key of an update that changed its row's key (`None` when the key
-/// stayed, or the old key is not in the change).
-fn changed_key(
-    enc: &TableEncoder,
-    old: Option<&OldTuple>,
-    new_key: &[u8],
-) -> Result<Option<Vec<u8>>, CaptureError> {
-    let Some(old) = old else {
-        return Ok(None);
-    };
-    let old_key = enc.key(old.tuple()).map_err(refusable(1))?;
-    Ok((old_key != new_key).then_some(old_key))
-}
-
-fn has_unchanged_toast(row: &TupleData) -> bool {
-    row.0
-        .iter()
-        .any(|v| matches!(v, TupleValue::UnchangedToast))
-}
-
-fn encode_err(e: crate::envelope::EnvelopeError) -> CaptureError {
-    CaptureError::Protocol(e.to_string())
-}
-
-/// [`encode_err`], except that a value its field cannot carry refuses the
-/// change ([`CaptureError::ValueRefused`]), which takes `ordinals` event
-/// ordinals all the same.
-fn refusable(ordinals: u64) -> impl FnOnce(crate::envelope::EnvelopeError) -> CaptureError {
-    move |e| match e {
-        crate::envelope::EnvelopeError::Unrepresentable { ref table, .. } => {
-            CaptureError::ValueRefused(Box::new(crate::error::RefusedValue {
-                table: table.clone(),
-                reason: e.to_string(),
-                ordinals,
-            }))
-        }
-        other => encode_err(other),
     }
 }
 
@@ -1511,91 +481,9 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The outcome of the running commit; never ready without one.
-async fn commit_done(
-    inflight: &mut Option<Inflight>,
-) -> Result<Result<(), CaptureError>, tokio::task::JoinError> {
-    match inflight {
-        // Awaiting the handle by reference leaves the task running if this is dropped.
-        Some(i) => (&mut i.task).await,
-        None => std::future::pending().await,
-    }
-}
-
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
-    }
-}
-
-/// The topics of the captured tables, each claimed by one table: start-up
-/// stops when two tables (or a table and capture's own offsets or message
-/// topic) would share one, or a name is longer than Kafka allows.
-fn claim_topics(
-    cfg: &CaptureConfig,
-    tables: &[source::CapturedTable],
-) -> Result<TopicClaims, CaptureError> {
-    let mut claims = TopicClaims::default();
-    let refuse = |e: &dyn std::fmt::Display| CaptureError::Prerequisite(e.to_string());
-    claims
-        .claim_own(
-            &cfg.offsets_topic(),
-            "the offsets topic (offset.storage.topic)",
-        )
-        .map_err(|e| refuse(&e))?;
-    claims
-        .claim_own(
-            &crate::naming::sanitize_topic(&format!("{}.message", cfg.topic.prefix)),
-            "logical decoding messages",
-        )
-        .map_err(|e| refuse(&e))?;
-    for t in tables {
-        // The outbox's rows go to its event topics, not to a table topic.
-        if cfg
-            .outbox
-            .as_ref()
-            .is_some_and(|o| o.table == t.qualified())
-        {
-            continue;
-        }
-        let topic = cfg.table_topic(&t.schema, &t.name);
-        check_length(&topic, &t.qualified()).map_err(|e| refuse(&e))?;
-        claims
-            .claim_table(&topic, &t.schema, &t.name)
-            .map_err(|e| refuse(&e))?;
-    }
-    Ok(claims)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::Bytes;
-
-    fn text(s: &str) -> TupleValue {
-        TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()))
-    }
-
-    #[test]
-    fn full_identity_fills_unchanged_toast() {
-        let old = TupleData(vec![text("1"), text("big")]);
-        let new = TupleData(vec![text("1"), TupleValue::UnchangedToast]);
-        assert_eq!(
-            fill_unchanged_toast(&new, &old).unwrap(),
-            TupleData(vec![text("1"), text("big")])
-        );
-        // The old row itself unavailable: stays marked.
-        let old = TupleData(vec![text("1"), TupleValue::UnchangedToast]);
-        assert_eq!(
-            fill_unchanged_toast(&new, &old).unwrap().0[1],
-            TupleValue::UnchangedToast
-        );
-        // Nothing unchanged: no copy.
-        assert!(fill_unchanged_toast(&old_row(), &old_row()).is_none());
-    }
-
-    fn old_row() -> TupleData {
-        TupleData(vec![text("1")])
     }
 }

@@ -19,6 +19,7 @@ impl Pipeline<'_> {
     /// Relation message that differs from the cached one.
     pub(super) async fn check_schemas(&mut self) -> Result<(), CaptureError> {
         let tables: Vec<String> = self
+            .kafka
             .pending
             .tables
             .iter()
@@ -62,7 +63,7 @@ impl Pipeline<'_> {
                     columns: &columns,
                     former_names: self.schemas.former_names(&table),
                 },
-                self.server_position.max(self.pending.flush_lsn),
+                self.server_position.max(self.kafka.pending.flush_lsn),
                 backfill.as_deref(),
                 now_ms(),
             );
@@ -74,10 +75,14 @@ impl Pipeline<'_> {
         if records.is_empty() {
             return Ok(());
         }
-        self.topics.ensure_compacted(&self.schema_topic).await?;
+        self.kafka
+            .tx
+            .topics
+            .ensure_compacted(&self.schema_topic)
+            .await?;
         self.publish(records).await?;
         // Outside a transaction nothing else would commit them soon.
-        if self.tx.is_none() && self.inflight.is_none() {
+        if !self.tracker.in_tx() && !self.kafka.committing() {
             self.commit_position().await?;
         }
         self.publish_view();
@@ -105,7 +110,7 @@ impl Pipeline<'_> {
     /// new rows anyway.
     fn queue_backfill(&mut self, table: &str) -> String {
         let in_flight = self.snap_in_flight();
-        if let Some(p) = self.pending.snapshot.as_mut() {
+        if let Some(p) = self.kafka.pending.snapshot.as_mut() {
             let unstarted =
                 p.tables.iter().enumerate().any(|(i, t)| {
                     t.table == table && t.last_key.is_none() && !(i == 0 && in_flight)
@@ -117,7 +122,7 @@ impl Pipeline<'_> {
         }
         let id = format!("schema-change-{}", now_ms());
         request(
-            &mut self.pending.snapshot,
+            &mut self.kafka.pending.snapshot,
             id.clone(),
             SnapshotKind::Incremental,
             vec![TableProgress::new(table, None)],

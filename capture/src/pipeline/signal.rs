@@ -64,7 +64,7 @@ impl Pipeline<'_> {
                     queued.push(TableProgress::new(&table, filter));
                 }
                 let added = request(
-                    &mut self.pending.snapshot,
+                    &mut self.kafka.pending.snapshot,
                     signal.id.clone(),
                     SnapshotKind::Incremental,
                     queued,
@@ -72,21 +72,21 @@ impl Pipeline<'_> {
                 tracing::info!(signal = %signal.id, tables = ?added, "execute-snapshot: tables queued");
             }
             SignalAction::StopSnapshot { tables } => {
-                match (self.pending.snapshot.as_mut(), tables) {
+                match (self.kafka.pending.snapshot.as_mut(), tables) {
                     (None, _) => {}
-                    (Some(_), None) => self.pending.snapshot = None,
+                    (Some(_), None) => self.kafka.pending.snapshot = None,
                     (Some(p), Some(names)) => {
                         p.tables.retain(|t| !names.contains(&t.table));
                         if p.tables.is_empty() {
-                            self.pending.snapshot = None;
+                            self.kafka.pending.snapshot = None;
                         }
                     }
                 }
-                tracing::info!(signal = %signal.id, running = self.pending.snapshot.is_some(), "stop-snapshot");
+                tracing::info!(signal = %signal.id, running = self.kafka.pending.snapshot.is_some(), "stop-snapshot");
             }
             SignalAction::PauseSnapshot | SignalAction::ResumeSnapshot => {
                 let pause = matches!(action, SignalAction::PauseSnapshot);
-                match self.pending.snapshot.as_mut() {
+                match self.kafka.pending.snapshot.as_mut() {
                     Some(p) => {
                         p.paused = pause;
                         tracing::info!(signal = %signal.id, paused = pause, "snapshot {}", if pause { "paused" } else { "resumed" });

@@ -144,7 +144,9 @@ impl Pipeline<'_> {
 
     /// True when no snapshot runs and no chunk is in flight.
     pub(super) fn snapshot_finished(&self) -> bool {
-        self.pending.snapshot.is_none() && self.snap.inflight.is_none() && self.tx.is_none()
+        self.kafka.pending.snapshot.is_none()
+            && self.snap.inflight.is_none()
+            && !self.tracker.in_tx()
     }
 
     /// Starts reading the next chunk when a snapshot runs, is not paused and
@@ -153,14 +155,14 @@ impl Pipeline<'_> {
         if self.snap.inflight.is_some() {
             return Ok(());
         }
-        let Some(progress) = self.pending.snapshot.as_ref() else {
+        let Some(progress) = self.kafka.pending.snapshot.as_ref() else {
             return Ok(());
         };
         if progress.paused {
             return Ok(());
         }
         let Some(current) = progress.current().cloned() else {
-            self.pending.snapshot = None;
+            self.kafka.pending.snapshot = None;
             self.publish_view();
             return Ok(());
         };
@@ -346,7 +348,7 @@ impl Pipeline<'_> {
             tracing::debug!(table = %chunk.table, xid, "snapshot chunk read again: its SELECT missed a transaction the stream had carried");
             return Ok(());
         }
-        let wanted = self.pending.snapshot.as_ref().is_some_and(|p| {
+        let wanted = self.kafka.pending.snapshot.as_ref().is_some_and(|p| {
             p.id == chunk.snapshot_id && p.current().is_some_and(|t| t.table == chunk.table)
         });
         if !wanted {
@@ -362,7 +364,7 @@ impl Pipeline<'_> {
         rows: ChunkRows,
         src: &SourcePosition,
     ) -> Result<(), CaptureError> {
-        let (kind, last_table) = match self.pending.snapshot.as_ref() {
+        let (kind, last_table) = match self.kafka.pending.snapshot.as_ref() {
             Some(p) => (p.kind, p.tables.len() == 1),
             None => return Ok(()),
         };
@@ -464,7 +466,7 @@ impl Pipeline<'_> {
         }
         self.metrics.snapshot_chunks.inc();
         let table_done = !rows.more;
-        let Some(progress) = self.pending.snapshot.as_mut() else {
+        let Some(progress) = self.kafka.pending.snapshot.as_mut() else {
             return Ok(());
         };
         let Some(current) = progress.tables.first_mut() else {
@@ -480,7 +482,7 @@ impl Pipeline<'_> {
             progress.tables.remove(0);
             if progress.tables.is_empty() {
                 tracing::info!(snapshot = %progress.id, "snapshot complete");
-                self.pending.snapshot = None;
+                self.kafka.pending.snapshot = None;
             }
         }
         self.log_progress(
@@ -520,7 +522,7 @@ impl Pipeline<'_> {
         )
         .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let topic: Arc<str> = enc.topic().into();
-        self.topics.ensure(&topic).await?;
+        self.kafka.tx.topics.ensure(&topic).await?;
         self.snap.encoder = Some((rel.clone(), enc.clone(), Arc::clone(&topic)));
         Ok((enc, topic))
     }
@@ -528,10 +530,10 @@ impl Pipeline<'_> {
     /// Leaves a table that cannot be snapshotted, saying why, and goes on.
     pub(super) fn skip_table(&mut self, table: &str, reason: &str) {
         tracing::error!(table, reason, "snapshot of this table skipped");
-        if let Some(p) = self.pending.snapshot.as_mut() {
+        if let Some(p) = self.kafka.pending.snapshot.as_mut() {
             p.tables.retain(|t| t.table != table);
             if p.tables.is_empty() {
-                self.pending.snapshot = None;
+                self.kafka.pending.snapshot = None;
             }
         }
         self.publish_view();
@@ -578,7 +580,7 @@ impl Pipeline<'_> {
 
     /// Updates what progress displays and the gauges show.
     fn publish_view_with(&self, estimate: Option<u64>) {
-        let view = self.pending.snapshot.as_ref().and_then(|p| {
+        let view = self.kafka.pending.snapshot.as_ref().and_then(|p| {
             p.current().map(|t| SnapshotView {
                 table: t.table.clone(),
                 rows: t.rows,
@@ -587,8 +589,13 @@ impl Pipeline<'_> {
                 paused: p.paused,
             })
         });
-        let running = self.pending.snapshot.is_some();
-        let paused = self.pending.snapshot.as_ref().is_some_and(|p| p.paused);
+        let running = self.kafka.pending.snapshot.is_some();
+        let paused = self
+            .kafka
+            .pending
+            .snapshot
+            .as_ref()
+            .is_some_and(|p| p.paused);
         self.metrics.snapshot_running.set(i64::from(running));
         self.metrics.snapshot_paused.set(i64::from(paused));
         if let Ok(mut slot) = self.metrics.snapshot_view.lock() {
@@ -622,7 +629,7 @@ fn filled<'a>(
     old: Option<&OldTuple>,
 ) -> Cow<'a, crate::pgoutput::TupleData> {
     match old {
-        Some(OldTuple::Full(full)) => match super::fill_unchanged_toast(new, full) {
+        Some(OldTuple::Full(full)) => match super::router::fill_unchanged_toast(new, full) {
             Some(row) => Cow::Owned(row),
             None => Cow::Borrowed(new),
         },

@@ -1,0 +1,142 @@
+//! The committer against the in-memory Kafka: batches, held records and the
+//! order of commits and slot confirmations.
+
+use super::memory::{committer, decode, keys, record, Step, OFFSETS};
+use crate::offset::SourceOffset;
+
+fn offset_at(flush_lsn: u64) -> SourceOffset {
+    SourceOffset::start(flush_lsn)
+}
+
+#[tokio::test]
+async fn a_full_batch_commits_then_confirms_its_position() {
+    let (mut c, mut log) = committer(2, offset_at(10));
+    c.publish(vec![record("t", "a")]).await.unwrap();
+    c.close_if_full(&mut log.clone()).await.unwrap();
+    assert!(!c.committing(), "one record of two: the batch stays open");
+    c.publish(vec![record("t", "b")]).await.unwrap();
+    c.pending.flush_lsn = 100;
+    c.close_if_full(&mut log.clone()).await.unwrap();
+    assert!(c.committing());
+    assert!(
+        log.confirms().is_empty(),
+        "nothing confirmed before the commit ends"
+    );
+    c.finish_inflight(&mut log).await.unwrap();
+
+    let steps = log.steps();
+    assert_eq!(steps[0], Step::Begin);
+    assert_eq!(keys(&steps), ["a", "b"]);
+    let Step::Send { topic, value, .. } = &steps[3] else {
+        panic!("{steps:?}")
+    };
+    assert_eq!(topic, OFFSETS, "the offset record ends the transaction");
+    assert_eq!(decode(value.as_deref()).flush_lsn, 100);
+    assert_eq!(&steps[4..], [Step::Commit { ok: true }, Step::Confirm(100)]);
+    assert_eq!(c.committed.flush_lsn, 100);
+    log.check_confirms();
+}
+
+#[tokio::test]
+async fn records_read_during_a_commit_wait_for_the_next_transaction() {
+    let (mut c, mut log) = committer(2, offset_at(10));
+    c.publish(vec![record("t", "a"), record("t", "b")])
+        .await
+        .unwrap();
+    c.pending.flush_lsn = 100;
+    c.close_if_full(&mut log.clone()).await.unwrap();
+    // Read while the commit runs: held, and the position moves on.
+    c.publish(vec![record("t", "c")]).await.unwrap();
+    c.pending.flush_lsn = 200;
+    assert_eq!(keys(&log.steps()), ["a", "b"], "c is held, not sent");
+    assert!(
+        c.batch_started().is_none(),
+        "no batch ages while a commit runs"
+    );
+
+    c.finish_inflight(&mut log.clone()).await.unwrap();
+    assert_eq!(
+        log.confirms(),
+        [100],
+        "the first commit names where it started"
+    );
+    assert!(c.busy(), "the held record opened the next batch");
+    c.commit_position(&mut log).await.unwrap();
+
+    let committed = log.committed();
+    assert_eq!(committed.len(), 2);
+    assert_eq!(keys(&committed[0]), ["a", "b"]);
+    assert_eq!(keys(&committed[1]), ["c"]);
+    assert_eq!(log.confirms(), [100, 200]);
+    log.check_confirms();
+}
+
+#[tokio::test]
+async fn held_records_that_fill_a_batch_wait_for_the_running_commit() {
+    let (mut c, mut log) = committer(2, offset_at(10));
+    c.publish(vec![record("t", "a"), record("t", "b")])
+        .await
+        .unwrap();
+    c.pending.flush_lsn = 100;
+    c.close_if_full(&mut log.clone()).await.unwrap();
+    c.publish(vec![record("t", "c"), record("t", "d")])
+        .await
+        .unwrap();
+    c.pending.flush_lsn = 300;
+    // Two held records fill a batch: the running commit is awaited, the held
+    // records sent, and their (full) batch starts committing at once.
+    c.close_if_full(&mut log.clone()).await.unwrap();
+    assert_eq!(log.confirms(), [100]);
+    assert!(c.committing());
+    assert_eq!(keys(&log.steps()), ["a", "b", "c", "d"]);
+    c.finish_inflight(&mut log).await.unwrap();
+    assert_eq!(log.confirms(), [100, 300]);
+    assert_eq!(log.committed().len(), 2);
+    log.check_confirms();
+}
+
+#[tokio::test]
+async fn a_failed_commit_confirms_nothing() {
+    let (mut c, log) = committer(10, offset_at(10));
+    c.tx.outcomes.push_back(false);
+    c.publish(vec![record("t", "a")]).await.unwrap();
+    c.pending.flush_lsn = 100;
+    assert!(c.commit_position(&mut log.clone()).await.is_err());
+    assert!(log.confirms().is_empty());
+    assert!(log.committed().is_empty());
+    assert_eq!(c.committed.flush_lsn, 10, "the committed position stays");
+    c.abort().await;
+    assert_eq!(log.steps().last(), Some(&Step::Abort));
+    log.check_confirms();
+}
+
+#[tokio::test]
+async fn a_commit_failing_behind_held_records_confirms_nothing_and_sends_nothing_more() {
+    let (mut c, mut log) = committer(1, offset_at(10));
+    c.tx.outcomes.push_back(false);
+    c.publish(vec![record("t", "a")]).await.unwrap();
+    c.pending.flush_lsn = 100;
+    c.close_if_full(&mut log.clone()).await.unwrap();
+    c.publish(vec![record("t", "b")]).await.unwrap();
+    c.pending.flush_lsn = 200;
+    assert!(c.close_if_full(&mut log).await.is_err());
+    assert!(log.confirms().is_empty());
+    assert_eq!(keys(&log.steps()), ["a"], "the held record is not sent");
+    c.abort().await;
+    assert!(log.committed().is_empty());
+}
+
+#[tokio::test]
+async fn with_nothing_new_nothing_commits_and_a_moved_position_commits_alone() {
+    let (mut c, mut log) = committer(10, offset_at(10));
+    c.commit_position(&mut log.clone()).await.unwrap();
+    assert!(log.steps().is_empty());
+    // A heartbeat moved the position: an offset-only transaction.
+    c.pending.flush_lsn = 50;
+    c.commit_position(&mut log).await.unwrap();
+    let committed = log.committed();
+    assert_eq!(committed.len(), 1);
+    assert_eq!(committed[0].len(), 1, "the offset record alone");
+    assert_eq!(log.confirms(), [50]);
+    log.check_confirms();
+}

@@ -1,0 +1,67 @@
+//! A Kafka record as the pipeline builds it, before a producer sends it.
+
+use std::sync::Arc;
+
+use crate::envelope::{SourcePosition, TableEncoder, HEADER_POSITION, HEADER_SCHEMA, HEADER_TABLE};
+
+/// A record ready for Kafka.
+pub(super) struct Record {
+    pub(super) topic: Arc<str>,
+    pub(super) key: Option<Vec<u8>>,
+    pub(super) value: Option<Vec<u8>>,
+    /// Outbox events carry their id and type as headers.
+    pub(super) headers: Vec<(&'static str, Vec<u8>)>,
+    /// The topic may not exist yet (outbox routes are known only per row).
+    pub(super) ensure_topic: bool,
+    /// An explicit partition (truncates go to every partition); else the key's.
+    pub(super) partition: Option<i32>,
+}
+
+impl Record {
+    pub(super) fn len(&self) -> usize {
+        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len)
+    }
+
+    pub(super) fn new(topic: &Arc<str>, key: Option<Vec<u8>>, value: Option<Vec<u8>>) -> Self {
+        Record {
+            topic: Arc::clone(topic),
+            key,
+            value,
+            headers: Vec::new(),
+            ensure_topic: false,
+            partition: None,
+        }
+    }
+
+    /// A change event of a table, its source position in a header too.
+    pub(super) fn change(
+        topic: &Arc<str>,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        src: &SourcePosition,
+    ) -> Self {
+        let mut r = Record::new(topic, Some(key), Some(value));
+        r.headers
+            .push((HEADER_POSITION, crate::envelope::position_header(src)));
+        r
+    }
+
+    /// The tombstone after a delete at `src`: it names that position and the
+    /// table, so a sink that only sees the tombstone (the delete compacted
+    /// away) can apply it as the delete.
+    pub(super) fn tombstone(
+        topic: &Arc<str>,
+        key: Vec<u8>,
+        src: &SourcePosition,
+        enc: &TableEncoder,
+    ) -> Self {
+        let (schema, table) = enc.source_names();
+        let mut r = Record::new(topic, Some(key), None);
+        r.headers = vec![
+            (HEADER_POSITION, crate::envelope::position_header(src)),
+            (HEADER_SCHEMA, schema.as_bytes().to_vec()),
+            (HEADER_TABLE, table.as_bytes().to_vec()),
+        ];
+        r
+    }
+}

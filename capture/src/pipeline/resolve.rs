@@ -1,0 +1,229 @@
+//! The pipeline's async side of routing: a relation's route, decided once
+//! after each Relation message (reading the catalog, creating its topic),
+//! and what a change needs read before [`router::records`] maps it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::record::Record;
+use super::router::{self, Mapping, Resolved, Route};
+use super::{fill, now_ms, Pipeline};
+use crate::config::ReplicaIdentityCheck;
+use crate::envelope::{SourcePosition, TableEncoder};
+use crate::error::CaptureError;
+use crate::naming::check_length;
+use crate::outbox::OutboxRouter;
+use crate::pgoutput::{LogicalMessage, Relation, TupleData};
+use crate::source;
+
+impl Pipeline<'_> {
+    /// How many event ordinals a change uses ([`router::ordinals`]), its
+    /// routes resolved first.
+    pub(super) async fn ordinals(&mut self, change: &LogicalMessage) -> Result<u64, CaptureError> {
+        if let LogicalMessage::Update { .. } | LogicalMessage::Truncate { .. } = change {
+            for &id in router::relations(change) {
+                self.route(id).await?;
+            }
+        }
+        router::ordinals(&self.encoders, change)
+    }
+
+    /// The Kafka records of one change and the event ordinals they use:
+    /// what it needs resolved, then mapped ([`router::records`]).
+    pub(super) async fn records_for(
+        &mut self,
+        change: LogicalMessage,
+        src: &SourcePosition,
+    ) -> Result<(Vec<Record>, u64), CaptureError> {
+        let now_ms = now_ms();
+        let Some(resolved) = self.resolve(&change, src.tx_id).await? else {
+            // One ordinal, as `ordinals` counts a change of no table route.
+            return Ok((Vec::new(), 1));
+        };
+        let mapping = Mapping {
+            envelope: &self.envelope,
+            tombstones: self.cfg.tombstones.on.delete,
+            now_ms,
+        };
+        router::records(&self.encoders, change, src, resolved, &mapping)
+    }
+
+    /// The async step before [`router::records`]: the routes of the
+    /// change's relations, the unchanged TOAST values of a primary-key
+    /// change's new row (read from the source once transaction `xid` is
+    /// visible), the partitions of a truncated topic. `None` for a change of
+    /// a table whose changes are refused (counted here).
+    pub(super) async fn resolve(
+        &mut self,
+        change: &LogicalMessage,
+        xid: u32,
+    ) -> Result<Option<Resolved>, CaptureError> {
+        let mut resolved = Resolved::default();
+        match change {
+            LogicalMessage::Insert { relation_id, .. }
+            | LogicalMessage::Update { relation_id, .. }
+            | LogicalMessage::Delete { relation_id, .. } => {
+                let need = match self.route(*relation_id).await? {
+                    Some(Route::Refused(table)) => Err(table.clone()),
+                    Some(Route::Table(enc, _)) => Ok(match change {
+                        LogicalMessage::Update { old, new, .. } => {
+                            router::create_needs_source(enc, old.as_ref(), new)
+                        }
+                        _ => None,
+                    }),
+                    _ => Ok(None),
+                };
+                let need = match need {
+                    Ok(need) => need,
+                    Err(table) => {
+                        let counter = &self.metrics.refused_changes;
+                        counter.with_label_values(&[table.as_str()]).inc();
+                        return Ok(None);
+                    }
+                };
+                if let Some((key_columns, row)) = need {
+                    let filled = self
+                        .read_unavailable(*relation_id, &key_columns, row, xid)
+                        .await?;
+                    resolved.created = Some(filled);
+                }
+            }
+            LogicalMessage::Truncate { relation_ids, .. } => {
+                for &id in relation_ids {
+                    let Some(Route::Table(_, topic)) = self.route(id).await? else {
+                        continue;
+                    };
+                    let topic = Arc::clone(topic);
+                    let count = self.kafka.tx.producer.partition_count(&topic).await?;
+                    resolved.partitions.insert(id, count);
+                }
+            }
+            _ => {}
+        }
+        Ok(Some(resolved))
+    }
+
+    /// `row` with its unchanged TOAST values read from the source table by
+    /// its key (`key_columns`), once transaction `xid` is visible; `row` as it
+    /// is when no row has that key any more (a later change deleted it or
+    /// changed its key again, and its own events bring the targets there).
+    pub(super) async fn read_unavailable(
+        &mut self,
+        relation_id: u32,
+        key_columns: &[String],
+        row: TupleData,
+        xid: u32,
+    ) -> Result<TupleData, CaptureError> {
+        let rel = self.relations.get(relation_id).cloned().ok_or_else(|| {
+            CaptureError::Protocol(format!(
+                "change for relation {relation_id} before its Relation message"
+            ))
+        })?;
+        let key_idx = key_columns
+            .iter()
+            .map(|k| rel.columns.iter().position(|c| &c.name == k))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| {
+                CaptureError::Protocol(format!(
+                    "key columns {key_columns:?} are not all columns of {}.{}",
+                    rel.namespace, rel.name
+                ))
+            })?;
+        match fill::read_unavailable(&mut self.control, &rel, &key_idx, xid, &row).await? {
+            Some(filled) => Ok(filled),
+            None => {
+                tracing::debug!(table = %format!("{}.{}", rel.namespace, rel.name), "row of a primary-key update is gone from the source; its unchanged TOAST values stay unavailable");
+                Ok(row)
+            }
+        }
+    }
+
+    /// How a relation's changes are published, decided on first use after each Relation message.
+    pub(super) async fn route(&mut self, relation_id: u32) -> Result<Option<&Route>, CaptureError> {
+        if !self.encoders.contains_key(&relation_id) {
+            let rel = self.relations.get(relation_id).cloned().ok_or_else(|| {
+                CaptureError::Protocol(format!(
+                    "change for relation {relation_id} before its Relation message"
+                ))
+            })?;
+            let built = self.build_route(rel).await?;
+            self.encoders.insert(relation_id, built);
+        }
+        Ok(self.encoders.get(&relation_id).and_then(Option::as_ref))
+    }
+
+    pub(super) async fn build_route(
+        &mut self,
+        rel: Arc<Relation>,
+    ) -> Result<Option<Route>, CaptureError> {
+        let qualified = format!("{}.{}", rel.namespace, rel.name);
+        if self.cfg.signal_table() == Some(qualified.as_str()) {
+            return Ok(Some(Route::Signal(rel)));
+        }
+        if !self.filter.matches(&rel.namespace, &rel.name) {
+            return Ok(None);
+        }
+        if let Some(outbox) = self.cfg.outbox.as_ref().filter(|o| o.table == qualified) {
+            let router = OutboxRouter::new(&rel, outbox)
+                .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+            return Ok(Some(Route::Outbox(router, rel)));
+        }
+        if !self.key_columns.contains_key(&qualified) {
+            // A table created after start-up: key it by its primary key.
+            let pk = source::primary_key(&self.control, &rel.namespace, &rel.name).await?;
+            if !pk.is_empty() {
+                self.key_columns.insert(qualified.clone(), pk);
+            }
+        }
+        let key = self.key_columns.get(&qualified).map(Vec::as_slice);
+        let identity_columns = crate::replica_identity::flagged_columns(&rel);
+        if let Some(lacks) = crate::replica_identity::lacks(
+            rel.replica_identity,
+            &identity_columns,
+            key.unwrap_or_default(),
+        ) {
+            let why = crate::replica_identity::explain(
+                &qualified,
+                &qualified,
+                &lacks,
+                key.unwrap_or_default(),
+            );
+            match self.cfg.replica.identity.check {
+                ReplicaIdentityCheck::Fail => {
+                    tracing::error!(table = %qualified, metric = crate::metrics::REFUSED_CHANGES_TOTAL, "{why}. Until it is fixed, changes of {qualified} are not published (the other tables go on); after the fix, snapshot it again (oncely capture snapshot --table {qualified}) to bring the targets up to date. Or set replica.identity.check = \"warn\" to publish as the identity allows");
+                    return Ok(Some(Route::Refused(qualified)));
+                }
+                ReplicaIdentityCheck::Warn => {
+                    tracing::warn!(table = %qualified, "{why} (replica.identity.check = \"warn\": publishing anyway)");
+                }
+            }
+        }
+        let identity = self.source_identity(&qualified, &rel).await?;
+        let enc =
+            TableEncoder::identified(&rel, &self.types, key, &self.envelope, identity.as_ref())
+                .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+        let topic: Arc<str> = enc.topic().into();
+        // A table created (or renamed) while capture runs: its topic must
+        // not be another table's. Stopping loses nothing: after the fix, a
+        // restart streams its changes from the committed offset.
+        check_length(&topic, &qualified).map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+        self.topic_claims
+            .claim_table(&topic, &rel.namespace, &rel.name)
+            .map_err(|e| {
+                CaptureError::Prerequisite(format!(
+                    "{e} (table {qualified} appeared while capture ran; capture stops so that nothing of it is lost: fix the configuration and start again)"
+                ))
+            })?;
+        self.kafka.tx.topics.ensure(&topic).await?;
+        self.tables_by_topic
+            .insert(Arc::clone(&topic), qualified.clone());
+        // Captured from now on: a later start must not take it for a table
+        // added to the include list (snapshot.new.tables).
+        self.kafka
+            .pending
+            .tables
+            .get_or_insert_with(BTreeSet::new)
+            .insert(qualified);
+        Ok(Some(Route::Table(enc, topic)))
+    }
+}

@@ -1,0 +1,332 @@
+//! One life of the pipeline from its start: the checks, the fencing
+//! producer, the stored offset, the snapshot plan, then the stream; and the
+//! restarts after retriable failures.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig};
+use tokio_util::sync::CancellationToken;
+
+use super::committer::{self, Committer, KafkaTx, Limits};
+use super::tracker::Tracker;
+use super::{now_ms, snapshot, Pipeline};
+use crate::config::{CaptureConfig, ReplicaIdentityCheck};
+use crate::envelope::EnvelopeConfig;
+use crate::error::CaptureError;
+use crate::filter::TableFilter;
+use crate::kafka::{TopicCreator, TxProducer};
+use crate::metrics::CaptureMetrics;
+use crate::naming::{check_length, TopicClaims};
+use crate::offset::{read_stored_offset, SourceOffset};
+use crate::pgoutput::RelationCache;
+use crate::snapshot::{plan_start, GapRefused, StartFacts, TableProgress};
+use crate::source::{self, format_lsn};
+use crate::value::TypeRegistry;
+
+/// Longest wait between restarts after retriable failures.
+const RESTART_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Runs capture until `shutdown` is cancelled (then commits what it holds and
+/// returns `Ok`) or a fatal error. Retriable failures restart the pipeline
+/// from the last committed offset, with backoff.
+pub async fn run(
+    cfg: CaptureConfig,
+    metrics: CaptureMetrics,
+    shutdown: CancellationToken,
+) -> Result<(), CaptureError> {
+    let mut backoff = oncely_core::backoff::Backoff::new(RESTART_BACKOFF, MAX_RESTART_BACKOFF);
+    let mut first_life = true;
+    loop {
+        let started = Instant::now();
+        let result = run_once(&cfg, &metrics, &shutdown, first_life).await;
+        first_life = false;
+        match result {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_retriable() && !shutdown.is_cancelled() => {
+                metrics.restarts.inc();
+                metrics.health.down(&e.to_string());
+                if started.elapsed() > Duration::from_secs(60) {
+                    backoff.reset();
+                }
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "capture failed; restarting from the last committed offset");
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = shutdown.cancelled() => return Ok(()),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One life of the pipeline: checks, fencing, offset, snapshot plan, stream.
+/// `first_life` is false for restarts after retriable errors, which resume
+/// rather than start anything (`snapshot.mode = always` snapshots once per process).
+async fn run_once(
+    cfg: &CaptureConfig,
+    metrics: &CaptureMetrics,
+    shutdown: &CancellationToken,
+    first_life: bool,
+) -> Result<(), CaptureError> {
+    let control = source::connect(cfg).await?;
+    source::check_wal_level(&control).await?;
+    let tables = source::captured_tables(&control, cfg).await?;
+    if let Some(outbox) = &cfg.outbox {
+        if !tables.iter().any(|t| t.qualified() == outbox.table) {
+            return Err(CaptureError::Prerequisite(format!(
+                "outbox.table {} is not among the captured tables: create it (with a primary key) and make table.include.list match it",
+                outbox.table
+            )));
+        }
+    }
+    let topic_claims = claim_topics(cfg, &tables)?;
+    let mut published = tables.clone();
+    if let Some(signal) = cfg.signal_table() {
+        published.push(source::signal_table(&control, signal).await?);
+    }
+    source::ensure_publication(&control, cfg, &published).await?;
+    // The outbox publishes only inserts: its old rows never matter.
+    let checked: Vec<&source::CapturedTable> = tables
+        .iter()
+        .filter(|t| cfg.outbox.as_ref().is_none_or(|o| o.table != t.qualified()))
+        .collect();
+    // A restart inside this process (after a retriable error) only warns:
+    // a table whose identity broke while streaming is refused by the stream
+    // check, and must not stop the others.
+    let identity_check = if first_life {
+        cfg.replica.identity.check
+    } else {
+        ReplicaIdentityCheck::Warn
+    };
+    crate::replica_identity::check_tables(&control, &checked, identity_check).await?;
+    let slot = source::ensure_slot(&control, cfg).await?;
+    let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval.handling.mode);
+    types
+        .load_user_types(&control)
+        .await
+        .map_err(CaptureError::pg("load user types"))?;
+
+    let checked = crate::kafka::check_login(cfg, Duration::from_secs(30), shutdown).await;
+    if shutdown.is_cancelled() {
+        return Ok(()); // stopped while Kafka was unreachable
+    }
+    checked?;
+    let offsets_topic = cfg.offsets_topic();
+    let mut topics = TopicCreator::new(cfg)?;
+    topics.ensure_offsets_topic(&offsets_topic).await?;
+    // Fences an older instance and aborts its open transaction, so the offset
+    // read next is final.
+    let producer = TxProducer::connect(cfg).await?;
+    let stored = match read_stored_offset(cfg).await? {
+        Some((o, found)) if found != offsets_topic => {
+            tracing::info!(
+                legacy_topic = %found,
+                offsets_topic = %offsets_topic,
+                commit_lsn = %format_lsn(o.commit_lsn),
+                flush_lsn = %format_lsn(o.flush_lsn),
+                "resuming from this connector's offset in the offsets topic shared by earlier versions; from now on its offsets go to its own topic"
+            );
+            Some(o)
+        }
+        found => found.map(|(o, _)| o),
+    };
+    // Snapshot candidates: captured tables, less the outbox and signal tables
+    // (their rows are events and commands, not state).
+    let snapshot_tables: Vec<String> = tables
+        .iter()
+        .map(|t| t.qualified())
+        .filter(|t| cfg.outbox.as_ref().is_none_or(|o| &o.table != t))
+        .filter(|t| cfg.signal_table() != Some(t.as_str()))
+        .collect();
+    let gap = stored
+        .as_ref()
+        .is_some_and(|o| slot.confirmed_flush_lsn > o.flush_lsn);
+    let plan = plan_start(StartFacts {
+        mode: cfg.snapshot.mode,
+        stored: stored
+            .as_ref()
+            .map(|o| (o.snapshot.is_some(), o.tables.as_ref())),
+        gap,
+        first_life,
+        new_tables: cfg.snapshot.new.tables,
+        captured: &snapshot_tables,
+    })
+    .map_err(|GapRefused| {
+        let o = stored.as_ref().map(|o| o.flush_lsn).unwrap_or_default();
+        CaptureError::Gap(format!(
+            "replication slot `{slot_name}` is confirmed up to {slot_lsn}, but connector `{name}` committed offsets to Kafka only up to {offset_lsn}: the changes in between were never published, so data may be missing from Kafka. The slot was dropped and recreated, or advanced by another client. To recover: re-snapshot the captured tables (start once with snapshot.mode = \"when_needed\"); or, accepting the gap, delete this connector's offset (a null-valued record with key {key} on topic `{topic}`) and start again",
+            slot_name = cfg.slot.name,
+            slot_lsn = format_lsn(slot.confirmed_flush_lsn),
+            name = cfg.connector_name(),
+            offset_lsn = format_lsn(o),
+            key = String::from_utf8_lossy(&SourceOffset::key(cfg.connector_name())),
+            topic = offsets_topic,
+        ))
+    })?;
+    let mut offset = match stored {
+        Some(o) if !plan.restart_from_slot => o,
+        Some(o) => {
+            tracing::warn!(
+                slot_lsn = %format_lsn(slot.confirmed_flush_lsn),
+                offset_lsn = %format_lsn(o.flush_lsn),
+                mode = ?cfg.snapshot.mode,
+                "the stored position is no longer in the slot: streaming from the slot's position and snapshotting every captured table again"
+            );
+            SourceOffset::start(slot.confirmed_flush_lsn)
+        }
+        None => SourceOffset::start(slot.confirmed_flush_lsn),
+    };
+    if let Some((kind, names)) = plan.snapshot {
+        let label = match kind {
+            crate::snapshot::SnapshotKind::Initial => "initial",
+            crate::snapshot::SnapshotKind::Incremental => "new-tables",
+        };
+        let queued = names.iter().map(|t| TableProgress::new(t, None)).collect();
+        let id = format!("{label}-{}", now_ms());
+        let added = crate::snapshot::request(&mut offset.snapshot, id, kind, queued);
+        tracing::info!(mode = ?cfg.snapshot.mode, tables = ?added, "snapshot requested");
+    }
+    let mut known = offset.tables.take().unwrap_or_default();
+    known.extend(snapshot_tables.iter().cloned());
+    offset.tables = Some(known);
+    tracing::info!(
+        connector = cfg.connector_name(),
+        slot = %cfg.slot.name,
+        tables = tables.len(),
+        resume_commit_lsn = %format_lsn(offset.commit_lsn),
+        resume_events = offset.events,
+        flush_lsn = %format_lsn(offset.flush_lsn),
+        snapshot_table = offset.snapshot.as_ref().and_then(|p| p.current()).map(|t| t.table.as_str()),
+        snapshot_rows_done = offset.snapshot.as_ref().and_then(|p| p.current()).map(|t| t.rows),
+        "capture starting"
+    );
+
+    let schemas = crate::schema_change::read_history(cfg).await?;
+    let stream = connect_stream(cfg, offset.flush_lsn).await?;
+    metrics.health.connected();
+    let mut pipeline = Pipeline {
+        cfg,
+        tables_by_topic: HashMap::new(),
+        topic_claims,
+        envelope: EnvelopeConfig {
+            topic_prefix: cfg.topic.prefix.clone(),
+            topic_mapping: cfg.topic.name.mapping.clone(),
+            database: cfg.database.dbname.clone(),
+            schemas_enable: cfg.schemas.enable,
+        },
+        filter: TableFilter::new(&cfg.table.include.list.0, &cfg.table.exclude.list.0)
+            .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?,
+        key_columns: source::key_columns_by_table(&tables),
+        kafka: Committer::new(
+            KafkaTx { producer, topics },
+            Limits {
+                events: cfg.batch.max.events,
+                bytes: cfg.batch.max.bytes,
+            },
+            committer::Topics {
+                offsets: offsets_topic.as_str().into(),
+                offset_key: SourceOffset::key(cfg.connector_name()),
+                schema_changes: crate::schema_change::topic(cfg).into(),
+            },
+            metrics.clone(),
+            offset,
+        ),
+        types,
+        relations: RelationCache::new(),
+        encoders: HashMap::new(),
+        stream,
+        control,
+        snap: snapshot::SnapshotRuntime::new(cfg.chunk_size()),
+        exit_when_done: plan.exit_when_done,
+        tracker: Tracker::default(),
+        server_position: 0,
+        metrics: metrics.clone(),
+        schema_topic: crate::schema_change::topic(cfg).into(),
+        schemas,
+    };
+    // A record the broker refused for its size fails the transaction, and
+    // whatever call comes next (a send, the commit) reports only that: name
+    // the record, and make it definite.
+    let result = pipeline
+        .stream(shutdown)
+        .await
+        .map_err(|e| pipeline.explain_refused(e));
+    if result.is_err() {
+        // Nothing of an aborted batch is visible; the restart resumes at the
+        // last offset record in Kafka.
+        pipeline.kafka.abort().await;
+    }
+    pipeline.stream.stop();
+    result
+}
+
+async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationClient, CaptureError> {
+    let db = &cfg.database;
+    let repl = ReplicationConfig::new(
+        db.hostname.clone(),
+        db.user.clone(),
+        db.password.expose().to_string(),
+        db.dbname.clone(),
+        cfg.slot.name.clone(),
+        cfg.publication.name.clone(),
+    )
+    .with_port(db.port)
+    // `database.sslmode` and its files, as every other connection to the source.
+    .with_tls(db.tls().replication(&db.hostname))
+    .with_start_lsn(Lsn::from_u64(from))
+    // Until we confirm more, report only what Kafka already holds.
+    .with_ack_lsn(Lsn::from_u64(from))
+    .with_status_interval(Duration::from_millis(
+        crate::config::DEFAULT_STATUS_INTERVAL_MS,
+    ))
+    // Text values render the same on every server: UTC, ISO dates, full float precision.
+    .with_options(
+        "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3",
+    )
+    .with_application_name(format!("oncely-{}", cfg.connector_name()));
+    let mut client = ReplicationClient::connect(repl).await?;
+    client.wait_started().await?;
+    Ok(client)
+}
+
+/// The topics of the captured tables, each claimed by one table: start-up
+/// stops when two tables (or a table and capture's own offsets or message
+/// topic) would share one, or a name is longer than Kafka allows.
+fn claim_topics(
+    cfg: &CaptureConfig,
+    tables: &[source::CapturedTable],
+) -> Result<TopicClaims, CaptureError> {
+    let mut claims = TopicClaims::default();
+    let refuse = |e: &dyn std::fmt::Display| CaptureError::Prerequisite(e.to_string());
+    claims
+        .claim_own(
+            &cfg.offsets_topic(),
+            "the offsets topic (offset.storage.topic)",
+        )
+        .map_err(|e| refuse(&e))?;
+    claims
+        .claim_own(
+            &crate::naming::sanitize_topic(&format!("{}.message", cfg.topic.prefix)),
+            "logical decoding messages",
+        )
+        .map_err(|e| refuse(&e))?;
+    for t in tables {
+        // The outbox's rows go to its event topics, not to a table topic.
+        if cfg
+            .outbox
+            .as_ref()
+            .is_some_and(|o| o.table == t.qualified())
+        {
+            continue;
+        }
+        let topic = cfg.table_topic(&t.schema, &t.name);
+        check_length(&topic, &t.qualified()).map_err(|e| refuse(&e))?;
+        claims
+            .claim_table(&topic, &t.schema, &t.name)
+            .map_err(|e| refuse(&e))?;
+    }
+    Ok(claims)
+}
