@@ -1,0 +1,14 @@
+mod config_errors;
+mod events;
+mod failover_slot;
+mod faults;
+mod identity;
+mod outbox;
+mod partitions;
+mod replica_identity;
+mod snapshot;
+mod snapshot_keys;
+mod snapshot_rewrite;
+mod tls;
+mod topics;
+mod generated_columns;

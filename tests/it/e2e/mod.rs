@@ -1,0 +1,7 @@
+mod compaction;
+mod faults;
+mod identity;
+mod identity_change;
+mod scale_out;
+mod snapshot_toast;
+mod truncate;

@@ -1,0 +1,7 @@
+mod conformance;
+mod elasticsearch_crash;
+mod http;
+mod postgres_crash;
+mod redis_crash;
+mod runner_crash;
+mod runner_group;
