@@ -3,7 +3,7 @@
 //! same port, a taken port as a start-up error, and capture's readiness while
 //! PostgreSQL is out of reach. (The sink's readiness under refused Kafka
 //! commits: `refused_commits_show_in_metrics_and_are_sent_again_when_idle`
-//! in `sinks/tests/runner_kafka.rs`.)
+//! in `sinks/tests/it/runner_kafka.rs`.)
 use crate::harness::capture;
 use crate::harness::common;
 

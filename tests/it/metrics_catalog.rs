@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use oncely_core::endpoint::MetricInfo;
 
 const BEGIN: &str =
-    "<!-- metrics table: tests/metrics_catalog.rs checks it against the registries -->";
+    "<!-- metrics table: tests/it/metrics_catalog.rs checks it against the registries -->";
 const END: &str = "<!-- end of metrics table -->";
 
 /// Every metric capture and a sink register, by name.

@@ -2,7 +2,7 @@
 //! proves the feature oncely relies on (logical decoding, Kafka transactions,
 //! external versioning in Elasticsearch, atomic Lua in Redis).
 //!
-//! Run with `scripts/test` or `eval "$(scripts/services env)"; cargo test --test smoke_services`.
+//! Run with `scripts/test` or `eval "$(scripts/services env)"; cargo test --test it -- smoke_services::`.
 use crate::harness::common;
 
 

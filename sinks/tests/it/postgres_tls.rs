@@ -232,7 +232,7 @@ async fn a_client_certificate_is_presented() {
     // A role `pg_hba.conf` accepts only over TLS with a client certificate
     // (`clientcert=verify-full`), provisioned by `scripts/services up`.
     let role = env("ONCELY_PG_CERT_USER");
-    let (cert, key) = (env("ONCELY_PG_SSLCERT"), env("ONCELY_PG_SSLKEY"));
+    let cert = env("ONCELY_PG_SSLCERT");
     let (host, port, _) = server();
     let (db, admin) = database().await;
     admin
@@ -245,10 +245,11 @@ async fn a_client_certificate_is_presented() {
     assert!(refused.is_err(), "connected without a client certificate");
     let mut with = without;
     with.sslcert = Some(cert);
-    // The key file's path through a reference, as a secret may be given.
-    std::env::set_var("ONCELY_TEST_SINK_SSLKEY", key);
+    // The key file's path through a reference, as a secret may be given
+    // (to a variable `scripts/services env` sets: setting one here would
+    // change the environment every test in this process shares).
     with.sslkey = Some(oncely_sinks::kinds::postgres::Secret::new(
-        "${env:ONCELY_TEST_SINK_SSLKEY}",
+        "${env:ONCELY_PG_SSLKEY}",
     ));
     let dns = applies_over_tls(&with, &db, &admin).await;
     let expected = format!("/CN={role}");

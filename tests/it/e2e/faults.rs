@@ -298,6 +298,9 @@ fn restart_plan(seconds: u64, restarts: u64) -> Vec<(Duration, &'static str)> {
     plan
 }
 
+// Restarting a service would break whatever other test of this process runs
+// meanwhile: `scripts/test` runs it alone, `-- --ignored --test-threads=1`.
+#[ignore = "restarts shared services: run alone (scripts/test does)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkills_and_service_restarts_leave_every_target_equal_and_each_change_once() -> Result<()>
 {

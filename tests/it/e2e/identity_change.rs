@@ -3,7 +3,7 @@
 //! Relation message on, so the warehouse, the search index and the cache
 //! keep exactly what they held before the break (no half-applied key change,
 //! no delete without its key), while the other tables go on and stay equal
-//! to the source. `tests/capture_replica_identity.rs` checks the refusal on
+//! to the source. `tests/it/capture/replica_identity.rs` checks the refusal on
 //! the topics; this checks it where users look.
 use crate::harness::capture;
 

@@ -70,18 +70,13 @@ async fn signalled_snapshot_with_reads_older_than_the_window_keeps_the_newer_upd
 
 async fn run(start: Start) -> Result<()> {
     let _serial = SERIAL.lock().await;
-    // The per-chunk line says how many rows were completed from the chunk.
-    std::env::set_var(
-        "ONCELY_TEST_CAPTURE_LOG",
-        "info,rdkafka=warn,oncely_capture::pipeline::snapshot=debug",
-    );
     let mode = match start {
         Start::Initial => "snapshot.mode = \"initial\"\n",
         Start::SlowSignal => {
             "snapshot.mode = \"no_data\"\nsignal.data.collection = \"public.oncely_signal\"\n"
         }
     };
-    let p = Pipeline::new(
+    let mut p = Pipeline::new(
         "e2e_snap_toast",
         SCHEMA,
         &["docs"],
@@ -91,6 +86,8 @@ async fn run(start: Start) -> Result<()> {
         ),
     )
     .await?;
+    // The per-chunk line says how many rows were completed from the chunk.
+    p.env.capture_log = "info,rdkafka=warn,oncely_capture::pipeline::snapshot=debug".into();
     let result = body(&p, start).await;
     p.cleanup().await;
     result

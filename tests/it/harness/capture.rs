@@ -27,6 +27,10 @@ pub struct CaptureEnv {
     pub pg_host: String,
     pub pg_port: u16,
     pub pg_user: String,
+    /// The `RUST_LOG` filter capture runs with: `$ONCELY_TEST_CAPTURE_LOG`
+    /// or `info,rdkafka=warn`. A test wanting more sets it here, never in the
+    /// environment, which every test of this process shares.
+    pub capture_log: String,
 }
 
 impl CaptureEnv {
@@ -56,6 +60,8 @@ impl CaptureEnv {
             pg_host,
             pg_port,
             pg_user,
+            capture_log: std::env::var("ONCELY_TEST_CAPTURE_LOG")
+                .unwrap_or_else(|_| "info,rdkafka=warn".into()),
         })
     }
 
@@ -107,7 +113,7 @@ impl CaptureEnv {
     }
 
     /// Starts `oncely capture` with a config, its log appended to `capture.log`
-    /// (at `$ONCELY_TEST_CAPTURE_LOG`, a `RUST_LOG` filter, when set).
+    /// (at [`Self::capture_log`]).
     /// The process is killed when the returned guard drops, so a failing test
     /// leaves nothing running.
     pub fn spawn_capture(&self, config: &PathBuf) -> Result<Spawned> {
@@ -119,11 +125,7 @@ impl CaptureEnv {
             Command::new(env!("CARGO_BIN_EXE_oncely"))
                 .args(["capture", "--config"])
                 .arg(config)
-                .env(
-                    "RUST_LOG",
-                    std::env::var("ONCELY_TEST_CAPTURE_LOG")
-                        .unwrap_or_else(|_| "info,rdkafka=warn".into()),
-                )
+                .env("RUST_LOG", &self.capture_log)
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()?,

@@ -2,7 +2,7 @@
 //! and its real target: the PostgreSQL warehouse sink and the Redis cache sink
 //! (both own their positions; versioned writes) and the Elasticsearch sink
 //! (Kafka holds its positions; versioned writes). The webhook sink runs it in
-//! `tests/sink_http.rs`.
+//! `tests/it/sink/http.rs`.
 
 use std::sync::Arc;
 

@@ -303,6 +303,9 @@ fn uptime_seconds(info: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+// Restarting a service would break whatever other test of this process runs
+// meanwhile: `scripts/test` runs it alone, `-- --ignored --test-threads=1`.
+#[ignore = "restarts shared services: run alone (scripts/test does)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_restart_during_the_run_loses_nothing() -> anyhow::Result<()> {
     let mut conn = redis_conn().await?;
