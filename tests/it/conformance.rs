@@ -16,13 +16,13 @@
 //! new type or key kind is one entry. Values the pipeline does not yet carry
 //! exactly are listed in [`PENDING`] with the issue that tracks them; the
 //! `pending_values_round_trip` test runs them (ignored until fixed).
-use crate::harness::capture;
-
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use crate::harness::e2e::{dead_letters, scan_changes, Fleet, Pipeline};
 use rand::Rng;
+
+use crate::harness::capture;
+use crate::harness::e2e::{dead_letters, scan_changes, Fleet, Pipeline};
 
 /// A column and the SQL literals its values cycle through.
 type Column = (&'static str, &'static str, &'static [&'static str]);

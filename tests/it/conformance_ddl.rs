@@ -18,15 +18,15 @@
 //! and without, DROP COLUMN, RENAME COLUMN, SET NOT NULL, DDL in the same
 //! transaction as DML, DDL while capture is stopped, and DDL while a
 //! snapshot of that table runs.
-use crate::harness::capture;
-use crate::harness::e2e;
-
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use crate::harness::e2e::{dead_letters, Fleet, Pipeline};
 use rand::Rng;
 use serde_json::Value;
+
+use crate::harness::capture;
+use crate::harness::e2e::{dead_letters, Fleet, Pipeline};
+use crate::harness::e2e;
 
 /// Every table has `id` (key) and `v` (the load's column, never changed by
 /// DDL) beside the columns its DDL changes.

@@ -14,12 +14,12 @@
 //! without trailing zeros (Debezium's precise arrays drop them), `varbit`
 //! without leading zeros (Debezium sends no length). README, "Reading
 //! Debezium topics", lists what else it changes.
-use crate::harness::common;
-
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use oncely_testkit::connect::{Connect, Connector};
+
+use crate::harness::common;
 use crate::harness::e2e::{dead_letters, summary, Pipeline};
 
 const TABLE: &str = "all_types";

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use oncely_testkit::kafka::{brokers, create_topic, envelope, key, produce, unique, Out};
 use oncely_dedup::{MemoryWindow, RedisWindow, Seen, WindowStore};
-use oncely_sinks::warmup::{read_before, Warmup};
 use oncely_sinks::TopicPartition;
+use oncely_sinks::warmup::{read_before, Warmup};
+use oncely_testkit::kafka::{brokers, create_topic, envelope, key, produce, unique, Out};
 
 fn redis_url() -> String {
     match std::env::var("ONCELY_REDIS_URL") {

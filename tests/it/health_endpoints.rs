@@ -4,10 +4,6 @@
 //! PostgreSQL is out of reach. (The sink's readiness under refused Kafka
 //! commits: `refused_commits_show_in_metrics_and_are_sent_again_when_idle`
 //! in `sinks/tests/it/runner_kafka.rs`.)
-use crate::harness::capture;
-use crate::harness::common;
-
-
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -15,10 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use crate::harness::capture::{CaptureEnv, Spawned};
 use oncely_core::endpoint::get;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+
+use crate::harness::capture::{CaptureEnv, Spawned};
+use crate::harness::capture;
+use crate::harness::common;
 
 /// A local address nothing listens on (bound once, then released).
 fn free_addr() -> SocketAddr {

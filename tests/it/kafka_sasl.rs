@@ -5,11 +5,10 @@
 //! readers, must carry the connection properties of `[kafka.producer]`, not
 //! only the producer: without them capture cannot start (nor resume from its
 //! offset) and verify cannot wait.
-use crate::harness::common;
-
 use std::time::{Duration, Instant};
 
 use crate::harness::capture::terminate;
+use crate::harness::common;
 use crate::harness::e2e::{scan_changes, Pipeline};
 
 const SCHEMA: &str =

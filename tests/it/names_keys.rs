@@ -4,17 +4,16 @@
 //! the separator; full row images after DROP and RENAME COLUMN in Redis; a
 //! source column named like the warehouse's bookkeeping; and a snapshot
 //! filter that tries to run a second statement.
-use crate::harness::common;
-
-
 use std::collections::HashMap;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use crate::harness::capture::{read_committed, wait_for, CaptureEnv};
-use crate::harness::e2e::{redis_conn, summary, Pipeline};
 use serde_json::Value;
+
+use crate::harness::capture::{read_committed, wait_for, CaptureEnv};
+use crate::harness::common;
+use crate::harness::e2e::{redis_conn, summary, Pipeline};
 
 /// Waits until `child` exits; its status, or an error after `timeout`.
 fn wait_exit(child: &mut Child, timeout: Duration) -> Result<std::process::ExitStatus> {

@@ -4,15 +4,14 @@
 //! over such configs — is run as the real binary with debug logs, and its
 //! whole output is searched for the secret. Each case also checks the output
 //! still says what is wrong, so a silent process cannot pass.
-use crate::harness::capture;
-use crate::harness::common;
-
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
+use crate::harness::capture;
+use crate::harness::common;
 
 /// The secret of every case; no other text of the test or the tools contains it.
 const SECRET: &str = "Sup3rS3cretValue";

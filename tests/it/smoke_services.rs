@@ -3,13 +3,12 @@
 //! external versioning in Elasticsearch, atomic Lua in Redis).
 //!
 //! Run with `scripts/test` or `eval "$(scripts/services env)"; cargo test --test it -- smoke_services::`.
-use crate::harness::common;
-
-
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+
+use crate::harness::common;
 
 // ---------------------------------------------------------------------------
 // PostgreSQL: pgoutput through pgwire-replication

@@ -9,8 +9,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use crate::harness::e2e::Pipeline;
 use serde_json::Value;
+
+use crate::harness::e2e::Pipeline;
 
 /// The sinks this test runs: the warehouse and Redis (indexes in `Pipeline::sinks`).
 const RUN: [usize; 2] = [0, 2];

@@ -8,15 +8,15 @@
 //! `nums` holds values targets spell otherwise (numerics of another scale,
 //! re-serialized and non-finite doubles, addresses with their full prefix,
 //! warehouse columns typed `inet`/`cidr`): verify compares them by value.
-use crate::harness::common;
-
 use std::time::Duration;
 
-use crate::harness::capture::wait_for;
-use crate::harness::e2e::{es, redis_conn, Pipeline, WAREHOUSE_SCHEMA};
 use elasticsearch::{DeleteParts, IndexParts};
 use oncely::verify::{Difference, Report, TableReport};
 use serde_json::json;
+
+use crate::harness::capture::wait_for;
+use crate::harness::common;
+use crate::harness::e2e::{es, redis_conn, Pipeline, WAREHOUSE_SCHEMA};
 
 /// Columns of the wire mapping's tricky kinds: exact numerics, timestamptz,
 /// jsonb, an enum, a date, a TOASTed text, and a composite-key table.

@@ -19,12 +19,12 @@
 //!
 //! `dropped_columns_follow_the_setting`: `schema.evolution.drop.columns`
 //! `drop` removes the column, the default `keep` keeps it.
-use crate::harness::capture;
-
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
 use crate::harness::capture::{kill9, Spawned};
+use crate::harness::capture;
 use crate::harness::e2e::{Pipeline, WAREHOUSE_SCHEMA};
 
 async fn count(p: &Pipeline, schema: &str, table: &str) -> i64 {

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oncely_testkit::kafka::*;
 use elasticsearch::http::transport::Transport;
 use elasticsearch::indices::{IndicesDeleteParts, IndicesRefreshParts};
 use elasticsearch::{Elasticsearch, SearchParts};
@@ -14,6 +13,7 @@ use oncely_sinks::kinds::elasticsearch::plan::UNAVAILABLE_VALUE;
 use oncely_sinks::kinds::elasticsearch::{ElasticsearchConfig, ElasticsearchSink};
 use oncely_sinks::runner::{HEADER_ERROR, HEADER_OFFSET};
 use oncely_sinks::{Batch, Record, Runner, RunnerConfig, Sink, SinkError};
+use oncely_testkit::kafka::*;
 use rand::seq::SliceRandom;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
-use oncely_testkit::kafka::unique;
 use oncely_sinks::event::{decode_key, decode_value};
 use oncely_sinks::kinds::postgres::{PostgresConfig, PostgresSink, SslMode};
 use oncely_sinks::{Batch, Record, Sink, SinkError};
+use oncely_testkit::kafka::unique;
 use serde_json::json;
 use tokio_postgres::{Client, NoTls};
 

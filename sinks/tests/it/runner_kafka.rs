@@ -6,12 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oncely_testkit::kafka::*;
 use oncely_sinks::metrics::Metrics;
 use oncely_sinks::runner::{HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
 use oncely_sinks::{
     Batch, RecordFailure, Runner, RunnerConfig, RunnerError, Sink, SinkError, Version,
 };
+use oncely_testkit::kafka::*;
 use rdkafka::Message;
 use tokio_util::sync::CancellationToken;
 

@@ -1,11 +1,9 @@
 //! Each start-up misconfiguration stops capture with a message that names
 //! the problem and the fix (real PostgreSQL and Kafka).
-use crate::harness::common;
-
-
 use std::process::Command;
 
 use crate::harness::capture::CaptureEnv;
+use crate::harness::common;
 
 /// Runs `oncely capture` to completion and returns (success, stderr).
 fn run_capture(env: &CaptureEnv, extra: &str) -> anyhow::Result<(bool, String)> {

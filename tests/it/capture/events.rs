@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use crate::harness::capture::{terminate, wait_for, CaptureEnv, Seen};
 use serde_json::{json, Value};
+
+use crate::harness::capture::{terminate, wait_for, CaptureEnv, Seen};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 

@@ -6,13 +6,12 @@
 //!
 //! `scripts/test` runs the capture tests against PostgreSQL 15 and again
 //! against 17 and 18 (`ONCELY_PG_URL`), so both branches are checked.
-use crate::harness::capture;
-
-
 use std::time::Duration;
 
 use anyhow::Result;
+
 use crate::harness::capture::CaptureEnv;
+use crate::harness::capture;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_slots_are_created_where_the_server_has_them() -> Result<()> {

@@ -6,8 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use crate::harness::capture::{kill9, read_committed, terminate, wait_for, CaptureEnv, Seen};
 use rand::Rng;
+
+use crate::harness::capture::{kill9, read_committed, terminate, wait_for, CaptureEnv, Seen};
 
 /// One source change as the writer committed it: (table, id, op, rev).
 type Change = (String, i64, char, i64);

@@ -10,14 +10,14 @@
 //!
 //! `scripts/test` runs this file against PostgreSQL 15 and again with
 //! `ONCELY_PG_URL` pointing at PostgreSQL 18, so both rules are checked.
-use crate::harness::capture;
-use crate::harness::common;
-
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use crate::harness::e2e::{dead_letters, redis_conn, Fleet, Pipeline, WAREHOUSE_SCHEMA};
 use redis::AsyncCommands;
+
+use crate::harness::capture;
+use crate::harness::common;
+use crate::harness::e2e::{dead_letters, redis_conn, Fleet, Pipeline, WAREHOUSE_SCHEMA};
 
 const ROWS: i64 = 40;
 

@@ -9,8 +9,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use crate::harness::capture::{kill9, terminate, wait_for, CaptureEnv, Seen};
 use serde_json::{json, Value};
+
+use crate::harness::capture::{kill9, terminate, wait_for, CaptureEnv, Seen};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 const UNAVAILABLE: &str = "__debezium_unavailable_value";

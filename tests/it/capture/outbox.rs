@@ -1,20 +1,19 @@
 //! The outbox event router against real PostgreSQL and Kafka: inserted
 //! outbox rows become routed, keyed events exactly once across SIGKILLs;
 //! deleting outbox rows publishes nothing.
-use crate::harness::capture;
-use crate::harness::common;
-
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::harness::capture::{kill9, terminate, wait_for, CaptureEnv};
 use rand::Rng;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
+
+use crate::harness::capture::{kill9, terminate, wait_for, CaptureEnv};
+use crate::harness::capture;
+use crate::harness::common;
 
 /// (topic, key, payload, id header, type header) of a committed record.
 type Routed = (String, String, String, String, String);

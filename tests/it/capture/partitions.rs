@@ -11,9 +11,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+use serde_json::Value;
+
 use crate::harness::capture::{kill9, read_committed, terminate, wait_for, CaptureEnv, Seen};
 use crate::harness::e2e::Pipeline;
-use serde_json::Value;
 
 /// Four partitioned roots: list, range, hash, and list over range (two levels).
 const SCHEMA: &str = "

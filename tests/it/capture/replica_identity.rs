@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+
 use crate::harness::capture::{wait_for, CaptureEnv, Seen};
 
 const START: Duration = Duration::from_secs(60);

@@ -2,19 +2,18 @@
 //! concurrent writer folds to the table; SIGKILLs during a snapshot resume at
 //! the next chunk without publishing a committed chunk twice; each
 //! `snapshot.mode` with and without a stored offset; signals.
-use crate::harness::capture;
-
-
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Result};
-use crate::harness::capture::{kill9, read_committed, terminate, wait_for, CaptureEnv, Seen, Spawned};
 use rand::Rng;
 use serde_json::Value;
+
+use crate::harness::capture::{kill9, read_committed, terminate, wait_for, CaptureEnv, Seen, Spawned};
+use crate::harness::capture;
 
 /// `(commit_lsn, event_seq)` of an event: the version sinks order rows by.
 fn version(s: &Seen) -> Option<(u64, u64)> {

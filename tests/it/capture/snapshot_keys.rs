@@ -13,8 +13,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
-use crate::harness::capture::{read_committed, CaptureEnv};
 use serde_json::Value;
+
+use crate::harness::capture::{read_committed, CaptureEnv};
 
 /// Rows per chunk: smaller than every table.
 const CHUNK: usize = 7;

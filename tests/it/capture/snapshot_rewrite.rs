@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
+
 use crate::harness::capture::{wait_for, CaptureEnv};
 
 const ROWS: usize = 50;

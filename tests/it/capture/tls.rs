@@ -9,14 +9,14 @@
 //! TLS, and the ways it cannot must be said clearly and at once:
 //! `sslmode = "disable"` names the key to set, a CA that did not sign the
 //! server's certificate gives rustls's reason.
-use crate::harness::common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+
 use crate::harness::capture::{kill9, wait_for, CaptureEnv, Seen};
+use crate::harness::common;
 use crate::harness::e2e::Pipeline;
 
 const SCHEMA: &str = "CREATE TABLE items (id int PRIMARY KEY, note text, qty int);

@@ -2,24 +2,23 @@
 //! records up to the configured message size (and a named, definite error
 //! beyond it), one offsets topic per connector (and the upgrade from the
 //! shared one), truncates on every partition of a multi-partition topic.
-use crate::harness::capture;
-use crate::harness::common;
-use crate::harness::e2e;
-
-
 use std::collections::BTreeSet;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Result};
-use crate::harness::capture::{kill9, read_committed, terminate, wait_for, CaptureEnv, Spawned};
-use crate::harness::e2e::{scan_changes, Pipeline};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
+
+use crate::harness::capture::{kill9, read_committed, terminate, wait_for, CaptureEnv, Spawned};
+use crate::harness::capture;
+use crate::harness::common;
+use crate::harness::e2e::{scan_changes, Pipeline};
+use crate::harness::e2e;
 
 /// A SQL expression of `mib` MiB of random hex text (md5 chains do not
 /// compress, and `SET STORAGE EXTERNAL` keeps PostgreSQL from compressing it).

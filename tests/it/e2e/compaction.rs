@@ -6,15 +6,10 @@
 //! versioned delete. The test stops the three sinks, deletes rows, waits for
 //! the broker's log cleaner to remove the delete events, starts the sinks
 //! again and requires every target equal to the source.
-use crate::harness::capture;
-use crate::harness::common;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use crate::harness::capture::terminate;
-use crate::harness::e2e::Pipeline;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -23,6 +18,11 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
+
+use crate::harness::capture::terminate;
+use crate::harness::capture;
+use crate::harness::common;
+use crate::harness::e2e::Pipeline;
 
 const ROWS: i32 = 40;
 const DELETED: i32 = 20;

@@ -5,17 +5,16 @@
 //! the rows under new keys carry the real TOASTed values — and the history
 //! table must hold every event, which needs every event to have a position
 //! `(commit_lsn, event_seq)` of its own.
-use crate::harness::capture;
-use crate::harness::common;
-
-
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use crate::harness::capture::{kill9, terminate};
-use crate::harness::e2e::{scan_changes, Pipeline, SINKS, WAREHOUSE_SCHEMA};
-use rand::seq::SliceRandom;
 use rand::Rng;
+use rand::seq::SliceRandom;
+
+use crate::harness::capture::{kill9, terminate};
+use crate::harness::capture;
+use crate::harness::common;
+use crate::harness::e2e::{scan_changes, Pipeline, SINKS, WAREHOUSE_SCHEMA};
 
 const ROWS: i64 = 200;
 const TRANSACTIONS: usize = 60;

@@ -5,14 +5,13 @@
 //! no delete without its key), while the other tables go on and stay equal
 //! to the source. `tests/it/capture/replica_identity.rs` checks the refusal on
 //! the topics; this checks it where users look.
-use crate::harness::capture;
-
-
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use crate::harness::e2e::{dead_letters, Fleet, Pipeline};
 use oncely::verify::Report;
+
+use crate::harness::capture;
+use crate::harness::e2e::{dead_letters, Fleet, Pipeline};
 
 const SCHEMA: &str = "
     CREATE TABLE people (id int PRIMARY KEY, email text NOT NULL UNIQUE, v text);

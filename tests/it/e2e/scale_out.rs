@@ -8,16 +8,15 @@
 //! the topics' ends within a bound (a refused commit during the rebalances
 //! must be sent again, idle partition or not), and the history table must
 //! hold every event exactly once.
-use crate::harness::capture;
-
-
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use crate::harness::capture::{kill9, terminate, Spawned};
-use crate::harness::e2e::{dead_letters, lagging_commits, scan_changes, Pipeline, SINKS, WAREHOUSE_SCHEMA};
-use rand::seq::SliceRandom;
 use rand::Rng;
+use rand::seq::SliceRandom;
+
+use crate::harness::capture::{kill9, terminate, Spawned};
+use crate::harness::capture;
+use crate::harness::e2e::{dead_letters, lagging_commits, scan_changes, Pipeline, SINKS, WAREHOUSE_SCHEMA};
 
 const ROWS: i64 = 300;
 /// How long the writer runs.

@@ -6,13 +6,12 @@
 //! transaction and in the next one — while every sink is SIGKILLed in the
 //! middle of applying the truncate and started again. Then `oncely verify`
 //! finds every target equal to the source and no sink dead-lettered anything.
-use crate::harness::common;
-
-
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+
 use crate::harness::capture::{kill9, Spawned};
+use crate::harness::common;
 use crate::harness::e2e::{dead_letters, Pipeline};
 
 /// Rows before the first truncate.

@@ -6,11 +6,12 @@
 
 use std::sync::Arc;
 
-use crate::harness::common::{es_url, pg_url, redis_url, unique};
 use oncely_sinks::conformance::{self, Rows, Target};
 use oncely_sinks::error::BoxError;
 use oncely_sinks::{Sink, SinkError};
 use serde_json::{Map, Value};
+
+use crate::harness::common::{es_url, pg_url, redis_url, unique};
 
 /// The sink a `[sink]` table (its lines after the header) describes, as `oncely sink` builds it.
 async fn build(sink_table: &str) -> Result<Arc<dyn Sink>, SinkError> {

@@ -1,20 +1,20 @@
 //! SIGKILL `oncely sink` (elasticsearch) again and again while a real `oncely
 //! capture` streams a mixed workload: every index must end up equal to its
 //! source table — same ids, same fields, deleted rows gone.
-use crate::harness::common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::harness::capture::{kill9, terminate, CaptureEnv};
 use elasticsearch::http::transport::Transport;
 use elasticsearch::indices::{IndicesDeleteParts, IndicesRefreshParts};
 use elasticsearch::{Elasticsearch, SearchParts};
 use oncely_sinks::kinds::elasticsearch::config::DEFAULT_VERSION_FIELD;
 use rand::Rng;
 use serde_json::{json, Value};
-use crate::harness::sink::{captured_source, runner_config, source_rows, workload, TABLES};
+
+use crate::harness::capture::{kill9, terminate, CaptureEnv};
+use crate::harness::common;
 use crate::harness::runner::{sigkill, sigterm, spawn_runner, wait_exit, write_config};
+use crate::harness::sink::{captured_source, runner_config, source_rows, workload, TABLES};
 
 const KILLS: usize = 12;
 const SOFT_FLAG: &str = "__deleted";

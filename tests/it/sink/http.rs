@@ -14,22 +14,22 @@
 //!   receiver that honours `Idempotency-Key` and folds changes into rows.
 //! * Over TLS, the server is trusted through `tls.ca.file`; without it the
 //!   certificate is refused and the sink stops (non-zero exit), sending nothing.
-use oncely_testkit::webhook;
-
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use oncely_sinks::conformance;
 use oncely_testkit::kafka::{
     brokers, committed, create_topic, envelope, header, key, produce, produce_steadily, read_topic,
     unique, wait_until, Out,
 };
-use oncely_sinks::conformance;
+use oncely_testkit::webhook::{Answer, Receiver};
+use oncely_testkit::webhook;
 use rand::Rng;
+
 use crate::harness::common::redis_url;
 use crate::harness::runner::*;
-use oncely_testkit::webhook::{Answer, Receiver};
 
 const PARTITIONS: i32 = 3;
 const KILLS: usize = 6;

@@ -2,17 +2,17 @@
 //! streams a mixed workload: every target table must end up equal to its source
 //! table row for row, and each history table must hold exactly one row per change
 //! that Kafka holds for its table.
-use crate::harness::common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use crate::harness::capture::{connect, db_url, kill9, read_committed, terminate, CaptureEnv};
 use rand::Rng;
 use serde_json::Value;
-use crate::harness::sink::{captured_source, runner_config, source_rows, workload, TABLES};
-use crate::harness::runner::{sigkill, sigterm, spawn_runner, wait_exit, write_config};
 use tokio_postgres::Client;
+
+use crate::harness::capture::{connect, db_url, kill9, read_committed, terminate, CaptureEnv};
+use crate::harness::common;
+use crate::harness::runner::{sigkill, sigterm, spawn_runner, wait_exit, write_config};
+use crate::harness::sink::{captured_source, runner_config, source_rows, workload, TABLES};
 
 const KILLS: usize = 12;
 /// Source transactions: far more than the kills need; the writer is stopped once they are done.

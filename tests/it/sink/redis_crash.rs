@@ -3,20 +3,20 @@
 //! a run. The cache must end up equal to the source tables — same keys, same
 //! values, deleted keys gone — and the positions stored in Redis must be
 //! exactly the end of what was applied.
-use crate::harness::capture;
-use crate::harness::common;
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::harness::capture::{kill9, read_committed, terminate, CaptureEnv};
 use oncely_sinks::kinds::redis::config::DEFAULT_VERSION_FIELD;
 use rand::Rng;
 use redis::aio::MultiplexedConnection;
 use serde_json::{Map, Value};
-use crate::harness::sink::{captured_source, runner_config, source_rows, workload, TABLES};
+
+use crate::harness::capture::{kill9, read_committed, terminate, CaptureEnv};
+use crate::harness::capture;
+use crate::harness::common;
 use crate::harness::runner::{sigkill, sigterm, spawn_runner, wait_exit, write_config};
+use crate::harness::sink::{captured_source, runner_config, source_rows, workload, TABLES};
 
 const KILLS: usize = 12;
 

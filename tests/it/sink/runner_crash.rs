@@ -7,14 +7,15 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use oncely_testkit::kafka::{brokers, create_topic, produce_steadily, unique, wait_until};
 use oncely_sinks::kinds::journal::read_journal;
+use oncely_testkit::kafka::{brokers, create_topic, produce_steadily, unique, wait_until};
 use rand::Rng;
 use serde_json::Value;
+
 use crate::harness::runner::*;
 
 const KILLS: usize = 12;

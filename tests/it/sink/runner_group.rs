@@ -1,17 +1,17 @@
 //! Two `oncely sink` processes in one consumer group: the second joins while the first
 //! runs, then the first stops. Partitions move both ways, nothing is lost, and the
 //! position-owning `journal` sink applies every record exactly once.
-use oncely_testkit::kafka;
-
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use oncely_testkit::kafka::{brokers, create_topic, produce_steadily, unique, wait_until};
 use oncely_sinks::kinds::journal::read_journal;
+use oncely_testkit::kafka::{brokers, create_topic, produce_steadily, unique, wait_until};
+use oncely_testkit::kafka;
 use serde_json::Value;
+
 use crate::harness::runner::*;
 
 const PARTITIONS: i32 = 4;
