@@ -18,13 +18,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use oncely_testkit::webhook::Receiver;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use oncely_testkit::webhook::Receiver;
 
 const PARTITIONS: i32 = 4;
 const KEYS: u64 = 10_000;

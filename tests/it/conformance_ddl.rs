@@ -25,8 +25,8 @@ use rand::Rng;
 use serde_json::Value;
 
 use crate::harness::capture;
-use crate::harness::e2e::{dead_letters, Fleet, Pipeline};
 use crate::harness::e2e;
+use crate::harness::e2e::{dead_letters, Fleet, Pipeline};
 
 /// Every table has `id` (key) and `v` (the load's column, never changed by
 /// DDL) beside the columns its DDL changes.
@@ -377,8 +377,7 @@ async fn drive(p: &Pipeline, tables: &[(&str, &str, &str)]) -> Result<()> {
 
     // The schema-change topic: each change once, as what it is.
     let topic = format!("{}.schema-changes", p.env.prefix);
-    let seen =
-        tokio::task::spawn_blocking(move || capture::read_committed(&[topic])).await??;
+    let seen = tokio::task::spawn_blocking(move || capture::read_committed(&[topic])).await??;
     let changes: Vec<(String, Value)> = seen
         .iter()
         .filter_map(|r| r.value.as_ref())

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use oncely_dedup::{MemoryWindow, RedisWindow, Seen, WindowStore};
-use oncely_sinks::TopicPartition;
 use oncely_sinks::warmup::{read_before, Warmup};
+use oncely_sinks::TopicPartition;
 use oncely_testkit::kafka::{brokers, create_topic, envelope, key, produce, unique, Out};
 
 fn redis_url() -> String {

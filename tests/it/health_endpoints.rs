@@ -15,8 +15,8 @@ use oncely_core::endpoint::get;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::harness::capture::{CaptureEnv, Spawned};
 use crate::harness::capture;
+use crate::harness::capture::{CaptureEnv, Spawned};
 use crate::harness::common;
 
 /// A local address nothing listens on (bound once, then released).

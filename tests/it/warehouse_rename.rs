@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::harness::capture::{kill9, Spawned};
 use crate::harness::capture;
+use crate::harness::capture::{kill9, Spawned};
 use crate::harness::e2e::{Pipeline, WAREHOUSE_SCHEMA};
 
 async fn count(p: &Pipeline, schema: &str, table: &str) -> i64 {

@@ -117,5 +117,8 @@ fn unchanged_toast_values_stay_marked() {
         );
     }
     // Without a fixture carrying the marker this test would check nothing.
-    assert!(marked > 0, "no golden fixture holds an unchanged TOAST value");
+    assert!(
+        marked > 0,
+        "no golden fixture holds an unchanged TOAST value"
+    );
 }

@@ -15,8 +15,8 @@ use oncely_sinks::kinds::redis::{
 };
 use oncely_sinks::native::ValueFormat;
 use oncely_sinks::{Batch, Record, Sink, SinkError, TopicPartition, Version};
-use rand::Rng;
 use rand::seq::SliceRandom;
+use rand::Rng;
 use redis::aio::MultiplexedConnection;
 use serde_json::{json, Map, Value};
 

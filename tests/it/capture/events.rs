@@ -1,7 +1,6 @@
 //! Capture against real PostgreSQL and Kafka: each kind of change becomes
 //! exactly the expected events, keys and topics, in commit order.
 
-
 use std::time::Duration;
 
 use serde_json::{json, Value};

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::harness::capture::CaptureEnv;
 use crate::harness::capture;
+use crate::harness::capture::CaptureEnv;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_slots_are_created_where_the_server_has_them() -> Result<()> {

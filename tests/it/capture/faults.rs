@@ -2,7 +2,6 @@
 //! random moments, restarts at a transaction boundary, a recreated slot, a
 //! second instance, an idle slot beside a busy database.
 
-
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 

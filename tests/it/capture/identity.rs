@@ -4,7 +4,6 @@
 //! the transaction; and the create of a primary-key update carries the real
 //! value of a TOASTed column the update left unchanged.
 
-
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 

@@ -1,7 +1,10 @@
+//! Capture against real PostgreSQL and Kafka (`scripts/test` runs this module
+//! again on PostgreSQL 17 and 18: `cargo test --test it -- capture::`).
 mod config_errors;
 mod events;
 mod failover_slot;
 mod faults;
+mod generated_columns;
 mod identity;
 mod outbox;
 mod partitions;
@@ -11,4 +14,3 @@ mod snapshot_keys;
 mod snapshot_rewrite;
 mod tls;
 mod topics;
-mod generated_columns;

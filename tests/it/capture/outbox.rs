@@ -11,8 +11,8 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::harness::capture::{kill9, terminate, wait_for, CaptureEnv};
 use crate::harness::capture;
+use crate::harness::capture::{kill9, terminate, wait_for, CaptureEnv};
 use crate::harness::common;
 
 /// (topic, key, payload, id header, type header) of a committed record.

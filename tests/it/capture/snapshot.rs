@@ -4,16 +4,18 @@
 //! `snapshot.mode` with and without a stored offset; signals.
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Result};
 use rand::Rng;
 use serde_json::Value;
 
-use crate::harness::capture::{kill9, read_committed, terminate, wait_for, CaptureEnv, Seen, Spawned};
 use crate::harness::capture;
+use crate::harness::capture::{
+    kill9, read_committed, terminate, wait_for, CaptureEnv, Seen, Spawned,
+};
 
 /// `(commit_lsn, event_seq)` of an event: the version sinks order rows by.
 fn version(s: &Seen) -> Option<(u64, u64)> {
@@ -414,10 +416,7 @@ async fn run_to_exit(
 
 async fn wait_active(env: &CaptureEnv, slot: &str) -> Result<()> {
     for _ in 0..300 {
-        let row = env
-            .client
-            .query_opt(capture::ACTIVE_SLOT, &[&slot])
-            .await?;
+        let row = env.client.query_opt(capture::ACTIVE_SLOT, &[&slot]).await?;
         if row.map(|r| r.get::<_, bool>(0)).unwrap_or(false) {
             return Ok(());
         }

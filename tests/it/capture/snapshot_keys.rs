@@ -8,7 +8,6 @@
 //! `character` (char(1)) or a `bit(8)` key cast to `bit` is truncated, and
 //! the snapshot reads the same chunk again and again.
 
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

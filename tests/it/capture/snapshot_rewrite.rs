@@ -8,7 +8,6 @@
 //! under the chunk) and read the chunk again. The schema-change backfill is
 //! off, so only the signalled snapshot can bring the rows.
 
-
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};

@@ -14,11 +14,11 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::harness::capture::{kill9, read_committed, terminate, wait_for, CaptureEnv, Spawned};
 use crate::harness::capture;
+use crate::harness::capture::{kill9, read_committed, terminate, wait_for, CaptureEnv, Spawned};
 use crate::harness::common;
-use crate::harness::e2e::{scan_changes, Pipeline};
 use crate::harness::e2e;
+use crate::harness::e2e::{scan_changes, Pipeline};
 
 /// A SQL expression of `mib` MiB of random hex text (md5 chains do not
 /// compress, and `SET STORAGE EXTERNAL` keeps PostgreSQL from compressing it).
@@ -430,10 +430,7 @@ fn assert_named(log: &str, table: &str, key: &str, setting: &str) -> Result<()> 
 
 async fn wait_slot(env: &CaptureEnv, slot: &str) -> Result<()> {
     for _ in 0..300 {
-        let row = env
-            .client
-            .query_opt(capture::ACTIVE_SLOT, &[&slot])
-            .await?;
+        let row = env.client.query_opt(capture::ACTIVE_SLOT, &[&slot]).await?;
         if row.map(|r| r.get::<_, bool>(0)).unwrap_or(false) {
             return Ok(());
         }

@@ -20,16 +20,16 @@
 //! Kafka and of PostgreSQL each, default 1) make it longer: see `scripts/chaos`.
 //! Kafka and PostgreSQL are restarted with `scripts/services restart`, so they
 //! must have been started by this checkout's `scripts/services`.
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use rand::Rng;
 use tokio_postgres::{Client, NoTls};
 
-use crate::harness::capture::{db_url, kill9};
 use crate::harness::capture;
+use crate::harness::capture::{db_url, kill9};
 use crate::harness::common;
 use crate::harness::e2e::{scan_changes, Fleet, Pipeline};
 

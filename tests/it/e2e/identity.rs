@@ -8,11 +8,11 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use rand::Rng;
 use rand::seq::SliceRandom;
+use rand::Rng;
 
-use crate::harness::capture::{kill9, terminate};
 use crate::harness::capture;
+use crate::harness::capture::{kill9, terminate};
 use crate::harness::common;
 use crate::harness::e2e::{scan_changes, Pipeline, SINKS, WAREHOUSE_SCHEMA};
 

@@ -1,3 +1,4 @@
+//! The whole pipeline as processes: capture, the three sinks, verify.
 mod compaction;
 mod faults;
 mod identity;

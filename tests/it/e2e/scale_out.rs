@@ -11,12 +11,14 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use rand::Rng;
 use rand::seq::SliceRandom;
+use rand::Rng;
 
-use crate::harness::capture::{kill9, terminate, Spawned};
 use crate::harness::capture;
-use crate::harness::e2e::{dead_letters, lagging_commits, scan_changes, Pipeline, SINKS, WAREHOUSE_SCHEMA};
+use crate::harness::capture::{kill9, terminate, Spawned};
+use crate::harness::e2e::{
+    dead_letters, lagging_commits, scan_changes, Pipeline, SINKS, WAREHOUSE_SCHEMA,
+};
 
 const ROWS: i64 = 300;
 /// How long the writer runs.

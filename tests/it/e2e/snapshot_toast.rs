@@ -11,16 +11,16 @@
 //! and the chunk row (`capture/src/snapshot/window.rs`). Deletes in the
 //! window must still win, inserts carry their own values, and updates that
 //! do set the TOASTed column must not lose to the chunk's older read.
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use rand::Rng;
 use tokio_postgres::Client;
 
-use crate::harness::capture::{kill9, CaptureEnv, Spawned};
 use crate::harness::capture;
+use crate::harness::capture::{kill9, CaptureEnv, Spawned};
 use crate::harness::e2e::{scan_changes, Pipeline};
 
 /// Rows at the start; ids above it are inserted by the writer.

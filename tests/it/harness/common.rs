@@ -36,9 +36,7 @@ pub fn redis_url() -> String {
 
 /// A fresh lower-case name such as `prefix_3f9a0c1b2d4e5f60`, valid as a
 /// PostgreSQL identifier, slot name, Kafka topic, Elasticsearch index or key.
-pub fn unique(prefix: &str) -> String {
-    format!("{prefix}_{:016x}", rand::random::<u64>())
-}
+pub use oncely_testkit::kafka::unique;
 
 /// Path of `scripts/services` in this checkout.
 pub fn services_script() -> PathBuf {

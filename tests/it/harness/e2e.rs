@@ -8,9 +8,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use elasticsearch::Elasticsearch;
 use elasticsearch::http::transport::Transport;
 use elasticsearch::indices::IndicesDeleteParts;
+use elasticsearch::Elasticsearch;
 use oncely::verify::{self, Report};
 use rand::Rng;
 

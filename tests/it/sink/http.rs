@@ -15,8 +15,8 @@
 //! * Over TLS, the server is trusted through `tls.ca.file`; without it the
 //!   certificate is refused and the sink stops (non-zero exit), sending nothing.
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use oncely_sinks::conformance;
@@ -24,8 +24,8 @@ use oncely_testkit::kafka::{
     brokers, committed, create_topic, envelope, header, key, produce, produce_steadily, read_topic,
     unique, wait_until, Out,
 };
-use oncely_testkit::webhook::{Answer, Receiver};
 use oncely_testkit::webhook;
+use oncely_testkit::webhook::{Answer, Receiver};
 use rand::Rng;
 
 use crate::harness::common::redis_url;

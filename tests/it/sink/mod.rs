@@ -1,3 +1,4 @@
+//! `oncely sink` against its targets: conformance, crashes, groups, webhooks.
 mod conformance;
 mod elasticsearch_crash;
 mod http;

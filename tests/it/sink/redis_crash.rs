@@ -12,8 +12,8 @@ use rand::Rng;
 use redis::aio::MultiplexedConnection;
 use serde_json::{Map, Value};
 
-use crate::harness::capture::{kill9, read_committed, terminate, CaptureEnv};
 use crate::harness::capture;
+use crate::harness::capture::{kill9, read_committed, terminate, CaptureEnv};
 use crate::harness::common;
 use crate::harness::runner::{sigkill, sigterm, spawn_runner, wait_exit, write_config};
 use crate::harness::sink::{captured_source, runner_config, source_rows, workload, TABLES};

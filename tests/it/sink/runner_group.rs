@@ -3,13 +3,13 @@
 //! position-owning `journal` sink applies every record exactly once.
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use oncely_sinks::kinds::journal::read_journal;
-use oncely_testkit::kafka::{brokers, create_topic, produce_steadily, unique, wait_until};
 use oncely_testkit::kafka;
+use oncely_testkit::kafka::{brokers, create_topic, produce_steadily, unique, wait_until};
 use serde_json::Value;
 
 use crate::harness::runner::*;
