@@ -145,7 +145,7 @@ const ODD_KEYS: [(&str, &str); 6] = [
 /// value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_names_and_keys_reach_every_target_and_full_images_replace_cached_rows() -> Result<()> {
-    let mut p = Pipeline::with_topics("names_odd", ODD_SCHEMA, &[], "", |prefix| {
+    let mut p = Pipeline::with_topics("names_odd", ODD_SCHEMA, "", |prefix| {
         vec![format!("{prefix}.Sales.Order_Items")]
     })
     .await?;
@@ -310,7 +310,6 @@ async fn tables_merged_by_a_target_name_stop_the_sink_naming_both() -> Result<()
     let p = Pipeline::with_topics(
         "names_merge",
         schema,
-        &[],
         "topic.name.mapping = { \"a.b_c\" = \"{prefix}.a.b-c\" }\n",
         |prefix| {
             [

@@ -19,7 +19,6 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
-use crate::harness::capture;
 use crate::harness::capture::terminate;
 use crate::harness::common;
 use crate::harness::e2e::Pipeline;

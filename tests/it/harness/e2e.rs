@@ -25,7 +25,6 @@ pub const WAREHOUSE_SCHEMA: &str = "wh";
 
 pub struct Pipeline {
     pub env: CaptureEnv,
-    pub tables: Vec<String>,
     pub capture_config: PathBuf,
     /// Config paths, in [`SINKS`] order.
     pub sinks: Vec<PathBuf>,
@@ -45,7 +44,7 @@ impl Pipeline {
         capture_extra: &str,
     ) -> Result<Self> {
         let names: Vec<String> = tables.iter().map(|t| t.to_string()).collect();
-        Self::with_topics(name, schema, tables, capture_extra, |prefix| {
+        Self::with_topics(name, schema, capture_extra, |prefix| {
             names
                 .iter()
                 .map(|t| format!("{prefix}.public.{t}"))
@@ -60,7 +59,6 @@ impl Pipeline {
     pub async fn with_topics(
         name: &str,
         schema: &str,
-        tables: &[&str],
         capture_extra: &str,
         topics: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Self> {
@@ -106,7 +104,6 @@ impl Pipeline {
         )?;
         Ok(Self {
             env,
-            tables: tables.iter().map(|t| t.to_string()).collect(),
             capture_config,
             sinks: vec![pg, es, redis],
             redis_prefix,
