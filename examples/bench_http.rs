@@ -1,5 +1,5 @@
 //! Webhook sink throughput: `kind = "http"` against a local receiver
-//! (`tests/webhook_receiver`, counting mode: it applies each
+//! (`oncely_testkit::webhook`, counting mode: it applies each
 //! `Idempotency-Key` once and keeps only keys and counts), with no dedup
 //! window, the memory window and the Redis window.
 //!
@@ -14,19 +14,17 @@
 //! cargo run --release --example bench_http -- 100000 [rounds]
 //! ```
 //! `BENCH_CONCURRENCY` (16) and `BENCH_BATCH` (`batch.max.records`, 500) change the set-up.
-#[path = "../tests/webhook_receiver/mod.rs"]
-mod webhook_receiver;
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use oncely_testkit::webhook::Receiver;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use webhook_receiver::Receiver;
 
 const PARTITIONS: i32 = 4;
 const KEYS: u64 = 10_000;

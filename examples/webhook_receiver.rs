@@ -8,8 +8,6 @@
 //! ```sh
 //! cargo run --example webhook_receiver -- 127.0.0.1:19480
 //! ```
-#[path = "../tests/webhook_receiver/mod.rs"]
-mod webhook_receiver;
 
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -18,7 +16,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:19480".into());
-    let receiver = webhook_receiver::Receiver::start_counting(&addr).await;
+    let receiver = oncely_testkit::webhook::Receiver::start_counting(&addr).await;
     println!(
         "webhook receiver at {} (counts at GET /stats)",
         receiver.url()

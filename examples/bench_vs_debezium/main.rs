@@ -28,8 +28,6 @@
 //! ```
 #[path = "../bench_support/mod.rs"]
 mod bench_support;
-#[path = "../../tests/connect_harness/mod.rs"]
-mod connect_harness;
 mod run;
 
 use anyhow::{bail, Result};
@@ -56,7 +54,7 @@ async fn main() -> Result<()> {
         .unwrap_or(3);
     let modes = std::env::var("BENCH_MODES").unwrap_or_else(|_| "stream,snapshot".into());
     let services = Services::from_env()?;
-    connect_harness::connect_lib()?;
+    oncely_testkit::connect::connect_lib()?;
     let modes = modes
         .split(',')
         .map(|m| match m.trim() {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 
 use crate::bench_support::{self, Offsets, Services};
-use crate::connect_harness::{Connect, Connector, STANDALONE_JVM};
+use oncely_testkit::connect::{Connect, Connector, STANDALONE_JVM};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Tool {

@@ -1,0 +1,598 @@
+//! The runner in-process against the real Kafka of `scripts/services`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use oncely_sinks::metrics::Metrics;
+use oncely_sinks::runner::{HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+use oncely_sinks::{
+    Batch, RecordFailure, Runner, RunnerConfig, RunnerError, Sink, SinkError, Version,
+};
+use oncely_testkit::kafka::*;
+use rdkafka::Message;
+use tokio_util::sync::CancellationToken;
+
+/// What a test sink saw, per applied record: (partition, offset, key id, version).
+type Seen = Arc<Mutex<Vec<(i32, i64, u64, Version)>>>;
+
+/// Records every applied record; optional behaviours for the error paths.
+#[derive(Default)]
+struct TestSink {
+    seen: Seen,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    /// Reject records whose `after.v` equals this.
+    reject_v: Option<u64>,
+    /// Fail this many first attempts with a retriable error.
+    transient_failures: AtomicUsize,
+    /// Fail fatally on a record whose `after.v` equals this.
+    fatal_v: Option<u64>,
+    delay: Duration,
+    /// Records per applied batch, in order.
+    batch_sizes: Mutex<Vec<usize>>,
+}
+
+fn value_v(r: &oncely_sinks::Record) -> Option<u64> {
+    r.event()?.after.as_ref()?.get("v")?.as_u64()
+}
+
+#[async_trait]
+impl Sink for TestSink {
+    fn name(&self) -> &str {
+        "test"
+    }
+
+    async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if self.transient_failures.load(Ordering::SeqCst) > 0 {
+            self.transient_failures.fetch_sub(1, Ordering::SeqCst);
+            return Err(SinkError::retriable("injected"));
+        }
+        if let Some(bad) = self.fatal_v {
+            if batch.records().iter().any(|r| value_v(r) == Some(bad)) {
+                return Err(SinkError::fatal("injected fatal"));
+            }
+        }
+        let rejected: Vec<RecordFailure> = batch
+            .records()
+            .iter()
+            .filter(|r| self.reject_v.is_some() && value_v(r) == self.reject_v)
+            .map(|r| RecordFailure::new(r.offset, "value violates the target schema"))
+            .collect();
+        if !rejected.is_empty() {
+            return Err(SinkError::Rejected(rejected));
+        }
+        self.batch_sizes.lock().expect("lock").push(batch.len());
+        let mut seen = self.seen.lock().expect("lock");
+        for r in batch.records() {
+            let id = r
+                .key
+                .as_ref()
+                .and_then(|k| k.get("id"))
+                .and_then(|i| i.as_u64())
+                .unwrap_or(u64::MAX);
+            let version = r.event().map(|e| e.version).unwrap_or_default();
+            seen.push((batch.partition(), r.offset, id, version));
+        }
+        Ok(())
+    }
+}
+
+fn config(topic: &str, group: &str) -> RunnerConfig {
+    let mut c = RunnerConfig::new(brokers(), group, vec![topic.to_owned()]);
+    c.batch_max_records = 7;
+    c.batch_max_ms = 5;
+    c.retry_backoff_ms = 10;
+    c.retry_backoff_max_ms = 50;
+    c
+}
+
+/// Stops the runner when dropped, so a failed wait or assertion ends the test
+/// instead of leaving the runner's consumer thread to keep the runtime alive.
+struct StopOnDrop(CancellationToken);
+
+impl StopOnDrop {
+    fn cancel(&self) {
+        self.0.cancel();
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+type Running = (
+    StopOnDrop,
+    tokio::task::JoinHandle<Result<(), RunnerError>>,
+    Metrics,
+);
+
+fn start(config: RunnerConfig, sink: Arc<TestSink>) -> Running {
+    let stop = CancellationToken::new();
+    let runner = Runner::new(config, sink).expect("valid config");
+    let metrics = runner.metrics().clone();
+    let task = tokio::spawn(runner.run(stop.clone()));
+    (StopOnDrop(stop), task, metrics)
+}
+
+/// A local address nothing listens on (bound once, then released).
+#[cfg(feature = "failpoints")]
+fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+/// Polls `/readyz` until it answers `status`; returns the last answer.
+#[cfg(feature = "failpoints")]
+async fn wait_ready(addr: std::net::SocketAddr, status: u16, timeout: Duration) -> (u16, String) {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let answer = oncely_core::endpoint::get(addr, "/readyz").await;
+        if let Ok((s, body)) = &answer {
+            if *s == status {
+                return (*s, body.clone());
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/readyz never answered {status}: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn count(seen: &Seen) -> usize {
+    seen.lock().map(|s| s.len()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_key_order_across_batches_and_concurrent_partitions() {
+    let (topic, group) = (unique("order"), unique("g"));
+    create_topic(&topic, 4).await;
+    let (keys, per_key) = (20u64, 40u64);
+    let mut out = Vec::new();
+    let mut lsn = 100;
+    for v in 0..per_key {
+        for id in 0..keys {
+            lsn += 1;
+            out.push(Out {
+                key: Some(key(id)),
+                value: Some(envelope(id, lsn, v % 3, v)),
+                partition: Some((id % 4) as i32),
+            });
+        }
+    }
+    produce(&topic, &out).await;
+    let sink = Arc::new(TestSink {
+        delay: Duration::from_millis(10),
+        ..Default::default()
+    });
+    let (stop, task, metrics) = start(config(&topic, &group), sink.clone());
+    let total = (keys * per_key) as usize;
+    wait_until("all records applied", Duration::from_secs(60), || {
+        count(&sink.seen) >= total
+    })
+    .await;
+    stop.cancel();
+    task.await.expect("join").expect("runner ok");
+    let seen = sink.seen.lock().expect("lock").clone();
+    assert_eq!(
+        seen.len(),
+        total,
+        "every record exactly once in a clean run"
+    );
+    let mut by_key: HashMap<u64, Vec<Version>> = HashMap::new();
+    for (_, _, id, version) in &seen {
+        by_key.entry(*id).or_default().push(*version);
+    }
+    for (id, versions) in by_key {
+        assert_eq!(versions.len() as u64, per_key, "key {id}");
+        assert!(
+            versions.windows(2).all(|w| w[0] < w[1]),
+            "key {id} out of order: {versions:?}"
+        );
+    }
+    assert!(
+        sink.max_in_flight.load(Ordering::SeqCst) >= 2,
+        "partitions must be applied concurrently"
+    );
+    let applied = metrics
+        .events_applied
+        .with_label_values(&["test", &topic])
+        .get();
+    assert_eq!(applied, total as u64, "events applied metric");
+    let batches = metrics
+        .batch_duration
+        .with_label_values(&["test"])
+        .get_sample_count();
+    assert!(
+        batches >= (total / 7) as u64,
+        "one latency sample per batch, got {batches}"
+    );
+    let committed = committed(&group, &topic, 4).await;
+    assert_eq!(
+        committed,
+        vec![(per_key * 5) as i64; 4],
+        "positions committed on stop"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_records_go_to_the_dead_letter_topic_and_the_partition_goes_on() {
+    let (topic, group, dlq) = (unique("poison"), unique("g"), unique("dlq"));
+    create_topic(&topic, 1).await;
+    create_topic(&dlq, 1).await;
+    let records = vec![
+        Out {
+            key: Some(key(1)),
+            value: Some(envelope(1, 10, 0, 1)),
+            partition: Some(0),
+        },
+        Out {
+            key: Some(key(2)),
+            value: Some(b"{not json".to_vec()),
+            partition: Some(0),
+        },
+        Out {
+            key: Some(key(3)),
+            value: Some(envelope(3, 11, 0, 13)),
+            partition: Some(0),
+        },
+        Out {
+            key: Some(key(4)),
+            value: Some(envelope(4, 12, 0, 4)),
+            partition: Some(0),
+        },
+        Out {
+            key: Some(key(1)),
+            value: None,
+            partition: Some(0),
+        },
+        Out {
+            key: Some(key(5)),
+            value: Some(envelope(5, 13, 0, 5)),
+            partition: Some(0),
+        },
+    ];
+    produce(&topic, &records).await;
+    let sink = Arc::new(TestSink {
+        reject_v: Some(13),
+        ..Default::default()
+    });
+    let mut c = config(&topic, &group);
+    c.dlq_topic = Some(dlq.clone());
+    let (stop, task, metrics) = start(c, sink.clone());
+    wait_until("valid records applied", Duration::from_secs(60), || {
+        count(&sink.seen) >= 4
+    })
+    .await;
+    stop.cancel();
+    task.await.expect("join").expect("runner ok");
+    let applied: Vec<i64> = sink
+        .seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|s| s.1)
+        .collect();
+    assert_eq!(
+        applied,
+        vec![0, 3, 4, 5],
+        "valid records and the tombstone, in order"
+    );
+    let letters = read_topic(&dlq, 1, 2).await;
+    assert_eq!(letters.len(), 2);
+    let by_offset: HashMap<String, &rdkafka::message::OwnedMessage> = letters
+        .iter()
+        .map(|m| (header(m, HEADER_OFFSET).unwrap_or_default(), m))
+        .collect();
+    let undecodable = by_offset.get("1").expect("offset 1 dead-lettered");
+    assert_eq!(undecodable.payload(), Some(b"{not json".as_slice()));
+    assert_eq!(undecodable.key(), Some(key(2).as_slice()));
+    assert_eq!(
+        header(undecodable, HEADER_TOPIC).as_deref(),
+        Some(topic.as_str())
+    );
+    assert_eq!(header(undecodable, HEADER_PARTITION).as_deref(), Some("0"));
+    assert!(header(undecodable, HEADER_ERROR).is_some_and(|e| e.contains("not JSON")));
+    let rejected = by_offset.get("2").expect("offset 2 dead-lettered");
+    assert_eq!(rejected.payload(), Some(envelope(3, 11, 0, 13).as_slice()));
+    assert_eq!(
+        header(rejected, HEADER_ERROR).as_deref(),
+        Some("value violates the target schema")
+    );
+    assert_eq!(committed(&group, &topic, 1).await, vec![6]);
+    assert_eq!(
+        metrics.dead_letters.with_label_values(&[&topic]).get(),
+        2,
+        "dead letters metric"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_errors_are_retried_and_fatal_errors_stop_without_commit() {
+    let (topic, group) = (unique("retry"), unique("g"));
+    create_topic(&topic, 1).await;
+    let records: Vec<Out> = (0..5u64)
+        .map(|i| Out {
+            key: Some(key(i)),
+            value: Some(envelope(i, 10 + i, 0, i)),
+            partition: Some(0),
+        })
+        .collect();
+    produce(&topic, &records).await;
+    let sink = Arc::new(TestSink {
+        transient_failures: AtomicUsize::new(3),
+        ..Default::default()
+    });
+    let (stop, task, metrics) = start(config(&topic, &group), sink.clone());
+    wait_until(
+        "records applied after retries",
+        Duration::from_secs(60),
+        || count(&sink.seen) >= 5,
+    )
+    .await;
+    stop.cancel();
+    task.await.expect("join").expect("runner ok");
+    assert_eq!(
+        count(&sink.seen),
+        5,
+        "applied once despite three failed attempts"
+    );
+    assert_eq!(
+        metrics.retries.with_label_values(&["test"]).get(),
+        3,
+        "retries metric"
+    );
+
+    // A fatal error: the runner stops with the sink's error and commits nothing past it.
+    let (topic, group) = (unique("fatal"), unique("g"));
+    create_topic(&topic, 1).await;
+    produce(&topic, &records).await;
+    let sink = Arc::new(TestSink {
+        fatal_v: Some(0),
+        ..Default::default()
+    });
+    let (_stop, task, _) = start(config(&topic, &group), sink.clone());
+    let result = tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("stops by itself")
+        .expect("join");
+    assert!(
+        matches!(result, Err(RunnerError::Sink(SinkError::Fatal { .. }))),
+        "{result:?}"
+    );
+    assert_eq!(count(&sink.seen), 0);
+    assert_eq!(committed(&group, &topic, 1).await, vec![-1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_close_early_when_the_sink_is_idle_and_grow_while_it_is_busy() {
+    let (topic, group) = (unique("adaptive"), unique("g"));
+    create_topic(&topic, 1).await;
+    let sink = Arc::new(TestSink {
+        delay: Duration::from_millis(300),
+        ..Default::default()
+    });
+    let mut cfg = config(&topic, &group);
+    // Far longer than the waits below: only the early close can meet them.
+    cfg.batch_max_ms = 120_000;
+    cfg.batch_max_records = 1000;
+    let (stop, task, _) = start(cfg, sink.clone());
+    let one = |id: u64, v: u64| Out {
+        key: Some(key(id)),
+        value: Some(envelope(id, 100 + v, 0, v)),
+        partition: Some(0),
+    };
+    // An idle sink gets a lone record without waiting for batch.max.ms.
+    produce(&topic, &[one(1, 0)]).await;
+    wait_until("the lone record applied", Duration::from_secs(30), || {
+        count(&sink.seen) == 1
+    })
+    .await;
+    // A burst behind a busy sink: later batches carry what arrived meanwhile.
+    let burst: Vec<Out> = (1..=200).map(|v| one(v % 7, v)).collect();
+    produce(&topic, &burst).await;
+    wait_until("the burst applied", Duration::from_secs(30), || {
+        count(&sink.seen) == 201
+    })
+    .await;
+    stop.cancel();
+    task.await.expect("join").expect("runner ok");
+    let sizes = sink.batch_sizes.lock().expect("lock").clone();
+    assert_eq!(sizes.first(), Some(&1), "the lone record alone: {sizes:?}");
+    assert!(
+        sizes.len() <= 20 && sizes.iter().any(|&n| n >= 20),
+        "a busy sink gets larger batches, got {sizes:?}"
+    );
+}
+
+/// Offset commits that Kafka refuses (as it does during a rebalance, for a
+/// commit sent with the old generation) stay pending: they show in the
+/// commit-lag metrics, and once commits succeed again the applied positions
+/// are committed even though the partitions have gone idle meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs `--features oncely-sinks/failpoints` (scripts/test sets it)"
+)]
+async fn refused_commits_show_in_metrics_and_are_sent_again_when_idle() {
+    #[cfg(feature = "failpoints")]
+    {
+        let (topic, group) = (unique("refused"), unique("g"));
+        create_topic(&topic, 3).await;
+        let out: Vec<Out> = (0..30u64)
+            .map(|i| Out {
+                key: Some(key(i)),
+                value: Some(envelope(i, 100 + i, 0, i)),
+                partition: Some((i % 3) as i32),
+            })
+            .collect();
+        fail::cfg("sink-offset-commit", &format!("return({group})")).expect("failpoint");
+        produce(&topic, &out).await;
+        let sink = Arc::new(TestSink::default());
+        let addr = free_addr();
+        let mut c = config(&topic, &group);
+        c.metrics_listen = Some(addr.to_string());
+        c.ready_max_lag_ms = 1_500;
+        let (stop, task, metrics) = start(c, sink.clone());
+        wait_until("all records applied", Duration::from_secs(60), || {
+            count(&sink.seen) >= 30
+        })
+        .await;
+        let uncommitted = |p: i32| {
+            metrics
+                .uncommitted_records
+                .with_label_values(&[&topic, &p.to_string()])
+                .get()
+        };
+        let lag_seconds = |p: i32| {
+            metrics
+                .commit_lag_seconds
+                .with_label_values(&[&topic, &p.to_string()])
+                .get()
+        };
+        wait_until("the commit lag shows", Duration::from_secs(30), || {
+            (0..3).all(|p| uncommitted(p) == 10 && lag_seconds(p) >= 1.0)
+        })
+        .await;
+        assert!(metrics.offset_commit_failures.get() > 0, "failures counted");
+        // ... and in readiness, once the lag outlives health.ready.max.lag.ms.
+        let (status, body) = wait_ready(addr, 503, Duration::from_secs(20)).await;
+        assert!(
+            body.contains("not committed to Kafka") && body.contains(&topic),
+            "{status} {body}"
+        );
+        assert_eq!(
+            oncely_core::endpoint::get(addr, "/healthz")
+                .await
+                .expect("healthz")
+                .0,
+            200,
+            "alive while not ready"
+        );
+        assert_eq!(
+            committed(&group, &topic, 3).await,
+            vec![-1; 3],
+            "nothing committed yet"
+        );
+
+        // Commits succeed again; nothing new arrives, yet every partition's
+        // applied position gets committed.
+        fail::remove("sink-offset-commit");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if committed(&group, &topic, 3).await == vec![10; 3] {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "idle partitions never committed what was applied: {:?}",
+                committed(&group, &topic, 3).await
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        wait_until("the commit lag clears", Duration::from_secs(10), || {
+            (0..3).all(|p| uncommitted(p) == 0 && lag_seconds(p) == 0.0)
+        })
+        .await;
+        wait_ready(addr, 200, Duration::from_secs(10)).await;
+        stop.cancel();
+        task.await.expect("join").expect("runner ok");
+    }
+}
+
+/// Records of a real Debezium connector's topics: a change without schemas
+/// is a dead letter naming the setting to change unless
+/// `debezium.schemaless.accept`; transaction-metadata and heartbeat records
+/// reach the sink as records without an event; a change with its schema is
+/// applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_records_without_schemas_are_dead_letters_unless_accepted() {
+    let (topic, dlq) = (unique("dbz"), unique("dlq"));
+    create_topic(&topic, 1).await;
+    create_topic(&dlq, 1).await;
+    let source = serde_json::json!({"version": "3.6.1.Final", "connector": "postgresql",
+        "name": "p", "schema": "public", "table": "t", "lsn": 100});
+    let schemaless = serde_json::json!({"before": null, "after": {"id": 1, "v": 1, "n": "P9I="},
+        "op": "c", "source": source});
+    let with_schema = serde_json::json!({
+        "schema": {"type": "struct", "fields": [
+            {"type": "struct", "optional": true, "field": "after", "fields": [
+                {"type": "int64", "optional": false, "field": "id"},
+                {"type": "int64", "optional": true, "field": "v"},
+                {"type": "bytes", "optional": true, "name": "org.apache.kafka.connect.data.Decimal",
+                 "version": 1, "parameters": {"scale": "2"}, "field": "n"}]}]},
+        "payload": {"before": null, "after": {"id": 2, "v": 2, "n": "P9I="}, "op": "c", "source": source}
+    });
+    let begin = br#"{"status":"BEGIN","id":"571:100","event_count":null,"data_collections":null,"ts_ms":1}"#;
+    let out = |key: Vec<u8>, value: Vec<u8>| Out {
+        key: Some(key),
+        value: Some(value),
+        partition: Some(0),
+    };
+    produce(
+        &topic,
+        &[
+            out(key(1), schemaless.to_string().into_bytes()),
+            out(br#"{"id":"571:100"}"#.to_vec(), begin.to_vec()),
+            out(key(2), with_schema.to_string().into_bytes()),
+            out(
+                br#"{"serverName":"p"}"#.to_vec(),
+                br#"{"ts_ms":2}"#.to_vec(),
+            ),
+        ],
+    )
+    .await;
+    for accept in [false, true] {
+        let sink = Arc::new(TestSink::default());
+        let group = unique("g");
+        let mut c = config(&topic, &group);
+        c.dlq_topic = Some(dlq.clone());
+        c.debezium_schemaless_accept = accept;
+        let (stop, task, _metrics) = start(c, sink.clone());
+        let expected: Vec<i64> = if accept {
+            vec![0, 1, 2, 3]
+        } else {
+            vec![1, 2, 3]
+        };
+        wait_until(
+            "records handed to the sink",
+            Duration::from_secs(60),
+            || count(&sink.seen) >= expected.len(),
+        )
+        .await;
+        stop.cancel();
+        task.await.expect("join").expect("runner ok");
+        let seen = sink.seen.lock().expect("lock").clone();
+        let offsets: Vec<i64> = seen.iter().map(|s| s.1).collect();
+        assert_eq!(offsets, expected, "accept = {accept}");
+        // Only changes carry a version; the bookkeeping records have none.
+        let versioned: Vec<u64> = seen
+            .iter()
+            .filter(|s| s.3 != Version::default())
+            .map(|s| s.2)
+            .collect();
+        let want: Vec<u64> = if accept { vec![1, 2] } else { vec![2] };
+        assert_eq!(versioned, want, "accept = {accept}");
+    }
+    let letters = read_topic(&dlq, 1, 1).await;
+    assert_eq!(letters.len(), 1);
+    assert_eq!(header(&letters[0], HEADER_OFFSET).as_deref(), Some("0"));
+    let error = header(&letters[0], HEADER_ERROR).unwrap_or_default();
+    assert!(
+        error.contains("decimal.handling.mode=string")
+            && error.contains("debezium.schemaless.accept")
+            && error.contains("such decimals: n)"),
+        "{error}"
+    );
+}

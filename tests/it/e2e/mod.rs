@@ -1,0 +1,8 @@
+//! The whole pipeline as processes: capture, the three sinks, verify.
+mod compaction;
+mod faults;
+mod identity;
+mod identity_change;
+mod scale_out;
+mod snapshot_toast;
+mod truncate;

@@ -1,0 +1,10 @@
+//! Set-up shared by the tests: where the services are (`common`), a captured
+//! database and its capture process (`capture`), the whole pipeline as
+//! processes (`e2e`), the sink tests' workload (`sink`) and `oncely sink` as a
+//! process (`runner`). Kafka helpers, the webhook receiver and Kafka Connect
+//! live in the `oncely-testkit` crate, which examples use too.
+pub mod capture;
+pub mod common;
+pub mod e2e;
+pub mod runner;
+pub mod sink;

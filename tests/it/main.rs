@@ -1,0 +1,24 @@
+//! The root package's integration tests, one binary (linking rdkafka and the
+//! rest once, not once per file). Modules group them for filters:
+//! `cargo test --test it -- capture::` runs every capture test (what
+//! `scripts/test` runs again on PostgreSQL 17 and 18), `e2e::`, `sink::`, or
+//! one file such as `names_keys::`. Shared set-up lives in [`harness`].
+mod harness;
+
+mod capture;
+mod e2e;
+mod sink;
+
+mod conformance;
+mod conformance_ddl;
+mod debezium_compat;
+mod dedup_window;
+mod health_endpoints;
+mod kafka_sasl;
+mod metrics_catalog;
+mod names_keys;
+mod secrets_never_shown;
+mod smoke_services;
+mod status_cli;
+mod verify_targets;
+mod warehouse_rename;

@@ -1,0 +1,456 @@
+//! Names, keys and SQL made from user text (issue 23 items 3, 10–13; issue
+//! 17 item 2), against the real services: tables whose topics, indexes,
+//! warehouse tables or Redis keys would merge; Redis keys whose values hold
+//! the separator; full row images after DROP and RENAME COLUMN in Redis; a
+//! source column named like the warehouse's bookkeeping; and a snapshot
+//! filter that tries to run a second statement.
+use std::collections::HashMap;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use crate::harness::capture::{read_committed, wait_for, CaptureEnv};
+use crate::harness::common;
+use crate::harness::e2e::{redis_conn, summary, Pipeline};
+
+/// Waits until `child` exits; its status, or an error after `timeout`.
+fn wait_exit(child: &mut Child, timeout: Duration) -> Result<std::process::ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if Instant::now() > deadline {
+            bail!("still running after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Issue 23 item 10: `"Order Items"` and `Order_Items` both became
+/// `<prefix>.Sales.Order_Items`. Start-up refuses that, naming both tables
+/// and `topic.name.mapping`; with a mapping capture runs, and a table created
+/// later whose topic would be one of theirs stops it with the same message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_whose_topics_would_merge_are_refused() -> Result<()> {
+    let env = CaptureEnv::new("names_topics").await?;
+    env.client
+        .batch_execute(
+            r#"CREATE SCHEMA "Sales";
+               CREATE TABLE "Sales"."Order Items" (id int PRIMARY KEY, v text);
+               CREATE TABLE "Sales"."Order_Items" (id int PRIMARY KEY, v text);"#,
+        )
+        .await?;
+    let (ok, stderr) = env.run_capture("", Duration::from_secs(60))?;
+    assert!(
+        !ok,
+        "capture started although two tables share a topic:\n{stderr}"
+    );
+    for needle in [
+        r#""Sales"."Order Items""#,
+        r#""Sales"."Order_Items""#,
+        "topic.name.mapping",
+        &format!("{}.Sales.Order_Items", env.prefix),
+    ] {
+        assert!(stderr.contains(needle), "no {needle:?} in:\n{stderr}");
+    }
+
+    // Separated by a mapping: capture runs and each table has its topic.
+    let spaced = format!("{}.Sales.Order-Items", env.prefix);
+    let mapping = format!("topic.name.mapping = {{ \"Sales.Order Items\" = \"{spaced}\" }}\n");
+    let config = env.write_config("capture-mapped.toml", &env.config(&mapping))?;
+    let mut capture = env.spawn_capture(&config)?;
+    env.wait_slot_active().await?;
+    env.client
+        .batch_execute(
+            r#"INSERT INTO "Sales"."Order Items" VALUES (1, 'spaced');
+               INSERT INTO "Sales"."Order_Items" VALUES (1, 'underscored');"#,
+        )
+        .await?;
+    let underscored = format!("{}.Sales.Order_Items", env.prefix);
+    let topics = vec![spaced.clone(), underscored.clone()];
+    let seen = wait_for(&topics, Duration::from_secs(60), |s| {
+        s.iter().filter(|r| r.op() == Some("c")).count() >= 2
+    })
+    .await?;
+    let by_topic: HashMap<&str, &str> = seen
+        .iter()
+        .filter_map(|r| {
+            let v = r.payload()?.get("after")?.get("v")?.as_str()?;
+            Some((r.topic.as_str(), v))
+        })
+        .collect();
+    assert_eq!(by_topic.get(spaced.as_str()), Some(&"spaced"));
+    assert_eq!(by_topic.get(underscored.as_str()), Some(&"underscored"));
+
+    // A table created while capture runs, whose topic is taken: capture stops
+    // (restarting after the fix streams its change from the committed offset).
+    env.client
+        .batch_execute(
+            r#"CREATE TABLE "Sales"."Order#Items" (id int PRIMARY KEY, v text);
+               INSERT INTO "Sales"."Order#Items" VALUES (1, 'hash');"#,
+        )
+        .await?;
+    let status = wait_exit(&mut capture, Duration::from_secs(60))
+        .context("capture went on after a new table took another table's topic")?;
+    assert!(!status.success());
+    let log = env.capture_log();
+    for needle in [
+        r#""Sales"."Order#Items""#,
+        r#""Sales"."Order_Items""#,
+        "topic.name.mapping",
+    ] {
+        assert!(log.contains(needle), "no {needle:?} in:\n{log}");
+    }
+    let hashed: Vec<_> = read_committed(&topics)?
+        .into_iter()
+        .filter(|r| {
+            r.payload()
+                .and_then(|p| p.get("after")?.get("v")?.as_str().map(|v| v == "hash"))
+                .unwrap_or(false)
+        })
+        .collect();
+    assert!(
+        hashed.is_empty(),
+        "the new table's row reached another table's topic"
+    );
+    drop(capture);
+    env.cleanup().await;
+    Ok(())
+}
+
+/// Rows of `"Sales"."Order Items"` with key values holding the Redis key
+/// separator and the escape character, and a TOASTed column.
+const ODD_SCHEMA: &str = r#"
+    CREATE SCHEMA "Sales";
+    CREATE TABLE "Sales"."Order Items" (a text, b text, old text, x int, big text, PRIMARY KEY (a, b));
+    ALTER TABLE "Sales"."Order Items" ALTER COLUMN big SET STORAGE EXTERNAL;"#;
+
+const ODD_KEYS: [(&str, &str); 6] = [
+    ("a:b", "c"),
+    ("a", "b:c"),
+    ("a\\", "b"),
+    ("a", "\\b"),
+    ("x", "y"),
+    ("", ":"),
+];
+
+/// Issue 23 items 11, 12 and 3: `verify` names indexes and keys as the sinks
+/// do (it looked for the index `... order items`); Redis keys of rows whose
+/// key values hold `:` stay apart (`('a:b','c')` and `('a','b:c')` were one
+/// key); and after DROP COLUMN and RENAME COLUMN a full row image replaces
+/// the cached row in both Redis layouts, keeping only the unchanged TOASTed
+/// value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_names_and_keys_reach_every_target_and_full_images_replace_cached_rows() -> Result<()> {
+    let mut p = Pipeline::with_topics("names_odd", ODD_SCHEMA, "", |prefix| {
+        vec![format!("{prefix}.Sales.Order_Items")]
+    })
+    .await?;
+    let rp = p.redis_prefix.clone();
+    p.add_sink(
+        "redis-json",
+        &format!(
+            "[sink]\nkind = \"redis\"\nurl = \"{}\"\nlayout = \"json\"\n\
+             key.pattern = \"{rp}:j:{{table}}:{{key}}\"\nversion.key.prefix = \"{rp}:jv:\"\n\
+             positions.key.prefix = \"{rp}:jpos:\"\n",
+            common::redis_url()
+        ),
+    )?;
+    let _capture = p.spawn_capture()?;
+    p.env.wait_slot_active().await?;
+    let _sinks: Vec<_> = (0..p.sinks.len())
+        .map(|i| p.spawn_sink(i))
+        .collect::<Result<_>>()?;
+    let big = "B".repeat(20_000);
+    for (a, b) in ODD_KEYS {
+        p.env
+            .client
+            .execute(
+                r#"INSERT INTO "Sales"."Order Items" VALUES ($1, $2, 'old', 1, $3)"#,
+                &[&a, &b, &big],
+            )
+            .await?;
+    }
+    let report = p.verify(Duration::from_secs(120)).await?;
+    assert!(report.is_equal(), "after inserts:\n{}", summary(&report));
+    // Compared, not skipped: verify knows the topic the sinks consume (it
+    // named it `... Order Items` and skipped the table as no sink's).
+    assert_all_compared(&report, p.sinks.len(), ODD_KEYS.len() as u64);
+
+    p.env
+        .client
+        .batch_execute(
+            r#"ALTER TABLE "Sales"."Order Items" DROP COLUMN old;
+               ALTER TABLE "Sales"."Order Items" RENAME COLUMN x TO y;
+               UPDATE "Sales"."Order Items" SET y = y + 1;"#,
+        )
+        .await?;
+    let report = p.verify(Duration::from_secs(120)).await?;
+    assert!(
+        report.is_equal(),
+        "after DROP/RENAME:\n{}",
+        summary(&report)
+    );
+    assert_all_compared(&report, p.sinks.len(), ODD_KEYS.len() as u64);
+
+    // Each row under its own key; no dropped or old-named field; the
+    // unchanged TOASTed value kept.
+    let mut conn = redis_conn().await?;
+    let hash_keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{rp}:Order Items:*"))
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(hash_keys.len(), ODD_KEYS.len(), "hash keys: {hash_keys:?}");
+    for key in &hash_keys {
+        let h: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(key)
+            .query_async(&mut conn)
+            .await?;
+        assert!(
+            !h.contains_key("old") && !h.contains_key("x"),
+            "{key}: {h:?}"
+        );
+        assert_eq!(h.get("y").map(String::as_str), Some("2"), "{key}: {h:?}");
+        assert_eq!(h.get("big"), Some(&big), "{key}: TOASTed value lost");
+    }
+    let json_keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{rp}:j:Order Items:*"))
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(json_keys.len(), ODD_KEYS.len(), "json keys: {json_keys:?}");
+    for key in &json_keys {
+        let text: String = redis::cmd("GET").arg(key).query_async(&mut conn).await?;
+        let row: serde_json::Map<String, Value> = serde_json::from_str(&text)?;
+        assert!(
+            !row.contains_key("old") && !row.contains_key("x"),
+            "{key}: {text}"
+        );
+        assert_eq!(row.get("big").and_then(Value::as_str), Some(big.as_str()));
+    }
+    let escaped = format!("{rp}:Order Items:a\\:b:c");
+    assert!(
+        hash_keys.contains(&escaped),
+        "{escaped} not in {hash_keys:?}"
+    );
+    drop(_sinks);
+    drop(_capture);
+    p.cleanup().await;
+    Ok(())
+}
+
+/// Every one of `targets` compared the one table and holds `rows` rows.
+fn assert_all_compared(report: &oncely::verify::Report, targets: usize, rows: u64) {
+    assert_eq!(report.compared(), targets, "{}", summary(report));
+    for t in &report.targets {
+        for table in &t.tables {
+            assert_eq!(table.target_rows, rows, "{} {}", t.label, table.location);
+        }
+    }
+}
+
+/// Issue 23 item 13: a source column `__oncely_deleted` made `CREATE TABLE`
+/// fail with SQLSTATE 42701, retried for ever. Now the sink stops at first
+/// sight of the table naming the column and `meta.column.prefix`; with
+/// another prefix it mirrors the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_column_named_like_the_warehouse_bookkeeping_stops_the_sink_with_the_fix(
+) -> Result<()> {
+    let mut p = Pipeline::new(
+        "names_reserved",
+        r#"CREATE TABLE flags (id int PRIMARY KEY, "__oncely_deleted" boolean, note text);"#,
+        &["flags"],
+        "",
+    )
+    .await?;
+    let _capture = p.spawn_capture()?;
+    p.env.wait_slot_active().await?;
+    p.env
+        .client
+        .batch_execute("INSERT INTO flags SELECT g, g % 2 = 0, 'n' FROM generate_series(1, 10) g")
+        .await?;
+    let mut sink = p.spawn_sink(0)?;
+    let status = wait_exit(&mut sink, Duration::from_secs(90))
+        .context("the warehouse sink kept retrying a table it can never create")?;
+    assert!(!status.success());
+    let log = p.sink_log(0);
+    assert!(
+        log.contains("__oncely_deleted") && log.contains("meta.column.prefix"),
+        "{log}"
+    );
+    p.extend_sink_config(0, "meta.column.prefix = \"_oncely_meta_\"")?;
+    let _sink = p.spawn_sink(0)?;
+    p.sinks.truncate(1);
+    let report = p.verify(Duration::from_secs(120)).await?;
+    assert!(report.is_equal(), "{}", summary(&report));
+    drop(_sink);
+    drop(_capture);
+    p.cleanup().await;
+    Ok(())
+}
+
+/// Tables one target name would merge — lower-casing in the index name
+/// (`"Sales"."Orders"`, `sales.orders`), `${schema}_${table}` in the
+/// warehouse (`a_b.c`, `a.b_c`), `{table}` in the Redis key pattern
+/// (`s1.t`, `s2.t`) — stop the sink, naming both tables and the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_merged_by_a_target_name_stop_the_sink_naming_both() -> Result<()> {
+    let schema = r#"
+        CREATE SCHEMA "Sales"; CREATE SCHEMA sales; CREATE SCHEMA a_b; CREATE SCHEMA a;
+        CREATE SCHEMA s1; CREATE SCHEMA s2;
+        CREATE TABLE "Sales"."Orders" (id int PRIMARY KEY);
+        CREATE TABLE sales.orders (id int PRIMARY KEY);
+        CREATE TABLE a_b.c (id int PRIMARY KEY);
+        CREATE TABLE a.b_c (id int PRIMARY KEY);
+        CREATE TABLE s1.t (id int PRIMARY KEY);
+        CREATE TABLE s2.t (id int PRIMARY KEY);"#;
+    // `a_b.c` and `a.b_c` also collide as Kafka topics ('.' and '_').
+    let p = Pipeline::with_topics(
+        "names_merge",
+        schema,
+        "topic.name.mapping = { \"a.b_c\" = \"{prefix}.a.b-c\" }\n",
+        |prefix| {
+            [
+                "Sales.Orders",
+                "sales.orders",
+                "a_b.c",
+                "a.b-c",
+                "s1.t",
+                "s2.t",
+            ]
+            .iter()
+            .map(|t| format!("{prefix}.{t}"))
+            .collect()
+        },
+    )
+    .await?;
+    let _capture = p.spawn_capture()?;
+    p.env.wait_slot_active().await?;
+    p.env
+        .client
+        .batch_execute(
+            r#"INSERT INTO "Sales"."Orders" VALUES (1); INSERT INTO sales.orders VALUES (1);
+               INSERT INTO a_b.c VALUES (1); INSERT INTO a.b_c VALUES (1);
+               INSERT INTO s1.t VALUES (1); INSERT INTO s2.t VALUES (1);"#,
+        )
+        .await?;
+    let expected = [
+        (0, r#""a_b"."c""#, r#""a"."b_c""#, "table.name.format"),
+        (
+            1,
+            r#""Sales"."Orders""#,
+            r#""sales"."orders""#,
+            "index.pattern",
+        ),
+        (2, r#""s1"."t""#, r#""s2"."t""#, "key.pattern"),
+    ];
+    for (i, first, second, setting) in expected {
+        let mut sink = p.spawn_sink(i)?;
+        let status = wait_exit(&mut sink, Duration::from_secs(90))
+            .with_context(|| format!("sink {i} mixed two tables into one target"))?;
+        assert!(!status.success());
+        let log = p.sink_log(i);
+        assert!(
+            log.contains(first) && log.contains(second) && log.contains(setting),
+            "sink {i}:\n{log}"
+        );
+    }
+    drop(_capture);
+    p.cleanup().await;
+    Ok(())
+}
+
+/// Issue 17 item 2: the filter `true) LIMIT 0; DROP TABLE ...; SELECT (1`
+/// ran its DROP under the capture role. The CLI refuses it, a signal row
+/// holding it is ignored, a filter that is not boolean is ignored, nothing
+/// is dropped — and a real filter still snapshots what it selects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_filter_cannot_run_a_second_statement() -> Result<()> {
+    let env = CaptureEnv::new("names_filter").await?;
+    env.client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, v text);
+             INSERT INTO t SELECT g, 'v' FROM generate_series(1, 20) g;
+             CREATE TABLE victim (id int PRIMARY KEY);
+             CREATE TABLE oncely_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));",
+        )
+        .await?;
+    let config = env.write_config(
+        "capture.toml",
+        &env.config(
+            "signal.data.collection = \"public.oncely_signal\"\ntable.include.list = \"public.t,public.oncely_signal\"\n",
+        ),
+    )?;
+    let _capture = env.spawn_capture(&config)?;
+    env.wait_slot_active().await?;
+    let attack = "true) LIMIT 0; DROP TABLE public.victim; SELECT (1";
+
+    let out = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .args(["capture", "snapshot", "--config"])
+        .arg(&config)
+        .args(["--table", "public.t", "--filter", attack])
+        .output()?;
+    assert!(!out.status.success(), "the CLI inserted the attack");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not a single expression"), "{stderr}");
+
+    // Past the CLI: signal rows written by anyone who may write the table.
+    for (id, filter) in [
+        ("attack", attack),
+        ("not-boolean", "id"),
+        ("two", "1=1) OR (1=1"),
+    ] {
+        let data = serde_json::json!({
+            "data-collections": ["public.t"],
+            "additional-conditions": [{"data-collection": "public.t", "filter": filter}],
+        })
+        .to_string();
+        env.client
+            .execute(
+                "INSERT INTO oncely_signal VALUES ($1, 'execute-snapshot', $2)",
+                &[&id, &data],
+            )
+            .await?;
+    }
+    let data = serde_json::json!({
+        "data-collections": ["public.t"],
+        "additional-conditions": [{"data-collection": "public.t", "filter": "id > 15"}],
+    })
+    .to_string();
+    env.client
+        .execute(
+            "INSERT INTO oncely_signal VALUES ('real', 'execute-snapshot', $1)",
+            &[&data],
+        )
+        .await?;
+    let topics = vec![env.topic("t")];
+    let seen = wait_for(&topics, Duration::from_secs(90), |s| {
+        s.iter().filter(|r| r.op() == Some("r")).count() >= 5
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let seen = read_committed(&topics).unwrap_or(seen);
+    let ids: Vec<i64> = seen
+        .iter()
+        .filter(|r| r.op() == Some("r"))
+        .filter_map(|r| r.payload()?.get("after")?.get("id")?.as_i64())
+        .collect();
+    assert_eq!(ids, (16..=20).collect::<Vec<_>>(), "snapshot rows");
+    let victim: Option<String> = env
+        .client
+        .query_one("SELECT to_regclass('public.victim')::text", &[])
+        .await?
+        .get(0);
+    assert_eq!(
+        victim.as_deref(),
+        Some("victim"),
+        "the filter dropped a table"
+    );
+    let log = env.capture_log();
+    assert!(log.contains("not a boolean expression"), "{log}");
+    drop(_capture);
+    env.cleanup().await;
+    Ok(())
+}
