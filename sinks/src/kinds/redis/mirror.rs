@@ -1,55 +1,54 @@
-//! Redis: one key per row (`key.pattern`; `{key}` = the key's values joined by
-//! `key.separator`), a hash of the non-null columns (`layout = "hash"`) or the
-//! row as a JSON string (`layout = "json"`); a deleted row's key is gone.
-//! Positions live in the hash `<positions.key.prefix><group.id>`, one field
-//! `<topic>:<partition>` per partition. Values are compared in the form the
-//! sink stores them (`value.format`; [`RedisTarget::as_stored`]).
+//! The cache read back for `oncely verify`, with the sink's own key
+//! pattern, layout and value form: one key per row (`key.pattern`; `{key}` =
+//! the key's values joined by `key.separator`), a hash of the non-null
+//! columns (`layout = "hash"`) or the row as a JSON string (`layout =
+//! "json"`); a deleted row's key is gone. Positions live in the hash
+//! `<positions.key.prefix><group.id>`, one field `<topic>:<partition>` each.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
-use oncely_sinks::kinds::redis::{native_row, KeyPattern, Layout, RedisConfig};
-use oncely_sinks::native::{Kind, ValueFormat};
+use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::IntoConnectionInfo;
 use serde_json::{Map, Value};
 
-use super::{KeyPage, Partition, PAGE};
-use crate::verify::compare::TargetRow;
-use crate::verify::source::{SourceRow, SourceTable};
-use crate::verify::VerifyError;
+use super::config::{Layout, RedisConfig};
+use super::plan::{stored_form, KeyPattern};
+use crate::mirror::{
+    Fetched, KeyPage, Mirror, MirrorContext, MirrorError, MirrorTable, Partition, RowKey,
+    StoredForm, StoredRow, PAGE,
+};
+use crate::native::ValueFormat;
 
-pub struct RedisTarget {
+/// A Redis sink's cache, read the way the sink writes it.
+pub struct RedisMirror {
     conn: MultiplexedConnection,
     config: RedisConfig,
     keys: KeyPattern,
     group: String,
     db: String,
-    /// Whether the topics carry schemas: without them the sink cannot tell
-    /// a date from a number and stores the wire form.
-    schemas: bool,
+    form: StoredForm,
 }
 
-fn redis_error(what: &str) -> impl Fn(redis::RedisError) -> VerifyError + '_ {
-    move |e| VerifyError::Target(format!("redis: {what}: {e}"))
+fn redis_error(what: &str) -> impl Fn(redis::RedisError) -> MirrorError + '_ {
+    move |e| MirrorError::Target(format!("redis: {what}: {e}"))
 }
 
-impl RedisTarget {
+impl RedisMirror {
+    /// Connects with the sink's URL, credentials, TLS settings and timeouts.
     pub async fn connect(
         config: &RedisConfig,
-        group: &str,
-        db: &str,
-        schemas: bool,
-    ) -> Result<Self, VerifyError> {
+        ctx: &MirrorContext<'_>,
+    ) -> Result<Self, MirrorError> {
         let mut info = config
             .url
             .as_str()
             .into_connection_info()
-            .map_err(|e| VerifyError::Config(format!("redis sink.url: {e}")))?;
+            .map_err(|e| MirrorError::Config(format!("redis sink.url: {e}")))?;
         if let Some(password) = &config.password {
             let password = password
                 .resolve()
-                .map_err(|e| VerifyError::Config(format!("redis sink.password: {e}")))?;
+                .map_err(|e| MirrorError::Config(format!("redis sink.password: {e}")))?;
             let mut settings = info
                 .redis_settings()
                 .clone()
@@ -61,15 +60,14 @@ impl RedisTarget {
         }
         // Where, for errors: the address only (the URL may hold a password).
         let place = info.addr().to_string();
-        // The sink's TLS settings: `rediss://` URLs, and `tls.ca.file` to trust.
         let tls = config.url.trim().starts_with("rediss://");
         if tls {
-            oncely_sinks::tls::provider();
+            crate::tls::provider();
         }
         let client = match (&config.tls_ca_file, tls) {
             (Some(path), true) => {
                 let pem = std::fs::read(path).map_err(|e| {
-                    VerifyError::Config(format!("redis sink.tls.ca.file {path}: {e}"))
+                    MirrorError::Config(format!("redis sink.tls.ca.file {path}: {e}"))
                 })?;
                 redis::Client::build_with_tls(
                     info,
@@ -92,140 +90,38 @@ impl RedisTarget {
             )
             .await
             .map_err(redis_error(&format!("connect to {place}")))?;
+        // Without schemas the sink cannot tell a date from a number: wire form.
+        let format = if ctx.schemas {
+            config.value_format
+        } else {
+            ValueFormat::Wire
+        };
         Ok(Self {
             conn,
             keys: KeyPattern::new(&config.key_pattern, &config.key_separator),
+            form: stored_form(config.layout, format),
             config: config.clone(),
-            group: group.to_owned(),
-            db: db.to_owned(),
-            schemas,
+            group: ctx.runner.group_id.clone(),
+            db: ctx.db.to_owned(),
         })
     }
 
-    /// `rows` as the sink stores them: under `value.format = "native"` each
-    /// column converted by the sink's own function, chosen by the Connect
-    /// schema capture gives the column's type ([`Kind::of_schema`]).
-    pub fn as_stored<'r>(
-        &self,
-        table: &SourceTable,
-        rows: &'r [SourceRow],
-    ) -> Cow<'r, [SourceRow]> {
-        if self.config.value_format == ValueFormat::Wire || !self.schemas {
-            return Cow::Borrowed(rows);
-        }
-        let kinds: Vec<(String, Kind)> = table
-            .columns
-            .iter()
-            .filter_map(|c| {
-                let schema = c.kind.field_schema(-1, &c.name, true);
-                Some((c.name.clone(), Kind::of_schema(&schema)?))
-            })
-            .collect();
-        if kinds.is_empty() {
-            return Cow::Borrowed(rows);
-        }
-        let nest_json = self.config.layout == Layout::Json;
-        Cow::Owned(
-            rows.iter()
-                .map(|r| SourceRow {
-                    row: native_row(&r.row, &kinds, nest_json).into_owned(),
-                    key_text: r.key_text.clone(),
-                    key_wire: r.key_wire.clone(),
-                })
-                .collect(),
-        )
-    }
-
     /// `key.pattern` with everything but `{key}` filled in, by the sink's own function.
-    fn pattern(&self, table: &SourceTable) -> String {
+    fn pattern(&self, table: &MirrorTable) -> String {
         self.keys
             .table_part(&table.topic, [&self.db, &table.schema, &table.name])
     }
 
-    /// The row's key, by the sink's own function (escaping included).
-    fn row_key(&self, table: &SourceTable, row: &SourceRow) -> String {
-        self.keys.render_row(
-            &table.topic,
-            [&self.db, &table.schema, &table.name],
-            &row.key_wire,
-        )
-    }
-
     /// The SCAN pattern matching the table's row keys.
-    pub fn glob(&self, table: &SourceTable) -> String {
+    fn glob(&self, table: &MirrorTable) -> String {
         glob_of(&self.pattern(table))
-    }
-
-    pub async fn fetch(
-        &self,
-        table: &SourceTable,
-        rows: &[SourceRow],
-    ) -> Result<Vec<Option<TargetRow>>, VerifyError> {
-        let mut conn = self.conn.clone();
-        let mut pipe = redis::pipe();
-        for row in rows {
-            let key = self.row_key(table, row);
-            match self.config.layout {
-                Layout::Hash => pipe.cmd("HGETALL").arg(key),
-                Layout::Json => pipe.cmd("GET").arg(key),
-            };
-        }
-        match self.config.layout {
-            Layout::Hash => {
-                let hashes: Vec<BTreeMap<String, String>> = pipe
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(redis_error("read rows (HGETALL)"))?;
-                Ok(hashes
-                    .into_iter()
-                    .map(|mut h| {
-                        // A live row carries its version beside its columns.
-                        h.remove(&self.config.version_field);
-                        (!h.is_empty()).then_some(TargetRow::Hash(h))
-                    })
-                    .collect())
-            }
-            Layout::Json => {
-                let texts: Vec<Option<String>> = pipe
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(redis_error("read rows (GET)"))?;
-                Ok(texts
-                    .into_iter()
-                    .map(|t| {
-                        t.map(|t| match serde_json::from_str::<Map<String, Value>>(&t) {
-                            Ok(map) => TargetRow::Json(map),
-                            // Not a JSON object: report it as the row's only "column".
-                            Err(_) => TargetRow::Json(
-                                [("<not a JSON object>".to_owned(), Value::String(t))]
-                                    .into_iter()
-                                    .collect(),
-                            ),
-                        })
-                    })
-                    .collect())
-            }
-        }
-    }
-
-    pub async fn count(&self, table: &SourceTable) -> Result<u64, VerifyError> {
-        let mut cursor = None;
-        let mut count = 0u64;
-        loop {
-            let (keys, next) = self.scan_page(table, cursor).await?;
-            count += keys.len() as u64;
-            match next {
-                Some(n) => cursor = Some(n),
-                None => return Ok(count),
-            }
-        }
     }
 
     async fn scan_page(
         &self,
-        table: &SourceTable,
+        table: &MirrorTable,
         cursor: Option<String>,
-    ) -> Result<(Vec<String>, Option<String>), VerifyError> {
+    ) -> Result<(Vec<String>, Option<String>), MirrorError> {
         let mut conn = self.conn.clone();
         let (next, keys): (String, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor.as_deref().unwrap_or("0"))
@@ -238,12 +134,93 @@ impl RedisTarget {
             .map_err(redis_error("SCAN"))?;
         Ok((keys, (next != "0").then_some(next)))
     }
+}
 
-    pub async fn scan_keys(
+#[async_trait]
+impl Mirror for RedisMirror {
+    fn location(&self, table: &MirrorTable) -> String {
+        format!("keys {}", self.glob(table))
+    }
+
+    async fn fetch(
         &self,
-        table: &SourceTable,
+        table: &MirrorTable,
+        keys: &[RowKey<'_>],
+    ) -> Result<Fetched, MirrorError> {
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        for key in keys {
+            // The row's key, by the sink's own function (escaping included).
+            let key = self.keys.render_row(
+                &table.topic,
+                [&self.db, &table.schema, &table.name],
+                key.wire,
+            );
+            match self.config.layout {
+                Layout::Hash => pipe.cmd("HGETALL").arg(key),
+                Layout::Json => pipe.cmd("GET").arg(key),
+            };
+        }
+        let rows = match self.config.layout {
+            Layout::Hash => {
+                let hashes: Vec<BTreeMap<String, String>> = pipe
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(redis_error("read rows (HGETALL)"))?;
+                hashes
+                    .into_iter()
+                    .map(|mut h| {
+                        // A live row carries its version beside its columns.
+                        h.remove(&self.config.version_field);
+                        (!h.is_empty()).then_some(StoredRow::Hash(h))
+                    })
+                    .collect()
+            }
+            Layout::Json => {
+                let texts: Vec<Option<String>> = pipe
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(redis_error("read rows (GET)"))?;
+                texts
+                    .into_iter()
+                    .map(|t| {
+                        t.map(|t| match serde_json::from_str::<Map<String, Value>>(&t) {
+                            Ok(map) => StoredRow::Json(map),
+                            // Not a JSON object: report it as the row's only "column".
+                            Err(_) => StoredRow::Json(
+                                [("<not a JSON object>".to_owned(), Value::String(t))]
+                                    .into_iter()
+                                    .collect(),
+                            ),
+                        })
+                    })
+                    .collect()
+            }
+        };
+        Ok(Fetched {
+            rows,
+            form: self.form,
+        })
+    }
+
+    async fn count(&self, table: &MirrorTable) -> Result<u64, MirrorError> {
+        let mut cursor = None;
+        let mut count = 0u64;
+        loop {
+            let (keys, next) = self.scan_page(table, cursor).await?;
+            count += keys.len() as u64;
+            match next {
+                Some(n) => cursor = Some(n),
+                None => return Ok(count),
+            }
+        }
+    }
+
+    async fn scan_keys(
+        &self,
+        table: &MirrorTable,
         cursor: Option<String>,
-    ) -> Result<KeyPage, VerifyError> {
+    ) -> Result<KeyPage, MirrorError> {
         let (keys, next) = self.scan_page(table, cursor).await?;
         let pattern = self.pattern(table);
         let (prefix, suffix) = pattern.split_once("{key}").unwrap_or((&pattern, ""));
@@ -260,7 +237,10 @@ impl RedisTarget {
         Ok((keys, next))
     }
 
-    pub async fn positions(&self) -> Result<HashMap<Partition, i64>, VerifyError> {
+    async fn positions(
+        &self,
+        _partitions: &[Partition],
+    ) -> Result<HashMap<Partition, i64>, MirrorError> {
         let mut conn = self.conn.clone();
         let stored: HashMap<String, i64> = redis::cmd("HGETALL")
             .arg(format!("{}{}", self.config.positions_prefix, self.group))
