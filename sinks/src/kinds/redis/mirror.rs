@@ -9,11 +9,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
-use redis::IntoConnectionInfo;
 use serde_json::{Map, Value};
 
 use super::config::{Layout, RedisConfig};
 use super::plan::{stored_form, KeyPattern};
+use super::sink::{open_client, OpenError};
 use crate::mirror::{
     Fetched, KeyPage, Mirror, MirrorContext, MirrorError, MirrorTable, Partition, RowKey,
     StoredForm, StoredRow, PAGE,
@@ -40,47 +40,11 @@ impl RedisMirror {
         config: &RedisConfig,
         ctx: &MirrorContext<'_>,
     ) -> Result<Self, MirrorError> {
-        let mut info = config
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| MirrorError::Config(format!("redis sink.url: {e}")))?;
-        if let Some(password) = &config.password {
-            let password = password
-                .resolve()
-                .map_err(|e| MirrorError::Config(format!("redis sink.password: {e}")))?;
-            let mut settings = info
-                .redis_settings()
-                .clone()
-                .set_password(password.expose());
-            if let Some(user) = &config.username {
-                settings = settings.set_username(user);
-            }
-            info = info.set_redis_settings(settings);
-        }
-        // Where, for errors: the address only (the URL may hold a password).
-        let place = info.addr().to_string();
-        let tls = config.url.trim().starts_with("rediss://");
-        if tls {
-            crate::tls::provider();
-        }
-        let client = match (&config.tls_ca_file, tls) {
-            (Some(path), true) => {
-                let pem = std::fs::read(path).map_err(|e| {
-                    MirrorError::Config(format!("redis sink.tls.ca.file {path}: {e}"))
-                })?;
-                redis::Client::build_with_tls(
-                    info,
-                    redis::TlsCertificates {
-                        client_tls: None,
-                        root_cert: Some(pem),
-                    },
-                )
-            }
-            _ => redis::Client::open(info),
-        };
+        let (client, place) = open_client(config).map_err(|e| match e {
+            OpenError::Setting(what, e) => MirrorError::Config(format!("redis {what}: {e}")),
+            OpenError::Redis(e) => redis_error("open")(e),
+        })?;
         let conn = client
-            .map_err(redis_error("open"))?
             // The sink's own timeouts: the client's default (a fraction of a
             // second) is too short for a page of reads on a busy machine.
             .get_multiplexed_async_connection_with_config(
