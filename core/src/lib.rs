@@ -1,5 +1,7 @@
 //! oncely-core: the one home of what capture, the sinks and verify share.
 //!
+//! [`kafka`] (the connection properties every Kafka client needs),
+//! [`config`] (the one loader of dotted keys and its [`ConfigError`]),
 //! [`wire`] (the envelope's ops, the unavailable-value marker, LSN text),
 //! [`sql`] (identifier and literal quoting), [`backoff`] (jittered
 //! exponential backoff and the retry loops), [`secret`] (values that never print themselves, `${env:..}` and
@@ -14,7 +16,9 @@
 
 pub mod backoff;
 pub mod calendar;
+pub mod config;
 pub mod endpoint;
+pub mod kafka;
 pub mod log_limit;
 pub mod postgres;
 pub mod secret;
@@ -22,4 +26,5 @@ pub mod sql;
 pub mod tls;
 pub mod wire;
 
+pub use config::ConfigError;
 pub use secret::{redact_url, toml_error, Secret, SecretError};

@@ -13,6 +13,17 @@ pub fn quote_literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
+/// Column `name` of alias `alias` in its type's text output form — what
+/// pgoutput sends and capture encodes; verify reads the source and the
+/// warehouse in it. A cast to `text` differs for some types: it strips
+/// `char(n)` padding and spells `inet` with its netmask (`::1/128` for
+/// `::1`). (`format` turns NULL into an empty string, hence the test of
+/// `::text`, which is NULL only for NULL, composites included.)
+pub fn output_text_of(alias: &str, name: &str) -> String {
+    let c = format!("{alias}.{}", quote_ident(name));
+    format!("CASE WHEN {c}::text IS NULL THEN NULL ELSE format('%s', {c}) END")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

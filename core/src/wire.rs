@@ -48,6 +48,12 @@ impl Op {
     }
 }
 
+/// The session settings of capture's replication connection: values are
+/// read (by capture, and by verify from the source and the warehouse) in the
+/// text form pgoutput sends under them.
+pub const SESSION_OPTIONS: &str =
+    "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3";
+
 /// The value of a column whose value the change does not carry (an
 /// unchanged TOASTed value): Debezium's `unavailable.value.placeholder`
 /// default. A sink keeps the value it holds for such a column.

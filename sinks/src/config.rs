@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use oncely_core::config::{flatten, flatten_value, from_flat, Leaves};
+
 use crate::error::ConfigError;
 pub use crate::runner::dedup::{DedupConfig, DedupStore};
 
@@ -258,7 +260,7 @@ impl RunnerConfig {
         )
         .map_err(|e| {
             ConfigError::new(
-                e.field,
+                e.key,
                 format!("{} (and not below `retry.backoff.ms`)", e.message),
             )
         })?;
@@ -363,22 +365,17 @@ pub fn parse_runner_config(text: &str) -> Result<(RunnerConfig, Option<toml::Tab
             ("sink", toml::Value::Table(t)) => sink = Some(t),
             ("sink", _) => return Err(ConfigError::new("sink", "must be a table: [sink]")),
             ("kafka", toml::Value::Table(t)) => {
-                let mut props = toml::Table::new();
-                flatten_into(&mut props, "", t, true)?;
+                let props = flatten(t, Leaves::Strings { prefix: "kafka" })?;
                 flat.insert("kafka".into(), toml::Value::Table(props));
             }
             ("dedup", toml::Value::Table(t)) => {
-                let mut keys = toml::Table::new();
-                flatten_into(&mut keys, "", t, false)?;
+                let keys = flatten(t, Leaves::Typed)?;
                 flat.insert("dedup".into(), toml::Value::Table(keys));
             }
-            (_, value) => flatten_value(&mut flat, key, value, false)?,
+            (_, value) => flatten_value(&mut flat, key, value, Leaves::Typed)?,
         }
     }
-    // Round-trip through text so that deserialization errors quote the offending line.
-    let text = toml::to_string(&flat).map_err(|e| ConfigError::new("(file)", e.to_string()))?;
-    let mut runner: RunnerConfig =
-        toml::from_str(&text).map_err(|e| ConfigError::new("config", describe(&e)))?;
+    let mut runner: RunnerConfig = from_flat(flat, "config")?;
     // `"sasl.password" = "${file:/run/secrets/kafka}"`, as in Kafka Connect.
     for (key, value) in runner.kafka.iter_mut() {
         *value = crate::secret::Secret::new(value.as_str())
@@ -388,70 +385,6 @@ pub fn parse_runner_config(text: &str) -> Result<(RunnerConfig, Option<toml::Tab
             .to_owned();
     }
     Ok((runner, sink))
-}
-
-/// A sink's `[sink]` table with bare dotted keys (`bulk.max.actions = 5`, which TOML
-/// reads as nested tables) turned into the quoted form (`"bulk.max.actions" = 5`),
-/// so that sinks accept both spellings like the runner does.
-pub fn flatten_sink_table(table: toml::Table) -> Result<toml::Table, ConfigError> {
-    let mut out = toml::Table::new();
-    flatten_into(&mut out, "", table, false)?;
-    Ok(out)
-}
-
-fn flatten_into(
-    out: &mut toml::Table,
-    prefix: &str,
-    table: toml::Table,
-    strings: bool,
-) -> Result<(), ConfigError> {
-    for (key, value) in table {
-        let full = if prefix.is_empty() {
-            key
-        } else {
-            format!("{prefix}.{key}")
-        };
-        flatten_value(out, full, value, strings)?;
-    }
-    Ok(())
-}
-
-fn flatten_value(
-    out: &mut toml::Table,
-    key: String,
-    value: toml::Value,
-    strings: bool,
-) -> Result<(), ConfigError> {
-    let value = match value {
-        toml::Value::Table(t) => return flatten_into(out, &key, t, strings),
-        v @ (toml::Value::Integer(_) | toml::Value::Boolean(_) | toml::Value::Float(_))
-            if strings =>
-        {
-            toml::Value::String(v.to_string())
-        }
-        v @ (toml::Value::Array(_) | toml::Value::Datetime(_)) if strings => {
-            let found = v.type_str();
-            return Err(ConfigError::new(
-                format!("kafka.{key}"),
-                format!("expected a string, number or boolean, got {found}"),
-            ));
-        }
-        v => v,
-    };
-    if out.contains_key(&key) {
-        return Err(ConfigError::new(key, "set twice (bare and quoted)"));
-    }
-    out.insert(key, value);
-    Ok(())
-}
-
-/// A toml error's message, one line: its location line plus the reason.
-fn describe(e: &toml::de::Error) -> String {
-    e.to_string()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 #[cfg(test)]

@@ -104,7 +104,7 @@ fn bad_values_name_their_field() {
             &format!("topics = [\"a\", \"b\"]\n{line}"),
         );
         let e = err(&text);
-        assert_eq!(e.field, field, "{line}: {e}");
+        assert_eq!(e.key, field, "{line}: {e}");
     }
 }
 
@@ -120,9 +120,9 @@ fn wrong_types_quote_the_key() {
 #[test]
 fn topics_are_required() {
     let e = err("bootstrap.servers = \"k\"\ngroup.id = \"g\"\n");
-    assert_eq!(e.field, "topics");
+    assert_eq!(e.key, "topics");
     let e = err("bootstrap.servers = \"k\"\ngroup.id = \" \"\ntopics = [\"a\"]\n");
-    assert_eq!(e.field, "group.id");
+    assert_eq!(e.key, "group.id");
 }
 
 #[test]
@@ -143,7 +143,7 @@ fn kafka_properties_resolve_secret_references() {
     // A reference that cannot be resolved names the property, not the secret.
     let missing = text.replace(&file.display().to_string(), "/nonexistent/oncely-secret");
     let e = err(&missing);
-    assert_eq!(e.field, "kafka.sasl.password", "{e}");
+    assert_eq!(e.key, "kafka.sasl.password", "{e}");
     assert!(e.message.contains("/nonexistent/oncely-secret"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }

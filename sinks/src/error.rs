@@ -118,25 +118,9 @@ impl SinkError {
     }
 }
 
-/// A bad configuration value, naming the field by its configuration key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{field}`: {message}")]
-pub struct ConfigError {
-    /// The configuration key, e.g. `batch.max.records` or `sink.path`.
-    pub field: String,
-    /// What is wrong and what is expected.
-    pub message: String,
-}
-
-impl ConfigError {
-    /// An error about `field`.
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
+/// A bad configuration value, named by its configuration key: the one type
+/// of capture, the sinks and verify, from `oncely-core`.
+pub use oncely_core::config::ConfigError;
 
 /// Why the runner stopped with an error.
 #[derive(Debug, thiserror::Error)]

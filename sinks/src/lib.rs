@@ -12,6 +12,7 @@ pub mod error;
 pub mod event;
 pub mod kinds;
 pub mod metrics;
+pub mod mirror;
 pub mod naming;
 pub mod native;
 pub mod runner;

@@ -95,6 +95,15 @@ impl Kind {
         })
     }
 
+    /// Whether values are JSON documents (or arrays of them, nested).
+    pub fn is_json(&self) -> bool {
+        match self {
+            Kind::Json => true,
+            Kind::Array(item) => item.is_json(),
+            _ => false,
+        }
+    }
+
     /// `value` in native form; `null`, text where a number is expected and
     /// JSON text that does not parse stay as they are (nothing is lost).
     pub fn convert<'v>(&self, value: &'v Value) -> Cow<'v, Value> {

@@ -1,28 +1,11 @@
 //! Row comparison: a source row (as capture writes it) against what a target
 //! holds for its key, in the shape that target stores it.
 
-use std::collections::BTreeMap;
-
 use oncely_capture::value::ValueKind;
-use oncely_sinks::kinds::elasticsearch::values::Format;
+use oncely_sinks::mirror::{wire_text, StoredRow};
 use serde_json::{Map, Value};
 
-use super::source::{wire_text, SourceRow, SourceTable};
-
-/// What a target holds for one key.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TargetRow {
-    /// Columns as wire JSON values (a warehouse row mapped back, an
-    /// Elasticsearch `_source`, a Redis JSON row); absent means null.
-    Json(Map<String, Value>),
-    /// A Redis hash: one field per non-null column, strings as they are and
-    /// other values as JSON text.
-    Hash(BTreeMap<String, String>),
-    /// An Elasticsearch `_source` written in `Format`: each source value is
-    /// converted as the sink converts it (its column's Connect schema, from
-    /// the column's kind) before the comparison.
-    Native(Map<String, Value>, Format),
-}
+use super::source::SourceTable;
 
 /// The first column where a target row differs from its source row.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,27 +22,18 @@ pub struct ColumnDiff {
 /// column's type ([`Rule`]), not by spelling.
 pub fn compare_row(
     table: &SourceTable,
-    source: &SourceRow,
-    target: &TargetRow,
+    source: &Map<String, Value>,
+    target: &StoredRow,
 ) -> Option<ColumnDiff> {
     for column in &table.columns {
         let rule = Rule::of(&column.kind, &column.sql_type);
-        let s = source.row.get(&column.name).unwrap_or(&Value::Null);
+        let s = source.get(&column.name).unwrap_or(&Value::Null);
         let (equal, t) = match target {
-            TargetRow::Json(map) => {
+            StoredRow::Json(map) => {
                 let t = map.get(&column.name).unwrap_or(&Value::Null);
                 (rule.values_equal(s, t), t.clone())
             }
-            TargetRow::Native(map, format) => {
-                let t = map.get(&column.name).unwrap_or(&Value::Null);
-                let schema = column.kind.field_schema(-1, &column.name, true);
-                let equal = match format.kind(&schema) {
-                    Some(kind) => rule.values_equal(&kind.convert(s), t),
-                    None => rule.values_equal(s, t),
-                };
-                (equal, t.clone())
-            }
-            TargetRow::Hash(hash) => {
+            StoredRow::Hash(hash) => {
                 let t = hash.get(&column.name);
                 let equal = match (wire_text(s), t) {
                     (None, None) => true,
@@ -79,11 +53,11 @@ pub fn compare_row(
     }
     let known = |f: &str| table.columns.iter().any(|c| c.name == f);
     let extra = match target {
-        TargetRow::Json(map) | TargetRow::Native(map, _) => map
+        StoredRow::Json(map) => map
             .iter()
             .find(|(f, v)| !v.is_null() && !known(f))
             .map(|(f, v)| (f.clone(), v.clone())),
-        TargetRow::Hash(hash) => hash
+        StoredRow::Hash(hash) => hash
             .iter()
             .find(|(f, _)| !known(f))
             .map(|(f, v)| (f.clone(), Value::String(v.clone()))),
@@ -307,7 +281,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::verify::source::Column;
+    use crate::verify::source::{Column, SourceRow};
 
     fn table() -> SourceTable {
         let col = |name: &str, kind: ValueKind| Column {
@@ -342,21 +316,23 @@ mod tests {
         row(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}", "note": null}))
     }
 
-    fn obj(v: Value) -> TargetRow {
-        TargetRow::Json(v.as_object().cloned().unwrap_or_default())
+    fn obj(v: Value) -> StoredRow {
+        StoredRow::Json(v.as_object().cloned().unwrap_or_default())
     }
 
     #[test]
     fn equal_json_rows_with_null_as_absent() {
         let t = obj(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}"}));
-        assert_eq!(compare_row(&table(), &src(), &t), None);
+        assert_eq!(compare_row(&table(), &src().row, &t), None);
         let t = obj(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}", "note": null}));
-        assert_eq!(compare_row(&table(), &src(), &t), None);
+        assert_eq!(compare_row(&table(), &src().row, &t), None);
     }
 
     #[test]
     fn native_documents_compare_with_the_source_converted_as_the_sink_converts() {
+        use oncely_sinks::kinds::elasticsearch::values::Format;
         use oncely_sinks::kinds::elasticsearch::JsonMode;
+        use oncely_sinks::mirror::StoredForm;
         use oncely_sinks::native::ValueFormat;
         let mut t = table();
         t.columns.push(Column {
@@ -368,10 +344,18 @@ mod tests {
             values: ValueFormat::Native,
             json: JsonMode::Flattened,
         };
-        let s = row(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}", "day": 20454}));
+        // The source row as the target stores it: what compare_table compares.
+        let stored = |form: Format| {
+            let s = row(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}", "day": 20454}));
+            let mirror = t.mirror();
+            let columns = form
+                .stored_form()
+                .columns(mirror.columns.iter().map(|(n, s)| (n.as_str(), s)));
+            StoredForm::convert(&s.row, &columns).into_owned()
+        };
+        let s = stored(native);
         let doc = |day: Value, meta: Value| {
-            let v = json!({"id": 7, "total": "12.5", "meta": meta, "day": day});
-            TargetRow::Native(v.as_object().cloned().unwrap_or_default(), native)
+            obj(json!({"id": 7, "total": "12.5", "meta": meta, "day": day}))
         };
         assert_eq!(
             compare_row(&t, &s, &doc(json!("2026-01-01"), json!({"a": 1}))),
@@ -384,12 +368,12 @@ mod tests {
         // The wire value in a native index is a difference.
         assert!(compare_row(&t, &s, &doc(json!(20454), json!({"a": 1}))).is_some());
         // JSON as text: the text, compared as JSON.
-        let text = Format {
+        let s = stored(Format {
             json: JsonMode::Text,
             ..native
-        };
-        let v = json!({"id": 7, "total": "12.50", "meta": "{\"a\":1}", "day": "2026-01-01"});
-        let row_text = TargetRow::Native(v.as_object().cloned().unwrap_or_default(), text);
+        });
+        let row_text =
+            obj(json!({"id": 7, "total": "12.50", "meta": "{\"a\":1}", "day": "2026-01-01"}));
         assert_eq!(compare_row(&t, &s, &row_text), None);
     }
 
@@ -397,9 +381,9 @@ mod tests {
     fn decimals_compare_by_value_whatever_their_scale() {
         // `11.2500 = 11.25` in PostgreSQL: an index holding either is equal.
         let t = obj(json!({"id": 7, "total": "12.5", "meta": "{\"a\": 1}"}));
-        assert_eq!(compare_row(&table(), &src(), &t), None);
+        assert_eq!(compare_row(&table(), &src().row, &t), None);
         let t = obj(json!({"id": 7, "total": "12.51", "meta": "{\"a\": 1}"}));
-        let d = compare_row(&table(), &src(), &t).expect("differs");
+        let d = compare_row(&table(), &src().row, &t).expect("differs");
         assert_eq!(d.column, "total");
         assert_eq!(d.source, json!("12.50"));
         assert_eq!(d.target, json!("12.51"));
@@ -490,10 +474,12 @@ mod tests {
     #[test]
     fn json_columns_compare_as_documents() {
         let t = obj(json!({"id": 7, "total": "12.50", "meta": "{\"a\":1}"}));
-        assert_eq!(compare_row(&table(), &src(), &t), None);
+        assert_eq!(compare_row(&table(), &src().row, &t), None);
         let t = obj(json!({"id": 7, "total": "12.50", "meta": "{\"a\":2}"}));
         assert_eq!(
-            compare_row(&table(), &src(), &t).expect("differs").column,
+            compare_row(&table(), &src().row, &t)
+                .expect("differs")
+                .column,
             "meta"
         );
     }
@@ -503,7 +489,7 @@ mod tests {
         let s = row(json!({"id": 1, "total": null, "meta": null, "note": "{\"a\": 1}"}));
         let t = obj(json!({"id": 1, "note": "{\"a\":1}"}));
         assert_eq!(
-            compare_row(&table(), &s, &t).expect("differs").column,
+            compare_row(&table(), &s.row, &t).expect("differs").column,
             "note"
         );
     }
@@ -512,7 +498,9 @@ mod tests {
     fn a_set_value_where_the_source_has_null_differs() {
         let t = obj(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}", "note": "x"}));
         assert_eq!(
-            compare_row(&table(), &src(), &t).expect("differs").column,
+            compare_row(&table(), &src().row, &t)
+                .expect("differs")
+                .column,
             "note"
         );
     }
@@ -520,7 +508,7 @@ mod tests {
     #[test]
     fn fields_the_source_lacks_differ() {
         let t = obj(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}", "ghost": 1}));
-        let d = compare_row(&table(), &src(), &t).expect("differs");
+        let d = compare_row(&table(), &src().row, &t).expect("differs");
         assert_eq!(
             (d.column.as_str(), d.source, d.target),
             ("ghost", Value::Null, json!(1))
@@ -579,7 +567,7 @@ mod tests {
     #[test]
     fn hash_rows_hold_text_of_non_null_columns() {
         let hash = |pairs: &[(&str, &str)]| {
-            TargetRow::Hash(
+            StoredRow::Hash(
                 pairs
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -587,10 +575,10 @@ mod tests {
             )
         };
         let equal = hash(&[("id", "7"), ("total", "12.50"), ("meta", "{\"a\": 1}")]);
-        assert_eq!(compare_row(&table(), &src(), &equal), None);
+        assert_eq!(compare_row(&table(), &src().row, &equal), None);
         let missing_field = hash(&[("id", "7"), ("meta", "{\"a\": 1}")]);
         assert_eq!(
-            compare_row(&table(), &src(), &missing_field)
+            compare_row(&table(), &src().row, &missing_field)
                 .expect("differs")
                 .column,
             "total"
@@ -602,7 +590,7 @@ mod tests {
             ("x", "1"),
         ]);
         assert_eq!(
-            compare_row(&table(), &src(), &extra)
+            compare_row(&table(), &src().row, &extra)
                 .expect("differs")
                 .column,
             "x"

@@ -28,8 +28,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use oncely_capture::config::CaptureConfig;
+use oncely_sinks::mirror::{MirrorTable, StoredForm};
 
-pub use compare::{compare_row, values_equal, ColumnDiff, TargetRow};
+pub use compare::{compare_row, values_equal, ColumnDiff};
 pub use report::{Difference, Report, TableReport, TargetReport};
 pub use source::format_lsn;
 pub use source::{Column, SourceDb, SourceRow, SourceTable};
@@ -180,9 +181,10 @@ pub async fn compare_table(
     table: &SourceTable,
     examples: usize,
 ) -> Result<TableReport, VerifyError> {
+    let mirror = table.mirror();
     let mut out = TableReport {
         table: table.qualified(),
-        location: target.location(table),
+        location: target.location(&mirror),
         ..TableReport::default()
     };
     let mut after: Option<Vec<String>> = None;
@@ -191,8 +193,12 @@ pub async fn compare_table(
         if rows.is_empty() {
             break;
         }
-        let found = target.fetch(table, &rows).await?;
-        for (row, held) in target.as_stored(table, &rows).iter().zip(found) {
+        let found = target.fetch(&mirror, &rows).await?;
+        // Source values converted as the target converted its own.
+        let converted = found
+            .form
+            .columns(mirror.columns.iter().map(|(n, s)| (n.as_str(), s)));
+        for (row, held) in rows.iter().zip(found.rows) {
             match held {
                 None => {
                     out.missing += 1;
@@ -203,7 +209,8 @@ pub async fn compare_table(
                     }
                 }
                 Some(held) => {
-                    if let Some(diff) = compare_row(table, row, &held) {
+                    let stored = StoredForm::convert(&row.row, &converted);
+                    if let Some(diff) = compare_row(table, &stored, &held) {
                         out.changed += 1;
                         if out.examples.len() < examples {
                             out.examples.push(Difference::Changed {
@@ -222,11 +229,11 @@ pub async fn compare_table(
             break;
         }
     }
-    out.target_rows = target.count(table).await?;
+    out.target_rows = target.count(&mirror).await?;
     let matched = out.source_rows - out.missing;
     if out.target_rows > matched {
         out.extra = out.target_rows - matched;
-        find_extra(source, target, table, examples, &mut out).await?;
+        find_extra(source, target, (table, &mirror), examples, &mut out).await?;
     }
     Ok(out)
 }
@@ -235,14 +242,14 @@ pub async fn compare_table(
 async fn find_extra(
     source: &SourceDb,
     target: &Target,
-    table: &SourceTable,
+    (table, mirror): (&SourceTable, &MirrorTable),
     examples: usize,
     out: &mut TableReport,
 ) -> Result<(), VerifyError> {
     let mut named = 0;
     let mut cursor = None;
     loop {
-        let (keys, next) = target.scan_keys(table, cursor).await?;
+        let (keys, next) = target.scan_keys(mirror, cursor).await?;
         let existing = source.existing(table, &keys).await?;
         for key in keys.into_iter().filter(|k| !existing.contains(k)) {
             if named >= examples.min(out.extra as usize) {

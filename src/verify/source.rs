@@ -10,10 +10,7 @@ use tokio_postgres::Client;
 
 use super::VerifyError;
 
-/// The session settings of capture's replication connection: values are
-/// compared in the text form pgoutput sends under them.
-pub const SESSION_OPTIONS: &str =
-    "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3";
+use oncely_core::wire::SESSION_OPTIONS;
 
 /// One column of a captured table.
 #[derive(Debug, Clone)]
@@ -66,22 +63,13 @@ impl SourceTable {
     }
 }
 
-/// Column `name` of alias `s` in its type's text output form — what pgoutput
-/// sends and capture encodes. A cast to `text` differs for some types: it
-/// strips `char(n)` padding and spells `inet` with its netmask (`/32`).
-/// (`format` turns NULL into an empty string, hence the test of `::text`,
-/// which is NULL only for NULL, composites included.)
+/// Column `name` of alias `s` in its type's text output form
+/// ([`output_text_of`]).
 fn output_text(name: &str) -> String {
     output_text_of("s", name)
 }
 
-/// [`output_text`] of column `name` of alias `alias`: the warehouse is read
-/// in the same form (an `inet` column's `::text` is `::1/128`, its output
-/// `::1`).
-pub fn output_text_of(alias: &str, name: &str) -> String {
-    let c = format!("{alias}.{}", quote_ident(name));
-    format!("CASE WHEN {c}::text IS NULL THEN NULL ELSE format('%s', {c}) END")
-}
+use oncely_core::sql::output_text_of;
 
 /// One source row: its key (source text and wire JSON) and its wire row.
 #[derive(Debug, Clone, PartialEq)]
@@ -351,16 +339,6 @@ impl SourceDb {
 pub use oncely_capture::naming::quote_ident;
 
 pub use oncely_core::wire::format_lsn;
-
-/// The text form of a wire value as hash fields and row keys use it: strings
-/// as they are, anything else as JSON; `None` for null.
-pub fn wire_text(v: &Value) -> Option<String> {
-    match v {
-        Value::Null => None,
-        Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -64,6 +64,26 @@ impl FileConfig {
     }
 }
 
+#[async_trait]
+impl super::SinkKind for FileConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        FileConfig::validate(self)
+    }
+    async fn build(&self) -> Result<Arc<dyn Sink>, SinkError> {
+        Ok(Arc::new(FileSink::open(self)?))
+    }
+}
+
+#[async_trait]
+impl super::SinkKind for StdoutConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+    async fn build(&self) -> Result<Arc<dyn Sink>, SinkError> {
+        Ok(Arc::new(FileSink::stdout(self)))
+    }
+}
+
 enum Output {
     File(File),
     Stdout,

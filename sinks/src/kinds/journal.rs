@@ -51,6 +51,16 @@ impl JournalConfig {
     }
 }
 
+#[async_trait]
+impl super::SinkKind for JournalConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        JournalConfig::validate(self)
+    }
+    async fn build(&self) -> Result<Arc<dyn Sink>, SinkError> {
+        Ok(Arc::new(JournalSink::open(self)?))
+    }
+}
+
 /// One complete journal line.
 #[derive(Debug, Clone, Deserialize)]
 pub struct JournalEntry {

@@ -6,9 +6,11 @@
 //! path = "/tmp/out.jsonl"
 //! ```
 //!
-//! Adding a sink is one variant of [`SinkConfig`] plus one module folder with
-//! its config struct (serde, `deny_unknown_fields`, a `validate()`) and its
-//! [`Sink`] implementation; the runner, batching, retries, dead letters and
+//! Adding a sink is one module folder — its config struct (serde,
+//! `deny_unknown_fields`, a `validate()`), its [`Sink`] and its
+//! [`SinkKind`] implementation — plus one line in the `registry!` below,
+//! which makes the `kind` name, the [`SinkConfig`] variant and the list of
+//! known kinds the CLI names. The runner, batching, retries, dead letters and
 //! metrics are shared and need no change.
 
 pub mod elasticsearch;
@@ -21,57 +23,99 @@ pub mod redis;
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use serde::Deserialize;
 
 use crate::config::{parse_runner_config, RunnerConfig};
 use crate::error::{ConfigError, SinkError};
+use crate::mirror::{Mirror, MirrorContext, MirrorError};
 use crate::sink::Sink;
 
-/// The `[sink]` table: `kind` selects the variant.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum SinkConfig {
+/// What a sink's configuration does once `[sink] kind = "..."` selected it.
+/// Implemented by each sink's config struct, in the sink's own folder.
+#[async_trait]
+pub trait SinkKind: Send + Sync {
+    /// Checks the values; errors name the key as `sink.<key>`.
+    fn validate(&self) -> Result<(), ConfigError>;
+
+    /// Builds the sink (opens files, connects to the target).
+    async fn build(&self) -> Result<Arc<dyn Sink>, SinkError>;
+
+    /// Whether the runner puts a dedup window in front of the sink when
+    /// `[dedup]` is not set: a sink that cannot compare versions (a webhook).
+    fn wants_dedup_window(&self) -> bool {
+        false
+    }
+
+    /// The reader `oncely verify` compares the source with, in the sink's
+    /// folder beside its writer; `None`: verify cannot read this kind.
+    async fn mirror(
+        &self,
+        _ctx: &MirrorContext<'_>,
+    ) -> Option<Result<Box<dyn Mirror>, MirrorError>> {
+        None
+    }
+}
+
+/// The registry: each line is `kind name => Variant(config type)`. It makes
+/// the [`SinkConfig`] enum (serde tag `kind`), [`KINDS`] and
+/// [`SinkConfig::kind`], so the list of known kinds cannot drift from the sinks.
+macro_rules! registry {
+    ($($(#[$doc:meta])* $name:literal => $variant:ident($config:ty),)+) => {
+        /// The `[sink]` table: `kind` selects the variant.
+        #[derive(Debug, Clone, Deserialize)]
+        #[serde(tag = "kind")]
+        pub enum SinkConfig {
+            $($(#[$doc])* #[serde(rename = $name)] $variant($config),)+
+        }
+
+        /// Every `kind` a `[sink]` table may name, in registry order.
+        pub const KINDS: &[&str] = &[$($name),+];
+
+        impl SinkConfig {
+            /// The `kind` this configuration was selected by.
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $(Self::$variant(_) => $name,)+
+                }
+            }
+
+            /// The selected sink's configuration, as its [`SinkKind`].
+            pub fn spec(&self) -> &dyn SinkKind {
+                match self {
+                    $(Self::$variant(c) => c,)+
+                }
+            }
+        }
+    };
+}
+
+registry! {
     /// JSON lines appended to a file, one per record; Kafka holds the positions.
-    File(file::FileConfig),
+    "file" => File(file::FileConfig),
     /// JSON lines on standard output, one per record; Kafka holds the positions.
-    Stdout(file::StdoutConfig),
+    "stdout" => Stdout(file::StdoutConfig),
     /// A file holding each batch and its position in one fsynced append: owns its positions.
-    Journal(journal::JournalConfig),
+    "journal" => Journal(journal::JournalConfig),
     /// One Elasticsearch index per table, versioned bulk writes; Kafka holds the positions.
-    Elasticsearch(elasticsearch::ElasticsearchConfig),
+    "elasticsearch" => Elasticsearch(elasticsearch::ElasticsearchConfig),
     /// A PostgreSQL warehouse: one table per source table, versioned upserts, positions in the same transaction.
-    Postgres(postgres::PostgresConfig),
+    "postgres" => Postgres(postgres::PostgresConfig),
     /// A Redis cache of the current row per key: versioned writes and positions in one Lua script call.
-    Redis(redis::RedisConfig),
+    "redis" => Redis(redis::RedisConfig),
     /// Webhooks: each change POSTed as JSON with an `Idempotency-Key`; Kafka holds the positions.
-    Http(http::HttpConfig),
+    "http" => Http(http::HttpConfig),
 }
 
 impl SinkConfig {
     /// Checks the sink's values; errors name the key as `sink.<key>`.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        match self {
-            Self::File(c) => c.validate(),
-            Self::Stdout(_) => Ok(()),
-            Self::Journal(c) => c.validate(),
-            Self::Elasticsearch(c) => c.validate(),
-            Self::Postgres(c) => c.validate(),
-            Self::Redis(c) => c.validate(),
-            Self::Http(c) => c.validate(),
-        }
+        self.spec().validate()
     }
 
     /// Builds the configured sink (opens files, connects to the target).
     pub async fn build(&self) -> Result<Arc<dyn Sink>, SinkError> {
-        Ok(match self {
-            Self::File(c) => Arc::new(file::FileSink::open(c)?),
-            Self::Stdout(c) => Arc::new(file::FileSink::stdout(c)),
-            Self::Journal(c) => Arc::new(journal::JournalSink::open(c)?),
-            Self::Elasticsearch(c) => Arc::new(elasticsearch::ElasticsearchSink::connect(c).await?),
-            Self::Postgres(c) => Arc::new(postgres::PostgresSink::connect(c).await?),
-            Self::Redis(c) => Arc::new(redis::RedisSink::connect(c).await?),
-            Self::Http(c) => Arc::new(http::HttpSink::connect(c)?),
-        })
+        self.spec().build().await
     }
 }
 
@@ -81,20 +125,15 @@ pub fn parse_config(text: &str) -> Result<(RunnerConfig, SinkConfig), ConfigErro
     runner.validate()?;
     let sink =
         sink.ok_or_else(|| ConfigError::new("sink", "missing [sink] table (with `kind = ...`)"))?;
-    let sink = crate::config::flatten_sink_table(sink)?;
-    let text = toml::to_string(&sink).map_err(|e| ConfigError::new("sink", e.to_string()))?;
-    let sink: SinkConfig = toml::from_str(&text).map_err(|e| {
-        let msg = e.message().to_owned();
+    let sink: SinkConfig = oncely_core::config::from_table(sink, "sink").map_err(|e| {
         ConfigError::new(
-            "sink",
-            format!(
-                "{msg} (known kinds: file, stdout, journal, elasticsearch, postgres, redis, http)"
-            ),
+            e.key,
+            format!("{} (known kinds: {})", e.message, KINDS.join(", ")),
         )
     })?;
     sink.validate()?;
     // A webhook cannot compare versions: a dedup window in front of it unless `[dedup]` says otherwise.
-    if matches!(sink, SinkConfig::Http(_)) && runner.dedup.is_none() {
+    if sink.spec().wants_dedup_window() && runner.dedup.is_none() {
         runner.dedup = Some(Default::default());
     }
     Ok((runner, sink))
@@ -141,7 +180,7 @@ mod tests {
     #[test]
     fn bad_sink_tables_are_explained() {
         let e = parse_config(HEAD).expect_err("no sink");
-        assert_eq!(e.field, "sink");
+        assert_eq!(e.key, "sink");
         let e =
             parse_config(&format!("{HEAD}[sink]\nkind = \"carrier-pigeon\"\n")).expect_err("kind");
         assert!(
@@ -155,6 +194,6 @@ mod tests {
         assert!(e.message.contains("paht"), "{e}");
         let e = parse_config(&format!("{HEAD}[sink]\nkind = \"file\"\npath = \"\"\n"))
             .expect_err("path");
-        assert_eq!(e.field, "sink.path");
+        assert_eq!(e.key, "sink.path");
     }
 }

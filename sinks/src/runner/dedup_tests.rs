@@ -187,14 +187,14 @@ fn identity_header_and_field_exclude_each_other() {
         ..Default::default()
     };
     let e = both.validate().expect_err("both");
-    assert_eq!(e.field, "dedup.identity.header");
+    assert_eq!(e.key, "dedup.identity.header");
     assert!(e.to_string().contains("not both"), "{e}");
     let blank = DedupConfig {
         identity_header: Some(" ".into()),
         ..Default::default()
     };
     assert_eq!(
-        blank.validate().expect_err("blank").field,
+        blank.validate().expect_err("blank").key,
         "dedup.identity.header"
     );
     let header = DedupConfig {
@@ -208,7 +208,7 @@ fn identity_header_and_field_exclude_each_other() {
 
 #[test]
 fn config_is_checked_with_the_key_named() {
-    let bad = |c: DedupConfig| c.validate().expect_err("invalid").field;
+    let bad = |c: DedupConfig| c.validate().expect_err("invalid").key;
     assert_eq!(
         bad(DedupConfig {
             store: DedupStore::Redis,

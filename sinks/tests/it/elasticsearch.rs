@@ -33,7 +33,8 @@ fn es() -> Elasticsearch {
 
 fn sink_config(extra: &str) -> ElasticsearchConfig {
     let c: ElasticsearchConfig =
-        toml::from_str(&format!("url = \"{}\"\n{extra}", es_url())).expect("sink config");
+        oncely_core::config::from_str(&format!("url = \"{}\"\n{extra}", es_url()), "sink")
+            .expect("sink config");
     c.validate().expect("valid sink config");
     c
 }

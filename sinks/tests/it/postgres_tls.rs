@@ -290,14 +290,14 @@ fn tls_settings_are_checked() {
         with(SslMode::VerifyFull, None)
             .validate()
             .expect_err("no CA")
-            .field,
+            .key,
         "sink.sslrootcert"
     );
     assert_eq!(
         with(SslMode::Disable, Some("/ca.pem"))
             .validate()
             .expect_err("CA without TLS")
-            .field,
+            .key,
         "sink.sslrootcert"
     );
     let in_url = config(
@@ -306,7 +306,7 @@ fn tls_settings_are_checked() {
         None,
     );
     assert_eq!(
-        in_url.validate().expect_err("sslmode in URL").field,
+        in_url.validate().expect_err("sslmode in URL").key,
         "sink.url"
     );
     with(SslMode::Require, None)
@@ -315,8 +315,5 @@ fn tls_settings_are_checked() {
     with(SslMode::Prefer, None).validate().expect("prefer");
     let mut cert_only = with(SslMode::Require, None);
     cert_only.sslcert = Some("/client.crt".into());
-    assert_eq!(
-        cert_only.validate().expect_err("no key").field,
-        "sink.sslkey"
-    );
+    assert_eq!(cert_only.validate().expect_err("no key").key, "sink.sslkey");
 }

@@ -1,30 +1,25 @@
-//! The targets verify reads: each prebuilt sink's store, read the way that
-//! sink writes it (names, layout, delete mode), and the consumer positions
-//! that sink keeps.
+//! The targets verify reads: each sink's own reader ([`Mirror`], in the
+//! sink's folder beside its writer, found through the sink registry), and
+//! the consumer positions that sink keeps. Verify hands the readers
+//! capture's type mapping ([`CaptureTypes`]) and keeps only the comparison.
 
-mod elasticsearch;
-mod postgres;
-mod redis;
-
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
+use async_trait::async_trait;
 use oncely_capture::config::CaptureConfig;
-use oncely_sinks::kinds::SinkConfig;
+use oncely_capture::value::{IntervalHandlingMode, TypeRegistry};
+use oncely_sinks::mirror::{
+    Fetched, Mirror, MirrorContext, MirrorError, MirrorTable, RowKey, WireMapping, WireTypes,
+};
 use oncely_sinks::RunnerConfig;
 use regex::Regex;
+use serde_json::Value;
 
-use super::compare::TargetRow;
 use super::source::{SourceRow, SourceTable};
 use super::VerifyError;
 
-/// A partition of a change topic: `(topic, partition)`.
-pub type Partition = (String, i32);
-
-/// A page of target keys (each key's values as text, in key order) and the
-/// cursor of the next page (`None` after the last).
-pub type KeyPage = (Vec<Vec<String>>, Option<String>);
+pub use oncely_sinks::mirror::{KeyPage, Partition, PAGE};
 
 /// One sink's target, opened from its `oncely sink` configuration file.
 pub struct Target {
@@ -33,13 +28,44 @@ pub struct Target {
     runner: RunnerConfig,
     subscription: Option<Regex>,
     ignore: Vec<Regex>,
-    store: Store,
+    mirror: Box<dyn Mirror>,
 }
 
-enum Store {
-    Postgres(Box<postgres::PgTarget>),
-    Elasticsearch(Box<elasticsearch::EsTarget>),
-    Redis(Box<redis::RedisTarget>),
+/// Capture's type mapping, for readers of PostgreSQL targets: intervals in
+/// capture's `interval.handling.mode`, so they compare by value.
+struct CaptureTypes(IntervalHandlingMode);
+
+#[async_trait]
+impl WireTypes for CaptureTypes {
+    async fn load(
+        &self,
+        client: &tokio_postgres::Client,
+    ) -> Result<Box<dyn WireMapping>, MirrorError> {
+        let mut types = TypeRegistry::builtin().with_interval_mode(self.0);
+        types
+            .load_user_types(client)
+            .await
+            .map_err(|e| MirrorError::Target(format!("read the warehouse's user types: {e}")))?;
+        Ok(Box::new(Mapping(types)))
+    }
+}
+
+struct Mapping(TypeRegistry);
+
+impl WireMapping for Mapping {
+    fn to_json(&self, oid: u32, text: &str) -> Value {
+        oncely_capture::value::to_json(&self.0, oid, text)
+    }
+}
+
+impl From<MirrorError> for VerifyError {
+    fn from(e: MirrorError) -> Self {
+        match e {
+            MirrorError::Config(m) => VerifyError::Config(m),
+            MirrorError::Target(m) => VerifyError::Target(m),
+            MirrorError::Kafka(m) => VerifyError::Kafka(m),
+        }
+    }
 }
 
 impl Target {
@@ -49,22 +75,24 @@ impl Target {
     /// `schemas.enable` (without schemas the cache stores the wire form).
     pub async fn open(path: &Path, capture: &CaptureConfig) -> Result<Self, VerifyError> {
         let db = capture.database.dbname.as_str();
-        let intervals = capture.interval.handling.mode;
         let text = std::fs::read_to_string(path)
             .map_err(|e| VerifyError::Config(format!("cannot read {}: {e}", path.display())))?;
         let (runner, sink) = oncely_sinks::kinds::parse_config(&text)
             .map_err(|e| VerifyError::Config(format!("{}: {e}", path.display())))?;
-        let (kind, store) = match &sink {
-            SinkConfig::Postgres(c) => ("postgres", Store::Postgres(Box::new(postgres::PgTarget::connect(c, &runner.group_id, intervals).await?))),
-            SinkConfig::Elasticsearch(c) => (
-                "elasticsearch",
-                Store::Elasticsearch(Box::new(elasticsearch::EsTarget::connect(c, &runner, db).await?)),
-            ),
-            SinkConfig::Redis(c) => ("redis", Store::Redis(Box::new(redis::RedisTarget::connect(c, &runner.group_id, db, capture.schemas.enable).await?))),
-            _ => {
+        let types = CaptureTypes(capture.interval.handling.mode);
+        let ctx = MirrorContext {
+            runner: &runner,
+            db,
+            schemas: capture.schemas.enable,
+            types: Some(&types),
+        };
+        let mirror = match sink.spec().mirror(&ctx).await {
+            Some(mirror) => mirror?,
+            None => {
                 return Err(VerifyError::Config(format!(
-                    "{}: verify reads postgres, elasticsearch and redis sinks; this one is another kind",
-                    path.display()
+                    "{}: verify cannot read a `{}` sink's target",
+                    path.display(),
+                    sink.kind()
                 )))
             }
         };
@@ -88,11 +116,16 @@ impl Target {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| VerifyError::Config(format!("{}: ignore.topics: {e}", path.display())))?;
         Ok(Self {
-            label: format!("{kind} ({}, group {})", path.display(), runner.group_id),
+            label: format!(
+                "{} ({}, group {})",
+                sink.kind(),
+                path.display(),
+                runner.group_id
+            ),
             runner,
             subscription,
             ignore,
-            store,
+            mirror,
         })
     }
 
@@ -122,75 +155,60 @@ impl Target {
         &self,
         partitions: &[Partition],
     ) -> Result<HashMap<Partition, i64>, VerifyError> {
-        match &self.store {
-            Store::Postgres(t) => t.positions().await,
-            Store::Elasticsearch(t) => t.positions(partitions).await,
-            Store::Redis(t) => t.positions().await,
-        }
+        Ok(self.mirror.positions(partitions).await?)
     }
 
-    /// What the target holds for each of `rows`' keys (`None`: absent or deleted).
+    /// What the target holds for each of `rows`' keys, and the form of its values.
     pub async fn fetch(
         &self,
-        table: &SourceTable,
+        table: &MirrorTable,
         rows: &[SourceRow],
-    ) -> Result<Vec<Option<TargetRow>>, VerifyError> {
-        match &self.store {
-            Store::Postgres(t) => t.fetch(table, rows).await,
-            Store::Elasticsearch(t) => t.fetch(table, rows).await,
-            Store::Redis(t) => t.fetch(table, rows).await,
-        }
-    }
-
-    /// `rows` in the form the target stores their values, to compare with
-    /// what it holds: the cache's native form ([`oncely_sinks::native`]);
-    /// the other targets are read back into the wire form.
-    pub fn as_stored<'r>(
-        &self,
-        table: &SourceTable,
-        rows: &'r [SourceRow],
-    ) -> Cow<'r, [SourceRow]> {
-        match &self.store {
-            Store::Redis(t) => t.as_stored(table, rows),
-            Store::Postgres(_) | Store::Elasticsearch(_) => Cow::Borrowed(rows),
-        }
+    ) -> Result<Fetched, VerifyError> {
+        let keys: Vec<RowKey<'_>> = rows
+            .iter()
+            .map(|r| RowKey {
+                text: &r.key_text,
+                wire: &r.key_wire,
+            })
+            .collect();
+        Ok(self.mirror.fetch(table, &keys).await?)
     }
 
     /// How many live rows the target holds for `table`.
-    pub async fn count(&self, table: &SourceTable) -> Result<u64, VerifyError> {
-        match &self.store {
-            Store::Postgres(t) => t.count(table).await,
-            Store::Elasticsearch(t) => t.count(table).await,
-            Store::Redis(t) => t.count(table).await,
-        }
+    pub async fn count(&self, table: &MirrorTable) -> Result<u64, VerifyError> {
+        Ok(self.mirror.count(table).await?)
     }
 
     /// A page of the live keys the target holds for `table`, from `cursor`
     /// (`None`: the start), to find rows the source does not have.
     pub async fn scan_keys(
         &self,
-        table: &SourceTable,
+        table: &MirrorTable,
         cursor: Option<String>,
     ) -> Result<KeyPage, VerifyError> {
-        match &self.store {
-            Store::Postgres(t) => t.scan_keys(table, cursor).await,
-            Store::Elasticsearch(t) => t.scan_keys(table, cursor).await,
-            Store::Redis(t) => t.scan_keys(table, cursor).await,
-        }
+        Ok(self.mirror.scan_keys(table, cursor).await?)
     }
 
     /// Where the target keeps `table` (a table, an index, a key pattern), for the report.
-    pub fn location(&self, table: &SourceTable) -> String {
-        match &self.store {
-            Store::Postgres(t) => t.location(table),
-            Store::Elasticsearch(t) => match t.index(table) {
-                Ok(index) => format!("index {index}"),
-                Err(e) => e.to_string(),
-            },
-            Store::Redis(t) => format!("keys {}", t.glob(table)),
-        }
+    pub fn location(&self, table: &MirrorTable) -> String {
+        self.mirror.location(table)
     }
 }
 
-/// Rows fetched per target round trip, and source rows per page.
-pub const PAGE: usize = 1000;
+impl SourceTable {
+    /// The table as a target's reader needs it: names, and each column's
+    /// Connect schema as capture writes it.
+    pub fn mirror(&self) -> MirrorTable {
+        MirrorTable {
+            topic: self.topic.clone(),
+            schema: self.schema.clone(),
+            name: self.name.clone(),
+            columns: self
+                .columns
+                .iter()
+                .map(|c| (c.name.clone(), c.kind.field_schema(-1, &c.name, true)))
+                .collect(),
+            key: self.key.clone(),
+        }
+    }
+}

@@ -118,92 +118,68 @@ impl<'de> Deserialize<'de> for RefreshPolicy {
 }
 
 /// `[sink] kind = "elasticsearch"` (see the module docs of [`super`]).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ElasticsearchConfig {
     /// `url`: the node, e.g. `https://es.example:9200`.
+    #[serde(default = "default_url")]
     pub url: String,
     /// `index.pattern`: index name from `{topic}`, `{db}`, `{schema}`, `{table}`; lower-cased.
+    #[serde(rename = "index.pattern", default = "default_pattern")]
     pub index_pattern: String,
     /// `bulk.max.actions`: documents per bulk request.
+    #[serde(rename = "bulk.max.actions", default = "default_actions")]
     pub bulk_max_actions: usize,
     /// `bulk.max.bytes`: NDJSON bytes per bulk request.
+    #[serde(rename = "bulk.max.bytes", default = "default_bytes")]
     pub bulk_max_bytes: usize,
     /// `request.timeout.ms`: per HTTP request.
+    #[serde(rename = "request.timeout.ms", default = "default_timeout")]
     pub request_timeout_ms: u64,
     /// `delete.mode`: `delete` (default) or `soft`.
+    #[serde(rename = "delete.mode", default)]
     pub delete_mode: DeleteMode,
     /// `refresh`: `false` (default), `true` or `wait_for`.
+    #[serde(default)]
     pub refresh: RefreshPolicy,
     /// `soft.delete.field`: the flag written in `soft` mode (`false` on live documents).
+    #[serde(rename = "soft.delete.field", default = "default_soft_field")]
     pub soft_delete_field: String,
     /// `version.seq.bits`: bits of the external version given to the event ordinal.
+    #[serde(rename = "version.seq.bits", default = "default_seq_bits")]
     pub seq_bits: u32,
     /// `version.field`: the field every document carries its external version
     /// in (a `long`); empty: none, and truncates are dead-lettered.
+    #[serde(rename = "version.field", default = "default_version_field")]
     pub version_field: String,
     /// `template.file`: a JSON composable index template body, installed at start.
+    #[serde(rename = "template.file", default)]
     pub template_file: Option<PathBuf>,
     /// `template.name`: the name it is installed under.
+    #[serde(rename = "template.name", default = "default_template_name")]
     pub template_name: String,
     /// `username`: basic authentication (with `password`).
+    #[serde(default)]
     pub username: Option<String>,
     /// `password`: basic authentication.
+    #[serde(default)]
     pub password: Option<Secret>,
     /// `api.key`: the base64 `id:key` API key (the `encoded` value Elasticsearch returns).
+    #[serde(rename = "api.key", default)]
     pub api_key: Option<Secret>,
     /// `tls.ca.file`: PEM CA certificate(s) to trust for `https://` URLs.
+    #[serde(rename = "tls.ca.file", default)]
     pub tls_ca_file: Option<PathBuf>,
     /// `tls.verify`: verify the server certificate (default true; false only for diagnosis).
+    #[serde(rename = "tls.verify", default = "yes")]
     pub tls_verify: bool,
     /// `value.format`: `native` (default: dates as ISO-8601 text, JSON as
     /// JSON, typed mappings) or `wire` (values as capture writes them).
+    #[serde(rename = "value.format", default)]
     pub value_format: ValueFormat,
     /// `json.handling.mode`: `flattened` (default), `object` or `text`.
-    pub json_mode: JsonMode,
-}
-
-/// The keys as written, before flattening checks; `deny_unknown_fields` names typos.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Raw {
-    #[serde(default = "default_url")]
-    url: String,
-    #[serde(rename = "index.pattern", default = "default_pattern")]
-    index_pattern: String,
-    #[serde(rename = "bulk.max.actions", default = "default_actions")]
-    bulk_max_actions: usize,
-    #[serde(rename = "bulk.max.bytes", default = "default_bytes")]
-    bulk_max_bytes: usize,
-    #[serde(rename = "request.timeout.ms", default = "default_timeout")]
-    request_timeout_ms: u64,
-    #[serde(rename = "delete.mode", default)]
-    delete_mode: DeleteMode,
-    #[serde(default)]
-    refresh: RefreshPolicy,
-    #[serde(rename = "soft.delete.field", default = "default_soft_field")]
-    soft_delete_field: String,
-    #[serde(rename = "version.seq.bits", default = "default_seq_bits")]
-    seq_bits: u32,
-    #[serde(rename = "version.field", default = "default_version_field")]
-    version_field: String,
-    #[serde(rename = "template.file", default)]
-    template_file: Option<PathBuf>,
-    #[serde(rename = "template.name", default = "default_template_name")]
-    template_name: String,
-    #[serde(default)]
-    username: Option<String>,
-    #[serde(default)]
-    password: Option<Secret>,
-    #[serde(rename = "api.key", default)]
-    api_key: Option<Secret>,
-    #[serde(rename = "tls.ca.file", default)]
-    tls_ca_file: Option<PathBuf>,
-    #[serde(rename = "tls.verify", default = "yes")]
-    tls_verify: bool,
-    #[serde(rename = "value.format", default)]
-    value_format: ValueFormat,
     #[serde(rename = "json.handling.mode", default)]
-    json_mode: JsonMode,
+    pub json_mode: JsonMode,
 }
 
 fn default_url() -> String {
@@ -235,55 +211,6 @@ fn default_template_name() -> String {
 }
 fn yes() -> bool {
     true
-}
-
-impl<'de> Deserialize<'de> for ElasticsearchConfig {
-    /// Accepts bare dotted keys (nested TOML tables) by flattening them first.
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let table = toml::Table::deserialize(d)?;
-        let mut flat = toml::Table::new();
-        flatten(&mut flat, "", table);
-        let raw: Raw = toml::Value::Table(flat)
-            .try_into()
-            .map_err(serde::de::Error::custom)?;
-        Ok(Self {
-            url: raw.url,
-            index_pattern: raw.index_pattern,
-            bulk_max_actions: raw.bulk_max_actions,
-            bulk_max_bytes: raw.bulk_max_bytes,
-            request_timeout_ms: raw.request_timeout_ms,
-            delete_mode: raw.delete_mode,
-            refresh: raw.refresh,
-            soft_delete_field: raw.soft_delete_field,
-            seq_bits: raw.seq_bits,
-            version_field: raw.version_field,
-            template_file: raw.template_file,
-            template_name: raw.template_name,
-            username: raw.username,
-            password: raw.password,
-            api_key: raw.api_key,
-            tls_ca_file: raw.tls_ca_file,
-            tls_verify: raw.tls_verify,
-            value_format: raw.value_format,
-            json_mode: raw.json_mode,
-        })
-    }
-}
-
-fn flatten(out: &mut toml::Table, prefix: &str, table: toml::Table) {
-    for (key, value) in table {
-        let full = if prefix.is_empty() {
-            key
-        } else {
-            format!("{prefix}.{key}")
-        };
-        match value {
-            toml::Value::Table(t) => flatten(out, &full, t),
-            v => {
-                out.insert(full, v);
-            }
-        }
-    }
 }
 
 impl ElasticsearchConfig {
@@ -389,7 +316,8 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<ElasticsearchConfig, String> {
-        let c: ElasticsearchConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        let c: ElasticsearchConfig =
+            oncely_core::config::from_str(text, "sink").map_err(|e| e.to_string())?;
         c.validate().map_err(|e| e.to_string())?;
         Ok(c)
     }

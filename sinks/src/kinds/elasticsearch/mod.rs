@@ -43,6 +43,7 @@ pub mod config;
 pub mod error;
 pub mod mapping;
 pub mod merge;
+pub mod mirror;
 pub mod plan;
 pub mod truncate;
 pub mod values;
@@ -65,6 +66,23 @@ use crate::error::{RecordFailure, SinkError};
 use crate::naming::TargetClaims;
 use crate::sink::{Batch, Sink};
 pub use config::{DeleteMode, ElasticsearchConfig, JsonMode};
+
+#[async_trait]
+impl super::SinkKind for ElasticsearchConfig {
+    fn validate(&self) -> Result<(), crate::error::ConfigError> {
+        ElasticsearchConfig::validate(self)
+    }
+    async fn build(&self) -> Result<std::sync::Arc<dyn Sink>, SinkError> {
+        Ok(std::sync::Arc::new(ElasticsearchSink::connect(self).await?))
+    }
+    async fn mirror(
+        &self,
+        ctx: &crate::mirror::MirrorContext<'_>,
+    ) -> Option<Result<Box<dyn crate::mirror::Mirror>, crate::mirror::MirrorError>> {
+        let mirror = mirror::ElasticsearchMirror::connect(self, ctx).await;
+        Some(mirror.map(|m| Box::new(m) as Box<dyn crate::mirror::Mirror>))
+    }
+}
 
 /// The `elasticsearch` sink (see the module docs).
 pub struct ElasticsearchSink {

@@ -6,7 +6,7 @@ use super::*;
 use crate::event::{decode_value, Payload};
 
 fn config(extra: &str) -> ElasticsearchConfig {
-    toml::from_str(extra).expect("config")
+    oncely_core::config::from_str(extra, "sink").expect("config")
 }
 
 fn record(offset: i64, id: i64, op: &str, lsn: u64, seq: u64, row: Value) -> Record {

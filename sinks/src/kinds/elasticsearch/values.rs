@@ -43,6 +43,7 @@ use serde_json::{json, Map, Value};
 use super::config::{ElasticsearchConfig, JsonMode};
 use super::plan::UNAVAILABLE_VALUE;
 use crate::event::row_fields;
+use crate::mirror::StoredForm;
 use crate::native::{Kind, ValueFormat};
 
 /// The `_meta.oncely` key recording [`ValueFormat`].
@@ -86,13 +87,18 @@ impl Format {
         })
     }
 
+    /// How this form stores values, as verify and the other sinks tell it.
+    pub fn stored_form(self) -> StoredForm {
+        StoredForm {
+            values: self.values,
+            nest_json: self.json != JsonMode::Text,
+            json_arrays_as_text: true,
+        }
+    }
+
     /// How a column of Connect schema `field` is converted; `None`: not.
     pub fn kind(self, field: &Value) -> Option<Kind> {
-        if self.values == ValueFormat::Wire {
-            return None;
-        }
-        let kind = Kind::of_schema(field)?;
-        (!(self.json == JsonMode::Text && is_json(&kind))).then_some(kind)
+        self.stored_form().kind(field)
     }
 
     /// The mapping of a column of Connect schema `field`; `None`: dynamic.
@@ -149,14 +155,6 @@ fn recorded<T: serde::de::DeserializeOwned>(mark: &Value, key: &str) -> Option<T
     serde_json::from_value(mark.get(key)?.clone()).ok()
 }
 
-fn is_json(kind: &Kind) -> bool {
-    match kind {
-        Kind::Json => true,
-        Kind::Array(item) => is_json(item),
-        _ => false,
-    }
-}
-
 /// The converted columns of a value schema, in one form.
 pub type Columns = Vec<(String, Kind)>;
 
@@ -166,12 +164,7 @@ pub type Document<'a> = (Cow<'a, Map<String, Value>>, Vec<String>);
 /// The columns `format` converts, of the row schema in `schema`.
 pub fn columns(schema: Option<&Value>, format: Format) -> Columns {
     row_fields(schema)
-        .map(|fields| {
-            fields
-                .into_iter()
-                .filter_map(|(name, f)| Some((name.to_owned(), format.kind(f)?)))
-                .collect()
-        })
+        .map(|fields| format.stored_form().columns(fields))
         .unwrap_or_default()
 }
 
@@ -197,7 +190,7 @@ pub fn document<'a>(
             continue;
         }
         let new = kind.convert(v);
-        if is_json(kind) && !objects_only(&new) {
+        if kind.is_json() && !objects_only(&new) {
             return Err(not_an_object(name));
         }
         if let Cow::Owned(new) = new {

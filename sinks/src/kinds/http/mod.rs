@@ -56,3 +56,19 @@ pub mod sink;
 
 pub use config::HttpConfig;
 pub use sink::{HttpSink, HEADER_IDEMPOTENCY_KEY};
+
+#[async_trait::async_trait]
+impl super::SinkKind for HttpConfig {
+    fn validate(&self) -> Result<(), crate::error::ConfigError> {
+        HttpConfig::validate(self)
+    }
+    async fn build(
+        &self,
+    ) -> Result<std::sync::Arc<dyn crate::sink::Sink>, crate::error::SinkError> {
+        Ok(std::sync::Arc::new(HttpSink::connect(self)?))
+    }
+    /// A webhook cannot compare versions.
+    fn wants_dedup_window(&self) -> bool {
+        true
+    }
+}

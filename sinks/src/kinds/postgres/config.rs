@@ -346,24 +346,21 @@ mod tests {
         let mut c = PostgresConfig::new("postgres://x@h/db");
         assert!(c.validate().is_ok());
         c.sslmode = SslMode::VerifyCa;
-        assert_eq!(c.validate().expect_err("tls").field, "sink.sslrootcert");
+        assert_eq!(c.validate().expect_err("tls").key, "sink.sslrootcert");
         c.sslrootcert = Some("/ca.pem".into());
         assert!(c.validate().is_ok());
         c.sslmode = SslMode::Disable;
         c.sslrootcert = None;
         c.table_name_format = "${nope}_${table}".into();
-        assert_eq!(
-            c.validate().expect_err("fmt").field,
-            "sink.table.name.format"
-        );
+        assert_eq!(c.validate().expect_err("fmt").key, "sink.table.name.format");
         c.table_name_format = "fixed".into();
         assert_eq!(
-            c.validate().expect_err("fixed").field,
+            c.validate().expect_err("fixed").key,
             "sink.table.name.format"
         );
         c.table_name_format = DEFAULT_TABLE_NAME_FORMAT.into();
         c.upsert_enabled = false;
-        assert_eq!(c.validate().expect_err("none").field, "sink.upsert.enabled");
+        assert_eq!(c.validate().expect_err("none").key, "sink.upsert.enabled");
     }
 
     #[test]

@@ -63,6 +63,7 @@ mod config;
 mod error;
 mod group;
 mod identity;
+mod mirror;
 mod plan;
 mod resolve;
 mod rows;
@@ -83,6 +84,7 @@ use tokio_postgres::error::SqlState;
 pub use config::{
     expand_name, DeleteMode, DropColumns, PostgresConfig, Secret, SslMode, TruncateMode,
 };
+pub use mirror::PostgresMirror;
 pub use plan::UNAVAILABLE;
 pub use table::{MetaColumns, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
 
@@ -97,6 +99,28 @@ use self::write::{
 use crate::error::{RecordFailure, SinkError};
 use crate::naming::TargetClaims;
 use crate::sink::{Batch, Positions, Sink, TopicPartition};
+
+#[async_trait]
+impl super::SinkKind for PostgresConfig {
+    fn validate(&self) -> Result<(), crate::error::ConfigError> {
+        PostgresConfig::validate(self)
+    }
+    async fn build(&self) -> Result<Arc<dyn Sink>, SinkError> {
+        Ok(Arc::new(PostgresSink::connect(self).await?))
+    }
+    async fn mirror(
+        &self,
+        ctx: &crate::mirror::MirrorContext<'_>,
+    ) -> Option<Result<Box<dyn crate::mirror::Mirror>, crate::mirror::MirrorError>> {
+        let Some(types) = ctx.types else {
+            return Some(Err(crate::mirror::MirrorError::Config(
+                "reading the warehouse needs capture's type mapping".into(),
+            )));
+        };
+        let mirror = PostgresMirror::connect(self, ctx, types).await;
+        Some(mirror.map(|m| Box::new(m) as Box<dyn crate::mirror::Mirror>))
+    }
+}
 
 /// What [`Sink::prepare`] stores in a batch: its plan and, for a batch that is
 /// one group of rows of a table the catalog already knows as needed (the usual

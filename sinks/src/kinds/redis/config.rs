@@ -62,97 +62,72 @@ pub enum Layout {
 }
 
 /// `[sink] kind = "redis"` (see the module docs of [`super`]).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RedisConfig {
     /// `url`: `redis://host:port[/db]`, or `rediss://...` for TLS.
+    #[serde(default = "default_url")]
     pub url: String,
     /// `username`: ACL user (with `password`).
+    #[serde(default)]
     pub username: Option<String>,
     /// `password`: AUTH password.
+    #[serde(default)]
     pub password: Option<Secret>,
     /// `tls.ca.file`: PEM file of the CAs to trust for `rediss://` (default: the system's).
+    #[serde(rename = "tls.ca.file", default)]
     pub tls_ca_file: Option<String>,
     /// `layout`: `hash` (default) or `json`.
+    #[serde(default)]
     pub layout: Layout,
     /// `value.format`: `native` (default: dates and times as ISO-8601, JSON
     /// columns nested in the JSON layout; [`crate::native`]) or `wire` (as
     /// in Kafka, what earlier versions stored).
+    #[serde(rename = "value.format", default)]
     pub value_format: ValueFormat,
     /// `key.pattern`: the row key from `{topic}`, `{db}`, `{schema}`, `{table}`, `{key}`.
+    #[serde(rename = "key.pattern", default = "default_key_pattern")]
     pub key_pattern: String,
     /// `key.separator`: between the values of a composite primary key.
+    #[serde(rename = "key.separator", default = "default_key_separator")]
     pub key_separator: String,
     /// `version.key.prefix`: prefix of a deleted row's tombstone key (and, in
     /// the JSON layout, of each live row's version key).
+    #[serde(rename = "version.key.prefix", default = "default_version_prefix")]
     pub version_prefix: String,
     /// `version.field`: the hash field holding a live row's version (hash layout).
+    #[serde(rename = "version.field", default = "default_version_field")]
     pub version_field: String,
     /// `positions.key.prefix`: prefix of the hash holding a group's positions.
+    #[serde(rename = "positions.key.prefix", default = "default_positions_prefix")]
     pub positions_prefix: String,
     /// `keyset.key.prefix`: prefix of the set of a table's row keys (what a truncate removes).
+    #[serde(rename = "keyset.key.prefix", default = "default_keyset_prefix")]
     pub keyset_prefix: String,
     /// `ttl.seconds`: rows (and their versions) expire after this long; 0 = never.
+    #[serde(rename = "ttl.seconds", default)]
     pub ttl_seconds: u64,
     /// `tombstone.ttl.seconds`: how long a deleted row's version is kept; 0 = forever.
+    #[serde(rename = "tombstone.ttl.seconds", default = "default_tombstone_ttl")]
     pub tombstone_ttl_seconds: u64,
     /// `script.max.changes`: changes per script call.
+    #[serde(rename = "script.max.changes", default = "default_max_changes")]
     pub script_max_changes: usize,
     /// `script.max.bytes`: argument bytes per script call (a larger single change goes alone).
+    #[serde(rename = "script.max.bytes", default = "default_max_bytes")]
     pub script_max_bytes: usize,
     /// `connect.timeout.ms`.
+    #[serde(rename = "connect.timeout.ms", default = "default_connect_timeout")]
     pub connect_timeout_ms: u64,
     /// `response.timeout.ms`.
+    #[serde(rename = "response.timeout.ms", default = "default_response_timeout")]
     pub response_timeout_ms: u64,
     /// `reconnect.backoff.max.ms`.
+    #[serde(rename = "reconnect.backoff.max.ms", default = "default_backoff_max")]
     pub reconnect_backoff_max_ms: u64,
     /// `reconnect.retries`.
-    pub reconnect_retries: usize,
-}
-
-/// The keys as written; `deny_unknown_fields` names typos.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Raw {
-    #[serde(default = "default_url")]
-    url: String,
-    #[serde(default)]
-    username: Option<String>,
-    #[serde(default)]
-    password: Option<Secret>,
-    #[serde(rename = "tls.ca.file", default)]
-    tls_ca_file: Option<String>,
-    #[serde(default)]
-    layout: Layout,
-    #[serde(rename = "value.format", default)]
-    value_format: ValueFormat,
-    #[serde(rename = "key.pattern", default = "default_key_pattern")]
-    key_pattern: String,
-    #[serde(rename = "key.separator", default = "default_key_separator")]
-    key_separator: String,
-    #[serde(rename = "version.key.prefix", default = "default_version_prefix")]
-    version_prefix: String,
-    #[serde(rename = "version.field", default = "default_version_field")]
-    version_field: String,
-    #[serde(rename = "positions.key.prefix", default = "default_positions_prefix")]
-    positions_prefix: String,
-    #[serde(rename = "keyset.key.prefix", default = "default_keyset_prefix")]
-    keyset_prefix: String,
-    #[serde(rename = "ttl.seconds", default)]
-    ttl_seconds: u64,
-    #[serde(rename = "tombstone.ttl.seconds", default = "default_tombstone_ttl")]
-    tombstone_ttl_seconds: u64,
-    #[serde(rename = "script.max.changes", default = "default_max_changes")]
-    script_max_changes: usize,
-    #[serde(rename = "script.max.bytes", default = "default_max_bytes")]
-    script_max_bytes: usize,
-    #[serde(rename = "connect.timeout.ms", default = "default_connect_timeout")]
-    connect_timeout_ms: u64,
-    #[serde(rename = "response.timeout.ms", default = "default_response_timeout")]
-    response_timeout_ms: u64,
-    #[serde(rename = "reconnect.backoff.max.ms", default = "default_backoff_max")]
-    reconnect_backoff_max_ms: u64,
     #[serde(rename = "reconnect.retries", default = "default_reconnect_retries")]
-    reconnect_retries: usize,
+    pub reconnect_retries: usize,
 }
 
 fn default_url() -> String {
@@ -196,56 +171,6 @@ fn default_backoff_max() -> u64 {
 }
 fn default_reconnect_retries() -> usize {
     DEFAULT_RECONNECT_RETRIES
-}
-
-impl<'de> Deserialize<'de> for RedisConfig {
-    /// Accepts bare dotted keys (nested TOML tables) by flattening them first.
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let table = toml::Table::deserialize(d)?;
-        let mut flat = toml::Table::new();
-        flatten(&mut flat, "", table);
-        let raw: Raw = toml::Value::Table(flat)
-            .try_into()
-            .map_err(serde::de::Error::custom)?;
-        Ok(Self {
-            url: raw.url,
-            username: raw.username,
-            password: raw.password,
-            tls_ca_file: raw.tls_ca_file,
-            layout: raw.layout,
-            value_format: raw.value_format,
-            key_pattern: raw.key_pattern,
-            key_separator: raw.key_separator,
-            version_prefix: raw.version_prefix,
-            version_field: raw.version_field,
-            positions_prefix: raw.positions_prefix,
-            keyset_prefix: raw.keyset_prefix,
-            ttl_seconds: raw.ttl_seconds,
-            tombstone_ttl_seconds: raw.tombstone_ttl_seconds,
-            script_max_changes: raw.script_max_changes,
-            script_max_bytes: raw.script_max_bytes,
-            connect_timeout_ms: raw.connect_timeout_ms,
-            response_timeout_ms: raw.response_timeout_ms,
-            reconnect_backoff_max_ms: raw.reconnect_backoff_max_ms,
-            reconnect_retries: raw.reconnect_retries,
-        })
-    }
-}
-
-fn flatten(out: &mut toml::Table, prefix: &str, table: toml::Table) {
-    for (key, value) in table {
-        let full = if prefix.is_empty() {
-            key
-        } else {
-            format!("{prefix}.{key}")
-        };
-        match value {
-            toml::Value::Table(t) => flatten(out, &full, t),
-            v => {
-                out.insert(full, v);
-            }
-        }
-    }
 }
 
 impl RedisConfig {

@@ -112,14 +112,35 @@
 
 pub mod config;
 mod error;
+mod mirror;
 mod plan;
 mod script;
 mod sink;
 
 pub use config::{Layout, RedisConfig};
-pub use plan::{native_row, row_kinds, KeyPattern, UNAVAILABLE_VALUE};
+pub use mirror::RedisMirror;
+pub use plan::{stored_form, KeyPattern, UNAVAILABLE_VALUE};
 pub use script::{decode_version, encode_version, position_field, HASH_SCRIPT, JSON_SCRIPT};
 pub use sink::RedisSink;
+
+#[async_trait::async_trait]
+impl super::SinkKind for RedisConfig {
+    fn validate(&self) -> Result<(), crate::error::ConfigError> {
+        RedisConfig::validate(self)
+    }
+    async fn build(
+        &self,
+    ) -> Result<std::sync::Arc<dyn crate::sink::Sink>, crate::error::SinkError> {
+        Ok(std::sync::Arc::new(RedisSink::connect(self).await?))
+    }
+    async fn mirror(
+        &self,
+        ctx: &crate::mirror::MirrorContext<'_>,
+    ) -> Option<Result<Box<dyn crate::mirror::Mirror>, crate::mirror::MirrorError>> {
+        let mirror = RedisMirror::connect(self, ctx).await;
+        Some(mirror.map(|m| Box::new(m) as Box<dyn crate::mirror::Mirror>))
+    }
+}
 
 #[cfg(test)]
 mod tests;

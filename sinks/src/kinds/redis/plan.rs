@@ -26,6 +26,7 @@ use super::config::Layout;
 use super::script::{decode_version, write_version};
 use crate::error::RecordFailure;
 use crate::event::{ChangeEvent, Op};
+use crate::mirror::StoredForm;
 use crate::native::{Kind, ValueFormat};
 use crate::sink::{Batch, Record};
 
@@ -373,12 +374,22 @@ pub struct Naming<'a> {
 /// share theirs, decoded once).
 struct Form {
     layout: Layout,
-    format: ValueFormat,
+    stored: StoredForm,
     kinds: Option<(Arc<Value>, ColumnKinds)>,
 }
 
 /// The columns whose values change in native form, with their [`Kind`].
-pub type ColumnKinds = Vec<(String, Kind)>;
+type ColumnKinds = Vec<(String, Kind)>;
+
+/// How the cache stores values in `layout` and `format`: the hash layout's
+/// fields are text, so JSON columns keep their text there.
+pub fn stored_form(layout: Layout, format: ValueFormat) -> StoredForm {
+    StoredForm {
+        values: format,
+        nest_json: layout == Layout::Json,
+        json_arrays_as_text: false,
+    }
+}
 
 impl Form {
     /// `row` as stored: in native form when asked and the event has a schema.
@@ -387,53 +398,18 @@ impl Form {
         event: &ChangeEvent,
         row: &'r Map<String, Value>,
     ) -> Cow<'r, Map<String, Value>> {
-        let (ValueFormat::Native, Some(schema)) = (self.format, &event.schema) else {
+        let (ValueFormat::Native, Some(schema)) = (self.stored.values, &event.schema) else {
             return Cow::Borrowed(row);
         };
         if !matches!(&self.kinds, Some((s, _)) if Arc::ptr_eq(s, schema)) {
-            self.kinds = Some((schema.clone(), row_kinds(schema)));
+            let kinds = crate::event::row_fields(Some(schema))
+                .map(|fields| self.stored.columns(fields))
+                .unwrap_or_default();
+            self.kinds = Some((schema.clone(), kinds));
         }
         let kinds = self.kinds.as_ref().map_or(&[][..], |(_, k)| k.as_slice());
-        native_row(row, kinds, self.layout == Layout::Json)
+        StoredForm::convert(row, kinds)
     }
-}
-
-/// The columns of a change event's row schema whose values change in
-/// native form, with their [`Kind`].
-pub fn row_kinds(schema: &Value) -> ColumnKinds {
-    crate::event::row_fields(Some(schema))
-        .map(|fields| {
-            fields
-                .into_iter()
-                .filter_map(|(name, f)| Some((name.to_owned(), Kind::of_schema(f)?)))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// `row` as the cache stores it under `value.format = "native"`, each column
-/// of `kinds` converted ([`Kind::convert`]); `nest_json` false (the hash
-/// layout, whose fields are text) keeps JSON columns as their text. The
-/// one function the sink and `oncely verify` shape rows with.
-pub fn native_row<'r>(
-    row: &'r Map<String, Value>,
-    kinds: &[(String, Kind)],
-    nest_json: bool,
-) -> Cow<'r, Map<String, Value>> {
-    let mut out: Option<Map<String, Value>> = None;
-    for (column, kind) in kinds {
-        if !nest_json && *kind == Kind::Json {
-            continue;
-        }
-        let Some(value) = row.get(column) else {
-            continue;
-        };
-        if let Cow::Owned(v) = kind.convert(value) {
-            out.get_or_insert_with(|| row.clone())
-                .insert(column.clone(), v);
-        }
-    }
-    out.map_or(Cow::Borrowed(row), Cow::Owned)
 }
 
 /// The changes of a batch, or the records that can never be applied.
@@ -447,7 +423,7 @@ pub fn plan<'a>(
     let mut failures = Vec::new();
     let mut form = Form {
         layout,
-        format,
+        stored: stored_form(layout, format),
         kinds: None,
     };
     for record in batch.records() {

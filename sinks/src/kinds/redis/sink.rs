@@ -43,52 +43,65 @@ pub struct RedisSink {
     claims: TargetClaims,
 }
 
+/// Why a client could not be made from the configuration.
+pub(super) enum OpenError {
+    /// A setting that cannot be used (which, and why): fixing it is the way out.
+    Setting(String, crate::error::BoxError),
+    /// The client refused the connection info.
+    Redis(redis::RedisError),
+}
+
+/// A client for `sink.url` with the configured credentials and TLS settings
+/// (`rediss://`, `tls.ca.file`), and the address it goes to, for errors
+/// (the URL may hold a password). The sink and its verify reader both use it.
+pub(super) fn open_client(config: &RedisConfig) -> Result<(Client, String), OpenError> {
+    let mut info = config
+        .url
+        .as_str()
+        .into_connection_info()
+        .map_err(|e| OpenError::Setting("invalid `sink.url`".into(), e.into()))?;
+    if let Some(password) = &config.password {
+        let password = password
+            .resolve()
+            .map_err(|e| OpenError::Setting("`sink.password`".into(), e.into()))?;
+        let mut settings = info
+            .redis_settings()
+            .clone()
+            .set_password(password.expose());
+        if let Some(user) = &config.username {
+            settings = settings.set_username(user);
+        }
+        info = info.set_redis_settings(settings);
+    }
+    let place = info.addr().to_string();
+    let tls = config.url.trim().starts_with("rediss://");
+    if tls {
+        crate::tls::provider();
+    }
+    let client = match (&config.tls_ca_file, tls) {
+        (Some(path), true) => {
+            let pem = std::fs::read(path)
+                .map_err(|e| OpenError::Setting(format!("`sink.tls.ca.file` {path}"), e.into()))?;
+            let certs = TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem),
+            };
+            Client::build_with_tls(info, certs)
+        }
+        _ => Client::open(info),
+    }
+    .map_err(OpenError::Redis)?;
+    Ok((client, place))
+}
+
 impl RedisSink {
     /// Connects (with AUTH/TLS as configured), loads the script, and warns when
     /// Redis does not persist what the sink writes.
     pub async fn connect(config: &RedisConfig) -> Result<Self, SinkError> {
-        let mut info = config
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| SinkError::fatal_from("redis: invalid `sink.url`", e))?;
-        if let Some(password) = &config.password {
-            let password = password
-                .resolve()
-                .map_err(|e| SinkError::fatal_from("redis: `sink.password`", e))?;
-            let mut settings = info
-                .redis_settings()
-                .clone()
-                .set_password(password.expose());
-            if let Some(user) = &config.username {
-                settings = settings.set_username(user);
-            }
-            info = info.set_redis_settings(settings);
-        }
-        // Where, for errors: the address only (the URL may hold a password).
-        let place = info.addr().to_string();
-        let client = match (
-            &config.tls_ca_file,
-            config.url.trim().starts_with("rediss://"),
-        ) {
-            (Some(path), true) => {
-                crate::tls::provider();
-                let pem = std::fs::read(path).map_err(|e| {
-                    SinkError::fatal_from(format!("redis: `sink.tls.ca.file` {path}"), e)
-                })?;
-                let certs = TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem),
-                };
-                Client::build_with_tls(info, certs)
-            }
-            (None, true) => {
-                crate::tls::provider();
-                Client::open(info)
-            }
-            (_, false) => Client::open(info),
-        }
-        .map_err(|e| classify("open client", e))?;
+        let (client, place) = open_client(config).map_err(|e| match e {
+            OpenError::Setting(what, e) => SinkError::fatal_from(format!("redis: {what}"), e),
+            OpenError::Redis(e) => classify("open client", e),
+        })?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout()))
             .set_response_timeout(Some(config.response_timeout()))

@@ -67,7 +67,7 @@ fn config_errors_name_the_key() {
     let bad = |body: &str| {
         parse_config(&format!("{HEAD}[sink]\nkind = \"redis\"\n{body}\n"))
             .expect_err(body)
-            .field
+            .key
     };
     assert_eq!(bad("url = \"http://x\""), "sink.url");
     assert_eq!(bad("key.pattern = \"{table}\""), "sink.key.pattern");

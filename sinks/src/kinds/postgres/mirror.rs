@@ -1,84 +1,89 @@
-//! The PostgreSQL warehouse: one table per source table
-//! (`target.schema`.`table.name.format`), typed columns, deleted rows kept as
-//! tombstones (`__oncely_deleted`) unless `delete.mode = "hard"`, positions in
-//! `positions.table`. Warehouse values are mapped back to wire JSON with the
-//! warehouse column's own type, so a `timestamptz` compares as the same
-//! ISO string capture wrote, a `numeric(12,2)` as the same digits.
+//! The warehouse read back for `oncely verify`, with the sink's own names:
+//! one table per source table (`target.schema`.`table.name.format`), typed
+//! columns, deleted rows kept as tombstones (`__oncely_deleted`) unless
+//! `delete.mode = "hard"`, positions in `positions.table`. Values are mapped
+//! back to wire JSON by the warehouse column's own type (capture's mapping,
+//! [`WireTypes`]), so a `timestamptz` compares as the same ISO string capture
+//! wrote, a `numeric(12,2)` as the same digits.
 
 use std::collections::HashMap;
 
-use oncely_capture::value::{IntervalHandlingMode, TypeRegistry, ValueKind};
-use oncely_sinks::kinds::postgres::{connector, expand_name, MetaColumns, PostgresConfig};
+use async_trait::async_trait;
+use oncely_core::sql::{output_text_of, quote_ident};
+use oncely_core::wire::SESSION_OPTIONS;
 use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
-use super::{KeyPage, Partition, PAGE};
-use crate::verify::compare::TargetRow;
-use crate::verify::source::{output_text_of, quote_ident, SourceRow, SourceTable, SESSION_OPTIONS};
-use crate::verify::VerifyError;
+use super::{connector, expand_name, place_of, MetaColumns, PostgresConfig};
+use crate::mirror::{
+    Fetched, KeyPage, Mirror, MirrorContext, MirrorError, MirrorTable, Partition, RowKey,
+    StoredForm, StoredRow, WireMapping, WireTypes, PAGE,
+};
 
-pub struct PgTarget {
+/// A warehouse error as a reader's, with what was being done.
+fn pg(context: &'static str) -> impl Fn(tokio_postgres::Error) -> MirrorError {
+    move |e| MirrorError::Target(format!("{context}: {e}"))
+}
+
+/// A PostgreSQL sink's warehouse, read the way the sink writes it.
+pub struct PostgresMirror {
     client: Client,
     config: PostgresConfig,
     group: String,
-    types: TypeRegistry,
+    types: Box<dyn WireMapping>,
 }
 
 /// A warehouse table as it exists.
 struct Shape {
     qualified: String,
-    /// Column name -> (how to map its text, its SQL type).
-    columns: HashMap<String, (ValueKind, String)>,
+    /// Column name -> (its type's oid, its SQL type).
+    columns: HashMap<String, (u32, String)>,
     /// The tombstone flag column, when the table has one.
     tombstones: Option<String>,
 }
 
-impl PgTarget {
-    /// `intervals`: capture's `interval.handling.mode`, so warehouse
-    /// intervals map to the form the source's do and compare by value.
+impl PostgresMirror {
+    /// Connects with the sink's URL, password, TLS settings and timeout, in
+    /// capture's session settings, and loads the warehouse's types.
     pub async fn connect(
         config: &PostgresConfig,
-        group: &str,
-        intervals: IntervalHandlingMode,
-    ) -> Result<Self, VerifyError> {
+        ctx: &MirrorContext<'_>,
+        types: &dyn WireTypes,
+    ) -> Result<Self, MirrorError> {
         let url = config
             .url
             .resolve()
-            .map_err(|e| VerifyError::Config(format!("sink.url: {e}")))?;
+            .map_err(|e| MirrorError::Config(format!("sink.url: {e}")))?;
         let mut pg: tokio_postgres::Config = url.expose().parse().map_err(|_| {
-            VerifyError::Config("sink.url is not a valid PostgreSQL connection string".into())
+            MirrorError::Config("sink.url is not a valid PostgreSQL connection string".into())
         })?;
         if let Some(password) = &config.password {
             let password = password
                 .resolve()
-                .map_err(|e| VerifyError::Config(format!("sink.password: {e}")))?;
+                .map_err(|e| MirrorError::Config(format!("sink.password: {e}")))?;
             pg.password(password.expose());
         }
-        let place = oncely_sinks::kinds::postgres::place_of(&pg);
+        let place = place_of(&pg);
         pg.application_name("oncely-verify")
             .options(SESSION_OPTIONS)
             .connect_timeout(std::time::Duration::from_millis(config.connect_timeout_ms));
         // The sink's own TLS settings (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`).
         let tls =
-            connector(config).map_err(|e| VerifyError::Config(format!("warehouse TLS: {e}")))?;
+            connector(config).map_err(|e| MirrorError::Config(format!("warehouse TLS: {e}")))?;
         let client = tls.connect(&pg, "warehouse").await.map_err(|e| {
-            VerifyError::Target(format!("connect to the warehouse at {place}: {e}"))
+            MirrorError::Target(format!("connect to the warehouse at {place}: {e}"))
         })?;
-        let mut types = TypeRegistry::builtin().with_interval_mode(intervals);
-        types
-            .load_user_types(&client)
-            .await
-            .map_err(VerifyError::pg("read the warehouse's user types"))?;
+        let types = types.load(&client).await?;
         Ok(Self {
             client,
             config: config.clone(),
-            group: group.to_owned(),
+            group: ctx.runner.group_id.clone(),
             types,
         })
     }
 
-    fn name(&self, table: &SourceTable) -> String {
+    fn name(&self, table: &MirrorTable) -> String {
         expand_name(
             &self.config.table_name_format,
             &table.topic,
@@ -88,12 +93,8 @@ impl PgTarget {
         .unwrap_or_else(|| format!("{}_{}", table.schema, table.name))
     }
 
-    pub fn location(&self, table: &SourceTable) -> String {
-        format!("table {}.{}", self.config.target_schema, self.name(table))
-    }
-
     /// The table's columns, or `None` when the sink has not created it.
-    async fn shape(&self, table: &SourceTable) -> Result<Option<Shape>, VerifyError> {
+    async fn shape(&self, table: &MirrorTable) -> Result<Option<Shape>, MirrorError> {
         let name = self.name(table);
         let rows = self
             .client
@@ -105,19 +106,16 @@ impl PgTarget {
                 &[&self.config.target_schema, &name],
             )
             .await
-            .map_err(VerifyError::pg("read the columns of a warehouse table"))?;
+            .map_err(pg("read the columns of a warehouse table"))?;
         if rows.is_empty() {
             return Ok(None);
         }
-        let columns: HashMap<String, (ValueKind, String)> = rows
+        let columns: HashMap<String, (u32, String)> = rows
             .iter()
             .map(|r| {
                 (
                     r.get::<_, String>(0),
-                    (
-                        self.types.value_kind(r.get::<_, u32>(1)),
-                        r.get::<_, String>(2),
-                    ),
+                    (r.get::<_, u32>(1), r.get::<_, String>(2)),
                 )
             })
             .collect();
@@ -140,20 +138,30 @@ impl PgTarget {
             None => "true".into(),
         }
     }
+}
 
-    pub async fn fetch(
+#[async_trait]
+impl Mirror for PostgresMirror {
+    fn location(&self, table: &MirrorTable) -> String {
+        format!("table {}.{}", self.config.target_schema, self.name(table))
+    }
+
+    async fn fetch(
         &self,
-        table: &SourceTable,
-        rows: &[SourceRow],
-    ) -> Result<Vec<Option<TargetRow>>, VerifyError> {
+        table: &MirrorTable,
+        rows: &[RowKey<'_>],
+    ) -> Result<Fetched, MirrorError> {
         let Some(shape) = self.shape(table).await? else {
-            return Ok(vec![None; rows.len()]);
+            return Ok(Fetched {
+                rows: vec![None; rows.len()],
+                form: StoredForm::WIRE,
+            });
         };
         // Source columns the warehouse lacks read as null (and so differ where the source has a value).
         let present: Vec<&str> = table
             .columns
             .iter()
-            .map(|c| c.name.as_str())
+            .map(|(c, _)| c.as_str())
             .filter(|c| shape.columns.contains_key(*c))
             .collect();
         let keys = table.key_names();
@@ -165,7 +173,7 @@ impl PgTarget {
             .collect::<Vec<_>>()
             .join(", ");
         let key_params: Vec<Vec<&str>> = (0..keys.len())
-            .map(|i| rows.iter().map(|r| r.key_text[i].as_str()).collect())
+            .map(|i| rows.iter().map(|r| r.text[i].as_str()).collect())
             .collect();
         let (filter, params) = key_filter(&shape, &keys, &key_params)?;
         let sql = format!(
@@ -177,8 +185,8 @@ impl PgTarget {
             .client
             .query(&sql, &params)
             .await
-            .map_err(VerifyError::pg("read rows of a warehouse table"))?;
-        let mut by_key: HashMap<Vec<String>, TargetRow> = HashMap::with_capacity(found.len());
+            .map_err(pg("read rows of a warehouse table"))?;
+        let mut by_key: HashMap<Vec<String>, StoredRow> = HashMap::with_capacity(found.len());
         for r in &found {
             let key: Vec<String> = (0..keys.len())
                 .map(|i| r.get::<_, Option<String>>(i).unwrap_or_default())
@@ -188,16 +196,20 @@ impl PgTarget {
                 let text: Option<&str> = r.get(keys.len() + j);
                 let v = match text {
                     None => Value::Null,
-                    Some(t) => shape.columns[*column].0.to_json(t),
+                    Some(t) => self.types.to_json(shape.columns[*column].0, t),
                 };
                 row.insert((*column).to_owned(), v);
             }
-            by_key.insert(key, TargetRow::Json(row));
+            by_key.insert(key, StoredRow::Json(row));
         }
-        Ok(rows.iter().map(|r| by_key.remove(&r.key_text)).collect())
+        // Values are mapped back to the wire form by the warehouse's types.
+        Ok(Fetched {
+            rows: rows.iter().map(|r| by_key.remove(r.text)).collect(),
+            form: StoredForm::WIRE,
+        })
     }
 
-    pub async fn count(&self, table: &SourceTable) -> Result<u64, VerifyError> {
+    async fn count(&self, table: &MirrorTable) -> Result<u64, MirrorError> {
         let Some(shape) = self.shape(table).await? else {
             return Ok(0);
         };
@@ -212,15 +224,15 @@ impl PgTarget {
                 &[],
             )
             .await
-            .map_err(VerifyError::pg("count rows of a warehouse table"))?;
+            .map_err(pg("count rows of a warehouse table"))?;
         Ok(row.get::<_, i64>(0) as u64)
     }
 
-    pub async fn scan_keys(
+    async fn scan_keys(
         &self,
-        table: &SourceTable,
+        table: &MirrorTable,
         cursor: Option<String>,
-    ) -> Result<KeyPage, VerifyError> {
+    ) -> Result<KeyPage, MirrorError> {
         let Some(shape) = self.shape(table).await? else {
             return Ok((Vec::new(), None));
         };
@@ -238,7 +250,7 @@ impl PgTarget {
             .join(", ");
         let after: Vec<String> = match &cursor {
             Some(c) => serde_json::from_str(c)
-                .map_err(|e| VerifyError::Target(format!("bad scan cursor: {e}")))?,
+                .map_err(|e| MirrorError::Target(format!("bad scan cursor: {e}")))?,
             None => Vec::new(),
         };
         let mut sql = format!(
@@ -252,7 +264,7 @@ impl PgTarget {
                 .iter()
                 .enumerate()
                 .map(|(i, k)| Ok(format!("${}::text::{}", i + 1, column_type(&shape, k)?)))
-                .collect::<Result<Vec<_>, VerifyError>>()?
+                .collect::<Result<Vec<_>, MirrorError>>()?
                 .join(", ");
             sql.push_str(&format!(" AND ({list}) > ({bound})"));
             params.extend(after.iter().map(|s| s as &(dyn ToSql + Sync)));
@@ -262,7 +274,7 @@ impl PgTarget {
             .client
             .query(&sql, &params)
             .await
-            .map_err(VerifyError::pg("scan keys of a warehouse table"))?;
+            .map_err(pg("scan keys of a warehouse table"))?;
         let page: Vec<Vec<String>> = rows
             .iter()
             .map(|r| {
@@ -279,7 +291,10 @@ impl PgTarget {
         Ok((page, next))
     }
 
-    pub async fn positions(&self) -> Result<HashMap<Partition, i64>, VerifyError> {
+    async fn positions(
+        &self,
+        _partitions: &[Partition],
+    ) -> Result<HashMap<Partition, i64>, MirrorError> {
         let sql = format!(
             "SELECT topic, partition, next_offset FROM {}.{} WHERE group_id = $1",
             quote_ident(&self.config.target_schema),
@@ -299,18 +314,18 @@ impl PgTarget {
             Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => {
                 Ok(HashMap::new())
             }
-            Err(e) => Err(VerifyError::pg("read the warehouse positions")(e)),
+            Err(e) => Err(pg("read the warehouse positions")(e)),
         }
     }
 }
 
-fn column_type(shape: &Shape, column: &str) -> Result<String, VerifyError> {
+fn column_type(shape: &Shape, column: &str) -> Result<String, MirrorError> {
     shape
         .columns
         .get(column)
         .map(|(_, t)| t.clone())
         .ok_or_else(|| {
-            VerifyError::Target(format!(
+            MirrorError::Target(format!(
                 "warehouse table {} has no key column {column}",
                 shape.qualified
             ))
@@ -323,7 +338,7 @@ fn key_filter<'a>(
     shape: &Shape,
     keys: &[&str],
     values: &'a [Vec<&'a str>],
-) -> Result<(String, Vec<&'a (dyn ToSql + Sync)>), VerifyError> {
+) -> Result<(String, Vec<&'a (dyn ToSql + Sync)>), MirrorError> {
     let list = keys
         .iter()
         .map(|c| format!("t.{}", quote_ident(c)))
@@ -333,7 +348,7 @@ fn key_filter<'a>(
         .iter()
         .enumerate()
         .map(|(i, k)| Ok(format!("u.k{}::{}", i + 1, column_type(shape, k)?)))
-        .collect::<Result<Vec<_>, VerifyError>>()?
+        .collect::<Result<Vec<_>, MirrorError>>()?
         .join(", ");
     let unnest = (1..=keys.len())
         .map(|i| format!("${i}::text[]"))

@@ -1,62 +1,50 @@
-//! Elasticsearch: one index per table (`index.pattern`, lower-cased), document
-//! id = the key (one column: its value as text; several: the JSON array of
-//! the values), `_source` = the row in the index's form (native or wire,
-//! recorded in the index's mark; see the sink's `values`). With
+//! The indexes read back for `oncely verify`, with the sink's own index
+//! names, document ids and value forms: one index per table (`index.pattern`,
+//! lower-cased), document id = the key (one column: its value as text;
+//! several: the JSON array of the values), `_source` = the row in the index's
+//! form (recorded in the index's mark; see [`super::values`]). With
 //! `delete.mode = "soft"` a deleted row stays with the flag field set. The
-//! sink commits its positions to Kafka (the consumer group's offsets).
+//! sink leaves its positions to Kafka (the consumer group's offsets).
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use elasticsearch::indices::IndicesRefreshParts;
-use elasticsearch::{CountParts, Elasticsearch, MgetParts, OpenPointInTimeParts, SearchParts};
-use oncely_sinks::kinds::elasticsearch::mapping::index_format;
-use oncely_sinks::kinds::elasticsearch::plan::index_name;
-use oncely_sinks::kinds::elasticsearch::values::Format;
-use oncely_sinks::kinds::elasticsearch::{DeleteMode, ElasticsearchConfig, ElasticsearchSink};
-use oncely_sinks::native::ValueFormat;
-use oncely_sinks::RunnerConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
+use ::elasticsearch::indices::IndicesRefreshParts;
+use ::elasticsearch::{CountParts, Elasticsearch, MgetParts, OpenPointInTimeParts, SearchParts};
+use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::{KeyPage, Partition, PAGE};
-use crate::verify::compare::TargetRow;
-use crate::verify::source::{wire_text, SourceRow, SourceTable};
-use crate::verify::VerifyError;
+use super::mapping::index_format;
+use super::plan::{document_id_of, index_name};
+use super::values::Format;
+use super::{DeleteMode, ElasticsearchConfig, ElasticsearchSink};
+use crate::config::RunnerConfig;
+use crate::mirror::{
+    committed_offsets, wire_text, Fetched, KeyPage, Mirror, MirrorContext, MirrorError,
+    MirrorTable, Partition, RowKey, StoredRow, PAGE,
+};
 
-pub struct EsTarget {
+/// An Elasticsearch sink's indexes, read the way the sink writes them.
+pub struct ElasticsearchMirror {
     sink: ElasticsearchSink,
     config: ElasticsearchConfig,
-    bootstrap: String,
-    group: String,
-    /// The runner's security settings, to read the group's offsets.
-    kafka: Vec<(String, String)>,
+    runner: RunnerConfig,
     db: String,
 }
 
-impl EsTarget {
+impl ElasticsearchMirror {
+    /// Connects with the sink's own client settings.
     pub async fn connect(
         config: &ElasticsearchConfig,
-        runner: &RunnerConfig,
-        db: &str,
-    ) -> Result<Self, VerifyError> {
+        ctx: &MirrorContext<'_>,
+    ) -> Result<Self, MirrorError> {
         let sink = ElasticsearchSink::connect(config)
             .await
-            .map_err(|e| VerifyError::Target(format!("elasticsearch: {e}")))?;
-        let kafka = runner
-            .kafka
-            .iter()
-            .filter(|(k, _)| oncely_capture::kafka::is_connection_property(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+            .map_err(|e| MirrorError::Target(format!("elasticsearch: {e}")))?;
         Ok(Self {
             sink,
             config: config.clone(),
-            bootstrap: runner.bootstrap_servers.clone(),
-            group: runner.group_id.clone(),
-            kafka,
-            db: db.to_owned(),
+            runner: ctx.runner.clone(),
+            db: ctx.db.to_owned(),
         })
     }
 
@@ -65,7 +53,7 @@ impl EsTarget {
     }
 
     /// The index the sink writes `table` to: the sink's own function.
-    pub fn index(&self, table: &SourceTable) -> Result<String, VerifyError> {
+    fn index(&self, table: &MirrorTable) -> Result<String, MirrorError> {
         index_name(
             &self.config.index_pattern,
             &table.topic,
@@ -73,7 +61,7 @@ impl EsTarget {
             &table.schema,
             &table.name,
         )
-        .map_err(VerifyError::Config)
+        .map_err(MirrorError::Config)
     }
 
     fn soft(&self) -> bool {
@@ -88,46 +76,56 @@ impl EsTarget {
             json!({"match_all": {}})
         }
     }
+}
 
-    pub async fn fetch(
+#[async_trait]
+impl Mirror for ElasticsearchMirror {
+    fn location(&self, table: &MirrorTable) -> String {
+        match self.index(table) {
+            Ok(index) => format!("index {index}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    async fn fetch(
         &self,
-        table: &SourceTable,
-        rows: &[SourceRow],
-    ) -> Result<Vec<Option<TargetRow>>, VerifyError> {
+        table: &MirrorTable,
+        keys: &[RowKey<'_>],
+    ) -> Result<Fetched, MirrorError> {
         let index = self.index(table)?;
-        let ids: Vec<String> = rows.iter().map(|r| document_id(&r.key_wire)).collect();
+        let err = |e: String| MirrorError::Target(format!("elasticsearch mget on {index}: {e}"));
+        let ids: Vec<String> = keys.iter().map(|k| document_id(k.wire)).collect();
         let response = self
             .client()
             .mget(MgetParts::Index(&index))
             .body(json!({ "ids": ids }))
             .send()
             .await
-            .map_err(|e| VerifyError::Target(format!("elasticsearch mget on {index}: {e}")))?;
+            .map_err(|e| err(e.to_string()))?;
         let status = response.status_code().as_u16();
+        let configured = Format::of_config(&self.config);
         if status == 404 {
-            return Ok(vec![None; rows.len()]);
+            return Ok(Fetched {
+                rows: vec![None; keys.len()],
+                form: configured.stored_form(),
+            });
         }
-        let body: Value = response
-            .json()
-            .await
-            .map_err(|e| VerifyError::Target(format!("elasticsearch mget on {index}: {e}")))?;
+        let body: Value = response.json().await.map_err(|e| err(e.to_string()))?;
         if !(200..300).contains(&status) {
-            return Err(VerifyError::Target(format!(
-                "elasticsearch mget on {index}: HTTP {status}: {body}"
-            )));
+            return Err(err(format!("HTTP {status}: {body}")));
         }
-        let format = index_format(self.client(), &index, Format::of_config(&self.config))
+        let format = index_format(self.client(), &index, configured)
             .await
-            .map_err(|e| VerifyError::Target(format!("elasticsearch mapping of {index}: {e}")))?;
+            .map_err(|e| MirrorError::Target(format!("elasticsearch mapping of {index}: {e}")))?;
         let docs = body["docs"].as_array().cloned().unwrap_or_default();
-        if docs.len() != rows.len() {
-            return Err(VerifyError::Target(format!(
-                "elasticsearch mget on {index} answered {} documents for {} ids",
+        if docs.len() != keys.len() {
+            return Err(err(format!(
+                "answered {} documents for {} ids",
                 docs.len(),
-                rows.len()
+                keys.len()
             )));
         }
-        Ok(docs
+        let rows = docs
             .into_iter()
             .map(|d| {
                 if d["found"] != json!(true) {
@@ -144,16 +142,18 @@ impl EsTarget {
                         return None;
                     }
                 }
-                Some(match format.values {
-                    ValueFormat::Native => TargetRow::Native(source, format),
-                    ValueFormat::Wire => TargetRow::Json(source),
-                })
+                Some(StoredRow::Json(source))
             })
-            .collect())
+            .collect();
+        Ok(Fetched {
+            rows,
+            form: format.stored_form(),
+        })
     }
 
-    pub async fn count(&self, table: &SourceTable) -> Result<u64, VerifyError> {
+    async fn count(&self, table: &MirrorTable) -> Result<u64, MirrorError> {
         let index = self.index(table)?;
+        let err = |e: String| MirrorError::Target(format!("elasticsearch count of {index}: {e}"));
         // Counting searches what is refreshed; mget is real-time, so refresh first.
         let refresh = self
             .client()
@@ -161,7 +161,7 @@ impl EsTarget {
             .refresh(IndicesRefreshParts::Index(&[&index]))
             .send()
             .await
-            .map_err(|e| VerifyError::Target(format!("elasticsearch refresh of {index}: {e}")))?;
+            .map_err(|e| MirrorError::Target(format!("elasticsearch refresh of {index}: {e}")))?;
         if refresh.status_code().as_u16() == 404 {
             return Ok(0);
         }
@@ -171,28 +171,23 @@ impl EsTarget {
             .body(json!({ "query": self.live_query() }))
             .send()
             .await
-            .map_err(|e| VerifyError::Target(format!("elasticsearch count of {index}: {e}")))?;
+            .map_err(|e| err(e.to_string()))?;
         let status = response.status_code().as_u16();
-        let body: Value = response
-            .json()
-            .await
-            .map_err(|e| VerifyError::Target(format!("elasticsearch count of {index}: {e}")))?;
-        body["count"].as_u64().ok_or_else(|| {
-            VerifyError::Target(format!(
-                "elasticsearch count of {index}: HTTP {status}: {body}"
-            ))
-        })
+        let body: Value = response.json().await.map_err(|e| err(e.to_string()))?;
+        body["count"]
+            .as_u64()
+            .ok_or_else(|| err(format!("HTTP {status}: {body}")))
     }
 
     /// Pages through the index with a point in time, in `_shard_doc` order
     /// (sorting by `_id` needs fielddata, off by default).
-    pub async fn scan_keys(
+    async fn scan_keys(
         &self,
-        table: &SourceTable,
+        table: &MirrorTable,
         cursor: Option<String>,
-    ) -> Result<KeyPage, VerifyError> {
+    ) -> Result<KeyPage, MirrorError> {
         let index = self.index(table)?;
-        let err = |e: String| VerifyError::Target(format!("elasticsearch scan of {index}: {e}"));
+        let err = |e: String| MirrorError::Target(format!("elasticsearch scan of {index}: {e}"));
         let (pit, after) = match cursor {
             Some(c) => {
                 let c: Value = serde_json::from_str(&c).map_err(|e| err(e.to_string()))?;
@@ -255,52 +250,19 @@ impl EsTarget {
         Ok((keys, next))
     }
 
-    /// The group's committed offsets (the sink commits after a batch is settled).
-    pub async fn positions(
+    async fn positions(
         &self,
         partitions: &[Partition],
-    ) -> Result<HashMap<Partition, i64>, VerifyError> {
-        let mut config = rdkafka::ClientConfig::new();
-        config
-            .set("bootstrap.servers", &self.bootstrap)
-            .set("group.id", &self.group)
-            .set("enable.auto.commit", "false");
-        for (k, v) in &self.kafka {
-            config.set(k, v);
-        }
-        let partitions = partitions.to_vec();
-        tokio::task::spawn_blocking(move || {
-            let consumer: BaseConsumer = config
-                .create()
-                .map_err(|e| VerifyError::Kafka(format!("create a consumer: {e}")))?;
-            let mut tpl = TopicPartitionList::new();
-            for (t, p) in &partitions {
-                tpl.add_partition(t, *p);
-            }
-            let committed = consumer
-                .committed_offsets(tpl, Duration::from_secs(10))
-                .map_err(|e| {
-                    VerifyError::Kafka(format!("read the group's committed offsets: {e}"))
-                })?;
-            Ok(committed
-                .elements()
-                .iter()
-                .filter_map(|e| match e.offset() {
-                    Offset::Offset(o) => Some(((e.topic().to_owned(), e.partition()), o)),
-                    _ => None,
-                })
-                .collect())
-        })
-        .await
-        .map_err(|e| VerifyError::Kafka(format!("offset reader task failed: {e}")))?
+    ) -> Result<HashMap<Partition, i64>, MirrorError> {
+        committed_offsets(&self.runner, partitions).await
     }
 }
 
 /// The sink's document id of a key's values ("" for a null key, which the
 /// sink never writes).
-pub fn document_id(key: &[Value]) -> String {
+fn document_id(key: &[Value]) -> String {
     let values: Vec<&Value> = key.iter().collect();
-    oncely_sinks::kinds::elasticsearch::plan::document_id_of(&values).unwrap_or_default()
+    document_id_of(&values).unwrap_or_default()
 }
 
 /// Key values (as text) of a document id.

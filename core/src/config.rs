@@ -1,0 +1,169 @@
+//! The one configuration loader of the sinks: dotted keys flattened once,
+//! deserialized with `deny_unknown_fields`, and the one [`ConfigError`] that
+//! names the key and the fix.
+//!
+//! Keys are dotted like Debezium's and Kafka Connect's. TOML reads a bare
+//! dotted key (`bulk.max.actions = 500`) as nested tables and a quoted one
+//! (`"bulk.max.actions" = 500`) as one key; [`flatten`] turns both into the
+//! quoted form, so a config struct names each key once, as
+//! `#[serde(rename = "bulk.max.actions")]`, and never copies itself into a
+//! nested mirror of its keys.
+
+use serde::de::DeserializeOwned;
+
+/// A bad configuration value, named by its configuration key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{key}`: {message}")]
+pub struct ConfigError {
+    /// The configuration key, e.g. `batch.max.records` or `sink.path`.
+    pub key: String,
+    /// What is wrong and what is expected.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// An error about `key`.
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// How [`flatten`] treats leaf values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leaves {
+    /// As they are.
+    Typed,
+    /// Numbers and booleans as their text; arrays and dates refused (librdkafka
+    /// properties are strings). `prefix` names the table in errors.
+    Strings {
+        /// The table the keys sit in, e.g. `kafka`.
+        prefix: &'static str,
+    },
+}
+
+/// `table` with nested tables turned into dotted keys (`a = { b = 1 }` and
+/// `a.b = 1` become `"a.b" = 1`). A key written both bare and quoted is an error.
+pub fn flatten(table: toml::Table, leaves: Leaves) -> Result<toml::Table, ConfigError> {
+    let mut out = toml::Table::new();
+    flatten_into(&mut out, "", table, leaves)?;
+    Ok(out)
+}
+
+/// Adds `key = value` to `out`, flattening `value` when it is a table.
+pub fn flatten_value(
+    out: &mut toml::Table,
+    key: String,
+    value: toml::Value,
+    leaves: Leaves,
+) -> Result<(), ConfigError> {
+    let value = match (value, leaves) {
+        (toml::Value::Table(t), _) => return flatten_into(out, &key, t, leaves),
+        (
+            v @ (toml::Value::Integer(_) | toml::Value::Boolean(_) | toml::Value::Float(_)),
+            Leaves::Strings { .. },
+        ) => toml::Value::String(v.to_string()),
+        (v @ (toml::Value::Array(_) | toml::Value::Datetime(_)), Leaves::Strings { prefix }) => {
+            let found = v.type_str();
+            return Err(ConfigError::new(
+                format!("{prefix}.{key}"),
+                format!("expected a string, number or boolean, got {found}"),
+            ));
+        }
+        (v, _) => v,
+    };
+    if out.contains_key(&key) {
+        return Err(ConfigError::new(key, "set twice (bare and quoted)"));
+    }
+    out.insert(key, value);
+    Ok(())
+}
+
+fn flatten_into(
+    out: &mut toml::Table,
+    prefix: &str,
+    table: toml::Table,
+    leaves: Leaves,
+) -> Result<(), ConfigError> {
+    for (key, value) in table {
+        let full = if prefix.is_empty() {
+            key
+        } else {
+            format!("{prefix}.{key}")
+        };
+        flatten_value(out, full, value, leaves)?;
+    }
+    Ok(())
+}
+
+/// Deserializes an already flattened table; errors are told under `section`
+/// (e.g. `sink`), one line, without quoting the file.
+pub fn from_flat<T: DeserializeOwned>(flat: toml::Table, section: &str) -> Result<T, ConfigError> {
+    // Through text, so that errors say which line and key.
+    let text = toml::to_string(&flat).map_err(|e| ConfigError::new(section, e.to_string()))?;
+    toml::from_str(&text).map_err(|e| ConfigError::new(section, crate::toml_error(&e, &text)))
+}
+
+/// Flattens `table`'s dotted keys and deserializes it; errors under `section`.
+pub fn from_table<T: DeserializeOwned>(
+    table: toml::Table,
+    section: &str,
+) -> Result<T, ConfigError> {
+    from_flat(flatten(table, Leaves::Typed)?, section)
+}
+
+/// [`from_table`] of a TOML text (one section's keys, bare or quoted).
+pub fn from_str<T: DeserializeOwned>(text: &str, section: &str) -> Result<T, ConfigError> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| {
+        ConfigError::new(
+            section,
+            format!("not valid TOML: {}", crate::toml_error(&e, text)),
+        )
+    })?;
+    from_table(table, section)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Sample {
+        #[serde(rename = "bulk.max.actions", default)]
+        actions: u32,
+        #[serde(default)]
+        url: String,
+    }
+
+    #[test]
+    fn bare_and_quoted_dotted_keys_mean_the_same() {
+        let bare: Sample = from_str("bulk.max.actions = 7\nurl = \"u\"", "sink").expect("bare");
+        let quoted: Sample = from_str("\"bulk.max.actions\" = 7", "sink").expect("quoted");
+        assert_eq!((bare.actions, bare.url.as_str()), (7, "u"));
+        assert_eq!(quoted.actions, 7);
+    }
+
+    #[test]
+    fn unknown_and_doubled_keys_are_named() {
+        let e = from_str::<Sample>("bulk.max.actoins = 1", "sink").expect_err("typo");
+        assert_eq!(e.key, "sink");
+        assert!(e.message.contains("bulk.max.actoins"), "{e}");
+        let e = from_str::<Sample>("bulk.max.actions = 1\n\"bulk.max.actions\" = 2", "sink")
+            .expect_err("twice");
+        assert_eq!(e.key, "bulk.max.actions");
+        assert!(e.message.contains("set twice"), "{e}");
+    }
+
+    #[test]
+    fn string_leaves_refuse_arrays() {
+        let table: toml::Table = toml::from_str("linger.ms = 5\nacks = [1]").expect("toml");
+        let e = flatten(table, Leaves::Strings { prefix: "kafka" }).expect_err("array");
+        assert_eq!(e.key, "kafka.acks");
+        let table: toml::Table = toml::from_str("linger.ms = 5").expect("toml");
+        let flat = flatten(table, Leaves::Strings { prefix: "kafka" }).expect("flat");
+        assert_eq!(flat["linger.ms"].as_str(), Some("5"));
+    }
+}
