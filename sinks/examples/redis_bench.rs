@@ -113,6 +113,8 @@ async fn main() {
     config.key_pattern = format!("{tag}:s:{{table}}:{{key}}");
     config.version_prefix = format!("{tag}:v:");
     config.positions_prefix = format!("{tag}:pos:");
+    config.keyset_prefix = format!("{tag}:ks:");
+    config.fence_prefix = format!("{tag}:fence:");
     let sink = RedisSink::connect(&config).await.expect("sink");
     let mut conn = redis::Client::open(url)
         .expect("client")

@@ -26,6 +26,8 @@ pub const DEFAULT_VERSION_PREFIX: &str = "oncely:v:";
 pub const DEFAULT_VERSION_FIELD: &str = "_oncely_version";
 /// Default `keyset.key.prefix`: a table's row keys live in the set `<prefix><db>.<schema>.<table>`.
 pub const DEFAULT_KEYSET_PREFIX: &str = "oncely:keyset:";
+/// Default `fence.key.prefix`: a partition's fence is the hash `<prefix><topic>:<partition>`.
+pub const DEFAULT_FENCE_PREFIX: &str = "oncely:fence:";
 /// Default `positions.key.prefix`: a group's positions live in the hash `<prefix><group.id>`.
 pub const DEFAULT_POSITIONS_PREFIX: &str = "oncely:positions:";
 /// Default `ttl.seconds`: rows never expire.
@@ -91,6 +93,9 @@ pub struct RedisConfig {
     pub positions_prefix: String,
     /// `keyset.key.prefix`: prefix of the set of a table's row keys (what a truncate removes).
     pub keyset_prefix: String,
+    /// `fence.key.prefix`: prefix of each partition's fence (which runner
+    /// may write its keys) and of the truncate counter.
+    pub fence_prefix: String,
     /// `ttl.seconds`: rows (and their versions) expire after this long; 0 = never.
     pub ttl_seconds: u64,
     /// `tombstone.ttl.seconds`: how long a deleted row's version is kept; 0 = forever.
@@ -137,6 +142,8 @@ struct Raw {
     positions_prefix: String,
     #[serde(rename = "keyset.key.prefix", default = "default_keyset_prefix")]
     keyset_prefix: String,
+    #[serde(rename = "fence.key.prefix", default = "default_fence_prefix")]
+    fence_prefix: String,
     #[serde(rename = "ttl.seconds", default)]
     ttl_seconds: u64,
     #[serde(rename = "tombstone.ttl.seconds", default = "default_tombstone_ttl")]
@@ -175,6 +182,9 @@ fn default_positions_prefix() -> String {
 }
 fn default_keyset_prefix() -> String {
     DEFAULT_KEYSET_PREFIX.into()
+}
+fn default_fence_prefix() -> String {
+    DEFAULT_FENCE_PREFIX.into()
 }
 fn default_tombstone_ttl() -> u64 {
     DEFAULT_TOMBSTONE_TTL_SECONDS
@@ -220,6 +230,7 @@ impl<'de> Deserialize<'de> for RedisConfig {
             version_field: raw.version_field,
             positions_prefix: raw.positions_prefix,
             keyset_prefix: raw.keyset_prefix,
+            fence_prefix: raw.fence_prefix,
             ttl_seconds: raw.ttl_seconds,
             tombstone_ttl_seconds: raw.tombstone_ttl_seconds,
             script_max_changes: raw.script_max_changes,
@@ -264,6 +275,7 @@ impl RedisConfig {
             version_field: DEFAULT_VERSION_FIELD.into(),
             positions_prefix: DEFAULT_POSITIONS_PREFIX.into(),
             keyset_prefix: DEFAULT_KEYSET_PREFIX.into(),
+            fence_prefix: DEFAULT_FENCE_PREFIX.into(),
             ttl_seconds: DEFAULT_TTL_SECONDS,
             tombstone_ttl_seconds: DEFAULT_TOMBSTONE_TTL_SECONDS,
             script_max_changes: DEFAULT_SCRIPT_MAX_CHANGES,
@@ -347,6 +359,12 @@ impl RedisConfig {
             return Err(ConfigError::new(
                 "sink.keyset.key.prefix",
                 "must not be empty (key sets would share names with rows)",
+            ));
+        }
+        if self.fence_prefix.is_empty() {
+            return Err(ConfigError::new(
+                "sink.fence.key.prefix",
+                "must not be empty (fences would share names with rows)",
             ));
         }
         if !(1..=MAX_SCRIPT_CHANGES).contains(&self.script_max_changes) {

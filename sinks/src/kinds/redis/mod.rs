@@ -111,7 +111,9 @@
 //!   and the only cost is re-reading those records after the next restart.
 
 pub mod config;
+mod calls;
 mod error;
+mod fast;
 mod plan;
 mod script;
 mod sink;
