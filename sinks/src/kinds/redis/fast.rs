@@ -35,7 +35,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Client, RedisResult, Value};
 
 use super::error::classify;
@@ -146,7 +146,7 @@ impl Fast {
     /// it to before now fails its next chunk. Starts with an empty cache.
     pub(super) async fn claim(
         &self,
-        conn: &mut impl redis::aio::ConnectionLike,
+        conn: &mut ConnectionManager,
         group: &str,
         tp: &TopicPartition,
         p: &mut Partition,
@@ -238,10 +238,11 @@ impl Fast {
                     .next()
                     .unwrap_or_else(|| Err(redis::RedisError::from((redis::ErrorKind::Parse, "short reply"))))
             };
-            let (owner, writer): (Option<String>, Option<String>) =
-                redis::from_redis_value(next().map_err(|e| classify("HMGET fence", e))?)
-                    .map_err(|e| classify("HMGET fence", e))?;
-            let epoch: Option<i64> = redis::from_redis_value(next().map_err(|e| classify("GET truncates", e))?)
+            let (owner, writer): (Option<String>, Option<String>) = next()
+                .and_then(|v| Ok(redis::from_redis_value(v)?))
+                .map_err(|e| classify("HMGET fence", e))?;
+            let epoch: Option<i64> = next()
+                .and_then(|v| Ok(redis::from_redis_value(v)?))
                 .map_err(|e| classify("GET truncates", e))?;
             if owner.as_deref() != Some(p.token.as_str()) {
                 return Err(SinkError::retriable(format!(
@@ -339,7 +340,7 @@ fn fill(version: Value, fields: Value, tomb: Value, version_field: &str) -> Redi
 fn plan_writes(p: &mut Partition, keys: &Keys<'_>, chunk: &[Change<'_>], tx: &mut redis::Pipeline) -> (u64, u64) {
     let (mut applied, mut skipped) = (0, 0);
     for c in chunk {
-        let Some(stored) = p.rows.get(&c.row_key) else {
+        let Some(stored) = p.rows.get_mut(&c.row_key) else {
             continue; // every key was filled above
         };
         if stored.version.is_some_and(|v| v >= c.version) {
@@ -402,7 +403,7 @@ fn plan_writes(p: &mut Partition, keys: &Keys<'_>, chunk: &[Change<'_>], tx: &mu
             // Not sent here: truncates and JSON rows take the script path.
             Body::Truncate | Body::Json { .. } => continue,
         };
-        p.rows.insert(c.row_key.clone(), next);
+        *stored = next;
         applied += 1;
     }
     (applied, skipped)

@@ -10,11 +10,9 @@ use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo, TlsCertificates};
 use super::config::{Layout, RedisConfig};
 use super::error::{classify, is_noscript};
 use super::fast::{fence_key, truncates_key, Fast, Keys, Outcome, SCRIPT_WRITER, WRITER};
-use super::plan::{
-    hash_fields, json_text, keys_to_merge, merge_json, plan, Body, Change, FieldValue, KeyPattern,
-    Naming,
-};
-use super::script::{pack_str, position_field, Reply, HASH_SCRIPT, JSON_SCRIPT, TRUNCATE_SCRIPT};
+use super::calls::Part;
+use super::plan::{keys_to_merge, merge_json, plan, Change, KeyPattern, Naming};
+use super::script::{position_field, Reply, HASH_SCRIPT, JSON_SCRIPT, TRUNCATE_SCRIPT};
 use crate::error::{RecordFailure, SinkError};
 use crate::naming::TargetClaims;
 use crate::native::ValueFormat;
@@ -210,13 +208,13 @@ impl RedisSink {
     /// after `mark` (which tells the transaction path that keys changed, see
     /// [`super::fast`]), and on `NOSCRIPT` (Redis restarted or flushed its
     /// scripts) `SCRIPT LOAD` then both once more.
-    async fn eval<T: redis::FromRedisValue>(
+    async fn eval<T: redis::FromRedisValue + Send>(
         &self,
         mark: &redis::Cmd,
         evalsha: &redis::Cmd,
         (script, sha): (&str, &str),
     ) -> Result<T, SinkError> {
-        let mut conn = self.conn.clone();
+        let conn = self.conn.clone();
         let mut pipe = redis::pipe();
         pipe.atomic().add_command(mark.clone()).ignore().add_command(evalsha.clone());
         let query = |mut conn: ConnectionManager| {
