@@ -279,6 +279,9 @@ impl Fast {
             if !writer_ours {
                 tx.cmd("HSET").arg(&fence).arg(WRITER).arg(&p.token).ignore();
             }
+            // Tests change the fence here, between the read and the EXEC.
+            #[cfg(feature = "failpoints")]
+            fail::fail_point!("redis-sink-before-exec");
             let conn = self.conn(p).await?;
             let done: Option<()> = tx
                 .query_async(conn)
