@@ -46,7 +46,8 @@ async fn an_assignment_between_read_and_exec_refuses_the_old_owners_transaction(
     old.load_positions("g", std::slice::from_ref(&tp))
         .await
         .expect("assigned");
-    let batch = |records, next| Batch::new(Arc::from("g"), (Arc::from("topic-a"), 0), records, next);
+    let batch =
+        |records, next| Batch::new(Arc::from("g"), (Arc::from("topic-a"), 0), records, next);
     old.apply(&batch(vec![record(0, 1, 10)], 1))
         .await
         .expect("first batch");
@@ -71,7 +72,9 @@ async fn an_assignment_between_read_and_exec_refuses_the_old_owners_transaction(
             .expect("HSET fence");
     })
     .expect("failpoint");
-    let late = old.apply(&batch(vec![record(1, 1, 20), record(2, 2, 20)], 3)).await;
+    let late = old
+        .apply(&batch(vec![record(1, 1, 20), record(2, 2, 20)], 3))
+        .await;
     fail::remove("redis-sink-before-exec");
     assert!(fired.load(Ordering::SeqCst), "the failpoint ran");
     match late {
@@ -91,7 +94,11 @@ async fn an_assignment_between_read_and_exec_refuses_the_old_owners_transaction(
         .query_async(&mut conn)
         .await
         .expect("HGET");
-    assert_eq!(v1.as_deref(), Some("at 10"), "row 1 is as the first batch left it");
+    assert_eq!(
+        v1.as_deref(),
+        Some("at 10"),
+        "row 1 is as the first batch left it"
+    );
     let row2: i64 = redis::cmd("EXISTS")
         .arg(format!("{p}:t:2"))
         .query_async(&mut conn)

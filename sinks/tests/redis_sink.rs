@@ -946,14 +946,28 @@ async fn a_runner_that_lost_its_partition_writes_nothing() {
     let mut conn = raw().await;
     let tps = [TopicPartition::new("topic-a", 0)];
     let row = |id: i64, v: &str| json!({"id": id, "v": v});
-    old.load_positions("g", &tps).await.expect("assigned to the old owner");
-    old.apply(&batch("g", 0, vec![record(0, 1, "c", row(1, "a"), Version::new(10, 0))], 1))
+    old.load_positions("g", &tps)
         .await
-        .expect("old owner, before the rebalance");
-    new.load_positions("g", &tps).await.expect("assigned to the new owner");
-    new.apply(&batch("g", 0, vec![record(1, 1, "u", row(1, "c"), Version::new(30, 0))], 2))
+        .expect("assigned to the old owner");
+    old.apply(&batch(
+        "g",
+        0,
+        vec![record(0, 1, "c", row(1, "a"), Version::new(10, 0))],
+        1,
+    ))
+    .await
+    .expect("old owner, before the rebalance");
+    new.load_positions("g", &tps)
         .await
-        .expect("new owner");
+        .expect("assigned to the new owner");
+    new.apply(&batch(
+        "g",
+        0,
+        vec![record(1, 1, "u", row(1, "c"), Version::new(30, 0))],
+        2,
+    ))
+    .await
+    .expect("new owner");
     // The zombie's batch in flight: an older change of key 1 (which its
     // cache would let through as newer than its own write) and a new key.
     let late = batch(
@@ -975,7 +989,10 @@ async fn a_runner_that_lost_its_partition_writes_nothing() {
         cached(&mut conn, Layout::Hash, &format!("{p}:t:1")).await,
         Some(text_row(&row(1, "c")))
     );
-    assert_eq!(cached(&mut conn, Layout::Hash, &format!("{p}:t:2")).await, None);
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &format!("{p}:t:2")).await,
+        None
+    );
     // Read directly: `load_positions` would assign the partition again.
     let position: Option<i64> = redis::cmd("HGET")
         .arg(format!("{p}:pos:g"))
@@ -988,12 +1005,22 @@ async fn a_runner_that_lost_its_partition_writes_nothing() {
     // whose cache holds version 30, must see it and skip its older change.
     let other = RedisSink::connect(&cfg).await.expect("second group");
     other
-        .apply(&batch("h", 0, vec![record(0, 1, "u", row(1, "h"), Version::new(60, 0))], 1))
+        .apply(&batch(
+            "h",
+            0,
+            vec![record(0, 1, "u", row(1, "h"), Version::new(60, 0))],
+            1,
+        ))
         .await
         .expect("second group");
-    new.apply(&batch("g", 0, vec![record(2, 1, "u", row(1, "d"), Version::new(50, 0))], 3))
-        .await
-        .expect("first group again");
+    new.apply(&batch(
+        "g",
+        0,
+        vec![record(2, 1, "u", row(1, "d"), Version::new(50, 0))],
+        3,
+    ))
+    .await
+    .expect("first group again");
     assert_eq!(
         cached(&mut conn, Layout::Hash, &format!("{p}:t:1")).await,
         Some(text_row(&row(1, "h"))),
@@ -1003,16 +1030,31 @@ async fn a_runner_that_lost_its_partition_writes_nothing() {
     let mut scripted = cfg.clone();
     scripted.ttl_seconds = 3600;
     let scripted = RedisSink::connect(&scripted).await.expect("script path");
-    new.apply(&batch("g", 0, vec![record(3, 1, "u", row(1, "e"), Version::new(65, 0))], 4))
-        .await
-        .expect("first group caches version 65");
+    new.apply(&batch(
+        "g",
+        0,
+        vec![record(3, 1, "u", row(1, "e"), Version::new(65, 0))],
+        4,
+    ))
+    .await
+    .expect("first group caches version 65");
     scripted
-        .apply(&batch("k", 0, vec![record(0, 1, "u", row(1, "k"), Version::new(80, 0))], 1))
+        .apply(&batch(
+            "k",
+            0,
+            vec![record(0, 1, "u", row(1, "k"), Version::new(80, 0))],
+            1,
+        ))
         .await
         .expect("a script writes version 80");
-    new.apply(&batch("g", 0, vec![record(4, 1, "u", row(1, "f"), Version::new(70, 0))], 5))
-        .await
-        .expect("first group, older than the script's write");
+    new.apply(&batch(
+        "g",
+        0,
+        vec![record(4, 1, "u", row(1, "f"), Version::new(70, 0))],
+        5,
+    ))
+    .await
+    .expect("first group, older than the script's write");
     assert_eq!(
         cached(&mut conn, Layout::Hash, &format!("{p}:t:1")).await,
         Some(text_row(&row(1, "k"))),
@@ -1030,16 +1072,26 @@ async fn another_partitions_truncate_is_seen_by_the_cache() {
     let mut conn = raw().await;
     let row = |id: i64, v: &str| json!({"id": id, "v": v});
     let truncate = Version::new(20, 0);
-    sink.apply(&batch("g", 0, vec![record(0, 1, "c", row(1, "a"), Version::new(10, 0))], 1))
-        .await
-        .expect("row on partition 0");
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![record(0, 1, "c", row(1, "a"), Version::new(10, 0))],
+        1,
+    ))
+    .await
+    .expect("row on partition 0");
     sink.apply(&batch("g", 1, vec![truncate_record(0, truncate)], 1))
         .await
         .expect("truncate on partition 1");
     // Partition 0: one more change from before the truncate, then its copy.
-    sink.apply(&batch("g", 0, vec![record(1, 1, "u", row(1, "b"), Version::new(15, 0))], 2))
-        .await
-        .expect("older change");
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![record(1, 1, "u", row(1, "b"), Version::new(15, 0))],
+        2,
+    ))
+    .await
+    .expect("older change");
     sink.apply(&batch("g", 0, vec![truncate_record(2, truncate)], 3))
         .await
         .expect("truncate on partition 0");
@@ -1063,8 +1115,20 @@ async fn full_images_replace_cached_rows() {
         "g",
         0,
         vec![
-            record(0, 1, "c", json!({"id": 1, "a": "1", "b": "2", "doc": "big"}), v(10)),
-            record(1, 1, "u", json!({"id": 1, "a": "3", "doc": UNAVAILABLE_VALUE}), v(11)),
+            record(
+                0,
+                1,
+                "c",
+                json!({"id": 1, "a": "1", "b": "2", "doc": "big"}),
+                v(10),
+            ),
+            record(
+                1,
+                1,
+                "u",
+                json!({"id": 1, "a": "3", "doc": UNAVAILABLE_VALUE}),
+                v(11),
+            ),
         ],
         2,
     ))
@@ -1072,7 +1136,12 @@ async fn full_images_replace_cached_rows() {
     .expect("first batch");
     let key = format!("{p}:t:1");
     let want = |pairs: &[(&str, &str)]| {
-        Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>())
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
+        )
     };
     assert_eq!(
         cached(&mut conn, Layout::Hash, &key).await,
@@ -1081,12 +1150,21 @@ async fn full_images_replace_cached_rows() {
     sink.apply(&batch(
         "g",
         0,
-        vec![record(2, 1, "u", json!({"id": 1, "c": "4", "doc": null}), v(12))],
+        vec![record(
+            2,
+            1,
+            "u",
+            json!({"id": 1, "c": "4", "doc": null}),
+            v(12),
+        )],
         3,
     ))
     .await
     .expect("second batch");
-    assert_eq!(cached(&mut conn, Layout::Hash, &key).await, want(&[("id", "1"), ("c", "4")]));
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &key).await,
+        want(&[("id", "1"), ("c", "4")])
+    );
     sink.apply(&batch(
         "g",
         0,
@@ -1102,11 +1180,24 @@ async fn full_images_replace_cached_rows() {
     sink.apply(&batch(
         "g",
         0,
-        vec![record(5, 1, "c", json!({"id": 1, "e": "5", "doc": UNAVAILABLE_VALUE}), v(14))],
+        vec![record(
+            5,
+            1,
+            "c",
+            json!({"id": 1, "e": "5", "doc": UNAVAILABLE_VALUE}),
+            v(14),
+        )],
         6,
     ))
     .await
     .expect("re-create");
-    assert_eq!(cached(&mut conn, Layout::Hash, &key).await, want(&[("id", "1"), ("e", "5")]));
-    assert_eq!(get(&mut conn, &format!("{p}:v:{key}")).await, None, "the tombstone went");
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &key).await,
+        want(&[("id", "1"), ("e", "5")])
+    );
+    assert_eq!(
+        get(&mut conn, &format!("{p}:v:{key}")).await,
+        None,
+        "the tombstone went"
+    );
 }

@@ -169,4 +169,3 @@ fn pack_field(out: &mut Vec<u8>, v: FieldValue<'_>, text: &mut String) {
         }
     }
 }
-

@@ -127,7 +127,11 @@ pub(super) struct Fast {
 }
 
 impl Fast {
-    pub(super) fn new(client: Client, conn_config: AsyncConnectionConfig, fence_prefix: String) -> Self {
+    pub(super) fn new(
+        client: Client,
+        conn_config: AsyncConnectionConfig,
+        fence_prefix: String,
+    ) -> Self {
         Self {
             client,
             conn_config,
@@ -151,7 +155,11 @@ impl Fast {
         tp: &TopicPartition,
         p: &mut Partition,
     ) -> Result<(), SinkError> {
-        let token = format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>());
+        let token = format!(
+            "{:016x}{:016x}",
+            rand::random::<u64>(),
+            rand::random::<u64>()
+        );
         redis::cmd("HSET")
             .arg(fence_key(&self.fence_prefix, tp))
             .arg(group)
@@ -170,7 +178,10 @@ impl Fast {
         !p.token.is_empty() && p.group == group
     }
 
-    async fn conn<'p>(&self, p: &'p mut Partition) -> Result<&'p mut MultiplexedConnection, SinkError> {
+    async fn conn<'p>(
+        &self,
+        p: &'p mut Partition,
+    ) -> Result<&'p mut MultiplexedConnection, SinkError> {
         if p.conn.is_none() {
             let c = self
                 .client
@@ -234,9 +245,12 @@ impl Fast {
                 .map_err(|e| classify("WATCH and read versions", e))?;
             let mut replies = replies.into_iter();
             let mut next = || {
-                replies
-                    .next()
-                    .unwrap_or_else(|| Err(redis::RedisError::from((redis::ErrorKind::Parse, "short reply"))))
+                replies.next().unwrap_or_else(|| {
+                    Err(redis::RedisError::from((
+                        redis::ErrorKind::Parse,
+                        "short reply",
+                    )))
+                })
             };
             let (owner, writer): (Option<String>, Option<String>) = next()
                 .and_then(|v| Ok(redis::from_redis_value(v)?))
@@ -259,8 +273,10 @@ impl Fast {
             p.epoch = epoch;
             for row in misses {
                 let stored = match (next(), next(), next()) {
-                    (Ok(version), Ok(fields), Ok(tomb)) => fill(version, fields, tomb, keys.version_field)
-                        .map_err(|e| classify("read versions", e))?,
+                    (Ok(version), Ok(fields), Ok(tomb)) => {
+                        fill(version, fields, tomb, keys.version_field)
+                            .map_err(|e| classify("read versions", e))?
+                    }
                     (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
                         if e.code() == Some("WRONGTYPE") {
                             return Ok(Outcome::Foreign);
@@ -274,10 +290,18 @@ impl Fast {
             tx.atomic();
             let (applied, skipped) = plan_writes(p, keys, chunk, &mut tx);
             if let Some((field, next)) = position {
-                tx.cmd("HSET").arg(keys.positions).arg(field).arg(next).ignore();
+                tx.cmd("HSET")
+                    .arg(keys.positions)
+                    .arg(field)
+                    .arg(next)
+                    .ignore();
             }
             if !writer_ours {
-                tx.cmd("HSET").arg(&fence).arg(WRITER).arg(&p.token).ignore();
+                tx.cmd("HSET")
+                    .arg(&fence)
+                    .arg(WRITER)
+                    .arg(&p.token)
+                    .ignore();
             }
             // Tests change the fence here, between the read and the EXEC.
             #[cfg(feature = "failpoints")]
@@ -340,7 +364,12 @@ fn fill(version: Value, fields: Value, tomb: Value, version_field: &str) -> Redi
 /// Adds each newer change's commands to `tx` and its new state to the cache,
 /// following the script's rule: a change is written only when its version
 /// is greater than the stored one. Returns (applied, skipped).
-fn plan_writes(p: &mut Partition, keys: &Keys<'_>, chunk: &[Change<'_>], tx: &mut redis::Pipeline) -> (u64, u64) {
+fn plan_writes(
+    p: &mut Partition,
+    keys: &Keys<'_>,
+    chunk: &[Change<'_>],
+    tx: &mut redis::Pipeline,
+) -> (u64, u64) {
     let (mut applied, mut skipped) = (0, 0);
     for c in chunk {
         let Some(stored) = p.rows.get_mut(&c.row_key) else {
@@ -374,12 +403,18 @@ fn plan_writes(p: &mut Partition, keys: &Keys<'_>, chunk: &[Change<'_>], tx: &mu
                 let stale: Vec<&String> = stored
                     .fields
                     .iter()
-                    .filter(|f| !set_fields.iter().any(|(n, _)| n == f) && !keep.contains(&f.as_str()))
+                    .filter(|f| {
+                        !set_fields.iter().any(|(n, _)| n == f) && !keep.contains(&f.as_str())
+                    })
                     .collect();
                 if !stale.is_empty() {
                     tx.cmd("HDEL").arg(&c.row_key).arg(stale).ignore();
                 }
-                let hset = tx.cmd("HSET").arg(&c.row_key).arg(keys.version_field).arg(&c.version[..]);
+                let hset = tx
+                    .cmd("HSET")
+                    .arg(&c.row_key)
+                    .arg(keys.version_field)
+                    .arg(&c.version[..]);
                 for (f, v) in &set_fields {
                     hset.arg(*f);
                     match v {
@@ -395,7 +430,11 @@ fn plan_writes(p: &mut Partition, keys: &Keys<'_>, chunk: &[Change<'_>], tx: &mu
                     tx.cmd("SADD").arg(&c.key_set).arg(&c.row_key).ignore();
                 }
                 let kept = stored.fields.iter().filter(|f| keep.contains(&f.as_str()));
-                let names: Vec<&str> = set_fields.iter().map(|(n, _)| *n).chain(kept.map(String::as_str)).collect();
+                let names: Vec<&str> = set_fields
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .chain(kept.map(String::as_str))
+                    .collect();
                 Stored {
                     version: Some(c.version),
                     tomb: false,

@@ -130,8 +130,8 @@
 //!   same time (a rolling upgrade) does not, and may see a row briefly set
 //!   back until the newer change is applied again: stop old runners first.
 
-pub mod config;
 mod calls;
+pub mod config;
 mod error;
 mod fast;
 mod plan;

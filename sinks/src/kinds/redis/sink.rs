@@ -7,10 +7,10 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo, TlsCertificates};
 
+use super::calls::Part;
 use super::config::{Layout, RedisConfig};
 use super::error::{classify, is_noscript};
 use super::fast::{fence_key, truncates_key, Fast, Keys, Outcome, SCRIPT_WRITER, WRITER};
-use super::calls::Part;
 use super::plan::{keys_to_merge, merge_json, plan, Change, KeyPattern, Naming};
 use super::script::{position_field, Reply, HASH_SCRIPT, JSON_SCRIPT, TRUNCATE_SCRIPT};
 use crate::error::{RecordFailure, SinkError};
@@ -216,7 +216,10 @@ impl RedisSink {
     ) -> Result<T, SinkError> {
         let conn = self.conn.clone();
         let mut pipe = redis::pipe();
-        pipe.atomic().add_command(mark.clone()).ignore().add_command(evalsha.clone());
+        pipe.atomic()
+            .add_command(mark.clone())
+            .ignore()
+            .add_command(evalsha.clone());
         let query = |mut conn: ConnectionManager| {
             let pipe = pipe.clone();
             async move { pipe.query_async::<(T,)>(&mut conn).await.map(|(t,)| t) }
@@ -245,7 +248,9 @@ impl RedisSink {
         mark.arg(fence_key(&self.fence_prefix, tp))
             .arg(WRITER)
             .arg(SCRIPT_WRITER);
-        let reply: Vec<i64> = self.eval(&mark, evalsha, (self.script(), &self.sha)).await?;
+        let reply: Vec<i64> = self
+            .eval(&mark, evalsha, (self.script(), &self.sha))
+            .await?;
         Reply::parse(&reply).ok_or_else(|| {
             SinkError::retriable(format!("redis: unexpected script reply {reply:?}"))
         })
@@ -301,7 +306,6 @@ impl RedisSink {
             cursor = next;
         }
     }
-
 }
 
 #[async_trait]
