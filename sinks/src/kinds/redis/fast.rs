@@ -35,7 +35,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Client, RedisResult, Value};
 
 use super::error::classify;
@@ -92,6 +92,9 @@ pub(super) struct Partition {
     epoch: Option<i64>,
     /// The last field-name list, shared by rows with the same columns.
     last_fields: Option<Arc<[String]>>,
+    /// `conn` has `WATCH`ed the fence and the counter since this partition's
+    /// last `EXEC`, and the cache is right as of that `EXEC`.
+    watching: bool,
 }
 
 impl Partition {
@@ -99,6 +102,7 @@ impl Partition {
     pub(super) fn forget(&mut self) {
         self.rows.clear();
         self.epoch = None;
+        self.watching = false;
     }
 }
 
@@ -227,93 +231,94 @@ impl Fast {
         let mut aborted = 0;
         while aborted < MAX_ATTEMPTS {
             let misses = misses(&p.rows, chunk);
-            let mut read = redis::pipe();
-            read.cmd("WATCH").arg(&fence).arg(&truncates).ignore();
-            read.cmd("HMGET").arg(&fence).arg(&p.group).arg(WRITER);
-            read.cmd("GET").arg(&truncates);
-            for row in &misses {
-                read.cmd("HGET").arg(*row).arg(keys.version_field);
-                read.cmd("HKEYS").arg(*row);
-                read.cmd("GET").arg(format!("{}{row}", keys.version_prefix));
-            }
-            let group = p.group.clone();
-            let conn = self.conn(p).await?;
-            let replies: Vec<RedisResult<Value>> = read
-                .ignore_errors()
-                .query_async(conn)
-                .await
-                .map_err(|e| classify("WATCH and read versions", e))?;
-            let mut replies = replies.into_iter();
-            let mut next = || {
-                replies.next().unwrap_or_else(|| {
-                    Err(redis::RedisError::from((
-                        redis::ErrorKind::Parse,
-                        "short reply",
-                    )))
-                })
+            // The WATCH sent right after our last EXEC still holds: a change of
+            // the fence or the counter since then aborts this EXEC, so neither
+            // is read again (one round trip when every row is cached).
+            let watched = std::mem::take(&mut p.watching);
+            let writer_ours = if watched {
+                if !misses.is_empty() {
+                    let mut read = redis::pipe();
+                    reads(&mut read, &misses, keys);
+                    let conn = self.conn(p).await?;
+                    let replies: Vec<RedisResult<Value>> = read
+                        .ignore_errors()
+                        .query_async(conn)
+                        .await
+                        .map_err(|e| classify("read versions", e))?;
+                    if let Some(out) = fill_misses(p, &misses, replies, keys)? {
+                        return Ok(out);
+                    }
+                }
+                true
+            } else {
+                let mut read = redis::pipe();
+                read.cmd("WATCH").arg(&fence).arg(&truncates).ignore();
+                read.cmd("HMGET").arg(&fence).arg(&p.group).arg(WRITER);
+                read.cmd("GET").arg(&truncates);
+                reads(&mut read, &misses, keys);
+                let group = p.group.clone();
+                let conn = self.conn(p).await?;
+                let replies: Vec<RedisResult<Value>> = read
+                    .ignore_errors()
+                    .query_async(conn)
+                    .await
+                    .map_err(|e| classify("WATCH and read versions", e))?;
+                let mut replies = replies.into_iter();
+                let (owner, writer): (Option<String>, Option<String>) = next(&mut replies)
+                    .and_then(|v| Ok(redis::from_redis_value(v)?))
+                    .map_err(|e| classify("HMGET fence", e))?;
+                let epoch: Option<i64> = next(&mut replies)
+                    .and_then(|v| Ok(redis::from_redis_value(v)?))
+                    .map_err(|e| classify("GET truncates", e))?;
+                if owner.as_deref() != Some(p.token.as_str()) {
+                    return Err(SinkError::retriable(format!(
+                        "redis: partition {tp} was assigned to another runner of group `{group}`: \
+                         this one lost it and writes nothing"
+                    )));
+                }
+                // Someone else wrote our keys, or a truncate removed some: read again.
+                let writer_ours = writer.as_deref() == Some(p.token.as_str());
+                if !p.rows.is_empty() && (!writer_ours || epoch != p.epoch) {
+                    p.forget();
+                    continue;
+                }
+                p.epoch = epoch;
+                if let Some(out) = fill_misses(p, &misses, replies, keys)? {
+                    return Ok(out);
+                }
+                writer_ours
             };
-            let (owner, writer): (Option<String>, Option<String>) = next()
-                .and_then(|v| Ok(redis::from_redis_value(v)?))
-                .map_err(|e| classify("HMGET fence", e))?;
-            let epoch: Option<i64> = next()
-                .and_then(|v| Ok(redis::from_redis_value(v)?))
-                .map_err(|e| classify("GET truncates", e))?;
-            if owner.as_deref() != Some(p.token.as_str()) {
-                return Err(SinkError::retriable(format!(
-                    "redis: partition {tp} was assigned to another runner of group `{group}`: \
-                     this one lost it and writes nothing"
-                )));
-            }
-            // Someone else wrote our keys, or a truncate removed some: read again.
-            let writer_ours = writer.as_deref() == Some(p.token.as_str());
-            if !p.rows.is_empty() && (!writer_ours || epoch != p.epoch) {
-                p.forget();
-                continue;
-            }
-            p.epoch = epoch;
-            for row in misses {
-                let stored = match (next(), next(), next()) {
-                    (Ok(version), Ok(fields), Ok(tomb)) => {
-                        fill(version, fields, tomb, keys.version_field)
-                            .map_err(|e| classify("read versions", e))?
-                    }
-                    (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
-                        if e.code() == Some("WRONGTYPE") {
-                            return Ok(Outcome::Foreign);
-                        }
-                        return Err(classify("read versions", e));
-                    }
-                };
-                p.rows.insert(row.to_owned(), stored);
-            }
+            // MULTI, the writes, EXEC, then WATCH again for the next chunk, in
+            // one pipeline; only the last two replies are read.
             let mut tx = redis::pipe();
-            tx.atomic();
+            tx.cmd("MULTI");
             let (applied, skipped) = plan_writes(p, keys, chunk, &mut tx);
             if let Some((field, next)) = position {
-                tx.cmd("HSET")
-                    .arg(keys.positions)
-                    .arg(field)
-                    .arg(next)
-                    .ignore();
+                tx.cmd("HSET").arg(keys.positions).arg(field).arg(next);
             }
             if !writer_ours {
-                tx.cmd("HSET")
-                    .arg(&fence)
-                    .arg(WRITER)
-                    .arg(&p.token)
-                    .ignore();
+                tx.cmd("HSET").arg(&fence).arg(WRITER).arg(&p.token);
             }
+            tx.cmd("EXEC");
+            tx.cmd("WATCH").arg(&fence).arg(&truncates);
             // Tests change the fence here, between the read and the EXEC.
             #[cfg(feature = "failpoints")]
             fail::fail_point!("redis-sink-before-exec");
+            let sent = tx.len();
             let conn = self.conn(p).await?;
-            let done: Option<()> = tx
-                .query_async(conn)
+            let exec = conn
+                .req_packed_commands(&tx, sent - 2, 2)
                 .await
-                .map_err(|e| classify("MULTI/EXEC", e))?;
-            if done.is_some() {
+                .map_err(|e| classify("MULTI/EXEC", e))?
+                .into_iter()
+                .next()
+                .unwrap_or(Value::Nil);
+            if exec != Value::Nil {
+                exec.extract_error().map_err(|e| classify("EXEC", e))?;
                 if p.rows.len() > MAX_CACHED_ROWS {
                     p.forget();
+                } else {
+                    p.watching = true;
                 }
                 return Ok(Outcome::Done { applied, skipped });
             }
@@ -325,6 +330,49 @@ impl Fast {
             "redis: {tp}: {MAX_ATTEMPTS} transactions aborted by concurrent changes of the fence"
         )))
     }
+}
+
+/// The next reply of a pipeline, an error when it ran short.
+fn next(replies: &mut impl Iterator<Item = RedisResult<Value>>) -> RedisResult<Value> {
+    replies.next().unwrap_or_else(|| {
+        Err(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "short reply",
+        )))
+    })
+}
+
+/// Queues the reads of each missed row: its version, its fields, its tombstone.
+fn reads(pipe: &mut redis::Pipeline, misses: &[&str], keys: &Keys<'_>) {
+    for row in misses {
+        pipe.cmd("HGET").arg(*row).arg(keys.version_field);
+        pipe.cmd("HKEYS").arg(*row);
+        pipe.cmd("GET").arg(format!("{}{row}", keys.version_prefix));
+    }
+}
+
+/// Caches what [`reads`] returned; `Some(Foreign)` when a row holds another type.
+fn fill_misses(
+    p: &mut Partition,
+    misses: &[&str],
+    replies: impl IntoIterator<Item = RedisResult<Value>>,
+    keys: &Keys<'_>,
+) -> Result<Option<Outcome>, SinkError> {
+    let mut replies = replies.into_iter();
+    for row in misses {
+        let stored = match (next(&mut replies), next(&mut replies), next(&mut replies)) {
+            (Ok(version), Ok(fields), Ok(tomb)) => fill(version, fields, tomb, keys.version_field)
+                .map_err(|e| classify("read versions", e))?,
+            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
+                if e.code() == Some("WRONGTYPE") {
+                    return Ok(Some(Outcome::Foreign));
+                }
+                return Err(classify("read versions", e));
+            }
+        };
+        p.rows.insert((*row).to_owned(), stored);
+    }
+    Ok(None)
 }
 
 /// The distinct row keys of `chunk` the cache does not know.
@@ -382,13 +430,12 @@ fn plan_writes(
         let tomb_key = || format!("{}{}", keys.version_prefix, c.row_key);
         let next = match &c.body {
             Body::Delete => {
-                tx.cmd("DEL").arg(&c.row_key).ignore();
-                tx.cmd("SREM").arg(&c.key_set).arg(&c.row_key).ignore();
+                tx.cmd("DEL").arg(&c.row_key);
+                tx.cmd("SREM").arg(&c.key_set).arg(&c.row_key);
                 let set = tx.cmd("SET").arg(tomb_key()).arg(&c.version[..]);
                 if keys.tombstone_ttl_ms > 0 {
                     set.arg("PX").arg(keys.tombstone_ttl_ms);
                 }
-                set.ignore();
                 Stored {
                     version: Some(c.version),
                     tomb: true,
@@ -408,7 +455,7 @@ fn plan_writes(
                     })
                     .collect();
                 if !stale.is_empty() {
-                    tx.cmd("HDEL").arg(&c.row_key).arg(stale).ignore();
+                    tx.cmd("HDEL").arg(&c.row_key).arg(stale);
                 }
                 let hset = tx
                     .cmd("HSET")
@@ -422,12 +469,11 @@ fn plan_writes(
                         FieldValue::Json(other) => hset.arg(other.to_string()),
                     };
                 }
-                hset.ignore();
                 if stored.tomb {
-                    tx.cmd("DEL").arg(tomb_key()).ignore();
+                    tx.cmd("DEL").arg(tomb_key());
                 }
                 if !stored.in_set {
-                    tx.cmd("SADD").arg(&c.key_set).arg(&c.row_key).ignore();
+                    tx.cmd("SADD").arg(&c.key_set).arg(&c.row_key);
                 }
                 let kept = stored.fields.iter().filter(|f| keep.contains(&f.as_str()));
                 let names: Vec<&str> = set_fields
