@@ -18,7 +18,11 @@
 //! the token of the last runner that wrote the partition's keys through a
 //! transaction (`script` after a script call). Each chunk `WATCH`es the
 //! fence and the truncate counter `<fence.key.prefix>truncates` before it
-//! reads them, and the `EXEC` fails when either changed in between:
+//! reads them, and the `EXEC` fails when either changed in between. The
+//! `WATCH` is sent again right after each `EXEC` (same pipeline), so the next
+//! chunk, when its rows are cached, needs neither the read nor a second
+//! round trip: a change of either key since our last `EXEC` aborts it, and the
+//! retry reads them.
 //!
 //! * **zombie**: a runner whose group token is not its own lost the
 //!   partition; it writes nothing, stores no position and returns a
