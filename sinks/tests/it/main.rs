@@ -7,6 +7,7 @@ mod golden_fixtures;
 mod native_iso;
 mod postgres;
 mod postgres_tls;
+mod redis_fence;
 mod redis_secure;
 mod redis_sink;
 mod runner_dedup;

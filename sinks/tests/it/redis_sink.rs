@@ -3,7 +3,9 @@
 //! with the data, deletes leave tombstones, unchanged TOAST values stay,
 //! `NOSCRIPT` is survived, a key of another type is a per-record failure,
 //! truncates remove the rows older than them (and only those) through the
-//! table's key set.
+//! table's key set; a runner that lost its partition writes nothing, and
+//! the transaction path's cache of versions follows other writers and
+//! truncates.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -42,6 +44,7 @@ fn config(layout: Layout) -> (RedisConfig, String) {
     c.version_prefix = format!("{p}:v:");
     c.positions_prefix = format!("{p}:pos:");
     c.keyset_prefix = format!("{p}:ks:");
+    c.fence_prefix = format!("{p}:fence:");
     (c, p)
 }
 
@@ -929,4 +932,272 @@ async fn json_rows_hold_dates_times_numerics_and_nested_json() {
     let (mut conn, p) = apply_typed(Layout::Json, ValueFormat::Wire).await;
     let [wire, _] = typed_rows();
     assert_eq!(row(get(&mut conn, &format!("{p}:t:1")).await), wire);
+}
+
+/// Two runners of one group on the same partition, the first revoked (a
+/// zombie): once the second was assigned the partition, the first writes
+/// nothing and stores no position, even for keys the second has not
+/// touched; a second consumer group writing the same keys is followed.
+#[tokio::test]
+async fn a_runner_that_lost_its_partition_writes_nothing() {
+    let (cfg, p) = config(Layout::Hash);
+    let old = RedisSink::connect(&cfg).await.expect("old owner");
+    let new = RedisSink::connect(&cfg).await.expect("new owner");
+    let mut conn = raw().await;
+    let tps = [TopicPartition::new("topic-a", 0)];
+    let row = |id: i64, v: &str| json!({"id": id, "v": v});
+    old.load_positions("g", &tps)
+        .await
+        .expect("assigned to the old owner");
+    old.apply(&batch(
+        "g",
+        0,
+        vec![record(0, 1, "c", row(1, "a"), Version::new(10, 0))],
+        1,
+    ))
+    .await
+    .expect("old owner, before the rebalance");
+    new.load_positions("g", &tps)
+        .await
+        .expect("assigned to the new owner");
+    new.apply(&batch(
+        "g",
+        0,
+        vec![record(1, 1, "u", row(1, "c"), Version::new(30, 0))],
+        2,
+    ))
+    .await
+    .expect("new owner");
+    // The zombie's batch in flight: an older change of key 1 (which its
+    // cache would let through as newer than its own write) and a new key.
+    let late = batch(
+        "g",
+        0,
+        vec![
+            record(1, 1, "u", row(1, "b"), Version::new(20, 0)),
+            record(2, 2, "c", row(2, "z"), Version::new(40, 0)),
+        ],
+        50,
+    );
+    match old.apply(&late).await {
+        Err(e @ SinkError::Retriable { .. }) => {
+            assert!(e.to_string().contains("another runner"), "{e}")
+        }
+        other => panic!("a revoked owner must not write: {other:?}"),
+    }
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &format!("{p}:t:1")).await,
+        Some(text_row(&row(1, "c")))
+    );
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &format!("{p}:t:2")).await,
+        None
+    );
+    // Read directly: `load_positions` would assign the partition again.
+    let position: Option<i64> = redis::cmd("HGET")
+        .arg(format!("{p}:pos:g"))
+        .arg("topic-a:0")
+        .query_async(&mut conn)
+        .await
+        .expect("HGET position");
+    assert_eq!(position, Some(2), "the zombie stored no position");
+    // A second consumer group writes key 1 (newer); the first group's owner,
+    // whose cache holds version 30, must see it and skip its older change.
+    let other = RedisSink::connect(&cfg).await.expect("second group");
+    other
+        .apply(&batch(
+            "h",
+            0,
+            vec![record(0, 1, "u", row(1, "h"), Version::new(60, 0))],
+            1,
+        ))
+        .await
+        .expect("second group");
+    new.apply(&batch(
+        "g",
+        0,
+        vec![record(2, 1, "u", row(1, "d"), Version::new(50, 0))],
+        3,
+    ))
+    .await
+    .expect("first group again");
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &format!("{p}:t:1")).await,
+        Some(text_row(&row(1, "h"))),
+        "an older change never overwrites another group's newer row"
+    );
+    // The same through the script path (rows with a TTL take it).
+    let mut scripted = cfg.clone();
+    scripted.ttl_seconds = 3600;
+    let scripted = RedisSink::connect(&scripted).await.expect("script path");
+    new.apply(&batch(
+        "g",
+        0,
+        vec![record(3, 1, "u", row(1, "e"), Version::new(65, 0))],
+        4,
+    ))
+    .await
+    .expect("first group caches version 65");
+    scripted
+        .apply(&batch(
+            "k",
+            0,
+            vec![record(0, 1, "u", row(1, "k"), Version::new(80, 0))],
+            1,
+        ))
+        .await
+        .expect("a script writes version 80");
+    new.apply(&batch(
+        "g",
+        0,
+        vec![record(4, 1, "u", row(1, "f"), Version::new(70, 0))],
+        5,
+    ))
+    .await
+    .expect("first group, older than the script's write");
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &format!("{p}:t:1")).await,
+        Some(text_row(&row(1, "k"))),
+        "an older change never overwrites a script's newer row"
+    );
+}
+
+/// A truncate applied by another partition removes rows of this partition's
+/// keys; the owner's cache must not then treat those keys as still in the
+/// table's key set, or its own copy of the truncate would miss them.
+#[tokio::test]
+async fn another_partitions_truncate_is_seen_by_the_cache() {
+    let (cfg, p) = config(Layout::Hash);
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let mut conn = raw().await;
+    let row = |id: i64, v: &str| json!({"id": id, "v": v});
+    let truncate = Version::new(20, 0);
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![record(0, 1, "c", row(1, "a"), Version::new(10, 0))],
+        1,
+    ))
+    .await
+    .expect("row on partition 0");
+    sink.apply(&batch("g", 1, vec![truncate_record(0, truncate)], 1))
+        .await
+        .expect("truncate on partition 1");
+    // Partition 0: one more change from before the truncate, then its copy.
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![record(1, 1, "u", row(1, "b"), Version::new(15, 0))],
+        2,
+    ))
+    .await
+    .expect("older change");
+    sink.apply(&batch("g", 0, vec![truncate_record(2, truncate)], 3))
+        .await
+        .expect("truncate on partition 0");
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &format!("{p}:t:1")).await,
+        None,
+        "the row is older than the truncate"
+    );
+}
+
+/// Rows whose columns change: a full image drops the fields it no longer
+/// has, an unchanged TOAST column keeps its stored field, a delete and a
+/// re-create start over — through the cache, in one batch and across batches.
+#[tokio::test]
+async fn full_images_replace_cached_rows() {
+    let (cfg, p) = config(Layout::Hash);
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let mut conn = raw().await;
+    let v = |n: u64| Version::new(n, 0);
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![
+            record(
+                0,
+                1,
+                "c",
+                json!({"id": 1, "a": "1", "b": "2", "doc": "big"}),
+                v(10),
+            ),
+            record(
+                1,
+                1,
+                "u",
+                json!({"id": 1, "a": "3", "doc": UNAVAILABLE_VALUE}),
+                v(11),
+            ),
+        ],
+        2,
+    ))
+    .await
+    .expect("first batch");
+    let key = format!("{p}:t:1");
+    let want = |pairs: &[(&str, &str)]| {
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
+        )
+    };
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &key).await,
+        want(&[("id", "1"), ("a", "3"), ("doc", "big")])
+    );
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![record(
+            2,
+            1,
+            "u",
+            json!({"id": 1, "c": "4", "doc": null}),
+            v(12),
+        )],
+        3,
+    ))
+    .await
+    .expect("second batch");
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &key).await,
+        want(&[("id", "1"), ("c", "4")])
+    );
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![
+            record(3, 1, "d", Value::Null, v(13)),
+            record(4, 1, "c", json!({"id": 1, "doc": UNAVAILABLE_VALUE}), v(12)),
+        ],
+        5,
+    ))
+    .await
+    .expect("delete, then a stale create");
+    assert_eq!(cached(&mut conn, Layout::Hash, &key).await, None);
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![record(
+            5,
+            1,
+            "c",
+            json!({"id": 1, "e": "5", "doc": UNAVAILABLE_VALUE}),
+            v(14),
+        )],
+        6,
+    ))
+    .await
+    .expect("re-create");
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &key).await,
+        want(&[("id", "1"), ("e", "5")])
+    );
+    assert_eq!(
+        get(&mut conn, &format!("{p}:v:{key}")).await,
+        None,
+        "the tombstone went"
+    );
 }

@@ -97,7 +97,7 @@ impl Pipeline {
             &format!(
                 "{}[sink]\nkind = \"redis\"\nurl = \"{}\"\nlayout = \"hash\"\n\
                  key.pattern = \"{redis_prefix}:{{table}}:{{key}}\"\nversion.key.prefix = \"{redis_prefix}:v:\"\n\
-                 positions.key.prefix = \"{redis_prefix}:pos:\"\nkeyset.key.prefix = \"{redis_prefix}:ks:\"\n",
+                 positions.key.prefix = \"{redis_prefix}:pos:\"\nkeyset.key.prefix = \"{redis_prefix}:ks:\"\nfence.key.prefix = \"{redis_prefix}:fence:\"\n",
                 runner("redis", 500),
                 common::redis_url(),
             ),

@@ -191,7 +191,7 @@ async fn pipeline(name: &str, layout: &str) -> anyhow::Result<Pipeline> {
         &format!(
             "{runner}[sink]\nkind = \"redis\"\nurl = \"{url}\"\nlayout = \"{layout}\"\n\
              key.pattern = \"{prefix}:{{table}}:{{key}}\"\nversion.key.prefix = \"{prefix}:v:\"\n\
-             positions.key.prefix = \"{prefix}:pos:\"\nkeyset.key.prefix = \"{prefix}:ks:\"\n",
+             positions.key.prefix = \"{prefix}:pos:\"\nkeyset.key.prefix = \"{prefix}:ks:\"\nfence.key.prefix = \"{prefix}:fence:\"\n",
             runner = runner_config(
                 &group,
                 &topics,

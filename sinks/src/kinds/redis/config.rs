@@ -26,6 +26,8 @@ pub const DEFAULT_VERSION_PREFIX: &str = "oncely:v:";
 pub const DEFAULT_VERSION_FIELD: &str = "_oncely_version";
 /// Default `keyset.key.prefix`: a table's row keys live in the set `<prefix><db>.<schema>.<table>`.
 pub const DEFAULT_KEYSET_PREFIX: &str = "oncely:keyset:";
+/// Default `fence.key.prefix`: a partition's fence is the hash `<prefix><topic>:<partition>`.
+pub const DEFAULT_FENCE_PREFIX: &str = "oncely:fence:";
 /// Default `positions.key.prefix`: a group's positions live in the hash `<prefix><group.id>`.
 pub const DEFAULT_POSITIONS_PREFIX: &str = "oncely:positions:";
 /// Default `ttl.seconds`: rows never expire.
@@ -104,6 +106,10 @@ pub struct RedisConfig {
     /// `keyset.key.prefix`: prefix of the set of a table's row keys (what a truncate removes).
     #[serde(rename = "keyset.key.prefix", default = "default_keyset_prefix")]
     pub keyset_prefix: String,
+    /// `fence.key.prefix`: prefix of each partition's fence (which runner
+    /// may write its keys) and of the truncate counter.
+    #[serde(rename = "fence.key.prefix", default = "default_fence_prefix")]
+    pub fence_prefix: String,
     /// `ttl.seconds`: rows (and their versions) expire after this long; 0 = never.
     #[serde(rename = "ttl.seconds", default)]
     pub ttl_seconds: u64,
@@ -151,6 +157,9 @@ fn default_positions_prefix() -> String {
 fn default_keyset_prefix() -> String {
     DEFAULT_KEYSET_PREFIX.into()
 }
+fn default_fence_prefix() -> String {
+    DEFAULT_FENCE_PREFIX.into()
+}
 fn default_tombstone_ttl() -> u64 {
     DEFAULT_TOMBSTONE_TTL_SECONDS
 }
@@ -189,6 +198,7 @@ impl RedisConfig {
             version_field: DEFAULT_VERSION_FIELD.into(),
             positions_prefix: DEFAULT_POSITIONS_PREFIX.into(),
             keyset_prefix: DEFAULT_KEYSET_PREFIX.into(),
+            fence_prefix: DEFAULT_FENCE_PREFIX.into(),
             ttl_seconds: DEFAULT_TTL_SECONDS,
             tombstone_ttl_seconds: DEFAULT_TOMBSTONE_TTL_SECONDS,
             script_max_changes: DEFAULT_SCRIPT_MAX_CHANGES,
@@ -272,6 +282,12 @@ impl RedisConfig {
             return Err(ConfigError::new(
                 "sink.keyset.key.prefix",
                 "must not be empty (key sets would share names with rows)",
+            ));
+        }
+        if self.fence_prefix.is_empty() {
+            return Err(ConfigError::new(
+                "sink.fence.key.prefix",
+                "must not be empty (fences would share names with rows)",
             ));
         }
         if !(1..=MAX_SCRIPT_CHANGES).contains(&self.script_max_changes) {

@@ -14,7 +14,17 @@
 //!
 //! # How it stays exact
 //!
-//! Each batch becomes **one Lua script call** (`EVALSHA`; on `NOSCRIPT` the
+//! In the hash layout without `ttl.seconds`, each batch becomes **one
+//! transaction** (`MULTI`/`EXEC`) of plain commands: the runner keeps the
+//! versions of its partition's rows in memory (read once, by one pipelined
+//! read of the rows it does not know yet), writes only the changes newer
+//! than them, and stores the position in the same transaction. A fence per
+//! partition (`<fence.key.prefix><topic>:<partition>`, taken on assignment)
+//! and the truncate counter are `WATCH`ed: a runner that lost its partition
+//! writes nothing and stores no position, and a cache another writer or a
+//! truncate made stale is read again (see `fast.rs`). Otherwise — the JSON
+//! layout, rows with a TTL, truncates, a row key of another type — a batch
+//! becomes **one Lua script call** (`EVALSHA`; on `NOSCRIPT` the
 //! script is loaded again). For every change the script compares the
 //! change's [`Version`](crate::event::Version) (commit LSN, event ordinal)
 //! with the version stored beside the row and writes only if it is newer;
@@ -49,6 +59,9 @@
 //!   over on their next change.
 //! * Positions: the hash `<positions.key.prefix><group.id>`, field
 //!   `<topic>:<partition>`.
+//! * Fences: the hash `<fence.key.prefix><topic>:<partition>`, field
+//!   `<group.id>` = the token of the group's current owner, field `""` = the
+//!   last writer; and the counter `<fence.key.prefix>truncates`.
 //! * Key sets: the set `<keyset.key.prefix><db>.<schema>.<table>` holds the
 //!   row keys of a table's live rows, written in the same script call as the
 //!   rows, so a truncate finds them without a scan of the keyspace.
@@ -106,12 +119,21 @@
 //!   all keys of a call in one slot.
 //! * A key of another Redis type under a row key is a per-record failure
 //!   (dead-lettered) in the hash layout; the JSON layout overwrites it.
-//! * A zombie runner (one that lost its partition but still writes) may store
-//!   an older position after the new owner's; versions keep the rows right,
-//!   and the only cost is re-reading those records after the next restart.
+//! * A zombie runner (one that lost its partition but still writes): on the
+//!   transaction path it writes nothing once the new owner took the fence;
+//!   on the script path it may store an older position after the new
+//!   owner's (versions keep the rows right; the cost is re-reading those
+//!   records after the next restart).
+//! * The transaction path trusts its cache while the fence says it was the
+//!   last writer: sinks of this version (either path) mark the fence when
+//!   they write. A sink of an earlier version writing the same keys at the
+//!   same time (a rolling upgrade) does not, and may see a row briefly set
+//!   back until the newer change is applied again: stop old runners first.
 
+mod calls;
 pub mod config;
 mod error;
+mod fast;
 mod mirror;
 mod plan;
 mod script;

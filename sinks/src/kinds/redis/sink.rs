@@ -5,15 +5,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, IntoConnectionInfo, TlsCertificates};
+use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo, TlsCertificates};
 
+use super::calls::Part;
 use super::config::{Layout, RedisConfig};
 use super::error::{classify, is_noscript};
-use super::plan::{
-    hash_fields, json_text, keys_to_merge, merge_json, plan, Body, Change, FieldValue, KeyPattern,
-    Naming,
-};
-use super::script::{pack_str, position_field, Reply, HASH_SCRIPT, JSON_SCRIPT, TRUNCATE_SCRIPT};
+use super::fast::{fence_key, truncates_key, Fast, Keys, Outcome, SCRIPT_WRITER, WRITER};
+use super::plan::{keys_to_merge, merge_json, plan, Change, KeyPattern, Naming};
+use super::script::{position_field, Reply, HASH_SCRIPT, JSON_SCRIPT, TRUNCATE_SCRIPT};
 use crate::error::{RecordFailure, SinkError};
 use crate::naming::TargetClaims;
 use crate::native::ValueFormat;
@@ -24,23 +23,26 @@ const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
 
 /// The `redis` sink (see the module docs of [`super`]). Owns its positions.
 pub struct RedisSink {
-    conn: ConnectionManager,
-    sha: String,
-    truncate_sha: String,
-    layout: Layout,
-    value_format: ValueFormat,
-    keys: KeyPattern,
-    version_prefix: String,
-    version_field: String,
-    positions_prefix: String,
-    keyset_prefix: String,
-    ttl_ms: u64,
-    tombstone_ttl_ms: u64,
-    max_changes: usize,
-    max_bytes: usize,
+    pub(super) conn: ConnectionManager,
+    /// The transaction path (hash layout without `ttl.seconds`; see [`super::fast`]).
+    pub(super) fast: Option<Fast>,
+    pub(super) fence_prefix: String,
+    pub(super) sha: String,
+    pub(super) truncate_sha: String,
+    pub(super) layout: Layout,
+    pub(super) value_format: ValueFormat,
+    pub(super) keys: KeyPattern,
+    pub(super) version_prefix: String,
+    pub(super) version_field: String,
+    pub(super) positions_prefix: String,
+    pub(super) keyset_prefix: String,
+    pub(super) ttl_ms: u64,
+    pub(super) tombstone_ttl_ms: u64,
+    pub(super) max_changes: usize,
+    pub(super) max_bytes: usize,
     /// Which table each key prefix belongs to (`{table}:{key}` merges
     /// tables of one name in two schemas).
-    claims: TargetClaims,
+    pub(super) claims: TargetClaims,
 }
 
 /// Why a client could not be made from the configuration.
@@ -108,11 +110,19 @@ impl RedisSink {
             .set_min_delay(RECONNECT_BACKOFF_MIN)
             .set_max_delay(Duration::from_millis(config.reconnect_backoff_max_ms))
             .set_number_of_retries(config.reconnect_retries);
-        let conn = ConnectionManager::new_with_config(client, manager_config)
+        let conn = ConnectionManager::new_with_config(client.clone(), manager_config)
             .await
             .map_err(|e| classify(&format!("connect to {place}"), e))?;
+        let fast = (config.layout == Layout::Hash && config.ttl_ms() == 0).then(|| {
+            let conn_config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(config.connect_timeout()))
+                .set_response_timeout(Some(config.response_timeout()));
+            Fast::new(client, conn_config, config.fence_prefix.clone())
+        });
         let mut sink = Self {
             conn,
+            fast,
+            fence_prefix: config.fence_prefix.clone(),
             sha: String::new(),
             truncate_sha: String::new(),
             layout: config.layout,
@@ -207,127 +217,27 @@ impl RedisSink {
             .collect())
     }
 
-    /// The `EVALSHA` applying `chunk` (no truncates), storing `position` when
-    /// given (the arguments are described in the script module).
-    fn script_cmd(
+    /// Runs `evalsha` of `script` (whose SHA is `sha`) in one transaction
+    /// after `mark` (which tells the transaction path that keys changed, see
+    /// [`super::fast`]), and on `NOSCRIPT` (Redis restarted or flushed its
+    /// scripts) `SCRIPT LOAD` then both once more.
+    async fn eval<T: redis::FromRedisValue + Send>(
         &self,
-        positions_key: &str,
-        chunk: &[Change<'_>],
-        position: Option<(&str, i64)>,
-    ) -> redis::Cmd {
-        // The key sets of the chunk's tables, each once (usually one).
-        let mut sets: Vec<&str> = Vec::new();
-        let set_of: Vec<usize> = chunk
-            .iter()
-            .map(|c| match sets.iter().position(|s| *s == c.key_set) {
-                Some(i) => i + 1,
-                None => {
-                    sets.push(&c.key_set);
-                    sets.len()
-                }
-            })
-            .collect();
-        let mut cmd = redis::cmd("EVALSHA");
-        let keys_per_change = match self.layout {
-            Layout::Hash => 1,
-            Layout::Json => 2,
-        };
-        cmd.arg(&self.sha)
-            .arg(1 + sets.len() + keys_per_change * chunk.len())
-            .arg(positions_key);
-        for set in &sets {
-            cmd.arg(*set);
-        }
-        for c in chunk {
-            cmd.arg(&c.row_key);
-            if self.layout == Layout::Json {
-                cmd.arg(self.version_key(&c.row_key));
-            }
-        }
-        match position {
-            Some((field, next)) => cmd.arg(field).arg(next),
-            None => cmd.arg("").arg(""),
-        };
-        cmd.arg(self.ttl_ms).arg(self.tombstone_ttl_ms);
-        if self.layout == Layout::Hash {
-            cmd.arg(&self.version_field).arg(&self.version_prefix);
-        }
-        cmd.arg(sets.len());
-        let (mut packed, mut text) = (Vec::new(), String::new());
-        for (c, set) in chunk.iter().zip(set_of) {
-            match &c.body {
-                Body::Delete | Body::Truncate => {
-                    cmd.arg("D").arg(&c.version[..]).arg(set);
-                }
-                Body::Json { row, unavailable } => {
-                    cmd.arg("J")
-                        .arg(&c.version[..])
-                        .arg(set)
-                        .arg(json_text(row, unavailable));
-                }
-                Body::Hash(row) => {
-                    let (set_fields, keep) = hash_fields(row);
-                    let op = if keep.is_empty() { "H" } else { "K" };
-                    cmd.arg(op).arg(&c.version[..]).arg(set);
-                    packed.clear();
-                    for (f, v) in set_fields {
-                        pack_str(&mut packed, f.as_bytes());
-                        pack_field(&mut packed, v, &mut text);
-                    }
-                    cmd.arg(&packed[..]);
-                    if !keep.is_empty() {
-                        packed.clear();
-                        for f in keep {
-                            pack_str(&mut packed, f.as_bytes());
-                        }
-                        cmd.arg(&packed[..]);
-                    }
-                }
-            }
-        }
-        cmd
-    }
-
-    /// One call of the truncate script: the next part of `truncate`'s key set
-    /// from `cursor` (see the script module).
-    fn truncate_cmd(
-        &self,
-        positions_key: &str,
-        truncate: &Change<'_>,
-        cursor: &str,
-        position: Option<(&str, i64)>,
-    ) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.truncate_sha)
-            .arg(2)
-            .arg(positions_key)
-            .arg(&truncate.key_set);
-        match position {
-            Some((field, next)) => cmd.arg(field).arg(next),
-            None => cmd.arg("").arg(""),
-        };
-        cmd.arg(&truncate.version[..])
-            .arg(cursor)
-            .arg(self.max_changes)
-            .arg(match self.layout {
-                Layout::Hash => "H",
-                Layout::Json => "J",
-            })
-            .arg(&self.version_field)
-            .arg(&self.version_prefix);
-        cmd
-    }
-
-    /// Runs `evalsha` of `script` (whose SHA is `sha`), and on `NOSCRIPT`
-    /// (Redis restarted or flushed its scripts) `SCRIPT LOAD` then `EVALSHA`
-    /// once more.
-    async fn eval<T: redis::FromRedisValue>(
-        &self,
+        mark: &redis::Cmd,
         evalsha: &redis::Cmd,
         (script, sha): (&str, &str),
     ) -> Result<T, SinkError> {
-        let mut conn = self.conn.clone();
-        match evalsha.query_async(&mut conn).await {
+        let conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .add_command(mark.clone())
+            .ignore()
+            .add_command(evalsha.clone());
+        let query = |mut conn: ConnectionManager| {
+            let pipe = pipe.clone();
+            async move { pipe.query_async::<(T,)>(&mut conn).await.map(|(t,)| t) }
+        };
+        match query(conn.clone()).await {
             Ok(r) => Ok(r),
             Err(e) if is_noscript(&e) => {
                 tracing::info!("redis does not know the script (restarted?): loading it again");
@@ -337,8 +247,7 @@ impl RedisSink {
                         "redis: SCRIPT LOAD returned SHA {loaded}, expected {sha}"
                     )));
                 }
-                evalsha
-                    .query_async(&mut conn)
+                query(conn)
                     .await
                     .map_err(|e| classify("EVALSHA after SCRIPT LOAD", e))
             }
@@ -346,9 +255,15 @@ impl RedisSink {
         }
     }
 
-    /// Runs one call of the changes script.
-    async fn call(&self, evalsha: &redis::Cmd) -> Result<Reply, SinkError> {
-        let reply: Vec<i64> = self.eval(evalsha, (self.script(), &self.sha)).await?;
+    /// Runs one call of the changes script for `tp`, marking its fence.
+    async fn call(&self, tp: &TopicPartition, evalsha: &redis::Cmd) -> Result<Reply, SinkError> {
+        let mut mark = redis::cmd("HSET");
+        mark.arg(fence_key(&self.fence_prefix, tp))
+            .arg(WRITER)
+            .arg(SCRIPT_WRITER);
+        let reply: Vec<i64> = self
+            .eval(&mark, evalsha, (self.script(), &self.sha))
+            .await?;
         Reply::parse(&reply).ok_or_else(|| {
             SinkError::retriable(format!("redis: unexpected script reply {reply:?}"))
         })
@@ -389,67 +304,19 @@ impl RedisSink {
     ) -> Result<u64, SinkError> {
         let mut cursor = String::from("0");
         let mut removed = 0;
+        // Rows of other partitions' keys go too: their caches must be dropped.
+        let mut mark = redis::cmd("INCR");
+        mark.arg(truncates_key(&self.fence_prefix));
         loop {
             let cmd = self.truncate_cmd(positions_key, truncate, &cursor, position);
             let (next, n): (String, u64) = self
-                .eval(&cmd, (TRUNCATE_SCRIPT, &self.truncate_sha))
+                .eval(&mark, &cmd, (TRUNCATE_SCRIPT, &self.truncate_sha))
                 .await?;
             removed += n;
             if next == "0" {
                 return Ok(removed);
             }
             cursor = next;
-        }
-    }
-
-    /// Splits changes into calls bounded by `script.max.changes` and
-    /// `script.max.bytes`, each truncate a part of its own, in order (a
-    /// truncate must follow the older changes of its partition). At least one
-    /// part, so the position is always stored.
-    fn parts<'a, 'b>(&self, changes: &'a [Change<'b>]) -> Vec<Part<'a, 'b>> {
-        let mut out = Vec::new();
-        let (mut start, mut bytes) = (0, 0);
-        for (i, c) in changes.iter().enumerate() {
-            if c.body == Body::Truncate {
-                if i > start {
-                    out.push(Part::Changes(&changes[start..i]));
-                }
-                out.push(Part::Truncate(c));
-                (start, bytes) = (i + 1, 0);
-                continue;
-            }
-            let w = c.weight(self.version_prefix.len());
-            if i > start && (i - start >= self.max_changes || bytes + w > self.max_bytes) {
-                out.push(Part::Changes(&changes[start..i]));
-                start = i;
-                bytes = 0;
-            }
-            bytes += w;
-        }
-        if start < changes.len() || out.is_empty() {
-            out.push(Part::Changes(&changes[start..]));
-        }
-        out
-    }
-}
-
-/// A part of a batch: one call of the changes script, or one truncate.
-enum Part<'a, 'b> {
-    Changes(&'a [Change<'b>]),
-    Truncate(&'a Change<'b>),
-}
-
-/// Packs a hash field's value: strings as is, other values as their JSON
-/// text (`text` is scratch space).
-fn pack_field(out: &mut Vec<u8>, v: FieldValue<'_>, text: &mut String) {
-    use std::fmt::Write;
-    match v {
-        FieldValue::Str(s) => pack_str(out, s.as_bytes()),
-        FieldValue::Json(other) => {
-            text.clear();
-            // Writing into a String cannot fail.
-            let _ = write!(text, "{other}");
-            pack_str(out, text.as_bytes());
         }
     }
 }
@@ -482,6 +349,15 @@ impl Sink for RedisSink {
             .query_async(&mut conn)
             .await
             .map_err(|e| classify("HMGET positions", e))?;
+        if let Some(fast) = &self.fast {
+            // An assignment: take each partition's fence, so that a runner
+            // that had it before writes nothing more.
+            for tp in partitions {
+                let state = fast.partition(tp);
+                let mut p = state.lock().await;
+                fast.claim(&mut conn, group, tp, &mut p).await?;
+            }
+        }
         Ok(partitions
             .iter()
             .zip(values)
@@ -507,6 +383,25 @@ impl Sink for RedisSink {
         }
         let positions_key = self.positions_key(batch.group());
         let field = position_field(batch.topic(), batch.partition());
+        let tp = batch.topic_partition();
+        let mut fast = match &self.fast {
+            Some(fast) => {
+                let mut p = fast.partition(&tp).lock_owned().await;
+                if !Fast::claimed(&p, batch.group()) {
+                    // Applied without an assignment first (tests, tools): claim now.
+                    fast.claim(&mut self.conn.clone(), batch.group(), &tp, &mut p)
+                        .await?;
+                }
+                Some((fast, p))
+            }
+            None => None,
+        };
+        let keys = Keys {
+            positions: &positions_key,
+            version_field: &self.version_field,
+            version_prefix: &self.version_prefix,
+            tombstone_ttl_ms: self.tombstone_ttl_ms,
+        };
         let parts = self.parts(&changes);
         let last = parts.len() - 1;
         let (mut applied, mut skipped) = (0, 0);
@@ -514,6 +409,9 @@ impl Sink for RedisSink {
             let position = (i == last).then_some((field.as_str(), batch.next_offset()));
             let chunk = match part {
                 Part::Truncate(t) => {
+                    if let Some((_, p)) = fast.as_mut() {
+                        p.forget();
+                    }
                     let removed = self.truncate(&positions_key, t, position).await?;
                     tracing::info!(
                         partition = %batch.topic_partition(),
@@ -527,8 +425,21 @@ impl Sink for RedisSink {
                 }
                 Part::Changes(chunk) => chunk,
             };
+            if let Some((f, p)) = fast.as_mut() {
+                match f.apply(p, &tp, &keys, chunk, position).await? {
+                    Outcome::Done {
+                        applied: a,
+                        skipped: s,
+                    } => {
+                        applied += a;
+                        skipped += s;
+                        continue;
+                    }
+                    Outcome::Foreign => p.forget(),
+                }
+            }
             let cmd = self.script_cmd(&positions_key, chunk, position);
-            match self.call(&cmd).await? {
+            match self.call(&tp, &cmd).await? {
                 Reply::Done {
                     applied: a,
                     skipped: s,

@@ -1,0 +1,171 @@
+//! The script calls of the `redis` sink: arguments of the changes and
+//! truncate scripts, and how a batch is split into calls.
+
+use super::config::Layout;
+use super::plan::{hash_fields, json_text, Body, Change, FieldValue};
+use super::script::pack_str;
+use super::sink::RedisSink;
+
+impl RedisSink {
+    /// The `EVALSHA` applying `chunk` (no truncates), storing `position` when
+    /// given (the arguments are described in the script module).
+    pub(super) fn script_cmd(
+        &self,
+        positions_key: &str,
+        chunk: &[Change<'_>],
+        position: Option<(&str, i64)>,
+    ) -> redis::Cmd {
+        // The key sets of the chunk's tables, each once (usually one).
+        let mut sets: Vec<&str> = Vec::new();
+        let set_of: Vec<usize> = chunk
+            .iter()
+            .map(|c| match sets.iter().position(|s| *s == c.key_set) {
+                Some(i) => i + 1,
+                None => {
+                    sets.push(&c.key_set);
+                    sets.len()
+                }
+            })
+            .collect();
+        let mut cmd = redis::cmd("EVALSHA");
+        let keys_per_change = match self.layout {
+            Layout::Hash => 1,
+            Layout::Json => 2,
+        };
+        cmd.arg(&self.sha)
+            .arg(1 + sets.len() + keys_per_change * chunk.len())
+            .arg(positions_key);
+        for set in &sets {
+            cmd.arg(*set);
+        }
+        for c in chunk {
+            cmd.arg(&c.row_key);
+            if self.layout == Layout::Json {
+                cmd.arg(self.version_key(&c.row_key));
+            }
+        }
+        match position {
+            Some((field, next)) => cmd.arg(field).arg(next),
+            None => cmd.arg("").arg(""),
+        };
+        cmd.arg(self.ttl_ms).arg(self.tombstone_ttl_ms);
+        if self.layout == Layout::Hash {
+            cmd.arg(&self.version_field).arg(&self.version_prefix);
+        }
+        cmd.arg(sets.len());
+        let (mut packed, mut text) = (Vec::new(), String::new());
+        for (c, set) in chunk.iter().zip(set_of) {
+            match &c.body {
+                Body::Delete | Body::Truncate => {
+                    cmd.arg("D").arg(&c.version[..]).arg(set);
+                }
+                Body::Json { row, unavailable } => {
+                    cmd.arg("J")
+                        .arg(&c.version[..])
+                        .arg(set)
+                        .arg(json_text(row, unavailable));
+                }
+                Body::Hash(row) => {
+                    let (set_fields, keep) = hash_fields(row);
+                    let op = if keep.is_empty() { "H" } else { "K" };
+                    cmd.arg(op).arg(&c.version[..]).arg(set);
+                    packed.clear();
+                    for (f, v) in set_fields {
+                        pack_str(&mut packed, f.as_bytes());
+                        pack_field(&mut packed, v, &mut text);
+                    }
+                    cmd.arg(&packed[..]);
+                    if !keep.is_empty() {
+                        packed.clear();
+                        for f in keep {
+                            pack_str(&mut packed, f.as_bytes());
+                        }
+                        cmd.arg(&packed[..]);
+                    }
+                }
+            }
+        }
+        cmd
+    }
+
+    /// One call of the truncate script: the next part of `truncate`'s key set
+    /// from `cursor` (see the script module).
+    pub(super) fn truncate_cmd(
+        &self,
+        positions_key: &str,
+        truncate: &Change<'_>,
+        cursor: &str,
+        position: Option<(&str, i64)>,
+    ) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.truncate_sha)
+            .arg(2)
+            .arg(positions_key)
+            .arg(&truncate.key_set);
+        match position {
+            Some((field, next)) => cmd.arg(field).arg(next),
+            None => cmd.arg("").arg(""),
+        };
+        cmd.arg(&truncate.version[..])
+            .arg(cursor)
+            .arg(self.max_changes)
+            .arg(match self.layout {
+                Layout::Hash => "H",
+                Layout::Json => "J",
+            })
+            .arg(&self.version_field)
+            .arg(&self.version_prefix);
+        cmd
+    }
+
+    /// Splits changes into calls bounded by `script.max.changes` and
+    /// `script.max.bytes`, each truncate a part of its own, in order (a
+    /// truncate must follow the older changes of its partition). At least one
+    /// part, so the position is always stored.
+    pub(super) fn parts<'a, 'b>(&self, changes: &'a [Change<'b>]) -> Vec<Part<'a, 'b>> {
+        let mut out = Vec::new();
+        let (mut start, mut bytes) = (0, 0);
+        for (i, c) in changes.iter().enumerate() {
+            if c.body == Body::Truncate {
+                if i > start {
+                    out.push(Part::Changes(&changes[start..i]));
+                }
+                out.push(Part::Truncate(c));
+                (start, bytes) = (i + 1, 0);
+                continue;
+            }
+            let w = c.weight(self.version_prefix.len());
+            if i > start && (i - start >= self.max_changes || bytes + w > self.max_bytes) {
+                out.push(Part::Changes(&changes[start..i]));
+                start = i;
+                bytes = 0;
+            }
+            bytes += w;
+        }
+        if start < changes.len() || out.is_empty() {
+            out.push(Part::Changes(&changes[start..]));
+        }
+        out
+    }
+}
+
+/// A part of a batch: one call of the changes script, or one truncate.
+pub(super) enum Part<'a, 'b> {
+    Changes(&'a [Change<'b>]),
+    Truncate(&'a Change<'b>),
+}
+
+/// Packs a hash field's value: strings as is, other values as their JSON
+/// text (`text` is scratch space).
+fn pack_field(out: &mut Vec<u8>, v: FieldValue<'_>, text: &mut String) {
+    use std::fmt::Write;
+    match v {
+        FieldValue::Str(s) => pack_str(out, s.as_bytes()),
+        FieldValue::Json(other) => {
+            text.clear();
+            // Writing into a String cannot fail.
+            let _ = write!(text, "{other}");
+            pack_str(out, text.as_bytes());
+        }
+    }
+}
