@@ -13,9 +13,8 @@
 //!
 //! A shape is data ([`Shape`]): its DDL, how a row's key is spelled from a
 //! number, and per column the SQL literals its values cycle through, so a
-//! new type or key kind is one entry. Values the pipeline does not yet carry
-//! exactly are listed in [`PENDING`] with the issue that tracks them; the
-//! `pending_values_round_trip` test runs them (ignored until fixed).
+//! new type or key kind is one entry. Every value of every shape must
+//! arrive exactly: there is no list of tolerated differences.
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -341,11 +340,6 @@ const ALL_TYPES: &[Column] = &[
         &["'{00:00:00,23:59:59.999999,12:34:56.5}'"],
     ),
 ];
-
-/// Values not yet carried exactly into every target, each with its issue.
-/// `pending_values_round_trip` runs them; move an entry into [`ALL_TYPES`]
-/// when its fix lands.
-const PENDING: &[Column] = &[];
 
 const TOAST_COLUMNS: &[Column] = &[
     ("rev", "integer", &["1", "2", "3", "4", "5"]),
@@ -812,23 +806,4 @@ async fn drive(p: &Pipeline, shapes: &[Shape], seconds: u64, min_kills: usize) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_shape_converges_under_sigkills() -> Result<()> {
     run_suite("conformance", shapes(), 45, 12).await
-}
-
-/// The values of [`PENDING`], one table, the same drive. Ignored until the
-/// issues named there are fixed: run with `--ignored` to see where they stand.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "values tracked by issues 15 and 23 (see PENDING)"]
-async fn pending_values_round_trip() -> Result<()> {
-    let shape = Shape {
-        table: "pending_values",
-        prelude: "",
-        key: &[("id", "bigint")],
-        key_of: int_key,
-        columns: PENDING,
-        after: "",
-        rarely_updated: &[],
-        partition_by: "",
-        key_updates: false,
-    };
-    run_suite("conformance_pending", vec![shape], 20, 4).await
 }
