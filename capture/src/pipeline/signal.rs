@@ -115,10 +115,24 @@ impl Pipeline<'_> {
         // Existence first: "does not exist" is the clearest reason for a typo.
         let pk = match self.key_columns.get(table) {
             Some(k) => k.clone(),
-            None => match source::primary_key(&self.control, schema, name).await {
-                Ok(pk) => pk,
-                Err(e) => return definite(e),
-            },
+            None => {
+                let mut looks = 0;
+                loop {
+                    match source::primary_key(&self.control, schema, name).await {
+                        Ok(pk) => break pk,
+                        // A table created in the signal's own transaction:
+                        // the walsender sends a transaction once its commit
+                        // is in the WAL, a moment before the committing
+                        // backend leaves the proc array, so for that moment
+                        // other sessions do not see the table yet.
+                        Err(e) if undefined_table(&e) && looks < TABLE_LOOKS => {
+                            looks += 1;
+                            tokio::time::sleep(TABLE_LOOK_PAUSE).await;
+                        }
+                        Err(e) => return definite(e),
+                    }
+                }
+            }
         };
         if !self.filter.matches(schema, name) {
             return Ok(Err(
@@ -170,6 +184,16 @@ impl Pipeline<'_> {
         }
         Ok(Ok(()))
     }
+}
+
+/// How often a signal's table that does not exist is looked up again, and
+/// how long apart (see `check_snapshot_table`).
+const TABLE_LOOKS: u32 = 10;
+const TABLE_LOOK_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+fn undefined_table(e: &CaptureError) -> bool {
+    matches!(e, CaptureError::Postgres { source, .. }
+        if source.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE))
 }
 
 /// A server's answer (no such table, syntax error) becomes a reason; a lost
