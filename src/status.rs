@@ -280,18 +280,18 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
                     (SELECT extract(epoch FROM coalesce(r.replay_lag, interval '0'))::float8
                        FROM pg_stat_replication r WHERE r.pid = s.active_pid)
                FROM pg_replication_slots s WHERE slot_name = $1",
-            &[&cfg.slot.name],
+            &[&cfg.slot_name],
         )
         .await
         .map_err(crate::verify::pg_error("read the replication slot"))?;
     let slot = SlotStatus {
-        name: cfg.slot.name.clone(),
+        name: cfg.slot_name.clone(),
         exists: row.is_some(),
         active: row.as_ref().is_some_and(|r| r.get::<_, bool>(0)),
         confirmed_lsn: row.as_ref().and_then(|r| r.get(1)),
         retained_bytes: row.as_ref().and_then(|r| r.get(2)),
         lag_seconds: row.as_ref().and_then(|r| r.get(3)),
-        max_retained_bytes: cfg.slot.max.retained.bytes,
+        max_retained_bytes: cfg.slot_max_retained_bytes,
     };
     let mut problems = Vec::new();
     let stored = read_stored_offset(&cfg).await;

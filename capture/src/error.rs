@@ -67,6 +67,19 @@ pub enum CaptureError {
     #[error("replication protocol: {0}")]
     Protocol(String),
 
+    /// A change could not be encoded as an event (a key column missing from
+    /// the row, say). Definite: the same change would fail again.
+    #[error("encode: {0}")]
+    Encode(#[from] crate::envelope::EnvelopeError),
+
+    /// A task capture ran on another thread (a blocking Kafka client call,
+    /// a commit) panicked or was cancelled: a bug, so fatal.
+    #[error("internal task `{task}` failed: {source}")]
+    Task {
+        task: &'static str,
+        source: tokio::task::JoinError,
+    },
+
     /// A change's record is larger than Kafka accepts. Definite: restarting
     /// would meet the same row again, and skipping it would lose it.
     #[error(transparent)]
@@ -152,6 +165,11 @@ impl CaptureError {
         }
     }
 
+    /// For a failed [`tokio::task::JoinHandle`] of `task`.
+    pub(crate) fn task(task: &'static str) -> impl FnOnce(tokio::task::JoinError) -> CaptureError {
+        move |source| CaptureError::Task { task, source }
+    }
+
     pub(crate) fn pg(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> CaptureError {
         move |source| CaptureError::Postgres { context, source }
     }
@@ -225,6 +243,18 @@ fn is_fenced(e: &KafkaError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A panicked helper task is a bug: fatal, and named, not a "protocol" error.
+    #[tokio::test]
+    async fn a_failed_task_is_fatal_and_named() {
+        let join = tokio::spawn(async { panic!("boom") })
+            .await
+            .expect_err("the task panics");
+        let e = CaptureError::task("offset reader")(join);
+        assert!(matches!(e, CaptureError::Task { .. }), "{e:?}");
+        assert!(!e.is_retriable());
+        assert!(e.to_string().contains("`offset reader`"), "{e}");
+    }
 
     #[test]
     fn a_terminated_walsender_is_retriable() {

@@ -142,7 +142,7 @@ pub(crate) async fn topic_exists(cfg: &CaptureConfig, topic: &str) -> Result<boo
             .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
     })
     .await
-    .map_err(|e| CaptureError::Protocol(format!("metadata task failed: {e}")))?
+    .map_err(CaptureError::task("kafka metadata"))?
 }
 
 /// Reads the last committed offset record of `connector` from the offsets
@@ -160,7 +160,7 @@ pub async fn read_last_offset(
     let key = SourceOffset::key(connector);
     tokio::task::spawn_blocking(move || read_last_blocking(client, &topic, &key))
         .await
-        .map_err(|e| CaptureError::Protocol(format!("offset reader task failed: {e}")))?
+        .map_err(CaptureError::task("offset reader"))?
 }
 
 fn read_last_blocking(

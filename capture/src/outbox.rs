@@ -19,88 +19,31 @@ pub const DEFAULT_TOPIC_PATTERN: &str = "outbox.event.${routedByValue}";
 /// Placeholder in the topic pattern replaced by the routing column's value.
 const ROUTED_BY_VALUE: &str = "${routedByValue}";
 
-/// `[outbox]`: Debezium's outbox event router settings.
+/// `[outbox]`: Debezium's outbox event router settings, one field per key
+/// (under `outbox.`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutboxConfig {
-    /// The outbox table, `schema.table`.
+    /// `outbox.table`: the outbox table, `schema.table`.
     pub table: String,
-    #[serde(default)]
-    pub field: OutboxFields,
-    #[serde(default)]
-    pub route: OutboxRoute,
-}
-
-/// `outbox.field.event.{id,key,type,payload}`: column names.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OutboxFields {
-    #[serde(default)]
-    pub event: OutboxEventFields,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OutboxEventFields {
-    #[serde(default = "d_id")]
-    pub id: String,
-    #[serde(default = "d_key")]
-    pub key: String,
-    #[serde(default = "d_type", rename = "type")]
-    pub kind: String,
-    #[serde(default = "d_payload")]
-    pub payload: String,
-}
-
-impl Default for OutboxEventFields {
-    fn default() -> Self {
-        OutboxEventFields {
-            id: d_id(),
-            key: d_key(),
-            kind: d_type(),
-            payload: d_payload(),
-        }
-    }
-}
-
-/// `outbox.route.by.field` and `outbox.route.topic.replacement`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OutboxRoute {
-    #[serde(default)]
-    pub by: RouteBy,
-    #[serde(default)]
-    pub topic: RouteTopic,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteBy {
-    #[serde(default = "d_route_by")]
-    pub field: String,
-}
-
-impl Default for RouteBy {
-    fn default() -> Self {
-        RouteBy {
-            field: d_route_by(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteTopic {
-    #[serde(default = "d_pattern")]
-    pub replacement: String,
-}
-
-impl Default for RouteTopic {
-    fn default() -> Self {
-        RouteTopic {
-            replacement: d_pattern(),
-        }
-    }
+    /// `outbox.field.event.id`: the event id column (header `id`).
+    #[serde(rename = "field.event.id", default = "d_id")]
+    pub event_id: String,
+    /// `outbox.field.event.key`: the aggregate id column (the record key).
+    #[serde(rename = "field.event.key", default = "d_key")]
+    pub event_key: String,
+    /// `outbox.field.event.type`: the event type column (header `type`).
+    #[serde(rename = "field.event.type", default = "d_type")]
+    pub event_type: String,
+    /// `outbox.field.event.payload`: the payload column (the record value).
+    #[serde(rename = "field.event.payload", default = "d_payload")]
+    pub event_payload: String,
+    /// `outbox.route.by.field`: the column whose value chooses the topic.
+    #[serde(rename = "route.by.field", default = "d_route_by")]
+    pub route_by_field: String,
+    /// `outbox.route.topic.replacement`: the topic pattern, holding `${routedByValue}`.
+    #[serde(rename = "route.topic.replacement", default = "d_pattern")]
+    pub route_topic_replacement: String,
 }
 
 fn d_id() -> String {
@@ -138,12 +81,12 @@ impl OutboxConfig {
                 ),
             ));
         }
-        if !self.route.topic.replacement.contains(ROUTED_BY_VALUE) {
+        if !self.route_topic_replacement.contains(ROUTED_BY_VALUE) {
             return Err((
                 "outbox.route.topic.replacement",
                 format!(
                     "{:?} must contain {ROUTED_BY_VALUE} (replaced by the routing column's value)",
-                    self.route.topic.replacement
+                    self.route_topic_replacement
                 ),
             ));
         }
@@ -201,14 +144,13 @@ impl OutboxRouter {
                     key,
                 })
         };
-        let f = &cfg.field.event;
         Ok(OutboxRouter {
-            id: find(&f.id, "field.event.id")?,
-            key: find(&f.key, "field.event.key")?,
-            kind: find(&f.kind, "field.event.type")?,
-            payload: find(&f.payload, "field.event.payload")?,
-            route_by: find(&cfg.route.by.field, "route.by.field")?,
-            pattern: cfg.route.topic.replacement.clone(),
+            id: find(&cfg.event_id, "field.event.id")?,
+            key: find(&cfg.event_key, "field.event.key")?,
+            kind: find(&cfg.event_type, "field.event.type")?,
+            payload: find(&cfg.event_payload, "field.event.payload")?,
+            route_by: find(&cfg.route_by_field, "route.by.field")?,
+            pattern: cfg.route_topic_replacement.clone(),
         })
     }
 
@@ -282,7 +224,7 @@ mod tests {
     }
 
     fn cfg(toml_text: &str) -> OutboxConfig {
-        toml::from_str(toml_text).unwrap()
+        oncely_core::config::from_str(toml_text, "outbox").unwrap()
     }
 
     #[test]
@@ -324,9 +266,12 @@ mod tests {
                 .validate()
                 .is_err()
         );
-        assert!(
-            toml::from_str::<OutboxConfig>("table = \"a.b\"\nfield.event.nope = \"x\"").is_err()
-        );
+        let err = oncely_core::config::from_str::<OutboxConfig>(
+            "table = \"a.b\"\nfield.event.nope = \"x\"",
+            "outbox",
+        )
+        .unwrap_err();
+        assert!(err.message.contains("field.event.nope"), "{err}");
         let router = OutboxRouter::new(&rel(), &cfg("table = \"public.outbox\"")).unwrap();
         let row = TupleData(vec![t("e"), TupleValue::Null, t("1"), t("T"), t("{}")]);
         assert!(matches!(

@@ -66,6 +66,18 @@ pub fn flagged_columns(rel: &Relation) -> Vec<String> {
         .collect()
 }
 
+/// The key of a table the catalog no longer has (dropped, or renamed with
+/// its key columns), from the Relation message alone: under the default
+/// identity its flagged columns are the primary key, under `USING INDEX` a
+/// unique index's columns. Under `FULL` every column is flagged and under
+/// `NOTHING` none, which says nothing of a key: empty (events without a key).
+pub fn key_from_relation(rel: &Relation) -> Vec<String> {
+    match rel.replica_identity {
+        ReplicaIdentity::Default | ReplicaIdentity::Index => flagged_columns(rel),
+        ReplicaIdentity::Full | ReplicaIdentity::Nothing => Vec::new(),
+    }
+}
+
 /// The message for a table whose identity `lacks` its key: what goes wrong
 /// and the fix. `relation` is the table itself or, for a partitioned table,
 /// the partition whose identity is wrong (the one to alter).
@@ -179,6 +191,44 @@ mod tests {
 
     fn cols(c: &[&str]) -> Vec<String> {
         c.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// A dropped table's key comes from its Relation's flags only where
+    /// they name a key: the primary key (default) or a unique index.
+    #[test]
+    fn a_gone_table_is_keyed_by_its_flagged_columns_where_they_are_a_key() {
+        let rel = |identity, flags: &[bool]| Relation {
+            id: 1,
+            namespace: "public".into(),
+            name: "staging".into(),
+            replica_identity: identity,
+            columns: ["tenant", "id", "v"]
+                .iter()
+                .zip(flags)
+                .map(|(name, &is_key)| crate::pgoutput::Column {
+                    is_key,
+                    name: (*name).into(),
+                    type_oid: 23,
+                    type_modifier: -1,
+                })
+                .collect(),
+        };
+        use ReplicaIdentity::*;
+        let two = [true, true, false];
+        assert_eq!(
+            key_from_relation(&rel(Default, &two)),
+            cols(&["tenant", "id"])
+        );
+        assert_eq!(
+            key_from_relation(&rel(Index, &[false, true, false])),
+            cols(&["id"])
+        );
+        assert!(key_from_relation(&rel(Full, &[true; 3])).is_empty());
+        assert!(key_from_relation(&rel(Nothing, &[false; 3])).is_empty());
+        assert!(
+            key_from_relation(&rel(Default, &[false; 3])).is_empty(),
+            "no primary key"
+        );
     }
 
     #[test]

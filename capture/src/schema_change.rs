@@ -248,20 +248,19 @@ pub async fn load(
 /// both, replayed after a restart).
 pub async fn identity(
     client: &Client,
-    table: &str,
     rel: &Relation,
     known: Option<&[ColumnDef]>,
     former: &[FormerName],
 ) -> Result<Option<SourceIdentity>, tokio_postgres::Error> {
-    let Some((schema, name)) = split_table(table) else {
-        return Ok(None);
-    };
+    // By the Relation's OID (a partition's: its root's, which the pipeline
+    // names it by), not by name: the catalog may have renamed the table
+    // since, or dropped it and made another of that name.
     let rows = client
         .query(
             "SELECT c.oid, a.attnum, a.attname::text, a.attisdropped \
              FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 \
-             WHERE c.oid = to_regclass($1)",
-            &[&format!("{}.{}", quote_ident(schema), quote_ident(name))],
+             WHERE c.oid = COALESCE(pg_partition_root($1::oid::regclass), $1::oid)",
+            &[&rel.id],
         )
         .await?;
     let Some(first) = rows.first() else {
@@ -321,7 +320,7 @@ pub fn match_attnums(names: &[&str], candidates: &[(i16, &str)]) -> Vec<Option<i
 
 /// `<topic.prefix>.schema-changes`.
 pub fn topic(cfg: &CaptureConfig) -> String {
-    format!("{}.{TOPIC_SUFFIX}", cfg.topic.prefix)
+    format!("{}.{TOPIC_SUFFIX}", cfg.topic_prefix)
 }
 
 /// The columns each table had in the last committed schema-change record of
@@ -339,7 +338,7 @@ pub async fn read_history(cfg: &CaptureConfig) -> Result<SchemaHistory, CaptureE
     let connector = cfg.connector_name().to_owned();
     tokio::task::spawn_blocking(move || read_history_blocking(client, &topic, &connector))
         .await
-        .map_err(|e| CaptureError::Protocol(format!("schema history reader failed: {e}")))?
+        .map_err(CaptureError::task("schema history reader"))?
 }
 
 fn read_history_blocking(

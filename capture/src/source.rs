@@ -53,15 +53,14 @@ pub struct SlotState {
 /// password when set), for every connection oncely opens to it besides the
 /// stream; TLS comes from [`connect_with`].
 pub fn pg_config(cfg: &CaptureConfig, application_name: &str) -> tokio_postgres::Config {
-    let db = &cfg.database;
     let mut pg = tokio_postgres::Config::new();
-    pg.host(&db.hostname)
-        .port(db.port)
-        .user(&db.user)
-        .dbname(&db.dbname)
+    pg.host(&cfg.database_hostname)
+        .port(cfg.database_port)
+        .user(&cfg.database_user)
+        .dbname(&cfg.database_dbname)
         .application_name(application_name);
-    if !db.password.expose().is_empty() {
-        pg.password(db.password.expose());
+    if !cfg.database_password.expose().is_empty() {
+        pg.password(cfg.database_password.expose());
     }
     pg
 }
@@ -79,7 +78,7 @@ pub async fn connect_with(
     pg: &tokio_postgres::Config,
     what: &'static str,
 ) -> Result<Client, oncely_core::postgres::ConnectError> {
-    cfg.database.tls().connector()?.connect(pg, what).await
+    cfg.tls().connector()?.connect(pg, what).await
 }
 
 /// `wal_level` must be `logical` for a logical slot to decode anything.
@@ -106,9 +105,9 @@ pub async fn captured_tables(
     client: &Client,
     cfg: &CaptureConfig,
 ) -> Result<Vec<CapturedTable>, CaptureError> {
-    let filter = TableFilter::new(&cfg.table.include.list.0, &cfg.table.exclude.list.0)
+    let filter = TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
         .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?;
-    let overrides = parse_key_columns(cfg.message.key.columns.as_deref())
+    let overrides = parse_key_columns(cfg.message_key_columns.as_deref())
         .map_err(|e| CaptureError::Prerequisite(format!("message.key.columns: {e}")))?;
     check_partitions_excluded(client, &filter).await?;
     let rows = client
@@ -241,14 +240,14 @@ fn server_version_text(num: i32) -> String {
 
 /// Checks the slot (plugin, database) or creates it.
 pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotState, CaptureError> {
-    let name = &cfg.slot.name;
+    let name = &cfg.slot_name;
     let version: i32 = client
         .query_one("SELECT current_setting('server_version_num')::int", &[])
         .await
         .map_err(CaptureError::pg("read server version"))?
         .get(0);
     let failover_supported = version >= FAILOVER_SLOTS_VERSION;
-    if cfg.slot.failover && !failover_supported {
+    if cfg.slot_failover && !failover_supported {
         return Err(CaptureError::Prerequisite(format!(
             "slot.failover = true needs PostgreSQL 17 or later (failover slots), but this server is version {}: set slot.failover = false, or upgrade the server",
             server_version_text(version)
@@ -275,10 +274,10 @@ pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotSta
         let database: Option<String> = row.get(2);
         let confirmed: Option<String> = row.get(3);
         let failover: Option<bool> = row.get(4);
-        if cfg.slot.failover && failover != Some(true) {
+        if cfg.slot_failover && failover != Some(true) {
             return Err(CaptureError::Prerequisite(format!(
                 "replication slot `{name}` is not a failover slot, but slot.failover = true: make it one on a replication connection (psql \"dbname={} replication=database\" -c 'ALTER_REPLICATION_SLOT {} (FAILOVER true)'), or set slot.failover = false",
-                cfg.database.dbname,
+                cfg.database_dbname,
                 quote_ident(name)
             )));
         }
@@ -288,11 +287,11 @@ pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotSta
                 plugin.unwrap_or_default()
             )));
         }
-        if database.as_deref() != Some(cfg.database.dbname.as_str()) {
+        if database.as_deref() != Some(cfg.database_dbname.as_str()) {
             return Err(CaptureError::Prerequisite(format!(
                 "replication slot `{name}` belongs to database `{}`, not `{}`: choose another slot.name",
                 database.unwrap_or_default(),
-                cfg.database.dbname
+                cfg.database_dbname
             )));
         }
         return Ok(SlotState {
@@ -300,7 +299,7 @@ pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotSta
             created: false,
         });
     }
-    if !cfg.slot.create {
+    if !cfg.slot_create {
         return Err(CaptureError::Prerequisite(format!(
             "replication slot `{name}` does not exist and slot.create is false: create it with SELECT pg_create_logical_replication_slot('{name}', 'pgoutput'), or set slot.create = true"
         )));
@@ -309,7 +308,7 @@ pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotSta
         client
             .query_one(
                 "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, $2)",
-                &[name, &cfg.slot.failover],
+                &[name, &cfg.slot_failover],
             )
             .await
     } else {
@@ -322,10 +321,10 @@ pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotSta
     };
     let row = created
         .map_err(|e| {
-            privilege_or(e, &format!("creating replication slot `{name}` needs the REPLICATION attribute: ALTER ROLE {} REPLICATION", quote_ident(&cfg.database.user)), "create slot")
+            privilege_or(e, &format!("creating replication slot `{name}` needs the REPLICATION attribute: ALTER ROLE {} REPLICATION", quote_ident(&cfg.database_user)), "create slot")
         })?;
     let lsn: String = row.get(0);
-    tracing::info!(slot = %name, lsn = %lsn, failover = cfg.slot.failover, "created replication slot");
+    tracing::info!(slot = %name, lsn = %lsn, failover = cfg.slot_failover, "created replication slot");
     Ok(SlotState {
         confirmed_flush_lsn: parse_lsn(Some(&lsn))?,
         created: true,
@@ -362,6 +361,31 @@ pub async fn primary_key(
         .await
         .map_err(CaptureError::pg("read primary key"))?;
     Ok(row.get(0))
+}
+
+/// A relation as the catalog has it now, looked up by OID (a partition's:
+/// its root's): its schema, name and primary key columns (empty when it has
+/// none). `None` when no relation has that OID (dropped, or not visible to
+/// this session yet).
+pub async fn relation_by_oid(
+    client: &Client,
+    oid: u32,
+) -> Result<Option<(String, String, Vec<String>)>, CaptureError> {
+    let row = client
+        .query_opt(
+            "SELECT n.nspname::text, c.relname::text,
+                    COALESCE((SELECT array_agg(a.attname::text ORDER BY k.ord)
+                      FROM pg_index i
+                      CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+                      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                      WHERE i.indrelid = c.oid AND i.indisprimary), '{}')
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.oid = COALESCE(pg_partition_root($1::oid::regclass), $1::oid)",
+            &[&oid],
+        )
+        .await
+        .map_err(CaptureError::pg("read a relation's primary key"))?;
+    Ok(row.map(|r| (r.get(0), r.get(1), r.get(2))))
 }
 
 /// Column key overrides for the tables, by `schema.table`.

@@ -101,9 +101,11 @@ fn flatten_into(
 /// Deserializes an already flattened table; errors are told under `section`
 /// (e.g. `sink`), one line, without quoting the file.
 pub fn from_flat<T: DeserializeOwned>(flat: toml::Table, section: &str) -> Result<T, ConfigError> {
-    // Through text, so that errors say which line and key.
+    // Through text, so that errors say which key (the line would be the
+    // generated text's, so it is not told).
     let text = toml::to_string(&flat).map_err(|e| ConfigError::new(section, e.to_string()))?;
-    toml::from_str(&text).map_err(|e| ConfigError::new(section, crate::toml_error(&e, &text)))
+    toml::from_str(&text)
+        .map_err(|e| ConfigError::new(section, crate::secret::generated_toml_error(&e, &text)))
 }
 
 /// Flattens `table`'s dotted keys and deserializes it; errors under `section`.
@@ -155,6 +157,14 @@ mod tests {
             .expect_err("twice");
         assert_eq!(e.key, "bulk.max.actions");
         assert!(e.message.contains("set twice"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_value_is_told_by_its_key_not_by_a_generated_line() {
+        let e = from_str::<Sample>("url = \"u\"\n\n[bulk]\nmax.actions = \"many\"", "sink")
+            .expect_err("type");
+        assert!(e.message.starts_with("key `bulk.max.actions`: "), "{e}");
+        assert!(!e.message.contains("line"), "{e}");
     }
 
     #[test]

@@ -92,6 +92,12 @@ pub struct SettingError {
     pub message: String,
 }
 
+impl From<SettingError> for crate::config::ConfigError {
+    fn from(e: SettingError) -> Self {
+        Self::new(e.key, e.message)
+    }
+}
+
 /// Why a connection could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {

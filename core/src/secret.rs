@@ -1,5 +1,5 @@
-//! Secrets in configuration: a literal value, or a reference resolved at
-//! start-up in the syntax of Kafka Connect's config providers — `${env:NAME}`
+//! Secrets in configuration: a literal value, or a reference resolved when
+//! the configuration is read, in the syntax of Kafka Connect's config providers — `${env:NAME}`
 //! or `${file:/path}` — so a password never has to sit in the config file. A
 //! [`Secret`] never prints itself (its `Debug` is `***`) and is not
 //! `Serialize`. Two more ways a secret used to leak are closed here: a URL
@@ -44,6 +44,8 @@ impl Secret {
 
     /// Replaces a `${env:NAME}` / `${file:PATH}` reference by what it points to
     /// (a file's trailing newline is dropped); any other text is kept as is.
+    /// For a secret built in code: one read from configuration is resolved
+    /// already (see its `Deserialize`).
     pub fn resolve(&self) -> Result<Secret, SecretError> {
         resolve_reference(&self.0).map(Secret)
     }
@@ -114,6 +116,21 @@ pub fn toml_error(error: &toml::de::Error, text: &str) -> String {
     }
 }
 
+/// A TOML error in a text oncely generated (a flattened configuration), as
+/// `key K: message`: its line and column would point into that text, not
+/// into the user's file, so only the key is told.
+pub fn generated_toml_error(error: &toml::de::Error, text: &str) -> String {
+    let message = error.message().trim_end();
+    let key = error.span().and_then(|span| {
+        let before = &text[..floor_char_boundary(text, span.start)];
+        key_of_value(before, before.rfind('\n').map_or(0, |i| i + 1))
+    });
+    match key {
+        Some(key) => format!("key `{key}`: {message}"),
+        None => message.to_owned(),
+    }
+}
+
 fn floor_char_boundary(text: &str, at: usize) -> usize {
     let mut at = at.min(text.len());
     while !text.is_char_boundary(at) {
@@ -136,9 +153,11 @@ fn key_of_value(before: &str, line_start: usize) -> Option<String> {
         l.starts_with('[')
             .then(|| l.trim_matches(['[', ']']).trim().to_owned())
     });
+    // Quotes only group a dotted key's parts: `"a.b"` and `a.b` name one key.
+    let key = key.replace('"', "");
     Some(match table {
-        Some(t) if !t.is_empty() => format!("{t}.{key}"),
-        _ => key.to_owned(),
+        Some(t) if !t.is_empty() => format!("{}.{key}", t.replace('"', "")),
+        _ => key,
     })
 }
 
@@ -148,9 +167,16 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// Reading a secret from configuration resolves its `${env:..}` /
+/// `${file:..}` reference there and then, so a missing variable or file stops
+/// the load (the deserializer's error names the key; the message names the
+/// variable or file, never a value) and every later use sees the value.
 impl<'de> Deserialize<'de> for Secret {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(Secret)
+        let raw = String::deserialize(d)?;
+        resolve_reference(&raw)
+            .map(Secret)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -240,6 +266,27 @@ mod tests {
         let s = Secret::new(format!("${{file:{}}}", path.display()));
         assert_eq!(s.resolve().expect("file").expose(), "from-file");
         std::fs::remove_file(path).expect("remove");
+    }
+
+    #[test]
+    fn reading_a_secret_resolves_it_and_names_the_key_when_it_cannot() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Cfg {
+            #[serde(rename = "sink.password")]
+            password: Secret,
+        }
+        std::env::set_var("ONCELY_CORE_TEST_READ_SECRET", "from-env");
+        let text = "\"sink.password\" = \"${env:ONCELY_CORE_TEST_READ_SECRET}\"\n";
+        let cfg: Cfg = toml::from_str(text).expect("resolved");
+        assert_eq!(cfg.password.expose(), "from-env");
+        let text = "\"sink.password\" = \"${env:ONCELY_CORE_SURELY_UNSET}\"\n";
+        let e = toml::from_str::<Cfg>(text).expect_err("unset");
+        let told = toml_error(&e, text);
+        assert!(
+            told.contains("key `sink.password`") && told.contains("ONCELY_CORE_SURELY_UNSET"),
+            "{told}"
+        );
     }
 
     #[test]

@@ -58,13 +58,19 @@ pub async fn run(args: CaptureArgs) -> anyhow::Result<()> {
     }
 }
 
+/// The capture configuration at `path`; an error names the file.
+fn load(path: &std::path::Path) -> anyhow::Result<CaptureConfig> {
+    CaptureConfig::load(path)
+        .with_context(|| format!("invalid configuration in {}", path.display()))
+}
+
 async fn capture(config: PathBuf) -> anyhow::Result<()> {
-    let cfg = CaptureConfig::load(&config)?;
+    let cfg = load(&config)?;
     let metrics = CaptureMetrics::new(cfg.connector_name());
     metrics.health.set_max_lag(cfg.ready_max_lag());
     let shutdown = CancellationToken::new();
     // Bound before anything connects: a taken address stops the start.
-    let endpoint = match &cfg.metrics.listen {
+    let endpoint = match &cfg.metrics_listen {
         Some(listen) => {
             let addr = listen.parse().context("metrics.listen")?;
             let listener = oncely_core::endpoint::bind(addr, "metrics.listen").await?;
@@ -160,7 +166,7 @@ async fn progress_bar(metrics: CaptureMetrics, shutdown: CancellationToken) {
 
 /// Inserts a signal row for the running capture.
 async fn signal(args: SnapshotArgs) -> anyhow::Result<()> {
-    let cfg = CaptureConfig::load(&args.config)?;
+    let cfg = load(&args.config)?;
     let Some(table) = cfg.signal_table() else {
         bail!(
             "{} sets no signal.data.collection: add e.g. signal.data.collection = \"public.oncely_signal\" (a table with columns id, type, data) and restart capture",
@@ -196,7 +202,7 @@ async fn signal(args: SnapshotArgs) -> anyhow::Result<()> {
     let pg = oncely_capture::source::pg_config(&cfg, "oncely-capture-signal");
     let client = oncely_capture::source::connect_with(&cfg, &pg, "signal")
         .await
-        .with_context(|| format!("connect to database {}", cfg.database.dbname))?;
+        .with_context(|| format!("connect to database {}", cfg.database_dbname))?;
     let (schema, name) = table
         .split_once('.')
         .context("signal.data.collection must be schema.table")?;

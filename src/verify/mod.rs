@@ -135,7 +135,7 @@ async fn compare_all(
     let mut report = Report {
         source: format!(
             "{}@{}:{}/{}",
-            cfg.database.user, cfg.database.hostname, cfg.database.port, cfg.database.dbname
+            cfg.database_user, cfg.database_hostname, cfg.database_port, cfg.database_dbname
         ),
         source_lsn: None,
         capture_wait: None,

@@ -112,7 +112,7 @@ impl SourceDb {
             .await
             .map_err(|e| VerifyError::Source(format!("connect to the source database: {e}")))?;
         // Intervals as capture writes them: the ISO string or the µs.
-        let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval.handling.mode);
+        let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval_handling_mode);
         types
             .load_user_types(&client)
             .await

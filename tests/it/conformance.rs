@@ -21,7 +21,8 @@ use anyhow::{Context, Result};
 use rand::Rng;
 
 use crate::harness::capture;
-use crate::harness::e2e::{dead_letters, scan_changes, Fleet, Pipeline};
+use crate::harness::checks::{dead_letters, expected_events, scan_changes};
+use crate::harness::e2e::{Fleet, Pipeline};
 
 /// A column and the SQL literals its values cycle through.
 type Column = (&'static str, &'static str, &'static [&'static str]);
@@ -676,10 +677,8 @@ async fn drive(p: &Pipeline, shapes: &[Shape], seconds: u64, min_kills: usize) -
     p.env.client.batch_execute(&seed).await.context("seed")?;
     let mut next = SEED_ROWS;
 
-    let mut fleet = Fleet::new(p);
-    fleet.spawn(0)?;
     // Changes committed before the slot exists are snapshot rows, not events.
-    p.env.wait_slot_active().await?;
+    let mut fleet = Fleet::with_capture(p).await?;
     // The sinks start once every topic exists, so the kills below never meet
     // a group whose assignment predates a topic (a restarted static member
     // gets such a topic only at the runner's ownership check, a few seconds
@@ -689,9 +688,7 @@ async fn drive(p: &Pipeline, shapes: &[Shape], seconds: u64, min_kills: usize) -
         topics.iter().all(|t| seen.iter().any(|r| &r.topic == t))
     })
     .await?;
-    for i in 1..4 {
-        fleet.spawn(i)?;
-    }
+    fleet.spawn_sinks()?;
     let writer = p.env.connect().await?;
     let started = Instant::now();
     let mut last_kill = Instant::now();
@@ -768,15 +765,7 @@ async fn drive(p: &Pipeline, shapes: &[Shape], seconds: u64, min_kills: usize) -
     );
     assert_eq!(report.compared(), shapes.len() * 3, "{report}");
 
-    let expected: i64 = p
-        .env
-        .client
-        .query_one(
-            "SELECT COALESCE(sum(n), 0)::bigint FROM expected_events",
-            &[],
-        )
-        .await?
-        .get(0);
+    let expected = expected_events(&p.env.client).await?;
     let topics = p.topics();
     let scan = tokio::task::spawn_blocking(move || scan_changes(&topics)).await??;
     eprintln!("topics: {scan:?}; expected {expected} streamed events");

@@ -25,8 +25,9 @@ use rand::Rng;
 use serde_json::Value;
 
 use crate::harness::capture;
+use crate::harness::checks::dead_letters;
 use crate::harness::e2e;
-use crate::harness::e2e::{dead_letters, Fleet, Pipeline};
+use crate::harness::e2e::{Fleet, Pipeline};
 
 /// Every table has `id` (key) and `v` (the load's column, never changed by
 /// DDL) beside the columns its DDL changes.
@@ -230,17 +231,13 @@ async fn drive(p: &Pipeline, tables: &[(&str, &str, &str)]) -> Result<()> {
     p.env.client.batch_execute(&seed).await.context("seed")?;
     let mut next = SEED_ROWS;
 
-    let mut fleet = Fleet::new(p);
-    fleet.spawn(0)?;
-    p.env.wait_slot_active().await?;
+    let mut fleet = Fleet::with_capture(p).await?;
     let topics = p.topics();
     capture::wait_for(&topics, Duration::from_secs(120), |seen| {
         topics.iter().all(|t| seen.iter().any(|r| &r.topic == t))
     })
     .await?;
-    for i in 1..4 {
-        fleet.spawn(i)?;
-    }
+    fleet.spawn_sinks()?;
     let writer = p.env.connect().await?;
     let mut last_kill = Instant::now();
     // Rows mirrored before any DDL.

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use oncely_testkit::connect::{Connect, Connector};
 
+use crate::harness::checks::dead_letters;
 use crate::harness::common;
-use crate::harness::e2e::{dead_letters, summary, Pipeline};
+use crate::harness::e2e::{summary, Pipeline};
 
 const TABLE: &str = "all_types";
 

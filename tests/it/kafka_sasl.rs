@@ -8,8 +8,9 @@
 use std::time::{Duration, Instant};
 
 use crate::harness::capture::terminate;
+use crate::harness::checks::scan_changes;
 use crate::harness::common;
-use crate::harness::e2e::{scan_changes, Pipeline};
+use crate::harness::e2e::Pipeline;
 
 const SCHEMA: &str =
     "CREATE TABLE accounts (id bigint PRIMARY KEY, owner text NOT NULL, balance bigint NOT NULL);";

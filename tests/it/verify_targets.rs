@@ -15,7 +15,6 @@ use oncely::verify::{Difference, Report, TableReport};
 use serde_json::json;
 
 use crate::harness::capture::wait_for;
-use crate::harness::common;
 use crate::harness::e2e::{es, redis_conn, Pipeline, WAREHOUSE_SCHEMA};
 
 /// Columns of the wire mapping's tricky kinds: exact numerics, timestamptz,
@@ -67,22 +66,7 @@ async fn verify_reports_equal_targets_and_catches_each_kind_of_difference() -> a
         "",
     )
     .await?;
-    p.add_sink(
-        "elasticsearch-soft",
-        &format!(
-            "[sink]\nkind = \"elasticsearch\"\nurl = \"{}\"\nindex.pattern = \"{{topic}}-soft\"\ndelete.mode = \"soft\"\n",
-            common::es_url()
-        ),
-    )?;
-    let json_prefix = format!("{}:json", p.redis_prefix);
-    p.add_sink(
-        "redis-json",
-        &format!(
-            "[sink]\nkind = \"redis\"\nurl = \"{}\"\nlayout = \"json\"\nkey.pattern = \"{json_prefix}:{{table}}:{{key}}\"\n\
-             version.key.prefix = \"{json_prefix}:v:\"\npositions.key.prefix = \"{json_prefix}:pos:\"\nkeyset.key.prefix = \"{json_prefix}:ks:\"\n",
-            common::redis_url()
-        ),
-    )?;
+    let json_prefix = p.add_soft_index_and_json_cache()?;
     p.env
         .client
         .batch_execute(&format!(

@@ -353,7 +353,7 @@ impl<T: Transactions> Committer<T> {
         let Some(inflight) = self.inflight.take() else {
             return Ok(());
         };
-        done.map_err(|e| CaptureError::Protocol(format!("commit task failed: {e}")))??;
+        done.map_err(CaptureError::task("kafka commit"))??;
         self.metrics
             .batch_commit
             .observe(inflight.started.elapsed().as_secs_f64());

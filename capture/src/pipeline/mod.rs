@@ -421,7 +421,7 @@ impl Pipeline<'_> {
     fn check_slot_limit(&self, retained: i64) {
         static OVER: oncely_core::log_limit::LogLimit =
             oncely_core::log_limit::LogLimit::new(Duration::from_secs(60), 1);
-        let Some(limit) = self.cfg.slot.max.retained.bytes else {
+        let Some(limit) = self.cfg.slot_max_retained_bytes else {
             return;
         };
         self.metrics
@@ -435,7 +435,7 @@ impl Pipeline<'_> {
         }
         let why = format!(
             "replication slot {} retains {retained} bytes of WAL, more than slot.max.retained.bytes = {limit}: capture confirms only what Kafka holds, so a slow or failing Kafka commit, or a long source transaction, keeps WAL on the server (see README, Operating: slot lag)",
-            self.cfg.slot.name
+            self.cfg.slot_name
         );
         if let Some(suppressed) = OVER.admit() {
             tracing::error!(suppressed, "{why}");
@@ -446,13 +446,13 @@ impl Pipeline<'_> {
     /// When nothing is in flight, commits an offset at the server's position so
     /// an idle slot does not pin WAL.
     async fn heartbeat(&mut self) -> Result<(), CaptureError> {
-        if let Some(query) = &self.cfg.heartbeat.action.query {
+        if let Some(query) = &self.cfg.heartbeat_action_query {
             if let Err(e) = self.control.batch_execute(query).await {
                 tracing::warn!(error = %e, "heartbeat.action.query failed");
             }
         }
         self.check_schemas().await?;
-        match source::slot_retained_wal(&self.control, &self.cfg.slot.name).await {
+        match source::slot_retained_wal(&self.control, &self.cfg.slot_name).await {
             Ok(Some(bytes)) => {
                 self.metrics.slot_retained_wal.set(bytes);
                 self.check_slot_limit(bytes);

@@ -16,6 +16,11 @@ use crate::outbox::OutboxRouter;
 use crate::pgoutput::{LogicalMessage, Relation, TupleData};
 use crate::source;
 
+/// How often a relation missing from the catalog is looked up again, and how
+/// long apart (see `Pipeline::key_of_table`).
+const TABLE_LOOKS: u32 = 10;
+const TABLE_LOOK_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Pipeline<'_> {
     /// How many event ordinals a change uses ([`router::ordinals`]), its
     /// routes resolved first.
@@ -42,7 +47,7 @@ impl Pipeline<'_> {
         };
         let mapping = Mapping {
             envelope: &self.envelope,
-            tombstones: self.cfg.tombstones.on.delete,
+            tombstones: self.cfg.tombstones_on_delete,
             now_ms,
         };
         router::records(&self.encoders, change, src, resolved, &mapping)
@@ -152,6 +157,36 @@ impl Pipeline<'_> {
         Ok(self.encoders.get(&relation_id).and_then(Option::as_ref))
     }
 
+    /// The primary key of the table `rel` is, and whether the catalog has it
+    /// under the Relation's name now (then the key may be remembered by name,
+    /// for snapshots and signals). Looked up by the Relation's OID, not its name:
+    /// the stream may be behind the catalog, which may have renamed the
+    /// table, dropped it, or made another of that name since. A table not
+    /// found is looked up again for up to a second (the walsender sends a
+    /// transaction a moment before other sessions see it); one still missing
+    /// is gone, and its key comes from the Relation message itself
+    /// ([`crate::replica_identity::key_from_relation`]).
+    async fn key_of_table(&self, rel: &Relation) -> Result<(Vec<String>, bool), CaptureError> {
+        for _ in 0..TABLE_LOOKS {
+            if let Some((schema, name, pk)) = source::relation_by_oid(&self.control, rel.id).await?
+            {
+                // Key columns renamed since the change: the Relation's own.
+                if pk.iter().all(|k| rel.columns.iter().any(|c| &c.name == k)) {
+                    return Ok((pk, schema == rel.namespace && name == rel.name));
+                }
+                break;
+            }
+            tokio::time::sleep(TABLE_LOOK_PAUSE).await;
+        }
+        let key = crate::replica_identity::key_from_relation(rel);
+        tracing::info!(
+            table = %format!("{}.{}", rel.namespace, rel.name),
+            key = ?key,
+            "table no longer in the catalog as the stream names it (dropped or renamed since): keyed by its Relation message"
+        );
+        Ok((key, false))
+    }
+
     pub(super) async fn build_route(
         &mut self,
         rel: Arc<Relation>,
@@ -168,14 +203,31 @@ impl Pipeline<'_> {
                 .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
             return Ok(Some(Route::Outbox(router, rel)));
         }
-        if !self.key_columns.contains_key(&qualified) {
-            // A table created after start-up: key it by its primary key.
-            let pk = source::primary_key(&self.control, &rel.namespace, &rel.name).await?;
-            if !pk.is_empty() {
-                self.key_columns.insert(qualified.clone(), pk);
+        // `message.key.columns` by name; else the primary key of the table
+        // the Relation is (by OID), which start-up's list by name may no
+        // longer be: dropped and made again with another key since.
+        let overridden = crate::filter::parse_key_columns(self.cfg.message_key_columns.as_deref())
+            .ok()
+            .and_then(|o| o.get(&qualified).cloned());
+        let key = match overridden {
+            Some(key) => Some(key),
+            None => {
+                let (key, current) = self.key_of_table(&rel).await?;
+                match self.key_columns.get(&qualified) {
+                    // The table capture keyed at start, still under its
+                    // name: keep that key (a primary key dropped while
+                    // streaming must refuse the table, not unkey it).
+                    Some(known) if current => Some(known.clone()),
+                    _ => {
+                        if current && !key.is_empty() {
+                            self.key_columns.insert(qualified.clone(), key.clone());
+                        }
+                        (!key.is_empty()).then_some(key)
+                    }
+                }
             }
-        }
-        let key = self.key_columns.get(&qualified).map(Vec::as_slice);
+        };
+        let key = key.as_deref();
         let identity_columns = crate::replica_identity::flagged_columns(&rel);
         if let Some(lacks) = crate::replica_identity::lacks(
             rel.replica_identity,
@@ -188,7 +240,7 @@ impl Pipeline<'_> {
                 &lacks,
                 key.unwrap_or_default(),
             );
-            match self.cfg.replica.identity.check {
+            match self.cfg.replica_identity_check {
                 ReplicaIdentityCheck::Fail => {
                     tracing::error!(table = %qualified, metric = crate::metrics::REFUSED_CHANGES_TOTAL, "{why}. Until it is fixed, changes of {qualified} are not published (the other tables go on); after the fix, snapshot it again (oncely capture snapshot --table {qualified}) to bring the targets up to date. Or set replica.identity.check = \"warn\" to publish as the identity allows");
                     return Ok(Some(Route::Refused(qualified)));

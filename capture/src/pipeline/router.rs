@@ -332,7 +332,7 @@ fn has_unchanged_toast(row: &TupleData) -> bool {
 }
 
 fn encode_err(e: EnvelopeError) -> CaptureError {
-    CaptureError::Protocol(e.to_string())
+    CaptureError::Encode(e)
 }
 
 /// [`encode_err`], except that a value its field cannot carry refuses the

@@ -48,7 +48,7 @@ impl Pipeline<'_> {
             let first_seen = !self.schemas.columns.contains_key(&table);
             self.schemas.note_renames(&table, &changes);
             let backfill = (!first_seen
-                && self.cfg.schema.change.backfill == SchemaChangeBackfill::Auto
+                && self.cfg.schema_change_backfill == SchemaChangeBackfill::Auto
                 && changes.iter().any(ColumnChange::changes_rows))
             .then(|| self.queue_backfill(&table));
             if !first_seen {
@@ -98,7 +98,7 @@ impl Pipeline<'_> {
     ) -> Result<Option<SourceIdentity>, CaptureError> {
         let known = self.schemas.columns.get(qualified).map(Vec::as_slice);
         let former = self.schemas.former_names(qualified);
-        schema_change::identity(&self.control, qualified, rel, known, former)
+        schema_change::identity(&self.control, rel, known, former)
             .await
             .map_err(CaptureError::pg("read the table's column attnums"))
     }

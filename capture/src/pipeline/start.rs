@@ -97,13 +97,13 @@ async fn run_once(
     // a table whose identity broke while streaming is refused by the stream
     // check, and must not stop the others.
     let identity_check = if first_life {
-        cfg.replica.identity.check
+        cfg.replica_identity_check
     } else {
         ReplicaIdentityCheck::Warn
     };
     crate::replica_identity::check_tables(&control, &checked, identity_check).await?;
     let slot = source::ensure_slot(&control, cfg).await?;
-    let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval.handling.mode);
+    let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval_handling_mode);
     types
         .load_user_types(&control)
         .await
@@ -145,20 +145,20 @@ async fn run_once(
         .as_ref()
         .is_some_and(|o| slot.confirmed_flush_lsn > o.flush_lsn);
     let plan = plan_start(StartFacts {
-        mode: cfg.snapshot.mode,
+        mode: cfg.snapshot_mode,
         stored: stored
             .as_ref()
             .map(|o| (o.snapshot.is_some(), o.tables.as_ref())),
         gap,
         first_life,
-        new_tables: cfg.snapshot.new.tables,
+        new_tables: cfg.snapshot_new_tables,
         captured: &snapshot_tables,
     })
     .map_err(|GapRefused| {
         let o = stored.as_ref().map(|o| o.flush_lsn).unwrap_or_default();
         CaptureError::Gap(format!(
             "replication slot `{slot_name}` is confirmed up to {slot_lsn}, but connector `{name}` committed offsets to Kafka only up to {offset_lsn}: the changes in between were never published, so data may be missing from Kafka. The slot was dropped and recreated, or advanced by another client. To recover: re-snapshot the captured tables (start once with snapshot.mode = \"when_needed\"); or, accepting the gap, delete this connector's offset (a null-valued record with key {key} on topic `{topic}`) and start again",
-            slot_name = cfg.slot.name,
+            slot_name = cfg.slot_name,
             slot_lsn = format_lsn(slot.confirmed_flush_lsn),
             name = cfg.connector_name(),
             offset_lsn = format_lsn(o),
@@ -172,7 +172,7 @@ async fn run_once(
             tracing::warn!(
                 slot_lsn = %format_lsn(slot.confirmed_flush_lsn),
                 offset_lsn = %format_lsn(o.flush_lsn),
-                mode = ?cfg.snapshot.mode,
+                mode = ?cfg.snapshot_mode,
                 "the stored position is no longer in the slot: streaming from the slot's position and snapshotting every captured table again"
             );
             SourceOffset::start(slot.confirmed_flush_lsn)
@@ -187,14 +187,14 @@ async fn run_once(
         let queued = names.iter().map(|t| TableProgress::new(t, None)).collect();
         let id = format!("{label}-{}", now_ms());
         let added = crate::snapshot::request(&mut offset.snapshot, id, kind, queued);
-        tracing::info!(mode = ?cfg.snapshot.mode, tables = ?added, "snapshot requested");
+        tracing::info!(mode = ?cfg.snapshot_mode, tables = ?added, "snapshot requested");
     }
     let mut known = offset.tables.take().unwrap_or_default();
     known.extend(snapshot_tables.iter().cloned());
     offset.tables = Some(known);
     tracing::info!(
         connector = cfg.connector_name(),
-        slot = %cfg.slot.name,
+        slot = %cfg.slot_name,
         tables = tables.len(),
         resume_commit_lsn = %format_lsn(offset.commit_lsn),
         resume_events = offset.events,
@@ -212,19 +212,19 @@ async fn run_once(
         tables_by_topic: HashMap::new(),
         topic_claims,
         envelope: EnvelopeConfig {
-            topic_prefix: cfg.topic.prefix.clone(),
-            topic_mapping: cfg.topic.name.mapping.clone(),
-            database: cfg.database.dbname.clone(),
-            schemas_enable: cfg.schemas.enable,
+            topic_prefix: cfg.topic_prefix.clone(),
+            topic_mapping: cfg.topic_name_mapping.clone(),
+            database: cfg.database_dbname.clone(),
+            schemas_enable: cfg.schemas_enable,
         },
-        filter: TableFilter::new(&cfg.table.include.list.0, &cfg.table.exclude.list.0)
+        filter: TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
             .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?,
         key_columns: source::key_columns_by_table(&tables),
         kafka: Committer::new(
             KafkaTx { producer, topics },
             Limits {
-                events: cfg.batch.max.events,
-                bytes: cfg.batch.max.bytes,
+                events: cfg.batch_max_events,
+                bytes: cfg.batch_max_bytes,
             },
             committer::Topics {
                 offsets: offsets_topic.as_str().into(),
@@ -264,18 +264,17 @@ async fn run_once(
 }
 
 async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationClient, CaptureError> {
-    let db = &cfg.database;
     let repl = ReplicationConfig::new(
-        db.hostname.clone(),
-        db.user.clone(),
-        db.password.expose().to_string(),
-        db.dbname.clone(),
-        cfg.slot.name.clone(),
-        cfg.publication.name.clone(),
+        cfg.database_hostname.clone(),
+        cfg.database_user.clone(),
+        cfg.database_password.expose().to_string(),
+        cfg.database_dbname.clone(),
+        cfg.slot_name.clone(),
+        cfg.publication_name.clone(),
     )
-    .with_port(db.port)
+    .with_port(cfg.database_port)
     // `database.sslmode` and its files, as every other connection to the source.
-    .with_tls(db.tls().replication(&db.hostname))
+    .with_tls(cfg.tls().replication(&cfg.database_hostname))
     .with_start_lsn(Lsn::from_u64(from))
     // Until we confirm more, report only what Kafka already holds.
     .with_ack_lsn(Lsn::from_u64(from))
@@ -309,7 +308,7 @@ fn claim_topics(
         .map_err(|e| refuse(&e))?;
     claims
         .claim_own(
-            &crate::naming::sanitize_topic(&format!("{}.message", cfg.topic.prefix)),
+            &crate::naming::sanitize_topic(&format!("{}.message", cfg.topic_prefix)),
             "logical decoding messages",
         )
         .map_err(|e| refuse(&e))?;

@@ -19,8 +19,8 @@ pub async fn ensure_publication(
     cfg: &CaptureConfig,
     tables: &[CapturedTable],
 ) -> Result<(), CaptureError> {
-    let name = &cfg.publication.name;
-    let mode = cfg.publication.autocreate.mode;
+    let name = &cfg.publication_name;
+    let mode = cfg.publication_autocreate_mode;
     let version: i32 = client
         .query_one("SELECT current_setting('server_version_num')::int", &[])
         .await

@@ -24,7 +24,8 @@ pub mod redis;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::Deserialize;
+
+use oncely_core::config::{flatten, from_flat, Leaves};
 
 use crate::config::{parse_runner_config, RunnerConfig};
 use crate::error::{ConfigError, SinkError};
@@ -58,15 +59,14 @@ pub trait SinkKind: Send + Sync {
 }
 
 /// The registry: each line is `kind name => Variant(config type)`. It makes
-/// the [`SinkConfig`] enum (serde tag `kind`), [`KINDS`] and
+/// the [`SinkConfig`] enum (read by `SinkConfig::from_flat`), [`KINDS`] and
 /// [`SinkConfig::kind`], so the list of known kinds cannot drift from the sinks.
 macro_rules! registry {
     ($($(#[$doc:meta])* $name:literal => $variant:ident($config:ty),)+) => {
         /// The `[sink]` table: `kind` selects the variant.
-        #[derive(Debug, Clone, Deserialize)]
-        #[serde(tag = "kind")]
+        #[derive(Debug, Clone)]
         pub enum SinkConfig {
-            $($(#[$doc])* #[serde(rename = $name)] $variant($config),)+
+            $($(#[$doc])* $variant($config),)+
         }
 
         /// Every `kind` a `[sink]` table may name, in registry order.
@@ -84,6 +84,19 @@ macro_rules! registry {
             pub fn spec(&self) -> &dyn SinkKind {
                 match self {
                     $(Self::$variant(c) => c,)+
+                }
+            }
+
+            /// The configuration of sink `kind` from its flattened keys
+            /// (without `kind`), deserialized as that kind's own struct, so
+            /// an error says which key (serde's tagged enum would not).
+            fn from_flat(kind: &str, flat: toml::Table) -> Result<Self, ConfigError> {
+                match kind {
+                    $($name => from_flat::<$config>(flat, "sink").map(Self::$variant),)+
+                    other => Err(ConfigError::new(
+                        "sink.kind",
+                        format!("unknown kind `{other}` (known kinds: {})", KINDS.join(", ")),
+                    )),
                 }
             }
         }
@@ -125,12 +138,18 @@ pub fn parse_config(text: &str) -> Result<(RunnerConfig, SinkConfig), ConfigErro
     runner.validate()?;
     let sink =
         sink.ok_or_else(|| ConfigError::new("sink", "missing [sink] table (with `kind = ...`)"))?;
-    let sink: SinkConfig = oncely_core::config::from_table(sink, "sink").map_err(|e| {
-        ConfigError::new(
-            e.key,
-            format!("{} (known kinds: {})", e.message, KINDS.join(", ")),
-        )
-    })?;
+    let mut flat = flatten(sink, Leaves::Typed)?;
+    let kind = match flat.remove("kind") {
+        Some(toml::Value::String(kind)) => kind,
+        Some(_) => return Err(ConfigError::new("sink.kind", "must be a string")),
+        None => {
+            return Err(ConfigError::new(
+                "sink.kind",
+                format!("missing (known kinds: {})", KINDS.join(", ")),
+            ))
+        }
+    };
+    let sink = SinkConfig::from_flat(&kind, flat)?;
     sink.validate()?;
     // A webhook cannot compare versions: a dedup window in front of it unless `[dedup]` says otherwise.
     if sink.spec().wants_dedup_window() && runner.dedup.is_none() {

@@ -184,9 +184,7 @@ impl DedupConfig {
                 let url = self
                     .redis_url
                     .as_ref()
-                    .ok_or_else(|| SinkError::fatal("dedup.redis.url is not set"))?
-                    .resolve()
-                    .map_err(|e| SinkError::fatal_from("dedup.redis.url", e))?;
+                    .ok_or_else(|| SinkError::fatal("dedup.redis.url is not set"))?;
                 let prefix = self
                     .redis_key_prefix
                     .clone()

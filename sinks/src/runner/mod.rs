@@ -41,9 +41,13 @@ mod decoder;
 pub mod dedup;
 pub(crate) mod dlq;
 mod headers;
+#[cfg(test)]
+mod memory;
 mod ownership;
 mod shared;
 mod worker;
+#[cfg(test)]
+mod worker_tests;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

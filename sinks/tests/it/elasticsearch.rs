@@ -861,7 +861,7 @@ async fn ids_of(index: &str, query: Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_values_are_typed_and_range_queries_find_the_right_rows() {
     let topic = unique("es_native");
-    let sink = ElasticsearchSink::connect(&sink_config(""))
+    let sink = ElasticsearchSink::connect(&sink_config("json.handling.mode = \"flattened\"\n"))
         .await
         .expect("sink");
     // (wire row, the document the sink must write)
@@ -993,6 +993,70 @@ async fn native_values_are_typed_and_range_queries_find_the_right_rows() {
         failures[0].reason.contains("json.handling.mode"),
         "{}",
         failures[0].reason
+    );
+    delete_index(&topic).await;
+}
+
+/// Under the default `json.handling.mode` (text) every JSON value a
+/// `json`/`jsonb` column can hold lands as its text — objects, arrays of
+/// scalars (a tags column), scalars, nested arrays — none is a dead letter,
+/// and the index records the form it was made in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_columns_default_to_text_and_every_json_value_lands() {
+    let topic = unique("es_json_text");
+    let sink = ElasticsearchSink::connect(&sink_config(""))
+        .await
+        .expect("sink");
+    let columns = native_columns();
+    let values = [
+        "{\"a\": {\"b\": [1, 2.50]}}",
+        "[\"red\", \"blue\"]",
+        "\"just a string\"",
+        "42",
+        "[[1], {\"k\": null}]",
+        "true",
+    ];
+    let records: Vec<(u64, Vec<u8>)> = values
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            let row = json!({"id": i + 1, "j": j});
+            (i as u64 + 1, typed_change(100 + i as u64, &columns, row))
+        })
+        .collect();
+    sink.apply(&batch_of(&topic, records, 0))
+        .await
+        .expect("every JSON value lands under the default");
+    let docs = documents(&topic).await;
+    for (i, j) in values.iter().enumerate() {
+        let id = (i + 1).to_string();
+        assert_eq!(
+            docs.get(&id).map(|d| &d.1["j"]),
+            Some(&json!(j)),
+            "row {id}"
+        );
+    }
+    assert_eq!(field_mapping(&topic, "j").await["type"], "text");
+    assert_eq!(
+        ids_of(&topic, json!({"match": {"j": "blue"}})).await,
+        ["2"],
+        "JSON text is searchable"
+    );
+    let mapping: Value = es()
+        .indices()
+        .get_mapping(elasticsearch::indices::IndicesGetMappingParts::Index(&[
+            &topic,
+        ]))
+        .send()
+        .await
+        .expect("mapping")
+        .json()
+        .await
+        .expect("mapping body");
+    assert_eq!(
+        mapping[topic.as_str()]["mappings"]["_meta"]["oncely"]["json.handling.mode"],
+        "text",
+        "{mapping}"
     );
     delete_index(&topic).await;
 }

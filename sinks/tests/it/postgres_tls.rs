@@ -4,14 +4,13 @@
 //! connections really are TLS (`pg_stat_ssl`), and a wrong CA or host name is
 //! refused by the modes that check them.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 
 use oncely_sinks::event::{decode_key, decode_value};
 use oncely_sinks::kinds::postgres::{PostgresConfig, PostgresSink, SslMode};
 use oncely_sinks::{Batch, Record, Sink, SinkError};
 use oncely_testkit::kafka::unique;
+use oncely_testkit::tls;
 use serde_json::json;
 use tokio_postgres::{Client, NoTls};
 
@@ -129,38 +128,6 @@ fn assert_refused(result: Result<PostgresSink, SinkError>, what: &str) {
     );
 }
 
-/// A CA that signed nothing the server has, made with openssl.
-fn unrelated_ca() -> PathBuf {
-    let dir = std::env::temp_dir().join(unique("oncely_other_ca"));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=not the oncely test CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-keyout",
-        ])
-        .arg(dir.join("ca.key"))
-        .arg("-out")
-        .arg(dir.join("ca.crt"))
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    dir.join("ca.crt")
-}
-
 #[tokio::test]
 async fn require_and_verify_full_connect_over_tls() {
     let ca = env("ONCELY_PG_SSLROOTCERT");
@@ -212,7 +179,9 @@ async fn verification_refuses_a_wrong_ca_and_verify_full_a_wrong_name() {
         &admin,
     )
     .await;
-    let other = unrelated_ca();
+    let dir = std::env::temp_dir().join(unique("oncely_other_ca"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let other = tls::unrelated_ca(&dir).expect("another CA");
     let other_ca = other.display().to_string();
     for mode in [SslMode::VerifyCa, SslMode::VerifyFull, SslMode::Require] {
         assert_refused(
@@ -220,9 +189,7 @@ async fn verification_refuses_a_wrong_ca_and_verify_full_a_wrong_name() {
             &format!("{mode:?} with a certificate of an unknown CA"),
         );
     }
-    if let Some(dir) = other.parent() {
-        let _ = std::fs::remove_dir_all(dir);
-    }
+    let _ = std::fs::remove_dir_all(&dir);
     drop_database(&admin, &db).await;
 }
 
@@ -248,9 +215,9 @@ async fn a_client_certificate_is_presented() {
     // The key file's path through a reference, as a secret may be given
     // (to a variable `scripts/services env` sets: setting one here would
     // change the environment every test in this process shares).
-    with.sslkey = Some(oncely_sinks::kinds::postgres::Secret::new(
-        "${env:ONCELY_PG_SSLKEY}",
-    ));
+    // (resolved here by hand, as reading a configuration file resolves it).
+    let key = oncely_sinks::kinds::postgres::Secret::new("${env:ONCELY_PG_SSLKEY}");
+    with.sslkey = Some(key.resolve().expect("ONCELY_PG_SSLKEY is set"));
     let dns = applies_over_tls(&with, &db, &admin).await;
     let expected = format!("/CN={role}");
     assert!(dns.iter().all(|dn| *dn == expected), "{dns:?}");

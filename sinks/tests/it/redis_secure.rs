@@ -1,11 +1,11 @@
 //! The `redis` sink with AUTH and TLS against a real `redis-server` that this
 //! test starts on spare ports (its own process and data directory, never the
 //! shared Redis): a plain port requiring the default user's password, and a
-//! TLS port with a certificate of a CA made here with openssl, plus an ACL user.
+//! TLS port with a certificate of a CA made here (`oncely_testkit::tls`), plus an ACL user.
 //! Passwords come from `${env:..}` and `${file:..}` references.
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,100 +14,19 @@ use oncely_sinks::event::decode_value;
 use oncely_sinks::kinds::redis::{RedisConfig, RedisSink};
 use oncely_sinks::secret::Secret;
 use oncely_sinks::{Batch, Record, Sink, SinkError};
+use oncely_testkit::kafka::unique;
+use oncely_testkit::tls;
 use serde_json::json;
 
 const DEFAULT_PASSWORD: &str = "default-secret-0f3a";
 const ACL_USER: &str = "oncely";
 const ACL_PASSWORD: &str = "acl-secret-77c1";
 
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{:016x}", rand::random::<u64>())
-}
-
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port()
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA (`ca.crt`) and a server certificate for 127.0.0.1 and localhost signed by it.
-fn make_certs(dir: &Path) {
-    let ca = "basicConstraints=critical,CA:TRUE";
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=oncely redis test CA",
-            "-addext",
-            ca,
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ],
-    );
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\n\
-         extendedKeyUsage=serverAuth\n",
-    )
-    .expect("ext");
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "server.ext",
-            "-out",
-            "server.crt",
-        ],
-    );
 }
 
 /// A redis-server of this test; killed and its directory removed on drop.
@@ -122,7 +41,7 @@ impl Server {
     fn start() -> Self {
         let dir = std::env::temp_dir().join(unique("oncely_redis_secure"));
         std::fs::create_dir_all(&dir).expect("dir");
-        make_certs(&dir);
+        tls::server_certs(&dir).expect("test certificates");
         let (plain, tls) = (free_port(), free_port());
         let acl = format!("user {ACL_USER} on >{ACL_PASSWORD} ~* &* +@all");
         let child = Command::new("redis-server")
@@ -242,7 +161,9 @@ async fn auth_with_secrets_and_tls_with_a_ca_file() {
     let secret_file = server.dir.join("password");
     std::fs::write(&secret_file, format!("{DEFAULT_PASSWORD}\n")).expect("secret file");
     let mut cfg = config(format!("redis://127.0.0.1:{}", server.plain));
-    cfg.password = Some(Secret::new(format!("${{file:{}}}", secret_file.display())));
+    // A configuration file's reference is resolved when it is read; here, by hand.
+    let from_file = Secret::new(format!("${{file:{}}}", secret_file.display()));
+    cfg.password = Some(from_file.resolve().expect("secret file"));
     assert!(!format!("{cfg:?}").contains(DEFAULT_PASSWORD));
     applies(&cfg, &plain_check).await;
 
@@ -263,7 +184,8 @@ async fn auth_with_secrets_and_tls_with_a_ca_file() {
         let mut cfg = config(format!("rediss://{host}:{}", server.tls));
         cfg.tls_ca_file = Some(ca.clone());
         cfg.username = Some(ACL_USER.into());
-        cfg.password = Some(Secret::new(format!("${{env:{var}}}")));
+        let from_env = Secret::new(format!("${{env:{var}}}"));
+        cfg.password = Some(from_env.resolve().expect("variable set"));
         applies(&cfg, &plain_check).await;
     }
     // The TLS port speaks only TLS: a plain client there gets no answer.
@@ -273,11 +195,9 @@ async fn auth_with_secrets_and_tls_with_a_ca_file() {
     assert!(RedisSink::connect(&plain_on_tls).await.is_err());
 
     // A CA that did not sign the server's certificate: refused, fatal.
-    let other = server.dir.join("other");
-    std::fs::create_dir_all(&other).expect("dir");
-    make_certs(&other);
+    let other = tls::unrelated_ca(&server.dir).expect("another CA");
     let mut cfg = config(format!("rediss://127.0.0.1:{}", server.tls));
-    cfg.tls_ca_file = Some(other.join("ca.crt").display().to_string());
+    cfg.tls_ca_file = Some(other.display().to_string());
     cfg.password = Some(Secret::new(DEFAULT_PASSWORD));
     fatal(RedisSink::connect(&cfg).await, "unknown CA");
     std::env::remove_var(&var);

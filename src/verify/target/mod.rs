@@ -74,16 +74,16 @@ impl Target {
     /// (the warehouse maps its interval columns back to that form) and
     /// `schemas.enable` (without schemas the cache stores the wire form).
     pub async fn open(path: &Path, capture: &CaptureConfig) -> Result<Self, VerifyError> {
-        let db = capture.database.dbname.as_str();
+        let db = capture.database_dbname.as_str();
         let text = std::fs::read_to_string(path)
             .map_err(|e| VerifyError::Config(format!("cannot read {}: {e}", path.display())))?;
         let (runner, sink) = oncely_sinks::kinds::parse_config(&text)
             .map_err(|e| VerifyError::Config(format!("{}: {e}", path.display())))?;
-        let types = CaptureTypes(capture.interval.handling.mode);
+        let types = CaptureTypes(capture.interval_handling_mode);
         let ctx = MirrorContext {
             runner: &runner,
             db,
-            schemas: capture.schemas.enable,
+            schemas: capture.schemas_enable,
             types: Some(&types),
         };
         let mirror = match sink.spec().mirror(&ctx).await {

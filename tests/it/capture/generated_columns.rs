@@ -16,8 +16,9 @@ use anyhow::{Context, Result};
 use redis::AsyncCommands;
 
 use crate::harness::capture;
+use crate::harness::checks::dead_letters;
 use crate::harness::common;
-use crate::harness::e2e::{dead_letters, redis_conn, Fleet, Pipeline, WAREHOUSE_SCHEMA};
+use crate::harness::e2e::{redis_conn, Fleet, Pipeline, WAREHOUSE_SCHEMA};
 
 const ROWS: i64 = 40;
 
@@ -56,12 +57,8 @@ async fn stored_generated_columns_are_mirrored_where_the_server_publishes_them()
 }
 
 async fn drive(p: &Pipeline, publishes: bool) -> Result<()> {
-    let mut fleet = Fleet::new(p);
-    fleet.spawn(0)?;
-    p.env.wait_slot_active().await?;
-    for i in 1..4 {
-        fleet.spawn(i)?;
-    }
+    let mut fleet = Fleet::with_capture(p).await?;
+    fleet.spawn_sinks()?;
     let writer = p.env.connect().await?;
     writer
         .batch_execute(&format!(

@@ -5,6 +5,7 @@ mod events;
 mod failover_slot;
 mod faults;
 mod generated_columns;
+mod gone_tables;
 mod identity;
 mod outbox;
 mod partitions;

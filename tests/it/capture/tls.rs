@@ -9,11 +9,12 @@
 //! TLS, and the ways it cannot must be said clearly and at once:
 //! `sslmode = "disable"` names the key to set, a CA that did not sign the
 //! server's certificate gives rustls's reason.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+use oncely_testkit::tls::unrelated_ca;
 
 use crate::harness::capture::{kill9, wait_for, CaptureEnv, Seen};
 use crate::harness::common;
@@ -284,35 +285,6 @@ async fn client_certificate(env: &CaptureEnv, tls: &Tls) -> Result<()> {
     .with_context(|| env.capture_log())?;
     kill9(&mut capture);
     Ok(())
-}
-
-/// A CA that signed nothing the server has.
-fn unrelated_ca(dir: &Path) -> Result<PathBuf> {
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=not the oncely test CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-keyout",
-        ])
-        .arg(dir.join("other-ca.key"))
-        .arg("-out")
-        .arg(dir.join("other-ca.crt"))
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "openssl: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(dir.join("other-ca.crt"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

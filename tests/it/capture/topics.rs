@@ -16,9 +16,10 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::harness::capture;
 use crate::harness::capture::{kill9, read_committed, terminate, wait_for, CaptureEnv, Spawned};
+use crate::harness::checks::scan_changes;
 use crate::harness::common;
 use crate::harness::e2e;
-use crate::harness::e2e::{scan_changes, Pipeline};
+use crate::harness::e2e::Pipeline;
 
 /// A SQL expression of `mib` MiB of random hex text (md5 chains do not
 /// compress, and `SET STORAGE EXTERNAL` keeps PostgreSQL from compressing it).

@@ -30,8 +30,9 @@ use tokio_postgres::{Client, NoTls};
 
 use crate::harness::capture;
 use crate::harness::capture::{db_url, kill9};
+use crate::harness::checks::{event_counter, expected_events, scan_changes};
 use crate::harness::common;
-use crate::harness::e2e::{scan_changes, Fleet, Pipeline};
+use crate::harness::e2e::{Fleet, Pipeline};
 
 const TABLES: [&str; 4] = ["accounts", "moves", "docs", "bulk"];
 const HOT_KEYS: i64 = 5;
@@ -44,23 +45,7 @@ const SCHEMA: &str = "
                         memo text, at timestamptz NOT NULL DEFAULT now());
     CREATE TABLE docs (id bigint PRIMARY KEY, rev bigint NOT NULL, meta jsonb, body text);
     ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL;
-    CREATE TABLE bulk (id bigint PRIMARY KEY, v text);
-    -- Not captured: one row per change event the captured tables produce.
-    CREATE TABLE expected_events (n integer NOT NULL);
-    CREATE FUNCTION count_event() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        -- A primary-key update goes out as a delete of the old key and a create of the new one.
-        IF TG_OP = 'UPDATE' AND NEW.id IS DISTINCT FROM OLD.id THEN
-            INSERT INTO expected_events VALUES (2);
-        ELSE
-            INSERT INTO expected_events VALUES (1);
-        END IF;
-        RETURN NULL;
-    END $$;
-    CREATE TRIGGER count_event AFTER INSERT OR UPDATE OR DELETE ON accounts FOR EACH ROW EXECUTE FUNCTION count_event();
-    CREATE TRIGGER count_event AFTER INSERT OR UPDATE OR DELETE ON moves FOR EACH ROW EXECUTE FUNCTION count_event();
-    CREATE TRIGGER count_event AFTER INSERT OR UPDATE OR DELETE ON docs FOR EACH ROW EXECUTE FUNCTION count_event();
-    CREATE TRIGGER count_event AFTER INSERT OR UPDATE OR DELETE ON bulk FOR EACH ROW EXECUTE FUNCTION count_event();";
+    CREATE TABLE bulk (id bigint PRIMARY KEY, v text);";
 
 /// Rows every other change works on: accounts (1..=5 are the hot keys) and
 /// documents whose body is stored out of line (TOAST) and rarely changes; and
@@ -310,7 +295,7 @@ async fn sigkills_and_service_restarts_leave_every_target_equal_and_each_change_
 
     let p = Pipeline::new(
         "e2e_faults",
-        SCHEMA,
+        &format!("{SCHEMA}{}", event_counter(&TABLES)),
         &TABLES,
         // Small Kafka transactions: the large source transaction spans many of
         // them. No initial snapshot: the tables start empty, and snapshot rows
@@ -320,18 +305,14 @@ async fn sigkills_and_service_restarts_leave_every_target_equal_and_each_change_
          snapshot.mode = \"no_data\"\n",
     )
     .await?;
-    let mut fleet = Fleet::new(&p);
-    fleet.spawn(0)?;
-    p.env.wait_slot_active().await?;
+    let mut fleet = Fleet::with_capture(&p).await?;
     p.env.client.batch_execute(SEED).await?;
     let topics = p.topics();
     capture::wait_for(&topics, Duration::from_secs(60), |seen| {
         topics.iter().all(|t| seen.iter().any(|r| &r.topic == t))
     })
     .await?;
-    for i in 1..4 {
-        fleet.spawn(i)?;
-    }
+    fleet.spawn_sinks()?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(WriterStats::default());
@@ -394,13 +375,7 @@ async fn sigkills_and_service_restarts_leave_every_target_equal_and_each_change_
 
     // Each committed source change is in Kafka exactly once.
     let source = p.env.connect().await?;
-    let expected: i64 = source
-        .query_one(
-            "SELECT COALESCE(sum(n), 0)::bigint FROM expected_events",
-            &[],
-        )
-        .await?
-        .get(0);
+    let expected = expected_events(&source).await?;
     let topics = p.topics();
     let scan = tokio::task::spawn_blocking(move || scan_changes(&topics)).await??;
     eprintln!("topics: {scan:?}; expected {expected} events");

@@ -7,37 +7,30 @@
 //! `(commit_lsn, event_seq)` of its own.
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use rand::seq::SliceRandom;
 use rand::Rng;
 
 use crate::harness::capture;
 use crate::harness::capture::{kill9, terminate};
+use crate::harness::checks::{event_counter, expected_events, history_rows, scan_changes};
 use crate::harness::common;
-use crate::harness::e2e::{scan_changes, Pipeline, SINKS, WAREHOUSE_SCHEMA};
+use crate::harness::e2e::{Pipeline, SINKS};
 
 const ROWS: i64 = 200;
 const TRANSACTIONS: usize = 60;
 const MIN_KILLS: usize = 4;
 
 /// `body` is stored out of line (EXTERNAL), so updates that leave it alone
-/// send it as "unchanged". A trigger counts the events each committed change
-/// makes (two for a primary-key update) into a table capture does not capture.
-const SCHEMA: &str = "
-    CREATE TABLE docs (id bigint PRIMARY KEY, rev int NOT NULL, title text, body text);
-    ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL;
-    CREATE TABLE expected_events (n integer NOT NULL);
-    CREATE FUNCTION count_event() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        IF TG_OP = 'UPDATE' AND NEW.id IS DISTINCT FROM OLD.id THEN
-            INSERT INTO expected_events VALUES (2);
-        ELSE
-            INSERT INTO expected_events VALUES (1);
-        END IF;
-        RETURN NULL;
-    END $$;
-    CREATE TRIGGER count_event AFTER INSERT OR UPDATE OR DELETE ON docs
-        FOR EACH ROW EXECUTE FUNCTION count_event();";
+/// send it as "unchanged"; the events each committed change makes are
+/// counted ([`event_counter`]).
+fn schema() -> String {
+    format!(
+        "CREATE TABLE docs (id bigint PRIMARY KEY, rev int NOT NULL, title text, body text);
+    ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL;{}",
+        event_counter(&["docs"])
+    )
+}
 
 /// Transactions of primary-key updates (some rows renamed twice in one
 /// transaction, some deleted right after), plain updates that leave the body
@@ -101,7 +94,7 @@ async fn primary_key_updates_with_unchanged_toast_reach_every_target_and_the_his
 ) -> Result<()> {
     let p = Pipeline::new(
         "e2e_identity",
-        SCHEMA,
+        &schema(),
         &["docs"],
         "table.include.list = \"public\\\\.docs\"\npublication.autocreate.mode = \"filtered\"\n\
          topic.creation.default.partitions = 3\nbatch.max.events = 50\nbatch.max.ms = 20\n",
@@ -148,15 +141,7 @@ async fn primary_key_updates_with_unchanged_toast_reach_every_target_and_the_his
     assert_eq!(report.compared(), SINKS.len(), "{report}");
 
     // Each committed change in Kafka once, each event at a position of its own.
-    let expected: i64 = p
-        .env
-        .client
-        .query_one(
-            "SELECT COALESCE(sum(n), 0)::bigint FROM expected_events",
-            &[],
-        )
-        .await?
-        .get(0);
+    let expected = expected_events(&p.env.client).await?;
     let scan = tokio::task::spawn_blocking(move || scan_changes(&topics)).await??;
     eprintln!("topics: {scan:?}; expected {expected} events; {renamed} key changes; {kills} kills");
     assert_eq!(
@@ -164,16 +149,7 @@ async fn primary_key_updates_with_unchanged_toast_reach_every_target_and_the_his
         "events without commit_lsn/event_seq/op"
     );
     // verify waited until the warehouse applied every record, history included.
-    let history: i64 = p
-        .env
-        .client
-        .query_one(
-            &format!("SELECT count(*) FROM {WAREHOUSE_SCHEMA}.public_docs_history"),
-            &[],
-        )
-        .await
-        .context("read the history table")?
-        .get(0);
+    let history = history_rows(&p.env.client, "docs").await?;
     assert_eq!(
         history as u64, scan.events,
         "the history table holds every event"

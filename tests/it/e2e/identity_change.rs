@@ -11,7 +11,8 @@ use anyhow::{Context, Result};
 use oncely::verify::Report;
 
 use crate::harness::capture;
-use crate::harness::e2e::{dead_letters, Fleet, Pipeline};
+use crate::harness::checks::dead_letters;
+use crate::harness::e2e::{Fleet, Pipeline};
 
 const SCHEMA: &str = "
     CREATE TABLE people (id int PRIMARY KEY, email text NOT NULL UNIQUE, v text);
@@ -52,12 +53,8 @@ fn counts(report: &Report, table: &str) -> Vec<(String, u64, u64, u64)> {
 }
 
 async fn drive(p: &Pipeline) -> Result<()> {
-    let mut fleet = Fleet::new(p);
-    fleet.spawn(0)?;
-    p.env.wait_slot_active().await?;
-    for i in 1..4 {
-        fleet.spawn(i)?;
-    }
+    let mut fleet = Fleet::with_capture(p).await?;
+    fleet.spawn_sinks()?;
     let writer = p.env.connect().await?;
     writer
         .batch_execute("UPDATE people SET v = 'early' WHERE id <= 5; UPDATE other SET v = 'early' WHERE id <= 5")

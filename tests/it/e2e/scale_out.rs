@@ -10,15 +10,16 @@
 //! hold every event exactly once.
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use rand::seq::SliceRandom;
 use rand::Rng;
 
 use crate::harness::capture;
 use crate::harness::capture::{kill9, terminate, Spawned};
-use crate::harness::e2e::{
-    dead_letters, lagging_commits, scan_changes, Pipeline, SINKS, WAREHOUSE_SCHEMA,
+use crate::harness::checks::{
+    dead_letters, event_counter, expected_events, history_rows, lagging_commits, scan_changes,
 };
+use crate::harness::e2e::{Pipeline, SINKS};
 
 const ROWS: i64 = 300;
 /// How long the writer runs.
@@ -26,22 +27,14 @@ const LOAD: Duration = Duration::from_secs(25);
 /// How long committed offsets may lag once the targets are equal.
 const COMMIT_BOUND: Duration = Duration::from_secs(30);
 
-/// Counts the events each committed change makes (two for a primary-key
-/// update) into a table capture does not capture.
-const SCHEMA: &str = "
-    CREATE TABLE items (id bigint PRIMARY KEY, rev int NOT NULL, note text);
-    CREATE TABLE expected_events (n integer NOT NULL);
-    CREATE FUNCTION count_event() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        IF TG_OP = 'UPDATE' AND NEW.id IS DISTINCT FROM OLD.id THEN
-            INSERT INTO expected_events VALUES (2);
-        ELSE
-            INSERT INTO expected_events VALUES (1);
-        END IF;
-        RETURN NULL;
-    END $$;
-    CREATE TRIGGER count_event AFTER INSERT OR UPDATE OR DELETE ON items
-        FOR EACH ROW EXECUTE FUNCTION count_event();";
+/// The items, and the events each committed change makes counted
+/// ([`event_counter`]).
+fn schema() -> String {
+    format!(
+        "CREATE TABLE items (id bigint PRIMARY KEY, rev int NOT NULL, note text);{}",
+        event_counter(&["items"])
+    )
+}
 
 /// Transactions of inserts, updates, primary-key updates and deletes for
 /// `LOAD`; the number of transactions.
@@ -100,7 +93,7 @@ async fn runners_killed_and_added_under_load_leave_equal_copies_and_caught_up_of
 {
     let p = Pipeline::new(
         "e2e_scale_out",
-        SCHEMA,
+        &schema(),
         &["items"],
         "table.include.list = \"public\\\\.items\"\npublication.autocreate.mode = \"filtered\"\n\
          topic.creation.default.partitions = 3\nbatch.max.events = 50\nbatch.max.ms = 20\n",
@@ -161,15 +154,7 @@ async fn runners_killed_and_added_under_load_leave_equal_copies_and_caught_up_of
     }
 
     // The history holds every event, once.
-    let expected: i64 = p
-        .env
-        .client
-        .query_one(
-            "SELECT COALESCE(sum(n), 0)::bigint FROM expected_events",
-            &[],
-        )
-        .await?
-        .get(0);
+    let expected = expected_events(&p.env.client).await?;
     let scan = tokio::task::spawn_blocking({
         let topics = topics.clone();
         move || scan_changes(&topics)
@@ -177,16 +162,7 @@ async fn runners_killed_and_added_under_load_leave_equal_copies_and_caught_up_of
     .await??;
     eprintln!("{transactions} transactions; topics: {scan:?}; expected {expected} streamed events");
     assert_eq!(scan.duplicate_count, 0, "{:?}", scan.duplicates);
-    let history: i64 = p
-        .env
-        .client
-        .query_one(
-            &format!("SELECT count(*) FROM {WAREHOUSE_SCHEMA}.public_items_history"),
-            &[],
-        )
-        .await
-        .context("read the history table")?
-        .get(0);
+    let history = history_rows(&p.env.client, "items").await?;
     assert_eq!(
         history as u64, scan.events,
         "the history table holds every event"

@@ -21,7 +21,8 @@ use tokio_postgres::Client;
 
 use crate::harness::capture;
 use crate::harness::capture::{kill9, CaptureEnv, Spawned};
-use crate::harness::e2e::{scan_changes, Pipeline};
+use crate::harness::checks::scan_changes;
+use crate::harness::e2e::Pipeline;
 
 /// Rows at the start; ids above it are inserted by the writer.
 const ROWS: i64 = 5000;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::harness::capture::{kill9, Spawned};
-use crate::harness::common;
-use crate::harness::e2e::{dead_letters, Pipeline};
+use crate::harness::checks::dead_letters;
+use crate::harness::e2e::Pipeline;
 
 /// Rows before the first truncate.
 const ROWS: i64 = 400;
@@ -56,23 +56,7 @@ async fn truncates_reach_every_target_through_sigkills() -> Result<()> {
     .await?;
     // The warehouse deletes (instead of tombstoning) the rows a truncate removes.
     p.extend_sink_config(0, "truncate.mode = \"truncate\"")?;
-    p.add_sink(
-        "elasticsearch-soft",
-        &format!(
-            "[sink]\nkind = \"elasticsearch\"\nurl = \"{}\"\nindex.pattern = \"{{topic}}-soft\"\ndelete.mode = \"soft\"\n",
-            common::es_url()
-        ),
-    )?;
-    let json_prefix = format!("{}:json", p.redis_prefix);
-    p.add_sink(
-        "redis-json",
-        &format!(
-            "[sink]\nkind = \"redis\"\nurl = \"{}\"\nlayout = \"json\"\nkey.pattern = \"{json_prefix}:{{table}}:{{key}}\"\n\
-             version.key.prefix = \"{json_prefix}:v:\"\npositions.key.prefix = \"{json_prefix}:pos:\"\n\
-             keyset.key.prefix = \"{json_prefix}:ks:\"\n",
-            common::redis_url()
-        ),
-    )?;
+    p.add_soft_index_and_json_cache()?;
     let capture = p.spawn_capture()?;
     p.env.wait_slot_active().await?;
     let mut sinks: Vec<Spawned> = (0..p.sinks.len())

@@ -369,15 +369,21 @@ impl Seen {
     }
 }
 
-/// Everything committed on `topics` (single-partition topics), read from the start.
-pub fn read_committed(topics: &[String]) -> Result<Vec<Seen>> {
-    let consumer: BaseConsumer = ClientConfig::new()
+/// A `read_committed` consumer of a group of its own (`<group>_<random>`)
+/// that commits nothing and reports each partition's end.
+pub fn committed_reader(group: &str) -> Result<BaseConsumer> {
+    Ok(ClientConfig::new()
         .set("bootstrap.servers", common::kafka_brokers())
-        .set("group.id", common::unique("reader"))
+        .set("group.id", common::unique(group))
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
-        .create()?;
+        .create()?)
+}
+
+/// Everything committed on `topics` (single-partition topics), read from the start.
+pub fn read_committed(topics: &[String]) -> Result<Vec<Seen>> {
+    let consumer = committed_reader("reader")?;
     let metadata = consumer.fetch_metadata(None, Duration::from_secs(10))?;
     let mut tpl = TopicPartitionList::new();
     let mut partitions = 0;

@@ -84,10 +84,9 @@ impl Pipeline {
         let es = env.write_config(
             "sink-elasticsearch.toml",
             &format!(
-                // JSON as text: the conformance tables hold JSON scalars and
-                // arrays of scalars, which a `flattened` field (the
-                // default) cannot hold (README, "Elasticsearch").
-                "{}[sink]\nkind = \"elasticsearch\"\nurl = \"{}\"\njson.handling.mode = \"text\"\n",
+                // The default `json.handling.mode` (text): the conformance
+                // tables hold JSON scalars and arrays of scalars.
+                "{}[sink]\nkind = \"elasticsearch\"\nurl = \"{}\"\n",
                 runner("elasticsearch", 500),
                 common::es_url(),
             ),
@@ -213,6 +212,32 @@ impl Pipeline {
         )?;
         self.sinks.push(path.clone());
         Ok(path)
+    }
+
+    /// Two more sinks: an index that soft-deletes (`elasticsearch-soft`,
+    /// indices `<topic>-soft`) and a cache in the JSON layout (`redis-json`);
+    /// returns the JSON cache's key prefix (`<redis_prefix>:json`).
+    pub fn add_soft_index_and_json_cache(&mut self) -> Result<String> {
+        self.add_sink(
+            "elasticsearch-soft",
+            &format!(
+                // `flattened` JSON: verify reads that form back too (the
+                // main index has the default, text).
+                "[sink]\nkind = \"elasticsearch\"\nurl = \"{}\"\nindex.pattern = \"{{topic}}-soft\"\ndelete.mode = \"soft\"\njson.handling.mode = \"flattened\"\n",
+                common::es_url()
+            ),
+        )?;
+        let json_prefix = format!("{}:json", self.redis_prefix);
+        self.add_sink(
+            "redis-json",
+            &format!(
+                "[sink]\nkind = \"redis\"\nurl = \"{}\"\nlayout = \"json\"\nkey.pattern = \"{json_prefix}:{{table}}:{{key}}\"\n\
+                 version.key.prefix = \"{json_prefix}:v:\"\npositions.key.prefix = \"{json_prefix}:pos:\"\n\
+                 keyset.key.prefix = \"{json_prefix}:ks:\"\n",
+                common::redis_url()
+            ),
+        )?;
+        Ok(json_prefix)
     }
 
     fn runner_config(&self, kind: &str, records: usize) -> String {
@@ -353,6 +378,23 @@ impl<'a> Fleet<'a> {
         }
     }
 
+    /// Capture started and its slot active (changes committed before are
+    /// snapshot rows, not events); the sinks not yet ([`Fleet::spawn_sinks`]).
+    pub async fn with_capture(p: &'a Pipeline) -> Result<Fleet<'a>> {
+        let mut fleet = Fleet::new(p);
+        fleet.spawn(0)?;
+        p.env.wait_slot_active().await?;
+        Ok(fleet)
+    }
+
+    /// Starts the three sinks.
+    pub fn spawn_sinks(&mut self) -> Result<()> {
+        for i in 1..4 {
+            self.spawn(i)?;
+        }
+        Ok(())
+    }
+
     pub fn name(i: usize) -> &'static str {
         if i == 0 {
             "capture"
@@ -445,249 +487,4 @@ pub async fn redis_conn() -> Result<redis::aio::MultiplexedConnection> {
 /// A report's tables that differ, as lines, for assertion messages.
 pub fn summary(report: &Report) -> String {
     report.to_string()
-}
-
-/// What a `read_committed` reader finds on change topics: change events
-/// (tombstones left out), and the events seen more than once.
-///
-/// An event is identified by `(source.commit_lsn, source.event_seq)`:
-/// capture gives every event a position of its own (a primary-key update's
-/// delete and create take consecutive ordinals), so a position seen twice is
-/// a duplicate.
-/// A truncate goes to every partition of its topic: one copy per partition
-/// is expected, so its identity includes the partition.
-#[derive(Debug, Default)]
-pub struct ChangeScan {
-    pub events: u64,
-    /// Snapshot rows (`op = r`) among `events`.
-    pub reads: u64,
-    pub tombstones: u64,
-    /// `(commit_lsn, event_seq, op)` of positions seen twice or more, with
-    /// the topic of both records (at most 10 listed).
-    pub duplicates: Vec<String>,
-    pub duplicate_count: u64,
-    /// Events without `source.commit_lsn`/`event_seq`/`op`.
-    pub unversioned: u64,
-}
-
-/// Reads `topics` to their end with `read_committed`, keeping only each
-/// event's identity, so memory stays small on long runs.
-pub fn scan_changes(topics: &[String]) -> Result<ChangeScan> {
-    use std::collections::HashMap;
-    use std::time::Instant;
-
-    use rdkafka::config::ClientConfig;
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::error::KafkaError;
-    use rdkafka::message::Message;
-    use rdkafka::{Offset, TopicPartitionList};
-    use serde_json::Value;
-
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", common::kafka_brokers())
-        .set("group.id", common::unique("scan"))
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .create()?;
-    let metadata = consumer.fetch_metadata(None, Duration::from_secs(10))?;
-    let mut tpl = TopicPartitionList::new();
-    for t in metadata
-        .topics()
-        .iter()
-        .filter(|t| topics.iter().any(|w| w == t.name()))
-    {
-        for p in t.partitions() {
-            tpl.add_partition_offset(t.name(), p.id(), Offset::Beginning)?;
-        }
-    }
-    let partitions = tpl.count();
-    consumer.assign(&tpl)?;
-    // Identity -> topic index, to describe a duplicate.
-    let mut seen: HashMap<(u64, u64, i32), usize> = HashMap::new();
-    let mut scan = ChangeScan::default();
-    let mut eof = 0;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while eof < partitions {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "reading {topics:?} did not reach the end in time"
-        );
-        match consumer.poll(Duration::from_millis(500)) {
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => eof += 1,
-            Some(Err(e)) => anyhow::bail!("read: {e}"),
-            Some(Ok(m)) => {
-                let Some(bytes) = m.payload() else {
-                    scan.tombstones += 1;
-                    continue;
-                };
-                let value: Value = serde_json::from_slice(bytes)?;
-                let payload = value.get("payload").unwrap_or(&value);
-                let source = &payload["source"];
-                let op = payload["op"].as_str().and_then(|o| o.chars().next());
-                match (
-                    source["commit_lsn"].as_u64(),
-                    source["event_seq"].as_u64(),
-                    op,
-                ) {
-                    (Some(lsn), Some(seq), Some(op)) => {
-                        scan.events += 1;
-                        scan.reads += u64::from(op == 'r');
-                        let topic = topics
-                            .iter()
-                            .position(|t| t == m.topic())
-                            .unwrap_or(usize::MAX);
-                        let partition = if op == 't' { m.partition() } else { -1 };
-                        if let Some(first_topic) = seen.insert((lsn, seq, partition), topic) {
-                            scan.duplicate_count += 1;
-                            if scan.duplicates.len() < 10 {
-                                let name = |i: usize| topics.get(i).map_or("?", String::as_str);
-                                scan.duplicates.push(format!(
-                                    "({lsn}, {seq}, {op}): in {}, then in {} at offset {}",
-                                    name(first_topic),
-                                    name(topic),
-                                    m.offset()
-                                ));
-                            }
-                        }
-                    }
-                    _ => scan.unversioned += 1,
-                }
-            }
-        }
-    }
-    Ok(scan)
-}
-
-/// The partitions of `topics` where `group`'s committed Kafka offset lies
-/// before a committed record (transaction markers and aborted records after
-/// it do not count), as `topic[partition] committed X, end Y` lines.
-pub fn lagging_commits(group: &str, topics: &[String]) -> Result<Vec<String>> {
-    use rdkafka::config::ClientConfig;
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::error::KafkaError;
-    use rdkafka::message::Message;
-    use rdkafka::{Offset, TopicPartitionList};
-    use std::time::Instant;
-
-    let timeout = Duration::from_secs(10);
-    let committed: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", common::kafka_brokers())
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()?;
-    let metadata = committed.fetch_metadata(None, timeout)?;
-    let mut tpl = TopicPartitionList::new();
-    for t in metadata
-        .topics()
-        .iter()
-        .filter(|t| topics.iter().any(|w| w == t.name()))
-    {
-        for p in t.partitions() {
-            tpl.add_partition(t.name(), p.id());
-        }
-    }
-    let offsets = committed.committed_offsets(tpl, timeout)?;
-    let reader: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", common::kafka_brokers())
-        .set("group.id", common::unique("commit-scan"))
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .create()?;
-    let mut lagging = Vec::new();
-    for e in offsets.elements() {
-        let (_, end) = reader.fetch_watermarks(e.topic(), e.partition(), timeout)?;
-        let at = match e.offset() {
-            Offset::Offset(o) => o,
-            _ => 0,
-        };
-        if at >= end {
-            continue;
-        }
-        let mut one = TopicPartitionList::new();
-        one.add_partition_offset(e.topic(), e.partition(), Offset::Offset(at))?;
-        reader.assign(&one)?;
-        let deadline = Instant::now() + timeout;
-        let behind = loop {
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "reading {}[{}] timed out",
-                e.topic(),
-                e.partition()
-            );
-            match reader.poll(Duration::from_millis(200)) {
-                None => {}
-                Some(Ok(m)) => break m.offset() < end,
-                Some(Err(KafkaError::PartitionEOF(_))) => break false,
-                Some(Err(err)) => anyhow::bail!("read {}[{}]: {err}", e.topic(), e.partition()),
-            }
-        };
-        if behind {
-            lagging.push(format!(
-                "{}[{}] committed {at}, end {end}",
-                e.topic(),
-                e.partition()
-            ));
-        }
-    }
-    Ok(lagging)
-}
-
-/// The dead letters of this pipeline's sinks (topics `<prefix>-<sink>-dlq`),
-/// as `topic: reason` lines, read with `read_committed` to their end.
-pub fn dead_letters(prefix: &str) -> Result<Vec<String>> {
-    use rdkafka::config::ClientConfig;
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::error::KafkaError;
-    use rdkafka::message::{Headers, Message};
-    use rdkafka::{Offset, TopicPartitionList};
-    use std::time::Instant;
-
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", common::kafka_brokers())
-        .set("group.id", common::unique("dlq-scan"))
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()?;
-    let metadata = consumer.fetch_metadata(None, Duration::from_secs(10))?;
-    let mut tpl = TopicPartitionList::new();
-    for t in metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name().starts_with(&format!("{prefix}-")) && t.name().ends_with("-dlq"))
-    {
-        for p in t.partitions() {
-            tpl.add_partition_offset(t.name(), p.id(), Offset::Beginning)?;
-        }
-    }
-    let partitions = tpl.count();
-    let mut letters = Vec::new();
-    if partitions == 0 {
-        return Ok(letters);
-    }
-    consumer.assign(&tpl)?;
-    let (mut eof, deadline) = (0, Instant::now() + Duration::from_secs(60));
-    while eof < partitions {
-        anyhow::ensure!(Instant::now() < deadline, "reading dead letters timed out");
-        match consumer.poll(Duration::from_millis(500)) {
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => eof += 1,
-            Some(Err(e)) => anyhow::bail!("read dead letters: {e}"),
-            Some(Ok(m)) => {
-                let reason = m
-                    .headers()
-                    .and_then(|h| {
-                        h.iter()
-                            .find(|h| h.key == "oncely.dlq.error")
-                            .and_then(|h| h.value)
-                    })
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-                    .unwrap_or_default();
-                letters.push(format!("{}: {reason}", m.topic()));
-            }
-        }
-    }
-    Ok(letters)
 }

@@ -1,8 +1,12 @@
 //! Running `oncely sink` as a process in tests: config files, spawn, signals, exit.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+use oncely_sinks::kinds::journal::read_journal;
+use serde_json::Value;
 
 /// A scratch directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
@@ -73,4 +77,20 @@ pub fn runner_keys(brokers: &str, group: &str, topic: &str) -> String {
         "bootstrap.servers = \"{brokers}\"\ngroup.id = \"{group}\"\ntopics = [\"{topic}\"]\n\
          batch.max.records = 25\nbatch.max.ms = 20\nshutdown.timeout.ms = 10000\n"
     )
+}
+
+/// (partition, offset) -> how many times applied, from a journal.
+pub fn journal_counts(path: &Path, group: &str) -> HashMap<(i32, i64), u32> {
+    let mut counts = HashMap::new();
+    for entry in read_journal(path)
+        .expect("read journal")
+        .into_iter()
+        .filter(|e| e.group == group)
+    {
+        for r in &entry.records {
+            let offset = r.get("offset").and_then(Value::as_i64).expect("offset");
+            *counts.entry((entry.partition, offset)).or_insert(0) += 1;
+        }
+    }
+    counts
 }

@@ -6,13 +6,17 @@
 //! the capture writes in `after`.
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Result;
 use rand::Rng;
 use serde_json::Value;
+use tokio::task::JoinHandle;
 
 use crate::harness::capture::{wait_for, CaptureEnv, Spawned};
+use crate::harness::runner::{sigkill, spawn_runner};
 
 /// Tables of the mixed workload; `docs.body` is stored out of line (TOAST).
 pub const TABLES: &[&str] = &["acct", "audit", "docs"];
@@ -182,4 +186,55 @@ pub async fn source_rows(
             ))
         })
         .collect()
+}
+
+/// SIGKILLs runners started from `config` (logging to `log`), each 0.5 to 3 s
+/// after its start, until `min_kills` kills happened and `writer` finished;
+/// the number of kills (an error when the writer outlasts 80).
+pub async fn kill_runners_while<T>(
+    config: &Path,
+    log: &Path,
+    writer: &JoinHandle<T>,
+    min_kills: usize,
+) -> Result<usize> {
+    let mut kills = 0;
+    while kills < min_kills || !writer.is_finished() {
+        let mut sink = spawn_runner(config, log);
+        let wait = rand::rng().random_range(500..3000);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        sigkill(&mut sink).await;
+        kills += 1;
+        anyhow::ensure!(kills < 80, "the workload did not finish");
+    }
+    Ok(kills)
+}
+
+/// How a target's rows `got` differ from the source's `want` (`None` when
+/// equal), for a failure message: counts, a few extra keys and a few rows
+/// that differ.
+pub fn row_differences<V: PartialEq + Debug>(
+    table: &str,
+    target: &str,
+    want: &BTreeMap<String, V>,
+    got: &BTreeMap<String, V>,
+) -> Option<String> {
+    if want == got {
+        return None;
+    }
+    let missing = want.keys().filter(|k| !got.contains_key(*k)).count();
+    let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).collect();
+    let differ: Vec<_> = want
+        .iter()
+        .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
+        .take(3)
+        .map(|(k, v)| format!("{k}: source {v:?} {target} {:?}", got[k]))
+        .collect();
+    Some(format!(
+        "{table}: {} source rows, {} {target} rows, {missing} missing, {} extra (e.g. {:?}), \
+         differing e.g. {differ:?}",
+        want.len(),
+        got.len(),
+        extra.len(),
+        &extra[..extra.len().min(3)]
+    ))
 }

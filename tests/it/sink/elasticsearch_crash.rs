@@ -8,13 +8,15 @@ use elasticsearch::http::transport::Transport;
 use elasticsearch::indices::{IndicesDeleteParts, IndicesRefreshParts};
 use elasticsearch::{Elasticsearch, SearchParts};
 use oncely_sinks::kinds::elasticsearch::config::DEFAULT_VERSION_FIELD;
-use rand::Rng;
 use serde_json::{json, Value};
 
 use crate::harness::capture::{kill9, terminate, CaptureEnv};
 use crate::harness::common;
-use crate::harness::runner::{sigkill, sigterm, spawn_runner, wait_exit, write_config};
-use crate::harness::sink::{captured_source, runner_config, source_rows, workload, TABLES};
+use crate::harness::runner::{sigterm, spawn_runner, wait_exit, write_config};
+use crate::harness::sink::{
+    captured_source, kill_runners_while, row_differences, runner_config, source_rows, workload,
+    TABLES,
+};
 
 const KILLS: usize = 12;
 const SOFT_FLAG: &str = "__deleted";
@@ -75,21 +77,7 @@ async fn differences(
                 doc.as_object_mut().map(|d| d.remove(SOFT_FLAG));
             }
         }
-        if want != got {
-            let missing = want.keys().filter(|k| !got.contains_key(*k)).count();
-            let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
-            let differ: Vec<_> = want
-                .iter()
-                .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
-                .take(3)
-                .map(|(k, v)| format!("{k}: source {v} index {}", got[k]))
-                .collect();
-            out.push(format!(
-                "{table}: {} rows, {} docs, {missing} missing, {extra} extra, differing e.g. {differ:?}",
-                want.len(),
-                got.len()
-            ));
-        }
+        out.extend(row_differences(table, "index", &want, &got));
     }
     Ok(out)
 }
@@ -146,15 +134,7 @@ async fn crash_run(soft: bool) -> anyhow::Result<()> {
 
     let writer_client = env.connect().await?;
     let writer = tokio::spawn(async move { workload(writer_client, 1200).await });
-    let mut kills = 0;
-    while kills < KILLS || !writer.is_finished() {
-        let mut sink = spawn_runner(&sink_config, &log);
-        let wait = rand::rng().random_range(500..3000);
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-        sigkill(&mut sink).await;
-        kills += 1;
-        anyhow::ensure!(kills < 80, "the workload did not finish");
-    }
+    let kills = kill_runners_while(&sink_config, &log, &writer, KILLS).await?;
     writer.await??;
 
     let client = es();

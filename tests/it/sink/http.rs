@@ -24,7 +24,7 @@ use oncely_testkit::kafka::{
     brokers, committed, create_topic, envelope, header, key, produce, produce_steadily, read_topic,
     unique, wait_until, Out,
 };
-use oncely_testkit::webhook;
+use oncely_testkit::tls;
 use oncely_testkit::webhook::{Answer, Receiver};
 use rand::Rng;
 
@@ -270,7 +270,8 @@ async fn a_4xx_is_a_dead_letter_and_a_429_waits_for_retry_after() {
 async fn tls_trusts_the_ca_file_and_refuses_an_unknown_server() {
     let (topic, dir) = (unique("hooktls"), scratch(&unique("hooktls")));
     create_topic(&topic, 1).await;
-    let (ca, cert, key_file) = webhook::make_tls_files(&dir);
+    let certs = tls::server_certs(&dir).expect("test certificates");
+    let (ca, cert, key_file) = (certs.ca, certs.cert, certs.key);
     let receiver = Receiver::start_tls(&cert, &key_file).await;
     let records: Vec<Out> = (0..5u64)
         .map(|id| Out {

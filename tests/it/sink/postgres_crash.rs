@@ -12,7 +12,9 @@ use tokio_postgres::Client;
 use crate::harness::capture::{connect, db_url, kill9, read_committed, terminate, CaptureEnv};
 use crate::harness::common;
 use crate::harness::runner::{sigkill, sigterm, spawn_runner, wait_exit, write_config};
-use crate::harness::sink::{captured_source, runner_config, source_rows, workload, TABLES};
+use crate::harness::sink::{
+    captured_source, row_differences, runner_config, source_rows, workload, TABLES,
+};
 
 const KILLS: usize = 12;
 /// Source transactions: far more than the kills need; the writer is stopped once they are done.
@@ -89,21 +91,7 @@ async fn differences(
     for table in TABLES {
         let want = source_rows(&env.client, table).await?;
         let got = target_rows(wh, &format!("public_{table}")).await?;
-        if want != got {
-            let missing = want.keys().filter(|k| !got.contains_key(*k)).count();
-            let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
-            let differ: Vec<_> = want
-                .iter()
-                .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
-                .take(3)
-                .map(|(k, v)| format!("{k}: source {v} target {}", got[k]))
-                .collect();
-            out.push(format!(
-                "{table}: {} source rows, {} target rows, {missing} missing, {extra} extra, differing e.g. {differ:?}",
-                want.len(),
-                got.len()
-            ));
-        }
+        out.extend(row_differences(table, "target", &want, &got));
         let changes: BTreeSet<(i64, i64)> = seen
             .iter()
             .filter(|s| s.topic == env.topic(table))

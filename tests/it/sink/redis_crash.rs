@@ -8,15 +8,17 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use oncely_sinks::kinds::redis::config::DEFAULT_VERSION_FIELD;
-use rand::Rng;
 use redis::aio::MultiplexedConnection;
 use serde_json::{Map, Value};
 
 use crate::harness::capture;
 use crate::harness::capture::{kill9, read_committed, terminate, CaptureEnv};
 use crate::harness::common;
-use crate::harness::runner::{sigkill, sigterm, spawn_runner, wait_exit, write_config};
-use crate::harness::sink::{captured_source, runner_config, source_rows, workload, TABLES};
+use crate::harness::runner::{sigterm, spawn_runner, wait_exit, write_config};
+use crate::harness::sink::{
+    captured_source, kill_runners_while, row_differences, runner_config, source_rows, workload,
+    TABLES,
+};
 
 const KILLS: usize = 12;
 
@@ -123,25 +125,7 @@ async fn differences(
             })
             .collect();
         let got = cached_rows(conn, prefix, table, json_layout).await?;
-        if want != got {
-            let missing = want.keys().filter(|k| !got.contains_key(*k)).count();
-            let extra: Vec<_> = got
-                .keys()
-                .filter(|k| !want.contains_key(*k))
-                .take(3)
-                .collect();
-            let differ: Vec<_> = want
-                .iter()
-                .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
-                .take(2)
-                .map(|(k, v)| format!("{k}: source {v:?} cache {:?}", got[k]))
-                .collect();
-            out.push(format!(
-                "{table}: {} rows, {} cached, {missing} missing, extra e.g. {extra:?}, differing e.g. {differ:?}",
-                want.len(),
-                got.len()
-            ));
-        }
+        out.extend(row_differences(table, "cache", &want, &got));
     }
     Ok(out)
 }
@@ -281,15 +265,7 @@ async fn sigkilled_redis_sink_leaves_the_cache_equal_to_the_source() -> anyhow::
     let mut p = pipeline("redis_crash", "hash").await?;
     let writer_client = p.env.connect().await?;
     let writer = tokio::spawn(async move { workload(writer_client, 3000).await });
-    let mut kills = 0;
-    while kills < KILLS || !writer.is_finished() {
-        let mut sink = spawn_runner(&p.sink_config, &p.log);
-        let wait = rand::rng().random_range(500..3000);
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-        sigkill(&mut sink).await;
-        kills += 1;
-        anyhow::ensure!(kills < 80, "the workload did not finish");
-    }
+    let kills = kill_runners_while(&p.sink_config, &p.log, &writer, KILLS).await?;
     writer.await??;
     converge_and_check(&mut p, false, &format!("after {kills} SIGKILLs")).await?;
     assert!(kills >= KILLS);

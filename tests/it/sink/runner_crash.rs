@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncely_sinks::kinds::journal::read_journal;
 use oncely_testkit::kafka::{brokers, create_topic, produce_steadily, unique, wait_until};
 use rand::Rng;
 use serde_json::Value;
@@ -20,22 +19,6 @@ use crate::harness::runner::*;
 
 const KILLS: usize = 12;
 const PARTITIONS: i32 = 3;
-
-/// (partition, offset) -> how many times applied, from a journal.
-fn journal_counts(path: &Path, group: &str) -> HashMap<(i32, i64), u32> {
-    let mut counts = HashMap::new();
-    for entry in read_journal(path)
-        .expect("read journal")
-        .into_iter()
-        .filter(|e| e.group == group)
-    {
-        for r in &entry.records {
-            let offset = r.get("offset").and_then(Value::as_i64).expect("offset");
-            *counts.entry((entry.partition, offset)).or_insert(0) += 1;
-        }
-    }
-    counts
-}
 
 /// Kills runners started from `config` `KILLS` times, each after it applied a random
 /// number of new records (as counted by `applied`), then lets a last runner finish.

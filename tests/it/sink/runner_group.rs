@@ -1,7 +1,7 @@
 //! Two `oncely sink` processes in one consumer group: the second joins while the first
 //! runs, then the first stops. Partitions move both ways, nothing is lost, and the
 //! position-owning `journal` sink applies every record exactly once.
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,26 +10,10 @@ use std::time::Duration;
 use oncely_sinks::kinds::journal::read_journal;
 use oncely_testkit::kafka;
 use oncely_testkit::kafka::{brokers, create_topic, produce_steadily, unique, wait_until};
-use serde_json::Value;
 
 use crate::harness::runner::*;
 
 const PARTITIONS: i32 = 4;
-
-fn counts(path: &Path, group: &str) -> HashMap<(i32, i64), u32> {
-    let mut counts = HashMap::new();
-    for entry in read_journal(path)
-        .expect("read journal")
-        .into_iter()
-        .filter(|e| e.group == group)
-    {
-        for r in &entry.records {
-            let offset = r.get("offset").and_then(Value::as_i64).expect("offset");
-            *counts.entry((entry.partition, offset)).or_insert(0) += 1;
-        }
-    }
-    counts
-}
 
 /// Log text without ANSI colour codes.
 fn plain_log(path: &Path) -> String {
@@ -83,7 +67,7 @@ async fn partitions_move_between_two_runners_without_loss_or_duplicates() {
         (20, Duration::from_millis(40)),
         stop.clone(),
     );
-    let applied = || counts(&journal, &group).len();
+    let applied = || journal_counts(&journal, &group).len();
 
     let mut a = spawn_runner(&config, &log_a);
     wait_until("runner A applies records", Duration::from_secs(60), || {
@@ -141,7 +125,7 @@ async fn partitions_move_between_two_runners_without_loss_or_duplicates() {
         "runner B stops gracefully with 0, got {status}"
     );
 
-    let counts = counts(&journal, &group);
+    let counts = journal_counts(&journal, &group);
     assert_eq!(counts.len(), total, "every produced record applied");
     let twice: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
     assert!(

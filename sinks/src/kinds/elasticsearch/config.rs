@@ -56,14 +56,17 @@ pub enum JsonMode {
     /// The JSON value, mapped `flattened`: every leaf searchable as a
     /// keyword (`column.path.to.leaf`), whatever its type in other rows.
     /// Holds objects (and arrays of them) only.
-    #[default]
     Flattened,
     /// The JSON value, mapped `object`: sub-fields mapped dynamically
     /// (numbers as numbers); a leaf whose type differs from the first
     /// row's is refused. Holds objects (and arrays of them) only.
     Object,
     /// The JSON text as a string (the wire form), mapped as text: holds
-    /// every JSON value, scalars and arrays of scalars included.
+    /// every JSON value, scalars and arrays of scalars included. The
+    /// default: a `jsonb` column of tags (`["a", "b"]`) is common, and
+    /// neither `flattened` nor `object` can hold it (each such row would be
+    /// a dead letter); it is also what Debezium users' sinks index.
+    #[default]
     Text,
 }
 
@@ -177,7 +180,7 @@ pub struct ElasticsearchConfig {
     /// JSON, typed mappings) or `wire` (values as capture writes them).
     #[serde(rename = "value.format", default)]
     pub value_format: ValueFormat,
-    /// `json.handling.mode`: `flattened` (default), `object` or `text`.
+    /// `json.handling.mode`: `text` (default), `flattened` or `object`.
     #[serde(rename = "json.handling.mode", default)]
     pub json_mode: JsonMode,
 }
@@ -341,11 +344,12 @@ mod tests {
         let e = parse("refresh = \"now\"\n").expect_err("bad refresh");
         assert!(e.contains("wait_for"), "{e}");
         assert_eq!(c.value_format, ValueFormat::Native);
-        assert_eq!(c.json_mode, JsonMode::Flattened);
-        let c = parse("value.format = \"wire\"\njson.handling.mode = \"text\"\n").expect("formats");
+        assert_eq!(c.json_mode, JsonMode::Text);
+        let c = parse("value.format = \"wire\"\njson.handling.mode = \"flattened\"\n")
+            .expect("formats");
         assert_eq!(
             (c.value_format, c.json_mode),
-            (ValueFormat::Wire, JsonMode::Text)
+            (ValueFormat::Wire, JsonMode::Flattened)
         );
         let e = parse("value.format = \"raw\"\n").expect_err("bad format");
         assert!(e.contains("native") && e.contains("wire"), "{e}");

@@ -304,17 +304,12 @@ fn client(config: &ElasticsearchConfig) -> Result<Elasticsearch, SinkError> {
     let mut builder = TransportBuilder::new(SingleNodeConnectionPool::new(url))
         .timeout(config.request_timeout())
         .disable_proxy();
-    let secret = |s: &crate::secret::Secret, key: &str| {
-        s.resolve()
-            .map(|v| v.expose().to_owned())
-            .map_err(|e| SinkError::fatal_from(format!("sink.{key}"), e))
-    };
     if let Some(key) = &config.api_key {
-        builder = builder.auth(Credentials::EncodedApiKey(secret(key, "api.key")?));
+        builder = builder.auth(Credentials::EncodedApiKey(key.expose().to_owned()));
     } else if let (Some(user), Some(password)) = (&config.username, &config.password) {
         builder = builder.auth(Credentials::Basic(
             user.clone(),
-            secret(password, "password")?,
+            password.expose().to_owned(),
         ));
     }
     if !config.tls_verify {

@@ -58,10 +58,7 @@ impl HttpSink {
         let auth = match &config.auth_value {
             None => None,
             Some(secret) => {
-                let value = secret
-                    .resolve()
-                    .map_err(|e| SinkError::fatal_from("sink.auth.value", e))?;
-                let mut value = HeaderValue::from_str(value.expose())
+                let mut value = HeaderValue::from_str(secret.expose())
                     .map_err(|_| SinkError::fatal("sink.auth.value: not a valid header value"))?;
                 value.set_sensitive(true);
                 let name = HeaderName::from_bytes(config.auth_header.as_bytes())

@@ -72,8 +72,8 @@ pub enum DropColumns {
 }
 
 impl<'de> Deserialize<'de> for DropColumns {
-    /// By hand, so that a wrong value's message names the key (the sink's
-    /// config is read through an untagged `kind`, which loses the path).
+    /// By hand, so that a wrong value's message names the whole key and
+    /// the choices.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match String::deserialize(d)?.as_str() {
             "keep" => Ok(Self::Keep),
@@ -223,19 +223,19 @@ impl PostgresConfig {
         }
     }
 
-    /// The TLS settings of the warehouse connections, the key file `sslkey`
-    /// resolved by the caller.
-    pub fn tls(&self, sslkey: Option<std::path::PathBuf>) -> oncely_core::postgres::PgTls {
+    /// The TLS settings of the warehouse connections (the key file's
+    /// reference was resolved when the configuration was read).
+    pub fn tls(&self) -> oncely_core::postgres::PgTls {
         oncely_core::postgres::PgTls {
             sslmode: self.sslmode,
             sslrootcert: self.sslrootcert.as_ref().map(Into::into),
             sslcert: self.sslcert.as_ref().map(Into::into),
-            sslkey,
+            sslkey: self.sslkey.as_ref().map(|k| k.expose().into()),
             keys: "sink",
         }
     }
 
-    /// Checks the values (secrets are resolved when the sink is built); errors name `sink.<key>`.
+    /// Checks the values (secrets were resolved when the configuration was read); errors name `sink.<key>`.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.url.expose().trim().is_empty() {
             return Err(ConfigError::new("sink.url", "must not be empty"));
@@ -246,12 +246,7 @@ impl PostgresConfig {
                 "set TLS with the sink's `sslmode` (and `sslrootcert`), not in the URL",
             ));
         }
-        // The key's reference is resolved when the sink connects; here only
-        // whether it is set matters.
-        let mut tls = self.tls(None);
-        tls.sslkey = self.sslkey.as_ref().map(|k| k.expose().into());
-        tls.check()
-            .map_err(|e| ConfigError::new(e.key, e.message))?;
+        self.tls().check()?;
         if !(1..=256).contains(&self.pool_max_size) {
             return Err(ConfigError::new("sink.pool.max.size", "must be 1..=256"));
         }
@@ -365,14 +360,16 @@ mod tests {
 
     #[test]
     fn a_sink_toml_with_bare_dotted_keys_parses() {
+        std::env::set_var("ONCELY_SINKS_TEST_WAREHOUSE_URL", "postgres://w/db");
         let text = "bootstrap.servers = \"k:9092\"\ngroup.id = \"g\"\ntopics = [\"t\"]\n\
-                    [sink]\nkind = \"postgres\"\nurl = \"${env:WAREHOUSE_URL}\"\n\
+                    [sink]\nkind = \"postgres\"\nurl = \"${env:ONCELY_SINKS_TEST_WAREHOUSE_URL}\"\n\
                     history.enabled = true\n\"delete.mode\" = \"hard\"\ntruncate.mode = \"ignore\"\n";
         let (_, sink) = crate::kinds::parse_config(text).expect("valid");
         let crate::kinds::SinkConfig::Postgres(c) = sink else {
             panic!("not postgres");
         };
         assert!(c.history_enabled && c.upsert_enabled);
+        assert_eq!(c.url.expose(), "postgres://w/db", "resolved when read");
         assert_eq!(c.delete_mode, DeleteMode::Hard);
         assert_eq!(c.truncate_mode, TruncateMode::Ignore);
         assert_eq!(c.drop_columns, DropColumns::Keep, "the default");
@@ -400,6 +397,10 @@ mod tests {
     #[test]
     fn the_annotated_example_is_valid() {
         let text = include_str!("../../../../examples/sink-postgres.toml");
+        // Its `${env:..}` reference is resolved when read (left alone when set).
+        if std::env::var_os("ONCELY_WAREHOUSE_URL").is_none() {
+            std::env::set_var("ONCELY_WAREHOUSE_URL", "postgres://warehouse/w");
+        }
         let (_, sink) = crate::kinds::parse_config(text).expect("examples/sink-postgres.toml");
         assert!(matches!(sink, crate::kinds::SinkConfig::Postgres(_)));
     }

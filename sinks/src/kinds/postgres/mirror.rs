@@ -51,17 +51,10 @@ impl PostgresMirror {
         ctx: &MirrorContext<'_>,
         types: &dyn WireTypes,
     ) -> Result<Self, MirrorError> {
-        let url = config
-            .url
-            .resolve()
-            .map_err(|e| MirrorError::Config(format!("sink.url: {e}")))?;
-        let mut pg: tokio_postgres::Config = url.expose().parse().map_err(|_| {
+        let mut pg: tokio_postgres::Config = config.url.expose().parse().map_err(|_| {
             MirrorError::Config("sink.url is not a valid PostgreSQL connection string".into())
         })?;
         if let Some(password) = &config.password {
-            let password = password
-                .resolve()
-                .map_err(|e| MirrorError::Config(format!("sink.password: {e}")))?;
             pg.password(password.expose());
         }
         let place = place_of(&pg);

@@ -60,6 +60,7 @@
 
 mod compat;
 mod config;
+mod connect;
 mod error;
 mod group;
 mod identity;
@@ -74,16 +75,15 @@ mod write;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
-use oncely_core::postgres::{ConnectError, PgConnector};
+use deadpool_postgres::{Client, Pool};
 use tokio_postgres::error::SqlState;
 
 pub use config::{
     expand_name, DeleteMode, DropColumns, PostgresConfig, Secret, SslMode, TruncateMode,
 };
+pub use connect::{connector, place_of};
 pub use mirror::PostgresMirror;
 pub use plan::UNAVAILABLE;
 pub use table::{MetaColumns, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
@@ -91,7 +91,7 @@ pub use table::{MetaColumns, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
 use self::error::{classify, pool_error, to_sink_error, Class};
 use self::group::{group_rows, sorted_rows, wanted_specs};
 use self::plan::{plan, Plan, Step};
-use self::table::{quote, Catalog};
+use self::table::Catalog;
 use self::write::{
     find_rejected, store_position, write_all, write_group_with_position, Modes, Origin, Prebuilt,
     Ready,
@@ -149,84 +149,7 @@ pub struct PostgresSink {
     claims: TargetClaims,
 }
 
-/// `host:port/db` of a connection config, for errors (no user, no password).
-pub fn place_of(pg: &tokio_postgres::Config) -> String {
-    let hosts: Vec<String> = pg
-        .get_hosts()
-        .iter()
-        .zip(pg.get_ports().iter().chain(std::iter::repeat(&5432)))
-        .map(|(host, port)| match host {
-            tokio_postgres::config::Host::Tcp(h) => format!("{h}:{port}"),
-            tokio_postgres::config::Host::Unix(p) => format!("{}:{port}", p.display()),
-        })
-        .collect();
-    format!("{}/{}", hosts.join(","), pg.get_dbname().unwrap_or(""))
-}
-
 impl PostgresSink {
-    /// Connects (resolving secrets), creates the target schema and the positions table.
-    pub async fn connect(config: &PostgresConfig) -> Result<Self, SinkError> {
-        let url = config
-            .url
-            .resolve()
-            .map_err(|e| SinkError::fatal(format!("sink.url: {e}")))?;
-        let url = url.expose();
-        let mut pg: tokio_postgres::Config = url.parse().map_err(|_| {
-            SinkError::fatal("sink.url is not a valid PostgreSQL connection string")
-        })?;
-        if let Some(password) = &config.password {
-            let password = password
-                .resolve()
-                .map_err(|e| SinkError::fatal(format!("sink.password: {e}")))?;
-            pg.password(password.expose());
-        }
-        let place = place_of(&pg);
-        pg.connect_timeout(Duration::from_millis(config.connect_timeout_ms));
-        pg.application_name("oncely-sink-postgres");
-        let manager_config = ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        };
-        let tls = connector(config)?;
-        tls.configure(&mut pg);
-        // One connection first, through the builder's checks, so that a
-        // refused certificate or a server that requires SSL is said at start.
-        match tls.connect(&pg, "warehouse check").await {
-            Ok(client) => drop(client),
-            Err(ConnectError::Postgres(e)) => {
-                return Err(to_sink_error(
-                    &format!("connect to the warehouse at {place}"),
-                    e,
-                ))
-            }
-            Err(e) => {
-                return Err(SinkError::fatal(format!(
-                    "postgres: connect to the warehouse at {place}: {e}"
-                )))
-            }
-        }
-        let manager = Manager::from_config(pg, tls.make_tls(), manager_config);
-        let pool = Pool::builder(manager)
-            .max_size(config.pool_max_size)
-            .build()
-            .map_err(|e| SinkError::fatal_from("build the connection pool", e))?;
-        let catalog = Catalog::new(
-            &config.target_schema,
-            MetaColumns::new(&config.meta_column_prefix),
-        );
-        let positions = catalog.qualified(&config.positions_table);
-        let sink = Self {
-            pool,
-            catalog,
-            config: config.clone(),
-            positions,
-            prebuilt_used: AtomicU64::new(0),
-            place,
-            claims: TargetClaims::new("warehouse table", "sink.table.name.format"),
-        };
-        sink.setup().await?;
-        Ok(sink)
-    }
-
     /// Refuses a batch whose table's target another source table writes to.
     fn claim_tables(&self, batch: &Batch) -> Result<(), SinkError> {
         let mut last = None;
@@ -255,33 +178,6 @@ impl PostgresSink {
     /// [`Sink::prepare`] (diagnostics and tests).
     pub fn prebuilt_statements_used(&self) -> u64 {
         self.prebuilt_used.load(Ordering::Relaxed)
-    }
-
-    async fn setup(&self) -> Result<(), SinkError> {
-        let mut client = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| pool_error(e, &self.place))?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| to_sink_error("begin setup", e))?;
-        let ddl = format!(
-            "SELECT pg_advisory_xact_lock(hashtext('oncely-sink-postgres-setup'));\
-             CREATE SCHEMA IF NOT EXISTS {};\
-             CREATE TABLE IF NOT EXISTS {} (group_id text NOT NULL, topic text NOT NULL, \
-             partition integer NOT NULL, next_offset bigint NOT NULL, \
-             updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (group_id, topic, partition))",
-            quote(&self.config.target_schema),
-            self.positions
-        );
-        tx.batch_execute(&ddl)
-            .await
-            .map_err(|e| to_sink_error("create the schema and the positions table", e))?;
-        tx.commit()
-            .await
-            .map_err(|e| to_sink_error("commit setup", e))
     }
 
     fn modes(&self) -> Modes {
@@ -393,26 +289,6 @@ impl PostgresSink {
         tx.rollback().await?;
         Ok(failures)
     }
-}
-
-/// The warehouse connections' TLS settings (`sslmode`, `sslrootcert`,
-/// `sslcert`, `sslkey`, the key's reference resolved), loaded once: the one
-/// PostgreSQL connection builder of `oncely-core` (public for `oncely
-/// verify`, which reads the warehouse as the sink writes it).
-pub fn connector(config: &PostgresConfig) -> Result<PgConnector, SinkError> {
-    let sslkey = match &config.sslkey {
-        Some(key) => Some(
-            key.resolve()
-                .map_err(|e| SinkError::fatal(format!("sink.sslkey: {e}")))?
-                .expose()
-                .into(),
-        ),
-        None => None,
-    };
-    config
-        .tls(sslkey)
-        .connector()
-        .map_err(|e| SinkError::fatal_from("postgres", e))
 }
 
 #[async_trait]

@@ -210,7 +210,7 @@ impl RedisConfig {
         }
     }
 
-    /// Checks the values (the password is resolved when the sink is built); errors name `sink.<key>`.
+    /// Checks the values (the password was resolved when the configuration was read); errors name `sink.<key>`.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let url = self.url.trim();
         if !(url.starts_with("redis://") || url.starts_with("rediss://")) {

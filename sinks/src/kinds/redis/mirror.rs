@@ -12,7 +12,8 @@ use redis::aio::MultiplexedConnection;
 use serde_json::{Map, Value};
 
 use super::config::{Layout, RedisConfig};
-use super::plan::{stored_form, KeyPattern};
+use super::keys::KeyPattern;
+use super::plan::stored_form;
 use super::sink::{open_client, OpenError};
 use crate::mirror::{
     Fetched, KeyPage, Mirror, MirrorContext, MirrorError, MirrorTable, Partition, RowKey,

@@ -134,14 +134,16 @@ mod calls;
 pub mod config;
 mod error;
 mod fast;
+mod keys;
 mod mirror;
 mod plan;
 mod script;
 mod sink;
 
 pub use config::{Layout, RedisConfig};
+pub use keys::KeyPattern;
 pub use mirror::RedisMirror;
-pub use plan::{stored_form, KeyPattern, UNAVAILABLE_VALUE};
+pub use plan::{stored_form, UNAVAILABLE_VALUE};
 pub use script::{decode_version, encode_version, position_field, HASH_SCRIPT, JSON_SCRIPT};
 pub use sink::RedisSink;
 

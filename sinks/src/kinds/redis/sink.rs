@@ -11,7 +11,8 @@ use super::calls::Part;
 use super::config::{Layout, RedisConfig};
 use super::error::{classify, is_noscript};
 use super::fast::{fence_key, truncates_key, Fast, Keys, Outcome, SCRIPT_WRITER, WRITER};
-use super::plan::{keys_to_merge, merge_json, plan, Change, KeyPattern, Naming};
+use super::keys::KeyPattern;
+use super::plan::{keys_to_merge, merge_json, plan, Change, Naming};
 use super::script::{position_field, Reply, HASH_SCRIPT, JSON_SCRIPT, TRUNCATE_SCRIPT};
 use crate::error::{RecordFailure, SinkError};
 use crate::naming::TargetClaims;
@@ -63,9 +64,6 @@ pub(super) fn open_client(config: &RedisConfig) -> Result<(Client, String), Open
         .into_connection_info()
         .map_err(|e| OpenError::Setting("invalid `sink.url`".into(), e.into()))?;
     if let Some(password) = &config.password {
-        let password = password
-            .resolve()
-            .map_err(|e| OpenError::Setting("`sink.password`".into(), e.into()))?;
         let mut settings = info
             .redis_settings()
             .clone()

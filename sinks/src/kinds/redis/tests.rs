@@ -7,9 +7,9 @@ use serde_json::{json, Value};
 
 use super::config::Layout;
 use super::config::DEFAULT_VERSION_FIELD as VF;
+use super::keys::KeyPattern;
 use super::plan::{
-    hash_fields, keys_to_merge, merge_json, plan, Body, FieldValue, KeyPattern, Naming,
-    UNAVAILABLE_VALUE,
+    hash_fields, keys_to_merge, merge_json, plan, Body, FieldValue, Naming, UNAVAILABLE_VALUE,
 };
 use super::script::{decode_version, encode_version, pack_str, Reply};
 use crate::event::{decode_value, Version};
@@ -47,9 +47,11 @@ fn batch(records: Vec<Record>) -> Batch {
 
 #[test]
 fn config_parses_bare_and_quoted_dotted_keys() {
+    std::env::set_var("ONCELY_SINKS_TEST_REDIS_PASSWORD", "pw-from-env");
     let (_, sink) = parse_config(&format!(
         "{HEAD}[sink]\nkind = \"redis\"\nurl = \"redis://h:1\"\nlayout = \"json\"\n\
-         key.pattern = \"c:{{table}}:{{key}}\"\n\"tombstone.ttl.seconds\" = 60\npassword = \"${{env:X}}\"\n"
+         key.pattern = \"c:{{table}}:{{key}}\"\n\"tombstone.ttl.seconds\" = 60\n\
+         password = \"${{env:ONCELY_SINKS_TEST_REDIS_PASSWORD}}\"\n"
     ))
     .expect("valid");
     let SinkConfig::Redis(c) = sink else {
@@ -59,7 +61,28 @@ fn config_parses_bare_and_quoted_dotted_keys() {
     assert_eq!(c.key_pattern, "c:{table}:{key}");
     assert_eq!(c.tombstone_ttl_seconds, 60);
     assert_eq!(c.script_max_changes, 1000);
-    assert!(!format!("{c:?}").contains("env:X"), "secret printed: {c:?}");
+    // Resolved when the configuration is read, and never printed.
+    let password = c.password.as_ref().expect("password");
+    assert_eq!(password.expose(), "pw-from-env");
+    assert!(
+        !format!("{c:?}").contains("pw-from-env"),
+        "secret printed: {c:?}"
+    );
+}
+
+#[test]
+fn an_unset_password_variable_fails_at_load_naming_the_key() {
+    let e = parse_config(&format!(
+        "{HEAD}[sink]\nkind = \"redis\"\nurl = \"redis://h:1\"\n\
+         password = \"${{env:ONCELY_SINKS_TEST_SURELY_UNSET}}\"\n"
+    ))
+    .expect_err("unset variable");
+    assert_eq!(e.key, "sink");
+    assert!(
+        e.message.contains("key `password`")
+            && e.message.contains("ONCELY_SINKS_TEST_SURELY_UNSET"),
+        "{e}"
+    );
 }
 
 #[test]

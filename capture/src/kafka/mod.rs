@@ -1,14 +1,13 @@
-//! The transactional Kafka producer and the topics capture writes.
+//! The transactional Kafka producer and the topics capture writes (created by
+//! [`TopicCreator`], in `topics.rs`).
 //!
 //! librdkafka's transaction calls block until the coordinator answers, so they
 //! run on tokio's blocking pool, never on the runtime threads.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -42,7 +41,7 @@ impl CaptureConfig {
     /// The base config of this capture's admin and reader clients: its
     /// brokers and the connection properties of `[kafka.producer]`.
     pub fn kafka_client(&self) -> ClientConfig {
-        client_config(&self.kafka.bootstrap.servers, &self.kafka.producer)
+        client_config(&self.kafka_bootstrap_servers, &self.kafka_producer)
     }
 }
 
@@ -197,7 +196,7 @@ pub async fn check_login(
         }
     })
     .await
-    .map_err(|e| CaptureError::Protocol(format!("login check task failed: {e}")))?
+    .map_err(CaptureError::task("kafka login check"))?
 }
 
 /// How long a transaction call may wait for the coordinator.
@@ -228,7 +227,7 @@ impl TxProducer {
         let queue_kbytes = (max_message_bytes / 1024 + 1024).max(65536);
         let mut client = ClientConfig::new();
         client
-            .set("bootstrap.servers", &cfg.kafka.bootstrap.servers)
+            .set("bootstrap.servers", &cfg.kafka_bootstrap_servers)
             .set("transactional.id", &transactional_id)
             .set("enable.idempotence", "true")
             .set("acks", "all")
@@ -243,7 +242,7 @@ impl TxProducer {
             .set("queue.buffering.max.kbytes", queue_kbytes.to_string())
             .set("queue.buffering.max.messages", "100000")
             .set("message.max.bytes", max_message_bytes.to_string());
-        for (k, v) in &cfg.kafka.producer {
+        for (k, v) in &cfg.kafka_producer {
             client.set(k, v);
         }
         let producer: ThreadedProducer<CaptureContext> = client
@@ -309,7 +308,7 @@ impl TxProducer {
             }
         })
         .await
-        .map_err(|e| CaptureError::Protocol(format!("metadata task failed: {e}")))?
+        .map_err(CaptureError::task("kafka metadata"))?
     }
 
     pub fn begin(&self) -> Result<(), CaptureError> {
@@ -404,7 +403,7 @@ impl TxProducer {
         let id = Arc::clone(&self.transactional_id);
         tokio::task::spawn_blocking(move || call(&inner))
             .await
-            .map_err(|e| CaptureError::Protocol(format!("{context} task failed: {e}")))?
+            .map_err(CaptureError::task(context))?
             .map_err(|e| {
                 self.inner
                     .context()
@@ -413,164 +412,9 @@ impl TxProducer {
     }
 }
 
-/// Creates topics on first use, so capture works where brokers do not auto-create.
-pub struct TopicCreator {
-    admin: AdminClient<DefaultClientContext>,
-    known: HashSet<String>,
-    partitions: i32,
-    replication: i32,
-    /// `max.message.bytes` of created topics.
-    max_message_bytes: String,
-}
+mod topics;
 
-impl TopicCreator {
-    pub fn new(cfg: &CaptureConfig) -> Result<Self, CaptureError> {
-        let admin = cfg
-            .kafka_client()
-            .create()
-            .map_err(|e| CaptureError::kafka("create admin client", "-", e))?;
-        Ok(TopicCreator {
-            admin,
-            known: HashSet::new(),
-            partitions: cfg.topic.creation.default.partitions,
-            replication: cfg.topic.creation.default.replication.factor,
-            max_message_bytes: cfg.max_message_bytes().to_string(),
-        })
-    }
-
-    /// Makes sure a change topic exists (idempotent).
-    pub async fn ensure(&mut self, topic: &str) -> Result<(), CaptureError> {
-        if self.known.contains(topic) {
-            return Ok(());
-        }
-        // The broker's default (`message.max.bytes`, about 1 MB) would refuse
-        // rows with large values; a topic that exists keeps its own setting.
-        let new = NewTopic::new(
-            topic,
-            self.partitions,
-            TopicReplication::Fixed(self.replication),
-        )
-        .set("max.message.bytes", &self.max_message_bytes);
-        self.create(new).await?;
-        self.known.insert(topic.to_string());
-        Ok(())
-    }
-
-    /// Makes sure a compacted single-partition topic exists, keeping records
-    /// as large as change topics do (the schema-change topic: one partition
-    /// keeps its records in commit order).
-    pub async fn ensure_compacted(&mut self, topic: &str) -> Result<(), CaptureError> {
-        if self.known.contains(topic) {
-            return Ok(());
-        }
-        let new = NewTopic::new(topic, 1, TopicReplication::Fixed(self.replication))
-            .set("cleanup.policy", "compact")
-            .set("max.message.bytes", &self.max_message_bytes);
-        self.create(new).await?;
-        self.known.insert(topic.to_string());
-        Ok(())
-    }
-
-    /// Makes sure the compacted single-partition offsets topic exists.
-    pub async fn ensure_offsets_topic(&mut self, topic: &str) -> Result<(), CaptureError> {
-        let new = NewTopic::new(topic, 1, TopicReplication::Fixed(self.replication))
-            .set("cleanup.policy", "compact");
-        self.create(new).await?;
-        self.known.insert(topic.to_string());
-        Ok(())
-    }
-
-    async fn create(&self, topic: NewTopic<'_>) -> Result<(), CaptureError> {
-        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-        let results = self
-            .admin
-            .create_topics([&topic], &opts)
-            .await
-            .map_err(|e| CaptureError::kafka("create topic", "-", e))?;
-        for result in results {
-            match result {
-                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((name, code)) => {
-                    return Err(CaptureError::kafka(
-                        "create topic",
-                        "-",
-                        KafkaError::AdminOp(code),
-                    ))
-                    .map_err(|e| {
-                        tracing::error!(topic = %name, "cannot create topic: {e}");
-                        e
-                    })
-                }
-            }
-        }
-        Ok(())
-    }
-}
+pub use topics::TopicCreator;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn admin_and_reader_clients_get_the_connection_properties_only() {
-        let cfg = CaptureConfig::parse(
-            r#"
-topic.prefix = "shop"
-database.hostname = "127.0.0.1"
-database.user = "postgres"
-database.dbname = "shop"
-kafka.bootstrap.servers = "broker:9093"
-[kafka.producer]
-"security.protocol" = "sasl_ssl"
-"sasl.mechanisms" = "SCRAM-SHA-512"
-"sasl.username" = "capture"
-"sasl.password" = "s3cret"
-"ssl.ca.location" = "/etc/kafka/ca.pem"
-"client.id" = "shop-capture"
-"compression.type" = "zstd"
-"linger.ms" = "50"
-"#,
-            "test",
-        )
-        .expect("valid config");
-        let client = cfg.kafka_client();
-        assert_eq!(client.get("bootstrap.servers"), Some("broker:9093"));
-        for (key, value) in [
-            ("security.protocol", "sasl_ssl"),
-            ("sasl.mechanisms", "SCRAM-SHA-512"),
-            ("sasl.username", "capture"),
-            ("sasl.password", "s3cret"),
-            ("ssl.ca.location", "/etc/kafka/ca.pem"),
-            ("client.id", "shop-capture"),
-        ] {
-            assert_eq!(client.get(key), Some(value), "{key}");
-        }
-        // Producer tuning stays with the producer (a consumer would warn about it).
-        assert_eq!(client.get("compression.type"), None);
-        assert_eq!(client.get("linger.ms"), None);
-    }
-
-    #[test]
-    fn connection_properties_are_recognised_by_name() {
-        for key in [
-            "security.protocol",
-            "sasl.oauthbearer.token.endpoint.url",
-            "ssl.keystore.location",
-            "ssl_engine_callback_data",
-            "socket.keepalive.enable",
-            "broker.address.family",
-            "client.dns.lookup",
-            "enable.ssl.certificate.verification",
-        ] {
-            assert!(is_connection_property(key), "{key}");
-        }
-        for key in [
-            "acks",
-            "compression.type",
-            "batch.size",
-            "message.max.bytes",
-        ] {
-            assert!(!is_connection_property(key), "{key}");
-        }
-    }
-}
+mod tests;

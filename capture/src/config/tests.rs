@@ -1,0 +1,439 @@
+use super::*;
+
+const MINIMAL: &str = r#"
+topic.prefix = "shop"
+database.hostname = "127.0.0.1"
+database.user = "postgres"
+database.dbname = "shop"
+kafka.bootstrap.servers = "127.0.0.1:9092"
+"#;
+
+#[test]
+fn minimal_config_gets_defaults() {
+    let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
+    assert_eq!(cfg.connector_name(), "shop");
+    assert_eq!(cfg.transactional_id(), "oncely-capture-shop");
+    assert_eq!(cfg.slot_name, DEFAULT_SLOT);
+    assert_eq!(cfg.publication_name, DEFAULT_PUBLICATION);
+    assert_eq!(cfg.publication_autocreate_mode, AutocreateMode::AllTables);
+    assert!(cfg.tombstones_on_delete);
+    assert!(cfg.schemas_enable);
+    assert_eq!(cfg.database_port, 5432);
+    assert_eq!(cfg.batch_max_events, DEFAULT_BATCH_MAX_EVENTS);
+    assert_eq!(cfg.offsets_topic(), "oncely-offsets-shop");
+    assert!(cfg.offsets_topic_is_default());
+    assert_eq!(cfg.max_message_bytes(), DEFAULT_MAX_MESSAGE_BYTES);
+    assert_eq!(cfg.snapshot_mode, SnapshotMode::Initial);
+    assert!(!cfg.snapshot_new_tables);
+    assert_eq!(cfg.chunk_size(), DEFAULT_SNAPSHOT_CHUNK_SIZE);
+    assert_eq!(cfg.signal_table(), None);
+    assert_eq!(cfg.replica_identity_check, ReplicaIdentityCheck::Fail);
+    assert_eq!(
+        cfg.heartbeat_interval(),
+        Duration::from_millis(DEFAULT_HEARTBEAT_MS)
+    );
+}
+
+#[test]
+fn debezium_names_parse() {
+    let text = format!(
+        "{MINIMAL}\nslot.name = \"s1\"\npublication.autocreate.mode = \"filtered\"\n\
+         table.include.list = \"public.orders, public.customers\"\n\
+         message.key.columns = \"public.orders:id\"\nheartbeat.interval.ms = 500\n\
+         tombstones.on.delete = false\nbatch.max.events = 10\n"
+    );
+    let cfg = CaptureConfig::parse(&text, "test").unwrap();
+    assert_eq!(cfg.slot_name, "s1");
+    assert_eq!(cfg.publication_autocreate_mode, AutocreateMode::Filtered);
+    assert_eq!(
+        cfg.table_include_list.0,
+        vec!["public.orders".to_string(), "public.customers".to_string()]
+    );
+    assert!(!cfg.tombstones_on_delete);
+    assert_eq!(cfg.heartbeat_interval(), Duration::from_millis(500));
+}
+
+#[test]
+fn unknown_key_is_rejected_with_its_name() {
+    let err = CaptureConfig::parse(&format!("{MINIMAL}\nslot.nmae = \"x\"\n"), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("nmae"), "{err}");
+}
+
+#[test]
+fn bad_values_name_their_key() {
+    let cases = [
+        ("slot.name = \"Bad-Name\"", "slot.name"),
+        ("batch.max.events = 0", "batch.max.events"),
+        ("table.include.list = \"public.(\"", "table.include.list"),
+        (
+            "kafka.producer.\"transactional.id\" = \"x\"",
+            "kafka.producer",
+        ),
+        ("metrics.listen = \"nope\"", "metrics.listen"),
+        ("health.ready.max.lag.ms = 5", "health.ready.max.lag.ms"),
+        ("slot.max.retained.bytes = 0", "slot.max.retained.bytes"),
+        ("message.key.columns = \"orders\"", "message.key.columns"),
+        ("snapshot.mode = \"sometimes\"", "snapshot.mode"),
+        (
+            "incremental.snapshot.chunk.size = 0",
+            "incremental.snapshot.chunk.size",
+        ),
+        (
+            "signal.data.collection = \"signals\"",
+            "signal.data.collection",
+        ),
+    ];
+    for (line, key) in cases {
+        let err = CaptureConfig::parse(&format!("{MINIMAL}\n{line}\n"), "test")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{line}: {err}");
+    }
+}
+
+#[test]
+fn offsets_topic_is_per_connector_unless_configured() {
+    let named = CaptureConfig::parse(&format!("name = \"orders-cdc\"\n{MINIMAL}"), "test").unwrap();
+    assert_eq!(named.offsets_topic(), "oncely-offsets-orders-cdc");
+    let set = CaptureConfig::parse(
+        &format!("{MINIMAL}\noffset.storage.topic = \"shared\"\n"),
+        "test",
+    )
+    .unwrap();
+    assert_eq!(set.offsets_topic(), "shared");
+    assert!(!set.offsets_topic_is_default());
+    let err = CaptureConfig::parse(&format!("name = \"a b\"\n{MINIMAL}"), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`name`") && err.contains("offset.storage.topic"),
+        "{err}"
+    );
+    // A name that cannot make a topic is fine with an explicit topic.
+    CaptureConfig::parse(
+        &format!("name = \"a b\"\n{MINIMAL}\noffset.storage.topic = \"t\"\n"),
+        "test",
+    )
+    .unwrap();
+}
+
+#[test]
+fn tls_keys_parse_with_libpq_defaults_and_are_checked_together() {
+    let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
+    assert_eq!(cfg.database_sslmode, SslMode::Prefer);
+    assert_eq!(cfg.tls().sslrootcert, None);
+    std::env::set_var("ONCELY_TEST_PG_SSLKEY", "/keys/client.key");
+    let full = CaptureConfig::parse(
+        &format!(
+            "{MINIMAL}database.sslmode = \"verify-full\"\ndatabase.sslrootcert = \"/ca.crt\"\n\
+             database.sslcert = \"/client.crt\"\ndatabase.sslkey = \"${{env:ONCELY_TEST_PG_SSLKEY}}\"\n"
+        ),
+        "test",
+    )
+    .unwrap();
+    let tls = full.tls();
+    assert_eq!(tls.sslmode, SslMode::VerifyFull);
+    assert_eq!(tls.sslrootcert, Some(PathBuf::from("/ca.crt")));
+    assert_eq!(tls.sslcert, Some(PathBuf::from("/client.crt")));
+    assert_eq!(tls.sslkey, Some(PathBuf::from("/keys/client.key")));
+    for (mode, expected) in [
+        ("disable", SslMode::Disable),
+        ("require", SslMode::Require),
+        ("verify-ca", SslMode::VerifyCa),
+    ] {
+        let text =
+            format!("{MINIMAL}database.sslmode = \"{mode}\"\ndatabase.sslrootcert = \"/ca.crt\"\n");
+        match CaptureConfig::parse(&text, "test") {
+            Ok(cfg) => assert_eq!(cfg.database_sslmode, expected),
+            // A CA under `disable` would be ignored: refused, naming the key.
+            Err(e) => {
+                assert_eq!(expected, SslMode::Disable);
+                assert!(e.to_string().contains("database.sslrootcert"), "{e}");
+            }
+        }
+    }
+    let cases = [
+        ("database.sslmode = \"verify-full\"", "database.sslrootcert"),
+        ("database.sslmode = \"verify-ca\"", "database.sslrootcert"),
+        ("database.sslcert = \"/c.crt\"", "database.sslkey"),
+        ("database.sslkey = \"/c.key\"", "database.sslcert"),
+        ("database.sslmode = \"allow\"", "database.sslmode"),
+        (
+            "database.sslmode = \"disable\"\ndatabase.sslcert = \"/c\"\ndatabase.sslkey = \"/k\"",
+            "database.sslcert",
+        ),
+        (
+            "database.sslkey = \"${env:ONCELY_TEST_UNSET_SSLKEY}\"\ndatabase.sslcert = \"/c\"",
+            "database.sslkey",
+        ),
+        ("database.sslpassword = \"x\"", "sslpassword"),
+    ];
+    for (line, key) in cases {
+        let err = CaptureConfig::parse(&format!("{MINIMAL}{line}\n"), "test")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{line}: {err}");
+    }
+}
+
+#[test]
+fn message_size_limit_comes_from_the_topic_setting_or_the_producer() {
+    let topic = CaptureConfig::parse(
+        &format!("{MINIMAL}\ntopic.creation.default.max.message.bytes = 1048576\n"),
+        "test",
+    )
+    .unwrap();
+    assert_eq!(topic.max_message_bytes(), 1_048_576);
+    let producer = CaptureConfig::parse(
+        &format!("{MINIMAL}\n[kafka.producer]\n\"message.max.bytes\" = \"2000000\"\n"),
+        "test",
+    )
+    .unwrap();
+    assert_eq!(producer.max_message_bytes(), 2_000_000);
+    let cases = [
+        ("topic.creation.default.max.message.bytes = 10", "topic.creation.default.max.message.bytes"),
+        ("[kafka.producer]\n\"message.max.bytes\" = \"big\"", "kafka.producer"),
+        (
+            "topic.creation.default.max.message.bytes = 1048576\n[kafka.producer]\n\"message.max.bytes\" = \"2000000\"",
+            "kafka.producer",
+        ),
+    ];
+    for (line, key) in cases {
+        let err = CaptureConfig::parse(&format!("{MINIMAL}\n{line}\n"), "test")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{line}: {err}");
+    }
+}
+
+#[test]
+fn missing_required_key_is_named() {
+    let err = CaptureConfig::parse("topic.prefix = \"x\"", "test")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("database"), "{err}");
+}
+
+#[test]
+fn password_from_env_reference() {
+    std::env::set_var("ONCELY_TEST_PG_PASSWORD", "pw");
+    let text = format!("{MINIMAL}\ndatabase.password = \"${{env:ONCELY_TEST_PG_PASSWORD}}\"\n");
+    let cfg = CaptureConfig::parse(&text, "test").unwrap();
+    assert_eq!(cfg.database_password.expose(), "pw");
+    assert!(!format!("{cfg:?}").contains("\"pw\""));
+}
+
+#[test]
+fn interval_handling_mode_defaults_to_string_and_parses() {
+    use crate::value::IntervalHandlingMode;
+    let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
+    assert_eq!(cfg.interval_handling_mode, IntervalHandlingMode::String);
+    let numeric = format!("{MINIMAL}\ninterval.handling.mode = \"numeric\"\n");
+    let cfg = CaptureConfig::parse(&numeric, "test").unwrap();
+    assert_eq!(cfg.interval_handling_mode, IntervalHandlingMode::Numeric);
+    let bad = format!("{MINIMAL}\ninterval.handling.mode = \"iso\"\n");
+    let err = CaptureConfig::parse(&bad, "test").unwrap_err().to_string();
+    assert!(
+        err.contains("interval.handling.mode") && err.contains("numeric"),
+        "{err}"
+    );
+}
+
+#[test]
+fn replica_identity_check_parses() {
+    let warn = format!("{MINIMAL}\nreplica.identity.check = \"warn\"\n");
+    let cfg = CaptureConfig::parse(&warn, "test").unwrap();
+    assert_eq!(cfg.replica_identity_check, ReplicaIdentityCheck::Warn);
+    let bad = format!("{MINIMAL}\nreplica.identity.check = \"ignore\"\n");
+    let err = CaptureConfig::parse(&bad, "test").unwrap_err().to_string();
+    assert!(
+        err.contains("replica.identity.check") && err.contains("warn"),
+        "{err}"
+    );
+}
+
+#[test]
+fn schema_change_backfill_parses() {
+    let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
+    assert_eq!(cfg.schema_change_backfill, SchemaChangeBackfill::Auto);
+    let off = format!("{MINIMAL}\nschema.change.backfill = \"off\"\n");
+    let cfg = CaptureConfig::parse(&off, "test").unwrap();
+    assert_eq!(cfg.schema_change_backfill, SchemaChangeBackfill::Off);
+    let bad = format!("{MINIMAL}\nschema.change.backfill = \"always\"\n");
+    let err = CaptureConfig::parse(&bad, "test").unwrap_err().to_string();
+    assert!(
+        err.contains("schema.change.backfill") || err.contains("auto"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_annotated_example_config_is_valid() {
+    std::env::set_var("PGPASSWORD", "example");
+    let text = include_str!("../../../examples/capture.toml");
+    let cfg = CaptureConfig::parse(text, "examples/capture.toml").unwrap();
+    assert_eq!(cfg.connector_name(), "shop");
+    assert_eq!(cfg.metrics_listen.as_deref(), Some("127.0.0.1:9464"));
+    assert_eq!(cfg.offsets_topic(), "oncely-offsets-shop");
+    assert_eq!(cfg.kafka_producer["compression.type"], "lz4");
+    let demo = include_str!("../../../examples/demo/capture.toml");
+    let cfg = CaptureConfig::parse(demo, "examples/demo/capture.toml").unwrap();
+    assert_eq!(cfg.offsets_topic(), "oncely-demo-offsets");
+    assert_eq!(cfg.metrics_listen.as_deref(), Some("127.0.0.1:19464"));
+}
+
+#[test]
+fn bare_and_quoted_dotted_keys_mean_the_same() {
+    let bare = format!(
+        "{MINIMAL}slot.name = \"s1\"\nbatch.max.events = 7\n\
+         [kafka.producer]\n\"linger.ms\" = 5\n[outbox]\nroute.by.field = \"kind\"\ntable = \"public.outbox\"\n"
+    );
+    let quoted = "\"topic.prefix\" = \"shop\"\n\"database.hostname\" = \"127.0.0.1\"\n\
+                  \"database.user\" = \"postgres\"\n\"database.dbname\" = \"shop\"\n\
+                  \"kafka.bootstrap.servers\" = \"127.0.0.1:9092\"\n\"slot.name\" = \"s1\"\n\
+                  \"batch.max.events\" = 7\n\"kafka.producer.linger.ms\" = \"5\"\n\
+                  \"outbox.route.by.field\" = \"kind\"\n\"outbox.table\" = \"public.outbox\"\n";
+    let tables = "[topic]\nprefix = \"shop\"\n[database]\nhostname = \"127.0.0.1\"\n\
+                  user = \"postgres\"\ndbname = \"shop\"\n[kafka]\nbootstrap.servers = \"127.0.0.1:9092\"\n\
+                  producer = { \"linger.ms\" = \"5\" }\n[slot]\nname = \"s1\"\n[batch.max]\nevents = 7\n\
+                  [outbox]\ntable = \"public.outbox\"\n\"route.by.field\" = \"kind\"\n";
+    for text in [bare.as_str(), quoted, tables] {
+        let cfg = CaptureConfig::parse(text, "test").expect(text);
+        assert_eq!(cfg.topic_prefix, "shop", "{text}");
+        assert_eq!(cfg.slot_name, "s1", "{text}");
+        assert_eq!(cfg.batch_max_events, 7, "{text}");
+        assert_eq!(cfg.kafka_bootstrap_servers, "127.0.0.1:9092", "{text}");
+        assert_eq!(
+            cfg.kafka_producer.get("linger.ms").map(String::as_str),
+            Some("5"),
+            "{text}"
+        );
+        let outbox = cfg.outbox.as_ref().expect("outbox");
+        assert_eq!(outbox.table, "public.outbox", "{text}");
+        assert_eq!(outbox.route_by_field, "kind", "{text}");
+        assert_eq!(outbox.event_key, crate::outbox::DEFAULT_KEY, "{text}");
+    }
+    // Written both ways: refused, naming the key.
+    let twice = format!("{MINIMAL}slot.name = \"a\"\n\"slot.name\" = \"b\"\n");
+    let err = CaptureConfig::parse(&twice, "test").unwrap_err();
+    assert_eq!(err.key, "slot.name", "{err}");
+    // No `outbox.*` key: no outbox.
+    assert!(CaptureConfig::parse(MINIMAL, "test")
+        .unwrap()
+        .outbox
+        .is_none());
+}
+
+#[test]
+fn unknown_keys_are_named_wherever_they_sit() {
+    for (line, name) in [
+        ("slot.nmae = \"x\"", "slot.nmae"),
+        ("[slot]\nnmae = \"x\"", "slot.nmae"),
+        ("kafka.bootstrap.srevers = \"x\"", "kafka.bootstrap.srevers"),
+        (
+            "[outbox]\ntable = \"a.b\"\nfield.event.nope = \"x\"",
+            "field.event.nope",
+        ),
+    ] {
+        let err = CaptureConfig::parse(&format!("{MINIMAL}{line}\n"), "test").unwrap_err();
+        assert!(
+            err.message.contains(&format!("unknown field `{name}`")),
+            "{line}: {err}"
+        );
+    }
+}
+
+#[test]
+fn topic_name_mapping_reads_inline_and_as_a_table() {
+    let inline = format!(
+        "{MINIMAL}topic.name.mapping = {{ \"public.orders\" = \"orders_v2\", \"Sales.Order Items\" = \"items\" }}\n"
+    );
+    let table = format!(
+        "{MINIMAL}[topic.name.mapping]\n\"public.orders\" = \"orders_v2\"\n\"Sales.Order Items\" = \"items\"\n"
+    );
+    for text in [inline, table] {
+        let cfg = CaptureConfig::parse(&text, "test").expect(&text);
+        let want: BTreeMap<String, String> = [
+            ("public.orders".to_owned(), "orders_v2".to_owned()),
+            ("Sales.Order Items".to_owned(), "items".to_owned()),
+        ]
+        .into();
+        assert_eq!(cfg.topic_name_mapping, want, "{text}");
+        assert_eq!(cfg.table_topic("public", "orders"), "orders_v2");
+        assert_eq!(cfg.table_topic("public", "lines"), "shop.public.lines");
+    }
+    let bad = format!("{MINIMAL}[topic.name.mapping]\n\"orders\" = \"o\"\n");
+    let err = CaptureConfig::parse(&bad, "test").unwrap_err();
+    assert_eq!(err.key, "topic.name.mapping", "{err}");
+}
+
+#[test]
+fn unresolvable_secrets_fail_at_load_naming_the_key() {
+    let cases = [
+        (
+            "database.password = \"${env:ONCELY_TEST_SURELY_UNSET_PW}\"",
+            "database.password",
+            "ONCELY_TEST_SURELY_UNSET_PW",
+        ),
+        (
+            "\"database.password\" = \"${env:ONCELY_TEST_SURELY_UNSET_PW}\"",
+            "database.password",
+            "ONCELY_TEST_SURELY_UNSET_PW",
+        ),
+        (
+            "database.password = \"${file:/nonexistent/oncely-secret}\"",
+            "database.password",
+            "/nonexistent/oncely-secret",
+        ),
+        (
+            "[kafka.producer]\n\"sasl.password\" = \"${env:ONCELY_TEST_SURELY_UNSET_PW}\"",
+            "kafka.producer.sasl.password",
+            "ONCELY_TEST_SURELY_UNSET_PW",
+        ),
+    ];
+    for (line, key, reference) in cases {
+        let err = CaptureConfig::parse(&format!("{MINIMAL}{line}\n"), "test")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(key) && err.contains(reference),
+            "{line}: {err}"
+        );
+    }
+    // A resolved secret never shows in an error about its own line.
+    std::env::set_var("ONCELY_TEST_PG_PASSWORD_SHOWN", "hunter2");
+    let text = format!(
+        "{MINIMAL}database.password = \"${{env:ONCELY_TEST_PG_PASSWORD_SHOWN}}\"\ndatabase.port = \"x\"\n"
+    );
+    let err = CaptureConfig::parse(&text, "test").unwrap_err().to_string();
+    assert!(
+        err.contains("database.port") && !err.contains("hunter2"),
+        "{err}"
+    );
+}
+
+#[test]
+fn snapshot_max_threads_is_bounded_and_defaults_to_the_cores() {
+    let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
+    assert_eq!(cfg.snapshot_max_threads, None);
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(cfg.snapshot_threads(), cores.min(MAX_SNAPSHOT_THREADS));
+    let four = format!("{MINIMAL}snapshot.max.threads = 4\n");
+    assert_eq!(
+        CaptureConfig::parse(&four, "test")
+            .unwrap()
+            .snapshot_threads(),
+        4
+    );
+    for n in [0, 65] {
+        let text = format!("{MINIMAL}snapshot.max.threads = {n}\n");
+        let err = CaptureConfig::parse(&text, "test").unwrap_err();
+        assert_eq!(err.key, "snapshot.max.threads");
+        assert_eq!(
+            err.message,
+            "must be between 1 and 64 (default: the machine's cores)"
+        );
+    }
+}

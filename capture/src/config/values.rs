@@ -1,0 +1,83 @@
+//! The enumerated values of capture's keys, and [`StringList`] (moved
+//! unchanged from `mod.rs`).
+
+use serde::Deserialize;
+
+/// `schema.change.backfill` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchemaChangeBackfill {
+    /// Snapshot the table (an incremental, watermarked snapshot).
+    #[default]
+    Auto,
+    /// Publish the schema-change record only; the operator snapshots.
+    Off,
+}
+
+/// `replica.identity.check` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplicaIdentityCheck {
+    /// Refuse to start; in the stream, publish nothing of the table.
+    #[default]
+    Fail,
+    /// Log a warning and publish as the identity allows.
+    Warn,
+}
+
+/// Debezium's `snapshot.mode` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// Snapshot the captured tables when no offset is stored, then stream.
+    #[default]
+    Initial,
+    /// Never snapshot on start; stream from the slot.
+    NoData,
+    /// Like `initial`, then exit 0 once the snapshot is complete.
+    InitialOnly,
+    /// Like `initial`, and also when the stored position is no longer in the
+    /// slot (the gap that otherwise stops start-up).
+    WhenNeeded,
+    /// Snapshot on every start of the process.
+    Always,
+}
+
+/// Debezium's `publication.autocreate.mode` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AutocreateMode {
+    /// The publication must exist and hold every captured table.
+    Disabled,
+    /// Create it `FOR ALL TABLES` when missing (needs superuser).
+    #[default]
+    AllTables,
+    /// Create it for exactly the captured tables, and add captured tables it lacks.
+    Filtered,
+}
+
+/// A list given either as a TOML array or, as in Debezium, one comma-separated string.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StringList(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for StringList {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            One(String),
+            Many(Vec<String>),
+        }
+        let items = match Raw::deserialize(d)? {
+            Raw::One(s) => s.split(',').map(str::to_string).collect(),
+            Raw::Many(v) => v,
+        };
+        Ok(StringList(
+            items
+                .into_iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+        ))
+    }
+}

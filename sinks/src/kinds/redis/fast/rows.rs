@@ -1,0 +1,190 @@
+//! A chunk's rows on the transaction path: the pipelined read of the rows
+//! the cache misses, and the writes of the changes newer than what is stored.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use redis::{RedisResult, Value};
+
+use super::super::error::classify;
+use super::super::plan::{hash_fields, Body, Change, FieldValue};
+use super::{Keys, Outcome, Partition, Stored};
+use crate::error::SinkError;
+
+/// The next reply of a pipeline, an error when it ran short.
+pub(super) fn next(replies: &mut impl Iterator<Item = RedisResult<Value>>) -> RedisResult<Value> {
+    replies.next().unwrap_or_else(|| {
+        Err(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "short reply",
+        )))
+    })
+}
+
+/// Queues the reads of each missed row: its version, its fields, its tombstone.
+pub(super) fn reads(pipe: &mut redis::Pipeline, misses: &[&str], keys: &Keys<'_>) {
+    for row in misses {
+        pipe.cmd("HGET").arg(*row).arg(keys.version_field);
+        pipe.cmd("HKEYS").arg(*row);
+        pipe.cmd("GET").arg(format!("{}{row}", keys.version_prefix));
+    }
+}
+
+/// Caches what [`reads`] returned; `Some(Foreign)` when a row holds another type.
+pub(super) fn fill_misses(
+    p: &mut Partition,
+    misses: &[&str],
+    replies: impl IntoIterator<Item = RedisResult<Value>>,
+    keys: &Keys<'_>,
+) -> Result<Option<Outcome>, SinkError> {
+    let mut replies = replies.into_iter();
+    for row in misses {
+        let stored = match (next(&mut replies), next(&mut replies), next(&mut replies)) {
+            (Ok(version), Ok(fields), Ok(tomb)) => fill(version, fields, tomb, keys.version_field)
+                .map_err(|e| classify("read versions", e))?,
+            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
+                if e.code() == Some("WRONGTYPE") {
+                    return Ok(Some(Outcome::Foreign));
+                }
+                return Err(classify("read versions", e));
+            }
+        };
+        p.rows.insert((*row).to_owned(), stored);
+    }
+    Ok(None)
+}
+
+/// The distinct row keys of `chunk` the cache does not know.
+pub(super) fn misses<'c>(rows: &HashMap<String, Stored>, chunk: &'c [Change<'_>]) -> Vec<&'c str> {
+    let mut out: Vec<&str> = chunk
+        .iter()
+        .map(|c| c.row_key.as_str())
+        .filter(|k| !rows.contains_key(*k))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// A row's state from `HGET row version-field`, `HKEYS row`, `GET tombstone`:
+/// the version is the row's, else the tombstone's (as the script reads it).
+fn fill(version: Value, fields: Value, tomb: Value, version_field: &str) -> RedisResult<Stored> {
+    let version: Option<Vec<u8>> = redis::from_redis_value(version)?;
+    let fields: Vec<String> = redis::from_redis_value(fields)?;
+    let tomb: Option<Vec<u8>> = redis::from_redis_value(tomb)?;
+    let from_tomb = version.is_none() && tomb.is_some();
+    let version = version.or(tomb).map(|v| {
+        // Versions are 40 digits; anything else sorts as written by the script (bytewise).
+        let mut out = [0u8; 40];
+        let n = v.len().min(40);
+        out[..n].copy_from_slice(&v[..n]);
+        out
+    });
+    Ok(Stored {
+        version,
+        tomb: from_tomb,
+        fields: fields.into_iter().filter(|f| f != version_field).collect(),
+        in_set: false,
+    })
+}
+
+/// Adds each newer change's commands to `tx` and its new state to the cache,
+/// following the script's rule: a change is written only when its version
+/// is greater than the stored one. Returns (applied, skipped).
+pub(super) fn plan_writes(
+    p: &mut Partition,
+    keys: &Keys<'_>,
+    chunk: &[Change<'_>],
+    tx: &mut redis::Pipeline,
+) -> (u64, u64) {
+    let (mut applied, mut skipped) = (0, 0);
+    for c in chunk {
+        let Some(stored) = p.rows.get_mut(&c.row_key) else {
+            continue; // every key was filled above
+        };
+        if stored.version.is_some_and(|v| v >= c.version) {
+            skipped += 1;
+            continue;
+        }
+        let tomb_key = || format!("{}{}", keys.version_prefix, c.row_key);
+        let next = match &c.body {
+            Body::Delete => {
+                tx.cmd("DEL").arg(&c.row_key);
+                tx.cmd("SREM").arg(&c.key_set).arg(&c.row_key);
+                let set = tx.cmd("SET").arg(tomb_key()).arg(&c.version[..]);
+                if keys.tombstone_ttl_ms > 0 {
+                    set.arg("PX").arg(keys.tombstone_ttl_ms);
+                }
+                Stored {
+                    version: Some(c.version),
+                    tomb: true,
+                    fields: Arc::from([]),
+                    in_set: false,
+                }
+            }
+            Body::Hash(row) => {
+                let (set_fields, keep) = hash_fields(row);
+                // The row image replaces the hash: fields it no longer has go,
+                // unavailable (unchanged TOAST) ones stay.
+                let stale: Vec<&String> = stored
+                    .fields
+                    .iter()
+                    .filter(|f| {
+                        !set_fields.iter().any(|(n, _)| n == f) && !keep.contains(&f.as_str())
+                    })
+                    .collect();
+                if !stale.is_empty() {
+                    tx.cmd("HDEL").arg(&c.row_key).arg(stale);
+                }
+                let hset = tx
+                    .cmd("HSET")
+                    .arg(&c.row_key)
+                    .arg(keys.version_field)
+                    .arg(&c.version[..]);
+                for (f, v) in &set_fields {
+                    hset.arg(*f);
+                    match v {
+                        FieldValue::Str(s) => hset.arg(*s),
+                        FieldValue::Json(other) => hset.arg(other.to_string()),
+                    };
+                }
+                if stored.tomb {
+                    tx.cmd("DEL").arg(tomb_key());
+                }
+                if !stored.in_set {
+                    tx.cmd("SADD").arg(&c.key_set).arg(&c.row_key);
+                }
+                let kept = stored.fields.iter().filter(|f| keep.contains(&f.as_str()));
+                let names: Vec<&str> = set_fields
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .chain(kept.map(String::as_str))
+                    .collect();
+                Stored {
+                    version: Some(c.version),
+                    tomb: false,
+                    fields: intern(&mut p.last_fields, &names),
+                    in_set: true,
+                }
+            }
+            // Not sent here: truncates and JSON rows take the script path.
+            Body::Truncate | Body::Json { .. } => continue,
+        };
+        *stored = next;
+        applied += 1;
+    }
+    (applied, skipped)
+}
+
+/// `names` as a shared list, the last one's when equal (rows of a table
+/// usually have the same columns, so the cache holds one list for them).
+fn intern(last: &mut Option<Arc<[String]>>, names: &[&str]) -> Arc<[String]> {
+    if let Some(l) = last {
+        if l.len() == names.len() && l.iter().zip(names).all(|(a, b)| a == b) {
+            return l.clone();
+        }
+    }
+    let list: Arc<[String]> = names.iter().map(|n| (*n).to_owned()).collect();
+    *last = Some(list.clone());
+    list
+}
