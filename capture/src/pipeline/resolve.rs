@@ -213,11 +213,19 @@ impl Pipeline<'_> {
             Some(key) => Some(key),
             None => {
                 let (key, current) = self.key_of_table(&rel).await?;
-                match self.key_columns.get(&qualified) {
+                let known = self.key_columns.get(&qualified).filter(|known| {
+                    current
+                        && known
+                            .iter()
+                            .all(|k| rel.columns.iter().any(|c| &c.name == k))
+                });
+                match known {
                     // The table capture keyed at start, still under its
-                    // name: keep that key (a primary key dropped while
-                    // streaming must refuse the table, not unkey it).
-                    Some(known) if current => Some(known.clone()),
+                    // name with no other primary key: keep that key (it may
+                    // be a replica identity index's; a primary key dropped
+                    // while streaming must refuse the table, not unkey it).
+                    // A table made again with another primary key takes it.
+                    Some(known) if key.is_empty() || *known == key => Some(known.clone()),
                     _ => {
                         if current && !key.is_empty() {
                             self.key_columns.insert(qualified.clone(), key.clone());

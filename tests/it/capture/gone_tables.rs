@@ -102,3 +102,57 @@ async fn dropped_and_renamed_tables_in_the_backlog_are_published_and_capture_goe
     env.cleanup().await;
     Ok(())
 }
+
+/// A table capture keyed at start, dropped and made again under its name
+/// with another primary key while capture streams: its new rows are keyed
+/// by the new primary key, not the one capture read at start (which the new
+/// table still has as a plain column, so a stale key would pass unnoticed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_made_again_with_another_key_while_streaming_takes_the_new_key(
+) -> anyhow::Result<()> {
+    let env = CaptureEnv::new("cap_remade").await?;
+    env.client
+        .batch_execute("CREATE TABLE remade (id int PRIMARY KEY, v text)")
+        .await?;
+    let config = env.write_config("capture.toml", &env.config(""))?;
+    let mut capture = env.spawn_capture(&config)?;
+    env.wait_slot_active().await?;
+    for sql in [
+        "INSERT INTO remade VALUES (1, 'old')",
+        "DROP TABLE remade",
+        "CREATE TABLE remade (code text PRIMARY KEY, id int)",
+        "INSERT INTO remade VALUES ('a', 1)",
+    ] {
+        env.client.batch_execute(sql).await?;
+    }
+    let topic = env.topic("remade");
+    let seen = match wait_for(std::slice::from_ref(&topic), Duration::from_secs(60), |s| {
+        of(s, &topic).len() >= 2
+    })
+    .await
+    {
+        Ok(seen) => seen,
+        Err(e) => anyhow::bail!(
+            "{e}; capture exited: {:?}\n{}",
+            capture.try_wait()?,
+            env.capture_log()
+        ),
+    };
+    let keys: Vec<_> = of(&seen, &topic)
+        .into_iter()
+        .map(|s| s.key_payload().cloned())
+        .collect();
+    assert_eq!(
+        keys,
+        vec![Some(json!({"id": 1})), Some(json!({"code": "a"}))],
+        "the old table's row by its key, the new table's by its own"
+    );
+    assert!(
+        capture.try_wait()?.is_none(),
+        "capture stopped:\n{}",
+        env.capture_log()
+    );
+    assert!(terminate(&mut capture, Duration::from_secs(30))?.success());
+    env.cleanup().await;
+    Ok(())
+}
