@@ -26,6 +26,7 @@ mod router_tests;
 mod schema;
 mod signal;
 mod snapshot;
+mod snapshot_runtime;
 mod start;
 mod tracker;
 #[cfg(test)]
@@ -74,7 +75,7 @@ struct Pipeline<'a> {
     stream: ReplicationClient,
     control: Client,
     /// The snapshot chunk in flight and what reads it.
-    snap: snapshot::SnapshotRuntime,
+    snap: snapshot_runtime::SnapshotRuntime,
     /// `snapshot.mode = initial_only`: stop once no snapshot runs.
     exit_when_done: bool,
     /// Where the stream stands in the open source transaction.
@@ -118,7 +119,7 @@ impl Pipeline<'_> {
                 done = self.kafka.commit_done() => self.kafka.on_commit_done(done, &mut self.stream).await?,
                 _ = sleep_until(deadline) => self.kafka.start_commit().await?,
                 _ = heartbeat.tick() => self.heartbeat().await?,
-                read = snapshot::chunk_read(&mut self.snap) => self.on_chunk_read(read).await?,
+                read = snapshot_runtime::chunk_read(&mut self.snap) => self.on_chunk_read(read).await?,
                 event = self.stream.recv() => match event? {
                     Some(event) => self.on_event(event).await?,
                     None => return Err(CaptureError::Replication(pgwire_replication::PgWireError::Task(

@@ -3,17 +3,12 @@
 //! surviving rows at its high watermark (see `crate::snapshot`).
 
 use std::borrow::Cow;
-use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
 
-use tokio::task::JoinHandle;
-use tokio_postgres::Client;
-
+use super::snapshot_runtime::{join, InFlight};
 use super::{now_ms, refusable, Pipeline, Record};
 use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
-use crate::metrics::SnapshotView;
 use crate::pgoutput::{LogicalMessage, OldTuple, Relation};
 use crate::snapshot::chunk::{self, ChunkError, ChunkRequest, ChunkRows};
 use crate::snapshot::window::{Verdict, Window};
@@ -21,120 +16,6 @@ use crate::snapshot::{
     new_chunk_id, parse_watermark, row_key, split_table, SnapshotKind, Watermark,
 };
 use crate::source::format_lsn;
-
-/// How often progress is logged at most (and always when a table is done).
-const PROGRESS_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
-/// Transactions the stream carried that are remembered, newest first, to
-/// tell whether a chunk's SELECT missed one of them.
-const STREAMED_XIDS: usize = 65_536;
-
-/// The chunk being read and what it needs.
-pub(super) struct SnapshotRuntime {
-    chunk_size: usize,
-    /// Opened on the first chunk; SELECTs never wait behind control queries.
-    conn: Option<Arc<Client>>,
-    chunks_started: u64,
-    inflight: Option<InFlight>,
-    /// Encoder of the last chunk's table shape, reused while it holds.
-    encoder: Option<(Relation, TableEncoder, Arc<str>)>,
-    /// Rows and time at the last progress log line, for the rate.
-    last_log: Option<(Instant, u64)>,
-    /// The transactions the stream carried lately, by xid, with their
-    /// ordinal (`streamed`); at most [`STREAMED_XIDS`] of them.
-    recent: HashMap<u32, u64>,
-    recent_order: VecDeque<u32>,
-    /// Transactions the stream began so far.
-    streamed: u64,
-}
-
-struct InFlight {
-    id: String,
-    snapshot_id: String,
-    table: String,
-    key_columns: Vec<String>,
-    /// What the stream did to the table's keys since launch.
-    window: Window,
-    /// Transactions the stream had begun at launch (`SnapshotRuntime::streamed`).
-    launched: u64,
-    task: Option<JoinHandle<Result<ChunkRows, ChunkError>>>,
-    read: Option<Result<ChunkRows, ChunkError>>,
-}
-
-impl SnapshotRuntime {
-    pub(super) fn new(chunk_size: usize) -> Self {
-        SnapshotRuntime {
-            chunk_size,
-            conn: None,
-            chunks_started: 0,
-            inflight: None,
-            encoder: None,
-            last_log: None,
-            recent: HashMap::new(),
-            recent_order: VecDeque::new(),
-            streamed: 0,
-        }
-    }
-
-    /// The stream began transaction `xid`.
-    pub(super) fn note_begin(&mut self, xid: u32) {
-        self.streamed += 1;
-        self.recent.insert(xid, self.streamed);
-        self.recent_order.push_back(xid);
-        while self.recent_order.len() > STREAMED_XIDS {
-            if let Some(old) = self.recent_order.pop_front() {
-                if self
-                    .recent
-                    .get(&old)
-                    .is_some_and(|n| self.streamed - n >= STREAMED_XIDS as u64)
-                {
-                    self.recent.remove(&old);
-                }
-            }
-        }
-    }
-
-    /// Whether the stream began one of `xids` before ordinal `launched`
-    /// (transactions it had carried, fully or partly, when a chunk launched).
-    fn began_before(&self, xids: &[u32], launched: u64) -> Option<u32> {
-        xids.iter()
-            .copied()
-            .find(|x| self.recent.get(x).is_some_and(|n| *n <= launched))
-    }
-}
-
-impl Drop for SnapshotRuntime {
-    /// A pipeline that stops (shutdown, error) abandons its chunk: the next
-    /// life reads it again, so its task has nothing left to do.
-    fn drop(&mut self) {
-        if let Some(task) = self.inflight.as_ref().and_then(|c| c.task.as_ref()) {
-            task.abort();
-        }
-    }
-}
-
-/// Completes when the in-flight chunk's read task ends; never without one.
-pub(super) async fn chunk_read(snap: &mut SnapshotRuntime) -> Result<ChunkRows, ChunkError> {
-    match snap.inflight.as_mut().and_then(|c| c.task.as_mut()) {
-        Some(task) => {
-            let result = join(task).await;
-            if let Some(c) = snap.inflight.as_mut() {
-                c.task = None;
-            }
-            result
-        }
-        None => std::future::pending().await,
-    }
-}
-
-async fn join(
-    task: &mut JoinHandle<Result<ChunkRows, ChunkError>>,
-) -> Result<ChunkRows, ChunkError> {
-    task.await.unwrap_or_else(|e| {
-        Err(ChunkError::Capture(CaptureError::Protocol(format!(
-            "snapshot chunk task failed: {e}"
-        ))))
-    })
-}
 
 impl Pipeline<'_> {
     /// Whether a chunk is being read (of the snapshot's current table).
@@ -538,80 +419,6 @@ impl Pipeline<'_> {
         }
         self.publish_view();
     }
-
-    fn log_progress(
-        &mut self,
-        table: &str,
-        rows: u64,
-        estimate: Option<u64>,
-        table_done: bool,
-        lsn: u64,
-    ) {
-        let now = Instant::now();
-        let (since, rows_then) = *self.snap.last_log.get_or_insert((now, 0));
-        let elapsed = now.duration_since(since);
-        if !table_done && elapsed < PROGRESS_LOG_INTERVAL {
-            return;
-        }
-        let rate = if elapsed.as_secs_f64() > 0.0 {
-            (rows.saturating_sub(rows_then)) as f64 / elapsed.as_secs_f64()
-        } else {
-            0.0
-        };
-        let percent = estimate
-            .filter(|e| *e > 0)
-            .map(|e| (rows as f64 * 100.0 / e as f64).min(100.0));
-        tracing::info!(
-            table,
-            rows,
-            estimated_rows = estimate,
-            percent = percent.map(|p| format!("{p:.1}")),
-            rows_per_s = rate.round() as u64,
-            high_watermark = %format_lsn(lsn),
-            done = table_done,
-            "snapshot progress"
-        );
-        self.snap.last_log = Some((now, rows));
-    }
-
-    pub(super) fn publish_view(&self) {
-        self.publish_view_with(None);
-    }
-
-    /// Updates what progress displays and the gauges show.
-    fn publish_view_with(&self, estimate: Option<u64>) {
-        let view = self.kafka.pending.snapshot.as_ref().and_then(|p| {
-            p.current().map(|t| SnapshotView {
-                table: t.table.clone(),
-                rows: t.rows,
-                estimate,
-                tables_after: p.tables.len() - 1,
-                paused: p.paused,
-            })
-        });
-        let running = self.kafka.pending.snapshot.is_some();
-        let paused = self
-            .kafka
-            .pending
-            .snapshot
-            .as_ref()
-            .is_some_and(|p| p.paused);
-        self.metrics.snapshot_running.set(i64::from(running));
-        self.metrics.snapshot_paused.set(i64::from(paused));
-        if let Ok(mut slot) = self.metrics.snapshot_view.lock() {
-            // A new table's estimate arrives with its first chunk; keep the
-            // one known for the same table meanwhile.
-            let keep = slot
-                .as_ref()
-                .zip(view.as_ref())
-                .filter(|(old, new)| old.table == new.table && new.estimate.is_none())
-                .and_then(|(old, _)| old.estimate);
-            *slot = view.map(|mut v| {
-                v.estimate = v.estimate.or(keep);
-                v
-            });
-        }
-    }
 }
 
 /// An insert or delete of `key`; a key we cannot read may be any key.
@@ -634,29 +441,5 @@ fn filled<'a>(
             None => Cow::Borrowed(new),
         },
         _ => Cow::Borrowed(new),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn transactions_begun_before_a_launch_are_told_from_later_ones() {
-        let mut snap = SnapshotRuntime::new(10);
-        snap.note_begin(100);
-        snap.note_begin(101);
-        let launched = snap.streamed;
-        snap.note_begin(102);
-        assert_eq!(snap.began_before(&[7, 101], launched), Some(101));
-        // Begun after the launch: the window notes its changes.
-        assert_eq!(snap.began_before(&[102, 103], launched), None);
-        // Only the newest STREAMED_XIDS are remembered.
-        for x in 0..STREAMED_XIDS as u32 + 10 {
-            snap.note_begin(1_000 + x);
-        }
-        assert_eq!(snap.recent.len(), STREAMED_XIDS);
-        assert_eq!(snap.began_before(&[100], snap.streamed), None);
-        assert_eq!(snap.began_before(&[1_020], snap.streamed), Some(1_020));
     }
 }

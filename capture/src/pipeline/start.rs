@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::committer::{self, Committer, KafkaTx, Limits};
 use super::tracker::Tracker;
-use super::{now_ms, snapshot, Pipeline};
+use super::{now_ms, snapshot_runtime, Pipeline};
 use crate::config::{CaptureConfig, ReplicaIdentityCheck};
 use crate::envelope::EnvelopeConfig;
 use crate::error::CaptureError;
@@ -239,7 +239,7 @@ async fn run_once(
         encoders: HashMap::new(),
         stream,
         control,
-        snap: snapshot::SnapshotRuntime::new(cfg.chunk_size()),
+        snap: snapshot_runtime::SnapshotRuntime::new(cfg.chunk_size()),
         exit_when_done: plan.exit_when_done,
         tracker: Tracker::default(),
         server_position: 0,

@@ -1,0 +1,336 @@
+use super::*;
+use crate::kinds::postgres::compat::canonical;
+use serde_json::json;
+
+#[test]
+fn connect_schemas_map_to_warehouse_types() {
+    let cases = [
+        (
+            json!({"type": "string", "name": "io.debezium.time.ZonedTimestamp"}),
+            "timestamptz",
+        ),
+        (
+            json!({"type": "int64", "name": "io.debezium.time.MicroTimestamp"}),
+            "timestamp",
+        ),
+        (
+            json!({"type": "int32", "name": "io.debezium.time.Date"}),
+            "date",
+        ),
+        (
+            json!({"type": "int64", "name": "io.debezium.time.MicroDuration"}),
+            "interval",
+        ),
+        (
+            json!({"type": "string", "name": "io.debezium.time.Interval"}),
+            "interval",
+        ),
+        (
+            json!({"type": "string", "parameters": {"__debezium.source.column.type": "NUMERIC",
+            "__debezium.source.column.length": "12", "__debezium.source.column.scale": "2"}}),
+            "numeric(12,2)",
+        ),
+        (
+            json!({"type": "string", "parameters": {"__debezium.source.column.type": "MONEY"}}),
+            "numeric",
+        ),
+        (json!({"type": "int64"}), "bigint"),
+        (json!({"type": "int16"}), "smallint"),
+        (json!({"type": "double"}), "double precision"),
+        (json!({"type": "bytes"}), "bytea"),
+        (
+            json!({"type": "string", "name": "io.debezium.data.Json"}),
+            "jsonb",
+        ),
+        (
+            json!({"type": "array", "items": {"type": "int32"}}),
+            "integer[]",
+        ),
+        (
+            json!({"type": "array", "items": {"type": "int32", "name": "io.debezium.time.Date"}}),
+            "date[]",
+        ),
+        (
+            json!({"type": "array", "items": {"type": "int64", "name": "io.debezium.time.MicroTimestamp"}}),
+            "timestamp[]",
+        ),
+        (
+            json!({"type": "array", "items": {"type": "int64", "name": "io.debezium.time.MicroTime"}}),
+            "time[]",
+        ),
+        (
+            json!({"type": "array", "items": {"type": "string", "name": "io.debezium.time.ZonedTimestamp"}}),
+            "timestamptz[]",
+        ),
+        (
+            json!({"type": "array", "items": {"type": "bytes"}}),
+            "jsonb",
+        ),
+        (
+            json!({"type": "array", "items": {"type": "string", "name": "io.debezium.time.ZonedTimestamp"}}),
+            "timestamptz[]",
+        ),
+        (
+            json!({"type": "array", "items": {"type": "string", "name": "io.debezium.time.Interval"}}),
+            "interval[]",
+        ),
+        (json!({"type": "string"}), "text"),
+    ];
+    for (schema, ddl) in cases {
+        assert_eq!(from_schema(&schema).ddl, ddl, "{schema}");
+    }
+}
+
+#[test]
+fn compatibility_widens_but_never_narrows() {
+    let bigint = from_schema(&json!({"type": "int64"}));
+    assert!(compatible(&bigint, "bigint").is_ok());
+    assert!(compatible(&bigint, "numeric(20,0)").is_ok());
+    assert!(compatible(&bigint, "text").is_ok());
+    let e = compatible(&bigint, "integer").expect_err("narrowing");
+    assert!(e.contains("integer") && e.contains("bigint"), "{e}");
+    let ts = from_schema(&json!({"type": "string", "name": "io.debezium.time.ZonedTimestamp"}));
+    assert!(compatible(&ts, "timestamp with time zone").is_ok());
+    assert!(compatible(&ts, "date").is_err());
+    let dec = from_schema(
+        &json!({"type": "string", "parameters": {"__debezium.source.column.type": "NUMERIC",
+        "__debezium.source.column.length": "12", "__debezium.source.column.scale": "2"}}),
+    );
+    assert!(compatible(&dec, "numeric(10,2)").is_ok());
+    let inferred_text = infer(&json!("x")).expect("spec");
+    assert!(compatible(&inferred_text, "timestamp with time zone").is_ok());
+    assert!(compatible(&infer(&json!(1.5)).expect("spec"), "bigint").is_err());
+    // A JSON integer without a schema fits any integer column; a JSON
+    // fraction never goes into one.
+    let inferred_int = infer(&json!(7)).expect("spec");
+    assert!(compatible(&inferred_int, "integer").is_ok());
+    assert!(compatible(&inferred_int, "smallint").is_ok());
+    // Addresses are strings on the wire; a column typed for them takes them.
+    let text = from_schema(&json!({"type": "string"}));
+    for t in ["inet", "cidr", "macaddr", "macaddr8"] {
+        assert!(compatible(&text, t).is_ok(), "{t}");
+    }
+    let texts = from_schema(&json!({"type": "array", "items": {"type": "string"}}));
+    assert!(compatible(&texts, "inet[]").is_ok());
+    assert!(compatible(&texts, "inet").is_err());
+    assert!(compatible(&text, "integer").is_err());
+    assert!(compatible(&infer(&json!(1.5)).expect("spec"), "integer").is_err());
+}
+
+#[test]
+fn wider_events_widen_columns_of_their_family() {
+    let spec = |ty: &str| ColumnSpec::new(ty.to_owned(), Conv::Cast);
+    let cases = [
+        ("integer", "bigint", Some("bigint")),
+        ("smallint", "integer", Some("integer")),
+        ("bigint", "integer", None),
+        ("integer", "integer", None),
+        ("numeric(10,2)", "numeric(12,4)", Some("numeric(12,4)")),
+        // More digits before the point and more after it than either.
+        ("numeric(10,2)", "numeric(9,4)", Some("numeric(12,4)")),
+        ("numeric(12,4)", "numeric(10,2)", None),
+        ("numeric(10,2)", "numeric", Some("numeric")),
+        ("numeric", "numeric(10,2)", None),
+        ("integer", "numeric(12,4)", Some("numeric(14,4)")),
+        ("numeric(5,2)", "bigint", Some("numeric(21,2)")),
+        ("numeric(30,0)", "bigint", None),
+        (
+            "character varying(10)",
+            "character varying(20)",
+            Some("character varying(20)"),
+        ),
+        ("character varying(20)", "character varying(10)", None),
+        ("character varying(10)", "text", Some("text")),
+        ("character(5)", "text", None),
+        ("text", "character varying(5)", None),
+        ("integer", "text", None),
+        ("timestamp with time zone", "date", None),
+    ];
+    for (actual, event, want) in cases {
+        assert_eq!(
+            widened(&spec(event), actual).as_deref(),
+            want,
+            "{actual} <- {event}"
+        );
+        if let Some(to) = want {
+            // What it widens to takes both.
+            assert!(compatible(&spec(event), to).is_ok(), "{event} into {to}");
+            assert!(widened(&spec(event), to).is_none(), "{event} into {to}");
+        }
+    }
+    // Schemaless integers never widen: their width is unknown.
+    assert_eq!(widened(&infer(&json!(1)).expect("spec"), "integer"), None);
+    // Rows before and after a change in one batch: the spec holding both.
+    assert_eq!(
+        wider(&spec("numeric(10,2)"), &spec("numeric(9,4)")).ddl,
+        "numeric(12,4)"
+    );
+    assert_eq!(wider(&spec("bigint"), &spec("integer")).ddl, "bigint");
+    let varchar = from_schema(&json!({"type": "string", "parameters": {
+        "__debezium.source.column.type": "VARCHAR", "__debezium.source.column.length": "20"}}));
+    assert_eq!(varchar.ddl, "character varying(20)");
+}
+
+#[test]
+fn numeric_columns_refuse_values_they_would_round() {
+    let spec = ColumnSpec::new("numeric(10,2)", Conv::Cast);
+    let expr = spec.select_expr("u.c0", "numeric(10,2)");
+    assert!(
+        expr.contains("does not fit numeric(10,2) without rounding"),
+        "{expr}"
+    );
+    assert_eq!(
+        ColumnSpec::new("numeric", Conv::Cast).select_expr("u.c0", "numeric"),
+        "(u.c0)::numeric"
+    );
+}
+
+#[test]
+fn sentinels_boundaries_and_signed_years_become_postgresql_text() {
+    let t = |conv: Conv, s: &'static str| conv.pg_text(Cow::Borrowed(s), "x").into_owned();
+    assert_eq!(t(Conv::EpochMicros, "9223372036854775807"), "infinity");
+    assert_eq!(t(Conv::EpochMicros, "-9223372036854775808"), "-infinity");
+    assert_eq!(t(Conv::EpochMicros, "-1"), "-1");
+    assert_eq!(t(Conv::EpochDays, "2147483647"), "infinity");
+    assert_eq!(t(Conv::EpochDays, "-2147483648"), "-infinity");
+    assert_eq!(t(Conv::MicrosOfDay, "86400000000"), "24:00:00");
+    assert_eq!(
+        t(Conv::Zoned, "-0043-03-15T12:00:00.000000Z"),
+        "0044-03-15T12:00:00.000000Z BC"
+    );
+    assert_eq!(
+        t(Conv::Zoned, "0000-01-01T00:00:00.000000Z"),
+        "0001-01-01T00:00:00.000000Z BC"
+    );
+    assert_eq!(
+        t(Conv::Zoned, "+294276-12-31T23:59:59.999999Z"),
+        "294276-12-31T23:59:59.999999Z"
+    );
+    assert_eq!(t(Conv::Zoned, "-infinity"), "-infinity");
+    assert_eq!(
+        t(Conv::Zoned, "2026-11-27T15:10:35.670111Z"),
+        "2026-11-27T15:10:35.670111Z"
+    );
+    // A text column keeps the wire text.
+    assert_eq!(
+        Conv::EpochDays.pg_text(Cow::Borrowed("2147483647"), "text"),
+        "2147483647"
+    );
+}
+
+#[test]
+fn temporal_array_items_become_postgres_text() {
+    let dates = from_schema(
+        &json!({"type": "array", "items": {"type": "int32", "name": "io.debezium.time.Date"}}),
+    );
+    assert_eq!(dates.conv, Conv::Each(Temporal::Days));
+    assert!(compatible(&dates, "date[]").is_ok());
+    // Columns typed `jsonb` by earlier versions keep taking them.
+    assert!(compatible(&dates, "jsonb").is_ok());
+    assert!(compatible(&dates, "integer[]").is_err());
+    let value = json!([[20454, null], [10956, "infinity"], [-719528, -2440588]]);
+    assert_eq!(
+        to_text_as(&value, "date[]", Some(Temporal::Days)).as_deref(),
+        Some(
+            r#"{{"2026-01-01",NULL},{"1999-12-31","infinity"},{"0001-01-01 BC","4714-11-24 BC"}}"#
+        )
+    );
+    let t = |kind: Temporal, v: Value| kind.text(&v).expect("text");
+    assert_eq!(t(Temporal::Days, json!(0)), "1970-01-01");
+    assert_eq!(t(Temporal::Days, json!(-1)), "1969-12-31");
+    assert_eq!(t(Temporal::Days, json!(2_932_896)), "9999-12-31");
+    assert_eq!(t(Temporal::Days, json!(2_932_897)), "10000-01-01");
+    assert_eq!(t(Temporal::Micros, json!(-1)), "1969-12-31 23:59:59.999999");
+    assert_eq!(
+        t(Temporal::Micros, json!(-62_135_596_800_000_001_i64)),
+        "0001-12-31 23:59:59.999999 BC"
+    );
+    assert_eq!(
+        t(Temporal::Millis, json!(1_500)),
+        "1970-01-01 00:00:01.500000"
+    );
+    assert_eq!(
+        t(Temporal::Nanos, json!(1_999)),
+        "1970-01-01 00:00:00.000001"
+    );
+    assert_eq!(
+        t(Temporal::MicrosOfDay, json!(86_400_000_000_i64)),
+        "24:00:00.000000"
+    );
+    assert_eq!(
+        t(Temporal::MillisOfDay, json!(45_296_500)),
+        "12:34:56.500000"
+    );
+    assert_eq!(Temporal::Days.text(&json!(true)), None);
+    assert_eq!(t(Temporal::Days, json!(i32::MAX)), "infinity");
+    assert_eq!(t(Temporal::Days, json!(i32::MIN)), "-infinity");
+    assert_eq!(t(Temporal::Micros, json!(i64::MAX)), "infinity");
+    assert_eq!(t(Temporal::Micros, json!(i64::MIN)), "-infinity");
+    assert_eq!(canonical("timestamp[]"), "timestamp without time zone[]");
+}
+
+#[test]
+fn millisecond_and_nanosecond_timestamps_are_converted_exactly() {
+    let text = |conv: Conv, v: &str| conv.pg_text(Cow::Borrowed(v), "timestamp").into_owned();
+    // 4714-11-24 BC, PostgreSQL's first day: SQL's `bigint * interval`
+    // gave `.000992` here.
+    assert_eq!(
+        text(Conv::EpochMillis, "-210866803199999"),
+        "4714-11-24 00:00:00.001000 BC"
+    );
+    assert_eq!(
+        text(Conv::EpochMillis, "9224318015999999"),
+        "294276-12-31 23:59:59.999000"
+    );
+    // Floored like the array items, not rounded up by `/`.
+    assert_eq!(
+        text(Conv::EpochNanos, "-9223372036854775808"),
+        "1677-09-21 00:12:43.145224"
+    );
+    assert_eq!(text(Conv::EpochNanos, "-1"), "1969-12-31 23:59:59.999999");
+    // Text columns and values that are no number keep the wire text.
+    assert_eq!(
+        Conv::EpochMillis
+            .pg_text(Cow::Borrowed("1500"), "text")
+            .into_owned(),
+        "1500"
+    );
+    assert_eq!(text(Conv::EpochMillis, "infinity"), "infinity");
+}
+
+#[test]
+fn values_become_text() {
+    assert_eq!(to_text_as(&json!(null), "text", None), None);
+    assert_eq!(
+        to_text_as(&json!(12), "bigint", None).as_deref(),
+        Some("12")
+    );
+    assert_eq!(
+        to_text_as(&json!(["a,b", "x\"y", null]), "text[]", None).as_deref(),
+        Some(r#"{"a,b","x\"y",NULL}"#)
+    );
+    assert_eq!(
+        to_text_as(
+            &json!(["-0043-03-15T12:00:00.000000Z", "infinity"]),
+            "timestamp with time zone[]",
+            None
+        )
+        .as_deref(),
+        Some(r#"{"0044-03-15T12:00:00.000000Z BC","infinity"}"#)
+    );
+    assert_eq!(
+        to_text_as(&json!([1, 2]), "jsonb", None).as_deref(),
+        Some("[1,2]")
+    );
+    assert_eq!(
+        to_text_as(&json!({"a": 1}), "jsonb", None).as_deref(),
+        Some(r#"{"a":1}"#)
+    );
+    assert_eq!(base_type("numeric(12,2)"), "numeric");
+    assert_eq!(base_type("character varying(5)[]"), "character varying[]");
+    assert_eq!(canonical("timestamptz"), "timestamp with time zone");
+    assert_eq!(canonical("timestamptz[]"), "timestamp with time zone[]");
+    let tza = from_schema(&json!({"type": "array", "items": {"type": "string",
+        "name": "io.debezium.time.ZonedTimestamp"}}));
+    assert!(compatible(&tza, "timestamp with time zone[]").is_ok());
+}
