@@ -12,6 +12,9 @@
 //! scripts/services up && eval "$(scripts/services env)"
 //! cargo build --release && cargo run --release --example bench_snapshot -- 1000000
 //! BENCH_CHUNK=8192 cargo run --release --example bench_snapshot -- 1000000   # incremental.snapshot.chunk.size
+//! BENCH_COLUMNS=10 cargo run --release --example bench_snapshot -- 1000000   # the 10-column table of issue 19
+//! BENCH_SCHEMAS=false cargo run --release --example bench_snapshot -- 1000000 # schemas.enable = false
+//! BENCH_PRODUCER=compression.type=zstd,linger.ms=20 cargo run ...             # [kafka.producer] settings
 //! ```
 mod bench_support;
 
@@ -36,6 +39,32 @@ async fn main() -> Result<()> {
     let schemas = std::env::var("BENCH_SCHEMAS")
         .map(|v| v != "false")
         .unwrap_or(true);
+    let columns: usize = std::env::var("BENCH_COLUMNS")
+        .ok()
+        .map(|v| v.parse())
+        .transpose()?
+        .unwrap_or(5);
+    let (extra_columns, extra_values) = match columns {
+        5 => ("", ""),
+        // Five more of the kinds a real table mixes: an int, free text, a
+        // flag, a timestamp without zone and a uuid.
+        10 => (
+            ", quantity int NOT NULL, note text NOT NULL, paid boolean NOT NULL,
+             shipped timestamp NOT NULL, reference uuid NOT NULL",
+            ", g % 50, 'note for order ' || g, g % 2 = 0, now()::timestamp, md5(g::text)::uuid",
+        ),
+        other => bail!("BENCH_COLUMNS must be 5 or 10, not {other}"),
+    };
+    // `[kafka.producer]` settings, `key=value` comma separated.
+    let producer: String = std::env::var("BENCH_PRODUCER")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => Ok(format!("{k:?} = {v:?}\n")),
+            None => bail!("BENCH_PRODUCER: {kv:?} is not key=value"),
+        })
+        .collect::<Result<_>>()?;
     let services = bench_support::Services::from_env()?;
     let (host, port, user) = (&services.host, services.port, &services.user);
     let brokers = &services.brokers;
@@ -48,8 +77,8 @@ async fn main() -> Result<()> {
     client
         .batch_execute(&format!(
             "CREATE TABLE orders (id bigint PRIMARY KEY, customer int NOT NULL, status text NOT NULL,
-                                  total numeric(12,2) NOT NULL, created timestamptz NOT NULL);
-             INSERT INTO orders SELECT g, g % 997, 'new', (g % 10000) / 100.0, now() FROM generate_series(1, {total}) g;"
+                                  total numeric(12,2) NOT NULL, created timestamptz NOT NULL{extra_columns});
+             INSERT INTO orders SELECT g, g % 997, 'new', (g % 10000) / 100.0, now(){extra_values} FROM generate_series(1, {total}) g;"
         ))
         .await?;
     // Its own statement: VACUUM cannot run in the implicit transaction of a batch.
@@ -88,7 +117,7 @@ async fn main() -> Result<()> {
              table.include.list = \"public.orders\"\nsnapshot.mode = \"initial_only\"\n\
              incremental.snapshot.chunk.size = {chunk}\nschemas.enable = {schemas}\n\
              kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"bench-snap-{tag}-offsets\"\n\
-             metrics.listen = \"127.0.0.1:{metrics_port}\"\n"
+             metrics.listen = \"127.0.0.1:{metrics_port}\"\n[kafka.producer]\n{producer}"
         ),
     )?;
     let bin = bench_support::oncely_binary()?;
@@ -137,7 +166,7 @@ async fn main() -> Result<()> {
     let snap_rate = total as f64 / snap_secs;
     rss_samples.sort_unstable();
     let median_kb = rss_samples.get(rss_samples.len() / 2).copied().unwrap_or(0);
-    println!("rows={total} incremental.snapshot.chunk.size={chunk} schemas.enable={schemas}");
+    println!("rows={total} columns={columns} incremental.snapshot.chunk.size={chunk} schemas.enable={schemas} producer={producer:?}");
     println!("COPY orders TO STDOUT : {copy_secs:8.2}s {copy_rate:10.0} rows/s");
     println!(
         "oncely snapshot       : {snap_secs:8.2}s {snap_rate:10.0} rows/s  ({:.1}% of COPY, COPY is {:.1}x faster)",
