@@ -7,7 +7,31 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::capture::{terminate, wait_for, CaptureEnv, Seen};
+use crate::harness::capture::{terminate, wait_for, CaptureEnv, Seen, Spawned};
+
+/// What `topics` hold once `done` says so, capture still running; capture's
+/// log in the error otherwise.
+async fn seen_while_running(
+    env: &CaptureEnv,
+    capture: &mut Spawned,
+    topics: &[String],
+    done: impl Fn(&[Seen]) -> bool,
+) -> anyhow::Result<Vec<Seen>> {
+    let seen = match wait_for(topics, Duration::from_secs(60), done).await {
+        Ok(seen) => seen,
+        Err(e) => anyhow::bail!(
+            "{e}; capture exited: {:?}\n{}",
+            capture.try_wait()?,
+            env.capture_log()
+        ),
+    };
+    assert!(
+        capture.try_wait()?.is_none(),
+        "capture stopped:\n{}",
+        env.capture_log()
+    );
+    Ok(seen)
+}
 
 fn of<'a>(seen: &'a [Seen], topic: &str) -> Vec<&'a Seen> {
     seen.iter()
@@ -52,23 +76,8 @@ async fn dropped_and_renamed_tables_in_the_backlog_are_published_and_capture_goe
         .map(|t| env.topic(t))
         .collect();
     let kept = env.topic("kept");
-    let seen = match wait_for(&topics, Duration::from_secs(60), |s| {
-        !of(s, &kept).is_empty()
-    })
-    .await
-    {
-        Ok(seen) => seen,
-        Err(e) => anyhow::bail!(
-            "{e}; capture exited: {:?}\n{}",
-            capture.try_wait()?,
-            env.capture_log()
-        ),
-    };
-    assert!(
-        capture.try_wait()?.is_none(),
-        "capture stopped:\n{}",
-        env.capture_log()
-    );
+    let seen =
+        seen_while_running(&env, &mut capture, &topics, |s| !of(s, &kept).is_empty()).await?;
 
     let staging: Vec<_> = of(&seen, &env.topic("staging"))
         .into_iter()
@@ -126,18 +135,10 @@ async fn a_table_made_again_with_another_key_while_streaming_takes_the_new_key(
         env.client.batch_execute(sql).await?;
     }
     let topic = env.topic("remade");
-    let seen = match wait_for(std::slice::from_ref(&topic), Duration::from_secs(60), |s| {
+    let seen = seen_while_running(&env, &mut capture, std::slice::from_ref(&topic), |s| {
         of(s, &topic).len() >= 2
     })
-    .await
-    {
-        Ok(seen) => seen,
-        Err(e) => anyhow::bail!(
-            "{e}; capture exited: {:?}\n{}",
-            capture.try_wait()?,
-            env.capture_log()
-        ),
-    };
+    .await?;
     let keys: Vec<_> = of(&seen, &topic)
         .into_iter()
         .map(|s| s.key_payload().cloned())
@@ -146,11 +147,6 @@ async fn a_table_made_again_with_another_key_while_streaming_takes_the_new_key(
         keys,
         vec![Some(json!({"id": 1})), Some(json!({"code": "a"}))],
         "the old table's row by its key, the new table's by its own"
-    );
-    assert!(
-        capture.try_wait()?.is_none(),
-        "capture stopped:\n{}",
-        env.capture_log()
     );
     assert!(terminate(&mut capture, Duration::from_secs(30))?.success());
     env.cleanup().await;
