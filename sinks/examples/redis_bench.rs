@@ -10,12 +10,15 @@
 //! Both sides get the same decoded records, 1000 per batch (the runner's
 //! default `batch.max.records`), over 100,000 distinct keys (so most events
 //! update an existing row), and are timed from records to acknowledged
-//! writes: the sink plans keys and fields, reads the versions of rows it has
-//! not seen (one pipeline), checks each change against them and writes the
-//! newer ones and the position in one `MULTI`/`EXEC` guarded by the
-//! partition's fence (`WATCH`); the plain client builds one `HSET`
-//! per record and sends the batch as one pipeline. Building the records (Kafka
-//! decoding) is outside both timings. Alternating rounds even out noise.
+//! writes: the sink reads the versions of rows it has not seen (one
+//! pipeline), checks each change against them and writes the newer ones and
+//! the position in one `MULTI`/`EXEC` guarded by the partition's fence
+//! (`WATCH`); the plain client builds one `HSET` per record and sends the
+//! batch as one pipeline. Building the records (Kafka decoding) is outside
+//! both timings. The sink's `prepare` (row keys, versions, each row's `HSET`)
+//! is timed apart, as the runner calls it ahead on another thread together
+//! with decoding, and the ratio is printed with and without it. Alternating
+//! rounds even out noise; Redis's own CPU per change is printed for each side.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +27,10 @@ use oncely_sinks::event::decode_value;
 use oncely_sinks::kinds::redis::{RedisConfig, RedisSink};
 use oncely_sinks::{Batch, Record, Sink};
 use serde_json::{json, Value};
+
+// The allocator the `oncely` binary runs the sink with (both sides get it).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const BATCH: usize = 1000;
 const KEYS: u64 = 100_000;
@@ -98,6 +105,21 @@ async fn cleanup(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) {
     }
 }
 
+/// Redis's own CPU seconds so far (`INFO cpu`), to split each side's time
+/// into the server's work and the client's.
+async fn server_cpu(conn: &mut redis::aio::MultiplexedConnection) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(conn)
+        .await
+        .expect("INFO cpu");
+    info.lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(k, _)| matches!(*k, "used_cpu_sys_main_thread" | "used_cpu_user_main_thread"))
+        .filter_map(|(_, v)| v.trim().parse::<f64>().ok())
+        .sum()
+}
+
 fn rate(n: u64, d: Duration) -> f64 {
     n as f64 / d.as_secs_f64()
 }
@@ -130,34 +152,42 @@ async fn main() {
         .expect("connect");
     let plain_prefix = format!("{tag}:p");
     let (mut t_sink, mut t_plain) = (Duration::ZERO, Duration::ZERO);
+    let mut t_prepare = Duration::ZERO;
     let (mut longest_call, mut n) = (Duration::ZERO, 0u64);
+    let mut server = [0.0f64; 2];
     let per_round = total / ROUNDS;
     for round in 0..ROUNDS {
         // Alternate which side goes first in a round.
         for side in [round % 2, 1 - round % 2] {
             let mut done = 0u64;
+            let cpu_before = server_cpu(&mut conn).await;
             while done < per_round {
                 let size = BATCH.min((per_round - done) as usize);
                 let first = round * per_round + done;
                 let recs = records(first, size);
-                let start = Instant::now();
                 if side == 0 {
-                    let batch = Batch::new(
+                    let mut batch = Batch::new(
                         Arc::from("bench"),
                         (Arc::from("bench"), 0),
                         recs,
                         (first + size as u64) as i64,
                     );
+                    let start = Instant::now();
+                    sink.prepare(&mut batch);
+                    t_prepare += start.elapsed();
+                    let start = Instant::now();
                     sink.apply(&batch).await.expect("apply");
                     let d = start.elapsed();
                     longest_call = longest_call.max(d);
                     t_sink += d;
                 } else {
+                    let start = Instant::now();
                     plain(&mut conn, &plain_prefix, &recs).await;
                     t_plain += start.elapsed();
                 }
                 done += size as u64;
             }
+            server[side as usize] += server_cpu(&mut conn).await - cpu_before;
         }
         n += per_round;
         eprintln!("round {round}: {n} events per side");
@@ -173,6 +203,18 @@ async fn main() {
         t_plain.as_secs_f64()
     );
     println!("ratio sink / plain:       {:>10.1} %", 100.0 * s / p);
+    let sp = rate(n, t_sink + t_prepare);
+    println!(
+        "  with prepare timed in:  {:>10.1} %  (prepare {:.2} s, {sp:.0} changes/s)",
+        100.0 * sp / p,
+        t_prepare.as_secs_f64()
+    );
+    let per = |secs: f64| secs * 1e6 / n as f64;
+    println!(
+        "redis server CPU per change: sink {:.2} µs, plain {:.2} µs",
+        per(server[0]),
+        per(server[1])
+    );
     println!(
         "longest 1000-change apply: {:.1} ms",
         longest_call.as_secs_f64() * 1000.0

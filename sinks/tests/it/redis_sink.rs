@@ -216,7 +216,7 @@ async fn never_regresses(layout: Layout) {
     stream.extend(replays);
     stream.extend(all.iter().rev().cloned());
     let mut offset = 0i64;
-    for chunk in stream.chunks(37) {
+    for (i, chunk) in stream.chunks(37).enumerate() {
         let records = chunk
             .iter()
             .map(|(id, v, op, row)| {
@@ -224,9 +224,14 @@ async fn never_regresses(layout: Layout) {
                 record(offset, *id, op, row.clone(), *v)
             })
             .collect();
-        sink.apply(&batch("g", 0, records, offset + 1))
-            .await
-            .expect("apply");
+        let mut b = batch("g", 0, records, offset + 1);
+        // Every other batch is planned ahead, as the runner does, and applied
+        // twice: the second apply (a retry) finds the plan taken and plans again.
+        if i % 2 == 1 {
+            sink.prepare(&mut b);
+            sink.apply(&b).await.expect("apply prepared");
+        }
+        sink.apply(&b).await.expect("apply");
     }
     for (id, h) in &history {
         let (v, op, row) = h.iter().max_by_key(|c| c.0).expect("history");

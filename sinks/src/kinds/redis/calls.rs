@@ -2,7 +2,7 @@
 //! truncate scripts, and how a batch is split into calls.
 
 use super::config::Layout;
-use super::plan::{hash_fields, json_text, Body, Change, FieldValue};
+use super::plan::{json_text, Body, Change};
 use super::script::pack_str;
 use super::sink::RedisSink;
 
@@ -12,7 +12,7 @@ impl RedisSink {
     pub(super) fn script_cmd(
         &self,
         positions_key: &str,
-        chunk: &[Change<'_>],
+        chunk: &[Change],
         position: Option<(&str, i64)>,
     ) -> redis::Cmd {
         // The key sets of the chunk's tables, each once (usually one).
@@ -53,7 +53,7 @@ impl RedisSink {
             cmd.arg(&self.version_field).arg(&self.version_prefix);
         }
         cmd.arg(sets.len());
-        let (mut packed, mut text) = (Vec::new(), String::new());
+        let mut packed = Vec::new();
         for (c, set) in chunk.iter().zip(set_of) {
             match &c.body {
                 Body::Delete | Body::Truncate => {
@@ -66,18 +66,17 @@ impl RedisSink {
                         .arg(json_text(row, unavailable));
                 }
                 Body::Hash(row) => {
-                    let (set_fields, keep) = hash_fields(row);
-                    let op = if keep.is_empty() { "H" } else { "K" };
+                    let op = if row.keep.is_empty() { "H" } else { "K" };
                     cmd.arg(op).arg(&c.version[..]).arg(set);
                     packed.clear();
-                    for (f, v) in set_fields {
-                        pack_str(&mut packed, f.as_bytes());
-                        pack_field(&mut packed, v, &mut text);
+                    for (f, v) in row.fields() {
+                        pack_str(&mut packed, f);
+                        pack_str(&mut packed, v);
                     }
                     cmd.arg(&packed[..]);
-                    if !keep.is_empty() {
+                    if !row.keep.is_empty() {
                         packed.clear();
-                        for f in keep {
+                        for f in &row.keep {
                             pack_str(&mut packed, f.as_bytes());
                         }
                         cmd.arg(&packed[..]);
@@ -93,7 +92,7 @@ impl RedisSink {
     pub(super) fn truncate_cmd(
         &self,
         positions_key: &str,
-        truncate: &Change<'_>,
+        truncate: &Change,
         cursor: &str,
         position: Option<(&str, i64)>,
     ) -> redis::Cmd {
@@ -122,7 +121,7 @@ impl RedisSink {
     /// `script.max.bytes`, each truncate a part of its own, in order (a
     /// truncate must follow the older changes of its partition). At least one
     /// part, so the position is always stored.
-    pub(super) fn parts<'a, 'b>(&self, changes: &'a [Change<'b>]) -> Vec<Part<'a, 'b>> {
+    pub(super) fn parts<'a>(&self, changes: &'a [Change]) -> Vec<Part<'a>> {
         let mut out = Vec::new();
         let (mut start, mut bytes) = (0, 0);
         for (i, c) in changes.iter().enumerate() {
@@ -150,22 +149,7 @@ impl RedisSink {
 }
 
 /// A part of a batch: one call of the changes script, or one truncate.
-pub(super) enum Part<'a, 'b> {
-    Changes(&'a [Change<'b>]),
-    Truncate(&'a Change<'b>),
-}
-
-/// Packs a hash field's value: strings as is, other values as their JSON
-/// text (`text` is scratch space).
-fn pack_field(out: &mut Vec<u8>, v: FieldValue<'_>, text: &mut String) {
-    use std::fmt::Write;
-    match v {
-        FieldValue::Str(s) => pack_str(out, s.as_bytes()),
-        FieldValue::Json(other) => {
-            text.clear();
-            // Writing into a String cannot fail.
-            let _ = write!(text, "{other}");
-            pack_str(out, text.as_bytes());
-        }
-    }
+pub(super) enum Part<'a> {
+    Changes(&'a [Change]),
+    Truncate(&'a Change),
 }

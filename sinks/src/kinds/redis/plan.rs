@@ -18,8 +18,10 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 
+use redis::RedisWrite;
 use serde_json::{Map, Value};
 
 use super::config::Layout;
@@ -33,9 +35,10 @@ use crate::sink::{Batch, Record};
 
 pub use oncely_core::wire::UNAVAILABLE_VALUE;
 
-/// One change for the script, borrowing from its batch.
+/// One change, owning what it writes (so a batch can be planned ahead in
+/// [`crate::Sink::prepare`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Change<'a> {
+pub struct Change {
     /// The record's offset (to name it in a rejection).
     pub offset: i64,
     /// The row key (empty for a truncate).
@@ -46,20 +49,19 @@ pub struct Change<'a> {
     /// The version, encoded for the script ([`encode_version`]).
     pub version: [u8; 40],
     /// What to do.
-    pub body: Body<'a>,
+    pub body: Body,
 }
 
 /// The write of a [`Change`].
 #[derive(Debug, Clone, PartialEq)]
-pub enum Body<'a> {
+pub enum Body {
     /// Remove the row, keep its version as a tombstone.
     Delete,
     /// Remove every row of the table (its key set) older than this version.
     Truncate,
     /// Hash layout: the row replaces the stored hash (non-null columns as
-    /// fields), keeping only the stored fields of its unavailable columns
-    /// ([`hash_fields`]). Borrowed from the batch unless converted to native form.
-    Hash(Cow<'a, Map<String, Value>>),
+    /// fields), keeping only the stored fields of its unavailable columns.
+    Hash(HashRow),
     /// JSON layout: the row, and the columns to take from the stored row.
     Json {
         /// The row; its unavailable columns still hold the marker until merged.
@@ -69,7 +71,7 @@ pub enum Body<'a> {
     },
 }
 
-impl Change<'_> {
+impl Change {
     /// The version as text.
     pub fn version_str(&self) -> &str {
         // Only ASCII digits are ever written into it.
@@ -81,50 +83,107 @@ impl Change<'_> {
         let key = 2 * self.row_key.len() + version_prefix_len + 64;
         key + match &self.body {
             Body::Delete | Body::Truncate => 0,
-            Body::Hash(row) => row
-                .iter()
-                .map(|(f, v)| f.len() + value_len(v) + 8)
-                .sum::<usize>(),
+            Body::Hash(row) => row.fields().map(|(f, v)| f.len() + v.len() + 8).sum(),
             Body::Json { row, .. } => row.len() * 16,
         }
     }
 }
 
-/// About how many bytes `v` takes as text (exact for strings).
-fn value_len(v: &Value) -> usize {
-    match v {
-        Value::String(s) => s.len(),
-        Value::Array(a) => 16 * a.len() + 2,
-        Value::Object(o) => 32 * o.len() + 2,
-        _ => 20,
-    }
+/// A hash-layout row, made once: the `HSET` writing it and the names of the
+/// fields it sets (null columns get none) and keeps (unavailable, i.e.
+/// unchanged TOAST, columns, whose stored field stays). Every other stored
+/// field goes: a column dropped or renamed in the source leaves the cache
+/// with the next full row image.
+#[derive(Clone)]
+pub struct HashRow {
+    /// `HSET <row key> <version field> <version> <field> <value> ...`:
+    /// strings as is, other values as their JSON text.
+    pub hset: redis::Cmd,
+    /// The fields `hset` sets besides the version, in column order; rows of a
+    /// batch with the same names share one list.
+    pub names: Arc<[String]>,
+    /// The unavailable columns.
+    pub keep: Vec<String>,
 }
 
-/// A hash-layout column's value as the script gets it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum FieldValue<'a> {
-    /// A string column, as is.
-    Str(&'a str),
-    /// Any other non-null value: its JSON text.
-    Json(&'a Value),
-}
+/// Arguments of `HSET` before the row's fields: the command, key, version field, version.
+const HSET_HEAD: usize = 4;
 
-/// A hash row's columns: the fields of the new hash (null columns have
-/// none), and the unavailable (unchanged TOAST) columns, whose stored field
-/// the script keeps. Every other stored field goes: a column dropped or
-/// renamed in the source leaves the cache with the next full row image.
-pub fn hash_fields(row: &Map<String, Value>) -> (Vec<(&str, FieldValue<'_>)>, Vec<&str>) {
-    let mut set = Vec::with_capacity(row.len());
-    let mut keep = Vec::new();
-    for (column, value) in row {
-        match value {
-            Value::Null => {}
-            Value::String(s) if s == UNAVAILABLE_VALUE => keep.push(column.as_str()),
-            Value::String(s) => set.push((column.as_str(), FieldValue::Str(s))),
-            other => set.push((column.as_str(), FieldValue::Json(other))),
+impl HashRow {
+    fn new(
+        row: &Map<String, Value>,
+        row_key: &str,
+        version_field: &str,
+        version: &[u8; 40],
+        last_names: &mut Option<Arc<[String]>>,
+    ) -> Self {
+        let mut hset = redis::cmd("HSET");
+        hset.arg(row_key).arg(version_field).arg(&version[..]);
+        let mut names: Vec<&str> = Vec::with_capacity(row.len());
+        let mut keep = Vec::new();
+        for (column, value) in row {
+            match value {
+                Value::Null => continue,
+                Value::String(s) if s == UNAVAILABLE_VALUE => {
+                    keep.push(column.clone());
+                    continue;
+                }
+                Value::String(s) => hset.arg(column.as_str()).arg(s.as_str()),
+                other => {
+                    hset.arg(column.as_str());
+                    hset.write_arg_fmt(other);
+                    &mut hset
+                }
+            };
+            names.push(column);
+        }
+        Self {
+            hset,
+            names: intern(last_names, &names),
+            keep,
         }
     }
-    (set, keep)
+
+    /// The (name, value) of each field the row sets, as written.
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let mut args = self.hset.args_iter().skip(HSET_HEAD).map(|a| match a {
+            redis::Arg::Simple(bytes) => bytes,
+            _ => &[], // only simple arguments are written
+        });
+        std::iter::from_fn(move || Some((args.next()?, args.next()?)))
+    }
+}
+
+impl fmt::Debug for HashRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fields: Vec<(Cow<'_, str>, Cow<'_, str>)> = self
+            .fields()
+            .map(|(n, v)| (String::from_utf8_lossy(n), String::from_utf8_lossy(v)))
+            .collect();
+        f.debug_struct("HashRow")
+            .field("fields", &fields)
+            .field("keep", &self.keep)
+            .finish()
+    }
+}
+
+impl PartialEq for HashRow {
+    fn eq(&self, other: &Self) -> bool {
+        self.hset.args_iter().eq(other.hset.args_iter()) && self.keep == other.keep
+    }
+}
+
+/// `names` as a shared list, the last one's when equal (rows of a table
+/// usually have the same columns, so a batch and the cache hold one list for them).
+pub(super) fn intern(last: &mut Option<Arc<[String]>>, names: &[&str]) -> Arc<[String]> {
+    if let Some(l) = last {
+        if l.len() == names.len() && l.iter().zip(names).all(|(a, b)| a == b) {
+            return l.clone();
+        }
+    }
+    let list: Arc<[String]> = names.iter().map(|n| (*n).to_owned()).collect();
+    *last = Some(list.clone());
+    list
 }
 
 /// How a batch's records become changes: the row keys, the hash field holding
@@ -146,6 +205,8 @@ struct Form {
     layout: Layout,
     stored: StoredForm,
     kinds: Option<(Arc<Value>, ColumnKinds)>,
+    /// The field names of the last hash row.
+    names: Option<Arc<[String]>>,
 }
 
 /// The columns whose values change in native form, with their [`Kind`].
@@ -183,18 +244,19 @@ impl Form {
 }
 
 /// The changes of a batch, or the records that can never be applied.
-pub fn plan<'a>(
-    batch: &'a Batch,
+pub fn plan(
+    batch: &Batch,
     layout: Layout,
     format: ValueFormat,
     naming: Naming<'_>,
-) -> Result<Vec<Change<'a>>, Vec<RecordFailure>> {
+) -> Result<Vec<Change>, Vec<RecordFailure>> {
     let mut changes = Vec::with_capacity(batch.len());
     let mut failures = Vec::new();
     let mut form = Form {
         layout,
         stored: stored_form(layout, format),
         kinds: None,
+        names: None,
     };
     for record in batch.records() {
         match change_of(batch.topic(), record, &mut form, naming) {
@@ -210,12 +272,12 @@ pub fn plan<'a>(
     }
 }
 
-fn change_of<'a>(
+fn change_of(
     topic: &str,
-    record: &'a Record,
+    record: &Record,
     form: &mut Form,
     naming: Naming<'_>,
-) -> Result<Option<Change<'a>>, String> {
+) -> Result<Option<Change>, String> {
     let Some(event) = record.event() else {
         return Ok(None); // a tombstone record: the delete before it did the work
     };
@@ -223,7 +285,7 @@ fn change_of<'a>(
     let key_set = key_set(naming.keyset_prefix, topic, event);
     let mut version = [0u8; 40];
     write_version(event.version, &mut version);
-    let body = match event.op {
+    let row = match event.op {
         Op::Message => return Ok(None),
         Op::Truncate => {
             return Ok(Some(Change {
@@ -234,7 +296,7 @@ fn change_of<'a>(
                 body: Body::Truncate,
             }))
         }
-        Op::Delete => Body::Delete,
+        Op::Delete => None,
         Op::Create | Op::Read | Op::Update => {
             let after = event
                 .after
@@ -246,27 +308,35 @@ fn change_of<'a>(
                      row's version: set `sink.version.field` to a name no column uses"
                 ));
             }
-            let row = form.row(event, after);
-            match form.layout {
-                Layout::Hash => Body::Hash(row),
-                Layout::Json => json_body(row.into_owned()),
-            }
+            Some(form.row(event, after))
         }
     };
     let key = record
         .key
         .as_ref()
         .ok_or("a change without a record key: the redis sink needs the primary key")?;
+    let row_key = naming.keys.render(topic, event, key);
+    let body = match (row, form.layout) {
+        (None, _) => Body::Delete,
+        (Some(row), Layout::Hash) => Body::Hash(HashRow::new(
+            &row,
+            &row_key,
+            version_field,
+            &version,
+            &mut form.names,
+        )),
+        (Some(row), Layout::Json) => json_body(row.into_owned()),
+    };
     Ok(Some(Change {
         offset: record.offset,
-        row_key: naming.keys.render(topic, event, key),
+        row_key,
         key_set,
         version,
         body,
     }))
 }
 
-fn json_body(row: Map<String, Value>) -> Body<'static> {
+fn json_body(row: Map<String, Value>) -> Body {
     let unavailable = row
         .iter()
         .filter(|(_, v)| v.as_str() == Some(UNAVAILABLE_VALUE))
@@ -276,7 +346,7 @@ fn json_body(row: Map<String, Value>) -> Body<'static> {
 }
 
 /// The row keys whose stored JSON rows [`merge_json`] needs.
-pub fn keys_to_merge(changes: &[Change<'_>]) -> Vec<String> {
+pub fn keys_to_merge(changes: &[Change]) -> Vec<String> {
     let mut keys: Vec<String> = changes
         .iter()
         .filter(|c| matches!(&c.body, Body::Json { unavailable, .. } if !unavailable.is_empty()))
@@ -299,7 +369,7 @@ type MergeBase = (Option<String>, Option<Map<String, Value>>);
 /// or earlier in the batch. A column whose base row is unknown (not cached) is
 /// left out of the row.
 pub fn merge_json(
-    changes: &mut [Change<'_>],
+    changes: &mut [Change],
     stored: HashMap<String, (Option<String>, Option<String>)>,
 ) {
     let mut state: HashMap<String, MergeBase> = stored

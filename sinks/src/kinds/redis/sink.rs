@@ -1,6 +1,7 @@
 //! The `redis` sink: connection, positions, and one script call per chunk.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -297,7 +298,7 @@ impl RedisSink {
     async fn truncate(
         &self,
         positions_key: &str,
-        truncate: &Change<'_>,
+        truncate: &Change,
         position: Option<(&str, i64)>,
     ) -> Result<u64, SinkError> {
         let mut cursor = String::from("0");
@@ -316,6 +317,23 @@ impl RedisSink {
             }
             cursor = next;
         }
+    }
+}
+
+/// A batch's changes (or the records that can never be applied), planned by
+/// [`Sink::prepare`] for the first `apply` of the batch.
+struct Planned(Mutex<Option<PlanResult>>);
+
+type PlanResult = Result<Vec<Change>, Vec<RecordFailure>>;
+
+impl RedisSink {
+    fn plan(&self, batch: &Batch) -> PlanResult {
+        let naming = Naming {
+            keys: &self.keys,
+            version_field: &self.version_field,
+            keyset_prefix: &self.keyset_prefix,
+        };
+        plan(batch, self.layout, self.value_format, naming)
     }
 }
 
@@ -363,15 +381,22 @@ impl Sink for RedisSink {
             .collect())
     }
 
+    /// Plans the batch ahead (row keys, versions, each row's `HSET`), off
+    /// the path that waits for Redis; `apply` takes the plan.
+    fn prepare(&self, batch: &mut Batch) {
+        let planned = self.plan(batch);
+        batch.set_prepared(Planned(Mutex::new(Some(planned))));
+    }
+
     async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
         self.claim_keys(batch)?;
-        let naming = Naming {
-            keys: &self.keys,
-            version_field: &self.version_field,
-            keyset_prefix: &self.keyset_prefix,
-        };
-        let mut changes =
-            plan(batch, self.layout, self.value_format, naming).map_err(SinkError::Rejected)?;
+        // Taken: a retried batch plans again (the same changes).
+        let prepared = batch
+            .prepared::<Planned>()
+            .and_then(|p| p.0.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let mut changes = prepared
+            .unwrap_or_else(|| self.plan(batch))
+            .map_err(SinkError::Rejected)?;
         if self.layout == Layout::Json {
             let keys = keys_to_merge(&changes);
             if !keys.is_empty() {

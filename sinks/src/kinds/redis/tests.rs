@@ -8,9 +8,7 @@ use serde_json::{json, Value};
 use super::config::Layout;
 use super::config::DEFAULT_VERSION_FIELD as VF;
 use super::keys::KeyPattern;
-use super::plan::{
-    hash_fields, keys_to_merge, merge_json, plan, Body, FieldValue, Naming, UNAVAILABLE_VALUE,
-};
+use super::plan::{keys_to_merge, merge_json, plan, Body, HashRow, Naming, UNAVAILABLE_VALUE};
 use super::script::{decode_version, encode_version, pack_str, Reply};
 use crate::event::{decode_value, Version};
 use crate::kinds::{parse_config, SinkConfig};
@@ -156,25 +154,32 @@ fn rows_are_planned_in_native_form_from_their_schema() {
     let row_of = |layout: Layout, format: ValueFormat| -> Value {
         let changes = plan(&b, layout, format, naming(&keys)).expect("plan");
         match &changes[0].body {
-            Body::Hash(row) => Value::Object(row.clone().into_owned()),
+            Body::Hash(row) => Value::Object(
+                text_fields(row)
+                    .into_iter()
+                    .map(|(f, v)| (f, Value::String(v)))
+                    .collect(),
+            ),
             Body::Json { row, .. } => Value::Object(row.clone()),
             other => panic!("{other:?}"),
         }
     };
     assert_eq!(
         row_of(Layout::Hash, ValueFormat::Native),
-        json!({"id": 1, "d": "2015-08-14", "j": "{\"a\": 1}"})
+        json!({"id": "1", "d": "2015-08-14", "j": "{\"a\": 1}"})
     );
     assert_eq!(
         row_of(Layout::Json, ValueFormat::Native),
         json!({"id": 1, "d": "2015-08-14", "j": {"a": 1}})
     );
-    for layout in [Layout::Hash, Layout::Json] {
-        assert_eq!(
-            row_of(layout, ValueFormat::Wire),
-            json!({"id": 1, "d": 16661, "j": "{\"a\": 1}"})
-        );
-    }
+    assert_eq!(
+        row_of(Layout::Hash, ValueFormat::Wire),
+        json!({"id": "1", "d": "16661", "j": "{\"a\": 1}"})
+    );
+    assert_eq!(
+        row_of(Layout::Json, ValueFormat::Wire),
+        json!({"id": 1, "d": 16661, "j": "{\"a\": 1}"})
+    );
 }
 
 #[test]
@@ -277,28 +282,51 @@ fn hash_rows_skip_unavailable_and_unset_nulls() {
     let Body::Hash(row) = &changes[0].body else {
         panic!("not a hash body")
     };
-    let (set, keep) = hash_fields(row);
-    let set: Vec<(&str, String)> = set
-        .into_iter()
-        .map(|(f, v)| {
-            let text = match v {
-                FieldValue::Str(s) => s.to_owned(),
-                FieldValue::Json(v) => v.to_string(),
-            };
-            (f, text)
-        })
-        .collect();
+    let set = text_fields(row);
     assert_eq!(
         set,
         vec![
-            ("id", "1".to_string()),
-            ("n", "1.50".to_string()),
-            ("ok", "true".to_string()),
-            ("tags", "[1,2]".to_string())
+            ("id".to_string(), "1".to_string()),
+            ("n".to_string(), "1.50".to_string()),
+            ("ok".to_string(), "true".to_string()),
+            ("tags".to_string(), "[1,2]".to_string())
         ]
     );
+    assert_eq!(&row.names[..], ["id", "n", "ok", "tags"]);
+    // The write itself: the row key, then its version in the version field, then the fields.
+    let head: Vec<String> = row
+        .hset
+        .args_iter()
+        .take(4)
+        .map(|a| match a {
+            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => panic!("a cursor argument"),
+        })
+        .collect();
+    assert_eq!(
+        head,
+        [
+            "HSET",
+            "orders:1",
+            "_oncely_version",
+            &encode_version(Version::new(10, 2))
+        ]
+    );
+    let keep = &row.keep;
     // `note` (null) gets no field; `body` (unchanged TOAST) keeps the stored one.
-    assert_eq!(keep, vec!["body"]);
+    assert_eq!(*keep, ["body"]);
+}
+
+/// A hash row's fields as (name, value) text, as written.
+fn text_fields(row: &HashRow) -> Vec<(String, String)> {
+    row.fields()
+        .map(|(f, v)| {
+            (
+                String::from_utf8_lossy(f).into_owned(),
+                String::from_utf8_lossy(v).into_owned(),
+            )
+        })
+        .collect()
 }
 
 #[test]

@@ -41,6 +41,7 @@ use std::sync::{Arc, Mutex};
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Client, RedisResult, Value};
+use rustc_hash::FxHashMap;
 
 use super::error::classify;
 use super::plan::Change;
@@ -94,7 +95,8 @@ pub(super) struct Partition {
     /// Dedicated: `WATCH` belongs to a connection, and only this partition's
     /// (sequential) batches use it.
     conn: Option<MultiplexedConnection>,
-    rows: HashMap<String, Stored>,
+    /// Fx: hashing the row keys is a visible part of a chunk's client time.
+    rows: FxHashMap<String, Stored>,
     /// The truncate counter the cache was filled under.
     epoch: Option<i64>,
     /// The last field-name list, shared by rows with the same columns.
@@ -214,7 +216,7 @@ impl Fast {
         p: &mut Partition,
         tp: &TopicPartition,
         keys: &Keys<'_>,
-        chunk: &[Change<'_>],
+        chunk: &[Change],
         position: Option<(&str, i64)>,
     ) -> Result<Outcome, SinkError> {
         let out = self.attempts(p, tp, keys, chunk, position).await;
@@ -230,7 +232,7 @@ impl Fast {
         p: &mut Partition,
         tp: &TopicPartition,
         keys: &Keys<'_>,
-        chunk: &[Change<'_>],
+        chunk: &[Change],
         position: Option<(&str, i64)>,
     ) -> Result<Outcome, SinkError> {
         let fence = fence_key(&self.fence_prefix, tp);

@@ -1,13 +1,13 @@
 //! A chunk's rows on the transaction path: the pipelined read of the rows
 //! the cache misses, and the writes of the changes newer than what is stored.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use redis::{RedisResult, Value};
+use rustc_hash::FxHashMap;
 
 use super::super::error::classify;
-use super::super::plan::{hash_fields, Body, Change, FieldValue};
+use super::super::plan::{intern, Body, Change};
 use super::{Keys, Outcome, Partition, Stored};
 use crate::error::SinkError;
 
@@ -55,7 +55,7 @@ pub(super) fn fill_misses(
 }
 
 /// The distinct row keys of `chunk` the cache does not know.
-pub(super) fn misses<'c>(rows: &HashMap<String, Stored>, chunk: &'c [Change<'_>]) -> Vec<&'c str> {
+pub(super) fn misses<'c>(rows: &FxHashMap<String, Stored>, chunk: &'c [Change]) -> Vec<&'c str> {
     let mut out: Vec<&str> = chunk
         .iter()
         .map(|c| c.row_key.as_str())
@@ -94,7 +94,7 @@ fn fill(version: Value, fields: Value, tomb: Value, version_field: &str) -> Redi
 pub(super) fn plan_writes(
     p: &mut Partition,
     keys: &Keys<'_>,
-    chunk: &[Change<'_>],
+    chunk: &[Change],
     tx: &mut redis::Pipeline,
 ) -> (u64, u64) {
     let (mut applied, mut skipped) = (0, 0);
@@ -123,47 +123,39 @@ pub(super) fn plan_writes(
                 }
             }
             Body::Hash(row) => {
-                let (set_fields, keep) = hash_fields(row);
                 // The row image replaces the hash: fields it no longer has go,
-                // unavailable (unchanged TOAST) ones stay.
-                let stale: Vec<&String> = stored
-                    .fields
-                    .iter()
-                    .filter(|f| {
-                        !set_fields.iter().any(|(n, _)| n == f) && !keep.contains(&f.as_str())
-                    })
-                    .collect();
-                if !stale.is_empty() {
-                    tx.cmd("HDEL").arg(&c.row_key).arg(stale);
+                // unavailable (unchanged TOAST) ones stay. Rows of a table
+                // mostly have the fields of the row before them: nothing goes.
+                let same = Arc::ptr_eq(&stored.fields, &row.names) || stored.fields == row.names;
+                if !same {
+                    let stale: Vec<&String> = stored
+                        .fields
+                        .iter()
+                        .filter(|f| !row.names.contains(f) && !row.keep.contains(f))
+                        .collect();
+                    if !stale.is_empty() {
+                        tx.cmd("HDEL").arg(&c.row_key).arg(stale);
+                    }
                 }
-                let hset = tx
-                    .cmd("HSET")
-                    .arg(&c.row_key)
-                    .arg(keys.version_field)
-                    .arg(&c.version[..]);
-                for (f, v) in &set_fields {
-                    hset.arg(*f);
-                    match v {
-                        FieldValue::Str(s) => hset.arg(*s),
-                        FieldValue::Json(other) => hset.arg(other.to_string()),
-                    };
-                }
+                tx.add_command(row.hset.clone());
                 if stored.tomb {
                     tx.cmd("DEL").arg(tomb_key());
                 }
                 if !stored.in_set {
                     tx.cmd("SADD").arg(&c.key_set).arg(&c.row_key);
                 }
-                let kept = stored.fields.iter().filter(|f| keep.contains(&f.as_str()));
-                let names: Vec<&str> = set_fields
-                    .iter()
-                    .map(|(n, _)| *n)
-                    .chain(kept.map(String::as_str))
-                    .collect();
+                let fields = if row.keep.is_empty() {
+                    row.names.clone()
+                } else {
+                    let kept = stored.fields.iter().filter(|f| row.keep.contains(f));
+                    let names: Vec<&str> =
+                        row.names.iter().chain(kept).map(String::as_str).collect();
+                    intern(&mut p.last_fields, &names)
+                };
                 Stored {
                     version: Some(c.version),
                     tomb: false,
-                    fields: intern(&mut p.last_fields, &names),
+                    fields,
                     in_set: true,
                 }
             }
@@ -174,17 +166,4 @@ pub(super) fn plan_writes(
         applied += 1;
     }
     (applied, skipped)
-}
-
-/// `names` as a shared list, the last one's when equal (rows of a table
-/// usually have the same columns, so the cache holds one list for them).
-fn intern(last: &mut Option<Arc<[String]>>, names: &[&str]) -> Arc<[String]> {
-    if let Some(l) = last {
-        if l.len() == names.len() && l.iter().zip(names).all(|(a, b)| a == b) {
-            return l.clone();
-        }
-    }
-    let list: Arc<[String]> = names.iter().map(|n| (*n).to_owned()).collect();
-    *last = Some(list.clone());
-    list
 }
