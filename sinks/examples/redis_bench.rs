@@ -158,6 +158,7 @@ async fn main() {
     let per_round = total / ROUNDS;
     for round in 0..ROUNDS {
         // Alternate which side goes first in a round.
+        let (sink_before, plain_before) = (t_sink, t_plain);
         for side in [round % 2, 1 - round % 2] {
             let mut done = 0u64;
             let cpu_before = server_cpu(&mut conn).await;
@@ -190,7 +191,14 @@ async fn main() {
             server[side as usize] += server_cpu(&mut conn).await - cpu_before;
         }
         n += per_round;
-        eprintln!("round {round}: {n} events per side");
+        let (s, p) = (
+            rate(per_round, t_sink - sink_before),
+            rate(per_round, t_plain - plain_before),
+        );
+        eprintln!(
+            "round {round}: {n} events per side; this round: sink {s:.0}/s, plain {p:.0}/s, {:.1} %",
+            100.0 * s / p
+        );
     }
     let (s, p) = (rate(n, t_sink), rate(n, t_plain));
     println!("events per side:          {n}");

@@ -233,6 +233,18 @@ async fn never_regresses(layout: Layout) {
         }
         sink.apply(&b).await.expect("apply");
     }
+    // The table's key set (what truncates go through) holds exactly the rows that exist.
+    let members: std::collections::BTreeSet<String> = redis::cmd("SMEMBERS")
+        .arg(format!("{p}:ks:.public.t"))
+        .query_async(&mut conn)
+        .await
+        .expect("SMEMBERS");
+    let live: std::collections::BTreeSet<String> = history
+        .iter()
+        .filter(|(_, h)| h.iter().max_by_key(|c| c.0).is_some_and(|c| c.1 != "d"))
+        .map(|(id, _)| format!("{p}:t:{id}"))
+        .collect();
+    assert_eq!(members, live, "key set");
     for (id, h) in &history {
         let (v, op, row) = h.iter().max_by_key(|c| c.0).expect("history");
         let key = format!("{p}:t:{id}");
@@ -248,6 +260,45 @@ async fn never_regresses(layout: Layout) {
             "{key}"
         );
     }
+}
+
+/// Rows added and deleted within one batch: the key set ends with exactly
+/// the rows that exist (the transaction path adds a chunk's new rows with one
+/// `SADD` per set, so a delete must send the pending ones before its `SREM`).
+async fn key_set_follows_rows_within_a_batch(layout: Layout) {
+    let (cfg, p) = config(layout);
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let mut conn = raw().await;
+    let v = |n: u64| Version::new(n, 0);
+    let row = |id: i64| json!({"id": id, "note": "x"});
+    let records = vec![
+        record(0, 1, "c", row(1), v(10)),
+        record(1, 2, "c", row(2), v(11)),
+        record(2, 1, "d", Value::Null, v(12)),
+        record(3, 3, "c", row(3), v(13)),
+        record(4, 3, "d", Value::Null, v(14)),
+        record(5, 3, "c", row(3), v(15)),
+    ];
+    sink.apply(&batch("g", 0, records, 6)).await.expect("apply");
+    let members: std::collections::BTreeSet<String> = redis::cmd("SMEMBERS")
+        .arg(format!("{p}:ks:.public.t"))
+        .query_async(&mut conn)
+        .await
+        .expect("SMEMBERS");
+    let want: std::collections::BTreeSet<String> =
+        [2, 3].iter().map(|id| format!("{p}:t:{id}")).collect();
+    assert_eq!(members, want);
+    assert_eq!(cached(&mut conn, layout, &format!("{p}:t:1")).await, None);
+}
+
+#[tokio::test]
+async fn hash_key_sets_follow_rows_added_and_deleted_in_one_batch() {
+    key_set_follows_rows_within_a_batch(Layout::Hash).await;
+}
+
+#[tokio::test]
+async fn json_key_sets_follow_rows_added_and_deleted_in_one_batch() {
+    key_set_follows_rows_within_a_batch(Layout::Json).await;
 }
 
 #[tokio::test]

@@ -127,7 +127,9 @@ impl HashRow {
             + 48;
         let mut hset = redis::Cmd::with_capacity(HSET_HEAD + 2 * row.len(), data);
         hset.arg("HSET")
-            .arg(row_key).arg(version_field).arg(&version[..]);
+            .arg(row_key)
+            .arg(version_field)
+            .arg(&version[..]);
         let mut names: Vec<&str> = Vec::with_capacity(row.len());
         let mut keep = Vec::new();
         for (column, value) in row {

@@ -21,12 +21,18 @@ pub(super) fn next(replies: &mut impl Iterator<Item = RedisResult<Value>>) -> Re
     })
 }
 
-/// Queues the reads of each missed row: its version, its fields, its tombstone.
+/// Queues the reads of the missed rows: each row's fields (`HGETALL`, one
+/// command for its version and field names), then every tombstone in one `MGET`.
 pub(super) fn reads(pipe: &mut redis::Pipeline, misses: &[&str], keys: &Keys<'_>) {
+    if misses.is_empty() {
+        return;
+    }
     for row in misses {
-        pipe.cmd("HGET").arg(*row).arg(keys.version_field);
-        pipe.cmd("HKEYS").arg(*row);
-        pipe.cmd("GET").arg(format!("{}{row}", keys.version_prefix));
+        pipe.cmd("HGETALL").arg(*row);
+    }
+    let mget = pipe.cmd("MGET");
+    for row in misses {
+        mget.arg(format!("{}{row}", keys.version_prefix));
     }
 }
 
@@ -37,19 +43,35 @@ pub(super) fn fill_misses(
     replies: impl IntoIterator<Item = RedisResult<Value>>,
     keys: &Keys<'_>,
 ) -> Result<Option<Outcome>, SinkError> {
+    if misses.is_empty() {
+        return Ok(None);
+    }
+    let failed = |e: redis::RedisError| {
+        if e.code() == Some("WRONGTYPE") {
+            Ok(Some(Outcome::Foreign))
+        } else {
+            Err(classify("read versions", e))
+        }
+    };
     let mut replies = replies.into_iter();
-    for row in misses {
-        let stored = match (next(&mut replies), next(&mut replies), next(&mut replies)) {
-            (Ok(version), Ok(fields), Ok(tomb)) => fill(version, fields, tomb, keys.version_field)
-                .map_err(|e| classify("read versions", e))?,
-            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
-                if e.code() == Some("WRONGTYPE") {
-                    return Ok(Some(Outcome::Foreign));
-                }
-                return Err(classify("read versions", e));
-            }
+    let mut rows = Vec::with_capacity(misses.len());
+    for _ in misses {
+        match next(&mut replies).and_then(|v| Ok(redis::from_redis_value(v)?)) {
+            Ok(fields) => rows.push(fields),
+            Err(e) => return failed(e),
+        }
+    }
+    let tombs: Vec<Option<Vec<u8>>> =
+        match next(&mut replies).and_then(|v| Ok(redis::from_redis_value(v)?)) {
+            Ok(tombs) => tombs,
+            Err(e) => return failed(e),
         };
-        p.rows.insert((*row).to_owned(), stored);
+    if tombs.len() != misses.len() {
+        return Err(SinkError::retriable("redis: short MGET reply"));
+    }
+    for ((row, fields), tomb) in misses.iter().zip(rows).zip(tombs) {
+        p.rows
+            .insert((*row).to_owned(), fill(fields, tomb, keys.version_field));
     }
     Ok(None)
 }
@@ -66,12 +88,18 @@ pub(super) fn misses<'c>(rows: &FxHashMap<String, Stored>, chunk: &'c [Change]) 
     out
 }
 
-/// A row's state from `HGET row version-field`, `HKEYS row`, `GET tombstone`:
-/// the version is the row's, else the tombstone's (as the script reads it).
-fn fill(version: Value, fields: Value, tomb: Value, version_field: &str) -> RedisResult<Stored> {
-    let version: Option<Vec<u8>> = redis::from_redis_value(version)?;
-    let fields: Vec<String> = redis::from_redis_value(fields)?;
-    let tomb: Option<Vec<u8>> = redis::from_redis_value(tomb)?;
+/// A row's state from its fields and its tombstone: the version is the
+/// row's, else the tombstone's (as the script reads it).
+fn fill(fields: Vec<(String, Vec<u8>)>, tomb: Option<Vec<u8>>, version_field: &str) -> Stored {
+    let mut version = None;
+    let mut names = Vec::with_capacity(fields.len());
+    for (name, value) in fields {
+        if name == version_field {
+            version = Some(value);
+        } else {
+            names.push(name);
+        }
+    }
     let from_tomb = version.is_none() && tomb.is_some();
     let version = version.or(tomb).map(|v| {
         // Versions are 40 digits; anything else sorts as written by the script (bytewise).
@@ -80,12 +108,12 @@ fn fill(version: Value, fields: Value, tomb: Value, version_field: &str) -> Redi
         out[..n].copy_from_slice(&v[..n]);
         out
     });
-    Ok(Stored {
+    Stored {
         version,
         tomb: from_tomb,
-        fields: fields.into_iter().filter(|f| f != version_field).collect(),
+        fields: names.into(),
         in_set: false,
-    })
+    }
 }
 
 /// Adds each newer change's commands to `tx` and its new state to the cache,
@@ -98,6 +126,9 @@ pub(super) fn plan_writes(
     tx: &mut redis::Pipeline,
 ) -> (u64, u64) {
     let (mut applied, mut skipped) = (0, 0);
+    // Rows new to their key set, added by one `SADD` per set (usually one per
+    // chunk, not one per row); a delete sends its set's pending ones first.
+    let mut adds: Vec<(&str, Vec<&str>)> = Vec::new();
     for c in chunk {
         let Some(stored) = p.rows.get_mut(&c.row_key) else {
             continue; // every key was filled above
@@ -109,6 +140,10 @@ pub(super) fn plan_writes(
         let tomb_key = || format!("{}{}", keys.version_prefix, c.row_key);
         let next = match &c.body {
             Body::Delete => {
+                if let Some(i) = adds.iter().position(|(set, _)| *set == c.key_set) {
+                    let (set, rows) = adds.swap_remove(i);
+                    tx.cmd("SADD").arg(set).arg(rows);
+                }
                 tx.cmd("DEL").arg(&c.row_key);
                 tx.cmd("SREM").arg(&c.key_set).arg(&c.row_key);
                 let set = tx.cmd("SET").arg(tomb_key()).arg(&c.version[..]);
@@ -142,7 +177,10 @@ pub(super) fn plan_writes(
                     tx.cmd("DEL").arg(tomb_key());
                 }
                 if !stored.in_set {
-                    tx.cmd("SADD").arg(&c.key_set).arg(&c.row_key);
+                    match adds.iter_mut().find(|(set, _)| *set == c.key_set) {
+                        Some((_, rows)) => rows.push(&c.row_key),
+                        None => adds.push((&c.key_set, vec![&c.row_key])),
+                    }
                 }
                 let fields = if row.keep.is_empty() {
                     row.names.clone()
@@ -164,6 +202,9 @@ pub(super) fn plan_writes(
         };
         *stored = next;
         applied += 1;
+    }
+    for (set, rows) in adds {
+        tx.cmd("SADD").arg(set).arg(rows);
     }
     (applied, skipped)
 }
