@@ -17,6 +17,23 @@ mod publication;
 
 pub use publication::{ensure_publication, GENERATED_COLUMNS_VERSION, PUBLISHED_COLUMN};
 
+/// The primary key columns of the relation whose OID is the SQL expression
+/// `$relation`, in key order, as `text[]` (empty when it has none): the one
+/// place every catalog query takes a table's key from.
+macro_rules! primary_key_sql {
+    ($relation:literal) => {
+        concat!(
+            "COALESCE((SELECT array_agg(a.attname::text ORDER BY k.ord)
+               FROM pg_index i
+               CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+               JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+               WHERE i.indrelid = ",
+            $relation,
+            " AND i.indisprimary), '{}')"
+        )
+    };
+}
+
 /// A table chosen for capture and the columns that key its events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CapturedTable {
@@ -112,18 +129,16 @@ pub async fn captured_tables(
     check_partitions_excluded(client, &filter).await?;
     let rows = client
         .query(
-            "SELECT n.nspname::text, c.relname::text,
-                    COALESCE((SELECT array_agg(a.attname::text ORDER BY k.ord)
-                      FROM pg_index i
-                      CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-                      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-                      WHERE i.indrelid = c.oid AND i.indisprimary), '{}') AS pk,
-                    c.relkind = 'p'
-             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
-               AND n.nspname NOT IN ('pg_catalog', 'information_schema')
-               AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%'
-             ORDER BY 1, 2",
+            concat!(
+                "SELECT n.nspname::text, c.relname::text, ",
+                primary_key_sql!("c.oid"),
+                " AS pk, c.relkind = 'p'
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+                   AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+                   AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%'
+                 ORDER BY 1, 2"
+            ),
             &[],
         )
         .await
@@ -351,11 +366,10 @@ pub async fn primary_key(
 ) -> Result<Vec<String>, CaptureError> {
     let row = client
         .query_one(
-            "SELECT COALESCE((SELECT array_agg(a.attname::text ORDER BY k.ord)
-               FROM pg_index i
-               CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-               JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-               WHERE i.indrelid = format('%I.%I', $1::text, $2::text)::regclass AND i.indisprimary), '{}')",
+            concat!(
+                "SELECT ",
+                primary_key_sql!("format('%I.%I', $1::text, $2::text)::regclass")
+            ),
             &[&schema, &table],
         )
         .await
@@ -373,14 +387,12 @@ pub async fn relation_by_oid(
 ) -> Result<Option<(String, String, Vec<String>)>, CaptureError> {
     let row = client
         .query_opt(
-            "SELECT n.nspname::text, c.relname::text,
-                    COALESCE((SELECT array_agg(a.attname::text ORDER BY k.ord)
-                      FROM pg_index i
-                      CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-                      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-                      WHERE i.indrelid = c.oid AND i.indisprimary), '{}')
-             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE c.oid = COALESCE(pg_partition_root($1::oid::regclass), $1::oid)",
+            concat!(
+                "SELECT n.nspname::text, c.relname::text, ",
+                primary_key_sql!("c.oid"),
+                " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.oid = COALESCE(pg_partition_root($1::oid::regclass), $1::oid)"
+            ),
             &[&oid],
         )
         .await
