@@ -262,6 +262,55 @@ async fn never_regresses(layout: Layout) {
     }
 }
 
+/// A sink that did not write the rows (a restart, a rebalance) reads what
+/// they hold before writing: the fields a new image no longer has go, and a
+/// tombstone still stops an older insert.
+#[tokio::test]
+async fn a_cold_cache_reads_stored_fields_and_tombstones() {
+    let (cfg, p) = config(Layout::Hash);
+    let v = |n: u64| Version::new(n, 0);
+    let first = RedisSink::connect(&cfg).await.expect("sink");
+    first
+        .apply(&batch(
+            "g",
+            0,
+            vec![
+                record(0, 1, "c", json!({"id": 1, "a": "1", "b": "2"}), v(10)),
+                record(1, 2, "c", json!({"id": 2, "a": "1"}), v(11)),
+                record(2, 2, "d", Value::Null, v(12)),
+            ],
+            3,
+        ))
+        .await
+        .expect("first sink");
+    let second = RedisSink::connect(&cfg).await.expect("sink");
+    second
+        .apply(&batch(
+            "g",
+            0,
+            vec![
+                record(3, 1, "u", json!({"id": 1, "a": "3"}), v(13)),
+                record(4, 2, "c", json!({"id": 2, "a": "old"}), v(11)),
+            ],
+            5,
+        ))
+        .await
+        .expect("second sink");
+    let mut conn = raw().await;
+    let want: BTreeMap<String, String> = [("id", "1"), ("a", "3")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &format!("{p}:t:1")).await,
+        Some(want)
+    );
+    assert_eq!(
+        cached(&mut conn, Layout::Hash, &format!("{p}:t:2")).await,
+        None
+    );
+}
+
 /// Rows added and deleted within one batch: the key set ends with exactly
 /// the rows that exist (the transaction path adds a chunk's new rows with one
 /// `SADD` per set, so a delete must send the pending ones before its `SREM`).

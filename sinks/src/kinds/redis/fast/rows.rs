@@ -21,14 +21,16 @@ pub(super) fn next(replies: &mut impl Iterator<Item = RedisResult<Value>>) -> Re
     })
 }
 
-/// Queues the reads of the missed rows: each row's fields (`HGETALL`, one
-/// command for its version and field names), then every tombstone in one `MGET`.
+/// Queues the reads of the missed rows: each row's version and field names
+/// (`HGET`, `HKEYS`: not `HGETALL`, which would bring every value of a wide
+/// row into memory), then every tombstone in one `MGET`.
 pub(super) fn reads(pipe: &mut redis::Pipeline, misses: &[&str], keys: &Keys<'_>) {
     if misses.is_empty() {
         return;
     }
     for row in misses {
-        pipe.cmd("HGETALL").arg(*row);
+        pipe.cmd("HGET").arg(*row).arg(keys.version_field);
+        pipe.cmd("HKEYS").arg(*row);
     }
     let mget = pipe.cmd("MGET");
     for row in misses {
@@ -56,9 +58,11 @@ pub(super) fn fill_misses(
     let mut replies = replies.into_iter();
     let mut rows = Vec::with_capacity(misses.len());
     for _ in misses {
-        match next(&mut replies).and_then(|v| Ok(redis::from_redis_value(v)?)) {
-            Ok(fields) => rows.push(fields),
-            Err(e) => return failed(e),
+        let version = next(&mut replies).and_then(|v| Ok(redis::from_redis_value(v)?));
+        let fields = next(&mut replies).and_then(|v| Ok(redis::from_redis_value(v)?));
+        match (version, fields) {
+            (Ok(version), Ok(fields)) => rows.push((version, fields)),
+            (Err(e), _) | (_, Err(e)) => return failed(e),
         }
     }
     let tombs: Vec<Option<Vec<u8>>> =
@@ -69,9 +73,11 @@ pub(super) fn fill_misses(
     if tombs.len() != misses.len() {
         return Err(SinkError::retriable("redis: short MGET reply"));
     }
-    for ((row, fields), tomb) in misses.iter().zip(rows).zip(tombs) {
-        p.rows
-            .insert((*row).to_owned(), fill(fields, tomb, keys.version_field));
+    for ((row, (version, fields)), tomb) in misses.iter().zip(rows).zip(tombs) {
+        p.rows.insert(
+            (*row).to_owned(),
+            fill(version, fields, tomb, keys.version_field),
+        );
     }
     Ok(None)
 }
@@ -88,18 +94,15 @@ pub(super) fn misses<'c>(rows: &FxHashMap<String, Stored>, chunk: &'c [Change]) 
     out
 }
 
-/// A row's state from its fields and its tombstone: the version is the
-/// row's, else the tombstone's (as the script reads it).
-fn fill(fields: Vec<(String, Vec<u8>)>, tomb: Option<Vec<u8>>, version_field: &str) -> Stored {
-    let mut version = None;
-    let mut names = Vec::with_capacity(fields.len());
-    for (name, value) in fields {
-        if name == version_field {
-            version = Some(value);
-        } else {
-            names.push(name);
-        }
-    }
+/// A row's state from `HGET row version-field`, `HKEYS row` and its
+/// tombstone: the version is the row's, else the tombstone's (as the script
+/// reads it).
+fn fill(
+    version: Option<Vec<u8>>,
+    fields: Vec<String>,
+    tomb: Option<Vec<u8>>,
+    version_field: &str,
+) -> Stored {
     let from_tomb = version.is_none() && tomb.is_some();
     let version = version.or(tomb).map(|v| {
         // Versions are 40 digits; anything else sorts as written by the script (bytewise).
@@ -111,7 +114,7 @@ fn fill(fields: Vec<(String, Vec<u8>)>, tomb: Option<Vec<u8>>, version_field: &s
     Stored {
         version,
         tomb: from_tomb,
-        fields: names.into(),
+        fields: fields.into_iter().filter(|f| f != version_field).collect(),
         in_set: false,
     }
 }
