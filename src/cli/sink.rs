@@ -13,12 +13,20 @@ pub struct SinkArgs {
 /// Loads and validates the configuration, builds the sink, runs it.
 /// Exits 0 after a graceful stop, non-zero on a configuration or fatal error.
 pub async fn run(args: SinkArgs) -> anyhow::Result<()> {
+    // Listening before anything else: a SIGTERM while the sink connects (an
+    // orchestrator stopping a starting pod) is a graceful stop too, not a
+    // death by the signal's default action.
+    let stop = tokio_util::sync::CancellationToken::new();
+    super::cancel_on_signal(stop.clone())?;
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("cannot read {}", args.config.display()))?;
     let (runner_config, sink_config) = oncely_sinks::kinds::parse_config(&text)
         .with_context(|| format!("invalid configuration in {}", args.config.display()))?;
-    let sink = sink_config.build().await.context("cannot start the sink")?;
+    let sink = tokio::select! {
+        sink = sink_config.build() => sink.context("cannot start the sink")?,
+        _ = stop.cancelled() => return Ok(()),
+    };
     let runner = oncely_sinks::Runner::new(runner_config, sink)?;
-    runner.run_until_signal().await?;
+    runner.run(stop).await?;
     Ok(())
 }

@@ -182,7 +182,7 @@ impl Runner {
     /// Runs until SIGTERM or SIGINT, then shuts down gracefully (see the module docs).
     pub async fn run_until_signal(self) -> Result<(), RunnerError> {
         let stop = CancellationToken::new();
-        let signals = tokio::spawn(stop_on_signal(stop.clone()));
+        let signals = stop_on_signal(stop.clone());
         let result = self.run(stop).await;
         signals.abort();
         result
@@ -457,28 +457,31 @@ fn dispatch(
     }
 }
 
-/// Cancels `stop` on SIGTERM or SIGINT.
-async fn stop_on_signal(stop: CancellationToken) {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!("cannot listen for SIGTERM: {e}");
-                std::future::pending::<()>().await;
+/// Cancels `stop` on SIGTERM or SIGINT. Both are listened to before this
+/// returns (not when the task first runs), so a signal right after it is
+/// never handled by its default action.
+fn stop_on_signal(stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let listen = |kind: SignalKind, name: &'static str| {
+        let mut s = signal(kind).map_err(|e| tracing::warn!("cannot listen for {name}: {e}"));
+        async move {
+            match &mut s {
+                Ok(s) => {
+                    s.recv().await;
+                }
+                Err(()) => std::future::pending::<()>().await,
             }
         }
     };
-    tokio::select! {
-        _ = terminate => tracing::info!("SIGTERM: stopping"),
-        r = tokio::signal::ctrl_c() => match r {
-            Ok(()) => tracing::info!("SIGINT: stopping"),
-            Err(e) => {
-                tracing::warn!("cannot listen for SIGINT: {e}");
-                std::future::pending::<()>().await;
-            }
-        },
-    }
-    stop.cancel();
+    let (terminate, interrupt) = (
+        listen(SignalKind::terminate(), "SIGTERM"),
+        listen(SignalKind::interrupt(), "SIGINT"),
+    );
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate => tracing::info!("SIGTERM: stopping"),
+            _ = interrupt => tracing::info!("SIGINT: stopping"),
+        }
+        stop.cancel();
+    })
 }

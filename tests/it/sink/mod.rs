@@ -6,3 +6,4 @@ mod postgres_crash;
 mod redis_crash;
 mod runner_crash;
 mod runner_group;
+mod start_stop;

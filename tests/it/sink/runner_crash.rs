@@ -49,11 +49,21 @@ async fn kill_repeatedly(
     }
     stop_producing.store(true, Ordering::SeqCst);
     let total = producer.await.expect("producer");
+    // The killed runners may have applied everything already: wait for the
+    // last one to be consuming too, so that the SIGTERM below stops a runner
+    // rather than a process still starting.
+    let started = || {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .matches(" consuming ")
+            .count()
+    };
+    let before = started();
     let mut last = spawn_runner(config, log);
     wait_until(
         "the last runner to catch up",
         Duration::from_secs(120),
-        || applied() >= total as usize,
+        || started() > before && applied() >= total as usize,
     )
     .await;
     sigterm(&last);
