@@ -154,6 +154,16 @@ impl RedisSink {
         format!("{}{row_key}", self.version_prefix)
     }
 
+    /// The batch's changes, or the records that can never be applied.
+    fn plan(&self, batch: &Batch) -> PlanResult {
+        let naming = Naming {
+            keys: &self.keys,
+            version_field: &self.version_field,
+            keyset_prefix: &self.keyset_prefix,
+        };
+        plan(batch, self.layout, self.value_format, naming)
+    }
+
     fn script(&self) -> &'static str {
         match self.layout {
             Layout::Hash => HASH_SCRIPT,
@@ -325,17 +335,6 @@ impl RedisSink {
 struct Planned(Mutex<Option<PlanResult>>);
 
 type PlanResult = Result<Vec<Change>, Vec<RecordFailure>>;
-
-impl RedisSink {
-    fn plan(&self, batch: &Batch) -> PlanResult {
-        let naming = Naming {
-            keys: &self.keys,
-            version_field: &self.version_field,
-            keyset_prefix: &self.keyset_prefix,
-        };
-        plan(batch, self.layout, self.value_format, naming)
-    }
-}
 
 #[async_trait]
 impl Sink for RedisSink {

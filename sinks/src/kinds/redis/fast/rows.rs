@@ -164,8 +164,8 @@ pub(super) fn plan_writes(
                 // The row image replaces the hash: fields it no longer has go,
                 // unavailable (unchanged TOAST) ones stay. Rows of a table
                 // mostly have the fields of the row before them: nothing goes.
-                let same = Arc::ptr_eq(&stored.fields, &row.names) || stored.fields == row.names;
-                if !same {
+                // (`Arc`'s `==` compares the pointers first.)
+                if stored.fields != row.names {
                     let stale: Vec<&String> = stored
                         .fields
                         .iter()
