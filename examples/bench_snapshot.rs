@@ -6,7 +6,11 @@
 //! 2. `oncely capture` (the release binary) with `snapshot.mode =
 //!    "initial_only"`: from the moment its snapshot starts (its
 //!    `oncely_capture_snapshot_running` gauge) until it exits once every row
-//!    is committed to Kafka as an op `r` event; plus its memory.
+//!    is committed to Kafka as an op `r` event; plus its memory;
+//! 3. the Kafka floor: the same records (a sample of what capture wrote,
+//!    cycled) sent by a bare transactional producer with capture's producer
+//!    settings and transaction size. No row is read or encoded, so no
+//!    snapshot can be faster than this on the same machine and broker.
 //!
 //! ```sh
 //! scripts/services up && eval "$(scripts/services env)"
@@ -181,6 +185,24 @@ async fn main() -> Result<()> {
     println!("capture CPU           : {cpu_secs:.2}s user+sys (last sample before exit)");
     println!("chunks, kafka commits : {chunks:.0}, {commits:.0} (last sample before exit)");
 
+    // 3. The Kafka floor for these very records.
+    let topic = format!("bench-snap-{tag}.public.orders");
+    // Ten transactions: fewer and larger than capture's, so commits cost
+    // the floor less than they cost capture.
+    let per_tx = (total as usize).div_ceil(10);
+    let floor_brokers = brokers.clone();
+    let (floor_secs, floor_cpu) = tokio::task::spawn_blocking(move || {
+        kafka_floor(&floor_brokers, &topic, total as usize, per_tx)
+    })
+    .await??;
+    let floor_rate = total as f64 / floor_secs;
+    println!(
+        "Kafka floor           : {floor_secs:8.2}s {floor_rate:10.0} records/s ({:.1}% of COPY; {:.1} CPU µs/record in the producer, {per_tx} records per transaction)",
+        100.0 * floor_rate / copy_rate,
+        floor_cpu * 1e6 / total as f64
+    );
+
+    let _ = bench_support::delete_topics(brokers, &format!("bench-snap-{tag}")).await;
     let _ = admin
         .query_one("SELECT pg_drop_replication_slot($1)", &[&slot])
         .await;
@@ -188,4 +210,121 @@ async fn main() -> Result<()> {
         .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
         .await;
     Ok(())
+}
+
+/// Sends `total` records copied from the first records of `source` to a new
+/// topic of as many partitions, in transactions of `per_tx` records, with the
+/// producer settings capture uses (`capture/src/kafka/mod.rs`). Returns the
+/// seconds taken and this process's CPU seconds meanwhile. Blocking.
+fn kafka_floor(brokers: &str, source: &str, total: usize, per_tx: usize) -> Result<(f64, f64)> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    use rdkafka::TopicPartitionList;
+
+    const SAMPLE: usize = 10_000;
+    let timeout = Duration::from_secs(30);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("{source}-floor"))
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let metadata = consumer.fetch_metadata(Some(source), timeout)?;
+    let partitions = metadata
+        .topics()
+        .first()
+        .map(|t| t.partitions().len())
+        .filter(|n| *n > 0)
+        .context("capture's topic has no partitions")?;
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..partitions as i32 {
+        assignment.add_partition_offset(source, p, rdkafka::Offset::Beginning)?;
+    }
+    consumer.assign(&assignment)?;
+    let mut sample = Vec::with_capacity(SAMPLE);
+    let deadline = Instant::now() + timeout;
+    while sample.len() < SAMPLE.min(total) && Instant::now() < deadline {
+        let Some(m) = consumer.poll(Duration::from_millis(500)) else {
+            continue;
+        };
+        let m = m?;
+        let headers: Vec<(String, Vec<u8>)> = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        sample.push((
+            m.key().unwrap_or_default().to_vec(),
+            m.payload().unwrap_or_default().to_vec(),
+            headers,
+        ));
+    }
+    if sample.is_empty() {
+        bail!("read no records back from {source}");
+    }
+
+    let floor = format!("{source}-floor");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let new = NewTopic::new(&floor, partitions as i32, TopicReplication::Fixed(1))
+        .set("max.message.bytes", "10485760");
+    futures::executor::block_on(admin.create_topics([&new], &AdminOptions::new()))?;
+    let producer: ThreadedProducer<_> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("transactional.id", &floor)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("partitioner", "murmur2_random")
+        .set("linger.ms", "5")
+        .set("batch.size", "1000000")
+        .set("compression.type", "lz4")
+        .set("transaction.timeout.ms", "60000")
+        .set("queue.buffering.max.kbytes", "65536")
+        .set("queue.buffering.max.messages", "100000")
+        .create()?;
+    producer.init_transactions(timeout)?;
+    let cpu_before = bench_support::cpu_seconds(std::process::id());
+    let t = Instant::now();
+    let mut sent = 0;
+    while sent < total {
+        producer.begin_transaction()?;
+        for _ in 0..per_tx.min(total - sent) {
+            let (key, value, headers) = &sample[sent % sample.len()];
+            let mut owned = OwnedHeaders::new_with_capacity(headers.len());
+            for (k, v) in headers {
+                owned = owned.insert(Header {
+                    key: k,
+                    value: Some(v),
+                });
+            }
+            let mut record = BaseRecord::to(&floor)
+                .key(key.as_slice())
+                .payload(value.as_slice())
+                .headers(owned);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        record = back;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err((e, _)) => return Err(e.into()),
+                }
+            }
+            sent += 1;
+        }
+        producer.commit_transaction(timeout)?;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let cpu = bench_support::cpu_seconds(std::process::id()) - cpu_before;
+    Ok((secs, cpu))
 }

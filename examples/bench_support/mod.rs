@@ -93,7 +93,10 @@ pub fn spawn_capture(
     command
         .args(["capture", "--config"])
         .arg(config)
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("BENCH_CAPTURE_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(std::process::Stdio::null())
         .spawn()
         .context("run target/release/oncely (cargo build --release --bin oncely first)")

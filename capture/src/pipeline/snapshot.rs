@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::snapshot_runtime::{join, InFlight};
+use super::snapshot_runtime::{join, InFlight, CHUNKS_IN_FLIGHT};
 use super::{now_ms, refusable, Pipeline, Record};
 use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
@@ -20,20 +20,24 @@ use crate::source::format_lsn;
 impl Pipeline<'_> {
     /// Whether a chunk is being read (of the snapshot's current table).
     pub(super) fn snap_in_flight(&self) -> bool {
-        self.snap.inflight.is_some()
+        !self.snap.inflight.is_empty()
     }
 
     /// True when no snapshot runs and no chunk is in flight.
     pub(super) fn snapshot_finished(&self) -> bool {
         self.kafka.pending.snapshot.is_none()
-            && self.snap.inflight.is_none()
+            && self.snap.inflight.is_empty()
+            && !self.snap.reading()
             && !self.tracker.in_tx()
     }
 
-    /// Starts reading the next chunk when a snapshot runs, is not paused and
-    /// no chunk is in flight.
+    /// Starts reading the next chunk when a snapshot runs, is not paused,
+    /// the connection is free and fewer than [`CHUNKS_IN_FLIGHT`] chunks are
+    /// in flight: the first chunk after the table's progress, or the one
+    /// after the newest chunk read (read ahead, before that one is
+    /// published).
     pub(super) async fn launch_chunk(&mut self) -> Result<(), CaptureError> {
-        if self.snap.inflight.is_some() {
+        if self.snap.inflight.len() >= CHUNKS_IN_FLIGHT || self.snap.reading() {
             return Ok(());
         }
         let Some(progress) = self.kafka.pending.snapshot.as_ref() else {
@@ -46,6 +50,21 @@ impl Pipeline<'_> {
             self.kafka.pending.snapshot = None;
             self.publish_view();
             return Ok(());
+        };
+        // Read ahead only in the same table, after a chunk that read well
+        // and says more rows follow; it starts where that one ended.
+        let after = match self.snap.inflight.back() {
+            None => current.last_key.clone(),
+            Some(newest) => match &newest.read {
+                Some(Ok(rows))
+                    if rows.more
+                        && newest.table == current.table
+                        && newest.snapshot_id == progress.id =>
+                {
+                    Some(last_key(rows))
+                }
+                _ => return Ok(()),
+            },
         };
         let snapshot_id = progress.id.clone();
         let Some((schema, table)) = split_table(&current.table) else {
@@ -71,13 +90,13 @@ impl Pipeline<'_> {
             schema: schema.to_string(),
             table: table.to_string(),
             key_columns: key_columns.clone(),
-            after: current.last_key.clone(),
+            after,
             filter: current.filter.clone(),
             size: self.snap.chunk_size,
         };
         let id = req.id.clone();
         let task = tokio::spawn(async move { chunk::read_chunk(&conn, &req).await });
-        self.snap.inflight = Some(InFlight {
+        self.snap.inflight.push_back(InFlight {
             id,
             snapshot_id,
             table: current.table.clone(),
@@ -90,14 +109,18 @@ impl Pipeline<'_> {
         Ok(())
     }
 
-    /// The chunk's read finished (before its high watermark reaches us).
+    /// The newest chunk's read finished (before its high watermark reaches
+    /// us); `None`: an abandoned read ended.
     pub(super) async fn on_chunk_read(
         &mut self,
-        read: Result<ChunkRows, ChunkError>,
+        read: Option<Result<ChunkRows, ChunkError>>,
     ) -> Result<(), CaptureError> {
+        let Some(read) = read else {
+            return Ok(());
+        };
         match read {
             Ok(rows) => {
-                if let Some(c) = self.snap.inflight.as_mut() {
+                if let Some(c) = self.snap.inflight.back_mut() {
                     c.window.chunk_read(
                         rows.rows
                             .iter()
@@ -108,7 +131,7 @@ impl Pipeline<'_> {
                 Ok(())
             }
             Err(ChunkError::Table(reason)) => {
-                let table = self.snap.inflight.take().map(|c| c.table);
+                let table = self.snap.inflight.back().map(|c| c.table.clone());
                 if let Some(table) = table {
                     self.skip_table(&table, &reason);
                 }
@@ -118,9 +141,15 @@ impl Pipeline<'_> {
         }
     }
 
-    /// Notes what this change does to keys of the in-flight chunk's table.
+    /// Notes what this change does to keys of the in-flight chunks' table.
     pub(super) fn mark_chunk_dirty(&mut self, change: &LogicalMessage) {
-        let Some(chunk) = self.snap.inflight.as_mut() else {
+        for i in 0..self.snap.inflight.len() {
+            self.mark_dirty(i, change);
+        }
+    }
+
+    fn mark_dirty(&mut self, chunk: usize, change: &LogicalMessage) {
+        let Some(chunk) = self.snap.inflight.get_mut(chunk) else {
             return;
         };
         let relation_of = |id: u32| {
@@ -195,12 +224,14 @@ impl Pipeline<'_> {
         let Some((id, side)) = parse_watermark(content) else {
             return Ok(());
         };
-        let ours = self.snap.inflight.as_ref().is_some_and(|c| c.id == id);
+        // High watermarks arrive in the order the chunks were read.
+        let ours = self.snap.inflight.front().is_some_and(|c| c.id == id);
         if !ours || side != Watermark::High {
-            // A low watermark, or one of a chunk a previous process read.
+            // A low watermark, or one of an abandoned chunk or of a chunk a
+            // previous process read.
             return Ok(());
         }
-        let Some(mut chunk) = self.snap.inflight.take() else {
+        let Some(mut chunk) = self.snap.inflight.pop_front() else {
             return Ok(());
         };
         let read = match (chunk.read.take(), chunk.task.take()) {
@@ -227,13 +258,18 @@ impl Pipeline<'_> {
             // SELECT did not see it: its commit was in the WAL but not yet
             // visible. Nothing of the chunk is published; it is read again.
             tracing::debug!(table = %chunk.table, xid, "snapshot chunk read again: its SELECT missed a transaction the stream had carried");
+            self.snap.abandon();
             return Ok(());
         }
         let wanted = self.kafka.pending.snapshot.as_ref().is_some_and(|p| {
-            p.id == chunk.snapshot_id && p.current().is_some_and(|t| t.table == chunk.table)
+            !p.paused
+                && p.id == chunk.snapshot_id
+                && p.current().is_some_and(|t| t.table == chunk.table)
         });
         if !wanted {
-            // Stopped by a signal while in flight.
+            // Stopped or paused by a signal while in flight: read again
+            // when resumed (a stopped snapshot's chunks never are).
+            self.snap.abandon();
             return Ok(());
         }
         self.publish_chunk(&chunk, rows, src).await
@@ -319,17 +355,7 @@ impl Pipeline<'_> {
         );
         self.publish(records).await?;
 
-        let last_key = rows.rows.last().map(|row| {
-            rows.key_idx
-                .iter()
-                .map(|&i| match &row.0[i] {
-                    crate::pgoutput::TupleValue::Text(b) => {
-                        Some(String::from_utf8_lossy(b).into_owned())
-                    }
-                    _ => None,
-                })
-                .collect::<Vec<_>>()
-        });
+        let last_key = (!rows.rows.is_empty()).then(|| last_key(&rows));
         let table_label = [chunk.table.as_str()];
         self.metrics
             .snapshot_rows
@@ -411,6 +437,7 @@ impl Pipeline<'_> {
     /// Leaves a table that cannot be snapshotted, saying why, and goes on.
     pub(super) fn skip_table(&mut self, table: &str, reason: &str) {
         tracing::error!(table, reason, "snapshot of this table skipped");
+        self.snap.abandon_table(table);
         if let Some(p) = self.kafka.pending.snapshot.as_mut() {
             p.tables.retain(|t| t.table != table);
             if p.tables.is_empty() {
@@ -419,6 +446,21 @@ impl Pipeline<'_> {
         }
         self.publish_view();
     }
+}
+
+/// The key of a chunk's last row, in text form, as progress stores it and
+/// the next chunk starts after it (`None` per non-text value).
+fn last_key(rows: &ChunkRows) -> Vec<Option<String>> {
+    let Some(row) = rows.rows.last() else {
+        return Vec::new();
+    };
+    rows.key_idx
+        .iter()
+        .map(|&i| match &row.0[i] {
+            crate::pgoutput::TupleValue::Text(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// An insert or delete of `key`; a key we cannot read may be any key.

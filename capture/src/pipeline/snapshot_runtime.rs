@@ -1,6 +1,13 @@
 //! What the stream loop keeps of a chunked snapshot between messages: the
-//! chunk in flight, its read task, and the transactions the stream carried
+//! chunks in flight, the read task, and the transactions the stream carried
 //! lately (to tell whether a chunk's SELECT missed one of them).
+//!
+//! Chunks are read ahead: the next chunk of a table is read while the one
+//! before it waits for its high watermark and is published, so the reads,
+//! the stream and the encoding overlap. Every chunk in flight has its own
+//! window; they publish in order, and when one is not published (read
+//! again, paused, stopped) the ones after it are abandoned too, so a
+//! table's progress only ever moves to the end of a published chunk.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -18,6 +25,12 @@ use crate::snapshot::chunk::{ChunkError, ChunkRows};
 use crate::snapshot::window::Window;
 use crate::source::format_lsn;
 
+/// Chunks in flight at most: one waiting for its high watermark (or being
+/// published) and the next one being read. The reads share one connection
+/// and a chunk starts at the key where the one before it ended, so reading
+/// further ahead would only hold more rows while they wait.
+pub(super) const CHUNKS_IN_FLIGHT: usize = 2;
+
 /// Transactions the stream carried that are remembered, newest first, to
 /// tell whether a chunk's SELECT missed one of them.
 const STREAMED_XIDS: usize = 65_536;
@@ -28,7 +41,11 @@ pub(super) struct SnapshotRuntime {
     /// Opened on the first chunk; SELECTs never wait behind control queries.
     pub(super) conn: Option<Arc<Client>>,
     pub(super) chunks_started: u64,
-    pub(super) inflight: Option<InFlight>,
+    /// Oldest first; only the newest can still be reading.
+    pub(super) inflight: VecDeque<InFlight>,
+    /// Reads of abandoned chunks that have not ended yet: no chunk starts on
+    /// the connection until they have.
+    draining: Vec<JoinHandle<Result<ChunkRows, ChunkError>>>,
     /// Encoder of the last chunk's table shape, reused while it holds.
     pub(super) encoder: Option<(Relation, TableEncoder, Arc<str>)>,
     /// Rows and time at the last progress log line, for the rate.
@@ -60,7 +77,8 @@ impl SnapshotRuntime {
             chunk_size,
             conn: None,
             chunks_started: 0,
-            inflight: None,
+            inflight: VecDeque::new(),
+            draining: Vec::new(),
             encoder: None,
             last_log: None,
             recent: HashMap::new(),
@@ -100,21 +118,54 @@ impl Drop for SnapshotRuntime {
     /// A pipeline that stops (shutdown, error) abandons its chunk: the next
     /// life reads it again, so its task has nothing left to do.
     fn drop(&mut self) {
-        if let Some(task) = self.inflight.as_ref().and_then(|c| c.task.as_ref()) {
+        let reading = self.inflight.iter().filter_map(|c| c.task.as_ref());
+        for task in reading.chain(&self.draining) {
             task.abort();
         }
     }
 }
 
-/// Completes when the in-flight chunk's read task ends; never without one.
-pub(super) async fn chunk_read(snap: &mut SnapshotRuntime) -> Result<ChunkRows, ChunkError> {
-    match snap.inflight.as_mut().and_then(|c| c.task.as_mut()) {
+impl SnapshotRuntime {
+    /// Whether a chunk is reading or an abandoned read has not ended: the
+    /// connection is busy.
+    pub(super) fn reading(&self) -> bool {
+        !self.draining.is_empty() || self.inflight.iter().any(|c| c.task.is_some())
+    }
+
+    /// Gives up the chunks in flight: none of them is published. A read
+    /// still running ends on its own (its watermarks match no chunk).
+    pub(super) fn abandon(&mut self) {
+        for chunk in self.inflight.drain(..) {
+            self.draining.extend(chunk.task);
+        }
+    }
+
+    /// Gives up the chunks in flight of `table`.
+    pub(super) fn abandon_table(&mut self, table: &str) {
+        if self.inflight.iter().any(|c| c.table == table) {
+            self.abandon();
+        }
+    }
+}
+
+/// Completes when a read task ends: `Some` with the newest chunk's rows, or
+/// `None` when an abandoned read ended. Never without a task.
+pub(super) async fn chunk_read(
+    snap: &mut SnapshotRuntime,
+) -> Option<Result<ChunkRows, ChunkError>> {
+    if let Some(task) = snap.draining.first_mut() {
+        // Its outcome no longer matters; its watermarks match no chunk.
+        let _ = task.await;
+        snap.draining.remove(0);
+        return None;
+    }
+    match snap.inflight.back_mut().and_then(|c| c.task.as_mut()) {
         Some(task) => {
             let result = join(task).await;
-            if let Some(c) = snap.inflight.as_mut() {
+            if let Some(c) = snap.inflight.back_mut() {
                 c.task = None;
             }
-            result
+            Some(result)
         }
         None => std::future::pending().await,
     }
