@@ -19,6 +19,7 @@
 //! BENCH_COLUMNS=10 cargo run --release --example bench_snapshot -- 1000000   # the 10-column table of issue 19
 //! BENCH_SCHEMAS=false cargo run --release --example bench_snapshot -- 1000000 # schemas.enable = false
 //! BENCH_PRODUCER=compression.type=zstd,linger.ms=20 cargo run ...             # [kafka.producer] settings
+//! BENCH_CAPTURE_LOG=info,oncely_capture=debug cargo run ...                   # capture's RUST_LOG (default warn)
 //! ```
 mod bench_support;
 

@@ -18,6 +18,7 @@
 //! watermark ids); [`chunk`] reads a chunk and [`signal`] parses signals.
 
 pub mod chunk;
+mod copy;
 pub mod signal;
 pub mod window;
 
