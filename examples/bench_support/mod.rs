@@ -75,8 +75,12 @@ pub fn tag() -> String {
     format!("{:08x}", rand::random::<u32>())
 }
 
-/// `target/release/oncely`, next to this example's own binary.
+/// `target/release/oncely`, next to this example's own binary, or
+/// `$BENCH_ONCELY` (to compare two builds).
 pub fn oncely_binary() -> Result<PathBuf> {
+    if let Ok(path) = std::env::var("BENCH_ONCELY") {
+        return Ok(path.into());
+    }
     std::env::current_exe()?
         .parent()
         .and_then(|p| p.parent())
