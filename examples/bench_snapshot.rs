@@ -60,16 +60,21 @@ async fn main() -> Result<()> {
         ),
         other => bail!("BENCH_COLUMNS must be 5 or 10, not {other}"),
     };
-    // `[kafka.producer]` settings, `key=value` comma separated.
-    let producer: String = std::env::var("BENCH_PRODUCER")
+    // `[kafka.producer]` settings, `key=value` comma separated; the Kafka
+    // floor's producer takes them too.
+    let overrides: Vec<(String, String)> = std::env::var("BENCH_PRODUCER")
         .unwrap_or_default()
         .split(',')
         .filter(|kv| !kv.is_empty())
         .map(|kv| match kv.split_once('=') {
-            Some((k, v)) => Ok(format!("{k:?} = {v:?}\n")),
+            Some((k, v)) => Ok((k.to_string(), v.to_string())),
             None => bail!("BENCH_PRODUCER: {kv:?} is not key=value"),
         })
         .collect::<Result<_>>()?;
+    let producer: String = overrides
+        .iter()
+        .map(|(k, v)| format!("{k:?} = {v:?}\n"))
+        .collect();
     let services = bench_support::Services::from_env()?;
     let (host, port, user) = (&services.host, services.port, &services.user);
     let brokers = &services.brokers;
@@ -193,7 +198,7 @@ async fn main() -> Result<()> {
     let per_tx = (total as usize).div_ceil(10);
     let floor_brokers = brokers.clone();
     let (floor_secs, floor_cpu) = tokio::task::spawn_blocking(move || {
-        kafka_floor(&floor_brokers, &topic, total as usize, per_tx)
+        kafka_floor(&floor_brokers, &topic, total as usize, per_tx, &overrides)
     })
     .await??;
     let floor_rate = total as f64 / floor_secs;
@@ -215,9 +220,16 @@ async fn main() -> Result<()> {
 
 /// Sends `total` records copied from the first records of `source` to a new
 /// topic of as many partitions, in transactions of `per_tx` records, with the
-/// producer settings capture uses (`capture/src/kafka/mod.rs`). Returns the
-/// seconds taken and this process's CPU seconds meanwhile. Blocking.
-fn kafka_floor(brokers: &str, source: &str, total: usize, per_tx: usize) -> Result<(f64, f64)> {
+/// producer settings capture uses (`capture/src/kafka/mod.rs`), then
+/// `overrides` (capture's `[kafka.producer]`). Returns the seconds taken and
+/// this process's CPU seconds meanwhile. Blocking.
+fn kafka_floor(
+    brokers: &str,
+    source: &str,
+    total: usize,
+    per_tx: usize,
+    overrides: &[(String, String)],
+) -> Result<(f64, f64)> {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
     use rdkafka::config::ClientConfig;
@@ -279,7 +291,8 @@ fn kafka_floor(brokers: &str, source: &str, total: usize, per_tx: usize) -> Resu
     let new = NewTopic::new(&floor, partitions as i32, TopicReplication::Fixed(1))
         .set("max.message.bytes", "10485760");
     futures::executor::block_on(admin.create_topics([&new], &AdminOptions::new()))?;
-    let producer: ThreadedProducer<_> = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", brokers)
         .set("transactional.id", &floor)
         .set("enable.idempotence", "true")
@@ -290,8 +303,11 @@ fn kafka_floor(brokers: &str, source: &str, total: usize, per_tx: usize) -> Resu
         .set("compression.type", "lz4")
         .set("transaction.timeout.ms", "60000")
         .set("queue.buffering.max.kbytes", "65536")
-        .set("queue.buffering.max.messages", "100000")
-        .create()?;
+        .set("queue.buffering.max.messages", "100000");
+    for (k, v) in overrides {
+        config.set(k, v);
+    }
+    let producer: ThreadedProducer<_> = config.create()?;
     producer.init_transactions(timeout)?;
     let cpu_before = bench_support::cpu_seconds(std::process::id());
     let t = Instant::now();
