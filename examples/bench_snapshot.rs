@@ -220,7 +220,7 @@ async fn main() -> Result<()> {
 
 /// Sends `total` records copied from the first records of `source` to a new
 /// topic of as many partitions, in transactions of `per_tx` records, with the
-/// producer settings capture uses (`capture/src/kafka/mod.rs`), then
+/// producer settings capture uses (`oncely_capture::kafka::PRODUCER_SETTINGS`), then
 /// `overrides` (capture's `[kafka.producer]`). Returns the seconds taken and
 /// this process's CPU seconds meanwhile. Blocking.
 fn kafka_floor(
@@ -295,15 +295,10 @@ fn kafka_floor(
     config
         .set("bootstrap.servers", brokers)
         .set("transactional.id", &floor)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("partitioner", "murmur2_random")
-        .set("linger.ms", "5")
-        .set("batch.size", "1000000")
-        .set("compression.type", "lz4")
-        .set("transaction.timeout.ms", "60000")
-        .set("queue.buffering.max.kbytes", "65536")
-        .set("queue.buffering.max.messages", "100000");
+        .set("queue.buffering.max.kbytes", "65536");
+    for (k, v) in oncely_capture::kafka::PRODUCER_SETTINGS {
+        config.set(*k, *v);
+    }
     for (k, v) in overrides {
         config.set(k, v);
     }

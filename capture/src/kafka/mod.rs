@@ -19,6 +19,22 @@ use tokio_util::sync::CancellationToken;
 use crate::config::CaptureConfig;
 use crate::error::{is_too_large, CaptureError};
 
+/// The transactional producer's fixed settings, before the queue and
+/// message sizes (from the config) and `[kafka.producer]` (which wins).
+/// The snapshot benchmark's Kafka floor sends with the same ones.
+pub const PRODUCER_SETTINGS: &[(&str, &str)] = &[
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    // Keys land on the partitions a Java client would choose.
+    ("partitioner", "murmur2_random"),
+    ("linger.ms", "5"),
+    ("batch.size", "1000000"),
+    ("compression.type", "lz4"),
+    ("transaction.timeout.ms", "60000"),
+    // With queue.buffering.max.kbytes, bounds the producer's memory.
+    ("queue.buffering.max.messages", "100000"),
+];
+
 pub use oncely_core::kafka::is_connection_property;
 
 /// A client config for `bootstrap` with the connection properties among `props`
@@ -228,19 +244,14 @@ impl TxProducer {
         let mut client = ClientConfig::new();
         client
             .set("bootstrap.servers", &cfg.kafka_bootstrap_servers)
-            .set("transactional.id", &transactional_id)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            // Keys land on the partitions a Java client would choose.
-            .set("partitioner", "murmur2_random")
-            .set("linger.ms", "5")
-            .set("batch.size", "1000000")
-            .set("compression.type", "lz4")
-            .set("transaction.timeout.ms", "60000")
+            .set("transactional.id", &transactional_id);
+        for (k, v) in PRODUCER_SETTINGS {
+            client.set(*k, *v);
+        }
+        client
             // Bounded producer memory: sends wait when the queue is full. It
             // matches the default batch.max.bytes, so a batch rarely waits.
             .set("queue.buffering.max.kbytes", queue_kbytes.to_string())
-            .set("queue.buffering.max.messages", "100000")
             .set("message.max.bytes", max_message_bytes.to_string());
         for (k, v) in &cfg.kafka_producer {
             client.set(k, v);
