@@ -23,14 +23,18 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use crate::tls::{client_config, refused_certificate, ClientIdentity, TlsError, Verify};
 
 /// `sslmode`: how a connection is secured, with libpq's names and meanings.
-/// Each configuration picks its own default (capture: `prefer`, as libpq;
-/// the warehouse sink: `disable`).
+/// Every configuration defaults to [`DEFAULT_SSLMODE`]. Only `verify-full`
+/// stops an active attacker: the others either send in the clear, or accept
+/// any certificate, or (`verify-ca`) any certificate of the CA for any host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SslMode {
     /// Plain TCP.
     Disable,
-    /// TLS when the server offers it, plain otherwise; the certificate is not checked.
+    /// TLS when the server offers it, plain otherwise. The certificate is not
+    /// checked, unless `sslrootcert` is set: then its chain is (as libpq does;
+    /// the replication stream then requires TLS, which its client can verify
+    /// only that way).
     Prefer,
     /// TLS or no connection. The certificate is not checked, unless
     /// `sslrootcert` is set: then its chain is (like `verify-ca`, as libpq does).
@@ -40,6 +44,10 @@ pub enum SslMode {
     /// `verify-ca`, and the certificate must also name the host connected to.
     VerifyFull,
 }
+
+/// `sslmode` when unset, for capture and the warehouse sink alike: libpq's
+/// default (TLS when the server offers it).
+pub const DEFAULT_SSLMODE: SslMode = SslMode::Prefer;
 
 impl fmt::Display for SslMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -236,7 +244,8 @@ impl PgTls {
     fn plan(&self) -> (Wire, Verify) {
         match (self.sslmode, self.sslrootcert.is_some()) {
             (SslMode::Disable, _) => (Wire::Disable, Verify::Nothing),
-            (SslMode::Prefer, _) => (Wire::Prefer, Verify::Nothing),
+            (SslMode::Prefer, false) => (Wire::Prefer, Verify::Nothing),
+            (SslMode::Prefer, true) => (Wire::Prefer, Verify::Chain),
             (SslMode::Require, false) => (Wire::Require, Verify::Nothing),
             (SslMode::Require | SslMode::VerifyCa, _) => (Wire::Require, Verify::Chain),
             (SslMode::VerifyFull, _) => (Wire::Require, Verify::Full),
@@ -273,7 +282,7 @@ impl PgTls {
         let ca = self.sslrootcert.clone();
         let mut tls = match self.plan() {
             (Wire::Disable, _) => TlsConfig::disabled(),
-            (Wire::Prefer, _) => TlsConfig {
+            (Wire::Prefer, Verify::Nothing) => TlsConfig {
                 mode: Repl::Prefer,
                 ..TlsConfig::default()
             },
@@ -289,6 +298,56 @@ impl PgTls {
         }
         tls
     }
+
+    /// A warning for start-up when `pg`'s password would travel to a server
+    /// reached over the network without `verify-full`, the one mode that
+    /// stops an active attacker from reading or relaying it; `None` when no
+    /// password is set or every host is a Unix socket or a loopback address
+    /// (nothing crosses a network). Names the host and the key, never the password.
+    pub fn unverified_credentials(&self, pg: &tokio_postgres::Config) -> Option<String> {
+        use tokio_postgres::config::Host;
+        if self.sslmode == SslMode::VerifyFull || pg.get_password().is_none() {
+            return None;
+        }
+        let remote: Vec<&str> = pg
+            .get_hosts()
+            .iter()
+            .filter_map(|host| match host {
+                Host::Tcp(name) if !is_loopback(name) => Some(name.as_str()),
+                _ => None,
+            })
+            .collect();
+        if remote.is_empty() {
+            return None;
+        }
+        let how = match self.plan() {
+            (Wire::Disable, _) => "in the clear",
+            (Wire::Prefer, Verify::Nothing) => {
+                "over TLS only if the server offers it, and without checking its certificate"
+            }
+            (_, Verify::Nothing) => "over TLS without checking the server's certificate",
+            (Wire::Prefer, _) => {
+                "over TLS only if the server offers it, without checking the name in its certificate"
+            }
+            _ => "over TLS without checking the name in the server's certificate",
+        };
+        Some(format!(
+            "the password for {} is sent {how} (`{keys}.sslmode = \"{mode}\"`): an attacker on the network could read or relay it; set `{keys}.sslmode = \"verify-full\"` with `{keys}.sslrootcert`",
+            remote.join(", "),
+            keys = self.keys,
+            mode = self.sslmode,
+        ))
+    }
+}
+
+/// `localhost` or a loopback address.
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Opens connections with one set of TLS settings (cheap to clone).
@@ -422,7 +481,12 @@ mod tests {
             plan(SslMode::Disable, false),
             (Wire::Disable, Verify::Nothing)
         );
-        assert_eq!(plan(SslMode::Prefer, true), (Wire::Prefer, Verify::Nothing));
+        assert_eq!(
+            plan(SslMode::Prefer, false),
+            (Wire::Prefer, Verify::Nothing)
+        );
+        // libpq: a root certificate is checked whenever TLS is used.
+        assert_eq!(plan(SslMode::Prefer, true), (Wire::Prefer, Verify::Chain));
         assert_eq!(
             plan(SslMode::Require, false),
             (Wire::Require, Verify::Nothing)
@@ -457,7 +521,52 @@ mod tests {
         t.sslrootcert = Some("/ca.pem".into());
         assert_eq!(t.replication("h").mode, Repl::VerifyCa);
         assert_eq!(tls(SslMode::Prefer).replication("h").mode, Repl::Prefer);
+        let mut t = tls(SslMode::Prefer);
+        t.sslrootcert = Some("/ca.pem".into());
+        assert_eq!(t.replication("h").mode, Repl::VerifyCa);
         assert_eq!(tls(SslMode::Disable).replication("h").mode, Repl::Disable);
+    }
+
+    #[test]
+    fn a_password_over_an_unverified_network_connection_is_warned_of() {
+        let pg = |url: &str| url.parse::<tokio_postgres::Config>().expect("url");
+        let remote = pg("postgres://app:s3cret-pw@db.example:5432/app");
+        for mode in [
+            SslMode::Disable,
+            SslMode::Prefer,
+            SslMode::Require,
+            SslMode::VerifyCa,
+        ] {
+            let mut t = PgTls::new(mode, "sink");
+            t.sslrootcert = (mode == SslMode::VerifyCa).then(|| "/ca.pem".into());
+            let warning = t.unverified_credentials(&remote).expect("warned");
+            assert!(warning.contains("db.example"), "{warning}");
+            assert!(
+                warning.contains(&format!("`sink.sslmode = \"{mode}\"`")),
+                "{warning}"
+            );
+            assert!(warning.contains("verify-full"), "{warning}");
+            assert!(!warning.contains("s3cret-pw"), "{warning}");
+        }
+        let mut full = tls(SslMode::VerifyFull);
+        full.sslrootcert = Some("/ca.pem".into());
+        assert_eq!(full.unverified_credentials(&remote), None);
+        let prefer = tls(SslMode::Prefer);
+        assert_eq!(
+            prefer.unverified_credentials(&pg("postgres://app@db.example/app")),
+            None
+        );
+        for local in [
+            "postgres://app:pw@localhost/app",
+            "postgres://app:pw@127.0.0.1:15432/app",
+            "postgres://app:pw@[::1]/app",
+            "host=/var/run/postgresql user=app password=pw",
+        ] {
+            assert_eq!(prefer.unverified_credentials(&pg(local)), None, "{local}");
+        }
+        let both = pg("host=127.0.0.1,db.example user=app password=pw");
+        let warning = prefer.unverified_credentials(&both).expect("warned");
+        assert!(warning.contains("for db.example is sent"), "{warning}");
     }
 
     #[test]

@@ -61,8 +61,8 @@ pub const DEFAULT_SNAPSHOT_CHUNK_SIZE: usize = 1024;
 pub const MAX_SNAPSHOT_CHUNK_SIZE: usize = 1 << 20;
 /// The largest `snapshot.max.threads`.
 pub const MAX_SNAPSHOT_THREADS: usize = 64;
-/// `database.sslmode` when unset: libpq's default.
-pub const DEFAULT_SSLMODE: SslMode = SslMode::Prefer;
+/// `database.sslmode` when unset: libpq's default, as the warehouse sink's.
+pub const DEFAULT_SSLMODE: SslMode = oncely_core::postgres::DEFAULT_SSLMODE;
 
 /// The whole `capture.toml`, one field per dotted key.
 #[derive(Debug, Clone, Deserialize)]

@@ -36,6 +36,10 @@ pub async fn run(
     metrics: CaptureMetrics,
     shutdown: CancellationToken,
 ) -> Result<(), CaptureError> {
+    let control = source::pg_config(&cfg, "oncely-capture-control");
+    if let Some(warning) = cfg.tls().unverified_credentials(&control) {
+        tracing::warn!("{warning}");
+    }
     let mut backoff = oncely_core::backoff::Backoff::new(RESTART_BACKOFF, MAX_RESTART_BACKOFF);
     let mut first_life = true;
     loop {

@@ -181,6 +181,19 @@ mod tests {
     }
 
     #[test]
+    fn the_warehouse_defaults_to_capture_s_sslmode() {
+        let (_, s) = parse_config(&format!(
+            "{HEAD}[sink]\nkind = \"postgres\"\nurl = \"postgres://x@h/db\"\n"
+        ))
+        .expect("postgres");
+        let SinkConfig::Postgres(c) = s else {
+            panic!("not the warehouse: {s:?}")
+        };
+        assert_eq!(c.sslmode, crate::kinds::postgres::SslMode::Prefer);
+        assert_eq!(c.sslmode, oncely_core::postgres::DEFAULT_SSLMODE);
+    }
+
+    #[test]
     fn the_annotated_example_is_valid() {
         let text = include_str!("../../../examples/sink.toml");
         let (runner, sink) = parse_config(text).expect("examples/sink.toml is valid");

@@ -95,7 +95,7 @@ pub struct PostgresConfig {
     /// `password`: overrides the URL's password; may be a reference. Never logged.
     #[serde(default)]
     pub password: Option<Secret>,
-    /// `sslmode`: `disable` (default), `prefer`, `require`, `verify-ca`, `verify-full`.
+    /// `sslmode`: `disable`, `prefer` (default, as capture's and libpq's), `require`, `verify-ca`, `verify-full`.
     #[serde(default = "default_sslmode")]
     pub sslmode: SslMode,
     /// `sslrootcert`: PEM file of the CAs to trust (needed by `verify-ca` and `verify-full`).
@@ -173,7 +173,7 @@ fn yes() -> bool {
     true
 }
 fn default_sslmode() -> SslMode {
-    SslMode::Disable
+    oncely_core::postgres::DEFAULT_SSLMODE
 }
 fn default_pool_max_size() -> usize {
     DEFAULT_POOL_MAX_SIZE
@@ -204,7 +204,7 @@ impl PostgresConfig {
         Self {
             url: Secret::new(url),
             password: None,
-            sslmode: SslMode::Disable,
+            sslmode: default_sslmode(),
             sslrootcert: None,
             sslcert: None,
             sslkey: None,

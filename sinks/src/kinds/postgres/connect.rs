@@ -44,6 +44,9 @@ impl PostgresSink {
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
+        if let Some(warning) = config.tls().unverified_credentials(&pg) {
+            tracing::warn!("{warning}");
+        }
         let tls = connector(config)?;
         tls.configure(&mut pg);
         // One connection first, through the builder's checks, so that a
