@@ -253,6 +253,15 @@ fn seconds(per_partition: &BTreeMap<(String, i32), f64>, topic: &str, partition:
 }
 
 /// Milliseconds since the epoch, now.
+/// A sink whose position Kafka deleted (retention) before it applied the
+/// records: what is gone and the fix.
+fn gap_problem(label: &str, (topic, partition): &(String, i32), at: i64, low: i64) -> String {
+    format!(
+        "{label}: {topic}[{partition}] needs offset {at} but Kafka's log starts at {low}: {} offsets were deleted before the sink applied them, and the target misses their changes. Fix: snapshot the topic's table (`oncely capture snapshot --table <schema.table>`), then start the sink once with `--resume-after-gap`",
+        low - at
+    )
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -385,6 +394,12 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
             dead_letter_topic: dlq,
             dead_letters,
         };
+        for p in &partitions {
+            let (low, _) = ends[p];
+            if let Some(at) = positions.get(p).copied().filter(|at| *at < low) {
+                problems.push((Health::Down, gap_problem(&sink.label, p, at, low)));
+            }
+        }
         if sink.dead_letters.unwrap_or(0) > 0 {
             problems.push((
                 Health::Degraded,

@@ -125,9 +125,16 @@ pub struct RunnerConfig {
         default = "default_ready_max_lag_ms"
     )]
     pub ready_max_lag_ms: u64,
-    /// `auto.offset.reset`: `earliest` (default) or `latest`.
+    /// `auto.offset.reset`: `earliest` (default) or `latest`, for partitions
+    /// without a stored position. A stored position Kafka no longer holds is
+    /// never reset: the partition stops (a gap).
     #[serde(rename = "auto.offset.reset", default)]
     pub auto_offset_reset: OffsetReset,
+    /// Not a key: `oncely sink --resume-after-gap` starts a partition whose
+    /// stored position Kafka deleted at the log start, once, after its tables
+    /// were snapshotted again.
+    #[serde(skip)]
+    pub resume_after_gap: bool,
     /// `shutdown.timeout.ms`: how long a stopping or revoked partition may take to finish
     /// its batch before it is abandoned (not acknowledged, so redelivered).
     #[serde(
@@ -206,6 +213,7 @@ impl RunnerConfig {
             metrics_listen: None,
             ready_max_lag_ms: DEFAULT_READY_MAX_LAG_MS,
             auto_offset_reset: OffsetReset::Earliest,
+            resume_after_gap: false,
             shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
             debezium_schemaless_accept: false,
             kafka: BTreeMap::new(),

@@ -34,6 +34,9 @@ pub const UNOWNED_PARTITION_REBALANCES_TOTAL: &str =
     "oncely_sink_unowned_partition_rebalances_total";
 /// Counter: records the dedup window (`[dedup]`) found already applied and skipped.
 pub const DEDUP_SKIPPED_TOTAL: &str = "oncely_sink_dedup_skipped_total";
+/// Gauge: offsets of a partition deleted from Kafka (retention) before the
+/// sink applied them; the partition is stopped while it is above 0.
+pub const GAP_OFFSETS: &str = "oncely_sink_gap_offsets";
 /// Label: topic name.
 pub const LABEL_TOPIC: &str = "topic";
 /// Label: partition number.
@@ -57,6 +60,8 @@ pub struct Metrics {
     pub batch_duration: HistogramVec,
     /// See [`RETRIES_TOTAL`].
     pub retries: IntCounterVec,
+    /// See [`GAP_OFFSETS`].
+    pub gap_offsets: IntGaugeVec,
     /// See [`DEAD_LETTERS_TOTAL`].
     pub dead_letters: IntCounterVec,
     /// See [`UNCOMMITTED_RECORDS`].
@@ -159,6 +164,13 @@ impl Metrics {
             ),
             &[LABEL_SINK, LABEL_TOPIC],
         )?;
+        let gap_offsets = IntGaugeVec::new(
+            Opts::new(
+                GAP_OFFSETS,
+                "Offsets deleted from Kafka before the sink applied them (the partition is stopped)",
+            ),
+            &[LABEL_TOPIC, LABEL_PARTITION],
+        )?;
         let mut catalog = Vec::new();
         let c = &mut catalog;
         register(&registry, c, &unowned_partition_rebalances, "counter")?;
@@ -171,6 +183,7 @@ impl Metrics {
         register(&registry, c, &retries, "counter")?;
         register(&registry, c, &dead_letters, "counter")?;
         register(&registry, c, &dedup_skipped, "counter")?;
+        register(&registry, c, &gap_offsets, "gauge")?;
         Ok(Self {
             registry,
             consumer_lag,
@@ -183,6 +196,7 @@ impl Metrics {
             offset_commit_failures,
             unowned_partition_rebalances,
             dedup_skipped,
+            gap_offsets,
             catalog: Arc::new(catalog),
         })
     }

@@ -8,6 +8,12 @@ pub struct SinkArgs {
     /// Path to the sink configuration (TOML); see examples/sink.toml.
     #[arg(long, short)]
     pub config: PathBuf,
+    /// Start partitions whose stored position Kafka has deleted (retention)
+    /// at the log's start, after the tables of their topics were snapshotted
+    /// again (`oncely capture snapshot --table ...`); without it such a
+    /// partition stops, reported by `/readyz` and `oncely status`.
+    #[arg(long)]
+    pub resume_after_gap: bool,
 }
 
 /// Loads and validates the configuration, builds the sink, runs it.
@@ -20,12 +26,13 @@ pub async fn run(args: SinkArgs) -> anyhow::Result<()> {
     super::cancel_on_signal(stop.clone())?;
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("cannot read {}", args.config.display()))?;
-    let (runner_config, sink_config) = oncely_sinks::kinds::parse_config(&text)
+    let (mut runner_config, sink_config) = oncely_sinks::kinds::parse_config(&text)
         .with_context(|| format!("invalid configuration in {}", args.config.display()))?;
     let sink = tokio::select! {
         sink = sink_config.build() => sink.context("cannot start the sink")?,
         _ = stop.cancelled() => return Ok(()),
     };
+    runner_config.resume_after_gap = args.resume_after_gap;
     let runner = oncely_sinks::Runner::new(runner_config, sink)?;
     runner.run(stop).await?;
     Ok(())

@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::shared::Shared;
+use super::shared::{Gap, Shared};
 use super::worker::{Control, Incoming, Worker};
 use crate::config::OffsetReset;
 use crate::error::SinkError;
@@ -90,7 +90,16 @@ impl RunnerContext {
             Ok(starts) => starts,
             Err(e) => return self.fail_unless_stopping(e),
         };
+        let gapped = self.gapped();
         for tp in &tps {
+            if gapped.contains(tp) {
+                // Kept assigned at its stored offset: librdkafka refuses to
+                // fetch it (`auto.offset.reset = error`) and no worker runs.
+                if let Some(n) = starts.get(tp) {
+                    let _ = tpl.set_partition_offset(&tp.topic, tp.partition, Offset::Offset(*n));
+                }
+                continue;
+            }
             let offset = match starts.get(tp) {
                 Some(n) => {
                     self.shared.assigned(tp, *n);
@@ -107,7 +116,7 @@ impl RunnerContext {
             return self.fail_unless_stopping(e);
         }
         let mut workers = self.lock_workers();
-        for tp in tps {
+        for tp in tps.into_iter().filter(|tp| !gapped.contains(tp)) {
             let handle = self.spawn_worker(&tp);
             workers.insert(tp, handle);
         }
@@ -127,7 +136,8 @@ impl RunnerContext {
             committed(consumer, tps)
         };
         for tp in tps {
-            if starts.contains_key(tp) {
+            if let Some(next) = starts.get(tp).copied() {
+                self.check_gap(consumer, tp, next, &mut starts);
                 continue;
             }
             match consumer.fetch_watermarks(&tp.topic, tp.partition, REBALANCE_REQUEST_TIMEOUT) {
@@ -144,6 +154,89 @@ impl RunnerContext {
             }
         }
         Ok(starts)
+    }
+
+    /// A stored position below the log's start is a gap: the partition is
+    /// stopped, or with `--resume-after-gap` starts at the log's start (loudly).
+    fn check_gap(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        tp: &TopicPartition,
+        next: i64,
+        starts: &mut Positions,
+    ) {
+        let low =
+            match consumer.fetch_watermarks(&tp.topic, tp.partition, REBALANCE_REQUEST_TIMEOUT) {
+                Ok((low, _)) => low,
+                // Unknown: fetched as stored; librdkafka reports an offset out of range.
+                Err(e) => {
+                    return tracing::warn!(%tp, "cannot read the log start to check for a gap: {e}")
+                }
+            };
+        if next >= low {
+            return;
+        }
+        let gap = Gap {
+            next,
+            log_start: low,
+        };
+        if self.shared.config.resume_after_gap {
+            tracing::warn!(
+                "{tp}: resuming at the log start {low} after a gap of {} offsets (--resume-after-gap): the changes in them are only in the target if their tables were snapshotted again",
+                low - next
+            );
+            starts.insert(tp.clone(), low);
+        } else {
+            self.shared.report_gap(tp, gap);
+        }
+    }
+
+    /// Partitions stopped for a gap.
+    fn gapped(&self) -> std::collections::HashSet<TopicPartition> {
+        self.shared
+            .gaps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// After librdkafka reported an offset out of range (retention deleted
+    /// records a running partition had not fetched yet): each partition with
+    /// a worker whose fetch position is below its log start stops, its
+    /// applied records committed.
+    pub(crate) fn stop_gapped(&self, consumer: &BaseConsumer<Self>) {
+        let Ok(positions) = consumer.position() else {
+            return tracing::warn!("offset out of range, and the fetch positions cannot be read");
+        };
+        let mut stopped = Vec::new();
+        for tp in self.assigned() {
+            let Some(Offset::Offset(next)) = positions
+                .find_partition(&tp.topic, tp.partition)
+                .map(|e| e.offset())
+            else {
+                continue;
+            };
+            if let Ok((low, _)) =
+                consumer.fetch_watermarks(&tp.topic, tp.partition, REBALANCE_REQUEST_TIMEOUT)
+            {
+                if next < low {
+                    self.shared.report_gap(
+                        &tp,
+                        Gap {
+                            next,
+                            log_start: low,
+                        },
+                    );
+                    stopped.push(tp);
+                }
+            }
+        }
+        if stopped.is_empty() {
+            tracing::warn!("librdkafka reported an offset out of range, but no partition's fetch position is below its log start");
+        }
+        self.stop_workers(&stopped, false);
     }
 
     /// A retriable error here means the retries were cut short by a stop: not a failure.
@@ -252,6 +345,17 @@ impl RunnerContext {
             let _ = m.consumer_lag.remove_label_values(&labels);
             let _ = m.uncommitted_records.remove_label_values(&labels);
             let _ = m.commit_lag_seconds.remove_label_values(&labels);
+            // Its next owner checks for the gap itself.
+            if self
+                .shared
+                .gaps
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(tp)
+                .is_some()
+            {
+                let _ = m.gap_offsets.remove_label_values(&labels);
+            }
             tracing::info!(%tp, lost, "partition revoked");
         }
     }

@@ -54,6 +54,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::ClientConfig;
@@ -234,6 +235,7 @@ impl Runner {
             stop,
             fatal: Mutex::new(None),
             positions: Mutex::new(Default::default()),
+            gaps: Mutex::new(Default::default()),
             liveness: shared::Liveness::new(),
         });
         let metrics_stop = CancellationToken::new();
@@ -298,13 +300,11 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
         .set("isolation.level", "read_committed")
         .set("partition.assignment.strategy", "cooperative-sticky")
         .set("enable.partition.eof", "false")
-        .set(
-            "auto.offset.reset",
-            match shared.config.auto_offset_reset {
-                crate::config::OffsetReset::Earliest => "earliest",
-                crate::config::OffsetReset::Latest => "latest",
-            },
-        );
+        // Start offsets are resolved here (`auto.offset.reset` only for
+        // partitions without a position); librdkafka must never move a
+        // partition past records retention deleted under it: it reports
+        // the partition instead, and the poll loop stops it (a gap).
+        .set("auto.offset.reset", "error");
     // librdkafka notices topics created after subscribing (capture creates them on
     // first use) only at its metadata refresh, 5 minutes by default: a sink started
     // before capture would sit idle that long. 10 s unless the user chose.
@@ -344,6 +344,9 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
         shared.liveness.polled();
         match consumer.poll(POLL_TIMEOUT) {
             None => {}
+            Some(Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange,
+            ))) => consumer.context().stop_gapped(&consumer),
             Some(Err(e)) => tracing::warn!("consumer: {e}"),
             Some(Ok(message)) => {
                 let (topic, partition, offset) = (

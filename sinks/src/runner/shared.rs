@@ -1,6 +1,6 @@
 //! State shared by the poll thread and the partition workers, and the topic filter.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -71,6 +71,30 @@ pub(crate) struct Shared {
     pub(crate) positions: Mutex<CommitLedger>,
     /// What `/readyz` reads besides the ledger.
     pub(crate) liveness: Liveness,
+    /// Partitions stopped because the records they need next are gone.
+    pub(crate) gaps: Mutex<BTreeMap<TopicPartition, Gap>>,
+}
+
+/// A partition whose next record Kafka no longer holds: `next` is the offset
+/// the sink needs, `log_start` the first Kafka still has (`log_start - next`
+/// offsets, records and transaction markers, are gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Gap {
+    pub(crate) next: i64,
+    pub(crate) log_start: i64,
+}
+
+impl Gap {
+    /// What `/readyz`, the log and the error say: the partition, how much is
+    /// gone and the fix.
+    pub(crate) fn explain(&self, tp: &TopicPartition) -> String {
+        format!(
+            "{tp}: the sink needs offset {} but Kafka's log starts at {}: {} offsets were deleted (retention.ms) before they were applied, so the target misses their changes; the partition is stopped. Fix: snapshot the topic's table (`oncely capture snapshot --table <schema.table>`), then start the sink once with `--resume-after-gap` (docs: Operating, gaps)",
+            self.next,
+            self.log_start,
+            self.log_start - self.next
+        )
+    }
 }
 
 /// The poll thread's signs of life, for `/readyz`.
@@ -246,6 +270,20 @@ impl Shared {
         self.ledger().take(tps)
     }
 
+    /// Stops `tp` for good in this process: the records it needs are gone.
+    pub(crate) fn report_gap(&self, tp: &TopicPartition, gap: Gap) {
+        tracing::error!("{}", gap.explain(tp));
+        let partition = tp.partition.to_string();
+        self.metrics
+            .gap_offsets
+            .with_label_values(&[tp.topic.as_str(), partition.as_str()])
+            .set(gap.log_start - gap.next);
+        self.gaps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(tp.clone(), gap);
+    }
+
     /// Sets the commit-lag gauges of every owned partition: records applied
     /// but not acknowledged by Kafka, and for how long.
     pub(crate) fn publish_commit_lag(&self) {
@@ -277,6 +315,15 @@ impl Shared {
                 "consumer group {} has not assigned partitions to this member yet",
                 self.group
             ));
+        }
+        if let Some((tp, gap)) = self
+            .gaps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .next()
+        {
+            return Err(gap.explain(tp));
         }
         let stalled = self.liveness.since_poll();
         if stalled > bound {

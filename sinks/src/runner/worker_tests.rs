@@ -38,6 +38,7 @@ fn shared(sink: Arc<MemorySink>) -> Arc<Shared> {
         stop: CancellationToken::new(),
         fatal: Mutex::new(None),
         positions: Mutex::new(Default::default()),
+        gaps: Mutex::new(Default::default()),
         liveness: Liveness::new(),
     })
 }

@@ -121,6 +121,11 @@ impl Pipeline {
     /// Starts the sink of config `i` (the three of [`SINKS`] first), its log
     /// appended to `<config name>.log` beside the config.
     pub fn spawn_sink(&self, i: usize) -> Result<Spawned> {
+        self.spawn_sink_with(i, &[])
+    }
+
+    /// [`Self::spawn_sink`] with more arguments for `oncely sink`.
+    pub fn spawn_sink_with(&self, i: usize, args: &[&str]) -> Result<Spawned> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -129,6 +134,7 @@ impl Pipeline {
             Command::new(env!("CARGO_BIN_EXE_oncely"))
                 .args(["sink", "--config"])
                 .arg(&self.sinks[i])
+                .args(args)
                 .env("RUST_LOG", "info,rdkafka=warn")
                 .stdout(Stdio::null())
                 .stderr(log)

@@ -1,0 +1,153 @@
+//! Records deleted from Kafka (retention) before the sinks applied them: every
+//! prebuilt sink stops the partition instead of resuming past the gap,
+//! `oncely status` says down naming the partition and the offsets gone, and
+//! after a snapshot of the table and `--resume-after-gap` every target ends
+//! equal to the source.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::harness::common;
+use crate::harness::e2e::Pipeline;
+
+fn status(p: &Pipeline) -> Result<(i32, String)> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_oncely"));
+    cmd.arg("status").arg("--capture").arg(&p.capture_config);
+    for sink in &p.sinks {
+        cmd.arg("--sink").arg(sink);
+    }
+    let out = cmd.env("RUST_LOG", "warn").output()?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
+}
+
+fn watermarks(topic: &str) -> Result<(i64, i64)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", common::kafka_brokers())
+        .create()?;
+    Ok(consumer.fetch_watermarks(topic, 0, Duration::from_secs(10))?)
+}
+
+async fn wait_until(what: &str, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !done()? {
+        if Instant::now() > deadline {
+            bail!("{what}: never reached");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
+async fn rows(p: &Pipeline) -> Result<i64> {
+    let row = p
+        .env
+        .client
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {}.public_t WHERE NOT coalesce(__oncely_deleted, false)",
+                crate::harness::e2e::WAREHOUSE_SCHEMA
+            ),
+            &[],
+        )
+        .await;
+    Ok(row.map(|r| r.get(0)).unwrap_or(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_never_resumes_past_records_kafka_deleted() -> Result<()> {
+    let p = Pipeline::new(
+        "e2e_gap",
+        "CREATE TABLE t (id int PRIMARY KEY, v text);\
+         CREATE TABLE oncely_signal (id text PRIMARY KEY, type text NOT NULL, data text)",
+        &["t"],
+        "signal.data.collection = \"public.oncely_signal\"\ntable.include.list = \"public.t,public.oncely_signal\"\n",
+    )
+    .await?;
+    let topic = p.topics()[0].clone();
+    let _capture = p.spawn_capture()?;
+    p.env.wait_slot_active().await?;
+    p.env
+        .client
+        .batch_execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 200) g")
+        .await?;
+    let sinks: Vec<_> = (0..3).map(|i| p.spawn_sink(i)).collect::<Result<_>>()?;
+    wait_until("sinks caught up", || Ok(status(&p)?.0 == 0)).await?;
+    drop(sinks);
+
+    // 400 rows while every sink is down, then the oldest of them deleted.
+    p.env
+        .client
+        .batch_execute(
+            "INSERT INTO t SELECT g, 'b' || g FROM generate_series(201, 600) g;\
+             DELETE FROM t WHERE id <= 20",
+        )
+        .await?;
+    wait_until("capture published the 420 changes", || {
+        Ok(watermarks(&topic)?.1 >= 600)
+    })
+    .await?;
+    let (_, high) = watermarks(&topic)?;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", common::kafka_brokers())
+        .create()?;
+    let mut cut = TopicPartitionList::new();
+    cut.add_partition_offset(&topic, 0, Offset::Offset(high - 100))?;
+    admin
+        .delete_records(&cut, &AdminOptions::new())
+        .await
+        .context("delete records")?;
+    assert_eq!(watermarks(&topic)?.0, high - 100);
+
+    // Started again, no sink applies anything past the gap.
+    let sinks: Vec<_> = (0..3).map(|i| p.spawn_sink(i)).collect::<Result<_>>()?;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let (code, out) = status(&p)?;
+    assert_eq!(code, 2, "a gap is down:\n{out}");
+    for i in 0..3 {
+        assert!(
+            out.contains(&format!("{topic}[0] needs offset")) && out.contains("were deleted"),
+            "sink {i} gap not named:\n{out}"
+        );
+        let log = p.sink_log(i);
+        assert!(
+            log.contains("offsets were deleted (retention.ms) before they were applied"),
+            "sink {i} did not say the partition stopped:\n{log}"
+        );
+    }
+    assert_eq!(rows(&p).await?, 200, "the warehouse applied past the gap");
+    drop(sinks);
+
+    // The fix: the table snapshotted again, the sinks resumed at the log start.
+    let out = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .args(["capture", "snapshot", "--config"])
+        .arg(&p.capture_config)
+        .args(["--table", "public.t"])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _sinks: Vec<_> = (0..3)
+        .map(|i| p.spawn_sink_with(i, &["--resume-after-gap"]))
+        .collect::<Result<_>>()?;
+    let report = p.verify_until_equal(Duration::from_secs(120)).await?;
+    assert!(
+        report.is_equal(),
+        "{}",
+        crate::harness::e2e::summary(&report)
+    );
+    let (code, out) = status(&p)?;
+    assert_eq!(code, 0, "{out}");
+    p.cleanup().await;
+    Ok(())
+}
