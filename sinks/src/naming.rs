@@ -24,7 +24,47 @@ pub struct TargetClaims {
     what: &'static str,
     /// The setting that names targets, e.g. `sink.index.pattern`.
     setting: &'static str,
-    owners: Mutex<HashMap<String, String>>,
+    owners: Mutex<HashMap<String, Owner>>,
+}
+
+/// Who a target belongs to: a source table's rows, another of its tables
+/// (its history), or the sink itself (its positions), and the setting that
+/// names that target — a sink that creates several tables per source table
+/// claims each, so a source table named like another's history table is
+/// caught like any other collision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// For messages: `source table "public"."orders"`, `the history table of
+    /// source table "public"."orders"`, `the sink's positions table`.
+    name: String,
+    /// The setting to change, e.g. `sink.history.table.name.format`.
+    setting: &'static str,
+}
+
+impl Owner {
+    /// The rows of source table `schema`.`table`, named by `setting`.
+    pub fn source(schema: &str, table: &str, setting: &'static str) -> Self {
+        Self {
+            name: format!("source table {}.{}", quote(schema), quote(table)),
+            setting,
+        }
+    }
+
+    /// `role` (e.g. "the history table") of source table `schema`.`table`.
+    pub fn of_source(role: &str, schema: &str, table: &str, setting: &'static str) -> Self {
+        Self {
+            name: format!("{role} of source table {}.{}", quote(schema), quote(table)),
+            setting,
+        }
+    }
+
+    /// One of the sink's own targets, e.g. "the sink's positions table".
+    pub fn sink(name: &str, setting: &'static str) -> Self {
+        Self {
+            name: name.to_owned(),
+            setting,
+        }
+    }
 }
 
 impl TargetClaims {
@@ -39,14 +79,27 @@ impl TargetClaims {
     /// Reserves `target` for the source table `schema`.`table`: fatal when
     /// another table holds it.
     pub fn claim(&self, target: &str, schema: &str, table: &str) -> Result<(), SinkError> {
-        let owner = format!("{}.{}", quote(schema), quote(table));
+        self.claim_as(target, Owner::source(schema, table, self.setting))
+    }
+
+    /// Reserves `target` for `owner`: fatal when another owner holds it,
+    /// naming both and the settings that name them.
+    pub fn claim_as(&self, target: &str, owner: Owner) -> Result<(), SinkError> {
         let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
         match owners.get(target) {
-            Some(first) if *first != owner => Err(SinkError::fatal(format!(
-                "source tables {first} and {owner} map to the same {what} `{target}`: their rows would mix and overwrite each other. Change {setting} so that it separates them (include the placeholders that tell them apart, e.g. the schema), or route one of them to another sink",
-                what = self.what,
-                setting = self.setting,
-            ))),
+            Some(first) if *first != owner => {
+                let settings = if first.setting == owner.setting {
+                    first.setting.to_owned()
+                } else {
+                    format!("{} or {}", first.setting, owner.setting)
+                };
+                Err(SinkError::fatal(format!(
+                    "{} and {} map to the same {what} `{target}`: their rows would mix and overwrite each other. Change {settings} so that it separates them (include the placeholders that tell them apart, e.g. the schema, or a prefix or suffix no source table name has), or route the source table to another sink",
+                    first.name,
+                    owner.name,
+                    what = self.what,
+                )))
+            }
             Some(_) => Ok(()),
             None => {
                 owners.insert(target.to_owned(), owner);
@@ -82,5 +135,58 @@ mod tests {
                 && text.contains("sink.index.pattern"),
             "{text}"
         );
+    }
+
+    /// A sink's other tables are claimed too: a source table whose target is
+    /// another's history table, or the sink's own table, is refused, in
+    /// either order, naming both settings.
+    #[test]
+    fn a_target_that_is_another_tables_history_or_the_sinks_own_is_fatal() {
+        const T: &str = "sink.table.name.format";
+        const H: &str = "sink.history.table.name.format";
+        let claims = TargetClaims::new("warehouse table", T);
+        claims
+            .claim_as(
+                "oncely_positions",
+                Owner::sink("the sink's positions table", "sink.positions.table"),
+            )
+            .expect("positions");
+        let history = Owner::of_source("the history table", "public", "orders", H);
+        claims
+            .claim_as("public_orders_history", history.clone())
+            .expect("history");
+        claims
+            .claim_as("public_orders_history", history)
+            .expect("again");
+        let e = claims
+            .claim("public_orders_history", "public", "orders_history")
+            .expect_err("mirror onto a history table");
+        assert!(e.is_fatal());
+        let text = e.to_string();
+        assert!(
+            text.contains("the history table of source table \"public\".\"orders\"")
+                && text.contains("\"public\".\"orders_history\"")
+                && text.contains(&format!("{H} or {T}")),
+            "{text}"
+        );
+        let text = claims
+            .claim("oncely_positions", "oncely", "positions")
+            .expect_err("mirror onto the positions table")
+            .to_string();
+        assert!(
+            text.contains("the sink's positions table") && text.contains("sink.positions.table"),
+            "{text}"
+        );
+        // The other order: the mirror first.
+        let claims = TargetClaims::new("warehouse table", T);
+        claims
+            .claim("public_orders_history", "public", "orders_history")
+            .expect("mirror");
+        assert!(claims
+            .claim_as(
+                "public_orders_history",
+                Owner::of_source("the history table", "public", "orders", H)
+            )
+            .is_err());
     }
 }

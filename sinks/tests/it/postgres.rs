@@ -1207,3 +1207,85 @@ async fn millisecond_and_nanosecond_timestamps_keep_every_digit() {
     assert_eq!(got, want);
     wh.drop().await;
 }
+
+/// A change of row `id` of `schema.table` at version (lsn, 1), without schemas.
+fn change_of(offset: i64, [schema, table]: [&str; 2], id: i64, lsn: u64) -> Record {
+    let value = json!({"before": null, "after": {"id": id, "v": id}, "op": "c", "ts_ms": 1,
+        "source": {"schema": schema, "table": table, "commit_lsn": lsn, "event_seq": 1}});
+    record(offset, Some(json!({"id": id})), Some(value))
+}
+
+/// The sink's own tables are claimed like mirror tables: a source table
+/// whose mirror would be another table's history table (`public.orders_history`
+/// beside `public.orders` with history on, in either order) or the positions
+/// table (`oncely.positions`) is a fatal error naming both and the setting to
+/// change, before anything is written; the tables keep what they held.
+#[tokio::test]
+async fn source_tables_named_like_history_or_positions_tables_are_refused() {
+    let wh = Warehouse::new().await;
+    let orders = ["public", "orders"];
+    let orders_history = ["public", "orders_history"];
+    let refused = |e: SinkError, want: &[&str]| {
+        let text = e.to_string();
+        assert!(e.is_fatal(), "{e:?}");
+        for w in want {
+            assert!(text.contains(w), "{w} missing from: {text}");
+        }
+    };
+
+    let sink = wh.sink(|c| c.history_enabled = true).await;
+    sink.apply(&batch(vec![change_of(0, orders, 1, 100)]))
+        .await
+        .expect("orders");
+    let e = sink
+        .apply(&batch(vec![change_of(1, orders_history, 2, 110)]))
+        .await
+        .expect_err("orders_history's mirror is the history of orders");
+    refused(
+        e,
+        &[
+            "\"public\".\"orders\"",
+            "\"public\".\"orders_history\"",
+            "public_orders_history",
+            "sink.history.table.name.format",
+            "sink.table.name.format",
+        ],
+    );
+    let history = wh
+        .client
+        .query_one("SELECT count(*) FROM public_orders_history", &[])
+        .await
+        .expect("history")
+        .get::<_, i64>(0);
+    assert_eq!(history, 1, "the history table holds orders' change only");
+    assert_eq!(position(&sink).await, Some(1));
+    drop(sink);
+
+    // The other order: the mirror first, then the table whose history it would be.
+    let sink = wh.sink(|c| c.history_enabled = true).await;
+    sink.apply(&batch(vec![change_of(1, orders_history, 2, 110)]))
+        .await
+        .expect_err("orders_history first, in a new sink: refused too");
+    drop(sink);
+    let sink = wh.sink(|c| c.history_enabled = true).await;
+    sink.apply(&batch(vec![change_of(1, orders, 2, 110)]))
+        .await
+        .expect("orders alone");
+
+    // The positions table is the sink's from the start.
+    let e = sink
+        .apply(&batch(vec![change_of(2, ["oncely", "positions"], 3, 120)]))
+        .await
+        .expect_err("oncely.positions mirrors into the positions table");
+    refused(
+        e,
+        &[
+            "\"oncely\".\"positions\"",
+            "oncely_positions",
+            "sink.positions.table",
+        ],
+    );
+    assert_eq!(position(&sink).await, Some(2));
+    drop(sink);
+    wh.drop().await;
+}

@@ -1306,3 +1306,80 @@ async fn full_images_replace_cached_rows() {
         "the tombstone went"
     );
 }
+
+/// A change or truncate (`row` null) of `schema.table` at `v`, row `id`.
+fn record_of(offset: i64, [schema, table]: [&str; 2], id: i64, row: Value, v: Version) -> Record {
+    let op = if row.is_null() { "t" } else { "c" };
+    let value = json!({
+        "before": null, "after": row, "op": op,
+        "source": {"schema": schema, "table": table, "commit_lsn": v.lsn, "event_seq": v.seq},
+    });
+    let key = (op == "c").then(|| json!({ "id": id }));
+    Record::new(
+        offset,
+        key,
+        decode_value(Some(value.to_string().as_bytes())).expect("envelope"),
+    )
+}
+
+/// `"a.b"."c"` and `"a"."b.c"` have key sets of their own (names escaped as
+/// in row keys): a truncate of one leaves the other's older rows.
+async fn dotted_names_have_their_own_key_sets(layout: Layout) {
+    let (mut cfg, p) = config(layout);
+    cfg.key_pattern = format!("{p}:{{schema}}:{{table}}:{{key}}");
+    let sink = RedisSink::connect(&cfg).await.expect("sink");
+    let mut conn = raw().await;
+    let (one, other) = (["a.b", "c"], ["a", "b.c"]);
+    let row = |id: i64| json!({"id": id, "v": format!("row {id}")});
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![
+            record_of(0, one, 1, row(1), Version::new(10, 0)),
+            record_of(1, other, 2, row(2), Version::new(10, 1)),
+        ],
+        2,
+    ))
+    .await
+    .expect("rows");
+    sink.apply(&batch(
+        "g",
+        0,
+        vec![record_of(2, one, 0, Value::Null, Version::new(20, 0))],
+        3,
+    ))
+    .await
+    .expect("truncate of \"a.b\".\"c\"");
+    assert_eq!(
+        cached(&mut conn, layout, &format!("{p}:a.b:c:1")).await,
+        None,
+        "the truncated table's row goes"
+    );
+    assert_eq!(
+        cached(&mut conn, layout, &format!("{p}:a:b.c:2")).await,
+        Some(text_row(&row(2))),
+        "the other table's row stays"
+    );
+    let members: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(format!("{p}:ks:.a\\.b.c"))
+        .query_async(&mut conn)
+        .await
+        .expect("SMEMBERS");
+    assert!(members.is_empty(), "{members:?}");
+    let members: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(format!("{p}:ks:.a.b\\.c"))
+        .query_async(&mut conn)
+        .await
+        .expect("SMEMBERS");
+    assert_eq!(members, vec![format!("{p}:a:b.c:2")], "escaped key set");
+}
+
+#[tokio::test]
+async fn hash_truncates_of_dotted_names_leave_the_other_table() {
+    dotted_names_have_their_own_key_sets(Layout::Hash).await;
+}
+
+#[tokio::test]
+async fn json_truncates_of_dotted_names_leave_the_other_table() {
+    dotted_names_have_their_own_key_sets(Layout::Json).await;
+}

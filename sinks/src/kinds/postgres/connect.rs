@@ -12,7 +12,7 @@ use super::error::{pool_error, to_sink_error};
 use super::table::{quote, Catalog};
 use super::{MetaColumns, PostgresConfig, PostgresSink};
 use crate::error::SinkError;
-use crate::naming::TargetClaims;
+use crate::naming::{Owner, TargetClaims};
 
 /// `host:port/db` of a connection config, for errors (no user, no password).
 pub fn place_of(pg: &tokio_postgres::Config) -> String {
@@ -82,8 +82,13 @@ impl PostgresSink {
             positions,
             prebuilt_used: AtomicU64::new(0),
             place,
-            claims: TargetClaims::new("warehouse table", "sink.table.name.format"),
+            claims: TargetClaims::new("warehouse table", super::TABLE_FORMAT),
         };
+        // The positions table is the sink's before any source table's.
+        sink.claims.claim_as(
+            &config.positions_table,
+            Owner::sink("the sink's positions table", super::POSITIONS_TABLE),
+        )?;
         sink.setup().await?;
         Ok(sink)
     }

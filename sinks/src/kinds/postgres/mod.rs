@@ -97,7 +97,12 @@ use self::write::{
     Ready,
 };
 use crate::error::{RecordFailure, SinkError};
-use crate::naming::TargetClaims;
+use crate::naming::{Owner, TargetClaims};
+
+/// The settings naming the sink's tables, for collision messages.
+const TABLE_FORMAT: &str = "sink.table.name.format";
+const HISTORY_FORMAT: &str = "sink.history.table.name.format";
+const POSITIONS_TABLE: &str = "sink.positions.table";
 use crate::sink::{Batch, Positions, Sink, TopicPartition};
 
 #[async_trait]
@@ -145,12 +150,16 @@ pub struct PostgresSink {
     /// `host:port/db` for errors: where, never who (no user or password).
     place: String,
     /// Which source table each target table belongs to (`${schema}_${table}`
-    /// makes `a_b.c` and `a.b_c` one table).
+    /// makes `a_b.c` and `a.b_c` one table), history tables and the positions
+    /// table included (`public.orders_history` would mirror into the history
+    /// table of `public.orders`, `oncely.positions` into the positions table).
     claims: TargetClaims,
 }
 
 impl PostgresSink {
-    /// Refuses a batch whose table's target another source table writes to.
+    /// Refuses a batch whose table's mirror or history table another source
+    /// table writes to, or is the positions table (claimed at connect): each
+    /// table the sink creates is claimed.
     fn claim_tables(&self, batch: &Batch) -> Result<(), SinkError> {
         let mut last = None;
         for record in batch.records() {
@@ -165,10 +174,18 @@ impl PostgresSink {
             }
             last = Some((schema, table));
             // A name too long is the record's failure (in the plan).
-            if let Some(target) =
-                expand_name(&self.config.table_name_format, batch.topic(), schema, table)
-            {
-                self.claims.claim(&target, schema, table)?;
+            let name = |format: &str| expand_name(format, batch.topic(), schema, table);
+            if self.config.upsert_enabled {
+                if let Some(target) = name(&self.config.table_name_format) {
+                    self.claims.claim(&target, schema, table)?;
+                }
+            }
+            if self.config.history_enabled {
+                if let Some(target) = name(&self.config.history_table_name_format) {
+                    let owner =
+                        Owner::of_source("the history table", schema, table, HISTORY_FORMAT);
+                    self.claims.claim_as(&target, owner)?;
+                }
             }
         }
         Ok(())

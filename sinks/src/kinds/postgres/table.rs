@@ -115,6 +115,38 @@ impl TableInfo {
             .all(|c| self.columns.contains_key(*c))
     }
 
+    /// A fatal error when this table, wanted as a mirror table, is a history
+    /// table the sink created (key `(lsn, seq)`, `kafka_offset`, none of the
+    /// sink's row columns): one source table's mirror name is another's
+    /// history name. The process's claims ([`crate::naming::TargetClaims`])
+    /// catch that when it saw both tables; this catches it after a restart
+    /// too, before any DDL or row touches the table.
+    pub fn refuse_history(&self) -> Result<(), SinkError> {
+        let history = self.key == ["lsn", "seq"]
+            && self.columns.contains_key("kafka_offset")
+            && !self.columns.contains_key(&self.meta.lsn);
+        if history {
+            return Err(SinkError::fatal(format!(
+                "the warehouse table {} is the history table of another source table, and a source table's rows would be mirrored into it: change sink.table.name.format or sink.history.table.name.format so that no mirror table is named like a history table (e.g. a history suffix no source table name ends with)",
+                self.qualified
+            )));
+        }
+        Ok(())
+    }
+
+    /// A fatal error when this table, wanted as a history table, is a
+    /// mirror table (it has the sink's version column): the other way round
+    /// of [`TableInfo::refuse_history`].
+    pub fn refuse_mirror(&self) -> Result<(), SinkError> {
+        if self.columns.contains_key(&self.meta.lsn) {
+            return Err(SinkError::fatal(format!(
+                "the warehouse table {} mirrors another source table, and a source table's history would be appended to it: change sink.table.name.format or sink.history.table.name.format so that no history table is named like a mirror table (e.g. a history suffix no source table name ends with)",
+                self.qualified
+            )));
+        }
+        Ok(())
+    }
+
     /// The columns `wanted` describes as wider than they are: (column, its
     /// type now, the type holding both).
     pub fn widenings(&self, wanted: &BTreeMap<&str, ColumnSpec>) -> Vec<(String, String, String)> {
@@ -203,6 +235,7 @@ impl Catalog {
             self.meta.clash(&self.qualified(table), column)?;
         }
         if let Some(t) = self.lookup(client, table).await? {
+            t.refuse_history()?;
             if t.has_columns(wanted) {
                 if t.widenings(wanted).is_empty() {
                     return Ok(t);
@@ -321,6 +354,7 @@ impl Catalog {
         table: &str,
     ) -> Result<Arc<TableInfo>, SinkError> {
         if let Some(t) = self.lookup(client, table).await? {
+            t.refuse_mirror()?;
             return Ok(t);
         }
         let ddl = format!(

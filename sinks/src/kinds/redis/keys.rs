@@ -1,6 +1,6 @@
 //! Row keys: `key.pattern` parsed once ([`KeyPattern`]), every value
 //! escaped so that keys never collide, and the key set holding a table's
-//! row keys ([`key_set`]).
+//! row keys ([`key_set`]), its names escaped the same way (`push_escaped`).
 
 use serde_json::Value;
 
@@ -196,8 +196,8 @@ impl KeyPattern {
     ) {
         match part {
             Part::Literal(s) => out.push_str(s),
-            Part::Topic => self.push_escaped(out, topic),
-            Part::Source(f) => self.push_escaped(out, names.field(f)),
+            Part::Topic => push_escaped(out, topic, &self.special),
+            Part::Source(f) => push_escaped(out, names.field(f), &self.special),
             Part::Key => {}
         }
     }
@@ -207,32 +207,47 @@ impl KeyPattern {
     fn push_value(&self, out: &mut String, v: &Value) {
         match v {
             Value::Null => {}
-            Value::String(s) => self.push_escaped(out, s),
-            other => self.push_escaped(out, &other.to_string()),
+            Value::String(s) => push_escaped(out, s, &self.special),
+            other => push_escaped(out, &other.to_string(), &self.special),
         }
     }
+}
 
-    fn push_escaped(&self, out: &mut String, text: &str) {
-        for c in text.chars() {
-            if c == '\\' || self.special.binary_search(&c).is_ok() {
-                out.push('\\');
-            }
-            out.push(c);
+/// Appends `text` with a backslash before each `\` and each character of
+/// `special` (sorted): the one escaping of every name and value the sink puts
+/// into a key, so that, read left to right, a value ends where the key's
+/// unescaped text says.
+fn push_escaped(out: &mut String, text: &str, special: &[char]) {
+    for c in text.chars() {
+        if c == '\\' || special.binary_search(&c).is_ok() {
+            out.push('\\');
         }
+        out.push(c);
     }
 }
 
 /// The key of the set holding the row keys of an event's table:
 /// `<keyset.key.prefix><db>.<schema>.<table>` (the topic when the event names
 /// no table). Per table, not per topic or key pattern, so a truncate of one
-/// table never touches another's rows.
+/// table never touches another's rows. Each name is escaped (`push_escaped`,
+/// `\` and `.`), so the set names one table: `"a.b"."c"` is `.a\.b.c` and
+/// `"a"."b.c"` is `.a.b\.c` (they were both `.a.b.c`); a topic's set (no
+/// unescaped `.`) never meets a table's (two).
 pub fn key_set(prefix: &str, topic: &str, event: &ChangeEvent) -> String {
+    const SPECIAL: &[char] = &['.'];
+    let mut out = String::with_capacity(prefix.len() + 64);
+    out.push_str(prefix);
     match event.table() {
         Some(table) => {
             let db = event.source.get("db").and_then(Value::as_str).unwrap_or("");
             let schema = event.schema_name().unwrap_or("");
-            format!("{prefix}{db}.{schema}.{table}")
+            push_escaped(&mut out, db, SPECIAL);
+            out.push('.');
+            push_escaped(&mut out, schema, SPECIAL);
+            out.push('.');
+            push_escaped(&mut out, table, SPECIAL);
         }
-        None => format!("{prefix}{topic}"),
+        None => push_escaped(&mut out, topic, SPECIAL),
     }
+    out
 }

@@ -62,7 +62,8 @@
 //! * Fences: the hash `<fence.key.prefix><topic>:<partition>`, field
 //!   `<group.id>` = the token of the group's current owner, field `""` = the
 //!   last writer; and the counter `<fence.key.prefix>truncates`.
-//! * Key sets: the set `<keyset.key.prefix><db>.<schema>.<table>` holds the
+//! * Key sets: the set `<keyset.key.prefix><db>.<schema>.<table>` (each name
+//!   escaped as in row keys, `\` before `\` and `.`) holds the
 //!   row keys of a table's live rows, written in the same script call as the
 //!   rows, so a truncate finds them without a scan of the keyspace.
 //!

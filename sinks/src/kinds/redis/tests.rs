@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::config::Layout;
 use super::config::DEFAULT_VERSION_FIELD as VF;
-use super::keys::KeyPattern;
+use super::keys::{key_set, KeyPattern};
 use super::plan::{keys_to_merge, merge_json, plan, Body, HashRow, Naming, UNAVAILABLE_VALUE};
 use super::script::{decode_version, encode_version, pack_str, Reply};
 use crate::event::{decode_value, Version};
@@ -260,6 +260,23 @@ fn keys_holding_the_separator_stay_apart_and_split_back() {
     );
     // Integers and text without special characters are as before.
     assert_eq!(p.render("t", e, &json!({"id": 7})), "orders:7");
+}
+
+/// Key sets are named with the row keys' escaping: dotted names never share
+/// one, and names without `.` or `\` keep the set they always had.
+#[test]
+fn key_sets_of_dotted_names_stay_apart() {
+    let set = |db: &str, schema: &str, table: &str| {
+        let value = json!({"op": "t", "source": {"db": db, "schema": schema, "table": table, "commit_lsn": 1, "event_seq": 0}});
+        let payload = decode_value(Some(value.to_string().as_bytes())).expect("truncate");
+        let record = Record::new(0, None, payload);
+        key_set("ks:", "topic.a", record.event().expect("event"))
+    };
+    assert_eq!(set("shop", "a.b", "c"), "ks:shop.a\\.b.c");
+    assert_eq!(set("shop", "a", "b.c"), "ks:shop.a.b\\.c");
+    assert_eq!(set("s.h", "a", "b"), "ks:s\\.h.a.b");
+    assert_eq!(set("shop", "a\\", "b"), "ks:shop.a\\\\.b");
+    assert_eq!(set("shop", "public", "orders"), "ks:shop.public.orders");
 }
 
 #[test]
