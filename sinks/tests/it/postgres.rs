@@ -792,7 +792,11 @@ fn debezium_snapshot_row(offset: i64, id: i64, lsn: u64) -> Record {
 async fn history_keeps_every_row_of_a_debezium_snapshot_once() {
     let wh = Warehouse::new().await;
     let sink = wh.sink(|c| c.history_enabled = true).await;
-    let b = batch((0..4).map(|i| debezium_snapshot_row(i, i + 1, 500)).collect());
+    let b = batch(
+        (0..4)
+            .map(|i| debezium_snapshot_row(i, i + 1, 500))
+            .collect(),
+    );
     sink.apply(&b).await.expect("first");
     sink.apply(&b).await.expect("replay");
     let rows = wh
@@ -803,10 +807,13 @@ async fn history_keeps_every_row_of_a_debezium_snapshot_once() {
         )
         .await
         .expect("history");
-    let got: Vec<(i64, Option<String>, i64)> =
-        rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
-    let want: Vec<(i64, Option<String>, i64)> =
-        (0..4).map(|i| (500, Some((i + 1).to_string()), i)).collect();
+    let got: Vec<(i64, Option<String>, i64)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let want: Vec<(i64, Option<String>, i64)> = (0..4)
+        .map(|i| (500, Some((i + 1).to_string()), i))
+        .collect();
     assert_eq!(got, want, "every snapshot row, once");
     wh.drop().await;
 }
