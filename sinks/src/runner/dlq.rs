@@ -1,7 +1,8 @@
 //! The dead-letter topic: records that can never be applied, with where they came from and why.
 //!
 //! **A dead letter never stops the runner for its size.** The reason header
-//! is cut to [`MAX_REASON_BYTES`] (on a character boundary, saying so): a
+//! is cut to [`MAX_REASON_BYTES`] (in its middle, on character boundaries,
+//! saying so; [`cap_reason`]): a
 //! reason names what is wrong, the record itself travels as key and value.
 //! A record the dead-letter topic refuses for its size (its
 //! `max.message.bytes`, or this producer's `message.max.bytes`) is written
@@ -193,20 +194,29 @@ impl Shape {
     }
 }
 
-/// `reason` cut to at most `max` bytes on a character boundary, ending in
-/// a note of how long it was when cut.
+/// `reason` cut to at most `max` bytes on character boundaries: its first
+/// two thirds and its last third kept (what failed comes first, the advice
+/// last; a quoted value sits in between), with a note of what was cut.
 pub(crate) fn cap_reason(reason: &str, max: usize) -> Cow<'_, str> {
     if reason.len() <= max {
         return Cow::Borrowed(reason);
     }
-    let note = format!(" ... [cut: {} bytes in all]", reason.len());
-    let mut end = max.saturating_sub(note.len());
-    while !reason.is_char_boundary(end) {
-        end -= 1;
+    let note = format!(" ... [{} of {} bytes cut] ... ", reason.len(), reason.len());
+    let room = max.saturating_sub(note.len());
+    let mut head = room * 2 / 3;
+    while !reason.is_char_boundary(head) {
+        head -= 1;
     }
-    Cow::Owned(format!("{}{note}", &reason[..end]))
+    let mut tail = reason.len() - (room - head);
+    while !reason.is_char_boundary(tail) {
+        tail += 1;
+    }
+    let note = format!(" ... [{} of {} bytes cut] ... ", tail - head, reason.len());
+    Cow::Owned(format!("{}{note}{}", &reason[..head], &reason[tail..]))
 }
 
+/// A refusal for size: by the broker (the topic's `max.message.bytes`) or
+/// by this producer (`message.max.bytes`).
 fn is_too_large(code: RDKafkaErrorCode) -> bool {
     matches!(
         code,
@@ -242,15 +252,17 @@ mod tests {
     #[test]
     fn reasons_are_cut_on_a_character_boundary_saying_so() {
         assert_eq!(cap_reason("short", MAX_REASON_BYTES), "short");
-        let long = format!("unknown op `{}`", "é".repeat(4000));
+        let long = format!("unknown op `{}`; set it right", "é".repeat(4000));
         let cut = cap_reason(&long, MAX_REASON_BYTES);
         assert!(cut.len() <= MAX_REASON_BYTES, "{}", cut.len());
         assert!(cut.starts_with("unknown op `éé"), "{cut}");
+        assert!(cut.ends_with("éé`; set it right"), "{cut}");
         assert!(
-            cut.ends_with(&format!("[cut: {} bytes in all]", long.len())),
+            cut.contains(&format!(" of {} bytes cut] ... ", long.len())),
             "{cut}"
         );
         let short = cap_reason(&long, SHORT_REASON_BYTES);
         assert!(short.len() <= SHORT_REASON_BYTES, "{}", short.len());
+        assert!(short.ends_with("set it right"), "{short}");
     }
 }
