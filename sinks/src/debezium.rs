@@ -34,6 +34,11 @@
 //! with it, so oncely's own topics pay nothing and a Debezium topic pays one
 //! pass over its few converted fields.
 //!
+//! **Bounded.** Scales, unscaled values and bit lengths are checked against
+//! what PostgreSQL and the value's own bytes can hold, and a record's
+//! converted values together against its [`Budget`], before anything is
+//! built: a value beyond them is the record's dead letter (see `values`).
+//!
 //! **Schemas off.** What the value itself shows is recovered: the structs
 //! (`VariableScaleDecimal`, `Point`, in arrays too) and the binary
 //! unavailable marker. A base64 `Decimal` cannot be told from text without
@@ -345,11 +350,15 @@ fn looks_like_decimal_bytes(s: &str) -> bool {
     (4..=24).contains(&s.len()) && s.len().is_multiple_of(4) && BASE64.decode(s).is_ok()
 }
 
-/// Applies `plan` to a row image.
-pub(crate) fn apply(plan: &Plan, row: &mut Map<String, Value>) -> Result<(), DecodeError> {
+/// Applies `plan` to a row image, the converted values charged to `budget`.
+pub(crate) fn apply(
+    plan: &Plan,
+    row: &mut Map<String, Value>,
+    budget: &mut Budget,
+) -> Result<(), DecodeError> {
     for (field, conv) in &plan.fields {
         if let Some(value) = row.get_mut(field) {
-            convert(conv, value).map_err(|reason| DecodeError {
+            convert(conv, value, budget).map_err(|reason| DecodeError {
                 part: "value",
                 reason: format!("column `{field}`: {reason}"),
             })?;
@@ -361,9 +370,12 @@ pub(crate) fn apply(plan: &Plan, row: &mut Map<String, Value>) -> Result<(), Dec
 /// Recovers what a Debezium row image written without schemas shows by
 /// itself: `VariableScaleDecimal` and `Point` structs (also in arrays) and
 /// the binary forms of the unavailable marker.
-pub(crate) fn recover_schemaless(row: &mut Map<String, Value>) -> Result<(), DecodeError> {
+pub(crate) fn recover_schemaless(
+    row: &mut Map<String, Value>,
+    budget: &mut Budget,
+) -> Result<(), DecodeError> {
     for (field, value) in row.iter_mut() {
-        recover_value(value).map_err(|reason| DecodeError {
+        recover_value(value, budget).map_err(|reason| DecodeError {
             part: "value",
             reason: format!("column `{field}`: {reason}"),
         })?;
@@ -371,18 +383,18 @@ pub(crate) fn recover_schemaless(row: &mut Map<String, Value>) -> Result<(), Dec
     Ok(())
 }
 
-fn recover_value(value: &mut Value) -> Result<(), String> {
+fn recover_value(value: &mut Value, budget: &mut Budget) -> Result<(), String> {
     match value {
         Value::String(s) if s == UNAVAILABLE_BASE64 || s == UNAVAILABLE_HEX => {
             *value = Value::String(UNAVAILABLE.to_owned());
         }
         Value::Object(o) if is_variable_scale_decimal(o) => {
-            convert(&Conv::VariableScaleDecimal, value)?
+            convert(&Conv::VariableScaleDecimal, value, budget)?
         }
-        Value::Object(o) if is_point(o) => convert(&Conv::Point, value)?,
+        Value::Object(o) if is_point(o) => convert(&Conv::Point, value, budget)?,
         Value::Array(items) => {
             for item in items {
-                recover_value(item)?;
+                recover_value(item, budget)?;
             }
         }
         _ => {}
@@ -407,7 +419,10 @@ fn is_point(o: &Map<String, Value>) -> bool {
 mod values;
 
 use values::convert;
-pub use values::decimal_text;
+pub use values::{
+    decimal_text, Budget, MAX_DECIMAL_BYTES, MAX_NUMERIC_DIGITS, MAX_NUMERIC_SCALE,
+    MIN_NUMERIC_SCALE,
+};
 
 #[cfg(test)]
 mod tests;

@@ -20,13 +20,30 @@
 //!   transaction): the version is `(commit_lsn, event_seq)`. Snapshot rows
 //!   (`op = r`) carry the high-watermark LSN of their chunk in `commit_lsn`, so
 //!   the same rule orders them correctly against streamed changes.
-//! * Topics written by Debezium itself have no `commit_lsn`: the version falls
-//!   back to `(source.lsn, 0)` ([`VersionOrigin::SourceLsn`]). **Limit:** the
-//!   event's own WAL position is ordered per key for ordinary changes (row
-//!   locks), but a change written before a snapshot chunk's high watermark and
-//!   committed after it can lose to the older snapshot row, and two events of
-//!   one key in one transaction may share an LSN. Prefer oncely's capture when
-//!   snapshots and streaming overlap.
+//! * Topics written by Debezium itself have no `commit_lsn`: the version is
+//!   the event's own `source.lsn` ([`VersionOrigin::SourceLsn`]), with `seq`
+//!   0 for a snapshot row (`op = r`, or `snapshot` other than `false`) and 1
+//!   for a streamed change. Per key that order is right for streamed changes:
+//!   a row's next change waits for the lock of the transaction that changed
+//!   it last, so it is written after that one committed. The first WAL record
+//!   after the snapshot point starts *at* the snapshot's `source.lsn`, hence
+//!   the `seq`: a streamed change there replaces the snapshot row, never the
+//!   reverse. Debezium's `source.sequence` (`[previous commit LSN, LSN]`)
+//!   orders whole transactions, but taking its first element into the
+//!   version would give two changes of one key in one transaction the same
+//!   version whenever another transaction committed after both were written.
+//!
+//!   Versions of Debezium events are not unique: every row of one snapshot
+//!   has the same one, so do the rows of one multi-row WAL record. What must
+//!   tell events apart takes the record's Kafka partition and offset too: the
+//!   dedup window's identity (`runner::dedup`) and the warehouse history's key
+//!   ([`ChangeEvent::unique_position`]); a redelivery of the same record keeps
+//!   both.
+//!
+//!   **Limit:** a change written before the snapshot point by a transaction
+//!   that committed after it has a smaller LSN than the snapshot row it is
+//!   newer than, and loses to it. Prefer oncely's capture when snapshots and
+//!   streaming overlap.
 
 use std::fmt;
 use std::sync::Arc;
@@ -139,11 +156,40 @@ impl ChangeEvent {
 
     /// `source.snapshot` is set to something other than `false`.
     pub fn is_snapshot(&self) -> bool {
-        match self.source.get("snapshot") {
-            None | Some(Value::Null) | Some(Value::Bool(false)) => false,
-            Some(Value::String(s)) => s != "false",
-            Some(_) => true,
+        snapshot_flag(&self.source)
+    }
+
+    /// The event's place among all events of its topic, for what keeps one
+    /// entry per event (the warehouse history's `(lsn, seq)` key): its
+    /// version for oncely's events, unique per event; for Debezium's, which
+    /// share versions (see the module docs), `source.lsn` with the record's
+    /// Kafka `partition` and `offset` as `seq = partition << 40 | offset`
+    /// (unique below 2^40 offsets per partition), so that a redelivery of
+    /// the same record has the same place and no two records share one.
+    pub fn unique_position(&self, partition: i32, offset: i64) -> Version {
+        match self.version_origin {
+            VersionOrigin::CommitLsn => self.version,
+            VersionOrigin::SourceLsn => {
+                let partition = u64::from(partition.unsigned_abs());
+                let offset = offset.unsigned_abs() & ((1 << 40) - 1);
+                Version::new(self.version.lsn, partition << 40 | offset)
+            }
         }
+    }
+}
+
+/// `seq` of a Debezium snapshot row's version (see the module docs).
+pub const DEBEZIUM_SNAPSHOT_SEQ: u64 = 0;
+/// `seq` of a Debezium streamed change's version: after the snapshot rows of its LSN.
+pub const DEBEZIUM_STREAMED_SEQ: u64 = 1;
+
+/// `snapshot` of a `source` block is set to something other than `false`
+/// (Debezium: `true`, `first`, `last`, `incremental`, ...).
+fn snapshot_flag(source: &Map<String, Value>) -> bool {
+    match source.get("snapshot") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::String(s)) => s != "false",
+        Some(_) => true,
     }
 }
 
@@ -237,6 +283,7 @@ pub fn parse_position(text: &str) -> Option<Version> {
 
 mod decode;
 
+pub(crate) use decode::excerpt;
 pub use decode::{decode_key, decode_value, DecodeError};
 
 #[cfg(test)]

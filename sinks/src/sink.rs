@@ -46,6 +46,8 @@ pub type Positions = HashMap<TopicPartition, i64>;
 pub struct Record {
     /// Offset in the batch's partition.
     pub offset: i64,
+    /// The batch's partition, set when the record joins a [`Batch`].
+    partition: i32,
     /// Kafka record timestamp in milliseconds, when the broker or producer set one.
     pub timestamp_ms: Option<i64>,
     /// The decoded key (the row's primary key as a JSON object), `None` for a null key.
@@ -63,6 +65,7 @@ impl Record {
     pub fn new(offset: i64, key: Option<Value>, payload: Payload) -> Self {
         Self {
             offset,
+            partition: 0,
             timestamp_ms: None,
             key,
             payload,
@@ -96,6 +99,11 @@ impl Record {
         self.raw_key = key.map(Bytes::from);
         self.raw_value = value.map(Bytes::from);
         self
+    }
+
+    /// The Kafka partition the record was read from (that of its [`Batch`]).
+    pub fn partition(&self) -> i32 {
+        self.partition
     }
 
     /// The change event, `None` for a tombstone or a Debezium bookkeeping record.
@@ -173,9 +181,12 @@ impl Batch {
     pub fn new(
         group: Arc<str>,
         tp: (Arc<str>, i32),
-        records: Vec<Record>,
+        mut records: Vec<Record>,
         next_offset: i64,
     ) -> Self {
+        for r in &mut records {
+            r.partition = tp.1;
+        }
         Self {
             group,
             topic: tp.0,

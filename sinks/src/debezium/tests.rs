@@ -87,7 +87,7 @@ fn schemaless_structs_and_binary_markers_are_recovered() {
         "t": "P9I=",
         "jb": "{\"scale\": 1}"
     });
-    recover_schemaless(row.as_object_mut().unwrap()).unwrap();
+    recover_schemaless(row.as_object_mut().unwrap(), &mut Budget::for_record(256)).unwrap();
     assert_eq!(
         row,
         json!({
@@ -150,4 +150,161 @@ fn change_with_schema() -> ChangeEvent {
         Ok(crate::Payload::Change(e)) => *e,
         other => panic!("expected a change, got {other:?}"),
     }
+}
+
+/// The schoolbook conversion one byte at a time: what the digits must equal.
+fn reference_digits(bytes: &[u8]) -> String {
+    let mut limbs: Vec<u32> = Vec::new();
+    for &byte in bytes {
+        let mut carry = u64::from(byte);
+        for limb in limbs.iter_mut() {
+            let v = u64::from(*limb) * 256 + carry;
+            *limb = (v % 1_000_000_000) as u32;
+            carry = v / 1_000_000_000;
+        }
+        while carry > 0 {
+            limbs.push((carry % 1_000_000_000) as u32);
+            carry /= 1_000_000_000;
+        }
+    }
+    let Some((top, rest)) = limbs.split_last() else {
+        return "0".to_owned();
+    };
+    let mut out = top.to_string();
+    for limb in rest.iter().rev() {
+        out.push_str(&format!("{limb:09}"));
+    }
+    out
+}
+
+#[test]
+fn a_decimal_scale_beyond_postgresql_numeric_is_refused_before_allocating() {
+    // 2,000,000,000 zeros would be written before this returned.
+    let mut v = json!({"scale": 2_000_000_000, "value": "AQ=="});
+    let e = convert(
+        &Conv::VariableScaleDecimal,
+        &mut v,
+        &mut Budget::for_record(64),
+    )
+    .expect_err("refused");
+    assert!(e.contains("scale 2000000000"), "{e}");
+    assert!(decimal_text("AQ==", 2_000_000_000).is_err());
+    assert!(decimal_text("AQ==", -2_000_000_000).is_err());
+    // PostgreSQL's own extremes still convert.
+    let smallest = decimal_text("AQ==", 16383).expect("dscale 16383");
+    assert_eq!(smallest.len(), 16385);
+    assert!(smallest.starts_with("0.000") && smallest.ends_with("01"));
+    assert_eq!(
+        decimal_text("Bw==", -1000).expect("scale -1000").len(),
+        1001
+    );
+}
+
+#[test]
+fn bits_longer_than_their_bytes_hold_are_refused_before_allocating() {
+    // A 2 GiB bit string would be built from one byte.
+    let mut v = json!("AQ==");
+    let e = convert(
+        &Conv::Bits {
+            length: Some(i32::MAX as u32 - 1),
+        },
+        &mut v,
+        &mut Budget::for_record(64),
+    )
+    .expect_err("refused");
+    assert!(e.contains("2147483646 bits"), "{e}");
+    // Debezium pads bit(n) to whole bytes: every real length still converts.
+    let mut v = json!("AQI=");
+    convert(
+        &Conv::Bits { length: Some(12) },
+        &mut v,
+        &mut Budget::for_record(64),
+    )
+    .expect("bit(12)");
+    assert_eq!(v, json!("001000000001"));
+}
+
+#[test]
+fn a_decimal_larger_than_postgresql_numeric_is_refused_quickly() {
+    // 700 KB of unscaled value: about 10^11 steps of the quadratic conversion.
+    let huge = BASE64.encode(vec![0x5a; 700 * 1024]);
+    let started = std::time::Instant::now();
+    let e = decimal_text(&huge, 2).expect_err("refused");
+    assert!(e.contains("716800 bytes"), "{e}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn decimal_digits_match_the_schoolbook_conversion_up_to_postgresql_numeric() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for len in [1usize, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 100, 1000, 4099] {
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed >> 24) as u8
+            })
+            .collect();
+        assert_eq!(
+            magnitude_digits(&bytes),
+            reference_digits(&bytes),
+            "{len} bytes"
+        );
+    }
+    assert_eq!(magnitude_digits(&[0, 0, 0, 0, 1]), "1");
+    assert_eq!(magnitude_digits(&[0; 9]), "0");
+    // The largest numeric PostgreSQL holds (147,455 digits) converts.
+    let too_large = BASE64.encode(vec![0x7f; MAX_DECIMAL_BYTES]);
+    let e = decimal_text(&too_large, MAX_NUMERIC_SCALE).expect_err("147,457 digits");
+    assert!(e.contains("131074 digits before the point"), "{e}");
+    let largest = vec![0x7f; MAX_DECIMAL_BYTES - 1];
+    let started = std::time::Instant::now();
+    let digits = magnitude_digits(&largest);
+    assert!(digits.len() <= MAX_NUMERIC_DIGITS, "{}", digits.len());
+    assert_eq!(
+        decimal_text(&BASE64.encode(&largest), MAX_NUMERIC_SCALE)
+            .expect("the largest numeric")
+            .len(),
+        digits.len() + 1
+    );
+    eprintln!("{} digits in {:?}", digits.len(), started.elapsed());
+}
+
+/// A Debezium event with `n` VariableScaleDecimal columns, each `value` at `scale`.
+fn many_decimals(n: usize, scale: i64) -> Vec<u8> {
+    let columns: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"type": "struct", "optional": true, "field": format!("n{i}"),
+            "name": "io.debezium.data.VariableScaleDecimal", "version": 1,
+            "fields": [{"type": "int32", "field": "scale"}, {"type": "bytes", "field": "value"}]})
+        })
+        .collect();
+    let after: Map<String, Value> = (0..n)
+        .map(|i| (format!("n{i}"), json!({"scale": scale, "value": "AQ=="})))
+        .collect();
+    serde_json::to_vec(&json!({
+        "schema": {"type": "struct", "fields": [
+            {"type": "struct", "optional": true, "field": "after", "fields": columns},
+            {"type": "struct", "field": "source", "fields": []}]},
+        "payload": {"after": after, "op": "c", "source": {"lsn": 7}}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn normalized_values_stay_within_the_record_budget() {
+    // 200 columns of 16,383-digit fractions from a record of about 20 KB: 3.3 MB.
+    let record = many_decimals(200, 16383);
+    match crate::event::decode_value(Some(&record)) {
+        Err(e) => assert!(e.reason.contains("budget"), "{e}"),
+        Ok(_) => panic!("a record growing 160-fold was accepted"),
+    }
+    // The same columns with ordinary scales convert.
+    let record = many_decimals(200, 2);
+    assert!(crate::event::decode_value(Some(&record)).is_ok());
 }

@@ -248,7 +248,8 @@ pub fn decode_key(raw: Option<&[u8]>) -> Result<Option<Value>, DecodeError> {
                 reason: format!("schema not JSON: {e}"),
             })?;
             if let Some(plan) = debezium::plan_for(&schema, debezium::Layout::Key) {
-                debezium::apply(&plan, columns).map_err(|e| DecodeError {
+                let mut budget = debezium::Budget::for_record(bytes.len());
+                debezium::apply(&plan, columns, &mut budget).map_err(|e| DecodeError {
                     part: "key",
                     reason: e.reason,
                 })?;
@@ -275,7 +276,7 @@ pub fn decode_value(raw: Option<&[u8]>) -> Result<Payload, DecodeError> {
                 .map(shared_schema)
                 .transpose()
                 .map_err(|e| DecodeError::value(format!("schema not JSON: {e}")))?;
-            decode_envelope(fields, schema)
+            decode_envelope(fields, schema, bytes.len())
         }
         Doc::Other(kind) => Err(DecodeError::value(format!(
             "expected an envelope object, got {kind}"
@@ -283,9 +284,12 @@ pub fn decode_value(raw: Option<&[u8]>) -> Result<Payload, DecodeError> {
     }
 }
 
+/// `record_bytes`: the value's size, which bounds what normalizing a
+/// Debezium event may add ([`debezium::Budget`]).
 pub(super) fn decode_envelope(
     env: Fields,
     schema: Option<Arc<Value>>,
+    record_bytes: usize,
 ) -> Result<Payload, DecodeError> {
     if env.op.is_none() {
         if let Some(kind) = bookkeeping(&env) {
@@ -293,9 +297,8 @@ pub(super) fn decode_envelope(
         }
     }
     let op = match env.op {
-        Some(Value::String(s)) => {
-            Op::from_code(&s).ok_or_else(|| DecodeError::value(format!("unknown op `{s}`")))?
-        }
+        Some(Value::String(s)) => Op::from_code(&s)
+            .ok_or_else(|| DecodeError::value(format!("unknown op {}", quoted(&s))))?,
         Some(other) => {
             return Err(DecodeError::value(format!(
                 "`op` must be a string, got {}",
@@ -314,7 +317,7 @@ pub(super) fn decode_envelope(
         }
         None => return Err(DecodeError::value("missing `source`")),
     };
-    let (version, version_origin) = version_of(&source)?;
+    let (version, version_origin) = version_of(op, &source)?;
     let mut before = row(env.before, "before")?;
     let mut after = row(env.after, "after")?;
     check_images(op, before.as_ref(), after.as_ref())?;
@@ -322,18 +325,19 @@ pub(super) fn decode_envelope(
     // Only topics a real Debezium wrote (no `commit_lsn`) carry encodings
     // oncely's capture never uses.
     if version_origin == VersionOrigin::SourceLsn {
+        let budget = &mut debezium::Budget::for_record(record_bytes);
         match &schema {
             Some(s) => {
                 if let Some(plan) = debezium::plan_for(s, debezium::Layout::Envelope) {
                     for image in [before.as_mut(), after.as_mut()].into_iter().flatten() {
-                        debezium::apply(&plan, image)?;
+                        debezium::apply(&plan, image, budget)?;
                     }
                     schema = Some(plan.schema.clone());
                 }
             }
             None => {
                 for image in [before.as_mut(), after.as_mut()].into_iter().flatten() {
-                    debezium::recover_schemaless(image)?;
+                    debezium::recover_schemaless(image, budget)?;
                 }
             }
         }
@@ -393,13 +397,23 @@ fn row(image: Option<Value>, field: &str) -> Result<Option<Map<String, Value>>, 
 }
 
 /// The version rule of the module docs.
-fn version_of(source: &Map<String, Value>) -> Result<(Version, VersionOrigin), DecodeError> {
+fn version_of(
+    op: Op,
+    source: &Map<String, Value>,
+) -> Result<(Version, VersionOrigin), DecodeError> {
     if let Some(commit_lsn) = unsigned(source, "commit_lsn")? {
         let seq = unsigned(source, "event_seq")?.unwrap_or(0);
         return Ok((Version::new(commit_lsn, seq), VersionOrigin::CommitLsn));
     }
     match unsigned(source, "lsn")? {
-        Some(lsn) => Ok((Version::new(lsn, 0), VersionOrigin::SourceLsn)),
+        Some(lsn) => {
+            let seq = if op == Op::Read || super::snapshot_flag(source) {
+                super::DEBEZIUM_SNAPSHOT_SEQ
+            } else {
+                super::DEBEZIUM_STREAMED_SEQ
+            };
+            Ok((Version::new(lsn, seq), VersionOrigin::SourceLsn))
+        }
         None => Err(DecodeError::value(
             "no version: `source` has neither `commit_lsn` nor `lsn`",
         )),
@@ -417,7 +431,8 @@ fn unsigned(source: &Map<String, Value>, field: &str) -> Result<Option<u64>, Dec
         }),
         Some(Value::String(s)) => s.parse::<u64>().map(Some).map_err(|_| {
             DecodeError::value(format!(
-                "`source.{field}` must be a non-negative integer, got {s:?}"
+                "`source.{field}` must be a non-negative integer, got {}",
+                quoted(s)
             ))
         }),
         Some(other) => Err(DecodeError::value(format!(
@@ -435,5 +450,30 @@ fn json_kind(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
+    }
+}
+
+/// Longest excerpt of a record's own text put in a reason: a reason names
+/// what is wrong, it does not carry the record (which the dead letter does).
+const EXCERPT_CHARS: usize = 64;
+
+/// `text` in backquotes for a reason, cut after [`EXCERPT_CHARS`]
+/// characters with its full size said.
+pub(crate) fn quoted(text: &str) -> String {
+    match text.char_indices().nth(EXCERPT_CHARS) {
+        None => format!("`{text}`"),
+        Some((end, _)) => format!("`{}`... ({} bytes)", &text[..end], text.len()),
+    }
+}
+
+/// A JSON value for a reason: its text, cut as [`quoted`] cuts.
+pub(crate) fn excerpt(value: &Value) -> String {
+    match value {
+        Value::String(s) => quoted(s),
+        Value::Array(_) | Value::Object(_) => {
+            let text = value.to_string();
+            quoted(&text)
+        }
+        other => other.to_string(),
     }
 }

@@ -49,7 +49,11 @@ fn change(v: &Value) -> ChangeEvent {
 fn debezium_event_with_schema_falls_back_to_source_lsn() {
     let e = change(&debezium_create());
     assert_eq!(e.op, Op::Create);
-    assert_eq!(e.version, Version::new(24023128, 0));
+    assert_eq!(
+        e.version,
+        Version::new(24023128, DEBEZIUM_STREAMED_SEQ),
+        "a streamed change"
+    );
     assert_eq!(e.version_origin, VersionOrigin::SourceLsn);
     assert!(e.schema.is_some());
     assert_eq!(e.after.as_ref().and_then(|a| a.get("id")), Some(&json!(1)));
@@ -199,7 +203,7 @@ fn the_wrapper_is_only_skipped_when_the_first_key_rules_it_out() {
     assert!(may_be_wrapped(b"{"));
     // An escaped `schema` key is still the wrapper.
     let escaped = br#"{"sch\u0065ma": null, "payload": {"op": "c", "after": {"id": 1}, "source": {"lsn": 7}}}"#;
-    assert_eq!(change_of(escaped).version, Version::new(7, 0));
+    assert_eq!(change_of(escaped).version, Version::new(7, 1));
 }
 
 fn change_of(bytes: &[u8]) -> ChangeEvent {
@@ -236,7 +240,7 @@ fn reference(bytes: &[u8]) -> Result<Payload, ()> {
                 status: env.remove("status"),
                 other: !env.is_empty(),
             };
-            decode_envelope(fields, schema).map_err(|_| ())
+            decode_envelope(fields, schema, bytes.len()).map_err(|_| ())
         }
         _ => Err(()),
     }
@@ -430,4 +434,60 @@ fn a_tombstone_with_position_headers_stands_for_its_delete() {
         assert_eq!(got, None, "{missing} = {bad:?}");
     }
     assert_eq!(parse_position("7/0"), Some(Version::new(7, 0)));
+}
+
+/// A Debezium snapshot row of `customers` at `lsn` (Debezium 3.6.1's `source`).
+fn debezium_snapshot_row(id: u64, lsn: u64, snapshot: &str) -> ChangeEvent {
+    change(&json!({
+        "before": null, "after": {"id": id}, "op": "r", "ts_ms": 1,
+        "source": {"version": "3.6.1.Final", "connector": "postgresql", "name": "dbz",
+            "snapshot": snapshot, "db": "d", "sequence": format!("[null,\"{lsn}\"]"),
+            "schema": "inventory", "table": "customers", "txId": 7, "lsn": lsn}
+    }))
+}
+
+#[test]
+fn debezium_snapshot_rows_sharing_an_lsn_have_distinct_positions_and_a_redelivery_the_same() {
+    let rows = [
+        debezium_snapshot_row(1, 500, "first"),
+        debezium_snapshot_row(2, 500, "true"),
+        debezium_snapshot_row(3, 500, "last"),
+    ];
+    for row in &rows {
+        assert_eq!(row.version, Version::new(500, DEBEZIUM_SNAPSHOT_SEQ));
+        assert!(row.is_snapshot());
+    }
+    // Records 0, 1, 2 of partition 0 and record 0 of partition 1.
+    let places = [
+        rows[0].unique_position(0, 0),
+        rows[1].unique_position(0, 1),
+        rows[2].unique_position(0, 2),
+        rows[0].unique_position(1, 0),
+    ];
+    let distinct: std::collections::HashSet<_> = places.iter().collect();
+    assert_eq!(distinct.len(), 4, "{places:?}");
+    assert!(places.iter().all(|p| p.lsn == 500));
+    // The same record read again has the same place.
+    assert_eq!(
+        debezium_snapshot_row(2, 500, "true").unique_position(0, 1),
+        places[1]
+    );
+    // oncely's own events are unique by their version already.
+    let own = change(&json!({"op": "c", "after": {"id": 1},
+        "source": {"commit_lsn": 900, "event_seq": 4, "lsn": 880}}));
+    assert_eq!(own.unique_position(3, 77), Version::new(900, 4));
+}
+
+#[test]
+fn a_debezium_snapshot_row_never_replaces_a_streamed_change_at_its_lsn() {
+    let row = debezium_snapshot_row(1, 500, "last");
+    let mut streamed = debezium_create();
+    streamed["payload"]["source"]["lsn"] = json!(500);
+    let streamed = change(&streamed);
+    assert!(replaces(streamed.version, row.version));
+    assert!(!replaces(row.version, streamed.version));
+    // Any earlier streamed change is older than the snapshot row.
+    let mut earlier = debezium_create();
+    earlier["payload"]["source"]["lsn"] = json!(499);
+    assert!(replaces(row.version, change(&earlier).version));
 }

@@ -28,7 +28,12 @@
 //!
 //! `<topic>/<commit_lsn>/<event_seq>` — the event's source position, unique per
 //! event (a tombstone carrying `oncely.position` is decoded as the delete it
-//! follows, hence a duplicate of it) — or, with `identity.field`, the value of
+//! follows, hence a duplicate of it). Events of a topic Debezium wrote share
+//! positions (every row of a snapshot has the snapshot's `source.lsn`, so do
+//! the rows of one multi-row WAL record), so theirs is
+//! `<topic>/<lsn>/<seq>/<partition>:<offset>`: the record's place in Kafka
+//! tells them apart, and a replay of the same record is still a repeat. Or,
+//! with `identity.field`, the value of
 //! that field of the envelope (`after.event_id`: an outbox event's own id), or,
 //! with `identity.header`, the value of that Kafka header (`<topic>/<name>=<value>`;
 //! the runner carries only that header). Under `identity.header` a change
@@ -51,6 +56,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{ConfigError, RecordFailure, SinkError};
+use crate::event::VersionOrigin;
 use crate::secret::Secret;
 use crate::sink::{Batch, Positions, Record, Sink};
 
@@ -231,7 +237,15 @@ pub fn event_identity(topic: &str, record: &Record, field: Option<&str>) -> Opti
             Some(v) => return Some(format!("{topic}/{path}={v}")),
         }
     }
-    Some(format!("{topic}/{}", event.version))
+    Some(match event.version_origin {
+        VersionOrigin::CommitLsn => format!("{topic}/{}", event.version),
+        VersionOrigin::SourceLsn => format!(
+            "{topic}/{}/{}:{}",
+            event.version,
+            record.partition(),
+            record.offset
+        ),
+    })
 }
 
 /// The identity of `record` of `topic` from the `name` header; `Err`: why

@@ -779,6 +779,45 @@ async fn history_holds_each_change_once_across_replays() {
     wh.drop().await;
 }
 
+/// A Debezium snapshot row of `public.items` (no `commit_lsn`): every row of
+/// one snapshot has the snapshot's `source.lsn`.
+fn debezium_snapshot_row(offset: i64, id: i64, lsn: u64) -> Record {
+    let value = json!({"before": null, "after": {"id": id, "v": id}, "op": "r", "ts_ms": 1,
+        "source": {"connector": "postgresql", "snapshot": "true", "schema": "public",
+            "table": "items", "sequence": format!("[null,\"{lsn}\"]"), "lsn": lsn}});
+    record(offset, Some(json!({"id": id})), Some(value))
+}
+
+#[tokio::test]
+async fn history_keeps_every_row_of_a_debezium_snapshot_once() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|c| c.history_enabled = true).await;
+    let b = batch(
+        (0..4)
+            .map(|i| debezium_snapshot_row(i, i + 1, 500))
+            .collect(),
+    );
+    sink.apply(&b).await.expect("first");
+    sink.apply(&b).await.expect("replay");
+    let rows = wh
+        .client
+        .query(
+            "SELECT lsn, after->>'v', kafka_offset FROM public_items_history ORDER BY kafka_offset",
+            &[],
+        )
+        .await
+        .expect("history");
+    let got: Vec<(i64, Option<String>, i64)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let want: Vec<(i64, Option<String>, i64)> = (0..4)
+        .map(|i| (500, Some((i + 1).to_string()), i))
+        .collect();
+    assert_eq!(got, want, "every snapshot row, once");
+    wh.drop().await;
+}
+
 /// Applies `batch` as the runner does: `prepare` first, then `apply`.
 async fn apply_prepared(sink: &PostgresSink, mut batch: Batch) -> Result<(), SinkError> {
     sink.prepare(&mut batch);

@@ -596,3 +596,104 @@ async fn debezium_records_without_schemas_are_dead_letters_unless_accepted() {
         "{error}"
     );
 }
+
+/// Creates `topic` (one partition) with the topic-level `configs`.
+async fn create_topic_with(topic: &str, configs: &[(&str, &str)]) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .expect("admin client");
+    let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        new = new.set(k, v);
+    }
+    let results = admin
+        .create_topics(
+            [&new],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .expect("create topic request");
+    for r in results {
+        r.expect("topic created");
+    }
+}
+
+/// A record too large for the dead-letter topic, whose reason quotes its
+/// value, goes there as a reference (where it is, why, how large; no key or
+/// value, the reason cut) and the partition goes on; before, every attempt
+/// was refused for its size and the runner stopped on it for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_too_large_for_the_dead_letter_topic_goes_there_as_a_reference() {
+    let (topic, group, dlq) = (unique("large"), unique("g"), unique("dlq"));
+    create_topic(&topic, 1).await;
+    create_topic_with(&dlq, &[("max.message.bytes", "8192")]).await;
+    // An unknown `op` of 64 KiB: the decode error names it.
+    let bad = serde_json::json!({"op": "\"".repeat(64 * 1024), "after": {"id": 2},
+        "source": {"commit_lsn": 11, "event_seq": 0}})
+    .to_string()
+    .into_bytes();
+    let records = vec![
+        Out {
+            key: Some(key(1)),
+            value: Some(envelope(1, 10, 0, 1)),
+            partition: Some(0),
+        },
+        Out {
+            key: Some(
+                format!("{{\"id\": 2, \"pad\": \"{}\"}}", "k".repeat(16 * 1024)).into_bytes(),
+            ),
+            value: Some(bad.clone()),
+            partition: Some(0),
+        },
+        Out {
+            key: Some(key(3)),
+            value: Some(envelope(3, 12, 0, 3)),
+            partition: Some(0),
+        },
+    ];
+    produce(&topic, &records).await;
+    let sink = Arc::new(TestSink::default());
+    let mut c = config(&topic, &group);
+    c.dlq_topic = Some(dlq.clone());
+    let (stop, task, metrics) = start(c, sink.clone());
+    wait_until(
+        "the records around it applied",
+        Duration::from_secs(60),
+        || count(&sink.seen) >= 2 || task.is_finished(),
+    )
+    .await;
+    stop.cancel();
+    task.await.expect("join").expect("runner ok");
+    let applied: Vec<i64> = sink
+        .seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|s| s.1)
+        .collect();
+    assert_eq!(applied, vec![0, 2]);
+    let letters = read_topic(&dlq, 1, 1).await;
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0];
+    assert_eq!(letter.payload(), None, "no value");
+    assert_eq!(letter.key(), None, "no key");
+    assert_eq!(header(letter, HEADER_OFFSET).as_deref(), Some("1"));
+    assert_eq!(header(letter, HEADER_PARTITION).as_deref(), Some("0"));
+    assert_eq!(
+        header(letter, HEADER_TOPIC).as_deref(),
+        Some(topic.as_str())
+    );
+    let omitted = bad.len().to_string();
+    assert_eq!(
+        header(letter, "oncely.dlq.value.omitted.bytes").as_deref(),
+        Some(omitted.as_str())
+    );
+    let error = header(letter, HEADER_ERROR).unwrap_or_default();
+    assert!(error.contains("unknown op"), "{error}");
+    assert!(error.len() <= 1200, "{} bytes: {error}", error.len());
+    assert_eq!(committed(&group, &topic, 1).await, vec![3]);
+    assert_eq!(metrics.dead_letters.with_label_values(&[&topic]).get(), 1);
+}

@@ -44,7 +44,8 @@
 //! # Limits
 //!
 //! * Versions of Debezium-written topics fall back to `source.lsn` (see
-//!   [`crate::event`]); the history table's `(lsn, seq)` key then relies on distinct LSNs.
+//!   [`crate::event`]); their history rows are keyed by that LSN and the
+//!   record's partition and offset ([`crate::ChangeEvent::unique_position`]).
 //! * Tables without a primary key (null record key) cannot be upserted: such records
 //!   are dead-lettered unless only history is enabled.
 //!

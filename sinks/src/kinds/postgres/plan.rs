@@ -249,7 +249,7 @@ fn history_row(record: &Record, event: &ChangeEvent) -> HistoryRow {
         |m: &Option<Map<String, Value>>| m.as_ref().map(|m| Value::Object(m.clone()).to_string());
     HistoryRow {
         offset: record.offset,
-        version: event.version,
+        version: event.unique_position(record.partition(), record.offset),
         op: event.op.code(),
         key: record.key.as_ref().map(Value::to_string),
         before: json(&event.before),
