@@ -126,6 +126,14 @@ pub async fn read_stored_offset(
 /// Whether `topic` exists on the cluster (assigning a missing topic would
 /// wait for it until the reader's deadline).
 pub(crate) async fn topic_exists(cfg: &CaptureConfig, topic: &str) -> Result<bool, CaptureError> {
+    Ok(partition_count(cfg, topic).await?.is_some())
+}
+
+/// How many partitions `topic` has; `None` when it does not exist.
+pub(crate) async fn partition_count(
+    cfg: &CaptureConfig,
+    topic: &str,
+) -> Result<Option<usize>, CaptureError> {
     let mut client = cfg.kafka_client();
     client.set("group.id", "oncely-offset-reader");
     let topic = topic.to_owned();
@@ -139,7 +147,8 @@ pub(crate) async fn topic_exists(cfg: &CaptureConfig, topic: &str) -> Result<boo
         Ok(metadata
             .topics()
             .iter()
-            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+            .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+            .map(|t| t.partitions().len()))
     })
     .await
     .map_err(CaptureError::task("kafka metadata"))?

@@ -425,7 +425,7 @@ impl TxProducer {
 
 mod topics;
 
-pub use topics::TopicCreator;
+pub use topics::{check_one_partition, InternalTopic, TopicCreator};
 
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,7 @@ use crate::config::{CaptureConfig, ReplicaIdentityCheck};
 use crate::envelope::EnvelopeConfig;
 use crate::error::CaptureError;
 use crate::filter::TableFilter;
-use crate::kafka::{TopicCreator, TxProducer};
+use crate::kafka::{check_one_partition, InternalTopic, TopicCreator, TxProducer};
 use crate::metrics::CaptureMetrics;
 use crate::naming::{check_length, TopicClaims};
 use crate::offset::{read_stored_offset, SourceOffset};
@@ -117,6 +117,10 @@ async fn run_once(
     let offsets_topic = cfg.offsets_topic();
     let mut topics = TopicCreator::new(cfg)?;
     topics.ensure_offsets_topic(&offsets_topic).await?;
+    // Both are read back from partition 0 only, next.
+    check_one_partition(cfg, &offsets_topic, InternalTopic::Offsets).await?;
+    let schema_topic = crate::schema_change::topic(cfg);
+    check_one_partition(cfg, &schema_topic, InternalTopic::SchemaChanges).await?;
     // Fences an older instance and aborts its open transaction, so the offset
     // read next is final.
     let producer = TxProducer::connect(cfg).await?;

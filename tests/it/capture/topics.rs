@@ -749,6 +749,54 @@ async fn a_connector_upgraded_from_the_shared_offsets_topic_resumes_from_it() ->
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_internal_topic_with_several_partitions_refuses_start_up() -> Result<()> {
+    let env = CaptureEnv::new("cap_internal_parts").await?;
+    env.client
+        .batch_execute(
+            "CREATE TABLE t (id bigint PRIMARY KEY, v text);
+             INSERT INTO t SELECT g, 'v' FROM generate_series(1, 10) g;",
+        )
+        .await?;
+    // Made beforehand with three partitions: the offset record of a key
+    // would land on any of them, and start-up reads partition 0 only.
+    create_topic(&env.offsets_topic, 3, &[("cleanup.policy", "compact")]).await?;
+    let (ok, log) = env.run_capture("snapshot.mode = \"initial\"\n", Duration::from_secs(60))?;
+    ensure!(!ok, "start-up refused:\n{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("partitions"))
+        .unwrap_or_default();
+    ensure!(
+        line.contains(&format!("`{}`", env.offsets_topic))
+            && line.contains("3 partitions")
+            && line.contains("offset.storage.topic"),
+        "the topic, its partition count and the fix are named:\n{log}"
+    );
+    ensure!(
+        committed_end(&env.topic("t")).await? == 0,
+        "nothing published"
+    );
+
+    // The schema-change topic alike, with the offsets topic right.
+    let offsets = format!("{}-one", env.offsets_topic);
+    let schema_topic = format!("{}.schema-changes", env.prefix);
+    create_topic(&schema_topic, 2, &[("cleanup.policy", "compact")]).await?;
+    let text = env.config("").replace(
+        &format!("\"{}\"", env.offsets_topic),
+        &format!("\"{offsets}\""),
+    );
+    let (ok, log) = env.run_capture_with(&text, Duration::from_secs(60))?;
+    ensure!(!ok, "start-up refused:\n{log}");
+    ensure!(
+        log.contains(&format!("`{schema_topic}`")) && log.contains("2 partitions"),
+        "the schema-change topic named:\n{log}"
+    );
+    delete_topics(&[env.offsets_topic.clone(), offsets, schema_topic]).await;
+    env.cleanup().await;
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------
 // Truncate on a multi-partition topic
 // ---------------------------------------------------------------------------
