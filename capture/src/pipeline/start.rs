@@ -316,6 +316,15 @@ fn claim_topics(
             "logical decoding messages",
         )
         .map_err(|e| refuse(&e))?;
+    if let Some(outbox) = &cfg.outbox {
+        let topic = outbox.dead_letter_topic(&cfg.topic_prefix);
+        claims
+            .claim_own(
+                &topic,
+                "the outbox dead-letter topic (outbox.errors.deadletterqueue.topic.name)",
+            )
+            .map_err(|e| refuse(&e))?;
+    }
     for t in tables {
         // The outbox's rows go to its event topics, not to a table topic.
         if cfg
