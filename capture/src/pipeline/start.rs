@@ -124,19 +124,7 @@ async fn run_once(
     // Fences an older instance and aborts its open transaction, so the offset
     // read next is final.
     let producer = TxProducer::connect(cfg).await?;
-    let stored = match read_stored_offset(cfg).await? {
-        Some((o, found)) if found != offsets_topic => {
-            tracing::info!(
-                legacy_topic = %found,
-                offsets_topic = %offsets_topic,
-                commit_lsn = %format_lsn(o.commit_lsn),
-                flush_lsn = %format_lsn(o.flush_lsn),
-                "resuming from this connector's offset in the offsets topic shared by earlier versions; from now on its offsets go to its own topic"
-            );
-            Some(o)
-        }
-        found => found.map(|(o, _)| o),
-    };
+    let stored = read_stored_offset(cfg).await?;
     // Snapshot candidates: captured tables, less the outbox and signal tables
     // (their rows are events and commands, not state).
     let snapshot_tables: Vec<String> = tables
