@@ -253,9 +253,9 @@ impl OutboxRouter {
         &self,
         row: &TupleData,
         rel: &Relation,
-    ) -> Result<OutboxEvent, DeadLetter> {
+    ) -> Result<OutboxEvent, Box<DeadLetter>> {
         self.route(row, rel)
-            .map_err(|e| self.dead_letter(row, rel, &e))
+            .map_err(|e| Box::new(self.dead_letter(row, rel, &e)))
     }
 
     /// The dead letter of `row`, which `error` kept from being routed.

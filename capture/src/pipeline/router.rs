@@ -115,7 +115,7 @@ pub(super) fn records(
                 }
                 // A row no restart could route: its dead letter, in this
                 // transaction, takes the event's place (and its ordinal).
-                Err(dl) => out.push(Record::dead_letter(dl)),
+                Err(dl) => out.push(Record::dead_letter(*dl)),
             },
             Some(Route::Signal(_) | Route::Refused(_)) | None => {}
         },

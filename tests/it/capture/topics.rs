@@ -746,7 +746,7 @@ async fn a_transaction_timeout_above_the_brokers_limit_refuses_start_up() -> Res
             && log.contains("transaction.max.timeout.ms"),
         "the setting and the broker's limit are named:\n{log}"
     );
-    delete_topics(&[env.offsets_topic.clone()]).await;
+    delete_topics(std::slice::from_ref(&env.offsets_topic)).await;
     env.cleanup().await;
     Ok(())
 }
