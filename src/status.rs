@@ -304,13 +304,9 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
     };
     let mut problems = Vec::new();
     let stored = read_stored_offset(&cfg).await;
-    let offset = stored
-        .as_ref()
-        .ok()
-        .and_then(|o| o.as_ref())
-        .map(|(o, _)| o.clone());
+    let offset = stored.as_ref().ok().and_then(|o| o.as_ref()).cloned();
     let committed = match stored {
-        Ok(Some((o, _))) => Some(o.flush_lsn),
+        Ok(Some(o)) => Some(o.flush_lsn),
         Ok(None) => {
             problems.push((
                 Health::Down,

@@ -32,6 +32,7 @@ pub const SNAPSHOT_CHUNKS_TOTAL: &str = "oncely_capture_snapshot_chunks_total";
 pub const SNAPSHOT_RUNNING: &str = "oncely_capture_snapshot_running";
 pub const SNAPSHOT_PAUSED: &str = "oncely_capture_snapshot_paused";
 pub const REFUSED_CHANGES_TOTAL: &str = "oncely_capture_refused_changes_total";
+pub const OUTBOX_DEAD_LETTERS_TOTAL: &str = "oncely_capture_outbox_dead_letters_total";
 pub const TABLE_LABEL: &str = "table";
 
 /// The snapshot as a progress display shows it.
@@ -81,6 +82,9 @@ pub struct CaptureMetrics {
     /// Changes not published because their table's replica identity stopped
     /// carrying its key while capture ran (`replica.identity.check = fail`).
     pub refused_changes: IntCounterVec,
+    /// Outbox rows that could not be routed, written to the outbox
+    /// dead-letter topic instead.
+    pub outbox_dead_letters: IntCounterVec,
     /// What a progress bar shows; `None` when no snapshot runs.
     pub snapshot_view: Arc<Mutex<Option<SnapshotView>>>,
     /// What `/readyz` answers.
@@ -178,6 +182,10 @@ impl CaptureMetrics {
             refused_changes: counter_vec(
                 REFUSED_CHANGES_TOTAL,
                 "Changes not published because the table's replica identity does not carry its key",
+            ),
+            outbox_dead_letters: counter_vec(
+                OUTBOX_DEAD_LETTERS_TOTAL,
+                "Outbox rows written to the outbox dead-letter topic because they cannot be routed",
             ),
             snapshot_view: Arc::new(Mutex::new(None)),
             health: CaptureHealth::default(),

@@ -13,7 +13,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{CaptureConfig, LEGACY_OFFSETS_TOPIC};
+use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 use crate::kafka::CaptureContext;
 use crate::snapshot::SnapshotProgress;
@@ -102,30 +102,30 @@ impl SourceOffset {
     }
 }
 
-/// The stored offset of `cfg`'s connector, from [`CaptureConfig::offsets_topic`],
-/// and where it was found. With the default topic holding nothing for the
-/// connector, the shared topic of earlier versions ([`LEGACY_OFFSETS_TOPIC`])
-/// is read once, when it exists: a connector upgraded from the shared
-/// default resumes where it was instead of starting over. Capture, `oncely
-/// verify` and the CLI all read offsets through this function.
-pub async fn read_stored_offset(
-    cfg: &CaptureConfig,
-) -> Result<Option<(SourceOffset, String)>, CaptureError> {
-    let topic = cfg.offsets_topic();
-    let name = cfg.connector_name();
-    if let Some(o) = read_last_offset(cfg.kafka_client(), &topic, name).await? {
-        return Ok(Some((o, topic)));
-    }
-    if !cfg.offsets_topic_is_default() || !topic_exists(cfg, LEGACY_OFFSETS_TOPIC).await? {
-        return Ok(None);
-    }
-    let legacy = read_last_offset(cfg.kafka_client(), LEGACY_OFFSETS_TOPIC, name).await?;
-    Ok(legacy.map(|o| (o, LEGACY_OFFSETS_TOPIC.to_owned())))
+/// The stored offset of `cfg`'s connector, from [`CaptureConfig::offsets_topic`]
+/// only: another topic's open transaction (a SIGKILLed connector's) can
+/// never hold this read back. Capture, `oncely verify` and the CLI all read
+/// offsets through this function.
+pub async fn read_stored_offset(cfg: &CaptureConfig) -> Result<Option<SourceOffset>, CaptureError> {
+    read_last_offset(
+        cfg.kafka_client(),
+        &cfg.offsets_topic(),
+        cfg.connector_name(),
+    )
+    .await
 }
 
 /// Whether `topic` exists on the cluster (assigning a missing topic would
 /// wait for it until the reader's deadline).
 pub(crate) async fn topic_exists(cfg: &CaptureConfig, topic: &str) -> Result<bool, CaptureError> {
+    Ok(partition_count(cfg, topic).await?.is_some())
+}
+
+/// How many partitions `topic` has; `None` when it does not exist.
+pub(crate) async fn partition_count(
+    cfg: &CaptureConfig,
+    topic: &str,
+) -> Result<Option<usize>, CaptureError> {
     let mut client = cfg.kafka_client();
     client.set("group.id", "oncely-offset-reader");
     let topic = topic.to_owned();
@@ -139,7 +139,8 @@ pub(crate) async fn topic_exists(cfg: &CaptureConfig, topic: &str) -> Result<boo
         Ok(metadata
             .topics()
             .iter()
-            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+            .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+            .map(|t| t.partitions().len()))
     })
     .await
     .map_err(CaptureError::task("kafka metadata"))?

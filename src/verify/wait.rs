@@ -28,7 +28,7 @@ pub async fn capture(cfg: &CaptureConfig, lsn: u64, deadline: Instant) -> Result
         let offset = read_stored_offset(cfg)
             .await
             .map_err(|e| VerifyError::Kafka(format!("read capture's offset: {e}")))?;
-        let at = offset.as_ref().map(|(o, _)| o.flush_lsn);
+        let at = offset.as_ref().map(|o| o.flush_lsn);
         if at.is_some_and(|at| at >= lsn) {
             return Ok(());
         }

@@ -33,9 +33,6 @@ pub use values::{
 pub const DEFAULT_PORT: u16 = 5432;
 pub const DEFAULT_SLOT: &str = "oncely";
 pub const DEFAULT_PUBLICATION: &str = "oncely_publication";
-/// The offsets topic every connector shared before 0.2: read once, on the
-/// first start of a connector whose own default topic holds nothing yet.
-pub const LEGACY_OFFSETS_TOPIC: &str = "oncely-offsets";
 /// The default `offset.storage.topic` is this prefix and the connector name
 /// (see [`CaptureConfig::offsets_topic`]).
 pub const DEFAULT_OFFSETS_TOPIC_PREFIX: &str = "oncely-offsets-";
@@ -50,6 +47,11 @@ pub const DEFAULT_REPLICATION_FACTOR: i32 = 1;
 pub const DEFAULT_BATCH_MAX_EVENTS: usize = 20_000;
 pub const DEFAULT_BATCH_MAX_BYTES: usize = 64 * 1024 * 1024;
 pub const DEFAULT_BATCH_MAX_MS: u64 = 25;
+/// Default `[kafka.producer] "transaction.timeout.ms"` (Kafka's own): how
+/// long the broker keeps a killed instance's transaction open, holding back
+/// `read_committed` readers of its topics, unless a new instance of the
+/// connector aborts it first (it does on start).
+pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
 pub const DEFAULT_HEARTBEAT_MS: u64 = 10_000;
 /// Default `health.ready.max.lag.ms`: how long changes read may wait for a
 /// Kafka commit before `/readyz` answers 503.
@@ -406,6 +408,15 @@ impl CaptureConfig {
             .and_then(|v| v.trim().parse().ok())
     }
 
+    /// `[kafka.producer] "transaction.timeout.ms"`, else
+    /// [`DEFAULT_TRANSACTION_TIMEOUT_MS`]; `None` when it is not a number.
+    pub fn transaction_timeout_ms(&self) -> Option<u64> {
+        match self.kafka_producer.get("transaction.timeout.ms") {
+            Some(v) => v.trim().parse().ok(),
+            None => Some(DEFAULT_TRANSACTION_TIMEOUT_MS),
+        }
+    }
+
     /// The topic of this connector's offset records: `offset.storage.topic`,
     /// or `oncely-offsets-<name>`. One topic per connector by default: an
     /// open transaction of one connector holds back what `read_committed`
@@ -416,12 +427,6 @@ impl CaptureConfig {
             Some(topic) => topic.clone(),
             None => format!("{DEFAULT_OFFSETS_TOPIC_PREFIX}{}", self.connector_name()),
         }
-    }
-
-    /// Whether the offsets topic is the default one (a connector upgraded
-    /// from the shared [`LEGACY_OFFSETS_TOPIC`] may find its offset there).
-    pub fn offsets_topic_is_default(&self) -> bool {
-        self.offset_storage_topic.is_none()
     }
 
     /// The connector's name: `name`, or `topic.prefix` when unset.

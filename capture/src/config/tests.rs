@@ -21,7 +21,6 @@ fn minimal_config_gets_defaults() {
     assert_eq!(cfg.database_port, 5432);
     assert_eq!(cfg.batch_max_events, DEFAULT_BATCH_MAX_EVENTS);
     assert_eq!(cfg.offsets_topic(), "oncely-offsets-shop");
-    assert!(cfg.offsets_topic_is_default());
     assert_eq!(cfg.max_message_bytes(), DEFAULT_MAX_MESSAGE_BYTES);
     assert_eq!(cfg.snapshot_mode, SnapshotMode::Initial);
     assert!(!cfg.snapshot_new_tables);
@@ -103,7 +102,6 @@ fn offsets_topic_is_per_connector_unless_configured() {
     )
     .unwrap();
     assert_eq!(set.offsets_topic(), "shared");
-    assert!(!set.offsets_topic_is_default());
     let err = CaptureConfig::parse(&format!("name = \"a b\"\n{MINIMAL}"), "test")
         .unwrap_err()
         .to_string();
@@ -435,5 +433,26 @@ fn snapshot_max_threads_is_bounded_and_defaults_to_the_cores() {
             err.message,
             "must be between 1 and 64 (default: the machine's cores)"
         );
+    }
+}
+
+#[test]
+fn the_transaction_timeout_is_a_checked_producer_setting() {
+    let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
+    assert_eq!(
+        cfg.transaction_timeout_ms(),
+        Some(DEFAULT_TRANSACTION_TIMEOUT_MS)
+    );
+    let set = |v: &str| {
+        CaptureConfig::parse(
+            &format!("{MINIMAL}\n[kafka.producer]\n\"transaction.timeout.ms\" = \"{v}\"\n"),
+            "test",
+        )
+    };
+    assert_eq!(set("15000").unwrap().transaction_timeout_ms(), Some(15_000));
+    for bad in ["soon", "500"] {
+        let err = set(bad).unwrap_err();
+        assert_eq!(err.key, "kafka.producer", "{err}");
+        assert!(err.message.contains("transaction.timeout.ms"), "{err}");
     }
 }

@@ -8,6 +8,9 @@ use super::{
 };
 
 /// Librdkafka properties a user may not override: they carry the exactly-once guarantee.
+/// What a transaction's commit is given beyond `batch.max.ms` at least.
+const MIN_COMMIT_MS: u64 = 1_000;
+
 const RESERVED_PRODUCER_KEYS: &[&str] = &[
     "transactional.id",
     "enable.idempotence",
@@ -77,6 +80,7 @@ impl CaptureConfig {
                 format!("`{key}` is set by oncely itself (it carries the exactly-once guarantee); remove it"),
             ));
         }
+        self.validate_transaction_timeout()?;
         if self.topic_partitions < 1 {
             return Err(invalid(
                 "topic.creation.default.partitions",
@@ -190,6 +194,27 @@ impl CaptureConfig {
                     format!("{signal} is also outbox.table; give signals a table of their own"),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// A transaction must outlive its batch (`batch.max.ms`) and its
+    /// commit; the broker's `transaction.max.timeout.ms` bounds it from above
+    /// and is checked by the broker at start (`TxProducer::connect`).
+    fn validate_transaction_timeout(&self) -> Result<(), ConfigError> {
+        let raw = self.kafka_producer.get("transaction.timeout.ms");
+        let Some(ms) = self.transaction_timeout_ms() else {
+            return Err(invalid(
+                "kafka.producer",
+                format!("`transaction.timeout.ms` = {raw:?} is not a number of milliseconds"),
+            ));
+        };
+        let floor = self.batch_max_ms.saturating_add(MIN_COMMIT_MS);
+        if ms < floor {
+            return Err(invalid(
+                "kafka.producer",
+                format!("`transaction.timeout.ms` = {ms} leaves a transaction too little time: it must be at least batch.max.ms + {MIN_COMMIT_MS} = {floor} (default {})", super::DEFAULT_TRANSACTION_TIMEOUT_MS),
+            ));
         }
         Ok(())
     }

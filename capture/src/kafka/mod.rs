@@ -30,6 +30,7 @@ pub const PRODUCER_SETTINGS: &[(&str, &str)] = &[
     ("linger.ms", "5"),
     ("batch.size", "1000000"),
     ("compression.type", "lz4"),
+    // crate::config::DEFAULT_TRANSACTION_TIMEOUT_MS; `[kafka.producer]` may set it.
     ("transaction.timeout.ms", "60000"),
     // With queue.buffering.max.kbytes, bounds the producer's memory.
     ("queue.buffering.max.messages", "100000"),
@@ -267,7 +268,8 @@ impl TxProducer {
         tx.blocking("init_transactions", |p| {
             p.init_transactions(TXN_CALL_TIMEOUT)
         })
-        .await?;
+        .await
+        .map_err(|e| explain_timeout(e, cfg))?;
         Ok(tx)
     }
 
@@ -423,9 +425,26 @@ impl TxProducer {
     }
 }
 
+/// The broker refuses a `transaction.timeout.ms` above its
+/// `transaction.max.timeout.ms` when the producer starts: say which setting.
+fn explain_timeout(e: CaptureError, cfg: &CaptureConfig) -> CaptureError {
+    match &e {
+        CaptureError::Kafka { source, .. }
+            if source.rdkafka_error_code() == Some(RDKafkaErrorCode::InvalidTransactionTimeout) =>
+        {
+            CaptureError::Prerequisite(format!(
+                "the Kafka broker refuses [kafka.producer] \"transaction.timeout.ms\" = {}: it is above the broker's transaction.max.timeout.ms (900000 unless configured). Lower it (default {}) or raise the broker's limit ({e})",
+                cfg.transaction_timeout_ms().unwrap_or_default(),
+                crate::config::DEFAULT_TRANSACTION_TIMEOUT_MS,
+            ))
+        }
+        _ => e,
+    }
+}
+
 mod topics;
 
-pub use topics::TopicCreator;
+pub use topics::{check_one_partition, InternalTopic, TopicCreator};
 
 #[cfg(test)]
 mod tests;

@@ -62,3 +62,12 @@ fn connection_properties_are_recognised_by_name() {
         assert!(!is_connection_property(key), "{key}");
     }
 }
+
+#[test]
+fn the_default_transaction_timeout_is_the_documented_one() {
+    let set = PRODUCER_SETTINGS
+        .iter()
+        .find(|(k, _)| *k == "transaction.timeout.ms")
+        .map(|(_, v)| v.parse::<u64>());
+    assert_eq!(set, Some(Ok(crate::config::DEFAULT_TRANSACTION_TIMEOUT_MS)));
+}

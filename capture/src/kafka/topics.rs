@@ -11,6 +11,52 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 
+/// One of capture's own single-partition topics, for [`check_one_partition`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InternalTopic {
+    /// `offset.storage.topic`: offset records, read back at start.
+    Offsets,
+    /// `<topic.prefix>.schema-changes`: the schema history, read back at start.
+    SchemaChanges,
+}
+
+/// Refuses an internal topic that exists with more than one partition.
+/// Capture writes these topics' records to partition 0 and reads only
+/// partition 0 back at start; records another partition holds (written by
+/// key hash before, or by another tool) would be missed, and a start that
+/// misses its offset snapshots and publishes everything again. Kafka cannot
+/// take partitions away, so the message says how to start over instead.
+pub async fn check_one_partition(
+    cfg: &CaptureConfig,
+    topic: &str,
+    kind: InternalTopic,
+) -> Result<(), CaptureError> {
+    match crate::offset::partition_count(cfg, topic).await? {
+        None | Some(1) => Ok(()),
+        Some(n) => Err(CaptureError::Prerequisite(one_partition_message(
+            topic, n, kind,
+        ))),
+    }
+}
+
+fn one_partition_message(topic: &str, partitions: usize, kind: InternalTopic) -> String {
+    let fix = match kind {
+        InternalTopic::Offsets => format!(
+            "set offset.storage.topic to a topic that does not exist yet (capture creates it with one partition, compacted), or delete `{topic}` and make it again with --partitions 1 --config cleanup.policy=compact. The offsets stored in it are left behind either way, so the next start snapshots as snapshot.mode says"
+        ),
+        InternalTopic::SchemaChanges => format!(
+            "delete `{topic}` (capture makes it again with one partition and takes the catalog's columns as its baseline), or make it again with --partitions 1 --config cleanup.policy=compact"
+        ),
+    };
+    let what = match kind {
+        InternalTopic::Offsets => "offsets topic",
+        InternalTopic::SchemaChanges => "schema-change topic",
+    };
+    format!(
+        "the {what} `{topic}` has {partitions} partitions; capture needs exactly one (it writes its records to partition 0 and reads only partition 0 back at start, so with more a restart can miss them and publish everything again). Kafka cannot remove partitions: {fix}"
+    )
+}
+
 /// Creates topics on first use, so capture works where brokers do not auto-create.
 pub struct TopicCreator {
     admin: AdminClient<DefaultClientContext>,
@@ -69,7 +115,8 @@ impl TopicCreator {
         Ok(())
     }
 
-    /// Makes sure the compacted single-partition offsets topic exists.
+    /// Makes sure the compacted single-partition offsets topic exists (one
+    /// that exists already is checked by [`check_one_partition`]).
     pub async fn ensure_offsets_topic(&mut self, topic: &str) -> Result<(), CaptureError> {
         let new = NewTopic::new(topic, 1, TopicReplication::Fixed(self.replication))
             .set("cleanup.policy", "compact");
@@ -102,5 +149,22 @@ impl TopicCreator {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_message_names_the_topic_its_partitions_and_the_fix() {
+        let m = one_partition_message("oncely-offsets-shop", 3, InternalTopic::Offsets);
+        assert!(m.contains("`oncely-offsets-shop` has 3 partitions"), "{m}");
+        assert!(m.contains("offset.storage.topic"), "{m}");
+        let m = one_partition_message("shop.schema-changes", 2, InternalTopic::SchemaChanges);
+        assert!(
+            m.contains("schema-change topic `shop.schema-changes` has 2 partitions"),
+            "{m}"
+        );
     }
 }

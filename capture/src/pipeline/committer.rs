@@ -306,11 +306,14 @@ impl<T: Transactions> Committer<T> {
             return Ok(());
         }
         self.open_batch()?;
-        let offset = Record::new(
+        let mut offset = Record::new(
             &self.topics.offsets,
             Some(self.topics.offset_key.clone()),
             Some(self.pending.to_bytes()),
         );
+        // Start-up reads partition 0 only (`offset::read_to_end`): never
+        // leave the partition to the key's hash, whatever the topic holds.
+        offset.partition = Some(0);
         self.tx.send(&offset).await?;
         self.inflight = Some(Inflight {
             task: tokio::spawn(self.tx.commit()),

@@ -27,10 +27,21 @@ async fn a_full_batch_commits_then_confirms_its_position() {
     let steps = log.steps();
     assert_eq!(steps[0], Step::Begin);
     assert_eq!(keys(&steps), ["a", "b"]);
-    let Step::Send { topic, value, .. } = &steps[3] else {
+    let Step::Send {
+        topic,
+        value,
+        partition,
+        ..
+    } = &steps[3]
+    else {
         panic!("{steps:?}")
     };
     assert_eq!(topic, OFFSETS, "the offset record ends the transaction");
+    assert_eq!(
+        *partition,
+        Some(0),
+        "the offset record goes to partition 0, which start-up reads"
+    );
     assert_eq!(decode(value.as_deref()).flush_lsn, 100);
     assert_eq!(&steps[4..], [Step::Commit { ok: true }, Step::Confirm(100)]);
     assert_eq!(c.committed.flush_lsn, 100);

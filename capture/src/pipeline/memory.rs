@@ -21,6 +21,8 @@ pub(super) enum Step {
         topic: String,
         key: Option<Vec<u8>>,
         value: Option<Vec<u8>>,
+        /// The explicit partition, if the record names one.
+        partition: Option<i32>,
     },
     Commit {
         ok: bool,
@@ -136,6 +138,7 @@ impl Transactions for MemoryKafka {
             topic: r.topic.to_string(),
             key: r.key.clone(),
             value: r.value.clone(),
+            partition: r.partition,
         });
         Ok(())
     }

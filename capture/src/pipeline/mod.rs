@@ -276,6 +276,7 @@ impl Pipeline<'_> {
                 Err(e) => return Err(e),
             };
             self.tracker.use_ordinals(ordinals);
+            self.note_dead_letters(&records);
             self.publish(records).await?;
         } else {
             self.tracker.use_ordinals(1);
@@ -318,6 +319,20 @@ impl Pipeline<'_> {
         let counter = &self.metrics.refused_changes;
         counter.with_label_values(&[refused.table.as_str()]).inc();
         tracing::error!(table = %refused.table, metric = crate::metrics::REFUSED_CHANGES_TOTAL, "{}", refused.reason);
+    }
+
+    /// Outbox rows that could not be routed go to the outbox dead-letter
+    /// topic: logged (table, topic and reason; never the row's values) and
+    /// counted per table. Capture goes on: the same WAL would fail the same
+    /// way after a restart.
+    fn note_dead_letters(&self, records: &[Record]) {
+        for r in records {
+            if let Some((table, reason)) = &r.dead_letter {
+                let counter = &self.metrics.outbox_dead_letters;
+                counter.with_label_values(&[table.as_str()]).inc();
+                tracing::error!(table = %table, topic = %r.topic, metric = crate::metrics::OUTBOX_DEAD_LETTERS_TOTAL, "{reason}; the row goes to the outbox dead-letter topic, whose headers name the fix");
+            }
+        }
     }
 
     /// A failed send or commit, named when the producer or the broker

@@ -15,6 +15,9 @@ pub(super) struct Record {
     pub(super) ensure_topic: bool,
     /// An explicit partition (truncates go to every partition); else the key's.
     pub(super) partition: Option<i32>,
+    /// Set on an outbox dead letter: the outbox table and the reason, which
+    /// the pipeline logs and counts (never the row's values).
+    pub(super) dead_letter: Option<(String, String)>,
 }
 
 impl Record {
@@ -30,7 +33,25 @@ impl Record {
             headers: Vec::new(),
             ensure_topic: false,
             partition: None,
+            dead_letter: None,
         }
+    }
+
+    /// The dead letter of an outbox row that cannot be routed.
+    pub(super) fn dead_letter(dl: crate::outbox::DeadLetter) -> Self {
+        use crate::outbox::{HEADER_DLQ_ERROR, HEADER_DLQ_FIX, HEADER_DLQ_TABLE};
+        let mut r = Record::new(&dl.topic.as_str().into(), dl.key, Some(dl.value));
+        r.headers = vec![
+            (HEADER_DLQ_TABLE, dl.table.as_bytes().to_vec()),
+            (HEADER_DLQ_ERROR, dl.reason.as_bytes().to_vec()),
+            (HEADER_DLQ_FIX, dl.fix.into_bytes()),
+        ];
+        r.ensure_topic = true;
+        // One place for every dead letter, whatever the key (a null one
+        // included), so the topic reads in the order they were written.
+        r.partition = Some(0);
+        r.dead_letter = Some((dl.table, dl.reason));
+        r
     }
 
     /// A change event of a table, its source position in a header too.

@@ -199,7 +199,8 @@ impl Pipeline<'_> {
             return Ok(None);
         }
         if let Some(outbox) = self.cfg.outbox.as_ref().filter(|o| o.table == qualified) {
-            let router = OutboxRouter::new(&rel, outbox)
+            let dead_letters = outbox.dead_letter_topic(&self.cfg.topic_prefix);
+            let router = OutboxRouter::new(&rel, outbox, &dead_letters)
                 .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
             return Ok(Some(Route::Outbox(router, rel)));
         }

@@ -106,15 +106,17 @@ pub(super) fn records(
                     src,
                 ));
             }
-            Some(Route::Outbox(router, rel)) => {
-                let ev = router
-                    .route(&new, rel)
-                    .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
-                let mut record = Record::new(&ev.topic.as_str().into(), Some(ev.key), ev.value);
-                record.headers = vec![("id", ev.id), ("type", ev.kind)];
-                record.ensure_topic = true;
-                out.push(record);
-            }
+            Some(Route::Outbox(router, rel)) => match router.route_or_dead_letter(&new, rel) {
+                Ok(ev) => {
+                    let mut record = Record::new(&ev.topic.as_str().into(), Some(ev.key), ev.value);
+                    record.headers = vec![("id", ev.id), ("type", ev.kind)];
+                    record.ensure_topic = true;
+                    out.push(record);
+                }
+                // A row no restart could route: its dead letter, in this
+                // transaction, takes the event's place (and its ordinal).
+                Err(dl) => out.push(Record::dead_letter(*dl)),
+            },
             Some(Route::Signal(_) | Route::Refused(_)) | None => {}
         },
         LogicalMessage::Update {

@@ -15,7 +15,7 @@ use crate::config::{CaptureConfig, ReplicaIdentityCheck};
 use crate::envelope::EnvelopeConfig;
 use crate::error::CaptureError;
 use crate::filter::TableFilter;
-use crate::kafka::{TopicCreator, TxProducer};
+use crate::kafka::{check_one_partition, InternalTopic, TopicCreator, TxProducer};
 use crate::metrics::CaptureMetrics;
 use crate::naming::{check_length, TopicClaims};
 use crate::offset::{read_stored_offset, SourceOffset};
@@ -121,22 +121,14 @@ async fn run_once(
     let offsets_topic = cfg.offsets_topic();
     let mut topics = TopicCreator::new(cfg)?;
     topics.ensure_offsets_topic(&offsets_topic).await?;
+    // Both are read back from partition 0 only, next.
+    check_one_partition(cfg, &offsets_topic, InternalTopic::Offsets).await?;
+    let schema_topic = crate::schema_change::topic(cfg);
+    check_one_partition(cfg, &schema_topic, InternalTopic::SchemaChanges).await?;
     // Fences an older instance and aborts its open transaction, so the offset
     // read next is final.
     let producer = TxProducer::connect(cfg).await?;
-    let stored = match read_stored_offset(cfg).await? {
-        Some((o, found)) if found != offsets_topic => {
-            tracing::info!(
-                legacy_topic = %found,
-                offsets_topic = %offsets_topic,
-                commit_lsn = %format_lsn(o.commit_lsn),
-                flush_lsn = %format_lsn(o.flush_lsn),
-                "resuming from this connector's offset in the offsets topic shared by earlier versions; from now on its offsets go to its own topic"
-            );
-            Some(o)
-        }
-        found => found.map(|(o, _)| o),
-    };
+    let stored = read_stored_offset(cfg).await?;
     // Snapshot candidates: captured tables, less the outbox and signal tables
     // (their rows are events and commands, not state).
     let snapshot_tables: Vec<String> = tables
@@ -316,6 +308,15 @@ fn claim_topics(
             "logical decoding messages",
         )
         .map_err(|e| refuse(&e))?;
+    if let Some(outbox) = &cfg.outbox {
+        let topic = outbox.dead_letter_topic(&cfg.topic_prefix);
+        claims
+            .claim_own(
+                &topic,
+                "the outbox dead-letter topic (outbox.errors.deadletterqueue.topic.name)",
+            )
+            .map_err(|e| refuse(&e))?;
+    }
     for t in tables {
         // The outbox's rows go to its event topics, not to a table topic.
         if cfg

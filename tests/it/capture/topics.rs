@@ -1,7 +1,7 @@
 //! What capture's topics take and hold, against real PostgreSQL and Kafka:
 //! records up to the configured message size (and a named, definite error
-//! beyond it), one offsets topic per connector (and the upgrade from the
-//! shared one), truncates on every partition of a multi-partition topic.
+//! beyond it), one offsets topic per connector, read alone, internal topics
+//! of one partition, truncates on every partition of a multi-partition topic.
 use std::collections::BTreeSet;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -667,84 +667,134 @@ async fn confirmed(env: &CaptureEnv, slot: &str) -> Result<i64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connector_upgraded_from_the_shared_offsets_topic_resumes_from_it() -> Result<()> {
-    let env = CaptureEnv::new("cap_legacy_offsets").await?;
+async fn a_connector_reads_only_its_own_offsets_topic_and_at_once() -> Result<()> {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let env = CaptureEnv::new("cap_own_offsets").await?;
+    let cfg = oncely_capture::config::CaptureConfig::parse(
+        &default_offsets(&env.config("")),
+        "capture.toml",
+    )?;
+    // The shared name development versions used, which any connector may
+    // still be configured with (offset.storage.topic = "oncely-offsets").
+    let shared = "oncely-offsets";
+    if let Err(e) = create_topic(shared, 1, &[("cleanup.policy", "compact")]).await {
+        ensure!(e.to_string().contains("already exists"), "{e}");
+    }
+    let producer: BaseProducer = kafka_client()
+        .set("transactional.id", common::unique("cap_open_a"))
+        .set("transaction.timeout.ms", "20000")
+        .create()?;
+    let timeout = Duration::from_secs(30);
+    producer.init_transactions(timeout)?;
+    // Committed there: an offset under this connector's name.
+    let stray = oncely_capture::offset::SourceOffset::start(42).to_bytes();
+    let key = oncely_capture::offset::SourceOffset::key(cfg.connector_name());
+    producer.begin_transaction()?;
+    producer
+        .send(
+            BaseRecord::to(shared)
+                .partition(0)
+                .key(&key)
+                .payload(&stray),
+        )
+        .map_err(|(e, _)| e)?;
+    producer.commit_transaction(timeout)?;
+    // Then connector a, killed inside a commit, leaves a transaction open.
+    producer.begin_transaction()?;
+    producer
+        .send(
+            BaseRecord::to(shared)
+                .partition(0)
+                .key("{\"connector\":\"a\"}")
+                .payload("{}"),
+        )
+        .map_err(|(e, _)| e)?;
+    producer.flush(timeout)?;
+    // As a SIGKILL leaves it: neither committed nor aborted.
+    std::mem::forget(producer);
+
+    // This connector starts for the first time: its own topic is made (as
+    // start-up makes it) and holds nothing.
+    create_topic(&cfg.offsets_topic(), 1, &[("cleanup.policy", "compact")]).await?;
+    let t = Instant::now();
+    let stored = oncely_capture::offset::read_stored_offset(&cfg).await?;
+    let took = t.elapsed();
+    ensure!(
+        stored.is_none(),
+        "only its own topic is read, not {shared}: {stored:?}"
+    );
+    ensure!(took < Duration::from_secs(10), "read in {took:?}");
+    delete_topics(&[cfg.offsets_topic()]).await;
+    env.cleanup().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_timeout_above_the_brokers_limit_refuses_start_up() -> Result<()> {
+    let env = CaptureEnv::new("cap_txn_timeout").await?;
+    env.client
+        .batch_execute("CREATE TABLE t (id bigint PRIMARY KEY)")
+        .await?;
+    // The broker's transaction.max.timeout.ms is 15 minutes by default.
+    let (ok, log) = env.run_capture(
+        "[kafka.producer]\n\"transaction.timeout.ms\" = \"3600000\"\n",
+        Duration::from_secs(60),
+    )?;
+    ensure!(!ok, "start-up refused:\n{log}");
+    ensure!(
+        log.contains("transaction.timeout.ms\" = 3600000")
+            && log.contains("transaction.max.timeout.ms"),
+        "the setting and the broker's limit are named:\n{log}"
+    );
+    delete_topics(std::slice::from_ref(&env.offsets_topic)).await;
+    env.cleanup().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_internal_topic_with_several_partitions_refuses_start_up() -> Result<()> {
+    let env = CaptureEnv::new("cap_internal_parts").await?;
     env.client
         .batch_execute(
             "CREATE TABLE t (id bigint PRIMARY KEY, v text);
-             INSERT INTO t SELECT g, 'before' FROM generate_series(1, 20) g;",
+             INSERT INTO t SELECT g, 'v' FROM generate_series(1, 10) g;",
         )
         .await?;
-    // As an earlier version ran it: offsets on the shared `oncely-offsets`.
-    let legacy = env.write_config(
-        "capture-legacy.toml",
-        &env.config("snapshot.mode = \"initial\"\n")
-            .replace(&format!("\"{}\"", env.offsets_topic), "\"oncely-offsets\""),
-    )?;
-    let mut capture = env.spawn_capture(&legacy)?;
-    env.wait_slot_active().await?;
-    env.client
-        .batch_execute("INSERT INTO t SELECT g, 'streamed' FROM generate_series(21, 30) g")
-        .await?;
-    let topic = env.topic("t");
-    wait_for(
-        std::slice::from_ref(&topic),
-        Duration::from_secs(120),
-        |s| s.len() >= 30,
-    )
-    .await?;
-    assert!(terminate(&mut capture, Duration::from_secs(30))?.success());
-
-    // Upgraded: the default is now the connector's own topic, which is empty.
-    let upgraded = env.write_config(
-        "capture.toml",
-        &default_offsets(&env.config("snapshot.mode = \"initial\"\n")),
-    )?;
-    let mut capture = env.spawn_capture(&upgraded)?;
-    env.wait_slot_active().await?;
-    env.client
-        .batch_execute("INSERT INTO t SELECT g, 'after' FROM generate_series(31, 40) g")
-        .await?;
-    let seen = wait_for(
-        std::slice::from_ref(&topic),
-        Duration::from_secs(120),
-        |s| s.len() >= 40,
-    )
-    .await?;
-    assert!(terminate(&mut capture, Duration::from_secs(30))?.success());
-    let log = env.capture_log();
-    assert!(
-        log.contains("offsets topic shared by earlier versions"),
-        "{log}"
+    // Made beforehand with three partitions: the offset record of a key
+    // would land on any of them, and start-up reads partition 0 only.
+    create_topic(&env.offsets_topic, 3, &[("cleanup.policy", "compact")]).await?;
+    let (ok, log) = env.run_capture("snapshot.mode = \"initial\"\n", Duration::from_secs(60))?;
+    ensure!(!ok, "start-up refused:\n{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("partitions"))
+        .unwrap_or_default();
+    ensure!(
+        line.contains(&format!("`{}`", env.offsets_topic))
+            && line.contains("3 partitions")
+            && line.contains("offset.storage.topic"),
+        "the topic, its partition count and the fix are named:\n{log}"
     );
-    // Its offsets are in its own topic now; a later start reads them there.
-    let own = format!("oncely-offsets-{}", env.prefix);
-    let stored =
-        oncely_capture::offset::read_last_offset(kafka_client(), &own, &env.prefix).await?;
-    assert!(stored.is_some(), "offset in {own}");
-    let mut capture = env.spawn_capture(&upgraded)?;
-    env.wait_slot_active().await?;
-    env.client
-        .batch_execute("INSERT INTO t VALUES (41, 'last')")
-        .await?;
-    let seen_last = wait_for(
-        std::slice::from_ref(&topic),
-        Duration::from_secs(120),
-        |s| s.len() >= 41,
-    )
-    .await?;
-    assert!(terminate(&mut capture, Duration::from_secs(30))?.success());
+    ensure!(
+        committed_end(&env.topic("t")).await? == 0,
+        "nothing published"
+    );
 
-    // No second snapshot, nothing published twice.
-    let snapshot_rows = seen.iter().filter(|s| s.op() == Some("r")).count();
-    assert_eq!(snapshot_rows, 20, "one snapshot only");
-    let mut ids: Vec<i64> = seen_last
-        .iter()
-        .filter_map(|s| s.payload()?["after"]["id"].as_i64())
-        .collect();
-    ids.sort();
-    assert_eq!(ids, (1..=41).collect::<Vec<_>>(), "each row exactly once");
-    delete_topics(&[own, topic]).await;
+    // The schema-change topic alike, with the offsets topic right.
+    let offsets = format!("{}-one", env.offsets_topic);
+    let schema_topic = format!("{}.schema-changes", env.prefix);
+    create_topic(&schema_topic, 2, &[("cleanup.policy", "compact")]).await?;
+    let text = env.config("").replace(
+        &format!("\"{}\"", env.offsets_topic),
+        &format!("\"{offsets}\""),
+    );
+    let (ok, log) = env.run_capture_with(&text, Duration::from_secs(60))?;
+    ensure!(!ok, "start-up refused:\n{log}");
+    ensure!(
+        log.contains(&format!("`{schema_topic}`")) && log.contains("2 partitions"),
+        "the schema-change topic named:\n{log}"
+    );
+    delete_topics(&[env.offsets_topic.clone(), offsets, schema_topic]).await;
     env.cleanup().await;
     Ok(())
 }
