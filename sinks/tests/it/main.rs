@@ -12,3 +12,4 @@ mod redis_secure;
 mod redis_sink;
 mod runner_dedup;
 mod runner_kafka;
+mod runner_panic;
