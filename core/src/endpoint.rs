@@ -12,7 +12,11 @@
 //! * [`serve`] answers until its token fires. Accept errors (too many open
 //!   files, a connection reset before it was accepted) are logged and the
 //!   listener goes on; one request per connection, each bounded in time and
-//!   size on a task of its own.
+//!   size on a task of its own. At most [`MAX_CONNECTIONS`] are served at
+//!   once: a connection is accepted only when a slot is free (the others wait
+//!   in the listen backlog), and one that sends no request within
+//!   [`READ_TIMEOUT`] is closed, so idle connections cannot hold the slots
+//!   (nor tasks and memory without bound) and a probe behind them is answered.
 //! * `/healthz` is 200 while the process runs. `/readyz` is 200 `ready` when
 //!   [`Probe::ready`] says so, else 503 with its plain-text reason.
 
@@ -22,12 +26,17 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// How long an address still in use is tried again before start-up fails.
 pub const BIND_RETRY: Duration = Duration::from_secs(5);
 /// How long one connection may take to be answered.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once: probes and scrapers need a few.
+pub const MAX_CONNECTIONS: usize = 32;
+/// How long a connection may take to send its request head.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest request head read.
 const MAX_REQUEST_BYTES: usize = 4096;
 
@@ -97,7 +106,17 @@ fn try_bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// Serves `/metrics`, `/healthz` and `/readyz` (anything else is 404) until
 /// `stop` fires.
 pub async fn serve(listener: TcpListener, probe: Arc<dyn Probe>, stop: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
+        // A slot before accepting: beyond the bound, connections wait in the
+        // listen backlog rather than in tasks.
+        let slot = tokio::select! {
+            _ = stop.cancelled() => return,
+            s = slots.clone().acquire_owned() => match s {
+                Ok(slot) => slot,
+                Err(_) => return, // never closed
+            },
+        };
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
             a = listener.accept() => a,
@@ -107,6 +126,7 @@ pub async fn serve(listener: TcpListener, probe: Arc<dyn Probe>, stop: Cancellat
                 let probe = probe.clone();
                 // Detached on purpose: each connection ends within the timeout.
                 drop(tokio::spawn(async move {
+                    let _slot = slot;
                     let answer = tokio::time::timeout(REQUEST_TIMEOUT, respond(stream, &*probe));
                     if let Ok(Err(e)) = answer.await {
                         tracing::debug!("metrics connection: {e}");
@@ -124,8 +144,16 @@ pub async fn serve(listener: TcpListener, probe: Arc<dyn Probe>, stop: Cancellat
 async fn respond(mut stream: TcpStream, probe: &dyn Probe) -> std::io::Result<()> {
     let mut buf = vec![0u8; MAX_REQUEST_BYTES];
     let mut len = 0;
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
     while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") && len < buf.len() {
-        let n = stream.read(&mut buf[len..]).await?;
+        let n = tokio::time::timeout_at(deadline, stream.read(&mut buf[len..]))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no request within {READ_TIMEOUT:?}"),
+                )
+            })??;
         if n == 0 {
             break;
         }
@@ -218,6 +246,48 @@ mod tests {
         *probe.0.lock().expect("lock") = Ok(());
         assert_eq!(get(addr, "/readyz?verbose").await.expect("get").0, 200);
         assert_eq!(get(addr, "/other").await.expect("get").0, 404);
+        stop.cancel();
+        server.await.expect("server task");
+    }
+
+    /// Many connections that never send a request: the listener holds a
+    /// bounded number of tasks for them, and a probe still gets its answer
+    /// once the idle ones have timed out.
+    #[tokio::test]
+    async fn idle_connections_hold_bounded_tasks_and_health_still_answers() {
+        let listener = bind("127.0.0.1:0".parse().expect("addr"), "metrics.listen")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stop = CancellationToken::new();
+        let tasks = tokio::runtime::Handle::current().metrics();
+        let before = tasks.num_alive_tasks();
+        let server = tokio::spawn(serve(
+            listener,
+            Arc::new(Fixed(Mutex::new(Ok(())))),
+            stop.clone(),
+        ));
+        let bound = MAX_CONNECTIONS;
+        let mut idle = Vec::new();
+        for _ in 0..2 * bound + 8 {
+            idle.push(TcpStream::connect(addr).await.expect("connect"));
+        }
+        // Let the server take what it will, watching the task count.
+        let mut most = 0;
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            most = most.max(tasks.num_alive_tasks().saturating_sub(before));
+        }
+        assert!(
+            most <= bound + 1,
+            "{most} tasks alive for {} idle connections (bound {bound} + the server)",
+            idle.len()
+        );
+        let answer = tokio::time::timeout(Duration::from_secs(20), get(addr, "/healthz"))
+            .await
+            .expect("/healthz answered behind the idle connections");
+        assert_eq!(answer.expect("get").0, 200);
+        drop(idle);
         stop.cancel();
         server.await.expect("server task");
     }

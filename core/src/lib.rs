@@ -27,4 +27,4 @@ pub mod tls;
 pub mod wire;
 
 pub use config::ConfigError;
-pub use secret::{redact_url, toml_error, Secret, SecretError};
+pub use secret::{redact_url, redact_url_path, toml_error, Secret, SecretError, SecretUrl};

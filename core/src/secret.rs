@@ -2,8 +2,10 @@
 //! the configuration is read, in the syntax of Kafka Connect's config providers — `${env:NAME}`
 //! or `${file:/path}` — so a password never has to sit in the config file. A
 //! [`Secret`] never prints itself (its `Debug` is `***`) and is not
-//! `Serialize`. Two more ways a secret used to leak are closed here: a URL
-//! with user info in an error ([`redact_url`]) and a TOML parse error, which
+//! `Serialize`. A URL whose path or query is the secret (a Slack-style
+//! webhook) is a [`SecretUrl`], shown as its origin only. Two more ways a
+//! secret used to leak are closed here: a URL with user info in an error
+//! ([`redact_url`], [`redact_url_path`]) and a TOML parse error, which
 //! quotes the offending line — often the one holding an inline password
 //! ([`toml_error`]).
 
@@ -93,6 +95,61 @@ pub fn redact_url(url: &str) -> String {
         "***".to_owned()
     };
     format!("{}{shown}@{}", &url[..scheme_end], &rest[at + 1..])
+}
+
+/// `url` as [`redact_url`] shows it, with its path, query and fragment
+/// replaced by `/***` when it has any: where a webhook keeps its secret
+/// (`https://hooks.slack.com/services/T…/B…/<secret>` is shown as
+/// `https://hooks.slack.com/***`). Text without a `scheme://` is shown as
+/// `***`, since where its secret sits cannot be told.
+pub fn redact_url_path(url: &str) -> String {
+    let url = redact_url(url.trim());
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return "***".to_owned();
+    };
+    let authority_end = url[scheme_end..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| scheme_end + i);
+    match &url[authority_end..] {
+        "" | "/" => url,
+        _ => format!("{}/***", &url[..authority_end]),
+    }
+}
+
+/// A URL that may carry a secret in its user info, path or query (a
+/// webhook's). Its `Debug` shows only [`redact_url_path`]'s form, it is not
+/// `Serialize`, and reading it from configuration resolves `${env:..}` and
+/// `${file:..}` like a [`Secret`].
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct SecretUrl(String);
+
+impl SecretUrl {
+    /// A URL (a literal or a reference).
+    pub fn new(url: impl Into<String>) -> Self {
+        Self(url.into())
+    }
+
+    /// The URL. Call only where it is handed to a client.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The URL as it may be shown: scheme, host and port (see [`redact_url_path`]).
+    pub fn redacted(&self) -> String {
+        redact_url_path(&self.0)
+    }
+}
+
+impl fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("SecretUrl").field(&self.redacted()).finish()
+    }
+}
+
+impl<'de> Deserialize<'de> for SecretUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Secret::deserialize(d).map(|s| SecretUrl(s.0))
+    }
 }
 
 /// A TOML error as `line L, column C, key K: message`, without the excerpt
@@ -201,6 +258,31 @@ mod tests {
         for (url, want) in cases {
             assert_eq!(redact_url(url), want, "{url}");
         }
+    }
+
+    #[test]
+    fn webhook_urls_lose_their_path_and_query() {
+        let cases = [
+            (
+                "https://hooks.slack.com/services/T000/B000/SECRETXYZ",
+                "https://hooks.slack.com/***",
+            ),
+            ("http://h:8080/hook?token=SECRETXYZ", "http://h:8080/***"),
+            ("http://h?token=SECRETXYZ", "http://h/***"),
+            ("https://u:SECRETXYZ@h/x", "https://u:***@h/***"),
+            ("https://h/", "https://h/"),
+            ("https://h", "https://h"),
+            ("hooks.slack.com/services/SECRETXYZ", "***"),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact_url_path(url), want, "{url}");
+        }
+        let url = SecretUrl::new("https://hooks.slack.com/services/T000/B000/SECRETXYZ");
+        assert_eq!(
+            format!("{url:?}"),
+            "SecretUrl(\"https://hooks.slack.com/***\")"
+        );
+        assert!(url.expose().ends_with("SECRETXYZ"));
     }
 
     #[test]

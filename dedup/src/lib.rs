@@ -4,7 +4,7 @@
 //! A [`WindowStore`] remembers the identities of recently seen events in a
 //! bounded window and answers whether an identity was seen. Implementations:
 //!
-//! * [`MemoryWindow`]: in-process, bounded by count and age (moka), O(1).
+//! * [`MemoryWindow`]: in-process, bounded by count, bytes and age (moka), O(1).
 //!   Lost on restart, unless rebuilt by re-reading the records just before the
 //!   committed offset (`oncely_sinks::warmup`) and [`WindowStore::remember`]ing them.
 //! * [`RedisWindow`]: in Redis, bounded by age; survives restarts of the runner.
@@ -14,8 +14,8 @@
 //!
 //! # Limits (by design)
 //!
-//! A window is bounded: an identity older than the window (evicted by count,
-//! or expired by age) is reported as new. Choose the bounds to cover the
+//! A window is bounded: an identity older than the window (evicted by count
+//! or bytes, or expired by age) is reported as new. Choose the bounds to cover the
 //! longest redelivery you expect (the records after the last acknowledged
 //! position, i.e. one batch per partition for the sink runner, plus anything
 //! a rebalance or restart may replay).
@@ -35,7 +35,7 @@ mod watermark;
 
 use async_trait::async_trait;
 
-pub use memory::MemoryWindow;
+pub use memory::{MemoryWindow, DEFAULT_MAX_BYTES, ENTRY_OVERHEAD_BYTES};
 pub use redis_window::RedisWindow;
 pub use watermark::SequenceWatermark;
 

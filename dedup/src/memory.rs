@@ -10,13 +10,28 @@ use moka::sync::Cache;
 
 use crate::{DedupError, Seen, WindowStore};
 
-/// An in-process window bounded by count (`capacity` identities) and age (`ttl`
-/// since an identity was remembered). Checks are O(1) and never block on I/O.
+/// Default bound on the bytes a [`MemoryWindow`] holds (64 MiB): identities
+/// are ids, but `identity.field` values are whatever the envelope holds.
+pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+/// What one identity costs besides its bytes, as counted against the byte
+/// bound: moka's entry, its place in the eviction order and the map slot (an estimate).
+pub const ENTRY_OVERHEAD_BYTES: u64 = 128;
+
+/// An in-process window bounded by count (`max_entries` identities), by bytes
+/// (`max_bytes`, each identity counted as its length plus
+/// [`ENTRY_OVERHEAD_BYTES`]) and by age (`ttl` since an identity was
+/// remembered). Checks are O(1) and never block on I/O.
+///
+/// Both bounds are one moka weight: an identity weighs its bytes, but at least
+/// `max_bytes / max_entries`, against a capacity of `max_entries` times that
+/// least weight (never above `max_bytes`). Small identities are then bounded
+/// by count exactly, large ones by bytes, and a mix by both.
 ///
 /// Eviction is least-recently-*remembered* first: a check does not refresh an
 /// identity, only [`WindowStore::remember`] (or the insert of a new identity)
-/// does. Hence the window always holds at least the last `capacity` distinct
-/// identities remembered less than `ttl` ago; it may briefly hold a few more,
+/// does. Hence the window always holds at least the last identities
+/// remembered less than `ttl` ago that fit both bounds — the last
+/// `max_entries` when identities are small; it may briefly hold a few more,
 /// until moka's maintenance runs (it never answers `Duplicate` for an identity
 /// that was not remembered).
 ///
@@ -28,10 +43,22 @@ pub struct MemoryWindow {
 }
 
 impl MemoryWindow {
-    /// A window of at most `capacity` identities, each kept at most `ttl`.
+    /// A window of at most `capacity` identities and [`DEFAULT_MAX_BYTES`], each kept at most `ttl`.
     pub fn new(capacity: u64, ttl: Duration) -> Self {
+        Self::bounded(capacity, DEFAULT_MAX_BYTES, ttl)
+    }
+
+    /// A window of at most `max_entries` identities and `max_bytes` (see the
+    /// type's docs), each kept at most `ttl`.
+    pub fn bounded(max_entries: u64, max_bytes: u64, ttl: Duration) -> Self {
+        let least = (max_bytes / max_entries.max(1)).clamp(1, u64::from(u32::MAX));
+        let capacity = max_bytes.min(max_entries.saturating_mul(least));
         let cache = Cache::builder()
             .max_capacity(capacity)
+            .weigher(move |id: &Arc<[u8]>, _: &()| {
+                let bytes = (id.len() as u64).saturating_add(ENTRY_OVERHEAD_BYTES);
+                u32::try_from(bytes.max(least)).unwrap_or(u32::MAX)
+            })
             .time_to_live(ttl)
             .eviction_policy(EvictionPolicy::lru())
             .build();
@@ -153,6 +180,94 @@ mod tests {
                     .count()
             });
             assert_eq!(news, 1, "round {round}");
+        }
+    }
+
+    /// The bytes of the identities of `ids` the window holds, counted as the bound counts them.
+    fn held_bytes(w: &MemoryWindow, ids: &[Vec<u8>]) -> u64 {
+        ids.iter()
+            .filter(|id| w.contains_now(id))
+            .map(|id| id.len() as u64 + ENTRY_OVERHEAD_BYTES)
+            .sum()
+    }
+
+    /// `n` distinct identities of `len` bytes each.
+    fn huge_ids(n: u32, len: usize) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| {
+                let mut id = vec![b'x'; len];
+                id[..4].copy_from_slice(&i.to_be_bytes());
+                id
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_window_of_huge_identities_stays_under_its_byte_bound() {
+        // `identity.field` values are the envelope's, of any size: 1 MiB each.
+        let ids = huge_ids(100, 1 << 20);
+        let w = MemoryWindow::new(100_000, LONG);
+        for id in &ids {
+            assert_eq!(w.check_and_remember_now(id), Seen::New);
+        }
+        w.run_pending_tasks();
+        let held = held_bytes(&w, &ids);
+        assert!(
+            held <= DEFAULT_MAX_BYTES,
+            "{} identities of 1 MiB held, {held} bytes > the default bound {DEFAULT_MAX_BYTES}",
+            w.len()
+        );
+        let last = ids.last().expect("ids");
+        assert!(w.contains_now(last), "the last remembered is kept");
+
+        // An explicit bound: 20 KiB hold at most 19 identities of 1 KiB.
+        let ids = huge_ids(200, 1024);
+        let w = MemoryWindow::bounded(1000, 20 << 10, LONG);
+        for id in &ids {
+            w.check_and_remember_now(id);
+            w.run_pending_tasks();
+            assert!(held_bytes(&w, &ids) <= 20 << 10);
+        }
+        assert!((10..=19).contains(&w.len()), "{} held", w.len());
+        assert!(
+            ids[190..].iter().all(|id| w.contains_now(id)),
+            "the last ten are kept"
+        );
+    }
+
+    proptest! {
+        // Each case runs moka's maintenance after every identity: few cases.
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Both bounds at once: identities of mixed sizes never hold more
+        /// than `max_entries` nor more than `max_bytes` (after maintenance),
+        /// and the last one remembered is always found.
+        #[test]
+        fn count_and_byte_bounds_hold_together(
+            max_entries in 1u64..30,
+            max_bytes in 200u64..20_000,
+            sizes in proptest::collection::vec(0usize..3000, 1..100),
+        ) {
+            let w = MemoryWindow::bounded(max_entries, max_bytes, LONG);
+            let ids: Vec<Vec<u8>> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let mut id = (i as u32).to_be_bytes().to_vec();
+                    id.resize(4 + n, b'x');
+                    id
+                })
+                .collect();
+            for id in &ids {
+                w.check_and_remember_now(id);
+                w.run_pending_tasks();
+                prop_assert!(w.len() <= max_entries, "{} entries > {}", w.len(), max_entries);
+                let held = held_bytes(&w, &ids);
+                prop_assert!(held <= max_bytes, "{} bytes > {}", held, max_bytes);
+                if id.len() as u64 + ENTRY_OVERHEAD_BYTES <= max_bytes / max_entries {
+                    prop_assert!(w.contains_now(id), "a small identity just remembered is held");
+                }
+            }
         }
     }
 

@@ -215,6 +215,39 @@ fn urls_with_user_info_are_shown_without_the_password() -> Result<()> {
     Ok(())
 }
 
+/// A Slack-style webhook keeps its secret in the URL's path and query: the
+/// http sink's failing requests (nothing listens on port 1) name the host,
+/// never the path, in every log line and error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_url_is_shown_without_its_path() -> Result<()> {
+    use oncely_testkit::kafka::{create_topic, envelope, key, produce, Out};
+    let case = Case::new("webhook")?;
+    let topic = common::unique("secrets_webhook");
+    create_topic(&topic, 1).await;
+    let record = Out {
+        key: Some(key(1)),
+        value: Some(envelope(1, 100, 0, 1)),
+        partition: Some(0),
+    };
+    produce(&topic, &[record]).await;
+    let sink = case.file(
+        "sink.toml",
+        &format!(
+            "bootstrap.servers = \"{}\"\ngroup.id = \"{}\"\ntopics = [\"{topic}\"]\n\
+             [sink]\nkind = \"http\"\n\
+             url = \"http://127.0.0.1:1/services/T000/B000/{SECRET}?token={SECRET}\"\n",
+            common::kafka_brokers(),
+            common::unique("secrets-webhook")
+        ),
+    )?;
+    case.run(
+        &["sink", "--config", path(&sink)],
+        Duration::from_secs(25),
+        &["http://127.0.0.1:1/***", "request failed"],
+    )?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_credentials_are_reported_without_them() -> Result<()> {
     let case = Case::new("auth")?;

@@ -303,11 +303,13 @@ impl RunnerContext {
     /// Stops the workers of `tps`: gracefully (finish the current batch) unless `lost`,
     /// abandoning any still running after `shutdown.timeout.ms`. Blocks until all ended.
     pub(crate) fn stop_workers(&self, tps: &[TopicPartition], lost: bool) {
-        let handles: Vec<WorkerHandle> = {
+        let handles: Vec<(&TopicPartition, WorkerHandle)> = {
             let mut workers = self.lock_workers();
-            tps.iter().filter_map(|tp| workers.remove(tp)).collect()
+            tps.iter()
+                .filter_map(|tp| Some((tp, workers.remove(tp)?)))
+                .collect()
         };
-        for h in &handles {
+        for (_, h) in &handles {
             h.stop.cancel();
             if lost {
                 h.abandon.cancel();
@@ -315,12 +317,20 @@ impl RunnerContext {
         }
         let deadline = tokio::time::Instant::now() + self.shared.config.shutdown_timeout();
         self.shared.handle.block_on(async {
-            for mut h in handles {
-                if tokio::time::timeout_at(deadline, &mut h.task).await.is_err() {
-                    tracing::warn!("a partition worker did not finish within shutdown.timeout.ms; abandoning its batch");
-                    h.abandon.cancel();
-                    h.task.abort();
-                    let _ = h.task.await;
+            for (tp, mut h) in handles {
+                match tokio::time::timeout_at(deadline, &mut h.task).await {
+                    Ok(Ok(())) => {}
+                    // A worker catches its stages' panics; this is one of its own.
+                    Ok(Err(e)) => {
+                        let stage = "stopping";
+                        self.shared.worker_died((&tp.topic, tp.partition), stage, e);
+                    }
+                    Err(_) => {
+                        tracing::warn!(%tp, "a partition worker did not finish within shutdown.timeout.ms; abandoning its batch");
+                        h.abandon.cancel();
+                        h.task.abort();
+                        let _ = h.task.await;
+                    }
                 }
             }
         });

@@ -39,17 +39,22 @@ impl Decoder {
                 // held up the applier's round trips to the target (its
                 // `BEGIN` waited 7 ms on average instead of under 1 ms).
                 let (shared, tp) = (self.shared.clone(), (self.topic.clone(), self.partition));
-                let decoded = match tokio::task::spawn_blocking(move || {
-                    decode_batch(&shared, tp, incoming)
-                })
-                .await
-                {
-                    Ok(d) => d,
-                    Err(e) => {
-                        tracing::error!(topic = %self.topic, partition = self.partition, "decoding a batch failed: {e}");
-                        return;
-                    }
-                };
+                let decoded =
+                    match tokio::task::spawn_blocking(move || decode_batch(&shared, tp, incoming))
+                        .await
+                    {
+                        Ok(d) => d,
+                        Err(e) => {
+                            // Never go on without the batch: its records would be
+                            // skipped. The runner stops before this returns, so the
+                            // records the poll thread still hands in are not lost
+                            // but read again after the restart.
+                            let tp = (&*self.topic, self.partition);
+                            self.shared
+                                .worker_died(tp, "decoding or preparing a batch", e);
+                            return;
+                        }
+                    };
                 if tx.send(decoded).await.is_err() {
                     return;
                 }
@@ -112,6 +117,14 @@ impl Decoder {
 /// dead-letter topic), then lets the sink prepare the batch.
 fn decode_batch(shared: &Shared, tp: (Arc<str>, i32), incoming: Vec<Incoming>) -> Decoded {
     let started = Instant::now();
+    // Configured as `return(<topic>/<partition>)`: a panic in that partition's
+    // decoding only, so tests in one process do not disturb each other.
+    #[cfg(feature = "failpoints")]
+    if fail::eval("sink-decode-batch", |arg| arg)
+        .is_some_and(|arg| arg.as_deref() == Some(&*format!("{}/{}", tp.0, tp.1)))
+    {
+        panic!("injected panic (failpoint sink-decode-batch)");
+    }
     let (records, undecodable, next_offset, permits) =
         decode(incoming, shared.config.debezium_schemaless_accept);
     let mut batch = Batch::new(shared.group.clone(), tp, records, next_offset);

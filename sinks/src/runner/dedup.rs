@@ -14,7 +14,7 @@
 //!   again (with `store = "redis"`, which outlives the process; the `memory`
 //!   store only covers retries and redeliveries inside one process), as long
 //!   as the identity is younger than `ttl.ms` (and, in memory, among the last
-//!   `max.entries`).
+//!   `max.entries` and within `max.bytes`).
 //! * A crash (or a failed window write) between the target's acknowledgement
 //!   and step 3 leaves those records out of the window: they are applied once
 //!   more. At most the batches in flight at the crash repeat, i.e. at most
@@ -62,6 +62,8 @@ use crate::sink::{Batch, Positions, Record, Sink};
 
 /// Default `dedup.max.entries` (memory store): identities kept.
 pub const DEFAULT_DEDUP_MAX_ENTRIES: u64 = 100_000;
+/// Default `dedup.max.bytes` (memory store): bytes the identities may hold (64 MiB).
+pub const DEFAULT_DEDUP_MAX_BYTES: u64 = oncely_dedup::DEFAULT_MAX_BYTES;
 /// Default `dedup.ttl.ms`: how long an identity is kept (one day).
 pub const DEFAULT_DEDUP_TTL_MS: u64 = 86_400_000;
 /// Longest `dedup.identity.header` value taken as an identity: an id, not a payload.
@@ -92,6 +94,10 @@ pub struct DedupConfig {
     /// `max.entries`: bound on identities held by the memory store.
     #[serde(rename = "max.entries", default)]
     pub max_entries: Option<u64>,
+    /// `max.bytes`: bound on the bytes the memory store's identities hold
+    /// (`identity.field` values can be of any size).
+    #[serde(rename = "max.bytes", default)]
+    pub max_bytes: Option<u64>,
     /// `ttl.ms`: how long an identity stays in the window.
     #[serde(rename = "ttl.ms", default)]
     pub ttl_ms: Option<u64>,
@@ -131,6 +137,9 @@ impl DedupConfig {
         if self.max_entries == Some(0) {
             return Err(ConfigError::new("dedup.max.entries", "must be at least 1"));
         }
+        if self.max_bytes.is_some_and(|b| b < 1024) {
+            return Err(ConfigError::new("dedup.max.bytes", "must be at least 1024"));
+        }
         match self.store {
             DedupStore::Redis if self.redis_url.is_none() => Err(ConfigError::new(
                 "dedup.redis.url",
@@ -138,6 +147,10 @@ impl DedupConfig {
             )),
             DedupStore::Redis if self.max_entries.is_some() => Err(ConfigError::new(
                 "dedup.max.entries",
+                "the redis store is bounded by `ttl.ms` only (and Redis maxmemory)",
+            )),
+            DedupStore::Redis if self.max_bytes.is_some() => Err(ConfigError::new(
+                "dedup.max.bytes",
                 "the redis store is bounded by `ttl.ms` only (and Redis maxmemory)",
             )),
             DedupStore::Memory | DedupStore::None if self.redis_url.is_some() => Err(
@@ -182,8 +195,9 @@ impl DedupConfig {
     pub async fn open(&self, group: &str) -> Result<Option<Arc<dyn WindowStore>>, SinkError> {
         Ok(match self.store {
             DedupStore::None => None,
-            DedupStore::Memory => Some(Arc::new(MemoryWindow::new(
+            DedupStore::Memory => Some(Arc::new(MemoryWindow::bounded(
                 self.max_entries.unwrap_or(DEFAULT_DEDUP_MAX_ENTRIES),
+                self.max_bytes.unwrap_or(DEFAULT_DEDUP_MAX_BYTES),
                 self.ttl(),
             ))),
             DedupStore::Redis => {

@@ -230,6 +230,22 @@ fn config_is_checked_with_the_key_named() {
         }),
         "dedup.identity.field"
     );
+    assert_eq!(
+        bad(DedupConfig {
+            max_bytes: Some(10),
+            ..Default::default()
+        }),
+        "dedup.max.bytes"
+    );
+    assert_eq!(
+        bad(DedupConfig {
+            store: DedupStore::Redis,
+            redis_url: Some(crate::secret::Secret::new("redis://r:6379")),
+            max_bytes: Some(1 << 20),
+            ..Default::default()
+        }),
+        "dedup.max.bytes"
+    );
 }
 
 #[test]

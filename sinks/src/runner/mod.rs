@@ -258,7 +258,7 @@ impl Runner {
         }
         polled.map_err(|e| RunnerError::Internal(format!("poll thread: {e}")))??;
         if let Some(e) = shared.take_fatal() {
-            return Err(RunnerError::Sink(e));
+            return Err(e);
         }
         shutdown.map_err(RunnerError::Sink)
     }
@@ -444,7 +444,17 @@ fn dispatch(
     loop {
         match tx.try_send(incoming) {
             Ok(()) => return,
-            Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => return,
+            Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
+                // A worker ends only when told to (after it left the map) or
+                // after stopping the runner; anything else is a bug, and
+                // dropping the record would skip it: stop instead.
+                if !shared.stop.is_cancelled() {
+                    let why =
+                        format!("ended while assigned (record at offset {offset} not delivered)");
+                    shared.worker_stopped((topic, partition), why);
+                }
+                return;
+            }
             Err(tokio::sync::mpsc::error::TrySendError::Full(back)) => {
                 if shared.stop.is_cancelled() {
                     return;

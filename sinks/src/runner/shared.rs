@@ -1,5 +1,6 @@
 //! State shared by the poll thread and the partition workers, and the topic filter.
 
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -7,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
+use tokio::task::JoinError;
 use tokio_util::sync::CancellationToken;
 
 use super::dlq::DeadLetters;
@@ -66,7 +68,8 @@ pub(crate) struct Shared {
     pub(crate) stop: CancellationToken,
     pub(crate) budget: Arc<Semaphore>,
     pub(crate) budget_total: u32,
-    pub(crate) fatal: Mutex<Option<SinkError>>,
+    /// Why the runner stops, when it must: the first fatal error.
+    pub(crate) fatal: Mutex<Option<RunnerError>>,
     /// Per partition owned here: what is applied and what Kafka acknowledged.
     pub(crate) positions: Mutex<CommitLedger>,
     /// What `/readyz` reads besides the ledger.
@@ -358,13 +361,49 @@ impl Shared {
 
     /// Stops the runner because of `e`; the first fatal error wins.
     pub(crate) fn fail(&self, e: SinkError) {
+        self.stop_with(RunnerError::Sink(e));
+    }
+
+    /// Stops the runner because a task of the worker of `topic`/`partition`
+    /// ended abnormally (see [`Shared::worker_panicked`]).
+    pub(crate) fn worker_died(&self, tp: (&str, i32), stage: &str, e: JoinError) {
+        match e.try_into_panic() {
+            Ok(panic) => self.worker_panicked(tp, stage, &*panic),
+            Err(e) => self.worker_stopped(tp, format!("was cancelled while {stage} ({e})")),
+        }
+    }
+
+    /// Stops the runner because the worker of `topic`/`partition` panicked
+    /// (a bug in decoding or in the sink). The partition cannot go on without
+    /// its worker, and no record of it may be dropped: the runner stops with
+    /// an error naming the partition and the panic, so the process exits
+    /// non-zero and a restart resumes the partition from its committed
+    /// position (nothing past what was applied is committed).
+    pub(crate) fn worker_panicked(&self, tp: (&str, i32), stage: &str, panic: &(dyn Any + Send)) {
+        let message = panic
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("a panic without a message");
+        self.worker_stopped(tp, format!("panicked while {stage}: {message}"));
+    }
+
+    /// Stops the runner because the worker of `topic`/`partition` ended: `why`.
+    pub(crate) fn worker_stopped(&self, (topic, partition): (&str, i32), why: String) {
+        self.stop_with(RunnerError::Internal(format!(
+            "the worker of partition {} {why}; stopping so that a restart resumes the partition from its committed position",
+            TopicPartition::new(topic, partition)
+        )));
+    }
+
+    fn stop_with(&self, e: RunnerError) {
         tracing::error!("stopping: {e:#}");
         let mut fatal = self.fatal.lock().unwrap_or_else(PoisonError::into_inner);
         fatal.get_or_insert(e);
         self.stop.cancel();
     }
 
-    pub(crate) fn take_fatal(&self) -> Option<SinkError> {
+    pub(crate) fn take_fatal(&self) -> Option<RunnerError> {
         self.fatal
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

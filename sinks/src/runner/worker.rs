@@ -25,10 +25,12 @@
 //! load and throughput high at high load.
 
 use std::ops::ControlFlow;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
@@ -137,7 +139,7 @@ impl Worker {
 
     /// Runs until stopped, abandoned or failed; a fatal error is handed to the runner.
     pub(crate) async fn run(self) {
-        let (tx, queue) = mpsc::channel(1);
+        let (tx, mut queue) = mpsc::channel(1);
         // The decoder stops with the worker, or when the applier gives up.
         let decoder_stop = self.control.stop.child_token();
         let pending = Arc::new(Pending::default());
@@ -160,24 +162,36 @@ impl Worker {
             backoff: self.backoff,
             pending,
         };
-        applier.run(queue).await;
+        // A panic while applying (in the sink) must stop the runner, never
+        // leave the partition without a worker: caught here, with `queue`
+        // still open, so the runner is stopping before the decoder sees the
+        // applier gone (and before the poll thread sees the channel closed).
+        let applied = AssertUnwindSafe(applier.run(&mut queue))
+            .catch_unwind()
+            .await;
+        let tp = (&*applier.topic, applier.partition);
+        if let Err(panic) = applied {
+            applier
+                .shared
+                .worker_panicked(tp, "applying a batch", &*panic);
+        }
         decoder_stop.cancel();
+        // Ends a decoder blocked on handing over a batch.
+        drop(queue);
         if let Err(e) = decoding.await {
-            tracing::error!(
-                topic = %applier.topic,
-                partition = applier.partition,
-                "the decoding task failed: {e}"
-            );
+            applier
+                .shared
+                .worker_died(tp, "collecting or decoding a batch", e);
         }
     }
 }
 
 impl Applier {
     /// Applies decoded batches in order until the queue closes, the worker is
-    /// stopped, or a batch cannot be finished.
-    async fn run(&mut self, mut queue: mpsc::Receiver<Decoded>) {
+    /// stopped, or a batch cannot be finished. The caller drops `queue` after
+    /// this returns, which ends a decoder blocked on sending.
+    async fn run(&mut self, queue: &mut mpsc::Receiver<Decoded>) {
         let mut freeing: Option<tokio::task::JoinHandle<()>> = None;
-        // `queue` is dropped on return, which ends a decoder blocked on sending.
         while let Some(mut decoded) = queue.recv().await {
             let next_offset = decoded.batch.next_offset();
             let outcome = self.process(&mut decoded).await;

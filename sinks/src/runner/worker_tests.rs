@@ -13,12 +13,13 @@ use super::memory::MemorySink;
 use super::shared::{Liveness, Shared, TopicFilter};
 use super::worker::{Control, Incoming, Worker};
 use crate::config::RunnerConfig;
+use crate::error::SinkError;
 use crate::metrics::Metrics;
-use crate::sink::TopicPartition;
+use crate::sink::{Batch, Sink, TopicPartition};
 
 const TOPIC: &str = "cdc.public.t";
 
-fn shared(sink: Arc<MemorySink>) -> Arc<Shared> {
+fn shared(sink: Arc<dyn Sink>) -> Arc<Shared> {
     let mut config = RunnerConfig::new("unused:9092", "g", vec![TOPIC.into()]);
     config.retry_backoff_ms = 1;
     config.retry_backoff_max_ms = 2;
@@ -152,4 +153,34 @@ async fn an_undecodable_record_without_a_dead_letter_topic_is_fatal_before_its_b
     assert_eq!(sink.applied(), vec![10, 11, 12]);
     assert_eq!(reached, Some(13));
     assert!(shared.take_fatal().is_some());
+}
+
+/// A sink that panics while applying: the worker ends, the runner is told to
+/// stop with an error naming the partition and the panic, and the position
+/// stays before the batch (a restart reads it again).
+#[tokio::test]
+async fn a_panic_while_applying_stops_the_runner_naming_the_partition() {
+    struct Panicking;
+    #[async_trait::async_trait]
+    impl Sink for Panicking {
+        fn name(&self) -> &str {
+            "panicking"
+        }
+        async fn apply(&self, _: &Batch) -> Result<(), SinkError> {
+            panic!("a bug in the sink")
+        }
+    }
+    let shared = shared(Arc::new(Panicking));
+    let records = (10..13).map(|o| change(&shared, o)).collect();
+    let reached = run(&shared, records).await;
+    assert_eq!(reached, None, "nothing applied, nothing owed to Kafka");
+    assert!(shared.stop.is_cancelled(), "the runner stops");
+    let told = shared
+        .take_fatal()
+        .expect("the runner must fail")
+        .to_string();
+    assert!(
+        told.contains("cdc.public.t[0]") && told.contains("a bug in the sink"),
+        "{told}"
+    );
 }

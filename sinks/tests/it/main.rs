@@ -12,3 +12,6 @@ mod redis_secure;
 mod redis_sink;
 mod runner_dedup;
 mod runner_kafka;
+// Needs the `failpoints` feature (`scripts/test` sets it).
+#[cfg(feature = "failpoints")]
+mod runner_panic;

@@ -2,7 +2,9 @@
 //!
 //! Keys are dotted; inside `[sink]` they may be written bare
 //! (`request.timeout.ms = 5000`) or quoted. `auth.value` accepts
-//! `${env:NAME}` and `${file:PATH}` and is never logged.
+//! `${env:NAME}` and `${file:PATH}` and is never logged; so does `url`,
+//! which is shown as its scheme, host and port only (a Slack-style webhook
+//! carries its secret in the path).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,7 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
-use crate::secret::Secret;
+use crate::secret::{Secret, SecretUrl};
 
 /// Default `batch.size`: one change per request (the body is one JSON object).
 pub const DEFAULT_BATCH_SIZE: usize = 1;
@@ -34,8 +36,9 @@ pub const DEFAULT_AUTH_HEADER: &str = "Authorization";
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
-    /// `url`: where changes are POSTed (`http://` or `https://`).
-    pub url: String,
+    /// `url`: where changes are POSTed (`http://` or `https://`); shown
+    /// without its path and query, which may hold the webhook's secret.
+    pub url: SecretUrl,
     /// `batch.size`: changes per request; above 1 the body is a JSON array.
     #[serde(rename = "batch.size", default = "default_batch_size")]
     pub batch_size: usize,
@@ -96,7 +99,7 @@ fn default_auth_header() -> String {
 impl HttpConfig {
     /// Checks the values; errors name `sink.<key>` and say what is expected.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let url = reqwest::Url::parse(self.url.trim()).map_err(|e| {
+        let url = reqwest::Url::parse(self.url.expose().trim()).map_err(|e| {
             ConfigError::new(
                 "sink.url",
                 format!("not a URL ({e}), e.g. https://hooks.example.com/oncely"),

@@ -66,25 +66,29 @@ impl HttpError {
         }
     }
 
-    /// A client error: a refused certificate or an unusable request is fatal, the rest transient.
-    pub fn from_client(e: reqwest::Error) -> Self {
+    /// A client error: a refused certificate or an unusable request is fatal,
+    /// the rest transient. `shown` is the URL as it may be shown
+    /// ([`oncely_core::secret::redact_url_path`]): the client's own error
+    /// loses its URL, whose path or query may be the webhook's secret.
+    pub fn from_client(e: reqwest::Error, shown: &str) -> Self {
+        let e = e.without_url();
         if let Some(reason) = oncely_core::tls::refused_certificate(&e) {
             return Self::Fatal {
-                what: format!("webhook: TLS refused the server certificate ({reason}); check sink.tls.ca.file"),
+                what: format!("webhook {shown}: TLS refused the server certificate ({reason}); check sink.tls.ca.file"),
                 source: Some(Box::new(e)),
             };
         }
         if e.is_builder() {
             return Self::Fatal {
-                what: "webhook: cannot build the request".into(),
+                what: format!("webhook {shown}: cannot build the request"),
                 source: Some(Box::new(e)),
             };
         }
         Self::Transient {
             what: if e.is_timeout() {
-                "webhook: request timed out (sink.request.timeout.ms)".into()
+                format!("webhook {shown}: request timed out (sink.request.timeout.ms)")
             } else {
-                "webhook: request failed".into()
+                format!("webhook {shown}: request failed")
             },
             retry_after: None,
             source: Some(Box::new(e)),

@@ -28,6 +28,8 @@ pub const HEADER_IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 pub struct HttpSink {
     client: reqwest::Client,
     url: reqwest::Url,
+    /// `url` as errors and logs show it (no path or query: they may hold the secret).
+    shown: String,
     auth: Option<(HeaderName, HeaderValue)>,
     permits: Arc<Semaphore>,
     config: HttpConfig,
@@ -38,7 +40,7 @@ pub struct HttpSink {
 impl HttpSink {
     /// A client for `config`: TLS (with `tls.ca.file`), timeout, the auth header.
     pub fn connect(config: &HttpConfig) -> Result<Self, SinkError> {
-        let url = reqwest::Url::parse(config.url.trim())
+        let url = reqwest::Url::parse(config.url.expose().trim())
             .map_err(|e| SinkError::fatal_from("sink.url", e))?;
         let mut builder = reqwest::Client::builder()
             .timeout(config.request_timeout())
@@ -69,6 +71,7 @@ impl HttpSink {
         Ok(Self {
             client,
             url,
+            shown: config.url.redacted(),
             auth,
             permits: Arc::new(Semaphore::new(config.max_concurrency)),
             config: config.clone(),
@@ -166,7 +169,10 @@ impl HttpSink {
         if let Some((name, value)) = &self.auth {
             request = request.header(name.clone(), value.clone());
         }
-        let response = request.send().await.map_err(HttpError::from_client)?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| HttpError::from_client(e, &self.shown))?;
         let status = response.status();
         if status.is_success() {
             return Ok(());
@@ -253,6 +259,52 @@ mod tests {
         .to_string();
         let payload = decode_value(Some(value.as_bytes())).expect("decode");
         Record::new(offset, Some(json!({"id": offset})), payload)
+    }
+
+    /// A Slack-style webhook carries its secret in the path: neither the
+    /// configuration's `Debug` nor a failed request's error (as the runner
+    /// logs it, with its sources) shows it.
+    #[tokio::test]
+    async fn the_secret_in_the_webhook_path_is_never_shown() {
+        let text = "bootstrap.servers = \"k:9092\"\ngroup.id = \"g\"\ntopics = [\"t\"]\n\
+                    [sink]\nkind = \"http\"\n\
+                    url = \"http://127.0.0.1:1/services/T000/B000/SECRETXYZ?token=SECRETXYZ\"\n\
+                    retry.max.attempts = 1\n";
+        let config = match crate::kinds::parse_config(text) {
+            Ok((_, crate::kinds::SinkConfig::Http(c))) => c,
+            other => panic!("not an http config: {:?}", other.err()),
+        };
+        let sink = HttpSink::connect(&config).expect("client");
+        let batch = Batch::new(
+            Arc::from("g"),
+            (Arc::from("topic"), 0),
+            vec![record(4, 100)],
+            5,
+        );
+        let e = sink
+            .apply(&batch)
+            .await
+            .expect_err("nothing listens on port 1");
+        let mut told = format!("{e:#} | {e:?}");
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            told.push_str(&format!(" | {s} | {s:?}"));
+            source = s.source();
+        }
+        let shown = [
+            ("Debug of the config", format!("{config:?}")),
+            ("the error", told),
+        ];
+        let leaks: Vec<_> = shown
+            .iter()
+            .filter(|(_, t)| t.contains("SECRETXYZ"))
+            .collect();
+        assert!(leaks.is_empty(), "the secret is shown: {leaks:#?}");
+        assert!(
+            shown[1].1.contains("127.0.0.1:1"),
+            "still says where: {}",
+            shown[1].1
+        );
     }
 
     #[test]
