@@ -261,6 +261,21 @@ impl Pipeline<'_> {
             self.snap.abandon();
             return Ok(());
         }
+        if chunk.window.must_read_again() {
+            // The stream changed more of the table while the chunk was in
+            // flight than its window holds (WINDOW_MAX_BYTES): which rows
+            // it changed is no longer known, so nothing is published and
+            // the chunk is read again. Repeated, it says the chunk takes
+            // too long for the table's write rate: a smaller
+            // incremental.snapshot.chunk.size reads faster.
+            tracing::warn!(
+                table = %chunk.table,
+                limit_bytes = crate::snapshot::window::WINDOW_MAX_BYTES,
+                "snapshot chunk read again: the stream changed more of the table while it was read than the window holds"
+            );
+            self.snap.abandon();
+            return Ok(());
+        }
         let wanted = self.kafka.pending.snapshot.as_ref().is_some_and(|p| {
             !p.paused
                 && p.id == chunk.snapshot_id

@@ -469,6 +469,9 @@ mod tests {
         assert!(cancelled.contains("statement_timeout"), "{cancelled}");
         // Capture's own SELECT: the server's message helps and holds no filter.
         let own = refusal(&SqlState::UNDEFINED_FUNCTION, Some("no ordering"), false);
-        assert!(own.contains("no ordering") && own.contains("42883"), "{own}");
+        assert!(
+            own.contains("no ordering") && own.contains("42883"),
+            "{own}"
+        );
     }
 }
