@@ -687,9 +687,11 @@ async fn signalled_filters_that_call_server_functions_are_refused_body(
     // of the refused signals ran.
     signal("ok", "id > 7").await?;
     let topic = env.topic("t");
-    wait_for(&[topic.clone()], Duration::from_secs(120), |s| {
-        s.iter().filter(|r| r.op() == Some("r")).count() >= 3
-    })
+    wait_for(
+        std::slice::from_ref(&topic),
+        Duration::from_secs(120),
+        |s| s.iter().filter(|r| r.op() == Some("r")).count() >= 3,
+    )
     .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let reads = read_committed(&[topic])?
