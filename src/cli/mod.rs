@@ -5,8 +5,13 @@ pub mod verify;
 
 /// Logs go to stderr; `RUST_LOG` overrides the default `info` level.
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // sqlparser's debug logs quote the snapshot filters it parses, values
+    // and all: never shown.
+    if let Ok(quiet) = "sqlparser=off".parse() {
+        filter = filter.add_directive(quiet);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -5,7 +5,7 @@
 use super::{Pipeline, Route};
 use crate::error::CaptureError;
 use crate::pgoutput::{LogicalMessage, TupleValue};
-use crate::snapshot::signal::{check_filter, parse, SignalAction};
+use crate::snapshot::signal::{check_filter_on, parse, SignalAction};
 use crate::snapshot::{quote_ident, request, split_table, SnapshotKind, TableProgress};
 use crate::source;
 
@@ -152,7 +152,7 @@ impl Pipeline<'_> {
         }
         self.key_columns.insert(table.to_string(), pk);
         if let Some(filter) = filter {
-            if let Err(why) = check_filter(filter) {
+            if let Err(why) = check_filter_on(filter, schema, name) {
                 return Ok(Err(why));
             }
             // Prepared, never executed: the extended protocol parses one
@@ -164,18 +164,36 @@ impl Pipeline<'_> {
                 quote_ident(name)
             );
             match self.control.prepare(&probe).await {
-                Err(e) => {
-                    return definite(CaptureError::Postgres {
-                        context: "check snapshot filter",
-                        source: e,
-                    })
-                    .map(|r| r.map_err(|why| format!("filter {filter:?} does not work: {why}")));
-                }
+                // Class 42 messages (no such column, operator or function)
+                // name identifiers; others, such as a data exception
+                // (class 22), quote the filter's literals: only the
+                // SQLSTATE is said.
+                Err(e) => match e.code() {
+                    Some(code) if code.code().starts_with("42") => {
+                        return definite(CaptureError::Postgres {
+                            context: "check snapshot filter",
+                            source: e,
+                        })
+                        .map(|r| r.map_err(|why| format!("the filter does not work: {why}")));
+                    }
+                    Some(code) => {
+                        return Ok(Err(format!(
+                            "the filter does not work: SQLSTATE {}",
+                            code.code()
+                        )))
+                    }
+                    None => {
+                        return Err(CaptureError::Postgres {
+                            context: "check snapshot filter",
+                            source: e,
+                        })
+                    }
+                },
                 Ok(statement) => {
                     let ty = statement.columns().first().map(|c| c.type_().clone());
                     if ty != Some(tokio_postgres::types::Type::BOOL) {
                         return Ok(Err(format!(
-                            "filter {filter:?} is not a boolean expression (its type is {})",
+                            "the filter is not a boolean expression (its type is {})",
                             ty.map_or_else(|| "unknown".to_owned(), |t| t.name().to_owned())
                         )));
                     }

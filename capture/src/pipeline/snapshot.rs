@@ -71,6 +71,16 @@ impl Pipeline<'_> {
             self.skip_table(&current.table, "is not a schema.table name");
             return Ok(());
         };
+        // A filter stored by an older version (a snapshot in progress
+        // across an upgrade) was never held to the current rules.
+        if let Some(Err(reason)) = current
+            .filter
+            .as_deref()
+            .map(|f| crate::snapshot::signal::check_filter_on(f, schema, table))
+        {
+            self.skip_table(&current.table, &reason);
+            return Ok(());
+        }
         let Some(key_columns) = self.key_columns.get(&current.table).cloned() else {
             let reason = "has no primary key and no key columns in message.key.columns, so it cannot be read in key order: add a primary key or configure message.key.columns for it";
             self.skip_table(&current.table, reason);
@@ -258,6 +268,21 @@ impl Pipeline<'_> {
             // SELECT did not see it: its commit was in the WAL but not yet
             // visible. Nothing of the chunk is published; it is read again.
             tracing::debug!(table = %chunk.table, xid, "snapshot chunk read again: its SELECT missed a transaction the stream had carried");
+            self.snap.abandon();
+            return Ok(());
+        }
+        if chunk.window.must_read_again() {
+            // The stream changed more of the table while the chunk was in
+            // flight than its window holds (WINDOW_MAX_BYTES): which rows
+            // it changed is no longer known, so nothing is published and
+            // the chunk is read again. Repeated, it says the chunk takes
+            // too long for the table's write rate: a smaller
+            // incremental.snapshot.chunk.size reads faster.
+            tracing::warn!(
+                table = %chunk.table,
+                limit_bytes = crate::snapshot::window::WINDOW_MAX_BYTES,
+                "snapshot chunk read again: the stream changed more of the table while it was read than the window holds"
+            );
             self.snap.abandon();
             return Ok(());
         }

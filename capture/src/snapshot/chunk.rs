@@ -101,9 +101,19 @@ pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows
         // pass) tell whether one committed in between; then read again.
         let files_before = storage_files(client, relation.id).await?;
         // One REPEATABLE READ transaction: its snapshot, taken by the first
-        // statement, is the one the SELECT reads with.
+        // statement, is the one the SELECT reads with. A filter is the
+        // user's SQL: besides read-only, its statements are cancelled past
+        // FILTERED_CHUNK_TIMEOUT.
+        let begin = if req.filter.is_some() {
+            format!(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = {}",
+                FILTERED_CHUNK_TIMEOUT.as_millis()
+            )
+        } else {
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".to_owned()
+        };
         client
-            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .batch_execute(&begin)
             .await
             .map_err(CaptureError::pg("begin snapshot chunk"))?;
         let read = select(
@@ -149,6 +159,11 @@ pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows
         invisible,
     })
 }
+
+/// How long one statement of a filtered chunk may run (`statement_timeout`,
+/// set for its transaction only): a filter is the user's SQL, and one
+/// that runs away is cancelled, its table skipped with the reason.
+pub const FILTERED_CHUNK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Rewrites in a row before a chunk gives up telling them apart (and reads
 /// what its last snapshot sees, as before).
@@ -196,17 +211,21 @@ async fn select(
             _ => None,
         })
         .unwrap_or_default();
-    let refused = |e: tokio_postgres::Error| {
-        if e.code().is_some() && !e.is_closed() {
-            // The server refused the SELECT itself (a filter that no longer
-            // compiles, a column type without ordering): retrying cannot help.
-            ChunkError::Table(format!("chunk query failed: {e} (query: {sql})"))
-        } else {
-            ChunkError::Capture(CaptureError::Postgres {
-                context: "read snapshot chunk",
-                source: e,
-            })
-        }
+    let refused = |e: tokio_postgres::Error| match e.code() {
+        // The server refused the SELECT itself (a filter that no longer
+        // compiles, a column type without ordering): retrying cannot help.
+        // Neither the query (it holds the filter's literals and the last
+        // key) nor, for a filtered chunk, the server's message (a failed
+        // cast quotes the value it failed on) is said: the SQLSTATE is.
+        Some(code) if !e.is_closed() => ChunkError::Table(refusal(
+            code,
+            e.as_db_error().map(|d| d.message()),
+            filtered,
+        )),
+        _ => ChunkError::Capture(CaptureError::Postgres {
+            context: "read snapshot chunk",
+            source: e,
+        }),
     };
     let rows = if filtered {
         cursor_rows(client, sql, size).await.map_err(refused)?
@@ -224,6 +243,39 @@ async fn select(
         }
     };
     Ok((rows, invisible))
+}
+
+/// Why the server refused a chunk's SELECT, without the query's or the
+/// rows' values: the SQLSTATE, and the server's message only for an
+/// unfiltered chunk (whose SELECT is capture's own).
+fn refusal(
+    code: &tokio_postgres::error::SqlState,
+    message: Option<&str>,
+    filtered: bool,
+) -> String {
+    use tokio_postgres::error::SqlState;
+    match (filtered, message) {
+        (true, _) if *code == SqlState::QUERY_CANCELED => format!(
+            "the filtered chunk query was cancelled after {} s (statement_timeout; SQLSTATE {})",
+            FILTERED_CHUNK_TIMEOUT.as_secs(),
+            code.code()
+        ),
+        (true, _) | (false, None) => format!(
+            "chunk query failed with SQLSTATE {}{}",
+            code.code(),
+            if filtered {
+                " (the filter's error text is not logged: it can hold row values)"
+            } else {
+                ""
+            }
+        ),
+        (false, Some(message)) => {
+            format!(
+                "chunk query failed with SQLSTATE {}: {message}",
+                code.code()
+            )
+        }
+    }
 }
 
 /// The rows of `sql` through a cursor, fetched with the simple protocol.
@@ -399,4 +451,27 @@ async fn load_shape(client: &Client, req: &ChunkRequest) -> Result<Shape, ChunkE
         key_idx,
         estimate,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio_postgres::error::SqlState;
+
+    use super::refusal;
+
+    #[test]
+    fn a_refused_filtered_chunk_says_its_sqlstate_and_no_value() {
+        let message = Some("invalid input syntax for type integer: \"hunter2\"");
+        let filtered = refusal(&SqlState::INVALID_TEXT_REPRESENTATION, message, true);
+        assert!(filtered.contains("22P02"), "{filtered}");
+        assert!(!filtered.contains("hunter2"), "{filtered}");
+        let cancelled = refusal(&SqlState::QUERY_CANCELED, None, true);
+        assert!(cancelled.contains("statement_timeout"), "{cancelled}");
+        // Capture's own SELECT: the server's message helps and holds no filter.
+        let own = refusal(&SqlState::UNDEFINED_FUNCTION, Some("no ordering"), false);
+        assert!(
+            own.contains("no ordering") && own.contains("42883"),
+            "{own}"
+        );
+    }
 }

@@ -19,6 +19,7 @@
 
 pub mod chunk;
 mod copy;
+pub mod filter;
 pub mod signal;
 pub mod window;
 

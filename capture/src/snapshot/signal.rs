@@ -102,24 +102,36 @@ fn collections(data: &Value) -> Result<Option<Vec<String>>, String> {
     }
 }
 
-/// Checks that a snapshot filter is one SQL expression that stays inside the
-/// parentheses it is put in: balanced parentheses outside quotes, and no `;`,
-/// comment, dollar quote or escape string (`E'...'`, whose backslashes could
-/// hide a quote). Whether it is a boolean expression of the table's columns
-/// the server decides when the signal is checked (a prepared, never executed
-/// `SELECT`); every query holding a filter goes through the extended
-/// protocol, which refuses more than one statement. Both guards stand on
-/// their own: `true) LIMIT 0; DROP TABLE t; SELECT (1` fails each.
+/// Checks a snapshot filter: one SQL expression built only of the table's
+/// columns, literals, operators and allowlisted functions
+/// ([`super::filter`]); errors name the construct, never the filter's
+/// values. First a lexical guard: balanced parentheses outside quotes, and no
+/// `;`, comment, dollar quote or escape string (`E'...'`, whose backslashes
+/// could hide a quote), which a parser of another dialect might read
+/// otherwise than the server. Whether it is a boolean expression of the
+/// table's columns the server decides when the signal is checked (a
+/// prepared, never executed `SELECT`); every query holding a filter goes
+/// through the extended protocol, which refuses more than one statement.
+/// Each guard stands on its own: `true) LIMIT 0; DROP TABLE t; SELECT (1`
+/// fails each.
 pub fn check_filter(filter: &str) -> Result<(), String> {
+    check_lexically(filter)?;
+    super::filter::check(filter, None)
+}
+
+/// [`check_filter`] for the table `schema.table`: a qualified column
+/// reference must name it.
+pub fn check_filter_on(filter: &str, schema: &str, table: &str) -> Result<(), String> {
+    check_lexically(filter)?;
+    super::filter::check(filter, Some((schema, table)))
+}
+
+fn check_lexically(filter: &str) -> Result<(), String> {
     let b = filter.as_bytes();
     if filter.trim().is_empty() {
         return Err("the filter is empty".into());
     }
-    let refuse = |why: &str| {
-        Err(format!(
-            "filter {filter:?} is not a single expression: {why}"
-        ))
-    };
+    let refuse = |why: &str| Err(format!("the filter is not a single expression: {why}"));
     let (mut i, mut depth) = (0usize, 0i32);
     while i < b.len() {
         match b[i] {
@@ -192,7 +204,10 @@ fn conditions(data: &Value) -> Result<Vec<(Option<String>, String)>, String> {
                 let filter = item.get("filter").and_then(Value::as_str);
                 match (table, filter) {
                     (Some(t), Some(f)) if !f.trim().is_empty() => {
-                        check_filter(f)?;
+                        match super::split_table(t) {
+                            Some((schema, table)) => check_filter_on(f, schema, table)?,
+                            None => check_filter(f)?,
+                        }
                         out.insert(0, (Some(t.to_string()), f.to_string()))
                     }
                     _ => {
@@ -244,6 +259,64 @@ mod tests {
         }
         let attack = r#"{"data-collections": ["public.t"], "additional-conditions": [{"data-collection": "public.t", "filter": "true) LIMIT 0; DROP TABLE public.t; SELECT (1"}]}"#;
         assert!(parse("execute-snapshot", Some(attack)).is_err());
+    }
+
+    #[test]
+    fn filters_are_column_literal_operator_expressions() {
+        let check = |f: &str| check_filter_on(f, "public", "t");
+        for ok in [
+            "id > 10 and status in ('a','b')",
+            "created_at >= '2024-01-01'::date",
+            "lower(name) like 'a%'",
+            "name ILIKE 'A%' AND NOT (id BETWEEN 1 AND 5) OR note IS NULL",
+            "coalesce(score, 0) * 2 + 1 <> -3 AND flag IS NOT TRUE",
+            "created_at < date '2024-01-01' AND length(upper(name)) = 3",
+            "CAST(code AS integer) = 7 AND id::text = '7' AND v::varchar(10) = 'x'",
+            "t.id > 1 AND public.\"t\".id IS NOT NULL AND T.id <> 0",
+            "date_trunc('day', created_at) = timestamp '2024-01-01 00:00:00'",
+            "CASE WHEN a > 1 THEN true ELSE b END",
+        ] {
+            assert_eq!(check(ok), Ok(()), "{ok}");
+            assert_eq!(check_filter(ok), Ok(()), "{ok}");
+        }
+        for (bad, construct) in [
+            ("pg_read_file('/etc/passwd') <> ''", "pg_read_file"),
+            ("pg_sleep(10) IS NULL", "pg_sleep"),
+            ("id IN (select id from secrets)", "subquery"),
+            ("(select count(*) from secrets) > 0", "subquery"),
+            ("EXISTS (select 1 from secrets)", "subquery"),
+            ("dblink('host=evil', 'select 1') IS NULL", "dblink"),
+            ("id = CAST(pg_sleep(1) AS text)", "pg_sleep"),
+            ("id::text = pg_catalog.lower('x')", "pg_catalog.lower"),
+            ("id = count(*) OVER ()", "count"),
+            ("1=1; drop table x", "';'"),
+            ("true -- x", "comment"),
+            ("true /* x */", "comment"),
+            ("x = $$a$$", "'$'"),
+            ("x = $1", "'$'"),
+            ("other.secret = 1", "other.secret"),
+            ("\"T\".id = 1", "T.id"),
+            ("id = generate_series(1, 3)", "generate_series"),
+            ("id::regclass IS NULL", "regclass"),
+            ("id = ANY(ARRAY[1, 2])", "ANY"),
+            ("lower(name => 'x') = 'x'", "lower"),
+        ] {
+            let err = check(bad).expect_err(bad);
+            assert!(err.contains(construct), "{bad}: {err}");
+        }
+        // The refusal names the construct, never the filter's values.
+        let err = check("pg_read_file('/etc/hunter2') = 'swordfish'").unwrap_err();
+        assert!(
+            !err.contains("hunter2") && !err.contains("swordfish"),
+            "{err}"
+        );
+        let err = check("id = 'swordfish' +").unwrap_err();
+        assert!(!err.contains("swordfish"), "{err}");
+        let err = check("id = 'swordfish' 'trout'").unwrap_err();
+        assert!(
+            !err.contains("swordfish") && !err.contains("trout"),
+            "{err}"
+        );
     }
 
     #[test]

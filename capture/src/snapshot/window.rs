@@ -17,6 +17,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use bytes::Bytes;
+
 use super::RowKey;
 use crate::pgoutput::{Relation, TupleData, TupleValue};
 
@@ -31,12 +33,24 @@ enum KeyChange {
     Updated(HashMap<String, (u32, TupleValue)>),
 }
 
+/// The most one window holds, in bytes: its keys and the values its updates
+/// carried, each counted with [`ENTRY_OVERHEAD`]. Past it the window stops
+/// noting and its chunk is read again (see [`Window::must_read_again`]).
+pub const WINDOW_MAX_BYTES: usize = 64 << 20;
+
+/// What one noted key or carried value costs beyond its bytes (map entry,
+/// vectors, column name), roughly.
+const ENTRY_OVERHEAD: usize = 96;
+
 /// The keys of one chunk's table the stream changed while the chunk was in
 /// flight. Memory: one entry per key changed in the window, holding the
-/// values its updates carried (never the unchanged TOAST ones); once the
-/// chunk is read, only the chunk's own keys are kept, so at most a chunk's
-/// worth of rows.
-#[derive(Debug, Default)]
+/// values its updates carried (never the unchanged TOAST ones), copied out
+/// of the WAL message they came in (a slice would keep the whole message);
+/// once the chunk is read, only the chunk's own keys are kept, so at most a
+/// chunk's worth of rows. Before the chunk is read every key of the table
+/// counts, so a slow chunk under a busy writer could note without end:
+/// [`WINDOW_MAX_BYTES`] bounds it.
+#[derive(Debug)]
 pub struct Window {
     keys: HashMap<RowKey, KeyChange>,
     /// The chunk's keys, once it is read.
@@ -44,6 +58,18 @@ pub struct Window {
     /// A change whose key could not be told (a truncate, a key column not in
     /// the tuple): any row may have changed, so every row is dropped.
     all: bool,
+    /// Bytes `keys` holds, as [`WINDOW_MAX_BYTES`] counts them.
+    held: usize,
+    limit: usize,
+    /// The window went past its limit and forgot what it noted: no verdict
+    /// can be told, the chunk must be read again.
+    overflowed: bool,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Self::with_limit(WINDOW_MAX_BYTES)
+    }
 }
 
 /// What becomes of one chunk row at the high watermark.
@@ -59,16 +85,41 @@ pub enum Verdict {
 }
 
 impl Window {
+    /// A window holding at most `limit` bytes.
+    pub fn with_limit(limit: usize) -> Self {
+        Window {
+            keys: HashMap::new(),
+            chunk: None,
+            all: false,
+            held: 0,
+            limit,
+            overflowed: false,
+        }
+    }
+
     fn tracks(&self, key: &RowKey) -> bool {
-        self.chunk.as_ref().is_none_or(|c| c.contains(key))
+        !self.all && !self.overflowed && self.chunk.as_ref().is_none_or(|c| c.contains(key))
     }
 
     /// The key was inserted or deleted, or a primary-key change moved a row
     /// to or from it.
     pub fn replaced(&mut self, key: RowKey) {
-        if self.tracks(&key) {
-            self.keys.insert(key, KeyChange::Replaced);
+        if !self.tracks(&key) {
+            return;
         }
+        match self.keys.get_mut(&key) {
+            Some(change) => {
+                if let KeyChange::Updated(carried) = change {
+                    self.held = self.held.saturating_sub(carried_bytes(carried));
+                }
+                *change = KeyChange::Replaced;
+            }
+            None => {
+                self.held += key_bytes(&key);
+                self.keys.insert(owned_key(&key), KeyChange::Replaced);
+            }
+        }
+        self.check_limit();
     }
 
     /// The key's row was updated in place to `new` (shaped by `rel`;
@@ -77,24 +128,48 @@ impl Window {
         if !self.tracks(&key) {
             return;
         }
-        let change = self
-            .keys
-            .entry(key)
-            .or_insert_with(|| KeyChange::Updated(HashMap::new()));
-        let KeyChange::Updated(carried) = change else {
-            return;
-        };
-        for (column, value) in rel.columns.iter().zip(&new.0) {
-            if !matches!(value, TupleValue::UnchangedToast) {
-                carried.insert(column.name.clone(), (column.type_oid, value.clone()));
+        if !self.keys.contains_key(&key) {
+            self.held += key_bytes(&key);
+            self.keys
+                .insert(owned_key(&key), KeyChange::Updated(HashMap::new()));
+        }
+        if let Some(KeyChange::Updated(carried)) = self.keys.get_mut(&key) {
+            for (column, value) in rel.columns.iter().zip(&new.0) {
+                if matches!(value, TupleValue::UnchangedToast) {
+                    continue;
+                }
+                let value = owned_value(value);
+                self.held += value_bytes(&column.name, &value);
+                if let Some(old) = carried.insert(column.name.clone(), (column.type_oid, value)) {
+                    self.held = self.held.saturating_sub(value_bytes(&column.name, &old.1));
+                }
             }
         }
+        self.check_limit();
+    }
+
+    /// Past the limit, everything noted is let go: which keys the chunk
+    /// holds is not known yet, so none can be kept for sure, and a verdict
+    /// from a partial window would publish rows the stream changed.
+    fn check_limit(&mut self) {
+        if self.held > self.limit {
+            self.overflowed = true;
+            self.keys = HashMap::new();
+            self.held = 0;
+        }
+    }
+
+    /// Whether the window went past [`WINDOW_MAX_BYTES`]: nothing of the
+    /// chunk may be published, it is read again.
+    pub fn must_read_again(&self) -> bool {
+        self.overflowed
     }
 
     /// A change whose key cannot be told: every row of the chunk is dropped.
     pub fn all_changed(&mut self) {
         self.all = true;
-        self.keys.clear();
+        self.keys = HashMap::new();
+        self.held = 0;
     }
 
     /// Whether every row is dropped.
@@ -106,13 +181,25 @@ impl Window {
     pub fn chunk_read(&mut self, keys: impl IntoIterator<Item = RowKey>) {
         let keys: HashSet<RowKey> = keys.into_iter().collect();
         self.keys.retain(|k, _| keys.contains(k));
+        self.keys.shrink_to_fit();
+        self.held = self
+            .keys
+            .iter()
+            .map(|(k, change)| {
+                key_bytes(k)
+                    + match change {
+                        KeyChange::Replaced => 0,
+                        KeyChange::Updated(carried) => carried_bytes(carried),
+                    }
+            })
+            .sum();
         self.chunk = Some(keys);
     }
 
     /// What becomes of chunk row `row` (shaped by the chunk's `rel`) with key
     /// `key` (`None`: not readable).
     pub fn verdict(&self, rel: &Relation, row: &TupleData, key: Option<&RowKey>) -> Verdict {
-        if self.all {
+        if self.all || self.overflowed {
             return Verdict::Drop;
         }
         let Some(key) = key else {
@@ -145,6 +232,39 @@ impl Window {
     }
 }
 
+fn key_bytes(key: &RowKey) -> usize {
+    ENTRY_OVERHEAD + key.iter().flatten().map(Bytes::len).sum::<usize>()
+}
+
+fn value_bytes(column: &str, value: &TupleValue) -> usize {
+    ENTRY_OVERHEAD
+        + column.len()
+        + match value {
+            TupleValue::Text(b) | TupleValue::Binary(b) => b.len(),
+            TupleValue::Null | TupleValue::UnchangedToast => 0,
+        }
+}
+
+fn carried_bytes(carried: &HashMap<String, (u32, TupleValue)>) -> usize {
+    carried.iter().map(|(c, (_, v))| value_bytes(c, v)).sum()
+}
+
+/// The key in memory of its own: a key read from the stream is a slice of
+/// its whole WAL message.
+fn owned_key(key: &RowKey) -> RowKey {
+    key.iter()
+        .map(|v| v.as_deref().map(Bytes::copy_from_slice))
+        .collect()
+}
+
+fn owned_value(value: &TupleValue) -> TupleValue {
+    match value {
+        TupleValue::Text(b) => TupleValue::Text(Bytes::copy_from_slice(b)),
+        TupleValue::Binary(b) => TupleValue::Binary(Bytes::copy_from_slice(b)),
+        other => other.clone(),
+    }
+}
+
 impl Verdict {
     /// The row to publish, if any (`read` is the chunk row).
     pub fn row<'r>(&'r self, read: &'r TupleData) -> Option<&'r TupleData> {
@@ -158,8 +278,6 @@ impl Verdict {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-
     use super::*;
     use crate::pgoutput::{Column, ReplicaIdentity};
 
@@ -289,6 +407,88 @@ mod tests {
         // rev changed type since: no telling which value is current.
         let changed = rel(&[("id", INT), ("rev", TEXT), ("big", TEXT)]);
         assert_eq!(w.verdict(&changed, &read, Some(&key("1"))), Verdict::Drop);
+    }
+
+    #[test]
+    fn a_slow_chunk_holds_a_bounded_amount_and_no_wal_message() {
+        // Updates to many keys while a slow chunk is read, each carrying a
+        // large value, all slices of one big WAL message buffer.
+        let message = Bytes::from(vec![b'x'; 1 << 20]);
+        // Within the bound: what is noted is copied out of the message.
+        let mut w = Window::default();
+        let big = TupleValue::Text(message.slice(..1000));
+        w.updated(
+            vec![Some(message.slice(..8))],
+            &docs(),
+            &row(vec![t("1"), t("1"), big]),
+        );
+        assert!(
+            message.is_unique(),
+            "the window keeps the WAL message its keys and values came from"
+        );
+        assert!(!w.must_read_again());
+        let mut w = Window::default();
+        for i in 0..100 {
+            let id = i.to_string();
+            let big = TupleValue::Text(message.clone());
+            w.updated(key(&id), &docs(), &row(vec![t(&id), t("1"), big]));
+            w.replaced(vec![Some(message.slice(..8))]);
+        }
+        assert!(
+            message.is_unique(),
+            "the window keeps the WAL message its keys and values came from"
+        );
+        let held: usize = w
+            .keys
+            .iter()
+            .map(|(k, change)| {
+                let values = match change {
+                    KeyChange::Updated(carried) => carried
+                        .values()
+                        .map(|(_, v)| match v {
+                            TupleValue::Text(b) | TupleValue::Binary(b) => b.len(),
+                            _ => 0,
+                        })
+                        .sum(),
+                    _ => 0,
+                };
+                k.iter().flatten().map(Bytes::len).sum::<usize>() + values
+            })
+            .sum();
+        assert!(
+            held <= 64 << 20,
+            "the window holds {held} bytes of {} keys",
+            w.keys.len()
+        );
+        // Over its bound the window cannot tell the chunk's rows apart any
+        // more: the chunk is read again, never published from a partial
+        // window, and it notes nothing more.
+        assert!(w.must_read_again());
+        let read = row(vec![t("1"), t("0"), t("B")]);
+        assert_eq!(w.verdict(&docs(), &read, Some(&key("1"))), Verdict::Drop);
+        w.replaced(key("1"));
+        assert!(w.keys.is_empty() && w.held == 0);
+    }
+
+    #[test]
+    fn once_read_the_window_counts_only_the_chunks_keys() {
+        let mut w = Window::with_limit(8192);
+        for i in 0..20 {
+            let id = i.to_string();
+            w.updated(key(&id), &docs(), &row(vec![t(&id), t("1"), u()]));
+        }
+        assert!(!w.must_read_again());
+        w.chunk_read([key("1"), key("2")]);
+        assert_eq!(w.keys.len(), 2);
+        let two_keys = w.held;
+        // Updates of other keys no longer count; more updates of a chunk
+        // key replace its carried values, they do not add up.
+        for i in 0..1000 {
+            let id = (i % 20).to_string();
+            w.updated(key(&id), &docs(), &row(vec![t(&id), t("7"), u()]));
+        }
+        assert_eq!(w.held, two_keys);
+        assert!(!w.must_read_again());
     }
 
     #[test]

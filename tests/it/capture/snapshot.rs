@@ -637,3 +637,78 @@ async fn signals_snapshot_tables_added_later_body(env: &CaptureEnv) -> Result<()
     ensure!(reads("a")?.len() == 10, "a was snapshotted again");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signalled_filters_that_call_server_functions_are_refused() -> Result<()> {
+    let env = CaptureEnv::new("cap_snap_filter_fn").await?;
+    let result = signalled_filters_that_call_server_functions_are_refused_body(&env).await;
+    env.cleanup().await;
+    result
+}
+
+async fn signalled_filters_that_call_server_functions_are_refused_body(
+    env: &CaptureEnv,
+) -> Result<()> {
+    env.client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t SELECT g, 'v' FROM generate_series(1, 10) g;
+             CREATE TABLE signals (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));",
+        )
+        .await?;
+    let config = env.write_config(
+        "c.toml",
+        &env.config(
+            "snapshot.mode = \"no_data\"\nschemas.enable = false\nbatch.max.ms = 20\n\
+             signal.data.collection = \"public.signals\"\ntable.include.list = \"public\\\\.t\"\n",
+        ),
+    )?;
+    let _capture = env.spawn_capture(&config)?;
+    env.wait_slot_active().await?;
+    let signal = |id: &'static str, filter: &'static str| async move {
+        let data = serde_json::json!({
+            "data-collections": ["public.t"],
+            "additional-conditions": [{"data-collection": "public.t", "filter": filter}],
+        })
+        .to_string();
+        env.client
+            .execute(
+                "INSERT INTO signals VALUES ($1, 'execute-snapshot', $2)",
+                &[&id, &data],
+            )
+            .await
+    };
+    // Both are boolean expressions of the table's rows that the server
+    // prepares without complaint; running them would sleep per row and read a
+    // server file as the capture role.
+    signal("sleep", "pg_sleep(0.01)::text = ''").await?;
+    signal("read", "length(pg_read_file('postmaster.pid')) > 0").await?;
+    wait_log(env, "signal ignored", 2, Duration::from_secs(60)).await?;
+    // An ordinary filter still snapshots, and only its rows land: no chunk
+    // of the refused signals ran.
+    signal("ok", "id > 7").await?;
+    let topic = env.topic("t");
+    wait_for(
+        std::slice::from_ref(&topic),
+        Duration::from_secs(120),
+        |s| s.iter().filter(|r| r.op() == Some("r")).count() >= 3,
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let reads = read_committed(&[topic])?
+        .into_iter()
+        .filter(|s| s.op() == Some("r"))
+        .count();
+    ensure!(reads == 3, "{reads} snapshot rows of t (3 from `id > 7`)");
+    let log = env.capture_log();
+    for construct in ["pg_sleep", "pg_read_file"] {
+        ensure!(
+            log.contains(construct),
+            "the log does not name {construct}:\n{log}"
+        );
+    }
+    ensure!(
+        !log.contains("postmaster.pid"),
+        "the log holds a refused filter's values:\n{log}"
+    );
+    Ok(())
+}

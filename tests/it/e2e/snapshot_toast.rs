@@ -48,7 +48,7 @@ enum Start {
     /// `snapshot.mode = "initial"`.
     Initial,
     /// `snapshot.mode = "no_data"` and an `execute-snapshot` signal whose
-    /// filter sleeps once per chunk SELECT, after its snapshot is taken: the
+    /// filter makes each chunk SELECT slow, after its snapshot is taken: the
     /// writer's updates then also commit between the chunk's read and its
     /// high watermark, so the chunk row is older than the stream's values.
     SlowSignal,
@@ -122,10 +122,17 @@ async fn body(p: &Pipeline, start: Start) -> Result<()> {
         Arc::clone(&stats),
     ));
     if let Start::SlowSignal = start {
+        // A filter may call no pg_sleep; this one reads and lowers every
+        // row's TOASTed value, and with index scans off in this test's
+        // database (new sessions: the snapshot connection opens for the
+        // first chunk) every chunk SELECT scans the rest of the table.
         p.env
             .client
             .batch_execute(
-                "INSERT INTO oncely_signal VALUES ('slow', 'execute-snapshot', '{\"data-collections\": [\"public.docs\"], \"additional-conditions\": [{\"data-collection\": \"public.docs\", \"filter\": \"(SELECT true FROM pg_sleep(0.05))\"}]}')",
+                "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET enable_indexscan = off', current_database());
+                              EXECUTE format('ALTER DATABASE %I SET enable_indexonlyscan = off', current_database());
+                              EXECUTE format('ALTER DATABASE %I SET enable_bitmapscan = off', current_database()); END $$;
+                 INSERT INTO oncely_signal VALUES ('slow', 'execute-snapshot', '{\"data-collections\": [\"public.docs\"], \"additional-conditions\": [{\"data-collection\": \"public.docs\", \"filter\": \"length(lower(big)) > 0\"}]}')",
             )
             .await?;
     }
