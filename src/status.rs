@@ -262,6 +262,18 @@ fn gap_problem(label: &str, (topic, partition): &(String, i32), at: i64, low: i6
     )
 }
 
+/// What a running sink's `/readyz` says when it is not ready (a quarantined
+/// table, a gap, a lagging commit); `None` when it is ready, serves no
+/// endpoint or cannot be reached (it may run on another host).
+async fn not_ready(target: &Target) -> Option<String> {
+    let addr = target.health_addr()?;
+    let probe = oncely_core::endpoint::get(addr, "/readyz");
+    match tokio::time::timeout(std::time::Duration::from_secs(2), probe).await {
+        Ok(Ok((503, body))) => Some(body.trim().to_owned()),
+        _ => None,
+    }
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -395,6 +407,12 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
             if let Some(at) = positions.get(p).copied().filter(|at| *at < low) {
                 problems.push((Health::Down, gap_problem(&sink.label, p, at, low)));
             }
+        }
+        if let Some(why) = not_ready(&target).await {
+            problems.push((
+                Health::Degraded,
+                format!("{}: not ready: {why}", sink.label),
+            ));
         }
         if sink.dead_letters.unwrap_or(0) > 0 {
             problems.push((

@@ -6,6 +6,7 @@
 //! | --- | --- |
 //! | [`SinkError::Retriable`] | the same batch is applied again after a jittered, capped exponential backoff |
 //! | [`SinkError::Rejected`] | the named records go to the dead-letter topic, the rest of the batch is applied again |
+//! | [`SinkError::Quarantined`] | the batch's partition stops (nothing of it applied, no position stored) and is reported; every other partition goes on |
 //! | [`SinkError::Fatal`] | the runner stops cleanly without acknowledging the batch, and exits non-zero |
 //!
 //! A sink that cannot tell whether an error is transient should report it as
@@ -55,6 +56,18 @@ pub enum SinkError {
     /// Nothing of the batch was committed; the runner dead-letters them and applies the rest.
     #[error("{} record(s) rejected by the sink", .0.len())]
     Rejected(Vec<RecordFailure>),
+    /// One source table cannot be applied until a setting or the target
+    /// changes (two tables mapped to one target, a source column named like
+    /// the sink's own): the runner sets the batch's partition aside — nothing
+    /// of the batch applied, no position stored — reports it on `/readyz`,
+    /// in the log and a metric, and goes on with every other partition. Once
+    /// the sink starts again after the fix, the partition replays from its
+    /// stored position.
+    #[error("table quarantined: {message}")]
+    Quarantined {
+        /// What is wrong and the fix.
+        message: String,
+    },
     /// A failure that retrying cannot fix (bad credentials, missing target, fenced writer).
     #[error("fatal sink error: {message}")]
     Fatal {
@@ -97,6 +110,18 @@ impl SinkError {
             message: message.into(),
             source: Some(source.into()),
         }
+    }
+
+    /// A table that cannot be applied until a setting or the target changes.
+    pub fn quarantine(message: impl Into<String>) -> Self {
+        Self::Quarantined {
+            message: message.into(),
+        }
+    }
+
+    /// True when only the batch's partition must stop.
+    pub fn is_quarantine(&self) -> bool {
+        matches!(self, Self::Quarantined { .. })
     }
 
     /// True when applying the same batch again may succeed.

@@ -37,6 +37,9 @@ pub const DEDUP_SKIPPED_TOTAL: &str = "oncely_sink_dedup_skipped_total";
 /// Gauge: offsets of a partition deleted from Kafka (retention) before the
 /// sink applied them; the partition is stopped while it is above 0.
 pub const GAP_OFFSETS: &str = "oncely_sink_gap_offsets";
+/// Gauge: 1 for a partition set aside because its table cannot be applied
+/// until a setting or the target changes (quarantine).
+pub const QUARANTINED: &str = "oncely_sink_quarantined";
 /// Label: topic name.
 pub const LABEL_TOPIC: &str = "topic";
 /// Label: partition number.
@@ -60,6 +63,8 @@ pub struct Metrics {
     pub batch_duration: HistogramVec,
     /// See [`RETRIES_TOTAL`].
     pub retries: IntCounterVec,
+    /// See [`QUARANTINED`].
+    pub quarantined: IntGaugeVec,
     /// See [`GAP_OFFSETS`].
     pub gap_offsets: IntGaugeVec,
     /// See [`DEAD_LETTERS_TOTAL`].
@@ -171,6 +176,13 @@ impl Metrics {
             ),
             &[LABEL_TOPIC, LABEL_PARTITION],
         )?;
+        let quarantined = IntGaugeVec::new(
+            Opts::new(
+                QUARANTINED,
+                "1 while the partition is set aside because its table cannot be applied",
+            ),
+            &[LABEL_TOPIC, LABEL_PARTITION],
+        )?;
         let mut catalog = Vec::new();
         let c = &mut catalog;
         register(&registry, c, &unowned_partition_rebalances, "counter")?;
@@ -184,6 +196,7 @@ impl Metrics {
         register(&registry, c, &dead_letters, "counter")?;
         register(&registry, c, &dedup_skipped, "counter")?;
         register(&registry, c, &gap_offsets, "gauge")?;
+        register(&registry, c, &quarantined, "gauge")?;
         Ok(Self {
             registry,
             consumer_lag,
@@ -197,6 +210,7 @@ impl Metrics {
             unowned_partition_rebalances,
             dedup_skipped,
             gap_offsets,
+            quarantined,
             catalog: Arc::new(catalog),
         })
     }

@@ -4,10 +4,10 @@
 //! (`public.orders`, `shop.orders`), or `_` joining names that contain `_`
 //! (`a_b.c`, `a.b_c`). Rows of both would then mix, and one table's rows
 //! overwrite the other's. [`TargetClaims`] remembers which table each target
-//! belongs to and refuses a second one with a fatal error naming both tables
-//! and the setting to change: the runner stops before applying anything of
-//! it, so after the fix the sink resumes from its committed position and
-//! nothing is lost.
+//! belongs to and refuses a second one naming both tables and the setting to
+//! change ([`SinkError::Quarantined`]): the runner sets that partition aside
+//! before applying anything of it and the other tables go on; after the fix
+//! the sink resumes it from its committed position and nothing is lost.
 //!
 //! The claims live in the sink process: two sink processes that share a
 //! consumer group each see only the tables of their own partitions.
@@ -76,13 +76,13 @@ impl TargetClaims {
         }
     }
 
-    /// Reserves `target` for the source table `schema`.`table`: fatal when
+    /// Reserves `target` for the source table `schema`.`table`: quarantined when
     /// another table holds it.
     pub fn claim(&self, target: &str, schema: &str, table: &str) -> Result<(), SinkError> {
         self.claim_as(target, Owner::source(schema, table, self.setting))
     }
 
-    /// Reserves `target` for `owner`: fatal when another owner holds it,
+    /// Reserves `target` for `owner`: quarantined when another owner holds it,
     /// naming both and the settings that name them.
     pub fn claim_as(&self, target: &str, owner: Owner) -> Result<(), SinkError> {
         let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
@@ -93,7 +93,7 @@ impl TargetClaims {
                 } else {
                     format!("{} or {}", first.setting, owner.setting)
                 };
-                Err(SinkError::fatal(format!(
+                Err(SinkError::quarantine(format!(
                     "{} and {} map to the same {what} `{target}`: their rows would mix and overwrite each other. Change {settings} so that it separates them (include the placeholders that tell them apart, e.g. the schema, or a prefix or suffix no source table name has), or route the source table to another sink",
                     first.name,
                     owner.name,
@@ -116,7 +116,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_second_table_on_one_target_is_fatal_and_names_both() {
+    fn a_second_table_on_one_target_is_quarantined_and_names_both() {
         let claims = TargetClaims::new("index", "sink.index.pattern");
         claims
             .claim("p.sales.orders", "Sales", "Orders")
@@ -127,7 +127,7 @@ mod tests {
         let e = claims
             .claim("p.sales.orders", "sales", "orders")
             .expect_err("merge");
-        assert!(e.is_fatal());
+        assert!(e.is_quarantine(), "{e:?}");
         let text = e.to_string();
         assert!(
             text.contains("\"Sales\".\"Orders\"")
@@ -141,7 +141,7 @@ mod tests {
     /// another's history table, or the sink's own table, is refused, in
     /// either order, naming both settings.
     #[test]
-    fn a_target_that_is_another_tables_history_or_the_sinks_own_is_fatal() {
+    fn a_target_that_is_another_tables_history_or_the_sinks_own_is_quarantined() {
         const T: &str = "sink.table.name.format";
         const H: &str = "sink.history.table.name.format";
         let claims = TargetClaims::new("warehouse table", T);
@@ -161,7 +161,7 @@ mod tests {
         let e = claims
             .claim("public_orders_history", "public", "orders_history")
             .expect_err("mirror onto a history table");
-        assert!(e.is_fatal());
+        assert!(e.is_quarantine(), "{e:?}");
         let text = e.to_string();
         assert!(
             text.contains("the history table of source table \"public\".\"orders\"")

@@ -251,40 +251,134 @@ fn assert_all_compared(report: &oncely::verify::Report, targets: usize, rows: u6
     }
 }
 
-/// Issue 23 item 13: a source column `__oncely_deleted` made `CREATE TABLE`
-/// fail with SQLSTATE 42701, retried for ever. Now the sink stops at first
-/// sight of the table naming the column and `meta.column.prefix`; with
-/// another prefix it mirrors the table.
+/// A source column `__oncely_deleted` (the warehouse's own column) once made
+/// `CREATE TABLE` fail for ever, then stopped the whole sink. Now only that
+/// table's partition is set aside (quarantined): the neighbour table keeps
+/// flowing, `/readyz` and `oncely status` (exit 1) name the column and
+/// `meta.column.prefix`, and after the fix (a prefix, in a new target
+/// schema) the quarantined table is replayed from its stored position.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_source_column_named_like_the_warehouse_bookkeeping_stops_the_sink_with_the_fix(
+async fn a_source_column_named_like_the_warehouse_bookkeeping_quarantines_only_its_table(
 ) -> Result<()> {
     let mut p = Pipeline::new(
         "names_reserved",
-        r#"CREATE TABLE flags (id int PRIMARY KEY, "__oncely_deleted" boolean, note text);"#,
-        &["flags"],
+        r#"CREATE TABLE flags (id int PRIMARY KEY, "__oncely_deleted" boolean, note text);
+           CREATE TABLE other (id int PRIMARY KEY, note text);"#,
+        &["flags", "other"],
         "",
     )
     .await?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let config = std::fs::read_to_string(&p.sinks[0])?;
+    std::fs::write(
+        &p.sinks[0],
+        format!("metrics.listen = \"{listen}\"\n{config}"),
+    )?;
     let _capture = p.spawn_capture()?;
     p.env.wait_slot_active().await?;
     p.env
         .client
-        .batch_execute("INSERT INTO flags SELECT g, g % 2 = 0, 'n' FROM generate_series(1, 10) g")
+        .batch_execute(
+            "INSERT INTO flags SELECT g, g % 2 = 0, 'n' FROM generate_series(1, 10) g;
+             INSERT INTO other SELECT g, 'o' FROM generate_series(1, 10) g",
+        )
         .await?;
     let mut sink = p.spawn_sink(0)?;
-    let status = wait_exit(&mut sink, Duration::from_secs(90))
-        .context("the warehouse sink kept retrying a table it can never create")?;
-    assert!(!status.success());
-    let log = p.sink_log(0);
+    let other_rows = |schema: &'static str| {
+        let client = &p.env.client;
+        async move {
+            client
+                .query_one(&format!("SELECT count(*) FROM {schema}.public_other"), &[])
+                .await
+                .map(|r| r.get::<_, i64>(0))
+                .unwrap_or(0)
+        }
+    };
+    let addr: std::net::SocketAddr = listen.parse()?;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let ready = loop {
+        let ready = oncely_core::endpoint::get(addr, "/readyz").await.ok();
+        if other_rows("wh").await == 10
+            && ready
+                .as_ref()
+                .is_some_and(|(code, body)| *code == 503 && body.contains("quarantined"))
+        {
+            break ready.unwrap_or_default().1;
+        }
+        if let Some(status) = sink.0.try_wait()? {
+            bail!(
+                "the sink exited ({status}) instead of setting one table aside:\n{}",
+                p.sink_log(0)
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "never quarantined with the neighbour applied; /readyz {ready:?}:\n{}",
+                p.sink_log(0)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
     assert!(
-        log.contains("__oncely_deleted") && log.contains("meta.column.prefix"),
-        "{log}"
+        ready.contains("public.flags") || ready.contains("public_flags"),
+        "{ready}"
     );
-    p.extend_sink_config(0, "meta.column.prefix = \"_oncely_meta_\"")?;
+    assert!(
+        ready.contains("__oncely_deleted") && ready.contains("meta.column.prefix"),
+        "{ready}"
+    );
+    // The neighbour keeps flowing while the table is set aside.
+    p.env
+        .client
+        .batch_execute("INSERT INTO other SELECT g, 'p' FROM generate_series(11, 30) g")
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while other_rows("wh").await != 30 {
+        if Instant::now() > deadline {
+            bail!("the neighbour's new rows never arrived:\n{}", p.sink_log(0));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .args(["status", "--capture"])
+        .arg(&p.capture_config)
+        .arg("--sink")
+        .arg(&p.sinks[0])
+        .env("RUST_LOG", "warn")
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "quarantine is degraded:\n{text}"
+    );
+    assert!(
+        text.contains("quarantined") && text.contains("meta.column.prefix"),
+        "{text}"
+    );
+    assert!(sink.0.try_wait()?.is_none(), "the sink stopped");
+    drop(sink);
+
+    // The fix: another prefix, in a new schema (the old tables keep the old names).
+    let config = std::fs::read_to_string(&p.sinks[0])?.replace(
+        "target.schema = \"wh\"",
+        "target.schema = \"wh_fixed\"\nmeta.column.prefix = \"_oncely_meta_\"",
+    );
+    std::fs::write(&p.sinks[0], config)?;
     let _sink = p.spawn_sink(0)?;
     p.sinks.truncate(1);
     let report = p.verify(Duration::from_secs(120)).await?;
     assert!(report.is_equal(), "{}", summary(&report));
+    let flags = p
+        .env
+        .client
+        .query_one("SELECT count(*) FROM wh_fixed.public_flags", &[])
+        .await?
+        .get::<_, i64>(0);
+    assert_eq!(flags, 10);
     drop(_sink);
     drop(_capture);
     p.cleanup().await;
@@ -294,9 +388,10 @@ async fn a_source_column_named_like_the_warehouse_bookkeeping_stops_the_sink_wit
 /// Tables one target name would merge — lower-casing in the index name
 /// (`"Sales"."Orders"`, `sales.orders`), `${schema}_${table}` in the
 /// warehouse (`a_b.c`, `a.b_c`), `{table}` in the Redis key pattern
-/// (`s1.t`, `s2.t`) — stop the sink, naming both tables and the setting.
+/// (`s1.t`, `s2.t`) — set the second table aside (quarantine), naming both
+/// tables and the setting; the sink goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tables_merged_by_a_target_name_stop_the_sink_naming_both() -> Result<()> {
+async fn tables_merged_by_a_target_name_quarantine_the_second_naming_both() -> Result<()> {
     let schema = r#"
         CREATE SCHEMA "Sales"; CREATE SCHEMA sales; CREATE SCHEMA a_b; CREATE SCHEMA a;
         CREATE SCHEMA s1; CREATE SCHEMA s2;
@@ -348,14 +443,24 @@ async fn tables_merged_by_a_target_name_stop_the_sink_naming_both() -> Result<()
     ];
     for (i, first, second, setting) in expected {
         let mut sink = p.spawn_sink(i)?;
-        let status = wait_exit(&mut sink, Duration::from_secs(90))
-            .with_context(|| format!("sink {i} mixed two tables into one target"))?;
-        assert!(!status.success());
-        let log = p.sink_log(i);
-        assert!(
-            log.contains(first) && log.contains(second) && log.contains(setting),
-            "sink {i}:\n{log}"
-        );
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let log = p.sink_log(i);
+            if log.contains("quarantined")
+                && log.contains(first)
+                && log.contains(second)
+                && log.contains(setting)
+            {
+                break;
+            }
+            if let Some(status) = sink.0.try_wait()? {
+                bail!("sink {i} exited ({status}) instead of setting one table aside:\n{log}");
+            }
+            if Instant::now() > deadline {
+                bail!("sink {i} mixed two tables into one target:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
     }
     drop(_capture);
     p.cleanup().await;

@@ -191,10 +191,10 @@ impl RunnerContext {
         }
     }
 
-    /// Partitions stopped for a gap.
+    /// Partitions set aside (a gap or a quarantine).
     fn gapped(&self) -> std::collections::HashSet<TopicPartition> {
         self.shared
-            .gaps
+            .stopped
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .keys()
@@ -355,17 +355,9 @@ impl RunnerContext {
             let _ = m.consumer_lag.remove_label_values(&labels);
             let _ = m.uncommitted_records.remove_label_values(&labels);
             let _ = m.commit_lag_seconds.remove_label_values(&labels);
-            // Its next owner checks for the gap itself.
-            if self
-                .shared
-                .gaps
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(tp)
-                .is_some()
-            {
-                let _ = m.gap_offsets.remove_label_values(&labels);
-            }
+            // Its next owner decides for itself (a quarantined table is
+            // replayed from its stored position there).
+            self.shared.forget_set_aside(tp);
             tracing::info!(%tp, lost, "partition revoked");
         }
     }

@@ -235,7 +235,7 @@ impl Runner {
             stop,
             fatal: Mutex::new(None),
             positions: Mutex::new(Default::default()),
-            gaps: Mutex::new(Default::default()),
+            stopped: Mutex::new(Default::default()),
             liveness: shared::Liveness::new(),
         });
         let metrics_stop = CancellationToken::new();
@@ -447,8 +447,12 @@ fn dispatch(
             Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
                 // A worker ends only when told to (after it left the map) or
                 // after stopping the runner; anything else is a bug, and
-                // dropping the record would skip it: stop instead.
-                if !shared.stop.is_cancelled() {
+                // dropping the record would skip it: stop instead. A
+                // quarantined partition's worker ended on purpose: its
+                // records are read again when the sink starts after the fix.
+                if !shared.stop.is_cancelled()
+                    && !shared.is_set_aside(&TopicPartition::new(topic, partition))
+                {
                     let why =
                         format!("ended while assigned (record at offset {offset} not delivered)");
                     shared.worker_stopped((topic, partition), why);

@@ -74,8 +74,10 @@ pub(crate) struct Shared {
     pub(crate) positions: Mutex<CommitLedger>,
     /// What `/readyz` reads besides the ledger.
     pub(crate) liveness: Liveness,
-    /// Partitions stopped because the records they need next are gone.
-    pub(crate) gaps: Mutex<BTreeMap<TopicPartition, Gap>>,
+    /// Partitions set aside while the others go on: the records they need
+    /// next are gone (a gap), or their table cannot be applied (quarantine);
+    /// why, with the fix.
+    pub(crate) stopped: Mutex<BTreeMap<TopicPartition, String>>,
 }
 
 /// A partition whose next record Kafka no longer holds: `next` is the offset
@@ -275,16 +277,58 @@ impl Shared {
 
     /// Stops `tp` for good in this process: the records it needs are gone.
     pub(crate) fn report_gap(&self, tp: &TopicPartition, gap: Gap) {
-        tracing::error!("{}", gap.explain(tp));
         let partition = tp.partition.to_string();
         self.metrics
             .gap_offsets
             .with_label_values(&[tp.topic.as_str(), partition.as_str()])
             .set(gap.log_start - gap.next);
-        self.gaps
+        self.set_aside(tp, gap.explain(tp));
+    }
+
+    /// Sets `tp` aside: its table cannot be applied until a setting or the
+    /// target changes (`SinkError::Quarantined`); the worker has ended
+    /// without storing the batch's position.
+    pub(crate) fn quarantine(&self, tp: &TopicPartition, reason: &str) {
+        let partition = tp.partition.to_string();
+        self.metrics
+            .quarantined
+            .with_label_values(&[tp.topic.as_str(), partition.as_str()])
+            .set(1);
+        self.set_aside(
+            tp,
+            format!("{tp}: quarantined, nothing of it is applied until the sink starts again after the fix (the other partitions go on): {reason}"),
+        );
+    }
+
+    fn set_aside(&self, tp: &TopicPartition, why: String) {
+        tracing::error!("{why}");
+        self.stopped
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(tp.clone(), gap);
+            .insert(tp.clone(), why);
+    }
+
+    /// Whether `tp` was set aside.
+    pub(crate) fn is_set_aside(&self, tp: &TopicPartition) -> bool {
+        self.stopped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(tp)
+    }
+
+    /// `tp` was revoked: its next owner decides for itself.
+    pub(crate) fn forget_set_aside(&self, tp: &TopicPartition) {
+        let removed = self
+            .stopped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(tp);
+        if removed.is_some() {
+            let partition = tp.partition.to_string();
+            let labels = [tp.topic.as_str(), partition.as_str()];
+            let _ = self.metrics.gap_offsets.remove_label_values(&labels);
+            let _ = self.metrics.quarantined.remove_label_values(&labels);
+        }
     }
 
     /// Sets the commit-lag gauges of every owned partition: records applied
@@ -319,14 +363,14 @@ impl Shared {
                 self.group
             ));
         }
-        if let Some((tp, gap)) = self
-            .gaps
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .next()
         {
-            return Err(gap.explain(tp));
+            let stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(why) = stopped.values().next() {
+                return Err(match stopped.len() {
+                    1 => why.clone(),
+                    n => format!("{n} partitions set aside; the first: {why}"),
+                });
+            }
         }
         let stalled = self.liveness.since_poll();
         if stalled > bound {

@@ -61,6 +61,8 @@ enum Unfinished {
     Abandoned,
     /// The runner must stop.
     Fatal(SinkError),
+    /// Only this partition stops (`SinkError::Quarantined`).
+    Quarantined(String),
 }
 
 /// Tokens a worker obeys: `stop` = finish the current batch then exit; `abandon` = stop retrying.
@@ -226,6 +228,11 @@ impl Applier {
                 self.shared.fail(e);
                 return ControlFlow::Break(());
             }
+            Err(Unfinished::Quarantined(reason)) => {
+                let tp = crate::sink::TopicPartition::new(&*self.topic, self.partition);
+                self.shared.quarantine(&tp, &reason);
+                return ControlFlow::Break(());
+            }
         }
         if self.control.stop.is_cancelled() {
             return ControlFlow::Break(()); // a batch decoded behind this one is read again later
@@ -287,6 +294,9 @@ impl Applier {
                     self.dead_letter_rejected(batch, &failures).await?;
                     let offsets: Vec<i64> = failures.iter().map(|f| f.offset).collect();
                     batch.remove_offsets(&offsets);
+                }
+                Err(RetryOutcome::Failed(SinkError::Quarantined { message })) => {
+                    return Err(Unfinished::Quarantined(message))
                 }
                 Err(RetryOutcome::Failed(e)) => return Err(Unfinished::Fatal(e)),
             }

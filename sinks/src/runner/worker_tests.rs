@@ -39,7 +39,7 @@ fn shared(sink: Arc<dyn Sink>) -> Arc<Shared> {
         stop: CancellationToken::new(),
         fatal: Mutex::new(None),
         positions: Mutex::new(Default::default()),
-        gaps: Mutex::new(Default::default()),
+        stopped: Mutex::new(Default::default()),
         liveness: Liveness::new(),
     })
 }

@@ -139,6 +139,11 @@ impl Target {
         subscribed && !self.ignore.iter().any(|r| r.is_match(topic))
     }
 
+    /// Where the sink serves `/readyz` (`metrics.listen`), when it does.
+    pub fn health_addr(&self) -> Option<std::net::SocketAddr> {
+        self.runner.metrics_addr().ok().flatten()
+    }
+
     /// The runner's consumer group.
     pub fn group(&self) -> &str {
         &self.runner.group_id

@@ -65,12 +65,12 @@ impl MetaColumns {
         [&self.lsn, &self.seq, &self.deleted, &self.unavailable]
     }
 
-    /// A fatal error when source column `column` of `table` has the name of
+    /// A quarantine when source column `column` of `table` has the name of
     /// one of these: `CREATE TABLE` would fail (SQLSTATE 42701), or worse, the
     /// sink would write its bookkeeping into the source's column.
     pub fn clash(&self, table: &str, column: &str) -> Result<(), SinkError> {
         if self.all().contains(&column) {
-            return Err(SinkError::fatal(format!(
+            return Err(SinkError::quarantine(format!(
                 "source column {column:?} of the table mirrored into {table} has the name of one of the warehouse sink's own columns ({}): set sink.meta.column.prefix to a prefix no source column starts with (e.g. meta.column.prefix = \"_oncely_meta_\"); tables the sink created before keep their old column names, so a new prefix needs a new target.schema or table.name.format",
                 self.all().join(", ")
             )));
@@ -115,7 +115,7 @@ impl TableInfo {
             .all(|c| self.columns.contains_key(*c))
     }
 
-    /// A fatal error when this table, wanted as a mirror table, is a history
+    /// A quarantine when this table, wanted as a mirror table, is a history
     /// table the sink created (key `(lsn, seq)`, `kafka_offset`, none of the
     /// sink's row columns): one source table's mirror name is another's
     /// history name. The process's claims ([`crate::naming::TargetClaims`])
@@ -126,7 +126,7 @@ impl TableInfo {
             && self.columns.contains_key("kafka_offset")
             && !self.columns.contains_key(&self.meta.lsn);
         if history {
-            return Err(SinkError::fatal(format!(
+            return Err(SinkError::quarantine(format!(
                 "the warehouse table {} is the history table of another source table, and a source table's rows would be mirrored into it: change sink.table.name.format or sink.history.table.name.format so that no mirror table is named like a history table (e.g. a history suffix no source table name ends with)",
                 self.qualified
             )));
@@ -134,12 +134,12 @@ impl TableInfo {
         Ok(())
     }
 
-    /// A fatal error when this table, wanted as a history table, is a
+    /// A quarantine when this table, wanted as a history table, is a
     /// mirror table (it has the sink's version column): the other way round
     /// of [`TableInfo::refuse_history`].
     pub fn refuse_mirror(&self) -> Result<(), SinkError> {
         if self.columns.contains_key(&self.meta.lsn) {
-            return Err(SinkError::fatal(format!(
+            return Err(SinkError::quarantine(format!(
                 "the warehouse table {} mirrors another source table, and a source table's history would be appended to it: change sink.table.name.format or sink.history.table.name.format so that no history table is named like a mirror table (e.g. a history suffix no source table name ends with)",
                 self.qualified
             )));
