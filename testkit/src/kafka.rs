@@ -26,11 +26,19 @@ pub fn unique(prefix: &str) -> String {
 
 /// Creates a topic with `partitions` partitions.
 pub async fn create_topic(topic: &str, partitions: i32) {
+    create_topic_with(topic, partitions, &[]).await;
+}
+
+/// Creates a topic with `partitions` partitions and the topic-level `configs`.
+pub async fn create_topic_with(topic: &str, partitions: i32, configs: &[(&str, &str)]) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers())
         .create()
         .expect("admin client");
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        new = new.set(k, v);
+    }
     let results = admin
         .create_topics(
             [&new],

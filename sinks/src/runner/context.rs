@@ -90,9 +90,9 @@ impl RunnerContext {
             Ok(starts) => starts,
             Err(e) => return self.fail_unless_stopping(e),
         };
-        let gapped = self.gapped();
+        let set_aside = self.set_aside();
         for tp in &tps {
-            if gapped.contains(tp) {
+            if set_aside.contains(tp) {
                 // Kept assigned at its stored offset: librdkafka refuses to
                 // fetch it (`auto.offset.reset = error`) and no worker runs.
                 if let Some(n) = starts.get(tp) {
@@ -116,7 +116,7 @@ impl RunnerContext {
             return self.fail_unless_stopping(e);
         }
         let mut workers = self.lock_workers();
-        for tp in tps.into_iter().filter(|tp| !gapped.contains(tp)) {
+        for tp in tps.into_iter().filter(|tp| !set_aside.contains(tp)) {
             let handle = self.spawn_worker(&tp);
             workers.insert(tp, handle);
         }
@@ -192,7 +192,7 @@ impl RunnerContext {
     }
 
     /// Partitions set aside (a gap or a quarantine).
-    fn gapped(&self) -> std::collections::HashSet<TopicPartition> {
+    fn set_aside(&self) -> std::collections::HashSet<TopicPartition> {
         self.shared
             .stopped
             .lock()

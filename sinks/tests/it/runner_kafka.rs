@@ -597,30 +597,6 @@ async fn debezium_records_without_schemas_are_dead_letters_unless_accepted() {
     );
 }
 
-/// Creates `topic` (one partition) with the topic-level `configs`.
-async fn create_topic_with(topic: &str, configs: &[(&str, &str)]) {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", brokers())
-        .create()
-        .expect("admin client");
-    let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
-    for (k, v) in configs {
-        new = new.set(k, v);
-    }
-    let results = admin
-        .create_topics(
-            [&new],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-        )
-        .await
-        .expect("create topic request");
-    for r in results {
-        r.expect("topic created");
-    }
-}
-
 /// A record too large for the dead-letter topic, whose reason quotes its
 /// value, goes there as a reference (where it is, why, how large; no key or
 /// value, the reason cut) and the partition goes on; before, every attempt
@@ -629,7 +605,7 @@ async fn create_topic_with(topic: &str, configs: &[(&str, &str)]) {
 async fn a_dead_letter_too_large_for_the_dead_letter_topic_goes_there_as_a_reference() {
     let (topic, group, dlq) = (unique("large"), unique("g"), unique("dlq"));
     create_topic(&topic, 1).await;
-    create_topic_with(&dlq, &[("max.message.bytes", "8192")]).await;
+    create_topic_with(&dlq, 1, &[("max.message.bytes", "8192")]).await;
     // An unknown `op` of 64 KiB: the decode error names it.
     let bad = serde_json::json!({"op": "\"".repeat(64 * 1024), "after": {"id": 2},
         "source": {"commit_lsn": 11, "event_seq": 0}})
