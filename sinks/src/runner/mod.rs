@@ -73,7 +73,8 @@ use crate::metrics::Metrics;
 use crate::sink::{Sink, TopicPartition};
 
 pub use self::dlq::{
-    HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC, HEADER_VALUE_OMITTED,
+    HEADER_ERROR, HEADER_KEY_OMITTED, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
+    HEADER_VALUE_OMITTED,
 };
 
 /// How often applied positions are committed to Kafka (asynchronously) while running.

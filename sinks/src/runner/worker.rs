@@ -35,7 +35,7 @@ use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use super::decoder::Decoder;
-use super::dlq::DeadLetter;
+use super::dlq::{cap_reason, DeadLetter, MAX_REASON_BYTES};
 use super::shared::Shared;
 use crate::error::{RecordFailure, SinkError};
 use crate::event::{DecodeError, TombstoneOrigin};
@@ -342,7 +342,10 @@ impl Applier {
         let Some(dlq) = self.shared.dlq.clone() else {
             return Err(Unfinished::Fatal(SinkError::fatal(format!(
                 "record {}[{}]@{} cannot be applied ({}) and `errors.deadletterqueue.topic.name` is not set",
-                letter.topic, letter.partition, letter.offset, letter.reason
+                letter.topic,
+                letter.partition,
+                letter.offset,
+                cap_reason(letter.reason, MAX_REASON_BYTES)
             ))));
         };
         // Per record, so rate-limited; every one is in the topic and the metric.
@@ -355,7 +358,8 @@ impl Applier {
                 offset = letter.offset,
                 suppressed,
                 "dead-lettering record (at most 10 such lines per 10 s; `suppressed` counts those not logged): {}",
-                letter.reason
+                // A reason can quote a whole value: the log gets what the header gets.
+                cap_reason(letter.reason, MAX_REASON_BYTES)
             );
         }
         let attempt = retry(
