@@ -5,6 +5,7 @@
 use super::{Pipeline, Route};
 use crate::error::CaptureError;
 use crate::pgoutput::{LogicalMessage, TupleValue};
+use crate::snapshot::chunk::FILTER_SEARCH_PATH;
 use crate::snapshot::signal::{check_filter_on, parse, SignalAction};
 use crate::snapshot::{quote_ident, request, split_table, SnapshotKind, TableProgress};
 use crate::source;
@@ -163,7 +164,10 @@ impl Pipeline<'_> {
                 quote_ident(schema),
                 quote_ident(name)
             );
-            match self.control.prepare(&probe).await {
+            // Resolved as the chunk will resolve it (FILTER_SEARCH_PATH), in
+            // a transaction of its own so the setting goes with it.
+            let prepared = self.prepare_filter_probe(&probe).await?;
+            match prepared {
                 // Class 42 messages (no such column, operator or function)
                 // name identifiers; others, such as a data exception
                 // (class 22), quote the filter's literals: only the
@@ -201,6 +205,26 @@ impl Pipeline<'_> {
             }
         }
         Ok(Ok(()))
+    }
+
+    /// Prepares (never runs) a filter's probe with the search_path its chunks
+    /// run with, so a name the chunk could not resolve is refused here.
+    async fn prepare_filter_probe(
+        &mut self,
+        probe: &str,
+    ) -> Result<Result<tokio_postgres::Statement, tokio_postgres::Error>, CaptureError> {
+        self.control
+            .batch_execute(&format!(
+                "BEGIN READ ONLY; SET LOCAL search_path = {FILTER_SEARCH_PATH}"
+            ))
+            .await
+            .map_err(CaptureError::pg("check snapshot filter"))?;
+        let prepared = self.control.prepare(probe).await;
+        self.control
+            .batch_execute("ROLLBACK")
+            .await
+            .map_err(CaptureError::pg("check snapshot filter"))?;
+        Ok(prepared)
     }
 }
 

@@ -81,6 +81,9 @@ pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows
         key_idx,
         estimate,
     } = load_shape(client, req).await?;
+    if req.filter.is_some() {
+        filtered_key_is_built_in(&relation, &key_idx, req)?;
+    }
     emit(client, &watermark_content(&req.id, Watermark::Low)).await?;
     let columns: Vec<String> = relation.columns.iter().map(|c| c.name.clone()).collect();
     let sql = chunk_query(
@@ -103,10 +106,11 @@ pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows
         // One REPEATABLE READ transaction: its snapshot, taken by the first
         // statement, is the one the SELECT reads with. A filter is the
         // user's SQL: besides read-only, its statements are cancelled past
-        // FILTERED_CHUNK_TIMEOUT.
+        // FILTERED_CHUNK_TIMEOUT, and its names resolve among the built-in
+        // functions and operators only (FILTER_SEARCH_PATH).
         let begin = if req.filter.is_some() {
             format!(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = {}",
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = {}; SET LOCAL search_path = {FILTER_SEARCH_PATH}",
                 FILTERED_CHUNK_TIMEOUT.as_millis()
             )
         } else {
@@ -164,6 +168,41 @@ pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows
 /// set for its transaction only): a filter is the user's SQL, and one
 /// that runs away is cancelled, its table skipped with the reason.
 pub const FILTERED_CHUNK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The `search_path` a snapshot filter is resolved and run with. Its
+/// allowlisted function names and its operators would otherwise resolve
+/// along the capture role's search_path, where anyone with CREATE on one of
+/// its schemas can add a `length(integer)` or an `=(integer, numeric)` that
+/// matches the filter's arguments better than the built-in one, and so runs
+/// as the capture role. Only superusers create objects in `pg_catalog`;
+/// functions and operators are never looked up in `pg_temp`, listed last so
+/// that its tables and types are not looked up first either.
+pub const FILTER_SEARCH_PATH: &str = "pg_catalog, pg_temp";
+
+/// The first OID `initdb` leaves to user objects (`FirstNormalObjectId`):
+/// types below it are built in.
+const FIRST_USER_OID: u32 = 16384;
+
+/// A filtered chunk compares its key with the built-in operators only
+/// ([`FILTER_SEARCH_PATH`]): for a key of a type from an extension or a
+/// user (`citext`, a domain), those would compare otherwise than the key's
+/// own order, which `ORDER BY` follows, and rows could be skipped.
+fn filtered_key_is_built_in(
+    relation: &Relation,
+    key_idx: &[usize],
+    req: &ChunkRequest,
+) -> Result<(), ChunkError> {
+    for &i in key_idx {
+        let column = &relation.columns[i];
+        if column.type_oid >= FIRST_USER_OID {
+            return Err(ChunkError::Table(format!(
+                "a filtered snapshot of {}.{} needs a key of built-in types, and key column {:?} has a type of an extension or a user (OID {}): snapshot it without a filter",
+                req.schema, req.table, column.name, column.type_oid
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// Rewrites in a row before a chunk gives up telling them apart (and reads
 /// what its last snapshot sees, as before).
@@ -457,7 +496,49 @@ async fn load_shape(client: &Client, req: &ChunkRequest) -> Result<Shape, ChunkE
 mod tests {
     use tokio_postgres::error::SqlState;
 
-    use super::refusal;
+    use super::{filtered_key_is_built_in, refusal, ChunkError, ChunkRequest};
+    use crate::pgoutput::{Column, Relation, ReplicaIdentity};
+
+    #[test]
+    fn a_filtered_chunk_needs_a_key_of_built_in_types() {
+        let column = |name: &str, type_oid| Column {
+            is_key: true,
+            name: name.into(),
+            type_oid,
+            type_modifier: -1,
+        };
+        let relation = Relation {
+            id: 1,
+            namespace: "public".into(),
+            name: "t".into(),
+            replica_identity: ReplicaIdentity::Default,
+            // int4, text, and a citext from an extension.
+            columns: vec![
+                column("id", 23),
+                column("code", 25),
+                column("email", 16_390),
+            ],
+        };
+        let req = ChunkRequest {
+            id: "c".into(),
+            schema: "public".into(),
+            table: "t".into(),
+            key_columns: vec![],
+            after: None,
+            filter: Some("id > 1".into()),
+            size: 10,
+        };
+        assert!(filtered_key_is_built_in(&relation, &[0, 1], &req).is_ok());
+        match filtered_key_is_built_in(&relation, &[0, 2], &req) {
+            Err(ChunkError::Table(why)) => {
+                assert!(
+                    why.contains("\"email\"") && why.contains("without a filter"),
+                    "{why}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn a_refused_filtered_chunk_says_its_sqlstate_and_no_value() {

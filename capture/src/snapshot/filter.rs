@@ -20,7 +20,9 @@
 //! Anything else is refused with an error naming the construct, never a
 //! value of the filter. The lexical guard before the parse stays: it refuses
 //! what a parser of another dialect might read differently from the server
-//! (comments, `;`, dollar quotes, escape strings).
+//! (comments, `;`, dollar quotes, escape strings). The names an allowed
+//! filter holds are resolved with built-in objects only
+//! ([`super::chunk::FILTER_SEARCH_PATH`]).
 
 use std::cell::Cell;
 

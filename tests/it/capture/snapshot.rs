@@ -652,7 +652,13 @@ async fn signalled_filters_that_call_server_functions_are_refused_body(
     env.client
         .batch_execute(
             "CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t SELECT g, 'v' FROM generate_series(1, 10) g;
-             CREATE TABLE signals (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));",
+             CREATE TABLE signals (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));
+             -- Objects anyone with CREATE on a schema of capture's search_path
+             -- can make: an allowlisted function name and an operator that
+             -- match a filter's arguments better than the built-in ones.
+             CREATE FUNCTION public.length(integer) RETURNS integer LANGUAGE sql AS 'SELECT 100';
+             CREATE FUNCTION public.int_eq_numeric(integer, numeric) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+             CREATE OPERATOR public.= (LEFTARG = integer, RIGHTARG = numeric, FUNCTION = public.int_eq_numeric);",
         )
         .await?;
     let config = env.write_config(
@@ -682,7 +688,16 @@ async fn signalled_filters_that_call_server_functions_are_refused_body(
     // server file as the capture role.
     signal("sleep", "pg_sleep(0.01)::text = ''").await?;
     signal("read", "length(pg_read_file('postmaster.pid')) > 0").await?;
-    wait_log(env, "signal ignored", 2, Duration::from_secs(60)).await?;
+    // Allowed constructs that the default search_path would resolve to the
+    // objects above (every row would match): resolved among the built-in
+    // ones only, the first has no function to call and the second matches
+    // no row.
+    signal("shadowed-function", "length(id) = 100").await?;
+    signal("shadowed-operator", "id = 1.5").await?;
+    wait_log(env, "signal ignored", 3, Duration::from_secs(60)).await?;
+    // A table is snapshotted once at a time: the next signal's must not
+    // find this one's still running.
+    wait_log(env, "snapshot complete", 1, Duration::from_secs(60)).await?;
     // An ordinary filter still snapshots, and only its rows land: no chunk
     // of the refused signals ran.
     signal("ok", "id > 7").await?;
@@ -698,7 +713,10 @@ async fn signalled_filters_that_call_server_functions_are_refused_body(
         .into_iter()
         .filter(|s| s.op() == Some("r"))
         .count();
-    ensure!(reads == 3, "{reads} snapshot rows of t (3 from `id > 7`)");
+    ensure!(
+        reads == 3,
+        "{reads} snapshot rows of t (3 from `id > 7`, none from a filter resolved to a user's function or operator)"
+    );
     let log = env.capture_log();
     for construct in ["pg_sleep", "pg_read_file"] {
         ensure!(
