@@ -192,6 +192,13 @@ fn read_last_blocking(
 /// Hands every committed record of partition 0 of `topic` to `on`, from the
 /// start to the end (`read_committed`, so aborted transactions are never
 /// seen); `what` names the topic in errors. Blocking: run it off the runtime.
+///
+/// The end is the partition's last stable offset when the read starts:
+/// every record committed before lies below it. Waiting for `PartitionEOF`
+/// alone never ends while the topic is written without pause (a capture
+/// under steady load commits every `batch.max.ms`): each fetch then brings
+/// newer records, and `oncely status`, `oncely verify` and a restart waited
+/// for this read until its deadline.
 pub(crate) fn read_to_end(
     mut client: ClientConfig,
     topic: &str,
@@ -206,6 +213,13 @@ pub(crate) fn read_to_end(
         .set("enable.partition.eof", "true")
         .create_with_context(CaptureContext::default())
         .map_err(kafka)?;
+    // A read_committed client's high watermark is the last stable offset.
+    let (low, end) = consumer
+        .fetch_watermarks(topic, 0, Duration::from_secs(30))
+        .map_err(kafka)?;
+    if end <= low {
+        return Ok(());
+    }
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, 0, Offset::Beginning)
         .map_err(kafka)?;
@@ -224,12 +238,29 @@ pub(crate) fn read_to_end(
             });
         }
         match consumer.poll(Duration::from_millis(500)) {
+            // The last records below the end may be aborted ones or a
+            // transaction marker, which are never delivered.
+            None if read_past(&consumer, topic, end) => return Ok(()),
             None => continue,
             Some(Err(KafkaError::PartitionEOF(_))) => return Ok(()),
             Some(Err(e)) => return Err(kafka(e)),
-            Some(Ok(msg)) => on(&msg)?,
+            Some(Ok(msg)) => {
+                // Records past the end committed since; newer, never wrong.
+                on(&msg)?;
+                if msg.offset() + 1 >= end {
+                    return Ok(());
+                }
+            }
         }
     }
+}
+
+/// Whether `consumer`'s position on partition 0 of `topic` is at `end` or past it.
+fn read_past(consumer: &BaseConsumer<CaptureContext>, topic: &str, end: i64) -> bool {
+    consumer.position().is_ok_and(|tpl| {
+        tpl.find_partition(topic, 0)
+            .is_some_and(|p| matches!(p.offset(), Offset::Offset(at) if at >= end))
+    })
 }
 
 #[cfg(test)]

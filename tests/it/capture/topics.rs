@@ -729,6 +729,80 @@ async fn a_connector_reads_only_its_own_offsets_topic_and_at_once() -> Result<()
     Ok(())
 }
 
+/// A connector under steady load commits a transaction every few
+/// milliseconds: the reader of its offsets topic (`oncely status`, `oncely
+/// verify`, a restart) must still end at once, at the end it found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steadily_written_offsets_topic_is_read_at_once() -> Result<()> {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let env = CaptureEnv::new("cap_steady_offsets").await?;
+    let cfg = oncely_capture::config::CaptureConfig::parse(&env.config(""), "capture.toml")?;
+    let topic = cfg.offsets_topic();
+    create_topic(&topic, 1, &[("cleanup.policy", "compact")]).await?;
+    let key = oncely_capture::offset::SourceOffset::key(cfg.connector_name());
+    let stop = Arc::new(AtomicBool::new(false));
+    // As capture commits under load: one offset record per transaction,
+    // back to back, each a little further.
+    let writer = {
+        let (stop, topic) = (Arc::clone(&stop), topic.clone());
+        std::thread::spawn(move || -> Result<u64> {
+            let producer: BaseProducer = kafka_client()
+                .set("transactional.id", common::unique("cap_steady"))
+                .create()?;
+            let timeout = Duration::from_secs(30);
+            producer.init_transactions(timeout)?;
+            let mut lsn = 0;
+            while !stop.load(Ordering::Relaxed) {
+                lsn += 1;
+                let value = oncely_capture::offset::SourceOffset::start(lsn).to_bytes();
+                producer.begin_transaction()?;
+                producer
+                    .send(
+                        BaseRecord::to(&topic)
+                            .partition(0)
+                            .key(&key)
+                            .payload(&value),
+                    )
+                    .map_err(|(e, _)| e)?;
+                producer.commit_transaction(timeout)?;
+            }
+            Ok(lsn)
+        })
+    };
+    // Some history to read through first.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while committed_end(&topic).await? < 300 {
+        ensure!(Instant::now() < deadline, "the writer is too slow");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut reads = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let stored = oncely_capture::offset::read_stored_offset(&cfg).await;
+        let failed = stored.is_err();
+        reads.push((t.elapsed(), stored.map(|o| o.map(|o| o.flush_lsn))));
+        if failed {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let written = writer
+        .join()
+        .map_err(|_| anyhow::anyhow!("writer panicked"))??;
+    delete_topics(&[topic]).await;
+    env.cleanup().await;
+    for (took, stored) in reads {
+        let stored = stored?;
+        ensure!(
+            took < Duration::from_secs(10) && stored.is_some_and(|lsn| lsn > 0 && lsn <= written),
+            "read {stored:?} in {took:?} ({written} written)"
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_timeout_above_the_brokers_limit_refuses_start_up() -> Result<()> {
     let env = CaptureEnv::new("cap_txn_timeout").await?;
