@@ -7,3 +7,4 @@ mod identity_change;
 mod scale_out;
 mod snapshot_toast;
 mod truncate;
+mod type_change;

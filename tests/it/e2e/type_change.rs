@@ -1,0 +1,132 @@
+//! Column type changes that are not widenings, seen in every target:
+//! `int` → `text` (then values that are no numbers), `int` →
+//! `numeric(12,2)` (then fractions) and `date` → `timestamptz`. `ALTER
+//! ... TYPE` rewrites the table without a row event, so the targets can be
+//! equal only after capture backfills the table; the warehouse must take
+//! the new type, the search index a mapping that takes the new values, the
+//! cache the new form of rows the change did not touch. Each ends equal to
+//! the source (`oncely verify`) with no dead letter and no manual step,
+//! also with a sink SIGKILLed while the backfill runs.
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::harness::capture;
+use crate::harness::checks::dead_letters;
+use crate::harness::e2e::{Fleet, Pipeline};
+
+const TABLES: [&str; 3] = ["codes", "amounts", "dates"];
+
+const SCHEMA: &str = "
+    CREATE TABLE codes (id int PRIMARY KEY, v int NOT NULL, code int);
+    CREATE TABLE amounts (id int PRIMARY KEY, v int NOT NULL, amount int);
+    CREATE TABLE dates (id int PRIMARY KEY, v int NOT NULL, at date);
+    INSERT INTO codes SELECT g, g, g * 10 FROM generate_series(1, 100) g;
+    INSERT INTO amounts SELECT g, g, g * 3 FROM generate_series(1, 100) g;
+    INSERT INTO dates SELECT g, g, date '2024-01-01' + g FROM generate_series(1, 100) g;
+";
+
+/// The three changes, then rows only the new types can hold.
+const CHANGE: &str = "
+    ALTER TABLE codes ALTER COLUMN code TYPE text;
+    ALTER TABLE amounts ALTER COLUMN amount TYPE numeric(12,2);
+    ALTER TABLE dates ALTER COLUMN at TYPE timestamptz;
+    INSERT INTO codes SELECT g, g, 'c-' || g FROM generate_series(101, 110) g;
+    UPDATE codes SET code = 'x' || id WHERE id <= 5;
+    INSERT INTO amounts SELECT g, g, g + 0.25 FROM generate_series(101, 110) g;
+    UPDATE amounts SET amount = id + 0.5 WHERE id <= 5;
+    INSERT INTO dates SELECT g, g, timestamptz '2024-03-01 12:34:56+00' + g * interval '1 hour'
+        FROM generate_series(101, 110) g;
+    UPDATE dates SET at = at + interval '90 minutes' WHERE id <= 5;
+";
+
+async fn run(name: &str, kill_during_backfill: bool) -> Result<()> {
+    let include = format!("public\\\\.({})", TABLES.join("|"));
+    let p = Pipeline::new(
+        name,
+        SCHEMA,
+        &TABLES,
+        &format!(
+            "snapshot.mode = \"initial\"\nincremental.snapshot.chunk.size = 10\n\
+             table.include.list = \"{include}\"\n"
+        ),
+    )
+    .await?;
+    let result = drive(&p, kill_during_backfill).await;
+    if result.is_err() {
+        eprintln!("logs in {}", p.env.dir.display());
+    }
+    p.cleanup().await;
+    result
+}
+
+async fn drive(p: &Pipeline, kill_during_backfill: bool) -> Result<()> {
+    let mut fleet = Fleet::with_capture(p).await?;
+    fleet.spawn_sinks()?;
+    let writer = p.env.connect().await?;
+    let report = p.verify_until_equal(Duration::from_secs(120)).await?;
+    assert!(report.is_equal(), "not equal before the change:\n{report}");
+
+    writer
+        .batch_execute(CHANGE)
+        .await
+        .context("change the types")?;
+    // Load on the untouched column while the backfill runs.
+    for round in 0..20 {
+        writer
+            .batch_execute(&format!(
+                "UPDATE codes SET v = v + 1 WHERE id % 20 = {round};
+                 UPDATE amounts SET v = v + 1 WHERE id % 20 = {round};
+                 UPDATE dates SET v = v + 1 WHERE id % 20 = {round};"
+            ))
+            .await
+            .context("load")?;
+        if kill_during_backfill && round == 3 {
+            for i in 1..4 {
+                if let Some(mut child) = fleet.procs[i].take() {
+                    capture::kill9(&mut child);
+                }
+                fleet.kills[i] += 1;
+            }
+        }
+        if kill_during_backfill && round == 8 {
+            fleet.spawn_sinks()?;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let report = p.verify_until_equal(Duration::from_secs(90)).await?;
+    eprintln!("{report}");
+    let letters = tokio::task::spawn_blocking({
+        let prefix = p.env.prefix.clone();
+        move || dead_letters(&prefix)
+    })
+    .await??;
+    assert!(
+        letters.is_empty(),
+        "{} dead letters, e.g. {:?}",
+        letters.len(),
+        &letters[..letters.len().min(3)]
+    );
+    assert!(
+        report.is_equal(),
+        "targets differ after the type changes ({}); logs in {}:\n{report}",
+        fleet.summary(),
+        p.env.dir.display()
+    );
+    assert_eq!(report.compared(), TABLES.len() * 3, "{report}");
+    for child in fleet.procs.iter_mut().flatten() {
+        capture::kill9(child);
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targets_follow_type_changes_that_are_not_widenings() -> Result<()> {
+    run("type_change", false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targets_follow_type_changes_with_sinks_killed_during_the_backfill() -> Result<()> {
+    run("type_change_kill", true).await
+}
