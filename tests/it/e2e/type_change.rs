@@ -13,7 +13,8 @@ use anyhow::{Context, Result};
 
 use crate::harness::capture;
 use crate::harness::checks::dead_letters;
-use crate::harness::e2e::{Fleet, Pipeline};
+use crate::harness::e2e::{self, Fleet, Pipeline};
+use elasticsearch::indices::IndicesGetAliasParts;
 
 const TABLES: [&str; 3] = ["codes", "amounts", "dates"];
 
@@ -71,6 +72,26 @@ async fn drive(p: &Pipeline, kill_during_backfill: bool) -> Result<()> {
         .batch_execute(CHANGE)
         .await
         .context("change the types")?;
+    if kill_during_backfill {
+        // The sinks are killed as soon as capture queued the backfill: while
+        // they apply the new schema, move the index generations and write
+        // the backfill's rows.
+        let started = std::time::Instant::now();
+        while !p.env.capture_log().contains("backfill=Some") {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(30),
+                "capture queued no backfill"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for i in 1..4 {
+            if let Some(mut child) = fleet.procs[i].take() {
+                capture::kill9(&mut child);
+            }
+            fleet.kills[i] += 1;
+        }
+    }
     // Load on the untouched column while the backfill runs.
     for round in 0..20 {
         writer
@@ -81,15 +102,7 @@ async fn drive(p: &Pipeline, kill_during_backfill: bool) -> Result<()> {
             ))
             .await
             .context("load")?;
-        if kill_during_backfill && round == 3 {
-            for i in 1..4 {
-                if let Some(mut child) = fleet.procs[i].take() {
-                    capture::kill9(&mut child);
-                }
-                fleet.kills[i] += 1;
-            }
-        }
-        if kill_during_backfill && round == 8 {
+        if kill_during_backfill && round == 5 {
             fleet.spawn_sinks()?;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -115,6 +128,27 @@ async fn drive(p: &Pipeline, kill_during_backfill: bool) -> Result<()> {
         p.env.dir.display()
     );
     assert_eq!(report.compared(), TABLES.len() * 3, "{report}");
+    // The indexes of `codes` and `amounts` (mapped `long` before: it refuses
+    // `c-101`, truncates `101.25`) are now aliases of their second
+    // generation; `dates` (mapped `date`) kept its index.
+    for (table, generation) in [
+        ("codes", Some("g2")),
+        ("amounts", Some("g2")),
+        ("dates", None),
+    ] {
+        let index = format!("{}.public.{table}", p.env.prefix);
+        let response = e2e::es()
+            .indices()
+            .get_alias(IndicesGetAliasParts::Index(&[&index]))
+            .send()
+            .await?;
+        let aliases: serde_json::Value = response.json().await?;
+        let concrete = generation.map_or(index.clone(), |g| format!("{index}-{g}"));
+        assert!(
+            aliases.get(&concrete).is_some() && aliases.as_object().is_some_and(|a| a.len() == 1),
+            "{table}: {concrete} expected behind {index}: {aliases}"
+        );
+    }
     for child in fleet.procs.iter_mut().flatten() {
         capture::kill9(child);
     }
