@@ -102,13 +102,16 @@ fn wanted_mapping(field: &Value, format: Format) -> Option<Value> {
 const INTEGER: &[&str] = &["long", "integer", "short", "byte", "unsigned_long"];
 
 /// Whether a field mapped `mapped` cannot hold values of Connect schema
-/// `field` as they are: a numeric field refuses strings that are no
-/// numbers (and booleans), a boolean field numbers and strings, and an
-/// integer field truncates fractions (`integer` → `numeric(12,2)`: the
-/// document keeps `12.34` but searches and aggregations see `12`). A field
-/// keeping malformed values in `_source` (`ignore_malformed`) takes strings
-/// and booleans, and a decimal string (mapped `double` by the sink) is a
-/// number to a numeric field.
+/// `field` as they are, where the field [`wanted_mapping`] gives holds the
+/// old values too: a numeric field refuses strings that are no numbers
+/// (`integer` → `text`), and an integer field truncates fractions
+/// (`integer` → `numeric(12,2)`: the document keeps `12.34` but searches
+/// and aggregations see `12`). Only changes that way round move an index:
+/// events from before the change (read late or replayed) then fit the new
+/// generation and never move it back. Changes neither way (a boolean field
+/// and numbers) stay per-record errors. A field keeping malformed values in
+/// `_source` (`ignore_malformed`) takes strings, and a decimal string
+/// (mapped `double` by the sink) is a number to a numeric field.
 pub(super) fn refuses(mapped: &Value, field: &Value, format: Format) -> bool {
     let Some(kind) = kind(field) else {
         return false;
@@ -121,10 +124,7 @@ pub(super) fn refuses(mapped: &Value, field: &Value, format: Format) -> bool {
     match mapped["type"].as_str() {
         Some(t) if INTEGER.contains(&t) && fractions => true,
         _ if mapped["ignore_malformed"] == json!(true) => false,
-        Some(t) if NUMERIC.contains(&t) => {
-            kind == Kind::Bool || (kind == Kind::Str && !wanted_numeric)
-        }
-        Some("boolean") => kind != Kind::Bool,
+        Some(t) if NUMERIC.contains(&t) => kind == Kind::Str && !wanted_numeric,
         _ => false,
     }
 }
@@ -416,11 +416,13 @@ mod tests {
             &json!({"type": "int32"}),
             format
         ));
-        assert!(refuses(
+        // Neither way round: no move (it would move back for older events).
+        assert!(!refuses(
             &json!({"type": "boolean"}),
             &json!({"type": "int32"}),
             format
         ));
+        assert!(!refuses(&long, &json!({"type": "boolean"}), format));
         assert_eq!(next_generation("p.t", "p.t"), "p.t-g2");
         assert_eq!(next_generation("p.t", "p.t-g2"), "p.t-g3");
     }
