@@ -6,7 +6,8 @@
 //! the new type, the search index a mapping that takes the new values, the
 //! cache the new form of rows the change did not touch. Each ends equal to
 //! the source (`oncely verify`) with no dead letter and no manual step,
-//! also with a sink SIGKILLed while the backfill runs.
+//! also with the sinks SIGKILLed while the backfill runs, and with capture
+//! SIGKILLed right after the change (the backfill it owes is found again).
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -41,7 +42,17 @@ const CHANGE: &str = "
     UPDATE dates SET at = at + interval '90 minutes' WHERE id <= 5;
 ";
 
-async fn run(name: &str, kill_during_backfill: bool) -> Result<()> {
+/// Which processes are SIGKILLed around the change.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kill {
+    None,
+    /// The three sinks, as soon as capture queued the backfill.
+    SinksDuringBackfill,
+    /// Capture, right after the DDL commits.
+    CaptureAfterChange,
+}
+
+async fn run(name: &str, kill: Kill) -> Result<()> {
     let include = format!("public\\\\.({})", TABLES.join("|"));
     let p = Pipeline::new(
         name,
@@ -53,7 +64,7 @@ async fn run(name: &str, kill_during_backfill: bool) -> Result<()> {
         ),
     )
     .await?;
-    let result = drive(&p, kill_during_backfill).await;
+    let result = drive(&p, kill).await;
     if result.is_err() {
         eprintln!("logs in {}", p.env.dir.display());
     }
@@ -61,7 +72,7 @@ async fn run(name: &str, kill_during_backfill: bool) -> Result<()> {
     result
 }
 
-async fn drive(p: &Pipeline, kill_during_backfill: bool) -> Result<()> {
+async fn drive(p: &Pipeline, kill: Kill) -> Result<()> {
     let mut fleet = Fleet::with_capture(p).await?;
     fleet.spawn_sinks()?;
     let writer = p.env.connect().await?;
@@ -72,7 +83,13 @@ async fn drive(p: &Pipeline, kill_during_backfill: bool) -> Result<()> {
         .batch_execute(CHANGE)
         .await
         .context("change the types")?;
-    if kill_during_backfill {
+    if kill == Kill::CaptureAfterChange {
+        if let Some(mut child) = fleet.procs[0].take() {
+            capture::kill9(&mut child);
+        }
+        fleet.kills[0] += 1;
+    }
+    if kill == Kill::SinksDuringBackfill {
         // The sinks are killed as soon as capture queued the backfill: while
         // they apply the new schema, move the index generations and write
         // the backfill's rows.
@@ -102,12 +119,27 @@ async fn drive(p: &Pipeline, kill_during_backfill: bool) -> Result<()> {
             ))
             .await
             .context("load")?;
-        if kill_during_backfill && round == 5 {
-            fleet.spawn_sinks()?;
+        if round == 5 {
+            match kill {
+                Kill::SinksDuringBackfill => fleet.spawn_sinks()?,
+                Kill::CaptureAfterChange => fleet.spawn(0)?,
+                Kill::None => {}
+            }
+        }
+        if round > 5 {
+            // A capture started while its killed predecessor's walsender
+            // still held the slot exits: start it again, as a supervisor would.
+            fleet.supervise()?;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    if kill != Kill::None {
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            fleet.supervise()?;
+        }
+    }
     let report = p.verify_until_equal(Duration::from_secs(90)).await?;
     eprintln!("{report}");
     let letters = tokio::task::spawn_blocking({
@@ -157,10 +189,15 @@ async fn drive(p: &Pipeline, kill_during_backfill: bool) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn targets_follow_type_changes_that_are_not_widenings() -> Result<()> {
-    run("type_change", false).await
+    run("type_change", Kill::None).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn targets_follow_type_changes_with_sinks_killed_during_the_backfill() -> Result<()> {
-    run("type_change_kill", true).await
+    run("type_change_kill", Kill::SinksDuringBackfill).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targets_follow_type_changes_with_capture_killed_right_after_the_change() -> Result<()> {
+    run("type_change_capture", Kill::CaptureAfterChange).await
 }
