@@ -25,7 +25,9 @@
 //!   form of its values ([`Format::mark`]).
 //!
 //! Columns that appear later (`ADD COLUMN`) get their properties the same
-//! way (`PUT _mapping`) before their first value is written. The sink shapes
+//! way (`PUT _mapping`) before their first value is written; a column whose
+//! new type a field's mapping cannot hold moves the index to a new
+//! generation behind an alias of its name ([`super::generation`]). The sink shapes
 //! only indexes it created: an index that exists without the mark (made by
 //! hand, by a template) is left as it is, and so is any index an index
 //! template with mappings applies to — the user's template wins whole (copy
