@@ -1115,3 +1115,93 @@ async fn wire_values_and_indexes_made_before_native_values_keep_the_wire_form() 
     assert_eq!(field_mapping(&topic, "n").await["type"], "text");
     delete_index(&topic).await;
 }
+
+/// The concrete indexes behind `name` (itself when it is an index).
+async fn concrete_indexes(name: &str) -> Vec<String> {
+    let body: Value = es()
+        .indices()
+        .get_alias(elasticsearch::indices::IndicesGetAliasParts::Index(&[name]))
+        .send()
+        .await
+        .expect("get alias")
+        .json()
+        .await
+        .expect("alias body");
+    body.as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// A column changed from `int32` to `string` (`ALTER COLUMN code TYPE
+/// text`): the index, mapped `long`, moves to `<index>-g2` with the field
+/// remapped and its documents copied (versions kept), and the name becomes
+/// the alias the sink writes and reads. The move is first left half-done,
+/// as by a process killed after the write block: the next sink finishes it.
+/// Events from before the change still fit and never move the index again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_type_the_mapping_refuses_moves_the_index_to_a_new_generation() {
+    let topic = unique("es_generation");
+    let int = [("code", json!({"type": "int32"}))];
+    let text = [("code", json!({"type": "string"}))];
+    let sink = ElasticsearchSink::connect(&sink_config(""))
+        .await
+        .expect("sink");
+    sink.apply(&batch_of(
+        &topic,
+        vec![
+            (1, typed_change(100, &int, json!({"id": 1, "code": 10}))),
+            (2, typed_change(101, &int, json!({"id": 2, "code": 20}))),
+        ],
+        0,
+    ))
+    .await
+    .expect("integers");
+    assert_eq!(field_mapping(&topic, "code").await["type"], "long");
+    let before = documents(&topic).await;
+
+    // A move killed right after its first step: the old index write-blocked.
+    let blocked = es()
+        .indices()
+        .put_settings(elasticsearch::indices::IndicesPutSettingsParts::Index(&[
+            &topic,
+        ]))
+        .body(json!({"index.blocks.write": true}))
+        .send()
+        .await
+        .expect("block");
+    assert!(blocked.status_code().is_success());
+
+    let sink = ElasticsearchSink::connect(&sink_config(""))
+        .await
+        .expect("sink after the kill");
+    sink.apply(&batch_of(
+        &topic,
+        vec![
+            // Read late: an event from before the change in the same batch.
+            (2, typed_change(150, &int, json!({"id": 2, "code": 21}))),
+            (3, typed_change(200, &text, json!({"id": 3, "code": "c-3"}))),
+        ],
+        2,
+    ))
+    .await
+    .expect("text into the new generation");
+    let generation = format!("{topic}-g2");
+    assert_eq!(concrete_indexes(&topic).await, vec![generation.clone()]);
+    assert_eq!(field_mapping(&generation, "code").await["type"], "text");
+    let after = documents(&topic).await;
+    assert_eq!(after["1"], before["1"], "copied with its version");
+    assert_eq!(after["2"].1, json!({"id": 2, "code": 21}));
+    assert_eq!(after["3"].1, json!({"id": 3, "code": "c-3"}));
+
+    // An older event replayed later fits the new generation: no third one.
+    sink.apply(&batch_of(
+        &topic,
+        vec![(4, typed_change(300, &int, json!({"id": 4, "code": 40})))],
+        4,
+    ))
+    .await
+    .expect("integer into the text field");
+    assert_eq!(concrete_indexes(&topic).await, vec![generation.clone()]);
+    assert_eq!(documents(&topic).await.len(), 4);
+    delete_index(&generation).await;
+}

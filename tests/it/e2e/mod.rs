@@ -8,3 +8,4 @@ mod scale_out;
 mod snapshot_toast;
 mod truncate;
 mod two_captures;
+mod type_change;

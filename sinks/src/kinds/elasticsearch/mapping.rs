@@ -25,7 +25,9 @@
 //!   form of its values ([`Format::mark`]).
 //!
 //! Columns that appear later (`ADD COLUMN`) get their properties the same
-//! way (`PUT _mapping`) before their first value is written. The sink shapes
+//! way (`PUT _mapping`) before their first value is written; a column whose
+//! new type a field's mapping cannot hold moves the index to a new
+//! generation behind an alias of its name ([`super::generation`]). The sink shapes
 //! only indexes it created: an index that exists without the mark (made by
 //! hand, by a template) is left as it is, and so is any index an index
 //! template with mappings applies to — the user's template wins whole (copy
@@ -45,6 +47,7 @@ use serde_json::{json, Map, Value};
 use super::bulk::status_error;
 use super::config::ElasticsearchConfig;
 use super::error::EsError;
+use super::generation;
 use super::plan::event_index;
 use super::values::Format;
 use crate::event::row_fields;
@@ -103,6 +106,9 @@ enum Known {
 #[derive(Debug)]
 pub struct Mappings {
     known: Mutex<HashMap<String, Known>>,
+    /// (index, column, Connect schema) whose fit to the index's mapping was
+    /// checked ([`super::generation::follow`]): a schema is checked once.
+    checked: Mutex<HashSet<(String, String, String)>>,
     /// The form of new indexes and of those not the sink's.
     configured: Format,
 }
@@ -112,6 +118,7 @@ impl Mappings {
     pub fn new(config: &ElasticsearchConfig) -> Self {
         Self {
             known: Mutex::default(),
+            checked: Mutex::default(),
             configured: Format::of_config(config),
         }
     }
@@ -155,10 +162,10 @@ impl Mappings {
             if !read.insert((index, std::sync::Arc::as_ptr(schema) as usize)) {
                 continue;
             }
+            // The newest schema of a column (records come in order): the
+            // one a type change must be checked against.
             for (name, field) in row_fields(Some(schema)).unwrap_or_default() {
-                fields
-                    .entry(name.to_owned())
-                    .or_insert_with(|| field.clone());
+                fields.insert(name.to_owned(), field.clone());
             }
         }
         for (index, fields) in wanted {
@@ -176,8 +183,13 @@ impl Mappings {
                 None => None,
             };
             match new {
-                Some((_, new)) if new.is_empty() => {}
                 Some((format, new)) => {
+                    // A column whose new type the mapping refuses moves the
+                    // index to a new generation, before anything is written.
+                    self.follow_types(client, &index, &fields, format).await?;
+                    if new.is_empty() {
+                        continue;
+                    }
                     put_fields(client, &index, &new, format).await?;
                     if let Some(Known::Ours(_, mapped)) = self.lock().get_mut(&index) {
                         mapped.extend(new.into_keys());
@@ -185,11 +197,48 @@ impl Mappings {
                 }
                 None => {
                     let known = adopt(client, &index, &fields, self.configured).await?;
+                    if matches!(known, Known::Ours(..)) {
+                        // `adopt` followed them.
+                        self.note_checked(&index, &fields);
+                    }
                     self.lock().insert(index, known);
                 }
             }
         }
         Ok(())
+    }
+
+    /// [`generation::follow`] for the columns of `fields` not checked yet.
+    async fn follow_types(
+        &self,
+        client: &Elasticsearch,
+        index: &str,
+        fields: &Fields,
+        format: Format,
+    ) -> Result<(), EsError> {
+        let unchecked: Fields = {
+            let checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+            fields
+                .iter()
+                .filter(|(f, s)| {
+                    !checked.contains(&(index.to_owned(), (*f).clone(), s.to_string()))
+                })
+                .map(|(f, s)| (f.clone(), s.clone()))
+                .collect()
+        };
+        if unchecked.is_empty() {
+            return Ok(());
+        }
+        generation::follow(client, index, &unchecked, format).await?;
+        self.note_checked(index, &unchecked);
+        Ok(())
+    }
+
+    fn note_checked(&self, index: &str, fields: &Fields) {
+        let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        for (f, s) in fields {
+            checked.insert((index.to_owned(), f.clone(), s.to_string()));
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
@@ -257,6 +306,9 @@ async fn adopt(
             "the index keeps the form of values it was created with (reindex to change it)"
         );
     }
+    // Before any mapping change: a generation left half-made by a killed
+    // process has its old index write-blocked.
+    generation::follow(client, index, fields, format).await?;
     put_fields(client, index, fields, format).await?;
     Ok(Known::Ours(format, fields.keys().cloned().collect()))
 }

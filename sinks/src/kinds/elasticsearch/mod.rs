@@ -41,6 +41,7 @@
 pub mod bulk;
 pub mod config;
 pub mod error;
+pub mod generation;
 pub mod mapping;
 pub mod merge;
 pub mod mirror;

@@ -45,6 +45,10 @@ pub fn compatible(spec: &ColumnSpec, actual: &str) -> Result<(), String> {
         // cast (text that is no address is a data error: a dead letter).
         || (want == "text" && is_network(&have))
         || (want == "text[]" && have.strip_suffix("[]").is_some_and(is_network))
+        // A date is midnight of a timestamp: a column changed from `date`
+        // to a timestamp (see [`retyped`]) takes events written before the
+        // change, read late or replayed.
+        || (want == "date" && matches!(have.as_str(), "timestamp with time zone" | "timestamp without time zone"))
         // A JSON integer says nothing of its width: inferred, it fits any
         // integer column (a value out of range is an error, never rounded).
         || (spec.inferred && want == "bigint" && matches!(have.as_str(), "smallint" | "integer"))
@@ -156,11 +160,38 @@ pub fn widened(spec: &ColumnSpec, actual: &str) -> Option<String> {
     }
 }
 
+/// The type an existing column of type `actual` must change to when it
+/// cannot take the values `spec` describes and is of another family (a
+/// source `ALTER ... TYPE` that is no widening: `integer` → `text`, `date`
+/// → `timestamptz`): `spec`'s type, but only when a column of that type also
+/// takes every value of `actual`. That one-way rule keeps the change final:
+/// events written before it (read late from another partition, or
+/// replayed) still fit the new column and never change it back, and two
+/// workers deciding from the catalog agree. `None` when `actual` takes the
+/// values already or [`widened`] widens it, for inferred specs (schemas
+/// off), and for a change neither way (`integer` → `boolean`): its rows stay
+/// a type conflict.
+pub fn retyped(spec: &ColumnSpec, actual: &str) -> Option<String> {
+    if spec.inferred || compatible(spec, actual).is_ok() || widened(spec, actual).is_some() {
+        return None;
+    }
+    let before = ColumnSpec {
+        ddl: actual.to_owned().into(),
+        conv: Conv::Cast,
+        inferred: false,
+        attnum: None,
+    };
+    compatible(&before, &canonical(&spec.ddl))
+        .is_ok()
+        .then(|| spec.ddl.to_string())
+}
+
 /// The spec holding the values of both `a` and `b` (rows of one batch may
-/// come from before and after a type change): the wider one, or `a` when
-/// neither widens the other.
+/// come from before and after a type change): the wider one, `b` when its
+/// type takes `a`'s values and not the other way round ([`retyped`]), or
+/// `a`.
 pub fn wider(a: &ColumnSpec, b: &ColumnSpec) -> ColumnSpec {
-    match widened(b, &a.ddl) {
+    match widened(b, &a.ddl).or_else(|| retyped(b, &canonical(&a.ddl))) {
         Some(ddl) => ColumnSpec {
             ddl: ddl.into(),
             conv: b.conv,

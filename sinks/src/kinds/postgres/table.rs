@@ -1,7 +1,9 @@
 //! Target tables: what exists (cached from the catalog), and the DDL that creates
-//! missing tables, adds missing columns and widens columns an event describes as
-//! wider ([`super::types::widened`]). Columns are never narrowed; renames and
-//! drops follow the source by attnum ([`super::identity`]).
+//! missing tables, adds missing columns, widens columns an event describes as
+//! wider ([`super::types::widened`]) and changes the type of a column to
+//! another family that also takes its old values ([`super::types::retyped`]).
+//! Columns are never narrowed; renames and drops follow the source by attnum
+//! ([`super::identity`]).
 //!
 //! Every target table has, beside the source columns:
 //!
@@ -14,14 +16,14 @@
 //! DDL runs in its own short transaction under a transaction-level advisory lock
 //! on the table's name, so several workers or runners creating one table queue up.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use deadpool_postgres::{Client, GenericClient};
 
-use super::error::to_sink_error;
+use super::error::{classify, to_sink_error, Class};
 use super::identity::{ColumnId, TableId};
-use super::types::{widened, ColumnSpec};
+use super::types::{retyped, widened, ColumnSpec};
 use crate::error::SinkError;
 
 /// Version column: commit LSN (its default name).
@@ -147,14 +149,15 @@ impl TableInfo {
         Ok(())
     }
 
-    /// The columns `wanted` describes as wider than they are: (column, its
-    /// type now, the type holding both).
+    /// The columns `wanted` describes as wider than they are, or of another
+    /// type that takes their values ([`retyped`]): (column, its type now,
+    /// the type holding both).
     pub fn widenings(&self, wanted: &BTreeMap<&str, ColumnSpec>) -> Vec<(String, String, String)> {
         wanted
             .iter()
             .filter_map(|(name, spec)| {
                 let actual = self.columns.get(*name)?;
-                let to = widened(spec, actual)?;
+                let to = widened(spec, actual).or_else(|| retyped(spec, actual))?;
                 Some(((*name).to_owned(), actual.clone(), to))
             })
             .collect()
@@ -166,6 +169,10 @@ pub struct Catalog {
     schema: String,
     meta: Arc<MetaColumns>,
     tables: Mutex<HashMap<String, Arc<TableInfo>>>,
+    /// Type changes whose cast failed on values the column holds
+    /// (qualified table, column, type): not tried again by this process;
+    /// the rows wanting them are type conflicts (dead letters).
+    refused: Mutex<HashSet<(String, String, String)>>,
 }
 
 impl Catalog {
@@ -175,6 +182,7 @@ impl Catalog {
             schema: schema.to_owned(),
             meta: Arc::new(meta),
             tables: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashSet::new()),
         }
     }
 
@@ -237,7 +245,7 @@ impl Catalog {
         if let Some(t) = self.lookup(client, table).await? {
             t.refuse_history()?;
             if t.has_columns(wanted) {
-                if t.widenings(wanted).is_empty() {
+                if self.changes(&t, wanted).is_empty() {
                     return Ok(t);
                 }
                 return self.widen(client, table, wanted).await;
@@ -279,16 +287,38 @@ impl Catalog {
             ddl_text_push(&mut ddl_text, &q, name, &spec.ddl);
         }
         let t = self.run_ddl(client, table, &ddl_text).await?;
-        if t.widenings(wanted).is_empty() {
+        if self.changes(&t, wanted).is_empty() {
             return Ok(t);
         }
         self.widen(client, table, wanted).await
     }
 
-    /// Alters the columns of `table` that `wanted` describes as wider, each to
-    /// the type holding both, decided again under the DDL lock from the
-    /// catalog as it is then: another worker may have widened it meanwhile,
-    /// and deciding from a stale cache could narrow what it did.
+    /// [`TableInfo::widenings`] of `t` less the type changes refused before.
+    fn changes(
+        &self,
+        t: &TableInfo,
+        wanted: &BTreeMap<&str, ColumnSpec>,
+    ) -> Vec<(String, String, String)> {
+        let refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        t.widenings(wanted)
+            .into_iter()
+            .filter(|(column, _, to)| {
+                !refused.contains(&(t.qualified.clone(), column.clone(), to.clone()))
+            })
+            .collect()
+    }
+
+    /// Alters the columns of `table` that `wanted` describes as wider or of
+    /// another type taking their values, each to the type holding both,
+    /// decided again under the DDL lock from the catalog as it is then:
+    /// another worker may have changed it meanwhile, and deciding from a
+    /// stale cache could narrow what it did. Each column is cast
+    /// (`USING column::type`: PostgreSQL's own conversion, the one the
+    /// source's `ALTER ... TYPE` made) under a savepoint: a cast that fails
+    /// on a value the column holds (a data error) leaves that column as it
+    /// is, logged and not tried again, and its rows stay type conflicts;
+    /// rows of the backfill capture sends after the source's change rewrite
+    /// the values of the others.
     async fn widen(
         &self,
         client: &mut Client,
@@ -300,19 +330,27 @@ impl Catalog {
         let current = load(&tx, &q, &self.meta)
             .await?
             .ok_or_else(|| SinkError::retriable(format!("{q} vanished before its DDL")))?;
-        let changes = current.widenings(wanted);
-        if !changes.is_empty() {
-            let alters: Vec<String> = changes
-                .iter()
-                .map(|(column, from, to)| {
-                    tracing::info!(table = %q, column = %column, from = %from, to = %to, "widening a warehouse column");
-                    format!("ALTER COLUMN {} TYPE {to}", quote(column))
-                })
-                .collect();
-            let ddl = format!("ALTER TABLE {q} {}", alters.join(", "));
-            tx.batch_execute(&ddl)
-                .await
-                .map_err(|e| to_sink_error(&format!("widen the columns of {q}"), e))?;
+        for (column, from, to) in self.changes(&current, wanted) {
+            tracing::info!(table = %q, column = %column, from = %from, to = %to, "changing the type of a warehouse column");
+            let c = quote(&column);
+            let ddl = format!(
+                "SAVEPOINT oncely_retype; ALTER TABLE {q} ALTER COLUMN {c} TYPE {to} USING {c}::{to}"
+            );
+            match tx.batch_execute(&ddl).await {
+                Ok(()) => {}
+                Err(e) if classify(&e) == Class::Record => {
+                    tracing::warn!(table = %q, column = %column, from = %from, to = %to, error = %e,
+                        "a value the warehouse column holds does not cast to the new type: the column is left as it is and rows of the new type are dead-lettered; alter the column yourself, then snapshot the table");
+                    tx.batch_execute("ROLLBACK TO SAVEPOINT oncely_retype")
+                        .await
+                        .map_err(|e| to_sink_error("roll back a failed type change", e))?;
+                    self.refused
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert((q.clone(), column, to));
+                }
+                Err(e) => return Err(to_sink_error(&format!("change the type of {c} of {q}"), e)),
+            }
         }
         tx.commit()
             .await

@@ -302,7 +302,7 @@ pub(super) fn is_text(actual: &str) -> bool {
 }
 
 pub(super) use super::compat::Exact;
-pub use super::compat::{compatible, widened, wider};
+pub use super::compat::{compatible, retyped, widened, wider};
 
 /// The spec of one field of a Connect `struct` schema, with the source
 /// column's attnum when capture sent it.

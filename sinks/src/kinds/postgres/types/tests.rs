@@ -172,6 +172,56 @@ fn wider_events_widen_columns_of_their_family() {
 }
 
 #[test]
+fn events_of_another_type_change_columns_only_to_a_type_taking_both() {
+    let spec = |ty: &str| ColumnSpec::new(ty.to_owned(), Conv::Cast);
+    let cases = [
+        // (column now, event type, the type it changes to)
+        ("integer", "text", Some("text")),
+        (
+            "bigint",
+            "character varying(20)",
+            Some("character varying(20)"),
+        ),
+        ("date", "timestamptz", Some("timestamptz")),
+        ("date", "timestamp", Some("timestamp")),
+        // Events written before the change fit the changed column: never back.
+        ("text", "integer", None),
+        ("timestamp with time zone", "date", None),
+        // Neither takes the other: a type conflict, as before.
+        ("integer", "boolean", None),
+        ("boolean", "integer", None),
+        // Widenings are `widened`'s, not this.
+        ("integer", "bigint", None),
+        ("integer", "integer", None),
+    ];
+    for (actual, event, want) in cases {
+        assert_eq!(
+            retyped(&spec(event), actual).as_deref(),
+            want,
+            "{actual} <- {event}"
+        );
+        if let Some(to) = want {
+            let to = canonical(to);
+            assert!(compatible(&spec(event), &to).is_ok(), "{event} into {to}");
+            assert!(compatible(&spec(actual), &to).is_ok(), "{actual} into {to}");
+        }
+    }
+    // Schemaless values never change a column.
+    assert_eq!(retyped(&infer(&json!("x")).expect("spec"), "integer"), None);
+    // One batch from before and after the change: the new type, either order.
+    assert_eq!(wider(&spec("integer"), &spec("text")).ddl, "text");
+    assert_eq!(wider(&spec("text"), &spec("integer")).ddl, "text");
+    assert_eq!(
+        wider(&spec("date"), &spec("timestamptz")).ddl,
+        "timestamptz"
+    );
+    assert_eq!(
+        wider(&spec("timestamptz"), &spec("date")).ddl,
+        "timestamptz"
+    );
+}
+
+#[test]
 fn numeric_columns_refuse_values_they_would_round() {
     let spec = ColumnSpec::new("numeric(10,2)", Conv::Cast);
     let expr = spec.select_expr("u.c0", "numeric(10,2)");
