@@ -13,6 +13,7 @@
 //! incremental snapshot of the table).
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use rdkafka::message::Message;
 use serde::{Deserialize, Serialize};
@@ -24,7 +25,7 @@ use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
 use crate::pgoutput::Relation;
 use crate::snapshot::{quote_ident, split_table};
-use crate::source::PUBLISHED_COLUMN;
+use crate::source::{PUBLISHED_COLUMN, XID_SNAPSHOT};
 
 /// Suffix of the schema-change topic: `<topic.prefix>.schema-changes`.
 pub const TOPIC_SUFFIX: &str = "schema-changes";
@@ -239,6 +240,10 @@ pub async fn load(
     Ok(out)
 }
 
+/// How long a Relation's transaction may take to become visible to the
+/// control connection before [`identity`] gives up (retriably).
+const VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The [`SourceIdentity`] of `rel`, the Relation of table `table`
 /// (`schema.table`, a partition's root): its oid and dropped columns as the
 /// catalog has them now, and each column's attnum matched by name
@@ -246,23 +251,59 @@ pub async fn load(
 /// columns last published, which the stream may still be at when the
 /// catalog is ahead of it) and `former` names (for a Relation older than
 /// both, replayed after a restart).
+///
+/// `xid`: the stream's transaction the Relation came in. The walsender
+/// sends a transaction a moment before other sessions see it committed, so
+/// the catalog is read in the same statement (the same snapshot) as the
+/// check that `xid` is visible, and again until it is: a catalog behind the
+/// stream would give the fields of `RENAME a TO b; ADD COLUMN a` the old
+/// attnums (`a` the renamed column's, `b` none), and the warehouse would
+/// write the new `a` into the old column. A DDL committed in an earlier
+/// transaction is visible by then: its lock on the table outlives its
+/// commit's visibility, and this transaction changed the table after it.
 pub async fn identity(
     client: &Client,
     rel: &Relation,
     known: Option<&[ColumnDef]>,
     former: &[FormerName],
-) -> Result<Option<SourceIdentity>, tokio_postgres::Error> {
+    xid: Option<u32>,
+) -> Result<Option<SourceIdentity>, CaptureError> {
     // By the Relation's OID (a partition's: its root's, which the pipeline
     // names it by), not by name: the catalog may have renamed the table
-    // since, or dropped it and made another of that name.
-    let rows = client
-        .query(
-            "SELECT c.oid, a.attnum, a.attname::text, a.attisdropped \
-             FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 \
-             WHERE c.oid = COALESCE(pg_partition_root($1::oid::regclass), $1::oid)",
-            &[&rel.id],
-        )
-        .await?;
+    // since, or dropped it and made another of that name. No xid (a
+    // snapshot chunk's Relation, read from the catalog itself): visible.
+    let sql = format!(
+        "SELECT COALESCE(pg_visible_in_snapshot(w.xid::text::xid8, w.snap), true), \
+                c.oid, a.attnum, a.attname::text, a.attisdropped \
+         FROM {XID_SNAPSHOT} \
+         LEFT JOIN (pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 \
+                    AND c.oid = COALESCE(pg_partition_root($2::oid::regclass), $2::oid)) ON true"
+    );
+    let xid = xid.map(i64::from);
+    let deadline = Instant::now() + VISIBLE_TIMEOUT;
+    let mut pause = Duration::from_millis(1);
+    let rows = loop {
+        let rows = client
+            .query(&sql, &[&xid, &rel.id])
+            .await
+            .map_err(CaptureError::pg("read the table's column attnums"))?;
+        if rows.first().is_some_and(|r| r.get::<_, bool>(0)) {
+            break rows;
+        }
+        if Instant::now() > deadline {
+            return Err(CaptureError::SourceRead(format!(
+                "transaction {} sent by the replication stream is still not visible after {VISIBLE_TIMEOUT:?}",
+                xid.unwrap_or_default()
+            )));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    };
+    // Without the table (dropped since): the one row of the LEFT JOIN.
+    let rows: Vec<_> = rows
+        .into_iter()
+        .filter(|r| r.get::<_, Option<u32>>(1).is_some())
+        .collect();
     let Some(first) = rows.first() else {
         return Ok(None);
     };
@@ -274,10 +315,10 @@ pub async fn identity(
         .collect();
     let mut dropped = Vec::new();
     for r in &rows {
-        if r.get::<_, bool>(3) {
-            dropped.push(r.get::<_, i16>(1));
+        if r.get::<_, bool>(4) {
+            dropped.push(r.get::<_, i16>(2));
         } else {
-            candidates.push((r.get(1), r.get(2)));
+            candidates.push((r.get(2), r.get(3)));
         }
     }
     let names: Vec<&str> = rel.columns.iter().map(|c| c.name.as_str()).collect();
@@ -287,7 +328,7 @@ pub async fn identity(
     dropped.retain(|d| !attnums.contains(&Some(*d)));
     dropped.sort_unstable();
     Ok(Some(SourceIdentity {
-        table_oid: first.get(0),
+        table_oid: first.get(1),
         attnums,
         dropped,
     }))

@@ -245,6 +245,17 @@ pub async fn partition_root(
     Ok(row.map(|r| (r.get(0), r.get(1))))
 }
 
+/// A one-row subquery `w`: the statement's snapshot (`w.snap`) and the
+/// transaction whose 32-bit xid is `$1` (a bigint), widened with the epoch of
+/// the snapshot's xmax (`w.xid`). `pg_visible_in_snapshot(w.xid::text::xid8,
+/// w.snap)` then tells whether the statement sees that transaction: the
+/// walsender sends a commit a moment before new snapshots see it, so a read
+/// that must be at least as new as a streamed transaction checks it in the
+/// same statement and runs again until it is true.
+pub(crate) const XID_SNAPSHOT: &str = "(SELECT s.snap, x.xmax - (((((x.xmax % 4294967296) - $1::bigint) % 4294967296) + 4294967296 + 2147483648) % 4294967296 - 2147483648) AS xid \
+     FROM (SELECT pg_current_snapshot() AS snap) s, \
+     LATERAL (SELECT pg_snapshot_xmax(s.snap)::text::bigint AS xmax) x) w";
+
 /// The first server version with failover slots.
 pub const FAILOVER_SLOTS_VERSION: i32 = 170_000;
 

@@ -17,14 +17,22 @@
 //! schema-change records carry); replayed after the warehouse renamed the
 //! column they must land in it and add no old-name column.
 //!
+//! `attnums_are_read_once_the_relations_transaction_is_visible`: the
+//! walsender sends a transaction a moment before other sessions see it
+//! committed; capture's catalog read for a Relation must wait for it, or
+//! the fields of `RENAME a TO b; ADD COLUMN a` get the old catalog's
+//! attnums (the new `a` the old `a`'s, `b` none).
+//!
 //! `dropped_columns_follow_the_setting`: `schema.evolution.drop.columns`
 //! `drop` removes the column, the default `keep` keeps it.
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use oncely_capture::pgoutput::{Column, Relation, ReplicaIdentity};
+use oncely_capture::schema_change::{identity, ColumnDef};
 
 use crate::harness::capture;
-use crate::harness::capture::{kill9, Spawned};
+use crate::harness::capture::{kill9, CaptureEnv, Spawned};
 use crate::harness::e2e::{Pipeline, WAREHOUSE_SCHEMA};
 
 async fn count(p: &Pipeline, schema: &str, table: &str) -> i64 {
@@ -241,6 +249,90 @@ async fn rename_while_stopped(p: &mut Pipeline) -> Result<()> {
     assert_equal(p).await?;
     stop(&mut replay);
     stop(&mut capture);
+    Ok(())
+}
+
+/// The failure seen under load in `renamed_columns_are_renamed_and_old_events_land_in_them`:
+/// capture read the attnums of the DDL transaction's Relation `[id, v, b, a]`
+/// before that transaction was visible to its control connection, so the
+/// events said `a` = attnum 3 (the renamed column) and `b` = none; the
+/// warehouse then wrote the new `a` into the old column and added an empty
+/// `b` (rows untouched after the DDL lost their value in `b`). Here the
+/// DDL's transaction is held open, as it is in that moment, while the
+/// Relation it sends is resolved; committed half a second later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attnums_are_read_once_the_relations_transaction_is_visible() -> Result<()> {
+    let env = CaptureEnv::new("wh_ren_visible").await?;
+    let result = attnums_wait(&env).await;
+    if result.is_err() {
+        eprintln!("database {}", env.dbname);
+    }
+    env.cleanup().await;
+    result
+}
+
+async fn attnums_wait(env: &CaptureEnv) -> Result<()> {
+    env.client
+        .batch_execute("CREATE TABLE vis (id int PRIMARY KEY, v int, a text)")
+        .await?;
+    let oid: u32 = env
+        .client
+        .query_one("SELECT 'public.vis'::regclass::oid", &[])
+        .await?
+        .get(0);
+    let ddl = env.connect().await?;
+    ddl.batch_execute(
+        "BEGIN; ALTER TABLE vis RENAME COLUMN a TO b; ALTER TABLE vis ADD COLUMN a text",
+    )
+    .await?;
+    let xid: i64 = ddl
+        .query_one("SELECT (txid_current() % 4294967296)::bigint", &[])
+        .await?
+        .get(0);
+    let column = |name: &str, type_oid: u32| Column {
+        is_key: name == "id",
+        name: name.into(),
+        type_oid,
+        type_modifier: -1,
+    };
+    // The Relation pgoutput sends with the DDL's transaction.
+    let rel = Relation {
+        id: oid,
+        namespace: "public".into(),
+        name: "vis".into(),
+        replica_identity: ReplicaIdentity::Default,
+        columns: vec![
+            column("id", 23),
+            column("v", 23),
+            column("b", 25),
+            column("a", 25),
+        ],
+    };
+    // The columns capture last published (before the DDL).
+    let def = |attnum: i16, name: &str, type_name: &str| ColumnDef {
+        attnum,
+        name: name.into(),
+        type_name: type_name.into(),
+        not_null: attnum == 1,
+        has_default: false,
+    };
+    let known = vec![
+        def(1, "id", "integer"),
+        def(2, "v", "integer"),
+        def(3, "a", "text"),
+    ];
+    let reader = env.connect().await?;
+    let xid = u32::try_from(xid)?;
+    let read =
+        tokio::spawn(async move { identity(&reader, &rel, Some(&known), &[], Some(xid)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    ddl.batch_execute("COMMIT").await?;
+    let found = read.await??.context("no identity for the table")?;
+    assert_eq!(
+        found.attnums,
+        [Some(1), Some(2), Some(3), Some(4)],
+        "attnums of [id, v, b, a] after RENAME a TO b; ADD COLUMN a"
+    );
     Ok(())
 }
 

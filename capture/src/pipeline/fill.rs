@@ -19,6 +19,7 @@ use tokio_postgres::Client;
 use crate::error::CaptureError;
 use crate::naming::quote_ident;
 use crate::pgoutput::{Relation, TupleData, TupleValue};
+use crate::source::XID_SNAPSHOT;
 
 /// The session settings of the replication connection, so values read here
 /// render exactly as the stream's (the snapshot connection uses the same).
@@ -140,8 +141,8 @@ fn gone(e: &tokio_postgres::Error) -> bool {
 }
 
 /// The read of columns `missing` of the row keyed by `$2..`, in the same
-/// statement (so the same snapshot) as the check that transaction `$1` (a
-/// 32-bit xid, widened with the epoch of the snapshot's xmax) is visible.
+/// statement (so the same snapshot) as the check that transaction `$1` is
+/// visible ([`XID_SNAPSHOT`]).
 /// Values come in their text output form (`format('%s')` calls the type's
 /// output function, as pgoutput does; a cast to text would not, e.g. for
 /// boolean or char(n)).
@@ -161,9 +162,7 @@ fn read_query(rel: &Relation, key_idx: &[usize], missing: &[usize]) -> String {
         .collect();
     format!(
         "SELECT pg_visible_in_snapshot(w.xid::text::xid8, w.snap), r.* \
-         FROM (SELECT s.snap, x.xmax - (((((x.xmax % 4294967296) - $1::bigint) % 4294967296) + 4294967296 + 2147483648) % 4294967296 - 2147483648) AS xid \
-               FROM (SELECT pg_current_snapshot() AS snap) s, \
-               LATERAL (SELECT pg_snapshot_xmax(s.snap)::text::bigint AS xmax) x) w \
+         FROM {XID_SNAPSHOT} \
          LEFT JOIN LATERAL (SELECT true, {} FROM {}.{} WHERE {} LIMIT 1) r ON true",
         values.join(", "),
         quote_ident(&rel.namespace),

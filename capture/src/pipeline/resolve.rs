@@ -259,7 +259,9 @@ impl Pipeline<'_> {
                 }
             }
         }
-        let identity = self.source_identity(&qualified, &rel).await?;
+        // The Relation's transaction: the catalog is read once it is visible.
+        let xid = self.tracker.xid();
+        let identity = self.source_identity(&qualified, &rel, xid).await?;
         let enc =
             TableEncoder::identified(&rel, &self.types, key, &self.envelope, identity.as_ref())
                 .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;

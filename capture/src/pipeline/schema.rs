@@ -90,17 +90,17 @@ impl Pipeline<'_> {
     }
 
     /// Which source columns `rel`'s fields are (table `qualified`), for the
-    /// encoder's schema ([`schema_change::identity`]).
+    /// encoder's schema ([`schema_change::identity`]); `xid`: the stream's
+    /// transaction the Relation came in (none for a snapshot chunk's).
     pub(super) async fn source_identity(
         &self,
         qualified: &str,
         rel: &Relation,
+        xid: Option<u32>,
     ) -> Result<Option<SourceIdentity>, CaptureError> {
         let known = self.schemas.columns.get(qualified).map(Vec::as_slice);
         let former = self.schemas.former_names(qualified);
-        schema_change::identity(&self.control, rel, known, former)
-            .await
-            .map_err(CaptureError::pg("read the table's column attnums"))
+        schema_change::identity(&self.control, rel, known, former, xid).await
     }
 
     /// Queues a snapshot of `table` that reads every row after now, and

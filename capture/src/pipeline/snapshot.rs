@@ -444,7 +444,8 @@ impl Pipeline<'_> {
             }
         }
         let qualified = format!("{}.{}", rel.namespace, rel.name);
-        let identity = self.source_identity(&qualified, rel).await?;
+        // A chunk's Relation is read from the catalog as it is now.
+        let identity = self.source_identity(&qualified, rel, None).await?;
         let enc = TableEncoder::identified(
             rel,
             &self.types,

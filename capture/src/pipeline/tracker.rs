@@ -40,6 +40,11 @@ impl Tracker {
         self.tx.is_some()
     }
 
+    /// The xid of the open source transaction, if any.
+    pub(super) fn xid(&self) -> Option<u32> {
+        self.tx.as_ref().map(|tx| tx.xid)
+    }
+
     /// A Begin: how much of the transaction committing at `commit_lsn` is
     /// already in Kafka, from the position `pending` reached.
     pub(super) fn begin(
