@@ -51,6 +51,12 @@ impl Pipeline<'_> {
             self.publish_view();
             return Ok(());
         };
+        // Queued while set aside (a signal, a schema-change backfill): its
+        // rows wait for the snapshot its release queues.
+        if self.is_quarantined(&current.table) {
+            self.drop_snapshot_of(&current.table);
+            return Ok(());
+        }
         // Read ahead only in the same table, after a chunk that read well
         // and says more rows follow; it starts where that one ended.
         let after = match self.snap.inflight.back() {
