@@ -187,4 +187,22 @@ mod tests {
             "{down}"
         );
     }
+
+    /// A quarantined table keeps capture not ready, naming it, the reason and the fix.
+    #[test]
+    fn a_quarantined_table_is_not_ready_until_released() {
+        let h = CaptureHealth::new(Duration::from_secs(10));
+        h.connected();
+        h.quarantined(vec![(
+            "public.bare".into(),
+            "no primary key: add one".into(),
+        )]);
+        let why = h.ready_at(Instant::now()).unwrap_err();
+        assert_eq!(
+            why,
+            "table public.bare is quarantined: no primary key: add one"
+        );
+        h.quarantined(Vec::new());
+        assert_eq!(h.ready_at(Instant::now()), Ok(()));
+    }
 }
