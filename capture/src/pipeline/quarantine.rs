@@ -134,8 +134,12 @@ impl Pipeline<'_> {
                     }
                     // Its changes reach the stream from here on (a
                     // filtered publication holds keyed tables only).
-                    if let Err(e) =
-                        source::ensure_publication(&self.control, self.cfg, &[t.clone()]).await
+                    if let Err(e) = source::ensure_publication(
+                        &self.control,
+                        self.cfg,
+                        std::slice::from_ref(&t),
+                    )
+                    .await
                     {
                         match e {
                             CaptureError::Prerequisite(why) => self.quarantine(&table, why),

@@ -145,6 +145,9 @@ async fn run_once(
     for (table, why) in clashes {
         set_aside.entry(table).or_insert(why);
     }
+    // The signal table's rows are commands, never published: nothing of it
+    // needs a key or a topic.
+    set_aside.retain(|t, _| cfg.signal_table() != Some(t.as_str()));
     // Snapshot candidates: captured tables, less the outbox and signal tables
     // (their rows are events and commands, not state) and the tables set
     // aside, now or before (each is snapshotted when released).
