@@ -53,6 +53,13 @@ pub struct SourceOffset {
     /// here so that a restart cannot forget one (see `pipeline::quarantine`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub quarantined: BTreeMap<String, String>,
+    /// Tables released from quarantine -> the WAL position where their fix
+    /// was seen. When the snapshot of such a table completes, a truncate
+    /// event versioned at that position removes from every target the rows
+    /// the snapshot and the stream did not rewrite since: rows deleted
+    /// while the table was set aside (see `pipeline::quarantine`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stale_before: BTreeMap<String, u64>,
 }
 
 /// What to do with a transaction the stream delivers, given the stored offset.
@@ -79,6 +86,7 @@ impl SourceOffset {
             snapshot: None,
             tables: None,
             quarantined: BTreeMap::new(),
+            stale_before: BTreeMap::new(),
         }
     }
 

@@ -14,6 +14,9 @@
 //!  dropped, kept in every offset record                       |
 //!         |                                           the stream passes fixed_at: released,
 //!  restart: still broken -> stays; fixed -> as right   an incremental snapshot of it queued
+//!                                                             |
+//!                                                     its last chunk: a truncate versioned at
+//!                                                     fixed_at removes the rows deleted meanwhile
 //! ```
 //!
 //! The invariant: a table's changes are skipped only while it is in the
@@ -23,7 +26,9 @@
 //! the catalog showed the fix keeps a change made before the fix (replayed
 //! after a restart, with the Relation message of its time) from setting the
 //! table aside again. A row deleted while the table was set aside is not in
-//! the snapshot, so it stays in the targets (`oncely verify` lists it).
+//! the snapshot: when the snapshot completes, a truncate event versioned at
+//! the fix (`stale_rows_removal`) removes from every target the rows older
+//! than it, which by then are only those.
 
 use super::{now_ms, Pipeline, Route};
 use crate::config::ReplicaIdentityCheck;
@@ -172,7 +177,9 @@ impl Pipeline<'_> {
     /// incremental snapshot of it, queued in the same offset record, covers
     /// every change skipped meanwhile.
     fn release(&mut self, table: &str) {
-        self.fixed_at.remove(table);
+        if let Some(at) = self.fixed_at.remove(table) {
+            self.kafka.pending.stale_before.insert(table.to_owned(), at);
+        }
         self.kafka.pending.quarantined.remove(table);
         self.encoders
             .retain(|_, r| !matches!(r, Some(Route::Quarantined(t)) if t == table));
@@ -189,6 +196,49 @@ impl Pipeline<'_> {
         );
         tracing::info!(table, snapshot = ?added, "table {table} is no longer quarantined: its changes are published again, and an incremental snapshot of it brings the targets up to date");
         self.publish_view();
+    }
+
+    /// When the snapshot of a table released from quarantine completes:
+    /// a truncate event on every partition of its topic, versioned at the
+    /// position where its fix was seen (`stale_before`, event ordinal 0,
+    /// which no change takes). Every sink applies a truncate to the rows
+    /// older than it only, and by then every row the source holds is newer
+    /// (read by the snapshot, or changed since), so what it removes are the
+    /// rows deleted while the table was set aside. `None` for other tables.
+    pub(super) async fn stale_rows_removal(
+        &mut self,
+        table: &str,
+        encoder: &crate::envelope::TableEncoder,
+        topic: &std::sync::Arc<str>,
+        src: &crate::envelope::SourcePosition,
+    ) -> Result<Vec<super::Record>, CaptureError> {
+        let Some(&before) = self.kafka.pending.stale_before.get(table) else {
+            return Ok(Vec::new());
+        };
+        let at = crate::envelope::SourcePosition {
+            tx_id: src.tx_id,
+            lsn: before,
+            commit_lsn: before,
+            event_seq: 0,
+            commit_ts_ms: src.commit_ts_ms,
+            snapshot: crate::envelope::SnapshotMarker::Incremental,
+        };
+        let value = encoder.truncate_value(&at, now_ms());
+        let partitions = self.kafka.tx.producer.partition_count(topic).await?;
+        let records = (0..partitions)
+            .map(|partition| {
+                let mut record = super::Record::new(topic, None, Some(value.clone()));
+                record.partition = Some(partition);
+                record.headers.push((
+                    crate::envelope::HEADER_POSITION,
+                    crate::envelope::position_header(&at),
+                ));
+                record
+            })
+            .collect();
+        self.kafka.pending.stale_before.remove(table);
+        tracing::info!(table, before = %format_lsn(before), "snapshot of a table released from quarantine complete: rows older than its fix (deleted while it was set aside) removed from the targets");
+        Ok(records)
     }
 
     /// What the catalog and the configuration say of each of `tables` now,

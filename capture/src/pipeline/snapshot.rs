@@ -384,6 +384,14 @@ impl Pipeline<'_> {
             high_watermark = %format_lsn(src.commit_lsn),
             "snapshot chunk published"
         );
+        if !rows.more {
+            // The table's last chunk: a table back from quarantine drops
+            // the rows deleted meanwhile, in this same transaction.
+            let stale = self
+                .stale_rows_removal(&chunk.table, &encoder, &topic, src)
+                .await?;
+            records.extend(stale);
+        }
         self.publish(records).await?;
 
         let last_key = (!rows.rows.is_empty()).then(|| last_key(&rows));
