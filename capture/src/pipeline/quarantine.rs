@@ -198,7 +198,7 @@ impl Pipeline<'_> {
         self.publish_view();
     }
 
-    /// When the snapshot of a table released from quarantine completes:
+    /// When an unfiltered snapshot of a table released from quarantine completes:
     /// a truncate event on every partition of its topic, versioned at the
     /// position where its fix was seen (`stale_before`, event ordinal 0,
     /// which no change takes). Every sink applies a truncate to the rows

@@ -384,7 +384,15 @@ impl Pipeline<'_> {
             high_watermark = %format_lsn(src.commit_lsn),
             "snapshot chunk published"
         );
-        if !rows.more {
+        // A filtered pass reads some rows only: the others are not newer.
+        let whole = self
+            .kafka
+            .pending
+            .snapshot
+            .as_ref()
+            .and_then(|p| p.current())
+            .is_some_and(|t| t.table == chunk.table && t.filter.is_none());
+        if !rows.more && whole {
             // The table's last chunk: a table back from quarantine drops
             // the rows deleted meanwhile, in this same transaction.
             let stale = self
