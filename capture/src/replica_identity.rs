@@ -93,6 +93,12 @@ pub fn explain(table: &str, relation: &str, lacks: &str, key_columns: &[String])
     )
 }
 
+/// Why a table whose identity lacks its key is quarantined: [`explain`]'s
+/// message and the setting that captures it all the same.
+pub fn quarantine_reason(explained: &str) -> String {
+    format!("{explained}. Or set replica.identity.check = \"warn\" to capture it as the identity allows")
+}
+
 /// Each table (`schema.table`) whose identity, or a partition's, lacks its
 /// key, with [`explain`]'s message; a table may appear once per partition.
 pub async fn problems(

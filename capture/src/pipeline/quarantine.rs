@@ -267,6 +267,7 @@ impl Pipeline<'_> {
             if self.cfg.replica_identity_check == ReplicaIdentityCheck::Fail {
                 let problems = crate::replica_identity::problems(&self.control, &[t]).await?;
                 if let Some((_, why)) = problems.into_iter().next() {
+                    let why = crate::replica_identity::quarantine_reason(&why);
                     verdicts.push(Verdict::Broken(why));
                     continue;
                 }

@@ -256,7 +256,7 @@ impl Pipeline<'_> {
             );
             match self.cfg.replica_identity_check {
                 ReplicaIdentityCheck::Fail => {
-                    let why = format!("{why}. Or set replica.identity.check = \"warn\" to publish as the identity allows");
+                    let why = crate::replica_identity::quarantine_reason(&why);
                     self.quarantine(&qualified, why);
                     return Ok(Some(Route::Quarantined(qualified)));
                 }

@@ -105,9 +105,9 @@ async fn run_once(
     for (table, why) in crate::replica_identity::problems(&control, &checked).await? {
         match cfg.replica_identity_check {
             ReplicaIdentityCheck::Fail => {
-                set_aside.entry(table).or_insert_with(|| {
-                    format!("{why}. Or set replica.identity.check = \"warn\" to capture as the identity allows")
-                });
+                set_aside
+                    .entry(table)
+                    .or_insert_with(|| crate::replica_identity::quarantine_reason(&why));
             }
             ReplicaIdentityCheck::Warn => {
                 tracing::warn!("{why} (replica.identity.check = \"warn\": capturing it anyway)")
