@@ -24,6 +24,8 @@ struct State {
     last_commit: Option<Instant>,
     /// Why the slot is over `slot.max.retained.bytes`, while it is.
     slot_over: Option<String>,
+    /// Tables set aside, each with the reason and the fix.
+    quarantined: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -51,6 +53,7 @@ impl CaptureHealth {
                 waiting_since: None,
                 last_commit: None,
                 slot_over: None,
+                quarantined: Vec::new(),
             })),
         }
     }
@@ -91,6 +94,11 @@ impl CaptureHealth {
         self.lock().slot_over = why;
     }
 
+    /// The tables quarantined now (`schema.table`, reason and fix).
+    pub fn quarantined(&self, tables: Vec<(String, String)>) {
+        self.lock().quarantined = tables;
+    }
+
     /// `Ok` when ready, else the reason.
     pub fn ready(&self) -> Result<(), String> {
         self.ready_at(Instant::now())
@@ -111,6 +119,15 @@ impl CaptureHealth {
         }
         if let Some(why) = &s.slot_over {
             return Err(why.clone());
+        }
+        if !s.quarantined.is_empty() {
+            // Never silent: the other tables flow, but these do not.
+            let each: Vec<String> = s
+                .quarantined
+                .iter()
+                .map(|(table, why)| format!("table {table} is quarantined: {why}"))
+                .collect();
+            return Err(each.join("; "));
         }
         if let Some(since) = s.waiting_since {
             let waited = now.saturating_duration_since(since);
@@ -169,5 +186,23 @@ mod tests {
             down.contains("not connected") && down.contains("connection refused"),
             "{down}"
         );
+    }
+
+    /// A quarantined table keeps capture not ready, naming it, the reason and the fix.
+    #[test]
+    fn a_quarantined_table_is_not_ready_until_released() {
+        let h = CaptureHealth::new(Duration::from_secs(10));
+        h.connected();
+        h.quarantined(vec![(
+            "public.bare".into(),
+            "no primary key: add one".into(),
+        )]);
+        let why = h.ready_at(Instant::now()).unwrap_err();
+        assert_eq!(
+            why,
+            "table public.bare is quarantined: no primary key: add one"
+        );
+        h.quarantined(Vec::new());
+        assert_eq!(h.ready_at(Instant::now()), Ok(()));
     }
 }

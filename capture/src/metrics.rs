@@ -33,6 +33,7 @@ pub const SNAPSHOT_RUNNING: &str = "oncely_capture_snapshot_running";
 pub const SNAPSHOT_PAUSED: &str = "oncely_capture_snapshot_paused";
 pub const REFUSED_CHANGES_TOTAL: &str = "oncely_capture_refused_changes_total";
 pub const OUTBOX_DEAD_LETTERS_TOTAL: &str = "oncely_capture_outbox_dead_letters_total";
+pub const QUARANTINED: &str = "oncely_capture_quarantined";
 pub const TABLE_LABEL: &str = "table";
 
 /// The snapshot as a progress display shows it.
@@ -79,12 +80,15 @@ pub struct CaptureMetrics {
     pub snapshot_chunks: IntCounter,
     pub snapshot_running: IntGauge,
     pub snapshot_paused: IntGauge,
-    /// Changes not published because their table's replica identity stopped
-    /// carrying its key while capture ran (`replica.identity.check = fail`).
+    /// Changes not published: a value its field cannot carry, or their
+    /// table is quarantined.
     pub refused_changes: IntCounterVec,
     /// Outbox rows that could not be routed, written to the outbox
     /// dead-letter topic instead.
     pub outbox_dead_letters: IntCounterVec,
+    /// 1 while a table is set aside because it cannot be captured as it is
+    /// (no key, a taken topic, an identity without its key).
+    pub quarantined: IntGaugeVec,
     /// What a progress bar shows; `None` when no snapshot runs.
     pub snapshot_view: Arc<Mutex<Option<SnapshotView>>>,
     /// What `/readyz` answers.
@@ -166,6 +170,15 @@ impl CaptureMetrics {
         )
         .expect("static metric options are valid");
         register(&registry, &catalog, &snapshot_rows_estimated, "gauge");
+        let quarantined = IntGaugeVec::new(
+            Opts::new(
+                QUARANTINED,
+                "1 while the table is set aside (quarantined) because it cannot be captured as it is",
+            ),
+            &[TABLE_LABEL],
+        )
+        .expect("static metric options are valid");
+        register(&registry, &catalog, &quarantined, "gauge");
         let metrics = CaptureMetrics {
             snapshot_rows: counter_vec(SNAPSHOT_ROWS_TOTAL, "Snapshot rows read"),
             snapshot_rows_dropped: counter_vec(
@@ -181,12 +194,13 @@ impl CaptureMetrics {
             ),
             refused_changes: counter_vec(
                 REFUSED_CHANGES_TOTAL,
-                "Changes not published because the table's replica identity does not carry its key",
+                "Changes not published: a value its field cannot carry, or their table is quarantined",
             ),
             outbox_dead_letters: counter_vec(
                 OUTBOX_DEAD_LETTERS_TOTAL,
                 "Outbox rows written to the outbox dead-letter topic because they cannot be routed",
             ),
+            quarantined,
             snapshot_view: Arc::new(Mutex::new(None)),
             health: CaptureHealth::default(),
             events: counter(EVENTS_TOTAL, "Kafka records published"),

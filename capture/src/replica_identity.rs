@@ -14,7 +14,6 @@ use std::collections::HashMap;
 
 use tokio_postgres::Client;
 
-use crate::config::ReplicaIdentityCheck;
 use crate::error::CaptureError;
 use crate::pgoutput::{Relation, ReplicaIdentity};
 use crate::source::CapturedTable;
@@ -94,15 +93,20 @@ pub fn explain(table: &str, relation: &str, lacks: &str, key_columns: &[String])
     )
 }
 
-/// Start-up check of every captured table: with `fail`, one error naming
-/// each table whose identity lacks its key; with `warn`, a warning each.
-pub async fn check_tables(
+/// Why a table whose identity lacks its key is quarantined: [`explain`]'s
+/// message and the setting that captures it all the same.
+pub fn quarantine_reason(explained: &str) -> String {
+    format!("{explained}. Or set replica.identity.check = \"warn\" to capture it as the identity allows")
+}
+
+/// Each table (`schema.table`) whose identity, or a partition's, lacks its
+/// key, with [`explain`]'s message; a table may appear once per partition.
+pub async fn problems(
     client: &Client,
     tables: &[&CapturedTable],
-    mode: ReplicaIdentityCheck,
-) -> Result<(), CaptureError> {
+) -> Result<Vec<(String, String)>, CaptureError> {
     if tables.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let schemas: Vec<&str> = tables.iter().map(|t| t.schema.as_str()).collect();
     let names: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
@@ -146,24 +150,11 @@ pub async fn check_tables(
         };
         let key = keys.get(&table).copied().unwrap_or_default();
         if let Some(lacks) = lacks(identity, &identity_columns, key) {
-            problems.push(explain(&table, &relation, &lacks, key));
+            let why = explain(&table, &relation, &lacks, key);
+            problems.push((table, why));
         }
     }
-    if problems.is_empty() {
-        return Ok(());
-    }
-    match mode {
-        ReplicaIdentityCheck::Fail => Err(CaptureError::Prerequisite(format!(
-            "{}. Or set replica.identity.check = \"warn\" to capture as the identity allows",
-            problems.join(". ")
-        ))),
-        ReplicaIdentityCheck::Warn => {
-            for p in &problems {
-                tracing::warn!("{p} (replica.identity.check = \"warn\": capturing it anyway)");
-            }
-            Ok(())
-        }
-    }
+    Ok(problems)
 }
 
 /// `schema.table` as SQL, each part quoted only when it must be.

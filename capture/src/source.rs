@@ -115,13 +115,47 @@ pub async fn check_wal_level(client: &Client) -> Result<(), CaptureError> {
 
 /// Lists the tables that `table.include.list`/`exclude.list` select, with
 /// their key columns. A table with neither a primary key nor configured key
-/// columns stops start-up. Partitions are never captured on their own: a
-/// partitioned table is captured at its root (the top of its tree), and an
-/// include list that selects a partition but not its root stops start-up.
+/// columns is an error (`oncely verify` cannot compare it; capture
+/// quarantines it instead, through [`selected_tables`]). Partitions are never
+/// captured on their own: a partitioned table is captured at its root (the
+/// top of its tree), and an include list that selects a partition but not
+/// its root stops start-up.
 pub async fn captured_tables(
     client: &Client,
     cfg: &CaptureConfig,
 ) -> Result<Vec<CapturedTable>, CaptureError> {
+    let Selected { tables, keyless } = selected_tables(client, cfg).await?;
+    if let Some(first) = keyless.first() {
+        return Err(CaptureError::Prerequisite(keyless_reason(
+            &keyless.join(", "),
+            first,
+        )));
+    }
+    Ok(tables)
+}
+
+/// What a table without a key lacks, and the fix; `tables` names it (or
+/// them), `example` one of them.
+pub fn keyless_reason(tables: &str, example: &str) -> String {
+    format!(
+        "table(s) {tables} have no primary key, so their events would have no key: add a primary key, name key columns in `message.key.columns` (e.g. \"{example}:id\"), or leave them out with `table.exclude.list`"
+    )
+}
+
+/// The tables the filters select: those with key columns, and those
+/// without (`schema.table`), which capture sets aside (quarantine).
+#[derive(Debug, Default)]
+pub struct Selected {
+    pub tables: Vec<CapturedTable>,
+    pub keyless: Vec<String>,
+}
+
+/// [`captured_tables`], with the tables that have no key listed apart
+/// instead of refused.
+pub async fn selected_tables(
+    client: &Client,
+    cfg: &CaptureConfig,
+) -> Result<Selected, CaptureError> {
     let filter = TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
         .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?;
     let overrides = parse_key_columns(cfg.message_key_columns.as_deref())
@@ -170,17 +204,10 @@ pub async fn captured_tables(
             partitioned,
         });
     }
-    if !keyless.is_empty() {
-        return Err(CaptureError::Prerequisite(format!(
-            "table(s) {} have no primary key, so their events would have no key: add a primary key, name key columns in `message.key.columns` (e.g. \"{}:id\"), or leave them out with `table.exclude.list`",
-            keyless.join(", "),
-            keyless[0]
-        )));
-    }
-    if tables.is_empty() {
+    if tables.is_empty() && keyless.is_empty() {
         tracing::warn!("table.include.list selects no existing table; capture will publish nothing until one is created");
     }
-    Ok(tables)
+    Ok(Selected { tables, keyless })
 }
 
 /// Stops start-up when the table filter selects a partition whose root it
@@ -258,6 +285,15 @@ pub(crate) const XID_SNAPSHOT: &str = "(SELECT s.snap, x.xmax - (((((x.xmax % 42
 
 /// The first server version with failover slots.
 pub const FAILOVER_SLOTS_VERSION: i32 = 170_000;
+
+/// The server's WAL write position now.
+pub async fn current_wal_lsn(client: &Client) -> Result<u64, CaptureError> {
+    let row = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .map_err(CaptureError::pg("read the current WAL position"))?;
+    parse_lsn(Some(row.get::<_, &str>(0)))
+}
 
 /// `server_version_num` as people write it (`150014` -> `15.14`).
 fn server_version_text(num: i32) -> String {

@@ -129,6 +129,23 @@ impl SourceDb {
         let captured = oncely_capture::source::captured_tables(&self.client, cfg)
             .await
             .map_err(|e| VerifyError::Source(e.to_string()))?;
+        self.describe(cfg, captured).await
+    }
+
+    /// [`Self::tables`] less the tables without a key, which capture sets
+    /// aside (`oncely status` reports them from capture's offset record).
+    pub async fn keyed_tables(&self, cfg: &CaptureConfig) -> Result<Vec<SourceTable>, VerifyError> {
+        let selected = oncely_capture::source::selected_tables(&self.client, cfg)
+            .await
+            .map_err(|e| VerifyError::Source(e.to_string()))?;
+        self.describe(cfg, selected.tables).await
+    }
+
+    async fn describe(
+        &self,
+        cfg: &CaptureConfig,
+        captured: Vec<oncely_capture::source::CapturedTable>,
+    ) -> Result<Vec<SourceTable>, VerifyError> {
         let mut out = Vec::with_capacity(captured.len());
         for t in captured {
             // The columns pgoutput sends: stored generated ones from

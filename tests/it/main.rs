@@ -9,6 +9,7 @@ mod capture;
 mod e2e;
 mod sink;
 
+mod capture_quarantine;
 mod conformance;
 mod conformance_ddl;
 mod debezium_compat;

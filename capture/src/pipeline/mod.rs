@@ -18,6 +18,7 @@ mod committer_tests;
 mod fill;
 #[cfg(test)]
 mod memory;
+mod quarantine;
 mod record;
 mod resolve;
 mod router;
@@ -88,6 +89,9 @@ struct Pipeline<'a> {
     /// Per captured table, the columns of its last schema-change record
     /// (read back from the topic at start): what its events use.
     schemas: crate::schema_change::SchemaHistory,
+    /// Per quarantined table whose fix the catalog shows: the server's WAL
+    /// end when it was seen; released once the stream passes it.
+    fixed_at: HashMap<String, u64>,
 }
 
 impl Pipeline<'_> {
@@ -468,6 +472,7 @@ impl Pipeline<'_> {
             }
         }
         self.check_schemas().await?;
+        self.check_quarantine().await?;
         match source::slot_retained_wal(&self.control, &self.cfg.slot_name).await {
             Ok(Some(bytes)) => {
                 self.metrics.slot_retained_wal.set(bytes);

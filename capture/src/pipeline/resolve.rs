@@ -69,7 +69,7 @@ impl Pipeline<'_> {
             | LogicalMessage::Update { relation_id, .. }
             | LogicalMessage::Delete { relation_id, .. } => {
                 let need = match self.route(*relation_id).await? {
-                    Some(Route::Refused(table)) => Err(table.clone()),
+                    Some(Route::Quarantined(table)) => Err(table.clone()),
                     Some(Route::Table(enc, _)) => Ok(match change {
                         LogicalMessage::Update { old, new, .. } => {
                             router::create_needs_source(enc, old.as_ref(), new)
@@ -204,6 +204,11 @@ impl Pipeline<'_> {
                 .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
             return Ok(Some(Route::Outbox(router, rel)));
         }
+        // Set aside until the heartbeat's catalog check releases it (see
+        // `pipeline::quarantine`), whatever this Relation message says.
+        if self.is_quarantined(&qualified) {
+            return Ok(Some(Route::Quarantined(qualified)));
+        }
         // `message.key.columns` by name; else the primary key of the table
         // the Relation is (by OID), which start-up's list by name may no
         // longer be: dropped and made again with another key since.
@@ -251,8 +256,9 @@ impl Pipeline<'_> {
             );
             match self.cfg.replica_identity_check {
                 ReplicaIdentityCheck::Fail => {
-                    tracing::error!(table = %qualified, metric = crate::metrics::REFUSED_CHANGES_TOTAL, "{why}. Until it is fixed, changes of {qualified} are not published (the other tables go on); after the fix, snapshot it again (oncely capture snapshot --table {qualified}) to bring the targets up to date. Or set replica.identity.check = \"warn\" to publish as the identity allows");
-                    return Ok(Some(Route::Refused(qualified)));
+                    let why = crate::replica_identity::quarantine_reason(&why);
+                    self.quarantine(&qualified, why);
+                    return Ok(Some(Route::Quarantined(qualified)));
                 }
                 ReplicaIdentityCheck::Warn => {
                     tracing::warn!(table = %qualified, "{why} (replica.identity.check = \"warn\": publishing anyway)");
@@ -262,21 +268,40 @@ impl Pipeline<'_> {
         // The Relation's transaction: the catalog is read once it is visible.
         let xid = self.tracker.xid();
         let identity = self.source_identity(&qualified, &rel, xid).await?;
-        let enc =
-            TableEncoder::identified(&rel, &self.types, key, &self.envelope, identity.as_ref())
-                .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+        // A table without a key, or one whose `message.key.columns` name no
+        // column of it, cannot be captured as it is: set aside, not a stop.
+        let enc = match TableEncoder::identified(
+            &rel,
+            &self.types,
+            key,
+            &self.envelope,
+            identity.as_ref(),
+        ) {
+            Ok(enc) => enc,
+            Err(e) => {
+                let why = match key {
+                    None => crate::source::keyless_reason(&qualified, &qualified),
+                    Some(_) => e.to_string(),
+                };
+                self.quarantine(&qualified, why);
+                return Ok(Some(Route::Quarantined(qualified)));
+            }
+        };
         let topic: Arc<str> = enc.topic().into();
         // A table created (or renamed) while capture runs: its topic must
-        // not be another table's. Stopping loses nothing: after the fix, a
-        // restart streams its changes from the committed offset.
-        check_length(&topic, &qualified).map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
-        self.topic_claims
-            .claim_table(&topic, &rel.namespace, &rel.name)
-            .map_err(|e| {
-                CaptureError::Prerequisite(format!(
-                    "{e} (table {qualified} appeared while capture ran; capture stops so that nothing of it is lost: fix the configuration and start again)"
-                ))
-            })?;
+        // not be another table's. Set aside: after the fix (and a restart,
+        // for a setting) a snapshot of it brings the targets up to date.
+        let claimed = check_length(&topic, &qualified)
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                self.topic_claims
+                    .claim_table(&topic, &rel.namespace, &rel.name)
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(why) = claimed {
+            self.quarantine(&qualified, why);
+            return Ok(Some(Route::Quarantined(qualified)));
+        }
         self.kafka.tx.topics.ensure(&topic).await?;
         self.tables_by_topic
             .insert(Arc::clone(&topic), qualified.clone());

@@ -23,10 +23,9 @@ pub(super) enum Route {
     Outbox(OutboxRouter, Arc<Relation>),
     /// The signal table: inserts are commands; nothing is published.
     Signal(Arc<Relation>),
-    /// A captured table whose replica identity stopped carrying its key
-    /// (`replica.identity.check = fail`): nothing is published until a
-    /// Relation message shows it fixed.
-    Refused(String),
+    /// A table set aside (`schema.table`): it cannot be captured as it is
+    /// (see `pipeline::quarantine`); nothing of it is published.
+    Quarantined(String),
 }
 
 /// Per relation: how its changes are published, or `None` when not captured.
@@ -117,7 +116,7 @@ pub(super) fn records(
                 // transaction, takes the event's place (and its ordinal).
                 Err(dl) => out.push(Record::dead_letter(*dl)),
             },
-            Some(Route::Signal(_) | Route::Refused(_)) | None => {}
+            Some(Route::Signal(_) | Route::Quarantined(_)) | None => {}
         },
         LogicalMessage::Update {
             relation_id,

@@ -148,6 +148,11 @@ impl Pipeline<'_> {
                 "the outbox and signal tables are not snapshotted".into()
             ));
         }
+        if let Some(why) = self.kafka.pending.quarantined.get(table) {
+            return Ok(Err(format!(
+                "is quarantined ({why}); capture snapshots it by itself once it is fixed"
+            )));
+        }
         if pk.is_empty() {
             return Ok(Err("has no primary key, so it cannot be read in key order: add one, or configure message.key.columns for it".into()));
         }

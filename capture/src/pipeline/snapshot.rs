@@ -51,6 +51,12 @@ impl Pipeline<'_> {
             self.publish_view();
             return Ok(());
         };
+        // Queued while set aside (a signal, a schema-change backfill): its
+        // rows wait for the snapshot its release queues.
+        if self.is_quarantined(&current.table) {
+            self.drop_snapshot_of(&current.table);
+            return Ok(());
+        }
         // Read ahead only in the same table, after a chunk that read well
         // and says more rows follow; it starts where that one ended.
         let after = match self.snap.inflight.back() {
@@ -378,6 +384,22 @@ impl Pipeline<'_> {
             high_watermark = %format_lsn(src.commit_lsn),
             "snapshot chunk published"
         );
+        // A filtered pass reads some rows only: the others are not newer.
+        let whole = self
+            .kafka
+            .pending
+            .snapshot
+            .as_ref()
+            .and_then(|p| p.current())
+            .is_some_and(|t| t.table == chunk.table && t.filter.is_none());
+        if !rows.more && whole {
+            // The table's last chunk: a table back from quarantine drops
+            // the rows deleted meanwhile, in this same transaction.
+            let stale = self
+                .stale_rows_removal(&chunk.table, &encoder, &topic, src)
+                .await?;
+            records.extend(stale);
+        }
         self.publish(records).await?;
 
         let last_key = (!rows.rows.is_empty()).then(|| last_key(&rows));

@@ -2,7 +2,7 @@
 //! producer, the stored offset, the snapshot plan, then the stream; and the
 //! restarts after retriable failures.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig};
@@ -77,7 +77,7 @@ async fn run_once(
 ) -> Result<(), CaptureError> {
     let control = source::connect(cfg).await?;
     source::check_wal_level(&control).await?;
-    let tables = source::captured_tables(&control, cfg).await?;
+    let source::Selected { tables, keyless } = source::selected_tables(&control, cfg).await?;
     if let Some(outbox) = &cfg.outbox {
         if !tables.iter().any(|t| t.qualified() == outbox.table) {
             return Err(CaptureError::Prerequisite(format!(
@@ -86,7 +86,6 @@ async fn run_once(
             )));
         }
     }
-    let topic_claims = claim_topics(cfg, &tables)?;
     let mut published = tables.clone();
     if let Some(signal) = cfg.signal_table() {
         published.push(source::signal_table(&control, signal).await?);
@@ -97,15 +96,24 @@ async fn run_once(
         .iter()
         .filter(|t| cfg.outbox.as_ref().is_none_or(|o| o.table != t.qualified()))
         .collect();
-    // A restart inside this process (after a retriable error) only warns:
-    // a table whose identity broke while streaming is refused by the stream
-    // check, and must not stop the others.
-    let identity_check = if first_life {
-        cfg.replica_identity_check
-    } else {
-        ReplicaIdentityCheck::Warn
-    };
-    crate::replica_identity::check_tables(&control, &checked, identity_check).await?;
+    // Tables that cannot be captured as they are: set aside (quarantined),
+    // never a stop of the others (see `pipeline::quarantine`).
+    let mut set_aside: BTreeMap<String, String> = keyless
+        .iter()
+        .map(|t| (t.clone(), source::keyless_reason(t, t)))
+        .collect();
+    for (table, why) in crate::replica_identity::problems(&control, &checked).await? {
+        match cfg.replica_identity_check {
+            ReplicaIdentityCheck::Fail => {
+                set_aside
+                    .entry(table)
+                    .or_insert_with(|| crate::replica_identity::quarantine_reason(&why));
+            }
+            ReplicaIdentityCheck::Warn => {
+                tracing::warn!("{why} (replica.identity.check = \"warn\": capturing it anyway)")
+            }
+        }
+    }
     let slot = source::ensure_slot(&control, cfg).await?;
     let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval_handling_mode);
     types
@@ -129,13 +137,31 @@ async fn run_once(
     // read next is final.
     let producer = TxProducer::connect(cfg).await?;
     let stored = read_stored_offset(cfg).await?;
+    let (topic_claims, clashes) = claim_topics(
+        cfg,
+        &tables,
+        stored.as_ref().and_then(|o| o.tables.as_ref()),
+    )?;
+    for (table, why) in clashes {
+        set_aside.entry(table).or_insert(why);
+    }
+    // The signal table's rows are commands, never published: nothing of it
+    // needs a key or a topic.
+    set_aside.retain(|t, _| cfg.signal_table() != Some(t.as_str()));
     // Snapshot candidates: captured tables, less the outbox and signal tables
-    // (their rows are events and commands, not state).
+    // (their rows are events and commands, not state) and the tables set
+    // aside, now or before (each is snapshotted when released).
     let snapshot_tables: Vec<String> = tables
         .iter()
         .map(|t| t.qualified())
         .filter(|t| cfg.outbox.as_ref().is_none_or(|o| &o.table != t))
         .filter(|t| cfg.signal_table() != Some(t.as_str()))
+        .filter(|t| !set_aside.contains_key(t))
+        .filter(|t| {
+            stored
+                .as_ref()
+                .is_none_or(|o| !o.quarantined.contains_key(t))
+        })
         .collect();
     let gap = stored
         .as_ref()
@@ -242,7 +268,14 @@ async fn run_once(
         metrics: metrics.clone(),
         schema_topic: crate::schema_change::topic(cfg).into(),
         schemas,
+        fixed_at: HashMap::new(),
     };
+    for (table, why) in set_aside {
+        pipeline.quarantine(&table, why);
+    }
+    // Set aside by an earlier life and not seen broken now: the first
+    // heartbeat's catalog check decides (see `pipeline::quarantine`).
+    pipeline.show_quarantine();
     // A record the broker refused for its size fails the transaction, and
     // whatever call comes next (a send, the commit) reports only that: name
     // the record, and make it definite.
@@ -287,13 +320,16 @@ async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationCli
     Ok(client)
 }
 
-/// The topics of the captured tables, each claimed by one table: start-up
-/// stops when two tables (or a table and capture's own offsets or message
-/// topic) would share one, or a name is longer than Kafka allows.
+/// The topics of the captured tables, each claimed by one table, and the
+/// tables set aside (with the reason) because their topic is another's
+/// (a table, or capture's own offsets or message topic) or longer than
+/// Kafka allows. Tables captured before (`known`) claim first, so a table
+/// that appears keeps none of an existing table's topic.
 fn claim_topics(
     cfg: &CaptureConfig,
     tables: &[source::CapturedTable],
-) -> Result<TopicClaims, CaptureError> {
+    known: Option<&BTreeSet<String>>,
+) -> Result<(TopicClaims, Vec<(String, String)>), CaptureError> {
     let mut claims = TopicClaims::default();
     let refuse = |e: &dyn std::fmt::Display| CaptureError::Prerequisite(e.to_string());
     claims
@@ -317,7 +353,13 @@ fn claim_topics(
             )
             .map_err(|e| refuse(&e))?;
     }
-    for t in tables {
+    let is_known = |t: &source::CapturedTable| known.is_some_and(|k| k.contains(&t.qualified()));
+    let ordered = tables
+        .iter()
+        .filter(|t| is_known(t))
+        .chain(tables.iter().filter(|t| !is_known(t)));
+    let mut clashes = Vec::new();
+    for t in ordered {
         // The outbox's rows go to its event topics, not to a table topic.
         if cfg
             .outbox
@@ -327,10 +369,16 @@ fn claim_topics(
             continue;
         }
         let topic = cfg.table_topic(&t.schema, &t.name);
-        check_length(&topic, &t.qualified()).map_err(|e| refuse(&e))?;
-        claims
-            .claim_table(&topic, &t.schema, &t.name)
-            .map_err(|e| refuse(&e))?;
+        let claimed = check_length(&topic, &t.qualified())
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                claims
+                    .claim_table(&topic, &t.schema, &t.name)
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(why) = claimed {
+            clashes.push((t.qualified(), why));
+        }
     }
-    Ok(claims)
+    Ok((claims, clashes))
 }

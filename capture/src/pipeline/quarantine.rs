@@ -1,0 +1,279 @@
+//! Quarantine: a table that cannot be captured as it is — no key, a topic
+//! another table holds, a replica identity without its key — is set aside
+//! instead of stopping capture, so every other table flows and the slot
+//! advances. Nothing of it is published (its changes are counted in
+//! `oncely_capture_refused_changes_total`, never sent), and it is never
+//! silent: the log, `/readyz`, `oncely_capture_quarantined{table}` and the
+//! offset record (which `oncely status` reads) name it with the reason and
+//! the fix.
+//!
+//! ```text
+//!  problem seen (start-up, a Relation message)       fix seen in the catalog (heartbeat)
+//!         |                                                   |
+//!  quarantined: changes skipped, snapshots of it       fixed_at = the server's WAL end now
+//!  dropped, kept in every offset record                       |
+//!         |                                           the stream passes fixed_at: released,
+//!  restart: still broken -> stays; fixed -> as right   an incremental snapshot of it queued
+//!                                                             |
+//!                                                     its last chunk: a truncate versioned at
+//!                                                     fixed_at removes the rows deleted meanwhile
+//! ```
+//!
+//! The invariant: a table's changes are skipped only while it is in the
+//! offset record's `quarantined`, and it leaves that record only with a
+//! snapshot of it queued in the same record (or because it is no longer
+//! captured). Releasing only once the stream has passed the position where
+//! the catalog showed the fix keeps a change made before the fix (replayed
+//! after a restart, with the Relation message of its time) from setting the
+//! table aside again. A row deleted while the table was set aside is not in
+//! the snapshot: when the snapshot completes, a truncate event versioned at
+//! the fix (`stale_rows_removal`) removes from every target the rows older
+//! than it, which by then are only those.
+
+use super::{now_ms, Pipeline, Route};
+use crate::config::ReplicaIdentityCheck;
+use crate::error::CaptureError;
+use crate::naming::check_length;
+use crate::snapshot::{request, SnapshotKind, TableProgress};
+use crate::source::{self, format_lsn, CapturedTable};
+
+/// What the catalog says of a quarantined table now.
+enum Verdict {
+    /// No longer selected (dropped, renamed, excluded): nothing is owed.
+    Gone,
+    /// Still cannot be captured: the reason and the fix.
+    Broken(String),
+    /// Can be captured, keyed by these columns.
+    Fine(CapturedTable),
+}
+
+impl Pipeline<'_> {
+    pub(super) fn is_quarantined(&self, table: &str) -> bool {
+        self.kafka.pending.quarantined.contains_key(table)
+    }
+
+    /// Sets `table` aside for `reason` (which names the fix). Its snapshot,
+    /// queued or in flight, is dropped: a snapshot of it is queued again
+    /// when it is released.
+    pub(super) fn quarantine(&mut self, table: &str, reason: String) {
+        self.fixed_at.remove(table);
+        if self.kafka.pending.quarantined.get(table) == Some(&reason) {
+            return;
+        }
+        tracing::error!(
+            table,
+            metric = crate::metrics::QUARANTINED,
+            "table {table} is quarantined: {reason}. Its changes are not published until it is fixed; the other tables go on. Once the fix is in the catalog (or in the configuration, after a restart), capture snapshots {table} again by itself"
+        );
+        self.kafka
+            .pending
+            .quarantined
+            .insert(table.to_owned(), reason);
+        self.drop_snapshot_of(table);
+        self.show_quarantine();
+    }
+
+    /// Removes `table` from the snapshot queue and abandons its chunks in
+    /// flight: a quarantined table's rows are never published.
+    pub(super) fn drop_snapshot_of(&mut self, table: &str) {
+        self.snap.abandon_table(table);
+        if let Some(p) = self.kafka.pending.snapshot.as_mut() {
+            let before = p.tables.len();
+            p.tables.retain(|t| t.table != table);
+            if p.tables.len() != before {
+                tracing::info!(table, "snapshot of a quarantined table dropped; it is snapshotted whole once the table is fixed");
+            }
+            if p.tables.is_empty() {
+                self.kafka.pending.snapshot = None;
+            }
+        }
+        self.publish_view();
+    }
+
+    /// The gauge and `/readyz` show the quarantined tables.
+    pub(super) fn show_quarantine(&self) {
+        let gauge = &self.metrics.quarantined;
+        gauge.reset();
+        for table in self.kafka.pending.quarantined.keys() {
+            gauge.with_label_values(&[table.as_str()]).set(1);
+        }
+        self.metrics.health.quarantined(
+            self.kafka
+                .pending
+                .quarantined
+                .iter()
+                .map(|(t, why)| (t.clone(), why.clone()))
+                .collect(),
+        );
+    }
+
+    /// At each heartbeat: reads the catalog for every quarantined table,
+    /// notes where a fix was first seen, and releases the tables whose fix
+    /// the stream has passed.
+    pub(super) async fn check_quarantine(&mut self) -> Result<(), CaptureError> {
+        if self.kafka.pending.quarantined.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = self.kafka.pending.quarantined.keys().cloned().collect();
+        let verdicts = match self.evaluate(&names).await {
+            Ok(v) => v,
+            // A catalog the filters cannot read now (a partition created
+            // without its root selected): the tables stay set aside.
+            Err(CaptureError::Prerequisite(why)) => {
+                tracing::warn!(%why, "quarantined tables not checked");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        for (table, verdict) in names.into_iter().zip(verdicts) {
+            match verdict {
+                Verdict::Gone => {
+                    tracing::info!(table = %table, "quarantined table is no longer captured (dropped, renamed or left out): nothing owed");
+                    self.kafka.pending.quarantined.remove(&table);
+                    self.fixed_at.remove(&table);
+                }
+                Verdict::Broken(reason) => self.quarantine(&table, reason),
+                Verdict::Fine(t) => {
+                    if self.fixed_at.contains_key(&table) {
+                        continue;
+                    }
+                    // Its changes reach the stream from here on (a
+                    // filtered publication holds keyed tables only).
+                    if let Err(e) = source::ensure_publication(
+                        &self.control,
+                        self.cfg,
+                        std::slice::from_ref(&t),
+                    )
+                    .await
+                    {
+                        match e {
+                            CaptureError::Prerequisite(why) => self.quarantine(&table, why),
+                            e => return Err(e),
+                        }
+                        continue;
+                    }
+                    let at = source::current_wal_lsn(&self.control).await?;
+                    tracing::info!(table = %table, fixed_at = %format_lsn(at), "quarantined table is fixed in the catalog; released once the stream passes this position");
+                    self.key_columns.insert(table.clone(), t.key_columns);
+                    self.fixed_at.insert(table, at);
+                }
+            }
+        }
+        let reached = self.server_position.max(self.kafka.pending.flush_lsn);
+        let passed: Vec<String> = self
+            .fixed_at
+            .iter()
+            .filter(|(_, at)| **at <= reached)
+            .map(|(t, _)| t.clone())
+            .collect();
+        for table in passed {
+            self.release(&table);
+        }
+        self.show_quarantine();
+        Ok(())
+    }
+
+    /// Ends `table`'s quarantine: its routes are decided again, and an
+    /// incremental snapshot of it, queued in the same offset record, covers
+    /// every change skipped meanwhile.
+    fn release(&mut self, table: &str) {
+        if let Some(at) = self.fixed_at.remove(table) {
+            self.kafka.pending.stale_before.insert(table.to_owned(), at);
+        }
+        self.kafka.pending.quarantined.remove(table);
+        self.encoders
+            .retain(|_, r| !matches!(r, Some(Route::Quarantined(t)) if t == table));
+        self.kafka
+            .pending
+            .tables
+            .get_or_insert_with(Default::default)
+            .insert(table.to_owned());
+        let added = request(
+            &mut self.kafka.pending.snapshot,
+            format!("quarantine-{}", now_ms()),
+            SnapshotKind::Incremental,
+            vec![TableProgress::new(table, None)],
+        );
+        tracing::info!(table, snapshot = ?added, "table {table} is no longer quarantined: its changes are published again, and an incremental snapshot of it brings the targets up to date");
+        self.publish_view();
+    }
+
+    /// When an unfiltered snapshot of a table released from quarantine completes:
+    /// a truncate event on every partition of its topic, versioned at the
+    /// position where its fix was seen (`stale_before`, event ordinal 0,
+    /// which no change takes). Every sink applies a truncate to the rows
+    /// older than it only, and by then every row the source holds is newer
+    /// (read by the snapshot, or changed since), so what it removes are the
+    /// rows deleted while the table was set aside. `None` for other tables.
+    pub(super) async fn stale_rows_removal(
+        &mut self,
+        table: &str,
+        encoder: &crate::envelope::TableEncoder,
+        topic: &std::sync::Arc<str>,
+        src: &crate::envelope::SourcePosition,
+    ) -> Result<Vec<super::Record>, CaptureError> {
+        let Some(&before) = self.kafka.pending.stale_before.get(table) else {
+            return Ok(Vec::new());
+        };
+        let at = crate::envelope::SourcePosition {
+            tx_id: src.tx_id,
+            lsn: before,
+            commit_lsn: before,
+            event_seq: 0,
+            commit_ts_ms: src.commit_ts_ms,
+            snapshot: crate::envelope::SnapshotMarker::Incremental,
+        };
+        let value = encoder.truncate_value(&at, now_ms());
+        let partitions = self.kafka.tx.producer.partition_count(topic).await?;
+        let records = (0..partitions)
+            .map(|partition| {
+                let mut record = super::Record::new(topic, None, Some(value.clone()));
+                record.partition = Some(partition);
+                record.headers.push((
+                    crate::envelope::HEADER_POSITION,
+                    crate::envelope::position_header(&at),
+                ));
+                record
+            })
+            .collect();
+        self.kafka.pending.stale_before.remove(table);
+        tracing::info!(table, before = %format_lsn(before), "snapshot of a table released from quarantine complete: rows older than its fix (deleted while it was set aside) removed from the targets");
+        Ok(records)
+    }
+
+    /// What the catalog and the configuration say of each of `tables` now,
+    /// by the rules start-up applies (see `start::set_aside`).
+    async fn evaluate(&mut self, tables: &[String]) -> Result<Vec<Verdict>, CaptureError> {
+        let selected = source::selected_tables(&self.control, self.cfg).await?;
+        let mut verdicts = Vec::with_capacity(tables.len());
+        for name in tables {
+            if selected.keyless.contains(name) {
+                verdicts.push(Verdict::Broken(source::keyless_reason(name, name)));
+                continue;
+            }
+            let Some(t) = selected.tables.iter().find(|t| &t.qualified() == name) else {
+                verdicts.push(Verdict::Gone);
+                continue;
+            };
+            let topic = self.cfg.table_topic(&t.schema, &t.name);
+            if let Err(e) = check_length(&topic, name) {
+                verdicts.push(Verdict::Broken(e.to_string()));
+                continue;
+            }
+            if let Err(e) = self.topic_claims.claim_table(&topic, &t.schema, &t.name) {
+                verdicts.push(Verdict::Broken(e.to_string()));
+                continue;
+            }
+            if self.cfg.replica_identity_check == ReplicaIdentityCheck::Fail {
+                let problems = crate::replica_identity::problems(&self.control, &[t]).await?;
+                if let Some((_, why)) = problems.into_iter().next() {
+                    let why = crate::replica_identity::quarantine_reason(&why);
+                    verdicts.push(Verdict::Broken(why));
+                    continue;
+                }
+            }
+            verdicts.push(Verdict::Fine(t.clone()));
+        }
+        Ok(verdicts)
+    }
+}
