@@ -1178,13 +1178,31 @@ async fn changes_at(base: u64) {
     sink.apply(&batch_of(&topic, vec![update3], 5))
         .await
         .expect("next ordinal");
+    // One transaction deletes row 3 and inserts it again, in two batches:
+    // the delete's tombstone must not refuse the newer insert.
+    let delete3 = (3, change("d", 3, base + 64, 6, Value::Null));
+    let insert3 = (3, change("c", 3, base + 64, 7, row(3, 2)));
+    sink.apply(&batch_of(&topic, vec![delete3.clone()], 6))
+        .await
+        .expect("delete in the transaction");
+    sink.apply(&batch_of(&topic, vec![insert3.clone()], 7))
+        .await
+        .expect("insert again in the transaction");
+    sink.apply(&batch_of(&topic, vec![delete3, insert3], 6))
+        .await
+        .expect("replay of both");
+    assert_eq!(
+        rows(&topic).await,
+        BTreeMap::from([("1".to_owned(), row(1, 1)), ("3".to_owned(), row(3, 2))]),
+        "the row inserted again after its delete is there"
+    );
     // A truncate between the rows: row 1 (older) goes, row 4 (newer) stays.
     let insert4 = (4, change("c", 4, base + 255, 0, row(4, 0)));
     sink.apply(&partition_batch(
         &topic,
         0,
         vec![(None, truncate_change(base + 128, 0)), (Some(4), insert4.1)],
-        6,
+        8,
     ))
     .await
     .expect("truncate");

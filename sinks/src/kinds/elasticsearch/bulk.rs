@@ -83,6 +83,11 @@ impl Chunk {
         self.is_empty() || (self.len() < max_actions && self.bytes + extra <= max_bytes)
     }
 
+    /// Who the actions are, in order.
+    pub fn items(&self) -> &[ItemMeta] {
+        &self.items
+    }
+
     /// Adds an encoded action.
     pub fn push(&mut self, action: Encoded) {
         self.bytes += action.len();
@@ -103,6 +108,11 @@ pub struct Encoded {
 }
 
 impl Encoded {
+    /// Sets the caller's number for the item ([`ItemMeta::slot`]).
+    pub fn set_slot(&mut self, slot: usize) {
+        self.meta.slot = slot;
+    }
+
     /// Bytes on the wire, newlines included.
     pub fn len(&self) -> usize {
         self.action.len() + 1 + self.source.as_ref().map_or(0, |s| s.len() + 1)

@@ -48,6 +48,7 @@ pub mod mapping;
 pub mod merge;
 pub mod mirror;
 pub mod plan;
+pub mod tombstones;
 pub mod truncate;
 pub mod values;
 pub mod version;
@@ -59,6 +60,8 @@ use ::elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilde
 use ::elasticsearch::http::Url;
 use ::elasticsearch::indices::IndicesPutIndexTemplateParts;
 use ::elasticsearch::Elasticsearch;
+use std::collections::HashSet;
+
 use async_trait::async_trait;
 use oncely_core::redact_url;
 
@@ -89,6 +92,18 @@ impl super::SinkKind for ElasticsearchConfig {
     }
 }
 
+/// Why a write is read again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// Not refused, or refused over a stored document.
+    No,
+    /// Refused while the document read absent: a tombstone at or above its clock.
+    Absent,
+    /// Refused again just above a tombstone this process remembers: a newer
+    /// delete replaced it.
+    AboveTombstone,
+}
+
 /// Read-decide-write rounds of one batch before it is retried as a whole
 /// (each round after the first serves writes whose document another writer
 /// changed between the read and the write).
@@ -102,6 +117,8 @@ pub struct ElasticsearchSink {
     claims: TargetClaims,
     /// The indexes seen, and whether the sink created them (see [`mapping`]).
     mappings: mapping::Mappings,
+    /// The deletes applied lately (see [`tombstones`]).
+    tombstones: tombstones::Tombstones,
 }
 
 impl ElasticsearchSink {
@@ -113,6 +130,7 @@ impl ElasticsearchSink {
             config: config.clone(),
             claims: TargetClaims::new("index", "sink.index.pattern"),
             mappings: mapping::Mappings::new(config),
+            tombstones: tombstones::Tombstones::default(),
         };
         sink.check_cluster().await?;
         sink.install_template().await?;
@@ -225,25 +243,38 @@ impl ElasticsearchSink {
         mut pending: Vec<Write<'_>>,
     ) -> Result<Vec<RecordFailure>, SinkError> {
         let mut rejected = Vec::new();
-        // Writes refused (409) while the document read absent: a tombstone
-        // at or above their clock (see `version`).
-        let mut refused_absent = vec![false; pending.len()];
+        let mut refused = vec![Refused::No; pending.len()];
         for _ in 0..MAX_ROUNDS {
             if pending.is_empty() {
                 return Ok(rejected);
             }
             let stored = merge::read(&self.client, &pending, self.read_spec()).await?;
             let mut ready = Vec::with_capacity(pending.len());
-            let mut absent = vec![false; pending.len()];
+            let mut how = vec![Refused::No; pending.len()];
             for (slot, (w, s)) in pending.iter().zip(stored).enumerate() {
-                absent[slot] = s.is_none();
                 let (external, source) = match s {
                     // Not newer than the stored document: stale.
                     Some(s) if !crate::event::replaces(w.version, s.version) => continue,
                     Some(s) => (Some(s.external), s.source),
-                    // Refused by a delete tombstone as new as the event's clock.
-                    None if refused_absent[slot] => continue,
-                    None => (None, None),
+                    None => match refused[slot] {
+                        Refused::No => {
+                            how[slot] = Refused::Absent;
+                            (None, None)
+                        }
+                        // A tombstone at or above the event's clock: a
+                        // delete this process remembers decides (see
+                        // `tombstones`); else it is taken for newer.
+                        Refused::Absent => match self.tombstones.get(&w.index, &w.id) {
+                            Some((deleted, tombstone))
+                                if crate::event::replaces(w.version, deleted) =>
+                            {
+                                how[slot] = Refused::AboveTombstone;
+                                (Some(tombstone), None)
+                            }
+                            _ => continue,
+                        },
+                        Refused::AboveTombstone => continue,
+                    },
                 };
                 let Some(external) = next_external(external, w.version, self.config.seq_bits)
                 else {
@@ -262,14 +293,24 @@ impl ElasticsearchSink {
                 ready.push((slot, w, external));
             }
             let conflicts = self.send_all(&ready, &mut rejected).await?;
+            let failed: HashSet<i64> = rejected.iter().map(|f| f.offset).collect();
+            for (slot, w, external) in &ready {
+                if w.action == Action::Delete
+                    && !conflicts.contains(slot)
+                    && !failed.contains(&w.offset)
+                {
+                    self.tombstones
+                        .record(&w.index, &w.id, w.version, *external);
+                }
+            }
             let mut next = Vec::with_capacity(conflicts.len());
             let mut next_refused = Vec::with_capacity(conflicts.len());
             for slot in conflicts {
-                next_refused.push(absent[slot]);
+                next_refused.push(how[slot]);
                 next.push(pending[slot].clone());
             }
             pending = next;
-            refused_absent = next_refused;
+            refused = next_refused;
         }
         if pending.is_empty() {
             return Ok(rejected);
@@ -368,7 +409,15 @@ impl Sink for ElasticsearchSink {
             return Err(SinkError::Rejected(rejected));
         }
         for t in &plan.truncates {
-            match truncate::apply(&self.client, &self.config, self.read_spec(), t).await? {
+            let outcome = truncate::apply(
+                &self.client,
+                &self.config,
+                self.read_spec(),
+                &self.tombstones,
+                t,
+            )
+            .await?;
+            match outcome {
                 truncate::Outcome::Refused(reason) => {
                     rejected.push(RecordFailure::new(t.offset, reason));
                 }

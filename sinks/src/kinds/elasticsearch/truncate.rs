@@ -38,8 +38,9 @@ use super::config::{DeleteMode, ElasticsearchConfig, RefreshPolicy};
 use super::error::{EsError, OpKind};
 use super::merge::{stored, ReadSpec};
 use super::plan::Truncate;
+use super::tombstones::Tombstones;
 use super::version::{flip, next_external, packed};
-use crate::event::replaces;
+use crate::event::{replaces, Version};
 
 /// What a truncate did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +62,7 @@ pub async fn apply(
     client: &Elasticsearch,
     config: &ElasticsearchConfig,
     spec: ReadSpec<'_>,
+    tombstones: &Tombstones,
     t: &Truncate,
 ) -> Result<Outcome, EsError> {
     let (lsn, seq) = (spec.fields.lsn, spec.fields.seq);
@@ -118,9 +120,13 @@ pub async fn apply(
     });
     refresh(client, &t.index).await?;
     let mut removed = 0;
+    // Hard deletes are remembered (see `tombstones`).
+    let remember = (!soft).then_some((tombstones, t.version));
     loop {
         let hits = search(client, &t.index, &body).await?;
         let mut chunk = Chunk::default();
+        // The external version of each removal in `chunk`.
+        let mut externals = Vec::new();
         for hit in hits {
             let found = stored(hit.version, hit.source, soft, spec);
             // Newer than the truncate (an earlier sink's document the query
@@ -143,22 +149,23 @@ pub async fn apply(
                 doc.insert(config.soft_delete_field.clone(), Value::Bool(true));
                 doc
             });
-            let encoded =
-                encode(meta, external, t.version, doc.as_ref(), spec.fields).map_err(|e| {
-                    EsError::Response {
-                        what: "truncate",
-                        reason: e.to_string(),
-                    }
+            let mut encoded = encode(meta, external, t.version, doc.as_ref(), spec.fields)
+                .map_err(|e| EsError::Response {
+                    what: "truncate",
+                    reason: e.to_string(),
                 })?;
             if !chunk.fits(encoded.len(), page, config.bulk_max_bytes) {
-                removed += send(client, std::mem::take(&mut chunk)).await?;
+                let full = std::mem::take(&mut chunk);
+                removed += send(client, full, &std::mem::take(&mut externals), remember).await?;
             }
+            encoded.set_slot(externals.len());
+            externals.push(external);
             chunk.push(encoded);
         }
         if chunk.is_empty() {
             return Ok(Outcome::Applied { removed });
         }
-        removed += send(client, chunk).await?;
+        removed += send(client, chunk, &externals, remember).await?;
     }
 }
 
@@ -174,17 +181,36 @@ fn refusal(t: &Truncate, field: &str, found: &str) -> String {
 
 /// Sends removals, refreshing what they wrote so the next search no longer
 /// finds them; their number. A 409 (rewritten newer meanwhile) is settled.
-async fn send(client: &Elasticsearch, chunk: Chunk) -> Result<u64, EsError> {
+/// With `remember`, each hard delete applied is recorded at its external
+/// version (`externals`, by slot).
+async fn send(
+    client: &Elasticsearch,
+    chunk: Chunk,
+    externals: &[i64],
+    remember: Option<(&Tombstones, Version)>,
+) -> Result<u64, EsError> {
     let n = chunk.len() as u64;
-    match bulk::send(client, chunk, RefreshPolicy::True)
-        .await?
-        .failures
-        .into_iter()
-        .next()
-    {
-        Some((_, e)) => Err(e),
-        None => Ok(n),
+    let items: Vec<(String, String, usize)> = match remember {
+        Some(_) => chunk
+            .items()
+            .iter()
+            .map(|m| (m.index.clone(), m.id.clone(), m.slot))
+            .collect(),
+        None => Vec::new(),
+    };
+    let sent = bulk::send(client, chunk, RefreshPolicy::True).await?;
+    if let Some((_, e)) = sent.failures.into_iter().next() {
+        return Err(e);
     }
+    if let Some((tombstones, version)) = remember {
+        let refused: Vec<usize> = sent.conflicts.iter().map(|m| m.slot).collect();
+        for (index, id, slot) in items {
+            if let (false, Some(external)) = (refused.contains(&slot), externals.get(slot)) {
+                tombstones.record(&index, &id, version, *external);
+            }
+        }
+    }
+    Ok(n)
 }
 
 /// A document a search found.
