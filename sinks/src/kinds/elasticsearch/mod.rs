@@ -53,6 +53,8 @@ pub mod truncate;
 pub mod values;
 pub mod version;
 
+use std::collections::HashSet;
+
 use ::elasticsearch::auth::Credentials;
 use ::elasticsearch::cert::{Certificate, CertificateValidation};
 use ::elasticsearch::cluster::ClusterHealthParts;
@@ -60,8 +62,6 @@ use ::elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilde
 use ::elasticsearch::http::Url;
 use ::elasticsearch::indices::IndicesPutIndexTemplateParts;
 use ::elasticsearch::Elasticsearch;
-use std::collections::HashSet;
-
 use async_trait::async_trait;
 use oncely_core::redact_url;
 
@@ -263,7 +263,8 @@ impl ElasticsearchSink {
                         }
                         // A tombstone at or above the event's clock: a
                         // delete this process remembers decides (see
-                        // `tombstones`); else it is taken for newer.
+                        // `tombstones`); else the event is taken for older
+                        // than the delete and dropped.
                         Refused::Absent => match self.tombstones.get(&w.index, &w.id) {
                             Some((deleted, tombstone))
                                 if crate::event::replaces(w.version, deleted) =>
