@@ -1,14 +1,18 @@
 //! What the index holds for the documents a batch writes, and the writes
 //! that need it: the version check, unchanged TOAST values, soft deletes.
 //!
-//! Every write reads the stored document first (`_mget`, at most
+//! A write whose document Elasticsearch refused (409), and one that needs
+//! the stored source, reads the stored document (`_mget`, at most
 //! `bulk.max.actions` ids per request): its external version and its event
 //! version (see [`super::version`]), and its source where the write needs it.
 //! A stored version at or above the event's means the event is stale: the
 //! write is dropped. Otherwise the write goes out at
 //! [`next_external`](super::version::next_external) of the stored external
 //! version; if anything changed the document meanwhile Elasticsearch
-//! answers 409 and the write is read and decided again.
+//! answers 409 and the write is read and decided again. Any other write goes
+//! out first without a read, at the clock of its version alone: taken only
+//! over a smaller external version, whose event is older (the clock never
+//! decreases).
 //!
 //! Elasticsearch's `_update` takes no external version, so values unavailable
 //! in the event (unchanged TOAST) and soft deletes are merged on the client
@@ -81,7 +85,7 @@ pub struct ReadSpec<'a> {
 /// What the index holds for each of `writes` (`None`: absent).
 pub async fn read(
     client: &Elasticsearch,
-    writes: &[Write<'_>],
+    writes: &[&Write<'_>],
     spec: ReadSpec<'_>,
 ) -> Result<Vec<Option<Stored>>, EsError> {
     let mut out = Vec::with_capacity(writes.len());

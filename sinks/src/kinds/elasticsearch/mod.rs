@@ -244,14 +244,29 @@ impl ElasticsearchSink {
     ) -> Result<Vec<RecordFailure>, SinkError> {
         let mut rejected = Vec::new();
         let mut refused = vec![Refused::No; pending.len()];
-        for _ in 0..MAX_ROUNDS {
+        for round in 0..MAX_ROUNDS {
             if pending.is_empty() {
                 return Ok(rejected);
             }
-            let stored = merge::read(&self.client, &pending, self.read_spec()).await?;
+            // The first round reads only for writes that need the stored
+            // source; the others go out at their clock, as over an absent
+            // document (see `merge`).
+            let reads_it = |w: &Write<'_>| round > 0 || w.needs_stored();
+            let reads: Vec<&Write<'_>> = pending.iter().filter(|w| reads_it(w)).collect();
+            let mut stored = if reads.is_empty() {
+                Vec::new()
+            } else {
+                merge::read(&self.client, &reads, self.read_spec()).await?
+            }
+            .into_iter();
             let mut ready = Vec::with_capacity(pending.len());
             let mut how = vec![Refused::No; pending.len()];
-            for (slot, (w, s)) in pending.iter().zip(stored).enumerate() {
+            for (slot, w) in pending.iter().enumerate() {
+                let s = if reads_it(w) {
+                    stored.next().flatten()
+                } else {
+                    None
+                };
                 let (external, source) = match s {
                     // Not newer than the stored document: stale.
                     Some(s) if !crate::event::replaces(w.version, s.version) => continue,

@@ -160,18 +160,23 @@ mod tests {
         }
 
         /// The compare-and-set argument of the module docs, replayed on a
-        /// model of Elasticsearch's external versions: writers read a state,
-        /// drop events not newer than it, and write at `next_external`; the
-        /// cluster takes a write only above its version. Whatever the
-        /// interleaving, the newest event ends stored.
+        /// model of Elasticsearch's external versions: writers read a state
+        /// (or, `blind`, go out first as over an absent document), drop
+        /// events not newer than it, and write at `next_external`; the
+        /// cluster takes a write only above its version, and a refused
+        /// writer reads again. Whatever the interleaving, the newest event
+        /// ends stored.
         #[test]
         fn any_interleaving_of_readers_and_writers_keeps_the_newest(
             events in proptest::collection::vec(version(), 1..8),
+            blind in proptest::collection::vec(any::<bool>(), 8),
             order in proptest::collection::vec(any::<u8>(), 1..40),
         ) {
             // (external, version) stored; each writer: its event and what it read.
             let mut stored: Option<(i64, Version)> = None;
-            let mut read: Vec<Option<Option<(i64, Version)>>> = vec![None; events.len()];
+            let mut read: Vec<Option<Option<(i64, Version)>>> = (0..events.len())
+                .map(|w| blind[w].then_some(None))
+                .collect();
             let mut done = vec![false; events.len()];
             for step in order.iter().chain(std::iter::repeat(&0).take(4 * events.len())) {
                 let Some(w) = (0..events.len())
