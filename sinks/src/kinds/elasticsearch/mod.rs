@@ -3,12 +3,12 @@
 //!
 //! * **Documents.** Index from `index.pattern` (default `{topic}`), `_id` = the
 //!   primary key (see [`plan::document_id`]), `_source` = the row (`after`).
-//! * **Versions.** Every document carries its exact event version; every
-//!   write first reads the stored one ([`merge`]), drops an event that is not
-//!   newer, and goes out as a bulk action with `version_type = external` at a
-//!   number derived from both ([`version`]), so Elasticsearch refuses it (409)
-//!   when the document changed meanwhile: the write is read and decided
-//!   again, at most [`MAX_ROUNDS`] times a batch.
+//! * **Versions.** Every document carries its exact event version. A write
+//!   goes out as a bulk action with `version_type = external` at its
+//!   version's clock ([`version`]); one Elasticsearch refuses (409) reads the
+//!   stored version ([`merge`]), is dropped if not newer, else goes out just
+//!   above the stored number — and is read again if the document changed
+//!   meanwhile, at most [`MAX_ROUNDS`] rounds a batch.
 //! * **Positions** are not owned: the runner commits offsets to Kafka after
 //!   `apply` returned `Ok`, i.e. after every item of the batch is settled
 //!   (applied, or stale). A crash replays the uncommitted tail; the versions
