@@ -178,7 +178,7 @@ mod tests {
                 .map(|w| blind[w].then_some(None))
                 .collect();
             let mut done = vec![false; events.len()];
-            for step in order.iter().chain(std::iter::repeat(&0).take(4 * events.len())) {
+            for step in order.iter().chain(std::iter::repeat_n(&0, 4 * events.len())) {
                 let Some(w) = (0..events.len())
                     .map(|i| (i + *step as usize) % events.len())
                     .find(|&i| !done[i])
