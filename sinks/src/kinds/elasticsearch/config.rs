@@ -428,6 +428,19 @@ mod tests {
         assert!(e.contains("sink.version.seq.bits"), "{e}");
         let e = parse("username = \"u\"\n").expect_err("password");
         assert!(e.contains("sink.password"), "{e}");
+        let e = parse("version.lsn.field = \"\"\n").expect_err("no lsn field");
+        assert!(e.contains("sink.version.lsn.field"), "{e}");
+        let e = parse("version.seq.field = \"_seq\"\n").expect_err("metadata name");
+        assert!(e.contains("sink.version.seq.field"), "{e}");
+        let e = parse("version.seq.field = \"__oncely_lsn\"\n").expect_err("same field");
+        assert!(e.contains("must differ"), "{e}");
+        let e = parse("delete.mode = \"soft\"\nsoft.delete.field = \"__oncely_seq\"\n")
+            .expect_err("flag on a version field");
+        assert!(e.contains("must differ"), "{e}");
+        // Empty: no documents of the old packing are told apart.
+        let c = parse("version.field = \"\"\n").expect("no old field");
+        let fields: Vec<&str> = c.bookkeeping_fields().collect();
+        assert_eq!(fields, ["__oncely_lsn", "__oncely_seq"]);
     }
 
     #[test]
