@@ -8,7 +8,9 @@ use elasticsearch::http::transport::Transport;
 use elasticsearch::indices::{IndicesDeleteParts, IndicesRefreshParts};
 use elasticsearch::{Elasticsearch, SearchParts};
 use oncely_sinks::event::{decode_key, decode_value};
-use oncely_sinks::kinds::elasticsearch::config::DEFAULT_VERSION_FIELD;
+use oncely_sinks::kinds::elasticsearch::config::{
+    DEFAULT_VERSION_FIELD, DEFAULT_VERSION_LSN_FIELD, DEFAULT_VERSION_SEQ_FIELD,
+};
 use oncely_sinks::kinds::elasticsearch::plan::UNAVAILABLE_VALUE;
 use oncely_sinks::kinds::elasticsearch::{ElasticsearchConfig, ElasticsearchSink};
 use oncely_sinks::runner::{HEADER_ERROR, HEADER_OFFSET};
@@ -56,11 +58,16 @@ async fn documents(index: &str) -> BTreeMap<String, (i64, Value)> {
         .map(|h| {
             let id = h["_id"].as_str().expect("_id").to_owned();
             let mut source = h["_source"].clone();
-            let stamped = source
-                .as_object_mut()
-                .and_then(|s| s.shift_remove(DEFAULT_VERSION_FIELD));
+            let fields = source.as_object_mut().expect("object");
+            // Written by the old packing (see `write_packed`), or by the sink.
+            let packed = fields.shift_remove(DEFAULT_VERSION_FIELD);
+            let lsn = fields.shift_remove(DEFAULT_VERSION_LSN_FIELD);
+            let seq = fields.shift_remove(DEFAULT_VERSION_SEQ_FIELD);
             assert!(
-                stamped.as_ref().is_some_and(Value::is_i64),
+                packed.as_ref().is_some_and(Value::is_i64)
+                    || [lsn, seq]
+                        .iter()
+                        .all(|f| f.as_ref().is_some_and(Value::is_i64)),
                 "{id}: every document carries its version: {source}"
             );
             (id, (h["_version"].as_i64().expect("_version"), source))
@@ -1204,4 +1211,191 @@ async fn a_column_type_the_mapping_refuses_moves_the_index_to_a_new_generation()
     assert_eq!(concrete_indexes(&topic).await, vec![generation.clone()]);
     assert_eq!(documents(&topic).await.len(), 4);
     delete_index(&generation).await;
+}
+
+/// The rows of `index` without the sink's bookkeeping: id -> source.
+async fn rows(index: &str) -> BTreeMap<String, Value> {
+    documents(index)
+        .await
+        .into_iter()
+        .map(|(id, (_, source))| (id, source))
+        .collect()
+}
+
+/// Inserts, updates, deletes, replays, an older event after a newer one and a
+/// truncate, all at commit LSNs starting at `base`: the index ends equal to
+/// the table whatever the size of the LSN.
+async fn changes_at(base: u64) {
+    let topic = unique("es_lsn_space");
+    let sink = ElasticsearchSink::connect(&sink_config(""))
+        .await
+        .expect("sink");
+    let row = |id: u64, n: u64| json!({"id": id, "n": n});
+    let insert1 = (1, change("c", 1, base, 1, row(1, 0)));
+    let update1 = (1, change("u", 1, base + 64, 3, row(1, 1)));
+    let insert2 = (2, change("c", 2, base, 2, row(2, 0)));
+    let delete2 = (2, change("d", 2, base + 64, 1, Value::Null));
+    let insert3 = (3, change("c", 3, base + 64, 4, row(3, 0)));
+    sink.apply(&batch_of(&topic, vec![insert1.clone(), insert2.clone()], 0))
+        .await
+        .expect("inserts");
+    sink.apply(&batch_of(
+        &topic,
+        vec![update1.clone(), delete2.clone(), insert3],
+        2,
+    ))
+    .await
+    .expect("update and delete");
+    let want = BTreeMap::from([("1".to_owned(), row(1, 1)), ("3".to_owned(), row(3, 0))]);
+    assert_eq!(rows(&topic).await, want);
+    // Older events after newer ones, alone and as a replayed batch.
+    sink.apply(&batch_of(&topic, vec![insert1.clone()], 0))
+        .await
+        .expect("older insert");
+    sink.apply(&batch_of(&topic, vec![insert2.clone()], 1))
+        .await
+        .expect("older insert of a deleted row");
+    sink.apply(&batch_of(
+        &topic,
+        vec![insert1, insert2, update1, delete2],
+        0,
+    ))
+    .await
+    .expect("replay");
+    assert_eq!(rows(&topic).await, want, "older events change nothing");
+    // Same LSN, next ordinal: newer.
+    let update3 = (3, change("u", 3, base + 64, 5, row(3, 1)));
+    sink.apply(&batch_of(&topic, vec![update3], 5))
+        .await
+        .expect("next ordinal");
+    // One transaction deletes row 3 and inserts it again, in two batches:
+    // the delete's tombstone must not refuse the newer insert.
+    let delete3 = (3, change("d", 3, base + 64, 6, Value::Null));
+    let insert3 = (3, change("c", 3, base + 64, 7, row(3, 2)));
+    sink.apply(&batch_of(&topic, vec![delete3.clone()], 6))
+        .await
+        .expect("delete in the transaction");
+    sink.apply(&batch_of(&topic, vec![insert3.clone()], 7))
+        .await
+        .expect("insert again in the transaction");
+    sink.apply(&batch_of(&topic, vec![delete3, insert3], 6))
+        .await
+        .expect("replay of both");
+    assert_eq!(
+        rows(&topic).await,
+        BTreeMap::from([("1".to_owned(), row(1, 1)), ("3".to_owned(), row(3, 2))]),
+        "the row inserted again after its delete is there"
+    );
+    // A truncate between the rows: row 1 (older) goes, row 4 (newer) stays.
+    let insert4 = (4, change("c", 4, base + 255, 0, row(4, 0)));
+    sink.apply(&partition_batch(
+        &topic,
+        0,
+        vec![(None, truncate_change(base + 128, 0)), (Some(4), insert4.1)],
+        8,
+    ))
+    .await
+    .expect("truncate");
+    assert_eq!(
+        rows(&topic).await,
+        BTreeMap::from([("4".to_owned(), row(4, 0))]),
+        "the truncate removed the rows older than it"
+    );
+    delete_index(&topic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_at_lsns_just_above_2_to_the_43_are_applied() {
+    changes_at((1 << 43) + 8).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_at_the_top_of_the_lsn_space_are_applied() {
+    // The last one at FFFFFFFF/FFFFFFFF.
+    changes_at(u64::MAX - 255).await;
+}
+
+/// A document as an earlier sink version wrote it: external version
+/// `lsn << 20 | seq`, also in the `__oncely_version` field.
+async fn write_packed(index: &str, id: u64, lsn: u64, seq: u64, row: Value) {
+    let packed = (lsn << 20) | seq;
+    let mut source = row;
+    source[DEFAULT_VERSION_FIELD] = json!(packed);
+    let response = es()
+        .index(elasticsearch::IndexParts::IndexId(index, &id.to_string()))
+        .version(packed as i64)
+        .version_type(elasticsearch::params::VersionType::External)
+        .body(source)
+        .send()
+        .await
+        .expect("index");
+    assert!(response.status_code().is_success(), "{response:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_written_by_the_old_packing_goes_on_below_and_above_2_to_the_43() {
+    let topic = unique("es_packed");
+    let row = |id: u64, n: u64| json!({"id": id, "n": n});
+    for id in 1..=5 {
+        write_packed(&topic, id, 1_000, id, row(id, 0)).await;
+    }
+    let sink = ElasticsearchSink::connect(&sink_config(""))
+        .await
+        .expect("sink");
+    let high = 1u64 << 44;
+    sink.apply(&batch_of(
+        &topic,
+        vec![
+            // Older than the stored document: kept out.
+            (1, change("u", 1, 900, 0, row(1, 9))),
+            // Newer, below 2^43.
+            (2, change("u", 2, 2_000, 0, row(2, 1))),
+            // Newer, above 2^43.
+            (3, change("u", 3, high, 0, row(3, 1))),
+            // A delete above 2^43, then the row again.
+            (4, change("d", 4, high, 1, Value::Null)),
+        ],
+        0,
+    ))
+    .await
+    .expect("new events on old documents");
+    sink.apply(&batch_of(
+        &topic,
+        vec![(4, change("c", 4, high + 64, 0, row(4, 1)))],
+        4,
+    ))
+    .await
+    .expect("the deleted row again");
+    sink.apply(&batch_of(
+        &topic,
+        vec![(2, change("u", 2, high, 2, row(2, 2)))],
+        5,
+    ))
+    .await
+    .expect("a second change above 2^43");
+    assert_eq!(
+        rows(&topic).await,
+        BTreeMap::from([
+            ("1".to_owned(), row(1, 0)),
+            ("2".to_owned(), row(2, 2)),
+            ("3".to_owned(), row(3, 1)),
+            ("4".to_owned(), row(4, 1)),
+            ("5".to_owned(), row(5, 0)),
+        ])
+    );
+    // A truncate above 2^43 removes the documents of the old packing (1, 5)
+    // and the older new ones (2, 3), and keeps the newer one (4).
+    sink.apply(&partition_batch(
+        &topic,
+        0,
+        vec![(None, truncate_change(high + 32, 0))],
+        6,
+    ))
+    .await
+    .expect("truncate");
+    assert_eq!(
+        rows(&topic).await,
+        BTreeMap::from([("4".to_owned(), row(4, 1))])
+    );
+    delete_index(&topic).await;
 }

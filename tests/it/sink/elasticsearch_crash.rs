@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use elasticsearch::http::transport::Transport;
 use elasticsearch::indices::{IndicesDeleteParts, IndicesRefreshParts};
 use elasticsearch::{Elasticsearch, SearchParts};
-use oncely_sinks::kinds::elasticsearch::config::DEFAULT_VERSION_FIELD;
+use oncely_sinks::kinds::elasticsearch::config::{
+    DEFAULT_VERSION_LSN_FIELD, DEFAULT_VERSION_SEQ_FIELD,
+};
 use serde_json::{json, Value};
 
 use crate::harness::capture::{kill9, terminate, CaptureEnv};
@@ -51,9 +53,9 @@ async fn documents(client: &Elasticsearch, index: &str) -> anyhow::Result<BTreeM
         .filter_map(|h| {
             let mut source = h["_source"].clone();
             // Every document carries its version beside the row's columns.
-            source
-                .as_object_mut()?
-                .shift_remove(DEFAULT_VERSION_FIELD)?;
+            let source_map = source.as_object_mut()?;
+            source_map.shift_remove(DEFAULT_VERSION_LSN_FIELD)?;
+            source_map.shift_remove(DEFAULT_VERSION_SEQ_FIELD)?;
             Some((h["_id"].as_str()?.to_owned(), source))
         })
         .collect())

@@ -1,9 +1,11 @@
 //! Bulk requests: NDJSON bodies bounded by count and bytes, versioned actions,
 //! and the per-item outcome.
 //!
-//! Every action carries `version_type = external`: Elasticsearch applies it only
-//! when the version is greater than the stored one (or tombstone), so a batch
-//! applied again is harmless and an older change can never overwrite a newer one.
+//! Every action carries `version_type = external` (see [`super::version`] for
+//! the number): Elasticsearch applies it only when it is greater than the
+//! stored one (or tombstone); a refused item is reported as a conflict, for
+//! the caller to read the document again. Every document carries its event
+//! version in the version fields.
 
 use ::elasticsearch::params::Refresh;
 use ::elasticsearch::{BulkParts, Elasticsearch};
@@ -15,6 +17,8 @@ use super::error::{
     classify_item, error_fields, exceeds_indexing_limit, Class, EsError, OpKind,
     INDEXING_LIMIT_HINT, REJECTED,
 };
+use super::version::flip;
+use crate::event::Version;
 
 /// The only response fields read: keeps bulk responses small.
 const FILTER_PATH: &[&str] = &[
@@ -35,6 +39,17 @@ pub struct ItemMeta {
     pub op: OpKind,
     /// The record dead-lettered if the item is rejected.
     pub offset: i64,
+    /// The caller's number for the item (which write it is).
+    pub slot: usize,
+}
+
+/// The names of the version fields every document carries.
+#[derive(Debug, Clone, Copy)]
+pub struct VersionFields<'a> {
+    /// `version.lsn.field`.
+    pub lsn: &'a str,
+    /// `version.seq.field`.
+    pub seq: &'a str,
 }
 
 /// One bulk request being filled.
@@ -68,6 +83,11 @@ impl Chunk {
         self.is_empty() || (self.len() < max_actions && self.bytes + extra <= max_bytes)
     }
 
+    /// Who the actions are, in order.
+    pub fn items(&self) -> &[ItemMeta] {
+        &self.items
+    }
+
     /// Adds an encoded action.
     pub fn push(&mut self, action: Encoded) {
         self.bytes += action.len();
@@ -88,6 +108,11 @@ pub struct Encoded {
 }
 
 impl Encoded {
+    /// Sets the caller's number for the item ([`ItemMeta::slot`]).
+    pub fn set_slot(&mut self, slot: usize) {
+        self.meta.slot = slot;
+    }
+
     /// Bytes on the wire, newlines included.
     pub fn len(&self) -> usize {
         self.action.len() + 1 + self.source.as_ref().map_or(0, |s| s.len() + 1)
@@ -99,13 +124,14 @@ impl Encoded {
     }
 }
 
-/// Encodes a versioned `index` (with `doc`, which gets `version_field` =
-/// `version` unless the field is empty) or `delete` (without).
+/// Encodes an `index` (with `doc`, which gets the version fields of
+/// `version`) or `delete` (without) at external version `external`.
 pub fn encode(
     meta: ItemMeta,
-    version: i64,
+    external: i64,
+    version: Version,
     doc: Option<&Map<String, Value>>,
-    version_field: &str,
+    fields: VersionFields<'_>,
 ) -> Result<Encoded, serde_json::Error> {
     let verb = match meta.op {
         OpKind::Index => "index",
@@ -119,24 +145,23 @@ pub fn encode(
     action.extend_from_slice(b",\"_id\":");
     push_json_str(&mut action, &meta.id);
     action.extend_from_slice(b",\"version\":");
-    action.extend_from_slice(version.to_string().as_bytes());
+    action.extend_from_slice(external.to_string().as_bytes());
     action.extend_from_slice(b",\"version_type\":\"external\"}}");
     let source = doc
         .map(|d| {
+            // `{...}` becomes `{...,"<lsn>":<l>,"<seq>":<s>}`: the version as
+            // searchable fields, without copying the document to add them
+            // (the plan refuses rows with columns of those names).
             let mut source = serde_json::to_vec(d)?;
-            if version_field.is_empty() {
-                return Ok(source);
-            }
-            // `{...}` becomes `{...,"<field>":<version>}`: the version as a
-            // searchable field, without copying the document to add it (the
-            // plan refuses rows with a column of that name).
             source.pop();
-            if source.len() > 1 {
-                source.push(b',');
+            for (name, value) in [(fields.lsn, version.lsn), (fields.seq, version.seq)] {
+                if source.len() > 1 {
+                    source.push(b',');
+                }
+                push_json_str(&mut source, name);
+                source.push(b':');
+                source.extend_from_slice(flip(value).to_string().as_bytes());
             }
-            push_json_str(&mut source, version_field);
-            source.push(b':');
-            source.extend_from_slice(version.to_string().as_bytes());
             source.push(b'}');
             Ok::<_, serde_json::Error>(source)
         })
@@ -185,12 +210,23 @@ struct ItemError {
 /// Items of a request that were not settled, each with its error (class inside).
 pub type Failures = Vec<(ItemMeta, EsError)>;
 
-/// Sends `chunk`; `Err` when the request as a whole failed, else the unsettled items.
+/// The outcome of a request's items.
+#[derive(Debug, Default)]
+pub struct Sent {
+    /// Items not settled, each with its error (class inside).
+    pub failures: Failures,
+    /// Items refused for their external version (409): the stored one is at
+    /// or above it.
+    pub conflicts: Vec<ItemMeta>,
+}
+
+/// Sends `chunk`; `Err` when the request as a whole failed, else the items'
+/// outcome.
 pub async fn send(
     client: &Elasticsearch,
     chunk: Chunk,
     refresh: RefreshPolicy,
-) -> Result<Failures, EsError> {
+) -> Result<Sent, EsError> {
     let Chunk { lines, items, .. } = chunk;
     let refresh = match refresh {
         RefreshPolicy::False => Refresh::False,
@@ -230,9 +266,17 @@ pub async fn send(
                 },
                 1,
             ) if ty == REJECTED && exceeds_indexing_limit(&reason).is_some() => {
-                let meta = items.into_iter().next().expect("one item");
+                let Some(meta) = items.into_iter().next() else {
+                    return Err(EsError::Response {
+                        what: "bulk",
+                        reason: "one item expected".into(),
+                    });
+                };
                 let error = too_large(&meta, status, ty, &reason);
-                Ok(vec![(meta, error)])
+                Ok(Sent {
+                    failures: vec![(meta, error)],
+                    conflicts: Vec::new(),
+                })
             }
             (error, _) => Err(error),
         };
@@ -247,11 +291,11 @@ pub async fn send(
             reason: format!("{} items for {} actions", parsed.items.len(), items.len()),
         });
     }
-    let mut failures = Vec::new();
+    let mut sent = Sent::default();
     // `errors` is false for a versioned delete of an absent document (404) too:
     // anything but an all-2xx response is classified item by item.
     if !parsed.errors && parsed.items.iter().all(|i| i.index.status < 300) {
-        return Ok(failures);
+        return Ok(sent);
     }
     for (meta, item) in items.into_iter().zip(parsed.items) {
         let result = item.index;
@@ -261,11 +305,14 @@ pub async fn send(
             .unwrap_or((None, String::new()));
         let class = classify_item(meta.op, result.status, kind.as_deref(), &reason);
         if class == Class::Settled {
+            if result.status == 409 {
+                sent.conflicts.push(meta);
+            }
             continue;
         }
         if result.status == 429 && class == Class::Record {
             let error = too_large(&meta, result.status, kind.unwrap_or_default(), &reason);
-            failures.push((meta, error));
+            sent.failures.push((meta, error));
             continue;
         }
         let error = EsError::Item {
@@ -276,9 +323,9 @@ pub async fn send(
             reason,
             class,
         };
-        failures.push((meta, error));
+        sent.failures.push((meta, error));
     }
-    Ok(failures)
+    Ok(sent)
 }
 
 /// The dead-letter error of a document over the indexing-pressure limit.
@@ -319,23 +366,37 @@ mod tests {
             id: "7".into(),
             op,
             offset: 3,
+            slot: 0,
         }
     }
+
+    const FIELDS: VersionFields<'static> = VersionFields {
+        lsn: "__l",
+        seq: "__s",
+    };
 
     #[test]
     fn actions_are_versioned_ndjson() {
         let mut doc = Map::new();
         doc.insert("a".into(), Value::from(1));
-        let e = encode(meta(OpKind::Index), 42, Some(&doc), "__v").expect("encode");
+        let v = Version::new(u64::MAX, 1);
+        let e = encode(meta(OpKind::Index), 42, v, Some(&doc), FIELDS).expect("encode");
         let action: Value = serde_json::from_slice(&e.action).expect("json");
         assert_eq!(
             action,
             serde_json::json!({"index": {"_index": "in\"dex", "_id": "7", "version": 42, "version_type": "external"}})
         );
-        assert_eq!(e.source.as_deref(), Some(&b"{\"a\":1,\"__v\":42}"[..]));
-        let empty = encode(meta(OpKind::Index), 7, Some(&Map::new()), "__v").expect("encode");
-        assert_eq!(empty.source.as_deref(), Some(&b"{\"__v\":7}"[..]));
-        let d = encode(meta(OpKind::Delete), 43, None, "__v").expect("encode");
+        let source: Value =
+            serde_json::from_slice(e.source.as_deref().expect("source")).expect("json");
+        assert_eq!(
+            source,
+            serde_json::json!({"a": 1, "__l": i64::MAX, "__s": i64::MIN + 1})
+        );
+        let empty = encode(meta(OpKind::Index), 7, v, Some(&Map::new()), FIELDS).expect("encode");
+        let source: Value =
+            serde_json::from_slice(empty.source.as_deref().expect("source")).expect("json");
+        assert_eq!(source.as_object().map(Map::len), Some(2));
+        let d = encode(meta(OpKind::Delete), 43, v, None, FIELDS).expect("encode");
         let action: Value = serde_json::from_slice(&d.action).expect("json");
         assert_eq!(action["delete"]["version"], 43);
         assert!(d.source.is_none());
@@ -345,7 +406,7 @@ mod tests {
     #[test]
     fn chunks_close_on_count_and_bytes() {
         let mut c = Chunk::default();
-        let e = encode(meta(OpKind::Delete), 1, None, "__v").expect("encode");
+        let e = encode(meta(OpKind::Delete), 1, Version::new(0, 1), None, FIELDS).expect("encode");
         let n = e.len();
         assert!(c.fits(n, 2, n * 2));
         c.push(e);

@@ -27,9 +27,16 @@ pub const DEFAULT_BULK_MAX_BYTES: usize = 5 * 1024 * 1024;
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// Default `soft.delete.field`.
 pub const DEFAULT_SOFT_DELETE_FIELD: &str = "__deleted";
-/// Default `version.field`: the document field holding the event's external
-/// version, searchable, so a truncate can delete the documents older than it.
+/// Default `version.field`: the `long` field documents written by earlier
+/// sink versions carry their packed version in (read by truncates; no
+/// longer written).
 pub const DEFAULT_VERSION_FIELD: &str = "__oncely_version";
+/// Default `version.lsn.field`: the document field holding the LSN of its
+/// version (see [`super::version`]).
+pub const DEFAULT_VERSION_LSN_FIELD: &str = "__oncely_lsn";
+/// Default `version.seq.field`: the document field holding the event ordinal
+/// of its version.
+pub const DEFAULT_VERSION_SEQ_FIELD: &str = "__oncely_seq";
 /// Default `version.seq.bits` (see [`super::version`]).
 pub const DEFAULT_SEQ_BITS: u32 = 20;
 /// Default `template.name`.
@@ -148,13 +155,25 @@ pub struct ElasticsearchConfig {
     /// `soft.delete.field`: the flag written in `soft` mode (`false` on live documents).
     #[serde(rename = "soft.delete.field", default = "default_soft_field")]
     pub soft_delete_field: String,
-    /// `version.seq.bits`: bits of the external version given to the event ordinal.
+    /// `version.seq.bits`: the ordinal bits of the old packing
+    /// `lsn << bits | seq` that the external versions of LSNs below
+    /// 2^(62 - bits) still follow (see [`super::version`]); must stay what
+    /// the index was written with.
     #[serde(rename = "version.seq.bits", default = "default_seq_bits")]
     pub seq_bits: u32,
-    /// `version.field`: the field every document carries its external version
-    /// in (a `long`); empty: none, and truncates are dead-lettered.
+    /// `version.field`: the `long` field documents written by earlier sink
+    /// versions carry their packed version in; read by truncates, no longer
+    /// written. Empty: no such documents are told apart.
     #[serde(rename = "version.field", default = "default_version_field")]
     pub version_field: String,
+    /// `version.lsn.field`: the `long` field every document carries the LSN
+    /// of its version in (top bit flipped, see [`super::version::flip`]).
+    #[serde(rename = "version.lsn.field", default = "default_version_lsn_field")]
+    pub version_lsn_field: String,
+    /// `version.seq.field`: the `long` field every document carries the
+    /// event ordinal of its version in (top bit flipped).
+    #[serde(rename = "version.seq.field", default = "default_version_seq_field")]
+    pub version_seq_field: String,
     /// `template.file`: a JSON composable index template body, installed at start.
     #[serde(rename = "template.file", default)]
     pub template_file: Option<PathBuf>,
@@ -209,6 +228,12 @@ fn default_seq_bits() -> u32 {
 fn default_version_field() -> String {
     DEFAULT_VERSION_FIELD.into()
 }
+fn default_version_lsn_field() -> String {
+    DEFAULT_VERSION_LSN_FIELD.into()
+}
+fn default_version_seq_field() -> String {
+    DEFAULT_VERSION_SEQ_FIELD.into()
+}
 fn default_template_name() -> String {
     DEFAULT_TEMPLATE_NAME.into()
 }
@@ -217,6 +242,19 @@ fn yes() -> bool {
 }
 
 impl ElasticsearchConfig {
+    /// The version fields of documents (the ones the sink writes and the one
+    /// earlier versions wrote), which no column may be named like and readers
+    /// of rows leave out.
+    pub fn bookkeeping_fields(&self) -> impl Iterator<Item = &str> {
+        [
+            self.version_field.as_str(),
+            self.version_lsn_field.as_str(),
+            self.version_seq_field.as_str(),
+        ]
+        .into_iter()
+        .filter(|f| !f.is_empty())
+    }
+
     /// Checks the values; errors name `sink.<key>`.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let url = self.url.trim();
@@ -282,10 +320,31 @@ impl ElasticsearchConfig {
                  Elasticsearch's metadata fields), or empty",
             ));
         }
-        if self.delete_mode == DeleteMode::Soft && self.soft_delete_field == self.version_field {
+        for (key, field) in [
+            ("sink.version.lsn.field", &self.version_lsn_field),
+            ("sink.version.seq.field", &self.version_seq_field),
+        ] {
+            if field.trim().is_empty()
+                || field.trim() != field
+                || (field.starts_with('_') && !field.starts_with("__"))
+            {
+                return Err(ConfigError::new(
+                    key,
+                    "must be a field name (every document carries its version there; no \
+                     surrounding spaces; one leading `_` is reserved for Elasticsearch's \
+                     metadata fields)",
+                ));
+            }
+        }
+        let mut fields = self.bookkeeping_fields().collect::<Vec<_>>();
+        if self.delete_mode == DeleteMode::Soft {
+            fields.push(&self.soft_delete_field);
+        }
+        if (1..fields.len()).any(|i| fields[..i].contains(&fields[i])) {
             return Err(ConfigError::new(
-                "sink.version.field",
-                "must differ from `soft.delete.field`",
+                "sink.version.lsn.field",
+                "`version.field`, `version.lsn.field`, `version.seq.field` and (soft deletes) \
+                 `soft.delete.field` must differ",
             ));
         }
         if self.template_name.trim().is_empty() {
@@ -369,6 +428,19 @@ mod tests {
         assert!(e.contains("sink.version.seq.bits"), "{e}");
         let e = parse("username = \"u\"\n").expect_err("password");
         assert!(e.contains("sink.password"), "{e}");
+        let e = parse("version.lsn.field = \"\"\n").expect_err("no lsn field");
+        assert!(e.contains("sink.version.lsn.field"), "{e}");
+        let e = parse("version.seq.field = \"_seq\"\n").expect_err("metadata name");
+        assert!(e.contains("sink.version.seq.field"), "{e}");
+        let e = parse("version.seq.field = \"__oncely_lsn\"\n").expect_err("same field");
+        assert!(e.contains("must differ"), "{e}");
+        let e = parse("delete.mode = \"soft\"\nsoft.delete.field = \"__oncely_seq\"\n")
+            .expect_err("flag on a version field");
+        assert!(e.contains("must differ"), "{e}");
+        // Empty: no documents of the old packing are told apart.
+        let c = parse("version.field = \"\"\n").expect("no old field");
+        let fields: Vec<&str> = c.bookkeeping_fields().collect();
+        assert_eq!(fields, ["__oncely_lsn", "__oncely_seq"]);
     }
 
     #[test]

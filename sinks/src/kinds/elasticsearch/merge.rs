@@ -1,21 +1,28 @@
-//! Writes that need the stored document: unchanged TOAST values and soft deletes.
+//! What the index holds for the documents a batch writes, and the writes
+//! that need it: the version check, unchanged TOAST values, soft deletes.
 //!
-//! Elasticsearch's `_update` takes no external version, so the sink reads the
-//! stored documents (`_mget`), merges on the client and indexes the result with
-//! the event's external version — the version check stays with Elasticsearch.
-//! A stored version at or above the event's means the event is stale: the write
-//! is dropped (it would be a 409 anyway).
+//! A write whose document Elasticsearch refused (409), and one that needs
+//! the stored source, reads the stored document (`_mget`, at most
+//! `bulk.max.actions` ids per request): its external version and its event
+//! version (see [`super::version`]), and its source where the write needs it.
+//! A stored version at or above the event's means the event is stale: the
+//! write is dropped. Otherwise the write goes out at
+//! [`next_external`](super::version::next_external) of the stored external
+//! version; if anything changed the document meanwhile Elasticsearch
+//! answers 409 and the write is read and decided again. Any other write goes
+//! out first without a read, at the clock of its version alone: taken only
+//! over a smaller external version, whose event is older (the clock never
+//! decreases).
+//!
+//! Elasticsearch's `_update` takes no external version, so values unavailable
+//! in the event (unchanged TOAST) and soft deletes are merged on the client
+//! from the stored source and indexed whole.
 //!
 //! **Limit:** a value unavailable in the event and absent from the stored
 //! document (the sink started after the row's last full image, or the stored
 //! document was deleted) cannot be known: the field is left out and a warning
 //! names the document (never the values).
-//!
-//! Only one writer applies a given key at a time (one partition, one batch at a
-//! time), so nothing changes the document between the read and the write except
-//! a zombie runner during a rebalance; its older versions still lose to ours.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use ::elasticsearch::{Elasticsearch, MgetParts};
@@ -23,10 +30,11 @@ use oncely_core::log_limit::LogLimit;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::bulk::status_error;
+use super::bulk::{status_error, VersionFields};
 use super::error::{Class, EsError};
 use super::plan::{Action, Write};
-use crate::event::replaces;
+use super::version::{unflip, unpack};
+use crate::event::Version;
 
 #[derive(Deserialize)]
 struct MgetResponse {
@@ -49,28 +57,49 @@ struct MgetDoc {
 /// document, so rate-limited (issue 20: hundreds of lines a second).
 static LEFT_OUT: LogLimit = LogLimit::new(Duration::from_secs(10), 5);
 
-/// A stored document: its version and source.
-type Stored = (i64, Map<String, Value>);
+/// A stored document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stored {
+    /// Its external version.
+    pub external: i64,
+    /// Its event version: from the version fields, or (written by an
+    /// earlier sink version) unpacked from the external version.
+    pub version: Version,
+    /// Its source without the version fields, when the write needs it.
+    pub source: Option<Map<String, Value>>,
+}
 
-/// Resolves every write that [`Write::needs_stored`] into a plain index (or drops
-/// it when the stored version is already newer). Reads at most `per_request` ids per `_mget`.
-pub async fn resolve(
+/// How to read stored documents.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadSpec<'a> {
+    /// The version fields.
+    pub fields: VersionFields<'a>,
+    /// `version.field` (left out of sources), may be empty.
+    pub legacy_field: &'a str,
+    /// `version.seq.bits`, to unpack the versions of earlier documents.
+    pub seq_bits: u32,
+    /// Ids per `_mget`.
+    pub per_request: usize,
+}
+
+/// What the index holds for each of `writes` (`None`: absent).
+pub async fn read(
     client: &Elasticsearch,
-    writes: &mut Vec<Write<'_>>,
-    per_request: usize,
-    (flag, version_field): (&str, &str),
-) -> Result<(), EsError> {
-    let wanted: Vec<usize> = (0..writes.len())
-        .filter(|&i| writes[i].needs_stored())
-        .collect();
-    if wanted.is_empty() {
-        return Ok(());
-    }
-    let mut stored: HashMap<usize, Option<Stored>> = HashMap::with_capacity(wanted.len());
-    for part in wanted.chunks(per_request.max(1)) {
+    writes: &[&Write<'_>],
+    spec: ReadSpec<'_>,
+) -> Result<Vec<Option<Stored>>, EsError> {
+    let mut out = Vec::with_capacity(writes.len());
+    for part in writes.chunks(spec.per_request.max(1)) {
         let docs: Vec<Value> = part
             .iter()
-            .map(|&i| json!({"_index": writes[i].index, "_id": writes[i].id}))
+            .map(|w| {
+                let source = if w.needs_stored() {
+                    json!(true)
+                } else {
+                    json!([spec.fields.lsn, spec.fields.seq])
+                };
+                json!({"_index": w.index, "_id": w.id, "_source": source})
+            })
             .collect();
         let found = mget(client, docs).await?;
         if found.len() != part.len() {
@@ -79,32 +108,44 @@ pub async fn resolve(
                 reason: format!("{} docs for {} ids", found.len(), part.len()),
             });
         }
-        stored.extend(part.iter().copied().zip(found));
-    }
-    let mut stale = vec![false; writes.len()];
-    for (i, found) in stored {
-        let w = &mut writes[i];
-        if let Some((version, _)) = &found {
-            if !replaces(w.version, *version) {
-                stale[i] = true;
-                continue;
-            }
+        for (w, doc) in part.iter().zip(found) {
+            out.push(
+                doc.map(|(external, source)| stored(external, source, w.needs_stored(), spec)),
+            );
         }
-        // The stored version field is written again from the new version.
-        let source = found.map(|(_, mut source)| {
-            if !version_field.is_empty() {
-                source.shift_remove(version_field);
-            }
-            source
-        });
-        merge(w, source, flag);
     }
-    let mut i = 0;
-    writes.retain(|_| {
-        i += 1;
-        !stale[i - 1]
-    });
-    Ok(())
+    Ok(out)
+}
+
+/// The stored document of `external` and `source` (see [`Stored`]).
+pub fn stored(
+    external: i64,
+    mut source: Map<String, Value>,
+    keep_source: bool,
+    spec: ReadSpec<'_>,
+) -> Stored {
+    let lsn = source.shift_remove(spec.fields.lsn);
+    let seq = source.shift_remove(spec.fields.seq);
+    let version = match (lsn.and_then(|v| v.as_i64()), seq.and_then(|v| v.as_i64())) {
+        (Some(lsn), Some(seq)) => Version::new(unflip(lsn), unflip(seq)),
+        _ => unpack(external, spec.seq_bits),
+    };
+    if !spec.legacy_field.is_empty() {
+        source.shift_remove(spec.legacy_field);
+    }
+    Stored {
+        external,
+        version,
+        source: keep_source.then_some(source),
+    }
+}
+
+/// Fills `w`'s unavailable values (and soft delete) from `stored`, making it
+/// a plain index or delete.
+pub fn resolve(w: &mut Write<'_>, stored: Option<Map<String, Value>>, flag: &str) {
+    if w.needs_stored() {
+        merge(w, stored, flag);
+    }
 }
 
 /// Fills `w` from the stored source and turns it into a plain index.
@@ -150,8 +191,12 @@ fn merge(w: &mut Write<'_>, stored: Option<Map<String, Value>>, flag: &str) {
     }
 }
 
-/// One `_mget`: for each requested doc, its version and source, or `None` when absent.
-async fn mget(client: &Elasticsearch, docs: Vec<Value>) -> Result<Vec<Option<Stored>>, EsError> {
+/// One `_mget`: for each requested doc, its external version and source, or
+/// `None` when absent.
+async fn mget(
+    client: &Elasticsearch,
+    docs: Vec<Value>,
+) -> Result<Vec<Option<(i64, Map<String, Value>)>>, EsError> {
     let response = client
         .mget(MgetParts::None)
         .body(json!({ "docs": docs }))
@@ -191,10 +236,10 @@ async fn mget(client: &Elasticsearch, docs: Vec<Value>) -> Result<Vec<Option<Sto
                 class: Class::Retriable,
             }),
             None if d.found => match (d.version, d.source) {
-                (Some(v), Some(s)) => Ok(Some((v, s))),
+                (Some(v), s) => Ok(Some((v, s.unwrap_or_default()))),
                 _ => Err(EsError::Response {
                     what: "mget",
-                    reason: "a found document without _version or _source".into(),
+                    reason: "a found document without _version".into(),
                 }),
             },
             None => Ok(None),
@@ -234,7 +279,7 @@ mod tests {
                 let mut w = Write {
                     index: "shop.public.docs".into(),
                     id: i.to_string(),
-                    version: 1,
+                    version: Version::new(1, 0),
                     action: Action::Index {
                         doc: Cow::Owned(Map::new()),
                         missing: vec!["body".into()],

@@ -133,8 +133,8 @@ impl Mirror for ElasticsearchMirror {
                 }
                 let mut source = d["_source"].as_object().cloned().unwrap_or_default();
                 // Every document carries its version beside the columns.
-                if !self.config.version_field.is_empty() {
-                    source.shift_remove(&self.config.version_field);
+                for field in self.config.bookkeeping_fields() {
+                    source.shift_remove(field);
                 }
                 if self.soft() {
                     let flag = source.shift_remove(&self.config.soft_delete_field);

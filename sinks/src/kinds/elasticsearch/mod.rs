@@ -3,9 +3,12 @@
 //!
 //! * **Documents.** Index from `index.pattern` (default `{topic}`), `_id` = the
 //!   primary key (see [`plan::document_id`]), `_source` = the row (`after`).
-//! * **Versions.** Every write is a bulk action with `version_type = external`
-//!   and the event's version packed by [`version`]; Elasticsearch itself
-//!   rejects an older or repeated change (a per-item 409, counted as settled).
+//! * **Versions.** Every document carries its exact event version. A write
+//!   goes out as a bulk action with `version_type = external` at its
+//!   version's clock ([`version`]); one Elasticsearch refuses (409) reads the
+//!   stored version ([`merge`]), is dropped if not newer, else goes out just
+//!   above the stored number — and is read again if the document changed
+//!   meanwhile, at most [`MAX_ROUNDS`] rounds a batch.
 //! * **Positions** are not owned: the runner commits offsets to Kafka after
 //!   `apply` returned `Ok`, i.e. after every item of the batch is settled
 //!   (applied, or stale). A crash replays the uncommitted tail; the versions
@@ -46,9 +49,12 @@ pub mod mapping;
 pub mod merge;
 pub mod mirror;
 pub mod plan;
+pub mod tombstones;
 pub mod truncate;
 pub mod values;
 pub mod version;
+
+use std::collections::HashSet;
 
 use ::elasticsearch::auth::Credentials;
 use ::elasticsearch::cert::{Certificate, CertificateValidation};
@@ -60,9 +66,11 @@ use ::elasticsearch::Elasticsearch;
 use async_trait::async_trait;
 use oncely_core::redact_url;
 
-use self::bulk::{encode, Chunk, ItemMeta};
+use self::bulk::{encode, Chunk, ItemMeta, VersionFields};
 use self::error::{Class, EsError, OpKind};
-use self::plan::{event_index, plan_with, Action};
+use self::merge::ReadSpec;
+use self::plan::{event_index, plan_with, Action, Write};
+use self::version::next_external;
 use crate::error::{RecordFailure, SinkError};
 use crate::naming::TargetClaims;
 use crate::sink::{Batch, Sink};
@@ -85,6 +93,23 @@ impl super::SinkKind for ElasticsearchConfig {
     }
 }
 
+/// Why a write is read again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// Not refused, or refused over a stored document.
+    No,
+    /// Refused while the document read absent: a tombstone at or above its clock.
+    Absent,
+    /// Refused again just above a tombstone this process remembers: a newer
+    /// delete replaced it.
+    AboveTombstone,
+}
+
+/// Read-decide-write rounds of one batch before it is retried as a whole
+/// (each round after the first serves writes whose document another writer
+/// changed between the read and the write).
+pub const MAX_ROUNDS: usize = 8;
+
 /// The `elasticsearch` sink (see the module docs).
 pub struct ElasticsearchSink {
     client: Elasticsearch,
@@ -93,6 +118,8 @@ pub struct ElasticsearchSink {
     claims: TargetClaims,
     /// The indexes seen, and whether the sink created them (see [`mapping`]).
     mappings: mapping::Mappings,
+    /// The deletes applied lately (see [`tombstones`]).
+    tombstones: tombstones::Tombstones,
 }
 
 impl ElasticsearchSink {
@@ -104,6 +131,7 @@ impl ElasticsearchSink {
             config: config.clone(),
             claims: TargetClaims::new("index", "sink.index.pattern"),
             mappings: mapping::Mappings::new(config),
+            tombstones: tombstones::Tombstones::default(),
         };
         sink.check_cluster().await?;
         sink.install_template().await?;
@@ -192,13 +220,136 @@ impl ElasticsearchSink {
         ))
     }
 
-    /// Sends the writes in bulk requests bounded by count and bytes; returns the
-    /// records the cluster refuses, or the first retriable/fatal error.
-    async fn write_all(&self, writes: &[plan::Write<'_>]) -> Result<Vec<RecordFailure>, SinkError> {
-        let (max_actions, max_bytes) = (self.config.bulk_max_actions, self.config.bulk_max_bytes);
+    fn read_spec(&self) -> ReadSpec<'_> {
+        ReadSpec {
+            fields: self.version_fields(),
+            legacy_field: &self.config.version_field,
+            seq_bits: self.config.seq_bits,
+            per_request: self.config.bulk_max_actions,
+        }
+    }
+
+    fn version_fields(&self) -> VersionFields<'_> {
+        VersionFields {
+            lsn: &self.config.version_lsn_field,
+            seq: &self.config.version_seq_field,
+        }
+    }
+
+    /// Applies the writes: rounds of read, decide, write (see the module
+    /// docs); returns the records the cluster refuses, or the first
+    /// retriable/fatal error.
+    async fn write_all(
+        &self,
+        mut pending: Vec<Write<'_>>,
+    ) -> Result<Vec<RecordFailure>, SinkError> {
         let mut rejected = Vec::new();
+        let mut refused = vec![Refused::No; pending.len()];
+        for round in 0..MAX_ROUNDS {
+            if pending.is_empty() {
+                return Ok(rejected);
+            }
+            // The first round reads only for writes that need the stored
+            // source; the others go out at their clock, as over an absent
+            // document (see `merge`).
+            let reads_it = |w: &Write<'_>| round > 0 || w.needs_stored();
+            let reads: Vec<&Write<'_>> = pending.iter().filter(|w| reads_it(w)).collect();
+            let mut stored = if reads.is_empty() {
+                Vec::new()
+            } else {
+                merge::read(&self.client, &reads, self.read_spec()).await?
+            }
+            .into_iter();
+            let mut ready = Vec::with_capacity(pending.len());
+            let mut how = vec![Refused::No; pending.len()];
+            for (slot, w) in pending.iter().enumerate() {
+                let s = if reads_it(w) {
+                    stored.next().flatten()
+                } else {
+                    None
+                };
+                let (external, source) = match s {
+                    // Not newer than the stored document: stale.
+                    Some(s) if !crate::event::replaces(w.version, s.version) => continue,
+                    Some(s) => (Some(s.external), s.source),
+                    None => match refused[slot] {
+                        Refused::No => {
+                            how[slot] = Refused::Absent;
+                            (None, None)
+                        }
+                        // A tombstone at or above the event's clock: a
+                        // delete this process remembers decides (see
+                        // `tombstones`); else the event is taken for older
+                        // than the delete and dropped.
+                        Refused::Absent => match self.tombstones.get(&w.index, &w.id) {
+                            Some((deleted, tombstone))
+                                if crate::event::replaces(w.version, deleted) =>
+                            {
+                                how[slot] = Refused::AboveTombstone;
+                                (Some(tombstone), None)
+                            }
+                            _ => continue,
+                        },
+                        Refused::AboveTombstone => continue,
+                    },
+                };
+                let Some(external) = next_external(external, w.version, self.config.seq_bits)
+                else {
+                    rejected.push(RecordFailure::new(
+                        w.offset,
+                        format!(
+                            "{}/{}: the stored external version is the largest Elasticsearch \
+                             takes (written by the old packing at its last LSN); reindex",
+                            w.index, w.id
+                        ),
+                    ));
+                    continue;
+                };
+                let mut w = w.clone();
+                merge::resolve(&mut w, source, &self.config.soft_delete_field);
+                ready.push((slot, w, external));
+            }
+            let conflicts = self.send_all(&ready, &mut rejected).await?;
+            let failed: HashSet<i64> = rejected.iter().map(|f| f.offset).collect();
+            for (slot, w, external) in &ready {
+                if w.action == Action::Delete
+                    && !conflicts.contains(slot)
+                    && !failed.contains(&w.offset)
+                {
+                    self.tombstones
+                        .record(&w.index, &w.id, w.version, *external);
+                }
+            }
+            let mut next = Vec::with_capacity(conflicts.len());
+            let mut next_refused = Vec::with_capacity(conflicts.len());
+            for slot in conflicts {
+                next_refused.push(how[slot]);
+                next.push(pending[slot].clone());
+            }
+            pending = next;
+            refused = next_refused;
+        }
+        if pending.is_empty() {
+            return Ok(rejected);
+        }
+        Err(SinkError::retriable(format!(
+            "elasticsearch: {} documents changed between every read and write of {MAX_ROUNDS} \
+             rounds (another writer of the same documents?); the batch is retried",
+            pending.len()
+        )))
+    }
+
+    /// Sends `ready` in bulk requests bounded by count and bytes; the slots
+    /// refused for their external version.
+    async fn send_all(
+        &self,
+        ready: &[(usize, Write<'_>, i64)],
+        rejected: &mut Vec<RecordFailure>,
+    ) -> Result<Vec<usize>, SinkError> {
+        let (max_actions, max_bytes) = (self.config.bulk_max_actions, self.config.bulk_max_bytes);
+        let mut conflicts = Vec::new();
         let mut chunk = Chunk::default();
-        for w in writes {
+        for (slot, w, external) in ready {
             let (op, doc) = match &w.action {
                 Action::Index { doc, .. } => (OpKind::Index, Some(doc.as_ref())),
                 Action::Delete => (OpKind::Delete, None),
@@ -210,8 +361,9 @@ impl ElasticsearchSink {
                 id: w.id.clone(),
                 op,
                 offset: w.offset,
+                slot: *slot,
             };
-            let encoded = match encode(meta, w.version, doc, &self.config.version_field) {
+            let encoded = match encode(meta, *external, w.version, doc, self.version_fields()) {
                 Ok(e) => e,
                 Err(e) => {
                     rejected.push(RecordFailure::new(w.offset, format!("not JSON: {e}")));
@@ -219,20 +371,25 @@ impl ElasticsearchSink {
                 }
             };
             if !chunk.fits(encoded.len(), max_actions, max_bytes) {
-                self.send(std::mem::take(&mut chunk), &mut rejected).await?;
+                let full = std::mem::take(&mut chunk);
+                conflicts.extend(self.send(full, rejected).await?);
             }
             chunk.push(encoded);
         }
         if !chunk.is_empty() {
-            self.send(chunk, &mut rejected).await?;
+            conflicts.extend(self.send(chunk, rejected).await?);
         }
-        Ok(rejected)
+        Ok(conflicts)
     }
 
-    async fn send(&self, chunk: Chunk, rejected: &mut Vec<RecordFailure>) -> Result<(), SinkError> {
-        let failures = bulk::send(&self.client, chunk, self.config.refresh).await?;
+    async fn send(
+        &self,
+        chunk: Chunk,
+        rejected: &mut Vec<RecordFailure>,
+    ) -> Result<Vec<usize>, SinkError> {
+        let sent = bulk::send(&self.client, chunk, self.config.refresh).await?;
         let mut worst: Option<EsError> = None;
-        for (meta, e) in failures {
+        for (meta, e) in sent.failures {
             match e.class() {
                 Class::Record => rejected.push(RecordFailure::new(meta.offset, e.to_string())),
                 Class::Fatal => return Err(e.into()),
@@ -242,7 +399,7 @@ impl ElasticsearchSink {
         }
         match worst {
             Some(e) => Err(e.into()),
-            None => Ok(()),
+            None => Ok(sent.conflicts.into_iter().map(|m| m.slot).collect()),
         }
     }
 }
@@ -263,21 +420,21 @@ impl Sink for ElasticsearchSink {
             // Before any write: the runner dead-letters them and hands the rest back.
             return Err(SinkError::Rejected(plan.rejected));
         }
-        let mut writes = plan.writes;
-        merge::resolve(
-            &self.client,
-            &mut writes,
-            self.config.bulk_max_actions,
-            (&self.config.soft_delete_field, &self.config.version_field),
-        )
-        .await?;
-        let mut rejected = self.write_all(&writes).await?;
+        let mut rejected = self.write_all(plan.writes).await?;
         if !rejected.is_empty() {
             // The runner hands the rest back, truncates included.
             return Err(SinkError::Rejected(rejected));
         }
         for t in &plan.truncates {
-            match truncate::apply(&self.client, &self.config, t).await? {
+            let outcome = truncate::apply(
+                &self.client,
+                &self.config,
+                self.read_spec(),
+                &self.tombstones,
+                t,
+            )
+            .await?;
+            match outcome {
                 truncate::Outcome::Refused(reason) => {
                     rejected.push(RecordFailure::new(t.offset, reason));
                 }

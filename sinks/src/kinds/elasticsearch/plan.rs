@@ -1,4 +1,4 @@
-//! From a batch to one write per document: index name, document id, external
+//! From a batch to one write per document: index name, document id, event
 //! version, and what to write.
 //!
 //! Events of one key inside a batch are folded into a single write carrying
@@ -19,9 +19,8 @@ use serde_json::{Map, Value};
 
 use super::config::{DeleteMode, ElasticsearchConfig};
 use super::values::{columns, document, Columns, Format};
-use super::version::external_version;
 use crate::error::RecordFailure;
-use crate::event::{replaces, ChangeEvent, Op};
+use crate::event::{replaces, ChangeEvent, Op, Version};
 use crate::sink::{Batch, Record};
 
 pub use oncely_core::wire::UNAVAILABLE_VALUE;
@@ -57,8 +56,8 @@ pub struct Write<'a> {
     pub index: String,
     /// Document id (the primary key).
     pub id: String,
-    /// External version of the newest event folded in.
-    pub version: i64,
+    /// Version of the newest event folded in.
+    pub version: Version,
     /// The write.
     pub action: Action<'a>,
     /// Offset of the event whose version is written (the one dead-lettered if the write is rejected).
@@ -81,8 +80,8 @@ impl Write<'_> {
 pub struct Truncate {
     /// Target index.
     pub index: String,
-    /// External version of the truncate.
-    pub version: i64,
+    /// Version of the truncate.
+    pub version: Version,
     /// Offset of the truncate record.
     pub offset: i64,
 }
@@ -142,26 +141,14 @@ pub fn plan_with<'a>(
         };
         match event.op {
             Op::Message => continue,
-            Op::Truncate if config.version_field.is_empty() => {
-                out.rejected.push(RecordFailure::new(
-                    record.offset,
-                    "truncate not applied: `sink.version.field` is empty, so documents carry no \
-                     searchable version to find those older than the truncate",
-                ));
-                continue;
-            }
             Op::Truncate => {
-                let index = event_index(&config.index_pattern, batch.topic(), event);
-                match (external_version(event.version, config.seq_bits), index) {
-                    (Ok(version), Ok(index)) => out.truncates.push(Truncate {
+                match event_index(&config.index_pattern, batch.topic(), event) {
+                    Ok(index) => out.truncates.push(Truncate {
                         index,
-                        version,
+                        version: event.version,
                         offset: record.offset,
                     }),
-                    (Err(e), _) => out
-                        .rejected
-                        .push(RecordFailure::new(record.offset, e.to_string())),
-                    (_, Err(e)) => out.rejected.push(RecordFailure::new(record.offset, e)),
+                    Err(e) => out.rejected.push(RecordFailure::new(record.offset, e)),
                 }
                 continue;
             }
@@ -234,14 +221,13 @@ fn write_of<'a>(
         .ok_or("record without a key: the table needs a primary key")?;
     let id = document_id(key)?;
     let index = event_index(&config.index_pattern, batch.topic(), event)?;
-    let version = external_version(event.version, config.seq_bits).map_err(|e| e.to_string())?;
     let columns = columns_of(&index);
     for row in [&event.before, &event.after].into_iter().flatten() {
-        if !config.version_field.is_empty() && row.contains_key(&config.version_field) {
+        if let Some(field) = config.bookkeeping_fields().find(|f| row.contains_key(*f)) {
             return Err(format!(
-                "column `{}` has the name of the field holding the document's version: \
-                 set `sink.version.field` to a name no column uses",
-                config.version_field
+                "column `{field}` has the name of a field holding the document's version: \
+                 set `sink.version.field`, `sink.version.lsn.field` and \
+                 `sink.version.seq.field` to names no column uses"
             ));
         }
     }
@@ -274,7 +260,7 @@ fn write_of<'a>(
     Ok(Write {
         index,
         id,
-        version,
+        version: event.version,
         action,
         offset: record.offset,
     })

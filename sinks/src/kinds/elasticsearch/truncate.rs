@@ -1,24 +1,26 @@
 //! Truncates: the documents of an index whose version is older than the
-//! truncate are removed — a versioned delete at the truncate's version
-//! (`delete.mode = delete`), or, soft, the document indexed again with the
-//! flag set at the truncate's version — found by a search on the version
-//! field every document carries (`version.field`).
+//! truncate are removed — a delete (`delete.mode = delete`), or, soft, the
+//! document indexed again with the flag set and the truncate's version —
+//! found by a search on the version fields every document carries
+//! (`version.lsn.field`, `version.seq.field`; documents an earlier sink
+//! version wrote by `version.field`, the old packing).
 //!
 //! Not `_delete_by_query`: it needs the `reindex` module, which minimal
 //! distributions and locked-down clusters lack, and it deletes with internal
 //! versions. Each removal here is an ordinary bulk action with
-//! `version_type = external` and the truncate's version, so Elasticsearch
-//! itself applies it only to a document still older than the truncate: a
-//! document another partition meanwhile rewrote after the truncate answers
-//! 409 and stays, and a delete's tombstone (or the soft document) at the
-//! truncate's version refuses older replays as any delete does.
+//! `version_type = external` at
+//! [`next_external`](super::version::next_external) of the document's
+//! external version as found and the truncate's version, so Elasticsearch
+//! itself applies it only to a document not rewritten since the search with
+//! anything newer than the truncate: one rewritten newer answers 409 and
+//! stays, and a delete's tombstone (or the soft document) refuses older
+//! replays as any delete does.
 //!
 //! Rounds: refresh, search up to `bulk.max.actions` documents older than the
-//! truncate (sorted by version), remove them in one bulk request that
-//! refreshes what it wrote, and again until a search finds nothing.
-//! Each round removes every hit or sees it rewritten newer, so the matches
-//! only shrink — but for older rows other partitions write meanwhile, of
-//! which there are finitely many.
+//! truncate, remove them in one bulk request that refreshes what it wrote,
+//! and again until a search finds nothing. Each round removes every hit or
+//! sees it rewritten, so the matches only shrink — but for older rows other
+//! partitions write meanwhile, of which there are finitely many.
 //!
 //! Why this converges when the copies of one truncate arrive on several
 //! partitions at different times (see docs/design.md, "Truncate on every
@@ -34,8 +36,11 @@ use serde_json::{json, Map, Value};
 use super::bulk::{self, encode, status_error, Chunk, ItemMeta};
 use super::config::{DeleteMode, ElasticsearchConfig, RefreshPolicy};
 use super::error::{EsError, OpKind};
+use super::merge::{stored, ReadSpec};
 use super::plan::Truncate;
-use crate::event::replaces;
+use super::tombstones::Tombstones;
+use super::version::{flip, next_external, packed};
+use crate::event::{replaces, Version};
 
 /// What a truncate did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,33 +61,52 @@ pub enum Outcome {
 pub async fn apply(
     client: &Elasticsearch,
     config: &ElasticsearchConfig,
+    spec: ReadSpec<'_>,
+    tombstones: &Tombstones,
     t: &Truncate,
 ) -> Result<Outcome, EsError> {
-    let field = config.version_field.as_str();
-    match field_type(client, &t.index, field).await? {
-        FieldType::NoIndex => return Ok(Outcome::NoIndex),
-        FieldType::Long => {}
-        FieldType::Other(found) => {
-            // Unmapped, documents without the field would all match: only
-            // safe when there is nothing to remove.
-            if found.is_none() && count(client, &t.index).await? == 0 {
-                return Ok(Outcome::Applied { removed: 0 });
+    let (lsn, seq) = (spec.fields.lsn, spec.fields.seq);
+    let legacy = config.version_field.as_str();
+    let mut unmapped = Vec::new();
+    for field in [lsn, seq] {
+        match field_type(client, &t.index, field).await? {
+            FieldType::NoIndex => return Ok(Outcome::NoIndex),
+            FieldType::Long => {}
+            FieldType::Other(None) => unmapped.push(field),
+            FieldType::Other(Some(ty)) => {
+                return Ok(Outcome::Refused(refusal(
+                    t,
+                    field,
+                    &format!("mapped as `{ty}`"),
+                )))
             }
-            return Ok(Outcome::Refused(format!(
-                "truncate of index {}: the version field `{field}` is {} there, not a `long`; \
-                 map it as `long` in the index template (or let dynamic mapping add it) \
-                 and replay the truncate",
-                t.index,
-                found.map_or_else(|| "not mapped".to_owned(), |ty| format!("mapped as `{ty}`")),
-            )));
+        }
+    }
+    if !unmapped.is_empty() {
+        // No document of the sink's has been indexed there yet: fine if the
+        // earlier ones are found by `version.field`, or there are none.
+        let legacy_ok = !legacy.is_empty()
+            && matches!(field_type(client, &t.index, legacy).await?, FieldType::Long);
+        if unmapped.len() == 1 || !(legacy_ok || count(client, &t.index).await? == 0) {
+            return Ok(Outcome::Refused(refusal(t, unmapped[0], "not mapped")));
         }
     }
     let soft = config.delete_mode == DeleteMode::Soft;
-    // Older than the truncate, or written before documents carried the field
-    // (by an earlier version of the sink); with soft deletes, not yet flagged.
+    let (tl, ts) = (flip(t.version.lsn), flip(t.version.seq));
+    // Documents of an earlier sink version: below the truncate's old packing
+    // (all of them when it does not fit), or without `version.field`.
+    let mut earlier = json!({"bool": {"must_not": [{"exists": {"field": lsn}}]}});
+    if let (false, Some(p)) = (legacy.is_empty(), packed(t.version, config.seq_bits)) {
+        earlier["bool"]["should"] = json!([
+            {"range": {legacy: {"lt": p}}},
+            {"bool": {"must_not": {"exists": {"field": legacy}}}},
+        ]);
+        earlier["bool"]["minimum_should_match"] = json!(1);
+    }
     let mut query = json!({"bool": {"should": [
-        {"range": {field: {"lt": t.version}}},
-        {"bool": {"must_not": {"exists": {"field": field}}}},
+        {"range": {lsn: {"lt": tl}}},
+        {"bool": {"filter": [{"term": {lsn: tl}}, {"range": {seq: {"lt": ts}}}]}},
+        earlier,
     ], "minimum_should_match": 1}});
     if soft {
         query["bool"]["must_not"] = json!([{"term": {config.soft_delete_field.as_str(): true}}]);
@@ -91,62 +115,102 @@ pub async fn apply(
     let body = json!({
         "size": page,
         "version": true,
-        "_source": soft,
+        "_source": if soft { json!(true) } else { json!([lsn, seq]) },
         "query": query,
-        "sort": [{field: {"order": "asc", "missing": "_first", "unmapped_type": "long"}}],
     });
     refresh(client, &t.index).await?;
     let mut removed = 0;
+    // Hard deletes are remembered (see `tombstones`).
+    let remember = (!soft).then_some((tombstones, t.version));
     loop {
         let hits = search(client, &t.index, &body).await?;
         let mut chunk = Chunk::default();
-        for hit in &hits {
-            // Rewritten at or after the truncate by an earlier sink version
-            // (no version field): not ours to remove.
-            if !replaces(t.version, hit.version) {
+        // The external version of each removal in `chunk`.
+        let mut externals = Vec::new();
+        for hit in hits {
+            let found = stored(hit.version, hit.source, soft, spec);
+            // Newer than the truncate (an earlier sink's document the query
+            // cannot tell): not ours to remove.
+            if !replaces(t.version, found.version) {
                 continue;
             }
+            let Some(external) = next_external(Some(found.external), t.version, config.seq_bits)
+            else {
+                continue;
+            };
             let meta = ItemMeta {
                 index: t.index.clone(),
-                id: hit.id.clone(),
+                id: hit.id,
                 op: if soft { OpKind::Index } else { OpKind::Delete },
                 offset: t.offset,
+                slot: 0,
             };
-            let doc = soft.then(|| {
-                let mut doc = hit.source.clone();
-                doc.shift_remove(field);
+            let doc = found.source.filter(|_| soft).map(|mut doc| {
                 doc.insert(config.soft_delete_field.clone(), Value::Bool(true));
                 doc
             });
-            let encoded =
-                encode(meta, t.version, doc.as_ref(), field).map_err(|e| EsError::Response {
+            let mut encoded = encode(meta, external, t.version, doc.as_ref(), spec.fields)
+                .map_err(|e| EsError::Response {
                     what: "truncate",
                     reason: e.to_string(),
                 })?;
             if !chunk.fits(encoded.len(), page, config.bulk_max_bytes) {
-                removed += send(client, std::mem::take(&mut chunk)).await?;
+                let full = std::mem::take(&mut chunk);
+                removed += send(client, full, &std::mem::take(&mut externals), remember).await?;
             }
+            encoded.set_slot(externals.len());
+            externals.push(external);
             chunk.push(encoded);
         }
         if chunk.is_empty() {
             return Ok(Outcome::Applied { removed });
         }
-        removed += send(client, chunk).await?;
+        removed += send(client, chunk, &externals, remember).await?;
     }
+}
+
+/// The dead-letter reason of a truncate whose index cannot be searched by `field`.
+fn refusal(t: &Truncate, field: &str, found: &str) -> String {
+    format!(
+        "truncate of index {}: the version field `{field}` is {found} there, not a `long`; \
+         map it as `long` in the index template (or let dynamic mapping add it) \
+         and replay the truncate",
+        t.index
+    )
 }
 
 /// Sends removals, refreshing what they wrote so the next search no longer
 /// finds them; their number. A 409 (rewritten newer meanwhile) is settled.
-async fn send(client: &Elasticsearch, chunk: Chunk) -> Result<u64, EsError> {
+/// With `remember`, each hard delete applied is recorded at its external
+/// version (`externals`, by slot).
+async fn send(
+    client: &Elasticsearch,
+    chunk: Chunk,
+    externals: &[i64],
+    remember: Option<(&Tombstones, Version)>,
+) -> Result<u64, EsError> {
     let n = chunk.len() as u64;
-    match bulk::send(client, chunk, RefreshPolicy::True)
-        .await?
-        .into_iter()
-        .next()
-    {
-        Some((_, e)) => Err(e),
-        None => Ok(n),
+    let items: Vec<(String, String, usize)> = match remember {
+        Some(_) => chunk
+            .items()
+            .iter()
+            .map(|m| (m.index.clone(), m.id.clone(), m.slot))
+            .collect(),
+        None => Vec::new(),
+    };
+    let sent = bulk::send(client, chunk, RefreshPolicy::True).await?;
+    if let Some((_, e)) = sent.failures.into_iter().next() {
+        return Err(e);
     }
+    if let Some((tombstones, version)) = remember {
+        let refused: Vec<usize> = sent.conflicts.iter().map(|m| m.slot).collect();
+        for (index, id, slot) in items {
+            if let (false, Some(external)) = (refused.contains(&slot), externals.get(slot)) {
+                tombstones.record(&index, &id, version, *external);
+            }
+        }
+    }
+    Ok(n)
 }
 
 /// A document a search found.
