@@ -195,8 +195,12 @@ impl Pipeline<'_> {
             LogicalMessage::Relation(mut rel) => {
                 // Partitions are published through their root; a partition
                 // under its own name (WAL decoded before the publication
-                // published via the root) is still the root's change.
-                if let Some((schema, root)) = source::partition_root(&self.control, rel.id).await? {
+                // published via the root) is still the root's change. Read
+                // once the Relation's transaction is visible: a table it
+                // attached or detached keeps no root it had before.
+                let root =
+                    source::partition_root(&self.control, rel.id, self.tracker.xid()).await?;
+                if let Some((schema, root)) = root {
                     tracing::debug!(partition = %format!("{}.{}", rel.namespace, rel.name), root = %format!("{schema}.{root}"), "partition's changes go to its root");
                     rel.namespace = schema;
                     rel.name = root;
