@@ -340,6 +340,22 @@ pub(crate) async fn read_visible(
     }
 }
 
+/// Returns once the control connection sees the stream's transaction `xid`
+/// ([`read_visible`] of the check alone): a catalog read in a later
+/// statement is at least as new, since each statement takes a new snapshot.
+pub(crate) async fn wait_visible(client: &Client, xid: Option<u32>) -> Result<(), CaptureError> {
+    let sql = format!("SELECT {XID_VISIBLE} FROM {XID_SNAPSHOT}");
+    read_visible(
+        client,
+        &sql,
+        &[],
+        xid,
+        "check that a transaction is visible",
+    )
+    .await?;
+    Ok(())
+}
+
 /// The first server version with failover slots.
 pub const FAILOVER_SLOTS_VERSION: i32 = 170_000;
 

@@ -223,9 +223,8 @@ impl Pipeline<'_> {
                     // A type created after start-up (an enum, a domain, an
                     // array of them): learn what kind it is from the catalog.
                     self.types
-                        .load_user_types(&self.control)
-                        .await
-                        .map_err(CaptureError::pg("load user types"))?;
+                        .load_user_types_of(&self.control, self.tracker.xid())
+                        .await?;
                     self.encoders.clear();
                 }
                 Ok(())
