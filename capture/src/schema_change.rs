@@ -13,7 +13,6 @@
 //! incremental snapshot of the table).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
 
 use rdkafka::message::Message;
 use serde::{Deserialize, Serialize};
@@ -25,7 +24,7 @@ use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
 use crate::pgoutput::Relation;
 use crate::snapshot::{quote_ident, split_table};
-use crate::source::{PUBLISHED_COLUMN, XID_SNAPSHOT};
+use crate::source::{read_visible, PUBLISHED_COLUMN, XID_SNAPSHOT, XID_VISIBLE};
 
 /// Suffix of the schema-change topic: `<topic.prefix>.schema-changes`.
 pub const TOPIC_SUFFIX: &str = "schema-changes";
@@ -240,10 +239,6 @@ pub async fn load(
     Ok(out)
 }
 
-/// How long a Relation's transaction may take to become visible to the
-/// control connection before [`identity`] gives up (retriably).
-const VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// The [`SourceIdentity`] of `rel`, the Relation of table `table`
 /// (`schema.table`, a partition's root): its oid and dropped columns as the
 /// catalog has them now, and each column's attnum matched by name
@@ -273,32 +268,19 @@ pub async fn identity(
     // since, or dropped it and made another of that name. No xid (a
     // snapshot chunk's Relation, read from the catalog itself): visible.
     let sql = format!(
-        "SELECT COALESCE(pg_visible_in_snapshot(w.xid::text::xid8, w.snap), true), \
-                c.oid, a.attnum, a.attname::text, a.attisdropped \
+        "SELECT {XID_VISIBLE}, c.oid, a.attnum, a.attname::text, a.attisdropped \
          FROM {XID_SNAPSHOT} \
          LEFT JOIN (pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 \
                     AND c.oid = COALESCE(pg_partition_root($2::oid::regclass), $2::oid)) ON true"
     );
-    let xid = xid.map(i64::from);
-    let deadline = Instant::now() + VISIBLE_TIMEOUT;
-    let mut pause = Duration::from_millis(1);
-    let rows = loop {
-        let rows = client
-            .query(&sql, &[&xid, &rel.id])
-            .await
-            .map_err(CaptureError::pg("read the table's column attnums"))?;
-        if rows.first().is_some_and(|r| r.get::<_, bool>(0)) {
-            break rows;
-        }
-        if Instant::now() > deadline {
-            return Err(CaptureError::SourceRead(format!(
-                "transaction {} sent by the replication stream is still not visible after {VISIBLE_TIMEOUT:?}",
-                xid.unwrap_or_default()
-            )));
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(100));
-    };
+    let rows = read_visible(
+        client,
+        &sql,
+        &[&rel.id],
+        xid,
+        "read the table's column attnums",
+    )
+    .await?;
     // Without the table (dropped since): the one row of the LEFT JOIN.
     let rows: Vec<_> = rows
         .into_iter()

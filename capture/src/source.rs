@@ -3,10 +3,12 @@
 //! what to change when it cannot.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use pgwire_replication::Lsn;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::Client;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Row};
 
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
@@ -254,22 +256,28 @@ async fn check_partitions_excluded(
 }
 
 /// The top of the partition tree that relation `relid` belongs to, when it is
-/// a partition (`None` for any other relation, or one that is gone).
+/// a partition (`None` for any other relation, or one that is gone), read
+/// once `xid`, the stream's transaction its Relation came in, is visible
+/// ([`read_visible`]): a table attached or detached in that transaction and
+/// written after must not go to the topic it had before.
 pub async fn partition_root(
     client: &Client,
     relid: u32,
+    xid: Option<u32>,
 ) -> Result<Option<(String, String)>, CaptureError> {
-    let row = client
-        .query_opt(
-            "SELECT rn.nspname::text, r.relname::text
-             FROM pg_class c JOIN pg_class r ON r.oid = pg_partition_root(c.oid)
-             JOIN pg_namespace rn ON rn.oid = r.relnamespace
-             WHERE c.oid = $1 AND c.relispartition",
-            &[&relid],
-        )
-        .await
-        .map_err(CaptureError::pg("read partition root"))?;
-    Ok(row.map(|r| (r.get(0), r.get(1))))
+    let sql = format!(
+        "SELECT {XID_VISIBLE}, rn.nspname::text, r.relname::text \
+         FROM {XID_SNAPSHOT} \
+         LEFT JOIN (pg_class c JOIN pg_class r ON r.oid = pg_partition_root(c.oid) \
+                    JOIN pg_namespace rn ON rn.oid = r.relnamespace) \
+           ON c.oid = $2 AND c.relispartition"
+    );
+    let rows = read_visible(client, &sql, &[&relid], xid, "read partition root").await?;
+    Ok(rows.first().and_then(|r| {
+        let schema: Option<String> = r.get(1);
+        let name: Option<String> = r.get(2);
+        schema.zip(name)
+    }))
 }
 
 /// A one-row subquery `w`: the statement's snapshot (`w.snap`) and the
@@ -282,6 +290,71 @@ pub async fn partition_root(
 pub(crate) const XID_SNAPSHOT: &str = "(SELECT s.snap, x.xmax - (((((x.xmax % 4294967296) - $1::bigint) % 4294967296) + 4294967296 + 2147483648) % 4294967296 - 2147483648) AS xid \
      FROM (SELECT pg_current_snapshot() AS snap) s, \
      LATERAL (SELECT pg_snapshot_xmax(s.snap)::text::bigint AS xmax) x) w";
+
+/// The first column of a statement read by [`read_visible`]: whether it
+/// sees the transaction of [`XID_SNAPSHOT`] (true without one).
+pub(crate) const XID_VISIBLE: &str =
+    "COALESCE(pg_visible_in_snapshot(w.xid::text::xid8, w.snap), true)";
+
+/// How long a streamed transaction may take to become visible to the
+/// control connection before [`read_visible`] gives up (retriably).
+const VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The rows of `sql`, a catalog read that must be at least as new as the
+/// stream's transaction `xid` (none: as the catalog is now): `sql` reads
+/// from [`XID_SNAPSHOT`] (`$1`, the xid; `params` are `$2..`) and its first
+/// column is [`XID_VISIBLE`], in at least one row (a `LEFT JOIN` to the
+/// read). The walsender sends a transaction a moment before other sessions
+/// see it committed, so the statement runs again, with backoff, until it
+/// sees `xid`; still not after 30 s: [`CaptureError::SourceRead`]
+/// (retriable). `what` names the read in a database error.
+pub(crate) async fn read_visible(
+    client: &Client,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+    xid: Option<u32>,
+    what: &'static str,
+) -> Result<Vec<Row>, CaptureError> {
+    let xid = xid.map(i64::from);
+    let mut all: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(params.len() + 1);
+    all.push(&xid);
+    all.extend_from_slice(params);
+    let deadline = Instant::now() + VISIBLE_TIMEOUT;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let rows = client
+            .query(sql, &all)
+            .await
+            .map_err(CaptureError::pg(what))?;
+        if rows.first().is_some_and(|r| r.get::<_, bool>(0)) {
+            return Ok(rows);
+        }
+        if Instant::now() > deadline {
+            return Err(CaptureError::SourceRead(format!(
+                "transaction {} sent by the replication stream is still not visible after {VISIBLE_TIMEOUT:?}",
+                xid.unwrap_or_default()
+            )));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// Returns once the control connection sees the stream's transaction `xid`
+/// ([`read_visible`] of the check alone): a catalog read in a later
+/// statement is at least as new, since each statement takes a new snapshot.
+pub(crate) async fn wait_visible(client: &Client, xid: Option<u32>) -> Result<(), CaptureError> {
+    let sql = format!("SELECT {XID_VISIBLE} FROM {XID_SNAPSHOT}");
+    read_visible(
+        client,
+        &sql,
+        &[],
+        xid,
+        "check that a transaction is visible",
+    )
+    .await?;
+    Ok(())
+}
 
 /// The first server version with failover slots.
 pub const FAILOVER_SLOTS_VERSION: i32 = 170_000;
@@ -424,27 +497,29 @@ pub async fn primary_key(
     Ok(row.get(0))
 }
 
-/// A relation as the catalog has it now, looked up by OID (a partition's:
-/// its root's): its schema, name and primary key columns (empty when it has
-/// none). `None` when no relation has that OID (dropped, or not visible to
-/// this session yet).
+/// A relation as the catalog has it, looked up by OID (a partition's: its
+/// root's), once `xid`, the stream's transaction its Relation came in, is
+/// visible ([`read_visible`]; else `DROP CONSTRAINT t_pkey, ADD PRIMARY KEY
+/// (other)` and the writes of its transaction were keyed by the old key):
+/// its schema, name and primary key columns (empty when it has none).
+/// `None` when no relation has that OID (dropped since).
 pub async fn relation_by_oid(
     client: &Client,
     oid: u32,
+    xid: Option<u32>,
 ) -> Result<Option<(String, String, Vec<String>)>, CaptureError> {
-    let row = client
-        .query_opt(
-            concat!(
-                "SELECT n.nspname::text, c.relname::text, ",
-                primary_key_sql!("c.oid"),
-                " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                 WHERE c.oid = COALESCE(pg_partition_root($1::oid::regclass), $1::oid)"
-            ),
-            &[&oid],
-        )
-        .await
-        .map_err(CaptureError::pg("read a relation's primary key"))?;
-    Ok(row.map(|r| (r.get(0), r.get(1), r.get(2))))
+    let sql = format!(
+        "SELECT {XID_VISIBLE}, r.* FROM {XID_SNAPSHOT} \
+         LEFT JOIN (SELECT n.nspname::text, c.relname::text, {pk} \
+                    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                    WHERE c.oid = COALESCE(pg_partition_root($2::oid::regclass), $2::oid)) r ON true",
+        pk = primary_key_sql!("c.oid"),
+    );
+    let rows = read_visible(client, &sql, &[&oid], xid, "read a relation's primary key").await?;
+    Ok(rows.first().and_then(|r| {
+        let schema: Option<String> = r.get(1);
+        schema.map(|schema| (schema, r.get(2), r.get(3)))
+    }))
 }
 
 /// Column key overrides for the tables, by `schema.table`.

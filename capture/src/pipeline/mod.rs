@@ -195,8 +195,12 @@ impl Pipeline<'_> {
             LogicalMessage::Relation(mut rel) => {
                 // Partitions are published through their root; a partition
                 // under its own name (WAL decoded before the publication
-                // published via the root) is still the root's change.
-                if let Some((schema, root)) = source::partition_root(&self.control, rel.id).await? {
+                // published via the root) is still the root's change. Read
+                // once the Relation's transaction is visible: a table it
+                // attached or detached keeps no root it had before.
+                let root =
+                    source::partition_root(&self.control, rel.id, self.tracker.xid()).await?;
+                if let Some((schema, root)) = root {
                     tracing::debug!(partition = %format!("{}.{}", rel.namespace, rel.name), root = %format!("{schema}.{root}"), "partition's changes go to its root");
                     rel.namespace = schema;
                     rel.name = root;
@@ -219,9 +223,8 @@ impl Pipeline<'_> {
                     // A type created after start-up (an enum, a domain, an
                     // array of them): learn what kind it is from the catalog.
                     self.types
-                        .load_user_types(&self.control)
-                        .await
-                        .map_err(CaptureError::pg("load user types"))?;
+                        .load_user_types_of(&self.control, self.tracker.xid())
+                        .await?;
                     self.encoders.clear();
                 }
                 Ok(())

@@ -16,11 +16,6 @@ use crate::outbox::OutboxRouter;
 use crate::pgoutput::{LogicalMessage, Relation, TupleData};
 use crate::source;
 
-/// How often a relation missing from the catalog is looked up again, and how
-/// long apart (see `Pipeline::key_of_table`).
-const TABLE_LOOKS: u32 = 10;
-const TABLE_LOOK_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
-
 impl Pipeline<'_> {
     /// How many event ordinals a change uses ([`router::ordinals`]), its
     /// routes resolved first.
@@ -161,22 +156,18 @@ impl Pipeline<'_> {
     /// under the Relation's name now (then the key may be remembered by name,
     /// for snapshots and signals). Looked up by the Relation's OID, not its name:
     /// the stream may be behind the catalog, which may have renamed the
-    /// table, dropped it, or made another of that name since. A table not
-    /// found is looked up again for up to a second (the walsender sends a
-    /// transaction a moment before other sessions see it); one still missing
+    /// table, dropped it, or made another of that name since; and read once
+    /// the transaction being streamed is visible, so the catalog is not
+    /// behind the stream ([`source::relation_by_oid`]). A table missing then
     /// is gone, and its key comes from the Relation message itself
     /// ([`crate::replica_identity::key_from_relation`]).
     async fn key_of_table(&self, rel: &Relation) -> Result<(Vec<String>, bool), CaptureError> {
-        for _ in 0..TABLE_LOOKS {
-            if let Some((schema, name, pk)) = source::relation_by_oid(&self.control, rel.id).await?
-            {
-                // Key columns renamed since the change: the Relation's own.
-                if pk.iter().all(|k| rel.columns.iter().any(|c| &c.name == k)) {
-                    return Ok((pk, schema == rel.namespace && name == rel.name));
-                }
-                break;
+        let found = source::relation_by_oid(&self.control, rel.id, self.tracker.xid()).await?;
+        if let Some((schema, name, pk)) = found {
+            // Key columns renamed since the change: the Relation's own.
+            if pk.iter().all(|k| rel.columns.iter().any(|c| &c.name == k)) {
+                return Ok((pk, schema == rel.namespace && name == rel.name));
             }
-            tokio::time::sleep(TABLE_LOOK_PAUSE).await;
         }
         let key = crate::replica_identity::key_from_relation(rel);
         tracing::info!(

@@ -183,6 +183,22 @@ impl TypeRegistry {
         }
     }
 
+    /// [`Self::load_user_types`] for a Type message of the stream's
+    /// transaction `xid`: once that transaction is visible
+    /// ([`crate::source::wait_visible`]). A type it created, read before,
+    /// would stay [`PgTypeKind::Other`] (a domain over a number published as
+    /// text) until a restart: [`Self::observe`] knows its OID from then on.
+    pub async fn load_user_types_of(
+        &mut self,
+        client: &tokio_postgres::Client,
+        xid: Option<u32>,
+    ) -> Result<(), crate::error::CaptureError> {
+        crate::source::wait_visible(client, xid).await?;
+        self.load_user_types(client)
+            .await
+            .map_err(crate::error::CaptureError::pg("load user types"))
+    }
+
     /// Reads user-defined enums, domains and array types from `pg_type`
     /// (everything with an OID at or above `FirstNormalObjectId`, 16384),
     /// adding them to the built-ins. Safe to call again after a Type

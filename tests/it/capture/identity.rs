@@ -314,3 +314,59 @@ async fn wait_state(env: &CaptureEnv, sql: &str, pid: i32) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A table's primary key is read once the Relation's transaction is
+/// visible: the walsender sends a transaction a moment before other sessions
+/// see it committed, and a catalog read in that moment keyed the changes of
+/// `DROP CONSTRAINT t_pkey, ADD PRIMARY KEY (other)` (and the writes of its
+/// transaction) by the old key. Here the DDL's transaction is held open, as
+/// it is in that moment, while capture reads the key; committed half a
+/// second later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn primary_keys_are_read_once_the_relations_transaction_is_visible() -> Result<()> {
+    let env = CaptureEnv::new("cap_key_visible").await?;
+    let result = key_wait(&env).await;
+    if result.is_err() {
+        eprintln!("database {}", env.dbname);
+    }
+    env.cleanup().await;
+    result
+}
+
+async fn key_wait(env: &CaptureEnv) -> Result<()> {
+    env.client
+        .batch_execute(
+            "CREATE TABLE rekeyed (id int PRIMARY KEY, other int NOT NULL);
+             INSERT INTO rekeyed VALUES (1, 10)",
+        )
+        .await?;
+    let oid: u32 = env
+        .client
+        .query_one("SELECT 'public.rekeyed'::regclass::oid", &[])
+        .await?
+        .get(0);
+    let tx = env.connect().await?;
+    tx.batch_execute(
+        "BEGIN; ALTER TABLE rekeyed DROP CONSTRAINT rekeyed_pkey, ADD PRIMARY KEY (other); \
+         INSERT INTO rekeyed VALUES (1, 11)",
+    )
+    .await?;
+    let xid: i64 = tx
+        .query_one("SELECT (txid_current() % 4294967296)::bigint", &[])
+        .await?
+        .get(0);
+    let xid = u32::try_from(xid)?;
+    let reader = env.connect().await?;
+    let read = tokio::spawn(async move {
+        oncely_capture::source::relation_by_oid(&reader, oid, Some(xid)).await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tx.batch_execute("COMMIT").await?;
+    let (_, _, key) = read.await??.context("no row for the table")?;
+    assert_eq!(
+        key,
+        ["other"],
+        "primary key after DROP CONSTRAINT rekeyed_pkey, ADD PRIMARY KEY (other)"
+    );
+    Ok(())
+}

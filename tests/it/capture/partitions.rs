@@ -486,3 +486,66 @@ async fn partitioned_roots_reach_every_target_as_one_table() -> Result<()> {
     p.cleanup().await;
     Ok(())
 }
+
+/// A table's partition root is read once the Relation's transaction is
+/// visible: the walsender sends a transaction a moment before other sessions
+/// see it committed, and a catalog read in that moment gave the table
+/// detached in that transaction (and written after, so published as itself)
+/// its former root, so its rows went to the root's topic; one attached in it
+/// none. Here each DDL's transaction is held open, as it is in that moment,
+/// while capture reads the root; committed half a second later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_roots_are_read_once_the_relations_transaction_is_visible() -> Result<()> {
+    let env = CaptureEnv::new("cap_part_visible").await?;
+    let result = roots_wait(&env).await;
+    if result.is_err() {
+        eprintln!("database {}", env.dbname);
+    }
+    env.cleanup().await;
+    result
+}
+
+async fn roots_wait(env: &CaptureEnv) -> Result<()> {
+    env.client
+        .batch_execute(
+            "CREATE TABLE parent (id int PRIMARY KEY, v int) PARTITION BY RANGE (id);
+             CREATE TABLE leaving PARTITION OF parent FOR VALUES FROM (0) TO (100);
+             CREATE TABLE joining (id int PRIMARY KEY, v int)",
+        )
+        .await?;
+    for (table, ddl, root) in [
+        (
+            "leaving",
+            "ALTER TABLE parent DETACH PARTITION leaving; INSERT INTO leaving VALUES (1, 1)",
+            None,
+        ),
+        (
+            "joining",
+            "ALTER TABLE parent ATTACH PARTITION joining FOR VALUES FROM (100) TO (200); \
+             INSERT INTO joining VALUES (101, 1)",
+            Some(("public".to_owned(), "parent".to_owned())),
+        ),
+    ] {
+        let oid: u32 = env
+            .client
+            .query_one("SELECT $1::text::regclass::oid", &[&table])
+            .await?
+            .get(0);
+        let tx = env.connect().await?;
+        tx.batch_execute(&format!("BEGIN; {ddl}")).await?;
+        let xid: i64 = tx
+            .query_one("SELECT (txid_current() % 4294967296)::bigint", &[])
+            .await?
+            .get(0);
+        let xid = u32::try_from(xid)?;
+        let reader = env.connect().await?;
+        let read = tokio::spawn(async move {
+            oncely_capture::source::partition_root(&reader, oid, Some(xid)).await
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        tx.batch_execute("COMMIT").await?;
+        let found = read.await??;
+        assert_eq!(found, root, "partition root of {table} after {ddl}");
+    }
+    Ok(())
+}
