@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::gap::GapRecovery;
 use super::shared::{Gap, Shared};
 use super::worker::{Control, Incoming, Worker};
 use crate::config::OffsetReset;
@@ -180,6 +181,31 @@ impl RunnerContext {
             next,
             log_start: low,
         };
+        if self.shared.config.gap_recovery == GapRecovery::Snapshot {
+            if let Some(signals) = self.shared.signals.clone() {
+                let shared = self.shared.clone();
+                match self.block_on_retried(|| shared.recover_gap(&signals, tp, low)) {
+                    Ok(request) => {
+                        let partition = tp.partition.to_string();
+                        self.shared
+                            .metrics
+                            .gap_offsets
+                            .with_label_values(&[tp.topic.as_str(), partition.as_str()])
+                            .set(low - next);
+                        tracing::warn!(
+                            "{tp}: the sink needs offset {next} but Kafka's log starts at {low}: {} offsets were deleted (retention.ms) before they were applied; recovering by a snapshot (gap.recovery = \"snapshot\"), resuming at the log start",
+                            low - next
+                        );
+                        self.shared.watch_recovery(signals, tp.clone(), request);
+                        starts.insert(tp.clone(), low);
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::error!("{tp}: the gap cannot be recovered by a snapshot: {e}")
+                    }
+                }
+            }
+        }
         if self.shared.config.resume_after_gap {
             tracing::warn!(
                 "{tp}: resuming at the log start {low} after a gap of {} offsets (--resume-after-gap): the changes in them are only in the target if their tables were snapshotted again",

@@ -78,6 +78,11 @@ pub(crate) struct Shared {
     /// next are gone (a gap), or their table cannot be applied (quarantine);
     /// why, with the fix.
     pub(crate) stopped: Mutex<BTreeMap<TopicPartition, String>>,
+    /// What requests a recovery snapshot (`gap.recovery = "snapshot"`).
+    pub(crate) signals: Option<Arc<dyn super::gap::SnapshotSignals>>,
+    /// Partitions resumed after a gap whose recovery snapshot is not done
+    /// yet (`runner::gap`); why, for `/readyz`.
+    pub(crate) recovering: Mutex<BTreeMap<TopicPartition, String>>,
 }
 
 /// A partition whose next record Kafka no longer holds: `next` is the offset
@@ -370,6 +375,15 @@ impl Shared {
                     1 => why.clone(),
                     n => format!("{n} partitions set aside; the first: {why}"),
                 });
+            }
+        }
+        {
+            let recovering = self
+                .recovering
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(why) = recovering.values().next() {
+                return Err(why.clone());
             }
         }
         let stalled = self.liveness.since_poll();

@@ -151,3 +151,95 @@ async fn a_sink_never_resumes_past_records_kafka_deleted() -> Result<()> {
     p.cleanup().await;
     Ok(())
 }
+
+/// Puts runner keys ahead of the `[sink]` table of sink config `i`.
+fn prepend_runner_keys(p: &Pipeline, i: usize, lines: &str) -> Result<()> {
+    let path = &p.sinks[i];
+    let text = std::fs::read_to_string(path)?;
+    std::fs::write(path, format!("{lines}\n{text}"))?;
+    Ok(())
+}
+
+/// With `gap.recovery = "snapshot"` the same gap — now holding deletes and
+/// updates too — needs no person: each sink requests a snapshot of the
+/// table through capture's signal table, removes the rows older than it
+/// (the 20 deleted inside the lost records), resumes at the log start and
+/// ends equal, with `oncely status` healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_is_recovered_by_a_snapshot_without_a_person() -> Result<()> {
+    let p = Pipeline::new(
+        "e2e_gap_snap",
+        "CREATE TABLE t (id int PRIMARY KEY, v text);\
+         CREATE TABLE oncely_signal (id text PRIMARY KEY, type text NOT NULL, data text)",
+        &["t"],
+        "signal.data.collection = \"public.oncely_signal\"\ntable.include.list = \"public.t,public.oncely_signal\"\n",
+    )
+    .await?;
+    let topic = p.topics()[0].clone();
+    let capture_config = std::fs::canonicalize(&p.capture_config)?;
+    for i in 0..3 {
+        prepend_runner_keys(
+            &p,
+            i,
+            &format!(
+                "gap.recovery = \"snapshot\"\ngap.capture.config = {:?}",
+                capture_config.display().to_string()
+            ),
+        )?;
+    }
+    let _capture = p.spawn_capture()?;
+    p.env.wait_slot_active().await?;
+    p.env
+        .client
+        .batch_execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 200) g")
+        .await?;
+    let sinks: Vec<_> = (0..3).map(|i| p.spawn_sink(i)).collect::<Result<_>>()?;
+    wait_until("sinks caught up", || Ok(status(&p)?.0 == 0)).await?;
+    drop(sinks);
+
+    // Deletes and updates first, so that they are among the records lost.
+    p.env
+        .client
+        .batch_execute(
+            "DELETE FROM t WHERE id <= 20;\
+             UPDATE t SET v = 'u' || id WHERE id BETWEEN 21 AND 40;\
+             INSERT INTO t SELECT g, 'b' || g FROM generate_series(201, 600) g",
+        )
+        .await?;
+    wait_until("capture published the 440 changes", || {
+        Ok(watermarks(&topic)?.1 >= 640)
+    })
+    .await?;
+    let (_, high) = watermarks(&topic)?;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", common::kafka_brokers())
+        .create()?;
+    let mut cut = TopicPartitionList::new();
+    cut.add_partition_offset(&topic, 0, Offset::Offset(high - 100))?;
+    admin
+        .delete_records(&cut, &AdminOptions::new())
+        .await
+        .context("delete records")?;
+
+    let _sinks: Vec<_> = (0..3).map(|i| p.spawn_sink(i)).collect::<Result<_>>()?;
+    let report = p.verify_until_equal(Duration::from_secs(120)).await?;
+    assert!(
+        report.is_equal(),
+        "{}",
+        crate::harness::e2e::summary(&report)
+    );
+    for i in 0..3 {
+        let log = p.sink_log(i);
+        assert!(
+            log.contains("recovering by a snapshot") && log.contains("gap recovered"),
+            "sink {i} did not say it recovered the gap:\n{log}"
+        );
+    }
+    assert_eq!(rows(&p).await?, 580);
+    wait_until("status healthy after the recovery", || {
+        Ok(status(&p)?.0 == 0)
+    })
+    .await?;
+    p.cleanup().await;
+    Ok(())
+}
