@@ -163,8 +163,9 @@ fn prepend_runner_keys(p: &Pipeline, i: usize, lines: &str) -> Result<()> {
 /// With `gap.recovery = "snapshot"` the same gap — now holding deletes and
 /// updates too — needs no person: each sink requests a snapshot of the
 /// table through capture's signal table, removes the rows older than it
-/// (the 20 deleted inside the lost records), resumes at the log start and
-/// ends equal, with `oncely status` healthy.
+/// (the 20 deleted inside the lost records), resumes at the log start, is
+/// reported recovering while capture has not done the snapshot, and ends
+/// equal, with `oncely status` healthy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gap_is_recovered_by_a_snapshot_without_a_person() -> Result<()> {
     let p = Pipeline::new(
@@ -182,12 +183,14 @@ async fn a_gap_is_recovered_by_a_snapshot_without_a_person() -> Result<()> {
             &p,
             i,
             &format!(
-                "gap.recovery = \"snapshot\"\ngap.capture.config = {:?}",
-                capture_config.display().to_string()
+                // A /readyz for `oncely status` to read.
+                "gap.recovery = \"snapshot\"\ngap.capture.config = {:?}\nmetrics.listen = \"{}\"",
+                capture_config.display().to_string(),
+                std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?
             ),
         )?;
     }
-    let _capture = p.spawn_capture()?;
+    let capture = p.spawn_capture()?;
     p.env.wait_slot_active().await?;
     p.env
         .client
@@ -221,7 +224,37 @@ async fn a_gap_is_recovered_by_a_snapshot_without_a_person() -> Result<()> {
         .await
         .context("delete records")?;
 
+    // Capture stopped, so that the snapshot cannot finish yet: every sink
+    // says it is recovering, never healthy, and the deleted rows are gone.
+    drop(capture);
     let _sinks: Vec<_> = (0..3).map(|i| p.spawn_sink(i)).collect::<Result<_>>()?;
+    let mut last = String::new();
+    let recovering = wait_until("every sink reports recovering", || {
+        let (code, out) = status(&p)?;
+        let done = code != 0 && out.matches("recovering from a gap").count() == 3;
+        last = out;
+        Ok(done)
+    })
+    .await;
+    recovering.with_context(|| format!("oncely status said:\n{last}"))?;
+    let deleted = p
+        .env
+        .client
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {}.public_t WHERE id <= 20 AND NOT coalesce(__oncely_deleted, false)",
+                crate::harness::e2e::WAREHOUSE_SCHEMA
+            ),
+            &[],
+        )
+        .await?
+        .get::<_, i64>(0);
+    assert_eq!(
+        deleted, 0,
+        "rows deleted inside the gap are still in the warehouse"
+    );
+
+    let _capture = p.spawn_capture()?;
     let report = p.verify_until_equal(Duration::from_secs(120)).await?;
     assert!(
         report.is_equal(),
