@@ -99,7 +99,7 @@ impl Gap {
     /// gone and the fix.
     pub(crate) fn explain(&self, tp: &TopicPartition) -> String {
         format!(
-            "{tp}: the sink needs offset {} but Kafka's log starts at {}: {} offsets were deleted (retention.ms) before they were applied, so the target misses their changes; the partition is stopped. Fix: snapshot the topic's table (`oncely capture snapshot --table <schema.table>`), then start the sink once with `--resume-after-gap` (docs: Operating, gaps)",
+            "{tp}: the sink needs offset {} but Kafka's log starts at {}: {} offsets were deleted (retention.ms) before they were applied, so the target misses their changes; the partition is stopped. Fix: snapshot the topic's table (`oncely capture snapshot --table <schema.table>`), then start the sink once with `--resume-after-gap`, or let the sink do both (gap.recovery = \"snapshot\") (docs: Operating, gaps)",
             self.next,
             self.log_start,
             self.log_start - self.next
