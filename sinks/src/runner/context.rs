@@ -280,15 +280,23 @@ impl RunnerContext {
         let stopped: Vec<TopicPartition> = gapped.iter().map(|(tp, _)| tp.clone()).collect();
         self.stop_workers(&stopped, false);
         for (tp, gap) in gapped {
-            if !self.recover(&tp, gap) {
-                self.shared.report_gap(&tp, gap);
-                continue;
+            let recovering = self.shared.config.gap_recovery == GapRecovery::Snapshot
+                && self.shared.signals.is_some();
+            // Assigned again at the log start (a seek is refused once the
+            // fetch failed out of range); nothing is dispatched before the
+            // new worker exists, as dispatching runs on this thread.
+            if recovering {
+                if let Err(e) = reassign(consumer, &tp, gap.log_start) {
+                    tracing::error!(%tp, "cannot move the fetch position to the log start: {e}");
+                    self.shared.report_gap(&tp, gap);
+                    continue;
+                }
             }
-            // Fetching again from the log start: the records the stopped
-            // worker had not applied are read again.
-            let at = Offset::Offset(gap.log_start);
-            if let Err(e) = consumer.seek(&tp.topic, tp.partition, at, REBALANCE_REQUEST_TIMEOUT) {
-                tracing::error!(%tp, "cannot move the fetch position to the log start: {e}");
+            if !recovering || !self.recover(&tp, gap) {
+                if recovering {
+                    // Back at the missing offset, which librdkafka refuses to fetch.
+                    let _ = reassign(consumer, &tp, gap.next);
+                }
                 self.shared.report_gap(&tp, gap);
                 continue;
             }
@@ -421,6 +429,20 @@ impl RunnerContext {
             tracing::info!(%tp, lost, "partition revoked");
         }
     }
+}
+
+/// Assigns `tp` again, to fetch from `offset` (cooperative protocol).
+fn reassign(
+    consumer: &BaseConsumer<RunnerContext>,
+    tp: &TopicPartition,
+    offset: i64,
+) -> Result<(), rdkafka::error::KafkaError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(&tp.topic, tp.partition);
+    consumer.incremental_unassign(&tpl)?;
+    let mut at = TopicPartitionList::new();
+    at.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(offset))?;
+    consumer.incremental_assign(&at)
 }
 
 /// Kafka's committed offsets for `tps` (missing where none or on error).
