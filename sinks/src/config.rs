@@ -135,6 +135,15 @@ pub struct RunnerConfig {
     /// were snapshotted again.
     #[serde(skip)]
     pub resume_after_gap: bool,
+    /// `gap.recovery`: `stop` (the default) or `snapshot` — see
+    /// [`GapRecovery`](crate::runner::GapRecovery).
+    #[serde(rename = "gap.recovery", default)]
+    pub gap_recovery: crate::runner::GapRecovery,
+    /// `gap.capture.config`: the capture configuration (TOML) of the capture
+    /// writing the topics; `gap.recovery = "snapshot"` signals through its
+    /// source connection and signal table and reads its offsets.
+    #[serde(rename = "gap.capture.config", default)]
+    pub gap_capture_config: Option<std::path::PathBuf>,
     /// `shutdown.timeout.ms`: how long a stopping or revoked partition may take to finish
     /// its batch before it is abandoned (not acknowledged, so redelivered).
     #[serde(
@@ -214,6 +223,8 @@ impl RunnerConfig {
             ready_max_lag_ms: DEFAULT_READY_MAX_LAG_MS,
             auto_offset_reset: OffsetReset::Earliest,
             resume_after_gap: false,
+            gap_recovery: crate::runner::GapRecovery::Stop,
+            gap_capture_config: None,
             shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
             debezium_schemaless_accept: false,
             kafka: BTreeMap::new(),
@@ -233,6 +244,14 @@ impl RunnerConfig {
         }
         for (i, t) in self.topics.iter().enumerate() {
             non_blank(&format!("topics[{i}]"), t)?;
+        }
+        if self.gap_recovery == crate::runner::GapRecovery::Snapshot
+            && self.gap_capture_config.is_none()
+        {
+            return Err(ConfigError::new(
+                "gap.recovery",
+                "\"snapshot\" needs the capture to signal: set gap.capture.config = \"capture.toml\" (the configuration of the capture writing these topics, with signal.data.collection), or gap.recovery = \"stop\"",
+            ));
         }
         if let Some(re) = &self.topics_regex {
             regex::Regex::new(re)

@@ -147,3 +147,24 @@ fn kafka_properties_resolve_secret_references() {
     assert!(e.message.contains("/nonexistent/oncely-secret"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn gap_recovery_defaults_to_stop_and_a_snapshot_needs_the_capture() {
+    let c = parse(MINIMAL).expect("valid");
+    assert_eq!(c.gap_recovery, crate::runner::GapRecovery::Stop);
+    let with = |lines: &str| MINIMAL.replace("[sink]", &format!("{lines}\n[sink]"));
+    let e = err(&with("gap.recovery = \"snapshot\""));
+    assert_eq!(e.key, "gap.recovery");
+    assert!(e.message.contains("gap.capture.config"), "{e}");
+    let c = parse(&with(
+        "[gap]\nrecovery = \"snapshot\"\ncapture.config = \"capture.toml\"",
+    ))
+    .expect("valid");
+    assert_eq!(c.gap_recovery, crate::runner::GapRecovery::Snapshot);
+    assert_eq!(
+        c.gap_capture_config.as_deref(),
+        Some(std::path::Path::new("capture.toml"))
+    );
+    let e = err(&with("gap.recovery = \"resume\""));
+    assert!(e.message.contains("gap.recovery"), "{e}");
+}

@@ -172,7 +172,7 @@ impl Metrics {
         let gap_offsets = IntGaugeVec::new(
             Opts::new(
                 GAP_OFFSETS,
-                "Offsets deleted from Kafka before the sink applied them (the partition is stopped)",
+                "Offsets deleted from Kafka before the sink applied them (the partition is stopped, or recovering under gap.recovery = snapshot)",
             ),
             &[LABEL_TOPIC, LABEL_PARTITION],
         )?;

@@ -1,4 +1,5 @@
 pub mod capture;
+pub mod gap;
 pub mod sink;
 pub mod status;
 pub mod verify;

@@ -28,12 +28,33 @@ pub async fn run(args: SinkArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot read {}", args.config.display()))?;
     let (mut runner_config, sink_config) = oncely_sinks::kinds::parse_config(&text)
         .with_context(|| format!("invalid configuration in {}", args.config.display()))?;
+    // Checked before the sink connects: a wrong path is a start-up error.
+    let signals = match (
+        &runner_config.gap_recovery,
+        &runner_config.gap_capture_config,
+    ) {
+        (oncely_sinks::runner::GapRecovery::Snapshot, Some(path)) => {
+            // Relative to the sink configuration's folder unless absolute.
+            let path = args
+                .config
+                .parent()
+                .map_or_else(|| path.clone(), |dir| dir.join(path));
+            Some(super::gap::CaptureSignals::load(
+                &path,
+                &runner_config.group_id,
+            )?)
+        }
+        _ => None,
+    };
     let sink = tokio::select! {
         sink = sink_config.build() => sink.context("cannot start the sink")?,
         _ = stop.cancelled() => return Ok(()),
     };
     runner_config.resume_after_gap = args.resume_after_gap;
-    let runner = oncely_sinks::Runner::new(runner_config, sink)?;
+    let mut runner = oncely_sinks::Runner::new(runner_config, sink)?;
+    if let Some(signals) = signals {
+        runner = runner.with_snapshot_signals(std::sync::Arc::new(signals));
+    }
     runner.run(stop).await?;
     Ok(())
 }

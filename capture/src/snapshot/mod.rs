@@ -87,6 +87,12 @@ impl TableProgress {
             chunks: 0,
         }
     }
+
+    /// A chunk of it was published (a chunk in flight is not: its rows take
+    /// a high watermark after anything streamed before it).
+    pub fn begun(&self) -> bool {
+        self.chunks > 0 || self.last_key.is_some()
+    }
 }
 
 impl SnapshotProgress {
@@ -99,12 +105,15 @@ impl SnapshotProgress {
         }
     }
 
-    /// Adds tables not queued yet (a table already queued keeps its place and
-    /// progress). Returns the names added.
+    /// Adds tables not queued yet (a table queued and not begun keeps its
+    /// place). A table whose copy has begun is queued again, at the end: the
+    /// rows of its published chunks are older than this request, and a
+    /// request wants every row copied after it (a sink recovering a gap
+    /// removes the rows older than its request). Returns the names added.
     pub fn enqueue(&mut self, tables: Vec<TableProgress>) -> Vec<String> {
         let mut added = Vec::new();
         for t in tables {
-            if !self.tables.iter().any(|q| q.table == t.table) {
+            if !self.tables.iter().any(|q| q.table == t.table && !q.begun()) {
                 added.push(t.table.clone());
                 self.tables.push(t);
             }

@@ -228,3 +228,38 @@ fn a_snapshots_in_progress_transactions_as_32_bit_xids() {
     assert_eq!(in_progress("4294967306:4294967310:4294967307"), vec![11]);
     assert_eq!(in_progress("garbage"), Vec::<u32>::new());
 }
+
+#[test]
+fn a_table_whose_copy_began_is_copied_again_when_requested_again() {
+    // Rows of chunks published before a request are older than it; whoever
+    // requests (a sink recovering a gap removes every row older than its
+    // request) needs every row copied after it.
+    let mut slot = None;
+    request(
+        &mut slot,
+        "s1".into(),
+        SnapshotKind::Incremental,
+        vec![TableProgress::new("public.a", None)],
+    );
+    let running = slot.as_mut().unwrap();
+    running.tables[0].chunks = 1;
+    running.tables[0].last_key = Some(vec![Some("7".into())]);
+    let added = request(
+        &mut slot,
+        "s2".into(),
+        SnapshotKind::Incremental,
+        vec![TableProgress::new("public.a", None)],
+    );
+    assert_eq!(added, vec!["public.a"]);
+    let tables = &slot.as_ref().unwrap().tables;
+    assert_eq!(tables.len(), 2);
+    assert_eq!(tables[1].last_key, None);
+    // Queued again and not begun: requesting once more adds nothing.
+    let added = request(
+        &mut slot,
+        "s3".into(),
+        SnapshotKind::Incremental,
+        vec![TableProgress::new("public.a", None)],
+    );
+    assert!(added.is_empty());
+}

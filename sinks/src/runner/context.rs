@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::gap::GapRecovery;
 use super::shared::{Gap, Shared};
 use super::worker::{Control, Incoming, Worker};
 use crate::config::OffsetReset;
@@ -157,7 +158,8 @@ impl RunnerContext {
     }
 
     /// A stored position below the log's start is a gap: the partition is
-    /// stopped, or with `--resume-after-gap` starts at the log's start (loudly).
+    /// recovered (`gap.recovery = "snapshot"`) or stopped, or with
+    /// `--resume-after-gap` starts at the log's start (loudly).
     fn check_gap(
         &self,
         consumer: &BaseConsumer<Self>,
@@ -180,6 +182,10 @@ impl RunnerContext {
             next,
             log_start: low,
         };
+        if self.recover(tp, gap) {
+            starts.insert(tp.clone(), low);
+            return;
+        }
         if self.shared.config.resume_after_gap {
             tracing::warn!(
                 "{tp}: resuming at the log start {low} after a gap of {} offsets (--resume-after-gap): the changes in them are only in the target if their tables were snapshotted again",
@@ -189,6 +195,41 @@ impl RunnerContext {
         } else {
             self.shared.report_gap(tp, gap);
         }
+    }
+
+    /// With `gap.recovery = "snapshot"`: requests the snapshot, removes what
+    /// it will not bring back and watches it (`runner::gap`); true when `tp`
+    /// may resume at the log start. Called while `tp` has no worker.
+    fn recover(&self, tp: &TopicPartition, gap: Gap) -> bool {
+        if self.shared.config.gap_recovery != GapRecovery::Snapshot {
+            return false;
+        }
+        let Some(signals) = self.shared.signals.clone() else {
+            return false;
+        };
+        let shared = self.shared.clone();
+        let request =
+            match self.block_on_retried(|| shared.recover_gap(&signals, tp, gap.log_start)) {
+                Ok(request) => request,
+                Err(e) => {
+                    tracing::error!("{tp}: the gap cannot be recovered by a snapshot: {e}");
+                    return false;
+                }
+            };
+        let partition = tp.partition.to_string();
+        self.shared
+            .metrics
+            .gap_offsets
+            .with_label_values(&[tp.topic.as_str(), partition.as_str()])
+            .set(gap.log_start - gap.next);
+        tracing::warn!(
+            "{tp}: the sink needs offset {} but Kafka's log starts at {}: {} offsets were deleted (retention.ms) before they were applied; recovering by a snapshot (gap.recovery = \"snapshot\"), resuming at the log start",
+            gap.next,
+            gap.log_start,
+            gap.log_start - gap.next
+        );
+        self.shared.watch_recovery(signals, tp.clone(), request);
+        true
     }
 
     /// Partitions set aside (a gap or a quarantine).
@@ -205,12 +246,13 @@ impl RunnerContext {
     /// After librdkafka reported an offset out of range (retention deleted
     /// records a running partition had not fetched yet): each partition with
     /// a worker whose fetch position is below its log start stops, its
-    /// applied records committed.
+    /// applied records committed; with `gap.recovery = "snapshot"` it is
+    /// recovered and fetched again from the log start, else set aside.
     pub(crate) fn stop_gapped(&self, consumer: &BaseConsumer<Self>) {
         let Ok(positions) = consumer.position() else {
             return tracing::warn!("offset out of range, and the fetch positions cannot be read");
         };
-        let mut stopped = Vec::new();
+        let mut gapped = Vec::new();
         for tp in self.assigned() {
             let Some(Offset::Offset(next)) = positions
                 .find_partition(&tp.topic, tp.partition)
@@ -222,21 +264,47 @@ impl RunnerContext {
                 consumer.fetch_watermarks(&tp.topic, tp.partition, REBALANCE_REQUEST_TIMEOUT)
             {
                 if next < low {
-                    self.shared.report_gap(
-                        &tp,
+                    gapped.push((
+                        tp,
                         Gap {
                             next,
                             log_start: low,
                         },
-                    );
-                    stopped.push(tp);
+                    ));
                 }
             }
         }
-        if stopped.is_empty() {
+        if gapped.is_empty() {
             tracing::warn!("librdkafka reported an offset out of range, but no partition's fetch position is below its log start");
         }
+        let stopped: Vec<TopicPartition> = gapped.iter().map(|(tp, _)| tp.clone()).collect();
         self.stop_workers(&stopped, false);
+        for (tp, gap) in gapped {
+            let recovering = self.shared.config.gap_recovery == GapRecovery::Snapshot
+                && self.shared.signals.is_some();
+            // Assigned again at the log start (a seek is refused once the
+            // fetch failed out of range); nothing is dispatched before the
+            // new worker exists, as dispatching runs on this thread.
+            if recovering {
+                if let Err(e) = reassign(consumer, &tp, gap.log_start) {
+                    tracing::error!(%tp, "cannot move the fetch position to the log start: {e}");
+                    self.shared.report_gap(&tp, gap);
+                    continue;
+                }
+            }
+            if !recovering || !self.recover(&tp, gap) {
+                if recovering {
+                    // Back at the missing offset, which librdkafka refuses to fetch.
+                    let _ = reassign(consumer, &tp, gap.next);
+                }
+                self.shared.report_gap(&tp, gap);
+                continue;
+            }
+            self.shared
+                .record_progress(&tp.topic, tp.partition, gap.log_start);
+            let handle = self.spawn_worker(&tp);
+            self.lock_workers().insert(tp, handle);
+        }
     }
 
     /// A retriable error here means the retries were cut short by a stop: not a failure.
@@ -361,6 +429,20 @@ impl RunnerContext {
             tracing::info!(%tp, lost, "partition revoked");
         }
     }
+}
+
+/// Assigns `tp` again, to fetch from `offset` (cooperative protocol).
+fn reassign(
+    consumer: &BaseConsumer<RunnerContext>,
+    tp: &TopicPartition,
+    offset: i64,
+) -> Result<(), rdkafka::error::KafkaError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(&tp.topic, tp.partition);
+    consumer.incremental_unassign(&tpl)?;
+    let mut at = TopicPartitionList::new();
+    at.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(offset))?;
+    consumer.incremental_assign(&at)
 }
 
 /// Kafka's committed offsets for `tps` (missing where none or on error).

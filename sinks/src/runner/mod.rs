@@ -40,6 +40,7 @@ mod context;
 mod decoder;
 pub mod dedup;
 pub(crate) mod dlq;
+mod gap;
 mod headers;
 #[cfg(test)]
 mod memory;
@@ -76,6 +77,7 @@ pub use self::dlq::{
     HEADER_ERROR, HEADER_KEY_OMITTED, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
     HEADER_VALUE_OMITTED,
 };
+pub use self::gap::{GapRecovery, SnapshotRequest, SnapshotSignals};
 
 /// How often applied positions are committed to Kafka (asynchronously) while running.
 const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
@@ -161,6 +163,7 @@ pub struct Runner {
     config: RunnerConfig,
     sink: Arc<dyn Sink>,
     metrics: Metrics,
+    signals: Option<Arc<dyn SnapshotSignals>>,
 }
 
 impl Runner {
@@ -173,7 +176,15 @@ impl Runner {
             config,
             sink,
             metrics,
+            signals: None,
         })
+    }
+
+    /// What requests the recovery snapshots of `gap.recovery = "snapshot"`
+    /// (required with it, see [`SnapshotSignals`]).
+    pub fn with_snapshot_signals(mut self, signals: Arc<dyn SnapshotSignals>) -> Self {
+        self.signals = Some(signals);
+        self
     }
 
     /// The runner's metrics (e.g. to register a sink's own metrics beside them).
@@ -196,7 +207,14 @@ impl Runner {
             config,
             sink,
             metrics,
+            signals,
         } = self;
+        if config.gap_recovery == GapRecovery::Snapshot && signals.is_none() {
+            return Err(RunnerError::Config(crate::ConfigError::new(
+                "gap.recovery",
+                "\"snapshot\" needs what requests the snapshot: set gap.capture.config (oncely sink), or call Runner::with_snapshot_signals",
+            )));
+        }
         let listener = match config.metrics_addr()? {
             Some(addr) => Some(
                 oncely_core::endpoint::bind(addr, "metrics.listen")
@@ -237,6 +255,8 @@ impl Runner {
             fatal: Mutex::new(None),
             positions: Mutex::new(Default::default()),
             stopped: Mutex::new(Default::default()),
+            signals,
+            recovering: Mutex::new(Default::default()),
             liveness: shared::Liveness::new(),
         });
         let metrics_stop = CancellationToken::new();

@@ -78,6 +78,11 @@ pub(crate) struct Shared {
     /// next are gone (a gap), or their table cannot be applied (quarantine);
     /// why, with the fix.
     pub(crate) stopped: Mutex<BTreeMap<TopicPartition, String>>,
+    /// What requests a recovery snapshot (`gap.recovery = "snapshot"`).
+    pub(crate) signals: Option<Arc<dyn super::gap::SnapshotSignals>>,
+    /// Partitions resumed after a gap whose recovery snapshot is not done
+    /// yet (`runner::gap`); why, for `/readyz`.
+    pub(crate) recovering: Mutex<BTreeMap<TopicPartition, String>>,
 }
 
 /// A partition whose next record Kafka no longer holds: `next` is the offset
@@ -94,7 +99,7 @@ impl Gap {
     /// gone and the fix.
     pub(crate) fn explain(&self, tp: &TopicPartition) -> String {
         format!(
-            "{tp}: the sink needs offset {} but Kafka's log starts at {}: {} offsets were deleted (retention.ms) before they were applied, so the target misses their changes; the partition is stopped. Fix: snapshot the topic's table (`oncely capture snapshot --table <schema.table>`), then start the sink once with `--resume-after-gap` (docs: Operating, gaps)",
+            "{tp}: the sink needs offset {} but Kafka's log starts at {}: {} offsets were deleted (retention.ms) before they were applied, so the target misses their changes; the partition is stopped. Fix: snapshot the topic's table (`oncely capture snapshot --table <schema.table>`), then start the sink once with `--resume-after-gap`, or let the sink do both (gap.recovery = \"snapshot\") (docs: Operating, gaps)",
             self.next,
             self.log_start,
             self.log_start - self.next
@@ -370,6 +375,15 @@ impl Shared {
                     1 => why.clone(),
                     n => format!("{n} partitions set aside; the first: {why}"),
                 });
+            }
+        }
+        {
+            let recovering = self
+                .recovering
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(why) = recovering.values().next() {
+                return Err(why.clone());
             }
         }
         let stalled = self.liveness.since_poll();

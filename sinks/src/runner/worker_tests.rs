@@ -40,6 +40,8 @@ fn shared(sink: Arc<dyn Sink>) -> Arc<Shared> {
         fatal: Mutex::new(None),
         positions: Mutex::new(Default::default()),
         stopped: Mutex::new(Default::default()),
+        signals: None,
+        recovering: Mutex::new(Default::default()),
         liveness: Liveness::new(),
     })
 }

@@ -673,3 +673,123 @@ async fn a_dead_letter_too_large_for_the_dead_letter_topic_goes_there_as_a_refer
     assert_eq!(committed(&group, &topic, 1).await, vec![3]);
     assert_eq!(metrics.dead_letters.with_label_values(&[&topic]).get(), 1);
 }
+
+/// Answers a gap recovery as capture would: the table of the test topic,
+/// and "done" as soon as asked.
+struct FakeSignals {
+    requests: AtomicUsize,
+}
+
+#[async_trait]
+impl oncely_sinks::runner::SnapshotSignals for FakeSignals {
+    async fn request(
+        &self,
+        _topic: &str,
+    ) -> Result<oncely_sinks::runner::SnapshotRequest, SinkError> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        Ok(oncely_sinks::runner::SnapshotRequest {
+            database: "d".into(),
+            tables: vec![("public".into(), "t".into())],
+            before: Version::new(777, 0),
+            token: 0,
+        })
+    }
+
+    async fn finished(
+        &self,
+        _request: &oncely_sinks::runner::SnapshotRequest,
+    ) -> Result<bool, SinkError> {
+        Ok(true)
+    }
+}
+
+/// A running partition whose next records retention deletes (the sink is
+/// slow, the consumer fetches little ahead): under `gap.recovery =
+/// "snapshot"` the partition asks for the snapshot, gets the removal (a
+/// truncate at the snapshot's start, at the offset before the log start),
+/// and goes on from the log start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_found_while_running_is_recovered_from_the_log_start() {
+    let (topic, group) = (unique("gap-running"), unique("g"));
+    create_topic(&topic, 1).await;
+    // Six record batches of 20: a fetch brings one at a time.
+    for first in (0..120u64).step_by(20) {
+        let outs: Vec<Out> = (first..first + 20)
+            .map(|v| Out {
+                key: Some(key(v)),
+                value: Some(envelope(v, 100 + v, 1, v)),
+                partition: Some(0),
+            })
+            .collect();
+        produce(&topic, &outs).await;
+    }
+    let sink = Arc::new(TestSink {
+        delay: Duration::from_millis(400),
+        ..Default::default()
+    });
+    let mut cfg = config(&topic, &group);
+    cfg.batch_max_records = 2;
+    cfg.gap_recovery = oncely_sinks::runner::GapRecovery::Snapshot;
+    cfg.gap_capture_config = Some("capture.toml".into());
+    for (k, v) in [
+        ("queued.max.messages.kbytes", "1"),
+        ("queued.min.messages", "1"),
+        ("max.partition.fetch.bytes", "1024"),
+    ] {
+        cfg.kafka.insert(k.into(), v.into());
+    }
+    let signals = Arc::new(FakeSignals {
+        requests: AtomicUsize::new(0),
+    });
+    let stop = CancellationToken::new();
+    let runner = Runner::new(cfg, sink.clone())
+        .expect("valid config")
+        .with_snapshot_signals(signals.clone());
+    let task = tokio::spawn(runner.run(stop.clone()));
+    let stop = StopOnDrop(stop);
+    wait_until("a first record applied", Duration::from_secs(30), || {
+        count(&sink.seen) >= 1
+    })
+    .await;
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .create()
+            .expect("admin");
+    let mut cut = rdkafka::TopicPartitionList::new();
+    cut.add_partition_offset(&topic, 0, rdkafka::Offset::Offset(100))
+        .expect("offset");
+    admin
+        .delete_records(&cut, &rdkafka::admin::AdminOptions::new())
+        .await
+        .expect("delete records");
+    wait_until(
+        "the records after the gap applied",
+        Duration::from_secs(60),
+        || {
+            sink.seen
+                .lock()
+                .map(|s| s.iter().any(|r| r.1 == 119))
+                .unwrap_or(false)
+        },
+    )
+    .await;
+    stop.cancel();
+    task.await.expect("join").expect("runner ok");
+    let seen = sink.seen.lock().expect("lock").clone();
+    assert_eq!(signals.requests.load(Ordering::SeqCst), 1);
+    let removal = seen
+        .iter()
+        .position(|r| r.3 == Version::new(777, 0))
+        .unwrap_or_else(|| panic!("no removal applied: {seen:?}"));
+    assert_eq!(
+        seen[removal].1, 99,
+        "the removal takes the offset before the log start"
+    );
+    let after: Vec<i64> = seen[removal + 1..].iter().map(|r| r.1).collect();
+    assert_eq!(after, (100..120).collect::<Vec<i64>>(), "{seen:?}");
+    assert!(
+        seen[..removal].iter().all(|r| r.1 < 100),
+        "nothing past the gap before the removal: {seen:?}"
+    );
+}

@@ -151,3 +151,140 @@ async fn a_sink_never_resumes_past_records_kafka_deleted() -> Result<()> {
     p.cleanup().await;
     Ok(())
 }
+
+/// Puts runner keys ahead of the `[sink]` table of sink config `i`.
+fn prepend_runner_keys(p: &Pipeline, i: usize, lines: &str) -> Result<()> {
+    let path = &p.sinks[i];
+    let text = std::fs::read_to_string(path)?;
+    std::fs::write(path, format!("{lines}\n{text}"))?;
+    Ok(())
+}
+
+/// With `gap.recovery = "snapshot"` the same gap — now holding deletes and
+/// updates too — needs no person: each sink requests a snapshot of the
+/// table through capture's signal table, removes the rows older than it
+/// (the 20 deleted inside the lost records), resumes at the log start, is
+/// reported recovering while capture has not done the snapshot, and ends
+/// equal, with `oncely status` healthy — also the two sinks whose requests
+/// reach capture while the first one's snapshot of the table is under way.
+/// (That a table whose copy began is copied again when requested again is
+/// `a_table_whose_copy_began_is_copied_again_when_requested_again`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_is_recovered_by_a_snapshot_without_a_person() -> Result<()> {
+    let p = Pipeline::new(
+        "e2e_gap_snap",
+        "CREATE TABLE t (id int PRIMARY KEY, v text);\
+         CREATE TABLE oncely_signal (id text PRIMARY KEY, type text NOT NULL, data text)",
+        &["t"],
+        "signal.data.collection = \"public.oncely_signal\"\ntable.include.list = \"public.t,public.oncely_signal\"\nincremental.snapshot.chunk.size = 10\n",
+    )
+    .await?;
+    let topic = p.topics()[0].clone();
+    let capture_config = std::fs::canonicalize(&p.capture_config)?;
+    for i in 0..3 {
+        prepend_runner_keys(
+            &p,
+            i,
+            &format!(
+                // A /readyz for `oncely status` to read.
+                "gap.recovery = \"snapshot\"\ngap.capture.config = {:?}\nmetrics.listen = \"{}\"",
+                capture_config.display().to_string(),
+                std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?
+            ),
+        )?;
+    }
+    let capture = p.spawn_capture()?;
+    p.env.wait_slot_active().await?;
+    p.env
+        .client
+        .batch_execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 200) g")
+        .await?;
+    let sinks: Vec<_> = (0..3).map(|i| p.spawn_sink(i)).collect::<Result<_>>()?;
+    wait_until("sinks caught up", || Ok(status(&p)?.0 == 0)).await?;
+    drop(sinks);
+
+    // Deletes and updates first, so that they are among the records lost.
+    p.env
+        .client
+        .batch_execute(
+            "DELETE FROM t WHERE id <= 20;\
+             UPDATE t SET v = 'u' || id WHERE id BETWEEN 21 AND 40;\
+             INSERT INTO t SELECT g, 'b' || g FROM generate_series(201, 600) g",
+        )
+        .await?;
+    wait_until("capture published the 440 changes", || {
+        Ok(watermarks(&topic)?.1 >= 640)
+    })
+    .await?;
+    let (_, high) = watermarks(&topic)?;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", common::kafka_brokers())
+        .create()?;
+    let mut cut = TopicPartitionList::new();
+    cut.add_partition_offset(&topic, 0, Offset::Offset(high - 100))?;
+    admin
+        .delete_records(&cut, &AdminOptions::new())
+        .await
+        .context("delete records")?;
+
+    // Capture stopped, so that the snapshot cannot finish yet: the
+    // warehouse sink says it is recovering, never healthy, and the rows
+    // deleted inside the gap are gone already.
+    drop(capture);
+    let mut sinks = vec![p.spawn_sink(0)?];
+    let mut last = String::new();
+    let recovering = wait_until("the warehouse sink reports recovering", || {
+        let (code, out) = status(&p)?;
+        let done = code != 0 && out.contains("recovering from a gap");
+        last = out;
+        Ok(done)
+    })
+    .await;
+    recovering.with_context(|| format!("oncely status said:\n{last}"))?;
+    let deleted = p
+        .env
+        .client
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {}.public_t WHERE id <= 20 AND NOT coalesce(__oncely_deleted, false)",
+                crate::harness::e2e::WAREHOUSE_SCHEMA
+            ),
+            &[],
+        )
+        .await?
+        .get::<_, i64>(0);
+    assert_eq!(
+        deleted, 0,
+        "rows deleted inside the gap are still in the warehouse"
+    );
+
+    // The other two sinks ask once that snapshot has published chunks (10
+    // rows each): a request joining a snapshot under way still ends equal.
+    let _capture = p.spawn_capture()?;
+    wait_until("the snapshot published a chunk", || {
+        Ok(watermarks(&topic)?.1 > high + 10)
+    })
+    .await?;
+    sinks.push(p.spawn_sink(1)?);
+    sinks.push(p.spawn_sink(2)?);
+    let report = p.verify_until_equal(Duration::from_secs(120)).await?;
+    assert!(
+        report.is_equal(),
+        "{}",
+        crate::harness::e2e::summary(&report)
+    );
+    for i in 0..3 {
+        let log = p.sink_log(i);
+        assert!(
+            log.contains("recovering by a snapshot") && log.contains("gap recovered"),
+            "sink {i} did not say it recovered the gap:\n{log}"
+        );
+    }
+    assert_eq!(rows(&p).await?, 580);
+    wait_until("status healthy after the recovery", || {
+        Ok(status(&p)?.0 == 0)
+    })
+    .await?;
+    p.cleanup().await;
+    Ok(())
+}

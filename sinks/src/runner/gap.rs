@@ -1,0 +1,214 @@
+//! Recovering a gap by an incremental snapshot (`gap.recovery = "snapshot"`).
+//!
+//! ```text
+//!  gap found at assignment ──► request a snapshot of the topic's tables
+//!                              (before = source position ahead of the signal)
+//!                          ──► remove the tables' rows older than `before`
+//!                              (a truncate event at `before`, position = log start)
+//!                          ──► partition resumes at the log start, "recovering"
+//!  capture finished it     ──► healthy
+//! ```
+//!
+//! The invariant: every row the source holds once the snapshot is done
+//! reaches the target with a version at or after `before` — a snapshot row
+//! (its chunk's high watermark, after the signal) or a change streamed after
+//! the signal. So a row still older than `before` is one the source deleted
+//! inside the records Kafka lost, and removing every such row up front
+//! leaves, once the snapshot is applied, exactly the source. Removal is the
+//! version-guarded truncate each sink already applies for capture's
+//! truncate copies (newer rows stay; a row it removes that the source still
+//! holds comes back with its snapshot row), so it may run before the
+//! snapshot rows arrive, on any partition.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use super::shared::Shared;
+use crate::error::SinkError;
+use crate::event::{ChangeEvent, Op, Payload, Version, VersionOrigin};
+use crate::sink::{Batch, Record, TopicPartition};
+
+/// How often a recovering partition asks whether capture finished its snapshot.
+const FINISHED_POLL: Duration = Duration::from_secs(1);
+
+/// A snapshot asked for by a gap recovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotRequest {
+    /// The source database (`source.db` of the topic's events: some sinks
+    /// name their key sets by it).
+    pub database: String,
+    /// `(schema, table)` of every source table whose records the topic carries.
+    pub tables: Vec<(String, String)>,
+    /// A source position read before the signal was inserted: every row the
+    /// snapshot publishes and every change streamed after the signal has a
+    /// version at or after it.
+    pub before: Version,
+    /// Opaque to the runner: what [`SnapshotSignals::finished`] needs (e.g.
+    /// the source position after the signal's commit).
+    pub token: u64,
+}
+
+/// Asks the capture that writes a topic for an incremental snapshot of the
+/// topic's tables (through its signal table), and tells when it is done.
+/// `oncely sink` builds one from `gap.capture.config`.
+#[async_trait]
+pub trait SnapshotSignals: Send + Sync + 'static {
+    /// Requests the snapshot of `topic`'s tables. Transient errors are
+    /// retried; an empty `tables` is refused by the runner.
+    async fn request(&self, topic: &str) -> Result<SnapshotRequest, SinkError>;
+
+    /// True once capture has published every snapshot row of `request`.
+    async fn finished(&self, request: &SnapshotRequest) -> Result<bool, SinkError>;
+}
+
+/// `gap.recovery`: what a sink does when records it needs were deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GapRecovery {
+    /// Stop the partition and report it (`/readyz`, `oncely status`,
+    /// `oncely_sink_gap_offsets`) until an operator snapshots the table and
+    /// starts the sink with `--resume-after-gap`. The default.
+    #[default]
+    Stop,
+    /// Request an incremental snapshot of the topic's tables through
+    /// capture's signal table (`gap.capture.config`), remove the rows older
+    /// than it, resume at the log start; reported as recovering until done.
+    Snapshot,
+}
+
+/// The truncate event that removes `table`'s rows older than `before`.
+fn removal(
+    offset: i64,
+    database: &str,
+    (schema, table): &(String, String),
+    before: Version,
+) -> Record {
+    let mut source = Map::new();
+    source.insert("db".into(), Value::String(database.to_owned()));
+    source.insert("schema".into(), Value::String(schema.clone()));
+    source.insert("table".into(), Value::String(table.clone()));
+    source.insert("snapshot".into(), Value::String("false".into()));
+    let event = ChangeEvent {
+        op: Op::Truncate,
+        before: None,
+        after: None,
+        source,
+        ts_ms: None,
+        message: None,
+        version: before,
+        version_origin: VersionOrigin::CommitLsn,
+        schema: None,
+    };
+    Record::new(offset, None, Payload::Change(Box::new(event)))
+}
+
+impl Shared {
+    /// Recovers `tp`, which needs `next` while Kafka's log starts at
+    /// `log_start`: requests the snapshot, removes what it will not bring
+    /// back, stores the log start as the position (sinks owning positions),
+    /// and watches for the snapshot's end. Runs before the partition's
+    /// worker starts, so nothing else applies to it meanwhile.
+    pub(crate) async fn recover_gap(
+        self: &Arc<Self>,
+        signals: &Arc<dyn SnapshotSignals>,
+        tp: &TopicPartition,
+        log_start: i64,
+    ) -> Result<SnapshotRequest, SinkError> {
+        let request = signals.request(&tp.topic).await?;
+        if request.tables.is_empty() {
+            return Err(SinkError::fatal(format!(
+                "{tp}: gap.recovery = \"snapshot\" found no source table that writes this topic; snapshot its table by hand (`oncely capture snapshot --table <schema.table>`) and start the sink with --resume-after-gap"
+            )));
+        }
+        // The removal takes the place of the record just before the log
+        // start: applying it stores the log start as the position.
+        let records = request
+            .tables
+            .iter()
+            .map(|t| removal(log_start - 1, &request.database, t, request.before))
+            .collect();
+        let mut batch = Batch::new(
+            self.group.clone(),
+            (Arc::from(tp.topic.as_str()), tp.partition),
+            records,
+            log_start,
+        );
+        self.sink.prepare(&mut batch);
+        self.sink.apply(&batch).await?;
+        Ok(request)
+    }
+
+    /// Marks `tp` recovering until capture reports the snapshot done.
+    pub(crate) fn watch_recovery(
+        self: &Arc<Self>,
+        signals: Arc<dyn SnapshotSignals>,
+        tp: TopicPartition,
+        request: SnapshotRequest,
+    ) {
+        let tables: Vec<String> = request
+            .tables
+            .iter()
+            .map(|(s, t)| format!("{s}.{t}"))
+            .collect();
+        let why = format!(
+            "{tp}: recovering from a gap: the records Kafka deleted are replaced by an incremental snapshot of {} (gap.recovery = \"snapshot\"); rows older than source position {} were removed",
+            tables.join(", "),
+            request.before
+        );
+        tracing::warn!("{why}");
+        self.recovering
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(tp.clone(), why);
+        let shared = Arc::clone(self);
+        self.handle.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = shared.stop.cancelled() => return,
+                    _ = tokio::time::sleep(FINISHED_POLL) => {}
+                }
+                match signals.finished(&request).await {
+                    Ok(true) => break,
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(%tp, "cannot tell whether the recovery snapshot is done: {e}"),
+                }
+            }
+            tracing::info!(%tp, tables = %tables.join(", "), "gap recovered: the snapshot is done");
+            shared
+                .recovering
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&tp);
+            let partition = tp.partition.to_string();
+            let _ = shared
+                .metrics
+                .gap_offsets
+                .remove_label_values(&[tp.topic.as_str(), partition.as_str()]);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_removal_is_a_truncate_at_the_snapshot_start() {
+        let r = removal(
+            41,
+            "shop",
+            &("public".into(), "t".into()),
+            Version::new(700, 0),
+        );
+        assert_eq!(r.offset, 41);
+        let e = r.event().expect("a change");
+        assert_eq!(e.op, Op::Truncate);
+        assert_eq!((e.schema_name(), e.table()), (Some("public"), Some("t")));
+        assert_eq!(e.source.get("db"), Some(&Value::String("shop".into())));
+        assert_eq!(e.version, Version::new(700, 0));
+        assert!(!e.is_snapshot());
+    }
+}
