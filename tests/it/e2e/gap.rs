@@ -109,7 +109,15 @@ async fn a_sink_never_resumes_past_records_kafka_deleted() -> Result<()> {
 
     // Started again, no sink applies anything past the gap.
     let sinks: Vec<_> = (0..3).map(|i| p.spawn_sink(i)).collect::<Result<_>>()?;
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Each sink finds the gap once it is assigned its partition, which on a
+    // loaded machine takes a while: waited for, then checked in full below.
+    wait_until("every sink stopped its partition at the gap", || {
+        Ok((0..3).all(|i| {
+            p.sink_log(i)
+                .contains("offsets were deleted (retention.ms) before they were applied")
+        }))
+    })
+    .await?;
     let (code, out) = status(&p)?;
     assert_eq!(code, 2, "a gap is down:\n{out}");
     for i in 0..3 {
