@@ -350,7 +350,7 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
     }
     if let (Some(r), Some(max)) = (slot.retained_bytes, slot.max_retained_bytes) {
         if u64::try_from(r).is_ok_and(|r| r > max) {
-            problems.push((Health::Degraded, format!("slot {} retains {r} bytes of WAL, more than slot.max.retained.bytes = {max} (README, Operating: slot lag)", slot.name)));
+            problems.push((Health::Degraded, format!("slot {} retains {r} bytes of WAL, more than slot.max.retained.bytes = {max} (docs/operating.md, Slot lag)", slot.name)));
         }
     }
     let tables = source.keyed_tables(&cfg).await?;
@@ -426,7 +426,7 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
             problems.push((
                 Health::Degraded,
                 format!(
-                    "{}: {} dead letters in {} (README, Operating: dead letters)",
+                    "{}: {} dead letters in {} (docs/operating.md, Dead letters)",
                     sink.label,
                     sink.dead_letters.unwrap_or(0),
                     sink.dead_letter_topic.as_deref().unwrap_or("-")

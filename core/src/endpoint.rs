@@ -49,7 +49,7 @@ pub trait Probe: Send + Sync + 'static {
     fn ready(&self) -> Result<(), String>;
 }
 
-/// One metric a process registers, as the README's metrics table lists it.
+/// One metric a process registers, as the metrics table of docs/operating.md lists it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct MetricInfo {
     pub name: String,

@@ -156,7 +156,7 @@ pub struct RunnerConfig {
     /// Off (the default), each is a dead letter: under Debezium's default
     /// `decimal.handling.mode=precise` a `numeric` column is base64 text that
     /// no sink can tell from text. Turn it on once the connector uses
-    /// `decimal.handling.mode=string` (README, "Reading Debezium topics").
+    /// `decimal.handling.mode=string` (docs/debezium.md).
     #[serde(rename = "debezium.schemaless.accept", default)]
     pub debezium_schemaless_accept: bool,
     /// `[kafka]`: extra librdkafka consumer/producer properties (security, timeouts, ...).

@@ -44,7 +44,7 @@
 //! unavailable marker. A base64 `Decimal` cannot be told from text without
 //! its schema, so such events are dead letters ([`refuse_schemaless`]) until
 //! the runner is told the connector sends string decimals
-//! (`debezium.schemaless.accept`; README, "Reading Debezium topics").
+//! (`debezium.schemaless.accept`; docs/debezium.md).
 
 use std::cell::RefCell;
 use std::sync::Arc;

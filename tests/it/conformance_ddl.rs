@@ -4,7 +4,7 @@
 //! loop SIGKILLs a random process every second or two. After the changes
 //! and more load, `oncely verify` must report every copy equal and no sink
 //! may have dead-lettered anything: every change below is one the targets
-//! absorb (README, "Schema changes"). The schema-change topic must name each
+//! absorb (docs/capture.md, "Schema changes"). The schema-change topic must name each
 //! change once, as what it is (a rename as a rename), however often capture
 //! was killed.
 //!

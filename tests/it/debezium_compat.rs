@@ -12,8 +12,8 @@
 //! and timestamps in milliseconds (`connect` has no more), intervals without
 //! months (Debezium's microseconds count a month as 30.4375 days), `numeric[]`
 //! without trailing zeros (Debezium's precise arrays drop them), `varbit`
-//! without leading zeros (Debezium sends no length). README, "Reading
-//! Debezium topics", lists what else it changes.
+//! without leading zeros (Debezium sends no length). docs/debezium.md
+//! lists what else it changes.
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};

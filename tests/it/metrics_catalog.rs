@@ -1,5 +1,5 @@
 //! The metrics documentation matches what the processes register: the
-//! README's metrics table lists exactly the metrics of capture's and the
+//! metrics table of docs/operating.md lists exactly the metrics of capture's and the
 //! sink runner's registries (name, type, labels, meaning), and every metric
 //! the Grafana dashboard in `examples/` queries is one of them. No services.
 
@@ -38,28 +38,28 @@ fn row(m: &MetricInfo) -> String {
     format!("| `{}` | {} | {labels} | {} |", m.name, m.kind, m.help)
 }
 
-fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md")
+fn operating_doc() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operating.md")).expect("docs/operating.md")
 }
 
 #[test]
-fn the_readme_table_lists_exactly_the_registered_metrics() {
+fn the_operating_doc_table_lists_exactly_the_registered_metrics() {
     let all = catalog();
     assert!(all.len() >= 25, "both registries read: {all:?}");
     let names: BTreeSet<&str> = all.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names.len(), all.len(), "a name registered twice: {all:?}");
-    let text = readme();
+    let text = operating_doc();
     let table = text
         .split_once(BEGIN)
         .and_then(|(_, rest)| rest.split_once(END))
         .map(|(t, _)| t)
-        .unwrap_or_else(|| panic!("README.md has no metrics table between {BEGIN} and {END}"));
+        .unwrap_or_else(|| panic!("docs/operating.md has no metrics table between {BEGIN} and {END}"));
     let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| `")).collect();
     let expected: Vec<String> = all.iter().map(row).collect();
     assert_eq!(
         rows,
         expected,
-        "README's metrics table differs from the registries; it should read:\n\n| name | type | labels | meaning |\n| --- | --- | --- | --- |\n{}\n",
+        "the metrics table of docs/operating.md differs from the registries; it should read:\n\n| name | type | labels | meaning |\n| --- | --- | --- | --- |\n{}\n",
         expected.join("\n")
     );
 }

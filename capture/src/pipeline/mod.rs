@@ -457,7 +457,7 @@ impl Pipeline<'_> {
             return;
         }
         let why = format!(
-            "replication slot {} retains {retained} bytes of WAL, more than slot.max.retained.bytes = {limit}: capture confirms only what Kafka holds, so a slow or failing Kafka commit, or a long source transaction, keeps WAL on the server (see README, Operating: slot lag)",
+            "replication slot {} retains {retained} bytes of WAL, more than slot.max.retained.bytes = {limit}: capture confirms only what Kafka holds, so a slow or failing Kafka commit, or a long source transaction, keeps WAL on the server (see docs/operating.md, Slot lag)",
             self.cfg.slot_name
         );
         if let Some(suppressed) = OVER.admit() {
