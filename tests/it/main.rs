@@ -14,6 +14,7 @@ mod conformance;
 mod conformance_ddl;
 mod debezium_compat;
 mod dedup_window;
+mod doc_links;
 mod health_endpoints;
 mod kafka_sasl;
 mod metrics_catalog;

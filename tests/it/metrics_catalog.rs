@@ -39,7 +39,8 @@ fn row(m: &MetricInfo) -> String {
 }
 
 fn operating_doc() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operating.md")).expect("docs/operating.md")
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operating.md"))
+        .expect("docs/operating.md")
 }
 
 #[test]
@@ -53,7 +54,9 @@ fn the_operating_doc_table_lists_exactly_the_registered_metrics() {
         .split_once(BEGIN)
         .and_then(|(_, rest)| rest.split_once(END))
         .map(|(t, _)| t)
-        .unwrap_or_else(|| panic!("docs/operating.md has no metrics table between {BEGIN} and {END}"));
+        .unwrap_or_else(|| {
+            panic!("docs/operating.md has no metrics table between {BEGIN} and {END}")
+        });
     let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| `")).collect();
     let expected: Vec<String> = all.iter().map(row).collect();
     assert_eq!(
