@@ -66,6 +66,21 @@ pub enum OffsetReset {
     Latest,
 }
 
+/// `gap.recovery`: what a sink does when records it needs were deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GapRecovery {
+    /// Stop the partition and report it (`/readyz`, `oncely status`,
+    /// `oncely_sink_gap_offsets`) until an operator snapshots the table and
+    /// starts the sink with `--resume-after-gap`. The default.
+    #[default]
+    Stop,
+    /// Request an incremental snapshot of the topic's tables through
+    /// capture's signal table (`gap.capture.config`), remove the rows older
+    /// than it, resume at the log start; reported as recovering until done.
+    Snapshot,
+}
+
 /// Settings of the consumer runner (everything but the `[sink]` table).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -136,9 +151,9 @@ pub struct RunnerConfig {
     #[serde(skip)]
     pub resume_after_gap: bool,
     /// `gap.recovery`: `stop` (the default) or `snapshot` — see
-    /// [`GapRecovery`](crate::runner::GapRecovery).
+    /// [`GapRecovery`].
     #[serde(rename = "gap.recovery", default)]
-    pub gap_recovery: crate::runner::GapRecovery,
+    pub gap_recovery: GapRecovery,
     /// `gap.capture.config`: the capture configuration (TOML) of the capture
     /// writing the topics; `gap.recovery = "snapshot"` signals through its
     /// source connection and signal table and reads its offsets.
@@ -223,7 +238,7 @@ impl RunnerConfig {
             ready_max_lag_ms: DEFAULT_READY_MAX_LAG_MS,
             auto_offset_reset: OffsetReset::Earliest,
             resume_after_gap: false,
-            gap_recovery: crate::runner::GapRecovery::Stop,
+            gap_recovery: GapRecovery::Stop,
             gap_capture_config: None,
             shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
             debezium_schemaless_accept: false,
@@ -245,9 +260,7 @@ impl RunnerConfig {
         for (i, t) in self.topics.iter().enumerate() {
             non_blank(&format!("topics[{i}]"), t)?;
         }
-        if self.gap_recovery == crate::runner::GapRecovery::Snapshot
-            && self.gap_capture_config.is_none()
-        {
+        if self.gap_recovery == GapRecovery::Snapshot && self.gap_capture_config.is_none() {
             return Err(ConfigError::new(
                 "gap.recovery",
                 "\"snapshot\" needs the capture to signal: set gap.capture.config = \"capture.toml\" (the configuration of the capture writing these topics, with signal.data.collection), or gap.recovery = \"stop\"",

@@ -151,7 +151,7 @@ fn kafka_properties_resolve_secret_references() {
 #[test]
 fn gap_recovery_defaults_to_stop_and_a_snapshot_needs_the_capture() {
     let c = parse(MINIMAL).expect("valid");
-    assert_eq!(c.gap_recovery, crate::runner::GapRecovery::Stop);
+    assert_eq!(c.gap_recovery, crate::config::GapRecovery::Stop);
     let with = |lines: &str| MINIMAL.replace("[sink]", &format!("{lines}\n[sink]"));
     let e = err(&with("gap.recovery = \"snapshot\""));
     assert_eq!(e.key, "gap.recovery");
@@ -160,7 +160,7 @@ fn gap_recovery_defaults_to_stop_and_a_snapshot_needs_the_capture() {
         "[gap]\nrecovery = \"snapshot\"\ncapture.config = \"capture.toml\"",
     ))
     .expect("valid");
-    assert_eq!(c.gap_recovery, crate::runner::GapRecovery::Snapshot);
+    assert_eq!(c.gap_recovery, crate::config::GapRecovery::Snapshot);
     assert_eq!(
         c.gap_capture_config.as_deref(),
         Some(std::path::Path::new("capture.toml"))

@@ -33,7 +33,7 @@ pub async fn run(args: SinkArgs) -> anyhow::Result<()> {
         &runner_config.gap_recovery,
         &runner_config.gap_capture_config,
     ) {
-        (oncely_sinks::runner::GapRecovery::Snapshot, Some(path)) => {
+        (oncely_sinks::config::GapRecovery::Snapshot, Some(path)) => {
             // Relative to the sink configuration's folder unless absolute.
             let path = args
                 .config

@@ -25,9 +25,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::gap::GapRecovery;
 use super::shared::{Gap, Shared};
 use super::worker::{Control, Incoming, Worker};
+use crate::config::GapRecovery;
 use crate::config::OffsetReset;
 use crate::error::SinkError;
 use crate::sink::{Positions, TopicPartition};

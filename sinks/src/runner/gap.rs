@@ -64,21 +64,6 @@ pub trait SnapshotSignals: Send + Sync + 'static {
     async fn finished(&self, request: &SnapshotRequest) -> Result<bool, SinkError>;
 }
 
-/// `gap.recovery`: what a sink does when records it needs were deleted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GapRecovery {
-    /// Stop the partition and report it (`/readyz`, `oncely status`,
-    /// `oncely_sink_gap_offsets`) until an operator snapshots the table and
-    /// starts the sink with `--resume-after-gap`. The default.
-    #[default]
-    Stop,
-    /// Request an incremental snapshot of the topic's tables through
-    /// capture's signal table (`gap.capture.config`), remove the rows older
-    /// than it, resume at the log start; reported as recovering until done.
-    Snapshot,
-}
-
 /// The truncate event that removes `table`'s rows older than `before`.
 fn removal(
     offset: i64,

@@ -68,7 +68,7 @@ use self::dlq::DeadLetters;
 use self::headers::Payloads;
 use self::shared::{Shared, TopicFilter};
 use self::worker::Incoming;
-use crate::config::RunnerConfig;
+use crate::config::{GapRecovery, RunnerConfig};
 use crate::error::RunnerError;
 use crate::metrics::Metrics;
 use crate::sink::{Sink, TopicPartition};
@@ -77,7 +77,7 @@ pub use self::dlq::{
     HEADER_ERROR, HEADER_KEY_OMITTED, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
     HEADER_VALUE_OMITTED,
 };
-pub use self::gap::{GapRecovery, SnapshotRequest, SnapshotSignals};
+pub use self::gap::{SnapshotRequest, SnapshotSignals};
 
 /// How often applied positions are committed to Kafka (asynchronously) while running.
 const COMMIT_INTERVAL: Duration = Duration::from_millis(200);

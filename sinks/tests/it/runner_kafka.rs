@@ -729,7 +729,7 @@ async fn a_gap_found_while_running_is_recovered_from_the_log_start() {
     });
     let mut cfg = config(&topic, &group);
     cfg.batch_max_records = 2;
-    cfg.gap_recovery = oncely_sinks::runner::GapRecovery::Snapshot;
+    cfg.gap_recovery = oncely_sinks::config::GapRecovery::Snapshot;
     cfg.gap_capture_config = Some("capture.toml".into());
     for (k, v) in [
         ("queued.max.messages.kbytes", "1"),
