@@ -356,6 +356,18 @@ pub fn status_error(what: &'static str, status: u16, body: &[u8]) -> EsError {
     }
 }
 
+/// A response's body as JSON (`null` when it is not JSON).
+pub(super) async fn read_json(
+    response: ::elasticsearch::http::response::Response,
+    what: &'static str,
+) -> Result<Value, EsError> {
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|source| EsError::Transport { what, source })?;
+    Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

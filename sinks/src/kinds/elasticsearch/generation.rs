@@ -38,7 +38,7 @@ use ::elasticsearch::indices::{
 use ::elasticsearch::{BulkParts, ClearScrollParts, Elasticsearch, ScrollParts, SearchParts};
 use serde_json::{json, Map, Value};
 
-use super::bulk::status_error;
+use super::bulk::{read_json as read, status_error};
 use super::error::EsError;
 use super::values::Format;
 
@@ -369,17 +369,6 @@ async fn expect_ok(
     } else {
         Err(status_error(what, status, body.to_string().as_bytes()))
     }
-}
-
-async fn read(
-    response: ::elasticsearch::http::response::Response,
-    what: &'static str,
-) -> Result<Value, EsError> {
-    let bytes = response
-        .bytes()
-        .await
-        .map_err(|source| EsError::Transport { what, source })?;
-    Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
 #[cfg(test)]
