@@ -38,9 +38,24 @@ const REBALANCE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct WorkerHandle {
     tx: mpsc::Sender<Incoming>,
+    /// The offset after the last record admitted to this worker (at first
+    /// the partition's start, when known): a record below it was handed to
+    /// this worker before (see [`RunnerContext::admit`]).
+    next: Option<i64>,
     stop: CancellationToken,
     abandon: CancellationToken,
     task: JoinHandle<()>,
+}
+
+/// Where [`RunnerContext::admit`] sends a record.
+pub(crate) enum Admit {
+    /// To this worker.
+    Send(mpsc::Sender<Incoming>),
+    /// Nowhere: the partition's worker was handed this offset already, or it
+    /// lies before the partition's start; `next` is the offset it expects.
+    Again { next: i64 },
+    /// Nowhere: the partition has no worker here.
+    Unassigned,
 }
 
 /// The runner's consumer context (see the module docs).
@@ -57,10 +72,37 @@ impl RunnerContext {
         }
     }
 
-    /// The channel of the worker of `topic`/`partition`, if it is assigned here.
-    pub(crate) fn sender(&self, topic: &str, partition: i32) -> Option<mpsc::Sender<Incoming>> {
+    /// Where the record at `offset` of `topic`/`partition` goes: its worker's
+    /// channel, or nowhere because that worker had it already or the partition
+    /// has no worker here.
+    ///
+    /// Rule: a worker is handed each offset at most once, in increasing
+    /// order. librdkafka may deliver a record again without any reassignment:
+    /// every rebalance pauses the partitions this member keeps, and the pause
+    /// saves as the next fetch position the application position, which is
+    /// one record behind while the poll thread holds a record it popped but
+    /// librdkafka has not yet marked consumed (`rd_kafka_event_message_next`);
+    /// the resume then fetches that record again. Dropping it is exact: a
+    /// worker applies (or dead-letters) every record admitted to it, in
+    /// order, or ends — and an ended worker is never handed anything again
+    /// (a new assignment starts a new worker at the position the sink or
+    /// Kafka stored). So an offset below `next` is one this worker holds or
+    /// applied, or one before the stored start.
+    pub(crate) fn admit(&self, topic: &str, partition: i32, offset: i64) -> Admit {
         let key = TopicPartition::new(topic, partition);
-        self.lock_workers().get(&key).map(|w| w.tx.clone())
+        let mut workers = self.lock_workers();
+        let Some(worker) = workers.get_mut(&key) else {
+            return Admit::Unassigned;
+        };
+        match worker.next {
+            Some(next) if offset < next => Admit::Again { next },
+            _ => {
+                // Counted as handed over even if the send then fails: that
+                // happens only when the worker ended or the runner stops.
+                worker.next = Some(offset + 1);
+                Admit::Send(worker.tx.clone())
+            }
+        }
     }
 
     /// The state shared with the workers.
@@ -118,7 +160,7 @@ impl RunnerContext {
         }
         let mut workers = self.lock_workers();
         for tp in tps.into_iter().filter(|tp| !set_aside.contains(tp)) {
-            let handle = self.spawn_worker(&tp);
+            let handle = self.spawn_worker(&tp, starts.get(&tp).copied());
             workers.insert(tp, handle);
         }
     }
@@ -302,7 +344,7 @@ impl RunnerContext {
             }
             self.shared
                 .record_progress(&tp.topic, tp.partition, gap.log_start);
-            let handle = self.spawn_worker(&tp);
+            let handle = self.spawn_worker(&tp, Some(gap.log_start));
             self.lock_workers().insert(tp, handle);
         }
     }
@@ -345,7 +387,8 @@ impl RunnerContext {
         }
     }
 
-    fn spawn_worker(&self, tp: &TopicPartition) -> WorkerHandle {
+    /// Starts the worker of `tp`, which reads from `start` when known.
+    fn spawn_worker(&self, tp: &TopicPartition, start: Option<i64>) -> WorkerHandle {
         let capacity = self.shared.config.batch_max_records.clamp(16, 10_000);
         let (tx, rx) = mpsc::channel(capacity);
         let control = Control {
@@ -362,6 +405,7 @@ impl RunnerContext {
         let task = self.shared.handle.spawn(worker.run());
         WorkerHandle {
             tx,
+            next: start,
             stop,
             abandon,
             task,

@@ -63,7 +63,7 @@ use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use self::context::RunnerContext;
+use self::context::{Admit, RunnerContext};
 use self::dlq::DeadLetters;
 use self::headers::Payloads;
 use self::shared::{Shared, TopicFilter};
@@ -361,6 +361,8 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
         .dedup
         .as_ref()
         .and_then(|d| d.identity_header.as_deref());
+    #[cfg(feature = "failpoints")]
+    let mut rewound = false;
     while !shared.stop.is_cancelled() {
         shared.liveness.polled();
         match consumer.poll(POLL_TIMEOUT) {
@@ -384,6 +386,8 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
                     (&topic, partition, offset),
                     (incoming, timestamp_ms),
                 );
+                #[cfg(feature = "failpoints")]
+                rewind_once(&consumer, &shared, (&topic, partition, offset), &mut rewound);
             }
         }
         if last_commit.elapsed() >= COMMIT_INTERVAL {
@@ -412,6 +416,34 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
     Ok(())
 }
 
+/// Failpoint `sink-fetch-rewind`, configured as `return(<group.id>)`: once
+/// per runner, moves the fetch position of the partition of the record just
+/// handed to its worker back to that record, so Kafka delivers it again —
+/// what librdkafka does when an incremental rebalance pauses the partition
+/// while the poll thread holds a record whose application position is not
+/// stored yet (see [`dispatch`]).
+#[cfg(feature = "failpoints")]
+fn rewind_once(
+    consumer: &BaseConsumer<RunnerContext>,
+    shared: &Shared,
+    (topic, partition, offset): (&str, i32, i64),
+    rewound: &mut bool,
+) {
+    if *rewound
+        || !fail::eval("sink-fetch-rewind", |group| group)
+            .is_some_and(|group| group.as_deref() == Some(&*shared.group))
+    {
+        return;
+    }
+    *rewound = true;
+    tracing::warn!(topic, partition, offset, "failpoint sink-fetch-rewind: fetching the record again");
+    match consumer.seek(topic, partition, Offset::Offset(offset), POLL_TIMEOUT) {
+        // For the test to see that the rewind happened (`fail::cfg_callback`).
+        Ok(()) => fail::fail_point!("sink-fetch-rewound"),
+        Err(e) => tracing::warn!("failpoint sink-fetch-rewind: cannot seek: {e}"),
+    }
+}
+
 /// Hands one record to its partition's worker, waiting for byte budget and channel space.
 fn dispatch(
     consumer: &BaseConsumer<RunnerContext>,
@@ -423,14 +455,34 @@ fn dispatch(
         shared.record_progress(topic, partition, offset + 1);
         return;
     }
-    let Some(tx) = consumer.context().sender(topic, partition) else {
-        tracing::debug!(
-            topic,
-            partition,
-            offset,
-            "record of a partition without a worker, dropped"
-        );
-        return;
+    let tx = match consumer.context().admit(topic, partition, offset) {
+        Admit::Send(tx) => tx,
+        Admit::Again { next } => {
+            // Seen around rebalances (see `RunnerContext::admit`): at most a
+            // few records each time, so rate-limited.
+            static AGAIN: oncely_core::log_limit::LogLimit =
+                oncely_core::log_limit::LogLimit::new(Duration::from_secs(10), 3);
+            if let Some(suppressed) = AGAIN.admit() {
+                tracing::warn!(
+                    topic,
+                    partition,
+                    offset,
+                    next,
+                    suppressed,
+                    "record delivered again by the consumer, dropped: its partition's worker had it already (at most 3 such lines per 10 s; `suppressed` counts those not logged)"
+                );
+            }
+            return;
+        }
+        Admit::Unassigned => {
+            tracing::debug!(
+                topic,
+                partition,
+                offset,
+                "record of a partition without a worker, dropped"
+            );
+            return;
+        }
     };
     let size = payloads.size();
     let permits = u32::try_from(size)

@@ -116,6 +116,10 @@ type Running = (
 );
 
 fn start(config: RunnerConfig, sink: Arc<TestSink>) -> Running {
+    start_sink(config, sink)
+}
+
+fn start_sink(config: RunnerConfig, sink: Arc<dyn Sink>) -> Running {
     let stop = CancellationToken::new();
     let runner = Runner::new(config, sink).expect("valid config");
     let metrics = runner.metrics().clone();
@@ -792,4 +796,121 @@ async fn a_gap_found_while_running_is_recovered_from_the_log_start() {
         seen[..removal].iter().all(|r| r.1 < 100),
         "nothing past the gap before the removal: {seen:?}"
     );
+}
+
+/// A sink that owns its positions, like the journal and the warehouse: it
+/// stores, per partition, the next offset after what it applied, and notes
+/// every record it is handed below that (applied before: a duplicate).
+#[derive(Default)]
+struct PositionSink {
+    next: Mutex<HashMap<oncely_sinks::TopicPartition, i64>>,
+    applied: AtomicUsize,
+    /// "partition p: offset o handed again (stored next n)".
+    again: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl Sink for PositionSink {
+    fn name(&self) -> &str {
+        "positions"
+    }
+
+    fn owns_positions(&self) -> bool {
+        true
+    }
+
+    async fn load_positions(
+        &self,
+        _group: &str,
+        partitions: &[oncely_sinks::TopicPartition],
+    ) -> Result<oncely_sinks::Positions, SinkError> {
+        let next = self.next.lock().expect("lock");
+        Ok(partitions
+            .iter()
+            .filter_map(|tp| Some((tp.clone(), *next.get(tp)?)))
+            .collect())
+    }
+
+    async fn apply(&self, batch: &Batch) -> Result<(), SinkError> {
+        let mut next = self.next.lock().expect("lock");
+        let stored = next.entry(batch.topic_partition()).or_insert(0);
+        for r in batch.records() {
+            if r.offset < *stored {
+                self.again.lock().expect("lock").push(format!(
+                    "partition {}: offset {} handed again (stored next {})",
+                    batch.partition(),
+                    r.offset,
+                    stored
+                ));
+            }
+            *stored = (*stored).max(r.offset + 1);
+            self.applied.fetch_add(1, Ordering::SeqCst);
+        }
+        *stored = (*stored).max(batch.next_offset());
+        Ok(())
+    }
+}
+
+/// A partition's fetch position moved back to a record already handed to
+/// its worker, without a reassignment: what librdkafka does when an
+/// incremental rebalance pauses the partitions this member keeps while the
+/// poll thread holds a record it has not yet marked consumed (the pause
+/// saves the application position, one record behind, and the resume
+/// fetches from there). Failpoint `sink-fetch-rewind` moves it back once;
+/// the position-owning sink must still never be handed an offset below the
+/// next one it stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs `--features oncely-sinks/failpoints` (scripts/test sets it)"
+)]
+async fn a_record_fetched_again_within_an_assignment_is_not_handed_to_the_sink_again() {
+    #[cfg(feature = "failpoints")]
+    {
+        let (topic, group) = (unique("refetch"), unique("g"));
+        create_topic(&topic, 1).await;
+        let outs = |range: std::ops::Range<u64>| -> Vec<Out> {
+            range
+                .map(|i| Out {
+                    key: Some(key(i)),
+                    value: Some(envelope(i, 100 + i, 0, i)),
+                    partition: Some(0),
+                })
+                .collect()
+        };
+        produce(&topic, &outs(0..20)).await;
+        let sink = Arc::new(PositionSink::default());
+        let (stop, task, _) = start_sink(config(&topic, &group), sink.clone());
+        let applied = || sink.applied.load(Ordering::SeqCst);
+        wait_until("the first records applied", Duration::from_secs(60), || {
+            applied() >= 20
+        })
+        .await;
+        let rewound = Arc::new(AtomicUsize::new(0));
+        let seen_rewind = rewound.clone();
+        fail::cfg_callback("sink-fetch-rewound", move || {
+            seen_rewind.fetch_add(1, Ordering::SeqCst);
+        })
+        .expect("failpoint");
+        fail::cfg("sink-fetch-rewind", &format!("return({group})")).expect("failpoint");
+        produce(&topic, &outs(20..40)).await;
+        let stored = |n: i64| {
+            let tp = oncely_sinks::TopicPartition::new(&topic, 0);
+            sink.next.lock().map(|m| m.get(&tp) == Some(&n)).unwrap_or(false)
+        };
+        wait_until("every record applied", Duration::from_secs(60), || {
+            stored(40)
+        })
+        .await;
+        // Time for a record fetched again to reach the sink.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        fail::remove("sink-fetch-rewind");
+        fail::remove("sink-fetch-rewound");
+        stop.cancel();
+        task.await.expect("join").expect("runner ok");
+        let again = sink.again.lock().expect("lock").clone();
+        assert_eq!(rewound.load(Ordering::SeqCst), 1, "the fetch position moved back once");
+        assert!(again.is_empty(), "records handed twice: {again:?}");
+        assert_eq!(applied(), 40, "every record applied once");
+    }
 }
