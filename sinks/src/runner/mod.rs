@@ -387,7 +387,12 @@ fn consume(base: ClientConfig, shared: Arc<Shared>) -> Result<(), RunnerError> {
                     (incoming, timestamp_ms),
                 );
                 #[cfg(feature = "failpoints")]
-                rewind_once(&consumer, &shared, (&topic, partition, offset), &mut rewound);
+                rewind_once(
+                    &consumer,
+                    &shared,
+                    (&topic, partition, offset),
+                    &mut rewound,
+                );
             }
         }
         if last_commit.elapsed() >= COMMIT_INTERVAL {
@@ -429,14 +434,21 @@ fn rewind_once(
     (topic, partition, offset): (&str, i32, i64),
     rewound: &mut bool,
 ) {
-    if *rewound
-        || !fail::eval("sink-fetch-rewind", |group| group)
-            .is_some_and(|group| group.as_deref() == Some(&*shared.group))
-    {
+    if *rewound {
+        return;
+    }
+    let armed = fail::eval("sink-fetch-rewind", |group| group)
+        .is_some_and(|group| group.as_deref() == Some(&*shared.group));
+    if !armed {
         return;
     }
     *rewound = true;
-    tracing::warn!(topic, partition, offset, "failpoint sink-fetch-rewind: fetching the record again");
+    tracing::warn!(
+        topic,
+        partition,
+        offset,
+        "failpoint sink-fetch-rewind: fetching the record again"
+    );
     match consumer.seek(topic, partition, Offset::Offset(offset), POLL_TIMEOUT) {
         // For the test to see that the rewind happened (`fail::cfg_callback`).
         Ok(()) => fail::fail_point!("sink-fetch-rewound"),

@@ -801,6 +801,7 @@ async fn a_gap_found_while_running_is_recovered_from_the_log_start() {
 /// A sink that owns its positions, like the journal and the warehouse: it
 /// stores, per partition, the next offset after what it applied, and notes
 /// every record it is handed below that (applied before: a duplicate).
+#[cfg(feature = "failpoints")]
 #[derive(Default)]
 struct PositionSink {
     next: Mutex<HashMap<oncely_sinks::TopicPartition, i64>>,
@@ -809,6 +810,7 @@ struct PositionSink {
     again: Mutex<Vec<String>>,
 }
 
+#[cfg(feature = "failpoints")]
 #[async_trait]
 impl Sink for PositionSink {
     fn name(&self) -> &str {
@@ -896,7 +898,10 @@ async fn a_record_fetched_again_within_an_assignment_is_not_handed_to_the_sink_a
         produce(&topic, &outs(20..40)).await;
         let stored = |n: i64| {
             let tp = oncely_sinks::TopicPartition::new(&topic, 0);
-            sink.next.lock().map(|m| m.get(&tp) == Some(&n)).unwrap_or(false)
+            sink.next
+                .lock()
+                .map(|m| m.get(&tp) == Some(&n))
+                .unwrap_or(false)
         };
         wait_until("every record applied", Duration::from_secs(60), || {
             stored(40)
@@ -909,8 +914,112 @@ async fn a_record_fetched_again_within_an_assignment_is_not_handed_to_the_sink_a
         stop.cancel();
         task.await.expect("join").expect("runner ok");
         let again = sink.again.lock().expect("lock").clone();
-        assert_eq!(rewound.load(Ordering::SeqCst), 1, "the fetch position moved back once");
+        assert_eq!(
+            rewound.load(Ordering::SeqCst),
+            1,
+            "the fetch position moved back once"
+        );
         assert!(again.is_empty(), "records handed twice: {again:?}");
         assert_eq!(applied(), 40, "every record applied once");
     }
+}
+
+/// Why the runner needs [`a_record_fetched_again_within_an_assignment_is_not_handed_to_the_sink_again`]'s
+/// rule, shown on librdkafka alone: every rebalance of the cooperative
+/// protocol pauses the partitions a member keeps (even when nothing moves),
+/// and the pause takes the application position — the offset after the last
+/// record librdkafka saw the application take — as the next fetch position.
+/// A record the poll thread has popped from the queue but not yet taken
+/// (`rd_kafka_event_message_next` marks it taken; rust-rdkafka calls it
+/// right after the pop) is behind that position, so the resume fetches it
+/// again. The race is a few instructions wide in the runner; here the pop
+/// and the take are held apart across a rebalance, with raw librdkafka
+/// calls, so it happens every time: the same member gets the record twice,
+/// without any revocation or assignment of its partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn librdkafka_fetches_a_record_again_when_a_rebalance_pauses_while_it_is_being_taken() {
+    use rdkafka::bindings as rd;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+
+    let (kept, other, group) = (unique("kept"), unique("other"), unique("g"));
+    create_topic(&kept, 1).await;
+    create_topic(&other, 1).await;
+    let outs: Vec<Out> = (0..10u64)
+        .map(|i| Out {
+            key: Some(key(i)),
+            value: Some(envelope(i, 100 + i, 0, i)),
+            partition: Some(0),
+        })
+        .collect();
+    produce(&kept, &outs).await;
+    let member = move |topic: &str| -> BaseConsumer {
+        let c: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .set("group.id", &group)
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "6000")
+            .set("heartbeat.interval.ms", "500")
+            .create()
+            .expect("consumer");
+        c.subscribe(&[topic]).expect("subscribe");
+        c
+    };
+    let offsets = tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let next_offset = |c: &BaseConsumer| loop {
+            assert!(std::time::Instant::now() < deadline, "no record");
+            if let Some(m) = c.poll(Duration::from_millis(100)) {
+                return m.expect("record").offset();
+            }
+        };
+        let a = member(&kept);
+        assert_eq!(next_offset(&a), 0);
+        // Pops the next record's event from the consumer queue, runs
+        // `meanwhile`, then takes the record (what `BaseConsumer::poll` does
+        // in one go); returns its offset and the next one `a` delivers.
+        let hold = |meanwhile: &mut dyn FnMut()| -> (i64, i64) {
+            // SAFETY: `a` outlives the queue and the event, both destroyed
+            // here; the message is read before its event is destroyed.
+            unsafe {
+                let queue = rd::rd_kafka_queue_get_consumer(a.client().native_ptr());
+                let event = rd::rd_kafka_queue_poll(queue, 10_000);
+                assert!(!event.is_null(), "an event");
+                assert_eq!(rd::rd_kafka_event_type(event), rd::RD_KAFKA_EVENT_FETCH);
+                meanwhile();
+                let message = rd::rd_kafka_event_message_next(event);
+                assert!(!message.is_null(), "the event holds a record");
+                let held = (*message).offset;
+                rd::rd_kafka_event_destroy(event);
+                rd::rd_kafka_queue_destroy(queue);
+                (held, next_offset(&a))
+            }
+        };
+        // Without a rebalance, holding a record changes nothing.
+        let quiet = hold(&mut || std::thread::sleep(Duration::from_secs(1)));
+        // A second member joins, for another topic: the group rebalances,
+        // `a` keeps its partition (an empty incremental assignment) and
+        // librdkafka pauses it meanwhile.
+        let mut b = None;
+        let rebalanced = hold(&mut || {
+            let joined = member(&other);
+            while joined.assignment().map(|t| t.count()).unwrap_or(0) == 0 {
+                assert!(std::time::Instant::now() < deadline, "b never joined");
+                let _ = joined.poll(Duration::from_millis(100));
+            }
+            std::thread::sleep(Duration::from_secs(1));
+            b = Some(joined);
+        });
+        drop(b);
+        (quiet, rebalanced)
+    })
+    .await
+    .expect("join");
+    assert_eq!(
+        offsets,
+        ((1, 2), (3, 3)),
+        "(held record, next record delivered), without and with a rebalance: \
+         after the rebalance librdkafka delivers the held record again"
+    );
 }
