@@ -78,11 +78,13 @@ impl RunnerContext {
     ///
     /// Rule: a worker is handed each offset at most once, in increasing
     /// order. librdkafka may deliver a record again without any reassignment:
-    /// every rebalance pauses the partitions this member keeps, and the pause
-    /// saves as the next fetch position the application position, which is
-    /// one record behind while the poll thread holds a record it popped but
-    /// librdkafka has not yet marked consumed (`rd_kafka_event_message_next`);
-    /// the resume then fetches that record again. Dropping it is exact: a
+    /// every cooperative rebalance pauses the partitions this member keeps,
+    /// and the pause saves as the next fetch position the application
+    /// position, which is one record behind while the poll thread holds a
+    /// record it popped but librdkafka has not yet marked consumed
+    /// (`rd_kafka_event_message_next`); the resume then fetches that record
+    /// again (`sinks/tests/it/runner_kafka.rs` shows it on librdkafka
+    /// alone). Dropping it is exact: a
     /// worker applies (or dead-letters) every record admitted to it, in
     /// order, or ends — and an ended worker is never handed anything again
     /// (a new assignment starts a new worker at the position the sink or

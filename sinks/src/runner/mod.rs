@@ -5,6 +5,9 @@
 //!
 //! * Reads with `isolation.level=read_committed`: aborted capture transactions are never seen.
 //! * Per-partition order: batches of a partition are applied one after another, in offset order.
+//! * A partition's worker gets each offset once, also when librdkafka delivers
+//!   a record again after a rebalance paused the partition (see
+//!   `RunnerContext::admit` in `context.rs`).
 //! * Nothing is acknowledged before it is applied: a Kafka offset is committed,
 //!   and a sink stores a position, only after the batch up to it returned `Ok`
 //!   (and its rejected records were written to the dead-letter topic).
