@@ -87,6 +87,11 @@ impl Cell {
                     // Narrow unsigned types come back as Int; they are never negative.
                     Cell::UInt(u64::try_from(i).map_err(|_| unexpected(&value))?)
                 }
+                // mysql_common returns a signed MEDIUMINT's 24 bits without
+                // their sign (-8388608 comes as 8388608): extend it.
+                Value::Int(i) if col.ty == MYSQL_TYPE_INT24 && i >= 1 << 23 => {
+                    Cell::Int(i - (1 << 24))
+                }
                 Value::Int(i) => Cell::Int(i),
                 Value::UInt(u) => Cell::UInt(u),
                 v => return Err(unexpected(&v)),

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use mysql_async::binlog::events::{
     Event, EventData, GtidEvent, QueryEvent, RotateEvent, RowsEventData, TableMapEvent, XidEvent,
 };
-use mysql_async::binlog::EventType;
+use mysql_async::binlog::{BinlogVersion, EventType};
 
 use super::cell::Cell;
 use super::checks::Flavor;
@@ -124,6 +124,7 @@ pub struct Decoder {
     /// From a resume: what the first transaction already published.
     skip: Option<(u64, u64)>,
     resume_pos: Option<u64>,
+    seen_fde: bool,
 }
 
 impl Decoder {
@@ -139,6 +140,7 @@ impl Decoder {
             tx: None,
             skip: (from.event > 0 || from.row > 0).then_some((from.event, from.row)),
             resume_pos: Some(from.pos),
+            seen_fde: false,
         }
     }
 
@@ -206,11 +208,21 @@ impl Decoder {
         match ty {
             EventType::ROTATE_EVENT => {
                 let r: RotateEvent<'_> = event.read_event().map_err(|e| proto("ROTATE", &e))?;
-                self.file = r.name().into_owned();
+                let mut name = r.name_raw().to_vec();
+                // The rotate that opens a dump comes before the format
+                // description that says events carry a CRC32, so its
+                // checksum is still on the name: cut it when it is one.
+                if !self.seen_fde && name.len() > 4 && ends_with_crc32(event) {
+                    name.truncate(name.len() - 4);
+                }
+                self.file = String::from_utf8(name).map_err(|e| proto("ROTATE", &e))?;
                 Ok(())
             }
-            EventType::FORMAT_DESCRIPTION_EVENT
-            | EventType::HEARTBEAT_EVENT
+            EventType::FORMAT_DESCRIPTION_EVENT => {
+                self.seen_fde = true;
+                Ok(())
+            }
+            EventType::HEARTBEAT_EVENT
             | EventType::PREVIOUS_GTIDS_EVENT
             | EventType::STOP_EVENT => Ok(()),
             EventType::GTID_EVENT | EventType::GTID_TAGGED_LOG_EVENT => {
@@ -454,6 +466,16 @@ impl Decoder {
     pub fn flavor(&self) -> Flavor {
         self.flavor
     }
+}
+
+/// Whether the event's last four bytes are the CRC32 of the rest.
+fn ends_with_crc32(event: &Event) -> bool {
+    let mut bytes = Vec::new();
+    if event.write(BinlogVersion::Version4, &mut bytes).is_err() || bytes.len() < 4 {
+        return false;
+    }
+    let (body, sum) = bytes.split_at(bytes.len() - 4);
+    <[u8; 4]>::try_from(sum).is_ok_and(|s| u32::from_le_bytes(s) == crc32fast::hash(body))
 }
 
 #[cfg(test)]
