@@ -465,7 +465,7 @@ mod tests {
         assert!(grown.includes(&set) && !set.includes(&grown));
         for bad in [
             "3e11fa47:1-5",
-            &format!("{UUID_A}"),
+            UUID_A,
             &format!("{UUID_A}:0-3"),
             &format!("{UUID_A}:5-3"),
         ] {
