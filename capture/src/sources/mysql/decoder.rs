@@ -144,6 +144,14 @@ impl Decoder {
         }
     }
 
+    /// For a resume by GTID: the server finds the transaction by its GTID,
+    /// and after a failover its offset differs from the stored one, so the
+    /// first transaction's offset is not checked against it.
+    pub fn found_by_gtid(mut self) -> Self {
+        self.resume_pos = None;
+        self
+    }
+
     /// The declared types of a table, applied to its next TABLE_MAPs.
     pub fn set_catalog(&mut self, database: &str, table: &str, columns: Vec<CatalogColumn>) {
         self.catalog

@@ -83,7 +83,10 @@ impl BinlogReader {
             .map_err(q("start the binlog dump"))?;
         Ok(Self {
             stream,
-            decoder: Decoder::new(flavor, from),
+            decoder: match resume {
+                ResumeBy::FilePosition => Decoder::new(flavor, from),
+                ResumeBy::MariaDbGtid => Decoder::new(flavor, from).found_by_gtid(),
+            },
             catalog,
             flavor,
             pending: VecDeque::new(),
