@@ -207,6 +207,11 @@ impl MySqlGtidSet {
         *list = merged;
     }
 
+    /// Source UUIDs with their closed intervals, sorted.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8; 16], &[(u64, u64)])> {
+        self.0.iter().map(|(u, l)| (u, l.as_slice()))
+    }
+
     pub fn contains(&self, uuid: &[u8; 16], seq: u64) -> bool {
         self.0
             .get(uuid)

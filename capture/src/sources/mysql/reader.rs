@@ -7,12 +7,12 @@ use std::collections::VecDeque;
 use futures::StreamExt;
 use mysql_async::binlog::EventType;
 use mysql_async::prelude::Queryable;
-use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, Opts};
+use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, GnoInterval, Opts, Sid};
 
 use super::checks::Flavor;
 use super::decoder::{BinlogChange, Decoder};
 use super::error::MySqlSourceError;
-use super::position::{Gtids, Position};
+use super::position::{Gtids, MySqlGtidSet, Position};
 use super::shape::load_catalog;
 
 /// How to resume.
@@ -24,6 +24,25 @@ pub enum ResumeBy {
     /// MariaDB only: the stored GTID list (`@slave_connect_state`), which
     /// still finds the transaction after a failover to another primary.
     MariaDbGtid,
+    /// MySQL only: the stored GTID set (`COM_BINLOG_DUMP_GTID`: the server
+    /// sends every transaction not in it). Built, but tested only on the
+    /// request it sends (no MySQL server here).
+    MySqlGtid,
+}
+
+/// A MySQL GTID set as `COM_BINLOG_DUMP_GTID` carries it: per source UUID,
+/// intervals with an exclusive end.
+pub fn dump_sids(set: &MySqlGtidSet) -> Vec<Sid<'static>> {
+    set.iter()
+        .map(|(uuid, intervals)| {
+            Sid::new(*uuid).with_intervals(
+                intervals
+                    .iter()
+                    .map(|&(s, e)| GnoInterval::new(s, e.saturating_add(1)))
+                    .collect(),
+            )
+        })
+        .collect()
 }
 
 /// A running binlog dump.
@@ -66,10 +85,14 @@ impl BinlogReader {
                     .await
                     .map_err(q("set @slave_gtid_strict_mode"))?;
             }
-            (ResumeBy::MariaDbGtid, _) => {
-                return Err(MySqlSourceError::Protocol(
-                    "resume by MariaDB GTID needs a stored MariaDB GTID list".into(),
-                ))
+            (ResumeBy::MySqlGtid, Some(Gtids::MySql(set))) => {
+                request = request.with_gtid().with_gtid_set(dump_sids(set));
+            }
+            (ResumeBy::MariaDbGtid | ResumeBy::MySqlGtid, _) => {
+                return Err(MySqlSourceError::Protocol(format!(
+                    "resume by {resume:?} needs a stored GTID state of that server's kind (found {:?})",
+                    from.gtids
+                )))
             }
             (ResumeBy::FilePosition, _) => {
                 request = request
@@ -85,7 +108,9 @@ impl BinlogReader {
             stream,
             decoder: match resume {
                 ResumeBy::FilePosition => Decoder::new(flavor, from),
-                ResumeBy::MariaDbGtid => Decoder::new(flavor, from).found_by_gtid(),
+                ResumeBy::MariaDbGtid | ResumeBy::MySqlGtid => {
+                    Decoder::new(flavor, from).found_by_gtid()
+                }
             },
             catalog,
             flavor,
@@ -148,5 +173,41 @@ impl BinlogReader {
             .disconnect()
             .await
             .map_err(|e| MySqlSourceError::server("close the catalog connection", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// MySQL-only: the SID block of the dump request, from a GTID set as
+    /// `@@gtid_executed` prints it (ends made exclusive).
+    #[test]
+    fn mysql_gtid_sets_become_the_dump_requests_sid_block() {
+        let set: MySqlGtidSet =
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7,3e11fa47-71ca-11e1-9e33-c80aa9429563:3"
+                .parse()
+                .unwrap();
+        let sids = dump_sids(&set);
+        let shown: Vec<(String, Vec<(u64, u64)>)> = sids
+            .iter()
+            .map(|s| {
+                let iv = s.intervals().iter().map(|i| (i.start(), i.end())).collect();
+                (
+                    s.to_string().split(':').next().unwrap_or("").to_string(),
+                    iv,
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                (
+                    "3e11fa47-71ca-11e1-9e33-c80aa9429562".into(),
+                    vec![(1, 6), (7, 8)]
+                ),
+                ("3e11fa47-71ca-11e1-9e33-c80aa9429563".into(), vec![(3, 4)]),
+            ]
+        );
     }
 }
