@@ -410,3 +410,79 @@ async fn binlog_is_read_decoded_and_resumed_mid_event_across_a_rotation() {
         .await
         .unwrap();
 }
+
+/// A restart inside a large transaction: 3000 rows in one statement span
+/// several rows events; a resume from the middle of one of them (as after a
+/// kill mid-publish) hands out exactly the rows after it, then the commit.
+#[tokio::test]
+async fn a_resume_inside_a_large_transaction_gives_exactly_the_rest() {
+    let mut root = admin().await;
+    let db = unique("oncely_large");
+    root.query_drop(format!("CREATE DATABASE {db}"))
+        .await
+        .unwrap();
+    root.query_drop(format!("USE {db}")).await.unwrap();
+    root.query_drop("CREATE TABLE t (id int PRIMARY KEY, pad varchar(100))")
+        .await
+        .unwrap();
+    let mut cap = Conn::new(capture_opts()).await.unwrap();
+    let facts = ServerFacts::read(&mut cap).await.unwrap();
+    let start = current_position(&mut cap, facts.flavor, &facts.version)
+        .await
+        .unwrap();
+    // MariaDB's sequence engine: one INSERT, one transaction, 3000 rows.
+    root.query_drop("INSERT INTO t SELECT seq, REPEAT('x', 100) FROM seq_1_to_3000")
+        .await
+        .unwrap();
+    root.query_drop("INSERT INTO t VALUES (99999, 'last')")
+        .await
+        .unwrap();
+
+    let mut reader = BinlogReader::open(
+        capture_opts(),
+        server_id(),
+        facts.flavor,
+        &start,
+        ResumeBy::FilePosition,
+    )
+    .await
+    .unwrap();
+    let all = read_until(&mut reader, &db, 99_999, false).await;
+    reader.close().await.ok();
+    assert_eq!(
+        all.len(),
+        3000 + 1 + 2,
+        "3000 rows, the marker row, two commits"
+    );
+    let events: std::collections::BTreeSet<u64> =
+        all[..3000].iter().map(|c| position(c).event).collect();
+    assert!(
+        events.len() > 1,
+        "the 3000 rows span several rows events: {events:?}"
+    );
+    // The middle of the second rows event.
+    let second = *events.iter().nth(1).unwrap();
+    let from = all
+        .iter()
+        .position(|c| position(c).event == second && position(c).row == 7)
+        .unwrap();
+    let at = position(&all[from]).clone();
+    let mut again = BinlogReader::open(
+        capture_opts(),
+        server_id(),
+        facts.flavor,
+        &at,
+        ResumeBy::FilePosition,
+    )
+    .await
+    .unwrap();
+    let rest = read_until(&mut again, &db, 99_999, true).await;
+    again.close().await.ok();
+    let want: Vec<_> = all[from + 1..].iter().map(summary).collect();
+    let got: Vec<_> = rest.iter().map(summary).collect();
+    assert_eq!(got.len(), want.len());
+    assert_eq!(got, want);
+    root.query_drop(format!("DROP DATABASE {db}"))
+        .await
+        .unwrap();
+}
