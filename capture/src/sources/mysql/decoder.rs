@@ -180,17 +180,18 @@ impl Decoder {
         let end = u64::from(header.log_pos());
         let start = end.saturating_sub(u64::from(header.event_size()));
         let ts_ms = i64::from(header.timestamp()) * 1000;
-        let file = self.file.clone();
-        let proto = |what: &str, e: &dyn std::fmt::Display| {
-            MySqlSourceError::Protocol(format!("{what} at {file}:{start}: {e}"))
-        };
 
         use mariadb_events as m;
         match raw {
             m::GTID => {
                 let data = event.data();
                 if data.len() < 13 {
-                    return Err(proto("MariaDB GTID event", &"shorter than 13 bytes"));
+                    return Err(protocol(
+                        &self.file,
+                        start,
+                        "MariaDB GTID event",
+                        &"shorter than 13 bytes",
+                    ));
                 }
                 let seq = u64::from_le_bytes(data[0..8].try_into().unwrap_or_default());
                 let domain = u32::from_le_bytes(data[8..12].try_into().unwrap_or_default());
@@ -215,7 +216,9 @@ impl Decoder {
         };
         match ty {
             EventType::ROTATE_EVENT => {
-                let r: RotateEvent<'_> = event.read_event().map_err(|e| proto("ROTATE", &e))?;
+                let r: RotateEvent<'_> = event
+                    .read_event()
+                    .map_err(|e| protocol(&self.file, start, "ROTATE", &e))?;
                 let mut name = r.name_raw().to_vec();
                 // The rotate that opens a dump comes before the format
                 // description that says events carry a CRC32, so its
@@ -223,7 +226,8 @@ impl Decoder {
                 if !self.seen_fde && name.len() > 4 && ends_with_crc32(event) {
                     name.truncate(name.len() - 4);
                 }
-                self.file = String::from_utf8(name).map_err(|e| proto("ROTATE", &e))?;
+                self.file = String::from_utf8(name)
+                    .map_err(|e| protocol(&self.file, start, "ROTATE", &e))?;
                 Ok(())
             }
             EventType::FORMAT_DESCRIPTION_EVENT => {
@@ -234,12 +238,16 @@ impl Decoder {
             | EventType::PREVIOUS_GTIDS_EVENT
             | EventType::STOP_EVENT => Ok(()),
             EventType::GTID_EVENT | EventType::GTID_TAGGED_LOG_EVENT => {
-                let g: GtidEvent = event.read_event().map_err(|e| proto("GTID", &e))?;
+                let g: GtidEvent = event
+                    .read_event()
+                    .map_err(|e| protocol(&self.file, start, "GTID", &e))?;
                 self.begin(start, Some(TxGtid::MySql(g.sid(), g.gno())), false)
             }
             EventType::ANONYMOUS_GTID_EVENT => self.begin(start, None, false),
             EventType::QUERY_EVENT => {
-                let q: QueryEvent<'_> = event.read_event().map_err(|e| proto("QUERY", &e))?;
+                let q: QueryEvent<'_> = event
+                    .read_event()
+                    .map_err(|e| protocol(&self.file, start, "QUERY", &e))?;
                 let query = q.query();
                 let verb = query.trim().to_ascii_uppercase();
                 match verb.as_str() {
@@ -289,15 +297,18 @@ impl Decoder {
                 }
             }
             EventType::XID_EVENT => {
-                let x: XidEvent = event.read_event().map_err(|e| proto("XID", &e))?;
+                let x: XidEvent = event
+                    .read_event()
+                    .map_err(|e| protocol(&self.file, start, "XID", &e))?;
                 self.count()?;
                 self.commit(end, Some(x.xid), out);
                 Ok(())
             }
             EventType::TABLE_MAP_EVENT => {
                 self.count()?;
-                let tme: TableMapEvent<'_> =
-                    event.read_event().map_err(|e| proto("TABLE_MAP", &e))?;
+                let tme: TableMapEvent<'_> = event
+                    .read_event()
+                    .map_err(|e| protocol(&self.file, start, "TABLE_MAP", &e))?;
                 let mut shape = TableShape::from_table_map(&tme)?;
                 if let Some(cat) = self
                     .catalog
@@ -317,9 +328,11 @@ impl Decoder {
             | EventType::DELETE_ROWS_EVENT_V1
             | EventType::PARTIAL_UPDATE_ROWS_EVENT => {
                 self.count()?;
-                let data = event.read_data().map_err(|e| proto("ROWS", &e))?;
+                let data = event
+                    .read_data()
+                    .map_err(|e| protocol(&self.file, start, "ROWS", &e))?;
                 let Some(EventData::RowsEvent(rows)) = data else {
-                    return Err(proto("ROWS", &"not a rows event"));
+                    return Err(protocol(&self.file, start, "ROWS", &"not a rows event"));
                 };
                 self.rows(&rows, ts_ms, out)
             }
@@ -474,6 +487,11 @@ impl Decoder {
     pub fn flavor(&self) -> Flavor {
         self.flavor
     }
+}
+
+/// An event at `file:start` that does not decode.
+fn protocol(file: &str, start: u64, what: &str, e: &dyn std::fmt::Display) -> MySqlSourceError {
+    MySqlSourceError::Protocol(format!("{what} at {file}:{start}: {e}"))
 }
 
 /// Whether the event's last four bytes are the CRC32 of the rest.
