@@ -20,4 +20,5 @@ pub mod schema_change;
 pub mod secret;
 pub mod snapshot;
 pub mod source;
+pub mod sources;
 pub mod value;

@@ -18,6 +18,7 @@ mod doc_links;
 mod health_endpoints;
 mod kafka_sasl;
 mod metrics_catalog;
+mod mysql_binlog;
 mod names_keys;
 mod secrets_never_shown;
 mod smoke_services;

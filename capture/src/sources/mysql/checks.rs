@@ -1,0 +1,429 @@
+//! Start-up checks: is the server set up for capture, may the user read
+//! the binlog, and is the stored position still on the server. Each
+//! failure names the fix. [`ServerFacts::read`] asks the server; the rules
+//! ([`ServerFacts::check`]) are pure, so each is a unit test.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+
+use super::error::{codes, MySqlSourceError};
+use super::position::{BinlogCoordinates, Gtids, Position};
+
+/// Which server: their GTIDs, status statements and JSON differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    MySql,
+    MariaDb,
+}
+
+impl Flavor {
+    /// From `SELECT VERSION()` (MariaDB says so in it).
+    pub fn from_version(version: &str) -> Self {
+        if version.to_ascii_lowercase().contains("mariadb") {
+            Self::MariaDb
+        } else {
+            Self::MySql
+        }
+    }
+}
+
+/// `major.minor.patch` of a version text such as `8.4.3` or
+/// `10.11.19-MariaDB-0+deb12u1-log`.
+pub fn version_triple(version: &str) -> (u32, u32, u32) {
+    let mut it = version
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap_or(0));
+    (
+        it.next().unwrap_or(0),
+        it.next().unwrap_or(0),
+        it.next().unwrap_or(0),
+    )
+}
+
+/// The statement that shows the current binlog file and position: MySQL
+/// 8.2 renamed `SHOW MASTER STATUS` to `SHOW BINARY LOG STATUS` (8.4
+/// removed the old name); MariaDB keeps `SHOW MASTER STATUS`.
+pub fn status_statement(flavor: Flavor, version: &str) -> &'static str {
+    match flavor {
+        Flavor::MySql if version_triple(version) >= (8, 2, 0) => "SHOW BINARY LOG STATUS",
+        _ => "SHOW MASTER STATUS",
+    }
+}
+
+/// What the checks need to know about the server and the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerFacts {
+    pub flavor: Flavor,
+    pub version: String,
+    pub log_bin: bool,
+    pub binlog_format: String,
+    pub binlog_row_image: String,
+    /// None on servers without the setting (MySQL < 8.0.1, MariaDB < 10.5).
+    pub binlog_row_metadata: Option<String>,
+    pub user: String,
+    /// Global privileges of the user, upper case.
+    pub privileges: Vec<String>,
+    /// `SHOW BINARY LOGS`: name and size, oldest first.
+    pub binlogs: Vec<(String, u64)>,
+}
+
+impl ServerFacts {
+    /// Reads the facts with one connection of the capture user.
+    pub async fn read(conn: &mut Conn) -> Result<Self, MySqlSourceError> {
+        let q = |c| move |e| MySqlSourceError::server(c, e);
+        let row: Option<(String, String, String, String, String)> = conn
+            .query_first(
+                "SELECT VERSION(), CAST(@@log_bin AS CHAR), @@binlog_format, @@binlog_row_image, CURRENT_USER()",
+            )
+            .await
+            .map_err(q("read server settings"))?;
+        let (version, log_bin, binlog_format, binlog_row_image, user) =
+            row.ok_or_else(|| MySqlSourceError::Protocol("no row from SELECT VERSION()".into()))?;
+        let flavor = Flavor::from_version(&version);
+        let metadata: Vec<(String, String)> = conn
+            .query("SHOW GLOBAL VARIABLES LIKE 'binlog_row_metadata'")
+            .await
+            .map_err(q("read binlog_row_metadata"))?;
+        // information_schema names the grantee 'user'@'host'.
+        let privileges: Vec<String> = conn
+            .query(
+                "SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES \
+                 WHERE GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', \
+                 SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')",
+            )
+            .await
+            .map_err(q("read the user's privileges"))?;
+        let binlogs = if log_bin == "1" || log_bin.eq_ignore_ascii_case("on") {
+            match conn.query::<mysql_async::Row, _>("SHOW BINARY LOGS").await {
+                Ok(rows) => rows
+                    .into_iter()
+                    .filter_map(|r| Some((r.get::<String, _>(0)?, r.get::<u64, _>(1)?)))
+                    .collect(),
+                // Without REPLICATION CLIENT: `check` names the missing
+                // grant before it looks at the binlogs.
+                Err(mysql_async::Error::Server(e)) if e.code == codes::SPECIFIC_ACCESS_DENIED => {
+                    Vec::new()
+                }
+                Err(e) => return Err(q("SHOW BINARY LOGS")(e)),
+            }
+        } else {
+            Vec::new()
+        };
+        Ok(Self {
+            flavor,
+            version,
+            log_bin: log_bin == "1" || log_bin.eq_ignore_ascii_case("on"),
+            binlog_format,
+            binlog_row_image,
+            binlog_row_metadata: metadata.into_iter().next().map(|(_, v)| v),
+            user,
+            privileges: privileges
+                .into_iter()
+                .map(|p| p.to_ascii_uppercase())
+                .collect(),
+            binlogs,
+        })
+    }
+
+    /// Every rule, in the order a fix is easiest to apply; `stored` is the
+    /// position capture would resume from.
+    pub fn check(&self, stored: Option<&Position>) -> Result<(), MySqlSourceError> {
+        if !self.log_bin {
+            return Err(MySqlSourceError::Prerequisite {
+                setting: "log_bin",
+                found: "OFF".into(),
+                needed: "ON",
+                fix: "start the server with log_bin (and a unique server_id); it cannot be changed at runtime",
+            });
+        }
+        if !self.binlog_format.eq_ignore_ascii_case("ROW") {
+            return Err(MySqlSourceError::Prerequisite {
+                setting: "binlog_format",
+                found: self.binlog_format.clone(),
+                needed: "ROW",
+                fix: "SET GLOBAL binlog_format = 'ROW' and binlog_format = ROW in the server's config file",
+            });
+        }
+        if !self.binlog_row_image.eq_ignore_ascii_case("FULL") {
+            return Err(MySqlSourceError::Prerequisite {
+                setting: "binlog_row_image",
+                found: self.binlog_row_image.clone(),
+                needed: "FULL",
+                fix: "SET GLOBAL binlog_row_image = 'FULL' and binlog_row_image = FULL in the server's config file",
+            });
+        }
+        match self.binlog_row_metadata.as_deref() {
+            Some(m) if m.eq_ignore_ascii_case("FULL") => {}
+            Some(m) => {
+                return Err(MySqlSourceError::Prerequisite {
+                    setting: "binlog_row_metadata",
+                    found: m.into(),
+                    needed: "FULL",
+                    fix: "SET GLOBAL binlog_row_metadata = 'FULL' and binlog_row_metadata = FULL in the server's config file (column names, signedness, ENUM/SET labels and primary keys come from it)",
+                })
+            }
+            None => {
+                return Err(MySqlSourceError::Prerequisite {
+                    setting: "binlog_row_metadata",
+                    found: format!("absent (server {})", self.version),
+                    needed: "FULL",
+                    fix: "upgrade to MySQL 8.0.1 or later, or MariaDB 10.5 or later",
+                })
+            }
+        }
+        let has = |p: &str| self.privileges.iter().any(|x| x == p);
+        let mut missing = Vec::new();
+        if !has("REPLICATION SLAVE") {
+            missing.push("REPLICATION SLAVE");
+        }
+        // MariaDB 10.5 renamed REPLICATION CLIENT to BINLOG MONITOR (the
+        // old name still grants it).
+        if !has("REPLICATION CLIENT") && !has("BINLOG MONITOR") {
+            missing.push("REPLICATION CLIENT");
+        }
+        if !has("SELECT") {
+            missing.push("SELECT");
+        }
+        if !missing.is_empty() {
+            return Err(MySqlSourceError::Privileges {
+                user: self.user.clone(),
+                missing: missing.join(", "),
+            });
+        }
+        if let Some(stored) = stored {
+            self.check_retained(stored)?;
+        }
+        Ok(())
+    }
+
+    /// The stored position's file must still be on the server, and hold
+    /// the position.
+    fn check_retained(&self, stored: &Position) -> Result<(), MySqlSourceError> {
+        let here = |(name, _): &(String, u64)| name == &stored.file;
+        if let Some((_, size)) = self.binlogs.iter().find(|b| here(b)) {
+            if stored.pos > *size {
+                return Err(MySqlSourceError::Protocol(format!(
+                    "the stored position {}:{} is past the end of that binlog ({size} bytes): the offset belongs to another server",
+                    stored.file, stored.pos
+                )));
+            }
+            return Ok(());
+        }
+        let oldest = self
+            .binlogs
+            .first()
+            .map(|(n, _)| n.clone())
+            .unwrap_or_default();
+        let stored_c = stored.coordinates();
+        let oldest_c = BinlogCoordinates {
+            file: oldest.clone(),
+            pos: 0,
+        };
+        if self.binlogs.is_empty() || stored_c < oldest_c {
+            return Err(MySqlSourceError::PositionPurged {
+                stored: format!("{}:{}", stored.file, stored.pos),
+                oldest: if oldest.is_empty() {
+                    "none".into()
+                } else {
+                    oldest
+                },
+            });
+        }
+        Err(MySqlSourceError::Protocol(format!(
+            "the stored binlog {} is not on the server, which has {} to {}: the offset belongs to another server",
+            stored.file,
+            oldest,
+            self.binlogs.last().map(|(n, _)| n.as_str()).unwrap_or("")
+        )))
+    }
+}
+
+/// The server's current binlog end and GTID state, where a capture with no
+/// stored position starts streaming.
+pub async fn current_position(
+    conn: &mut Conn,
+    flavor: Flavor,
+    version: &str,
+) -> Result<Position, MySqlSourceError> {
+    let q = |c| move |e| MySqlSourceError::server(c, e);
+    let row: Option<mysql_async::Row> = conn
+        .query_first(status_statement(flavor, version))
+        .await
+        .map_err(q("read the binlog status"))?;
+    let row = row.ok_or_else(|| MySqlSourceError::Prerequisite {
+        setting: "log_bin",
+        found: "OFF".into(),
+        needed: "ON",
+        fix: "start the server with log_bin",
+    })?;
+    let file: String = row
+        .get(0)
+        .ok_or_else(|| MySqlSourceError::Protocol("binlog status without a file".into()))?;
+    let pos: u64 = row
+        .get(1)
+        .ok_or_else(|| MySqlSourceError::Protocol("binlog status without a position".into()))?;
+    let gtid_sql = match flavor {
+        Flavor::MariaDb => "SELECT @@gtid_binlog_pos",
+        Flavor::MySql => "SELECT @@gtid_executed",
+    };
+    let gtids: Option<String> = conn
+        .query_first(gtid_sql)
+        .await
+        .map_err(q("read the GTID state"))?;
+    let mut p = Position::at(file, pos);
+    p.gtids = match gtids.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(t) => Some(
+            t.parse::<Gtids>()
+                .map_err(|e| MySqlSourceError::Protocol(e.to_string()))?,
+        ),
+    };
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> ServerFacts {
+        ServerFacts {
+            flavor: Flavor::MariaDb,
+            version: "10.11.19-MariaDB".into(),
+            log_bin: true,
+            binlog_format: "ROW".into(),
+            binlog_row_image: "FULL".into(),
+            binlog_row_metadata: Some("FULL".into()),
+            user: "oncely@%".into(),
+            privileges: vec![
+                "SELECT".into(),
+                "REPLICATION SLAVE".into(),
+                "BINLOG MONITOR".into(),
+            ],
+            binlogs: vec![("binlog.000003".into(), 900), ("binlog.000004".into(), 120)],
+        }
+    }
+
+    fn err(f: ServerFacts, stored: Option<&Position>) -> String {
+        f.check(stored).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn each_setting_is_named_with_its_fix() {
+        assert!(good().check(None).is_ok());
+        let e = err(
+            ServerFacts {
+                log_bin: false,
+                ..good()
+            },
+            None,
+        );
+        assert!(e.contains("log_bin") && e.contains("server_id"), "{e}");
+        let e = err(
+            ServerFacts {
+                binlog_format: "MIXED".into(),
+                ..good()
+            },
+            None,
+        );
+        assert!(
+            e.contains("binlog_format is \"MIXED\"")
+                && e.contains("SET GLOBAL binlog_format = 'ROW'"),
+            "{e}"
+        );
+        let e = err(
+            ServerFacts {
+                binlog_row_image: "MINIMAL".into(),
+                ..good()
+            },
+            None,
+        );
+        assert!(e.contains("binlog_row_image") && e.contains("FULL"), "{e}");
+        let e = err(
+            ServerFacts {
+                binlog_row_metadata: Some("MINIMAL".into()),
+                ..good()
+            },
+            None,
+        );
+        assert!(e.contains("SET GLOBAL binlog_row_metadata = 'FULL'"), "{e}");
+        let e = err(
+            ServerFacts {
+                binlog_row_metadata: None,
+                ..good()
+            },
+            None,
+        );
+        assert!(e.contains("MariaDB 10.5"), "{e}");
+    }
+
+    #[test]
+    fn privileges_name_the_grant() {
+        let e = err(
+            ServerFacts {
+                privileges: vec!["SELECT".into()],
+                ..good()
+            },
+            None,
+        );
+        assert_eq!(e, "user oncely@% lacks REPLICATION SLAVE, REPLICATION CLIENT: run GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO oncely@%");
+        // MySQL's name for the same privilege.
+        let mysql = ServerFacts {
+            privileges: vec![
+                "SELECT".into(),
+                "REPLICATION SLAVE".into(),
+                "REPLICATION CLIENT".into(),
+            ],
+            ..good()
+        };
+        assert!(mysql.check(None).is_ok());
+    }
+
+    #[test]
+    fn a_purged_position_is_refused_never_skipped() {
+        let old = Position::at("binlog.000002", 4000);
+        let e = good().check(Some(&old)).unwrap_err();
+        assert!(matches!(e, MySqlSourceError::PositionPurged { .. }));
+        assert!(
+            e.to_string().contains("binlog.000002:4000")
+                && e.to_string().contains("oldest binlog: binlog.000003")
+        );
+        assert!(good()
+            .check(Some(&Position::at("binlog.000004", 120)))
+            .is_ok());
+        let past = good()
+            .check(Some(&Position::at("binlog.000004", 121)))
+            .unwrap_err();
+        assert!(past.to_string().contains("past the end"));
+        let ahead = good()
+            .check(Some(&Position::at("binlog.000009", 4)))
+            .unwrap_err();
+        assert!(ahead.to_string().contains("another server"));
+    }
+
+    /// MySQL-only statements (no MySQL server here): chosen by version.
+    #[test]
+    fn status_statement_follows_the_server() {
+        assert_eq!(
+            status_statement(Flavor::MySql, "8.4.3"),
+            "SHOW BINARY LOG STATUS"
+        );
+        assert_eq!(
+            status_statement(Flavor::MySql, "8.0.40"),
+            "SHOW MASTER STATUS"
+        );
+        assert_eq!(
+            status_statement(Flavor::MariaDb, "10.11.19-MariaDB-0+deb12u1-log"),
+            "SHOW MASTER STATUS"
+        );
+        assert_eq!(
+            Flavor::from_version("10.11.19-MariaDB-log"),
+            Flavor::MariaDb
+        );
+        assert_eq!(Flavor::from_version("8.4.3"), Flavor::MySql);
+        assert_eq!(
+            version_triple("10.11.19-MariaDB-0+deb12u1-log"),
+            (10, 11, 19)
+        );
+    }
+}

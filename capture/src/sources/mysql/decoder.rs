@@ -1,0 +1,508 @@
+//! Binlog events -> row changes, DDL and commits, each with the
+//! [`Position`] that, stored, resumes right after it.
+//!
+//! Sans I/O: [`Decoder::handle`] takes one event as mysql_common parsed
+//! it, so the rules are tested with byte fixtures (MySQL's GTID events,
+//! which this machine's MariaDB cannot produce) as well as against a real
+//! MariaDB (`tests/it/mysql_binlog.rs`).
+//!
+//! Counting: events of a transaction are numbered from 0 (its GTID event,
+//! or `BEGIN` without GTIDs). A row change from event `i`, row `r` (from 0)
+//! carries `event = i, row = r + 1`; a DDL `event = i, row = 1`; a commit
+//! the next transaction's start (`event = 0, row = 0`). Events a server
+//! sends at other times than their place in the file (heartbeats, the
+//! rotate and format description that open every dump, MariaDB's GTID list
+//! and checkpoint events) are not counted, so a replay counts the same.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use mysql_async::binlog::events::{
+    Event, EventData, GtidEvent, QueryEvent, RotateEvent, RowsEventData, TableMapEvent, XidEvent,
+};
+use mysql_async::binlog::{BinlogVersion, EventType};
+
+use super::cell::Cell;
+use super::checks::Flavor;
+use super::error::MySqlSourceError;
+use super::position::{Gtids, MariaGtid, MariaGtidList, MySqlGtidSet, Position};
+use super::shape::{CatalogColumn, TableShape};
+
+/// MariaDB's own event types (not in mysql_common's list).
+pub mod mariadb_events {
+    pub const ANNOTATE_ROWS: u8 = 160;
+    pub const BINLOG_CHECKPOINT: u8 = 161;
+    pub const GTID: u8 = 162;
+    pub const GTID_LIST: u8 = 163;
+    pub const START_ENCRYPTION: u8 = 164;
+    /// `FL_STANDALONE` of a GTID event: no BEGIN/COMMIT around it (DDL).
+    pub const FL_STANDALONE: u8 = 1;
+}
+
+/// MySQL's `HEARTBEAT_LOG_EVENT_V2`.
+const HEARTBEAT_V2: u8 = 0x29;
+
+/// Insert, update or delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Insert,
+    Update,
+    Delete,
+}
+
+/// One row change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowChange {
+    pub table: Arc<TableShape>,
+    pub kind: ChangeKind,
+    pub before: Option<Vec<Cell>>,
+    pub after: Option<Vec<Cell>>,
+    pub position: Position,
+    /// The transaction's GTID (`domain-server-seq` or `uuid:n`).
+    pub gtid: Option<String>,
+    /// The event's timestamp, ms since 1970.
+    pub ts_ms: i64,
+}
+
+/// What the decoder hands out, in binlog order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BinlogChange {
+    Row(RowChange),
+    /// A statement other than BEGIN/COMMIT: DDL under ROW format.
+    Ddl {
+        database: String,
+        query: String,
+        position: Position,
+        gtid: Option<String>,
+    },
+    /// The end of a transaction; `position` is where the next one starts.
+    Commit {
+        position: Position,
+        xid: Option<u64>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxGtid {
+    MariaDb(MariaGtid),
+    MySql([u8; 16], u64),
+}
+
+impl TxGtid {
+    fn text(self) -> String {
+        match self {
+            TxGtid::MariaDb(g) => g.to_string(),
+            TxGtid::MySql(sid, gno) => {
+                let mut set = MySqlGtidSet::default();
+                set.add(sid, gno);
+                set.to_string()
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Tx {
+    start: Position,
+    gtid: Option<TxGtid>,
+    /// Index of the last event seen.
+    event: u64,
+    /// Ends with a COMMIT or XID (a BEGIN was seen, or a MariaDB GTID
+    /// without FL_STANDALONE); else the first statement ends it.
+    explicit: bool,
+}
+
+/// Binlog events in, changes out.
+#[derive(Debug)]
+pub struct Decoder {
+    flavor: Flavor,
+    file: String,
+    gtids: Option<Gtids>,
+    tables: HashMap<u64, (Arc<TableShape>, TableMapEvent<'static>)>,
+    catalog: HashMap<(String, String), Vec<CatalogColumn>>,
+    tx: Option<Tx>,
+    /// From a resume: what the first transaction already published.
+    skip: Option<(u64, u64)>,
+    resume_pos: Option<u64>,
+    seen_fde: bool,
+}
+
+impl Decoder {
+    /// A decoder that starts at `from` (a transaction start, with the
+    /// event and row counts already published).
+    pub fn new(flavor: Flavor, from: &Position) -> Self {
+        Self {
+            flavor,
+            file: from.file.clone(),
+            gtids: from.gtids.clone(),
+            tables: HashMap::new(),
+            catalog: HashMap::new(),
+            tx: None,
+            skip: (from.event > 0 || from.row > 0).then_some((from.event, from.row)),
+            resume_pos: Some(from.pos),
+            seen_fde: false,
+        }
+    }
+
+    /// For a resume by GTID: the server finds the transaction by its GTID,
+    /// and after a failover its offset differs from the stored one, so the
+    /// first transaction's offset is not checked against it.
+    pub fn found_by_gtid(mut self) -> Self {
+        self.resume_pos = None;
+        self
+    }
+
+    /// The declared types of a table, applied to its next TABLE_MAPs.
+    pub fn set_catalog(&mut self, database: &str, table: &str, columns: Vec<CatalogColumn>) {
+        self.catalog
+            .insert((database.into(), table.into()), columns);
+    }
+
+    pub fn has_catalog(&self, database: &str, table: &str) -> bool {
+        self.catalog
+            .contains_key(&(database.to_owned(), table.to_owned()))
+    }
+
+    /// Forgets every table's declared types (after DDL, which may name
+    /// any table), so the next TABLE_MAP reads them again.
+    pub fn forget_all_catalog(&mut self) {
+        self.catalog.clear();
+    }
+
+    /// Decodes one event, appending what it yields to `out`.
+    pub fn handle(
+        &mut self,
+        event: &Event,
+        out: &mut VecDeque<BinlogChange>,
+    ) -> Result<(), MySqlSourceError> {
+        let header = event.header();
+        let raw = header.event_type_raw();
+        let end = u64::from(header.log_pos());
+        let start = end.saturating_sub(u64::from(header.event_size()));
+        let ts_ms = i64::from(header.timestamp()) * 1000;
+
+        use mariadb_events as m;
+        match raw {
+            m::GTID => {
+                let data = event.data();
+                if data.len() < 13 {
+                    return Err(protocol(
+                        &self.file,
+                        start,
+                        "MariaDB GTID event",
+                        &"shorter than 13 bytes",
+                    ));
+                }
+                let seq = u64::from_le_bytes(data[0..8].try_into().unwrap_or_default());
+                let domain = u32::from_le_bytes(data[8..12].try_into().unwrap_or_default());
+                let gtid = MariaGtid {
+                    domain,
+                    server: header.server_id(),
+                    seq,
+                };
+                let explicit = data[12] & m::FL_STANDALONE == 0;
+                return self.begin(start, Some(TxGtid::MariaDb(gtid)), explicit);
+            }
+            m::ANNOTATE_ROWS => return self.count(),
+            m::BINLOG_CHECKPOINT | m::GTID_LIST | m::START_ENCRYPTION => return Ok(()),
+            // MySQL's HEARTBEAT_LOG_EVENT_V2 (not in mysql_common's list):
+            // sent when idle, never counted.
+            HEARTBEAT_V2 => return Ok(()),
+            _ => {}
+        }
+        let Ok(ty) = header.event_type() else {
+            // An unknown type inside a transaction still counts.
+            return self.count();
+        };
+        match ty {
+            EventType::ROTATE_EVENT => {
+                let r: RotateEvent<'_> = event
+                    .read_event()
+                    .map_err(|e| protocol(&self.file, start, "ROTATE", &e))?;
+                let mut name = r.name_raw().to_vec();
+                // The rotate that opens a dump comes before the format
+                // description that says events carry a CRC32, so its
+                // checksum is still on the name: cut it when it is one.
+                if !self.seen_fde && name.len() > 4 && ends_with_crc32(event) {
+                    name.truncate(name.len() - 4);
+                }
+                self.file = String::from_utf8(name)
+                    .map_err(|e| protocol(&self.file, start, "ROTATE", &e))?;
+                Ok(())
+            }
+            EventType::FORMAT_DESCRIPTION_EVENT => {
+                self.seen_fde = true;
+                Ok(())
+            }
+            EventType::HEARTBEAT_EVENT
+            | EventType::PREVIOUS_GTIDS_EVENT
+            | EventType::STOP_EVENT => Ok(()),
+            EventType::GTID_EVENT | EventType::GTID_TAGGED_LOG_EVENT => {
+                let g: GtidEvent = event
+                    .read_event()
+                    .map_err(|e| protocol(&self.file, start, "GTID", &e))?;
+                self.begin(start, Some(TxGtid::MySql(g.sid(), g.gno())), false)
+            }
+            EventType::ANONYMOUS_GTID_EVENT => self.begin(start, None, false),
+            EventType::QUERY_EVENT => {
+                let q: QueryEvent<'_> = event
+                    .read_event()
+                    .map_err(|e| protocol(&self.file, start, "QUERY", &e))?;
+                let query = q.query();
+                let verb = query.trim().to_ascii_uppercase();
+                match verb.as_str() {
+                    "BEGIN" => {
+                        if self.tx.is_none() {
+                            self.begin(start, None, true)
+                        } else {
+                            self.count()?;
+                            if let Some(tx) = self.tx.as_mut() {
+                                tx.explicit = true;
+                            }
+                            Ok(())
+                        }
+                    }
+                    "COMMIT" => {
+                        self.count()?;
+                        self.commit(end, None, out);
+                        Ok(())
+                    }
+                    "ROLLBACK" => {
+                        // Only non-transactional changes are logged with it;
+                        // the transaction is over either way.
+                        self.count()?;
+                        self.commit(end, None, out);
+                        Ok(())
+                    }
+                    _ => {
+                        if self.tx.is_none() {
+                            self.begin(start, None, false)?;
+                        } else {
+                            self.count()?;
+                        }
+                        let (position, skipped, gtid) = self.place(0)?;
+                        if !skipped {
+                            out.push_back(BinlogChange::Ddl {
+                                database: q.schema().into_owned(),
+                                query: query.into_owned(),
+                                position,
+                                gtid,
+                            });
+                        }
+                        if self.tx.as_ref().is_some_and(|t| !t.explicit) {
+                            self.commit(end, None, out);
+                        }
+                        Ok(())
+                    }
+                }
+            }
+            EventType::XID_EVENT => {
+                let x: XidEvent = event
+                    .read_event()
+                    .map_err(|e| protocol(&self.file, start, "XID", &e))?;
+                self.count()?;
+                self.commit(end, Some(x.xid), out);
+                Ok(())
+            }
+            EventType::TABLE_MAP_EVENT => {
+                self.count()?;
+                let tme: TableMapEvent<'_> = event
+                    .read_event()
+                    .map_err(|e| protocol(&self.file, start, "TABLE_MAP", &e))?;
+                let mut shape = TableShape::from_table_map(&tme)?;
+                if let Some(cat) = self
+                    .catalog
+                    .get(&(shape.database.clone(), shape.table.clone()))
+                {
+                    shape.apply_catalog(cat);
+                }
+                self.tables
+                    .insert(tme.table_id(), (Arc::new(shape), tme.into_owned()));
+                Ok(())
+            }
+            EventType::WRITE_ROWS_EVENT
+            | EventType::UPDATE_ROWS_EVENT
+            | EventType::DELETE_ROWS_EVENT
+            | EventType::WRITE_ROWS_EVENT_V1
+            | EventType::UPDATE_ROWS_EVENT_V1
+            | EventType::DELETE_ROWS_EVENT_V1
+            | EventType::PARTIAL_UPDATE_ROWS_EVENT => {
+                self.count()?;
+                let data = event
+                    .read_data()
+                    .map_err(|e| protocol(&self.file, start, "ROWS", &e))?;
+                let Some(EventData::RowsEvent(rows)) = data else {
+                    return Err(protocol(&self.file, start, "ROWS", &"not a rows event"));
+                };
+                self.rows(&rows, ts_ms, out)
+            }
+            _ => self.count(),
+        }
+    }
+
+    fn begin(
+        &mut self,
+        start: u64,
+        gtid: Option<TxGtid>,
+        explicit: bool,
+    ) -> Result<(), MySqlSourceError> {
+        if let Some(tx) = &self.tx {
+            return Err(MySqlSourceError::Protocol(format!(
+                "a transaction begins at {}:{start} inside the one that began at {}:{}",
+                self.file, tx.start.file, tx.start.pos
+            )));
+        }
+        if let Some(expected) = self.resume_pos.take() {
+            if self.skip.is_some() && expected != start {
+                return Err(MySqlSourceError::Protocol(format!(
+                    "the stored position {}:{expected} is not where a transaction starts (the first one starts at {start})",
+                    self.file
+                )));
+            }
+        }
+        let mut pos = Position::at(self.file.clone(), start);
+        pos.gtids = self.gtids.clone();
+        self.tx = Some(Tx {
+            start: pos,
+            gtid,
+            event: 0,
+            explicit,
+        });
+        Ok(())
+    }
+
+    /// Counts one event of the open transaction.
+    fn count(&mut self) -> Result<(), MySqlSourceError> {
+        if let Some(tx) = self.tx.as_mut() {
+            tx.event += 1;
+        }
+        Ok(())
+    }
+
+    /// The position after row `row` (from 0) of the current event, whether
+    /// a resume already published it, and the transaction's GTID.
+    fn place(&self, row: u64) -> Result<(Position, bool, Option<String>), MySqlSourceError> {
+        let tx = self.tx.as_ref().ok_or_else(|| {
+            MySqlSourceError::Protocol(format!("a change outside a transaction in {}", self.file))
+        })?;
+        let mut p = tx.start.clone();
+        p.event = tx.event;
+        p.row = row + 1;
+        let skipped = self
+            .skip
+            .is_some_and(|(e, r)| tx.event < e || (tx.event == e && row < r));
+        Ok((p, skipped, tx.gtid.map(TxGtid::text)))
+    }
+
+    fn rows(
+        &mut self,
+        rows: &RowsEventData<'_>,
+        ts_ms: i64,
+        out: &mut VecDeque<BinlogChange>,
+    ) -> Result<(), MySqlSourceError> {
+        let kind = match rows {
+            RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => {
+                ChangeKind::Insert
+            }
+            RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => {
+                ChangeKind::Delete
+            }
+            _ => ChangeKind::Update,
+        };
+        let Some((shape, tme)) = self.tables.get(&rows.table_id()) else {
+            return Err(MySqlSourceError::Protocol(format!(
+                "rows for table id {} without its TABLE_MAP in {}",
+                rows.table_id(),
+                self.file
+            )));
+        };
+        let shape = Arc::clone(shape);
+        let mut produced = Vec::new();
+        for (r, item) in rows.rows(tme).enumerate() {
+            let (before, after) = item.map_err(|e| {
+                MySqlSourceError::Protocol(format!("row of {}: {e}", shape.qualified()))
+            })?;
+            let (position, skipped, gtid) = self.place(r as u64)?;
+            if skipped {
+                continue;
+            }
+            let cells = |row: Option<mysql_async::binlog::row::BinlogRow>| -> Result<Option<Vec<Cell>>, MySqlSourceError> {
+                let Some(row) = row else { return Ok(None) };
+                if row.len() != shape.columns.len() {
+                    return Err(MySqlSourceError::Prerequisite {
+                        setting: "binlog_row_image",
+                        found: format!("{} of {} columns in a row of {}", row.len(), shape.columns.len(), shape.qualified()),
+                        needed: "FULL",
+                        fix: "SET GLOBAL binlog_row_image = 'FULL' (and in the server's config file)",
+                    });
+                }
+                row.unwrap()
+                    .into_iter()
+                    .zip(&shape.columns)
+                    .map(|(v, col)| {
+                        Cell::from_binlog(col, v).map_err(|reason| MySqlSourceError::Protocol(format!("column {} of {}: {reason}", col.name, shape.qualified())))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Some)
+            };
+            produced.push(BinlogChange::Row(RowChange {
+                table: Arc::clone(&shape),
+                kind,
+                before: cells(before)?,
+                after: cells(after)?,
+                position,
+                gtid,
+                ts_ms,
+            }));
+        }
+        out.extend(produced);
+        Ok(())
+    }
+
+    fn commit(&mut self, end: u64, xid: Option<u64>, out: &mut VecDeque<BinlogChange>) {
+        let Some(tx) = self.tx.take() else {
+            return;
+        };
+        match (tx.gtid, &mut self.gtids) {
+            (Some(TxGtid::MariaDb(g)), Some(Gtids::MariaDb(list))) => list.advance(g),
+            (Some(TxGtid::MariaDb(g)), gtids) => {
+                let mut list = MariaGtidList::default();
+                list.advance(g);
+                *gtids = Some(Gtids::MariaDb(list));
+            }
+            (Some(TxGtid::MySql(sid, gno)), Some(Gtids::MySql(set))) => set.add(sid, gno),
+            (Some(TxGtid::MySql(sid, gno)), gtids) => {
+                let mut set = MySqlGtidSet::default();
+                set.add(sid, gno);
+                *gtids = Some(Gtids::MySql(set));
+            }
+            (None, _) => {}
+        }
+        self.skip = None;
+        let mut position = Position::at(self.file.clone(), end);
+        position.gtids = self.gtids.clone();
+        out.push_back(BinlogChange::Commit { position, xid });
+    }
+
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+}
+
+/// An event at `file:start` that does not decode.
+fn protocol(file: &str, start: u64, what: &str, e: &dyn std::fmt::Display) -> MySqlSourceError {
+    MySqlSourceError::Protocol(format!("{what} at {file}:{start}: {e}"))
+}
+
+/// Whether the event's last four bytes are the CRC32 of the rest.
+fn ends_with_crc32(event: &Event) -> bool {
+    let mut bytes = Vec::new();
+    if event.write(BinlogVersion::Version4, &mut bytes).is_err() || bytes.len() < 4 {
+        return false;
+    }
+    let (body, sum) = bytes.split_at(bytes.len() - 4);
+    <[u8; 4]>::try_from(sum).is_ok_and(|s| u32::from_le_bytes(s) == crc32fast::hash(body))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,128 @@
+//! What can stop the MySQL/MariaDB source, by what to do about it: retry
+//! (reconnect and resume from the stored position), stop with the fix
+//! named, or refuse one record (dead letter) and go on.
+
+/// Server error codes the classification needs (MySQL and MariaDB share them).
+pub mod codes {
+    /// `ER_ACCESS_DENIED_ERROR`: wrong user or password.
+    pub const ACCESS_DENIED: u16 = 1045;
+    /// `ER_DBACCESS_DENIED_ERROR`.
+    pub const DB_ACCESS_DENIED: u16 = 1044;
+    /// `ER_SPECIFIC_ACCESS_DENIED_ERROR`: a privilege is missing.
+    pub const SPECIFIC_ACCESS_DENIED: u16 = 1227;
+    /// `ER_TABLEACCESS_DENIED_ERROR`.
+    pub const TABLE_ACCESS_DENIED: u16 = 1142;
+    /// `ER_MASTER_FATAL_ERROR_READING_BINLOG`: the requested binlog file or
+    /// position (or GTID) is not on the server any more, or never was.
+    pub const FATAL_READING_BINLOG: u16 = 1236;
+    /// `ER_SLAVE_SAME_ID` / duplicate `server_id` among the replicas.
+    pub const SERVER_ID_IN_USE: u16 = 1593;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MySqlSourceError {
+    /// The server is not set up for capture; `fix` says what to change.
+    #[error("{setting} is {found:?}, capture needs {needed}: {fix}")]
+    Prerequisite {
+        setting: &'static str,
+        found: String,
+        needed: &'static str,
+        fix: &'static str,
+    },
+
+    /// The capture user lacks privileges.
+    #[error("user {user} lacks {missing}: run GRANT {missing} ON *.* TO {user}")]
+    Privileges { user: String, missing: String },
+
+    /// The stored position is older than the oldest binlog the server
+    /// keeps: the changes in between are gone. Never skipped silently.
+    #[error("the stored position {stored} is no longer on the server (oldest binlog: {oldest}): the changes in between were purged. Take a new snapshot (delete the stored offset) and raise the binlog retention (binlog_expire_logs_seconds / expire_logs_days) above the longest capture downtime")]
+    PositionPurged { stored: String, oldest: String },
+
+    /// A server or connection error; [`Self::is_retriable`] classifies it
+    /// by its code.
+    #[error("mysql: {context}: {source}")]
+    Server {
+        context: &'static str,
+        source: mysql_async::Error,
+    },
+
+    /// The binlog carried something that does not decode: a bug or an
+    /// unsupported server; reading it again would meet it again.
+    #[error("binlog: {0}")]
+    Protocol(String),
+
+    /// One value its field cannot hold: that change is refused (dead
+    /// letter), naming table, column and the setting that makes it fit.
+    #[error("column {column} of table {table}: {reason}")]
+    Record {
+        table: String,
+        column: String,
+        reason: String,
+    },
+}
+
+impl MySqlSourceError {
+    pub fn server(context: &'static str, source: mysql_async::Error) -> Self {
+        Self::Server { context, source }
+    }
+
+    /// Reconnecting and resuming can help: connection and I/O failures and
+    /// server errors not known to be definite ("transient unless proven
+    /// otherwise").
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Self::Server { source, .. } => match source {
+                mysql_async::Error::Server(e) => !matches!(
+                    e.code,
+                    codes::ACCESS_DENIED
+                        | codes::DB_ACCESS_DENIED
+                        | codes::SPECIFIC_ACCESS_DENIED
+                        | codes::TABLE_ACCESS_DENIED
+                        | codes::FATAL_READING_BINLOG
+                        | codes::SERVER_ID_IN_USE
+                ),
+                mysql_async::Error::Url(_) => false,
+                _ => true,
+            },
+            _ => false,
+        }
+    }
+
+    /// Only this record is refused; the stream goes on.
+    pub fn is_per_record(&self) -> bool {
+        matches!(self, Self::Record { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(code: u16) -> MySqlSourceError {
+        MySqlSourceError::server(
+            "binlog dump",
+            mysql_async::Error::Server(mysql_async::ServerError {
+                code,
+                message: "m".into(),
+                state: "HY000".into(),
+            }),
+        )
+    }
+
+    #[test]
+    fn classification_is_by_code() {
+        assert!(!server(codes::FATAL_READING_BINLOG).is_retriable());
+        assert!(!server(codes::ACCESS_DENIED).is_retriable());
+        // 1205 lock wait timeout, 2013 lost connection: transient.
+        assert!(server(1205).is_retriable());
+        assert!(server(2013).is_retriable());
+        let rec = MySqlSourceError::Record {
+            table: "t".into(),
+            column: "c".into(),
+            reason: "r".into(),
+        };
+        assert!(rec.is_per_record() && !rec.is_retriable());
+        assert!(!MySqlSourceError::Protocol("x".into()).is_retriable());
+    }
+}

@@ -1,0 +1,257 @@
+//! A table's shape as the binlog describes it (TABLE_MAP with the optional
+//! metadata of `binlog_row_metadata = FULL`), completed from
+//! `information_schema` where the binlog says nothing: the declared
+//! `tinyint(1)` (the binlog carries no display width) and MariaDB's JSON
+//! columns (a `longtext` with a `json_valid` check, a BLOB in the binlog).
+
+use mysql_async::binlog::events::{OptionalMetaExtractor, OptionalMetadataField, TableMapEvent};
+use mysql_async::consts::ColumnType;
+
+use super::checks::Flavor;
+use super::error::MySqlSourceError;
+
+/// The character set number MySQL and MariaDB give binary strings.
+pub const BINARY_CHARSET: u16 = 63;
+
+/// One column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnShape {
+    pub name: String,
+    /// The binlog type, the real one for ENUM and SET.
+    pub ty: ColumnType,
+    /// The type's TABLE_MAP metadata bytes (precision and scale, fractional
+    /// seconds, bit length, length-prefix sizes).
+    pub meta: Vec<u8>,
+    pub unsigned: bool,
+    pub nullable: bool,
+    /// A character column with the binary character set (BINARY,
+    /// VARBINARY, BLOB): bytes, not text.
+    pub binary: bool,
+    /// ENUM or SET labels, in declaration order.
+    pub labels: Vec<String>,
+    /// `information_schema.COLUMNS.COLUMN_TYPE`, when read.
+    pub declared: Option<String>,
+    /// A JSON column (MySQL's own type, or MariaDB's alias).
+    pub json: bool,
+}
+
+impl ColumnShape {
+    /// A column of `ty` with no metadata, for tests and catalog-built shapes.
+    pub fn new(name: &str, ty: ColumnType) -> Self {
+        Self {
+            name: name.into(),
+            ty,
+            meta: Vec::new(),
+            unsigned: false,
+            nullable: true,
+            binary: false,
+            labels: Vec::new(),
+            declared: None,
+            json: ty == ColumnType::MYSQL_TYPE_JSON,
+        }
+    }
+
+    pub fn meta_byte(&self, i: usize) -> u8 {
+        self.meta.get(i).copied().unwrap_or(0)
+    }
+
+    /// Whether the declared type is `tinyint(1)` (Debezium's rule needs
+    /// the width, which only the catalog has).
+    pub fn is_tinyint1(&self) -> bool {
+        self.ty == ColumnType::MYSQL_TYPE_TINY
+            && self
+                .declared
+                .as_deref()
+                .is_some_and(|d| d.trim().to_ascii_lowercase().starts_with("tinyint(1)"))
+    }
+}
+
+/// One table as of a TABLE_MAP event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableShape {
+    pub database: String,
+    pub table: String,
+    pub columns: Vec<ColumnShape>,
+    /// Indexes of the primary key columns, in key order.
+    pub primary_key: Vec<usize>,
+}
+
+impl TableShape {
+    /// `database.table`.
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", self.database, self.table)
+    }
+
+    /// Reads the shape out of a TABLE_MAP event. Without column names in
+    /// it (`binlog_row_metadata` is not FULL) this fails: the start-up
+    /// checks refuse such a server before any event is read.
+    pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<Self, MySqlSourceError> {
+        let bad = |what: String| {
+            MySqlSourceError::Protocol(format!(
+                "TABLE_MAP of {}.{}: {what}",
+                tme.database_name(),
+                tme.table_name()
+            ))
+        };
+        let n = usize::try_from(tme.columns_count()).map_err(|_| bad("column count".into()))?;
+        let extractor =
+            OptionalMetaExtractor::new(tme.iter_optional_meta()).map_err(|e| bad(e.to_string()))?;
+        let mut signedness = extractor.iter_signedness();
+        let mut charsets = extractor.iter_charset();
+        let mut names = extractor.iter_column_name();
+        let nulls = tme.null_bitmask();
+        let mut enum_labels = Vec::new();
+        let mut set_labels = Vec::new();
+        for field in tme.iter_optional_meta() {
+            match field.map_err(|e| bad(e.to_string()))? {
+                OptionalMetadataField::EnumStrValue(v) => {
+                    for labels in v.iter_values() {
+                        let labels = labels.map_err(|e| bad(e.to_string()))?;
+                        enum_labels.push(
+                            labels
+                                .values()
+                                .iter()
+                                .map(|l| l.value().into_owned())
+                                .collect::<Vec<_>>(),
+                        );
+                    }
+                }
+                OptionalMetadataField::SetStrValue(v) => {
+                    for labels in v.iter_values() {
+                        let labels = labels.map_err(|e| bad(e.to_string()))?;
+                        set_labels.push(
+                            labels
+                                .values()
+                                .iter()
+                                .map(|l| l.value().into_owned())
+                                .collect::<Vec<_>>(),
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+        let (mut enums, mut sets) = (enum_labels.into_iter(), set_labels.into_iter());
+        let mut columns = Vec::with_capacity(n);
+        for i in 0..n {
+            let ty = match tme.get_column_type(i) {
+                Ok(Some(ty)) => ty,
+                Ok(None) => return Err(bad(format!("no type for column {i}"))),
+                Err(e) => return Err(bad(format!("column {i}: {e}"))),
+            };
+            let meta = tme.get_column_metadata(i).unwrap_or(&[]).to_vec();
+            let unsigned = ty.is_numeric_type() && signedness.next().unwrap_or(false);
+            let charset = if ty.is_character_type() {
+                charsets
+                    .next()
+                    .transpose()
+                    .map_err(|e| bad(e.to_string()))?
+            } else {
+                None
+            };
+            let name = match names.next().transpose().map_err(|e| bad(e.to_string()))? {
+                Some(n) => n.name().into_owned(),
+                None => {
+                    return Err(bad(format!(
+                        "no name for column {i}: binlog_row_metadata is not FULL"
+                    )))
+                }
+            };
+            let labels = if ty == ColumnType::MYSQL_TYPE_ENUM {
+                enums.next().unwrap_or_default()
+            } else if ty == ColumnType::MYSQL_TYPE_SET {
+                sets.next().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            columns.push(ColumnShape {
+                name,
+                json: ty == ColumnType::MYSQL_TYPE_JSON,
+                ty,
+                meta,
+                unsigned,
+                nullable: nulls.get(i).is_some_and(|b| *b),
+                binary: charset == Some(BINARY_CHARSET),
+                labels,
+                declared: None,
+            });
+        }
+        let mut primary_key = Vec::new();
+        for k in extractor.iter_primary_key() {
+            let k = k.map_err(|e| bad(e.to_string()))?;
+            primary_key.push(usize::try_from(k).map_err(|_| bad("primary key index".into()))?);
+        }
+        Ok(Self {
+            database: tme.database_name().into_owned(),
+            table: tme.table_name().into_owned(),
+            columns,
+            primary_key,
+        })
+    }
+
+    /// Completes the shape with the catalog's declared types (by column
+    /// name): `tinyint(1)` and MariaDB's JSON alias.
+    pub fn apply_catalog(&mut self, catalog: &[CatalogColumn]) {
+        for col in &mut self.columns {
+            if let Some(c) = catalog.iter().find(|c| c.name == col.name) {
+                col.declared = Some(c.column_type.clone());
+                col.json |= c.json;
+            }
+        }
+    }
+}
+
+/// What `information_schema` says of one column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogColumn {
+    pub name: String,
+    /// `COLUMN_TYPE`, e.g. `tinyint(1)`, `bigint(20) unsigned`.
+    pub column_type: String,
+    /// MySQL's `json`, or MariaDB's `longtext` checked by `json_valid`.
+    pub json: bool,
+}
+
+/// The catalog's columns of `database.table`, in ordinal order.
+pub async fn load_catalog(
+    conn: &mut mysql_async::Conn,
+    flavor: Flavor,
+    database: &str,
+    table: &str,
+) -> Result<Vec<CatalogColumn>, MySqlSourceError> {
+    use mysql_async::prelude::Queryable;
+    // MariaDB declares JSON as LONGTEXT with CHECK (json_valid(`col`)), in
+    // its information_schema.CHECK_CONSTRAINTS (which has TABLE_NAME there,
+    // not in MySQL, whose JSON is a type of its own).
+    let rows: Vec<(String, String, String)> = conn
+        .exec(
+            "SELECT COLUMN_NAME, COLUMN_TYPE, DATA_TYPE FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+            (database, table),
+        )
+        .await
+        .map_err(|e| MySqlSourceError::server("read information_schema.COLUMNS", e))?;
+    let checks: Vec<String> = if flavor != Flavor::MariaDb {
+        Vec::new()
+    } else {
+        conn.exec(
+            "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS \
+             WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?",
+            (database, table),
+        )
+        .await
+        .map_err(|e| MySqlSourceError::server("read information_schema.CHECK_CONSTRAINTS", e))?
+    };
+    Ok(rows
+        .into_iter()
+        .map(|(name, column_type, data_type)| {
+            let check = format!("json_valid(`{name}`)");
+            let json = data_type.eq_ignore_ascii_case("json")
+                || checks.iter().any(|c| c.eq_ignore_ascii_case(&check));
+            CatalogColumn {
+                name,
+                column_type,
+                json,
+            }
+        })
+        .collect())
+}
