@@ -32,7 +32,6 @@ use crate::value::{TypeRegistry, ValueKind, UNAVAILABLE_VALUE};
 
 pub use error::EnvelopeError;
 pub use message::message_record;
-pub use schema::SOURCE_SCHEMA_NAME;
 
 use error::unrepresentable_help;
 use source::SourceWriter;
@@ -178,6 +177,7 @@ impl TableEncoder {
     /// column, which would make the whole row the key (a key that changes on
     /// every update breaks per-key ordering and compaction), so such a table
     /// needs `key_columns`.
+    #[cfg(test)]
     pub fn new(
         rel: &Relation,
         reg: &TypeRegistry,

@@ -246,7 +246,7 @@ fn numbers_compare_by_value() {
 /// (IntervalStyle, era or sign of the year), so they compare by value.
 #[test]
 fn temporal_values_compare_by_value_not_spelling() {
-    use oncely_capture::value::{IntervalHandlingMode, TypeRegistry};
+    use oncely_capture::catalog::{IntervalHandlingMode, TypeRegistry};
     let reg = TypeRegistry::builtin();
     let same = |oid: u32, a: &str, b: &str| {
         let kind = reg.value_kind(oid);

@@ -240,7 +240,7 @@ async fn body(p: &Pipeline) -> Result<()> {
 /// Capture writes the headers sinks read: one set of names on both sides.
 #[test]
 fn capture_and_sinks_name_the_headers_alike() {
-    use oncely_capture::envelope as capture;
+    use oncely_capture::testing as capture;
     use oncely_sinks::event as sinks;
     assert_eq!(capture::HEADER_POSITION, sinks::HEADER_POSITION);
     assert_eq!(capture::HEADER_SCHEMA, sinks::HEADER_SCHEMA);
