@@ -61,8 +61,6 @@ pub const DEFAULT_SNAPSHOT_CHUNK_SIZE: usize = 1024;
 /// Snapshot rows of a chunk share one commit LSN and are told apart by
 /// `event_seq`; sinks pack that into 20 bits (Elasticsearch external versions).
 pub const MAX_SNAPSHOT_CHUNK_SIZE: usize = 1 << 20;
-/// The largest `snapshot.max.threads`.
-pub const MAX_SNAPSHOT_THREADS: usize = 64;
 /// `database.sslmode` when unset: libpq's default, as the warehouse sink's.
 pub const DEFAULT_SSLMODE: SslMode = oncely_core::postgres::DEFAULT_SSLMODE;
 
@@ -229,11 +227,6 @@ pub struct CaptureConfig {
     /// stored offset does not list yet (added to `table.include.list` since).
     #[serde(rename = "snapshot.new.tables", default)]
     pub snapshot_new_tables: bool,
-    /// `snapshot.max.threads`: tables a snapshot copies at once, 1 to
-    /// [`MAX_SNAPSHOT_THREADS`] (default: the machine's cores; see
-    /// [`Self::snapshot_threads`]).
-    #[serde(rename = "snapshot.max.threads", default)]
-    pub snapshot_max_threads: Option<usize>,
     /// `incremental.snapshot.chunk.size`, as Debezium names it: rows per chunk.
     #[serde(
         rename = "incremental.snapshot.chunk.size",
@@ -458,16 +451,6 @@ impl CaptureConfig {
 
     pub fn chunk_size(&self) -> usize {
         self.incremental_snapshot_chunk_size
-    }
-
-    /// How many tables a snapshot copies at once: `snapshot.max.threads`, or
-    /// the machine's cores (at most [`MAX_SNAPSHOT_THREADS`]).
-    pub fn snapshot_threads(&self) -> usize {
-        self.snapshot_max_threads.unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map_or(1, usize::from)
-                .min(MAX_SNAPSHOT_THREADS)
-        })
     }
 
     /// The topic of table `schema.table` (see [`crate::naming::table_topic`]).

@@ -413,30 +413,6 @@ fn unresolvable_secrets_fail_at_load_naming_the_key() {
 }
 
 #[test]
-fn snapshot_max_threads_is_bounded_and_defaults_to_the_cores() {
-    let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
-    assert_eq!(cfg.snapshot_max_threads, None);
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    assert_eq!(cfg.snapshot_threads(), cores.min(MAX_SNAPSHOT_THREADS));
-    let four = format!("{MINIMAL}snapshot.max.threads = 4\n");
-    assert_eq!(
-        CaptureConfig::parse(&four, "test")
-            .unwrap()
-            .snapshot_threads(),
-        4
-    );
-    for n in [0, 65] {
-        let text = format!("{MINIMAL}snapshot.max.threads = {n}\n");
-        let err = CaptureConfig::parse(&text, "test").unwrap_err();
-        assert_eq!(err.key, "snapshot.max.threads");
-        assert_eq!(
-            err.message,
-            "must be between 1 and 64 (default: the machine's cores)"
-        );
-    }
-}
-
-#[test]
 fn the_transaction_timeout_is_a_checked_producer_setting() {
     let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
     assert_eq!(

@@ -231,7 +231,7 @@ mod tests {
     }
 
     /// A value an integer field cannot hold is refused, never written as a
-    /// string in that field (issue 23 items 6 and 8).
+    /// string in that field: a field's type is the schema's promise.
     #[test]
     fn values_integer_fields_cannot_hold_are_refused() {
         let reg = TypeRegistry::builtin();
