@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use oncely_core::config::{flatten, flatten_value, from_flat, Leaves};
+use oncely_core::config::{check_keys, flatten, flatten_value, from_flat, keys, Leaves};
 use oncely_core::postgres::{PgTls, SslMode};
 
+pub use crate::outbox::OutboxConfig;
 pub use oncely_core::config::ConfigError;
 
 use crate::secret::{resolve_reference, Secret};
@@ -218,7 +219,7 @@ pub struct CaptureConfig {
     /// `outbox.*`: route an outbox table's inserts as domain events; any
     /// `outbox.` key present makes it `Some`.
     #[serde(default)]
-    pub outbox: Option<crate::outbox::OutboxConfig>,
+    pub outbox: Option<OutboxConfig>,
 
     /// `snapshot.mode`.
     #[serde(rename = "snapshot.mode", default)]
@@ -327,6 +328,15 @@ fn flatten_capture(table: toml::Table) -> Result<toml::Table, ConfigError> {
         }
     }
     for (prefix, table) in gathered {
+        if prefix == OUTBOX {
+            // A nested struct: serde would name a misspelt key of it with a
+            // list of every key, not the nearest.
+            check_keys(
+                OUTBOX,
+                table.keys().map(String::as_str),
+                keys::<OutboxConfig>(),
+            )?;
+        }
         if !table.is_empty() {
             if flat.contains_key(prefix) {
                 return Err(ConfigError::new(
