@@ -4,7 +4,6 @@
 //! on. These tests need a database and the test harness of `tests/it`, so
 //! they cannot be unit tests here; nothing else may use this module.
 
-pub use crate::envelope::{HEADER_POSITION, HEADER_SCHEMA, HEADER_TABLE};
 pub use crate::offset::read_last_offset;
 pub use crate::pgoutput::{Column, Relation, ReplicaIdentity, TupleValue};
 pub use crate::schema_change::{identity, ColumnDef};
