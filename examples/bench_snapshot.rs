@@ -220,7 +220,7 @@ async fn main() -> Result<()> {
 
 /// Sends `total` records copied from the first records of `source` to a new
 /// topic of as many partitions, in transactions of `per_tx` records, with the
-/// producer settings capture uses (`oncely_capture::kafka::PRODUCER_SETTINGS`), then
+/// producer settings capture uses (`oncely_capture::catalog::PRODUCER_SETTINGS`), then
 /// `overrides` (capture's `[kafka.producer]`). Returns the seconds taken and
 /// this process's CPU seconds meanwhile. Blocking.
 fn kafka_floor(
@@ -296,7 +296,7 @@ fn kafka_floor(
         .set("bootstrap.servers", brokers)
         .set("transactional.id", &floor)
         .set("queue.buffering.max.kbytes", "65536");
-    for (k, v) in oncely_capture::kafka::PRODUCER_SETTINGS {
+    for (k, v) in oncely_capture::catalog::PRODUCER_SETTINGS {
         config.set(*k, *v);
     }
     for (k, v) in overrides {

@@ -58,7 +58,8 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
+            // Told once, as the last line, whatever RUST_LOG filters: a log
+            // line as well would say the same thing twice.
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
+use oncely_capture::catalog::read_stored_offset;
 use oncely_capture::config::CaptureConfig;
-use oncely_capture::offset::read_stored_offset;
 use serde_json::{json, Value};
 
 use crate::verify::{oldest_unapplied, topic_ends, SourceDb, Target, Unapplied, VerifyError};

@@ -23,7 +23,8 @@ impl TableFilter {
         })
     }
 
-    /// Captures everything (used by tests and tools).
+    /// Captures everything.
+    #[cfg(test)]
     pub fn all() -> Self {
         TableFilter {
             include: Vec::new(),
@@ -41,11 +42,6 @@ impl TableFilter {
     pub fn included(&self, schema: &str, table: &str) -> bool {
         let name = format!("{schema}.{table}");
         self.include.is_empty() || self.include.iter().any(|r| r.is_match(&name))
-    }
-
-    /// True when no include list was given (then system schemas are skipped by the caller).
-    pub fn includes_everything(&self) -> bool {
-        self.include.is_empty()
     }
 }
 

@@ -2,23 +2,33 @@
 //! exactly once. Events and the source offset that covers them are written
 //! in one Kafka transaction; the slot is confirmed only up to what a
 //! committed offset record holds. See `pipeline` for the flow.
+//!
+//! The public surface is [`run`], its [`config`], [`metrics`], [`health`],
+//! [`error`], and the [`catalog`] the root crate's `verify`, `status` and
+//! signal commands read; everything else is private to the crate, so the
+//! compiler reports what nothing uses.
 
+pub mod catalog;
 pub mod config;
-pub mod envelope;
+pub(crate) mod envelope;
 pub mod error;
-pub mod filter;
+pub(crate) mod filter;
 pub mod health;
-pub mod kafka;
+pub(crate) mod kafka;
 pub mod metrics;
-pub mod naming;
-pub mod offset;
-pub mod outbox;
-pub mod pgoutput;
-pub mod pipeline;
-pub mod replica_identity;
-pub mod schema_change;
-pub mod secret;
-pub mod snapshot;
-pub mod source;
-pub mod sources;
-pub mod value;
+pub(crate) mod naming;
+pub(crate) mod offset;
+pub(crate) mod outbox;
+pub(crate) mod pgoutput;
+pub(crate) mod pipeline;
+pub(crate) mod replica_identity;
+pub(crate) mod schema_change;
+pub(crate) mod secret;
+pub(crate) mod snapshot;
+pub(crate) mod source;
+pub(crate) mod sources;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub(crate) mod value;
+
+pub use pipeline::run;

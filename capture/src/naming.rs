@@ -121,6 +121,7 @@ impl TopicClaims {
     }
 
     /// The owner of `topic`, when claimed.
+    #[cfg(test)]
     pub fn owner(&self, topic: &str) -> Option<&str> {
         self.by_key
             .get(&topic.replace('.', "_"))

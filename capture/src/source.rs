@@ -17,7 +17,7 @@ use crate::naming::quote_ident;
 
 mod publication;
 
-pub use publication::{ensure_publication, GENERATED_COLUMNS_VERSION, PUBLISHED_COLUMN};
+pub use publication::{ensure_publication, PUBLISHED_COLUMN};
 
 /// The primary key columns of the relation whose OID is the SQL expression
 /// `$relation`, in key order, as `text[]` (empty when it has none): the one
@@ -65,7 +65,6 @@ impl CapturedTable {
 #[derive(Debug, Clone)]
 pub struct SlotState {
     pub confirmed_flush_lsn: u64,
-    pub created: bool,
 }
 
 /// Connection settings for the captured database (host, port, user, database,
@@ -431,7 +430,6 @@ pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotSta
         }
         return Ok(SlotState {
             confirmed_flush_lsn: parse_lsn(confirmed.as_deref())?,
-            created: false,
         });
     }
     if !cfg.slot_create {
@@ -462,7 +460,6 @@ pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotSta
     tracing::info!(slot = %name, lsn = %lsn, failover = cfg.slot_failover, "created replication slot");
     Ok(SlotState {
         confirmed_flush_lsn: parse_lsn(Some(&lsn))?,
-        created: true,
     })
 }
 

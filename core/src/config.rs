@@ -98,9 +98,15 @@ fn flatten_into(
     Ok(())
 }
 
+/// The section whose keys sit at the top of the file: its keys are told
+/// without a prefix.
+pub const TOP_SECTION: &str = "config";
+
 /// Deserializes an already flattened table; errors are told under `section`
-/// (e.g. `sink`), one line, without quoting the file.
+/// (e.g. `sink`), one line, without quoting the file. A key `T` does not
+/// have is told with the nearest key it has ([`check_keys`]).
 pub fn from_flat<T: DeserializeOwned>(flat: toml::Table, section: &str) -> Result<T, ConfigError> {
+    check_keys(section, flat.keys().map(String::as_str), keys::<T>())?;
     // Through text, so that errors say which key (the line would be the
     // generated text's, so it is not told).
     let text = toml::to_string(&flat).map_err(|e| ConfigError::new(section, e.to_string()))?;
@@ -127,6 +133,110 @@ pub fn from_str<T: DeserializeOwned>(text: &str, section: &str) -> Result<T, Con
     from_table(table, section)
 }
 
+/// The keys a configuration struct accepts: the field names its derived
+/// `Deserialize` hands to `deserialize_struct` (renames applied, `skip`ped
+/// fields left out), read by running it on a deserializer that only records
+/// them. Empty when `T` is not a struct. The one source of truth for
+/// [`check_keys`] and for the tests that hold the documentation to the code.
+pub fn keys<T: DeserializeOwned>() -> &'static [&'static str] {
+    let mut fields = &[][..];
+    // The probe always fails: it has no values to give, only the names.
+    let _ = T::deserialize(FieldProbe(&mut fields));
+    fields
+}
+
+/// A deserializer that records the fields of the struct asked of it.
+struct FieldProbe<'a>(&'a mut &'static [&'static str]);
+
+#[derive(Debug)]
+struct Probed;
+
+impl std::fmt::Display for Probed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("fields recorded")
+    }
+}
+
+impl std::error::Error for Probed {}
+
+impl serde::de::Error for Probed {
+    fn custom<M: std::fmt::Display>(_: M) -> Self {
+        Probed
+    }
+}
+
+impl<'de> serde::Deserializer<'de> for FieldProbe<'_> {
+    type Error = Probed;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Probed> {
+        Err(Probed)
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        _visitor: V,
+    ) -> Result<V::Value, Probed> {
+        *self.0 = fields;
+        Err(Probed)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map enum identifier ignored_any
+    }
+}
+
+/// Refuses the first of `present` (keys of `section`) that is not one of
+/// `known`, telling the nearest known key when one is near enough to be a
+/// slip of the keyboard: a person needs the one key they meant, not a list of
+/// forty. Nothing is checked when `known` is empty (not a struct).
+pub fn check_keys<'a>(
+    section: &str,
+    present: impl IntoIterator<Item = &'a str>,
+    known: &[&str],
+) -> Result<(), ConfigError> {
+    if known.is_empty() {
+        return Ok(());
+    }
+    let Some(unknown) = present.into_iter().find(|k| !known.contains(k)) else {
+        return Ok(());
+    };
+    // Keys are told as a person finds them in the file and the docs.
+    let told = |key: &str| {
+        if section == TOP_SECTION {
+            key.to_owned()
+        } else {
+            format!("{section}.{key}")
+        }
+    };
+    let message = match nearest(unknown, known) {
+        Some(near) => format!(
+            "unknown key `{}`; did you mean `{}`?",
+            told(unknown),
+            told(near)
+        ),
+        None => format!(
+            "unknown key `{}` (every key is in docs/configuration.md)",
+            told(unknown)
+        ),
+    };
+    Err(ConfigError::new(section, message))
+}
+
+/// The known key closest to `key` by edits (a swapped pair of letters counts
+/// once), when it is within a third of the key's length: farther than that it
+/// is another word, and a guess would mislead.
+fn nearest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
+    let (distance, near) = known
+        .iter()
+        .map(|k| (strsim::damerau_levenshtein(key, k), *k))
+        .min()?;
+    (distance <= (key.chars().count() / 3).max(1)).then_some(near)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +256,24 @@ mod tests {
         let quoted: Sample = from_str("\"bulk.max.actions\" = 7", "sink").expect("quoted");
         assert_eq!((bare.actions, bare.url.as_str()), (7, "u"));
         assert_eq!(quoted.actions, 7);
+    }
+
+    #[test]
+    fn a_misspelt_key_is_told_the_nearest_valid_key() {
+        let e = from_str::<Sample>("bulk.max.actoins = 1", "sink").expect_err("typo");
+        assert_eq!(
+            e.to_string(),
+            "`sink`: unknown key `sink.bulk.max.actoins`; did you mean `sink.bulk.max.actions`?"
+        );
+        // Under the `config` section, keys sit at the top of the file.
+        let e = from_str::<Sample>("ulr = \"u\"", "config").expect_err("typo");
+        assert_eq!(e.message, "unknown key `ulr`; did you mean `url`?");
+        // Nothing near: no guess, and no list of every key either.
+        let e = from_str::<Sample>("compression = \"zstd\"", "config").expect_err("far");
+        assert_eq!(
+            e.message,
+            "unknown key `compression` (every key is in docs/configuration.md)"
+        );
     }
 
     #[test]

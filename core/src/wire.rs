@@ -59,6 +59,15 @@ pub const SESSION_OPTIONS: &str =
 /// default. A sink keeps the value it holds for such a column.
 pub const UNAVAILABLE_VALUE: &str = "__debezium_unavailable_value";
 
+/// Kafka header on every table record, tombstones included: the event's source
+/// position, `<commit_lsn>/<event_seq>` in decimal (a tombstone takes its
+/// delete's).
+pub const HEADER_POSITION: &str = "oncely.position";
+/// Kafka header on a tombstone: the deleted row's source schema.
+pub const HEADER_SCHEMA: &str = "oncely.schema";
+/// Kafka header on a tombstone: the deleted row's source table.
+pub const HEADER_TABLE: &str = "oncely.table";
+
 /// The PostgreSQL text of an LSN, e.g. `0/16B3748`.
 pub fn format_lsn(lsn: u64) -> String {
     Lsn::from_u64(lsn).to_pg_string()

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use oncely_core::config::{flatten, flatten_value, from_flat, Leaves};
+use oncely_core::config::{check_keys, flatten, flatten_value, from_flat, keys, Leaves};
 
 use crate::error::ConfigError;
 pub use crate::runner::dedup::{DedupConfig, DedupStore};
@@ -409,8 +409,14 @@ pub fn parse_runner_config(text: &str) -> Result<(RunnerConfig, Option<toml::Tab
                 flat.insert("kafka".into(), toml::Value::Table(props));
             }
             ("dedup", toml::Value::Table(t)) => {
-                let keys = flatten(t, Leaves::Typed)?;
-                flat.insert("dedup".into(), toml::Value::Table(keys));
+                let table = flatten(t, Leaves::Typed)?;
+                // A nested struct: told by its nearest key like the others.
+                check_keys(
+                    "dedup",
+                    table.keys().map(String::as_str),
+                    keys::<DedupConfig>(),
+                )?;
+                flat.insert("dedup".into(), toml::Value::Table(table));
             }
             (_, value) => flatten_value(&mut flat, key, value, Leaves::Typed)?,
         }

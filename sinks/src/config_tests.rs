@@ -168,3 +168,25 @@ fn gap_recovery_defaults_to_stop_and_a_snapshot_needs_the_capture() {
     let e = err(&with("gap.recovery = \"resume\""));
     assert!(e.message.contains("gap.recovery"), "{e}");
 }
+
+#[test]
+fn a_misspelt_key_is_told_the_nearest_one() {
+    let cases = [
+        (
+            MINIMAL.replace("group.id", "group.di"),
+            "unknown key `group.di`; did you mean `group.id`?",
+        ),
+        (
+            MINIMAL.replace("[sink]", "[dedup]\nttl.sm = 5\n[sink]"),
+            "unknown key `dedup.ttl.sm`; did you mean `dedup.ttl.ms`?",
+        ),
+        (
+            MINIMAL.replace("kind = \"stdout\"", "kind = \"stdout\"\nrwos = true"),
+            "unknown key `sink.rwos`; did you mean `sink.rows`?",
+        ),
+    ];
+    for (text, told) in cases {
+        let e = crate::kinds::parse_config(&text).expect_err("misspelt");
+        assert_eq!(e.message, told, "{text}");
+    }
+}

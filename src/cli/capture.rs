@@ -3,10 +3,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use oncely_capture::catalog::quote_ident;
 use oncely_capture::config::CaptureConfig;
 use oncely_capture::error::CaptureError;
 use oncely_capture::metrics::{CaptureMetrics, SnapshotView};
-use oncely_capture::naming::quote_ident;
 use tokio_util::sync::CancellationToken;
 
 #[derive(clap::Args)]
@@ -89,11 +89,7 @@ async fn capture(config: PathBuf) -> anyhow::Result<()> {
         .then(|| tokio::spawn(progress_bar(metrics.clone(), shutdown.clone())));
     // On a runtime worker, next to the replication stream's reader task: handing
     // each message over stays on one worker thread instead of waking the main one.
-    let pipeline = tokio::spawn(oncely_capture::pipeline::run(
-        cfg,
-        metrics.clone(),
-        shutdown.clone(),
-    ));
+    let pipeline = tokio::spawn(oncely_capture::run(cfg, metrics.clone(), shutdown.clone()));
     let result = match pipeline.await {
         Ok(result) => result,
         Err(e) => return Err(anyhow::anyhow!("the capture pipeline task failed: {e}")),
@@ -189,7 +185,7 @@ async fn signal(args: SnapshotArgs) -> anyhow::Result<()> {
             serde_json::json!({ "data-collections": args.tables, "type": "incremental" });
         if let Some(filter) = &args.filter {
             // The running capture checks it again; refusing here says why at once.
-            oncely_capture::snapshot::signal::check_filter(filter)
+            oncely_capture::catalog::check_filter(filter)
                 .map_err(|why| anyhow::anyhow!("--filter: {why}"))?;
             data["additional-conditions"] = args
                 .tables
@@ -199,8 +195,8 @@ async fn signal(args: SnapshotArgs) -> anyhow::Result<()> {
         }
         ("execute-snapshot", Some(data.to_string()))
     };
-    let pg = oncely_capture::source::pg_config(&cfg, "oncely-capture-signal");
-    let client = oncely_capture::source::connect_with(&cfg, &pg, "signal")
+    let pg = oncely_capture::catalog::pg_config(&cfg, "oncely-capture-signal");
+    let client = oncely_capture::catalog::connect_with(&cfg, &pg, "signal")
         .await
         .with_context(|| format!("connect to database {}", cfg.database_dbname))?;
     let (schema, name) = table

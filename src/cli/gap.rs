@@ -8,8 +8,8 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use async_trait::async_trait;
+use oncely_capture::catalog::quote_ident;
 use oncely_capture::config::CaptureConfig;
-use oncely_capture::naming::quote_ident;
 use oncely_sinks::runner::{SnapshotRequest, SnapshotSignals};
 use oncely_sinks::{SinkError, Version};
 
@@ -51,8 +51,8 @@ impl CaptureSignals {
     }
 
     async fn connect(&self) -> Result<tokio_postgres::Client, SinkError> {
-        let pg = oncely_capture::source::pg_config(&self.cfg, "oncely-sink-gap-recovery");
-        oncely_capture::source::connect_with(&self.cfg, &pg, "gap recovery signal")
+        let pg = oncely_capture::catalog::pg_config(&self.cfg, "oncely-sink-gap-recovery");
+        oncely_capture::catalog::connect_with(&self.cfg, &pg, "gap recovery signal")
             .await
             .map_err(|e| {
                 SinkError::retriable(format!("connect to the source for a gap recovery: {e}"))
@@ -127,7 +127,7 @@ impl SnapshotSignals for CaptureSignals {
     }
 
     async fn finished(&self, request: &SnapshotRequest) -> Result<bool, SinkError> {
-        let offset = oncely_capture::offset::read_stored_offset(&self.cfg)
+        let offset = oncely_capture::catalog::read_stored_offset(&self.cfg)
             .await
             .map_err(|e| SinkError::retriable(format!("read the capture's offset: {e}")))?;
         let Some(offset) = offset else {

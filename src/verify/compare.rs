@@ -1,7 +1,7 @@
 //! Row comparison: a source row (as capture writes it) against what a target
 //! holds for its key, in the shape that target stores it.
 
-use oncely_capture::value::ValueKind;
+use oncely_capture::catalog::ValueKind;
 use oncely_sinks::mirror::{wire_text, StoredRow};
 use serde_json::{Map, Value};
 

@@ -9,8 +9,8 @@ use super::compare::ColumnDiff;
 use super::wait::SinkWait;
 
 /// A value whose text is longer than this many characters is shown as a
-/// prefix, its length and a hash (two 6 KB values per differing row made the
-/// report unreadable, issue 20).
+/// prefix, its length and a hash, so that a report of rows with long values
+/// stays readable.
 pub const SHOWN_MAX_CHARS: usize = 120;
 /// Characters of a long value's prefix.
 const PREFIX_CHARS: usize = 40;

@@ -2,8 +2,8 @@
 //! (keyset pagination, so memory stays bounded and each page is an index
 //! range scan), each value mapped to the JSON capture would put on the wire.
 
+use oncely_capture::catalog::{TypeRegistry, ValueKind};
 use oncely_capture::config::CaptureConfig;
-use oncely_capture::value::{TypeRegistry, ValueKind};
 use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
@@ -106,9 +106,9 @@ impl SourceDb {
     /// Connects with capture's `database.*` settings and the session settings of
     /// its replication connection, and loads user types (enums, domains).
     pub async fn connect(cfg: &CaptureConfig) -> Result<Self, VerifyError> {
-        let mut pg = oncely_capture::source::pg_config(cfg, "oncely-verify");
+        let mut pg = oncely_capture::catalog::pg_config(cfg, "oncely-verify");
         pg.options(SESSION_OPTIONS);
-        let client = oncely_capture::source::connect_with(cfg, &pg, "source")
+        let client = oncely_capture::catalog::connect_with(cfg, &pg, "source")
             .await
             .map_err(|e| VerifyError::Source(format!("connect to the source database: {e}")))?;
         // Intervals as capture writes them: the ISO string or the µs.
@@ -126,7 +126,7 @@ impl SourceDb {
 
     /// The tables capture captures (its include/exclude lists and key columns).
     pub async fn tables(&self, cfg: &CaptureConfig) -> Result<Vec<SourceTable>, VerifyError> {
-        let captured = oncely_capture::source::captured_tables(&self.client, cfg)
+        let captured = oncely_capture::catalog::captured_tables(&self.client, cfg)
             .await
             .map_err(|e| VerifyError::Source(e.to_string()))?;
         self.describe(cfg, captured).await
@@ -135,7 +135,7 @@ impl SourceDb {
     /// [`Self::tables`] less the tables without a key, which capture sets
     /// aside (`oncely status` reports them from capture's offset record).
     pub async fn keyed_tables(&self, cfg: &CaptureConfig) -> Result<Vec<SourceTable>, VerifyError> {
-        let selected = oncely_capture::source::selected_tables(&self.client, cfg)
+        let selected = oncely_capture::catalog::selected_tables(&self.client, cfg)
             .await
             .map_err(|e| VerifyError::Source(e.to_string()))?;
         self.describe(cfg, selected.tables).await
@@ -144,7 +144,7 @@ impl SourceDb {
     async fn describe(
         &self,
         cfg: &CaptureConfig,
-        captured: Vec<oncely_capture::source::CapturedTable>,
+        captured: Vec<oncely_capture::catalog::CapturedTable>,
     ) -> Result<Vec<SourceTable>, VerifyError> {
         let mut out = Vec::with_capacity(captured.len());
         for t in captured {
@@ -159,7 +159,7 @@ impl SourceDb {
                          WHERE a.attrelid = format('%I.%I', $1::text, $2::text)::regclass
                            AND a.attnum > 0 AND NOT a.attisdropped AND {}
                          ORDER BY a.attnum",
-                        oncely_capture::source::PUBLISHED_COLUMN
+                        oncely_capture::catalog::PUBLISHED_COLUMN
                     ),
                     &[&t.schema, &t.name],
                 )
@@ -353,7 +353,7 @@ impl SourceDb {
 }
 
 /// A PostgreSQL identifier, quoted (capture's one definition).
-pub use oncely_capture::naming::quote_ident;
+pub use oncely_capture::catalog::quote_ident;
 
 pub use oncely_core::wire::format_lsn;
 

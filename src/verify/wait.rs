@@ -6,9 +6,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use oncely_capture::catalog::read_stored_offset;
+use oncely_capture::catalog::CaptureContext;
 use oncely_capture::config::CaptureConfig;
-use oncely_capture::kafka::CaptureContext;
-use oncely_capture::offset::read_stored_offset;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;

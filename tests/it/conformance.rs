@@ -811,8 +811,8 @@ async fn chunk_reads_give_what_a_select_gives() -> Result<()> {
 }
 
 async fn chunk_reads_give_what_a_select_gives_body(env: &capture::CaptureEnv) -> Result<()> {
-    use oncely_capture::pgoutput::TupleValue;
-    use oncely_capture::snapshot::{chunk, chunk_query, KeyColumn};
+    use oncely_capture::testing::TupleValue;
+    use oncely_capture::testing::{chunk, chunk_query, KeyColumn};
 
     let shapes = shapes();
     env.client.batch_execute(&schema(&shapes)).await?;

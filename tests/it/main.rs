@@ -10,6 +10,7 @@ mod e2e;
 mod sink;
 
 mod capture_quarantine;
+mod config_keys;
 mod conformance;
 mod conformance_ddl;
 mod debezium_compat;

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
-use oncely_capture::sources::mysql::checks::current_position;
-use oncely_capture::sources::mysql::mapping::{self, BigintUnsignedHandlingMode};
-use oncely_capture::sources::mysql::{
+use oncely_capture::testing::mysql::checks::current_position;
+use oncely_capture::testing::mysql::mapping::{self, BigintUnsignedHandlingMode};
+use oncely_capture::testing::mysql::{
     BinlogChange, BinlogReader, ChangeKind, Flavor, Gtids, MappingConfig, MappingError,
     MySqlSourceError, Position, ResumeBy, RowChange, ServerFacts,
 };
@@ -109,7 +109,7 @@ async fn read_until(
                 ours = true;
                 if r.kind == ChangeKind::Insert
                     && r.after.as_ref().and_then(|a| a.first())
-                        == Some(&oncely_capture::sources::mysql::Cell::Int(last_id))
+                        == Some(&oncely_capture::testing::mysql::Cell::Int(last_id))
                 {
                     seen_last = true;
                 }

@@ -28,8 +28,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use oncely_capture::pgoutput::{Column, Relation, ReplicaIdentity};
-use oncely_capture::schema_change::{identity, ColumnDef};
+use oncely_capture::testing::{identity, ColumnDef};
+use oncely_capture::testing::{Column, Relation, ReplicaIdentity};
 
 use crate::harness::capture;
 use crate::harness::capture::{kill9, CaptureEnv, Spawned};

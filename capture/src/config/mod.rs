@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use oncely_core::config::{flatten, flatten_value, from_flat, Leaves};
+use oncely_core::config::{check_keys, flatten, flatten_value, from_flat, keys, Leaves};
 use oncely_core::postgres::{PgTls, SslMode};
 
+pub use crate::outbox::OutboxConfig;
 pub use oncely_core::config::ConfigError;
 
 use crate::secret::{resolve_reference, Secret};
@@ -61,8 +62,6 @@ pub const DEFAULT_SNAPSHOT_CHUNK_SIZE: usize = 1024;
 /// Snapshot rows of a chunk share one commit LSN and are told apart by
 /// `event_seq`; sinks pack that into 20 bits (Elasticsearch external versions).
 pub const MAX_SNAPSHOT_CHUNK_SIZE: usize = 1 << 20;
-/// The largest `snapshot.max.threads`.
-pub const MAX_SNAPSHOT_THREADS: usize = 64;
 /// `database.sslmode` when unset: libpq's default, as the warehouse sink's.
 pub const DEFAULT_SSLMODE: SslMode = oncely_core::postgres::DEFAULT_SSLMODE;
 
@@ -220,7 +219,7 @@ pub struct CaptureConfig {
     /// `outbox.*`: route an outbox table's inserts as domain events; any
     /// `outbox.` key present makes it `Some`.
     #[serde(default)]
-    pub outbox: Option<crate::outbox::OutboxConfig>,
+    pub outbox: Option<OutboxConfig>,
 
     /// `snapshot.mode`.
     #[serde(rename = "snapshot.mode", default)]
@@ -229,11 +228,6 @@ pub struct CaptureConfig {
     /// stored offset does not list yet (added to `table.include.list` since).
     #[serde(rename = "snapshot.new.tables", default)]
     pub snapshot_new_tables: bool,
-    /// `snapshot.max.threads`: tables a snapshot copies at once, 1 to
-    /// [`MAX_SNAPSHOT_THREADS`] (default: the machine's cores; see
-    /// [`Self::snapshot_threads`]).
-    #[serde(rename = "snapshot.max.threads", default)]
-    pub snapshot_max_threads: Option<usize>,
     /// `incremental.snapshot.chunk.size`, as Debezium names it: rows per chunk.
     #[serde(
         rename = "incremental.snapshot.chunk.size",
@@ -334,6 +328,15 @@ fn flatten_capture(table: toml::Table) -> Result<toml::Table, ConfigError> {
         }
     }
     for (prefix, table) in gathered {
+        if prefix == OUTBOX {
+            // A nested struct: serde would name a misspelt key of it with a
+            // list of every key, not the nearest.
+            check_keys(
+                OUTBOX,
+                table.keys().map(String::as_str),
+                keys::<OutboxConfig>(),
+            )?;
+        }
         if !table.is_empty() {
             if flat.contains_key(prefix) {
                 return Err(ConfigError::new(
@@ -458,16 +461,6 @@ impl CaptureConfig {
 
     pub fn chunk_size(&self) -> usize {
         self.incremental_snapshot_chunk_size
-    }
-
-    /// How many tables a snapshot copies at once: `snapshot.max.threads`, or
-    /// the machine's cores (at most [`MAX_SNAPSHOT_THREADS`]).
-    pub fn snapshot_threads(&self) -> usize {
-        self.snapshot_max_threads.unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map_or(1, usize::from)
-                .min(MAX_SNAPSHOT_THREADS)
-        })
     }
 
     /// The topic of table `schema.table` (see [`crate::naming::table_topic`]).

@@ -326,21 +326,35 @@ fn bare_and_quoted_dotted_keys_mean_the_same() {
 
 #[test]
 fn unknown_keys_are_named_wherever_they_sit() {
-    for (line, name) in [
-        ("slot.nmae = \"x\"", "slot.nmae"),
-        ("[slot]\nnmae = \"x\"", "slot.nmae"),
-        ("kafka.bootstrap.srevers = \"x\"", "kafka.bootstrap.srevers"),
+    for (line, name, near) in [
+        ("slot.nmae = \"x\"", "slot.nmae", "slot.name"),
+        ("[slot]\nnmae = \"x\"", "slot.nmae", "slot.name"),
         (
-            "[outbox]\ntable = \"a.b\"\nfield.event.nope = \"x\"",
-            "field.event.nope",
+            "kafka.bootstrap.srevers = \"x\"",
+            "kafka.bootstrap.srevers",
+            "kafka.bootstrap.servers",
+        ),
+        (
+            "[outbox]\ntable = \"a.b\"\nfield.event.kye = \"x\"",
+            "outbox.field.event.kye",
+            "outbox.field.event.key",
         ),
     ] {
         let err = CaptureConfig::parse(&format!("{MINIMAL}{line}\n"), "test").unwrap_err();
-        assert!(
-            err.message.contains(&format!("unknown field `{name}`")),
-            "{line}: {err}"
+        assert_eq!(
+            err.message,
+            format!("unknown key `{name}`; did you mean `{near}`?"),
+            "{line}"
         );
     }
+    // A key that was removed is refused like any other unknown key.
+    let err =
+        CaptureConfig::parse(&format!("{MINIMAL}snapshot.max.threads = 4\n"), "test").unwrap_err();
+    assert!(
+        err.message
+            .starts_with("unknown key `snapshot.max.threads`"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -410,30 +424,6 @@ fn unresolvable_secrets_fail_at_load_naming_the_key() {
         err.contains("database.port") && !err.contains("hunter2"),
         "{err}"
     );
-}
-
-#[test]
-fn snapshot_max_threads_is_bounded_and_defaults_to_the_cores() {
-    let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
-    assert_eq!(cfg.snapshot_max_threads, None);
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    assert_eq!(cfg.snapshot_threads(), cores.min(MAX_SNAPSHOT_THREADS));
-    let four = format!("{MINIMAL}snapshot.max.threads = 4\n");
-    assert_eq!(
-        CaptureConfig::parse(&four, "test")
-            .unwrap()
-            .snapshot_threads(),
-        4
-    );
-    for n in [0, 65] {
-        let text = format!("{MINIMAL}snapshot.max.threads = {n}\n");
-        let err = CaptureConfig::parse(&text, "test").unwrap_err();
-        assert_eq!(err.key, "snapshot.max.threads");
-        assert_eq!(
-            err.message,
-            "must be between 1 and 64 (default: the machine's cores)"
-        );
-    }
 }
 
 #[test]

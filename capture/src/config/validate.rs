@@ -4,7 +4,6 @@
 use super::{
     CaptureConfig, ConfigError, DEFAULT_OFFSETS_TOPIC_PREFIX, DEFAULT_READY_MAX_LAG_MS,
     DEFAULT_SNAPSHOT_CHUNK_SIZE, MAX_MESSAGE_BYTES_LIMIT, MAX_SNAPSHOT_CHUNK_SIZE,
-    MAX_SNAPSHOT_THREADS,
 };
 
 /// Librdkafka properties a user may not override: they carry the exactly-once guarantee.
@@ -163,8 +162,7 @@ impl CaptureConfig {
         Ok(())
     }
 
-    /// `incremental.snapshot.chunk.size`, `snapshot.max.threads` and
-    /// `signal.data.collection`.
+    /// `incremental.snapshot.chunk.size` and `signal.data.collection`.
     fn validate_snapshot(&self) -> Result<(), ConfigError> {
         let chunk = self.incremental_snapshot_chunk_size;
         if chunk == 0 || chunk > MAX_SNAPSHOT_CHUNK_SIZE {
@@ -172,14 +170,6 @@ impl CaptureConfig {
                 "incremental.snapshot.chunk.size",
                 format!("{chunk} must be between 1 and {MAX_SNAPSHOT_CHUNK_SIZE} (default {DEFAULT_SNAPSHOT_CHUNK_SIZE})"),
             ));
-        }
-        if let Some(threads) = self.snapshot_max_threads {
-            if !(1..=MAX_SNAPSHOT_THREADS).contains(&threads) {
-                return Err(invalid(
-                    "snapshot.max.threads",
-                    format!("must be between 1 and {MAX_SNAPSHOT_THREADS} (default: the machine's cores)"),
-                ));
-            }
         }
         if let Some(signal) = &self.signal_data_collection {
             if signal.split('.').count() != 2 || signal.split('.').any(str::is_empty) {

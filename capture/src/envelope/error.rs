@@ -22,8 +22,9 @@ pub enum EnvelopeError {
     InvalidUtf8 { table: String, column: String },
     #[error("key column {column} of table {table} is an unchanged TOAST value, so the row's key is unknown")]
     KeyValueUnavailable { table: String, column: String },
-    /// A value its field's type cannot hold (issue 23): the change is
-    /// refused, never sent with a string in an integer field.
+    /// A value its field's type cannot hold: the change is refused, never
+    /// sent with a string in an integer field, since a consumer trusts the
+    /// field's schema (see docs/design.md, "Refused values").
     #[error("column {column} of table {table} holds {value:?}, which {field} cannot hold; the change is not published: {fix}")]
     Unrepresentable {
         table: String,

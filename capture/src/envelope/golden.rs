@@ -124,7 +124,7 @@ fn all_types() -> (Relation, TupleData) {
         ("c_time", 1083, -1, "15:10:35.670111"),
         ("c_timetz", 1266, -1, "15:10:35.670111+05:30"),
         ("c_interval", 1186, -1, "1 year 2 mons 3 days 04:05:06.789"),
-        // PostgreSQL's extremes (issue 23 items 5-8).
+        // PostgreSQL's extremes: infinities, negative parts, the widest years.
         (
             "c_interval_neg",
             1186,

@@ -32,7 +32,6 @@ use crate::value::{TypeRegistry, ValueKind, UNAVAILABLE_VALUE};
 
 pub use error::EnvelopeError;
 pub use message::message_record;
-pub use schema::SOURCE_SCHEMA_NAME;
 
 use error::unrepresentable_help;
 use source::SourceWriter;
@@ -40,14 +39,7 @@ use source::SourceWriter;
 /// `source.version`: the oncely release that wrote the record.
 pub const SOURCE_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Kafka header on every table record, tombstones included: the event's source
-/// position, `<commit_lsn>/<event_seq>` in decimal (a tombstone takes its
-/// delete's). Sinks read the same names (`oncely_sinks::event`).
-pub const HEADER_POSITION: &str = "oncely.position";
-/// Kafka header on a tombstone: the deleted row's source schema.
-pub const HEADER_SCHEMA: &str = "oncely.schema";
-/// Kafka header on a tombstone: the deleted row's source table.
-pub const HEADER_TABLE: &str = "oncely.table";
+pub use oncely_core::wire::{HEADER_POSITION, HEADER_SCHEMA, HEADER_TABLE};
 
 /// The text of [`HEADER_POSITION`] for `src`.
 pub fn position_header(src: &SourcePosition) -> Vec<u8> {
@@ -178,6 +170,7 @@ impl TableEncoder {
     /// column, which would make the whole row the key (a key that changes on
     /// every update breaks per-key ordering and compaction), so such a table
     /// needs `key_columns`.
+    #[cfg(test)]
     pub fn new(
         rel: &Relation,
         reg: &TypeRegistry,

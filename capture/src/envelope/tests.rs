@@ -402,9 +402,9 @@ fn throughput() {
     );
 }
 
-/// Issue 23 items 6 and 8: a value its integer field cannot hold is an error
-/// naming table, column, value and the fix, and nothing is written — never
-/// the text as a string in an `int64` field.
+/// A value its integer field cannot hold is an error naming table, column,
+/// value and the fix, and nothing is written — never the text as a string in
+/// an `int64` field.
 #[test]
 fn values_an_integer_field_cannot_hold_are_refused_by_name() {
     let r = Relation {

@@ -273,10 +273,6 @@ impl TxProducer {
         Ok(tx)
     }
 
-    pub fn transactional_id(&self) -> &str {
-        &self.transactional_id
-    }
-
     /// The producer's `message.max.bytes`: larger records are refused at `send`.
     pub fn max_message_bytes(&self) -> usize {
         self.max_message_bytes
@@ -330,18 +326,9 @@ impl TxProducer {
             .map_err(|e| CaptureError::kafka("begin_transaction", &self.transactional_id, e))
     }
 
-    /// Queues one record in the open transaction; waits while the local queue is full.
-    pub async fn send(
-        &self,
-        topic: &str,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-    ) -> Result<(), CaptureError> {
-        self.send_with_headers(topic, None, key, value, None).await
-    }
-
-    /// [`TxProducer::send`] with record headers, to `partition` when given
-    /// (else the key's partition).
+    /// Queues one record, with its headers, in the open transaction, to
+    /// `partition` when given (else the key's partition); waits while the
+    /// local queue is full.
     pub async fn send_with_headers(
         &self,
         topic: &str,

@@ -131,6 +131,7 @@ pub fn decode(buf: Bytes) -> Result<LogicalMessage, DecodeError> {
 
 /// Decodes from a borrowed slice. Copies the slice once; prefer [`decode`]
 /// with the stream's `Bytes` on the hot path.
+#[cfg(test)]
 pub fn decode_slice(buf: &[u8]) -> Result<LogicalMessage, DecodeError> {
     decode(Bytes::copy_from_slice(buf))
 }

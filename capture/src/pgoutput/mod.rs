@@ -16,6 +16,7 @@
 //! [`TupleValue::Binary`] are slices of the input [`Bytes`].
 
 mod decode;
+#[cfg(test)]
 mod encode;
 mod relation;
 
@@ -24,8 +25,9 @@ mod proptests;
 
 use bytes::Bytes;
 
-pub use decode::{decode, decode_slice};
-pub use encode::{encode, encode_into};
+pub use decode::decode;
+#[cfg(test)]
+pub use encode::encode;
 pub use relation::RelationCache;
 
 /// A PostgreSQL WAL position (`pg_lsn`), as a plain 64-bit number.
@@ -68,11 +70,6 @@ pub(crate) const MESSAGE_TRANSACTIONAL: u8 = 1;
 /// Flag bit of a Relation column: part of the replica identity key.
 pub(crate) const COLUMN_IS_KEY: u8 = 1;
 
-/// Truncate option bit: `TRUNCATE ... CASCADE`.
-pub const TRUNCATE_CASCADE: u8 = 1;
-/// Truncate option bit: `TRUNCATE ... RESTART IDENTITY`.
-pub const TRUNCATE_RESTART_IDENTITY: u8 = 2;
-
 /// One decoded pgoutput message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogicalMessage {
@@ -102,7 +99,7 @@ pub enum LogicalMessage {
         old: OldTuple,
     },
     Truncate {
-        /// Bit set of [`TRUNCATE_CASCADE`] and [`TRUNCATE_RESTART_IDENTITY`].
+        /// Bit set: 1 is `CASCADE`, 2 is `RESTART IDENTITY`.
         options: u8,
         relation_ids: Vec<u32>,
     },
@@ -187,6 +184,7 @@ pub enum ReplicaIdentity {
 
 impl ReplicaIdentity {
     /// The `relreplident` byte sent on the wire.
+    #[cfg(test)]
     pub fn as_byte(self) -> u8 {
         match self {
             ReplicaIdentity::Default => b'd',
@@ -309,14 +307,4 @@ pub enum DecodeError {
     },
     #[error("{extra} unexpected trailing bytes after pgoutput {message} message")]
     TrailingBytes { message: &'static str, extra: usize },
-    #[error("no Relation message seen for relation id {relation_id}")]
-    UnknownRelation { relation_id: u32 },
-    #[error("tuple for relation {relation_id} ({namespace}.{name}) has {got} columns, the relation has {expected}")]
-    ColumnCountMismatch {
-        relation_id: u32,
-        namespace: String,
-        name: String,
-        expected: usize,
-        got: usize,
-    },
 }

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{DecodeError, Relation, TupleData};
+use super::Relation;
 
 /// OID -> latest [`Relation`].
 #[derive(Debug, Default, Clone)]
@@ -32,47 +32,12 @@ impl RelationCache {
     pub fn get(&self, relation_id: u32) -> Option<&Arc<Relation>> {
         self.relations.get(&relation_id)
     }
-
-    pub fn remove(&mut self, relation_id: u32) -> Option<Arc<Relation>> {
-        self.relations.remove(&relation_id)
-    }
-
-    pub fn len(&self) -> usize {
-        self.relations.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.relations.is_empty()
-    }
-
-    /// The relation a tuple belongs to, after checking that the tuple has
-    /// exactly one value per column. A mismatch means we missed a Relation
-    /// message (a schema change) and would map values to the wrong columns.
-    pub fn check_tuple(
-        &self,
-        relation_id: u32,
-        tuple: &TupleData,
-    ) -> Result<&Arc<Relation>, DecodeError> {
-        let rel = self
-            .get(relation_id)
-            .ok_or(DecodeError::UnknownRelation { relation_id })?;
-        if rel.columns.len() != tuple.0.len() {
-            return Err(DecodeError::ColumnCountMismatch {
-                relation_id,
-                namespace: rel.namespace.clone(),
-                name: rel.name.clone(),
-                expected: rel.columns.len(),
-                got: tuple.0.len(),
-            });
-        }
-        Ok(rel)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pgoutput::{Column, ReplicaIdentity, TupleValue};
+    use crate::pgoutput::{Column, ReplicaIdentity};
 
     fn rel(id: u32, ncols: usize) -> Relation {
         Relation {
@@ -96,37 +61,8 @@ mod tests {
         let mut cache = RelationCache::new();
         let first = cache.insert(rel(1, 2));
         let second = cache.insert(rel(1, 3));
-        assert_eq!(cache.len(), 1);
         assert_eq!(first.columns.len(), 2);
         assert_eq!(cache.get(1).unwrap().columns.len(), 3);
         assert!(Arc::ptr_eq(cache.get(1).unwrap(), &second));
-        assert!(cache.remove(1).is_some());
-        assert!(cache.is_empty());
-    }
-
-    #[test]
-    fn check_tuple() {
-        let mut cache = RelationCache::new();
-        cache.insert(rel(1, 2));
-        let ok = TupleData(vec![TupleValue::Null, TupleValue::UnchangedToast]);
-        assert_eq!(cache.check_tuple(1, &ok).unwrap().id, 1);
-
-        let short = TupleData(vec![TupleValue::Null]);
-        let err = cache.check_tuple(1, &short).unwrap_err();
-        assert_eq!(
-            err,
-            DecodeError::ColumnCountMismatch {
-                relation_id: 1,
-                namespace: "public".into(),
-                name: "t1".into(),
-                expected: 2,
-                got: 1,
-            }
-        );
-        assert!(err.to_string().contains("public.t1"));
-        assert_eq!(
-            cache.check_tuple(2, &ok).unwrap_err(),
-            DecodeError::UnknownRelation { relation_id: 2 }
-        );
     }
 }

@@ -8,6 +8,10 @@ use serde_json::Value;
 
 /// What a signal asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(
+    clippy::enum_variant_names,
+    reason = "one variant per Debezium signal type: execute-snapshot, stop-snapshot, ..."
+)]
 pub enum SignalAction {
     /// Snapshot these tables (`schema.table`, optional filter), incrementally.
     ExecuteSnapshot {

@@ -173,6 +173,7 @@ impl Window {
     }
 
     /// Whether every row is dropped.
+    #[cfg(test)]
     pub fn is_all_changed(&self) -> bool {
         self.all
     }

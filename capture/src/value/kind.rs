@@ -196,11 +196,6 @@ impl ValueKind {
         }
     }
 
-    /// Whether `text` can be sent in this kind's field.
-    pub fn representable(&self, text: &str) -> bool {
-        self.map(text).is_ok()
-    }
-
     /// The Kafka Connect schema of a field of this kind; see
     /// [`super::field_schema`].
     pub fn field_schema(&self, type_modifier: i32, field: &str, optional: bool) -> Value {

@@ -36,14 +36,16 @@ mod registry;
 mod scalar;
 mod temporal;
 
+pub(crate) use temporal::{civil_from_days, days_from_civil};
+
 use serde_json::Value;
 
-pub use kind::{Unrepresentable, ValueKind};
-pub use registry::{PgType, PgTypeKind, TypeRegistry};
-pub use temporal::{
-    civil_from_days, days_from_civil, DATE_INFINITY, DATE_NEG_INFINITY, MICROS_PER_MONTH,
-    TIMESTAMP_INFINITY, TIMESTAMP_NEG_INFINITY,
-};
+pub use kind::ValueKind;
+#[cfg(test)]
+pub use registry::PgType;
+#[cfg(any(test, feature = "testing"))]
+pub use registry::PgTypeKind;
+pub use registry::TypeRegistry;
 
 /// `interval.handling.mode` (Debezium's key and values).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
@@ -69,6 +71,7 @@ pub fn to_json(reg: &TypeRegistry, type_oid: u32, text: &str) -> Value {
 /// The Kafka Connect JSON schema of one field, e.g.
 /// `{"type":"int64","optional":true,"name":"io.debezium.time.MicroTimestamp","version":1,"field":"created"}`.
 /// `type_modifier` is the column's `atttypmod` (-1 when none).
+#[cfg(test)]
 pub fn field_schema(
     reg: &TypeRegistry,
     type_oid: u32,
@@ -230,7 +233,7 @@ mod tests {
     }
 
     /// A value an integer field cannot hold is refused, never written as a
-    /// string in that field (issue 23 items 6 and 8).
+    /// string in that field: a field's type is the schema's promise.
     #[test]
     fn values_integer_fields_cannot_hold_are_refused() {
         let reg = TypeRegistry::builtin();

@@ -241,12 +241,12 @@ fn numbers_compare_by_value() {
     assert!(!values_equal(&ValueKind::Int64, &json!(1), &json!("1")));
 }
 
-/// Issue 23 item 5: a warehouse's interval, timestamptz and date text
+/// A warehouse's interval, timestamptz and date text
 /// maps to the very wire value of the source's, whatever the spelling
 /// (IntervalStyle, era or sign of the year), so they compare by value.
 #[test]
 fn temporal_values_compare_by_value_not_spelling() {
-    use oncely_capture::value::{IntervalHandlingMode, TypeRegistry};
+    use oncely_capture::catalog::{IntervalHandlingMode, TypeRegistry};
     let reg = TypeRegistry::builtin();
     let same = |oid: u32, a: &str, b: &str| {
         let kind = reg.value_kind(oid);

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use async_trait::async_trait;
+use oncely_capture::catalog::{IntervalHandlingMode, TypeRegistry};
 use oncely_capture::config::CaptureConfig;
-use oncely_capture::value::{IntervalHandlingMode, TypeRegistry};
 use oncely_sinks::mirror::{
     Fetched, Mirror, MirrorContext, MirrorError, MirrorTable, RowKey, WireMapping, WireTypes,
 };
@@ -54,7 +54,7 @@ struct Mapping(TypeRegistry);
 
 impl WireMapping for Mapping {
     fn to_json(&self, oid: u32, text: &str) -> Value {
-        oncely_capture::value::to_json(&self.0, oid, text)
+        oncely_capture::catalog::to_json(&self.0, oid, text)
     }
 }
 

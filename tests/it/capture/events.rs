@@ -309,7 +309,7 @@ async fn user_types_are_read_once_the_type_messages_transaction_is_visible() -> 
 }
 
 async fn types_wait(env: &CaptureEnv) -> anyhow::Result<()> {
-    use oncely_capture::value::{PgTypeKind, TypeRegistry};
+    use oncely_capture::{catalog::TypeRegistry, testing::PgTypeKind};
     let tx = env.connect().await?;
     tx.batch_execute(
         "BEGIN; CREATE DOMAIN counted AS integer CHECK (VALUE >= 0); \

@@ -358,7 +358,7 @@ async fn key_wait(env: &CaptureEnv) -> Result<()> {
     let xid = u32::try_from(xid)?;
     let reader = env.connect().await?;
     let read = tokio::spawn(async move {
-        oncely_capture::source::relation_by_oid(&reader, oid, Some(xid)).await
+        oncely_capture::testing::relation_by_oid(&reader, oid, Some(xid)).await
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
     tx.batch_execute("COMMIT").await?;

@@ -540,7 +540,7 @@ async fn roots_wait(env: &CaptureEnv) -> Result<()> {
         let xid = u32::try_from(xid)?;
         let reader = env.connect().await?;
         let read = tokio::spawn(async move {
-            oncely_capture::source::partition_root(&reader, oid, Some(xid)).await
+            oncely_capture::testing::partition_root(&reader, oid, Some(xid)).await
         });
         tokio::time::sleep(Duration::from_millis(500)).await;
         tx.batch_execute("COMMIT").await?;

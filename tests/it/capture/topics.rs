@@ -625,7 +625,8 @@ async fn a_killed_connector_does_not_hide_the_offsets_of_another() -> Result<()>
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let stored =
-            oncely_capture::offset::read_last_offset(kafka_client(), &offsets_a, &prefix_a).await?;
+            oncely_capture::testing::read_last_offset(kafka_client(), &offsets_a, &prefix_a)
+                .await?;
         if stored.is_some_and(|o| o.flush_lsn >= end as u64) {
             break;
         }
@@ -687,8 +688,8 @@ async fn a_connector_reads_only_its_own_offsets_topic_and_at_once() -> Result<()
     let timeout = Duration::from_secs(30);
     producer.init_transactions(timeout)?;
     // Committed there: an offset under this connector's name.
-    let stray = oncely_capture::offset::SourceOffset::start(42).to_bytes();
-    let key = oncely_capture::offset::SourceOffset::key(cfg.connector_name());
+    let stray = oncely_capture::catalog::SourceOffset::start(42).to_bytes();
+    let key = oncely_capture::catalog::SourceOffset::key(cfg.connector_name());
     producer.begin_transaction()?;
     producer
         .send(
@@ -717,7 +718,7 @@ async fn a_connector_reads_only_its_own_offsets_topic_and_at_once() -> Result<()
     // start-up makes it) and holds nothing.
     create_topic(&cfg.offsets_topic(), 1, &[("cleanup.policy", "compact")]).await?;
     let t = Instant::now();
-    let stored = oncely_capture::offset::read_stored_offset(&cfg).await?;
+    let stored = oncely_capture::catalog::read_stored_offset(&cfg).await?;
     let took = t.elapsed();
     ensure!(
         stored.is_none(),
@@ -741,7 +742,7 @@ async fn a_steadily_written_offsets_topic_is_read_at_once() -> Result<()> {
     let cfg = oncely_capture::config::CaptureConfig::parse(&env.config(""), "capture.toml")?;
     let topic = cfg.offsets_topic();
     create_topic(&topic, 1, &[("cleanup.policy", "compact")]).await?;
-    let key = oncely_capture::offset::SourceOffset::key(cfg.connector_name());
+    let key = oncely_capture::catalog::SourceOffset::key(cfg.connector_name());
     let stop = Arc::new(AtomicBool::new(false));
     // As capture commits under load: one offset record per transaction,
     // back to back, each a little further.
@@ -756,7 +757,7 @@ async fn a_steadily_written_offsets_topic_is_read_at_once() -> Result<()> {
             let mut lsn = 0;
             while !stop.load(Ordering::Relaxed) {
                 lsn += 1;
-                let value = oncely_capture::offset::SourceOffset::start(lsn).to_bytes();
+                let value = oncely_capture::catalog::SourceOffset::start(lsn).to_bytes();
                 producer.begin_transaction()?;
                 producer
                     .send(
@@ -780,7 +781,7 @@ async fn a_steadily_written_offsets_topic_is_read_at_once() -> Result<()> {
     let mut reads = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();
-        let stored = oncely_capture::offset::read_stored_offset(&cfg).await;
+        let stored = oncely_capture::catalog::read_stored_offset(&cfg).await;
         let failed = stored.is_err();
         reads.push((t.elapsed(), stored.map(|o| o.map(|o| o.flush_lsn))));
         if failed {

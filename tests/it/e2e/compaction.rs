@@ -237,10 +237,11 @@ async fn body(p: &Pipeline) -> Result<()> {
     Ok(())
 }
 
-/// Capture writes the headers sinks read: one set of names on both sides.
+/// Capture writes the headers sinks read: one set of names on both sides
+/// (capture's are the wire contract's, `oncely_core::wire`).
 #[test]
 fn capture_and_sinks_name_the_headers_alike() {
-    use oncely_capture::envelope as capture;
+    use oncely_core::wire as capture;
     use oncely_sinks::event as sinks;
     assert_eq!(capture::HEADER_POSITION, sinks::HEADER_POSITION);
     assert_eq!(capture::HEADER_SCHEMA, sinks::HEADER_SCHEMA);

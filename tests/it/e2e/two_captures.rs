@@ -167,8 +167,8 @@ async fn a_killed_capture_never_holds_back_another_captures_position_status_or_v
     ensure!(cfg_a.transactional_id() != cfg_b.transactional_id());
     ensure!(cfg_a.offsets_topic() != cfg_b.offsets_topic());
     ensure!(
-        oncely_capture::schema_change::topic(&cfg_a)
-            != oncely_capture::schema_change::topic(&cfg_b)
+        oncely_capture::catalog::schema_change_topic(&cfg_a)
+            != oncely_capture::catalog::schema_change_topic(&cfg_b)
     );
     let topic_big = format!("{prefix_a}.public.big");
 
@@ -210,7 +210,7 @@ async fn a_killed_capture_never_holds_back_another_captures_position_status_or_v
     // B, under load: its committed position passes the server's position of
     // the kill, status answers healthy, verify's wait for capture is short.
     status_reaches(&p, &p.capture_config, at_kill, killed + BOUND).await?;
-    let stored = oncely_capture::offset::read_stored_offset(&cfg_b).await?;
+    let stored = oncely_capture::catalog::read_stored_offset(&cfg_b).await?;
     ensure!(
         stored.is_some_and(|o| o.flush_lsn >= at_kill),
         "B's stored offset reaches the server position of the kill"
@@ -271,7 +271,7 @@ async fn a_killed_capture_never_holds_back_another_captures_position_status_or_v
         let topics = [
             topic_big,
             offsets_a,
-            oncely_capture::schema_change::topic(&cfg_a),
+            oncely_capture::catalog::schema_change_topic(&cfg_a),
         ];
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         let _ = admin.delete_topics(&names, &AdminOptions::new()).await;
