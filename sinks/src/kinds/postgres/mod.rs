@@ -63,6 +63,7 @@ mod compat;
 mod config;
 mod connect;
 mod error;
+mod generation;
 mod group;
 mod identity;
 mod mirror;
@@ -386,6 +387,16 @@ impl Sink for PostgresSink {
             }
             None => plan,
         };
+        // Type changes the columns must follow, and events from before a
+        // column's generation routed to its retired column.
+        let routed = self.follow_generations(&mut client, plan).await?;
+        let plan = match &routed {
+            Some(t) => {
+                prebuilt = None;
+                t
+            }
+            None => plan,
+        };
         let steps = self.resolve(&mut client, plan, &mut rejected).await?;
         if !rejected.is_empty() {
             return Err(SinkError::Rejected(rejected));
@@ -401,6 +412,19 @@ impl Sink for PostgresSink {
         }
         if classify(&e) != Class::Record {
             return Err(to_sink_error("write the batch", e));
+        }
+        // A value refused by a column another process moved to a new
+        // generation (or retyped) after this one read the catalog: the batch
+        // is routed again from the catalog as it is now, never dead-lettered.
+        for step in &steps {
+            if let Ready::Rows(info, _) = step {
+                if self.catalog.changed(&client, info).await? {
+                    return Err(SinkError::retriable(format!(
+                        "the columns of {} changed while the batch was written: {e}",
+                        info.qualified
+                    )));
+                }
+            }
         }
         match self.isolate(&mut client, &steps, batch).await {
             Ok(failures) if !failures.is_empty() => Err(SinkError::Rejected(failures)),
