@@ -487,19 +487,13 @@ async fn type_conflicts_and_refused_values_are_rejected_alone_with_a_reason() {
     )]))
     .await
     .expect("bigint column");
-    // Schema says boolean where the target has bigint (neither type takes
-    // the other's values, so the column is not changed): a type conflict,
-    // found before writing.
-    let with_schema = json!({
-        "schema": {"type": "struct", "fields": [
-            {"field": "before", "type": "struct", "optional": true, "fields": []},
-            {"field": "after", "type": "struct", "optional": true, "fields": [
-                {"field": "id", "type": "int64"}, {"field": "n", "type": "boolean"}]}]},
-        "payload": {"before": null, "after": {"id": 2, "n": true}, "op": "c",
-            "source": {"schema": "public", "table": "items", "commit_lsn": 200, "event_seq": 1}}});
+    // Schemas off, a JSON boolean where the target has bigint (a JSON value
+    // says nothing of its type, so the column is not changed): a type
+    // conflict, found before writing. (A typed one moves the column to a new
+    // generation: see the end.)
     let b = batch(vec![
         change(1, 3, "c", json!({"id": 3, "n": 3}), 150),
-        record(2, Some(json!({"id": 2})), Some(with_schema)),
+        change(2, 2, "c", json!({"id": 2, "n": true}), 200),
     ]);
     let Err(SinkError::Rejected(failures)) = sink.apply(&b).await else {
         panic!("expected a rejected record");
@@ -553,6 +547,36 @@ async fn type_conflicts_and_refused_values_are_rejected_alone_with_a_reason() {
         .collect();
     assert_eq!(ids, vec![json!(1), json!(4), json!(6)]);
     assert_eq!(position(&sink).await, Some(6));
+
+    // Schema says boolean where the target has bigint, neither type taking
+    // the other's values: the column moves to a new generation (the bigint
+    // one retired), no dead letter. An event from before it (an older
+    // version, typed bigint) writes the retired column and moves nothing back.
+    let typed = |offset: i64, id: i64, n: Value, ty: &str, lsn: u64| {
+        let value = json!({
+            "schema": {"type": "struct", "fields": [
+                {"field": "before", "type": "struct", "optional": true, "fields": []},
+                {"field": "after", "type": "struct", "optional": true, "fields": [
+                    {"field": "id", "type": "int64"}, {"field": "n", "type": ty, "optional": true}]}]},
+            "payload": {"before": null, "after": {"id": id, "n": n}, "op": "c",
+                "source": {"schema": "public", "table": "items", "commit_lsn": lsn, "event_seq": 1}}});
+        record(offset, Some(json!({"id": id})), Some(value))
+    };
+    sink.apply(&batch(vec![typed(6, 2, json!(true), "boolean", 400)]))
+        .await
+        .expect("a new generation");
+    sink.apply(&batch(vec![typed(7, 7, json!(7), "int64", 350)]))
+        .await
+        .expect("an event from before the generation");
+    let rows: Vec<Value> = wh.live("public_items").await;
+    let pick = |id: i64| {
+        let r = rows.iter().find(|r| r["id"] == json!(id)).expect("row");
+        (r["n"].clone(), r["__oncely_g1_n"].clone())
+    };
+    assert_eq!(pick(1), (Value::Null, json!(1)), "{rows:?}");
+    assert_eq!(pick(2), (json!(true), Value::Null), "{rows:?}");
+    assert_eq!(pick(7), (Value::Null, json!(7)), "{rows:?}");
+    assert_eq!(position(&sink).await, Some(8));
     wh.drop().await;
 }
 

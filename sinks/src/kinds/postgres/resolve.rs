@@ -1,12 +1,12 @@
 //! Target tables made ready for a plan's rows: created, altered, renamed by
 //! source attnum, and every row checked against them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use deadpool_postgres::Client;
 
-use super::generation::Fit;
+use super::generation::{self, Fit};
 use super::group::{group_rows, sorted_rows, wanted_specs};
 use super::identity;
 use super::plan::{Plan, Row, Shape, Step};
@@ -75,10 +75,40 @@ impl PostgresSink {
         // The attnums of new columns (and of columns adopted by name).
         if let Some(newest) = identity::newest(rows.iter().map(|r| (&*r.shape, r.version))) {
             if !identity::records(&info, newest).is_empty() {
+                let before: HashSet<String> = info.ids.keys().cloned().collect();
                 info = self
                     .catalog
                     .alter_with(client, table, |current| identity::records(current, newest))
                     .await?;
+                // Each column recorded now holds its type from the batch's
+                // oldest row (`oncely.since`): an event of another type
+                // older than that is from before a change ([`generation`]).
+                let fresh: Vec<&String> =
+                    info.ids.keys().filter(|c| !before.contains(*c)).collect();
+                if let (false, Some(oldest)) =
+                    (fresh.is_empty(), rows.iter().map(|r| r.version).min())
+                {
+                    let fresh: Vec<String> = fresh.into_iter().cloned().collect();
+                    info = self
+                        .catalog
+                        .alter_with(client, table, |current| {
+                            fresh
+                                .iter()
+                                .filter_map(|c| {
+                                    let comment = current.comments.get(c)?;
+                                    generation::since_of(comment).is_none().then(|| {
+                                        generation::since_statement(
+                                            &current.qualified,
+                                            c,
+                                            Some(comment),
+                                            oldest,
+                                        )
+                                    })
+                                })
+                                .collect()
+                        })
+                        .await?;
+                }
             }
         }
         let groups = group_rows(&info, rows, rejected);
@@ -108,8 +138,7 @@ impl PostgresSink {
                     info = self.catalog.follow_types(client, table, &changes).await?;
                 }
                 // Rows share their shape: one translated shape per (shape, routes).
-                let mut shapes: HashMap<(usize, Vec<(String, Option<String>)>), Arc<Shape>> =
-                    HashMap::new();
+                let mut shapes: HashMap<(usize, Routes), Arc<Shape>> = HashMap::new();
                 for row in unsettled(&info, &rows) {
                     let routes = routes(&info, row);
                     if routes.is_empty() {
@@ -239,9 +268,12 @@ fn generation_changes(info: &TableInfo, rows: &[&Row]) -> Vec<(String, ColumnSpe
         .collect()
 }
 
+/// (event field, the retired column it goes to, or `None`: left out).
+type Routes = Vec<(String, Option<String>)>;
+
 /// Where the fields of `row` that do not go to their own column go: a
 /// retired column (`Some`) or nowhere (`None`), sorted by field.
-fn routes(info: &TableInfo, row: &Row) -> Vec<(String, Option<String>)> {
+fn routes(info: &TableInfo, row: &Row) -> Routes {
     row.shape
         .specs
         .iter()
