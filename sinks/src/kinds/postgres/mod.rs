@@ -13,8 +13,12 @@
 //!    columns ([`types`] maps Connect schemas to PostgreSQL types), new columns are
 //!    added, renamed source columns renamed and, with
 //!    `schema.evolution.drop.columns = "drop"`, dropped ones dropped, matched by
-//!    source attnum ([`identity`]); nothing is narrowed. A value whose type an existing column
-//!    cannot take is a per-record failure (dead letter) naming the column and both types.
+//!    source attnum ([`identity`]); nothing is narrowed. A typed column whose source
+//!    type changed to one it cannot be cast to moves to a new generation, the
+//!    old one kept as a retired column that events from before the change
+//!    still write ([`generation`]). A value whose type an existing column
+//!    cannot take otherwise (schemas off, key columns) is a per-record failure
+//!    (dead letter) naming the column and both types.
 //! 3. **Write** ([`write`]): one transaction holds set-based statements — one
 //!    `INSERT ... SELECT FROM unnest(...) ON CONFLICT (key) DO UPDATE ... WHERE
 //!    (stored lsn, seq) < (incoming lsn, seq)` per table and column list, the

@@ -1,7 +1,9 @@
 //! Target tables: what exists (cached from the catalog), and the DDL that creates
 //! missing tables, adds missing columns, widens columns an event describes as
 //! wider ([`super::types::widened`]) and changes the type of a column to
-//! another family that also takes its old values ([`super::types::retyped`]).
+//! another family that also takes its old values ([`super::types::retyped`]),
+//! and moves a column to a new generation when neither works
+//! ([`super::generation`], [`Catalog::follow_types`]).
 //! Columns are never narrowed; renames and drops follow the source by attnum
 //! ([`super::identity`]).
 //!
