@@ -68,6 +68,8 @@ impl PostgresSink {
             return Ok(None);
         };
         let key: Vec<&'a str> = first.shape.key.iter().map(String::as_str).collect();
+        // The table as it was, to tell the columns this batch creates.
+        let known = self.catalog.lookup(client, table).await?;
         let mut info = self
             .catalog
             .ensure_target(client, table, &key, &wanted_specs(&rows))
@@ -75,16 +77,23 @@ impl PostgresSink {
         // The attnums of new columns (and of columns adopted by name).
         if let Some(newest) = identity::newest(rows.iter().map(|r| (&*r.shape, r.version))) {
             if !identity::records(&info, newest).is_empty() {
-                let before: HashSet<String> = info.ids.keys().cloned().collect();
+                let recorded: HashSet<String> = info.ids.keys().cloned().collect();
                 info = self
                     .catalog
                     .alter_with(client, table, |current| identity::records(current, newest))
                     .await?;
-                // Each column recorded now holds its type from the batch's
-                // oldest row (`oncely.since`): an event of another type
-                // older than that is from before a change ([`generation`]).
-                let fresh: Vec<&String> =
-                    info.ids.keys().filter(|c| !before.contains(*c)).collect();
+                // Each column this batch created holds its type from the
+                // batch's oldest row (`oncely.since`): an event of another
+                // type older than that is from before a change
+                // ([`generation`]). Columns of older versions adopted by
+                // name keep their type as it is (none recorded).
+                let existed =
+                    |c: &String| known.as_ref().is_some_and(|t| t.columns.contains_key(c));
+                let fresh: Vec<&String> = info
+                    .ids
+                    .keys()
+                    .filter(|c| !recorded.contains(*c) && !existed(c))
+                    .collect();
                 if let (false, Some(oldest)) =
                     (fresh.is_empty(), rows.iter().map(|r| r.version).min())
                 {
