@@ -11,7 +11,7 @@ use super::group::{group_rows, sorted_rows, wanted_specs};
 use super::identity;
 use super::plan::{Plan, Row, Shape, Step};
 use super::table::TableInfo;
-use super::types::ColumnSpec;
+use super::types::{compatible, ColumnSpec};
 use super::write::Ready;
 use super::PostgresSink;
 use crate::error::{RecordFailure, SinkError};
@@ -83,10 +83,10 @@ impl PostgresSink {
                     .alter_with(client, table, |current| identity::records(current, newest))
                     .await?;
                 // Each column this batch created holds its type from the
-                // batch's oldest row (`oncely.since`): an event of another
-                // type older than that is from before a change
-                // ([`generation`]). Columns of older versions adopted by
-                // name keep their type as it is (none recorded).
+                // oldest row of the batch whose type it takes
+                // (`oncely.since`): an event of another type older than
+                // that is from before a change ([`generation`]). Columns of
+                // older versions adopted by name record none.
                 let existed =
                     |c: &String| known.as_ref().is_some_and(|t| t.columns.contains_key(c));
                 let fresh: Vec<&String> = info
@@ -94,23 +94,37 @@ impl PostgresSink {
                     .keys()
                     .filter(|c| !recorded.contains(*c) && !existed(c))
                     .collect();
-                if let (false, Some(oldest)) =
-                    (fresh.is_empty(), rows.iter().map(|r| r.version).min())
-                {
-                    let fresh: Vec<String> = fresh.into_iter().cloned().collect();
+                let since: Vec<(String, Version)> = fresh
+                    .into_iter()
+                    .filter_map(|c| {
+                        let ty = info.columns.get(c)?;
+                        let oldest = rows
+                            .iter()
+                            .filter(|r| {
+                                r.shape
+                                    .specs
+                                    .get(c)
+                                    .is_some_and(|s| compatible(s, ty).is_ok())
+                            })
+                            .map(|r| r.version)
+                            .min()?;
+                        Some((c.clone(), oldest))
+                    })
+                    .collect();
+                if !since.is_empty() {
                     info = self
                         .catalog
                         .alter_with(client, table, |current| {
-                            fresh
+                            since
                                 .iter()
-                                .filter_map(|c| {
+                                .filter_map(|(c, oldest)| {
                                     let comment = current.comments.get(c)?;
                                     generation::since_of(comment).is_none().then(|| {
                                         generation::since_statement(
                                             &current.qualified,
                                             c,
                                             Some(comment),
-                                            oldest,
+                                            *oldest,
                                         )
                                     })
                                 })
