@@ -487,19 +487,13 @@ async fn type_conflicts_and_refused_values_are_rejected_alone_with_a_reason() {
     )]))
     .await
     .expect("bigint column");
-    // Schema says boolean where the target has bigint (neither type takes
-    // the other's values, so the column is not changed): a type conflict,
-    // found before writing.
-    let with_schema = json!({
-        "schema": {"type": "struct", "fields": [
-            {"field": "before", "type": "struct", "optional": true, "fields": []},
-            {"field": "after", "type": "struct", "optional": true, "fields": [
-                {"field": "id", "type": "int64"}, {"field": "n", "type": "boolean"}]}]},
-        "payload": {"before": null, "after": {"id": 2, "n": true}, "op": "c",
-            "source": {"schema": "public", "table": "items", "commit_lsn": 200, "event_seq": 1}}});
+    // Schemas off, a JSON boolean where the target has bigint (a JSON value
+    // says nothing of its type, so the column is not changed): a type
+    // conflict, found before writing. (A typed one moves the column to a new
+    // generation: see the end.)
     let b = batch(vec![
         change(1, 3, "c", json!({"id": 3, "n": 3}), 150),
-        record(2, Some(json!({"id": 2})), Some(with_schema)),
+        change(2, 2, "c", json!({"id": 2, "n": true}), 200),
     ]);
     let Err(SinkError::Rejected(failures)) = sink.apply(&b).await else {
         panic!("expected a rejected record");
@@ -553,6 +547,36 @@ async fn type_conflicts_and_refused_values_are_rejected_alone_with_a_reason() {
         .collect();
     assert_eq!(ids, vec![json!(1), json!(4), json!(6)]);
     assert_eq!(position(&sink).await, Some(6));
+
+    // Schema says boolean where the target has bigint, neither type taking
+    // the other's values: the column moves to a new generation (the bigint
+    // one retired), no dead letter. An event from before it (an older
+    // version, typed bigint) writes the retired column and moves nothing back.
+    let typed = |offset: i64, id: i64, n: Value, ty: &str, lsn: u64| {
+        let value = json!({
+            "schema": {"type": "struct", "fields": [
+                {"field": "before", "type": "struct", "optional": true, "fields": []},
+                {"field": "after", "type": "struct", "optional": true, "fields": [
+                    {"field": "id", "type": "int64"}, {"field": "n", "type": ty, "optional": true}]}]},
+            "payload": {"before": null, "after": {"id": id, "n": n}, "op": "c",
+                "source": {"schema": "public", "table": "items", "commit_lsn": lsn, "event_seq": 1}}});
+        record(offset, Some(json!({"id": id})), Some(value))
+    };
+    sink.apply(&batch(vec![typed(6, 2, json!(true), "boolean", 400)]))
+        .await
+        .expect("a new generation");
+    sink.apply(&batch(vec![typed(7, 7, json!(7), "int64", 350)]))
+        .await
+        .expect("an event from before the generation");
+    let rows: Vec<Value> = wh.live("public_items").await;
+    let pick = |id: i64| {
+        let r = rows.iter().find(|r| r["id"] == json!(id)).expect("row");
+        (r["n"].clone(), r["__oncely_g1_n"].clone())
+    };
+    assert_eq!(pick(1), (Value::Null, json!(1)), "{rows:?}");
+    assert_eq!(pick(2), (json!(true), Value::Null), "{rows:?}");
+    assert_eq!(pick(7), (Value::Null, json!(7)), "{rows:?}");
+    assert_eq!(position(&sink).await, Some(8));
     wh.drop().await;
 }
 
@@ -1328,5 +1352,90 @@ async fn source_tables_named_like_history_or_positions_tables_are_refused() {
     );
     assert_eq!(position(&sink).await, Some(2));
     drop(sink);
+    wh.drop().await;
+}
+
+/// A one-way type change (`date` → `timestamptz`: a timestamp column takes
+/// every date) whose cast fails on a value the column holds (a date beyond
+/// the timestamp range) moves the column to a new generation instead of
+/// dead-lettering the new rows.
+#[tokio::test]
+async fn a_type_change_whose_cast_fails_on_a_held_value_moves_the_column_to_a_new_generation() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|_| {}).await;
+    let date =
+        json!({"field": "d", "type": "int32", "name": "io.debezium.time.Date", "optional": true});
+    let zoned = json!({"field": "d", "type": "string", "name": "io.debezium.time.ZonedTimestamp", "optional": true});
+    let typed = |offset: i64, id: i64, d: Value, field: &Value, lsn: u64| {
+        let fields = json!([{"field": "id", "type": "int64"}, field]);
+        let value = json!({
+            "schema": {"type": "struct", "fields": [
+                {"field": "before", "type": "struct", "optional": true, "fields": fields.clone()},
+                {"field": "after", "type": "struct", "optional": true, "fields": fields}]},
+            "payload": {"before": null, "after": {"id": id, "d": d}, "op": "c",
+                "source": {"schema": "public", "table": "items", "commit_lsn": lsn, "event_seq": 1}}});
+        record(offset, Some(json!({"id": id})), Some(value))
+    };
+    // 200,000,000 days: a date about 549,000 AD, beyond any timestamp.
+    sink.apply(&batch(vec![
+        typed(0, 1, json!(200_000_000), &date, 100),
+        typed(1, 2, json!(19_723), &date, 110),
+    ]))
+    .await
+    .expect("dates");
+    sink.apply(&batch(vec![typed(
+        2,
+        3,
+        json!("2024-01-01T00:00:00Z"),
+        &zoned,
+        300,
+    )]))
+    .await
+    .expect("a new generation, no dead letter");
+    // Replayed, from before the change: the live column takes a date (as
+    // midnight, the cast the source made), so it goes there.
+    sink.apply(&batch(vec![typed(3, 4, json!(19_724), &date, 120)]))
+        .await
+        .expect("an event from before the generation");
+    let types: Vec<(String, String)> = wh
+        .client
+        .query(
+            "SELECT column_name::text, data_type::text FROM information_schema.columns \
+             WHERE table_name = 'public_items' AND column_name IN ('d', '__oncely_g1_d') ORDER BY 1",
+            &[],
+        )
+        .await
+        .expect("columns")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        types,
+        vec![
+            ("__oncely_g1_d".to_owned(), "date".to_owned()),
+            ("d".to_owned(), "timestamp with time zone".to_owned())
+        ]
+    );
+    let held: Vec<(i64, bool, bool)> = wh
+        .client
+        .query(
+            "SELECT id, d IS NULL, \"__oncely_g1_d\" IS NULL FROM public_items ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        held,
+        vec![
+            (1, true, false),
+            (2, true, false),
+            (3, false, true),
+            (4, false, true)
+        ]
+    );
+    assert_eq!(position(&sink).await, Some(4));
     wh.drop().await;
 }

@@ -9,3 +9,4 @@ mod snapshot_toast;
 mod truncate;
 mod two_captures;
 mod type_change;
+mod type_generation;

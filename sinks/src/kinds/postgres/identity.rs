@@ -270,14 +270,25 @@ pub fn alterations(
             quote(&format!("__oncely_renaming_{attnum}")),
             quote(to)
         ));
-        out.push(comment_column(
-            q,
-            to,
-            &ColumnId {
-                attnum: *attnum,
-                at,
-            },
-        ));
+        let id = ColumnId {
+            attnum: *attnum,
+            at,
+        };
+        // The version from which the column holds its type
+        // (`oncely.since`, [`super::generation`]) is no name: kept.
+        match info
+            .comments
+            .get(current)
+            .and_then(|c| super::generation::since_of(c))
+        {
+            Some(since) => out.push(super::generation::since_statement(
+                q,
+                to,
+                Some(&id.comment()),
+                since,
+            )),
+            None => out.push(comment_column(q, to, &id)),
+        }
     }
     if drop == DropColumns::Drop {
         let mut dropped_now = false;

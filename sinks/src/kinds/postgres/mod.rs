@@ -13,8 +13,12 @@
 //!    columns ([`types`] maps Connect schemas to PostgreSQL types), new columns are
 //!    added, renamed source columns renamed and, with
 //!    `schema.evolution.drop.columns = "drop"`, dropped ones dropped, matched by
-//!    source attnum ([`identity`]); nothing is narrowed. A value whose type an existing column
-//!    cannot take is a per-record failure (dead letter) naming the column and both types.
+//!    source attnum ([`identity`]); nothing is narrowed. A typed column whose source
+//!    type changed to one it cannot be cast to moves to a new generation, the
+//!    old one kept as a retired column that events from before the change
+//!    still write ([`generation`]). A value whose type an existing column
+//!    cannot take otherwise (schemas off, key columns) is a per-record failure
+//!    (dead letter) naming the column and both types.
 //! 3. **Write** ([`write`]): one transaction holds set-based statements — one
 //!    `INSERT ... SELECT FROM unnest(...) ON CONFLICT (key) DO UPDATE ... WHERE
 //!    (stored lsn, seq) < (incoming lsn, seq)` per table and column list, the
@@ -63,6 +67,7 @@ mod compat;
 mod config;
 mod connect;
 mod error;
+mod generation;
 mod group;
 mod identity;
 mod mirror;
@@ -386,6 +391,16 @@ impl Sink for PostgresSink {
             }
             None => plan,
         };
+        // Type changes the columns must follow, and events from before a
+        // column's generation routed to its retired column.
+        let routed = self.follow_generations(&mut client, plan).await?;
+        let plan = match &routed {
+            Some(t) => {
+                prebuilt = None;
+                t
+            }
+            None => plan,
+        };
         let steps = self.resolve(&mut client, plan, &mut rejected).await?;
         if !rejected.is_empty() {
             return Err(SinkError::Rejected(rejected));
@@ -401,6 +416,19 @@ impl Sink for PostgresSink {
         }
         if classify(&e) != Class::Record {
             return Err(to_sink_error("write the batch", e));
+        }
+        // A value refused by a column another process moved to a new
+        // generation (or retyped) after this one read the catalog: the batch
+        // is routed again from the catalog as it is now, never dead-lettered.
+        for step in &steps {
+            if let Ready::Rows(info, _) = step {
+                if self.catalog.changed(&client, info).await? {
+                    return Err(SinkError::retriable(format!(
+                        "the columns of {} changed while the batch was written: {e}",
+                        info.qualified
+                    )));
+                }
+            }
         }
         match self.isolate(&mut client, &steps, batch).await {
             Ok(failures) if !failures.is_empty() => Err(SinkError::Rejected(failures)),

@@ -101,9 +101,9 @@ impl Shape {
 
 impl Plan {
     /// This plan with the shapes of each table's rows replaced where
-    /// `shape_for(table, shape)` gives another (fields renamed to the target
-    /// columns by attnum).
-    pub fn translated(&self, shape_for: impl Fn(&str, &Arc<Shape>) -> Option<Arc<Shape>>) -> Plan {
+    /// `shape_for(table, row)` gives another (fields renamed to the target
+    /// columns by attnum, or to a retired column generation).
+    pub fn translated(&self, shape_for: impl Fn(&str, &Row) -> Option<Arc<Shape>>) -> Plan {
         let steps = self
             .steps
             .iter()
@@ -117,7 +117,7 @@ impl Plan {
                                 .iter()
                                 .map(|(id, row)| {
                                     let mut row = row.clone();
-                                    if let Some(shape) = shape_for(table, &row.shape) {
+                                    if let Some(shape) = shape_for(table, &row) {
                                         for (c, _) in &mut row.fills {
                                             if let Some((t, _)) =
                                                 shape.renamed.iter().find(|(_, f)| f == c)

@@ -88,10 +88,18 @@ impl Shape {
             .map(|k| target(k).unwrap_or(k.clone()))
             .collect();
         key.sort();
-        let renamed = map
+        // Values are read under the event's own field name, also when this
+        // shape was translated before (a rename, then a retired column).
+        let mut renamed: Vec<(String, String)> = map
             .iter()
-            .filter_map(|(field, t)| Some((t.clone()?, field.clone())))
+            .filter_map(|(field, t)| Some((t.clone()?, self.source_of(field).to_owned())))
             .collect();
+        renamed.extend(
+            self.renamed
+                .iter()
+                .filter(|(target, _)| !map.contains_key(target))
+                .cloned(),
+        );
         Shape {
             key,
             values,

@@ -1,7 +1,9 @@
 //! Target tables: what exists (cached from the catalog), and the DDL that creates
 //! missing tables, adds missing columns, widens columns an event describes as
 //! wider ([`super::types::widened`]) and changes the type of a column to
-//! another family that also takes its old values ([`super::types::retyped`]).
+//! another family that also takes its old values ([`super::types::retyped`]),
+//! and moves a column to a new generation when neither works
+//! ([`super::generation`], [`Catalog::follow_types`]).
 //! Columns are never narrowed; renames and drops follow the source by attnum
 //! ([`super::identity`]).
 //!
@@ -22,9 +24,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use deadpool_postgres::{Client, GenericClient};
 
 use super::error::{classify, to_sink_error, Class};
+use super::generation::{self, fit, next_generation, Fit, Live, Retired};
 use super::identity::{ColumnId, TableId};
 use super::types::{retyped, widened, ColumnSpec};
 use crate::error::SinkError;
+use crate::event::Version;
 
 /// Version column: commit LSN (its default name).
 pub const LSN: &str = "__oncely_lsn";
@@ -60,6 +64,12 @@ impl MetaColumns {
             deleted: format!("{prefix}deleted"),
             unavailable: format!("{prefix}unavailable"),
         }
+    }
+
+    /// The prefix the names share (`meta.column.prefix`), which also starts
+    /// the names of retired column generations ([`super::generation`]).
+    pub fn prefix(&self) -> &str {
+        self.lsn.strip_suffix("lsn").unwrap_or_default()
     }
 
     /// The four names.
@@ -100,9 +110,51 @@ pub struct TableInfo {
     pub source: Option<TableId>,
     /// Recorded attnum -> column name (`ids` inverted).
     pub by_attnum: HashMap<i16, String>,
+    /// Column name -> its comment, as it is.
+    pub comments: HashMap<String, String>,
+    /// Retired column generations ([`super::generation`]).
+    pub retired: Vec<Retired>,
 }
 
 impl TableInfo {
+    /// Column `column` as events are checked against it: its type and the
+    /// version from which it holds it (`oncely.since`, else `oncely.at`);
+    /// `None` when the table has no such column or it is a retired one.
+    pub fn live(&self, column: &str) -> Option<Live<'_>> {
+        let ty = self.columns.get(column)?;
+        if self.retired.iter().any(|r| r.column == column) {
+            return None;
+        }
+        let comment = self.comments.get(column).map(String::as_str);
+        Some(Live {
+            ty,
+            since: comment
+                .and_then(generation::since_of)
+                .or_else(|| self.ids.get(column).map(|id| id.at)),
+            key: self.key.iter().any(|k| k == column),
+        })
+    }
+
+    /// The retired generations of live column `column`, newest first.
+    pub fn retired_of(&self, column: &str) -> Vec<&Retired> {
+        let attnum = self.ids.get(column).map(|id| id.attnum);
+        let mut out: Vec<&Retired> = self
+            .retired
+            .iter()
+            .filter(|r| r.of(column, attnum, self.meta.prefix()))
+            .collect();
+        out.sort_by_key(|r| std::cmp::Reverse(r.generation));
+        out
+    }
+
+    /// Where a field of `spec` of a row at `version` goes ([`generation::fit`]).
+    pub fn fit(&self, column: &str, spec: &ColumnSpec, version: Version) -> Fit {
+        match self.live(column) {
+            Some(live) => fit(spec, version, live, &self.retired_of(column)),
+            None => Fit::Live,
+        }
+    }
+
     /// The column recorded as source column `attnum`.
     pub fn column_of(&self, attnum: i16) -> Option<&str> {
         self.by_attnum.get(&attnum).map(String::as_str)
@@ -358,6 +410,99 @@ impl Catalog {
         self.reload(client, table).await
     }
 
+    /// Makes the columns of `table` follow type changes newer than their
+    /// type ([`Fit::Change`]): each (column, the spec of the newest row
+    /// wanting it, the oldest version wanting it), decided again under the
+    /// DDL lock from the catalog as it is then (another worker may have done
+    /// it). A one-way change ([`retyped`]) casts the column (`USING
+    /// column::type`); a change neither way, or a cast failing on a value the
+    /// column holds (under a savepoint), moves the column to a new
+    /// generation ([`generation::move_statements`]). One transaction: a
+    /// process killed half-way leaves the table as it was. The column then
+    /// records the version from which it holds its type (`oncely.since`).
+    pub async fn follow_types(
+        &self,
+        client: &mut Client,
+        table: &str,
+        changes: &[(String, ColumnSpec, Version)],
+    ) -> Result<Arc<TableInfo>, SinkError> {
+        let q = self.qualified(table);
+        let tx = begin_locked(client, &q).await?;
+        let current = load(&tx, &q, &self.meta)
+            .await?
+            .ok_or_else(|| SinkError::retriable(format!("{q} vanished before its DDL")))?;
+        for (column, spec, since) in changes {
+            if current.fit(column, spec, *since) != Fit::Change {
+                continue;
+            }
+            let Some(live) = current.live(column) else {
+                continue;
+            };
+            let comment = current.comments.get(column).map(String::as_str);
+            let c = quote(column);
+            if let Some(to) = retyped(spec, live.ty) {
+                tracing::info!(table = %q, column = %column, from = %live.ty, to = %to, "changing the type of a warehouse column");
+                let ddl = format!(
+                    "SAVEPOINT oncely_retype; ALTER TABLE {q} ALTER COLUMN {c} TYPE {to} USING {c}::{to}; {}",
+                    generation::since_statement(&q, column, comment, *since)
+                );
+                match tx.batch_execute(&ddl).await {
+                    Ok(()) => continue,
+                    Err(e) if classify(&e) == Class::Record => {
+                        tracing::info!(table = %q, column = %column, to = %to, error = %e,
+                            "a value the warehouse column holds does not cast to the new type: the column moves to a new generation instead");
+                        tx.batch_execute("ROLLBACK TO SAVEPOINT oncely_retype")
+                            .await
+                            .map_err(|e| to_sink_error("roll back a failed type change", e))?;
+                    }
+                    Err(e) => {
+                        return Err(to_sink_error(&format!("change the type of {c} of {q}"), e))
+                    }
+                }
+            }
+            let attnum = current.ids.get(column).map(|id| id.attnum);
+            let generations = current
+                .retired_of(column)
+                .iter()
+                .map(|r| r.generation)
+                .collect::<Vec<_>>();
+            let (n, retired) = next_generation(
+                self.meta.prefix(),
+                column,
+                generations.into_iter(),
+                |name| current.columns.contains_key(name),
+            );
+            tracing::info!(table = %q, column = %column, from = %live.ty, to = %spec.ddl, retired = %retired,
+                "the warehouse column cannot follow the source's type by a cast: it moves to a new generation, its old values kept in the retired column");
+            let ddl = generation::move_statements(
+                &q,
+                (column, comment, attnum),
+                (n, &retired),
+                &spec.ddl,
+                *since,
+            );
+            tx.batch_execute(&ddl.join(";\n"))
+                .await
+                .map_err(|e| to_sink_error(&format!("move {c} of {q} to a new generation"), e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| to_sink_error("commit DDL", e))?;
+        self.reload(client, table).await
+    }
+
+    /// Whether the columns of table `info` differ from what the catalog
+    /// says now (another process changed them while a batch was written);
+    /// forgets the cached tables when they do.
+    pub async fn changed(&self, client: &Client, info: &TableInfo) -> Result<bool, SinkError> {
+        let now = load(client, &info.qualified, &self.meta).await?;
+        let changed = now.is_none_or(|t| t.columns != info.columns);
+        if changed {
+            self.invalidate();
+        }
+        Ok(changed)
+    }
+
     /// Runs `decide(info)` as it is under the table's DDL lock (another
     /// worker may have changed it since it was cached) and the statements it
     /// returns; `table` as it is then. Used for the attnum bookkeeping
@@ -490,14 +635,22 @@ async fn load(
         if r.get::<_, bool>(2) {
             info.key.push(name.clone());
         }
-        if let Some(id) = r.get::<_, Option<&str>>(3).and_then(ColumnId::parse) {
+        let comment = r.get::<_, Option<&str>>(3);
+        let ty: String = r.get(1);
+        if let Some(retired) = comment.and_then(|c| Retired::parse(&name, &ty, c)) {
+            // A retired generation is no source column (its attnum is the live column's).
+            info.retired.push(retired);
+        } else if let Some(id) = comment.and_then(ColumnId::parse) {
             info.ids.insert(name.clone(), id);
             info.by_attnum.insert(id.attnum, name.clone());
+        }
+        if let Some(c) = comment {
+            info.comments.insert(name.clone(), c.to_owned());
         }
         if info.source.is_none() {
             info.source = r.get::<_, Option<&str>>(4).and_then(TableId::parse);
         }
-        info.columns.insert(name, r.get(1));
+        info.columns.insert(name, ty);
     }
     info.key.sort();
     Ok(Some(info))
