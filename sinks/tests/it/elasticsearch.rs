@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use elasticsearch::http::transport::Transport;
 use elasticsearch::indices::{IndicesDeleteParts, IndicesRefreshParts};
 use elasticsearch::{Elasticsearch, SearchParts};
+use oncely_core::wire::UNAVAILABLE_VALUE;
 use oncely_sinks::event::{decode_key, decode_value};
 use oncely_sinks::kinds::elasticsearch::config::{
     DEFAULT_VERSION_FIELD, DEFAULT_VERSION_LSN_FIELD, DEFAULT_VERSION_SEQ_FIELD,
 };
-use oncely_sinks::kinds::elasticsearch::plan::UNAVAILABLE_VALUE;
 use oncely_sinks::kinds::elasticsearch::{ElasticsearchConfig, ElasticsearchSink};
 use oncely_sinks::runner::{HEADER_ERROR, HEADER_OFFSET};
 use oncely_sinks::{Batch, Record, Runner, RunnerConfig, Sink, SinkError};

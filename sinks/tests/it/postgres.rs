@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
 use oncely_sinks::event::{decode_key, decode_value};
-use oncely_sinks::kinds::postgres::{DeleteMode, PostgresConfig, PostgresSink, UNAVAILABLE};
+use oncely_sinks::kinds::postgres::{DeleteMode, PostgresConfig, PostgresSink};
 use oncely_sinks::{Batch, Record, Sink, SinkError, TopicPartition};
 use oncely_testkit::kafka::unique;
 use serde_json::{json, Value};

@@ -40,8 +40,9 @@ use std::borrow::Cow;
 
 use serde_json::{json, Map, Value};
 
+use oncely_core::wire::UNAVAILABLE_VALUE;
+
 use super::config::{ElasticsearchConfig, JsonMode};
-use super::plan::UNAVAILABLE_VALUE;
 use crate::event::row_fields;
 use crate::mirror::StoredForm;
 use crate::native::{Kind, ValueFormat};

@@ -69,6 +69,7 @@ mod mirror;
 mod plan;
 mod resolve;
 mod rows;
+mod source_ids;
 mod statement;
 mod table;
 mod types;
@@ -86,16 +87,15 @@ pub use config::{
 };
 pub use connect::{connector, place_of};
 pub use mirror::PostgresMirror;
-pub use plan::UNAVAILABLE;
 pub use table::{MetaColumns, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
 
 use self::error::{classify, pool_error, to_sink_error, Class};
 use self::group::{group_rows, sorted_rows, wanted_specs};
 use self::plan::{plan, Plan, Step};
+use self::statement::Modes;
 use self::table::Catalog;
 use self::write::{
-    find_rejected, store_position, write_all, write_group_with_position, Modes, Origin, Prebuilt,
-    Ready,
+    find_rejected, store_position, write_all, write_group_with_position, Origin, Prebuilt, Ready,
 };
 use crate::error::{RecordFailure, SinkError};
 use crate::naming::{Owner, TargetClaims};

@@ -8,7 +8,8 @@ use deadpool_postgres::Client;
 
 use super::group::{group_rows, sorted_rows, wanted_specs};
 use super::identity;
-use super::plan::{Plan, Row, Shape, Step};
+use super::plan::{Plan, Step};
+use super::rows::{Row, Shape};
 use super::write::Ready;
 use super::PostgresSink;
 use crate::error::{RecordFailure, SinkError};
