@@ -152,7 +152,8 @@ const ALL_TYPES: &[Column] = &[
         "bytea",
         &["'\\x00ff10'", "'\\x'", "decode(md5('b'), 'hex')"],
     ),
-    // Dates and times at PostgreSQL's extremes (issue 23 items 5-8): BC,
+    // Dates and times at PostgreSQL's extremes (docs/design.md, "Dates, times
+    // and intervals"): BC,
     // the largest value of each type, ±infinity, 24:00:00, and intervals
     // whose months, days and time differ in sign or exceed 64-bit µs.
     (

@@ -84,7 +84,7 @@ pub struct RedisConfig {
     pub layout: Layout,
     /// `value.format`: `native` (default: dates and times as ISO-8601, JSON
     /// columns nested in the JSON layout; [`crate::native`]) or `wire` (as
-    /// in Kafka, what earlier versions stored).
+    /// in Kafka).
     #[serde(rename = "value.format", default)]
     pub value_format: ValueFormat,
     /// `key.pattern`: the row key from `{topic}`, `{db}`, `{schema}`, `{table}`, `{key}`.
