@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use oncely_core::config::{flatten, flatten_value, from_flat, Leaves};
+use oncely_core::config::{flatten, flatten_value, from_flat, in_range, Leaves};
 
 use crate::error::ConfigError;
 pub use crate::runner::dedup::{DedupConfig, DedupStore};
@@ -376,17 +376,6 @@ fn non_blank(field: &str, value: &str) -> Result<(), ConfigError> {
         Err(ConfigError::new(field, "must not be empty"))
     } else {
         Ok(())
-    }
-}
-
-fn in_range(field: &str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
-    if (min..=max).contains(&value) {
-        Ok(())
-    } else {
-        Err(ConfigError::new(
-            field,
-            format!("must be between {min} and {max}, got {value}"),
-        ))
     }
 }
 

@@ -140,18 +140,7 @@ impl ElasticsearchSink {
 
     /// Refuses a batch whose table's index another table writes to.
     fn claim_indexes(&self, batch: &Batch) -> Result<(), SinkError> {
-        let mut last = None;
-        for record in batch.records() {
-            let Some(event) = record.event() else {
-                continue;
-            };
-            let (Some(schema), Some(table)) = (event.schema_name(), event.table()) else {
-                continue;
-            };
-            if last == Some((schema, table)) {
-                continue;
-            }
-            last = Some((schema, table));
+        for (event, schema, table) in batch.table_runs() {
             // A name Elasticsearch refuses is the record's failure (in the plan).
             if let Ok(index) = event_index(&self.config.index_pattern, batch.topic(), event) {
                 self.claims.claim(&index, schema, table)?;

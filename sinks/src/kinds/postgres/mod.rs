@@ -162,18 +162,7 @@ impl PostgresSink {
     /// table writes to, or is the positions table (claimed at connect): each
     /// table the sink creates is claimed.
     fn claim_tables(&self, batch: &Batch) -> Result<(), SinkError> {
-        let mut last = None;
-        for record in batch.records() {
-            let Some(event) = record.event() else {
-                continue;
-            };
-            let (Some(schema), Some(table)) = (event.schema_name(), event.table()) else {
-                continue;
-            };
-            if last == Some((schema, table)) {
-                continue;
-            }
-            last = Some((schema, table));
+        for (_, schema, table) in batch.table_runs() {
             // A name too long is the record's failure (in the plan).
             let name = |format: &str| expand_name(format, batch.topic(), schema, table);
             if self.config.upsert_enabled {

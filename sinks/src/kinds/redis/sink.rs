@@ -277,18 +277,7 @@ impl RedisSink {
 
     /// Refuses a batch whose table's keys another table writes to.
     fn claim_keys(&self, batch: &Batch) -> Result<(), SinkError> {
-        let mut last = None;
-        for record in batch.records() {
-            let Some(event) = record.event() else {
-                continue;
-            };
-            let (Some(schema), Some(table)) = (event.schema_name(), event.table()) else {
-                continue;
-            };
-            if last == Some((schema, table)) {
-                continue;
-            }
-            last = Some((schema, table));
+        for (event, schema, table) in batch.table_runs() {
             let db = event
                 .source
                 .get("db")
