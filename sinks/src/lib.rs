@@ -19,7 +19,6 @@ pub mod runner;
 pub mod secret;
 pub mod sink;
 pub mod tls;
-pub mod warmup;
 
 pub use config::{OffsetReset, RunnerConfig};
 pub use error::{ConfigError, RecordFailure, RunnerError, SinkError};
