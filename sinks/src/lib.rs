@@ -12,13 +12,13 @@ pub mod error;
 pub mod event;
 pub mod kinds;
 pub mod metrics;
-pub mod mirror;
 pub mod naming;
 pub mod native;
 pub mod runner;
 pub mod secret;
 pub mod sink;
 pub mod tls;
+pub mod verify_reader;
 
 pub use config::{OffsetReset, RunnerConfig};
 pub use error::{ConfigError, RecordFailure, RunnerError, SinkError};

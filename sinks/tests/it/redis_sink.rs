@@ -10,11 +10,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use oncely_core::wire::UNAVAILABLE_VALUE;
 use oncely_sinks::event::decode_value;
 use oncely_sinks::kinds::redis::config::DEFAULT_VERSION_FIELD;
-use oncely_sinks::kinds::redis::{
-    encode_version, Layout, RedisConfig, RedisSink, UNAVAILABLE_VALUE,
-};
+use oncely_sinks::kinds::redis::{encode_version, Layout, RedisConfig, RedisSink};
 use oncely_sinks::native::ValueFormat;
 use oncely_sinks::{Batch, Record, Sink, SinkError, TopicPartition, Version};
 use rand::seq::SliceRandom;

@@ -44,8 +44,8 @@ use oncely_core::wire::UNAVAILABLE_VALUE;
 
 use super::config::{ElasticsearchConfig, JsonMode};
 use crate::event::row_fields;
-use crate::mirror::StoredForm;
 use crate::native::{Kind, ValueFormat};
+use crate::verify_reader::StoredForm;
 
 /// The `_meta.oncely` key recording [`ValueFormat`].
 const META_VALUE_FORMAT: &str = "value.format";

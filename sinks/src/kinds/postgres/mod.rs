@@ -65,7 +65,6 @@ mod connect;
 mod error;
 mod group;
 mod identity;
-mod mirror;
 mod plan;
 mod resolve;
 mod rows;
@@ -73,6 +72,7 @@ mod source_ids;
 mod statement;
 mod table;
 mod types;
+mod verify_reader;
 mod write;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,8 +86,8 @@ pub use config::{
     expand_name, DeleteMode, DropColumns, PostgresConfig, Secret, SslMode, TruncateMode,
 };
 pub use connect::{connector, place_of};
-pub use mirror::PostgresMirror;
 pub use table::{MetaColumns, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
+pub use verify_reader::PostgresVerifyReader;
 
 use self::error::{classify, pool_error, to_sink_error, Class};
 use self::group::{group_rows, sorted_rows, wanted_specs};
@@ -114,17 +114,19 @@ impl super::SinkKind for PostgresConfig {
     async fn build(&self) -> Result<Arc<dyn Sink>, SinkError> {
         Ok(Arc::new(PostgresSink::connect(self).await?))
     }
-    async fn mirror(
+    async fn verify_reader(
         &self,
-        ctx: &crate::mirror::MirrorContext<'_>,
-    ) -> Option<Result<Box<dyn crate::mirror::Mirror>, crate::mirror::MirrorError>> {
+        ctx: &crate::verify_reader::VerifyContext<'_>,
+    ) -> Option<
+        Result<Box<dyn crate::verify_reader::VerifyReader>, crate::verify_reader::VerifyReadError>,
+    > {
         let Some(types) = ctx.types else {
-            return Some(Err(crate::mirror::MirrorError::Config(
+            return Some(Err(crate::verify_reader::VerifyReadError::Config(
                 "reading the warehouse needs capture's type mapping".into(),
             )));
         };
-        let mirror = PostgresMirror::connect(self, ctx, types).await;
-        Some(mirror.map(|m| Box::new(m) as Box<dyn crate::mirror::Mirror>))
+        let reader = PostgresVerifyReader::connect(self, ctx, types).await;
+        Some(reader.map(|m| Box::new(m) as Box<dyn crate::verify_reader::VerifyReader>))
     }
 }
 

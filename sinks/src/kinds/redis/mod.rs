@@ -130,18 +130,18 @@ mod calls;
 pub mod config;
 mod error;
 mod keys;
-mod mirror;
 mod plan;
 mod script;
 mod sink;
 mod transaction;
+mod verify_reader;
 
 pub use config::{Layout, RedisConfig};
 pub use keys::KeyPattern;
-pub use mirror::RedisMirror;
-pub use plan::{stored_form, UNAVAILABLE_VALUE};
+pub use plan::stored_form;
 pub use script::{decode_version, encode_version, position_field, HASH_SCRIPT, JSON_SCRIPT};
 pub use sink::RedisSink;
+pub use verify_reader::RedisVerifyReader;
 
 #[async_trait::async_trait]
 impl super::SinkKind for RedisConfig {
@@ -153,12 +153,14 @@ impl super::SinkKind for RedisConfig {
     ) -> Result<std::sync::Arc<dyn crate::sink::Sink>, crate::error::SinkError> {
         Ok(std::sync::Arc::new(RedisSink::connect(self).await?))
     }
-    async fn mirror(
+    async fn verify_reader(
         &self,
-        ctx: &crate::mirror::MirrorContext<'_>,
-    ) -> Option<Result<Box<dyn crate::mirror::Mirror>, crate::mirror::MirrorError>> {
-        let mirror = RedisMirror::connect(self, ctx).await;
-        Some(mirror.map(|m| Box::new(m) as Box<dyn crate::mirror::Mirror>))
+        ctx: &crate::verify_reader::VerifyContext<'_>,
+    ) -> Option<
+        Result<Box<dyn crate::verify_reader::VerifyReader>, crate::verify_reader::VerifyReadError>,
+    > {
+        let reader = RedisVerifyReader::connect(self, ctx).await;
+        Some(reader.map(|m| Box::new(m) as Box<dyn crate::verify_reader::VerifyReader>))
     }
 }
 

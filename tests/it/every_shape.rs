@@ -1,4 +1,5 @@
-//! The conformance suite: one table per shape a real schema has — every type
+//! Every shape end to end (not the conformance kit of a `Sink`,
+//! `oncely_sinks::conformance`): one table per shape a real schema has — every type
 //! the value mapping supports with its edge values, text, unicode and
 //! composite keys of typmod types, TOASTed columns left unchanged by
 //! updates, `REPLICA IDENTITY FULL` — driven through capture and the three
