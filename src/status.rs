@@ -16,6 +16,7 @@ use std::path::PathBuf;
 
 use oncely_capture::config::CaptureConfig;
 use oncely_capture::offset::read_stored_offset;
+use oncely_core::clock::now_ms;
 use oncely_sinks::TopicPartition;
 use serde_json::{json, Value};
 
@@ -270,12 +271,6 @@ async fn not_ready(target: &Target) -> Option<String> {
         Ok(Ok((503, body))) => Some(body.trim().to_owned()),
         _ => None,
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Seconds from `ms` (since the epoch) to `now`, never negative.
