@@ -407,7 +407,7 @@ pub fn parse_runner_config(text: &str) -> Result<(RunnerConfig, Option<toml::Tab
     let mut runner: RunnerConfig = from_flat(flat, "config")?;
     // `"sasl.password" = "${file:/run/secrets/kafka}"`, as in Kafka Connect.
     for (key, value) in runner.kafka.iter_mut() {
-        *value = crate::secret::resolve_reference(value)
+        *value = oncely_core::secret::resolve_reference(value)
             .map_err(|e| ConfigError::new(format!("kafka.{key}"), e.to_string()))?;
     }
     Ok((runner, sink))

@@ -15,9 +15,7 @@ pub mod metrics;
 pub mod naming;
 pub mod native;
 pub mod runner;
-pub mod secret;
 pub mod sink;
-pub mod tls;
 pub mod verify_reader;
 
 pub use config::{OffsetReset, RunnerConfig};

@@ -189,7 +189,7 @@ mod tests {
         let SinkConfig::Postgres(c) = s else {
             panic!("not the warehouse: {s:?}")
         };
-        assert_eq!(c.sslmode, crate::kinds::postgres::SslMode::Prefer);
+        assert_eq!(c.sslmode, oncely_core::postgres::SslMode::Prefer);
         assert_eq!(c.sslmode, oncely_core::postgres::DEFAULT_SSLMODE);
     }
 

@@ -661,7 +661,7 @@ async fn a_key_of_another_type_is_rejected_and_no_position_stored() {
 async fn bad_credentials_are_fatal() {
     let (mut cfg, _) = config(Layout::Hash);
     cfg.username = Some("nobody".into());
-    cfg.password = Some(oncely_sinks::secret::Secret::new("wrong"));
+    cfg.password = Some(oncely_core::Secret::new("wrong"));
     match RedisSink::connect(&cfg).await {
         Err(e) => assert!(e.is_fatal(), "{e:?}"),
         Ok(_) => panic!("connected with a wrong password"),

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use super::version::{MAX_SEQ_BITS, MIN_SEQ_BITS};
 use crate::error::ConfigError;
 use crate::native::ValueFormat;
-use crate::secret::Secret;
+use oncely_core::Secret;
 
 /// Default `url`.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:9200";

@@ -13,7 +13,7 @@ use oncely_core::config::in_range;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
-use crate::secret::{Secret, SecretUrl};
+use oncely_core::{Secret, SecretUrl};
 
 /// Default `batch.size`: one change per request (the body is one JSON object).
 pub const DEFAULT_BATCH_SIZE: usize = 1;

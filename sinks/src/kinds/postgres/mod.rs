@@ -82,9 +82,7 @@ use async_trait::async_trait;
 use deadpool_postgres::{Client, Pool};
 use tokio_postgres::error::SqlState;
 
-pub use config::{
-    expand_name, DeleteMode, DropColumns, PostgresConfig, Secret, SslMode, TruncateMode,
-};
+pub use config::{expand_name, DeleteMode, DropColumns, PostgresConfig, TruncateMode};
 pub use connect::{connector, place_of};
 pub use table::{MetaColumns, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
 pub use verify_reader::PostgresVerifyReader;

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use crate::error::ConfigError;
 use crate::native::ValueFormat;
-use crate::secret::Secret;
+use oncely_core::Secret;
 
 /// Default `url`.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";

@@ -72,7 +72,7 @@ pub(super) fn open_client(config: &RedisConfig) -> Result<(Client, String), Open
     let place = info.addr().to_string();
     let tls = config.url.trim().starts_with("rediss://");
     if tls {
-        crate::tls::provider();
+        oncely_core::tls::provider();
     }
     let client = match (&config.tls_ca_file, tls) {
         (Some(path), true) => {
