@@ -146,7 +146,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oncely_sinks::conformance::{self, Rows, Target, UNAVAILABLE};
+    use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
+    use oncely_sinks::conformance::{self, Rows, Target};
     use oncely_sinks::error::BoxError;
 
     /// The notifications file folded into rows, a fresh sink per call over the same window.

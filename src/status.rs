@@ -16,6 +16,8 @@ use std::path::PathBuf;
 
 use oncely_capture::catalog::read_stored_offset;
 use oncely_capture::config::CaptureConfig;
+use oncely_core::clock::now_ms;
+use oncely_sinks::TopicPartition;
 use serde_json::{json, Value};
 
 use crate::verify::{oldest_unapplied, topic_ends, SourceDb, Target, Unapplied, VerifyError};
@@ -72,14 +74,14 @@ pub struct SinkStatus {
     pub label: String,
     pub group: String,
     /// Per partition: (position, end); position `None` before the first apply.
-    pub partitions: BTreeMap<(String, i32), (Option<i64>, i64)>,
+    pub partitions: BTreeMap<TopicPartition, (Option<i64>, i64)>,
     /// Per partition behind its end: seconds the oldest committed record it
     /// has not applied has been in Kafka (absent: nothing unapplied).
-    pub waiting_seconds: BTreeMap<(String, i32), f64>,
+    pub waiting_seconds: BTreeMap<TopicPartition, f64>,
     /// Per partition behind its end: seconds since that record's change
     /// committed at the source (its `source.ts_ms`), so capture's delay
     /// counts too: how stale the target is.
-    pub source_seconds: BTreeMap<(String, i32), f64>,
+    pub source_seconds: BTreeMap<TopicPartition, f64>,
     pub dead_letter_topic: Option<String>,
     /// Records in the dead-letter topic (all sinks writing to it).
     pub dead_letters: Option<i64>,
@@ -158,11 +160,11 @@ impl Status {
                 "sink": s.label,
                 "group": s.group,
                 "lag_offsets": s.lag(),
-                "partitions": s.partitions.iter().map(|((t, p), (at, end))| json!({
-                    "topic": t, "partition": p, "position": at, "end": end,
+                "partitions": s.partitions.iter().map(|(tp, (at, end))| json!({
+                    "topic": tp.topic, "partition": tp.partition, "position": at, "end": end,
                     "lag_offsets": (end - at.unwrap_or(0)).max(0),
-                    "lag_seconds": seconds(&s.waiting_seconds, t, *p),
-                    "lag_source_seconds": seconds(&s.source_seconds, t, *p),
+                    "lag_seconds": seconds(&s.waiting_seconds, tp),
+                    "lag_source_seconds": seconds(&s.source_seconds, tp),
                 })).collect::<Vec<_>>(),
                 "dead_letter_topic": s.dead_letter_topic,
                 "dead_letters": s.dead_letters,
@@ -227,14 +229,14 @@ impl fmt::Display for Status {
                     (Some(t), n) => format!("{} in {t}", n.unwrap_or(0)),
                 }
             )?;
-            for ((topic, p), (at, end)) in &sink.partitions {
+            for (tp, (at, end)) in &sink.partitions {
                 writeln!(
                     f,
-                    "  {topic}[{p}] at {} of {end} (lag {} offsets, {:.1} s in Kafka, {:.1} s since the source commit)",
+                    "  {tp} at {} of {end} (lag {} offsets, {:.1} s in Kafka, {:.1} s since the source commit)",
                     at.map_or("-".to_owned(), |a| a.to_string()),
                     (end - at.unwrap_or(0)).max(0),
-                    seconds(&sink.waiting_seconds, topic, *p),
-                    seconds(&sink.source_seconds, topic, *p),
+                    seconds(&sink.waiting_seconds, tp),
+                    seconds(&sink.source_seconds, tp),
                 )?;
             }
         }
@@ -245,19 +247,16 @@ impl fmt::Display for Status {
     }
 }
 
-fn seconds(per_partition: &BTreeMap<(String, i32), f64>, topic: &str, partition: i32) -> f64 {
-    per_partition
-        .get(&(topic.to_owned(), partition))
-        .copied()
-        .unwrap_or(0.0)
+fn seconds(per_partition: &BTreeMap<TopicPartition, f64>, tp: &TopicPartition) -> f64 {
+    per_partition.get(tp).copied().unwrap_or(0.0)
 }
 
 /// Milliseconds since the epoch, now.
 /// A sink whose position Kafka deleted (retention) before it applied the
 /// records: what is gone and the fix.
-fn gap_problem(label: &str, (topic, partition): &(String, i32), at: i64, low: i64) -> String {
+fn gap_problem(label: &str, tp: &TopicPartition, at: i64, low: i64) -> String {
     format!(
-        "{label}: {topic}[{partition}] needs offset {at} but Kafka's log starts at {low}: {} offsets were deleted before the sink applied them, and the target misses their changes. Fix: snapshot the topic's table (`oncely capture snapshot --table <schema.table>`), then start the sink once with `--resume-after-gap`",
+        "{label}: {tp} needs offset {at} but Kafka's log starts at {low}: {} offsets were deleted before the sink applied them, and the target misses their changes. Fix: snapshot the topic's table (`oncely capture snapshot --table <schema.table>`), then start the sink once with `--resume-after-gap`",
         low - at
     )
 }
@@ -272,12 +271,6 @@ async fn not_ready(target: &Target) -> Option<String> {
         Ok(Ok((503, body))) => Some(body.trim().to_owned()),
         _ => None,
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Seconds from `ms` (since the epoch) to `now`, never negative.
@@ -360,9 +353,9 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
     let mut sinks = Vec::new();
     for path in &options.sinks {
         let target = Target::open(path, &cfg).await?;
-        let partitions: Vec<(String, i32)> = ends
+        let partitions: Vec<TopicPartition> = ends
             .keys()
-            .filter(|(t, _)| target.covers(t))
+            .filter(|tp| target.covers(&tp.topic))
             .cloned()
             .collect();
         let positions = target.positions(&partitions).await?;
@@ -379,7 +372,7 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
         };
         // The oldest unapplied record of each partition behind its end
         // (low watermark when it has no position yet).
-        let behind: Vec<((String, i32), i64, i64)> = partitions
+        let behind: Vec<(TopicPartition, i64, i64)> = partitions
             .iter()
             .map(|p| {
                 (
@@ -392,7 +385,7 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
             .collect();
         let now = now_ms();
         let unapplied = oldest_unapplied(&kafka, behind).await?;
-        let ages = |at: fn(&Unapplied) -> Option<i64>| -> BTreeMap<(String, i32), f64> {
+        let ages = |at: fn(&Unapplied) -> Option<i64>| -> BTreeMap<TopicPartition, f64> {
             unapplied
                 .iter()
                 .filter_map(|(p, u)| Some((p.clone(), age(now, at(u.as_ref()?)?))))

@@ -31,6 +31,24 @@ impl ConfigError {
     }
 }
 
+/// Checks that `value` of setting `key` lies in `min..=max`; the error names
+/// both bounds and the value. The one range check of every config.
+pub fn in_range<T: PartialOrd + std::fmt::Display>(
+    key: impl Into<String>,
+    value: T,
+    min: T,
+    max: T,
+) -> Result<(), ConfigError> {
+    if min <= value && value <= max {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            key,
+            format!("must be between {min} and {max}, got {value}"),
+        ))
+    }
+}
+
 /// How [`flatten`] treats leaf values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Leaves {
@@ -240,6 +258,17 @@ fn nearest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn in_range_names_the_bounds_and_the_value() {
+        assert_eq!(in_range("batch.max.ms", 1u64, 1, 10), Ok(()));
+        assert_eq!(in_range("batch.max.ms", 10u64, 1, 10), Ok(()));
+        let e = in_range("batch.max.ms", 0u64, 1, 10).expect_err("below");
+        assert_eq!(
+            e.to_string(),
+            "`batch.max.ms`: must be between 1 and 10, got 0"
+        );
+    }
 
     #[derive(Debug, serde::Deserialize)]
     #[serde(deny_unknown_fields)]

@@ -11,11 +11,12 @@
 //! PostgreSQL connection builder: `sslmode` and friends, connecting, and the
 //! errors that retrying cannot fix), [`endpoint`] (the HTTP listener of
 //! `/metrics`, `/healthz` and `/readyz`) and [`log_limit`] (rate-limited
-//! warnings) and [`calendar`] (days to dates, the
-//! wire's infinity sentinels).
+//! warnings), [`calendar`] (days to dates, the
+//! wire's infinity sentinels) and [`clock`] (the one `now_ms`).
 
 pub mod backoff;
 pub mod calendar;
+pub mod clock;
 pub mod config;
 pub mod endpoint;
 pub mod kafka;

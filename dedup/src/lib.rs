@@ -6,7 +6,8 @@
 //!
 //! * [`MemoryWindow`]: in-process, bounded by count, bytes and age (moka), O(1).
 //!   Lost on restart, unless rebuilt by re-reading the records just before the
-//!   committed offset (`oncely_sinks::warmup`) and [`WindowStore::remember`]ing them.
+//!   committed offset and [`WindowStore::remember`]ing them (as
+//!   `tests/it/dedup_window.rs` does).
 //! * [`RedisWindow`]: in Redis, bounded by age; survives restarts of the runner.
 //! * [`SequenceWatermark`]: not a window but the cheaper alternative when events
 //!   carry a sequence that grows per key or per partition: remembers only the

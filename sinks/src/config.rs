@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use oncely_core::config::{check_keys, flatten, flatten_value, from_flat, keys, Leaves};
+use oncely_core::config::{
+    check_keys, flatten, flatten_value, from_flat, in_range, keys, Leaves,
+};
 
 use crate::error::ConfigError;
 pub use crate::runner::dedup::{DedupConfig, DedupStore};
@@ -379,17 +381,6 @@ fn non_blank(field: &str, value: &str) -> Result<(), ConfigError> {
     }
 }
 
-fn in_range(field: &str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
-    if (min..=max).contains(&value) {
-        Ok(())
-    } else {
-        Err(ConfigError::new(
-            field,
-            format!("must be between {min} and {max}, got {value}"),
-        ))
-    }
-}
-
 /// Splits a configuration file into the runner's keys (dotted, flattened) and its
 /// `[sink]` table, and deserializes the runner part. Tables other than `sink`
 /// and `kafka` are flattened into dotted keys.
@@ -424,7 +415,7 @@ pub fn parse_runner_config(text: &str) -> Result<(RunnerConfig, Option<toml::Tab
     let mut runner: RunnerConfig = from_flat(flat, "config")?;
     // `"sasl.password" = "${file:/run/secrets/kafka}"`, as in Kafka Connect.
     for (key, value) in runner.kafka.iter_mut() {
-        *value = crate::secret::resolve_reference(value)
+        *value = oncely_core::secret::resolve_reference(value)
             .map_err(|e| ConfigError::new(format!("kafka.{key}"), e.to_string()))?;
     }
     Ok((runner, sink))

@@ -21,13 +21,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
 use serde_json::{json, Map, Value};
 
 use crate::error::{BoxError, SinkError};
 use crate::event::decode_value;
 use crate::sink::{Batch, Positions, Record, Sink, TopicPartition};
 
-pub use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
 /// The consumer group the kit's batches carry.
 pub const GROUP: &str = "oncely-conformance";
 /// Partitions the kit uses (row `id` goes to partition `id % PARTITIONS`).

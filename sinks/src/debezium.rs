@@ -55,7 +55,7 @@ use serde_json::{Map, Value};
 
 use crate::event::{ChangeEvent, DecodeError, VersionOrigin};
 
-pub use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
+use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
 /// [`UNAVAILABLE`] as Debezium writes it in a `bytes` column (base64 of its bytes).
 const UNAVAILABLE_BASE64: &str = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==";
 /// [`UNAVAILABLE`] in a `bytea` column under `binary.handling.mode=hex`.

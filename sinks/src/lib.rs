@@ -12,14 +12,11 @@ pub mod error;
 pub mod event;
 pub mod kinds;
 pub mod metrics;
-pub mod mirror;
 pub mod naming;
 pub mod native;
 pub mod runner;
-pub mod secret;
 pub mod sink;
-pub mod tls;
-pub mod warmup;
+pub mod verify_reader;
 
 pub use config::{OffsetReset, RunnerConfig};
 pub use error::{ConfigError, RecordFailure, RunnerError, SinkError};

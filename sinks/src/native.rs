@@ -5,20 +5,12 @@
 //! as microseconds since 1970, a `time` as microseconds since midnight and
 //! `json`/`jsonb` as the JSON text. A search index or a cache is read by
 //! people and programs that expect calendar text and JSON, so the sinks
-//! that serve them convert with these pure functions:
-//!
-//! | wire (Connect schema) | native |
-//! | --- | --- |
-//! | `io.debezium.time.Date`, days | [`iso_date`]: `2026-01-01` |
-//! | `io.debezium.time.MicroTimestamp`, µs | [`iso_timestamp`]: `2026-01-01T12:34:56.500000` (no zone: a `timestamp` has none) |
-//! | `io.debezium.time.MicroTime`, µs of the day | [`iso_time`]: `12:34:56.500000` (`24:00:00.000000` kept) |
-//! | `io.debezium.data.Json`, JSON text | the JSON value itself ([`json_value`]) |
-//! | arrays of these | arrays of the converted items, shape and nulls kept |
-//!
-//! Everything else is already in its users' form and passes untouched:
-//! `io.debezium.time.ZonedTimestamp` (ISO-8601 UTC text, e.g.
-//! `2026-11-27T15:10:35.670111Z`), `ZonedTime`, decimals (exact decimal
-//! strings), uuids, enums, text, numbers.
+//! that serve them convert with these pure functions: [`iso_date`],
+//! [`iso_timestamp`] and [`iso_time`] turn days, µs and µs of the day into
+//! ISO-8601 text, [`json_value`] JSON text into the JSON value, arrays item
+//! by item; everything else is already in its users' form and
+//! passes untouched. The form of each column type is listed once, in
+//! `docs/sinks/native-values.md`.
 //!
 //! **Years** are written as java.time and capture's `ZonedTimestamp` write
 //! them (ISO-8601 expanded years): four digits from 0000 to 9999, a sign

@@ -249,6 +249,25 @@ impl Batch {
         self.records.is_empty()
     }
 
+    /// Each source table (schema, table) of the batch's change events, with
+    /// the first event of each run of records of that table, in offset order:
+    /// what a sink claims its targets for before it writes (a batch is
+    /// usually one table, so one item).
+    pub fn table_runs(&self) -> impl Iterator<Item = (&ChangeEvent, &str, &str)> {
+        let mut last = None;
+        self.records.iter().filter_map(move |record| {
+            let event = record.event()?;
+            let (Some(schema), Some(table)) = (event.schema_name(), event.table()) else {
+                return None;
+            };
+            if last == Some((schema, table)) {
+                return None;
+            }
+            last = Some((schema, table));
+            Some((event, schema, table))
+        })
+    }
+
     /// Finds a record by offset.
     pub fn record_at(&self, offset: i64) -> Option<&Record> {
         self.records

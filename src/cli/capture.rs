@@ -3,7 +3,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use oncely_capture::catalog::quote_ident;
 use oncely_capture::config::CaptureConfig;
 use oncely_capture::error::CaptureError;
 use oncely_capture::metrics::{CaptureMetrics, SnapshotView};
@@ -204,19 +203,10 @@ async fn signal(args: SnapshotArgs) -> anyhow::Result<()> {
         .context("signal.data.collection must be schema.table")?;
     let id = format!(
         "cli-{}-{}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or(0),
+        oncely_core::clock::now_ms(),
         std::process::id()
     );
-    let sql = format!(
-        "INSERT INTO {}.{} (id, type, data) VALUES ($1, $2, $3)",
-        quote_ident(schema),
-        quote_ident(name)
-    );
-    client
-        .execute(&sql, &[&id, &kind, &data])
+    super::insert_signal(&client, (schema, name), &id, kind, data.as_deref())
         .await
         .with_context(|| format!("insert the signal into {table}"))?;
     drop(client);

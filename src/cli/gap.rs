@@ -8,10 +8,12 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use async_trait::async_trait;
-use oncely_capture::catalog::quote_ident;
 use oncely_capture::config::CaptureConfig;
+use oncely_core::clock::now_ms;
 use oncely_sinks::runner::{SnapshotRequest, SnapshotSignals};
 use oncely_sinks::{SinkError, Version};
+
+use super::insert_signal;
 
 /// Signals the capture of `gap.capture.config` (see the module docs).
 pub struct CaptureSignals {
@@ -98,24 +100,18 @@ impl SnapshotSignals for CaptureSignals {
         let before = wal_position(&client).await?;
         let names: Vec<String> = tables.iter().map(|(s, t)| format!("{s}.{t}")).collect();
         let data = serde_json::json!({ "data-collections": names, "type": "incremental" });
-        let id = format!(
-            "gap-{}-{}-{}",
-            self.group,
-            topic,
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis())
-                .unwrap_or(0)
-        );
-        let sql = format!(
-            "INSERT INTO {}.{} (id, type, data) VALUES ($1, 'execute-snapshot', $2)",
-            quote_ident(&self.signal_table.0),
-            quote_ident(&self.signal_table.1)
-        );
-        client
-            .execute(&sql, &[&id, &data.to_string()])
-            .await
-            .map_err(|e| SinkError::retriable_from("insert the recovery snapshot's signal", e))?;
+        let id = format!("gap-{}-{topic}-{}", self.group, now_ms());
+        let (schema, table) = &self.signal_table;
+        let data = data.to_string();
+        insert_signal(
+            &client,
+            (schema, table),
+            &id,
+            "execute-snapshot",
+            Some(&data),
+        )
+        .await
+        .map_err(|e| SinkError::retriable_from("insert the recovery snapshot's signal", e))?;
         let after = wal_position(&client).await?;
         tracing::warn!(signal = %id, tables = %names.join(", "), "recovery snapshot requested for a gap in {topic}");
         Ok(SnapshotRequest {

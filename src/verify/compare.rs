@@ -2,7 +2,7 @@
 //! holds for its key, in the shape that target stores it.
 
 use oncely_capture::catalog::ValueKind;
-use oncely_sinks::mirror::{wire_text, StoredRow};
+use oncely_sinks::verify_reader::{wire_text, StoredRow};
 use serde_json::{Map, Value};
 
 use super::source::SourceTable;

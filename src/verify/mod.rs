@@ -20,21 +20,21 @@
 
 mod compare;
 mod report;
+mod sink_target;
 mod source;
-mod target;
 mod wait;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use oncely_capture::config::CaptureConfig;
-use oncely_sinks::mirror::{MirrorTable, StoredForm};
+use oncely_sinks::verify_reader::{StoredForm, VerifiedTable};
 
 pub use compare::{compare_row, values_equal, ColumnDiff};
 pub use report::{Difference, Report, TableReport, TargetReport};
+pub use sink_target::{Target, PAGE};
 pub use source::format_lsn;
 pub use source::{Column, SourceDb, SourceRow, SourceTable};
-pub use target::{Target, PAGE};
 pub use wait::{oldest_unapplied, topic_ends, SinkWait, Unapplied};
 
 /// [`VerifyError::Postgres`] with `context`, for readers outside verify (`oncely status`).
@@ -181,10 +181,10 @@ pub async fn compare_table(
     table: &SourceTable,
     examples: usize,
 ) -> Result<TableReport, VerifyError> {
-    let mirror = table.mirror();
+    let verified = table.verified_table();
     let mut out = TableReport {
         table: table.qualified(),
-        location: target.location(&mirror),
+        location: target.location(&verified),
         ..TableReport::default()
     };
     let mut after: Option<Vec<String>> = None;
@@ -193,11 +193,11 @@ pub async fn compare_table(
         if rows.is_empty() {
             break;
         }
-        let found = target.fetch(&mirror, &rows).await?;
+        let found = target.fetch(&verified, &rows).await?;
         // Source values converted as the target converted its own.
         let converted = found
             .form
-            .columns(mirror.columns.iter().map(|(n, s)| (n.as_str(), s)));
+            .columns(verified.columns.iter().map(|(n, s)| (n.as_str(), s)));
         for (row, held) in rows.iter().zip(found.rows) {
             match held {
                 None => {
@@ -229,11 +229,11 @@ pub async fn compare_table(
             break;
         }
     }
-    out.target_rows = target.count(&mirror).await?;
+    out.target_rows = target.count(&verified).await?;
     let matched = out.source_rows - out.missing;
     if out.target_rows > matched {
         out.extra = out.target_rows - matched;
-        find_extra(source, target, (table, &mirror), examples, &mut out).await?;
+        find_extra(source, target, (table, &verified), examples, &mut out).await?;
     }
     Ok(out)
 }
@@ -242,14 +242,14 @@ pub async fn compare_table(
 async fn find_extra(
     source: &SourceDb,
     target: &Target,
-    (table, mirror): (&SourceTable, &MirrorTable),
+    (table, verified): (&SourceTable, &VerifiedTable),
     examples: usize,
     out: &mut TableReport,
 ) -> Result<(), VerifyError> {
     let mut named = 0;
     let mut cursor = None;
     loop {
-        let (keys, next) = target.scan_keys(mirror, cursor).await?;
+        let (keys, next) = target.scan_keys(verified, cursor).await?;
         let existing = source.existing(table, &keys).await?;
         for key in keys.into_iter().filter(|k| !existing.contains(k)) {
             if named >= examples.min(out.extra as usize) {

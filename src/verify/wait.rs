@@ -9,14 +9,15 @@ use std::time::{Duration, Instant};
 use oncely_capture::catalog::read_stored_offset;
 use oncely_capture::catalog::CaptureContext;
 use oncely_capture::config::CaptureConfig;
+use oncely_sinks::TopicPartition;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::sink_target::Target;
 use super::source::format_lsn;
-use super::target::{Partition, Target};
 use super::VerifyError;
 
 const POLL: Duration = Duration::from_millis(250);
@@ -51,7 +52,7 @@ pub async fn capture(cfg: &CaptureConfig, lsn: u64, deadline: Instant) -> Result
 pub async fn topic_ends(
     client: &ClientConfig,
     topics: &[String],
-) -> Result<HashMap<Partition, (i64, i64)>, VerifyError> {
+) -> Result<HashMap<TopicPartition, (i64, i64)>, VerifyError> {
     let client = client.clone();
     let topics = topics.to_vec();
     tokio::task::spawn_blocking(move || {
@@ -70,7 +71,7 @@ pub async fn topic_ends(
                     .map_err(|e| {
                         VerifyError::Kafka(format!("read the end of {}[{}]: {e}", t.name(), p.id()))
                     })?;
-                out.insert((t.name().to_owned(), p.id()), marks);
+                out.insert(TopicPartition::new(t.name(), p.id()), marks);
             }
         }
         Ok(out)
@@ -93,22 +94,22 @@ pub struct SinkWait {
 pub async fn sink(
     client: &ClientConfig,
     target: &Target,
-    ends: &HashMap<Partition, (i64, i64)>,
+    ends: &HashMap<TopicPartition, (i64, i64)>,
     deadline: Instant,
 ) -> Result<SinkWait, VerifyError> {
     let started = Instant::now();
-    let partitions: Vec<Partition> = ends
+    let partitions: Vec<TopicPartition> = ends
         .keys()
-        .filter(|(t, _)| target.covers(t))
+        .filter(|tp| target.covers(&tp.topic))
         .cloned()
         .collect();
     let mut lag_offsets = None;
     loop {
         let positions = target.positions(&partitions).await?;
-        let at = |p: &Partition| positions.get(p).copied().unwrap_or(ends[p].0);
+        let at = |p: &TopicPartition| positions.get(p).copied().unwrap_or(ends[p].0);
         lag_offsets
             .get_or_insert_with(|| partitions.iter().map(|p| (ends[p].1 - at(p)).max(0)).sum());
-        let behind: Vec<(Partition, i64, i64)> = partitions
+        let behind: Vec<(TopicPartition, i64, i64)> = partitions
             .iter()
             .filter(|p| at(p) < ends[*p].1)
             .map(|p| (p.clone(), at(p), ends[p].1))
@@ -125,7 +126,7 @@ pub async fn sink(
             let list = behind
                 .iter()
                 .take(5)
-                .map(|((t, p), at, end)| format!("{t}[{p}] at offset {at}, end {end}"))
+                .map(|(tp, at, end)| format!("{tp} at offset {at}, end {end}"))
                 .collect::<Vec<_>>()
                 .join("; ");
             return Err(VerifyError::Timeout(format!(
@@ -142,8 +143,8 @@ pub async fn sink(
 /// or aborted records, which a sink never sees).
 async fn unapplied(
     client: &ClientConfig,
-    behind: Vec<(Partition, i64, i64)>,
-) -> Result<Vec<(Partition, i64, i64)>, VerifyError> {
+    behind: Vec<(TopicPartition, i64, i64)>,
+) -> Result<Vec<(TopicPartition, i64, i64)>, VerifyError> {
     if behind.is_empty() {
         return Ok(behind);
     }
@@ -168,8 +169,8 @@ async fn unapplied(
 /// waited (`oncely status`).
 pub async fn oldest_unapplied(
     client: &ClientConfig,
-    behind: Vec<(Partition, i64, i64)>,
-) -> Result<HashMap<Partition, Option<Unapplied>>, VerifyError> {
+    behind: Vec<(TopicPartition, i64, i64)>,
+) -> Result<HashMap<TopicPartition, Option<Unapplied>>, VerifyError> {
     let client = client.clone();
     tokio::task::spawn_blocking(move || {
         let consumer = reader(client)?;
@@ -214,7 +215,7 @@ fn source_ts_ms(value: &[u8]) -> Option<i64> {
 /// none does.
 fn first_committed_between(
     consumer: &BaseConsumer<CaptureContext>,
-    (topic, partition): &Partition,
+    TopicPartition { topic, partition }: &TopicPartition,
     from: i64,
     end: i64,
 ) -> Result<Option<Option<Unapplied>>, VerifyError> {

@@ -1,4 +1,4 @@
-//! Schema changes under load (issue 23): one table per DDL kind, each with
+//! Schema changes under load (docs/design.md, "Schema changes"): one table per DDL kind, each with
 //! rows mirrored in the warehouse, the search index and the cache before
 //! the change, driven through capture and the three sinks while a chaos
 //! loop SIGKILLs a random process every second or two. After the changes

@@ -11,11 +11,11 @@ mod sink;
 
 mod capture_quarantine;
 mod config_keys;
-mod conformance;
 mod conformance_ddl;
 mod debezium_compat;
 mod dedup_window;
 mod doc_links;
+mod every_shape;
 mod health_endpoints;
 mod kafka_sasl;
 mod metrics_catalog;

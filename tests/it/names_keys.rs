@@ -1,5 +1,5 @@
-//! Names, keys and SQL made from user text (issue 23 items 3, 10–13; issue
-//! 17 item 2), against the real services: tables whose topics, indexes,
+//! Names, keys and SQL made from user text (docs/design.md, "Topics and
+//! records" and "Snapshots"), against the real services: tables whose topics, indexes,
 //! warehouse tables or Redis keys would merge; Redis keys whose values hold
 //! the separator; full row images after DROP and RENAME COLUMN in Redis; a
 //! source column named like the warehouse's bookkeeping; and a snapshot
@@ -15,7 +15,7 @@ use crate::harness::capture::{read_committed, wait_for, CaptureEnv};
 use crate::harness::common;
 use crate::harness::e2e::{redis_conn, summary, Pipeline};
 
-/// Issue 23 item 10: `"Order Items"` and `Order_Items` both became
+/// Distinct tables get distinct topics: `"Order Items"` and `Order_Items` both became
 /// `<prefix>.Sales.Order_Items`. The second is quarantined (set aside, the
 /// other flows), naming both tables and `topic.name.mapping`; with a mapping
 /// both flow, and a table created later whose topic would be one of theirs
@@ -152,7 +152,7 @@ const ODD_KEYS: [(&str, &str); 6] = [
     ("", ":"),
 ];
 
-/// Issue 23 items 11, 12 and 3: `verify` names indexes and keys as the sinks
+/// Verify reads what the sinks wrote: `verify` names indexes and keys as the sinks
 /// do (it looked for the index `... order items`); Redis keys of rows whose
 /// key values hold `:` stay apart (`('a:b','c')` and `('a','b:c')` were one
 /// key); and after DROP COLUMN and RENAME COLUMN a full row image replaces
@@ -482,7 +482,7 @@ async fn tables_merged_by_a_target_name_quarantine_the_second_naming_both() -> R
     Ok(())
 }
 
-/// Issue 17 item 2: the filter `true) LIMIT 0; DROP TABLE ...; SELECT (1`
+/// A snapshot filter is one boolean expression, never SQL to run: the filter `true) LIMIT 0; DROP TABLE ...; SELECT (1`
 /// ran its DROP under the capture role. The CLI refuses it, a signal row
 /// holding it is ignored, a filter that is not boolean is ignored, nothing
 /// is dropped — and a real filter still snapshots what it selects.

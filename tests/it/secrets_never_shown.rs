@@ -1,4 +1,4 @@
-//! Secrets never shown (issue 17 item 3): every way a start can fail with a
+//! Secrets never shown (docs/design.md, "Threat model"): every way a start can fail with a
 //! password or API key in its configuration — a TOML error on the line that
 //! holds it, a URL with user info, unreachable or refusing servers, `verify`
 //! over such configs — is run as the real binary with debug logs, and its

@@ -1,5 +1,5 @@
 //! The warehouse follows RENAME COLUMN and DROP COLUMN by source attnum
-//! (issue 23; docs/capture.md, "Schema changes"): capture names each field's attnum,
+//! (docs/capture.md, "Schema changes"): capture names each field's attnum,
 //! the warehouse records it in the column's comment and maps fields to
 //! columns by it.
 //!

@@ -373,7 +373,7 @@ fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
 }
 
 proptest::proptest! {
-    /// Issue 17 item 5: a poison record is a typed error (a dead letter),
+    /// A poison record is a typed error (a dead letter),
     /// never a panic that would crash-loop the sink on the same offset.
     #[test]
     fn arbitrary_bytes_never_panic_the_decoders(raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {

@@ -29,8 +29,8 @@ use oncely_core::config::{flatten, from_flat, Leaves};
 
 use crate::config::{parse_runner_config, RunnerConfig};
 use crate::error::{ConfigError, SinkError};
-use crate::mirror::{Mirror, MirrorContext, MirrorError};
 use crate::sink::Sink;
+use crate::verify_reader::{VerifyContext, VerifyReadError, VerifyReader};
 
 /// What a sink's configuration does once `[sink] kind = "..."` selected it.
 /// Implemented by each sink's config struct, in the sink's own folder.
@@ -50,10 +50,10 @@ pub trait SinkKind: Send + Sync {
 
     /// The reader `oncely verify` compares the source with, in the sink's
     /// folder beside its writer; `None`: verify cannot read this kind.
-    async fn mirror(
+    async fn verify_reader(
         &self,
-        _ctx: &MirrorContext<'_>,
-    ) -> Option<Result<Box<dyn Mirror>, MirrorError>> {
+        _ctx: &VerifyContext<'_>,
+    ) -> Option<Result<Box<dyn VerifyReader>, VerifyReadError>> {
         None
     }
 }
@@ -189,7 +189,7 @@ mod tests {
         let SinkConfig::Postgres(c) = s else {
             panic!("not the warehouse: {s:?}")
         };
-        assert_eq!(c.sslmode, crate::kinds::postgres::SslMode::Prefer);
+        assert_eq!(c.sslmode, oncely_core::postgres::SslMode::Prefer);
         assert_eq!(c.sslmode, oncely_core::postgres::DEFAULT_SSLMODE);
     }
 

@@ -57,8 +57,8 @@ use serde_json::Value;
 
 use crate::error::{ConfigError, RecordFailure, SinkError};
 use crate::event::VersionOrigin;
-use crate::secret::Secret;
 use crate::sink::{Batch, Positions, Record, Sink};
+use oncely_core::Secret;
 
 /// Default `dedup.max.entries` (memory store): identities kept.
 pub const DEFAULT_DEDUP_MAX_ENTRIES: u64 = 100_000;

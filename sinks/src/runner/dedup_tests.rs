@@ -240,7 +240,7 @@ fn config_is_checked_with_the_key_named() {
     assert_eq!(
         bad(DedupConfig {
             store: DedupStore::Redis,
-            redis_url: Some(crate::secret::Secret::new("redis://r:6379")),
+            redis_url: Some(oncely_core::Secret::new("redis://r:6379")),
             max_bytes: Some(1 << 20),
             ..Default::default()
         }),

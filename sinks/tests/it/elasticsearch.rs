@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use elasticsearch::http::transport::Transport;
 use elasticsearch::indices::{IndicesDeleteParts, IndicesRefreshParts};
 use elasticsearch::{Elasticsearch, SearchParts};
+use oncely_core::wire::UNAVAILABLE_VALUE;
 use oncely_sinks::event::{decode_key, decode_value};
 use oncely_sinks::kinds::elasticsearch::config::{
     DEFAULT_VERSION_FIELD, DEFAULT_VERSION_LSN_FIELD, DEFAULT_VERSION_SEQ_FIELD,
 };
-use oncely_sinks::kinds::elasticsearch::plan::UNAVAILABLE_VALUE;
 use oncely_sinks::kinds::elasticsearch::{ElasticsearchConfig, ElasticsearchSink};
 use oncely_sinks::runner::{HEADER_ERROR, HEADER_OFFSET};
 use oncely_sinks::{Batch, Record, Runner, RunnerConfig, Sink, SinkError};
@@ -550,7 +550,7 @@ async fn a_truncate_where_the_version_field_is_not_indexed_is_a_dead_letter() {
     delete_index(&topic).await;
 }
 
-/// Issue 23 item 8: a `timestamptz` Elasticsearch cannot parse as a date (a
+/// Exact values (docs/design.md, "Native values in search indexes"): a `timestamptz` Elasticsearch cannot parse as a date (a
 /// year before 0 or after 9999 as java.time writes it, `infinity`) after the
 /// field was mapped as `date` still lands, its exact value in `_source`; as
 /// do timestamp/date infinity sentinels and exact ISO intervals.
@@ -861,7 +861,7 @@ async fn ids_of(index: &str, query: Value) -> Vec<String> {
     ids
 }
 
-/// Issue 16 item 3: documents carry dates as ISO-8601 text, JSON as JSON,
+/// Native values (docs/design.md, "Native values in search indexes"): documents carry dates as ISO-8601 text, JSON as JSON,
 /// decimals exactly; the index is mapped from the Connect schema, so a
 /// `range` query on a date column and on a numeric column finds exactly
 /// the right rows (values Elasticsearch cannot index kept in `_source`).

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
 use oncely_sinks::event::{decode_key, decode_value};
-use oncely_sinks::kinds::postgres::{DeleteMode, PostgresConfig, PostgresSink, UNAVAILABLE};
+use oncely_sinks::kinds::postgres::{DeleteMode, PostgresConfig, PostgresSink};
 use oncely_sinks::{Batch, Record, Sink, SinkError, TopicPartition};
 use oncely_testkit::kafka::unique;
 use serde_json::{json, Value};
@@ -413,14 +414,14 @@ async fn connect_schemas_type_the_target_columns() {
     assert_eq!(row.get::<_, String>(2), "12345678.90");
     assert!(row.get::<_, bool>(3));
     assert_eq!(row.get::<_, String>(4), "15:10:35.670111");
-    // Exact (issue 23 item 5): months, days and time as the source had them,
+    // Exact values: months, days and time as the source had them,
     // not '10303:05:06.789'.
     assert_eq!(row.get::<_, String>(5), "1 year 2 mons 3 days 04:05:06.789");
     assert_eq!(row.get::<_, String>(6), "0001feff");
     assert_eq!(row.get::<_, String>(7), r#"{plain,"a,b","x\"y",NULL}"#);
     assert_eq!(row.get::<_, String>(8), "infinity");
     assert_eq!(row.get::<_, String>(9), "NaN");
-    // PostgreSQL's extremes (issue 23 items 5-8), each as the source held it:
+    // PostgreSQL's extremes (docs/design.md, "Dates, times and intervals"), each as the source held it:
     // compared by PostgreSQL's `=` and by the text (interval `=` calls
     // '1 mon' and '30 days' equal; the text does not).
     let extremes = [

@@ -6,8 +6,9 @@
 
 use std::sync::Arc;
 
+use oncely_core::postgres::SslMode;
 use oncely_sinks::event::{decode_key, decode_value};
-use oncely_sinks::kinds::postgres::{PostgresConfig, PostgresSink, SslMode};
+use oncely_sinks::kinds::postgres::{PostgresConfig, PostgresSink};
 use oncely_sinks::{Batch, Record, Sink, SinkError};
 use oncely_testkit::kafka::unique;
 use oncely_testkit::tls;
@@ -216,7 +217,7 @@ async fn a_client_certificate_is_presented() {
     // (to a variable `scripts/services env` sets: setting one here would
     // change the environment every test in this process shares).
     // (resolved here by hand, as reading a configuration file resolves it).
-    let key = oncely_sinks::kinds::postgres::Secret::new("${env:ONCELY_PG_SSLKEY}");
+    let key = oncely_core::Secret::new("${env:ONCELY_PG_SSLKEY}");
     with.sslkey = Some(key.resolve().expect("ONCELY_PG_SSLKEY is set"));
     let dns = applies_over_tls(&with, &db, &admin).await;
     let expected = format!("/CN={role}");
@@ -236,7 +237,7 @@ async fn a_server_that_requires_ssl_is_named_with_the_key_to_set() {
         SslMode::Disable,
         None,
     );
-    plain.password = Some(oncely_sinks::kinds::postgres::Secret::new(password));
+    plain.password = Some(oncely_core::Secret::new(password));
     let e = match PostgresSink::connect(&plain).await {
         Ok(_) => panic!("connected without TLS"),
         Err(e) => e,

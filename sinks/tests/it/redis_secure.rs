@@ -10,9 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use oncely_core::Secret;
 use oncely_sinks::event::decode_value;
 use oncely_sinks::kinds::redis::{RedisConfig, RedisSink};
-use oncely_sinks::secret::Secret;
 use oncely_sinks::{Batch, Record, Sink, SinkError};
 use oncely_testkit::kafka::unique;
 use oncely_testkit::tls;

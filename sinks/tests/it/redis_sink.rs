@@ -10,11 +10,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use oncely_core::wire::UNAVAILABLE_VALUE;
 use oncely_sinks::event::decode_value;
 use oncely_sinks::kinds::redis::config::DEFAULT_VERSION_FIELD;
-use oncely_sinks::kinds::redis::{
-    encode_version, Layout, RedisConfig, RedisSink, UNAVAILABLE_VALUE,
-};
+use oncely_sinks::kinds::redis::{encode_version, Layout, RedisConfig, RedisSink};
 use oncely_sinks::native::ValueFormat;
 use oncely_sinks::{Batch, Record, Sink, SinkError, TopicPartition, Version};
 use rand::seq::SliceRandom;
@@ -662,64 +661,11 @@ async fn a_key_of_another_type_is_rejected_and_no_position_stored() {
 async fn bad_credentials_are_fatal() {
     let (mut cfg, _) = config(Layout::Hash);
     cfg.username = Some("nobody".into());
-    cfg.password = Some(oncely_sinks::secret::Secret::new("wrong"));
+    cfg.password = Some(oncely_core::Secret::new("wrong"));
     match RedisSink::connect(&cfg).await {
         Err(e) => assert!(e.is_fatal(), "{e:?}"),
         Ok(_) => panic!("connected with a wrong password"),
     }
-}
-
-/// Rows written before versions moved into the hash (a hash without the
-/// version field, its version in the version key) are read correctly: an
-/// older change is skipped, a newer one takes over and drops the old key.
-#[tokio::test]
-async fn rows_with_their_version_in_a_separate_key_are_taken_over() {
-    let (cfg, p) = config(Layout::Hash);
-    let sink = RedisSink::connect(&cfg).await.expect("sink");
-    let mut conn = raw().await;
-    let (key, vkey) = (format!("{p}:t:1"), format!("{p}:v:{p}:t:1"));
-    redis::pipe()
-        .cmd("HSET")
-        .arg(&key)
-        .arg("id")
-        .arg("1")
-        .arg("v")
-        .arg("old")
-        .ignore()
-        .cmd("SET")
-        .arg(&vkey)
-        .arg(encode_version(Version::new(20, 0)))
-        .ignore()
-        .query_async::<()>(&mut conn)
-        .await
-        .expect("old layout");
-    let change = |v: &str, version| record(1, 1, "u", json!({"id": 1, "v": v}), version);
-    sink.apply(&batch(
-        "g",
-        0,
-        vec![change("stale", Version::new(19, 0))],
-        2,
-    ))
-    .await
-    .expect("stale");
-    let h: BTreeMap<String, String> = redis::cmd("HGETALL")
-        .arg(&key)
-        .query_async(&mut conn)
-        .await
-        .expect("HGETALL");
-    assert_eq!(h.get("v").map(String::as_str), Some("old"), "{h:?}");
-    sink.apply(&batch("g", 0, vec![change("new", Version::new(21, 0))], 2))
-        .await
-        .expect("newer");
-    assert_eq!(
-        cached(&mut conn, Layout::Hash, &key).await,
-        Some(text_row(&json!({"id": 1, "v": "new"})))
-    );
-    assert_eq!(get(&mut conn, &vkey).await, None, "old version key removed");
-    assert_eq!(
-        stored_version(&mut conn, Layout::Hash, &p, &key).await,
-        Some(encode_version(Version::new(21, 0)))
-    );
 }
 
 #[tokio::test]
@@ -972,7 +918,7 @@ async fn assert_fields(conn: &mut MultiplexedConnection, key: &str, want: &[(&st
     }
 }
 
-/// Issue 16 item 4: `HGET` of a date column returns `YYYY-MM-DD`, a timestamp
+/// Native values (docs/design.md, "Native values"): `HGET` of a date column returns `YYYY-MM-DD`, a timestamp
 /// ISO-8601, a numeric its exact decimal string; BC, far-future and infinite
 /// values keep their meaning; `value.format = "wire"` keeps the wire form.
 #[tokio::test]

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use oncely_core::Secret;
 use oncely_sinks::config::{DedupConfig, DedupStore};
 use oncely_sinks::metrics::Metrics;
 use oncely_sinks::runner::{HEADER_ERROR, HEADER_OFFSET};
-use oncely_sinks::secret::Secret;
 use oncely_sinks::{Batch, Runner, RunnerConfig, Sink, SinkError};
 use oncely_testkit::kafka::*;
 use tokio_util::sync::CancellationToken;

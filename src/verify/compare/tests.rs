@@ -52,8 +52,8 @@ fn equal_json_rows_with_null_as_absent() {
 fn native_documents_compare_with_the_source_converted_as_the_sink_converts() {
     use oncely_sinks::kinds::elasticsearch::values::Format;
     use oncely_sinks::kinds::elasticsearch::JsonMode;
-    use oncely_sinks::mirror::StoredForm;
     use oncely_sinks::native::ValueFormat;
+    use oncely_sinks::verify_reader::StoredForm;
     let mut t = table();
     t.columns.push(Column {
         name: "day".into(),
@@ -67,10 +67,10 @@ fn native_documents_compare_with_the_source_converted_as_the_sink_converts() {
     // The source row as the target stores it: what compare_table compares.
     let stored = |form: Format| {
         let s = row(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}", "day": 20454}));
-        let mirror = t.mirror();
+        let verified = t.verified_table();
         let columns = form
             .stored_form()
-            .columns(mirror.columns.iter().map(|(n, s)| (n.as_str(), s)));
+            .columns(verified.columns.iter().map(|(n, s)| (n.as_str(), s)));
         StoredForm::convert(&s.row, &columns).into_owned()
     };
     let s = stored(native);

@@ -197,7 +197,7 @@ async fn each_change_kind_gives_the_expected_events() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Issue 23 items 6 and 8: a value its integer field cannot hold (an
+/// A value is exact or refused (docs/design.md, "Dates, times and intervals"): a value its integer field cannot hold (an
 /// interval beyond 64-bit µs under `interval.handling.mode = "numeric"`, a
 /// `timestamp` past 294247 AD) is refused with a message naming table,
 /// column, value and fix, and counted; the other changes of the same

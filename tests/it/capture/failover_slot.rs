@@ -1,4 +1,4 @@
-//! `slot.failover = true` (issue 17 item 4): on PostgreSQL 17 and later
+//! `slot.failover = true` (docs/capture.md): on PostgreSQL 17 and later
 //! capture creates a failover slot (synchronized to standbys that set
 //! `sync_replication_slots`) and streams from it; an existing slot that is
 //! not one stops start-up with the command that makes it one. Older servers

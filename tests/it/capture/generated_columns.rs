@@ -1,4 +1,4 @@
-//! Generated columns (issue 23, "Exact values"): PostgreSQL 18 publishes
+//! Generated columns (docs/capture.md): PostgreSQL 18 publishes
 //! *stored* generated columns when the publication asks for them
 //! (`publish_generated_columns = stored`, which capture sets), so every
 //! target mirrors them — through the initial snapshot, the stream, and a

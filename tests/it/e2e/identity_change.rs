@@ -1,4 +1,5 @@
-//! A replica identity broken while the pipeline runs (issue 24 item 4),
+//! A replica identity broken while the pipeline runs (docs/design.md,
+//! "Tables, keys and identities"),
 //! seen in the targets: capture refuses the broken table's changes from the
 //! Relation message on, so the warehouse, the search index and the cache
 //! keep exactly what they held before the break (no half-applied key change,

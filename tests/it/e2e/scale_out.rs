@@ -1,4 +1,4 @@
-//! Sinks scaled out and in under load (issue 24): each prebuilt sink
+//! Sinks scaled out and in under load (docs/design.md, "Sinks"): each prebuilt sink
 //! (warehouse with its history table, search index, cache) runs as two
 //! runners in one consumer group (static members) on three-partition topics
 //! while a writer commits inserts, updates, primary-key updates and deletes.

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use oncely_core::wire::UNAVAILABLE_VALUE;
 use oncely_sinks::conformance;
 use oncely_testkit::kafka::{
     brokers, committed, create_topic, envelope, header, key, produce, produce_steadily, read_topic,
@@ -345,7 +346,7 @@ impl conformance::Target for WebhookTarget {
                 _ => {
                     let row = rows.entry(id).or_default();
                     for (column, value) in body["after"].as_object().ok_or("no after")? {
-                        if value != conformance::UNAVAILABLE {
+                        if value != UNAVAILABLE_VALUE {
                             row.insert(column.clone(), value.clone());
                         }
                     }

@@ -8,12 +8,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use oncely_core::config::in_range;
 use serde::Deserialize;
 
 use super::version::{MAX_SEQ_BITS, MIN_SEQ_BITS};
 use crate::error::ConfigError;
 use crate::native::ValueFormat;
-use crate::secret::Secret;
+use oncely_core::Secret;
 
 /// Default `url`.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:9200";
@@ -298,12 +299,12 @@ impl ElasticsearchConfig {
                 "must be at least 1",
             ));
         }
-        if !(MIN_SEQ_BITS..=MAX_SEQ_BITS).contains(&self.seq_bits) {
-            return Err(ConfigError::new(
-                "sink.version.seq.bits",
-                format!("must be between {MIN_SEQ_BITS} and {MAX_SEQ_BITS}"),
-            ));
-        }
+        in_range(
+            "sink.version.seq.bits",
+            self.seq_bits,
+            MIN_SEQ_BITS,
+            MAX_SEQ_BITS,
+        )?;
         if self.delete_mode == DeleteMode::Soft && self.soft_delete_field.trim().is_empty() {
             return Err(ConfigError::new(
                 "sink.soft.delete.field",

@@ -54,7 +54,8 @@ struct MgetDoc {
 }
 
 /// The warning for values neither the event nor the index holds: per
-/// document, so rate-limited (issue 20: hundreds of lines a second).
+/// document, so rate-limited (a large batch would write hundreds of lines a
+/// second; docs/design.md, "Operations": warnings are rate-limited).
 static LEFT_OUT: LogLimit = LogLimit::new(Duration::from_secs(10), 5);
 
 /// A stored document.

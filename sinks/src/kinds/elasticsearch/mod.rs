@@ -47,11 +47,11 @@ pub mod error;
 pub mod generation;
 pub mod mapping;
 pub mod merge;
-pub mod mirror;
 pub mod plan;
 pub mod tombstones;
 pub mod truncate;
 pub mod values;
+pub mod verify_reader;
 pub mod version;
 
 use std::collections::HashSet;
@@ -84,12 +84,14 @@ impl super::SinkKind for ElasticsearchConfig {
     async fn build(&self) -> Result<std::sync::Arc<dyn Sink>, SinkError> {
         Ok(std::sync::Arc::new(ElasticsearchSink::connect(self).await?))
     }
-    async fn mirror(
+    async fn verify_reader(
         &self,
-        ctx: &crate::mirror::MirrorContext<'_>,
-    ) -> Option<Result<Box<dyn crate::mirror::Mirror>, crate::mirror::MirrorError>> {
-        let mirror = mirror::ElasticsearchMirror::connect(self, ctx).await;
-        Some(mirror.map(|m| Box::new(m) as Box<dyn crate::mirror::Mirror>))
+        ctx: &crate::verify_reader::VerifyContext<'_>,
+    ) -> Option<
+        Result<Box<dyn crate::verify_reader::VerifyReader>, crate::verify_reader::VerifyReadError>,
+    > {
+        let reader = verify_reader::ElasticsearchVerifyReader::connect(self, ctx).await;
+        Some(reader.map(|m| Box::new(m) as Box<dyn crate::verify_reader::VerifyReader>))
     }
 }
 
@@ -140,18 +142,7 @@ impl ElasticsearchSink {
 
     /// Refuses a batch whose table's index another table writes to.
     fn claim_indexes(&self, batch: &Batch) -> Result<(), SinkError> {
-        let mut last = None;
-        for record in batch.records() {
-            let Some(event) = record.event() else {
-                continue;
-            };
-            let (Some(schema), Some(table)) = (event.schema_name(), event.table()) else {
-                continue;
-            };
-            if last == Some((schema, table)) {
-                continue;
-            }
-            last = Some((schema, table));
+        for (event, schema, table) in batch.table_runs() {
             // A name Elasticsearch refuses is the record's failure (in the plan).
             if let Ok(index) = event_index(&self.config.index_pattern, batch.topic(), event) {
                 self.claims.claim(&index, schema, table)?;

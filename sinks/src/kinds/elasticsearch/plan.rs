@@ -23,7 +23,6 @@ use crate::error::RecordFailure;
 use crate::event::{replaces, ChangeEvent, Op, Version};
 use crate::sink::{Batch, Record};
 
-pub use oncely_core::wire::UNAVAILABLE_VALUE;
 /// Elasticsearch's limit on an index name, in bytes.
 pub const MAX_INDEX_BYTES: usize = 255;
 /// Elasticsearch's limit on `_id`, in bytes.

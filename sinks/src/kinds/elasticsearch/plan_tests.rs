@@ -4,6 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::event::{decode_value, Payload};
+use oncely_core::wire::UNAVAILABLE_VALUE;
 
 fn config(extra: &str) -> ElasticsearchConfig {
     oncely_core::config::from_str(extra, "sink").expect("config")

@@ -3,23 +3,11 @@
 //!
 //! Under `value.format = "native"` (the default) a document carries what
 //! its readers query (the conversions are [`crate::native`]'s) and each
-//! column is mapped from its Connect schema:
-//!
-//! | column (Connect schema) | document value | mapping |
-//! | --- | --- | --- |
-//! | `date` (`io.debezium.time.Date`) | `"2026-01-01"` | `date`, `strict_date_optional_time`, `ignore_malformed` |
-//! | `timestamp` (`MicroTimestamp`) | `"2026-01-01T12:34:56.500000"` | `date`, same |
-//! | `timestamptz` (`ZonedTimestamp`) | `"2026-01-01T12:34:56.500000Z"` | `date`, same |
-//! | `time` (`MicroTime`), `timetz` (`ZonedTime`) | `"12:34:56.500000"`, `"12:34:56.500000Z"` | `keyword` (fixed width: sorts and ranges in time order) |
-//! | `numeric`, `money` (decimal strings) | `"163.38"` (exact) | `double`, `ignore_malformed`, with a `keyword` sub-field (the exact text) |
-//! | `real`, `double precision` | number | `float`, `double`, `ignore_malformed` |
-//! | `json`, `jsonb` (`io.debezium.data.Json`) | the JSON value | `flattened` or `object` (`json.handling.mode`); `text`: the JSON text, mapped dynamically |
-//! | `uuid`, enums | text | `keyword` |
-//! | arrays of these | arrays | the item's mapping |
-//!
-//! Other columns (integers, text, intervals, bytea as base64, ...) are
-//! written as capture writes them and mapped dynamically, as are all
-//! columns of schemaless topics (no schema: nothing to derive a type from).
+//! column is mapped from its Connect schema. Each column type's document value and mapping are listed once, in
+//! `docs/sinks/native-values.md`. Columns without a native form (integers,
+//! text, intervals, bytea as base64, ...) are written as capture writes them
+//! and mapped dynamically, as are all columns of schemaless topics (no
+//! schema: nothing to derive a type from).
 //!
 //! **Dates Elasticsearch cannot index.** `date` holds milliseconds (the
 //! index keeps a timestamp's microseconds only in `_source`), and a value it
@@ -40,11 +28,12 @@ use std::borrow::Cow;
 
 use serde_json::{json, Map, Value};
 
+use oncely_core::wire::UNAVAILABLE_VALUE;
+
 use super::config::{ElasticsearchConfig, JsonMode};
-use super::plan::UNAVAILABLE_VALUE;
 use crate::event::row_fields;
-use crate::mirror::StoredForm;
 use crate::native::{Kind, ValueFormat};
+use crate::verify_reader::StoredForm;
 
 /// The `_meta.oncely` key recording [`ValueFormat`].
 const META_VALUE_FORMAT: &str = "value.format";

@@ -9,10 +9,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use oncely_core::config::in_range;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
-use crate::secret::{Secret, SecretUrl};
+use oncely_core::{Secret, SecretUrl};
 
 /// Default `batch.size`: one change per request (the body is one JSON object).
 pub const DEFAULT_BATCH_SIZE: usize = 1;
@@ -114,16 +115,8 @@ impl HttpConfig {
                 "only used with an https:// url",
             ));
         }
-        let range = |key: &str, v: u64, min: u64, max: u64| {
-            if (min..=max).contains(&v) {
-                Ok(())
-            } else {
-                Err(ConfigError::new(
-                    format!("sink.{key}"),
-                    format!("must be between {min} and {max}, got {v}"),
-                ))
-            }
-        };
+        let range =
+            |key: &str, v: u64, min: u64, max: u64| in_range(format!("sink.{key}"), v, min, max);
         range("batch.size", self.batch_size as u64, 1, 10_000)?;
         range("request.timeout.ms", self.request_timeout_ms, 1, 600_000)?;
         range("max.concurrency", self.max_concurrency as u64, 1, 4096)?;

@@ -5,7 +5,7 @@ use std::fmt;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
-pub use crate::secret::Secret;
+use oncely_core::Secret;
 
 /// Default `pool.max.size`: connections kept to the warehouse.
 pub const DEFAULT_POOL_MAX_SIZE: usize = 4;
@@ -26,7 +26,7 @@ const MAX_IDENTIFIER_BYTES: usize = 63;
 
 /// `sslmode`: how the connection is secured, with libpq's meanings (one
 /// definition for every PostgreSQL connection, in `oncely-core`).
-pub use oncely_core::postgres::SslMode;
+use oncely_core::postgres::SslMode;
 
 /// `delete.mode`: what a delete event does to the target row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]

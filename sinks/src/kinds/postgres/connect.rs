@@ -8,8 +8,10 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use oncely_core::postgres::{ConnectError, PgConnector};
 
+use oncely_core::sql::quote_ident as quote;
+
 use super::error::{pool_error, to_sink_error};
-use super::table::{quote, Catalog};
+use super::table::Catalog;
 use super::{MetaColumns, PostgresConfig, PostgresSink};
 use crate::error::SinkError;
 use crate::naming::{Owner, TargetClaims};

@@ -27,7 +27,7 @@ pub enum Class {
 pub fn classify(e: &tokio_postgres::Error) -> Class {
     match e.code() {
         Some(code) => classify_code(code),
-        None if crate::tls::is_certificate_error(e) => Class::Fatal,
+        None if oncely_core::tls::is_certificate_error(e) => Class::Fatal,
         None => Class::Transient,
     }
 }

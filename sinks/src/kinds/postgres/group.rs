@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use super::plan::{Row, Shape, TableRows};
+use super::plan::TableRows;
+use super::rows::{Row, Shape};
+use super::statement::{conv_for_type, Group};
 use super::table::TableInfo;
 use super::types::{self, compatible};
-use super::write::{conv_for_type, Group};
 use crate::error::RecordFailure;
 
 /// A table's rows of a plan in offset order.

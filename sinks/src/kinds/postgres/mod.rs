@@ -70,13 +70,14 @@ mod error;
 mod generation;
 mod group;
 mod identity;
-mod mirror;
 mod plan;
 mod resolve;
 mod rows;
+mod source_ids;
 mod statement;
 mod table;
 mod types;
+mod verify_reader;
 mod write;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,21 +87,18 @@ use async_trait::async_trait;
 use deadpool_postgres::{Client, Pool};
 use tokio_postgres::error::SqlState;
 
-pub use config::{
-    expand_name, DeleteMode, DropColumns, PostgresConfig, Secret, SslMode, TruncateMode,
-};
+pub use config::{expand_name, DeleteMode, DropColumns, PostgresConfig, TruncateMode};
 pub use connect::{connector, place_of};
-pub use mirror::PostgresMirror;
-pub use plan::UNAVAILABLE;
 pub use table::{MetaColumns, DELETED, LSN, SEQ, UNAVAILABLE_COLUMNS};
+pub use verify_reader::PostgresVerifyReader;
 
 use self::error::{classify, pool_error, to_sink_error, Class};
 use self::group::{group_rows, sorted_rows, wanted_specs};
 use self::plan::{plan, Plan, Step};
+use self::statement::Modes;
 use self::table::Catalog;
 use self::write::{
-    find_rejected, store_position, write_all, write_group_with_position, Modes, Origin, Prebuilt,
-    Ready,
+    find_rejected, store_position, write_all, write_group_with_position, Origin, Prebuilt, Ready,
 };
 use crate::error::{RecordFailure, SinkError};
 use crate::naming::{Owner, TargetClaims};
@@ -119,17 +117,19 @@ impl super::SinkKind for PostgresConfig {
     async fn build(&self) -> Result<Arc<dyn Sink>, SinkError> {
         Ok(Arc::new(PostgresSink::connect(self).await?))
     }
-    async fn mirror(
+    async fn verify_reader(
         &self,
-        ctx: &crate::mirror::MirrorContext<'_>,
-    ) -> Option<Result<Box<dyn crate::mirror::Mirror>, crate::mirror::MirrorError>> {
+        ctx: &crate::verify_reader::VerifyContext<'_>,
+    ) -> Option<
+        Result<Box<dyn crate::verify_reader::VerifyReader>, crate::verify_reader::VerifyReadError>,
+    > {
         let Some(types) = ctx.types else {
-            return Some(Err(crate::mirror::MirrorError::Config(
+            return Some(Err(crate::verify_reader::VerifyReadError::Config(
                 "reading the warehouse needs capture's type mapping".into(),
             )));
         };
-        let mirror = PostgresMirror::connect(self, ctx, types).await;
-        Some(mirror.map(|m| Box::new(m) as Box<dyn crate::mirror::Mirror>))
+        let reader = PostgresVerifyReader::connect(self, ctx, types).await;
+        Some(reader.map(|m| Box::new(m) as Box<dyn crate::verify_reader::VerifyReader>))
     }
 }
 
@@ -167,18 +167,7 @@ impl PostgresSink {
     /// table writes to, or is the positions table (claimed at connect): each
     /// table the sink creates is claimed.
     fn claim_tables(&self, batch: &Batch) -> Result<(), SinkError> {
-        let mut last = None;
-        for record in batch.records() {
-            let Some(event) = record.event() else {
-                continue;
-            };
-            let (Some(schema), Some(table)) = (event.schema_name(), event.table()) else {
-                continue;
-            };
-            if last == Some((schema, table)) {
-                continue;
-            }
-            last = Some((schema, table));
+        for (_, schema, table) in batch.table_runs() {
             // A name too long is the record's failure (in the plan).
             let name = |format: &str| expand_name(format, batch.topic(), schema, table);
             if self.config.upsert_enabled {

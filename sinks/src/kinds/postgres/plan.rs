@@ -10,16 +10,14 @@ use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 
 use super::config::{expand_name, PostgresConfig};
-use super::identity::{source_table, SourceTable};
+use super::rows::{Matcher, Row, Shape};
+use super::source_ids::{source_table, SourceTable};
 use super::types::{from_schema, infer, row_fields, ColumnSpec};
 use crate::error::RecordFailure;
 use crate::event::{replaces, ChangeEvent, Op, Version};
 use crate::sink::{Batch, Record};
 
-pub use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
-
-use super::rows::Matcher;
-pub use super::rows::{column_values, Row, Shape};
+use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
 
 /// One change for the history table.
 #[derive(Debug, Clone)]

@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::super::rows::column_values;
 use super::*;
 use crate::event::decode_value;
 

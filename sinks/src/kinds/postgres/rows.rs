@@ -1,15 +1,19 @@
 //! A planned row and its shape: the columns, specs and values of the
 //! newest change of one key, read from the batch's records.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::identity::{NameMap, SourceTable};
+use super::source_ids::SourceTable;
 use super::types::ColumnSpec;
 use crate::event::Version;
 use crate::sink::Record;
+
+/// Event column name -> target column: `Some(name)` (itself when unchanged),
+/// or `None` for a field the sink leaves out (a column it dropped).
+pub type NameMap = HashMap<String, Option<String>>;
 
 /// The columns of a row and their specs: rows of a table nearly always share
 /// one, so it is built once and shared ([`Arc`]), and rows compare by it.
@@ -27,7 +31,7 @@ pub struct Shape {
     /// after-image entries (name, spec, unavailable) in the record's own order.
     /// Empty for a shape that is never reused (filled from an older change).
     pub(super) matcher: Option<Matcher>,
-    /// The source table the event's schema names ([`identity`](super::identity)).
+    /// The source table the event's schema names ([`source_ids`](super::source_ids)).
     pub source: Option<Arc<SourceTable>>,
     /// (target column, event field) of fields written under another name
     /// (a renamed column): values are read under the field's name.

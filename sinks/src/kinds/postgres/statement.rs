@@ -6,11 +6,44 @@ use std::borrow::Cow;
 use serde_json::Value;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::config::DeleteMode;
-use super::plan::{column_values, Row};
-use super::table::{literal, quote, TableInfo};
+use oncely_core::sql::{quote_ident as quote, quote_literal as literal};
+
+use super::config::{DeleteMode, TruncateMode};
+use super::rows::{column_values, Row};
+use super::table::TableInfo;
 use super::types::{to_text_as, ColumnSpec, Conv, Temporal};
-use super::write::{version_params, Group, Modes, Params};
+
+/// Rows of one table that share a column list: one statement.
+#[derive(Debug)]
+pub struct Group<'a> {
+    /// Columns written (key columns first).
+    pub columns: Vec<&'a str>,
+    /// How each column's text becomes its value.
+    pub convs: Vec<Conv>,
+    /// The rows; deletes when `delete` is set.
+    pub rows: Vec<&'a Row>,
+    /// A group of deletes.
+    pub delete: bool,
+}
+
+/// How writes behave.
+#[derive(Debug, Clone, Copy)]
+pub struct Modes {
+    /// `delete.mode`.
+    pub delete: DeleteMode,
+    /// `truncate.mode`.
+    pub truncate: TruncateMode,
+}
+
+pub(super) type Params<'a> = Vec<Box<dyn ToSql + Sync + Send + 'a>>;
+
+/// The version as two bigints (LSNs and ordinals beyond `i64::MAX` are rejected when planning).
+pub fn version_params(row: &Row) -> (i64, i64) {
+    (
+        i64::try_from(row.version.lsn).unwrap_or(i64::MAX),
+        i64::try_from(row.version.seq).unwrap_or(i64::MAX),
+    )
+}
 
 /// The statement writing `rows` of `group`, its parameters and their types
 /// (as the statement's casts make them).

@@ -22,10 +22,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use deadpool_postgres::{Client, GenericClient};
+use oncely_core::sql::quote_ident as quote;
 
 use super::error::{classify, to_sink_error, Class};
 use super::generation::{self, fit, next_generation, Fit, Live, Retired};
-use super::identity::{ColumnId, TableId};
+use super::source_ids::{ColumnId, TableId};
 use super::types::{retyped, widened, ColumnSpec};
 use crate::error::SinkError;
 use crate::event::Version;
@@ -90,8 +91,6 @@ impl MetaColumns {
         Ok(())
     }
 }
-
-pub use oncely_core::sql::{quote_ident as quote, quote_literal as literal};
 
 /// An existing table: its columns (name -> `format_type`) and primary key.
 #[derive(Debug, Clone, Default)]

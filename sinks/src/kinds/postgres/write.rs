@@ -18,27 +18,16 @@ use bytes::{Bytes, BytesMut};
 use deadpool_postgres::{GenericClient, Transaction};
 use tokio_postgres::types::{IsNull, ToSql, Type, WrongType};
 
-use super::config::{DeleteMode, TruncateMode};
+use oncely_core::sql::quote_ident as quote;
+
+use super::config::TruncateMode;
 use super::error::{classify, Class};
-use super::plan::{HistoryRow, Row};
-pub use super::statement::conv_for_type;
-use super::statement::{group_statement, unnest};
-use super::table::{quote, TableInfo};
+use super::plan::HistoryRow;
+use super::rows::Row;
+use super::statement::{group_statement, unnest, Group, Modes, Params};
+use super::table::TableInfo;
 use super::types::Conv;
 use crate::error::RecordFailure;
-
-/// Rows of one table that share a column list: one statement.
-#[derive(Debug)]
-pub struct Group<'a> {
-    /// Columns written (key columns first).
-    pub columns: Vec<&'a str>,
-    /// How each column's text becomes its value.
-    pub convs: Vec<Conv>,
-    /// The rows; deletes when `delete` is set.
-    pub rows: Vec<&'a Row>,
-    /// A group of deletes.
-    pub delete: bool,
-}
 
 /// A step ready to write: table metadata resolved.
 #[derive(Debug)]
@@ -56,15 +45,6 @@ pub enum Ready<'a> {
     History(std::sync::Arc<TableInfo>, &'a [HistoryRow]),
 }
 
-/// How writes behave.
-#[derive(Debug, Clone, Copy)]
-pub struct Modes {
-    /// `delete.mode`.
-    pub delete: DeleteMode,
-    /// `truncate.mode`.
-    pub truncate: TruncateMode,
-}
-
 /// The batch being written: its records (rows refer to them) and its partition (for history rows).
 pub struct Origin<'a> {
     /// The batch's records.
@@ -74,8 +54,6 @@ pub struct Origin<'a> {
     /// Kafka partition.
     pub partition: i32,
 }
-
-pub(super) type Params<'a> = Vec<Box<dyn ToSql + Sync + Send + 'a>>;
 
 /// Runs every step in `tx`; the first error is returned as is.
 pub async fn write_all(
@@ -156,14 +134,6 @@ fn reason(info: &TableInfo, e: &tokio_postgres::Error) -> String {
         ),
         None => format!("{} refused the row: {e}", info.qualified),
     }
-}
-
-/// The version as two bigints (LSNs and ordinals beyond `i64::MAX` are rejected when planning).
-pub fn version_params(row: &Row) -> (i64, i64) {
-    (
-        i64::try_from(row.version.lsn).unwrap_or(i64::MAX),
-        i64::try_from(row.version.seq).unwrap_or(i64::MAX),
-    )
 }
 
 async fn write_group(

@@ -4,9 +4,28 @@
 use super::config::Layout;
 use super::plan::{json_text, Body, Change};
 use super::script::pack_str;
-use super::sink::RedisSink;
 
-impl RedisSink {
+/// What the sink's script calls are made of: the loaded scripts' SHAs and the
+/// settings every call passes.
+pub(super) struct Calls {
+    pub(super) sha: String,
+    pub(super) truncate_sha: String,
+    pub(super) layout: Layout,
+    pub(super) version_prefix: String,
+    pub(super) version_field: String,
+    pub(super) ttl_ms: u64,
+    pub(super) tombstone_ttl_ms: u64,
+    pub(super) max_changes: usize,
+    pub(super) max_bytes: usize,
+}
+
+impl Calls {
+    /// The key holding a row's tombstone after a delete (and, in the JSON
+    /// layout, the version of a live row too).
+    pub(super) fn version_key(&self, row_key: &str) -> String {
+        format!("{}{row_key}", self.version_prefix)
+    }
+
     /// The `EVALSHA` applying `chunk` (no truncates), storing `position` when
     /// given (the arguments are described in the script module).
     pub(super) fn script_cmd(

@@ -8,11 +8,12 @@
 
 use std::time::Duration;
 
+use oncely_core::config::in_range;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
 use crate::native::ValueFormat;
-use crate::secret::Secret;
+use oncely_core::Secret;
 
 /// Default `url`.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
@@ -84,7 +85,7 @@ pub struct RedisConfig {
     pub layout: Layout,
     /// `value.format`: `native` (default: dates and times as ISO-8601, JSON
     /// columns nested in the JSON layout; [`crate::native`]) or `wire` (as
-    /// in Kafka, what earlier versions stored).
+    /// in Kafka).
     #[serde(rename = "value.format", default)]
     pub value_format: ValueFormat,
     /// `key.pattern`: the row key from `{topic}`, `{db}`, `{schema}`, `{table}`, `{key}`.
@@ -290,18 +291,18 @@ impl RedisConfig {
                 "must not be empty (fences would share names with rows)",
             ));
         }
-        if !(1..=MAX_SCRIPT_CHANGES).contains(&self.script_max_changes) {
-            return Err(ConfigError::new(
-                "sink.script.max.changes",
-                format!("must be between 1 and {MAX_SCRIPT_CHANGES}"),
-            ));
-        }
-        if !(1024..=512 * 1024 * 1024).contains(&self.script_max_bytes) {
-            return Err(ConfigError::new(
-                "sink.script.max.bytes",
-                "must be between 1024 and 536870912",
-            ));
-        }
+        in_range(
+            "sink.script.max.changes",
+            self.script_max_changes,
+            1,
+            MAX_SCRIPT_CHANGES,
+        )?;
+        in_range(
+            "sink.script.max.bytes",
+            self.script_max_bytes,
+            1024,
+            512 * 1024 * 1024,
+        )?;
         for (key, v) in [
             ("sink.connect.timeout.ms", self.connect_timeout_ms),
             ("sink.response.timeout.ms", self.response_timeout_ms),
@@ -310,9 +311,7 @@ impl RedisConfig {
                 self.reconnect_backoff_max_ms,
             ),
         ] {
-            if !(1..=3_600_000).contains(&v) {
-                return Err(ConfigError::new(key, "must be between 1 and 3600000"));
-            }
+            in_range(key, v, 1, 3_600_000)?;
         }
         if self.reconnect_retries > 100 {
             return Err(ConfigError::new(

@@ -41,7 +41,7 @@ pub fn is_fatal(e: &RedisError) -> bool {
         ) => true,
         _ => {
             e.code().is_some_and(|c| FATAL_CODES.contains(&c))
-                || crate::tls::is_certificate_error(e)
+                || oncely_core::tls::is_certificate_error(e)
         }
     }
 }

@@ -22,7 +22,7 @@
 //! partition (`<fence.key.prefix><topic>:<partition>`, taken on assignment)
 //! and the truncate counter are `WATCH`ed: a runner that lost its partition
 //! writes nothing and stores no position, and a cache another writer or a
-//! truncate made stale is read again (see `fast.rs`). Otherwise — the JSON
+//! truncate made stale is read again (see the `transaction` module). Otherwise — the JSON
 //! layout, rows with a TTL, truncates, a row key of another type — a batch
 //! becomes **one Lua script call** (`EVALSHA`; on `NOSCRIPT` the
 //! script is loaded again). For every change the script compares the
@@ -54,9 +54,7 @@
 //!   field `version.field` (default `_oncely_version`; a column of that name
 //!   is a per-record failure — pick another name), so one `HGET` and one
 //!   `HSET` per change read and write row and version together. In the JSON
-//!   layout it lives at `<version.key.prefix><row key>`. Rows written by
-//!   earlier versions of the sink (version in the separate key) are taken
-//!   over on their next change.
+//!   layout it lives at `<version.key.prefix><row key>`.
 //! * Positions: the hash `<positions.key.prefix><group.id>`, field
 //!   `<topic>:<partition>`.
 //! * Fences: the hash `<fence.key.prefix><topic>:<partition>`, field
@@ -126,27 +124,24 @@
 //!   owner's (versions keep the rows right; the cost is re-reading those
 //!   records after the next restart).
 //! * The transaction path trusts its cache while the fence says it was the
-//!   last writer: sinks of this version (either path) mark the fence when
-//!   they write. A sink of an earlier version writing the same keys at the
-//!   same time (a rolling upgrade) does not, and may see a row briefly set
-//!   back until the newer change is applied again: stop old runners first.
+//!   last writer: every write (either path) marks the fence.
 
 mod calls;
 pub mod config;
 mod error;
-mod fast;
 mod keys;
-mod mirror;
 mod plan;
 mod script;
 mod sink;
+mod transaction;
+mod verify_reader;
 
 pub use config::{Layout, RedisConfig};
 pub use keys::KeyPattern;
-pub use mirror::RedisMirror;
-pub use plan::{stored_form, UNAVAILABLE_VALUE};
+pub use plan::stored_form;
 pub use script::{decode_version, encode_version, position_field, HASH_SCRIPT, JSON_SCRIPT};
 pub use sink::RedisSink;
+pub use verify_reader::RedisVerifyReader;
 
 #[async_trait::async_trait]
 impl super::SinkKind for RedisConfig {
@@ -158,12 +153,14 @@ impl super::SinkKind for RedisConfig {
     ) -> Result<std::sync::Arc<dyn crate::sink::Sink>, crate::error::SinkError> {
         Ok(std::sync::Arc::new(RedisSink::connect(self).await?))
     }
-    async fn mirror(
+    async fn verify_reader(
         &self,
-        ctx: &crate::mirror::MirrorContext<'_>,
-    ) -> Option<Result<Box<dyn crate::mirror::Mirror>, crate::mirror::MirrorError>> {
-        let mirror = RedisMirror::connect(self, ctx).await;
-        Some(mirror.map(|m| Box::new(m) as Box<dyn crate::mirror::Mirror>))
+        ctx: &crate::verify_reader::VerifyContext<'_>,
+    ) -> Option<
+        Result<Box<dyn crate::verify_reader::VerifyReader>, crate::verify_reader::VerifyReadError>,
+    > {
+        let reader = RedisVerifyReader::connect(self, ctx).await;
+        Some(reader.map(|m| Box::new(m) as Box<dyn crate::verify_reader::VerifyReader>))
     }
 }
 

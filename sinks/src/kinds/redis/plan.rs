@@ -29,11 +29,11 @@ use super::keys::{key_set, KeyPattern};
 use super::script::{decode_version, write_version};
 use crate::error::RecordFailure;
 use crate::event::{ChangeEvent, Op};
-use crate::mirror::StoredForm;
 use crate::native::{Kind, ValueFormat};
 use crate::sink::{Batch, Record};
+use crate::verify_reader::StoredForm;
 
-pub use oncely_core::wire::UNAVAILABLE_VALUE;
+use oncely_core::wire::UNAVAILABLE_VALUE;
 
 /// One change, owning what it writes (so a batch can be planned ahead in
 /// [`crate::Sink::prepare`]).

@@ -8,13 +8,15 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo, TlsCertificates};
 
-use super::calls::Part;
+use super::calls::{Calls, Part};
 use super::config::{Layout, RedisConfig};
 use super::error::{classify, is_noscript};
-use super::fast::{fence_key, truncates_key, Fast, Keys, Outcome, SCRIPT_WRITER, WRITER};
 use super::keys::KeyPattern;
 use super::plan::{keys_to_merge, merge_json, plan, Change, Naming};
 use super::script::{position_field, Reply, HASH_SCRIPT, JSON_SCRIPT, TRUNCATE_SCRIPT};
+use super::transaction::{
+    fence_key, truncates_key, Keys, Outcome, TransactionPath, SCRIPT_WRITER, WRITER,
+};
 use crate::error::{RecordFailure, SinkError};
 use crate::naming::TargetClaims;
 use crate::native::ValueFormat;
@@ -26,22 +28,15 @@ const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
 /// The `redis` sink (see the module docs of [`super`]). Owns its positions.
 pub struct RedisSink {
     pub(super) conn: ConnectionManager,
-    /// The transaction path (hash layout without `ttl.seconds`; see [`super::fast`]).
-    pub(super) fast: Option<Fast>,
+    /// The transaction path (hash layout without `ttl.seconds`; see [`super::transaction`]).
+    pub(super) tx_path: Option<TransactionPath>,
     pub(super) fence_prefix: String,
-    pub(super) sha: String,
-    pub(super) truncate_sha: String,
-    pub(super) layout: Layout,
+    /// The scripts' SHAs and the settings each call passes.
+    pub(super) calls: Calls,
     pub(super) value_format: ValueFormat,
     pub(super) keys: KeyPattern,
-    pub(super) version_prefix: String,
-    pub(super) version_field: String,
     pub(super) positions_prefix: String,
     pub(super) keyset_prefix: String,
-    pub(super) ttl_ms: u64,
-    pub(super) tombstone_ttl_ms: u64,
-    pub(super) max_changes: usize,
-    pub(super) max_bytes: usize,
     /// Which table each key prefix belongs to (`{table}:{key}` merges
     /// tables of one name in two schemas).
     pub(super) claims: TargetClaims,
@@ -77,7 +72,7 @@ pub(super) fn open_client(config: &RedisConfig) -> Result<(Client, String), Open
     let place = info.addr().to_string();
     let tls = config.url.trim().starts_with("rediss://");
     if tls {
-        crate::tls::provider();
+        oncely_core::tls::provider();
     }
     let client = match (&config.tls_ca_file, tls) {
         (Some(path), true) => {
@@ -112,33 +107,35 @@ impl RedisSink {
         let conn = ConnectionManager::new_with_config(client.clone(), manager_config)
             .await
             .map_err(|e| classify(&format!("connect to {place}"), e))?;
-        let fast = (config.layout == Layout::Hash && config.ttl_ms() == 0).then(|| {
+        let tx_path = (config.layout == Layout::Hash && config.ttl_ms() == 0).then(|| {
             let conn_config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(config.connect_timeout()))
                 .set_response_timeout(Some(config.response_timeout()));
-            Fast::new(client, conn_config, config.fence_prefix.clone())
+            TransactionPath::new(client, conn_config, config.fence_prefix.clone())
         });
         let mut sink = Self {
             conn,
-            fast,
+            tx_path,
             fence_prefix: config.fence_prefix.clone(),
-            sha: String::new(),
-            truncate_sha: String::new(),
-            layout: config.layout,
+            calls: Calls {
+                sha: String::new(),
+                truncate_sha: String::new(),
+                layout: config.layout,
+                version_prefix: config.version_prefix.clone(),
+                version_field: config.version_field.clone(),
+                ttl_ms: config.ttl_ms(),
+                tombstone_ttl_ms: config.tombstone_ttl_ms(),
+                max_changes: config.script_max_changes,
+                max_bytes: config.script_max_bytes,
+            },
             value_format: config.value_format,
             keys: KeyPattern::new(&config.key_pattern, &config.key_separator),
-            version_prefix: config.version_prefix.clone(),
-            version_field: config.version_field.clone(),
             positions_prefix: config.positions_prefix.clone(),
             keyset_prefix: config.keyset_prefix.clone(),
-            ttl_ms: config.ttl_ms(),
-            tombstone_ttl_ms: config.tombstone_ttl_ms(),
-            max_changes: config.script_max_changes,
-            max_bytes: config.script_max_bytes,
             claims: TargetClaims::new("key prefix", "sink.key.pattern"),
         };
-        sink.sha = sink.load_script(sink.script()).await?;
-        sink.truncate_sha = sink.load_script(TRUNCATE_SCRIPT).await?;
+        sink.calls.sha = sink.load_script(sink.script()).await?;
+        sink.calls.truncate_sha = sink.load_script(TRUNCATE_SCRIPT).await?;
         sink.warn_without_persistence().await;
         Ok(sink)
     }
@@ -151,21 +148,21 @@ impl RedisSink {
     /// The key holding a row's tombstone after a delete (and, in the JSON
     /// layout, the version of a live row too).
     pub fn version_key(&self, row_key: &str) -> String {
-        format!("{}{row_key}", self.version_prefix)
+        self.calls.version_key(row_key)
     }
 
     /// The batch's changes, or the records that can never be applied.
     fn plan(&self, batch: &Batch) -> PlanResult {
         let naming = Naming {
             keys: &self.keys,
-            version_field: &self.version_field,
+            version_field: &self.calls.version_field,
             keyset_prefix: &self.keyset_prefix,
         };
-        plan(batch, self.layout, self.value_format, naming)
+        plan(batch, self.calls.layout, self.value_format, naming)
     }
 
     fn script(&self) -> &'static str {
-        match self.layout {
+        match self.calls.layout {
             Layout::Hash => HASH_SCRIPT,
             Layout::Json => JSON_SCRIPT,
         }
@@ -228,7 +225,7 @@ impl RedisSink {
 
     /// Runs `evalsha` of `script` (whose SHA is `sha`) in one transaction
     /// after `mark` (which tells the transaction path that keys changed, see
-    /// [`super::fast`]), and on `NOSCRIPT` (Redis restarted or flushed its
+    /// [`super::transaction`]), and on `NOSCRIPT` (Redis restarted or flushed its
     /// scripts) `SCRIPT LOAD` then both once more.
     async fn eval<T: redis::FromRedisValue + Send>(
         &self,
@@ -271,7 +268,7 @@ impl RedisSink {
             .arg(WRITER)
             .arg(SCRIPT_WRITER);
         let reply: Vec<i64> = self
-            .eval(&mark, evalsha, (self.script(), &self.sha))
+            .eval(&mark, evalsha, (self.script(), &self.calls.sha))
             .await?;
         Reply::parse(&reply).ok_or_else(|| {
             SinkError::retriable(format!("redis: unexpected script reply {reply:?}"))
@@ -280,18 +277,7 @@ impl RedisSink {
 
     /// Refuses a batch whose table's keys another table writes to.
     fn claim_keys(&self, batch: &Batch) -> Result<(), SinkError> {
-        let mut last = None;
-        for record in batch.records() {
-            let Some(event) = record.event() else {
-                continue;
-            };
-            let (Some(schema), Some(table)) = (event.schema_name(), event.table()) else {
-                continue;
-            };
-            if last == Some((schema, table)) {
-                continue;
-            }
-            last = Some((schema, table));
+        for (event, schema, table) in batch.table_runs() {
             let db = event
                 .source
                 .get("db")
@@ -317,9 +303,11 @@ impl RedisSink {
         let mut mark = redis::cmd("INCR");
         mark.arg(truncates_key(&self.fence_prefix));
         loop {
-            let cmd = self.truncate_cmd(positions_key, truncate, &cursor, position);
+            let cmd = self
+                .calls
+                .truncate_cmd(positions_key, truncate, &cursor, position);
             let (next, n): (String, u64) = self
-                .eval(&mark, &cmd, (TRUNCATE_SCRIPT, &self.truncate_sha))
+                .eval(&mark, &cmd, (TRUNCATE_SCRIPT, &self.calls.truncate_sha))
                 .await?;
             removed += n;
             if next == "0" {
@@ -364,13 +352,13 @@ impl Sink for RedisSink {
             .query_async(&mut conn)
             .await
             .map_err(|e| classify("HMGET positions", e))?;
-        if let Some(fast) = &self.fast {
+        if let Some(tx_path) = &self.tx_path {
             // An assignment: take each partition's fence, so that a runner
             // that had it before writes nothing more.
             for tp in partitions {
-                let state = fast.partition(tp);
+                let state = tx_path.partition(tp);
                 let mut p = state.lock().await;
-                fast.claim(&mut conn, group, tp, &mut p).await?;
+                tx_path.claim(&mut conn, group, tp, &mut p).await?;
             }
         }
         Ok(partitions
@@ -396,7 +384,7 @@ impl Sink for RedisSink {
         let mut changes = prepared
             .unwrap_or_else(|| self.plan(batch))
             .map_err(SinkError::Rejected)?;
-        if self.layout == Layout::Json {
+        if self.calls.layout == Layout::Json {
             let keys = keys_to_merge(&changes);
             if !keys.is_empty() {
                 let stored = self.prefetch(keys).await?;
@@ -406,32 +394,33 @@ impl Sink for RedisSink {
         let positions_key = self.positions_key(batch.group());
         let field = position_field(batch.topic(), batch.partition());
         let tp = batch.topic_partition();
-        let mut fast = match &self.fast {
-            Some(fast) => {
-                let mut p = fast.partition(&tp).lock_owned().await;
-                if !Fast::claimed(&p, batch.group()) {
+        let mut tx_path = match &self.tx_path {
+            Some(tx_path) => {
+                let mut p = tx_path.partition(&tp).lock_owned().await;
+                if !TransactionPath::claimed(&p, batch.group()) {
                     // Applied without an assignment first (tests, tools): claim now.
-                    fast.claim(&mut self.conn.clone(), batch.group(), &tp, &mut p)
+                    tx_path
+                        .claim(&mut self.conn.clone(), batch.group(), &tp, &mut p)
                         .await?;
                 }
-                Some((fast, p))
+                Some((tx_path, p))
             }
             None => None,
         };
         let keys = Keys {
             positions: &positions_key,
-            version_field: &self.version_field,
-            version_prefix: &self.version_prefix,
-            tombstone_ttl_ms: self.tombstone_ttl_ms,
+            version_field: &self.calls.version_field,
+            version_prefix: &self.calls.version_prefix,
+            tombstone_ttl_ms: self.calls.tombstone_ttl_ms,
         };
-        let parts = self.parts(&changes);
+        let parts = self.calls.parts(&changes);
         let last = parts.len() - 1;
         let (mut applied, mut skipped) = (0, 0);
         for (i, part) in parts.into_iter().enumerate() {
             let position = (i == last).then_some((field.as_str(), batch.next_offset()));
             let chunk = match part {
                 Part::Truncate(t) => {
-                    if let Some((_, p)) = fast.as_mut() {
+                    if let Some((_, p)) = tx_path.as_mut() {
                         p.forget();
                     }
                     let removed = self.truncate(&positions_key, t, position).await?;
@@ -447,8 +436,8 @@ impl Sink for RedisSink {
                 }
                 Part::Changes(chunk) => chunk,
             };
-            if let Some((f, p)) = fast.as_mut() {
-                match f.apply(p, &tp, &keys, chunk, position).await? {
+            if let Some((path, p)) = tx_path.as_mut() {
+                match path.apply(p, &tp, &keys, chunk, position).await? {
                     Outcome::Done {
                         applied: a,
                         skipped: s,
@@ -460,7 +449,7 @@ impl Sink for RedisSink {
                     Outcome::Foreign => p.forget(),
                 }
             }
-            let cmd = self.script_cmd(&positions_key, chunk, position);
+            let cmd = self.calls.script_cmd(&positions_key, chunk, position);
             match self.call(&tp, &cmd).await? {
                 Reply::Done {
                     applied: a,

@@ -8,7 +8,9 @@ use serde_json::{json, Value};
 use super::config::Layout;
 use super::config::DEFAULT_VERSION_FIELD as VF;
 use super::keys::{key_set, KeyPattern};
-use super::plan::{keys_to_merge, merge_json, plan, Body, HashRow, Naming, UNAVAILABLE_VALUE};
+use oncely_core::wire::UNAVAILABLE_VALUE;
+
+use super::plan::{keys_to_merge, merge_json, plan, Body, HashRow, Naming};
 use super::script::{decode_version, encode_version, pack_str, Reply};
 use crate::event::{decode_value, Version};
 use crate::kinds::{parse_config, SinkConfig};

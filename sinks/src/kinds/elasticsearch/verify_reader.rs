@@ -18,28 +18,29 @@ use super::plan::{document_id_of, index_name};
 use super::values::Format;
 use super::{DeleteMode, ElasticsearchConfig, ElasticsearchSink};
 use crate::config::RunnerConfig;
-use crate::mirror::{
-    committed_offsets, wire_text, Fetched, KeyPage, Mirror, MirrorContext, MirrorError,
-    MirrorTable, Partition, RowKey, StoredRow, PAGE,
+use crate::sink::TopicPartition;
+use crate::verify_reader::{
+    committed_offsets, wire_text, Fetched, KeyPage, RowKey, StoredRow, VerifiedTable,
+    VerifyContext, VerifyReadError, VerifyReader, PAGE,
 };
 
 /// An Elasticsearch sink's indexes, read the way the sink writes them.
-pub struct ElasticsearchMirror {
+pub struct ElasticsearchVerifyReader {
     sink: ElasticsearchSink,
     config: ElasticsearchConfig,
     runner: RunnerConfig,
     db: String,
 }
 
-impl ElasticsearchMirror {
+impl ElasticsearchVerifyReader {
     /// Connects with the sink's own client settings.
     pub async fn connect(
         config: &ElasticsearchConfig,
-        ctx: &MirrorContext<'_>,
-    ) -> Result<Self, MirrorError> {
+        ctx: &VerifyContext<'_>,
+    ) -> Result<Self, VerifyReadError> {
         let sink = ElasticsearchSink::connect(config)
             .await
-            .map_err(|e| MirrorError::Target(format!("elasticsearch: {e}")))?;
+            .map_err(|e| VerifyReadError::Target(format!("elasticsearch: {e}")))?;
         Ok(Self {
             sink,
             config: config.clone(),
@@ -53,7 +54,7 @@ impl ElasticsearchMirror {
     }
 
     /// The index the sink writes `table` to: the sink's own function.
-    fn index(&self, table: &MirrorTable) -> Result<String, MirrorError> {
+    fn index(&self, table: &VerifiedTable) -> Result<String, VerifyReadError> {
         index_name(
             &self.config.index_pattern,
             &table.topic,
@@ -61,7 +62,7 @@ impl ElasticsearchMirror {
             &table.schema,
             &table.name,
         )
-        .map_err(MirrorError::Config)
+        .map_err(VerifyReadError::Config)
     }
 
     fn soft(&self) -> bool {
@@ -79,8 +80,8 @@ impl ElasticsearchMirror {
 }
 
 #[async_trait]
-impl Mirror for ElasticsearchMirror {
-    fn location(&self, table: &MirrorTable) -> String {
+impl VerifyReader for ElasticsearchVerifyReader {
+    fn location(&self, table: &VerifiedTable) -> String {
         match self.index(table) {
             Ok(index) => format!("index {index}"),
             Err(e) => e.to_string(),
@@ -89,11 +90,12 @@ impl Mirror for ElasticsearchMirror {
 
     async fn fetch(
         &self,
-        table: &MirrorTable,
+        table: &VerifiedTable,
         keys: &[RowKey<'_>],
-    ) -> Result<Fetched, MirrorError> {
+    ) -> Result<Fetched, VerifyReadError> {
         let index = self.index(table)?;
-        let err = |e: String| MirrorError::Target(format!("elasticsearch mget on {index}: {e}"));
+        let err =
+            |e: String| VerifyReadError::Target(format!("elasticsearch mget on {index}: {e}"));
         let ids: Vec<String> = keys.iter().map(|k| document_id(k.wire)).collect();
         let response = self
             .client()
@@ -116,7 +118,9 @@ impl Mirror for ElasticsearchMirror {
         }
         let format = index_format(self.client(), &index, configured)
             .await
-            .map_err(|e| MirrorError::Target(format!("elasticsearch mapping of {index}: {e}")))?;
+            .map_err(|e| {
+                VerifyReadError::Target(format!("elasticsearch mapping of {index}: {e}"))
+            })?;
         let docs = body["docs"].as_array().cloned().unwrap_or_default();
         if docs.len() != keys.len() {
             return Err(err(format!(
@@ -151,9 +155,10 @@ impl Mirror for ElasticsearchMirror {
         })
     }
 
-    async fn count(&self, table: &MirrorTable) -> Result<u64, MirrorError> {
+    async fn count(&self, table: &VerifiedTable) -> Result<u64, VerifyReadError> {
         let index = self.index(table)?;
-        let err = |e: String| MirrorError::Target(format!("elasticsearch count of {index}: {e}"));
+        let err =
+            |e: String| VerifyReadError::Target(format!("elasticsearch count of {index}: {e}"));
         // Counting searches what is refreshed; mget is real-time, so refresh first.
         let refresh = self
             .client()
@@ -161,7 +166,9 @@ impl Mirror for ElasticsearchMirror {
             .refresh(IndicesRefreshParts::Index(&[&index]))
             .send()
             .await
-            .map_err(|e| MirrorError::Target(format!("elasticsearch refresh of {index}: {e}")))?;
+            .map_err(|e| {
+                VerifyReadError::Target(format!("elasticsearch refresh of {index}: {e}"))
+            })?;
         if refresh.status_code().as_u16() == 404 {
             return Ok(0);
         }
@@ -183,11 +190,12 @@ impl Mirror for ElasticsearchMirror {
     /// (sorting by `_id` needs fielddata, off by default).
     async fn scan_keys(
         &self,
-        table: &MirrorTable,
+        table: &VerifiedTable,
         cursor: Option<String>,
-    ) -> Result<KeyPage, MirrorError> {
+    ) -> Result<KeyPage, VerifyReadError> {
         let index = self.index(table)?;
-        let err = |e: String| MirrorError::Target(format!("elasticsearch scan of {index}: {e}"));
+        let err =
+            |e: String| VerifyReadError::Target(format!("elasticsearch scan of {index}: {e}"));
         let (pit, after) = match cursor {
             Some(c) => {
                 let c: Value = serde_json::from_str(&c).map_err(|e| err(e.to_string()))?;
@@ -252,8 +260,8 @@ impl Mirror for ElasticsearchMirror {
 
     async fn positions(
         &self,
-        partitions: &[Partition],
-    ) -> Result<HashMap<Partition, i64>, MirrorError> {
+        partitions: &[TopicPartition],
+    ) -> Result<HashMap<TopicPartition, i64>, VerifyReadError> {
         committed_offsets(&self.runner, partitions).await
     }
 }

@@ -1,4 +1,4 @@
-//! The targets verify reads: each sink's own reader ([`Mirror`], in the
+//! The targets verify reads: each sink's own reader ([`VerifyReader`], in the
 //! sink's folder beside its writer, found through the sink registry), and
 //! the consumer positions that sink keeps. Verify hands the readers
 //! capture's type mapping ([`CaptureTypes`]) and keeps only the comparison.
@@ -9,17 +9,18 @@ use std::path::Path;
 use async_trait::async_trait;
 use oncely_capture::catalog::{IntervalHandlingMode, TypeRegistry};
 use oncely_capture::config::CaptureConfig;
-use oncely_sinks::mirror::{
-    Fetched, Mirror, MirrorContext, MirrorError, MirrorTable, RowKey, WireMapping, WireTypes,
+use oncely_sinks::verify_reader::{
+    Fetched, RowKey, VerifiedTable, VerifyContext, VerifyReadError, VerifyReader, WireMapping,
+    WireTypes,
 };
-use oncely_sinks::RunnerConfig;
+use oncely_sinks::{RunnerConfig, TopicPartition};
 use regex::Regex;
 use serde_json::Value;
 
 use super::source::{SourceRow, SourceTable};
 use super::VerifyError;
 
-pub use oncely_sinks::mirror::{KeyPage, Partition, PAGE};
+pub use oncely_sinks::verify_reader::{KeyPage, PAGE};
 
 /// One sink's target, opened from its `oncely sink` configuration file.
 pub struct Target {
@@ -28,7 +29,7 @@ pub struct Target {
     runner: RunnerConfig,
     subscription: Option<Regex>,
     ignore: Vec<Regex>,
-    mirror: Box<dyn Mirror>,
+    reader: Box<dyn VerifyReader>,
 }
 
 /// Capture's type mapping, for readers of PostgreSQL targets: intervals in
@@ -40,12 +41,11 @@ impl WireTypes for CaptureTypes {
     async fn load(
         &self,
         client: &tokio_postgres::Client,
-    ) -> Result<Box<dyn WireMapping>, MirrorError> {
+    ) -> Result<Box<dyn WireMapping>, VerifyReadError> {
         let mut types = TypeRegistry::builtin().with_interval_mode(self.0);
-        types
-            .load_user_types(client)
-            .await
-            .map_err(|e| MirrorError::Target(format!("read the warehouse's user types: {e}")))?;
+        types.load_user_types(client).await.map_err(|e| {
+            VerifyReadError::Target(format!("read the warehouse's user types: {e}"))
+        })?;
         Ok(Box::new(Mapping(types)))
     }
 }
@@ -58,12 +58,12 @@ impl WireMapping for Mapping {
     }
 }
 
-impl From<MirrorError> for VerifyError {
-    fn from(e: MirrorError) -> Self {
+impl From<VerifyReadError> for VerifyError {
+    fn from(e: VerifyReadError) -> Self {
         match e {
-            MirrorError::Config(m) => VerifyError::Config(m),
-            MirrorError::Target(m) => VerifyError::Target(m),
-            MirrorError::Kafka(m) => VerifyError::Kafka(m),
+            VerifyReadError::Config(m) => VerifyError::Config(m),
+            VerifyReadError::Target(m) => VerifyError::Target(m),
+            VerifyReadError::Kafka(m) => VerifyError::Kafka(m),
         }
     }
 }
@@ -80,14 +80,14 @@ impl Target {
         let (runner, sink) = oncely_sinks::kinds::parse_config(&text)
             .map_err(|e| VerifyError::Config(format!("{}: {e}", path.display())))?;
         let types = CaptureTypes(capture.interval_handling_mode);
-        let ctx = MirrorContext {
+        let ctx = VerifyContext {
             runner: &runner,
             db,
             schemas: capture.schemas_enable,
             types: Some(&types),
         };
-        let mirror = match sink.spec().mirror(&ctx).await {
-            Some(mirror) => mirror?,
+        let reader = match sink.spec().verify_reader(&ctx).await {
+            Some(reader) => reader?,
             None => {
                 return Err(VerifyError::Config(format!(
                     "{}: verify cannot read a `{}` sink's target",
@@ -125,7 +125,7 @@ impl Target {
             runner,
             subscription,
             ignore,
-            mirror,
+            reader,
         })
     }
 
@@ -158,15 +158,15 @@ impl Target {
     /// its target, or Kafka's committed offsets); partitions without one are absent.
     pub async fn positions(
         &self,
-        partitions: &[Partition],
-    ) -> Result<HashMap<Partition, i64>, VerifyError> {
-        Ok(self.mirror.positions(partitions).await?)
+        partitions: &[TopicPartition],
+    ) -> Result<HashMap<TopicPartition, i64>, VerifyError> {
+        Ok(self.reader.positions(partitions).await?)
     }
 
     /// What the target holds for each of `rows`' keys, and the form of its values.
     pub async fn fetch(
         &self,
-        table: &MirrorTable,
+        table: &VerifiedTable,
         rows: &[SourceRow],
     ) -> Result<Fetched, VerifyError> {
         let keys: Vec<RowKey<'_>> = rows
@@ -176,35 +176,35 @@ impl Target {
                 wire: &r.key_wire,
             })
             .collect();
-        Ok(self.mirror.fetch(table, &keys).await?)
+        Ok(self.reader.fetch(table, &keys).await?)
     }
 
     /// How many live rows the target holds for `table`.
-    pub async fn count(&self, table: &MirrorTable) -> Result<u64, VerifyError> {
-        Ok(self.mirror.count(table).await?)
+    pub async fn count(&self, table: &VerifiedTable) -> Result<u64, VerifyError> {
+        Ok(self.reader.count(table).await?)
     }
 
     /// A page of the live keys the target holds for `table`, from `cursor`
     /// (`None`: the start), to find rows the source does not have.
     pub async fn scan_keys(
         &self,
-        table: &MirrorTable,
+        table: &VerifiedTable,
         cursor: Option<String>,
     ) -> Result<KeyPage, VerifyError> {
-        Ok(self.mirror.scan_keys(table, cursor).await?)
+        Ok(self.reader.scan_keys(table, cursor).await?)
     }
 
     /// Where the target keeps `table` (a table, an index, a key pattern), for the report.
-    pub fn location(&self, table: &MirrorTable) -> String {
-        self.mirror.location(table)
+    pub fn location(&self, table: &VerifiedTable) -> String {
+        self.reader.location(table)
     }
 }
 
 impl SourceTable {
     /// The table as a target's reader needs it: names, and each column's
     /// Connect schema as capture writes it.
-    pub fn mirror(&self) -> MirrorTable {
-        MirrorTable {
+    pub fn verified_table(&self) -> VerifiedTable {
+        VerifiedTable {
             topic: self.topic.clone(),
             schema: self.schema.clone(),
             name: self.name.clone(),

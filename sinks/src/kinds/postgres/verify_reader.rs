@@ -16,18 +16,19 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
 use super::{connector, expand_name, place_of, MetaColumns, PostgresConfig};
-use crate::mirror::{
-    Fetched, KeyPage, Mirror, MirrorContext, MirrorError, MirrorTable, Partition, RowKey,
-    StoredForm, StoredRow, WireMapping, WireTypes, PAGE,
+use crate::sink::TopicPartition;
+use crate::verify_reader::{
+    Fetched, KeyPage, RowKey, StoredForm, StoredRow, VerifiedTable, VerifyContext, VerifyReadError,
+    VerifyReader, WireMapping, WireTypes, PAGE,
 };
 
 /// A warehouse error as a reader's, with what was being done.
-fn pg(context: &'static str) -> impl Fn(tokio_postgres::Error) -> MirrorError {
-    move |e| MirrorError::Target(format!("{context}: {e}"))
+fn pg(context: &'static str) -> impl Fn(tokio_postgres::Error) -> VerifyReadError {
+    move |e| VerifyReadError::Target(format!("{context}: {e}"))
 }
 
 /// A PostgreSQL sink's warehouse, read the way the sink writes it.
-pub struct PostgresMirror {
+pub struct PostgresVerifyReader {
     client: Client,
     config: PostgresConfig,
     group: String,
@@ -43,16 +44,16 @@ struct Shape {
     tombstones: Option<String>,
 }
 
-impl PostgresMirror {
+impl PostgresVerifyReader {
     /// Connects with the sink's URL, password, TLS settings and timeout, in
     /// capture's session settings, and loads the warehouse's types.
     pub async fn connect(
         config: &PostgresConfig,
-        ctx: &MirrorContext<'_>,
+        ctx: &VerifyContext<'_>,
         types: &dyn WireTypes,
-    ) -> Result<Self, MirrorError> {
+    ) -> Result<Self, VerifyReadError> {
         let mut pg: tokio_postgres::Config = config.url.expose().parse().map_err(|_| {
-            MirrorError::Config("sink.url is not a valid PostgreSQL connection string".into())
+            VerifyReadError::Config("sink.url is not a valid PostgreSQL connection string".into())
         })?;
         if let Some(password) = &config.password {
             pg.password(password.expose());
@@ -62,10 +63,10 @@ impl PostgresMirror {
             .options(SESSION_OPTIONS)
             .connect_timeout(std::time::Duration::from_millis(config.connect_timeout_ms));
         // The sink's own TLS settings (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`).
-        let tls =
-            connector(config).map_err(|e| MirrorError::Config(format!("warehouse TLS: {e}")))?;
+        let tls = connector(config)
+            .map_err(|e| VerifyReadError::Config(format!("warehouse TLS: {e}")))?;
         let client = tls.connect(&pg, "warehouse").await.map_err(|e| {
-            MirrorError::Target(format!("connect to the warehouse at {place}: {e}"))
+            VerifyReadError::Target(format!("connect to the warehouse at {place}: {e}"))
         })?;
         let types = types.load(&client).await?;
         Ok(Self {
@@ -76,7 +77,7 @@ impl PostgresMirror {
         })
     }
 
-    fn name(&self, table: &MirrorTable) -> String {
+    fn name(&self, table: &VerifiedTable) -> String {
         expand_name(
             &self.config.table_name_format,
             &table.topic,
@@ -87,7 +88,7 @@ impl PostgresMirror {
     }
 
     /// The table's columns, or `None` when the sink has not created it.
-    async fn shape(&self, table: &MirrorTable) -> Result<Option<Shape>, MirrorError> {
+    async fn shape(&self, table: &VerifiedTable) -> Result<Option<Shape>, VerifyReadError> {
         let name = self.name(table);
         let rows = self
             .client
@@ -134,16 +135,16 @@ impl PostgresMirror {
 }
 
 #[async_trait]
-impl Mirror for PostgresMirror {
-    fn location(&self, table: &MirrorTable) -> String {
+impl VerifyReader for PostgresVerifyReader {
+    fn location(&self, table: &VerifiedTable) -> String {
         format!("table {}.{}", self.config.target_schema, self.name(table))
     }
 
     async fn fetch(
         &self,
-        table: &MirrorTable,
+        table: &VerifiedTable,
         rows: &[RowKey<'_>],
-    ) -> Result<Fetched, MirrorError> {
+    ) -> Result<Fetched, VerifyReadError> {
         let Some(shape) = self.shape(table).await? else {
             return Ok(Fetched {
                 rows: vec![None; rows.len()],
@@ -202,7 +203,7 @@ impl Mirror for PostgresMirror {
         })
     }
 
-    async fn count(&self, table: &MirrorTable) -> Result<u64, MirrorError> {
+    async fn count(&self, table: &VerifiedTable) -> Result<u64, VerifyReadError> {
         let Some(shape) = self.shape(table).await? else {
             return Ok(0);
         };
@@ -223,9 +224,9 @@ impl Mirror for PostgresMirror {
 
     async fn scan_keys(
         &self,
-        table: &MirrorTable,
+        table: &VerifiedTable,
         cursor: Option<String>,
-    ) -> Result<KeyPage, MirrorError> {
+    ) -> Result<KeyPage, VerifyReadError> {
         let Some(shape) = self.shape(table).await? else {
             return Ok((Vec::new(), None));
         };
@@ -243,7 +244,7 @@ impl Mirror for PostgresMirror {
             .join(", ");
         let after: Vec<String> = match &cursor {
             Some(c) => serde_json::from_str(c)
-                .map_err(|e| MirrorError::Target(format!("bad scan cursor: {e}")))?,
+                .map_err(|e| VerifyReadError::Target(format!("bad scan cursor: {e}")))?,
             None => Vec::new(),
         };
         let mut sql = format!(
@@ -257,7 +258,7 @@ impl Mirror for PostgresMirror {
                 .iter()
                 .enumerate()
                 .map(|(i, k)| Ok(format!("${}::text::{}", i + 1, column_type(&shape, k)?)))
-                .collect::<Result<Vec<_>, MirrorError>>()?
+                .collect::<Result<Vec<_>, VerifyReadError>>()?
                 .join(", ");
             sql.push_str(&format!(" AND ({list}) > ({bound})"));
             params.extend(after.iter().map(|s| s as &(dyn ToSql + Sync)));
@@ -286,8 +287,8 @@ impl Mirror for PostgresMirror {
 
     async fn positions(
         &self,
-        _partitions: &[Partition],
-    ) -> Result<HashMap<Partition, i64>, MirrorError> {
+        _partitions: &[TopicPartition],
+    ) -> Result<HashMap<TopicPartition, i64>, VerifyReadError> {
         let sql = format!(
             "SELECT topic, partition, next_offset FROM {}.{} WHERE group_id = $1",
             quote_ident(&self.config.target_schema),
@@ -298,7 +299,7 @@ impl Mirror for PostgresMirror {
                 .iter()
                 .map(|r| {
                     (
-                        (r.get::<_, String>(0), r.get::<_, i32>(1)),
+                        TopicPartition::new(r.get::<_, String>(0), r.get::<_, i32>(1)),
                         r.get::<_, i64>(2),
                     )
                 })
@@ -312,13 +313,13 @@ impl Mirror for PostgresMirror {
     }
 }
 
-fn column_type(shape: &Shape, column: &str) -> Result<String, MirrorError> {
+fn column_type(shape: &Shape, column: &str) -> Result<String, VerifyReadError> {
     shape
         .columns
         .get(column)
         .map(|(_, t)| t.clone())
         .ok_or_else(|| {
-            MirrorError::Target(format!(
+            VerifyReadError::Target(format!(
                 "warehouse table {} has no key column {column}",
                 shape.qualified
             ))
@@ -331,7 +332,7 @@ fn key_filter<'a>(
     shape: &Shape,
     keys: &[&str],
     values: &'a [Vec<&'a str>],
-) -> Result<(String, Vec<&'a (dyn ToSql + Sync)>), MirrorError> {
+) -> Result<(String, Vec<&'a (dyn ToSql + Sync)>), VerifyReadError> {
     let list = keys
         .iter()
         .map(|c| format!("t.{}", quote_ident(c)))
@@ -341,7 +342,7 @@ fn key_filter<'a>(
         .iter()
         .enumerate()
         .map(|(i, k)| Ok(format!("u.k{}::{}", i + 1, column_type(shape, k)?)))
-        .collect::<Result<Vec<_>, MirrorError>>()?
+        .collect::<Result<Vec<_>, VerifyReadError>>()?
         .join(", ");
     let unnest = (1..=keys.len())
         .map(|i| format!("${i}::text[]"))

@@ -1,4 +1,5 @@
-//! The conformance suite: one table per shape a real schema has — every type
+//! Every shape end to end (not the conformance kit of a `Sink`,
+//! `oncely_sinks::conformance`): one table per shape a real schema has — every type
 //! the value mapping supports with its edge values, text, unicode and
 //! composite keys of typmod types, TOASTed columns left unchanged by
 //! updates, `REPLICA IDENTITY FULL` — driven through capture and the three
@@ -152,7 +153,8 @@ const ALL_TYPES: &[Column] = &[
         "bytea",
         &["'\\x00ff10'", "'\\x'", "decode(md5('b'), 'hex')"],
     ),
-    // Dates and times at PostgreSQL's extremes (issue 23 items 5-8): BC,
+    // Dates and times at PostgreSQL's extremes (docs/design.md, "Dates, times
+    // and intervals"): BC,
     // the largest value of each type, ±infinity, 24:00:00, and intervals
     // whose months, days and time differ in sign or exceed 64-bit µs.
     (

@@ -15,14 +15,15 @@ use super::config::{Layout, RedisConfig};
 use super::keys::KeyPattern;
 use super::plan::stored_form;
 use super::sink::{open_client, OpenError};
-use crate::mirror::{
-    Fetched, KeyPage, Mirror, MirrorContext, MirrorError, MirrorTable, Partition, RowKey,
-    StoredForm, StoredRow, PAGE,
-};
 use crate::native::ValueFormat;
+use crate::sink::TopicPartition;
+use crate::verify_reader::{
+    Fetched, KeyPage, RowKey, StoredForm, StoredRow, VerifiedTable, VerifyContext, VerifyReadError,
+    VerifyReader, PAGE,
+};
 
 /// A Redis sink's cache, read the way the sink writes it.
-pub struct RedisMirror {
+pub struct RedisVerifyReader {
     conn: MultiplexedConnection,
     config: RedisConfig,
     keys: KeyPattern,
@@ -31,18 +32,18 @@ pub struct RedisMirror {
     form: StoredForm,
 }
 
-fn redis_error(what: &str) -> impl Fn(redis::RedisError) -> MirrorError + '_ {
-    move |e| MirrorError::Target(format!("redis: {what}: {e}"))
+fn redis_error(what: &str) -> impl Fn(redis::RedisError) -> VerifyReadError + '_ {
+    move |e| VerifyReadError::Target(format!("redis: {what}: {e}"))
 }
 
-impl RedisMirror {
+impl RedisVerifyReader {
     /// Connects with the sink's URL, credentials, TLS settings and timeouts.
     pub async fn connect(
         config: &RedisConfig,
-        ctx: &MirrorContext<'_>,
-    ) -> Result<Self, MirrorError> {
+        ctx: &VerifyContext<'_>,
+    ) -> Result<Self, VerifyReadError> {
         let (client, place) = open_client(config).map_err(|e| match e {
-            OpenError::Setting(what, e) => MirrorError::Config(format!("redis {what}: {e}")),
+            OpenError::Setting(what, e) => VerifyReadError::Config(format!("redis {what}: {e}")),
             OpenError::Redis(e) => redis_error("open")(e),
         })?;
         let conn = client
@@ -72,21 +73,21 @@ impl RedisMirror {
     }
 
     /// `key.pattern` with everything but `{key}` filled in, by the sink's own function.
-    fn pattern(&self, table: &MirrorTable) -> String {
+    fn pattern(&self, table: &VerifiedTable) -> String {
         self.keys
             .table_part(&table.topic, [&self.db, &table.schema, &table.name])
     }
 
     /// The SCAN pattern matching the table's row keys.
-    fn glob(&self, table: &MirrorTable) -> String {
+    fn glob(&self, table: &VerifiedTable) -> String {
         glob_of(&self.pattern(table))
     }
 
     async fn scan_page(
         &self,
-        table: &MirrorTable,
+        table: &VerifiedTable,
         cursor: Option<String>,
-    ) -> Result<(Vec<String>, Option<String>), MirrorError> {
+    ) -> Result<(Vec<String>, Option<String>), VerifyReadError> {
         let mut conn = self.conn.clone();
         let (next, keys): (String, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor.as_deref().unwrap_or("0"))
@@ -102,16 +103,16 @@ impl RedisMirror {
 }
 
 #[async_trait]
-impl Mirror for RedisMirror {
-    fn location(&self, table: &MirrorTable) -> String {
+impl VerifyReader for RedisVerifyReader {
+    fn location(&self, table: &VerifiedTable) -> String {
         format!("keys {}", self.glob(table))
     }
 
     async fn fetch(
         &self,
-        table: &MirrorTable,
+        table: &VerifiedTable,
         keys: &[RowKey<'_>],
-    ) -> Result<Fetched, MirrorError> {
+    ) -> Result<Fetched, VerifyReadError> {
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
         for key in keys {
@@ -168,7 +169,7 @@ impl Mirror for RedisMirror {
         })
     }
 
-    async fn count(&self, table: &MirrorTable) -> Result<u64, MirrorError> {
+    async fn count(&self, table: &VerifiedTable) -> Result<u64, VerifyReadError> {
         let mut cursor = None;
         let mut count = 0u64;
         loop {
@@ -183,9 +184,9 @@ impl Mirror for RedisMirror {
 
     async fn scan_keys(
         &self,
-        table: &MirrorTable,
+        table: &VerifiedTable,
         cursor: Option<String>,
-    ) -> Result<KeyPage, MirrorError> {
+    ) -> Result<KeyPage, VerifyReadError> {
         let (keys, next) = self.scan_page(table, cursor).await?;
         let pattern = self.pattern(table);
         let (prefix, suffix) = pattern.split_once("{key}").unwrap_or((&pattern, ""));
@@ -204,8 +205,8 @@ impl Mirror for RedisMirror {
 
     async fn positions(
         &self,
-        _partitions: &[Partition],
-    ) -> Result<HashMap<Partition, i64>, MirrorError> {
+        _partitions: &[TopicPartition],
+    ) -> Result<HashMap<TopicPartition, i64>, VerifyReadError> {
         let mut conn = self.conn.clone();
         let stored: HashMap<String, i64> = redis::cmd("HGETALL")
             .arg(format!("{}{}", self.config.positions_prefix, self.group))
@@ -216,7 +217,7 @@ impl Mirror for RedisMirror {
             .into_iter()
             .filter_map(|(field, offset)| {
                 let (topic, partition) = field.rsplit_once(':')?;
-                Some(((topic.to_owned(), partition.parse().ok()?), offset))
+                Some((TopicPartition::new(topic, partition.parse().ok()?), offset))
             })
             .collect())
     }

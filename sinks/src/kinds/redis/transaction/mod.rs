@@ -14,7 +14,7 @@
 //!
 //! Every partition has a **fence**, the hash `<fence.key.prefix><topic>:<partition>`:
 //! field `<group>` holds the token of the runner the group last assigned the
-//! partition to ([`Fast::claim`], called from `load_positions`), field `""`
+//! partition to ([`TransactionPath::claim`], called from `load_positions`), field `""`
 //! the token of the last runner that wrote the partition's keys through a
 //! transaction (`script` after a script call). Each chunk `WATCH`es the
 //! fence and the truncate counter `<fence.key.prefix>truncates` before it
@@ -132,14 +132,14 @@ pub(super) struct Keys<'a> {
 }
 
 /// The transaction path's shared part: client and per-partition state.
-pub(super) struct Fast {
+pub(super) struct TransactionPath {
     client: Client,
     conn_config: AsyncConnectionConfig,
     fence_prefix: String,
     parts: Mutex<HashMap<TopicPartition, Arc<tokio::sync::Mutex<Partition>>>>,
 }
 
-impl Fast {
+impl TransactionPath {
     pub(super) fn new(
         client: Client,
         conn_config: AsyncConnectionConfig,

@@ -1,5 +1,5 @@
 //! Reading a target back, for `oncely verify`: each sink that can be verified
-//! implements [`Mirror`] next to its writer (`kinds/<kind>/mirror.rs`), with
+//! implements [`VerifyReader`] next to its writer (`kinds/<kind>/verify_reader.rs`), with
 //! the writer's own functions for names, ids, keys and layouts, so those have
 //! one owner. Verify keeps only the comparison.
 
@@ -14,9 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::config::RunnerConfig;
 use crate::native::{Kind, ValueFormat};
-
-/// A partition of a change topic: `(topic, partition)`.
-pub type Partition = (String, i32);
+use crate::sink::TopicPartition;
 
 /// A page of target keys (each key's values as text, in key order) and the
 /// cursor of the next page (`None` after the last).
@@ -27,7 +25,7 @@ pub const PAGE: usize = 1000;
 
 /// Why a target could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum MirrorError {
+pub enum VerifyReadError {
     /// The sink's configuration does not let the target be opened.
     #[error("configuration: {0}")]
     Config(String),
@@ -40,7 +38,7 @@ pub enum MirrorError {
 }
 
 /// What the reader of a target is told when it opens.
-pub struct MirrorContext<'a> {
+pub struct VerifyContext<'a> {
     /// The runner's settings (consumer group, Kafka connection).
     pub runner: &'a RunnerConfig,
     /// The source database's name (the `{db}` of names and keys).
@@ -62,7 +60,7 @@ pub trait WireTypes: Send + Sync {
     async fn load(
         &self,
         client: &tokio_postgres::Client,
-    ) -> Result<Box<dyn WireMapping>, MirrorError>;
+    ) -> Result<Box<dyn WireMapping>, VerifyReadError>;
 }
 
 /// The wire JSON of PostgreSQL values, by type.
@@ -73,7 +71,7 @@ pub trait WireMapping: Send + Sync {
 
 /// One captured table, as a reader needs it.
 #[derive(Debug, Clone)]
-pub struct MirrorTable {
+pub struct VerifiedTable {
     /// The Kafka topic capture writes it to.
     pub topic: String,
     /// Its schema.
@@ -86,7 +84,7 @@ pub struct MirrorTable {
     pub key: Vec<usize>,
 }
 
-impl MirrorTable {
+impl VerifiedTable {
     /// The key columns' names, in key order.
     pub fn key_names(&self) -> Vec<&str> {
         self.key
@@ -196,31 +194,34 @@ pub struct Fetched {
 /// A sink's target read back the way that sink writes it. Reads only; one
 /// reader may be used for many tables, one call at a time.
 #[async_trait]
-pub trait Mirror: Send + Sync {
+pub trait VerifyReader: Send + Sync {
     /// Where the target keeps `table` (a table, an index, a key pattern), for reports.
-    fn location(&self, table: &MirrorTable) -> String;
+    fn location(&self, table: &VerifiedTable) -> String;
 
     /// What the target holds for each of `keys` of `table`.
-    async fn fetch(&self, table: &MirrorTable, keys: &[RowKey<'_>])
-        -> Result<Fetched, MirrorError>;
+    async fn fetch(
+        &self,
+        table: &VerifiedTable,
+        keys: &[RowKey<'_>],
+    ) -> Result<Fetched, VerifyReadError>;
 
     /// How many live rows the target holds for `table`.
-    async fn count(&self, table: &MirrorTable) -> Result<u64, MirrorError>;
+    async fn count(&self, table: &VerifiedTable) -> Result<u64, VerifyReadError>;
 
     /// A page of the live keys the target holds for `table`, from `cursor`
     /// (`None`: the start).
     async fn scan_keys(
         &self,
-        table: &MirrorTable,
+        table: &VerifiedTable,
         cursor: Option<String>,
-    ) -> Result<KeyPage, MirrorError>;
+    ) -> Result<KeyPage, VerifyReadError>;
 
     /// The next offset to apply per partition, where the sink keeps them;
     /// partitions without one are absent.
     async fn positions(
         &self,
-        partitions: &[Partition],
-    ) -> Result<HashMap<Partition, i64>, MirrorError>;
+        partitions: &[TopicPartition],
+    ) -> Result<HashMap<TopicPartition, i64>, VerifyReadError>;
 }
 
 /// A value as text: strings as they are, other values as JSON; `None` for null.
@@ -236,8 +237,8 @@ pub fn wire_text(v: &Value) -> Option<String> {
 /// leaves them to Kafka (committed once a batch is settled).
 pub async fn committed_offsets(
     runner: &RunnerConfig,
-    partitions: &[Partition],
-) -> Result<HashMap<Partition, i64>, MirrorError> {
+    partitions: &[TopicPartition],
+) -> Result<HashMap<TopicPartition, i64>, VerifyReadError> {
     let mut config = rdkafka::ClientConfig::new();
     config
         .set("bootstrap.servers", &runner.bootstrap_servers)
@@ -253,25 +254,27 @@ pub async fn committed_offsets(
     tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer = config
             .create()
-            .map_err(|e| MirrorError::Kafka(format!("create a consumer: {e}")))?;
+            .map_err(|e| VerifyReadError::Kafka(format!("create a consumer: {e}")))?;
         let mut tpl = TopicPartitionList::new();
-        for (t, p) in &partitions {
-            tpl.add_partition(t, *p);
+        for tp in &partitions {
+            tpl.add_partition(&tp.topic, tp.partition);
         }
         let committed = consumer
             .committed_offsets(tpl, Duration::from_secs(10))
-            .map_err(|e| MirrorError::Kafka(format!("read the group's committed offsets: {e}")))?;
+            .map_err(|e| {
+                VerifyReadError::Kafka(format!("read the group's committed offsets: {e}"))
+            })?;
         Ok(committed
             .elements()
             .iter()
             .filter_map(|e| match e.offset() {
-                Offset::Offset(o) => Some(((e.topic().to_owned(), e.partition()), o)),
+                Offset::Offset(o) => Some((TopicPartition::new(e.topic(), e.partition()), o)),
                 _ => None,
             })
             .collect())
     })
     .await
-    .map_err(|e| MirrorError::Kafka(format!("offset reader task failed: {e}")))?
+    .map_err(|e| VerifyReadError::Kafka(format!("offset reader task failed: {e}")))?
 }
 
 #[cfg(test)]

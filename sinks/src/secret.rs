@@ -1,3 +1,0 @@
-//! Secrets: one definition for capture, the sinks and verify, in `oncely-core`.
-
-pub use oncely_core::secret::*;
