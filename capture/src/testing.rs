@@ -9,7 +9,7 @@ pub use crate::pgoutput::{Column, Relation, ReplicaIdentity, TupleValue};
 pub use crate::schema_change::{identity, ColumnDef};
 pub use crate::snapshot::{chunk, chunk_query, KeyColumn};
 pub use crate::source::{partition_root, relation_by_oid};
-pub use crate::value::PgTypeKind;
 /// The MySQL/MariaDB source's parts, which the source seam has not wired in
 /// yet: its service tests read a real server's binlog through them.
 pub use crate::sources::mysql;
+pub use crate::value::PgTypeKind;

@@ -14,9 +14,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use oncely_core::config::{
-    check_keys, flatten, flatten_value, from_flat, in_range, keys, Leaves,
-};
+use oncely_core::config::{check_keys, flatten, flatten_value, from_flat, in_range, keys, Leaves};
 
 use crate::error::ConfigError;
 pub use crate::runner::dedup::{DedupConfig, DedupStore};

@@ -22,9 +22,9 @@
 //! (`oncely.at`, [`super::identity`]).
 
 use super::compat::{canonical, compatible, widened};
-use super::table::{literal, quote};
 use super::types::{is_text, ColumnSpec};
 use crate::event::Version;
+use oncely_core::sql::{quote_ident as quote, quote_literal as literal};
 
 /// PostgreSQL's longest identifier, in bytes (`NAMEDATALEN - 1`).
 const MAX_IDENTIFIER: usize = 63;

@@ -172,7 +172,7 @@ impl PostgresSink {
                     let shape = shapes
                         .entry(key)
                         .or_insert_with_key(|(_, routes)| {
-                            let map: identity::NameMap = routes.iter().cloned().collect();
+                            let map: super::rows::NameMap = routes.iter().cloned().collect();
                             Arc::new(row.shape.translated(&map))
                         })
                         .clone();
