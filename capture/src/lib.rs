@@ -13,11 +13,13 @@ pub mod metrics;
 pub mod naming;
 pub mod offset;
 pub mod outbox;
-pub mod pgoutput;
 pub mod pipeline;
-pub mod replica_identity;
 pub mod schema_change;
 pub mod secret;
 pub mod snapshot;
-pub mod source;
-pub mod value;
+pub mod sources;
+
+// The PostgreSQL modules under their former paths, which the root crate and
+// the tests name.
+pub use sources::postgres::control as source;
+pub use sources::postgres::{pgoutput, replica_identity, value};

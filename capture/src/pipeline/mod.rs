@@ -47,9 +47,9 @@ use crate::error::CaptureError;
 use crate::filter::TableFilter;
 use crate::metrics::CaptureMetrics;
 use crate::naming::TopicClaims;
-use crate::pgoutput::{self, LogicalMessage, RelationCache};
-use crate::source::{self, format_lsn};
-use crate::value::TypeRegistry;
+use crate::sources::postgres::control::{self, format_lsn};
+use crate::sources::postgres::pgoutput::{self, LogicalMessage, RelationCache};
+use crate::sources::postgres::value::TypeRegistry;
 use committer::{Committer, KafkaTx};
 use record::Record;
 use router::{refusable, Route, Routes};
@@ -199,7 +199,7 @@ impl Pipeline<'_> {
                 // once the Relation's transaction is visible: a table it
                 // attached or detached keeps no root it had before.
                 let root =
-                    source::partition_root(&self.control, rel.id, self.tracker.xid()).await?;
+                    control::partition_root(&self.control, rel.id, self.tracker.xid()).await?;
                 if let Some((schema, root)) = root {
                     tracing::debug!(partition = %format!("{}.{}", rel.namespace, rel.name), root = %format!("{schema}.{root}"), "partition's changes go to its root");
                     rel.namespace = schema;
@@ -476,7 +476,7 @@ impl Pipeline<'_> {
         }
         self.check_schemas().await?;
         self.check_quarantine().await?;
-        match source::slot_retained_wal(&self.control, &self.cfg.slot_name).await {
+        match control::slot_retained_wal(&self.control, &self.cfg.slot_name).await {
             Ok(Some(bytes)) => {
                 self.metrics.slot_retained_wal.set(bytes);
                 self.check_slot_limit(bytes);

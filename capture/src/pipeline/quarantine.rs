@@ -35,7 +35,7 @@ use crate::config::ReplicaIdentityCheck;
 use crate::error::CaptureError;
 use crate::naming::check_length;
 use crate::snapshot::{request, SnapshotKind, TableProgress};
-use crate::source::{self, format_lsn, CapturedTable};
+use crate::sources::postgres::control::{self, format_lsn, CapturedTable};
 
 /// What the catalog says of a quarantined table now.
 enum Verdict {
@@ -139,7 +139,7 @@ impl Pipeline<'_> {
                     }
                     // Its changes reach the stream from here on (a
                     // filtered publication holds keyed tables only).
-                    if let Err(e) = source::ensure_publication(
+                    if let Err(e) = control::ensure_publication(
                         &self.control,
                         self.cfg,
                         std::slice::from_ref(&t),
@@ -152,7 +152,7 @@ impl Pipeline<'_> {
                         }
                         continue;
                     }
-                    let at = source::current_wal_lsn(&self.control).await?;
+                    let at = control::current_wal_lsn(&self.control).await?;
                     tracing::info!(table = %table, fixed_at = %format_lsn(at), "quarantined table is fixed in the catalog; released once the stream passes this position");
                     self.key_columns.insert(table.clone(), t.key_columns);
                     self.fixed_at.insert(table, at);
@@ -244,11 +244,11 @@ impl Pipeline<'_> {
     /// What the catalog and the configuration say of each of `tables` now,
     /// by the rules start-up applies (see `start::set_aside`).
     async fn evaluate(&mut self, tables: &[String]) -> Result<Vec<Verdict>, CaptureError> {
-        let selected = source::selected_tables(&self.control, self.cfg).await?;
+        let selected = control::selected_tables(&self.control, self.cfg).await?;
         let mut verdicts = Vec::with_capacity(tables.len());
         for name in tables {
             if selected.keyless.contains(name) {
-                verdicts.push(Verdict::Broken(source::keyless_reason(name, name)));
+                verdicts.push(Verdict::Broken(control::keyless_reason(name, name)));
                 continue;
             }
             let Some(t) = selected.tables.iter().find(|t| &t.qualified() == name) else {
@@ -265,9 +265,11 @@ impl Pipeline<'_> {
                 continue;
             }
             if self.cfg.replica_identity_check == ReplicaIdentityCheck::Fail {
-                let problems = crate::replica_identity::problems(&self.control, &[t]).await?;
+                let problems =
+                    crate::sources::postgres::replica_identity::problems(&self.control, &[t])
+                        .await?;
                 if let Some((_, why)) = problems.into_iter().next() {
-                    let why = crate::replica_identity::quarantine_reason(&why);
+                    let why = crate::sources::postgres::replica_identity::quarantine_reason(&why);
                     verdicts.push(Verdict::Broken(why));
                     continue;
                 }

@@ -13,8 +13,8 @@ use crate::envelope::{SourcePosition, TableEncoder};
 use crate::error::CaptureError;
 use crate::naming::check_length;
 use crate::outbox::OutboxRouter;
-use crate::pgoutput::{LogicalMessage, Relation, TupleData};
-use crate::source;
+use crate::sources::postgres::control;
+use crate::sources::postgres::pgoutput::{LogicalMessage, Relation, TupleData};
 
 impl Pipeline<'_> {
     /// How many event ordinals a change uses ([`router::ordinals`]), its
@@ -158,18 +158,18 @@ impl Pipeline<'_> {
     /// the stream may be behind the catalog, which may have renamed the
     /// table, dropped it, or made another of that name since; and read once
     /// the transaction being streamed is visible, so the catalog is not
-    /// behind the stream ([`source::relation_by_oid`]). A table missing then
+    /// behind the stream ([`control::relation_by_oid`]). A table missing then
     /// is gone, and its key comes from the Relation message itself
-    /// ([`crate::replica_identity::key_from_relation`]).
+    /// ([`crate::sources::postgres::replica_identity::key_from_relation`]).
     async fn key_of_table(&self, rel: &Relation) -> Result<(Vec<String>, bool), CaptureError> {
-        let found = source::relation_by_oid(&self.control, rel.id, self.tracker.xid()).await?;
+        let found = control::relation_by_oid(&self.control, rel.id, self.tracker.xid()).await?;
         if let Some((schema, name, pk)) = found {
             // Key columns renamed since the change: the Relation's own.
             if pk.iter().all(|k| rel.columns.iter().any(|c| &c.name == k)) {
                 return Ok((pk, schema == rel.namespace && name == rel.name));
             }
         }
-        let key = crate::replica_identity::key_from_relation(rel);
+        let key = crate::sources::postgres::replica_identity::key_from_relation(rel);
         tracing::info!(
             table = %format!("{}.{}", rel.namespace, rel.name),
             key = ?key,
@@ -233,13 +233,13 @@ impl Pipeline<'_> {
             }
         };
         let key = key.as_deref();
-        let identity_columns = crate::replica_identity::flagged_columns(&rel);
-        if let Some(lacks) = crate::replica_identity::lacks(
+        let identity_columns = crate::sources::postgres::replica_identity::flagged_columns(&rel);
+        if let Some(lacks) = crate::sources::postgres::replica_identity::lacks(
             rel.replica_identity,
             &identity_columns,
             key.unwrap_or_default(),
         ) {
-            let why = crate::replica_identity::explain(
+            let why = crate::sources::postgres::replica_identity::explain(
                 &qualified,
                 &qualified,
                 &lacks,
@@ -247,7 +247,7 @@ impl Pipeline<'_> {
             );
             match self.cfg.replica_identity_check {
                 ReplicaIdentityCheck::Fail => {
-                    let why = crate::replica_identity::quarantine_reason(&why);
+                    let why = crate::sources::postgres::replica_identity::quarantine_reason(&why);
                     self.quarantine(&qualified, why);
                     return Ok(Some(Route::Quarantined(qualified)));
                 }
@@ -271,7 +271,9 @@ impl Pipeline<'_> {
             Ok(enc) => enc,
             Err(e) => {
                 let why = match key {
-                    None => crate::source::keyless_reason(&qualified, &qualified),
+                    None => {
+                        crate::sources::postgres::control::keyless_reason(&qualified, &qualified)
+                    }
                     Some(_) => e.to_string(),
                 };
                 self.quarantine(&qualified, why);

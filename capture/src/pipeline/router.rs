@@ -13,7 +13,9 @@ use crate::envelope::{
 };
 use crate::error::CaptureError;
 use crate::outbox::OutboxRouter;
-use crate::pgoutput::{LogicalMessage, OldTuple, Relation, TupleData, TupleValue};
+use crate::sources::postgres::pgoutput::{
+    LogicalMessage, OldTuple, Relation, TupleData, TupleValue,
+};
 
 /// How the changes of one relation become records.
 pub(super) enum Route {

@@ -6,9 +6,9 @@ use super::{now_ms, Pipeline, Record};
 use crate::config::SchemaChangeBackfill;
 use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
-use crate::pgoutput::Relation;
 use crate::schema_change::{self, ColumnChange, TableShape};
 use crate::snapshot::{request, SnapshotKind, TableProgress};
+use crate::sources::postgres::pgoutput::Relation;
 
 impl Pipeline<'_> {
     /// Compares every captured table's columns in the catalog with those

@@ -4,11 +4,11 @@
 
 use super::{Pipeline, Route};
 use crate::error::CaptureError;
-use crate::pgoutput::{LogicalMessage, TupleValue};
-use crate::snapshot::chunk::FILTER_SEARCH_PATH;
 use crate::snapshot::signal::{check_filter_on, parse, SignalAction};
 use crate::snapshot::{quote_ident, request, split_table, SnapshotKind, TableProgress};
-use crate::source;
+use crate::sources::postgres::chunk::FILTER_SEARCH_PATH;
+use crate::sources::postgres::control;
+use crate::sources::postgres::pgoutput::{LogicalMessage, TupleValue};
 
 /// The columns of one signal row.
 pub(super) struct SignalRow {
@@ -119,7 +119,7 @@ impl Pipeline<'_> {
             None => {
                 let mut looks = 0;
                 loop {
-                    match source::primary_key(&self.control, schema, name).await {
+                    match control::primary_key(&self.control, schema, name).await {
                         Ok(pk) => break pk,
                         // A table created in the signal's own transaction:
                         // the walsender sends a transaction once its commit

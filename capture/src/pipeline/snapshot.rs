@@ -9,13 +9,13 @@ use super::snapshot_runtime::{join, InFlight, CHUNKS_IN_FLIGHT};
 use super::{now_ms, refusable, Pipeline, Record};
 use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
-use crate::pgoutput::{LogicalMessage, OldTuple, Relation};
-use crate::snapshot::chunk::{self, ChunkError, ChunkRequest, ChunkRows};
 use crate::snapshot::window::{Verdict, Window};
 use crate::snapshot::{
     new_chunk_id, parse_watermark, row_key, split_table, SnapshotKind, Watermark,
 };
-use crate::source::format_lsn;
+use crate::sources::postgres::chunk::{self, ChunkError, ChunkRequest, ChunkRows};
+use crate::sources::postgres::control::format_lsn;
+use crate::sources::postgres::pgoutput::{LogicalMessage, OldTuple, Relation};
 
 impl Pipeline<'_> {
     /// Whether a chunk is being read (of the snapshot's current table).
@@ -505,7 +505,9 @@ fn last_key(rows: &ChunkRows) -> Vec<Option<String>> {
     rows.key_idx
         .iter()
         .map(|&i| match &row.0[i] {
-            crate::pgoutput::TupleValue::Text(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            crate::sources::postgres::pgoutput::TupleValue::Text(b) => {
+                Some(String::from_utf8_lossy(b).into_owned())
+            }
             _ => None,
         })
         .collect()
@@ -522,9 +524,9 @@ fn replaced(window: &mut Window, key: Option<crate::snapshot::RowKey>) {
 /// An update's new row, with unchanged TOAST values taken from a full old
 /// row (REPLICA IDENTITY FULL) where it has them.
 fn filled<'a>(
-    new: &'a crate::pgoutput::TupleData,
+    new: &'a crate::sources::postgres::pgoutput::TupleData,
     old: Option<&OldTuple>,
-) -> Cow<'a, crate::pgoutput::TupleData> {
+) -> Cow<'a, crate::sources::postgres::pgoutput::TupleData> {
     match old {
         Some(OldTuple::Full(full)) => match super::router::fill_unchanged_toast(new, full) {
             Some(row) => Cow::Owned(row),

@@ -20,10 +20,10 @@ use super::Pipeline;
 use crate::envelope::TableEncoder;
 use crate::error::CaptureError;
 use crate::metrics::SnapshotView;
-use crate::pgoutput::Relation;
-use crate::snapshot::chunk::{ChunkError, ChunkRows};
 use crate::snapshot::window::Window;
-use crate::source::format_lsn;
+use crate::sources::postgres::chunk::{ChunkError, ChunkRows};
+use crate::sources::postgres::control::format_lsn;
+use crate::sources::postgres::pgoutput::Relation;
 
 /// Chunks in flight at most: one waiting for its high watermark (or being
 /// published) and the next one being read. The reads share one connection

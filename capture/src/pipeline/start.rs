@@ -19,10 +19,10 @@ use crate::kafka::{check_one_partition, InternalTopic, TopicCreator, TxProducer}
 use crate::metrics::CaptureMetrics;
 use crate::naming::{check_length, TopicClaims};
 use crate::offset::{read_stored_offset, SourceOffset};
-use crate::pgoutput::RelationCache;
 use crate::snapshot::{plan_start, GapRefused, StartFacts, TableProgress};
-use crate::source::{self, format_lsn};
-use crate::value::TypeRegistry;
+use crate::sources::postgres::control::{self, format_lsn};
+use crate::sources::postgres::pgoutput::RelationCache;
+use crate::sources::postgres::value::TypeRegistry;
 
 /// Longest wait between restarts after retriable failures.
 const RESTART_BACKOFF: Duration = Duration::from_millis(500);
@@ -36,7 +36,7 @@ pub async fn run(
     metrics: CaptureMetrics,
     shutdown: CancellationToken,
 ) -> Result<(), CaptureError> {
-    let control = source::pg_config(&cfg, "oncely-capture-control");
+    let control = control::pg_config(&cfg, "oncely-capture-control");
     if let Some(warning) = cfg.tls().unverified_credentials(&control) {
         tracing::warn!("{warning}");
     }
@@ -75,9 +75,9 @@ async fn run_once(
     shutdown: &CancellationToken,
     first_life: bool,
 ) -> Result<(), CaptureError> {
-    let control = source::connect(cfg).await?;
-    source::check_wal_level(&control).await?;
-    let source::Selected { tables, keyless } = source::selected_tables(&control, cfg).await?;
+    let control = control::connect(cfg).await?;
+    control::check_wal_level(&control).await?;
+    let control::Selected { tables, keyless } = control::selected_tables(&control, cfg).await?;
     if let Some(outbox) = &cfg.outbox {
         if !tables.iter().any(|t| t.qualified() == outbox.table) {
             return Err(CaptureError::Prerequisite(format!(
@@ -88,11 +88,11 @@ async fn run_once(
     }
     let mut published = tables.clone();
     if let Some(signal) = cfg.signal_table() {
-        published.push(source::signal_table(&control, signal).await?);
+        published.push(control::signal_table(&control, signal).await?);
     }
-    source::ensure_publication(&control, cfg, &published).await?;
+    control::ensure_publication(&control, cfg, &published).await?;
     // The outbox publishes only inserts: its old rows never matter.
-    let checked: Vec<&source::CapturedTable> = tables
+    let checked: Vec<&control::CapturedTable> = tables
         .iter()
         .filter(|t| cfg.outbox.as_ref().is_none_or(|o| o.table != t.qualified()))
         .collect();
@@ -100,21 +100,23 @@ async fn run_once(
     // never a stop of the others (see `pipeline::quarantine`).
     let mut set_aside: BTreeMap<String, String> = keyless
         .iter()
-        .map(|t| (t.clone(), source::keyless_reason(t, t)))
+        .map(|t| (t.clone(), control::keyless_reason(t, t)))
         .collect();
-    for (table, why) in crate::replica_identity::problems(&control, &checked).await? {
+    for (table, why) in
+        crate::sources::postgres::replica_identity::problems(&control, &checked).await?
+    {
         match cfg.replica_identity_check {
             ReplicaIdentityCheck::Fail => {
-                set_aside
-                    .entry(table)
-                    .or_insert_with(|| crate::replica_identity::quarantine_reason(&why));
+                set_aside.entry(table).or_insert_with(|| {
+                    crate::sources::postgres::replica_identity::quarantine_reason(&why)
+                });
             }
             ReplicaIdentityCheck::Warn => {
                 tracing::warn!("{why} (replica.identity.check = \"warn\": capturing it anyway)")
             }
         }
     }
-    let slot = source::ensure_slot(&control, cfg).await?;
+    let slot = control::ensure_slot(&control, cfg).await?;
     let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval_handling_mode);
     types
         .load_user_types(&control)
@@ -241,7 +243,7 @@ async fn run_once(
         },
         filter: TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
             .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?,
-        key_columns: source::key_columns_by_table(&tables),
+        key_columns: control::key_columns_by_table(&tables),
         kafka: Committer::new(
             KafkaTx { producer, topics },
             Limits {
@@ -327,7 +329,7 @@ async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationCli
 /// that appears keeps none of an existing table's topic.
 fn claim_topics(
     cfg: &CaptureConfig,
-    tables: &[source::CapturedTable],
+    tables: &[control::CapturedTable],
     known: Option<&BTreeSet<String>>,
 ) -> Result<(TopicClaims, Vec<(String, String)>), CaptureError> {
     let mut claims = TopicClaims::default();
@@ -353,7 +355,7 @@ fn claim_topics(
             )
             .map_err(|e| refuse(&e))?;
     }
-    let is_known = |t: &source::CapturedTable| known.is_some_and(|k| k.contains(&t.qualified()));
+    let is_known = |t: &control::CapturedTable| known.is_some_and(|k| k.contains(&t.qualified()));
     let ordered = tables
         .iter()
         .filter(|t| is_known(t))

@@ -72,7 +72,7 @@ impl RelationCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pgoutput::{Column, ReplicaIdentity, TupleValue};
+    use crate::sources::postgres::pgoutput::{Column, ReplicaIdentity, TupleValue};
 
     fn rel(id: u32, ncols: usize) -> Relation {
         Relation {
