@@ -13,8 +13,6 @@
 //! commit started, so the held changes are replayed if it is the last to land.
 
 mod committer;
-#[cfg(test)]
-mod committer_tests;
 mod fill;
 #[cfg(test)]
 mod memory;
@@ -104,7 +102,7 @@ impl Pipeline<'_> {
             self.launch_chunk().await?;
             if self.exit_when_done && self.snapshot_finished() {
                 self.commit_position().await?;
-                tracing::info!(flush_lsn = %format_lsn(self.kafka.committed.flush_lsn), "snapshot complete; snapshot.mode = initial_only: exiting");
+                tracing::info!(flush_lsn = %format_lsn(self.kafka.committed().flush_lsn), "snapshot complete; snapshot.mode = initial_only: exiting");
                 return Ok(());
             }
             // While a commit runs no batch is open (reads are held); the next
@@ -117,7 +115,7 @@ impl Pipeline<'_> {
                 biased;
                 _ = shutdown.cancelled() => {
                     self.commit_position().await?;
-                    tracing::info!(flush_lsn = %format_lsn(self.kafka.committed.flush_lsn), "capture stopped cleanly");
+                    tracing::info!(flush_lsn = %format_lsn(self.kafka.committed().flush_lsn), "capture stopped cleanly");
                     return Ok(());
                 }
                 done = self.kafka.commit_done() => self.kafka.on_commit_done(done, &mut self.stream).await?,
@@ -142,7 +140,7 @@ impl Pipeline<'_> {
                 commit_time_micros,
             } => {
                 self.tracker.begin(
-                    &self.kafka.pending,
+                    self.kafka.position(),
                     final_lsn.as_u64(),
                     xid,
                     commit_time_micros,
@@ -186,7 +184,7 @@ impl Pipeline<'_> {
 
     async fn on_commit(&mut self, commit_lsn: u64, end_lsn: u64) -> Result<(), CaptureError> {
         self.tracker
-            .commit(&mut self.kafka.pending, commit_lsn, end_lsn)?;
+            .commit(self.kafka.stage(), commit_lsn, end_lsn)?;
         self.close_if_full().await
     }
 
@@ -268,7 +266,7 @@ impl Pipeline<'_> {
                 // offset that moves the snapshot past them.
                 self.on_watermark(content, &position).await?;
                 self.tracker.use_ordinals(1);
-                self.tracker.advance(&mut self.kafka.pending);
+                self.tracker.advance(self.kafka.stage());
                 return self.close_if_full().await;
             }
         }
@@ -288,7 +286,7 @@ impl Pipeline<'_> {
         } else {
             self.tracker.use_ordinals(1);
         }
-        self.tracker.advance(&mut self.kafka.pending);
+        self.tracker.advance(self.kafka.stage());
         if let Some(signal) = signal {
             self.on_signal(signal).await?;
         }
@@ -306,7 +304,7 @@ impl Pipeline<'_> {
         content: &[u8],
     ) -> Result<(), CaptureError> {
         let ts = now_ms();
-        let Some(position) = self.tracker.message(&self.kafka.pending, lsn, ts)? else {
+        let Some(position) = self.tracker.message(self.kafka.position(), lsn, ts)? else {
             return Ok(());
         };
         let (topic, key, value) =
@@ -314,7 +312,7 @@ impl Pipeline<'_> {
         let mut record = Record::change(&topic.as_str().into(), key, value, &position);
         record.ensure_topic = true;
         self.publish(vec![record]).await?;
-        Tracker::message_published(&mut self.kafka.pending, &position);
+        Tracker::message_published(self.kafka.stage(), &position);
         self.close_if_full().await
     }
 
@@ -345,7 +343,7 @@ impl Pipeline<'_> {
     /// A failed send or commit, named when the producer or the broker
     /// refused one of its records for its size.
     fn explain_refused(&mut self, e: CaptureError) -> CaptureError {
-        if let Some(r) = self.kafka.tx.producer.take_too_large() {
+        if let Some(r) = self.kafka.take_too_large() {
             return self.too_large(
                 &r.topic,
                 r.key.as_deref(),
@@ -356,7 +354,7 @@ impl Pipeline<'_> {
         }
         match (&e, self.kafka.take_failed_send()) {
             (CaptureError::Kafka { source, .. }, Some(r)) if crate::error::is_too_large(source) => {
-                let limit = self.kafka.tx.producer.max_message_bytes();
+                let limit = self.kafka.max_message_bytes();
                 self.too_large(
                     &r.topic,
                     r.key.as_deref(),
@@ -487,10 +485,10 @@ impl Pipeline<'_> {
         if self.tracker.in_tx() || self.kafka.busy() {
             return Ok(());
         }
-        if self.server_position > self.kafka.pending.flush_lsn {
-            self.kafka.pending.flush_lsn = self.server_position;
+        if self.server_position > self.kafka.position().flush_lsn {
+            self.kafka.stage().flush_lsn = self.server_position;
         }
-        if self.kafka.pending != self.kafka.committed {
+        if self.kafka.position() != self.kafka.committed() {
             self.commit_position().await?;
             self.metrics.heartbeats.inc();
         }

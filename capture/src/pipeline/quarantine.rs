@@ -49,7 +49,7 @@ enum Verdict {
 
 impl Pipeline<'_> {
     pub(super) fn is_quarantined(&self, table: &str) -> bool {
-        self.kafka.pending.quarantined.contains_key(table)
+        self.kafka.position().quarantined.contains_key(table)
     }
 
     /// Sets `table` aside for `reason` (which names the fix). Its snapshot,
@@ -57,7 +57,7 @@ impl Pipeline<'_> {
     /// when it is released.
     pub(super) fn quarantine(&mut self, table: &str, reason: String) {
         self.fixed_at.remove(table);
-        if self.kafka.pending.quarantined.get(table) == Some(&reason) {
+        if self.kafka.position().quarantined.get(table) == Some(&reason) {
             return;
         }
         tracing::error!(
@@ -66,7 +66,7 @@ impl Pipeline<'_> {
             "table {table} is quarantined: {reason}. Its changes are not published until it is fixed; the other tables go on. Once the fix is in the catalog (or in the configuration, after a restart), capture snapshots {table} again by itself"
         );
         self.kafka
-            .pending
+            .stage()
             .quarantined
             .insert(table.to_owned(), reason);
         self.drop_snapshot_of(table);
@@ -77,14 +77,14 @@ impl Pipeline<'_> {
     /// flight: a quarantined table's rows are never published.
     pub(super) fn drop_snapshot_of(&mut self, table: &str) {
         self.snap.abandon_table(table);
-        if let Some(p) = self.kafka.pending.snapshot.as_mut() {
+        if let Some(p) = self.kafka.stage().snapshot.as_mut() {
             let before = p.tables.len();
             p.tables.retain(|t| t.table != table);
             if p.tables.len() != before {
                 tracing::info!(table, "snapshot of a quarantined table dropped; it is snapshotted whole once the table is fixed");
             }
             if p.tables.is_empty() {
-                self.kafka.pending.snapshot = None;
+                self.kafka.stage().snapshot = None;
             }
         }
         self.publish_view();
@@ -94,12 +94,12 @@ impl Pipeline<'_> {
     pub(super) fn show_quarantine(&self) {
         let gauge = &self.metrics.quarantined;
         gauge.reset();
-        for table in self.kafka.pending.quarantined.keys() {
+        for table in self.kafka.position().quarantined.keys() {
             gauge.with_label_values(&[table.as_str()]).set(1);
         }
         self.metrics.health.quarantined(
             self.kafka
-                .pending
+                .position()
                 .quarantined
                 .iter()
                 .map(|(t, why)| (t.clone(), why.clone()))
@@ -111,10 +111,10 @@ impl Pipeline<'_> {
     /// notes where a fix was first seen, and releases the tables whose fix
     /// the stream has passed.
     pub(super) async fn check_quarantine(&mut self) -> Result<(), CaptureError> {
-        if self.kafka.pending.quarantined.is_empty() {
+        if self.kafka.position().quarantined.is_empty() {
             return Ok(());
         }
-        let names: Vec<String> = self.kafka.pending.quarantined.keys().cloned().collect();
+        let names: Vec<String> = self.kafka.position().quarantined.keys().cloned().collect();
         let verdicts = match self.evaluate(&names).await {
             Ok(v) => v,
             // A catalog the filters cannot read now (a partition created
@@ -129,7 +129,7 @@ impl Pipeline<'_> {
             match verdict {
                 Verdict::Gone => {
                     tracing::info!(table = %table, "quarantined table is no longer captured (dropped, renamed or left out): nothing owed");
-                    self.kafka.pending.quarantined.remove(&table);
+                    self.kafka.stage().quarantined.remove(&table);
                     self.fixed_at.remove(&table);
                 }
                 Verdict::Broken(reason) => self.quarantine(&table, reason),
@@ -159,7 +159,7 @@ impl Pipeline<'_> {
                 }
             }
         }
-        let reached = self.server_position.max(self.kafka.pending.flush_lsn);
+        let reached = self.server_position.max(self.kafka.position().flush_lsn);
         let passed: Vec<String> = self
             .fixed_at
             .iter()
@@ -178,18 +178,18 @@ impl Pipeline<'_> {
     /// every change skipped meanwhile.
     fn release(&mut self, table: &str) {
         if let Some(at) = self.fixed_at.remove(table) {
-            self.kafka.pending.stale_before.insert(table.to_owned(), at);
+            self.kafka.stage().stale_before.insert(table.to_owned(), at);
         }
-        self.kafka.pending.quarantined.remove(table);
+        self.kafka.stage().quarantined.remove(table);
         self.encoders
             .retain(|_, r| !matches!(r, Some(Route::Quarantined(t)) if t == table));
         self.kafka
-            .pending
+            .stage()
             .tables
             .get_or_insert_with(Default::default)
             .insert(table.to_owned());
         let added = request(
-            &mut self.kafka.pending.snapshot,
+            &mut self.kafka.stage().snapshot,
             format!("quarantine-{}", now_ms()),
             SnapshotKind::Incremental,
             vec![TableProgress::new(table, None)],
@@ -212,7 +212,7 @@ impl Pipeline<'_> {
         topic: &std::sync::Arc<str>,
         src: &crate::envelope::SourcePosition,
     ) -> Result<Vec<super::Record>, CaptureError> {
-        let Some(&before) = self.kafka.pending.stale_before.get(table) else {
+        let Some(&before) = self.kafka.position().stale_before.get(table) else {
             return Ok(Vec::new());
         };
         let at = crate::envelope::SourcePosition {
@@ -224,7 +224,7 @@ impl Pipeline<'_> {
             snapshot: crate::envelope::SnapshotMarker::Incremental,
         };
         let value = encoder.truncate_value(&at, now_ms());
-        let partitions = self.kafka.tx.producer.partition_count(topic).await?;
+        let partitions = self.kafka.partition_count(topic).await?;
         let records = (0..partitions)
             .map(|partition| {
                 let mut record = super::Record::new(topic, None, Some(value.clone()));
@@ -236,7 +236,7 @@ impl Pipeline<'_> {
                 record
             })
             .collect();
-        self.kafka.pending.stale_before.remove(table);
+        self.kafka.stage().stale_before.remove(table);
         tracing::info!(table, before = %format_lsn(before), "snapshot of a table released from quarantine complete: rows older than its fix (deleted while it was set aside) removed from the targets");
         Ok(records)
     }

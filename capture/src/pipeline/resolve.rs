@@ -94,7 +94,7 @@ impl Pipeline<'_> {
                         continue;
                     };
                     let topic = Arc::clone(topic);
-                    let count = self.kafka.tx.producer.partition_count(&topic).await?;
+                    let count = self.kafka.partition_count(&topic).await?;
                     resolved.partitions.insert(id, count);
                 }
             }
@@ -295,13 +295,13 @@ impl Pipeline<'_> {
             self.quarantine(&qualified, why);
             return Ok(Some(Route::Quarantined(qualified)));
         }
-        self.kafka.tx.topics.ensure(&topic).await?;
+        self.kafka.ensure_topic(&topic).await?;
         self.tables_by_topic
             .insert(Arc::clone(&topic), qualified.clone());
         // Captured from now on: a later start must not take it for a table
         // added to the include list (snapshot.new.tables).
         self.kafka
-            .pending
+            .stage()
             .tables
             .get_or_insert_with(BTreeSet::new)
             .insert(qualified);

@@ -20,7 +20,7 @@ impl Pipeline<'_> {
     pub(super) async fn check_schemas(&mut self) -> Result<(), CaptureError> {
         let tables: Vec<String> = self
             .kafka
-            .pending
+            .position()
             .tables
             .iter()
             .flatten()
@@ -63,7 +63,7 @@ impl Pipeline<'_> {
                     columns: &columns,
                     former_names: self.schemas.former_names(&table),
                 },
-                self.server_position.max(self.kafka.pending.flush_lsn),
+                self.server_position.max(self.kafka.position().flush_lsn),
                 backfill.as_deref(),
                 now_ms(),
             );
@@ -76,9 +76,7 @@ impl Pipeline<'_> {
             return Ok(());
         }
         self.kafka
-            .tx
-            .topics
-            .ensure_compacted(&self.schema_topic)
+            .ensure_compacted_topic(&self.schema_topic)
             .await?;
         self.publish(records).await?;
         // Outside a transaction nothing else would commit them soon.
@@ -110,7 +108,7 @@ impl Pipeline<'_> {
     /// new rows anyway.
     fn queue_backfill(&mut self, table: &str) -> String {
         let in_flight = self.snap_in_flight();
-        if let Some(p) = self.kafka.pending.snapshot.as_mut() {
+        if let Some(p) = self.kafka.stage().snapshot.as_mut() {
             let unstarted =
                 p.tables.iter().enumerate().any(|(i, t)| {
                     t.table == table && t.last_key.is_none() && !(i == 0 && in_flight)
@@ -122,7 +120,7 @@ impl Pipeline<'_> {
         }
         let id = format!("schema-change-{}", now_ms());
         request(
-            &mut self.kafka.pending.snapshot,
+            &mut self.kafka.stage().snapshot,
             id.clone(),
             SnapshotKind::Incremental,
             vec![TableProgress::new(table, None)],

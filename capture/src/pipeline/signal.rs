@@ -65,7 +65,7 @@ impl Pipeline<'_> {
                     queued.push(TableProgress::new(&table, filter));
                 }
                 let added = request(
-                    &mut self.kafka.pending.snapshot,
+                    &mut self.kafka.stage().snapshot,
                     signal.id.clone(),
                     SnapshotKind::Incremental,
                     queued,
@@ -73,21 +73,21 @@ impl Pipeline<'_> {
                 tracing::info!(signal = %signal.id, tables = ?added, "execute-snapshot: tables queued");
             }
             SignalAction::StopSnapshot { tables } => {
-                match (self.kafka.pending.snapshot.as_mut(), tables) {
+                match (self.kafka.stage().snapshot.as_mut(), tables) {
                     (None, _) => {}
-                    (Some(_), None) => self.kafka.pending.snapshot = None,
+                    (Some(_), None) => self.kafka.stage().snapshot = None,
                     (Some(p), Some(names)) => {
                         p.tables.retain(|t| !names.contains(&t.table));
                         if p.tables.is_empty() {
-                            self.kafka.pending.snapshot = None;
+                            self.kafka.stage().snapshot = None;
                         }
                     }
                 }
-                tracing::info!(signal = %signal.id, running = self.kafka.pending.snapshot.is_some(), "stop-snapshot");
+                tracing::info!(signal = %signal.id, running = self.kafka.position().snapshot.is_some(), "stop-snapshot");
             }
             SignalAction::PauseSnapshot | SignalAction::ResumeSnapshot => {
                 let pause = matches!(action, SignalAction::PauseSnapshot);
-                match self.kafka.pending.snapshot.as_mut() {
+                match self.kafka.stage().snapshot.as_mut() {
                     Some(p) => {
                         p.paused = pause;
                         tracing::info!(signal = %signal.id, paused = pause, "snapshot {}", if pause { "paused" } else { "resumed" });
@@ -148,7 +148,7 @@ impl Pipeline<'_> {
                 "the outbox and signal tables are not snapshotted".into()
             ));
         }
-        if let Some(why) = self.kafka.pending.quarantined.get(table) {
+        if let Some(why) = self.kafka.position().quarantined.get(table) {
             return Ok(Err(format!(
                 "is quarantined ({why}); capture snapshots it by itself once it is fixed"
             )));

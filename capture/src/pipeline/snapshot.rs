@@ -25,7 +25,7 @@ impl Pipeline<'_> {
 
     /// True when no snapshot runs and no chunk is in flight.
     pub(super) fn snapshot_finished(&self) -> bool {
-        self.kafka.pending.snapshot.is_none()
+        self.kafka.position().snapshot.is_none()
             && self.snap.inflight.is_empty()
             && !self.snap.reading()
             && !self.tracker.in_tx()
@@ -40,14 +40,14 @@ impl Pipeline<'_> {
         if self.snap.inflight.len() >= CHUNKS_IN_FLIGHT || self.snap.reading() {
             return Ok(());
         }
-        let Some(progress) = self.kafka.pending.snapshot.as_ref() else {
+        let Some(progress) = self.kafka.position().snapshot.as_ref() else {
             return Ok(());
         };
         if progress.paused {
             return Ok(());
         }
         let Some(current) = progress.current().cloned() else {
-            self.kafka.pending.snapshot = None;
+            self.kafka.stage().snapshot = None;
             self.publish_view();
             return Ok(());
         };
@@ -292,7 +292,7 @@ impl Pipeline<'_> {
             self.snap.abandon();
             return Ok(());
         }
-        let wanted = self.kafka.pending.snapshot.as_ref().is_some_and(|p| {
+        let wanted = self.kafka.position().snapshot.as_ref().is_some_and(|p| {
             !p.paused
                 && p.id == chunk.snapshot_id
                 && p.current().is_some_and(|t| t.table == chunk.table)
@@ -312,7 +312,7 @@ impl Pipeline<'_> {
         rows: ChunkRows,
         src: &SourcePosition,
     ) -> Result<(), CaptureError> {
-        let (kind, last_table) = match self.kafka.pending.snapshot.as_ref() {
+        let (kind, last_table) = match self.kafka.position().snapshot.as_ref() {
             Some(p) => (p.kind, p.tables.len() == 1),
             None => return Ok(()),
         };
@@ -387,7 +387,7 @@ impl Pipeline<'_> {
         // A filtered pass reads some rows only: the others are not newer.
         let whole = self
             .kafka
-            .pending
+            .position()
             .snapshot
             .as_ref()
             .and_then(|p| p.current())
@@ -420,7 +420,7 @@ impl Pipeline<'_> {
         }
         self.metrics.snapshot_chunks.inc();
         let table_done = !rows.more;
-        let Some(progress) = self.kafka.pending.snapshot.as_mut() else {
+        let Some(progress) = self.kafka.stage().snapshot.as_mut() else {
             return Ok(());
         };
         let Some(current) = progress.tables.first_mut() else {
@@ -436,7 +436,7 @@ impl Pipeline<'_> {
             progress.tables.remove(0);
             if progress.tables.is_empty() {
                 tracing::info!(snapshot = %progress.id, "snapshot complete");
-                self.kafka.pending.snapshot = None;
+                self.kafka.stage().snapshot = None;
             }
         }
         self.log_progress(
@@ -477,7 +477,7 @@ impl Pipeline<'_> {
         )
         .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let topic: Arc<str> = enc.topic().into();
-        self.kafka.tx.topics.ensure(&topic).await?;
+        self.kafka.ensure_topic(&topic).await?;
         self.snap.encoder = Some((rel.clone(), enc.clone(), Arc::clone(&topic)));
         Ok((enc, topic))
     }
@@ -486,10 +486,10 @@ impl Pipeline<'_> {
     pub(super) fn skip_table(&mut self, table: &str, reason: &str) {
         tracing::error!(table, reason, "snapshot of this table skipped");
         self.snap.abandon_table(table);
-        if let Some(p) = self.kafka.pending.snapshot.as_mut() {
+        if let Some(p) = self.kafka.stage().snapshot.as_mut() {
             p.tables.retain(|t| t.table != table);
             if p.tables.is_empty() {
-                self.kafka.pending.snapshot = None;
+                self.kafka.stage().snapshot = None;
             }
         }
         self.publish_view();

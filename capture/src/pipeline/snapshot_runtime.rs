@@ -224,7 +224,7 @@ impl Pipeline<'_> {
 
     /// Updates what progress displays and the gauges show.
     pub(super) fn publish_view_with(&self, estimate: Option<u64>) {
-        let view = self.kafka.pending.snapshot.as_ref().and_then(|p| {
+        let view = self.kafka.position().snapshot.as_ref().and_then(|p| {
             p.current().map(|t| SnapshotView {
                 table: t.table.clone(),
                 rows: t.rows,
@@ -233,10 +233,10 @@ impl Pipeline<'_> {
                 paused: p.paused,
             })
         });
-        let running = self.kafka.pending.snapshot.is_some();
+        let running = self.kafka.position().snapshot.is_some();
         let paused = self
             .kafka
-            .pending
+            .position()
             .snapshot
             .as_ref()
             .is_some_and(|p| p.paused);
