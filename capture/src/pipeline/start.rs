@@ -75,6 +75,30 @@ async fn run_once(
     shutdown: &CancellationToken,
     first_life: bool,
 ) -> Result<(), CaptureError> {
+    let mut source = check_source(cfg).await?;
+    let Some(kafka) = open_kafka(cfg, shutdown).await? else {
+        return Ok(()); // stopped while Kafka was unreachable
+    };
+    let start = plan_resume(cfg, &mut source, &kafka.offsets_topic, first_life).await?;
+    log_start(cfg, &source, &start.offset);
+    let mut pipeline = assemble(cfg, metrics, source, kafka, start).await?;
+    drive(&mut pipeline, shutdown).await
+}
+
+/// The source as start-up found it: checked, published, its slot, types and
+/// the tables that cannot be captured as they are.
+struct CheckedSource {
+    control: tokio_postgres::Client,
+    tables: Vec<control::CapturedTable>,
+    /// Tables set aside (quarantined), with the reason.
+    set_aside: BTreeMap<String, String>,
+    slot: control::SlotState,
+    types: TypeRegistry,
+}
+
+/// Checks the database can be captured, ensures the publication and the
+/// slot, loads user types, and sets aside what cannot be captured as it is.
+async fn check_source(cfg: &CaptureConfig) -> Result<CheckedSource, CaptureError> {
     let control = control::connect(cfg).await?;
     control::check_wal_level(&control).await?;
     let control::Selected { tables, keyless } = control::selected_tables(&control, cfg).await?;
@@ -91,19 +115,43 @@ async fn run_once(
         published.push(control::signal_table(&control, signal).await?);
     }
     control::ensure_publication(&control, cfg, &published).await?;
+    let set_aside = set_aside_at_start(cfg, &control, &tables, &keyless).await?;
+    let slot = control::ensure_slot(&control, cfg).await?;
+    let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval_handling_mode);
+    types
+        .load_user_types(&control)
+        .await
+        .map_err(CaptureError::pg("load user types"))?;
+    Ok(CheckedSource {
+        control,
+        tables,
+        set_aside,
+        slot,
+        types,
+    })
+}
+
+/// Tables that cannot be captured as they are: set aside (quarantined),
+/// never a stop of the others (see `pipeline::quarantine`): keyless tables,
+/// and those whose replica identity lacks the key under
+/// `replica.identity.check = "fail"`.
+async fn set_aside_at_start(
+    cfg: &CaptureConfig,
+    control: &tokio_postgres::Client,
+    tables: &[control::CapturedTable],
+    keyless: &[String],
+) -> Result<BTreeMap<String, String>, CaptureError> {
     // The outbox publishes only inserts: its old rows never matter.
     let checked: Vec<&control::CapturedTable> = tables
         .iter()
         .filter(|t| cfg.outbox.as_ref().is_none_or(|o| o.table != t.qualified()))
         .collect();
-    // Tables that cannot be captured as they are: set aside (quarantined),
-    // never a stop of the others (see `pipeline::quarantine`).
     let mut set_aside: BTreeMap<String, String> = keyless
         .iter()
         .map(|t| (t.clone(), control::keyless_reason(t, t)))
         .collect();
     for (table, why) in
-        crate::sources::postgres::replica_identity::problems(&control, &checked).await?
+        crate::sources::postgres::replica_identity::problems(control, &checked).await?
     {
         match cfg.replica_identity_check {
             ReplicaIdentityCheck::Fail => {
@@ -116,16 +164,26 @@ async fn run_once(
             }
         }
     }
-    let slot = control::ensure_slot(&control, cfg).await?;
-    let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval_handling_mode);
-    types
-        .load_user_types(&control)
-        .await
-        .map_err(CaptureError::pg("load user types"))?;
+    Ok(set_aside)
+}
 
+/// Kafka as start-up leaves it: capture's own topics checked and a producer
+/// that fenced any older instance.
+struct OpenedKafka {
+    producer: TxProducer,
+    topics: TopicCreator,
+    offsets_topic: String,
+}
+
+/// Logs in to Kafka, checks capture's own topics and fences an older
+/// instance; `None` when stopped while Kafka was unreachable.
+async fn open_kafka(
+    cfg: &CaptureConfig,
+    shutdown: &CancellationToken,
+) -> Result<Option<OpenedKafka>, CaptureError> {
     let checked = crate::kafka::check_login(cfg, Duration::from_secs(30), shutdown).await;
     if shutdown.is_cancelled() {
-        return Ok(()); // stopped while Kafka was unreachable
+        return Ok(None);
     }
     checked?;
     let offsets_topic = cfg.offsets_topic();
@@ -138,36 +196,45 @@ async fn run_once(
     // Fences an older instance and aborts its open transaction, so the offset
     // read next is final.
     let producer = TxProducer::connect(cfg).await?;
+    Ok(Some(OpenedKafka {
+        producer,
+        topics,
+        offsets_topic,
+    }))
+}
+
+/// Where this life resumes: the offset (with any snapshot the plan asks
+/// for), the topics each table claims, and whether to exit once no snapshot runs.
+struct Resume {
+    offset: SourceOffset,
+    topic_claims: TopicClaims,
+    exit_when_done: bool,
+}
+
+/// Reads the stored offset, claims topics, and plans the start: the
+/// snapshot to run, or the gap to refuse.
+async fn plan_resume(
+    cfg: &CaptureConfig,
+    source: &mut CheckedSource,
+    offsets_topic: &str,
+    first_life: bool,
+) -> Result<Resume, CaptureError> {
     let stored = read_stored_offset(cfg).await?;
     let (topic_claims, clashes) = claim_topics(
         cfg,
-        &tables,
+        &source.tables,
         stored.as_ref().and_then(|o| o.tables.as_ref()),
     )?;
+    let set_aside = &mut source.set_aside;
     for (table, why) in clashes {
         set_aside.entry(table).or_insert(why);
     }
     // The signal table's rows are commands, never published: nothing of it
     // needs a key or a topic.
     set_aside.retain(|t, _| cfg.signal_table() != Some(t.as_str()));
-    // Snapshot candidates: captured tables, less the outbox and signal tables
-    // (their rows are events and commands, not state) and the tables set
-    // aside, now or before (each is snapshotted when released).
-    let snapshot_tables: Vec<String> = tables
-        .iter()
-        .map(|t| t.qualified())
-        .filter(|t| cfg.outbox.as_ref().is_none_or(|o| &o.table != t))
-        .filter(|t| cfg.signal_table() != Some(t.as_str()))
-        .filter(|t| !set_aside.contains_key(t))
-        .filter(|t| {
-            stored
-                .as_ref()
-                .is_none_or(|o| !o.quarantined.contains_key(t))
-        })
-        .collect();
-    let gap = stored
-        .as_ref()
-        .is_some_and(|o| slot.confirmed_flush_lsn > o.flush_lsn);
+    let snapshot_tables = snapshot_candidates(cfg, &source.tables, set_aside, stored.as_ref());
+    let slot_lsn = source.slot.confirmed_flush_lsn;
+    let gap = stored.as_ref().is_some_and(|o| slot_lsn > o.flush_lsn);
     let plan = plan_start(StartFacts {
         mode: cfg.snapshot_mode,
         stored: stored
@@ -180,28 +247,20 @@ async fn run_once(
     })
     .map_err(|GapRefused| {
         let o = stored.as_ref().map(|o| o.flush_lsn).unwrap_or_default();
-        CaptureError::Gap(format!(
-            "replication slot `{slot_name}` is confirmed up to {slot_lsn}, but connector `{name}` committed offsets to Kafka only up to {offset_lsn}: the changes in between were never published, so data may be missing from Kafka. The slot was dropped and recreated, or advanced by another client. To recover: re-snapshot the captured tables (start once with snapshot.mode = \"when_needed\"); or, accepting the gap, delete this connector's offset (a null-valued record with key {key} on topic `{topic}`) and start again",
-            slot_name = cfg.slot_name,
-            slot_lsn = format_lsn(slot.confirmed_flush_lsn),
-            name = cfg.connector_name(),
-            offset_lsn = format_lsn(o),
-            key = String::from_utf8_lossy(&SourceOffset::key(cfg.connector_name())),
-            topic = offsets_topic,
-        ))
+        gap_refused(cfg, slot_lsn, o, offsets_topic)
     })?;
     let mut offset = match stored {
         Some(o) if !plan.restart_from_slot => o,
         Some(o) => {
             tracing::warn!(
-                slot_lsn = %format_lsn(slot.confirmed_flush_lsn),
+                slot_lsn = %format_lsn(slot_lsn),
                 offset_lsn = %format_lsn(o.flush_lsn),
                 mode = ?cfg.snapshot_mode,
                 "the stored position is no longer in the slot: streaming from the slot's position and snapshotting every captured table again"
             );
-            SourceOffset::start(slot.confirmed_flush_lsn)
+            SourceOffset::start(slot_lsn)
         }
-        None => SourceOffset::start(slot.confirmed_flush_lsn),
+        None => SourceOffset::start(slot_lsn),
     };
     if let Some((kind, names)) = plan.snapshot {
         let label = match kind {
@@ -216,10 +275,50 @@ async fn run_once(
     let mut known = offset.tables.take().unwrap_or_default();
     known.extend(snapshot_tables.iter().cloned());
     offset.tables = Some(known);
+    Ok(Resume {
+        offset,
+        topic_claims,
+        exit_when_done: plan.exit_when_done,
+    })
+}
+
+/// Snapshot candidates: captured tables, less the outbox and signal tables
+/// (their rows are events and commands, not state) and the tables set
+/// aside, now or before (each is snapshotted when released).
+fn snapshot_candidates(
+    cfg: &CaptureConfig,
+    tables: &[control::CapturedTable],
+    set_aside: &BTreeMap<String, String>,
+    stored: Option<&SourceOffset>,
+) -> Vec<String> {
+    tables
+        .iter()
+        .map(|t| t.qualified())
+        .filter(|t| cfg.outbox.as_ref().is_none_or(|o| &o.table != t))
+        .filter(|t| cfg.signal_table() != Some(t.as_str()))
+        .filter(|t| !set_aside.contains_key(t))
+        .filter(|t| stored.is_none_or(|o| !o.quarantined.contains_key(t)))
+        .collect()
+}
+
+/// The slot is confirmed past the stored offset and `snapshot.mode` does
+/// not re-snapshot: the error names both positions and the two ways out.
+fn gap_refused(cfg: &CaptureConfig, slot_lsn: u64, offset_lsn: u64, topic: &str) -> CaptureError {
+    CaptureError::Gap(format!(
+        "replication slot `{slot_name}` is confirmed up to {slot_lsn}, but connector `{name}` committed offsets to Kafka only up to {offset_lsn}: the changes in between were never published, so data may be missing from Kafka. The slot was dropped and recreated, or advanced by another client. To recover: re-snapshot the captured tables (start once with snapshot.mode = \"when_needed\"); or, accepting the gap, delete this connector's offset (a null-valued record with key {key} on topic `{topic}`) and start again",
+        slot_name = cfg.slot_name,
+        slot_lsn = format_lsn(slot_lsn),
+        name = cfg.connector_name(),
+        offset_lsn = format_lsn(offset_lsn),
+        key = String::from_utf8_lossy(&SourceOffset::key(cfg.connector_name())),
+    ))
+}
+
+fn log_start(cfg: &CaptureConfig, source: &CheckedSource, offset: &SourceOffset) {
     tracing::info!(
         connector = cfg.connector_name(),
         slot = %cfg.slot_name,
-        tables = tables.len(),
+        tables = source.tables.len(),
         resume_commit_lsn = %format_lsn(offset.commit_lsn),
         resume_events = offset.events,
         flush_lsn = %format_lsn(offset.flush_lsn),
@@ -227,14 +326,24 @@ async fn run_once(
         snapshot_rows_done = offset.snapshot.as_ref().and_then(|p| p.current()).map(|t| t.rows),
         "capture starting"
     );
+}
 
+/// Reads the schema history, opens the stream at the resumed position and
+/// puts the pipeline together, the tables set aside quarantined.
+async fn assemble<'a>(
+    cfg: &'a CaptureConfig,
+    metrics: &CaptureMetrics,
+    source: CheckedSource,
+    kafka: OpenedKafka,
+    start: Resume,
+) -> Result<Pipeline<'a>, CaptureError> {
     let schemas = crate::schema_change::read_history(cfg).await?;
-    let stream = connect_stream(cfg, offset.flush_lsn).await?;
+    let stream = connect_stream(cfg, start.offset.flush_lsn).await?;
     metrics.health.connected();
     let mut pipeline = Pipeline {
         cfg,
         tables_by_topic: HashMap::new(),
-        topic_claims,
+        topic_claims: start.topic_claims,
         envelope: EnvelopeConfig {
             topic_prefix: cfg.topic_prefix.clone(),
             topic_mapping: cfg.topic_name_mapping.clone(),
@@ -243,28 +352,31 @@ async fn run_once(
         },
         filter: TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
             .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?,
-        key_columns: control::key_columns_by_table(&tables),
+        key_columns: control::key_columns_by_table(&source.tables),
         kafka: Committer::new(
-            KafkaTx { producer, topics },
+            KafkaTx {
+                producer: kafka.producer,
+                topics: kafka.topics,
+            },
             Limits {
                 events: cfg.batch_max_events,
                 bytes: cfg.batch_max_bytes,
             },
             committer::Topics {
-                offsets: offsets_topic.as_str().into(),
+                offsets: kafka.offsets_topic.as_str().into(),
                 offset_key: SourceOffset::key(cfg.connector_name()),
                 schema_changes: crate::schema_change::topic(cfg).into(),
             },
             metrics.clone(),
-            offset,
+            start.offset,
         ),
-        types,
+        types: source.types,
         relations: RelationCache::new(),
         encoders: HashMap::new(),
         stream,
-        control,
+        control: source.control,
         snap: snapshot_runtime::SnapshotRuntime::new(cfg.chunk_size()),
-        exit_when_done: plan.exit_when_done,
+        exit_when_done: start.exit_when_done,
         tracker: Tracker::default(),
         server_position: 0,
         metrics: metrics.clone(),
@@ -272,12 +384,21 @@ async fn run_once(
         schemas,
         fixed_at: HashMap::new(),
     };
-    for (table, why) in set_aside {
+    for (table, why) in source.set_aside {
         pipeline.quarantine(&table, why);
     }
     // Set aside by an earlier life and not seen broken now: the first
     // heartbeat's catalog check decides (see `pipeline::quarantine`).
     pipeline.show_quarantine();
+    Ok(pipeline)
+}
+
+/// Streams until shutdown or an error; after an error aborts the open
+/// transaction. Stops the stream either way.
+async fn drive(
+    pipeline: &mut Pipeline<'_>,
+    shutdown: &CancellationToken,
+) -> Result<(), CaptureError> {
     // A record the broker refused for its size fails the transaction, and
     // whatever call comes next (a send, the commit) reports only that: name
     // the record, and make it definite.
