@@ -15,6 +15,7 @@ pub mod offset;
 pub mod outbox;
 pub mod pipeline;
 pub mod schema_change;
+mod seam;
 pub mod secret;
 pub mod snapshot;
 pub mod sources;

@@ -11,8 +11,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use pgwire_replication::{Lsn, ReplicationClient};
-
 use super::record::Record;
 use crate::error::CaptureError;
 use crate::kafka::{TopicCreator, TxProducer};
@@ -49,17 +47,8 @@ pub(super) trait Transactions: Send + 'static {
     async fn abort(&mut self) -> Result<(), CaptureError>;
 }
 
-/// Where the committer confirms positions: the replication slot.
-pub(super) trait Slot {
-    /// PostgreSQL may release the WAL before `flush_lsn`.
-    fn confirm(&mut self, flush_lsn: u64);
-}
-
-impl Slot for ReplicationClient {
-    fn confirm(&mut self, flush_lsn: u64) {
-        self.update_applied_lsn(Lsn::from_u64(flush_lsn));
-    }
-}
+/// Where the committer confirms positions: the source (the replication slot).
+pub(super) use crate::seam::Slot;
 
 /// The rdkafka producer and the topic creator its records may need.
 pub(super) struct KafkaTx {

@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig};
 use tokio_util::sync::CancellationToken;
 
 use super::committer::{self, Committer, KafkaTx, Limits};
@@ -22,6 +21,7 @@ use crate::offset::{read_stored_offset, SourceOffset};
 use crate::snapshot::{plan_start, GapRefused, StartFacts, TableProgress};
 use crate::sources::postgres::control::{self, format_lsn};
 use crate::sources::postgres::pgoutput::RelationCache;
+use crate::sources::postgres::stream;
 use crate::sources::postgres::value::TypeRegistry;
 
 /// Longest wait between restarts after retriable failures.
@@ -338,7 +338,7 @@ async fn assemble<'a>(
     start: Resume,
 ) -> Result<Pipeline<'a>, CaptureError> {
     let schemas = crate::schema_change::read_history(cfg).await?;
-    let stream = connect_stream(cfg, start.offset.flush_lsn).await?;
+    let stream = stream::connect(cfg, start.offset.flush_lsn).await?;
     metrics.health.connected();
     let mut pipeline = Pipeline {
         cfg,
@@ -413,34 +413,6 @@ async fn drive(
     }
     pipeline.stream.stop();
     result
-}
-
-async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationClient, CaptureError> {
-    let repl = ReplicationConfig::new(
-        cfg.database_hostname.clone(),
-        cfg.database_user.clone(),
-        cfg.database_password.expose().to_string(),
-        cfg.database_dbname.clone(),
-        cfg.slot_name.clone(),
-        cfg.publication_name.clone(),
-    )
-    .with_port(cfg.database_port)
-    // `database.sslmode` and its files, as every other connection to the source.
-    .with_tls(cfg.tls().replication(&cfg.database_hostname))
-    .with_start_lsn(Lsn::from_u64(from))
-    // Until we confirm more, report only what Kafka already holds.
-    .with_ack_lsn(Lsn::from_u64(from))
-    .with_status_interval(Duration::from_millis(
-        crate::config::DEFAULT_STATUS_INTERVAL_MS,
-    ))
-    // Text values render the same on every server: UTC, ISO dates, full float precision.
-    .with_options(
-        "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3",
-    )
-    .with_application_name(format!("oncely-{}", cfg.connector_name()));
-    let mut client = ReplicationClient::connect(repl).await?;
-    client.wait_started().await?;
-    Ok(client)
 }
 
 /// The topics of the captured tables, each claimed by one table, and the

@@ -10,4 +10,5 @@ pub mod control;
 mod copy;
 pub mod pgoutput;
 pub mod replica_identity;
+pub(crate) mod stream;
 pub mod value;
