@@ -40,37 +40,23 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::CaptureConfig;
-use crate::envelope::EnvelopeConfig;
 use crate::error::CaptureError;
-use crate::filter::TableFilter;
 use crate::metrics::CaptureMetrics;
-use crate::naming::TopicClaims;
 use crate::sources::postgres::control::{self, format_lsn};
-use crate::sources::postgres::pgoutput::{self, LogicalMessage, RelationCache};
-use crate::sources::postgres::value::TypeRegistry;
+use crate::sources::postgres::pgoutput::{self, LogicalMessage};
 use committer::{Committer, KafkaTx};
 use record::Record;
-use router::{refusable, Route, Routes};
+use router::{refusable, Route, Router};
 use tracker::Tracker;
 
 pub use start::run;
 
 struct Pipeline<'a> {
     cfg: &'a CaptureConfig,
-    /// The table whose changes a topic carries, to name it in errors.
-    tables_by_topic: HashMap<Arc<str>, String>,
-    /// Which table owns which topic: a table that appears while capture
-    /// runs must not take a topic another table writes to.
-    topic_claims: TopicClaims,
-    envelope: EnvelopeConfig,
-    filter: TableFilter,
-    key_columns: HashMap<String, Vec<String>>,
+    /// Which relation publishes where and how.
+    router: Router,
     /// The Kafka transactions, the position they reach and what they confirm.
     kafka: Committer<KafkaTx>,
-    types: TypeRegistry,
-    relations: RelationCache,
-    /// Per relation: how its changes are published, or `None` when not captured.
-    encoders: Routes,
     stream: ReplicationClient,
     control: Client,
     /// The snapshot chunk in flight and what reads it.
@@ -203,27 +189,29 @@ impl Pipeline<'_> {
                     rel.namespace = schema;
                     rel.name = root;
                 }
-                self.encoders.remove(&rel.id);
+                self.router.encoders.remove(&rel.id);
                 // A Relation that differs from the cached one follows DDL:
                 // compare the catalog now rather than at the next heartbeat.
                 let changed = self
+                    .router
                     .relations
                     .get(rel.id)
                     .is_some_and(|old| old.columns != rel.columns);
-                self.relations.insert(rel);
+                self.router.relations.insert(rel);
                 if changed {
                     self.check_schemas().await?;
                 }
                 Ok(())
             }
             LogicalMessage::Type(t) => {
-                if self.types.observe(&t) {
+                if self.router.types.observe(&t) {
                     // A type created after start-up (an enum, a domain, an
                     // array of them): learn what kind it is from the catalog.
-                    self.types
+                    self.router
+                        .types
                         .load_user_types_of(&self.control, self.tracker.xid())
                         .await?;
-                    self.encoders.clear();
+                    self.router.encoders.clear();
                 }
                 Ok(())
             }
@@ -307,8 +295,14 @@ impl Pipeline<'_> {
         let Some(position) = self.tracker.message(self.kafka.position(), lsn, ts)? else {
             return Ok(());
         };
-        let (topic, key, value) =
-            crate::envelope::message_record(&self.envelope, false, prefix, content, &position, ts);
+        let (topic, key, value) = crate::envelope::message_record(
+            &self.router.envelope,
+            false,
+            prefix,
+            content,
+            &position,
+            ts,
+        );
         let mut record = Record::change(&topic.as_str().into(), key, value, &position);
         record.ensure_topic = true;
         self.publish(vec![record]).await?;
@@ -376,6 +370,7 @@ impl Pipeline<'_> {
         by_broker: bool,
     ) -> CaptureError {
         let table = self
+            .router
             .tables_by_topic
             .get(topic)
             .cloned()

@@ -154,7 +154,7 @@ impl Pipeline<'_> {
                     }
                     let at = control::current_wal_lsn(&self.control).await?;
                     tracing::info!(table = %table, fixed_at = %format_lsn(at), "quarantined table is fixed in the catalog; released once the stream passes this position");
-                    self.key_columns.insert(table.clone(), t.key_columns);
+                    self.router.key_columns.insert(table.clone(), t.key_columns);
                     self.fixed_at.insert(table, at);
                 }
             }
@@ -181,7 +181,8 @@ impl Pipeline<'_> {
             self.kafka.stage().stale_before.insert(table.to_owned(), at);
         }
         self.kafka.stage().quarantined.remove(table);
-        self.encoders
+        self.router
+            .encoders
             .retain(|_, r| !matches!(r, Some(Route::Quarantined(t)) if t == table));
         self.kafka
             .stage()
@@ -260,7 +261,11 @@ impl Pipeline<'_> {
                 verdicts.push(Verdict::Broken(e.to_string()));
                 continue;
             }
-            if let Err(e) = self.topic_claims.claim_table(&topic, &t.schema, &t.name) {
+            if let Err(e) = self
+                .router
+                .topic_claims
+                .claim_table(&topic, &t.schema, &t.name)
+            {
                 verdicts.push(Verdict::Broken(e.to_string()));
                 continue;
             }

@@ -25,7 +25,7 @@ impl Pipeline<'_> {
                 self.route(id).await?;
             }
         }
-        router::ordinals(&self.encoders, change)
+        router::ordinals(&self.router.encoders, change)
     }
 
     /// The Kafka records of one change and the event ordinals they use:
@@ -41,11 +41,11 @@ impl Pipeline<'_> {
             return Ok((Vec::new(), 1));
         };
         let mapping = Mapping {
-            envelope: &self.envelope,
+            envelope: &self.router.envelope,
             tombstones: self.cfg.tombstones_on_delete,
             now_ms,
         };
-        router::records(&self.encoders, change, src, resolved, &mapping)
+        router::records(&self.router.encoders, change, src, resolved, &mapping)
     }
 
     /// The async step before [`router::records`]: the routes of the
@@ -114,11 +114,16 @@ impl Pipeline<'_> {
         row: TupleData,
         xid: u32,
     ) -> Result<TupleData, CaptureError> {
-        let rel = self.relations.get(relation_id).cloned().ok_or_else(|| {
-            CaptureError::Protocol(format!(
-                "change for relation {relation_id} before its Relation message"
-            ))
-        })?;
+        let rel = self
+            .router
+            .relations
+            .get(relation_id)
+            .cloned()
+            .ok_or_else(|| {
+                CaptureError::Protocol(format!(
+                    "change for relation {relation_id} before its Relation message"
+                ))
+            })?;
         let key_idx = key_columns
             .iter()
             .map(|k| rel.columns.iter().position(|c| &c.name == k))
@@ -140,16 +145,25 @@ impl Pipeline<'_> {
 
     /// How a relation's changes are published, decided on first use after each Relation message.
     pub(super) async fn route(&mut self, relation_id: u32) -> Result<Option<&Route>, CaptureError> {
-        if !self.encoders.contains_key(&relation_id) {
-            let rel = self.relations.get(relation_id).cloned().ok_or_else(|| {
-                CaptureError::Protocol(format!(
-                    "change for relation {relation_id} before its Relation message"
-                ))
-            })?;
+        if !self.router.encoders.contains_key(&relation_id) {
+            let rel = self
+                .router
+                .relations
+                .get(relation_id)
+                .cloned()
+                .ok_or_else(|| {
+                    CaptureError::Protocol(format!(
+                        "change for relation {relation_id} before its Relation message"
+                    ))
+                })?;
             let built = self.build_route(rel).await?;
-            self.encoders.insert(relation_id, built);
+            self.router.encoders.insert(relation_id, built);
         }
-        Ok(self.encoders.get(&relation_id).and_then(Option::as_ref))
+        Ok(self
+            .router
+            .encoders
+            .get(&relation_id)
+            .and_then(Option::as_ref))
     }
 
     /// The primary key of the table `rel` is, and whether the catalog has it
@@ -186,7 +200,7 @@ impl Pipeline<'_> {
         if self.cfg.signal_table() == Some(qualified.as_str()) {
             return Ok(Some(Route::Signal(rel)));
         }
-        if !self.filter.matches(&rel.namespace, &rel.name) {
+        if !self.router.filter.matches(&rel.namespace, &rel.name) {
             return Ok(None);
         }
         if let Some(outbox) = self.cfg.outbox.as_ref().filter(|o| o.table == qualified) {
@@ -210,7 +224,7 @@ impl Pipeline<'_> {
             Some(key) => Some(key),
             None => {
                 let (key, current) = self.key_of_table(&rel).await?;
-                let known = self.key_columns.get(&qualified).filter(|known| {
+                let known = self.router.key_columns.get(&qualified).filter(|known| {
                     current
                         && known
                             .iter()
@@ -225,7 +239,9 @@ impl Pipeline<'_> {
                     Some(known) if key.is_empty() || *known == key => Some(known.clone()),
                     _ => {
                         if current && !key.is_empty() {
-                            self.key_columns.insert(qualified.clone(), key.clone());
+                            self.router
+                                .key_columns
+                                .insert(qualified.clone(), key.clone());
                         }
                         (!key.is_empty()).then_some(key)
                     }
@@ -263,9 +279,9 @@ impl Pipeline<'_> {
         // column of it, cannot be captured as it is: set aside, not a stop.
         let enc = match TableEncoder::identified(
             &rel,
-            &self.types,
+            &self.router.types,
             key,
-            &self.envelope,
+            &self.router.envelope,
             identity.as_ref(),
         ) {
             Ok(enc) => enc,
@@ -287,7 +303,8 @@ impl Pipeline<'_> {
         let claimed = check_length(&topic, &qualified)
             .map_err(|e| e.to_string())
             .and_then(|()| {
-                self.topic_claims
+                self.router
+                    .topic_claims
                     .claim_table(&topic, &rel.namespace, &rel.name)
                     .map_err(|e| e.to_string())
             });
@@ -296,7 +313,8 @@ impl Pipeline<'_> {
             return Ok(Some(Route::Quarantined(qualified)));
         }
         self.kafka.ensure_topic(&topic).await?;
-        self.tables_by_topic
+        self.router
+            .tables_by_topic
             .insert(Arc::clone(&topic), qualified.clone());
         // Captured from now on: a later start must not take it for a table
         // added to the include list (snapshot.new.tables).

@@ -12,10 +12,13 @@ use crate::envelope::{
     EnvelopeConfig, EnvelopeError, Op, SourcePosition, TableEncoder, HEADER_POSITION,
 };
 use crate::error::CaptureError;
+use crate::filter::TableFilter;
+use crate::naming::TopicClaims;
 use crate::outbox::OutboxRouter;
 use crate::sources::postgres::pgoutput::{
-    LogicalMessage, OldTuple, Relation, TupleData, TupleValue,
+    LogicalMessage, OldTuple, Relation, RelationCache, TupleData, TupleValue,
 };
+use crate::sources::postgres::value::TypeRegistry;
 
 /// How the changes of one relation become records.
 pub(super) enum Route {
@@ -32,6 +35,24 @@ pub(super) enum Route {
 
 /// Per relation: how its changes are published, or `None` when not captured.
 pub(super) type Routes = HashMap<u32, Option<Route>>;
+
+/// The routing state, one component of the pipeline: the relations the
+/// stream described, how each publishes (its encoder and topic), key
+/// columns, the table filter and which table owns which topic.
+pub(super) struct Router {
+    /// The table whose changes a topic carries, to name it in errors.
+    pub(super) tables_by_topic: HashMap<Arc<str>, String>,
+    /// Which table owns which topic: a table that appears while capture
+    /// runs must not take a topic another table writes to.
+    pub(super) topic_claims: TopicClaims,
+    pub(super) envelope: EnvelopeConfig,
+    pub(super) filter: TableFilter,
+    pub(super) key_columns: HashMap<String, Vec<String>>,
+    pub(super) types: TypeRegistry,
+    pub(super) relations: RelationCache,
+    /// Per relation: how its changes are published, or `None` when not captured.
+    pub(super) encoders: Routes,
+}
 
 /// The route of `relation_id`, resolved before.
 pub(super) fn route(routes: &Routes, relation_id: u32) -> Result<Option<&Route>, CaptureError> {

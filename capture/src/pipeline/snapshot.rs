@@ -87,7 +87,7 @@ impl Pipeline<'_> {
             self.skip_table(&current.table, &reason);
             return Ok(());
         }
-        let Some(key_columns) = self.key_columns.get(&current.table).cloned() else {
+        let Some(key_columns) = self.router.key_columns.get(&current.table).cloned() else {
             let reason = "has no primary key and no key columns in message.key.columns, so it cannot be read in key order: add a primary key or configure message.key.columns for it";
             self.skip_table(&current.table, reason);
             return Ok(());
@@ -169,7 +169,8 @@ impl Pipeline<'_> {
             return;
         };
         let relation_of = |id: u32| {
-            self.relations
+            self.router
+                .relations
                 .get(id)
                 .filter(|r| format!("{}.{}", r.namespace, r.name) == chunk.table)
         };
@@ -470,9 +471,9 @@ impl Pipeline<'_> {
         let identity = self.source_identity(&qualified, rel, None).await?;
         let enc = TableEncoder::identified(
             rel,
-            &self.types,
+            &self.router.types,
             Some(key_columns),
-            &self.envelope,
+            &self.router.envelope,
             identity.as_ref(),
         )
         .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;

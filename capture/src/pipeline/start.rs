@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::committer::{self, Committer, KafkaTx, Limits};
+use super::router::Router;
 use super::tracker::Tracker;
 use super::{now_ms, snapshot_runtime, Pipeline};
 use crate::config::{CaptureConfig, ReplicaIdentityCheck};
@@ -342,17 +343,22 @@ async fn assemble<'a>(
     metrics.health.connected();
     let mut pipeline = Pipeline {
         cfg,
-        tables_by_topic: HashMap::new(),
-        topic_claims: start.topic_claims,
-        envelope: EnvelopeConfig {
-            topic_prefix: cfg.topic_prefix.clone(),
-            topic_mapping: cfg.topic_name_mapping.clone(),
-            database: cfg.database_dbname.clone(),
-            schemas_enable: cfg.schemas_enable,
+        router: Router {
+            tables_by_topic: HashMap::new(),
+            topic_claims: start.topic_claims,
+            envelope: EnvelopeConfig {
+                topic_prefix: cfg.topic_prefix.clone(),
+                topic_mapping: cfg.topic_name_mapping.clone(),
+                database: cfg.database_dbname.clone(),
+                schemas_enable: cfg.schemas_enable,
+            },
+            filter: TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
+                .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?,
+            key_columns: control::key_columns_by_table(&source.tables),
+            types: source.types,
+            relations: RelationCache::new(),
+            encoders: HashMap::new(),
         },
-        filter: TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
-            .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?,
-        key_columns: control::key_columns_by_table(&source.tables),
         kafka: Committer::new(
             KafkaTx {
                 producer: kafka.producer,
@@ -370,9 +376,6 @@ async fn assemble<'a>(
             metrics.clone(),
             start.offset,
         ),
-        types: source.types,
-        relations: RelationCache::new(),
-        encoders: HashMap::new(),
         stream,
         control: source.control,
         snap: snapshot_runtime::SnapshotRuntime::new(cfg.chunk_size()),
