@@ -32,7 +32,6 @@ mod tracker;
 mod tracker_tests;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
@@ -61,18 +60,13 @@ struct Pipeline<'a> {
     control: Client,
     /// The snapshot chunk in flight and what reads it.
     snap: snapshot_runtime::SnapshotRuntime,
-    /// `snapshot.mode = initial_only`: stop once no snapshot runs.
-    exit_when_done: bool,
     /// Where the stream stands in the open source transaction.
     tracker: Tracker,
     /// Last server WAL position heard outside a transaction (keepalives).
     server_position: u64,
     metrics: CaptureMetrics,
-    /// `<topic.prefix>.schema-changes`.
-    schema_topic: Arc<str>,
-    /// Per captured table, the columns of its last schema-change record
-    /// (read back from the topic at start): what its events use.
-    schemas: crate::schema_change::SchemaHistory,
+    /// The schema-change topic and what it holds.
+    schema: schema::SchemaWatch,
     /// Per quarantined table whose fix the catalog shows: the server's WAL
     /// end when it was seen; released once the stream passes it.
     fixed_at: HashMap<String, u64>,
@@ -86,7 +80,7 @@ impl Pipeline<'_> {
         self.publish_view();
         loop {
             self.launch_chunk().await?;
-            if self.exit_when_done && self.snapshot_finished() {
+            if self.snap.exit_when_done && self.snapshot_finished() {
                 self.commit_position().await?;
                 tracing::info!(flush_lsn = %format_lsn(self.kafka.committed().flush_lsn), "snapshot complete; snapshot.mode = initial_only: exiting");
                 return Ok(());

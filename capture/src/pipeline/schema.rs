@@ -2,13 +2,25 @@
 //! comparing the catalog with the columns last published, publishing the
 //! schema-change record and queueing the backfill.
 
+use std::sync::Arc;
+
 use super::{now_ms, Pipeline, Record};
 use crate::config::SchemaChangeBackfill;
 use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
-use crate::schema_change::{self, ColumnChange, TableShape};
+use crate::schema_change::{self, ColumnChange, SchemaHistory, TableShape};
 use crate::snapshot::{request, SnapshotKind, TableProgress};
 use crate::sources::postgres::pgoutput::Relation;
+
+/// The schema watch's state, one component of the pipeline: where schema
+/// changes go and, per captured table, the columns of its last
+/// schema-change record (read back from the topic at start): what its
+/// events use.
+pub(super) struct SchemaWatch {
+    /// `<topic.prefix>.schema-changes`.
+    pub(super) topic: Arc<str>,
+    pub(super) history: SchemaHistory,
+}
 
 impl Pipeline<'_> {
     /// Compares every captured table's columns in the catalog with those
@@ -41,13 +53,13 @@ impl Pipeline<'_> {
             .map_err(CaptureError::pg("read the captured tables' columns"))?;
         let mut records = Vec::new();
         for (table, columns) in now {
-            let changes = match self.schemas.columns.get(&table) {
+            let changes = match self.schema.history.columns.get(&table) {
                 Some(old) if *old == columns => continue,
                 Some(old) => schema_change::diff(old, &columns),
                 None => Vec::new(),
             };
-            let first_seen = !self.schemas.columns.contains_key(&table);
-            self.schemas.note_renames(&table, &changes);
+            let first_seen = !self.schema.history.columns.contains_key(&table);
+            self.schema.history.note_renames(&table, &changes);
             let backfill = (!first_seen
                 && self.cfg.schema_change_backfill == SchemaChangeBackfill::Auto
                 && changes.iter().any(ColumnChange::changes_rows))
@@ -62,22 +74,22 @@ impl Pipeline<'_> {
                 &changes,
                 TableShape {
                     columns: &columns,
-                    former_names: self.schemas.former_names(&table),
+                    former_names: self.schema.history.former_names(&table),
                 },
                 self.server_position.max(self.kafka.position().flush_lsn),
                 backfill.as_deref(),
                 now_ms(),
             );
-            let mut r = Record::new(&self.schema_topic, Some(key), Some(value));
+            let mut r = Record::new(&self.schema.topic, Some(key), Some(value));
             r.partition = Some(0);
             records.push(r);
-            self.schemas.columns.insert(table, columns);
+            self.schema.history.columns.insert(table, columns);
         }
         if records.is_empty() {
             return Ok(());
         }
         self.kafka
-            .ensure_compacted_topic(&self.schema_topic)
+            .ensure_compacted_topic(&self.schema.topic)
             .await?;
         self.publish(records).await?;
         // Outside a transaction nothing else would commit them soon.
@@ -97,8 +109,13 @@ impl Pipeline<'_> {
         rel: &Relation,
         xid: Option<u32>,
     ) -> Result<Option<SourceIdentity>, CaptureError> {
-        let known = self.schemas.columns.get(qualified).map(Vec::as_slice);
-        let former = self.schemas.former_names(qualified);
+        let known = self
+            .schema
+            .history
+            .columns
+            .get(qualified)
+            .map(Vec::as_slice);
+        let former = self.schema.history.former_names(qualified);
         schema_change::identity(&self.control, rel, known, former, xid).await
     }
 

@@ -56,6 +56,8 @@ pub(super) struct SnapshotRuntime {
     recent_order: VecDeque<u32>,
     /// Transactions the stream began so far.
     pub(super) streamed: u64,
+    /// `snapshot.mode = initial_only`: stop once no snapshot runs.
+    pub(super) exit_when_done: bool,
 }
 
 pub(super) struct InFlight {
@@ -84,7 +86,14 @@ impl SnapshotRuntime {
             recent: HashMap::new(),
             recent_order: VecDeque::new(),
             streamed: 0,
+            exit_when_done: false,
         }
+    }
+
+    /// `snapshot.mode = initial_only`: the pipeline stops once no snapshot runs.
+    pub(super) fn exiting_when_done(mut self, exit_when_done: bool) -> Self {
+        self.exit_when_done = exit_when_done;
+        self
     }
 
     /// The stream began transaction `xid`.

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::committer::{self, Committer, KafkaTx, Limits};
 use super::router::Router;
+use super::schema::SchemaWatch;
 use super::tracker::Tracker;
 use super::{now_ms, snapshot_runtime, Pipeline};
 use crate::config::{CaptureConfig, ReplicaIdentityCheck};
@@ -378,13 +379,15 @@ async fn assemble<'a>(
         ),
         stream,
         control: source.control,
-        snap: snapshot_runtime::SnapshotRuntime::new(cfg.chunk_size()),
-        exit_when_done: start.exit_when_done,
+        snap: snapshot_runtime::SnapshotRuntime::new(cfg.chunk_size())
+            .exiting_when_done(start.exit_when_done),
         tracker: Tracker::default(),
         server_position: 0,
         metrics: metrics.clone(),
-        schema_topic: crate::schema_change::topic(cfg).into(),
-        schemas,
+        schema: SchemaWatch {
+            topic: crate::schema_change::topic(cfg).into(),
+            history: schemas,
+        },
         fixed_at: HashMap::new(),
     };
     for (table, why) in source.set_aside {
