@@ -1,6 +1,16 @@
 //! The capture pipeline: replication stream -> change events -> Kafka
 //! transactions that each end with the offset record covering them.
 //!
+//! ```text
+//!  stream.recv() --Begin/Commit--> tracker (position, replay skip)
+//!       |  change                       |
+//!       v                               v
+//!  router (relation -> route, encoder) --records--> committer
+//!       ^                                             | commit (background)
+//!  snapshot runtime: chunk read, window --records-->  | then source confirm
+//!  heartbeat tick: schema watch, quarantine, offset --^
+//! ```
+//!
 //! One task owns the stream, the producer and the position, so the order of
 //! events, offset records and slot confirmations is the order of the code:
 //! a position is confirmed to PostgreSQL only after the Kafka transaction
