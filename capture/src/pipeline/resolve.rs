@@ -214,63 +214,10 @@ impl Pipeline<'_> {
         if self.is_quarantined(&qualified) {
             return Ok(Some(Route::Quarantined(qualified)));
         }
-        // `message.key.columns` by name; else the primary key of the table
-        // the Relation is (by OID), which start-up's list by name may no
-        // longer be: dropped and made again with another key since.
-        let overridden = crate::filter::parse_key_columns(self.cfg.message_key_columns.as_deref())
-            .ok()
-            .and_then(|o| o.get(&qualified).cloned());
-        let key = match overridden {
-            Some(key) => Some(key),
-            None => {
-                let (key, current) = self.key_of_table(&rel).await?;
-                let known = self.router.key_columns.get(&qualified).filter(|known| {
-                    current
-                        && known
-                            .iter()
-                            .all(|k| rel.columns.iter().any(|c| &c.name == k))
-                });
-                match known {
-                    // The table capture keyed at start, still under its
-                    // name with no other primary key: keep that key (it may
-                    // be a replica identity index's; a primary key dropped
-                    // while streaming must refuse the table, not unkey it).
-                    // A table made again with another primary key takes it.
-                    Some(known) if key.is_empty() || *known == key => Some(known.clone()),
-                    _ => {
-                        if current && !key.is_empty() {
-                            self.router
-                                .key_columns
-                                .insert(qualified.clone(), key.clone());
-                        }
-                        (!key.is_empty()).then_some(key)
-                    }
-                }
-            }
-        };
+        let key = self.event_key(&rel, &qualified).await?;
         let key = key.as_deref();
-        let identity_columns = crate::sources::postgres::replica_identity::flagged_columns(&rel);
-        if let Some(lacks) = crate::sources::postgres::replica_identity::lacks(
-            rel.replica_identity,
-            &identity_columns,
-            key.unwrap_or_default(),
-        ) {
-            let why = crate::sources::postgres::replica_identity::explain(
-                &qualified,
-                &qualified,
-                &lacks,
-                key.unwrap_or_default(),
-            );
-            match self.cfg.replica_identity_check {
-                ReplicaIdentityCheck::Fail => {
-                    let why = crate::sources::postgres::replica_identity::quarantine_reason(&why);
-                    self.quarantine(&qualified, why);
-                    return Ok(Some(Route::Quarantined(qualified)));
-                }
-                ReplicaIdentityCheck::Warn => {
-                    tracing::warn!(table = %qualified, "{why} (replica.identity.check = \"warn\": publishing anyway)");
-                }
-            }
+        if let Some(route) = self.check_identity(&rel, &qualified, key.unwrap_or_default()) {
+            return Ok(Some(route));
         }
         // The Relation's transaction: the catalog is read once it is visible.
         let xid = self.tracker.xid();
@@ -296,6 +243,86 @@ impl Pipeline<'_> {
                 return Ok(Some(Route::Quarantined(qualified)));
             }
         };
+        self.claim_topic(&rel, qualified, enc).await
+    }
+
+    /// The event key of the table a Relation describes, `None` when it has none.
+    async fn event_key(
+        &mut self,
+        rel: &Relation,
+        qualified: &str,
+    ) -> Result<Option<Vec<String>>, CaptureError> {
+        // `message.key.columns` by name; else the primary key of the table
+        // the Relation is (by OID), which start-up's list by name may no
+        // longer be: dropped and made again with another key since.
+        let overridden = crate::filter::parse_key_columns(self.cfg.message_key_columns.as_deref())
+            .ok()
+            .and_then(|o| o.get(qualified).cloned());
+        let key = match overridden {
+            Some(key) => Some(key),
+            None => {
+                let (key, current) = self.key_of_table(rel).await?;
+                let known = self.router.key_columns.get(qualified).filter(|known| {
+                    current
+                        && known
+                            .iter()
+                            .all(|k| rel.columns.iter().any(|c| &c.name == k))
+                });
+                match known {
+                    // The table capture keyed at start, still under its
+                    // name with no other primary key: keep that key (it may
+                    // be a replica identity index's; a primary key dropped
+                    // while streaming must refuse the table, not unkey it).
+                    // A table made again with another primary key takes it.
+                    Some(known) if key.is_empty() || *known == key => Some(known.clone()),
+                    _ => {
+                        if current && !key.is_empty() {
+                            self.router
+                                .key_columns
+                                .insert(qualified.to_owned(), key.clone());
+                        }
+                        (!key.is_empty()).then_some(key)
+                    }
+                }
+            }
+        };
+        Ok(key)
+    }
+
+    /// Whether the table's replica identity carries its event key; when not,
+    /// under `replica.identity.check = "fail"` the table is set aside.
+    fn check_identity(&mut self, rel: &Relation, qualified: &str, key: &[String]) -> Option<Route> {
+        let identity_columns = crate::sources::postgres::replica_identity::flagged_columns(rel);
+        if let Some(lacks) = crate::sources::postgres::replica_identity::lacks(
+            rel.replica_identity,
+            &identity_columns,
+            key,
+        ) {
+            let why = crate::sources::postgres::replica_identity::explain(
+                qualified, qualified, &lacks, key,
+            );
+            match self.cfg.replica_identity_check {
+                ReplicaIdentityCheck::Fail => {
+                    let why = crate::sources::postgres::replica_identity::quarantine_reason(&why);
+                    self.quarantine(qualified, why);
+                    return Some(Route::Quarantined(qualified.to_owned()));
+                }
+                ReplicaIdentityCheck::Warn => {
+                    tracing::warn!(table = %qualified, "{why} (replica.identity.check = \"warn\": publishing anyway)");
+                }
+            }
+        }
+        None
+    }
+
+    /// Claims the table's topic for it (set aside when another table holds
+    /// it or it is too long), creates the topic, and notes the table captured.
+    async fn claim_topic(
+        &mut self,
+        rel: &Relation,
+        qualified: String,
+        enc: TableEncoder,
+    ) -> Result<Option<Route>, CaptureError> {
         let topic: Arc<str> = enc.topic().into();
         // A table created (or renamed) while capture runs: its topic must
         // not be another table's. Set aside: after the fix (and a restart,
