@@ -404,7 +404,14 @@ impl Pipeline<'_> {
         self.publish(records).await?;
 
         let last_key = (!rows.rows.is_empty()).then(|| last_key(&rows));
-        let table_label = [chunk.table.as_str()];
+        self.count_chunk(&chunk.table, &rows, dropped);
+        self.advance_snapshot(chunk, &rows, last_key, src);
+        Ok(())
+    }
+
+    /// The snapshot metrics of one published chunk.
+    fn count_chunk(&self, table: &str, rows: &ChunkRows, dropped: usize) {
+        let table_label = [table];
         self.metrics
             .snapshot_rows
             .with_label_values(&table_label)
@@ -420,12 +427,23 @@ impl Pipeline<'_> {
                 .set(estimate as i64);
         }
         self.metrics.snapshot_chunks.inc();
+    }
+
+    /// A chunk published: the running snapshot's progress moves past it (to
+    /// the next table after its last chunk; none after the last table).
+    fn advance_snapshot(
+        &mut self,
+        chunk: &InFlight,
+        rows: &ChunkRows,
+        last_key: Option<Vec<Option<String>>>,
+        src: &SourcePosition,
+    ) {
         let table_done = !rows.more;
         let Some(progress) = self.kafka.stage().snapshot.as_mut() else {
-            return Ok(());
+            return;
         };
         let Some(current) = progress.tables.first_mut() else {
-            return Ok(());
+            return;
         };
         current.rows += rows.rows.len() as u64;
         current.chunks += 1;
@@ -452,7 +470,6 @@ impl Pipeline<'_> {
         }
         // The next table's estimate comes with its first chunk.
         self.publish_view_with(rows.estimate.filter(|_| !table_done));
-        Ok(())
     }
 
     /// The encoder of a chunk's table shape (built once per shape).
