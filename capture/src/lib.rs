@@ -19,16 +19,18 @@ pub mod metrics;
 pub(crate) mod naming;
 pub(crate) mod offset;
 pub(crate) mod outbox;
-pub(crate) mod pgoutput;
 pub(crate) mod pipeline;
-pub(crate) mod replica_identity;
 pub(crate) mod schema_change;
+mod seam;
 pub(crate) mod secret;
 pub(crate) mod snapshot;
-pub(crate) mod source;
 pub(crate) mod sources;
 #[cfg(feature = "testing")]
 pub mod testing;
-pub(crate) mod value;
+
+// The PostgreSQL modules under their former paths, which code not yet behind
+// the source seam names.
+pub(crate) use sources::postgres::control as source;
+pub(crate) use sources::postgres::{pgoutput, value};
 
 pub use pipeline::run;

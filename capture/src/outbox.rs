@@ -13,7 +13,7 @@
 
 use serde::Deserialize;
 
-use crate::pgoutput::{Relation, TupleData, TupleValue};
+use crate::sources::postgres::pgoutput::{Relation, TupleData, TupleValue};
 
 pub const DEFAULT_ID: &str = "id";
 pub const DEFAULT_KEY: &str = "aggregateid";
@@ -333,7 +333,7 @@ impl OutboxRouter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pgoutput::{Column, ReplicaIdentity};
+    use crate::sources::postgres::pgoutput::{Column, ReplicaIdentity};
     use bytes::Bytes;
 
     fn rel() -> Relation {

@@ -22,9 +22,11 @@ use tokio_postgres::Client;
 use crate::config::CaptureConfig;
 use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
-use crate::pgoutput::Relation;
 use crate::snapshot::{quote_ident, split_table};
-use crate::source::{read_visible, PUBLISHED_COLUMN, XID_SNAPSHOT, XID_VISIBLE};
+use crate::sources::postgres::control::{
+    read_visible, PUBLISHED_COLUMN, XID_SNAPSHOT, XID_VISIBLE,
+};
+use crate::sources::postgres::pgoutput::Relation;
 
 /// Suffix of the schema-change topic: `<topic.prefix>.schema-changes`.
 pub const TOPIC_SUFFIX: &str = "schema-changes";

@@ -256,7 +256,7 @@ pub struct CaptureConfig {
     /// `io.debezium.time.Interval`, exact) or `"numeric"` (Debezium's default
     /// `io.debezium.time.MicroDuration`: µs, a month as 30.4375 days, lossy).
     #[serde(rename = "interval.handling.mode", default)]
-    pub interval_handling_mode: crate::value::IntervalHandlingMode,
+    pub interval_handling_mode: crate::sources::postgres::value::IntervalHandlingMode,
 }
 
 fn default_partitions() -> i32 {

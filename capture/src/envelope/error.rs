@@ -1,6 +1,6 @@
 //! Why a record could not be built, and what to tell the operator.
 
-use crate::value::ValueKind;
+use crate::sources::postgres::value::ValueKind;
 
 /// Why a record could not be built. Each names the table so the operator
 /// knows where to look.

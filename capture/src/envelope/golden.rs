@@ -102,7 +102,8 @@ fn customer_row(id: &str, balance: &str, notes: TupleValue, at: &str) -> TupleDa
     TupleData(vec![t(id), t("Ann O'Neil"), t(balance), notes, t(at)])
 }
 
-/// `public.all_types`: one column per mapping in the value mapping of capture/src/value/mod.rs.
+/// `public.all_types`: one column per mapping in the value mapping of
+/// capture/src/sources/postgres/value/mod.rs.
 fn all_types() -> (Relation, TupleData) {
     let cols: Vec<(&str, u32, i32, &str)> = vec![
         ("id", 20, -1, "9007199254740993"),

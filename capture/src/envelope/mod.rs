@@ -26,9 +26,9 @@ mod golden;
 use base64::Engine as _;
 use serde_json::Value;
 
-use crate::pgoutput::{Relation, ReplicaIdentity, TupleData, TupleValue};
-use crate::value::json::{write_i64, write_str};
-use crate::value::{TypeRegistry, ValueKind, UNAVAILABLE_VALUE};
+use crate::sources::postgres::pgoutput::{Relation, ReplicaIdentity, TupleData, TupleValue};
+use crate::sources::postgres::value::json::{write_i64, write_str};
+use crate::sources::postgres::value::{TypeRegistry, ValueKind, UNAVAILABLE_VALUE};
 
 pub use error::EnvelopeError;
 pub use message::message_record;

@@ -11,8 +11,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use pgwire_replication::{Lsn, ReplicationClient};
-
 use super::record::Record;
 use crate::error::CaptureError;
 use crate::kafka::{TopicCreator, TxProducer};
@@ -23,6 +21,14 @@ use crate::offset::SourceOffset;
 /// waits for the commit. The committing batch still sits in the producer's
 /// queue until acknowledged, so this adds to it; kept small to bound memory.
 const HOLD_MAX_BYTES: usize = 4 * 1024 * 1024;
+
+// The tests read the private positions; the in-memory Kafka they use is the
+// pipeline's.
+#[cfg(test)]
+use super::memory;
+#[cfg(test)]
+#[path = "committer_tests.rs"]
+mod tests;
 
 /// A transactional producer, as the committer uses it.
 ///
@@ -41,17 +47,8 @@ pub(super) trait Transactions: Send + 'static {
     async fn abort(&mut self) -> Result<(), CaptureError>;
 }
 
-/// Where the committer confirms positions: the replication slot.
-pub(super) trait Slot {
-    /// PostgreSQL may release the WAL before `flush_lsn`.
-    fn confirm(&mut self, flush_lsn: u64);
-}
-
-impl Slot for ReplicationClient {
-    fn confirm(&mut self, flush_lsn: u64) {
-        self.update_applied_lsn(Lsn::from_u64(flush_lsn));
-    }
-}
+/// Where the committer confirms positions: the source (the replication slot).
+pub(super) use crate::seam::Slot;
 
 /// The rdkafka producer and the topic creator its records may need.
 pub(super) struct KafkaTx {
@@ -111,6 +108,34 @@ pub(super) struct Topics {
     pub(super) schema_changes: Arc<str>,
 }
 
+/// What the pipeline asks of Kafka besides transactions, through the
+/// committer that owns the producer.
+impl Committer<KafkaTx> {
+    /// The record the producer refused as too large, once.
+    pub(super) fn take_too_large(&self) -> Option<crate::kafka::RefusedRecord> {
+        self.tx.producer.take_too_large()
+    }
+
+    /// The producer's `message.max.bytes`.
+    pub(super) fn max_message_bytes(&self) -> usize {
+        self.tx.producer.max_message_bytes()
+    }
+
+    pub(super) async fn partition_count(&self, topic: &str) -> Result<i32, CaptureError> {
+        self.tx.producer.partition_count(topic).await
+    }
+
+    /// Creates `topic` when it does not exist yet.
+    pub(super) async fn ensure_topic(&mut self, topic: &str) -> Result<(), CaptureError> {
+        self.tx.topics.ensure(topic).await
+    }
+
+    /// Creates the compacted `topic` when it does not exist yet.
+    pub(super) async fn ensure_compacted_topic(&mut self, topic: &str) -> Result<(), CaptureError> {
+        self.tx.topics.ensure_compacted(topic).await
+    }
+}
+
 /// A Kafka transaction committing in the background.
 struct Inflight {
     task: tokio::task::JoinHandle<Result<(), CaptureError>>,
@@ -144,16 +169,20 @@ pub(super) struct FailedSend {
 /// The outcome of a background commit.
 pub(super) type CommitOutcome = Result<Result<(), CaptureError>, tokio::task::JoinError>;
 
+/// Owns the Kafka transaction and both positions: the rest of the pipeline
+/// reads them ([`Committer::position`], [`Committer::committed`]) and stages
+/// what the next offset record carries ([`Committer::stage`]), but only a
+/// finished commit moves `committed`, and only then is the source confirmed.
 pub(super) struct Committer<T: Transactions> {
     /// The producer, also for what the pipeline asks of Kafka besides transactions.
-    pub(super) tx: T,
+    tx: T,
     limits: Limits,
     topics: Topics,
     metrics: CaptureMetrics,
     /// The position in the last committed offset record.
-    pub(super) committed: SourceOffset,
+    committed: SourceOffset,
     /// The position the open batch (or the stream, when nothing is open) has reached.
-    pub(super) pending: SourceOffset,
+    pending: SourceOffset,
     batch: Option<OpenBatch>,
     /// The previous batch, committing in the background.
     inflight: Option<Inflight>,
@@ -183,6 +212,30 @@ impl<T: Transactions> Committer<T> {
             held: Held::default(),
             failed_send: None,
         }
+    }
+
+    /// The position in the last committed offset record: what Kafka holds
+    /// and the source was confirmed up to.
+    pub(super) fn committed(&self) -> &SourceOffset {
+        &self.committed
+    }
+
+    /// The position the next offset record names: what the open batch (or
+    /// the stream, when nothing is open) has reached.
+    pub(super) fn position(&self) -> &SourceOffset {
+        &self.pending
+    }
+
+    /// The position the next offset record names, to change: a change is
+    /// staged, written with the next commit and durable once it committed.
+    pub(super) fn stage(&mut self) -> &mut SourceOffset {
+        &mut self.pending
+    }
+
+    /// The transactions, for tests that script their outcomes.
+    #[cfg(test)]
+    pub(super) fn transactions(&mut self) -> &mut T {
+        &mut self.tx
     }
 
     /// When the open batch's age counts from: `None` while a commit runs (no

@@ -18,8 +18,8 @@ use tokio_postgres::Client;
 
 use crate::error::CaptureError;
 use crate::naming::quote_ident;
-use crate::pgoutput::{Relation, TupleData, TupleValue};
-use crate::source::XID_SNAPSHOT;
+use crate::sources::postgres::control::XID_SNAPSHOT;
+use crate::sources::postgres::pgoutput::{Relation, TupleData, TupleValue};
 
 /// The session settings of the replication connection, so values read here
 /// render exactly as the stream's (the snapshot connection uses the same).
@@ -200,7 +200,7 @@ impl ToSql for TextParam {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pgoutput::{Column, ReplicaIdentity};
+    use crate::sources::postgres::pgoutput::{Column, ReplicaIdentity};
 
     #[test]
     fn the_query_quotes_names_and_binds_keys() {

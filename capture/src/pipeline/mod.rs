@@ -1,6 +1,16 @@
 //! The capture pipeline: replication stream -> change events -> Kafka
 //! transactions that each end with the offset record covering them.
 //!
+//! ```text
+//!  stream.recv() --Begin/Commit--> tracker (position, replay skip)
+//!       |  change                       |
+//!       v                               v
+//!  router (relation -> route, encoder) --records--> committer
+//!       ^                                             | commit (background)
+//!  snapshot runtime: chunk read, window --records-->  | then source confirm
+//!  heartbeat tick: schema watch, quarantine, offset --^
+//! ```
+//!
 //! One task owns the stream, the producer and the position, so the order of
 //! events, offset records and slot confirmations is the order of the code:
 //! a position is confirmed to PostgreSQL only after the Kafka transaction
@@ -13,8 +23,6 @@
 //! commit started, so the held changes are replayed if it is the last to land.
 
 mod committer;
-#[cfg(test)]
-mod committer_tests;
 mod fill;
 #[cfg(test)]
 mod memory;
@@ -34,7 +42,6 @@ mod tracker;
 mod tracker_tests;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
@@ -42,53 +49,34 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::CaptureConfig;
-use crate::envelope::EnvelopeConfig;
 use crate::error::CaptureError;
-use crate::filter::TableFilter;
 use crate::metrics::CaptureMetrics;
-use crate::naming::TopicClaims;
-use crate::pgoutput::{self, LogicalMessage, RelationCache};
-use crate::source::{self, format_lsn};
-use crate::value::TypeRegistry;
+use crate::sources::postgres::control::{self, format_lsn};
+use crate::sources::postgres::pgoutput::{self, LogicalMessage};
 use committer::{Committer, KafkaTx};
 use record::Record;
-use router::{refusable, Route, Routes};
+use router::{refusable, Route, Router};
 use tracker::Tracker;
 
 pub use start::run;
 
 struct Pipeline<'a> {
     cfg: &'a CaptureConfig,
-    /// The table whose changes a topic carries, to name it in errors.
-    tables_by_topic: HashMap<Arc<str>, String>,
-    /// Which table owns which topic: a table that appears while capture
-    /// runs must not take a topic another table writes to.
-    topic_claims: TopicClaims,
-    envelope: EnvelopeConfig,
-    filter: TableFilter,
-    key_columns: HashMap<String, Vec<String>>,
+    /// Which relation publishes where and how.
+    router: Router,
     /// The Kafka transactions, the position they reach and what they confirm.
     kafka: Committer<KafkaTx>,
-    types: TypeRegistry,
-    relations: RelationCache,
-    /// Per relation: how its changes are published, or `None` when not captured.
-    encoders: Routes,
     stream: ReplicationClient,
     control: Client,
     /// The snapshot chunk in flight and what reads it.
     snap: snapshot_runtime::SnapshotRuntime,
-    /// `snapshot.mode = initial_only`: stop once no snapshot runs.
-    exit_when_done: bool,
     /// Where the stream stands in the open source transaction.
     tracker: Tracker,
     /// Last server WAL position heard outside a transaction (keepalives).
     server_position: u64,
     metrics: CaptureMetrics,
-    /// `<topic.prefix>.schema-changes`.
-    schema_topic: Arc<str>,
-    /// Per captured table, the columns of its last schema-change record
-    /// (read back from the topic at start): what its events use.
-    schemas: crate::schema_change::SchemaHistory,
+    /// The schema-change topic and what it holds.
+    schema: schema::SchemaWatch,
     /// Per quarantined table whose fix the catalog shows: the server's WAL
     /// end when it was seen; released once the stream passes it.
     fixed_at: HashMap<String, u64>,
@@ -102,9 +90,9 @@ impl Pipeline<'_> {
         self.publish_view();
         loop {
             self.launch_chunk().await?;
-            if self.exit_when_done && self.snapshot_finished() {
+            if self.snap.exit_when_done && self.snapshot_finished() {
                 self.commit_position().await?;
-                tracing::info!(flush_lsn = %format_lsn(self.kafka.committed.flush_lsn), "snapshot complete; snapshot.mode = initial_only: exiting");
+                tracing::info!(flush_lsn = %format_lsn(self.kafka.committed().flush_lsn), "snapshot complete; snapshot.mode = initial_only: exiting");
                 return Ok(());
             }
             // While a commit runs no batch is open (reads are held); the next
@@ -117,7 +105,7 @@ impl Pipeline<'_> {
                 biased;
                 _ = shutdown.cancelled() => {
                     self.commit_position().await?;
-                    tracing::info!(flush_lsn = %format_lsn(self.kafka.committed.flush_lsn), "capture stopped cleanly");
+                    tracing::info!(flush_lsn = %format_lsn(self.kafka.committed().flush_lsn), "capture stopped cleanly");
                     return Ok(());
                 }
                 done = self.kafka.commit_done() => self.kafka.on_commit_done(done, &mut self.stream).await?,
@@ -142,7 +130,7 @@ impl Pipeline<'_> {
                 commit_time_micros,
             } => {
                 self.tracker.begin(
-                    &self.kafka.pending,
+                    self.kafka.position(),
                     final_lsn.as_u64(),
                     xid,
                     commit_time_micros,
@@ -186,7 +174,7 @@ impl Pipeline<'_> {
 
     async fn on_commit(&mut self, commit_lsn: u64, end_lsn: u64) -> Result<(), CaptureError> {
         self.tracker
-            .commit(&mut self.kafka.pending, commit_lsn, end_lsn)?;
+            .commit(self.kafka.stage(), commit_lsn, end_lsn)?;
         self.close_if_full().await
     }
 
@@ -199,33 +187,35 @@ impl Pipeline<'_> {
                 // once the Relation's transaction is visible: a table it
                 // attached or detached keeps no root it had before.
                 let root =
-                    source::partition_root(&self.control, rel.id, self.tracker.xid()).await?;
+                    control::partition_root(&self.control, rel.id, self.tracker.xid()).await?;
                 if let Some((schema, root)) = root {
                     tracing::debug!(partition = %format!("{}.{}", rel.namespace, rel.name), root = %format!("{schema}.{root}"), "partition's changes go to its root");
                     rel.namespace = schema;
                     rel.name = root;
                 }
-                self.encoders.remove(&rel.id);
+                self.router.encoders.remove(&rel.id);
                 // A Relation that differs from the cached one follows DDL:
                 // compare the catalog now rather than at the next heartbeat.
                 let changed = self
+                    .router
                     .relations
                     .get(rel.id)
                     .is_some_and(|old| old.columns != rel.columns);
-                self.relations.insert(rel);
+                self.router.relations.insert(rel);
                 if changed {
                     self.check_schemas().await?;
                 }
                 Ok(())
             }
             LogicalMessage::Type(t) => {
-                if self.types.observe(&t) {
+                if self.router.types.observe(&t) {
                     // A type created after start-up (an enum, a domain, an
                     // array of them): learn what kind it is from the catalog.
-                    self.types
+                    self.router
+                        .types
                         .load_user_types_of(&self.control, self.tracker.xid())
                         .await?;
-                    self.encoders.clear();
+                    self.router.encoders.clear();
                 }
                 Ok(())
             }
@@ -268,7 +258,7 @@ impl Pipeline<'_> {
                 // offset that moves the snapshot past them.
                 self.on_watermark(content, &position).await?;
                 self.tracker.use_ordinals(1);
-                self.tracker.advance(&mut self.kafka.pending);
+                self.tracker.advance(self.kafka.stage());
                 return self.close_if_full().await;
             }
         }
@@ -288,7 +278,7 @@ impl Pipeline<'_> {
         } else {
             self.tracker.use_ordinals(1);
         }
-        self.tracker.advance(&mut self.kafka.pending);
+        self.tracker.advance(self.kafka.stage());
         if let Some(signal) = signal {
             self.on_signal(signal).await?;
         }
@@ -306,15 +296,21 @@ impl Pipeline<'_> {
         content: &[u8],
     ) -> Result<(), CaptureError> {
         let ts = now_ms();
-        let Some(position) = self.tracker.message(&self.kafka.pending, lsn, ts)? else {
+        let Some(position) = self.tracker.message(self.kafka.position(), lsn, ts)? else {
             return Ok(());
         };
-        let (topic, key, value) =
-            crate::envelope::message_record(&self.envelope, false, prefix, content, &position, ts);
+        let (topic, key, value) = crate::envelope::message_record(
+            &self.router.envelope,
+            false,
+            prefix,
+            content,
+            &position,
+            ts,
+        );
         let mut record = Record::change(&topic.as_str().into(), key, value, &position);
         record.ensure_topic = true;
         self.publish(vec![record]).await?;
-        Tracker::message_published(&mut self.kafka.pending, &position);
+        Tracker::message_published(self.kafka.stage(), &position);
         self.close_if_full().await
     }
 
@@ -345,7 +341,7 @@ impl Pipeline<'_> {
     /// A failed send or commit, named when the producer or the broker
     /// refused one of its records for its size.
     fn explain_refused(&mut self, e: CaptureError) -> CaptureError {
-        if let Some(r) = self.kafka.tx.producer.take_too_large() {
+        if let Some(r) = self.kafka.take_too_large() {
             return self.too_large(
                 &r.topic,
                 r.key.as_deref(),
@@ -356,7 +352,7 @@ impl Pipeline<'_> {
         }
         match (&e, self.kafka.take_failed_send()) {
             (CaptureError::Kafka { source, .. }, Some(r)) if crate::error::is_too_large(source) => {
-                let limit = self.kafka.tx.producer.max_message_bytes();
+                let limit = self.kafka.max_message_bytes();
                 self.too_large(
                     &r.topic,
                     r.key.as_deref(),
@@ -378,6 +374,7 @@ impl Pipeline<'_> {
         by_broker: bool,
     ) -> CaptureError {
         let table = self
+            .router
             .tables_by_topic
             .get(topic)
             .cloned()
@@ -476,7 +473,7 @@ impl Pipeline<'_> {
         }
         self.check_schemas().await?;
         self.check_quarantine().await?;
-        match source::slot_retained_wal(&self.control, &self.cfg.slot_name).await {
+        match control::slot_retained_wal(&self.control, &self.cfg.slot_name).await {
             Ok(Some(bytes)) => {
                 self.metrics.slot_retained_wal.set(bytes);
                 self.check_slot_limit(bytes);
@@ -487,10 +484,10 @@ impl Pipeline<'_> {
         if self.tracker.in_tx() || self.kafka.busy() {
             return Ok(());
         }
-        if self.server_position > self.kafka.pending.flush_lsn {
-            self.kafka.pending.flush_lsn = self.server_position;
+        if self.server_position > self.kafka.position().flush_lsn {
+            self.kafka.stage().flush_lsn = self.server_position;
         }
-        if self.kafka.pending != self.kafka.committed {
+        if self.kafka.position() != self.kafka.committed() {
             self.commit_position().await?;
             self.metrics.heartbeats.inc();
         }

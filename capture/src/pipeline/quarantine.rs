@@ -35,7 +35,7 @@ use crate::config::ReplicaIdentityCheck;
 use crate::error::CaptureError;
 use crate::naming::check_length;
 use crate::snapshot::{request, SnapshotKind, TableProgress};
-use crate::source::{self, format_lsn, CapturedTable};
+use crate::sources::postgres::control::{self, format_lsn, CapturedTable};
 
 /// What the catalog says of a quarantined table now.
 enum Verdict {
@@ -49,7 +49,7 @@ enum Verdict {
 
 impl Pipeline<'_> {
     pub(super) fn is_quarantined(&self, table: &str) -> bool {
-        self.kafka.pending.quarantined.contains_key(table)
+        self.kafka.position().quarantined.contains_key(table)
     }
 
     /// Sets `table` aside for `reason` (which names the fix). Its snapshot,
@@ -57,7 +57,7 @@ impl Pipeline<'_> {
     /// when it is released.
     pub(super) fn quarantine(&mut self, table: &str, reason: String) {
         self.fixed_at.remove(table);
-        if self.kafka.pending.quarantined.get(table) == Some(&reason) {
+        if self.kafka.position().quarantined.get(table) == Some(&reason) {
             return;
         }
         tracing::error!(
@@ -66,7 +66,7 @@ impl Pipeline<'_> {
             "table {table} is quarantined: {reason}. Its changes are not published until it is fixed; the other tables go on. Once the fix is in the catalog (or in the configuration, after a restart), capture snapshots {table} again by itself"
         );
         self.kafka
-            .pending
+            .stage()
             .quarantined
             .insert(table.to_owned(), reason);
         self.drop_snapshot_of(table);
@@ -77,14 +77,14 @@ impl Pipeline<'_> {
     /// flight: a quarantined table's rows are never published.
     pub(super) fn drop_snapshot_of(&mut self, table: &str) {
         self.snap.abandon_table(table);
-        if let Some(p) = self.kafka.pending.snapshot.as_mut() {
+        if let Some(p) = self.kafka.stage().snapshot.as_mut() {
             let before = p.tables.len();
             p.tables.retain(|t| t.table != table);
             if p.tables.len() != before {
                 tracing::info!(table, "snapshot of a quarantined table dropped; it is snapshotted whole once the table is fixed");
             }
             if p.tables.is_empty() {
-                self.kafka.pending.snapshot = None;
+                self.kafka.stage().snapshot = None;
             }
         }
         self.publish_view();
@@ -94,12 +94,12 @@ impl Pipeline<'_> {
     pub(super) fn show_quarantine(&self) {
         let gauge = &self.metrics.quarantined;
         gauge.reset();
-        for table in self.kafka.pending.quarantined.keys() {
+        for table in self.kafka.position().quarantined.keys() {
             gauge.with_label_values(&[table.as_str()]).set(1);
         }
         self.metrics.health.quarantined(
             self.kafka
-                .pending
+                .position()
                 .quarantined
                 .iter()
                 .map(|(t, why)| (t.clone(), why.clone()))
@@ -111,10 +111,10 @@ impl Pipeline<'_> {
     /// notes where a fix was first seen, and releases the tables whose fix
     /// the stream has passed.
     pub(super) async fn check_quarantine(&mut self) -> Result<(), CaptureError> {
-        if self.kafka.pending.quarantined.is_empty() {
+        if self.kafka.position().quarantined.is_empty() {
             return Ok(());
         }
-        let names: Vec<String> = self.kafka.pending.quarantined.keys().cloned().collect();
+        let names: Vec<String> = self.kafka.position().quarantined.keys().cloned().collect();
         let verdicts = match self.evaluate(&names).await {
             Ok(v) => v,
             // A catalog the filters cannot read now (a partition created
@@ -129,7 +129,7 @@ impl Pipeline<'_> {
             match verdict {
                 Verdict::Gone => {
                     tracing::info!(table = %table, "quarantined table is no longer captured (dropped, renamed or left out): nothing owed");
-                    self.kafka.pending.quarantined.remove(&table);
+                    self.kafka.stage().quarantined.remove(&table);
                     self.fixed_at.remove(&table);
                 }
                 Verdict::Broken(reason) => self.quarantine(&table, reason),
@@ -139,7 +139,7 @@ impl Pipeline<'_> {
                     }
                     // Its changes reach the stream from here on (a
                     // filtered publication holds keyed tables only).
-                    if let Err(e) = source::ensure_publication(
+                    if let Err(e) = control::ensure_publication(
                         &self.control,
                         self.cfg,
                         std::slice::from_ref(&t),
@@ -152,14 +152,14 @@ impl Pipeline<'_> {
                         }
                         continue;
                     }
-                    let at = source::current_wal_lsn(&self.control).await?;
+                    let at = control::current_wal_lsn(&self.control).await?;
                     tracing::info!(table = %table, fixed_at = %format_lsn(at), "quarantined table is fixed in the catalog; released once the stream passes this position");
-                    self.key_columns.insert(table.clone(), t.key_columns);
+                    self.router.key_columns.insert(table.clone(), t.key_columns);
                     self.fixed_at.insert(table, at);
                 }
             }
         }
-        let reached = self.server_position.max(self.kafka.pending.flush_lsn);
+        let reached = self.server_position.max(self.kafka.position().flush_lsn);
         let passed: Vec<String> = self
             .fixed_at
             .iter()
@@ -178,18 +178,19 @@ impl Pipeline<'_> {
     /// every change skipped meanwhile.
     fn release(&mut self, table: &str) {
         if let Some(at) = self.fixed_at.remove(table) {
-            self.kafka.pending.stale_before.insert(table.to_owned(), at);
+            self.kafka.stage().stale_before.insert(table.to_owned(), at);
         }
-        self.kafka.pending.quarantined.remove(table);
-        self.encoders
+        self.kafka.stage().quarantined.remove(table);
+        self.router
+            .encoders
             .retain(|_, r| !matches!(r, Some(Route::Quarantined(t)) if t == table));
         self.kafka
-            .pending
+            .stage()
             .tables
             .get_or_insert_with(Default::default)
             .insert(table.to_owned());
         let added = request(
-            &mut self.kafka.pending.snapshot,
+            &mut self.kafka.stage().snapshot,
             format!("quarantine-{}", now_ms()),
             SnapshotKind::Incremental,
             vec![TableProgress::new(table, None)],
@@ -212,7 +213,7 @@ impl Pipeline<'_> {
         topic: &std::sync::Arc<str>,
         src: &crate::envelope::SourcePosition,
     ) -> Result<Vec<super::Record>, CaptureError> {
-        let Some(&before) = self.kafka.pending.stale_before.get(table) else {
+        let Some(&before) = self.kafka.position().stale_before.get(table) else {
             return Ok(Vec::new());
         };
         let at = crate::envelope::SourcePosition {
@@ -224,7 +225,7 @@ impl Pipeline<'_> {
             snapshot: crate::envelope::SnapshotMarker::Incremental,
         };
         let value = encoder.truncate_value(&at, now_ms());
-        let partitions = self.kafka.tx.producer.partition_count(topic).await?;
+        let partitions = self.kafka.partition_count(topic).await?;
         let records = (0..partitions)
             .map(|partition| {
                 let mut record = super::Record::new(topic, None, Some(value.clone()));
@@ -236,7 +237,7 @@ impl Pipeline<'_> {
                 record
             })
             .collect();
-        self.kafka.pending.stale_before.remove(table);
+        self.kafka.stage().stale_before.remove(table);
         tracing::info!(table, before = %format_lsn(before), "snapshot of a table released from quarantine complete: rows older than its fix (deleted while it was set aside) removed from the targets");
         Ok(records)
     }
@@ -244,11 +245,11 @@ impl Pipeline<'_> {
     /// What the catalog and the configuration say of each of `tables` now,
     /// by the rules start-up applies (see `start::set_aside`).
     async fn evaluate(&mut self, tables: &[String]) -> Result<Vec<Verdict>, CaptureError> {
-        let selected = source::selected_tables(&self.control, self.cfg).await?;
+        let selected = control::selected_tables(&self.control, self.cfg).await?;
         let mut verdicts = Vec::with_capacity(tables.len());
         for name in tables {
             if selected.keyless.contains(name) {
-                verdicts.push(Verdict::Broken(source::keyless_reason(name, name)));
+                verdicts.push(Verdict::Broken(control::keyless_reason(name, name)));
                 continue;
             }
             let Some(t) = selected.tables.iter().find(|t| &t.qualified() == name) else {
@@ -260,14 +261,20 @@ impl Pipeline<'_> {
                 verdicts.push(Verdict::Broken(e.to_string()));
                 continue;
             }
-            if let Err(e) = self.topic_claims.claim_table(&topic, &t.schema, &t.name) {
+            if let Err(e) = self
+                .router
+                .topic_claims
+                .claim_table(&topic, &t.schema, &t.name)
+            {
                 verdicts.push(Verdict::Broken(e.to_string()));
                 continue;
             }
             if self.cfg.replica_identity_check == ReplicaIdentityCheck::Fail {
-                let problems = crate::replica_identity::problems(&self.control, &[t]).await?;
+                let problems =
+                    crate::sources::postgres::replica_identity::problems(&self.control, &[t])
+                        .await?;
                 if let Some((_, why)) = problems.into_iter().next() {
-                    let why = crate::replica_identity::quarantine_reason(&why);
+                    let why = crate::sources::postgres::replica_identity::quarantine_reason(&why);
                     verdicts.push(Verdict::Broken(why));
                     continue;
                 }

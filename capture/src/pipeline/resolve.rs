@@ -13,8 +13,8 @@ use crate::envelope::{SourcePosition, TableEncoder};
 use crate::error::CaptureError;
 use crate::naming::check_length;
 use crate::outbox::OutboxRouter;
-use crate::pgoutput::{LogicalMessage, Relation, TupleData};
-use crate::source;
+use crate::sources::postgres::control;
+use crate::sources::postgres::pgoutput::{LogicalMessage, Relation, TupleData};
 
 impl Pipeline<'_> {
     /// How many event ordinals a change uses ([`router::ordinals`]), its
@@ -25,7 +25,7 @@ impl Pipeline<'_> {
                 self.route(id).await?;
             }
         }
-        router::ordinals(&self.encoders, change)
+        router::ordinals(&self.router.encoders, change)
     }
 
     /// The Kafka records of one change and the event ordinals they use:
@@ -41,11 +41,11 @@ impl Pipeline<'_> {
             return Ok((Vec::new(), 1));
         };
         let mapping = Mapping {
-            envelope: &self.envelope,
+            envelope: &self.router.envelope,
             tombstones: self.cfg.tombstones_on_delete,
             now_ms,
         };
-        router::records(&self.encoders, change, src, resolved, &mapping)
+        router::records(&self.router.encoders, change, src, resolved, &mapping)
     }
 
     /// The async step before [`router::records`]: the routes of the
@@ -94,7 +94,7 @@ impl Pipeline<'_> {
                         continue;
                     };
                     let topic = Arc::clone(topic);
-                    let count = self.kafka.tx.producer.partition_count(&topic).await?;
+                    let count = self.kafka.partition_count(&topic).await?;
                     resolved.partitions.insert(id, count);
                 }
             }
@@ -114,11 +114,16 @@ impl Pipeline<'_> {
         row: TupleData,
         xid: u32,
     ) -> Result<TupleData, CaptureError> {
-        let rel = self.relations.get(relation_id).cloned().ok_or_else(|| {
-            CaptureError::Protocol(format!(
-                "change for relation {relation_id} before its Relation message"
-            ))
-        })?;
+        let rel = self
+            .router
+            .relations
+            .get(relation_id)
+            .cloned()
+            .ok_or_else(|| {
+                CaptureError::Protocol(format!(
+                    "change for relation {relation_id} before its Relation message"
+                ))
+            })?;
         let key_idx = key_columns
             .iter()
             .map(|k| rel.columns.iter().position(|c| &c.name == k))
@@ -140,16 +145,25 @@ impl Pipeline<'_> {
 
     /// How a relation's changes are published, decided on first use after each Relation message.
     pub(super) async fn route(&mut self, relation_id: u32) -> Result<Option<&Route>, CaptureError> {
-        if !self.encoders.contains_key(&relation_id) {
-            let rel = self.relations.get(relation_id).cloned().ok_or_else(|| {
-                CaptureError::Protocol(format!(
-                    "change for relation {relation_id} before its Relation message"
-                ))
-            })?;
+        if !self.router.encoders.contains_key(&relation_id) {
+            let rel = self
+                .router
+                .relations
+                .get(relation_id)
+                .cloned()
+                .ok_or_else(|| {
+                    CaptureError::Protocol(format!(
+                        "change for relation {relation_id} before its Relation message"
+                    ))
+                })?;
             let built = self.build_route(rel).await?;
-            self.encoders.insert(relation_id, built);
+            self.router.encoders.insert(relation_id, built);
         }
-        Ok(self.encoders.get(&relation_id).and_then(Option::as_ref))
+        Ok(self
+            .router
+            .encoders
+            .get(&relation_id)
+            .and_then(Option::as_ref))
     }
 
     /// The primary key of the table `rel` is, and whether the catalog has it
@@ -158,18 +172,18 @@ impl Pipeline<'_> {
     /// the stream may be behind the catalog, which may have renamed the
     /// table, dropped it, or made another of that name since; and read once
     /// the transaction being streamed is visible, so the catalog is not
-    /// behind the stream ([`source::relation_by_oid`]). A table missing then
+    /// behind the stream ([`control::relation_by_oid`]). A table missing then
     /// is gone, and its key comes from the Relation message itself
-    /// ([`crate::replica_identity::key_from_relation`]).
+    /// ([`crate::sources::postgres::replica_identity::key_from_relation`]).
     async fn key_of_table(&self, rel: &Relation) -> Result<(Vec<String>, bool), CaptureError> {
-        let found = source::relation_by_oid(&self.control, rel.id, self.tracker.xid()).await?;
+        let found = control::relation_by_oid(&self.control, rel.id, self.tracker.xid()).await?;
         if let Some((schema, name, pk)) = found {
             // Key columns renamed since the change: the Relation's own.
             if pk.iter().all(|k| rel.columns.iter().any(|c| &c.name == k)) {
                 return Ok((pk, schema == rel.namespace && name == rel.name));
             }
         }
-        let key = crate::replica_identity::key_from_relation(rel);
+        let key = crate::sources::postgres::replica_identity::key_from_relation(rel);
         tracing::info!(
             table = %format!("{}.{}", rel.namespace, rel.name),
             key = ?key,
@@ -186,7 +200,7 @@ impl Pipeline<'_> {
         if self.cfg.signal_table() == Some(qualified.as_str()) {
             return Ok(Some(Route::Signal(rel)));
         }
-        if !self.filter.matches(&rel.namespace, &rel.name) {
+        if !self.router.filter.matches(&rel.namespace, &rel.name) {
             return Ok(None);
         }
         if let Some(outbox) = self.cfg.outbox.as_ref().filter(|o| o.table == qualified) {
@@ -200,17 +214,55 @@ impl Pipeline<'_> {
         if self.is_quarantined(&qualified) {
             return Ok(Some(Route::Quarantined(qualified)));
         }
+        let key = self.event_key(&rel, &qualified).await?;
+        let key = key.as_deref();
+        if let Some(route) = self.check_identity(&rel, &qualified, key.unwrap_or_default()) {
+            return Ok(Some(route));
+        }
+        // The Relation's transaction: the catalog is read once it is visible.
+        let xid = self.tracker.xid();
+        let identity = self.source_identity(&qualified, &rel, xid).await?;
+        // A table without a key, or one whose `message.key.columns` name no
+        // column of it, cannot be captured as it is: set aside, not a stop.
+        let enc = match TableEncoder::identified(
+            &rel,
+            &self.router.types,
+            key,
+            &self.router.envelope,
+            identity.as_ref(),
+        ) {
+            Ok(enc) => enc,
+            Err(e) => {
+                let why = match key {
+                    None => {
+                        crate::sources::postgres::control::keyless_reason(&qualified, &qualified)
+                    }
+                    Some(_) => e.to_string(),
+                };
+                self.quarantine(&qualified, why);
+                return Ok(Some(Route::Quarantined(qualified)));
+            }
+        };
+        self.claim_topic(&rel, qualified, enc).await
+    }
+
+    /// The event key of the table a Relation describes, `None` when it has none.
+    async fn event_key(
+        &mut self,
+        rel: &Relation,
+        qualified: &str,
+    ) -> Result<Option<Vec<String>>, CaptureError> {
         // `message.key.columns` by name; else the primary key of the table
         // the Relation is (by OID), which start-up's list by name may no
         // longer be: dropped and made again with another key since.
         let overridden = crate::filter::parse_key_columns(self.cfg.message_key_columns.as_deref())
             .ok()
-            .and_then(|o| o.get(&qualified).cloned());
+            .and_then(|o| o.get(qualified).cloned());
         let key = match overridden {
             Some(key) => Some(key),
             None => {
-                let (key, current) = self.key_of_table(&rel).await?;
-                let known = self.key_columns.get(&qualified).filter(|known| {
+                let (key, current) = self.key_of_table(rel).await?;
+                let known = self.router.key_columns.get(qualified).filter(|known| {
                     current
                         && known
                             .iter()
@@ -225,59 +277,52 @@ impl Pipeline<'_> {
                     Some(known) if key.is_empty() || *known == key => Some(known.clone()),
                     _ => {
                         if current && !key.is_empty() {
-                            self.key_columns.insert(qualified.clone(), key.clone());
+                            self.router
+                                .key_columns
+                                .insert(qualified.to_owned(), key.clone());
                         }
                         (!key.is_empty()).then_some(key)
                     }
                 }
             }
         };
-        let key = key.as_deref();
-        let identity_columns = crate::replica_identity::flagged_columns(&rel);
-        if let Some(lacks) = crate::replica_identity::lacks(
+        Ok(key)
+    }
+
+    /// Whether the table's replica identity carries its event key; when not,
+    /// under `replica.identity.check = "fail"` the table is set aside.
+    fn check_identity(&mut self, rel: &Relation, qualified: &str, key: &[String]) -> Option<Route> {
+        let identity_columns = crate::sources::postgres::replica_identity::flagged_columns(rel);
+        if let Some(lacks) = crate::sources::postgres::replica_identity::lacks(
             rel.replica_identity,
             &identity_columns,
-            key.unwrap_or_default(),
+            key,
         ) {
-            let why = crate::replica_identity::explain(
-                &qualified,
-                &qualified,
-                &lacks,
-                key.unwrap_or_default(),
+            let why = crate::sources::postgres::replica_identity::explain(
+                qualified, qualified, &lacks, key,
             );
             match self.cfg.replica_identity_check {
                 ReplicaIdentityCheck::Fail => {
-                    let why = crate::replica_identity::quarantine_reason(&why);
-                    self.quarantine(&qualified, why);
-                    return Ok(Some(Route::Quarantined(qualified)));
+                    let why = crate::sources::postgres::replica_identity::quarantine_reason(&why);
+                    self.quarantine(qualified, why);
+                    return Some(Route::Quarantined(qualified.to_owned()));
                 }
                 ReplicaIdentityCheck::Warn => {
                     tracing::warn!(table = %qualified, "{why} (replica.identity.check = \"warn\": publishing anyway)");
                 }
             }
         }
-        // The Relation's transaction: the catalog is read once it is visible.
-        let xid = self.tracker.xid();
-        let identity = self.source_identity(&qualified, &rel, xid).await?;
-        // A table without a key, or one whose `message.key.columns` name no
-        // column of it, cannot be captured as it is: set aside, not a stop.
-        let enc = match TableEncoder::identified(
-            &rel,
-            &self.types,
-            key,
-            &self.envelope,
-            identity.as_ref(),
-        ) {
-            Ok(enc) => enc,
-            Err(e) => {
-                let why = match key {
-                    None => crate::source::keyless_reason(&qualified, &qualified),
-                    Some(_) => e.to_string(),
-                };
-                self.quarantine(&qualified, why);
-                return Ok(Some(Route::Quarantined(qualified)));
-            }
-        };
+        None
+    }
+
+    /// Claims the table's topic for it (set aside when another table holds
+    /// it or it is too long), creates the topic, and notes the table captured.
+    async fn claim_topic(
+        &mut self,
+        rel: &Relation,
+        qualified: String,
+        enc: TableEncoder,
+    ) -> Result<Option<Route>, CaptureError> {
         let topic: Arc<str> = enc.topic().into();
         // A table created (or renamed) while capture runs: its topic must
         // not be another table's. Set aside: after the fix (and a restart,
@@ -285,7 +330,8 @@ impl Pipeline<'_> {
         let claimed = check_length(&topic, &qualified)
             .map_err(|e| e.to_string())
             .and_then(|()| {
-                self.topic_claims
+                self.router
+                    .topic_claims
                     .claim_table(&topic, &rel.namespace, &rel.name)
                     .map_err(|e| e.to_string())
             });
@@ -293,13 +339,14 @@ impl Pipeline<'_> {
             self.quarantine(&qualified, why);
             return Ok(Some(Route::Quarantined(qualified)));
         }
-        self.kafka.tx.topics.ensure(&topic).await?;
-        self.tables_by_topic
+        self.kafka.ensure_topic(&topic).await?;
+        self.router
+            .tables_by_topic
             .insert(Arc::clone(&topic), qualified.clone());
         // Captured from now on: a later start must not take it for a table
         // added to the include list (snapshot.new.tables).
         self.kafka
-            .pending
+            .stage()
             .tables
             .get_or_insert_with(BTreeSet::new)
             .insert(qualified);

@@ -12,8 +12,13 @@ use crate::envelope::{
     EnvelopeConfig, EnvelopeError, Op, SourcePosition, TableEncoder, HEADER_POSITION,
 };
 use crate::error::CaptureError;
+use crate::filter::TableFilter;
+use crate::naming::TopicClaims;
 use crate::outbox::OutboxRouter;
-use crate::pgoutput::{LogicalMessage, OldTuple, Relation, TupleData, TupleValue};
+use crate::sources::postgres::pgoutput::{
+    LogicalMessage, OldTuple, Relation, RelationCache, TupleData, TupleValue,
+};
+use crate::sources::postgres::value::TypeRegistry;
 
 /// How the changes of one relation become records.
 pub(super) enum Route {
@@ -30,6 +35,24 @@ pub(super) enum Route {
 
 /// Per relation: how its changes are published, or `None` when not captured.
 pub(super) type Routes = HashMap<u32, Option<Route>>;
+
+/// The routing state, one component of the pipeline: the relations the
+/// stream described, how each publishes (its encoder and topic), key
+/// columns, the table filter and which table owns which topic.
+pub(super) struct Router {
+    /// The table whose changes a topic carries, to name it in errors.
+    pub(super) tables_by_topic: HashMap<Arc<str>, String>,
+    /// Which table owns which topic: a table that appears while capture
+    /// runs must not take a topic another table writes to.
+    pub(super) topic_claims: TopicClaims,
+    pub(super) envelope: EnvelopeConfig,
+    pub(super) filter: TableFilter,
+    pub(super) key_columns: HashMap<String, Vec<String>>,
+    pub(super) types: TypeRegistry,
+    pub(super) relations: RelationCache,
+    /// Per relation: how its changes are published, or `None` when not captured.
+    pub(super) encoders: Routes,
+}
 
 /// The route of `relation_id`, resolved before.
 pub(super) fn route(routes: &Routes, relation_id: u32) -> Result<Option<&Route>, CaptureError> {
@@ -90,155 +113,202 @@ pub(super) fn records(
     resolved: Resolved,
     m: &Mapping<'_>,
 ) -> Result<(Vec<Record>, u64), CaptureError> {
-    let now = m.now_ms;
-    let mut out = Vec::new();
-    let mut ordinals = 1;
     match change {
-        LogicalMessage::Insert { relation_id, new } => match route(routes, relation_id)? {
-            Some(Route::Table(enc, topic)) => {
-                let key = enc.key(&new).map_err(refusable(1))?;
-                let value = enc.value(Op::Create, None, Some(&new), src, now);
-                out.push(Record::change(
-                    topic,
-                    key,
-                    value.map_err(refusable(1))?,
-                    src,
-                ));
-            }
-            Some(Route::Outbox(router, rel)) => match router.route_or_dead_letter(&new, rel) {
-                Ok(ev) => {
-                    let mut record = Record::new(&ev.topic.as_str().into(), Some(ev.key), ev.value);
-                    record.headers = vec![("id", ev.id), ("type", ev.kind)];
-                    record.ensure_topic = true;
-                    out.push(record);
-                }
-                // A row no restart could route: its dead letter, in this
-                // transaction, takes the event's place (and its ordinal).
-                Err(dl) => out.push(Record::dead_letter(*dl)),
-            },
-            Some(Route::Signal(_) | Route::Quarantined(_)) | None => {}
-        },
+        LogicalMessage::Insert { relation_id, new } => {
+            Ok((insert(route(routes, relation_id)?, &new, src, m)?, 1))
+        }
         LogicalMessage::Update {
             relation_id,
             old,
             new,
         } => {
             let Some(Route::Table(enc, topic)) = route(routes, relation_id)? else {
-                return Ok((out, ordinals));
+                return Ok((Vec::new(), 1));
             };
-            let new_key = enc.key(&new).map_err(refusable(1))?;
-            let full = match &old {
-                Some(OldTuple::Full(full)) => fill_unchanged_toast(&new, full),
-                _ => None,
-            };
-            let Some(old_key) = changed_key(enc, old.as_ref(), &new_key)? else {
-                let before = match &old {
-                    Some(OldTuple::Full(full)) => Some(full),
-                    _ => None,
-                };
-                let after = full.as_ref().unwrap_or(&new);
-                let value = enc.value(Op::Update, before, Some(after), src, now);
-                out.push(Record::change(
-                    topic,
-                    new_key,
-                    value.map_err(refusable(1))?,
-                    src,
-                ));
-                return Ok((out, ordinals));
-            };
-            // A primary-key change: the old row is gone, a new one exists.
-            // No target holds a row under the new key to keep unchanged
-            // TOAST values from, so the create carries them: from the old
-            // row (REPLICA IDENTITY FULL), else as read from the source.
-            let after = resolved.created.or(full).unwrap_or(new);
-            let before = old.as_ref().map(OldTuple::tuple);
-            let deleted = enc.value(Op::Delete, before, None, src, now);
-            out.push(Record::change(
-                topic,
-                old_key.clone(),
-                deleted.map_err(refusable(2))?,
-                src,
-            ));
-            if m.tombstones {
-                // The delete's position, as every tombstone.
-                out.push(Record::tombstone(topic, old_key, src, enc));
-            }
-            // The create is an event of its own, with the next ordinal.
-            ordinals = 2;
-            let created_at = SourcePosition {
-                event_seq: src.event_seq + 1,
-                ..*src
-            };
-            let created = enc.value(Op::Create, None, Some(&after), &created_at, now);
-            out.push(Record::change(
-                topic,
-                new_key,
-                created.map_err(refusable(2))?,
-                &created_at,
-            ));
+            update(enc, topic, old, new, src, resolved, m)
         }
         LogicalMessage::Delete { relation_id, old } => {
             let Some(Route::Table(enc, topic)) = route(routes, relation_id)? else {
-                return Ok((out, ordinals));
+                return Ok((Vec::new(), 1));
             };
-            let key = enc.key(old.tuple()).map_err(refusable(1))?;
-            let value = enc.value(Op::Delete, Some(old.tuple()), None, src, now);
-            out.push(Record::change(
-                topic,
-                key.clone(),
-                value.map_err(refusable(1))?,
-                src,
-            ));
-            if m.tombstones {
-                out.push(Record::tombstone(topic, key, src, enc));
-            }
+            Ok((delete(enc, topic, &old, src, m)?, 1))
         }
         LogicalMessage::Truncate { relation_ids, .. } => {
-            // One event per captured table, each with an ordinal of its
-            // own. A truncate has no key, and a sink orders records per
-            // partition only: one copy on each partition, after every
-            // earlier change of that partition and before every later one.
-            // Partitions were counted when the change was resolved, so
-            // partitions added to the topic since are covered too.
-            let mut tables = 0;
-            for relation_id in relation_ids {
-                let Some(Route::Table(enc, topic)) = route(routes, relation_id)? else {
-                    continue;
-                };
-                let at = SourcePosition {
-                    event_seq: src.event_seq + tables,
-                    ..*src
-                };
-                tables += 1;
-                let value = enc.truncate_value(&at, now);
-                let partitions = resolved.partitions.get(&relation_id).copied();
-                for partition in 0..partitions.unwrap_or(0) {
-                    let mut record = Record::new(topic, None, Some(value.clone()));
-                    record.partition = Some(partition);
-                    record
-                        .headers
-                        .push((HEADER_POSITION, crate::envelope::position_header(&at)));
-                    out.push(record);
-                }
-            }
-            ordinals = tables.max(1);
+            truncate(routes, &relation_ids, src, &resolved, m)
         }
         LogicalMessage::Message {
             prefix, content, ..
         } => {
             let (topic, key, value) =
-                crate::envelope::message_record(m.envelope, true, &prefix, &content, src, now);
+                crate::envelope::message_record(m.envelope, true, &prefix, &content, src, m.now_ms);
             let mut record = Record::change(&topic.as_str().into(), key, value, src);
             record.ensure_topic = true;
+            Ok((vec![record], 1))
+        }
+        other => Err(CaptureError::Protocol(format!(
+            "unexpected message in a transaction: {other:?}"
+        ))),
+    }
+}
+
+/// An insert: a create event, or the outbox's routed event (or its dead letter).
+fn insert(
+    route: Option<&Route>,
+    new: &TupleData,
+    src: &SourcePosition,
+    m: &Mapping<'_>,
+) -> Result<Vec<Record>, CaptureError> {
+    let mut out = Vec::new();
+    match route {
+        Some(Route::Table(enc, topic)) => {
+            let key = enc.key(new).map_err(refusable(1))?;
+            let value = enc.value(Op::Create, None, Some(new), src, m.now_ms);
+            out.push(Record::change(
+                topic,
+                key,
+                value.map_err(refusable(1))?,
+                src,
+            ));
+        }
+        Some(Route::Outbox(router, rel)) => match router.route_or_dead_letter(new, rel) {
+            Ok(ev) => {
+                let mut record = Record::new(&ev.topic.as_str().into(), Some(ev.key), ev.value);
+                record.headers = vec![("id", ev.id), ("type", ev.kind)];
+                record.ensure_topic = true;
+                out.push(record);
+            }
+            // A row no restart could route: its dead letter, in this
+            // transaction, takes the event's place (and its ordinal).
+            Err(dl) => out.push(Record::dead_letter(*dl)),
+        },
+        Some(Route::Signal(_) | Route::Quarantined(_)) | None => {}
+    }
+    Ok(out)
+}
+
+/// An update: one update event, or, when the key changed, a delete (and
+/// its tombstone) and a create with the next ordinal.
+fn update(
+    enc: &TableEncoder,
+    topic: &Arc<str>,
+    old: Option<OldTuple>,
+    new: TupleData,
+    src: &SourcePosition,
+    resolved: Resolved,
+    m: &Mapping<'_>,
+) -> Result<(Vec<Record>, u64), CaptureError> {
+    let now = m.now_ms;
+    let mut out = Vec::new();
+    let new_key = enc.key(&new).map_err(refusable(1))?;
+    let full = match &old {
+        Some(OldTuple::Full(full)) => fill_unchanged_toast(&new, full),
+        _ => None,
+    };
+    let Some(old_key) = changed_key(enc, old.as_ref(), &new_key)? else {
+        let before = match &old {
+            Some(OldTuple::Full(full)) => Some(full),
+            _ => None,
+        };
+        let after = full.as_ref().unwrap_or(&new);
+        let value = enc.value(Op::Update, before, Some(after), src, now);
+        out.push(Record::change(
+            topic,
+            new_key,
+            value.map_err(refusable(1))?,
+            src,
+        ));
+        return Ok((out, 1));
+    };
+    // A primary-key change: the old row is gone, a new one exists.
+    // No target holds a row under the new key to keep unchanged
+    // TOAST values from, so the create carries them: from the old
+    // row (REPLICA IDENTITY FULL), else as read from the source.
+    let after = resolved.created.or(full).unwrap_or(new);
+    let before = old.as_ref().map(OldTuple::tuple);
+    let deleted = enc.value(Op::Delete, before, None, src, now);
+    out.push(Record::change(
+        topic,
+        old_key.clone(),
+        deleted.map_err(refusable(2))?,
+        src,
+    ));
+    if m.tombstones {
+        // The delete's position, as every tombstone.
+        out.push(Record::tombstone(topic, old_key, src, enc));
+    }
+    // The create is an event of its own, with the next ordinal.
+    let created_at = SourcePosition {
+        event_seq: src.event_seq + 1,
+        ..*src
+    };
+    let created = enc.value(Op::Create, None, Some(&after), &created_at, now);
+    out.push(Record::change(
+        topic,
+        new_key,
+        created.map_err(refusable(2))?,
+        &created_at,
+    ));
+    Ok((out, 2))
+}
+
+/// A delete event, and its tombstone when `tombstones.on.delete` says so.
+fn delete(
+    enc: &TableEncoder,
+    topic: &Arc<str>,
+    old: &OldTuple,
+    src: &SourcePosition,
+    m: &Mapping<'_>,
+) -> Result<Vec<Record>, CaptureError> {
+    let mut out = Vec::new();
+    let key = enc.key(old.tuple()).map_err(refusable(1))?;
+    let value = enc.value(Op::Delete, Some(old.tuple()), None, src, m.now_ms);
+    out.push(Record::change(
+        topic,
+        key.clone(),
+        value.map_err(refusable(1))?,
+        src,
+    ));
+    if m.tombstones {
+        out.push(Record::tombstone(topic, key, src, enc));
+    }
+    Ok(out)
+}
+
+/// One event per captured table, each with an ordinal of its own. A
+/// truncate has no key, and a sink orders records per partition only: one
+/// copy on each partition, after every earlier change of that partition and
+/// before every later one. Partitions were counted when the change was
+/// resolved, so partitions added to the topic since are covered too.
+fn truncate(
+    routes: &Routes,
+    relation_ids: &[u32],
+    src: &SourcePosition,
+    resolved: &Resolved,
+    m: &Mapping<'_>,
+) -> Result<(Vec<Record>, u64), CaptureError> {
+    let mut out = Vec::new();
+    let mut tables = 0;
+    for &relation_id in relation_ids {
+        let Some(Route::Table(enc, topic)) = route(routes, relation_id)? else {
+            continue;
+        };
+        let at = SourcePosition {
+            event_seq: src.event_seq + tables,
+            ..*src
+        };
+        tables += 1;
+        let value = enc.truncate_value(&at, m.now_ms);
+        let partitions = resolved.partitions.get(&relation_id).copied();
+        for partition in 0..partitions.unwrap_or(0) {
+            let mut record = Record::new(topic, None, Some(value.clone()));
+            record.partition = Some(partition);
+            record
+                .headers
+                .push((HEADER_POSITION, crate::envelope::position_header(&at)));
             out.push(record);
         }
-        other => {
-            return Err(CaptureError::Protocol(format!(
-                "unexpected message in a transaction: {other:?}"
-            )));
-        }
     }
-    Ok((out, ordinals))
+    Ok((out, tables.max(1)))
 }
 
 /// How many event ordinals a change uses: as many as the events

@@ -2,13 +2,25 @@
 //! comparing the catalog with the columns last published, publishing the
 //! schema-change record and queueing the backfill.
 
+use std::sync::Arc;
+
 use super::{now_ms, Pipeline, Record};
 use crate::config::SchemaChangeBackfill;
 use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
-use crate::pgoutput::Relation;
-use crate::schema_change::{self, ColumnChange, TableShape};
+use crate::schema_change::{self, ColumnChange, SchemaHistory, TableShape};
 use crate::snapshot::{request, SnapshotKind, TableProgress};
+use crate::sources::postgres::pgoutput::Relation;
+
+/// The schema watch's state, one component of the pipeline: where schema
+/// changes go and, per captured table, the columns of its last
+/// schema-change record (read back from the topic at start): what its
+/// events use.
+pub(super) struct SchemaWatch {
+    /// `<topic.prefix>.schema-changes`.
+    pub(super) topic: Arc<str>,
+    pub(super) history: SchemaHistory,
+}
 
 impl Pipeline<'_> {
     /// Compares every captured table's columns in the catalog with those
@@ -20,7 +32,7 @@ impl Pipeline<'_> {
     pub(super) async fn check_schemas(&mut self) -> Result<(), CaptureError> {
         let tables: Vec<String> = self
             .kafka
-            .pending
+            .position()
             .tables
             .iter()
             .flatten()
@@ -28,7 +40,8 @@ impl Pipeline<'_> {
             .filter(|t| self.cfg.signal_table() != Some(t.as_str()))
             // Tables captured once but since left out of the include list.
             .filter(|t| {
-                crate::snapshot::split_table(t).is_some_and(|(s, n)| self.filter.matches(s, n))
+                crate::snapshot::split_table(t)
+                    .is_some_and(|(s, n)| self.router.filter.matches(s, n))
             })
             .cloned()
             .collect();
@@ -40,13 +53,13 @@ impl Pipeline<'_> {
             .map_err(CaptureError::pg("read the captured tables' columns"))?;
         let mut records = Vec::new();
         for (table, columns) in now {
-            let changes = match self.schemas.columns.get(&table) {
+            let changes = match self.schema.history.columns.get(&table) {
                 Some(old) if *old == columns => continue,
                 Some(old) => schema_change::diff(old, &columns),
                 None => Vec::new(),
             };
-            let first_seen = !self.schemas.columns.contains_key(&table);
-            self.schemas.note_renames(&table, &changes);
+            let first_seen = !self.schema.history.columns.contains_key(&table);
+            self.schema.history.note_renames(&table, &changes);
             let backfill = (!first_seen
                 && self.cfg.schema_change_backfill == SchemaChangeBackfill::Auto
                 && changes.iter().any(ColumnChange::changes_rows))
@@ -61,24 +74,22 @@ impl Pipeline<'_> {
                 &changes,
                 TableShape {
                     columns: &columns,
-                    former_names: self.schemas.former_names(&table),
+                    former_names: self.schema.history.former_names(&table),
                 },
-                self.server_position.max(self.kafka.pending.flush_lsn),
+                self.server_position.max(self.kafka.position().flush_lsn),
                 backfill.as_deref(),
                 now_ms(),
             );
-            let mut r = Record::new(&self.schema_topic, Some(key), Some(value));
+            let mut r = Record::new(&self.schema.topic, Some(key), Some(value));
             r.partition = Some(0);
             records.push(r);
-            self.schemas.columns.insert(table, columns);
+            self.schema.history.columns.insert(table, columns);
         }
         if records.is_empty() {
             return Ok(());
         }
         self.kafka
-            .tx
-            .topics
-            .ensure_compacted(&self.schema_topic)
+            .ensure_compacted_topic(&self.schema.topic)
             .await?;
         self.publish(records).await?;
         // Outside a transaction nothing else would commit them soon.
@@ -98,8 +109,13 @@ impl Pipeline<'_> {
         rel: &Relation,
         xid: Option<u32>,
     ) -> Result<Option<SourceIdentity>, CaptureError> {
-        let known = self.schemas.columns.get(qualified).map(Vec::as_slice);
-        let former = self.schemas.former_names(qualified);
+        let known = self
+            .schema
+            .history
+            .columns
+            .get(qualified)
+            .map(Vec::as_slice);
+        let former = self.schema.history.former_names(qualified);
         schema_change::identity(&self.control, rel, known, former, xid).await
     }
 
@@ -110,7 +126,7 @@ impl Pipeline<'_> {
     /// new rows anyway.
     fn queue_backfill(&mut self, table: &str) -> String {
         let in_flight = self.snap_in_flight();
-        if let Some(p) = self.kafka.pending.snapshot.as_mut() {
+        if let Some(p) = self.kafka.stage().snapshot.as_mut() {
             let unstarted =
                 p.tables.iter().enumerate().any(|(i, t)| {
                     t.table == table && t.last_key.is_none() && !(i == 0 && in_flight)
@@ -122,7 +138,7 @@ impl Pipeline<'_> {
         }
         let id = format!("schema-change-{}", now_ms());
         request(
-            &mut self.kafka.pending.snapshot,
+            &mut self.kafka.stage().snapshot,
             id.clone(),
             SnapshotKind::Incremental,
             vec![TableProgress::new(table, None)],

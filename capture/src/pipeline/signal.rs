@@ -4,11 +4,11 @@
 
 use super::{Pipeline, Route};
 use crate::error::CaptureError;
-use crate::pgoutput::{LogicalMessage, TupleValue};
-use crate::snapshot::chunk::FILTER_SEARCH_PATH;
 use crate::snapshot::signal::{check_filter_on, parse, SignalAction};
 use crate::snapshot::{quote_ident, request, split_table, SnapshotKind, TableProgress};
-use crate::source;
+use crate::sources::postgres::chunk::FILTER_SEARCH_PATH;
+use crate::sources::postgres::control;
+use crate::sources::postgres::pgoutput::{LogicalMessage, TupleValue};
 
 /// The columns of one signal row.
 pub(super) struct SignalRow {
@@ -65,7 +65,7 @@ impl Pipeline<'_> {
                     queued.push(TableProgress::new(&table, filter));
                 }
                 let added = request(
-                    &mut self.kafka.pending.snapshot,
+                    &mut self.kafka.stage().snapshot,
                     signal.id.clone(),
                     SnapshotKind::Incremental,
                     queued,
@@ -73,21 +73,21 @@ impl Pipeline<'_> {
                 tracing::info!(signal = %signal.id, tables = ?added, "execute-snapshot: tables queued");
             }
             SignalAction::StopSnapshot { tables } => {
-                match (self.kafka.pending.snapshot.as_mut(), tables) {
+                match (self.kafka.stage().snapshot.as_mut(), tables) {
                     (None, _) => {}
-                    (Some(_), None) => self.kafka.pending.snapshot = None,
+                    (Some(_), None) => self.kafka.stage().snapshot = None,
                     (Some(p), Some(names)) => {
                         p.tables.retain(|t| !names.contains(&t.table));
                         if p.tables.is_empty() {
-                            self.kafka.pending.snapshot = None;
+                            self.kafka.stage().snapshot = None;
                         }
                     }
                 }
-                tracing::info!(signal = %signal.id, running = self.kafka.pending.snapshot.is_some(), "stop-snapshot");
+                tracing::info!(signal = %signal.id, running = self.kafka.position().snapshot.is_some(), "stop-snapshot");
             }
             SignalAction::PauseSnapshot | SignalAction::ResumeSnapshot => {
                 let pause = matches!(action, SignalAction::PauseSnapshot);
-                match self.kafka.pending.snapshot.as_mut() {
+                match self.kafka.stage().snapshot.as_mut() {
                     Some(p) => {
                         p.paused = pause;
                         tracing::info!(signal = %signal.id, paused = pause, "snapshot {}", if pause { "paused" } else { "resumed" });
@@ -114,12 +114,12 @@ impl Pipeline<'_> {
             return Ok(Err("not a schema.table name".into()));
         };
         // Existence first: "does not exist" is the clearest reason for a typo.
-        let pk = match self.key_columns.get(table) {
+        let pk = match self.router.key_columns.get(table) {
             Some(k) => k.clone(),
             None => {
                 let mut looks = 0;
                 loop {
-                    match source::primary_key(&self.control, schema, name).await {
+                    match control::primary_key(&self.control, schema, name).await {
                         Ok(pk) => break pk,
                         // A table created in the signal's own transaction:
                         // the walsender sends a transaction once its commit
@@ -135,7 +135,7 @@ impl Pipeline<'_> {
                 }
             }
         };
-        if !self.filter.matches(schema, name) {
+        if !self.router.filter.matches(schema, name) {
             return Ok(Err(
                 "not captured: add it to table.include.list (and restart) before snapshotting it"
                     .into(),
@@ -148,7 +148,7 @@ impl Pipeline<'_> {
                 "the outbox and signal tables are not snapshotted".into()
             ));
         }
-        if let Some(why) = self.kafka.pending.quarantined.get(table) {
+        if let Some(why) = self.kafka.position().quarantined.get(table) {
             return Ok(Err(format!(
                 "is quarantined ({why}); capture snapshots it by itself once it is fixed"
             )));
@@ -156,7 +156,7 @@ impl Pipeline<'_> {
         if pk.is_empty() {
             return Ok(Err("has no primary key, so it cannot be read in key order: add one, or configure message.key.columns for it".into()));
         }
-        self.key_columns.insert(table.to_string(), pk);
+        self.router.key_columns.insert(table.to_string(), pk);
         if let Some(filter) = filter {
             if let Err(why) = check_filter_on(filter, schema, name) {
                 return Ok(Err(why));

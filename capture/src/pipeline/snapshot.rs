@@ -9,13 +9,13 @@ use super::snapshot_runtime::{join, InFlight, CHUNKS_IN_FLIGHT};
 use super::{now_ms, refusable, Pipeline, Record};
 use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
-use crate::pgoutput::{LogicalMessage, OldTuple, Relation};
-use crate::snapshot::chunk::{self, ChunkError, ChunkRequest, ChunkRows};
 use crate::snapshot::window::{Verdict, Window};
 use crate::snapshot::{
     new_chunk_id, parse_watermark, row_key, split_table, SnapshotKind, Watermark,
 };
-use crate::source::format_lsn;
+use crate::sources::postgres::chunk::{self, ChunkError, ChunkRequest, ChunkRows};
+use crate::sources::postgres::control::format_lsn;
+use crate::sources::postgres::pgoutput::{LogicalMessage, OldTuple, Relation};
 
 impl Pipeline<'_> {
     /// Whether a chunk is being read (of the snapshot's current table).
@@ -25,7 +25,7 @@ impl Pipeline<'_> {
 
     /// True when no snapshot runs and no chunk is in flight.
     pub(super) fn snapshot_finished(&self) -> bool {
-        self.kafka.pending.snapshot.is_none()
+        self.kafka.position().snapshot.is_none()
             && self.snap.inflight.is_empty()
             && !self.snap.reading()
             && !self.tracker.in_tx()
@@ -40,14 +40,14 @@ impl Pipeline<'_> {
         if self.snap.inflight.len() >= CHUNKS_IN_FLIGHT || self.snap.reading() {
             return Ok(());
         }
-        let Some(progress) = self.kafka.pending.snapshot.as_ref() else {
+        let Some(progress) = self.kafka.position().snapshot.as_ref() else {
             return Ok(());
         };
         if progress.paused {
             return Ok(());
         }
         let Some(current) = progress.current().cloned() else {
-            self.kafka.pending.snapshot = None;
+            self.kafka.stage().snapshot = None;
             self.publish_view();
             return Ok(());
         };
@@ -87,7 +87,7 @@ impl Pipeline<'_> {
             self.skip_table(&current.table, &reason);
             return Ok(());
         }
-        let Some(key_columns) = self.key_columns.get(&current.table).cloned() else {
+        let Some(key_columns) = self.router.key_columns.get(&current.table).cloned() else {
             let reason = "has no primary key and no key columns in message.key.columns, so it cannot be read in key order: add a primary key or configure message.key.columns for it";
             self.skip_table(&current.table, reason);
             return Ok(());
@@ -169,7 +169,8 @@ impl Pipeline<'_> {
             return;
         };
         let relation_of = |id: u32| {
-            self.relations
+            self.router
+                .relations
                 .get(id)
                 .filter(|r| format!("{}.{}", r.namespace, r.name) == chunk.table)
         };
@@ -292,7 +293,7 @@ impl Pipeline<'_> {
             self.snap.abandon();
             return Ok(());
         }
-        let wanted = self.kafka.pending.snapshot.as_ref().is_some_and(|p| {
+        let wanted = self.kafka.position().snapshot.as_ref().is_some_and(|p| {
             !p.paused
                 && p.id == chunk.snapshot_id
                 && p.current().is_some_and(|t| t.table == chunk.table)
@@ -312,7 +313,7 @@ impl Pipeline<'_> {
         rows: ChunkRows,
         src: &SourcePosition,
     ) -> Result<(), CaptureError> {
-        let (kind, last_table) = match self.kafka.pending.snapshot.as_ref() {
+        let (kind, last_table) = match self.kafka.position().snapshot.as_ref() {
             Some(p) => (p.kind, p.tables.len() == 1),
             None => return Ok(()),
         };
@@ -387,7 +388,7 @@ impl Pipeline<'_> {
         // A filtered pass reads some rows only: the others are not newer.
         let whole = self
             .kafka
-            .pending
+            .position()
             .snapshot
             .as_ref()
             .and_then(|p| p.current())
@@ -403,7 +404,14 @@ impl Pipeline<'_> {
         self.publish(records).await?;
 
         let last_key = (!rows.rows.is_empty()).then(|| last_key(&rows));
-        let table_label = [chunk.table.as_str()];
+        self.count_chunk(&chunk.table, &rows, dropped);
+        self.advance_snapshot(chunk, &rows, last_key, src);
+        Ok(())
+    }
+
+    /// The snapshot metrics of one published chunk.
+    fn count_chunk(&self, table: &str, rows: &ChunkRows, dropped: usize) {
+        let table_label = [table];
         self.metrics
             .snapshot_rows
             .with_label_values(&table_label)
@@ -419,12 +427,23 @@ impl Pipeline<'_> {
                 .set(estimate as i64);
         }
         self.metrics.snapshot_chunks.inc();
+    }
+
+    /// A chunk published: the running snapshot's progress moves past it (to
+    /// the next table after its last chunk; none after the last table).
+    fn advance_snapshot(
+        &mut self,
+        chunk: &InFlight,
+        rows: &ChunkRows,
+        last_key: Option<Vec<Option<String>>>,
+        src: &SourcePosition,
+    ) {
         let table_done = !rows.more;
-        let Some(progress) = self.kafka.pending.snapshot.as_mut() else {
-            return Ok(());
+        let Some(progress) = self.kafka.stage().snapshot.as_mut() else {
+            return;
         };
         let Some(current) = progress.tables.first_mut() else {
-            return Ok(());
+            return;
         };
         current.rows += rows.rows.len() as u64;
         current.chunks += 1;
@@ -436,7 +455,7 @@ impl Pipeline<'_> {
             progress.tables.remove(0);
             if progress.tables.is_empty() {
                 tracing::info!(snapshot = %progress.id, "snapshot complete");
-                self.kafka.pending.snapshot = None;
+                self.kafka.stage().snapshot = None;
             }
         }
         self.log_progress(
@@ -451,7 +470,6 @@ impl Pipeline<'_> {
         }
         // The next table's estimate comes with its first chunk.
         self.publish_view_with(rows.estimate.filter(|_| !table_done));
-        Ok(())
     }
 
     /// The encoder of a chunk's table shape (built once per shape).
@@ -470,14 +488,14 @@ impl Pipeline<'_> {
         let identity = self.source_identity(&qualified, rel, None).await?;
         let enc = TableEncoder::identified(
             rel,
-            &self.types,
+            &self.router.types,
             Some(key_columns),
-            &self.envelope,
+            &self.router.envelope,
             identity.as_ref(),
         )
         .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let topic: Arc<str> = enc.topic().into();
-        self.kafka.tx.topics.ensure(&topic).await?;
+        self.kafka.ensure_topic(&topic).await?;
         self.snap.encoder = Some((rel.clone(), enc.clone(), Arc::clone(&topic)));
         Ok((enc, topic))
     }
@@ -486,10 +504,10 @@ impl Pipeline<'_> {
     pub(super) fn skip_table(&mut self, table: &str, reason: &str) {
         tracing::error!(table, reason, "snapshot of this table skipped");
         self.snap.abandon_table(table);
-        if let Some(p) = self.kafka.pending.snapshot.as_mut() {
+        if let Some(p) = self.kafka.stage().snapshot.as_mut() {
             p.tables.retain(|t| t.table != table);
             if p.tables.is_empty() {
-                self.kafka.pending.snapshot = None;
+                self.kafka.stage().snapshot = None;
             }
         }
         self.publish_view();
@@ -505,7 +523,9 @@ fn last_key(rows: &ChunkRows) -> Vec<Option<String>> {
     rows.key_idx
         .iter()
         .map(|&i| match &row.0[i] {
-            crate::pgoutput::TupleValue::Text(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            crate::sources::postgres::pgoutput::TupleValue::Text(b) => {
+                Some(String::from_utf8_lossy(b).into_owned())
+            }
             _ => None,
         })
         .collect()
@@ -522,9 +542,9 @@ fn replaced(window: &mut Window, key: Option<crate::snapshot::RowKey>) {
 /// An update's new row, with unchanged TOAST values taken from a full old
 /// row (REPLICA IDENTITY FULL) where it has them.
 fn filled<'a>(
-    new: &'a crate::pgoutput::TupleData,
+    new: &'a crate::sources::postgres::pgoutput::TupleData,
     old: Option<&OldTuple>,
-) -> Cow<'a, crate::pgoutput::TupleData> {
+) -> Cow<'a, crate::sources::postgres::pgoutput::TupleData> {
     match old {
         Some(OldTuple::Full(full)) => match super::router::fill_unchanged_toast(new, full) {
             Some(row) => Cow::Owned(row),

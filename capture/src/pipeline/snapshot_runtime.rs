@@ -20,10 +20,10 @@ use super::Pipeline;
 use crate::envelope::TableEncoder;
 use crate::error::CaptureError;
 use crate::metrics::SnapshotView;
-use crate::pgoutput::Relation;
-use crate::snapshot::chunk::{ChunkError, ChunkRows};
 use crate::snapshot::window::Window;
-use crate::source::format_lsn;
+use crate::sources::postgres::chunk::{ChunkError, ChunkRows};
+use crate::sources::postgres::control::format_lsn;
+use crate::sources::postgres::pgoutput::Relation;
 
 /// Chunks in flight at most: one waiting for its high watermark (or being
 /// published) and the next one being read. The reads share one connection
@@ -56,6 +56,8 @@ pub(super) struct SnapshotRuntime {
     recent_order: VecDeque<u32>,
     /// Transactions the stream began so far.
     pub(super) streamed: u64,
+    /// `snapshot.mode = initial_only`: stop once no snapshot runs.
+    pub(super) exit_when_done: bool,
 }
 
 pub(super) struct InFlight {
@@ -84,7 +86,14 @@ impl SnapshotRuntime {
             recent: HashMap::new(),
             recent_order: VecDeque::new(),
             streamed: 0,
+            exit_when_done: false,
         }
+    }
+
+    /// `snapshot.mode = initial_only`: the pipeline stops once no snapshot runs.
+    pub(super) fn exiting_when_done(mut self, exit_when_done: bool) -> Self {
+        self.exit_when_done = exit_when_done;
+        self
     }
 
     /// The stream began transaction `xid`.
@@ -224,7 +233,7 @@ impl Pipeline<'_> {
 
     /// Updates what progress displays and the gauges show.
     pub(super) fn publish_view_with(&self, estimate: Option<u64>) {
-        let view = self.kafka.pending.snapshot.as_ref().and_then(|p| {
+        let view = self.kafka.position().snapshot.as_ref().and_then(|p| {
             p.current().map(|t| SnapshotView {
                 table: t.table.clone(),
                 rows: t.rows,
@@ -233,10 +242,10 @@ impl Pipeline<'_> {
                 paused: p.paused,
             })
         });
-        let running = self.kafka.pending.snapshot.is_some();
+        let running = self.kafka.position().snapshot.is_some();
         let paused = self
             .kafka
-            .pending
+            .position()
             .snapshot
             .as_ref()
             .is_some_and(|p| p.paused);

@@ -5,10 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig};
 use tokio_util::sync::CancellationToken;
 
 use super::committer::{self, Committer, KafkaTx, Limits};
+use super::router::Router;
+use super::schema::SchemaWatch;
 use super::tracker::Tracker;
 use super::{now_ms, snapshot_runtime, Pipeline};
 use crate::config::{CaptureConfig, ReplicaIdentityCheck};
@@ -19,10 +20,11 @@ use crate::kafka::{check_one_partition, InternalTopic, TopicCreator, TxProducer}
 use crate::metrics::CaptureMetrics;
 use crate::naming::{check_length, TopicClaims};
 use crate::offset::{read_stored_offset, SourceOffset};
-use crate::pgoutput::RelationCache;
 use crate::snapshot::{plan_start, GapRefused, StartFacts, TableProgress};
-use crate::source::{self, format_lsn};
-use crate::value::TypeRegistry;
+use crate::sources::postgres::control::{self, format_lsn};
+use crate::sources::postgres::pgoutput::RelationCache;
+use crate::sources::postgres::stream;
+use crate::sources::postgres::value::TypeRegistry;
 
 /// Longest wait between restarts after retriable failures.
 const RESTART_BACKOFF: Duration = Duration::from_millis(500);
@@ -36,7 +38,7 @@ pub async fn run(
     metrics: CaptureMetrics,
     shutdown: CancellationToken,
 ) -> Result<(), CaptureError> {
-    let control = source::pg_config(&cfg, "oncely-capture-control");
+    let control = control::pg_config(&cfg, "oncely-capture-control");
     if let Some(warning) = cfg.tls().unverified_credentials(&control) {
         tracing::warn!("{warning}");
     }
@@ -75,9 +77,33 @@ async fn run_once(
     shutdown: &CancellationToken,
     first_life: bool,
 ) -> Result<(), CaptureError> {
-    let control = source::connect(cfg).await?;
-    source::check_wal_level(&control).await?;
-    let source::Selected { tables, keyless } = source::selected_tables(&control, cfg).await?;
+    let mut source = check_source(cfg).await?;
+    let Some(kafka) = open_kafka(cfg, shutdown).await? else {
+        return Ok(()); // stopped while Kafka was unreachable
+    };
+    let start = plan_resume(cfg, &mut source, &kafka.offsets_topic, first_life).await?;
+    log_start(cfg, &source, &start.offset);
+    let mut pipeline = assemble(cfg, metrics, source, kafka, start).await?;
+    drive(&mut pipeline, shutdown).await
+}
+
+/// The source as start-up found it: checked, published, its slot, types and
+/// the tables that cannot be captured as they are.
+struct CheckedSource {
+    control: tokio_postgres::Client,
+    tables: Vec<control::CapturedTable>,
+    /// Tables set aside (quarantined), with the reason.
+    set_aside: BTreeMap<String, String>,
+    slot: control::SlotState,
+    types: TypeRegistry,
+}
+
+/// Checks the database can be captured, ensures the publication and the
+/// slot, loads user types, and sets aside what cannot be captured as it is.
+async fn check_source(cfg: &CaptureConfig) -> Result<CheckedSource, CaptureError> {
+    let control = control::connect(cfg).await?;
+    control::check_wal_level(&control).await?;
+    let control::Selected { tables, keyless } = control::selected_tables(&control, cfg).await?;
     if let Some(outbox) = &cfg.outbox {
         if !tables.iter().any(|t| t.qualified() == outbox.table) {
             return Err(CaptureError::Prerequisite(format!(
@@ -88,42 +114,78 @@ async fn run_once(
     }
     let mut published = tables.clone();
     if let Some(signal) = cfg.signal_table() {
-        published.push(source::signal_table(&control, signal).await?);
+        published.push(control::signal_table(&control, signal).await?);
     }
-    source::ensure_publication(&control, cfg, &published).await?;
+    control::ensure_publication(&control, cfg, &published).await?;
+    let set_aside = set_aside_at_start(cfg, &control, &tables, &keyless).await?;
+    let slot = control::ensure_slot(&control, cfg).await?;
+    let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval_handling_mode);
+    types
+        .load_user_types(&control)
+        .await
+        .map_err(CaptureError::pg("load user types"))?;
+    Ok(CheckedSource {
+        control,
+        tables,
+        set_aside,
+        slot,
+        types,
+    })
+}
+
+/// Tables that cannot be captured as they are: set aside (quarantined),
+/// never a stop of the others (see `pipeline::quarantine`): keyless tables,
+/// and those whose replica identity lacks the key under
+/// `replica.identity.check = "fail"`.
+async fn set_aside_at_start(
+    cfg: &CaptureConfig,
+    control: &tokio_postgres::Client,
+    tables: &[control::CapturedTable],
+    keyless: &[String],
+) -> Result<BTreeMap<String, String>, CaptureError> {
     // The outbox publishes only inserts: its old rows never matter.
-    let checked: Vec<&source::CapturedTable> = tables
+    let checked: Vec<&control::CapturedTable> = tables
         .iter()
         .filter(|t| cfg.outbox.as_ref().is_none_or(|o| o.table != t.qualified()))
         .collect();
-    // Tables that cannot be captured as they are: set aside (quarantined),
-    // never a stop of the others (see `pipeline::quarantine`).
     let mut set_aside: BTreeMap<String, String> = keyless
         .iter()
-        .map(|t| (t.clone(), source::keyless_reason(t, t)))
+        .map(|t| (t.clone(), control::keyless_reason(t, t)))
         .collect();
-    for (table, why) in crate::replica_identity::problems(&control, &checked).await? {
+    for (table, why) in
+        crate::sources::postgres::replica_identity::problems(control, &checked).await?
+    {
         match cfg.replica_identity_check {
             ReplicaIdentityCheck::Fail => {
-                set_aside
-                    .entry(table)
-                    .or_insert_with(|| crate::replica_identity::quarantine_reason(&why));
+                set_aside.entry(table).or_insert_with(|| {
+                    crate::sources::postgres::replica_identity::quarantine_reason(&why)
+                });
             }
             ReplicaIdentityCheck::Warn => {
                 tracing::warn!("{why} (replica.identity.check = \"warn\": capturing it anyway)")
             }
         }
     }
-    let slot = source::ensure_slot(&control, cfg).await?;
-    let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval_handling_mode);
-    types
-        .load_user_types(&control)
-        .await
-        .map_err(CaptureError::pg("load user types"))?;
+    Ok(set_aside)
+}
 
+/// Kafka as start-up leaves it: capture's own topics checked and a producer
+/// that fenced any older instance.
+struct OpenedKafka {
+    producer: TxProducer,
+    topics: TopicCreator,
+    offsets_topic: String,
+}
+
+/// Logs in to Kafka, checks capture's own topics and fences an older
+/// instance; `None` when stopped while Kafka was unreachable.
+async fn open_kafka(
+    cfg: &CaptureConfig,
+    shutdown: &CancellationToken,
+) -> Result<Option<OpenedKafka>, CaptureError> {
     let checked = crate::kafka::check_login(cfg, Duration::from_secs(30), shutdown).await;
     if shutdown.is_cancelled() {
-        return Ok(()); // stopped while Kafka was unreachable
+        return Ok(None);
     }
     checked?;
     let offsets_topic = cfg.offsets_topic();
@@ -136,36 +198,45 @@ async fn run_once(
     // Fences an older instance and aborts its open transaction, so the offset
     // read next is final.
     let producer = TxProducer::connect(cfg).await?;
+    Ok(Some(OpenedKafka {
+        producer,
+        topics,
+        offsets_topic,
+    }))
+}
+
+/// Where this life resumes: the offset (with any snapshot the plan asks
+/// for), the topics each table claims, and whether to exit once no snapshot runs.
+struct Resume {
+    offset: SourceOffset,
+    topic_claims: TopicClaims,
+    exit_when_done: bool,
+}
+
+/// Reads the stored offset, claims topics, and plans the start: the
+/// snapshot to run, or the gap to refuse.
+async fn plan_resume(
+    cfg: &CaptureConfig,
+    source: &mut CheckedSource,
+    offsets_topic: &str,
+    first_life: bool,
+) -> Result<Resume, CaptureError> {
     let stored = read_stored_offset(cfg).await?;
     let (topic_claims, clashes) = claim_topics(
         cfg,
-        &tables,
+        &source.tables,
         stored.as_ref().and_then(|o| o.tables.as_ref()),
     )?;
+    let set_aside = &mut source.set_aside;
     for (table, why) in clashes {
         set_aside.entry(table).or_insert(why);
     }
     // The signal table's rows are commands, never published: nothing of it
     // needs a key or a topic.
     set_aside.retain(|t, _| cfg.signal_table() != Some(t.as_str()));
-    // Snapshot candidates: captured tables, less the outbox and signal tables
-    // (their rows are events and commands, not state) and the tables set
-    // aside, now or before (each is snapshotted when released).
-    let snapshot_tables: Vec<String> = tables
-        .iter()
-        .map(|t| t.qualified())
-        .filter(|t| cfg.outbox.as_ref().is_none_or(|o| &o.table != t))
-        .filter(|t| cfg.signal_table() != Some(t.as_str()))
-        .filter(|t| !set_aside.contains_key(t))
-        .filter(|t| {
-            stored
-                .as_ref()
-                .is_none_or(|o| !o.quarantined.contains_key(t))
-        })
-        .collect();
-    let gap = stored
-        .as_ref()
-        .is_some_and(|o| slot.confirmed_flush_lsn > o.flush_lsn);
+    let snapshot_tables = snapshot_candidates(cfg, &source.tables, set_aside, stored.as_ref());
+    let slot_lsn = source.slot.confirmed_flush_lsn;
+    let gap = stored.as_ref().is_some_and(|o| slot_lsn > o.flush_lsn);
     let plan = plan_start(StartFacts {
         mode: cfg.snapshot_mode,
         stored: stored
@@ -178,28 +249,20 @@ async fn run_once(
     })
     .map_err(|GapRefused| {
         let o = stored.as_ref().map(|o| o.flush_lsn).unwrap_or_default();
-        CaptureError::Gap(format!(
-            "replication slot `{slot_name}` is confirmed up to {slot_lsn}, but connector `{name}` committed offsets to Kafka only up to {offset_lsn}: the changes in between were never published, so data may be missing from Kafka. The slot was dropped and recreated, or advanced by another client. To recover: re-snapshot the captured tables (start once with snapshot.mode = \"when_needed\"); or, accepting the gap, delete this connector's offset (a null-valued record with key {key} on topic `{topic}`) and start again",
-            slot_name = cfg.slot_name,
-            slot_lsn = format_lsn(slot.confirmed_flush_lsn),
-            name = cfg.connector_name(),
-            offset_lsn = format_lsn(o),
-            key = String::from_utf8_lossy(&SourceOffset::key(cfg.connector_name())),
-            topic = offsets_topic,
-        ))
+        gap_refused(cfg, slot_lsn, o, offsets_topic)
     })?;
     let mut offset = match stored {
         Some(o) if !plan.restart_from_slot => o,
         Some(o) => {
             tracing::warn!(
-                slot_lsn = %format_lsn(slot.confirmed_flush_lsn),
+                slot_lsn = %format_lsn(slot_lsn),
                 offset_lsn = %format_lsn(o.flush_lsn),
                 mode = ?cfg.snapshot_mode,
                 "the stored position is no longer in the slot: streaming from the slot's position and snapshotting every captured table again"
             );
-            SourceOffset::start(slot.confirmed_flush_lsn)
+            SourceOffset::start(slot_lsn)
         }
-        None => SourceOffset::start(slot.confirmed_flush_lsn),
+        None => SourceOffset::start(slot_lsn),
     };
     if let Some((kind, names)) = plan.snapshot {
         let label = match kind {
@@ -214,10 +277,50 @@ async fn run_once(
     let mut known = offset.tables.take().unwrap_or_default();
     known.extend(snapshot_tables.iter().cloned());
     offset.tables = Some(known);
+    Ok(Resume {
+        offset,
+        topic_claims,
+        exit_when_done: plan.exit_when_done,
+    })
+}
+
+/// Snapshot candidates: captured tables, less the outbox and signal tables
+/// (their rows are events and commands, not state) and the tables set
+/// aside, now or before (each is snapshotted when released).
+fn snapshot_candidates(
+    cfg: &CaptureConfig,
+    tables: &[control::CapturedTable],
+    set_aside: &BTreeMap<String, String>,
+    stored: Option<&SourceOffset>,
+) -> Vec<String> {
+    tables
+        .iter()
+        .map(|t| t.qualified())
+        .filter(|t| cfg.outbox.as_ref().is_none_or(|o| &o.table != t))
+        .filter(|t| cfg.signal_table() != Some(t.as_str()))
+        .filter(|t| !set_aside.contains_key(t))
+        .filter(|t| stored.is_none_or(|o| !o.quarantined.contains_key(t)))
+        .collect()
+}
+
+/// The slot is confirmed past the stored offset and `snapshot.mode` does
+/// not re-snapshot: the error names both positions and the two ways out.
+fn gap_refused(cfg: &CaptureConfig, slot_lsn: u64, offset_lsn: u64, topic: &str) -> CaptureError {
+    CaptureError::Gap(format!(
+        "replication slot `{slot_name}` is confirmed up to {slot_lsn}, but connector `{name}` committed offsets to Kafka only up to {offset_lsn}: the changes in between were never published, so data may be missing from Kafka. The slot was dropped and recreated, or advanced by another client. To recover: re-snapshot the captured tables (start once with snapshot.mode = \"when_needed\"); or, accepting the gap, delete this connector's offset (a null-valued record with key {key} on topic `{topic}`) and start again",
+        slot_name = cfg.slot_name,
+        slot_lsn = format_lsn(slot_lsn),
+        name = cfg.connector_name(),
+        offset_lsn = format_lsn(offset_lsn),
+        key = String::from_utf8_lossy(&SourceOffset::key(cfg.connector_name())),
+    ))
+}
+
+fn log_start(cfg: &CaptureConfig, source: &CheckedSource, offset: &SourceOffset) {
     tracing::info!(
         connector = cfg.connector_name(),
         slot = %cfg.slot_name,
-        tables = tables.len(),
+        tables = source.tables.len(),
         resume_commit_lsn = %format_lsn(offset.commit_lsn),
         resume_events = offset.events,
         flush_lsn = %format_lsn(offset.flush_lsn),
@@ -225,57 +328,83 @@ async fn run_once(
         snapshot_rows_done = offset.snapshot.as_ref().and_then(|p| p.current()).map(|t| t.rows),
         "capture starting"
     );
+}
 
+/// Reads the schema history, opens the stream at the resumed position and
+/// puts the pipeline together, the tables set aside quarantined.
+async fn assemble<'a>(
+    cfg: &'a CaptureConfig,
+    metrics: &CaptureMetrics,
+    source: CheckedSource,
+    kafka: OpenedKafka,
+    start: Resume,
+) -> Result<Pipeline<'a>, CaptureError> {
     let schemas = crate::schema_change::read_history(cfg).await?;
-    let stream = connect_stream(cfg, offset.flush_lsn).await?;
+    let stream = stream::connect(cfg, start.offset.flush_lsn).await?;
     metrics.health.connected();
     let mut pipeline = Pipeline {
         cfg,
-        tables_by_topic: HashMap::new(),
-        topic_claims,
-        envelope: EnvelopeConfig {
-            topic_prefix: cfg.topic_prefix.clone(),
-            topic_mapping: cfg.topic_name_mapping.clone(),
-            database: cfg.database_dbname.clone(),
-            schemas_enable: cfg.schemas_enable,
+        router: Router {
+            tables_by_topic: HashMap::new(),
+            topic_claims: start.topic_claims,
+            envelope: EnvelopeConfig {
+                topic_prefix: cfg.topic_prefix.clone(),
+                topic_mapping: cfg.topic_name_mapping.clone(),
+                database: cfg.database_dbname.clone(),
+                schemas_enable: cfg.schemas_enable,
+            },
+            filter: TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
+                .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?,
+            key_columns: control::key_columns_by_table(&source.tables),
+            types: source.types,
+            relations: RelationCache::new(),
+            encoders: HashMap::new(),
         },
-        filter: TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
-            .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?,
-        key_columns: source::key_columns_by_table(&tables),
         kafka: Committer::new(
-            KafkaTx { producer, topics },
+            KafkaTx {
+                producer: kafka.producer,
+                topics: kafka.topics,
+            },
             Limits {
                 events: cfg.batch_max_events,
                 bytes: cfg.batch_max_bytes,
             },
             committer::Topics {
-                offsets: offsets_topic.as_str().into(),
+                offsets: kafka.offsets_topic.as_str().into(),
                 offset_key: SourceOffset::key(cfg.connector_name()),
                 schema_changes: crate::schema_change::topic(cfg).into(),
             },
             metrics.clone(),
-            offset,
+            start.offset,
         ),
-        types,
-        relations: RelationCache::new(),
-        encoders: HashMap::new(),
         stream,
-        control,
-        snap: snapshot_runtime::SnapshotRuntime::new(cfg.chunk_size()),
-        exit_when_done: plan.exit_when_done,
+        control: source.control,
+        snap: snapshot_runtime::SnapshotRuntime::new(cfg.chunk_size())
+            .exiting_when_done(start.exit_when_done),
         tracker: Tracker::default(),
         server_position: 0,
         metrics: metrics.clone(),
-        schema_topic: crate::schema_change::topic(cfg).into(),
-        schemas,
+        schema: SchemaWatch {
+            topic: crate::schema_change::topic(cfg).into(),
+            history: schemas,
+        },
         fixed_at: HashMap::new(),
     };
-    for (table, why) in set_aside {
+    for (table, why) in source.set_aside {
         pipeline.quarantine(&table, why);
     }
     // Set aside by an earlier life and not seen broken now: the first
     // heartbeat's catalog check decides (see `pipeline::quarantine`).
     pipeline.show_quarantine();
+    Ok(pipeline)
+}
+
+/// Streams until shutdown or an error; after an error aborts the open
+/// transaction. Stops the stream either way.
+async fn drive(
+    pipeline: &mut Pipeline<'_>,
+    shutdown: &CancellationToken,
+) -> Result<(), CaptureError> {
     // A record the broker refused for its size fails the transaction, and
     // whatever call comes next (a send, the commit) reports only that: name
     // the record, and make it definite.
@@ -292,34 +421,6 @@ async fn run_once(
     result
 }
 
-async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationClient, CaptureError> {
-    let repl = ReplicationConfig::new(
-        cfg.database_hostname.clone(),
-        cfg.database_user.clone(),
-        cfg.database_password.expose().to_string(),
-        cfg.database_dbname.clone(),
-        cfg.slot_name.clone(),
-        cfg.publication_name.clone(),
-    )
-    .with_port(cfg.database_port)
-    // `database.sslmode` and its files, as every other connection to the source.
-    .with_tls(cfg.tls().replication(&cfg.database_hostname))
-    .with_start_lsn(Lsn::from_u64(from))
-    // Until we confirm more, report only what Kafka already holds.
-    .with_ack_lsn(Lsn::from_u64(from))
-    .with_status_interval(Duration::from_millis(
-        crate::config::DEFAULT_STATUS_INTERVAL_MS,
-    ))
-    // Text values render the same on every server: UTC, ISO dates, full float precision.
-    .with_options(
-        "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3",
-    )
-    .with_application_name(format!("oncely-{}", cfg.connector_name()));
-    let mut client = ReplicationClient::connect(repl).await?;
-    client.wait_started().await?;
-    Ok(client)
-}
-
 /// The topics of the captured tables, each claimed by one table, and the
 /// tables set aside (with the reason) because their topic is another's
 /// (a table, or capture's own offsets or message topic) or longer than
@@ -327,7 +428,7 @@ async fn connect_stream(cfg: &CaptureConfig, from: u64) -> Result<ReplicationCli
 /// that appears keeps none of an existing table's topic.
 fn claim_topics(
     cfg: &CaptureConfig,
-    tables: &[source::CapturedTable],
+    tables: &[control::CapturedTable],
     known: Option<&BTreeSet<String>>,
 ) -> Result<(TopicClaims, Vec<(String, String)>), CaptureError> {
     let mut claims = TopicClaims::default();
@@ -353,7 +454,7 @@ fn claim_topics(
             )
             .map_err(|e| refuse(&e))?;
     }
-    let is_known = |t: &source::CapturedTable| known.is_some_and(|k| k.contains(&t.qualified()));
+    let is_known = |t: &control::CapturedTable| known.is_some_and(|k| k.contains(&t.qualified()));
     let ordered = tables
         .iter()
         .filter(|t| is_known(t))

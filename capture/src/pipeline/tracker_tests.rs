@@ -135,7 +135,7 @@ async fn stream_tx(
     commit_lsn: u64,
     changes: u64,
 ) -> Result<(), crate::error::CaptureError> {
-    t.begin(&c.pending, commit_lsn, 7, 0)?;
+    t.begin(c.position(), commit_lsn, 7, 0)?;
     for i in 0..changes {
         let Some(at) = t.change(commit_lsn - changes + i)? else {
             t.use_ordinals(1);
@@ -144,10 +144,10 @@ async fn stream_tx(
         c.publish(vec![record("t", &format!("{commit_lsn}/{}", at.event_seq))])
             .await?;
         t.use_ordinals(1);
-        t.advance(&mut c.pending);
+        t.advance(c.stage());
         c.close_if_full(&mut log.clone()).await?;
     }
-    t.commit(&mut c.pending, commit_lsn, commit_lsn + 10)?;
+    t.commit(c.stage(), commit_lsn, commit_lsn + 10)?;
     c.close_if_full(&mut log.clone()).await
 }
 
@@ -155,7 +155,7 @@ async fn stream_tx(
 async fn a_source_transaction_split_over_kafka_transactions_replays_exactly_once() {
     let log = Log::default();
     let mut c = committer_on(&log, 2, SourceOffset::start(100));
-    c.tx.outcomes.extend([true, false]);
+    c.transactions().outcomes.extend([true, false]);
     let mut t = Tracker::default();
     // Five changes, two per Kafka transaction: the second commit fails.
     let failed = stream_tx(&mut t, &mut c, &log, 1000, 5).await;

@@ -15,10 +15,10 @@
 //! high watermark was not committed is simply read again.
 //!
 //! This module holds the pure parts (progress, start plan, SQL, keys,
-//! watermark ids); [`chunk`] reads a chunk and [`signal`] parses signals.
+//! watermark ids); [`chunk`] (PostgreSQL's, under `sources/postgres/`)
+//! reads a chunk and [`signal`] parses signals.
 
-pub mod chunk;
-mod copy;
+pub use crate::sources::postgres::chunk;
 pub mod filter;
 pub mod signal;
 pub mod window;
@@ -28,7 +28,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::config::SnapshotMode;
-use crate::pgoutput::{TupleData, TupleValue};
+use crate::sources::postgres::pgoutput::{TupleData, TupleValue};
 
 /// Prefix of the watermark messages; never published as events.
 pub const WATERMARK_PREFIX: &str = "oncely-watermark";

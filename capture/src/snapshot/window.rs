@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use bytes::Bytes;
 
 use super::RowKey;
-use crate::pgoutput::{Relation, TupleData, TupleValue};
+use crate::sources::postgres::pgoutput::{Relation, TupleData, TupleValue};
 
 /// The stream's changes to one key since its chunk was launched.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -280,7 +280,7 @@ impl Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pgoutput::{Column, ReplicaIdentity};
+    use crate::sources::postgres::pgoutput::{Column, ReplicaIdentity};
 
     const TEXT: u32 = 25;
     const INT: u32 = 23;

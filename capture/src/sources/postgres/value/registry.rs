@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use crate::pgoutput::TypeMessage;
+use crate::sources::postgres::pgoutput::TypeMessage;
 
 use super::kind::{builtin_kind, ValueKind, BOX_OID};
 use super::IntervalHandlingMode;
@@ -185,7 +185,7 @@ impl TypeRegistry {
 
     /// [`Self::load_user_types`] for a Type message of the stream's
     /// transaction `xid`: once that transaction is visible
-    /// ([`crate::source::wait_visible`]). A type it created, read before,
+    /// ([`crate::sources::postgres::control::wait_visible`]). A type it created, read before,
     /// would stay [`PgTypeKind::Other`] (a domain over a number published as
     /// text) until a restart: [`Self::observe`] knows its OID from then on.
     pub async fn load_user_types_of(
@@ -193,7 +193,7 @@ impl TypeRegistry {
         client: &tokio_postgres::Client,
         xid: Option<u32>,
     ) -> Result<(), crate::error::CaptureError> {
-        crate::source::wait_visible(client, xid).await?;
+        crate::sources::postgres::control::wait_visible(client, xid).await?;
         self.load_user_types(client)
             .await
             .map_err(crate::error::CaptureError::pg("load user types"))

@@ -6,13 +6,15 @@ use futures::StreamExt;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 use super::copy::CopyRows;
-use super::{
-    chunk_query, quote_literal, watermark_content, KeyColumn, Watermark, WATERMARK_PREFIX,
-};
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
-use crate::pgoutput::{Column, Relation, ReplicaIdentity, TupleData, TupleValue};
-use crate::source::PUBLISHED_COLUMN;
+use crate::snapshot::{
+    chunk_query, quote_literal, watermark_content, KeyColumn, Watermark, WATERMARK_PREFIX,
+};
+use crate::sources::postgres::control::PUBLISHED_COLUMN;
+use crate::sources::postgres::pgoutput::{
+    Column, Relation, ReplicaIdentity, TupleData, TupleValue,
+};
 
 /// What the stream loop asks for.
 #[derive(Debug, Clone)]
@@ -63,11 +65,11 @@ pub enum ChunkError {
 /// Opens the snapshot connection, with the session settings the replication
 /// connection uses, so values read here render exactly as the stream's.
 pub async fn connect(cfg: &CaptureConfig) -> Result<Client, CaptureError> {
-    let mut pg = crate::source::pg_config(cfg, "oncely-capture-snapshot");
+    let mut pg = crate::sources::postgres::control::pg_config(cfg, "oncely-capture-snapshot");
     pg.options(
         "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3 -c standard_conforming_strings=on -c bytea_output=hex",
     );
-    Ok(crate::source::connect_with(cfg, &pg, "snapshot").await?)
+    Ok(crate::sources::postgres::control::connect_with(cfg, &pg, "snapshot").await?)
 }
 
 /// Reads one chunk. The watermarks are transactions of their own (autocommit),
@@ -497,7 +499,7 @@ mod tests {
     use tokio_postgres::error::SqlState;
 
     use super::{filtered_key_is_built_in, refusal, ChunkError, ChunkRequest};
-    use crate::pgoutput::{Column, Relation, ReplicaIdentity};
+    use crate::sources::postgres::pgoutput::{Column, Relation, ReplicaIdentity};
 
     #[test]
     fn a_filtered_chunk_needs_a_key_of_built_in_types() {

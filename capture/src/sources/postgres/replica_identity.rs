@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use tokio_postgres::Client;
 
 use crate::error::CaptureError;
-use crate::pgoutput::{Relation, ReplicaIdentity};
-use crate::source::CapturedTable;
+use crate::sources::postgres::control::CapturedTable;
+use crate::sources::postgres::pgoutput::{Relation, ReplicaIdentity};
 
 /// What a relation's identity lacks, in words (`None`: it carries the key).
 ///
@@ -196,12 +196,14 @@ mod tests {
             columns: ["tenant", "id", "v"]
                 .iter()
                 .zip(flags)
-                .map(|(name, &is_key)| crate::pgoutput::Column {
-                    is_key,
-                    name: (*name).into(),
-                    type_oid: 23,
-                    type_modifier: -1,
-                })
+                .map(
+                    |(name, &is_key)| crate::sources::postgres::pgoutput::Column {
+                        is_key,
+                        name: (*name).into(),
+                        type_oid: 23,
+                        type_modifier: -1,
+                    },
+                )
                 .collect(),
         };
         use ReplicaIdentity::*;

@@ -37,7 +37,7 @@ impl RelationCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pgoutput::{Column, ReplicaIdentity};
+    use crate::sources::postgres::pgoutput::{Column, ReplicaIdentity};
 
     fn rel(id: u32, ncols: usize) -> Relation {
         Relation {

@@ -168,7 +168,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::pgoutput::{Begin, Column, Relation, ReplicaIdentity};
+    use crate::sources::postgres::pgoutput::{Begin, Column, Relation, ReplicaIdentity};
 
     #[test]
     fn begin_layout() {

@@ -11,7 +11,7 @@
 use bytes::{Bytes, BytesMut};
 use memchr::memchr;
 
-use crate::pgoutput::{TupleData, TupleValue};
+use crate::sources::postgres::pgoutput::{TupleData, TupleValue};
 
 /// A COPY text line that does not have the expected shape.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

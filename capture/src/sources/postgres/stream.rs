@@ -1,0 +1,49 @@
+//! The replication stream: pgoutput from the slot, from a position Kafka
+//! holds, confirmed only up to what Kafka holds.
+
+use std::time::Duration;
+
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig};
+
+use crate::config::CaptureConfig;
+use crate::error::CaptureError;
+use crate::seam::Slot;
+
+/// Opens the stream at `from`, which a committed offset record names.
+pub(crate) async fn connect(
+    cfg: &CaptureConfig,
+    from: u64,
+) -> Result<ReplicationClient, CaptureError> {
+    let repl = ReplicationConfig::new(
+        cfg.database_hostname.clone(),
+        cfg.database_user.clone(),
+        cfg.database_password.expose().to_string(),
+        cfg.database_dbname.clone(),
+        cfg.slot_name.clone(),
+        cfg.publication_name.clone(),
+    )
+    .with_port(cfg.database_port)
+    // `database.sslmode` and its files, as every other connection to the source.
+    .with_tls(cfg.tls().replication(&cfg.database_hostname))
+    .with_start_lsn(Lsn::from_u64(from))
+    // Until we confirm more, report only what Kafka already holds.
+    .with_ack_lsn(Lsn::from_u64(from))
+    .with_status_interval(Duration::from_millis(
+        crate::config::DEFAULT_STATUS_INTERVAL_MS,
+    ))
+    // Text values render the same on every server: UTC, ISO dates, full float precision.
+    .with_options(
+        "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3",
+    )
+    .with_application_name(format!("oncely-{}", cfg.connector_name()));
+    let mut client = ReplicationClient::connect(repl).await?;
+    client.wait_started().await?;
+    Ok(client)
+}
+
+/// The slot releases WAL only up to what a committed offset record holds.
+impl Slot for ReplicationClient {
+    fn confirm(&mut self, flush_lsn: u64) {
+        self.update_applied_lsn(Lsn::from_u64(flush_lsn));
+    }
+}
