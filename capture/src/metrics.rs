@@ -100,137 +100,184 @@ pub struct CaptureMetrics {
 /// The label every capture metric carries (the registry's constant label).
 pub const CONNECTOR_LABEL: &str = "connector";
 
-/// Registers `c` and notes it in `catalog`.
-fn register<C: Collector + Clone + 'static>(
-    registry: &Registry,
-    catalog: &RefCell<Vec<MetricInfo>>,
-    c: &C,
-    kind: &'static str,
-) {
-    for d in c.desc() {
-        let mut labels = d.variable_labels.clone();
-        labels.push(CONNECTOR_LABEL.to_owned());
-        labels.sort();
-        catalog.borrow_mut().push(MetricInfo {
-            name: d.fq_name.clone(),
-            kind,
-            labels,
-            help: d.help.clone(),
-        });
-    }
-    let _ = registry.register(Box::new(c.clone()));
+/// What each metric means: its help text in `/metrics` and the catalog.
+const HELP: &[(&str, &str)] = &[
+    (EVENTS_TOTAL, "Kafka records published"),
+    (KAFKA_TRANSACTIONS_TOTAL, "Kafka transactions committed"),
+    (BATCH_COMMIT_SECONDS, "Time to commit one Kafka transaction"),
+    (
+        LAG_SECONDS,
+        "Now minus the source commit time of the last published event",
+    ),
+    (
+        SLOT_RETAINED_WAL_BYTES,
+        "WAL bytes the slot keeps on the server",
+    ),
+    (
+        SLOT_MAX_RETAINED_BYTES,
+        "slot.max.retained.bytes, the retained WAL capture reports (0: no limit)",
+    ),
+    (
+        SLOT_OVER_LIMIT,
+        "1 while the slot retains more WAL than slot.max.retained.bytes",
+    ),
+    (CONFIRMED_LSN, "Last LSN confirmed to the slot"),
+    (HEARTBEATS_TOTAL, "Heartbeat offset commits"),
+    (
+        SCHEMA_CHANGES_TOTAL,
+        "Schema changes of captured tables published",
+    ),
+    (RESTARTS_TOTAL, "Pipeline restarts after retriable errors"),
+    (SNAPSHOT_ROWS_TOTAL, "Snapshot rows read"),
+    (
+        SNAPSHOT_ROWS_DROPPED_TOTAL,
+        "Snapshot rows dropped because the stream changed them during their chunk",
+    ),
+    (
+        SNAPSHOT_ROWS_ESTIMATED,
+        "Estimated rows (pg_class.reltuples) of each snapshotted table",
+    ),
+    (SNAPSHOT_CHUNKS_TOTAL, "Snapshot chunks completed"),
+    (SNAPSHOT_RUNNING, "1 while a snapshot runs"),
+    (
+        SNAPSHOT_PAUSED,
+        "1 while the snapshot is paused by a signal",
+    ),
+    (
+        REFUSED_CHANGES_TOTAL,
+        "Changes not published: a value its field cannot carry, or their table is quarantined",
+    ),
+    (
+        OUTBOX_DEAD_LETTERS_TOTAL,
+        "Outbox rows written to the outbox dead-letter topic because they cannot be routed",
+    ),
+    (
+        QUARANTINED,
+        "1 while the table is set aside (quarantined) because it cannot be captured as it is",
+    ),
+];
+
+/// The help text of the metric `name` in [`HELP`].
+fn help(name: &str) -> &'static str {
+    HELP.iter()
+        .find(|(n, _)| *n == name)
+        .map_or("", |(_, help)| help)
 }
 
-impl CaptureMetrics {
-    pub fn new(connector: &str) -> Self {
+/// Registers metrics in one registry and notes each in the catalog.
+struct Registrar {
+    registry: Registry,
+    catalog: RefCell<Vec<MetricInfo>>,
+}
+
+impl Registrar {
+    fn new(connector: &str) -> Self {
         let registry = Registry::new_custom(
             None,
             Some(std::iter::once((CONNECTOR_LABEL.to_string(), connector.to_string())).collect()),
         )
         .unwrap_or_default();
-        let catalog = RefCell::new(Vec::new());
-        let counter = |name: &str, help: &str| {
-            let c = IntCounter::with_opts(Opts::new(name, help))
-                .expect("static metric options are valid");
-            register(&registry, &catalog, &c, "counter");
-            c
-        };
-        let gauge = |name: &str, help: &str| {
-            let g = IntGauge::with_opts(Opts::new(name, help))
-                .expect("static metric options are valid");
-            register(&registry, &catalog, &g, "gauge");
-            g
-        };
-        let batch_commit = Histogram::with_opts(
-            HistogramOpts::new(BATCH_COMMIT_SECONDS, "Time to commit one Kafka transaction")
-                .buckets(vec![
-                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                ]),
-        )
-        .expect("static metric options are valid");
-        register(&registry, &catalog, &batch_commit, "histogram");
-        let lag = Gauge::with_opts(Opts::new(
-            LAG_SECONDS,
-            "Now minus the source commit time of the last published event",
-        ))
-        .expect("static metric options are valid");
-        register(&registry, &catalog, &lag, "gauge");
-        let counter_vec = |name: &str, help: &str| {
-            let c = IntCounterVec::new(Opts::new(name, help), &[TABLE_LABEL])
-                .expect("static metric options are valid");
-            register(&registry, &catalog, &c, "counter");
-            c
-        };
-        let snapshot_rows_estimated = IntGaugeVec::new(
-            Opts::new(
-                SNAPSHOT_ROWS_ESTIMATED,
-                "Estimated rows (pg_class.reltuples) of each snapshotted table",
-            ),
-            &[TABLE_LABEL],
-        )
-        .expect("static metric options are valid");
-        register(&registry, &catalog, &snapshot_rows_estimated, "gauge");
-        let quarantined = IntGaugeVec::new(
-            Opts::new(
-                QUARANTINED,
-                "1 while the table is set aside (quarantined) because it cannot be captured as it is",
-            ),
-            &[TABLE_LABEL],
-        )
-        .expect("static metric options are valid");
-        register(&registry, &catalog, &quarantined, "gauge");
+        Self {
+            registry,
+            catalog: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Registers `c` and notes it in the catalog.
+    fn register<C: Collector + Clone + 'static>(&self, c: C, kind: &'static str) -> C {
+        for d in c.desc() {
+            let mut labels = d.variable_labels.clone();
+            labels.push(CONNECTOR_LABEL.to_owned());
+            labels.sort();
+            self.catalog.borrow_mut().push(MetricInfo {
+                name: d.fq_name.clone(),
+                kind,
+                labels,
+                help: d.help.clone(),
+            });
+        }
+        let _ = self.registry.register(Box::new(c.clone()));
+        c
+    }
+
+    fn counter(&self, name: &str) -> IntCounter {
+        let c = IntCounter::with_opts(Opts::new(name, help(name)))
+            .expect("static metric options are valid");
+        self.register(c, "counter")
+    }
+
+    fn gauge(&self, name: &str) -> IntGauge {
+        let g = IntGauge::with_opts(Opts::new(name, help(name)))
+            .expect("static metric options are valid");
+        self.register(g, "gauge")
+    }
+
+    fn float_gauge(&self, name: &str) -> Gauge {
+        let g =
+            Gauge::with_opts(Opts::new(name, help(name))).expect("static metric options are valid");
+        self.register(g, "gauge")
+    }
+
+    /// A counter by table.
+    fn counter_vec(&self, name: &str) -> IntCounterVec {
+        let c = IntCounterVec::new(Opts::new(name, help(name)), &[TABLE_LABEL])
+            .expect("static metric options are valid");
+        self.register(c, "counter")
+    }
+
+    /// A gauge by table.
+    fn gauge_vec(&self, name: &str) -> IntGaugeVec {
+        let g = IntGaugeVec::new(Opts::new(name, help(name)), &[TABLE_LABEL])
+            .expect("static metric options are valid");
+        self.register(g, "gauge")
+    }
+
+    fn histogram(&self, name: &str, buckets: Vec<f64>) -> Histogram {
+        let h = Histogram::with_opts(HistogramOpts::new(name, help(name)).buckets(buckets))
+            .expect("static metric options are valid");
+        self.register(h, "histogram")
+    }
+}
+
+impl CaptureMetrics {
+    pub fn new(connector: &str) -> Self {
+        let r = Registrar::new(connector);
+        // Registered in this order so the catalog lists them as before.
+        let batch_commit = r.histogram(
+            BATCH_COMMIT_SECONDS,
+            vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0],
+        );
+        let lag = r.float_gauge(LAG_SECONDS);
+        let snapshot_rows_estimated = r.gauge_vec(SNAPSHOT_ROWS_ESTIMATED);
+        let quarantined = r.gauge_vec(QUARANTINED);
         let metrics = CaptureMetrics {
-            snapshot_rows: counter_vec(SNAPSHOT_ROWS_TOTAL, "Snapshot rows read"),
-            snapshot_rows_dropped: counter_vec(
-                SNAPSHOT_ROWS_DROPPED_TOTAL,
-                "Snapshot rows dropped because the stream changed them during their chunk",
-            ),
+            snapshot_rows: r.counter_vec(SNAPSHOT_ROWS_TOTAL),
+            snapshot_rows_dropped: r.counter_vec(SNAPSHOT_ROWS_DROPPED_TOTAL),
             snapshot_rows_estimated,
-            snapshot_chunks: counter(SNAPSHOT_CHUNKS_TOTAL, "Snapshot chunks completed"),
-            snapshot_running: gauge(SNAPSHOT_RUNNING, "1 while a snapshot runs"),
-            snapshot_paused: gauge(
-                SNAPSHOT_PAUSED,
-                "1 while the snapshot is paused by a signal",
-            ),
-            refused_changes: counter_vec(
-                REFUSED_CHANGES_TOTAL,
-                "Changes not published: a value its field cannot carry, or their table is quarantined",
-            ),
-            outbox_dead_letters: counter_vec(
-                OUTBOX_DEAD_LETTERS_TOTAL,
-                "Outbox rows written to the outbox dead-letter topic because they cannot be routed",
-            ),
+            snapshot_chunks: r.counter(SNAPSHOT_CHUNKS_TOTAL),
+            snapshot_running: r.gauge(SNAPSHOT_RUNNING),
+            snapshot_paused: r.gauge(SNAPSHOT_PAUSED),
+            refused_changes: r.counter_vec(REFUSED_CHANGES_TOTAL),
+            outbox_dead_letters: r.counter_vec(OUTBOX_DEAD_LETTERS_TOTAL),
             quarantined,
             snapshot_view: Arc::new(Mutex::new(None)),
             health: CaptureHealth::default(),
-            events: counter(EVENTS_TOTAL, "Kafka records published"),
-            kafka_transactions: counter(KAFKA_TRANSACTIONS_TOTAL, "Kafka transactions committed"),
+            events: r.counter(EVENTS_TOTAL),
+            kafka_transactions: r.counter(KAFKA_TRANSACTIONS_TOTAL),
             batch_commit,
             lag,
-            slot_retained_wal: gauge(
-                SLOT_RETAINED_WAL_BYTES,
-                "WAL bytes the slot keeps on the server",
-            ),
-            slot_max_retained: gauge(
-                SLOT_MAX_RETAINED_BYTES,
-                "slot.max.retained.bytes, the retained WAL capture reports (0: no limit)",
-            ),
-            slot_over_limit: gauge(
-                SLOT_OVER_LIMIT,
-                "1 while the slot retains more WAL than slot.max.retained.bytes",
-            ),
-            confirmed_lsn: gauge(CONFIRMED_LSN, "Last LSN confirmed to the slot"),
-            heartbeats: counter(HEARTBEATS_TOTAL, "Heartbeat offset commits"),
-            schema_changes: counter(
-                SCHEMA_CHANGES_TOTAL,
-                "Schema changes of captured tables published",
-            ),
-            restarts: counter(RESTARTS_TOTAL, "Pipeline restarts after retriable errors"),
-            registry: registry.clone(),
+            slot_retained_wal: r.gauge(SLOT_RETAINED_WAL_BYTES),
+            slot_max_retained: r.gauge(SLOT_MAX_RETAINED_BYTES),
+            slot_over_limit: r.gauge(SLOT_OVER_LIMIT),
+            confirmed_lsn: r.gauge(CONFIRMED_LSN),
+            heartbeats: r.counter(HEARTBEATS_TOTAL),
+            schema_changes: r.counter(SCHEMA_CHANGES_TOTAL),
+            restarts: r.counter(RESTARTS_TOTAL),
+            registry: r.registry.clone(),
             catalog: Arc::default(),
         };
         CaptureMetrics {
-            catalog: Arc::new(catalog.take()),
+            catalog: Arc::new(r.catalog.take()),
             ..metrics
         }
     }

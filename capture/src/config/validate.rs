@@ -24,6 +24,20 @@ fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
 impl CaptureConfig {
     /// Checks values that parse but cannot work.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_names()?;
+        self.tls().check()?;
+        self.validate_batching()?;
+        self.validate_kafka()?;
+        self.validate_topics()?;
+        self.validate_message_size()?;
+        self.validate_tables()?;
+        self.validate_snapshot()?;
+        self.validate_monitoring()?;
+        Ok(())
+    }
+
+    /// `topic.prefix`, `slot.name` and `publication.name`.
+    fn validate_names(&self) -> Result<(), ConfigError> {
         let prefix = &self.topic_prefix;
         if prefix.is_empty()
             || !prefix
@@ -47,7 +61,11 @@ impl CaptureConfig {
         if self.publication_name.is_empty() {
             return Err(invalid("publication.name", "must not be empty"));
         }
-        self.tls().check()?;
+        Ok(())
+    }
+
+    /// `batch.*` and `heartbeat.interval.ms`.
+    fn validate_batching(&self) -> Result<(), ConfigError> {
         if self.batch_max_events == 0 {
             return Err(invalid("batch.max.events", "must be at least 1"));
         }
@@ -63,6 +81,12 @@ impl CaptureConfig {
                 "must be positive (omit it for the default of 10000)",
             ));
         }
+        Ok(())
+    }
+
+    /// `kafka.bootstrap.servers`, `kafka.producer`, the transaction timeout and
+    /// `topic.creation.default.partitions`.
+    fn validate_kafka(&self) -> Result<(), ConfigError> {
         if self.kafka_bootstrap_servers.trim().is_empty() {
             return Err(invalid(
                 "kafka.bootstrap.servers",
@@ -86,8 +110,11 @@ impl CaptureConfig {
                 "must be at least 1",
             ));
         }
-        self.validate_topics()?;
-        self.validate_message_size()?;
+        Ok(())
+    }
+
+    /// The table filter, `message.key.columns` and the outbox.
+    fn validate_tables(&self) -> Result<(), ConfigError> {
         crate::filter::TableFilter::new(&self.table_include_list.0, &self.table_exclude_list.0)
             .map_err(|e| invalid("table.include.list", e.to_string()))?;
         crate::filter::parse_key_columns(self.message_key_columns.as_deref())
@@ -97,7 +124,11 @@ impl CaptureConfig {
                 .validate()
                 .map_err(|(key, message)| invalid(key, message))?;
         }
-        self.validate_snapshot()?;
+        Ok(())
+    }
+
+    /// `slot.max.retained.bytes`, `health.ready.max.lag.ms` and `metrics.listen`.
+    fn validate_monitoring(&self) -> Result<(), ConfigError> {
         if self.slot_max_retained_bytes == Some(0) {
             return Err(invalid(
                 "slot.max.retained.bytes",

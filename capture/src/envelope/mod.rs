@@ -190,90 +190,12 @@ impl TableEncoder {
         identity: Option<&SourceIdentity>,
     ) -> Result<Self, EnvelopeError> {
         let table = format!("{}.{}", rel.namespace, rel.name);
-        let key_indices = match key_columns {
-            Some(names) => names
-                .iter()
-                .map(|n| {
-                    rel.columns
-                        .iter()
-                        .position(|c| &c.name == n)
-                        .ok_or_else(|| EnvelopeError::UnknownKeyColumn {
-                            table: table.clone(),
-                            column: n.clone(),
-                        })
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-            None if rel.replica_identity == ReplicaIdentity::Full => {
-                return Err(EnvelopeError::FullIdentityNeedsKeyColumns { table })
-            }
-            None => rel.key_indices().collect(),
-        };
-        if key_indices.is_empty() {
-            return Err(EnvelopeError::NoKeyColumns { table });
-        }
-
-        let columns: Vec<ColumnEncoder> = rel
-            .columns
-            .iter()
-            .map(|c| {
-                let mut label = Vec::with_capacity(c.name.len() + 3);
-                write_str(&mut label, &c.name);
-                label.push(b':');
-                ColumnEncoder {
-                    name: c.name.clone(),
-                    label,
-                    kind: reg.value_kind(c.type_oid),
-                }
-            })
-            .collect();
-
-        let base_name = format!("{}.{}.{}", cfg.topic_prefix, rel.namespace, rel.name);
-        let (key_head, value_head, tail): (Vec<u8>, Vec<u8>, &'static [u8]) = if cfg.schemas_enable
-        {
-            let key_fields = key_indices
-                .iter()
-                .map(|&i| {
-                    let c = &rel.columns[i];
-                    columns[i]
-                        .kind
-                        .field_schema(c.type_modifier, &c.name, false)
-                })
-                .collect();
-            // pgoutput does not say which columns are NOT NULL, so only
-            // key columns are declared required.
-            let row_fields = rel
-                .columns
-                .iter()
-                .zip(&columns)
-                .enumerate()
-                .map(|(i, (c, enc))| {
-                    let mut field =
-                        enc.kind
-                            .field_schema(c.type_modifier, &c.name, !key_indices.contains(&i));
-                    if let Some(attnum) = identity.and_then(|id| id.attnums.get(i).copied()?) {
-                        schema::add_parameter(&mut field, PARAM_ATTNUM, attnum.to_string());
-                    }
-                    field
-                })
-                .collect();
-            let row_parameters = identity.map(|id| {
-                let dropped: Vec<String> = id.dropped.iter().map(i16::to_string).collect();
-                serde_json::json!({
-                    PARAM_TABLE_OID: id.table_oid.to_string(),
-                    PARAM_DROPPED_ATTNUMS: dropped.join(","),
-                })
-            });
-            (
-                wrapper_head(&schema::key_schema(&base_name, key_fields)),
-                wrapper_head(&schema::value_schema(
-                    &base_name,
-                    row_fields,
-                    row_parameters,
-                )),
-                b"}",
-            )
+        let key_indices = key_indices(rel, key_columns, &table)?;
+        let columns = column_encoders(rel, reg);
+        let (key_head, value_head, tail) = if cfg.schemas_enable {
+            schema_heads(rel, &columns, &key_indices, cfg, identity)
         } else {
-            (Vec::new(), Vec::new(), b"")
+            (Vec::new(), Vec::new(), &b""[..])
         };
 
         let value_capacity = value_head.len() + 320 + 48 * columns.len() * 2;
@@ -485,6 +407,113 @@ impl TableEncoder {
         }
         Ok(())
     }
+}
+
+/// The positions of the key columns: `key_columns` when configured, else the
+/// relation's replica identity key. A table must have one, and a `FULL`
+/// identity has no key to name (see [`TableEncoder::new`]).
+fn key_indices(
+    rel: &Relation,
+    key_columns: Option<&[String]>,
+    table: &str,
+) -> Result<Vec<usize>, EnvelopeError> {
+    let key_indices = match key_columns {
+        Some(names) => names
+            .iter()
+            .map(|n| {
+                rel.columns
+                    .iter()
+                    .position(|c| &c.name == n)
+                    .ok_or_else(|| EnvelopeError::UnknownKeyColumn {
+                        table: table.to_string(),
+                        column: n.clone(),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        None if rel.replica_identity == ReplicaIdentity::Full => {
+            return Err(EnvelopeError::FullIdentityNeedsKeyColumns {
+                table: table.to_string(),
+            })
+        }
+        None => rel.key_indices().collect(),
+    };
+    if key_indices.is_empty() {
+        return Err(EnvelopeError::NoKeyColumns {
+            table: table.to_string(),
+        });
+    }
+    Ok(key_indices)
+}
+
+/// One encoder per column, its JSON label (`"name":`) written once.
+fn column_encoders(rel: &Relation, reg: &TypeRegistry) -> Vec<ColumnEncoder> {
+    rel.columns
+        .iter()
+        .map(|c| {
+            let mut label = Vec::with_capacity(c.name.len() + 3);
+            write_str(&mut label, &c.name);
+            label.push(b':');
+            ColumnEncoder {
+                name: c.name.clone(),
+                label,
+                kind: reg.value_kind(c.type_oid),
+            }
+        })
+        .collect()
+}
+
+/// The `{"schema": ..., "payload":` heads of the key and the value, and the
+/// tail that closes them, for `schemas.enable`.
+fn schema_heads(
+    rel: &Relation,
+    columns: &[ColumnEncoder],
+    key_indices: &[usize],
+    cfg: &EnvelopeConfig,
+    identity: Option<&SourceIdentity>,
+) -> (Vec<u8>, Vec<u8>, &'static [u8]) {
+    let base_name = format!("{}.{}.{}", cfg.topic_prefix, rel.namespace, rel.name);
+    let key_fields = key_indices
+        .iter()
+        .map(|&i| {
+            let c = &rel.columns[i];
+            columns[i]
+                .kind
+                .field_schema(c.type_modifier, &c.name, false)
+        })
+        .collect();
+    // pgoutput does not say which columns are NOT NULL, so only key columns
+    // are declared required.
+    let row_fields = rel
+        .columns
+        .iter()
+        .zip(columns)
+        .enumerate()
+        .map(|(i, (c, enc))| {
+            let mut field =
+                enc.kind
+                    .field_schema(c.type_modifier, &c.name, !key_indices.contains(&i));
+            if let Some(attnum) = identity.and_then(|id| id.attnums.get(i).copied()?) {
+                schema::add_parameter(&mut field, PARAM_ATTNUM, attnum.to_string());
+            }
+            field
+        })
+        .collect();
+    let row_parameters = identity.map(|id| {
+        let dropped: Vec<String> = id.dropped.iter().map(i16::to_string).collect();
+        serde_json::json!({
+            PARAM_TABLE_OID: id.table_oid.to_string(),
+            PARAM_DROPPED_ATTNUMS: dropped.join(","),
+        })
+    });
+    (
+        wrapper_head(&schema::key_schema(&base_name, key_fields)),
+        wrapper_head(&schema::value_schema(
+            &base_name,
+            row_fields,
+            row_parameters,
+        )),
+        b"}",
+    )
 }
 
 /// `{"schema":<schema>,"payload":` — the payload and a closing `}` follow.

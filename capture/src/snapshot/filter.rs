@@ -218,6 +218,18 @@ impl Walk<'_> {
                 operator(op)?;
                 self.exprs([&**left, right])
             }
+            Expr::Function(f) => self.function(f),
+            Expr::Tuple(items) => self.exprs(items),
+            Expr::Subquery(_) | Expr::Exists { .. } => refuse("a subquery"),
+            Expr::AnyOp { .. } | Expr::AllOp { .. } => refuse("ANY/ALL"),
+            _ => self.predicate(expr),
+        }
+    }
+
+    /// The SQL predicates with their own syntax: IN lists, BETWEEN, [I]LIKE
+    /// and casts; anything else goes on to [`Walk::special_form`].
+    fn predicate(&self, expr: &Expr) -> Result<(), String> {
+        match expr {
             Expr::In {
                 expr,
                 target,
@@ -260,7 +272,15 @@ impl Walk<'_> {
                 plain_type(data_type)?;
                 self.expr(expr)
             }
-            Expr::Function(f) => self.function(f),
+            _ => self.special_form(expr),
+        }
+    }
+
+    /// The expressions SQL spells with keywords rather than a function call
+    /// (CASE, EXTRACT, CEIL/FLOOR, SUBSTRING, TRIM, AT TIME ZONE); anything
+    /// else is refused.
+    fn special_form(&self, expr: &Expr) -> Result<(), String> {
+        match expr {
             Expr::Case {
                 operand,
                 conditions,
@@ -305,9 +325,6 @@ impl Walk<'_> {
                 timestamp,
                 time_zone,
             } => self.exprs([&**timestamp, time_zone]),
-            Expr::Tuple(items) => self.exprs(items),
-            Expr::Subquery(_) | Expr::Exists { .. } => refuse("a subquery"),
-            Expr::AnyOp { .. } | Expr::AllOp { .. } => refuse("ANY/ALL"),
             _ => refuse(construct(expr)),
         }
     }

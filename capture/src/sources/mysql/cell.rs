@@ -78,126 +78,156 @@ impl Cell {
         if value == Value::NULL {
             return Ok(Cell::Null);
         }
-        let unexpected = |v: &Value| format!("{:?} column holds unexpected {v:?}", col.ty);
         use ColumnType::*;
-        Ok(match col.ty {
+        match col.ty {
             MYSQL_TYPE_TINY | MYSQL_TYPE_SHORT | MYSQL_TYPE_INT24 | MYSQL_TYPE_LONG
-            | MYSQL_TYPE_LONGLONG => match value {
-                Value::Int(i) if col.unsigned => {
-                    // Narrow unsigned types come back as Int; they are never negative.
-                    Cell::UInt(u64::try_from(i).map_err(|_| unexpected(&value))?)
-                }
-                // mysql_common returns a signed MEDIUMINT's 24 bits without
-                // their sign (-8388608 comes as 8388608): extend it.
-                Value::Int(i) if col.ty == MYSQL_TYPE_INT24 && i >= 1 << 23 => {
-                    Cell::Int(i - (1 << 24))
-                }
-                Value::Int(i) => Cell::Int(i),
-                Value::UInt(u) => Cell::UInt(u),
-                v => return Err(unexpected(&v)),
+            | MYSQL_TYPE_LONGLONG => integer(col, value),
+            MYSQL_TYPE_DATE
+            | MYSQL_TYPE_NEWDATE
+            | MYSQL_TYPE_DATETIME
+            | MYSQL_TYPE_DATETIME2
+            | MYSQL_TYPE_TIMESTAMP
+            | MYSQL_TYPE_TIMESTAMP2
+            | MYSQL_TYPE_TIME
+            | MYSQL_TYPE_TIME2
+            | MYSQL_TYPE_YEAR => temporal(col, value),
+            _ => other(col, value),
+        }
+    }
+}
+
+fn unexpected(col: &ColumnShape, v: &Value) -> String {
+    format!("{:?} column holds unexpected {v:?}", col.ty)
+}
+
+/// An integer column's value, signed or not.
+fn integer(col: &ColumnShape, value: Value) -> Result<Cell, String> {
+    use ColumnType::*;
+    Ok(match value {
+        Value::Int(i) if col.unsigned => {
+            // Narrow unsigned types come back as Int; they are never negative.
+            Cell::UInt(u64::try_from(i).map_err(|_| unexpected(col, &value))?)
+        }
+        // mysql_common returns a signed MEDIUMINT's 24 bits without
+        // their sign (-8388608 comes as 8388608): extend it.
+        Value::Int(i) if col.ty == MYSQL_TYPE_INT24 && i >= 1 << 23 => Cell::Int(i - (1 << 24)),
+        Value::Int(i) => Cell::Int(i),
+        Value::UInt(u) => Cell::UInt(u),
+        v => return Err(unexpected(col, &v)),
+    })
+}
+
+/// A date or time column's value.
+fn temporal(col: &ColumnShape, value: Value) -> Result<Cell, String> {
+    use ColumnType::*;
+    Ok(match col.ty {
+        MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => match value {
+            Value::Date(year, month, day, ..) => Cell::Date { year, month, day },
+            v => return Err(unexpected(col, &v)),
+        },
+        MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2 => match value {
+            Value::Date(year, month, day, hour, minute, second, micros) => Cell::DateTime {
+                year,
+                month,
+                day,
+                hour,
+                minute,
+                second,
+                micros,
             },
-            MYSQL_TYPE_FLOAT => match value {
-                Value::Float(f) => Cell::Float(f),
-                v => return Err(unexpected(&v)),
-            },
-            MYSQL_TYPE_DOUBLE => match value {
-                Value::Double(f) => Cell::Double(f),
-                v => return Err(unexpected(&v)),
-            },
-            MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL => match value {
-                Value::Bytes(b) => Cell::Decimal(String::from_utf8(b).map_err(|e| e.to_string())?),
-                v => return Err(unexpected(&v)),
-            },
-            MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => match value {
-                Value::Date(year, month, day, ..) => Cell::Date { year, month, day },
-                v => return Err(unexpected(&v)),
-            },
-            MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2 => match value {
-                Value::Date(year, month, day, hour, minute, second, micros) => Cell::DateTime {
-                    year,
-                    month,
-                    day,
-                    hour,
-                    minute,
-                    second,
-                    micros,
-                },
-                v => return Err(unexpected(&v)),
-            },
-            MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2 => match value {
-                Value::Int(secs) => Cell::Timestamp { secs, micros: 0 },
-                // TIMESTAMP2 comes as `secs` or `secs.ffffff` text.
-                Value::Bytes(ref b) => {
-                    let text = std::str::from_utf8(b).map_err(|_| unexpected(&value))?;
-                    let (s, f) = text.split_once('.').unwrap_or((text, "0"));
-                    Cell::Timestamp {
-                        secs: s.parse().map_err(|_| unexpected(&value))?,
-                        micros: f.parse().map_err(|_| unexpected(&value))?,
-                    }
-                }
-                v => return Err(unexpected(&v)),
-            },
-            MYSQL_TYPE_TIME | MYSQL_TYPE_TIME2 => match value {
-                Value::Time(negative, days, h, minutes, seconds, micros) => Cell::Time {
-                    negative,
-                    hours: days * 24 + u32::from(h),
-                    minutes,
-                    seconds,
-                    micros,
-                },
-                v => return Err(unexpected(&v)),
-            },
-            MYSQL_TYPE_YEAR => match value {
-                // The parser adds 1900 to the stored byte; 0 stands for
-                // `0000` (1901..=2155 are the real years).
-                Value::Bytes(ref b) => {
-                    let y: u16 = std::str::from_utf8(b)
-                        .ok()
-                        .and_then(|t| t.parse().ok())
-                        .ok_or_else(|| unexpected(&value))?;
-                    Cell::Year(if y == 1900 { 0 } else { y })
-                }
-                Value::Int(y) => Cell::Year(u16::try_from(y).map_err(|_| unexpected(&value))?),
-                v => return Err(unexpected(&v)),
-            },
-            MYSQL_TYPE_BIT => match value {
-                Value::Bytes(b) => Cell::Bit(b),
-                v => return Err(unexpected(&v)),
-            },
-            MYSQL_TYPE_ENUM => match value {
-                Value::Int(i) => Cell::Enum(u16::try_from(i).map_err(|_| unexpected(&value))?),
-                v => return Err(unexpected(&v)),
-            },
-            MYSQL_TYPE_SET => match value {
-                Value::Bytes(b) => {
-                    let mut mask = 0u64;
-                    for (i, byte) in b.iter().take(8).enumerate() {
-                        mask |= u64::from(*byte) << (8 * i);
-                    }
-                    Cell::Set(mask)
-                }
-                v => return Err(unexpected(&v)),
-            },
-            // MariaDB's JSON is a LONGTEXT: parse the text when the catalog
-            // says it is JSON.
-            MYSQL_TYPE_BLOB
-            | MYSQL_TYPE_TINY_BLOB
-            | MYSQL_TYPE_MEDIUM_BLOB
-            | MYSQL_TYPE_LONG_BLOB
-                if col.json =>
-            {
-                match value {
-                    Value::Bytes(b) => Cell::Json(
-                        serde_json::from_slice(&b)
-                            .map_err(|e| format!("JSON text does not parse: {e}"))?,
-                    ),
-                    v => return Err(unexpected(&v)),
+            v => return Err(unexpected(col, &v)),
+        },
+        MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2 => match value {
+            Value::Int(secs) => Cell::Timestamp { secs, micros: 0 },
+            // TIMESTAMP2 comes as `secs` or `secs.ffffff` text.
+            Value::Bytes(ref b) => {
+                let text = std::str::from_utf8(b).map_err(|_| unexpected(col, &value))?;
+                let (s, f) = text.split_once('.').unwrap_or((text, "0"));
+                Cell::Timestamp {
+                    secs: s.parse().map_err(|_| unexpected(col, &value))?,
+                    micros: f.parse().map_err(|_| unexpected(col, &value))?,
                 }
             }
-            _ => match value {
-                Value::Bytes(b) => Cell::Bytes(b),
-                v => return Err(unexpected(&v)),
+            v => return Err(unexpected(col, &v)),
+        },
+        MYSQL_TYPE_TIME | MYSQL_TYPE_TIME2 => match value {
+            Value::Time(negative, days, h, minutes, seconds, micros) => Cell::Time {
+                negative,
+                hours: days * 24 + u32::from(h),
+                minutes,
+                seconds,
+                micros,
             },
-        })
-    }
+            v => return Err(unexpected(col, &v)),
+        },
+        MYSQL_TYPE_YEAR => match value {
+            // The parser adds 1900 to the stored byte; 0 stands for
+            // `0000` (1901..=2155 are the real years).
+            Value::Bytes(ref b) => {
+                let y: u16 = std::str::from_utf8(b)
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .ok_or_else(|| unexpected(col, &value))?;
+                Cell::Year(if y == 1900 { 0 } else { y })
+            }
+            Value::Int(y) => Cell::Year(u16::try_from(y).map_err(|_| unexpected(col, &value))?),
+            v => return Err(unexpected(col, &v)),
+        },
+        _ => return Err(unexpected(col, &value)),
+    })
+}
+
+/// Any other column's value: floating point, decimal, bit, enum, set, JSON
+/// text, and bytes (strings and blobs).
+fn other(col: &ColumnShape, value: Value) -> Result<Cell, String> {
+    use ColumnType::*;
+    Ok(match col.ty {
+        MYSQL_TYPE_FLOAT => match value {
+            Value::Float(f) => Cell::Float(f),
+            v => return Err(unexpected(col, &v)),
+        },
+        MYSQL_TYPE_DOUBLE => match value {
+            Value::Double(f) => Cell::Double(f),
+            v => return Err(unexpected(col, &v)),
+        },
+        MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL => match value {
+            Value::Bytes(b) => Cell::Decimal(String::from_utf8(b).map_err(|e| e.to_string())?),
+            v => return Err(unexpected(col, &v)),
+        },
+        MYSQL_TYPE_BIT => match value {
+            Value::Bytes(b) => Cell::Bit(b),
+            v => return Err(unexpected(col, &v)),
+        },
+        MYSQL_TYPE_ENUM => match value {
+            Value::Int(i) => Cell::Enum(u16::try_from(i).map_err(|_| unexpected(col, &value))?),
+            v => return Err(unexpected(col, &v)),
+        },
+        MYSQL_TYPE_SET => match value {
+            Value::Bytes(b) => {
+                let mut mask = 0u64;
+                for (i, byte) in b.iter().take(8).enumerate() {
+                    mask |= u64::from(*byte) << (8 * i);
+                }
+                Cell::Set(mask)
+            }
+            v => return Err(unexpected(col, &v)),
+        },
+        // MariaDB's JSON is a LONGTEXT: parse the text when the catalog
+        // says it is JSON.
+        MYSQL_TYPE_BLOB | MYSQL_TYPE_TINY_BLOB | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB
+            if col.json =>
+        {
+            match value {
+                Value::Bytes(b) => Cell::Json(
+                    serde_json::from_slice(&b)
+                        .map_err(|e| format!("JSON text does not parse: {e}"))?,
+                ),
+                v => return Err(unexpected(col, &v)),
+            }
+        }
+        _ => match value {
+            Value::Bytes(b) => Cell::Bytes(b),
+            v => return Err(unexpected(col, &v)),
+        },
+    })
 }

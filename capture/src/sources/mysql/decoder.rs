@@ -176,39 +176,12 @@ impl Decoder {
         out: &mut VecDeque<BinlogChange>,
     ) -> Result<(), MySqlSourceError> {
         let header = event.header();
-        let raw = header.event_type_raw();
         let end = u64::from(header.log_pos());
         let start = end.saturating_sub(u64::from(header.event_size()));
         let ts_ms = i64::from(header.timestamp()) * 1000;
 
-        use mariadb_events as m;
-        match raw {
-            m::GTID => {
-                let data = event.data();
-                if data.len() < 13 {
-                    return Err(protocol(
-                        &self.file,
-                        start,
-                        "MariaDB GTID event",
-                        &"shorter than 13 bytes",
-                    ));
-                }
-                let seq = u64::from_le_bytes(data[0..8].try_into().unwrap_or_default());
-                let domain = u32::from_le_bytes(data[8..12].try_into().unwrap_or_default());
-                let gtid = MariaGtid {
-                    domain,
-                    server: header.server_id(),
-                    seq,
-                };
-                let explicit = data[12] & m::FL_STANDALONE == 0;
-                return self.begin(start, Some(TxGtid::MariaDb(gtid)), explicit);
-            }
-            m::ANNOTATE_ROWS => return self.count(),
-            m::BINLOG_CHECKPOINT | m::GTID_LIST | m::START_ENCRYPTION => return Ok(()),
-            // MySQL's HEARTBEAT_LOG_EVENT_V2 (not in mysql_common's list):
-            // sent when idle, never counted.
-            HEARTBEAT_V2 => return Ok(()),
-            _ => {}
+        if let Some(handled) = self.mariadb_event(event, start) {
+            return handled;
         }
         let Ok(ty) = header.event_type() else {
             // An unknown type inside a transaction still counts.
@@ -244,58 +217,7 @@ impl Decoder {
                 self.begin(start, Some(TxGtid::MySql(g.sid(), g.gno())), false)
             }
             EventType::ANONYMOUS_GTID_EVENT => self.begin(start, None, false),
-            EventType::QUERY_EVENT => {
-                let q: QueryEvent<'_> = event
-                    .read_event()
-                    .map_err(|e| protocol(&self.file, start, "QUERY", &e))?;
-                let query = q.query();
-                let verb = query.trim().to_ascii_uppercase();
-                match verb.as_str() {
-                    "BEGIN" => {
-                        if self.tx.is_none() {
-                            self.begin(start, None, true)
-                        } else {
-                            self.count()?;
-                            if let Some(tx) = self.tx.as_mut() {
-                                tx.explicit = true;
-                            }
-                            Ok(())
-                        }
-                    }
-                    "COMMIT" => {
-                        self.count()?;
-                        self.commit(end, None, out);
-                        Ok(())
-                    }
-                    "ROLLBACK" => {
-                        // Only non-transactional changes are logged with it;
-                        // the transaction is over either way.
-                        self.count()?;
-                        self.commit(end, None, out);
-                        Ok(())
-                    }
-                    _ => {
-                        if self.tx.is_none() {
-                            self.begin(start, None, false)?;
-                        } else {
-                            self.count()?;
-                        }
-                        let (position, skipped, gtid) = self.place(0)?;
-                        if !skipped {
-                            out.push_back(BinlogChange::Ddl {
-                                database: q.schema().into_owned(),
-                                query: query.into_owned(),
-                                position,
-                                gtid,
-                            });
-                        }
-                        if self.tx.as_ref().is_some_and(|t| !t.explicit) {
-                            self.commit(end, None, out);
-                        }
-                        Ok(())
-                    }
-                }
-            }
+            EventType::QUERY_EVENT => self.query(event, start, end, out),
             EventType::XID_EVENT => {
                 let x: XidEvent = event
                     .read_event()
@@ -304,22 +226,7 @@ impl Decoder {
                 self.commit(end, Some(x.xid), out);
                 Ok(())
             }
-            EventType::TABLE_MAP_EVENT => {
-                self.count()?;
-                let tme: TableMapEvent<'_> = event
-                    .read_event()
-                    .map_err(|e| protocol(&self.file, start, "TABLE_MAP", &e))?;
-                let mut shape = TableShape::from_table_map(&tme)?;
-                if let Some(cat) = self
-                    .catalog
-                    .get(&(shape.database.clone(), shape.table.clone()))
-                {
-                    shape.apply_catalog(cat);
-                }
-                self.tables
-                    .insert(tme.table_id(), (Arc::new(shape), tme.into_owned()));
-                Ok(())
-            }
+            EventType::TABLE_MAP_EVENT => self.table_map(event, start),
             EventType::WRITE_ROWS_EVENT
             | EventType::UPDATE_ROWS_EVENT
             | EventType::DELETE_ROWS_EVENT
@@ -338,6 +245,125 @@ impl Decoder {
             }
             _ => self.count(),
         }
+    }
+
+    /// The events only MariaDB sends (by raw type, which mysql_common does
+    /// not name), and MySQL's idle heartbeat; `None` for any other event.
+    fn mariadb_event(
+        &mut self,
+        event: &Event,
+        start: u64,
+    ) -> Option<Result<(), MySqlSourceError>> {
+        use mariadb_events as m;
+        let header = event.header();
+        Some(match header.event_type_raw() {
+            m::GTID => {
+                let data = event.data();
+                if data.len() < 13 {
+                    return Some(Err(protocol(
+                        &self.file,
+                        start,
+                        "MariaDB GTID event",
+                        &"shorter than 13 bytes",
+                    )));
+                }
+                let seq = u64::from_le_bytes(data[0..8].try_into().unwrap_or_default());
+                let domain = u32::from_le_bytes(data[8..12].try_into().unwrap_or_default());
+                let gtid = MariaGtid {
+                    domain,
+                    server: header.server_id(),
+                    seq,
+                };
+                let explicit = data[12] & m::FL_STANDALONE == 0;
+                self.begin(start, Some(TxGtid::MariaDb(gtid)), explicit)
+            }
+            m::ANNOTATE_ROWS => self.count(),
+            m::BINLOG_CHECKPOINT | m::GTID_LIST | m::START_ENCRYPTION => Ok(()),
+            // MySQL's HEARTBEAT_LOG_EVENT_V2 (not in mysql_common's list):
+            // sent when idle, never counted.
+            HEARTBEAT_V2 => Ok(()),
+            _ => return None,
+        })
+    }
+
+    /// A QUERY event: BEGIN, COMMIT or ROLLBACK of a transaction, or DDL,
+    /// which is its own transaction unless it is inside an explicit one.
+    fn query(
+        &mut self,
+        event: &Event,
+        start: u64,
+        end: u64,
+        out: &mut VecDeque<BinlogChange>,
+    ) -> Result<(), MySqlSourceError> {
+        let q: QueryEvent<'_> = event
+            .read_event()
+            .map_err(|e| protocol(&self.file, start, "QUERY", &e))?;
+        let query = q.query();
+        let verb = query.trim().to_ascii_uppercase();
+        match verb.as_str() {
+            "BEGIN" => {
+                if self.tx.is_none() {
+                    self.begin(start, None, true)
+                } else {
+                    self.count()?;
+                    if let Some(tx) = self.tx.as_mut() {
+                        tx.explicit = true;
+                    }
+                    Ok(())
+                }
+            }
+            "COMMIT" => {
+                self.count()?;
+                self.commit(end, None, out);
+                Ok(())
+            }
+            "ROLLBACK" => {
+                // Only non-transactional changes are logged with it;
+                // the transaction is over either way.
+                self.count()?;
+                self.commit(end, None, out);
+                Ok(())
+            }
+            _ => {
+                if self.tx.is_none() {
+                    self.begin(start, None, false)?;
+                } else {
+                    self.count()?;
+                }
+                let (position, skipped, gtid) = self.place(0)?;
+                if !skipped {
+                    out.push_back(BinlogChange::Ddl {
+                        database: q.schema().into_owned(),
+                        query: query.into_owned(),
+                        position,
+                        gtid,
+                    });
+                }
+                if self.tx.as_ref().is_some_and(|t| !t.explicit) {
+                    self.commit(end, None, out);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A TABLE_MAP event: the shape of the table the next rows events
+    /// change, with the declared types DDL told us.
+    fn table_map(&mut self, event: &Event, start: u64) -> Result<(), MySqlSourceError> {
+        self.count()?;
+        let tme: TableMapEvent<'_> = event
+            .read_event()
+            .map_err(|e| protocol(&self.file, start, "TABLE_MAP", &e))?;
+        let mut shape = TableShape::from_table_map(&tme)?;
+        if let Some(cat) = self
+            .catalog
+            .get(&(shape.database.clone(), shape.table.clone()))
+        {
+            shape.apply_catalog(cat);
+        }
+        self.tables
+            .insert(tme.table_id(), (Arc::new(shape), tme.into_owned()));
+        Ok(())
     }
 
     fn begin(

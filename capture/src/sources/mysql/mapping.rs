@@ -183,6 +183,44 @@ fn schema_parts(
             DecimalHandlingMode::Double => ("float64", None, None),
             DecimalHandlingMode::String => ("string", None, None),
         },
+        MYSQL_TYPE_DATE
+        | MYSQL_TYPE_NEWDATE
+        | MYSQL_TYPE_DATETIME
+        | MYSQL_TYPE_DATETIME2
+        | MYSQL_TYPE_TIMESTAMP
+        | MYSQL_TYPE_TIMESTAMP2
+        | MYSQL_TYPE_TIME
+        | MYSQL_TYPE_TIME2 => temporal_schema_parts(cfg, col),
+        MYSQL_TYPE_YEAR => ("int32", Some("io.debezium.time.Year"), None),
+        MYSQL_TYPE_BIT if bit_length(col) == 1 => ("boolean", None, None),
+        MYSQL_TYPE_BIT => (
+            "bytes",
+            Some("io.debezium.data.Bits"),
+            Some(json!({"length": bit_length(col).to_string()})),
+        ),
+        MYSQL_TYPE_ENUM => (
+            "string",
+            Some("io.debezium.data.Enum"),
+            Some(json!({"allowed": col.labels.join(",")})),
+        ),
+        MYSQL_TYPE_SET => (
+            "string",
+            Some("io.debezium.data.EnumSet"),
+            Some(json!({"allowed": col.labels.join(",")})),
+        ),
+        MYSQL_TYPE_GEOMETRY => ("struct", Some("io.debezium.data.geometry.Geometry"), None),
+        _ if col.binary => ("bytes", None, None),
+        _ => ("string", None, None),
+    }
+}
+
+/// [`schema_parts`] of a date or time column, as `time.precision.mode` says.
+fn temporal_schema_parts(
+    cfg: &MappingConfig,
+    col: &ColumnShape,
+) -> (&'static str, Option<&'static str>, Option<Value>) {
+    use ColumnType::*;
+    match col.ty {
         MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => match cfg.time {
             TimePrecisionMode::AdaptiveTimeMicroseconds => {
                 ("int32", Some("io.debezium.time.Date"), None)
@@ -215,25 +253,7 @@ fn schema_parts(
                 ("int32", Some("org.apache.kafka.connect.data.Time"), None)
             }
         },
-        MYSQL_TYPE_YEAR => ("int32", Some("io.debezium.time.Year"), None),
-        MYSQL_TYPE_BIT if bit_length(col) == 1 => ("boolean", None, None),
-        MYSQL_TYPE_BIT => (
-            "bytes",
-            Some("io.debezium.data.Bits"),
-            Some(json!({"length": bit_length(col).to_string()})),
-        ),
-        MYSQL_TYPE_ENUM => (
-            "string",
-            Some("io.debezium.data.Enum"),
-            Some(json!({"allowed": col.labels.join(",")})),
-        ),
-        MYSQL_TYPE_SET => (
-            "string",
-            Some("io.debezium.data.EnumSet"),
-            Some(json!({"allowed": col.labels.join(",")})),
-        ),
-        MYSQL_TYPE_GEOMETRY => ("struct", Some("io.debezium.data.geometry.Geometry"), None),
-        _ if col.binary => ("bytes", None, None),
+        // Not a date or time type: schema_parts sends none here.
         _ => ("string", None, None),
     }
 }
@@ -272,46 +292,11 @@ pub fn to_json(cfg: &MappingConfig, col: &ColumnShape, cell: &Cell) -> Result<Va
             MYSQL_TYPE_TINY if cfg.tinyint_one_as_boolean && col.is_tinyint1() => json!(*i != 0),
             _ => json!(i),
         },
-        Cell::UInt(u) => match col.ty {
-            MYSQL_TYPE_LONGLONG => match cfg.bigint_unsigned {
-                BigintUnsignedHandlingMode::Long => {
-                    json!(i64::try_from(*u)
-                        .map_err(|_| MappingError::UnsignedOverflow { value: *u })?)
-                }
-                BigintUnsignedHandlingMode::Precise => b64(&twos_complement(&u.to_string())),
-            },
-            MYSQL_TYPE_TINY if cfg.tinyint_one_as_boolean && col.is_tinyint1() => json!(*u != 0),
-            _ => json!(u),
-        },
+        Cell::UInt(u) => unsigned_json(cfg, col, *u)?,
         Cell::Float(f) => float(f64::from(*f)),
         Cell::Double(f) => float(*f),
-        Cell::Decimal(text) => match cfg.decimal {
-            DecimalHandlingMode::String => json!(text),
-            DecimalHandlingMode::Double => float(
-                text.parse()
-                    .map_err(|_| MappingError::Decimal(text.clone()))?,
-            ),
-            DecimalHandlingMode::Precise => {
-                let scale = usize::from(col.meta_byte(1));
-                b64(&twos_complement(
-                    &unscaled(text, scale).ok_or_else(|| MappingError::Decimal(text.clone()))?,
-                ))
-            }
-        },
-        Cell::Bytes(b) => match col.ty {
-            MYSQL_TYPE_GEOMETRY => {
-                // MySQL's internal geometry: a little-endian SRID, then WKB.
-                let (srid, wkb) = if b.len() >= 4 {
-                    b.split_at(4)
-                } else {
-                    (&[][..], &b[..])
-                };
-                let srid = <[u8; 4]>::try_from(srid).map(i32::from_le_bytes).ok();
-                json!({"wkb": b64(wkb), "srid": srid})
-            }
-            _ if col.binary => b64(b),
-            _ => json!(std::str::from_utf8(b).map_err(|_| MappingError::InvalidUtf8)?),
-        },
+        Cell::Decimal(text) => decimal_json(cfg, col, text)?,
+        Cell::Bytes(b) => bytes_json(col, b)?,
         Cell::Date { year, month, day } => json!(days(*year, *month, *day)),
         Cell::DateTime {
             year,
@@ -341,23 +326,10 @@ pub fn to_json(cfg: &MappingConfig, col: &ColumnShape, cell: &Cell) -> Result<Va
             let us = (i64::from(*hours) * 3600 + i64::from(*minutes) * 60 + i64::from(*seconds))
                 * 1_000_000
                 + i64::from(*micros);
-            let us = if *negative { -us } else { us };
-            match cfg.time {
-                TimePrecisionMode::AdaptiveTimeMicroseconds => json!(us),
-                TimePrecisionMode::Connect => json!(us.div_euclid(1000)),
-            }
+            time_json(cfg, if *negative { -us } else { us })
         }
         Cell::Year(y) => json!(y),
-        Cell::Bit(bytes) => {
-            if bit_length(col) == 1 {
-                json!(bytes.iter().any(|b| *b != 0))
-            } else {
-                // Connect's Bits are little-endian; MySQL stores big-endian.
-                let mut le = bytes.clone();
-                le.reverse();
-                b64(&le)
-            }
-        }
+        Cell::Bit(bytes) => bit_json(col, bytes),
         Cell::Enum(i) => {
             let label = usize::from(*i)
                 .checked_sub(1)
@@ -375,6 +347,77 @@ pub fn to_json(cfg: &MappingConfig, col: &ColumnShape, cell: &Cell) -> Result<Va
             json!(labels.join(","))
         }
     })
+}
+
+/// An unsigned integer: BIGINT UNSIGNED as `bigint.unsigned.handling.mode`
+/// says, TINYINT(1) as a boolean when asked.
+fn unsigned_json(cfg: &MappingConfig, col: &ColumnShape, u: u64) -> Result<Value, MappingError> {
+    use ColumnType::*;
+    Ok(match col.ty {
+        MYSQL_TYPE_LONGLONG => match cfg.bigint_unsigned {
+            BigintUnsignedHandlingMode::Long => {
+                json!(i64::try_from(u).map_err(|_| MappingError::UnsignedOverflow { value: u })?)
+            }
+            BigintUnsignedHandlingMode::Precise => b64(&twos_complement(&u.to_string())),
+        },
+        MYSQL_TYPE_TINY if cfg.tinyint_one_as_boolean && col.is_tinyint1() => json!(u != 0),
+        _ => json!(u),
+    })
+}
+
+/// A DECIMAL as `decimal.handling.mode` says.
+fn decimal_json(cfg: &MappingConfig, col: &ColumnShape, text: &str) -> Result<Value, MappingError> {
+    Ok(match cfg.decimal {
+        DecimalHandlingMode::String => json!(text),
+        DecimalHandlingMode::Double => float(
+            text.parse()
+                .map_err(|_| MappingError::Decimal(text.to_owned()))?,
+        ),
+        DecimalHandlingMode::Precise => {
+            let scale = usize::from(col.meta_byte(1));
+            b64(&twos_complement(
+                &unscaled(text, scale).ok_or_else(|| MappingError::Decimal(text.to_owned()))?,
+            ))
+        }
+    })
+}
+
+/// Bytes: a geometry, a binary string (base64) or text.
+fn bytes_json(col: &ColumnShape, b: &[u8]) -> Result<Value, MappingError> {
+    Ok(match col.ty {
+        ColumnType::MYSQL_TYPE_GEOMETRY => {
+            // MySQL's internal geometry: a little-endian SRID, then WKB.
+            let (srid, wkb) = if b.len() >= 4 {
+                b.split_at(4)
+            } else {
+                (&[][..], b)
+            };
+            let srid = <[u8; 4]>::try_from(srid).map(i32::from_le_bytes).ok();
+            json!({"wkb": b64(wkb), "srid": srid})
+        }
+        _ if col.binary => b64(b),
+        _ => json!(std::str::from_utf8(b).map_err(|_| MappingError::InvalidUtf8)?),
+    })
+}
+
+/// A TIME of `us` microseconds, as `time.precision.mode` says.
+fn time_json(cfg: &MappingConfig, us: i64) -> Value {
+    match cfg.time {
+        TimePrecisionMode::AdaptiveTimeMicroseconds => json!(us),
+        TimePrecisionMode::Connect => json!(us.div_euclid(1000)),
+    }
+}
+
+/// A BIT: BIT(1) as a boolean, wider ones as Connect's little-endian Bits.
+fn bit_json(col: &ColumnShape, bytes: &[u8]) -> Value {
+    if bit_length(col) == 1 {
+        json!(bytes.iter().any(|b| *b != 0))
+    } else {
+        // Connect's Bits are little-endian; MySQL stores big-endian.
+        let mut le = bytes.to_vec();
+        le.reverse();
+        b64(&le)
+    }
 }
 
 /// Days since 1970-01-01 of a valid date (zero dates are handled before).

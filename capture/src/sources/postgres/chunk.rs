@@ -97,61 +97,7 @@ pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows
         req.filter.as_deref(),
         req.size + 1,
     );
-    let mut attempt = 0;
-    let read = loop {
-        // A table-rewriting ALTER TABLE is not MVCC-safe: a snapshot taken
-        // before it commits sees the rewritten table empty, and an empty
-        // chunk ends the table's snapshot. The storage files read before the
-        // snapshot and after the SELECT (which holds a lock no rewrite can
-        // pass) tell whether one committed in between; then read again.
-        let files_before = storage_files(client, relation.id).await?;
-        // One REPEATABLE READ transaction: its snapshot, taken by the first
-        // statement, is the one the SELECT reads with. A filter is the
-        // user's SQL: besides read-only, its statements are cancelled past
-        // FILTERED_CHUNK_TIMEOUT, and its names resolve among the built-in
-        // functions and operators only (FILTER_SEARCH_PATH).
-        let begin = if req.filter.is_some() {
-            format!(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = {}; SET LOCAL search_path = {FILTER_SEARCH_PATH}",
-                FILTERED_CHUNK_TIMEOUT.as_millis()
-            )
-        } else {
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".to_owned()
-        };
-        client
-            .batch_execute(&begin)
-            .await
-            .map_err(CaptureError::pg("begin snapshot chunk"))?;
-        let read = select(
-            client,
-            &sql,
-            req.filter.is_some(),
-            relation.columns.len(),
-            req.size,
-        )
-        .await;
-        let files_after = match &read {
-            Ok(_) => Some(storage_files(client, relation.id).await?),
-            Err(_) => None,
-        };
-        // Read-only: ending it either way changes nothing.
-        let end = if read.is_ok() { "COMMIT" } else { "ROLLBACK" };
-        client
-            .batch_execute(end)
-            .await
-            .map_err(CaptureError::pg("end snapshot chunk"))?;
-        attempt += 1;
-        match files_after {
-            Some(after) if after != files_before && attempt < MAX_REWRITE_RETRIES => {
-                tracing::info!(
-                    table = %format!("{}.{}", req.schema, req.table),
-                    "the table was rewritten while its chunk was read; reading the chunk again"
-                );
-            }
-            _ => break read,
-        }
-    };
-    let (rows, invisible) = read?;
+    let (rows, invisible) = read_rows(client, req, &sql, &relation).await?;
     let more = rows.len() > req.size;
     let mut rows = rows;
     rows.truncate(req.size);
@@ -164,6 +110,85 @@ pub async fn read_chunk(client: &Client, req: &ChunkRequest) -> Result<ChunkRows
         estimate,
         invisible,
     })
+}
+
+/// What the chunk's SELECT gives: its rows and the transactions in progress
+/// when it read them.
+type SelectResult = Result<(Vec<TupleData>, Vec<u32>), ChunkError>;
+
+/// Runs the chunk's SELECT, again while a table rewrite commits under it.
+async fn read_rows(
+    client: &Client,
+    req: &ChunkRequest,
+    sql: &str,
+    relation: &Relation,
+) -> SelectResult {
+    let mut attempt = 0;
+    loop {
+        // A table-rewriting ALTER TABLE is not MVCC-safe: a snapshot taken
+        // before it commits sees the rewritten table empty, and an empty
+        // chunk ends the table's snapshot. The storage files read before the
+        // snapshot and after the SELECT (which holds a lock no rewrite can
+        // pass) tell whether one committed in between; then read again.
+        let files_before = storage_files(client, relation.id).await?;
+        let (read, files_after) = read_once(client, req, sql, relation).await?;
+        attempt += 1;
+        match files_after {
+            Some(after) if after != files_before && attempt < MAX_REWRITE_RETRIES => {
+                tracing::info!(
+                    table = %format!("{}.{}", req.schema, req.table),
+                    "the table was rewritten while its chunk was read; reading the chunk again"
+                );
+            }
+            _ => return read,
+        }
+    }
+}
+
+/// One read of the chunk in its own transaction: the rows (or why not), and
+/// the table's storage files after a successful SELECT.
+async fn read_once(
+    client: &Client,
+    req: &ChunkRequest,
+    sql: &str,
+    relation: &Relation,
+) -> Result<(SelectResult, Option<String>), ChunkError> {
+    // One REPEATABLE READ transaction: its snapshot, taken by the first
+    // statement, is the one the SELECT reads with. A filter is the user's
+    // SQL: besides read-only, its statements are cancelled past
+    // FILTERED_CHUNK_TIMEOUT, and its names resolve among the built-in
+    // functions and operators only (FILTER_SEARCH_PATH).
+    let begin = if req.filter.is_some() {
+        format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = {}; SET LOCAL search_path = {FILTER_SEARCH_PATH}",
+            FILTERED_CHUNK_TIMEOUT.as_millis()
+        )
+    } else {
+        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".to_owned()
+    };
+    client
+        .batch_execute(&begin)
+        .await
+        .map_err(CaptureError::pg("begin snapshot chunk"))?;
+    let read = select(
+        client,
+        sql,
+        req.filter.is_some(),
+        relation.columns.len(),
+        req.size,
+    )
+    .await;
+    let files_after = match &read {
+        Ok(_) => Some(storage_files(client, relation.id).await?),
+        Err(_) => None,
+    };
+    // Read-only: ending it either way changes nothing.
+    let end = if read.is_ok() { "COMMIT" } else { "ROLLBACK" };
+    client
+        .batch_execute(end)
+        .await
+        .map_err(CaptureError::pg("end snapshot chunk"))?;
+    Ok((read, files_after))
 }
 
 /// How long one statement of a filtered chunk may run (`statement_timeout`,

@@ -402,36 +402,54 @@ pub async fn ensure_slot(client: &Client, cfg: &CaptureConfig) -> Result<SlotSta
         )
         .await
         .map_err(CaptureError::pg("read slot"))?;
-    if let Some(row) = row {
-        let plugin: Option<String> = row.get(0);
-        let slot_type: String = row.get(1);
-        let database: Option<String> = row.get(2);
-        let confirmed: Option<String> = row.get(3);
-        let failover: Option<bool> = row.get(4);
-        if cfg.slot_failover && failover != Some(true) {
-            return Err(CaptureError::Prerequisite(format!(
-                "replication slot `{name}` is not a failover slot, but slot.failover = true: make it one on a replication connection (psql \"dbname={} replication=database\" -c 'ALTER_REPLICATION_SLOT {} (FAILOVER true)'), or set slot.failover = false",
-                cfg.database_dbname,
-                quote_ident(name)
-            )));
-        }
-        if slot_type != "logical" || plugin.as_deref() != Some("pgoutput") {
-            return Err(CaptureError::Prerequisite(format!(
-                "replication slot `{name}` is a {slot_type} slot with plugin `{}`, but capture needs a logical slot with plugin `pgoutput`: choose another slot.name, or drop it (SELECT pg_drop_replication_slot('{name}')) if nothing else uses it",
-                plugin.unwrap_or_default()
-            )));
-        }
-        if database.as_deref() != Some(cfg.database_dbname.as_str()) {
-            return Err(CaptureError::Prerequisite(format!(
-                "replication slot `{name}` belongs to database `{}`, not `{}`: choose another slot.name",
-                database.unwrap_or_default(),
-                cfg.database_dbname
-            )));
-        }
-        return Ok(SlotState {
-            confirmed_flush_lsn: parse_lsn(confirmed.as_deref())?,
-        });
+    match row {
+        Some(row) => check_slot(cfg, &row),
+        None => create_slot(client, cfg, failover_supported).await,
     }
+}
+
+/// Checks an existing slot is capture's kind: logical, `pgoutput`, on the
+/// configured database, and a failover slot when `slot.failover` asks.
+fn check_slot(cfg: &CaptureConfig, row: &Row) -> Result<SlotState, CaptureError> {
+    let name = &cfg.slot_name;
+    let plugin: Option<String> = row.get(0);
+    let slot_type: String = row.get(1);
+    let database: Option<String> = row.get(2);
+    let confirmed: Option<String> = row.get(3);
+    let failover: Option<bool> = row.get(4);
+    if cfg.slot_failover && failover != Some(true) {
+        return Err(CaptureError::Prerequisite(format!(
+            "replication slot `{name}` is not a failover slot, but slot.failover = true: make it one on a replication connection (psql \"dbname={} replication=database\" -c 'ALTER_REPLICATION_SLOT {} (FAILOVER true)'), or set slot.failover = false",
+            cfg.database_dbname,
+            quote_ident(name)
+        )));
+    }
+    if slot_type != "logical" || plugin.as_deref() != Some("pgoutput") {
+        return Err(CaptureError::Prerequisite(format!(
+            "replication slot `{name}` is a {slot_type} slot with plugin `{}`, but capture needs a logical slot with plugin `pgoutput`: choose another slot.name, or drop it (SELECT pg_drop_replication_slot('{name}')) if nothing else uses it",
+            plugin.unwrap_or_default()
+        )));
+    }
+    if database.as_deref() != Some(cfg.database_dbname.as_str()) {
+        return Err(CaptureError::Prerequisite(format!(
+            "replication slot `{name}` belongs to database `{}`, not `{}`: choose another slot.name",
+            database.unwrap_or_default(),
+            cfg.database_dbname
+        )));
+    }
+    Ok(SlotState {
+        confirmed_flush_lsn: parse_lsn(confirmed.as_deref())?,
+    })
+}
+
+/// Creates the missing slot when `slot.create` allows, as a failover slot
+/// when the server has them and `slot.failover` asks.
+async fn create_slot(
+    client: &Client,
+    cfg: &CaptureConfig,
+    failover_supported: bool,
+) -> Result<SlotState, CaptureError> {
+    let name = &cfg.slot_name;
     if !cfg.slot_create {
         return Err(CaptureError::Prerequisite(format!(
             "replication slot `{name}` does not exist and slot.create is false: create it with SELECT pg_create_logical_replication_slot('{name}', 'pgoutput'), or set slot.create = true"

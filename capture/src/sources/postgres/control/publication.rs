@@ -21,63 +21,126 @@ pub async fn ensure_publication(
 ) -> Result<(), CaptureError> {
     let name = &cfg.publication_name;
     let mode = cfg.publication_autocreate_mode;
-    let version: i32 = client
-        .query_one("SELECT current_setting('server_version_num')::int", &[])
-        .await
-        .map_err(CaptureError::pg("read server version"))?
-        .get(0);
-    let via_root_supported = version >= 130_000;
-    let partitioned: Vec<String> = tables
-        .iter()
-        .filter(|t| t.partitioned)
-        .map(CapturedTable::qualified)
-        .collect();
-    if !via_root_supported && !partitioned.is_empty() {
-        return Err(CaptureError::Prerequisite(format!(
-            "partitioned table(s) {} need PostgreSQL 13 or later (publish_via_partition_root), this server is version {version}: upgrade, or leave them out with table.exclude.list",
-            partitioned.join(", ")
-        )));
-    }
-    // PostgreSQL 18 publishes stored generated columns when asked to
-    // (`publish_generated_columns`); capture always asks, so targets mirror
-    // them (see PUBLISHED_COLUMN).
-    let generated_supported = version >= GENERATED_COLUMNS_VERSION;
-    let with = match (via_root_supported, generated_supported) {
-        (true, true) => {
-            " WITH (publish_via_partition_root = true, publish_generated_columns = stored)"
-        }
-        (true, false) => " WITH (publish_via_partition_root = true)",
-        _ => "",
-    };
-    let via_root_column = if via_root_supported {
-        "pubviaroot"
-    } else {
-        "true"
-    };
-    let generated_column = if generated_supported {
-        "pubgencols::text = 's'"
-    } else {
-        "true"
-    };
+    let features = PublicationFeatures::read(client, tables).await?;
     let exists = client
         .query_opt(
             &format!(
-                "SELECT puballtables, {via_root_column}, {generated_column} FROM pg_publication WHERE pubname = $1"
+                "SELECT puballtables, {}, {} FROM pg_publication WHERE pubname = $1",
+                features.via_root_column(),
+                features.generated_column()
             ),
             &[name],
         )
         .await
         .map_err(CaptureError::pg("read publication"))?;
-    let quoted: Vec<String> = tables.iter().map(CapturedTable::quoted).collect();
-    let (all_tables, via_root) = match (exists, mode) {
-        (None, AutocreateMode::Disabled) => {
+    let Some(row) = exists else {
+        return create_publication(client, name, mode, tables, features.with_clause()).await;
+    };
+    if !row.get::<_, bool>(2) {
+        ensure_generated_columns_published(client, name, mode, tables).await?;
+    }
+    let (all_tables, via_root) = (row.get::<_, bool>(0), row.get::<_, bool>(1));
+    if !via_root {
+        ensure_via_root(client, name, mode, &features.partitioned).await?;
+    }
+    if all_tables {
+        return Ok(());
+    }
+    ensure_tables_published(client, name, mode, tables).await
+}
+
+/// What the server's version lets a publication do, and the captured
+/// partitioned tables that depend on it.
+struct PublicationFeatures {
+    /// `publish_via_partition_root` (PostgreSQL 13+).
+    via_root: bool,
+    /// `publish_generated_columns` (PostgreSQL 18+).
+    generated: bool,
+    /// The captured partitioned tables, qualified.
+    partitioned: Vec<String>,
+}
+
+impl PublicationFeatures {
+    /// Reads the server version; a partitioned table captured from a server
+    /// that cannot publish through the root stops start-up.
+    async fn read(client: &Client, tables: &[CapturedTable]) -> Result<Self, CaptureError> {
+        let version: i32 = client
+            .query_one("SELECT current_setting('server_version_num')::int", &[])
+            .await
+            .map_err(CaptureError::pg("read server version"))?
+            .get(0);
+        let via_root = version >= 130_000;
+        let partitioned: Vec<String> = tables
+            .iter()
+            .filter(|t| t.partitioned)
+            .map(CapturedTable::qualified)
+            .collect();
+        if !via_root && !partitioned.is_empty() {
             return Err(CaptureError::Prerequisite(format!(
-                "publication `{name}` does not exist and publication.autocreate.mode is `disabled`: create it (CREATE PUBLICATION {} FOR TABLE {}{with}) or set publication.autocreate.mode = \"filtered\"",
-                quote_ident(name),
-                if quoted.is_empty() { "...".to_string() } else { quoted.join(", ") }
+                "partitioned table(s) {} need PostgreSQL 13 or later (publish_via_partition_root), this server is version {version}: upgrade, or leave them out with table.exclude.list",
+                partitioned.join(", ")
             )));
         }
-        (None, AutocreateMode::AllTables) => {
+        // PostgreSQL 18 publishes stored generated columns when asked to
+        // (`publish_generated_columns`); capture always asks, so targets
+        // mirror them (see PUBLISHED_COLUMN).
+        let generated = version >= GENERATED_COLUMNS_VERSION;
+        Ok(Self {
+            via_root,
+            generated,
+            partitioned,
+        })
+    }
+
+    /// The `WITH (...)` clause a publication capture creates gets.
+    fn with_clause(&self) -> &'static str {
+        match (self.via_root, self.generated) {
+            (true, true) => {
+                " WITH (publish_via_partition_root = true, publish_generated_columns = stored)"
+            }
+            (true, false) => " WITH (publish_via_partition_root = true)",
+            _ => "",
+        }
+    }
+
+    /// The `pg_publication` column saying it publishes through the root, or
+    /// `true` where the server has no such option.
+    fn via_root_column(&self) -> &'static str {
+        if self.via_root {
+            "pubviaroot"
+        } else {
+            "true"
+        }
+    }
+
+    /// The condition saying it publishes stored generated columns, or `true`
+    /// where the server cannot.
+    fn generated_column(&self) -> &'static str {
+        if self.generated {
+            "pubgencols::text = 's'"
+        } else {
+            "true"
+        }
+    }
+}
+
+/// Creates the missing publication as `publication.autocreate.mode` allows,
+/// or names the SQL to run when it is `disabled`.
+async fn create_publication(
+    client: &Client,
+    name: &str,
+    mode: AutocreateMode,
+    tables: &[CapturedTable],
+    with: &str,
+) -> Result<(), CaptureError> {
+    let quoted: Vec<String> = tables.iter().map(CapturedTable::quoted).collect();
+    match mode {
+        AutocreateMode::Disabled => Err(CaptureError::Prerequisite(format!(
+            "publication `{name}` does not exist and publication.autocreate.mode is `disabled`: create it (CREATE PUBLICATION {} FOR TABLE {}{with}) or set publication.autocreate.mode = \"filtered\"",
+            quote_ident(name),
+            if quoted.is_empty() { "...".to_string() } else { quoted.join(", ") }
+        ))),
+        AutocreateMode::AllTables => {
             let sql = format!(
                 "CREATE PUBLICATION {} FOR ALL TABLES{with}",
                 quote_ident(name)
@@ -86,9 +149,9 @@ pub async fn ensure_publication(
                 privilege_or(e, &format!("creating publication `{name}` FOR ALL TABLES needs a superuser: create it as one, or use publication.autocreate.mode = \"filtered\" with a user that owns the tables"), "create publication")
             })?;
             tracing::info!(publication = %name, "created publication FOR ALL TABLES");
-            return Ok(());
+            Ok(())
         }
-        (None, AutocreateMode::Filtered) => {
+        AutocreateMode::Filtered => {
             let sql = if quoted.is_empty() {
                 format!("CREATE PUBLICATION {}{with}", quote_ident(name))
             } else {
@@ -102,44 +165,54 @@ pub async fn ensure_publication(
                 privilege_or(e, &format!("creating publication `{name}` needs ownership of the captured tables and CREATE on the database"), "create publication")
             })?;
             tracing::info!(publication = %name, tables = quoted.len(), "created publication");
-            return Ok(());
-        }
-        (Some(row), _) => {
-            if !row.get::<_, bool>(2) {
-                ensure_generated_columns_published(client, name, mode, tables).await?;
-            }
-            (row.get::<_, bool>(0), row.get::<_, bool>(1))
-        }
-    };
-    if !via_root {
-        // Without it a partition's changes carry the partition's name while
-        // its root is what is captured and snapshotted.
-        if mode == AutocreateMode::Disabled {
-            if !partitioned.is_empty() {
-                return Err(CaptureError::Prerequisite(format!(
-                    "publication `{name}` publishes the changes of partitioned table(s) {} under their partitions' names, but capture needs them under the partitioned table: run ALTER PUBLICATION {} SET (publish_via_partition_root = true); or set publication.autocreate.mode = \"filtered\" to let capture do it",
-                    partitioned.join(", "),
-                    quote_ident(name)
-                )));
-            }
-        } else {
-            let sql = format!(
-                "ALTER PUBLICATION {} SET (publish_via_partition_root = true)",
-                quote_ident(name)
-            );
-            client.batch_execute(&sql).await.map_err(|e| {
-                privilege_or(
-                    e,
-                    &format!("setting publish_via_partition_root on publication `{name}` needs its ownership: run {sql} as its owner, or set publication.autocreate.mode = \"disabled\" and capture no partitioned table"),
-                    "alter publication",
-                )
-            })?;
-            tracing::info!(publication = %name, "publication now publishes partitions through their root (publish_via_partition_root = true)");
+            Ok(())
         }
     }
-    if all_tables {
+}
+
+/// Sets `publish_via_partition_root` on a publication that lacks it: without
+/// it a partition's changes carry the partition's name while its root is what
+/// is captured and snapshotted. In `disabled` mode it is left alone unless a
+/// partitioned table is captured, which stops start-up.
+async fn ensure_via_root(
+    client: &Client,
+    name: &str,
+    mode: AutocreateMode,
+    partitioned: &[String],
+) -> Result<(), CaptureError> {
+    if mode == AutocreateMode::Disabled {
+        if !partitioned.is_empty() {
+            return Err(CaptureError::Prerequisite(format!(
+                "publication `{name}` publishes the changes of partitioned table(s) {} under their partitions' names, but capture needs them under the partitioned table: run ALTER PUBLICATION {} SET (publish_via_partition_root = true); or set publication.autocreate.mode = \"filtered\" to let capture do it",
+                partitioned.join(", "),
+                quote_ident(name)
+            )));
+        }
         return Ok(());
     }
+    let sql = format!(
+        "ALTER PUBLICATION {} SET (publish_via_partition_root = true)",
+        quote_ident(name)
+    );
+    client.batch_execute(&sql).await.map_err(|e| {
+        privilege_or(
+            e,
+            &format!("setting publish_via_partition_root on publication `{name}` needs its ownership: run {sql} as its owner, or set publication.autocreate.mode = \"disabled\" and capture no partitioned table"),
+            "alter publication",
+        )
+    })?;
+    tracing::info!(publication = %name, "publication now publishes partitions through their root (publish_via_partition_root = true)");
+    Ok(())
+}
+
+/// Adds the captured tables a (not FOR ALL TABLES) publication lacks, in
+/// `filtered` mode, or names the SQL to run.
+async fn ensure_tables_published(
+    client: &Client,
+    name: &str,
+    mode: AutocreateMode,
+    tables: &[CapturedTable],
+) -> Result<(), CaptureError> {
     // What the publication holds: its FOR TABLE members (a partitioned table
     // stays one even while pg_publication_tables lists its partitions
     // instead), and whatever else it publishes (FOR TABLES IN SCHEMA).
@@ -151,7 +224,7 @@ pub async fn ensure_publication(
              WHERE p.pubname = $1
              UNION
              SELECT schemaname::text || '.' || tablename::text FROM pg_publication_tables WHERE pubname = $1",
-            &[name],
+            &[&name],
         )
         .await
         .map_err(CaptureError::pg("read publication tables"))?;

@@ -39,90 +39,17 @@ pub fn decode(buf: Bytes) -> Result<LogicalMessage, DecodeError> {
             commit_lsn: r.u64("commit_lsn")?,
             name: r.string("name")?,
         },
-        tag::MESSAGE => {
-            let flags = r.u8("flags")?;
-            let lsn = r.u64("lsn")?;
-            let prefix = r.string("prefix")?;
-            let len = r.length("content_length")?;
-            LogicalMessage::Message {
-                transactional: flags & MESSAGE_TRANSACTIONAL != 0,
-                lsn,
-                prefix,
-                content: r.bytes(len, "content")?,
-            }
-        }
+        tag::MESSAGE => r.emitted_message()?,
         tag::RELATION => LogicalMessage::Relation(r.relation()?),
         tag::TYPE => LogicalMessage::Type(TypeMessage {
             oid: r.u32("type_oid")?,
             namespace: r.string("namespace")?,
             name: r.string("name")?,
         }),
-        tag::INSERT => {
-            let relation_id = r.u32("relation_id")?;
-            r.expect_marker(tuple_marker::NEW, "'N'")?;
-            LogicalMessage::Insert {
-                relation_id,
-                new: r.tuple()?,
-            }
-        }
-        tag::UPDATE => {
-            let relation_id = r.u32("relation_id")?;
-            let old = match r.u8("tuple_marker")? {
-                tuple_marker::KEY => {
-                    let old = OldTuple::Key(r.tuple()?);
-                    r.expect_marker(tuple_marker::NEW, "'N'")?;
-                    Some(old)
-                }
-                tuple_marker::OLD => {
-                    let old = OldTuple::Full(r.tuple()?);
-                    r.expect_marker(tuple_marker::NEW, "'N'")?;
-                    Some(old)
-                }
-                tuple_marker::NEW => None,
-                byte => {
-                    return Err(DecodeError::BadTupleMarker {
-                        message,
-                        byte,
-                        expected: "'K', 'O' or 'N'",
-                    })
-                }
-            };
-            LogicalMessage::Update {
-                relation_id,
-                old,
-                new: r.tuple()?,
-            }
-        }
-        tag::DELETE => {
-            let relation_id = r.u32("relation_id")?;
-            let old = match r.u8("tuple_marker")? {
-                tuple_marker::KEY => OldTuple::Key(r.tuple()?),
-                tuple_marker::OLD => OldTuple::Full(r.tuple()?),
-                byte => {
-                    return Err(DecodeError::BadTupleMarker {
-                        message,
-                        byte,
-                        expected: "'K' or 'O'",
-                    })
-                }
-            };
-            LogicalMessage::Delete { relation_id, old }
-        }
-        tag::TRUNCATE => {
-            let count = r.count_i32("relation_count")?;
-            let options = r.u8("options")?;
-            // Each id is 4 bytes: check up front so a huge count cannot make
-            // us reserve memory the payload does not back.
-            r.ensure(count.saturating_mul(4), "relation_ids")?;
-            let mut relation_ids = Vec::with_capacity(count);
-            for _ in 0..count {
-                relation_ids.push(r.u32("relation_id")?);
-            }
-            LogicalMessage::Truncate {
-                options,
-                relation_ids,
-            }
-        }
+        tag::INSERT => r.insert()?,
+        tag::UPDATE => r.update()?,
+        tag::DELETE => r.delete()?,
+        tag::TRUNCATE => r.truncate()?,
         tag => return Err(DecodeError::UnknownTag { tag }),
     };
     r.finish()?;
@@ -270,6 +197,92 @@ impl Reader {
             });
         }
         Ok(())
+    }
+
+    /// A logical decoding message (`pg_logical_emit_message`).
+    fn emitted_message(&mut self) -> Result<LogicalMessage, DecodeError> {
+        let flags = self.u8("flags")?;
+        let lsn = self.u64("lsn")?;
+        let prefix = self.string("prefix")?;
+        let len = self.length("content_length")?;
+        Ok(LogicalMessage::Message {
+            transactional: flags & MESSAGE_TRANSACTIONAL != 0,
+            lsn,
+            prefix,
+            content: self.bytes(len, "content")?,
+        })
+    }
+
+    fn insert(&mut self) -> Result<LogicalMessage, DecodeError> {
+        let relation_id = self.u32("relation_id")?;
+        self.expect_marker(tuple_marker::NEW, "'N'")?;
+        Ok(LogicalMessage::Insert {
+            relation_id,
+            new: self.tuple()?,
+        })
+    }
+
+    /// An update: the old key or row when the replica identity sends one,
+    /// then the new row.
+    fn update(&mut self) -> Result<LogicalMessage, DecodeError> {
+        let relation_id = self.u32("relation_id")?;
+        let old = match self.u8("tuple_marker")? {
+            tuple_marker::KEY => {
+                let old = OldTuple::Key(self.tuple()?);
+                self.expect_marker(tuple_marker::NEW, "'N'")?;
+                Some(old)
+            }
+            tuple_marker::OLD => {
+                let old = OldTuple::Full(self.tuple()?);
+                self.expect_marker(tuple_marker::NEW, "'N'")?;
+                Some(old)
+            }
+            tuple_marker::NEW => None,
+            byte => {
+                return Err(DecodeError::BadTupleMarker {
+                    message: self.message,
+                    byte,
+                    expected: "'K', 'O' or 'N'",
+                })
+            }
+        };
+        Ok(LogicalMessage::Update {
+            relation_id,
+            old,
+            new: self.tuple()?,
+        })
+    }
+
+    fn delete(&mut self) -> Result<LogicalMessage, DecodeError> {
+        let relation_id = self.u32("relation_id")?;
+        let old = match self.u8("tuple_marker")? {
+            tuple_marker::KEY => OldTuple::Key(self.tuple()?),
+            tuple_marker::OLD => OldTuple::Full(self.tuple()?),
+            byte => {
+                return Err(DecodeError::BadTupleMarker {
+                    message: self.message,
+                    byte,
+                    expected: "'K' or 'O'",
+                })
+            }
+        };
+        Ok(LogicalMessage::Delete { relation_id, old })
+    }
+
+    fn truncate(&mut self) -> Result<LogicalMessage, DecodeError> {
+        let count = self.count_i32("relation_count")?;
+        let options = self.u8("options")?;
+        // Each id is 4 bytes: check up front so a huge count cannot make us
+        // reserve memory the payload does not back.
+        self.ensure(count.saturating_mul(4), "relation_ids")?;
+        let mut relation_ids = Vec::with_capacity(count);
+        for _ in 0..count {
+            relation_ids.push(self.u32("relation_id")?);
+        }
+        Ok(LogicalMessage::Truncate {
+            options,
+            relation_ids,
+        })
     }
 
     fn relation(&mut self) -> Result<Relation, DecodeError> {

@@ -6,8 +6,8 @@
 //! decoder, and more than `i16::MAX` columns would not fit the Int16 count.
 
 use super::{
-    column_kind, tag, tuple_marker, LogicalMessage, OldTuple, TupleData, TupleValue, COLUMN_IS_KEY,
-    MESSAGE_TRANSACTIONAL,
+    column_kind, tag, tuple_marker, LogicalMessage, Lsn, OldTuple, Relation, TupleData, TupleValue,
+    COLUMN_IS_KEY, MESSAGE_TRANSACTIONAL,
 };
 
 /// Encodes one message into a new buffer.
@@ -43,32 +43,8 @@ pub fn encode_into(msg: &LogicalMessage, out: &mut Vec<u8>) {
             lsn,
             prefix,
             content,
-        } => {
-            out.push(tag::MESSAGE);
-            out.push(if *transactional {
-                MESSAGE_TRANSACTIONAL
-            } else {
-                0
-            });
-            out.extend_from_slice(&lsn.to_be_bytes());
-            cstr(out, prefix);
-            len_i32(out, content.len());
-            out.extend_from_slice(content);
-        }
-        LogicalMessage::Relation(r) => {
-            out.push(tag::RELATION);
-            out.extend_from_slice(&r.id.to_be_bytes());
-            cstr(out, &r.namespace);
-            cstr(out, &r.name);
-            out.push(r.replica_identity.as_byte());
-            count_i16(out, r.columns.len());
-            for c in &r.columns {
-                out.push(if c.is_key { COLUMN_IS_KEY } else { 0 });
-                cstr(out, &c.name);
-                out.extend_from_slice(&c.type_oid.to_be_bytes());
-                out.extend_from_slice(&c.type_modifier.to_be_bytes());
-            }
-        }
+        } => emitted_message(out, *transactional, *lsn, prefix, content),
+        LogicalMessage::Relation(r) => relation(out, r),
         LogicalMessage::Type(t) => {
             out.push(tag::TYPE);
             out.extend_from_slice(&t.oid.to_be_bytes());
@@ -102,14 +78,45 @@ pub fn encode_into(msg: &LogicalMessage, out: &mut Vec<u8>) {
         LogicalMessage::Truncate {
             options,
             relation_ids,
-        } => {
-            out.push(tag::TRUNCATE);
-            len_i32(out, relation_ids.len());
-            out.push(*options);
-            for id in relation_ids {
-                out.extend_from_slice(&id.to_be_bytes());
-            }
-        }
+        } => truncate(out, *options, relation_ids),
+    }
+}
+
+/// A logical decoding message (`pg_logical_emit_message`).
+fn emitted_message(out: &mut Vec<u8>, transactional: bool, lsn: Lsn, prefix: &str, content: &[u8]) {
+    out.push(tag::MESSAGE);
+    out.push(if transactional {
+        MESSAGE_TRANSACTIONAL
+    } else {
+        0
+    });
+    out.extend_from_slice(&lsn.to_be_bytes());
+    cstr(out, prefix);
+    len_i32(out, content.len());
+    out.extend_from_slice(content);
+}
+
+fn relation(out: &mut Vec<u8>, r: &Relation) {
+    out.push(tag::RELATION);
+    out.extend_from_slice(&r.id.to_be_bytes());
+    cstr(out, &r.namespace);
+    cstr(out, &r.name);
+    out.push(r.replica_identity.as_byte());
+    count_i16(out, r.columns.len());
+    for c in &r.columns {
+        out.push(if c.is_key { COLUMN_IS_KEY } else { 0 });
+        cstr(out, &c.name);
+        out.extend_from_slice(&c.type_oid.to_be_bytes());
+        out.extend_from_slice(&c.type_modifier.to_be_bytes());
+    }
+}
+
+fn truncate(out: &mut Vec<u8>, options: u8, relation_ids: &[u32]) {
+    out.push(tag::TRUNCATE);
+    len_i32(out, relation_ids.len());
+    out.push(options);
+    for id in relation_ids {
+        out.extend_from_slice(&id.to_be_bytes());
     }
 }
 
