@@ -13,6 +13,8 @@ pub mod config;
 pub(crate) mod envelope;
 pub mod error;
 pub(crate) mod filter;
+#[cfg(test)]
+mod function_length_tests;
 pub mod health;
 pub(crate) mod kafka;
 pub mod metrics;

@@ -249,11 +249,7 @@ impl Decoder {
 
     /// The events only MariaDB sends (by raw type, which mysql_common does
     /// not name), and MySQL's idle heartbeat; `None` for any other event.
-    fn mariadb_event(
-        &mut self,
-        event: &Event,
-        start: u64,
-    ) -> Option<Result<(), MySqlSourceError>> {
+    fn mariadb_event(&mut self, event: &Event, start: u64) -> Option<Result<(), MySqlSourceError>> {
         use mariadb_events as m;
         let header = event.header();
         Some(match header.event_type_raw() {

@@ -100,37 +100,7 @@ impl TableShape {
         let mut charsets = extractor.iter_charset();
         let mut names = extractor.iter_column_name();
         let nulls = tme.null_bitmask();
-        let mut enum_labels = Vec::new();
-        let mut set_labels = Vec::new();
-        for field in tme.iter_optional_meta() {
-            match field.map_err(|e| bad(e.to_string()))? {
-                OptionalMetadataField::EnumStrValue(v) => {
-                    for labels in v.iter_values() {
-                        let labels = labels.map_err(|e| bad(e.to_string()))?;
-                        enum_labels.push(
-                            labels
-                                .values()
-                                .iter()
-                                .map(|l| l.value().into_owned())
-                                .collect::<Vec<_>>(),
-                        );
-                    }
-                }
-                OptionalMetadataField::SetStrValue(v) => {
-                    for labels in v.iter_values() {
-                        let labels = labels.map_err(|e| bad(e.to_string()))?;
-                        set_labels.push(
-                            labels
-                                .values()
-                                .iter()
-                                .map(|l| l.value().into_owned())
-                                .collect::<Vec<_>>(),
-                        );
-                    }
-                }
-                _ => {}
-            }
-        }
+        let (enum_labels, set_labels) = column_labels(tme)?;
         let (mut enums, mut sets) = (enum_labels.into_iter(), set_labels.into_iter());
         let mut columns = Vec::with_capacity(n);
         for i in 0..n {
@@ -199,6 +169,52 @@ impl TableShape {
             }
         }
     }
+}
+
+/// Labels of each ENUM and of each SET column, in column order.
+type Labels = Vec<Vec<String>>;
+
+/// The ENUM and SET labels a TABLE_MAP carries (`binlog_row_metadata = FULL`).
+fn column_labels(tme: &TableMapEvent<'_>) -> Result<(Labels, Labels), MySqlSourceError> {
+    let bad = |what: String| {
+        MySqlSourceError::Protocol(format!(
+            "TABLE_MAP of {}.{}: {what}",
+            tme.database_name(),
+            tme.table_name()
+        ))
+    };
+    let mut enum_labels = Vec::new();
+    let mut set_labels = Vec::new();
+    for field in tme.iter_optional_meta() {
+        match field.map_err(|e| bad(e.to_string()))? {
+            OptionalMetadataField::EnumStrValue(v) => {
+                for labels in v.iter_values() {
+                    let labels = labels.map_err(|e| bad(e.to_string()))?;
+                    enum_labels.push(
+                        labels
+                            .values()
+                            .iter()
+                            .map(|l| l.value().into_owned())
+                            .collect::<Vec<_>>(),
+                    );
+                }
+            }
+            OptionalMetadataField::SetStrValue(v) => {
+                for labels in v.iter_values() {
+                    let labels = labels.map_err(|e| bad(e.to_string()))?;
+                    set_labels.push(
+                        labels
+                            .values()
+                            .iter()
+                            .map(|l| l.value().into_owned())
+                            .collect::<Vec<_>>(),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((enum_labels, set_labels))
 }
 
 /// What `information_schema` says of one column.
