@@ -33,6 +33,8 @@ mod router;
 #[cfg(test)]
 mod router_tests;
 mod schema;
+#[cfg(test)]
+mod schema_tests;
 mod signal;
 mod snapshot;
 mod snapshot_runtime;

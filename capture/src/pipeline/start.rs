@@ -384,10 +384,7 @@ async fn assemble<'a>(
         tracker: Tracker::default(),
         server_position: 0,
         metrics: metrics.clone(),
-        schema: SchemaWatch {
-            topic: crate::schema_change::topic(cfg).into(),
-            history: schemas,
-        },
+        schema: SchemaWatch::new(crate::schema_change::topic(cfg).into(), schemas),
         fixed_at: HashMap::new(),
     };
     for (table, why) in source.set_aside {
