@@ -385,7 +385,7 @@ async fn assemble<'a>(
         server_position: 0,
         metrics: metrics.clone(),
         schema: SchemaWatch::new(crate::schema_change::topic(cfg).into(), schemas),
-        fixed_at: HashMap::new(),
+        fixes: Default::default(),
     };
     for (table, why) in source.set_aside {
         pipeline.quarantine(&table, why);
