@@ -33,6 +33,8 @@ mod router;
 #[cfg(test)]
 mod router_tests;
 mod schema;
+#[cfg(test)]
+mod schema_tests;
 mod signal;
 mod snapshot;
 mod snapshot_runtime;
@@ -41,7 +43,6 @@ mod tracker;
 #[cfg(test)]
 mod tracker_tests;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
@@ -77,9 +78,8 @@ struct Pipeline<'a> {
     metrics: CaptureMetrics,
     /// The schema-change topic and what it holds.
     schema: schema::SchemaWatch,
-    /// Per quarantined table whose fix the catalog shows: the server's WAL
-    /// end when it was seen; released once the stream passes it.
-    fixed_at: HashMap<String, u64>,
+    /// Where the fixes of quarantined tables were seen (see `quarantine`).
+    fixes: quarantine::Fixes,
 }
 
 impl Pipeline<'_> {

@@ -30,12 +30,55 @@
 //! the fix (`stale_rows_removal`) removes from every target the rows older
 //! than it, which by then are only those.
 
+use std::collections::HashMap;
+
 use super::{now_ms, Pipeline, Route};
 use crate::config::ReplicaIdentityCheck;
 use crate::error::CaptureError;
 use crate::naming::check_length;
 use crate::snapshot::{request, SnapshotKind, TableProgress};
 use crate::sources::postgres::control::{self, format_lsn, CapturedTable};
+
+/// The quarantine's own state, one component of the pipeline: per
+/// quarantined table whose fix the catalog shows, the server's WAL end when
+/// it was seen; the table is released once the stream passes it. The
+/// quarantined tables themselves (and their reasons) are part of the offset
+/// record, so they are the committer's staged position's, not this.
+#[derive(Default)]
+pub(super) struct Fixes {
+    fixed_at: HashMap<String, u64>,
+}
+
+impl Fixes {
+    /// Forgets a fix seen for `table` (set aside again, or gone).
+    pub(super) fn forget(&mut self, table: &str) {
+        self.fixed_at.remove(table);
+    }
+
+    /// Whether a fix of `table` was seen and waits for the stream.
+    pub(super) fn seen(&self, table: &str) -> bool {
+        self.fixed_at.contains_key(table)
+    }
+
+    /// The catalog shows `table` fixed when the server's WAL ends at `at`.
+    pub(super) fn note(&mut self, table: String, at: u64) {
+        self.fixed_at.insert(table, at);
+    }
+
+    /// The tables whose fix the stream has passed, having `reached`.
+    pub(super) fn passed(&self, reached: u64) -> Vec<String> {
+        self.fixed_at
+            .iter()
+            .filter(|(_, at)| **at <= reached)
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+
+    /// Where `table`'s fix was seen, forgetting it: the table is released.
+    pub(super) fn take(&mut self, table: &str) -> Option<u64> {
+        self.fixed_at.remove(table)
+    }
+}
 
 /// What the catalog says of a quarantined table now.
 enum Verdict {
@@ -56,7 +99,7 @@ impl Pipeline<'_> {
     /// queued or in flight, is dropped: a snapshot of it is queued again
     /// when it is released.
     pub(super) fn quarantine(&mut self, table: &str, reason: String) {
-        self.fixed_at.remove(table);
+        self.fixes.forget(table);
         if self.kafka.position().quarantined.get(table) == Some(&reason) {
             return;
         }
@@ -130,11 +173,11 @@ impl Pipeline<'_> {
                 Verdict::Gone => {
                     tracing::info!(table = %table, "quarantined table is no longer captured (dropped, renamed or left out): nothing owed");
                     self.kafka.stage().quarantined.remove(&table);
-                    self.fixed_at.remove(&table);
+                    self.fixes.forget(&table);
                 }
                 Verdict::Broken(reason) => self.quarantine(&table, reason),
                 Verdict::Fine(t) => {
-                    if self.fixed_at.contains_key(&table) {
+                    if self.fixes.seen(&table) {
                         continue;
                     }
                     // Its changes reach the stream from here on (a
@@ -155,18 +198,12 @@ impl Pipeline<'_> {
                     let at = control::current_wal_lsn(&self.control).await?;
                     tracing::info!(table = %table, fixed_at = %format_lsn(at), "quarantined table is fixed in the catalog; released once the stream passes this position");
                     self.router.key_columns.insert(table.clone(), t.key_columns);
-                    self.fixed_at.insert(table, at);
+                    self.fixes.note(table, at);
                 }
             }
         }
         let reached = self.server_position.max(self.kafka.position().flush_lsn);
-        let passed: Vec<String> = self
-            .fixed_at
-            .iter()
-            .filter(|(_, at)| **at <= reached)
-            .map(|(t, _)| t.clone())
-            .collect();
-        for table in passed {
+        for table in self.fixes.passed(reached) {
             self.release(&table);
         }
         self.show_quarantine();
@@ -177,7 +214,7 @@ impl Pipeline<'_> {
     /// incremental snapshot of it, queued in the same offset record, covers
     /// every change skipped meanwhile.
     fn release(&mut self, table: &str) {
-        if let Some(at) = self.fixed_at.remove(table) {
+        if let Some(at) = self.fixes.take(table) {
             self.kafka.stage().stale_before.insert(table.to_owned(), at);
         }
         self.kafka.stage().quarantined.remove(table);
@@ -282,5 +319,35 @@ impl Pipeline<'_> {
             verdicts.push(Verdict::Fine(t.clone()));
         }
         Ok(verdicts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Fixes;
+
+    #[test]
+    fn a_fix_is_passed_once_the_stream_reaches_it() {
+        let mut fixes = Fixes::default();
+        fixes.note("public.a".into(), 0x200);
+        fixes.note("public.b".into(), 0x300);
+        assert!(fixes.seen("public.a"));
+        assert!(fixes.passed(0x1ff).is_empty());
+        assert_eq!(fixes.passed(0x200), vec!["public.a".to_owned()]);
+        let mut both = fixes.passed(0x300);
+        both.sort();
+        assert_eq!(both, vec!["public.a".to_owned(), "public.b".to_owned()]);
+        assert_eq!(fixes.take("public.a"), Some(0x200));
+        assert_eq!(fixes.take("public.a"), None);
+        assert!(!fixes.seen("public.a"));
+    }
+
+    #[test]
+    fn a_forgotten_fix_is_never_passed() {
+        let mut fixes = Fixes::default();
+        fixes.note("public.a".into(), 0x200);
+        fixes.forget("public.a");
+        assert!(!fixes.seen("public.a"));
+        assert!(fixes.passed(u64::MAX).is_empty());
     }
 }

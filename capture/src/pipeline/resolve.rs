@@ -221,7 +221,10 @@ impl Pipeline<'_> {
         }
         // The Relation's transaction: the catalog is read once it is visible.
         let xid = self.tracker.xid();
-        let identity = self.source_identity(&qualified, &rel, xid).await?;
+        let identity = self
+            .schema
+            .source_identity(&self.control, &qualified, &rel, xid)
+            .await?;
         // A table without a key, or one whose `message.key.columns` name no
         // column of it, cannot be captured as it is: set aside, not a stop.
         let enc = match TableEncoder::identified(

@@ -4,31 +4,132 @@
 
 use std::sync::Arc;
 
+use tokio_postgres::Client;
+
 use super::{now_ms, Pipeline, Record};
 use crate::config::SchemaChangeBackfill;
 use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
-use crate::schema_change::{self, ColumnChange, SchemaHistory, TableShape};
+use crate::offset::SourceOffset;
+use crate::schema_change::{self, ColumnChange, SchemaHistory, TableSchemas, TableShape};
 use crate::snapshot::{request, SnapshotKind, TableProgress};
 use crate::sources::postgres::pgoutput::Relation;
 
-/// The schema watch's state, one component of the pipeline: where schema
-/// changes go and, per captured table, the columns of its last
-/// schema-change record (read back from the topic at start): what its
-/// events use.
+/// The schema watch, one component of the pipeline: where schema changes
+/// go and, per captured table, the columns of its last schema-change record
+/// (read back from the topic at start): what its events use. It owns both;
+/// the pipeline hands it the catalog's columns and publishes what it returns.
 pub(super) struct SchemaWatch {
     /// `<topic.prefix>.schema-changes`.
-    pub(super) topic: Arc<str>,
-    pub(super) history: SchemaHistory,
+    topic: Arc<str>,
+    history: SchemaHistory,
+}
+
+/// What a schema-change record takes from outside the schema watch.
+pub(super) struct Seen<'a> {
+    /// `name`, the connector the records name.
+    pub(super) connector: &'a str,
+    /// `schema.change.backfill`.
+    pub(super) backfill: SchemaChangeBackfill,
+    /// The position the change was seen at.
+    pub(super) at_lsn: u64,
+    pub(super) now_ms: i64,
+}
+
+/// The schema-change records of one comparison.
+pub(super) struct Compared {
+    /// One per table whose columns differ from its last record, or seen
+    /// the first time.
+    pub(super) records: Vec<Record>,
+    /// How many of them are changes (not a table seen the first time).
+    pub(super) changes: u64,
+}
+
+impl SchemaWatch {
+    pub(super) fn new(topic: Arc<str>, history: SchemaHistory) -> Self {
+        Self { topic, history }
+    }
+
+    /// The schema-change topic.
+    pub(super) fn topic(&self) -> &Arc<str> {
+        &self.topic
+    }
+
+    /// Compares the catalog's columns (`now`, per table) with those each
+    /// table's last schema-change record names, and returns a record for
+    /// each table that differs (and for a table seen the first time, so the
+    /// topic holds every table's columns). `queue_backfill` is called for a
+    /// table whose rows changed without row events (under
+    /// `schema.change.backfill = "auto"`) and returns the snapshot id the
+    /// record names.
+    pub(super) fn compare(
+        &mut self,
+        now: TableSchemas,
+        seen: &Seen<'_>,
+        mut queue_backfill: impl FnMut(&str) -> String,
+    ) -> Compared {
+        let mut compared = Compared {
+            records: Vec::new(),
+            changes: 0,
+        };
+        for (table, columns) in now {
+            let changes = match self.history.columns.get(&table) {
+                Some(old) if *old == columns => continue,
+                Some(old) => schema_change::diff(old, &columns),
+                None => Vec::new(),
+            };
+            let first_seen = !self.history.columns.contains_key(&table);
+            self.history.note_renames(&table, &changes);
+            let backfill = (!first_seen
+                && seen.backfill == SchemaChangeBackfill::Auto
+                && changes.iter().any(ColumnChange::changes_rows))
+            .then(|| queue_backfill(&table));
+            if !first_seen {
+                tracing::info!(table = %table, changes = ?changes, backfill = ?backfill, "schema change");
+                compared.changes += 1;
+            }
+            let (key, value) = schema_change::record(
+                seen.connector,
+                &table,
+                &changes,
+                TableShape {
+                    columns: &columns,
+                    former_names: self.history.former_names(&table),
+                },
+                seen.at_lsn,
+                backfill.as_deref(),
+                seen.now_ms,
+            );
+            let mut r = Record::new(&self.topic, Some(key), Some(value));
+            r.partition = Some(0);
+            compared.records.push(r);
+            self.history.columns.insert(table, columns);
+        }
+        compared
+    }
+
+    /// Which source columns `rel`'s fields are (table `qualified`), for the
+    /// encoder's schema ([`schema_change::identity`]); `xid`: the stream's
+    /// transaction the Relation came in (none for a snapshot chunk's).
+    pub(super) async fn source_identity(
+        &self,
+        control: &Client,
+        qualified: &str,
+        rel: &Relation,
+        xid: Option<u32>,
+    ) -> Result<Option<SourceIdentity>, CaptureError> {
+        let known = self.history.columns.get(qualified).map(Vec::as_slice);
+        let former = self.history.former_names(qualified);
+        schema_change::identity(control, rel, known, former, xid).await
+    }
 }
 
 impl Pipeline<'_> {
     /// Compares every captured table's columns in the catalog with those
-    /// its last schema-change record names; publishes a record for each
-    /// table that differs (and for a table seen the first time, so the
-    /// topic holds every table's columns) and queues a backfill where rows
-    /// changed without row events. Runs at every heartbeat and after a
-    /// Relation message that differs from the cached one.
+    /// its last schema-change record names ([`SchemaWatch::compare`]),
+    /// publishes the records and queues the backfills. Runs at every
+    /// heartbeat and after a Relation message that differs from the cached
+    /// one.
     pub(super) async fn check_schemas(&mut self) -> Result<(), CaptureError> {
         let tables: Vec<String> = self
             .kafka
@@ -51,47 +152,25 @@ impl Pipeline<'_> {
         let now = schema_change::load(&self.control, &tables)
             .await
             .map_err(CaptureError::pg("read the captured tables' columns"))?;
-        let mut records = Vec::new();
-        for (table, columns) in now {
-            let changes = match self.schema.history.columns.get(&table) {
-                Some(old) if *old == columns => continue,
-                Some(old) => schema_change::diff(old, &columns),
-                None => Vec::new(),
-            };
-            let first_seen = !self.schema.history.columns.contains_key(&table);
-            self.schema.history.note_renames(&table, &changes);
-            let backfill = (!first_seen
-                && self.cfg.schema_change_backfill == SchemaChangeBackfill::Auto
-                && changes.iter().any(ColumnChange::changes_rows))
-            .then(|| self.queue_backfill(&table));
-            if !first_seen {
-                tracing::info!(table = %table, changes = ?changes, backfill = ?backfill, "schema change");
-                self.metrics.schema_changes.inc();
-            }
-            let (key, value) = schema_change::record(
-                self.cfg.connector_name(),
-                &table,
-                &changes,
-                TableShape {
-                    columns: &columns,
-                    former_names: self.schema.history.former_names(&table),
-                },
-                self.server_position.max(self.kafka.position().flush_lsn),
-                backfill.as_deref(),
-                now_ms(),
-            );
-            let mut r = Record::new(&self.schema.topic, Some(key), Some(value));
-            r.partition = Some(0);
-            records.push(r);
-            self.schema.history.columns.insert(table, columns);
-        }
-        if records.is_empty() {
+        let seen = Seen {
+            connector: self.cfg.connector_name(),
+            backfill: self.cfg.schema_change_backfill,
+            at_lsn: self.server_position.max(self.kafka.position().flush_lsn),
+            now_ms: now_ms(),
+        };
+        let in_flight = self.snap_in_flight();
+        let stage = self.kafka.stage();
+        let compared = self
+            .schema
+            .compare(now, &seen, |table| queue_backfill(stage, in_flight, table));
+        self.metrics.schema_changes.inc_by(compared.changes);
+        if compared.records.is_empty() {
             return Ok(());
         }
         self.kafka
-            .ensure_compacted_topic(&self.schema.topic)
+            .ensure_compacted_topic(self.schema.topic())
             .await?;
-        self.publish(records).await?;
+        self.publish(compared.records).await?;
         // Outside a transaction nothing else would commit them soon.
         if !self.tracker.in_tx() && !self.kafka.committing() {
             self.commit_position().await?;
@@ -99,50 +178,32 @@ impl Pipeline<'_> {
         self.publish_view();
         Ok(())
     }
+}
 
-    /// Which source columns `rel`'s fields are (table `qualified`), for the
-    /// encoder's schema ([`schema_change::identity`]); `xid`: the stream's
-    /// transaction the Relation came in (none for a snapshot chunk's).
-    pub(super) async fn source_identity(
-        &self,
-        qualified: &str,
-        rel: &Relation,
-        xid: Option<u32>,
-    ) -> Result<Option<SourceIdentity>, CaptureError> {
-        let known = self
-            .schema
-            .history
-            .columns
-            .get(qualified)
-            .map(Vec::as_slice);
-        let former = self.schema.history.former_names(qualified);
-        schema_change::identity(&self.control, rel, known, former, xid).await
-    }
-
-    /// Queues a snapshot of `table` that reads every row after now, and
-    /// returns the id of the snapshot it joins. A pass of that table already
-    /// under way may have read rows before the change, so a new pass is
-    /// queued after it; a queued pass that has not started yet reads the
-    /// new rows anyway.
-    fn queue_backfill(&mut self, table: &str) -> String {
-        let in_flight = self.snap_in_flight();
-        if let Some(p) = self.kafka.stage().snapshot.as_mut() {
-            let unstarted =
-                p.tables.iter().enumerate().any(|(i, t)| {
-                    t.table == table && t.last_key.is_none() && !(i == 0 && in_flight)
-                });
-            if !unstarted {
-                p.tables.push(TableProgress::new(table, None));
-            }
-            return p.id.clone();
+/// Queues a snapshot of `table` that reads every row after now, in the
+/// staged position `stage`, and returns the id of the snapshot it joins. A
+/// pass of that table already under way (`in_flight`: a chunk of the
+/// queue's first table is being read) may have read rows before the change,
+/// so a new pass is queued after it; a queued pass that has not started yet
+/// reads the new rows anyway.
+pub(super) fn queue_backfill(stage: &mut SourceOffset, in_flight: bool, table: &str) -> String {
+    if let Some(p) = stage.snapshot.as_mut() {
+        let unstarted = p
+            .tables
+            .iter()
+            .enumerate()
+            .any(|(i, t)| t.table == table && t.last_key.is_none() && !(i == 0 && in_flight));
+        if !unstarted {
+            p.tables.push(TableProgress::new(table, None));
         }
-        let id = format!("schema-change-{}", now_ms());
-        request(
-            &mut self.kafka.stage().snapshot,
-            id.clone(),
-            SnapshotKind::Incremental,
-            vec![TableProgress::new(table, None)],
-        );
-        id
+        return p.id.clone();
     }
+    let id = format!("schema-change-{}", now_ms());
+    request(
+        &mut stage.snapshot,
+        id.clone(),
+        SnapshotKind::Incremental,
+        vec![TableProgress::new(table, None)],
+    );
+    id
 }

@@ -485,7 +485,10 @@ impl Pipeline<'_> {
         }
         let qualified = format!("{}.{}", rel.namespace, rel.name);
         // A chunk's Relation is read from the catalog as it is now.
-        let identity = self.source_identity(&qualified, rel, None).await?;
+        let identity = self
+            .schema
+            .source_identity(&self.control, &qualified, rel, None)
+            .await?;
         let enc = TableEncoder::identified(
             rel,
             &self.router.types,

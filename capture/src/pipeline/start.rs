@@ -384,11 +384,8 @@ async fn assemble<'a>(
         tracker: Tracker::default(),
         server_position: 0,
         metrics: metrics.clone(),
-        schema: SchemaWatch {
-            topic: crate::schema_change::topic(cfg).into(),
-            history: schemas,
-        },
-        fixed_at: HashMap::new(),
+        schema: SchemaWatch::new(crate::schema_change::topic(cfg).into(), schemas),
+        fixes: Default::default(),
     };
     for (table, why) in source.set_aside {
         pipeline.quarantine(&table, why);
