@@ -102,16 +102,18 @@ fn wanted_mapping(field: &Value, format: Format) -> Option<Value> {
 const INTEGER: &[&str] = &["long", "integer", "short", "byte", "unsigned_long"];
 
 /// Whether a field mapped `mapped` cannot hold values of Connect schema
-/// `field` as they are, where the field [`wanted_mapping`] gives holds the
-/// old values too: a numeric field refuses strings that are no numbers
-/// (`integer` → `text`), and an integer field truncates fractions
-/// (`integer` → `numeric(12,2)`: the document keeps `12.34` but searches
-/// and aggregations see `12`). Only changes that way round move an index:
-/// events from before the change (read late or replayed) then fit the new
-/// generation and never move it back. Changes neither way (a boolean field
-/// and numbers) stay per-record errors. A field keeping malformed values in
-/// `_source` (`ignore_malformed`) takes strings, and a decimal string
-/// (mapped `double` by the sink) is a number to a numeric field.
+/// `field` as they are, by what Elasticsearch takes per field type: a
+/// numeric field refuses strings that are no numbers (`integer` → `text`)
+/// and booleans (`integer` → `boolean`), and an integer field truncates
+/// fractions (`integer` → `numeric(12,2)`: the document keeps `12.34` but
+/// searches and aggregations see `12`); a boolean field refuses numbers and
+/// strings other than `"true"`/`"false"` (`boolean` → `integer`, `text`);
+/// `text`, `keyword` and the other fields take every scalar. A field keeping
+/// malformed values in `_source` (`ignore_malformed`) takes anything, and a
+/// decimal string (mapped `double` by the sink) is a number to a numeric
+/// field. The new generation's mapping ([`new_mapping`]) takes the old
+/// values too, so events from before the change (read late or replayed) fit
+/// it and never move the index back.
 pub(super) fn refuses(mapped: &Value, field: &Value, format: Format) -> bool {
     let Some(kind) = kind(field) else {
         return false;
@@ -124,9 +126,31 @@ pub(super) fn refuses(mapped: &Value, field: &Value, format: Format) -> bool {
     match mapped["type"].as_str() {
         Some(t) if INTEGER.contains(&t) && fractions => true,
         _ if mapped["ignore_malformed"] == json!(true) => false,
-        Some(t) if NUMERIC.contains(&t) => kind == Kind::Str && !wanted_numeric,
+        Some(t) if NUMERIC.contains(&t) => {
+            kind == Kind::Bool || (kind == Kind::Str && !wanted_numeric)
+        }
+        Some("boolean") => kind != Kind::Bool,
         _ => false,
     }
+}
+
+/// The mapping a refused field gets in the new generation: the one
+/// [`wanted_mapping`] gives when it takes the values the old mapping held
+/// too, else a string field, which takes every scalar (numbers before the
+/// change and booleans after, or the other way round). Either way events
+/// from before the change fit the new generation (the one-way rule).
+fn new_mapping(mapped: &Value, field: &Value, format: Format) -> Option<Value> {
+    let wanted = wanted_mapping(field, format)?;
+    let held = match mapped["type"].as_str() {
+        Some("boolean") => json!({"type": "boolean"}),
+        Some(t) if INTEGER.contains(&t) => json!({"type": "int64"}),
+        Some(t) if NUMERIC.contains(&t) => json!({"type": "float64"}),
+        _ => return Some(wanted),
+    };
+    if refuses(&wanted, &held, format) {
+        return wanted_mapping(&json!({"type": "string"}), format);
+    }
+    Some(wanted)
 }
 
 /// The concrete index behind `name` and its mappings (`None` when `name`
@@ -181,12 +205,13 @@ pub async fn follow(
         .unwrap_or_default();
     let remapped: Map<String, Value> = fields
         .iter()
-        .filter(|(f, schema)| {
-            properties
-                .get(*f)
-                .is_some_and(|mapped| refuses(mapped, schema, format))
+        .filter_map(|(f, schema)| {
+            let mapped = properties.get(f)?;
+            if !refuses(mapped, schema, format) {
+                return None;
+            }
+            Some((f.clone(), new_mapping(mapped, schema, format)?))
         })
-        .filter_map(|(f, schema)| Some((f.clone(), wanted_mapping(schema, format)?)))
         .collect();
     if remapped.is_empty() {
         return Ok(false);
@@ -405,14 +430,63 @@ mod tests {
             &json!({"type": "int32"}),
             format
         ));
-        // Neither way round: no move (it would move back for older events).
         assert!(!refuses(
+            &json!({"type": "text"}),
             &json!({"type": "boolean"}),
-            &json!({"type": "int32"}),
             format
         ));
-        assert!(!refuses(&long, &json!({"type": "boolean"}), format));
         assert_eq!(next_generation("p.t", "p.t"), "p.t-g2");
         assert_eq!(next_generation("p.t", "p.t-g2"), "p.t-g3");
+    }
+
+    /// Per field type, what Elasticsearch refuses, and the new generation's
+    /// mapping taking the values from before the change too.
+    #[test]
+    fn booleans_and_numbers_move_to_a_field_taking_both() {
+        let format = Format {
+            values: ValueFormat::Native,
+            json: JsonMode::Text,
+        };
+        let long = json!({"type": "long"});
+        let boolean = json!({"type": "boolean"});
+        let int = json!({"type": "int32"});
+        let bool_ = json!({"type": "boolean"});
+        let text = json!({"type": "string"});
+        // `integer` → `boolean`: a numeric field refuses `true`.
+        assert!(refuses(&long, &bool_, format));
+        assert!(refuses(&json!({"type": "double"}), &bool_, format));
+        // `boolean` → `integer` / `double precision` / `text`: a boolean
+        // field refuses numbers and most strings.
+        assert!(refuses(&boolean, &int, format));
+        assert!(refuses(&boolean, &json!({"type": "double"}), format));
+        assert!(refuses(&boolean, &text, format));
+        assert!(!refuses(&boolean, &bool_, format));
+        // A boolean field keeping malformed values refuses nothing.
+        assert!(!refuses(
+            &json!({"type": "boolean", "ignore_malformed": true}),
+            &int,
+            format
+        ));
+        // The new mapping takes old and new values: a string field for
+        // numbers and booleans, which refuses neither afterwards.
+        for (mapped, field, old) in [(&long, &bool_, &int), (&boolean, &int, &bool_)] {
+            let new = new_mapping(mapped, field, format).expect("a mapping");
+            assert_eq!(new["type"], "text", "{mapped} {field}");
+            assert!(!refuses(&new, field, format));
+            assert!(!refuses(&new, old, format));
+        }
+        // Where the wanted mapping takes the old values it is kept.
+        assert_eq!(
+            new_mapping(&long, &text, format).expect("text")["type"],
+            "text"
+        );
+        assert_eq!(
+            new_mapping(&long, &json!({"type": "double"}), format).expect("double")["type"],
+            "double"
+        );
+        assert_eq!(
+            new_mapping(&boolean, &text, format).expect("text")["type"],
+            "text"
+        );
     }
 }

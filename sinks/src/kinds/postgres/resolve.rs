@@ -69,6 +69,19 @@ impl PostgresSink {
             return Ok(None);
         };
         let key: Vec<&'a str> = first.shape.key.iter().map(String::as_str).collect();
+        // A source column named like one of the sink's own columns or a
+        // retired generation is refused before any DDL, by its name in the
+        // source: a field routed to a retired column carries that column's
+        // name by now.
+        let mut checked = HashSet::new();
+        for row in &rows {
+            // Rows share their shape: each checked once.
+            if checked.insert(Arc::as_ptr(&row.shape) as usize) {
+                for column in row.shape.specs.keys() {
+                    self.catalog.clash(table, row.shape.source_of(column))?;
+                }
+            }
+        }
         // The table as it was, to tell the columns this batch creates.
         let known = self.catalog.lookup(client, table).await?;
         let mut info = self

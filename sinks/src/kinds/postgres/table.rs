@@ -88,7 +88,41 @@ impl MetaColumns {
                 self.all().join(", ")
             )));
         }
+        // `<prefix>g<N>_<name>` is the name of a retired column generation
+        // (`generation::retired_name`): a source column of that name would be
+        // taken for one, its values read as another column's old ones.
+        let retired = column
+            .strip_prefix(self.prefix())
+            .and_then(|rest| rest.strip_prefix('g'))
+            .and_then(|rest| rest.split_once('_'))
+            .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if retired {
+            return Err(SinkError::quarantine(format!(
+                "source column {column:?} of the table mirrored into {table} has the name of a retired column generation of the warehouse sink ({}g<N>_<column>): set sink.meta.column.prefix to a prefix no source column starts with (e.g. meta.column.prefix = \"_oncely_meta_\"); tables the sink created before keep their old column names, so a new prefix needs a new target.schema or table.name.format",
+                self.prefix()
+            )));
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod clash_tests {
+    use super::*;
+
+    #[test]
+    fn source_columns_named_like_meta_or_retired_columns_are_quarantined() {
+        let meta = MetaColumns::default();
+        for column in ["__oncely_deleted", "__oncely_g1_x", "__oncely_g12_flag"] {
+            let err = meta.clash("w.t", column).expect_err(column);
+            assert!(err.is_quarantine(), "{column}: {err}");
+        }
+        for column in ["x", "__oncely_g_x", "__oncely_gx_y", "__oncely_g1", "g1_x"] {
+            assert!(meta.clash("w.t", column).is_ok(), "{column}");
+        }
+        let other = MetaColumns::new("_m_");
+        assert!(other.clash("w.t", "_m_g2_code").is_err());
+        assert!(other.clash("w.t", "__oncely_g1_x").is_ok());
     }
 }
 
@@ -242,6 +276,13 @@ impl Catalog {
         format!("{}.{}", quote(&self.schema), quote(table))
     }
 
+    /// A quarantine when source column `column` of `table` is named like
+    /// one of the sink's own columns or a retired generation
+    /// ([`MetaColumns::clash`]).
+    pub fn clash(&self, table: &str, column: &str) -> Result<(), SinkError> {
+        self.meta.clash(&self.qualified(table), column)
+    }
+
     /// Forgets every cached table (after an error that may come from a changed catalog).
     pub fn invalidate(&self) {
         self.tables
@@ -288,11 +329,6 @@ impl Catalog {
         key: &[&str],
         wanted: &BTreeMap<&str, ColumnSpec>,
     ) -> Result<Arc<TableInfo>, SinkError> {
-        // First sight of a table (and of each new column): a source column
-        // named like one of the sink's own is refused before any DDL.
-        for column in wanted.keys() {
-            self.meta.clash(&self.qualified(table), column)?;
-        }
         if let Some(t) = self.lookup(client, table).await? {
             t.refuse_history()?;
             if t.has_columns(wanted) {
