@@ -49,6 +49,7 @@ mod headers;
 mod memory;
 mod ownership;
 mod shared;
+mod snapshot_signals;
 mod worker;
 #[cfg(test)]
 mod worker_tests;
@@ -67,10 +68,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use self::context::{Admit, RunnerContext};
+use self::decoder::Incoming;
 use self::dlq::DeadLetters;
 use self::headers::Payloads;
 use self::shared::{Shared, TopicFilter};
-use self::worker::Incoming;
 use crate::config::{GapRecovery, RunnerConfig};
 use crate::error::RunnerError;
 use crate::metrics::Metrics;
@@ -80,7 +81,7 @@ pub use self::dlq::{
     HEADER_ERROR, HEADER_KEY_OMITTED, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
     HEADER_VALUE_OMITTED,
 };
-pub use self::gap::{SnapshotRequest, SnapshotSignals};
+pub use self::snapshot_signals::{SnapshotRequest, SnapshotSignals};
 
 /// How often applied positions are committed to Kafka (asynchronously) while running.
 const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
@@ -538,12 +539,11 @@ fn dispatch(
                 // dropping the record would skip it: stop instead. A
                 // quarantined partition's worker ended on purpose: its
                 // records are read again when the sink starts after the fix.
-                if !shared.stop.is_cancelled()
-                    && !shared.is_set_aside(&TopicPartition::new(topic, partition))
-                {
+                let tp = TopicPartition::new(topic, partition);
+                if !shared.stop.is_cancelled() && !shared.is_set_aside(&tp) {
                     let why =
                         format!("ended while assigned (record at offset {offset} not delivered)");
-                    shared.worker_stopped((topic, partition), why);
+                    shared.worker_stopped(&tp, why);
                 }
                 return;
             }
