@@ -199,9 +199,13 @@ impl Runner {
     /// Runs until SIGTERM or SIGINT, then shuts down gracefully (see the module docs).
     pub async fn run_until_signal(self) -> Result<(), RunnerError> {
         let stop = CancellationToken::new();
-        let signals = stop_on_signal(stop.clone());
+        let signals = oncely_core::shutdown::cancel_on_signal(stop.clone())
+            .map_err(|e| tracing::warn!("cannot listen for SIGTERM and SIGINT: {e}"))
+            .ok();
         let result = self.run(stop).await;
-        signals.abort();
+        if let Some(signals) = signals {
+            signals.abort();
+        }
         result
     }
 
@@ -560,33 +564,4 @@ fn dispatch(
             }
         }
     }
-}
-
-/// Cancels `stop` on SIGTERM or SIGINT. Both are listened to before this
-/// returns (not when the task first runs), so a signal right after it is
-/// never handled by its default action.
-fn stop_on_signal(stop: CancellationToken) -> tokio::task::JoinHandle<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let listen = |kind: SignalKind, name: &'static str| {
-        let mut s = signal(kind).map_err(|e| tracing::warn!("cannot listen for {name}: {e}"));
-        async move {
-            match &mut s {
-                Ok(s) => {
-                    s.recv().await;
-                }
-                Err(()) => std::future::pending::<()>().await,
-            }
-        }
-    };
-    let (terminate, interrupt) = (
-        listen(SignalKind::terminate(), "SIGTERM"),
-        listen(SignalKind::interrupt(), "SIGINT"),
-    );
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = terminate => tracing::info!("SIGTERM: stopping"),
-            _ = interrupt => tracing::info!("SIGINT: stopping"),
-        }
-        stop.cancel();
-    })
 }
