@@ -438,7 +438,7 @@ impl RunnerContext {
                     // A worker catches its stages' panics; this is one of its own.
                     Ok(Err(e)) => {
                         let stage = "stopping";
-                        self.shared.worker_died(&tp, stage, e);
+                        self.shared.worker_died(tp, stage, e);
                     }
                     Err(_) => {
                         tracing::warn!(%tp, "a partition worker did not finish within shutdown.timeout.ms; abandoning its batch");
