@@ -16,7 +16,7 @@
 //! scripts/services up && eval "$(scripts/services env)"
 //! cargo build --release && cargo run --release --example bench_snapshot -- 1000000
 //! BENCH_CHUNK=8192 cargo run --release --example bench_snapshot -- 1000000   # incremental.snapshot.chunk.size
-//! BENCH_COLUMNS=10 cargo run --release --example bench_snapshot -- 1000000   # the 10-column table of issue 19
+//! BENCH_COLUMNS=10 cargo run --release --example bench_snapshot -- 1000000   # five more column kinds, as a real table mixes
 //! BENCH_SCHEMAS=false cargo run --release --example bench_snapshot -- 1000000 # schemas.enable = false
 //! BENCH_PRODUCER=compression.type=zstd,linger.ms=20 cargo run ...             # [kafka.producer] settings
 //! BENCH_CAPTURE_LOG=info,oncely_capture=debug cargo run ...                   # capture's RUST_LOG (default warn)

@@ -12,7 +12,8 @@
 //! errors that retrying cannot fix), [`endpoint`] (the HTTP listener of
 //! `/metrics`, `/healthz` and `/readyz`) and [`log_limit`] (rate-limited
 //! warnings), [`calendar`] (days to dates, the
-//! wire's infinity sentinels) and [`clock`] (the one `now_ms`).
+//! wire's infinity sentinels), [`clock`] (the one `now_ms`) and [`shutdown`]
+//! (the one SIGTERM/SIGINT listener).
 
 pub mod backoff;
 pub mod calendar;
@@ -23,6 +24,7 @@ pub mod kafka;
 pub mod log_limit;
 pub mod postgres;
 pub mod secret;
+pub mod shutdown;
 pub mod sql;
 pub mod tls;
 pub mod wire;

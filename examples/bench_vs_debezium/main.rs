@@ -1,4 +1,4 @@
-//! oncely capture side by side with Debezium (issue 19 item 3).
+//! oncely capture side by side with Debezium: the headline comparison (BENCHMARKS.md).
 //!
 //! Each tool runs alone, one after the other, into the same Kafka, on the same
 //! data, with its default settings:

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use oncely_core::config::{check_keys, flatten, flatten_value, from_flat, in_range, keys, Leaves};
 
 use crate::error::ConfigError;
-pub use crate::runner::dedup::{DedupConfig, DedupStore};
+use crate::runner::dedup::DedupConfig;
 
 /// Default `batch.max.records`.
 pub const DEFAULT_BATCH_MAX_RECORDS: usize = 1000;

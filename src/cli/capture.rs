@@ -82,7 +82,7 @@ async fn capture(config: PathBuf) -> anyhow::Result<()> {
         }
         None => None,
     };
-    super::cancel_on_signal(shutdown.clone())?;
+    oncely_core::shutdown::cancel_on_signal(shutdown.clone())?;
     let bar = std::io::stderr()
         .is_terminal()
         .then(|| tokio::spawn(progress_bar(metrics.clone(), shutdown.clone())));

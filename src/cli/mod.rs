@@ -37,19 +37,3 @@ pub fn init_tracing() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 }
-
-/// Cancels `token` on the first SIGTERM or SIGINT, so the running pipeline
-/// can finish its batch and exit 0.
-pub fn cancel_on_signal(token: tokio_util::sync::CancellationToken) -> std::io::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-        }
-        token.cancel();
-    });
-    Ok(())
-}

@@ -23,7 +23,7 @@ pub async fn run(args: SinkArgs) -> anyhow::Result<()> {
     // orchestrator stopping a starting pod) is a graceful stop too, not a
     // death by the signal's default action.
     let stop = tokio_util::sync::CancellationToken::new();
-    super::cancel_on_signal(stop.clone())?;
+    oncely_core::shutdown::cancel_on_signal(stop.clone())?;
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("cannot read {}", args.config.display()))?;
     let (mut runner_config, sink_config) = oncely_sinks::kinds::parse_config(&text)

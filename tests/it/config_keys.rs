@@ -120,8 +120,9 @@ fn all(keys: &[&str]) -> BTreeSet<String> {
 fn the_configuration_doc_lists_exactly_the_keys_the_configs_accept() {
     use oncely_capture::config::{CaptureConfig, OutboxConfig};
     use oncely_core::config::keys;
-    use oncely_sinks::config::{DedupConfig, RunnerConfig};
+    use oncely_sinks::config::RunnerConfig;
     use oncely_sinks::kinds::{elasticsearch, file, http, journal, postgres, redis};
+    use oncely_sinks::runner::dedup::DedupConfig;
 
     let expected: BTreeMap<&str, BTreeSet<String>> = [
         (

@@ -11,7 +11,7 @@ mod sink;
 
 mod capture_quarantine;
 mod config_keys;
-mod conformance_ddl;
+mod ddl_under_sigkills;
 mod debezium_compat;
 mod dedup_window;
 mod doc_links;

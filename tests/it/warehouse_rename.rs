@@ -195,7 +195,7 @@ async fn rename(p: &mut Pipeline) -> Result<()> {
 /// publishes the rename) before it streams those rows, whose Relation still
 /// says `a`. Their field must still carry `a`'s attnum, or the warehouse
 /// adds a column `a` beside the renamed `b` when the events are applied
-/// after the rename (seen under SIGKILLs in conformance_ddl).
+/// after the rename (seen under SIGKILLs in ddl_under_sigkills).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rename_while_capture_is_stopped_keeps_old_events_in_the_renamed_column() -> Result<()> {
     let mut p = Pipeline::new(

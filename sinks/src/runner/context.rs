@@ -25,8 +25,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::decoder::Incoming;
 use super::shared::{Gap, Shared};
-use super::worker::{Control, Incoming, Worker};
+use super::worker::{Control, Worker};
 use crate::config::GapRecovery;
 use crate::config::OffsetReset;
 use crate::error::SinkError;
@@ -437,7 +438,7 @@ impl RunnerContext {
                     // A worker catches its stages' panics; this is one of its own.
                     Ok(Err(e)) => {
                         let stage = "stopping";
-                        self.shared.worker_died((&tp.topic, tp.partition), stage, e);
+                        self.shared.worker_died(tp, stage, e);
                     }
                     Err(_) => {
                         tracing::warn!(%tp, "a partition worker did not finish within shutdown.timeout.ms; abandoning its batch");

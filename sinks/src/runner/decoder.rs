@@ -2,17 +2,60 @@
 //! next batch is collected and its envelopes decoded and prepared on a
 //! blocking thread while the applier writes the previous one.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use super::shared::Shared;
-use super::worker::{Decoded, Incoming, Pending, Undecodable};
-use crate::event::{decode_key, decode_value, Payload};
-use crate::sink::{Batch, Record};
+use crate::event::{decode_key, decode_value, DecodeError, Payload, TombstoneOrigin};
+use crate::sink::{Batch, Record, TopicPartition};
+
+/// A record read from Kafka, holding its share of the in-flight byte budget.
+pub(crate) struct Incoming {
+    pub offset: i64,
+    pub timestamp_ms: Option<i64>,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    /// A tombstone's origin, from its headers (see [`TombstoneOrigin`]).
+    pub tombstone: Option<TombstoneOrigin>,
+    /// The `dedup.identity.header` header's value (only that header is carried).
+    pub identity_header: Option<Vec<u8>>,
+    pub _permit: OwnedSemaphorePermit,
+}
+
+/// A record that could not be decoded, to dead-letter before its batch is applied.
+pub(super) struct Undecodable {
+    pub(super) offset: i64,
+    pub(super) key: Option<Vec<u8>>,
+    pub(super) value: Option<Vec<u8>>,
+    pub(super) error: DecodeError,
+}
+
+/// A collected, decoded and prepared batch on its way to the applier.
+pub(super) struct Decoded {
+    pub(super) batch: Batch,
+    pub(super) undecodable: Vec<Undecodable>,
+    /// Time spent decoding and preparing.
+    pub(super) decode_time: Duration,
+    /// The byte budget of the batch's records, released once it is applied.
+    pub(super) _permits: Vec<OwnedSemaphorePermit>,
+}
+
+/// Batches handed to the applier and not yet finished, and a wake-up when one finishes.
+#[derive(Default)]
+pub(super) struct Pending {
+    pub(super) batches: AtomicUsize,
+    pub(super) finished: Notify,
+}
+
+impl Pending {
+    pub(super) fn idle(&self) -> bool {
+        self.batches.load(Ordering::Acquire) == 0
+    }
+}
 
 /// How long a decoder waits before looking for more records of the batch it collects.
 const COLLECT_NAP: Duration = Duration::from_millis(1);
@@ -49,9 +92,9 @@ impl Decoder {
                             // skipped. The runner stops before this returns, so the
                             // records the poll thread still hands in are not lost
                             // but read again after the restart.
-                            let tp = (&*self.topic, self.partition);
+                            let tp = TopicPartition::new(&*self.topic, self.partition);
                             self.shared
-                                .worker_died(tp, "decoding or preparing a batch", e);
+                                .worker_died(&tp, "decoding or preparing a batch", e);
                             return;
                         }
                     };

@@ -23,46 +23,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use super::shared::Shared;
+use super::snapshot_signals::{SnapshotRequest, SnapshotSignals};
 use crate::error::SinkError;
 use crate::event::{ChangeEvent, Op, Payload, Version, VersionOrigin};
 use crate::sink::{Batch, Record, TopicPartition};
 
 /// How often a recovering partition asks whether capture finished its snapshot.
 const FINISHED_POLL: Duration = Duration::from_secs(1);
-
-/// A snapshot asked for by a gap recovery.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnapshotRequest {
-    /// The source database (`source.db` of the topic's events: some sinks
-    /// name their key sets by it).
-    pub database: String,
-    /// `(schema, table)` of every source table whose records the topic carries.
-    pub tables: Vec<(String, String)>,
-    /// A source position read before the signal was inserted: every row the
-    /// snapshot publishes and every change streamed after the signal has a
-    /// version at or after it.
-    pub before: Version,
-    /// Opaque to the runner: what [`SnapshotSignals::finished`] needs (e.g.
-    /// the source position after the signal's commit).
-    pub token: u64,
-}
-
-/// Asks the capture that writes a topic for an incremental snapshot of the
-/// topic's tables (through its signal table), and tells when it is done.
-/// `oncely sink` builds one from `gap.capture.config`.
-#[async_trait]
-pub trait SnapshotSignals: Send + Sync + 'static {
-    /// Requests the snapshot of `topic`'s tables. Transient errors are
-    /// retried; an empty `tables` is refused by the runner.
-    async fn request(&self, topic: &str) -> Result<SnapshotRequest, SinkError>;
-
-    /// True once capture has published every snapshot row of `request`.
-    async fn finished(&self, request: &SnapshotRequest) -> Result<bool, SinkError>;
-}
 
 /// The truncate event that removes `table`'s rows older than `before`.
 fn removal(

@@ -49,6 +49,7 @@ mod headers;
 mod memory;
 mod ownership;
 mod shared;
+mod snapshot_signals;
 mod worker;
 #[cfg(test)]
 mod worker_tests;
@@ -67,10 +68,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use self::context::{Admit, RunnerContext};
+use self::decoder::Incoming;
 use self::dlq::DeadLetters;
 use self::headers::Payloads;
 use self::shared::{Shared, TopicFilter};
-use self::worker::Incoming;
 use crate::config::{GapRecovery, RunnerConfig};
 use crate::error::RunnerError;
 use crate::metrics::Metrics;
@@ -80,7 +81,7 @@ pub use self::dlq::{
     HEADER_ERROR, HEADER_KEY_OMITTED, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
     HEADER_VALUE_OMITTED,
 };
-pub use self::gap::{SnapshotRequest, SnapshotSignals};
+pub use self::snapshot_signals::{SnapshotRequest, SnapshotSignals};
 
 /// How often applied positions are committed to Kafka (asynchronously) while running.
 const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
@@ -198,9 +199,13 @@ impl Runner {
     /// Runs until SIGTERM or SIGINT, then shuts down gracefully (see the module docs).
     pub async fn run_until_signal(self) -> Result<(), RunnerError> {
         let stop = CancellationToken::new();
-        let signals = stop_on_signal(stop.clone());
+        let signals = oncely_core::shutdown::cancel_on_signal(stop.clone())
+            .map_err(|e| tracing::warn!("cannot listen for SIGTERM and SIGINT: {e}"))
+            .ok();
         let result = self.run(stop).await;
-        signals.abort();
+        if let Some(signals) = signals {
+            signals.abort();
+        }
         result
     }
 
@@ -538,12 +543,11 @@ fn dispatch(
                 // dropping the record would skip it: stop instead. A
                 // quarantined partition's worker ended on purpose: its
                 // records are read again when the sink starts after the fix.
-                if !shared.stop.is_cancelled()
-                    && !shared.is_set_aside(&TopicPartition::new(topic, partition))
-                {
+                let tp = TopicPartition::new(topic, partition);
+                if !shared.stop.is_cancelled() && !shared.is_set_aside(&tp) {
                     let why =
                         format!("ended while assigned (record at offset {offset} not delivered)");
-                    shared.worker_stopped((topic, partition), why);
+                    shared.worker_stopped(&tp, why);
                 }
                 return;
             }
@@ -560,33 +564,4 @@ fn dispatch(
             }
         }
     }
-}
-
-/// Cancels `stop` on SIGTERM or SIGINT. Both are listened to before this
-/// returns (not when the task first runs), so a signal right after it is
-/// never handled by its default action.
-fn stop_on_signal(stop: CancellationToken) -> tokio::task::JoinHandle<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let listen = |kind: SignalKind, name: &'static str| {
-        let mut s = signal(kind).map_err(|e| tracing::warn!("cannot listen for {name}: {e}"));
-        async move {
-            match &mut s {
-                Ok(s) => {
-                    s.recv().await;
-                }
-                Err(()) => std::future::pending::<()>().await,
-            }
-        }
-    };
-    let (terminate, interrupt) = (
-        listen(SignalKind::terminate(), "SIGTERM"),
-        listen(SignalKind::interrupt(), "SIGINT"),
-    );
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = terminate => tracing::info!("SIGTERM: stopping"),
-            _ = interrupt => tracing::info!("SIGINT: stopping"),
-        }
-        stop.cancel();
-    })
 }

@@ -27,6 +27,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::context::RunnerContext;
 use super::shared::Shared;
+use crate::sink::TopicPartition;
 
 /// How often the group's assignment is checked.
 pub(crate) const CHECK_INTERVAL: Duration = Duration::from_secs(5);
@@ -35,14 +36,11 @@ const RESTORE_AFTER: Duration = Duration::from_secs(3);
 /// Timeout of the metadata and group requests of one check.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A topic's partition.
-type Partition = (String, i32);
-
 /// The check's state, kept by the poll thread.
 pub(crate) struct OwnershipCheck {
     last: Instant,
     /// Unowned at the previous check.
-    suspects: BTreeSet<Partition>,
+    suspects: BTreeSet<TopicPartition>,
     /// When to subscribe to the full subscription again.
     restore_at: Option<Instant>,
 }
@@ -81,15 +79,17 @@ impl OwnershipCheck {
             self.suspects.clear();
             return;
         };
-        let lasting: BTreeSet<Partition> = unowned.intersection(&self.suspects).cloned().collect();
+        let lasting: BTreeSet<TopicPartition> =
+            unowned.intersection(&self.suspects).cloned().collect();
         self.suspects = unowned;
         if lasting.is_empty() {
             return;
         }
-        let topics: BTreeSet<&str> = lasting.iter().map(|(t, _)| t.as_str()).collect();
+        let partitions: Vec<String> = lasting.iter().map(ToString::to_string).collect();
+        let topics: BTreeSet<&str> = lasting.iter().map(|tp| tp.topic.as_str()).collect();
         tracing::warn!(
             group = %shared.group,
-            partitions = ?lasting,
+            partitions = %partitions.join(", "),
             "partitions of subscribed topics nobody owns (a static member rejoined with an \
              assignment made before they existed): asking the group to rebalance"
         );
@@ -120,7 +120,7 @@ fn check(
     consumer: &BaseConsumer<RunnerContext>,
     shared: &Shared,
     subscription: &[&str],
-) -> Option<(Vec<String>, BTreeSet<Partition>)> {
+) -> Option<(Vec<String>, BTreeSet<TopicPartition>)> {
     let groups = consumer
         .fetch_group_list(Some(&shared.config.group_id), REQUEST_TIMEOUT)
         .map_err(|e| tracing::debug!("describe group: {e}"))
@@ -132,7 +132,11 @@ fn check(
     let mut owned = BTreeSet::new();
     for member in group.members() {
         for (topic, partitions) in parse_assignment(member.assignment()?)? {
-            owned.extend(partitions.into_iter().map(|p| (topic.clone(), p)));
+            owned.extend(
+                partitions
+                    .into_iter()
+                    .map(|p| TopicPartition::new(topic.clone(), p)),
+            );
         }
     }
     let metadata = consumer
@@ -148,7 +152,7 @@ fn check(
         }
         matched.push(topic.name().to_owned());
         for p in topic.partitions() {
-            let tp = (topic.name().to_owned(), p.id());
+            let tp = TopicPartition::new(topic.name(), p.id());
             if !owned.contains(&tp) {
                 unowned.insert(tp);
             }

@@ -79,7 +79,7 @@ pub(crate) struct Shared {
     /// why, with the fix.
     pub(crate) stopped: Mutex<BTreeMap<TopicPartition, String>>,
     /// What requests a recovery snapshot (`gap.recovery = "snapshot"`).
-    pub(crate) signals: Option<Arc<dyn super::gap::SnapshotSignals>>,
+    pub(crate) signals: Option<Arc<dyn super::snapshot_signals::SnapshotSignals>>,
     /// Partitions resumed after a gap whose recovery snapshot is not done
     /// yet (`runner::gap`); why, for `/readyz`.
     pub(crate) recovering: Mutex<BTreeMap<TopicPartition, String>>,
@@ -422,22 +422,27 @@ impl Shared {
         self.stop_with(RunnerError::Sink(e));
     }
 
-    /// Stops the runner because a task of the worker of `topic`/`partition`
+    /// Stops the runner because a task of the worker of `tp`
     /// ended abnormally (see [`Shared::worker_panicked`]).
-    pub(crate) fn worker_died(&self, tp: (&str, i32), stage: &str, e: JoinError) {
+    pub(crate) fn worker_died(&self, tp: &TopicPartition, stage: &str, e: JoinError) {
         match e.try_into_panic() {
             Ok(panic) => self.worker_panicked(tp, stage, &*panic),
             Err(e) => self.worker_stopped(tp, format!("was cancelled while {stage} ({e})")),
         }
     }
 
-    /// Stops the runner because the worker of `topic`/`partition` panicked
+    /// Stops the runner because the worker of `tp` panicked
     /// (a bug in decoding or in the sink). The partition cannot go on without
     /// its worker, and no record of it may be dropped: the runner stops with
     /// an error naming the partition and the panic, so the process exits
     /// non-zero and a restart resumes the partition from its committed
     /// position (nothing past what was applied is committed).
-    pub(crate) fn worker_panicked(&self, tp: (&str, i32), stage: &str, panic: &(dyn Any + Send)) {
+    pub(crate) fn worker_panicked(
+        &self,
+        tp: &TopicPartition,
+        stage: &str,
+        panic: &(dyn Any + Send),
+    ) {
         let message = panic
             .downcast_ref::<&str>()
             .copied()
@@ -446,11 +451,10 @@ impl Shared {
         self.worker_stopped(tp, format!("panicked while {stage}: {message}"));
     }
 
-    /// Stops the runner because the worker of `topic`/`partition` ended: `why`.
-    pub(crate) fn worker_stopped(&self, (topic, partition): (&str, i32), why: String) {
+    /// Stops the runner because the worker of `tp` ended: `why`.
+    pub(crate) fn worker_stopped(&self, tp: &TopicPartition, why: String) {
         self.stop_with(RunnerError::Internal(format!(
-            "the worker of partition {} {why}; stopping so that a restart resumes the partition from its committed position",
-            TopicPartition::new(topic, partition)
+            "the worker of partition {tp} {why}; stopping so that a restart resumes the partition from its committed position"
         )));
     }
 

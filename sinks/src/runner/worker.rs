@@ -26,34 +26,20 @@
 
 use std::ops::ControlFlow;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::decoder::Decoder;
+use super::decoder::{Decoded, Decoder, Incoming, Pending};
 use super::dlq::{cap_reason, DeadLetter, MAX_REASON_BYTES};
 use super::shared::Shared;
 use crate::error::{RecordFailure, SinkError};
-use crate::event::{DecodeError, TombstoneOrigin};
-use crate::sink::Batch;
+use crate::sink::{Batch, TopicPartition};
 use oncely_core::backoff::{retry, Backoff, RetryOutcome};
-
-/// A record read from Kafka, holding its share of the in-flight byte budget.
-pub(crate) struct Incoming {
-    pub offset: i64,
-    pub timestamp_ms: Option<i64>,
-    pub key: Option<Vec<u8>>,
-    pub value: Option<Vec<u8>>,
-    /// A tombstone's origin, from its headers (see [`TombstoneOrigin`]).
-    pub tombstone: Option<TombstoneOrigin>,
-    /// The `dedup.identity.header` header's value (only that header is carried).
-    pub identity_header: Option<Vec<u8>>,
-    pub _permit: OwnedSemaphorePermit,
-}
 
 /// Why a batch was not finished.
 enum Unfinished {
@@ -71,24 +57,6 @@ pub(crate) struct Control {
     pub abandon: CancellationToken,
 }
 
-/// A record that could not be decoded, to dead-letter before its batch is applied.
-pub(super) struct Undecodable {
-    pub(super) offset: i64,
-    pub(super) key: Option<Vec<u8>>,
-    pub(super) value: Option<Vec<u8>>,
-    pub(super) error: DecodeError,
-}
-
-/// A collected, decoded and prepared batch on its way to the applier.
-pub(super) struct Decoded {
-    pub(super) batch: Batch,
-    pub(super) undecodable: Vec<Undecodable>,
-    /// Time spent decoding and preparing.
-    pub(super) decode_time: Duration,
-    /// The byte budget of the batch's records, released once it is applied.
-    pub(super) _permits: Vec<OwnedSemaphorePermit>,
-}
-
 pub(crate) struct Worker {
     shared: Arc<Shared>,
     topic: Arc<str>,
@@ -96,19 +64,6 @@ pub(crate) struct Worker {
     rx: mpsc::Receiver<Incoming>,
     control: Control,
     backoff: Backoff,
-}
-
-/// Batches handed to the applier and not yet finished, and a wake-up when one finishes.
-#[derive(Default)]
-pub(super) struct Pending {
-    pub(super) batches: AtomicUsize,
-    pub(super) finished: Notify,
-}
-
-impl Pending {
-    pub(super) fn idle(&self) -> bool {
-        self.batches.load(Ordering::Acquire) == 0
-    }
 }
 
 /// The applying stage of a worker.
@@ -171,11 +126,11 @@ impl Worker {
         let applied = AssertUnwindSafe(applier.run(&mut queue))
             .catch_unwind()
             .await;
-        let tp = (&*applier.topic, applier.partition);
+        let tp = TopicPartition::new(&*applier.topic, applier.partition);
         if let Err(panic) = applied {
             applier
                 .shared
-                .worker_panicked(tp, "applying a batch", &*panic);
+                .worker_panicked(&tp, "applying a batch", &*panic);
         }
         decoder_stop.cancel();
         // Ends a decoder blocked on handing over a batch.
@@ -183,7 +138,7 @@ impl Worker {
         if let Err(e) = decoding.await {
             applier
                 .shared
-                .worker_died(tp, "collecting or decoding a batch", e);
+                .worker_died(&tp, "collecting or decoding a batch", e);
         }
     }
 }

@@ -9,9 +9,10 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::decoder::Incoming;
 use super::memory::MemorySink;
 use super::shared::{Liveness, Shared, TopicFilter};
-use super::worker::{Control, Incoming, Worker};
+use super::worker::{Control, Worker};
 use crate::config::RunnerConfig;
 use crate::error::SinkError;
 use crate::metrics::Metrics;

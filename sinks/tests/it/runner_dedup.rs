@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use oncely_core::Secret;
-use oncely_sinks::config::{DedupConfig, DedupStore};
 use oncely_sinks::metrics::Metrics;
+use oncely_sinks::runner::dedup::{DedupConfig, DedupStore};
 use oncely_sinks::runner::{HEADER_ERROR, HEADER_OFFSET};
 use oncely_sinks::{Batch, Runner, RunnerConfig, Sink, SinkError};
 use oncely_testkit::kafka::*;

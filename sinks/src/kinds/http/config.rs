@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn the_window_is_on_by_default_and_can_be_turned_off() {
-        use crate::config::DedupStore;
+        use crate::runner::dedup::DedupStore;
         let (runner, _) = parse_config(&format!(
             "{HEAD}[sink]\nkind = \"http\"\nurl = \"http://h\"\n"
         ))

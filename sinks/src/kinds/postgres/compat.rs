@@ -1,7 +1,7 @@
 //! Whether an existing warehouse column takes the values an event
 //! describes, and the type it must widen to when it is narrower.
 
-use super::types::{base_type, is_text, ColumnSpec, Conv};
+use super::types::{base_type, is_text, ColumnSpec, Conv, Exact};
 
 /// Canonical `format_type` spelling of the DDL names this module produces.
 pub fn canonical(ddl: &str) -> String {
@@ -70,44 +70,6 @@ pub fn compatible(spec: &ColumnSpec, actual: &str) -> Result<(), String> {
 
 fn is_network(t: &str) -> bool {
     matches!(t, "inet" | "cidr" | "macaddr" | "macaddr8")
-}
-
-/// A type of the exact-number family, by what it holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Exact {
-    /// `smallint`, `integer`, `bigint`: bits.
-    Int(u32),
-    /// `numeric(precision, scale)`.
-    Decimal(u32, u32),
-    /// `numeric` without modifiers: any value.
-    Unbounded,
-}
-
-impl Exact {
-    pub(super) fn parse(t: &str) -> Option<Self> {
-        Some(match t {
-            "smallint" => Exact::Int(16),
-            "integer" => Exact::Int(32),
-            "bigint" => Exact::Int(64),
-            "numeric" => Exact::Unbounded,
-            _ => {
-                let inner = t.strip_prefix("numeric(")?.strip_suffix(')')?;
-                let (p, s) = inner.split_once(',').unwrap_or((inner, "0"));
-                Exact::Decimal(p.trim().parse().ok()?, s.trim().parse().ok()?)
-            }
-        })
-    }
-
-    /// (digits before the point, digits after it) it holds in full.
-    fn digits(self) -> Option<(u32, u32)> {
-        match self {
-            Exact::Int(16) => Some((5, 0)),
-            Exact::Int(32) => Some((10, 0)),
-            Exact::Int(_) => Some((19, 0)),
-            Exact::Decimal(p, s) => Some((p.saturating_sub(s), s)),
-            Exact::Unbounded => None,
-        }
-    }
 }
 
 /// PostgreSQL's largest `numeric` precision.

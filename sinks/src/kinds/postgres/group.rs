@@ -4,11 +4,12 @@
 
 use std::collections::BTreeMap;
 
+use super::compat::{self, compatible};
 use super::plan::TableRows;
 use super::rows::{Row, Shape};
 use super::statement::{conv_for_type, Group};
 use super::table::TableInfo;
-use super::types::{self, compatible};
+use super::types;
 use crate::error::RecordFailure;
 
 /// A table's rows of a plan in offset order.
@@ -35,7 +36,7 @@ pub(super) fn wanted_specs<'a>(rows: &[&'a Row]) -> BTreeMap<&'a str, types::Col
                     e.insert(spec.clone());
                 }
                 std::collections::btree_map::Entry::Occupied(mut e) => {
-                    let merged = types::wider(e.get(), spec);
+                    let merged = compat::wider(e.get(), spec);
                     e.insert(merged);
                 }
             }

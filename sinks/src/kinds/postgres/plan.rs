@@ -12,8 +12,9 @@ use serde_json::{Map, Value};
 use super::config::{expand_name, PostgresConfig};
 use super::rows::{Matcher, Row, Shape};
 use super::source_ids::{source_table, SourceTable};
-use super::types::{from_schema, infer, row_fields, ColumnSpec};
+use super::types::{from_schema, infer, ColumnSpec};
 use crate::error::RecordFailure;
+use crate::event::row_fields;
 use crate::event::{replaces, ChangeEvent, Op, Version};
 use crate::sink::{Batch, Record};
 

@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use deadpool_postgres::Client;
 
+use super::compat::compatible;
 use super::generation::{self, Fit};
 use super::group::{group_rows, sorted_rows, wanted_specs};
 use super::identity;
 use super::plan::{Plan, Step};
 use super::rows::{Row, Shape};
 use super::table::TableInfo;
-use super::types::{compatible, ColumnSpec};
+use super::types::ColumnSpec;
 use super::write::Ready;
 use super::PostgresSink;
 use crate::error::{RecordFailure, SinkError};

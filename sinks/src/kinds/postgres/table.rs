@@ -1,7 +1,7 @@
 //! Target tables: what exists (cached from the catalog), and the DDL that creates
 //! missing tables, adds missing columns, widens columns an event describes as
-//! wider ([`super::types::widened`]) and changes the type of a column to
-//! another family that also takes its old values ([`super::types::retyped`]),
+//! wider ([`super::compat::widened`]) and changes the type of a column to
+//! another family that also takes its old values ([`super::compat::retyped`]),
 //! and moves a column to a new generation when neither works
 //! ([`super::generation`], [`Catalog::follow_types`]).
 //! Columns are never narrowed; renames and drops follow the source by attnum
@@ -24,10 +24,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use deadpool_postgres::{Client, GenericClient};
 use oncely_core::sql::quote_ident as quote;
 
+use super::compat::{retyped, widened};
 use super::error::{classify, to_sink_error, Class};
 use super::generation::{self, fit, next_generation, Fit, Live, Retired};
 use super::source_ids::{ColumnId, TableId};
-use super::types::{retyped, widened, ColumnSpec};
+use super::types::ColumnSpec;
 use crate::error::SinkError;
 use crate::event::Version;
 

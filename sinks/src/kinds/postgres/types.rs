@@ -301,8 +301,43 @@ pub(super) fn is_text(actual: &str) -> bool {
     )
 }
 
-pub(super) use super::compat::Exact;
-pub use super::compat::{compatible, retyped, widened, wider};
+/// A type of the exact-number family, by what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Exact {
+    /// `smallint`, `integer`, `bigint`: bits.
+    Int(u32),
+    /// `numeric(precision, scale)`.
+    Decimal(u32, u32),
+    /// `numeric` without modifiers: any value.
+    Unbounded,
+}
+
+impl Exact {
+    pub(super) fn parse(t: &str) -> Option<Self> {
+        Some(match t {
+            "smallint" => Exact::Int(16),
+            "integer" => Exact::Int(32),
+            "bigint" => Exact::Int(64),
+            "numeric" => Exact::Unbounded,
+            _ => {
+                let inner = t.strip_prefix("numeric(")?.strip_suffix(')')?;
+                let (p, s) = inner.split_once(',').unwrap_or((inner, "0"));
+                Exact::Decimal(p.trim().parse().ok()?, s.trim().parse().ok()?)
+            }
+        })
+    }
+
+    /// (digits before the point, digits after it) it holds in full.
+    pub(super) fn digits(self) -> Option<(u32, u32)> {
+        match self {
+            Exact::Int(16) => Some((5, 0)),
+            Exact::Int(32) => Some((10, 0)),
+            Exact::Int(_) => Some((19, 0)),
+            Exact::Decimal(p, s) => Some((p.saturating_sub(s), s)),
+            Exact::Unbounded => None,
+        }
+    }
+}
 
 /// The spec of one field of a Connect `struct` schema, with the source
 /// column's attnum when capture sent it.
@@ -417,8 +452,6 @@ pub fn infer(value: &Value) -> Option<ColumnSpec> {
         attnum: None,
     })
 }
-
-pub use crate::event::row_fields;
 
 /// The text a JSON value is sent as, for a column of type `actual`, with
 /// the items of an array converted by `each` (see [`Conv::Each`]); `None`

@@ -1,5 +1,5 @@
 use super::*;
-use crate::kinds::postgres::compat::canonical;
+use crate::kinds::postgres::compat::{canonical, compatible, retyped, widened, wider};
 use serde_json::json;
 
 #[test]

@@ -197,7 +197,7 @@ async fn targets_stay_equal_through_every_ddl_kind_under_sigkills() -> Result<()
     let names: Vec<&str> = tables.iter().map(|t| t.0).collect();
     let include = format!("public\\\\.({})", names.join("|"));
     let p = Pipeline::new(
-        "conformance_ddl",
+        "ddl_under_sigkills",
         &schema(),
         &names,
         &format!(
@@ -304,7 +304,7 @@ async fn drive(p: &Pipeline, tables: &[(&str, &str, &str)]) -> Result<()> {
     )
     .await?;
     eprintln!(
-        "conformance_ddl: {} ({} rows inserted)",
+        "ddl_under_sigkills: {} ({} rows inserted)",
         fleet.summary(),
         next
     );
