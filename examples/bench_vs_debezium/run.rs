@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 
 use crate::bench_support::{self, Offsets, Services};
-use oncely_testkit::connect::{Connect, Connector, STANDALONE_JVM};
+use oncely_testkit::connect::{Connect, Connector, Source, STANDALONE_JVM};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Tool {
@@ -186,9 +186,11 @@ fn start(tool: Tool, s: &Spec, dir: &std::path::Path) -> Result<Running> {
                 port: svc.port,
                 user: &svc.user,
                 password: password.as_deref(),
-                dbname: s.db,
-                slot: s.slot,
-                publication: s.publication,
+                source: Source::Postgres {
+                    dbname: s.db,
+                    slot: s.slot,
+                    publication: s.publication,
+                },
                 tables: &["public.orders"],
                 settings: &[
                     ("snapshot.mode", s.mode.snapshot_mode()),

@@ -29,7 +29,7 @@
 //! of the two (`00ff` is both), so it stays text rather than risk wrong bytes.
 //!
 //! **Only Debezium-written events are looked at** (no `source.commit_lsn`:
-//! [`crate::VersionOrigin::SourceLsn`]), and with schemas on only the fields
+//! [`crate::VersionOrigin::is_debezium`]), and with schemas on only the fields
 //! whose schema needs it: the plan is built once per schema text and cached
 //! with it, so oncely's own topics pay nothing and a Debezium topic pays one
 //! pass over its few converted fields.
@@ -53,7 +53,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
-use crate::event::{ChangeEvent, DecodeError, VersionOrigin};
+use crate::event::{ChangeEvent, DecodeError};
 
 use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
 /// [`UNAVAILABLE`] as Debezium writes it in a `bytes` column (base64 of its bytes).
@@ -315,7 +315,7 @@ pub(crate) fn key_may_need_normalizing(schema: &str) -> bool {
 /// would be stored as that text. The reason names the columns whose values
 /// look like such decimals (short base64), and the settings to change.
 pub fn refuse_schemaless(event: &ChangeEvent) -> Option<DecodeError> {
-    if event.schema.is_some() || event.version_origin != VersionOrigin::SourceLsn {
+    if event.schema.is_some() || !event.version_origin.is_debezium() {
         return None;
     }
     let row = event.after.as_ref().or(event.before.as_ref());

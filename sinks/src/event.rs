@@ -44,6 +44,24 @@
 //!   that committed after it has a smaller LSN than the snapshot row it is
 //!   newer than, and loses to it. Prefer oncely's capture when snapshots and
 //!   streaming overlap.
+//! * Topics written by Debezium's MySQL or MariaDB connector carry neither:
+//!   their `source` names the binlog file, the offset of the row's event in
+//!   it (`pos`) and the row inside that event (`row`)
+//!   ([`VersionOrigin::Binlog`]). The version is `(n << 32 | pos, seq)` with
+//!   `n` the file's sequence number (the digits after the last `.` of
+//!   `binlog.000042`, which grow by one at each rotation) and `seq` 0 for a
+//!   snapshot row, `1 + row` for a streamed change. The binlog is written in
+//!   commit order and every row event has its own offset, so this order is
+//!   the commit order, across rotations, with no limit like the one above; a
+//!   snapshot row carries the binlog position it was read at, before every
+//!   change it does not hold. Offsets fit 32 bits (a binlog event header
+//!   stores them in 4 bytes).
+//!
+//!   **Limit:** positions belong to one server's binlog. After a failover to
+//!   a replica (whose binlog has its own files and offsets), or after
+//!   `log_bin`'s base name changed (numbering starts again at 1), versions
+//!   are no longer comparable with the stored ones: snapshot the tables again
+//!   into fresh targets.
 
 use std::fmt;
 use std::sync::Arc;
@@ -89,8 +107,22 @@ impl fmt::Display for Version {
 pub enum VersionOrigin {
     /// `source.commit_lsn` and `source.event_seq` (oncely capture): safe ordering.
     CommitLsn,
-    /// `source.lsn` only (a Debezium-written topic): see the module-level limit.
+    /// `source.lsn` only (a topic Debezium's PostgreSQL connector wrote):
+    /// see the module-level limit.
     SourceLsn,
+    /// `source.file`, `pos` and `row` (a topic Debezium's MySQL or MariaDB
+    /// connector wrote): see the module docs.
+    Binlog,
+}
+
+impl VersionOrigin {
+    /// The topic was written by a real Debezium connector, not by oncely's
+    /// capture: its versions are not unique per event (every row of a
+    /// snapshot shares one), and its values may use encodings oncely never
+    /// writes.
+    pub fn is_debezium(self) -> bool {
+        matches!(self, VersionOrigin::SourceLsn | VersionOrigin::Binlog)
+    }
 }
 
 pub use oncely_core::wire::Op;
@@ -144,9 +176,18 @@ pub struct ChangeEvent {
 }
 
 impl ChangeEvent {
-    /// `source.schema`, if present.
+    /// `source.schema`, if present; else, for a MySQL or MariaDB source
+    /// (whose `source` names no schema: a database is MySQL's schema),
+    /// `source.db`. So a MySQL table is named by its database and table
+    /// wherever a PostgreSQL one is by its schema and table.
     pub fn schema_name(&self) -> Option<&str> {
-        self.source.get("schema").and_then(Value::as_str)
+        match self.source.get("schema") {
+            Some(schema) => schema.as_str(),
+            None if self.source.contains_key("file") => {
+                self.source.get("db").and_then(Value::as_str)
+            }
+            None => None,
+        }
     }
 
     /// `source.table`, if present.
@@ -169,7 +210,7 @@ impl ChangeEvent {
     pub fn unique_position(&self, partition: i32, offset: i64) -> Version {
         match self.version_origin {
             VersionOrigin::CommitLsn => self.version,
-            VersionOrigin::SourceLsn => {
+            VersionOrigin::SourceLsn | VersionOrigin::Binlog => {
                 let partition = u64::from(partition.unsigned_abs());
                 let offset = offset.unsigned_abs() & ((1 << 40) - 1);
                 Version::new(self.version.lsn, partition << 40 | offset)

@@ -1,7 +1,9 @@
-//! Kafka Connect standalone running Debezium's PostgreSQL connector as a
-//! child process, with jars from `scripts/services connect` (found through
-//! `ONCELY_CONNECT_LIB`). One home for starting it: the root tests'
-//! `debezium_compat` and examples/bench_vs_debezium both start Debezium here.
+//! Kafka Connect standalone running one of Debezium's connectors as a child
+//! process, with jars from `scripts/services connect`: the PostgreSQL
+//! connector on the class path (`ONCELY_CONNECT_LIB`), the MariaDB one as an
+//! isolated plugin (`ONCELY_CONNECT_PLUGINS`, its own Debezium version). One
+//! home for starting it: the root tests' `debezium_compat` and
+//! `debezium_mariadb` and examples/bench_vs_debezium start Debezium here.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -33,10 +35,10 @@ pub struct Connector<'a> {
     pub port: u16,
     pub user: &'a str,
     pub password: Option<&'a str>,
-    pub dbname: &'a str,
-    pub slot: &'a str,
-    pub publication: &'a str,
-    /// `schema.table` names for `table.include.list`.
+    /// Which connector, and what only it is told.
+    pub source: Source<'a>,
+    /// `schema.table` (PostgreSQL) or `database.table` (MariaDB) names for
+    /// `table.include.list`.
     pub tables: &'a [&'a str],
     /// Connector settings after the base ones (a later key wins).
     pub settings: &'a [(&'a str, &'a str)],
@@ -44,6 +46,21 @@ pub struct Connector<'a> {
     pub worker: &'a [(&'a str, &'a str)],
     /// JVM flags before the class path.
     pub jvm: &'a [&'a str],
+}
+
+/// The database Debezium reads, and what its connector needs beyond the
+/// connection.
+pub enum Source<'a> {
+    /// `PostgresConnector` over pgoutput, on the caller's slot and
+    /// publication.
+    Postgres {
+        dbname: &'a str,
+        slot: &'a str,
+        publication: &'a str,
+    },
+    /// `MariaDbConnector` as a replica with `server_id`, reading `database`;
+    /// its schema history goes to a file in the connector's folder.
+    MariaDb { database: &'a str, server_id: u32 },
 }
 
 /// The running worker; killed when dropped.
@@ -57,6 +74,15 @@ pub fn connect_lib() -> Result<String> {
     std::env::var("ONCELY_CONNECT_LIB").context(
         "ONCELY_CONNECT_LIB is not set: run `scripts/services connect` (Kafka Connect and \
          Debezium jars) and `eval \"$(scripts/services env)\"`",
+    )
+}
+
+/// `ONCELY_CONNECT_PLUGINS`, the plugin.path folder holding Debezium's
+/// MariaDB connector.
+pub fn connect_plugins() -> Result<String> {
+    std::env::var("ONCELY_CONNECT_PLUGINS").context(
+        "ONCELY_CONNECT_PLUGINS is not set: run `scripts/services connect` (it fetches \
+         Debezium's MariaDB connector too) and `eval \"$(scripts/services env)\"`",
     )
 }
 
@@ -85,30 +111,22 @@ impl Connect {
             ("listeners", "http://127.0.0.1:0"),
             ("plugin.discovery", "only_scan"),
         ]);
+        if matches!(c.source, Source::MariaDb { .. }) {
+            text.push_str(&properties(&[("plugin.path", &connect_plugins()?)]));
+        }
         text.push_str(&properties(c.worker));
         std::fs::write(&worker, text)?;
-        // Debezium's defaults, but for what the servers here need: pgoutput
-        // (they have no decoderbufs), the caller's slot, publication, tables
-        // and topic prefix.
         let tables = c.tables.join(",");
         let port = c.port.to_string();
         let mut text = properties(&[
             ("name", c.prefix),
-            (
-                "connector.class",
-                "io.debezium.connector.postgresql.PostgresConnector",
-            ),
             ("database.hostname", c.host),
             ("database.port", &port),
             ("database.user", c.user),
-            ("database.dbname", c.dbname),
             ("topic.prefix", c.prefix),
-            ("slot.name", c.slot),
-            ("publication.name", c.publication),
-            ("publication.autocreate.mode", "filtered"),
-            ("plugin.name", "pgoutput"),
             ("table.include.list", &tables),
         ]);
+        text.push_str(&source_properties(&c.source, c.dir));
         if let Some(password) = c.password {
             text.push_str(&properties(&[("database.password", password)]));
         }
@@ -131,7 +149,7 @@ impl Connect {
             .arg(format!("-Dlog4j2.configurationFile={}", log4j.display()))
             .args(c.jvm)
             .arg("-cp")
-            .arg(Path::new(&lib).join("*"))
+            .arg(class_path(&lib, &c.source)?)
             .arg("org.apache.kafka.connect.cli.ConnectStandalone")
             .arg(&worker)
             .arg(&connector)
@@ -157,6 +175,72 @@ impl Connect {
             bail!("the Debezium task died:\n{}", errors(&log));
         }
         Ok(())
+    }
+}
+
+/// The worker's class path: every jar of `lib`, but for the MariaDB
+/// connector, which brings its own Debezium as a plugin, the jars of the
+/// PostgreSQL connector's Debezium (two Debeziums on one class path clash
+/// while Connect scans for plugins).
+fn class_path(lib: &str, source: &Source) -> Result<std::ffi::OsString> {
+    if let Source::Postgres { .. } = source {
+        return Ok(Path::new(lib).join("*").into_os_string());
+    }
+    let mut jars: Vec<PathBuf> = std::fs::read_dir(lib)
+        .with_context(|| format!("read {lib}"))?
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            name.ends_with(".jar") && !name.starts_with("debezium-")
+        })
+        .collect();
+    jars.sort();
+    Ok(std::env::join_paths(jars)?)
+}
+
+/// Debezium's defaults, but for what the servers here need. PostgreSQL:
+/// pgoutput (they have no decoderbufs), the caller's slot and publication.
+/// MariaDB: the replica's server id, the database, and a file schema history
+/// (no history topic to clean up).
+fn source_properties(source: &Source, dir: &Path) -> String {
+    match source {
+        Source::Postgres {
+            dbname,
+            slot,
+            publication,
+        } => properties(&[
+            (
+                "connector.class",
+                "io.debezium.connector.postgresql.PostgresConnector",
+            ),
+            ("database.dbname", dbname),
+            ("slot.name", slot),
+            ("publication.name", publication),
+            ("publication.autocreate.mode", "filtered"),
+            ("plugin.name", "pgoutput"),
+        ]),
+        Source::MariaDb {
+            database,
+            server_id,
+        } => {
+            let history = dir.join("connect-schema-history.dat");
+            properties(&[
+                (
+                    "connector.class",
+                    "io.debezium.connector.mariadb.MariaDbConnector",
+                ),
+                ("database.server.id", &server_id.to_string()),
+                ("database.include.list", database),
+                (
+                    "schema.history.internal",
+                    "io.debezium.storage.file.history.FileSchemaHistory",
+                ),
+                (
+                    "schema.history.internal.file.filename",
+                    &history.to_string_lossy(),
+                ),
+            ])
+        }
     }
 }
 

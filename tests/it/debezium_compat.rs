@@ -17,7 +17,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use oncely_testkit::connect::{Connect, Connector};
+use oncely_testkit::connect::{Connect, Connector, Source};
 
 use crate::harness::checks::dead_letters;
 use crate::harness::common;
@@ -201,9 +201,11 @@ fn start_connect(p: &Pipeline, settings: &[(&str, &str)]) -> Result<Connect> {
         port: p.env.pg_port,
         user: &p.env.pg_user,
         password: password.as_deref(),
-        dbname: &p.env.dbname,
-        slot: &p.env.slot,
-        publication: &p.env.slot,
+        source: Source::Postgres {
+            dbname: &p.env.dbname,
+            slot: &p.env.slot,
+            publication: &p.env.slot,
+        },
         tables: &[&table],
         settings,
         worker: &[("offset.flush.interval.ms", "1000")],
@@ -255,7 +257,7 @@ async fn wait_for_records(connect: &mut Connect, topic: &str, n: i64) -> Result<
 }
 
 /// Connect JVMs are heavy: one at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn run(name: &str, settings: &[(&str, &str)]) -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;

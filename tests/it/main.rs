@@ -13,6 +13,7 @@ mod capture_quarantine;
 mod config_keys;
 mod ddl_under_sigkills;
 mod debezium_compat;
+mod debezium_mariadb;
 mod dedup_window;
 mod doc_links;
 mod every_shape;

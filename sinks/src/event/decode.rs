@@ -324,7 +324,7 @@ pub(super) fn decode_envelope(
     let mut schema = schema;
     // Only topics a real Debezium wrote (no `commit_lsn`) carry encodings
     // oncely's capture never uses.
-    if version_origin == VersionOrigin::SourceLsn {
+    if version_origin.is_debezium() {
         let budget = &mut debezium::Budget::for_record(record_bytes);
         match &schema {
             Some(s) => {
@@ -414,10 +414,49 @@ fn version_of(
             };
             Ok((Version::new(lsn, seq), VersionOrigin::SourceLsn))
         }
+        None if source.contains_key("file") => binlog_version(op, source),
         None => Err(DecodeError::value(
-            "no version: `source` has neither `commit_lsn` nor `lsn`",
+            "no version: `source` has neither `commit_lsn`, `lsn` nor `file` and `pos`",
         )),
     }
+}
+
+/// The version of a change Debezium's MySQL or MariaDB connector wrote
+/// (the module docs of [`crate::event`]): `(n << 32 | pos, seq)`.
+fn binlog_version(
+    op: Op,
+    source: &Map<String, Value>,
+) -> Result<(Version, VersionOrigin), DecodeError> {
+    let file = match source.get("file") {
+        Some(Value::String(file)) => file,
+        _ => return Err(DecodeError::value("`source.file` must be a binlog file name")),
+    };
+    let number = file
+        .rsplit_once('.')
+        .map(|(_, n)| n)
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|n| n.parse::<u32>().ok())
+        .ok_or_else(|| {
+            DecodeError::value(format!(
+                "`source.file` {} is not a binlog file name ending in its sequence number",
+                quoted(file)
+            ))
+        })?;
+    let pos = unsigned(source, "pos")?
+        .ok_or_else(|| DecodeError::value("`source.file` without `source.pos`"))?;
+    let pos = u32::try_from(pos).map_err(|_| {
+        DecodeError::value(format!(
+            "`source.pos` {pos} is beyond a binlog offset's 32 bits"
+        ))
+    })?;
+    let seq = if op == Op::Read || super::snapshot_flag(source) {
+        super::DEBEZIUM_SNAPSHOT_SEQ
+    } else {
+        // `row` counts from 0 inside the row's event.
+        1 + unsigned(source, "row")?.unwrap_or(0)
+    };
+    let lsn = u64::from(number) << 32 | u64::from(pos);
+    Ok((Version::new(lsn, seq), VersionOrigin::Binlog))
 }
 
 /// A non-negative integer field; numbers and decimal strings are accepted, null is absent.

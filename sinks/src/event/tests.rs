@@ -62,6 +62,69 @@ fn debezium_event_with_schema_falls_back_to_source_lsn() {
     assert!(!e.is_snapshot());
 }
 
+/// A change as Debezium's MariaDB connector wrote it (3.5.0, seen on the
+/// services' MariaDB): no `lsn`, the binlog file, the row event's offset and
+/// the row inside it.
+fn mariadb_change(op: &str, snapshot: &str, file: &str, pos: u64, row: u64) -> ChangeEvent {
+    change(&json!({
+        "before": null, "after": {"id": 1, "v": 10},
+        "source": {
+            "version": "3.5.0.Final", "connector": "mariadb", "name": "dbzt1",
+            "ts_ms": 1796505777000i64, "snapshot": snapshot, "db": "dbzt", "table": "t",
+            "server_id": 1, "gtid": "0-1-9", "file": file, "pos": pos, "row": row,
+            "thread": 7, "query": null
+        },
+        "op": op, "ts_ms": 1796505777001i64
+    }))
+}
+
+#[test]
+fn debezium_binlog_changes_are_versioned_by_file_offset_and_row() {
+    let e = mariadb_change("c", "false", "binlog.000001", 2072, 1);
+    assert_eq!(e.version_origin, VersionOrigin::Binlog);
+    // A MySQL database is the table's schema.
+    assert_eq!((e.schema_name(), e.table()), (Some("dbzt"), Some("t")));
+    assert_eq!(e.version, Version::new(1 << 32 | 2072, 2));
+    assert!(e.version_origin.is_debezium());
+    // In one transaction: a later row event of the same key is newer, and so
+    // is a later row of one event.
+    let first = mariadb_change("u", "false", "binlog.000001", 1902, 0).version;
+    let same_event = mariadb_change("c", "false", "binlog.000001", 2072, 0).version;
+    let later = mariadb_change("u", "false", "binlog.000001", 2237, 0).version;
+    assert!(first < same_event && same_event < e.version && e.version < later);
+    // Across a rotation: the next file's first events are newer than the
+    // previous file's last, though their offsets are smaller.
+    let rotated = mariadb_change("c", "false", "binlog.000002", 493, 0).version;
+    assert!(rotated > later);
+    let far = mariadb_change("c", "false", "mysql-bin.1000000", 4, 0).version;
+    assert!(far > rotated);
+    // A snapshot row read at a position loses to a change streamed there.
+    let snapshot = mariadb_change("r", "last", "binlog.000001", 1746, 0);
+    assert_eq!(snapshot.version, Version::new(1 << 32 | 1746, DEBEZIUM_SNAPSHOT_SEQ));
+    let streamed = mariadb_change("c", "false", "binlog.000001", 1746, 0);
+    assert!(snapshot.version < streamed.version);
+}
+
+#[test]
+fn a_binlog_position_that_cannot_order_changes_is_refused_with_the_reason() {
+    for (file, pos, want) in [
+        ("binlog", 4_u64, "ending in its sequence number"),
+        ("binlog.", 4, "ending in its sequence number"),
+        ("binlog.00x1", 4, "ending in its sequence number"),
+        ("binlog.000001", 1_u64 << 32, "beyond a binlog offset's 32 bits"),
+    ] {
+        let v = json!({
+            "before": null, "after": {"id": 1},
+            "source": {"connector": "mysql", "file": file, "pos": pos, "row": 0, "snapshot": "false"},
+            "op": "c"
+        });
+        match decode_value(Some(&bytes(&v))) {
+            Err(e) => assert!(e.to_string().contains(want), "{file}/{pos}: {e}"),
+            other => panic!("{file}/{pos}: expected a refusal, got {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn oncely_event_without_schema_uses_commit_lsn_and_seq() {
     let v = json!({

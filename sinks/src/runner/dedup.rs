@@ -253,7 +253,7 @@ pub fn event_identity(topic: &str, record: &Record, field: Option<&str>) -> Opti
     }
     Some(match event.version_origin {
         VersionOrigin::CommitLsn => format!("{topic}/{}", event.version),
-        VersionOrigin::SourceLsn => format!(
+        VersionOrigin::SourceLsn | VersionOrigin::Binlog => format!(
             "{topic}/{}/{}:{}",
             event.version,
             record.partition(),
