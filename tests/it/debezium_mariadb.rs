@@ -30,26 +30,68 @@ const TABLE: &str = "all_types";
 
 /// A column: its name, MariaDB type, the PostgreSQL type of the mirror, and
 /// the (MariaDB, PostgreSQL) literals its values cycle through.
-type Column = (&'static str, &'static str, &'static str, &'static [(&'static str, &'static str)]);
+type Column = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
 
 const COLUMNS: &[Column] = &[
-    ("ti", "tinyint", "smallint", &[("-128", "-128"), ("127", "127"), ("NULL", "NULL")]),
-    ("tu", "tinyint unsigned", "smallint", &[("255", "255"), ("0", "0")]),
-    ("si", "smallint", "smallint", &[("-32768", "-32768"), ("32767", "32767")]),
-    ("mi", "mediumint", "integer", &[("-8388608", "-8388608"), ("8388607", "8388607")]),
-    ("iu", "int unsigned", "bigint", &[("4294967295", "4294967295"), ("7", "7")]),
+    (
+        "ti",
+        "tinyint",
+        "smallint",
+        &[("-128", "-128"), ("127", "127"), ("NULL", "NULL")],
+    ),
+    (
+        "tu",
+        "tinyint unsigned",
+        "smallint",
+        &[("255", "255"), ("0", "0")],
+    ),
+    (
+        "si",
+        "smallint",
+        "smallint",
+        &[("-32768", "-32768"), ("32767", "32767")],
+    ),
+    (
+        "mi",
+        "mediumint",
+        "integer",
+        &[("-8388608", "-8388608"), ("8388607", "8388607")],
+    ),
+    (
+        "iu",
+        "int unsigned",
+        "bigint",
+        &[("4294967295", "4294967295"), ("7", "7")],
+    ),
     (
         "bi",
         "bigint",
         "bigint",
-        &[("-9223372036854775808", "-9223372036854775808"), ("9223372036854775807", "9223372036854775807")],
+        &[
+            ("-9223372036854775808", "-9223372036854775808"),
+            ("9223372036854775807", "9223372036854775807"),
+        ],
     ),
-    ("d", "double", "double precision", &[("0.1", "0.1"), ("-2.5e-3", "-2.5e-3"), ("1e15", "1e15")]),
+    (
+        "d",
+        "double",
+        "double precision",
+        &[("0.1", "0.1"), ("-2.5e-3", "-2.5e-3"), ("1e15", "1e15")],
+    ),
     (
         "amount",
         "decimal(12,2)",
         "numeric(12,2)",
-        &[("0.00", "0.00"), ("-9999999999.99", "-9999999999.99"), ("163.38", "163.38")],
+        &[
+            ("0.00", "0.00"),
+            ("-9999999999.99", "-9999999999.99"),
+            ("163.38", "163.38"),
+        ],
     ),
     (
         "vc",
@@ -71,37 +113,64 @@ const COLUMNS: &[Column] = &[
         "dt",
         "date",
         "date",
-        &[("'2026-12-05'", "'2026-12-05'"), ("'1900-02-28'", "'1900-02-28'"), ("'1000-01-01'", "'1000-01-01'")],
+        &[
+            ("'2026-12-05'", "'2026-12-05'"),
+            ("'1900-02-28'", "'1900-02-28'"),
+            ("'1000-01-01'", "'1000-01-01'"),
+        ],
     ),
     (
         "dt3",
         "datetime(3)",
         "timestamp(3)",
-        &[("'2026-02-03 04:05:06.789'", "'2026-02-03 04:05:06.789'"), ("'1960-01-01 00:00:00.001'", "'1960-01-01 00:00:00.001'")],
+        &[
+            ("'2026-02-03 04:05:06.789'", "'2026-02-03 04:05:06.789'"),
+            ("'1960-01-01 00:00:00.001'", "'1960-01-01 00:00:00.001'"),
+        ],
     ),
     (
         "dt6",
         "datetime(6)",
         "timestamp(6)",
-        &[("'2026-11-27 15:10:35.670111'", "'2026-11-27 15:10:35.670111'"), ("'1970-01-01 00:00:00'", "'1970-01-01 00:00:00'")],
+        &[
+            (
+                "'2026-11-27 15:10:35.670111'",
+                "'2026-11-27 15:10:35.670111'",
+            ),
+            ("'1970-01-01 00:00:00'", "'1970-01-01 00:00:00'"),
+        ],
     ),
     (
         "tm",
         "time(6)",
         "time(6)",
-        &[("'00:00:00'", "'00:00:00'"), ("'23:59:59.999999'", "'23:59:59.999999'"), ("'12:34:56.5'", "'12:34:56.5'")],
+        &[
+            ("'00:00:00'", "'00:00:00'"),
+            ("'23:59:59.999999'", "'23:59:59.999999'"),
+            ("'12:34:56.5'", "'12:34:56.5'"),
+        ],
     ),
     (
         "js",
         "json",
         "jsonb",
-        &[("'{\"a\": [1, 2.5, null], \"b\": \"x\"}'", "'{\"a\": [1, 2.5, null], \"b\": \"x\"}'"), ("'[]'", "'[]'")],
+        &[
+            (
+                "'{\"a\": [1, 2.5, null], \"b\": \"x\"}'",
+                "'{\"a\": [1, 2.5, null], \"b\": \"x\"}'",
+            ),
+            ("'[]'", "'[]'"),
+        ],
     ),
     (
         "en",
         "enum('small','medium','large')",
         "size",
-        &[("'small'", "'small'"), ("'large'", "'large'"), ("NULL", "NULL")],
+        &[
+            ("'small'", "'small'"),
+            ("'large'", "'large'"),
+            ("NULL", "NULL"),
+        ],
     ),
     (
         "vb",
@@ -109,9 +178,58 @@ const COLUMNS: &[Column] = &[
         "bytea",
         &[("0x00ff10", "'\\x00ff10'"), ("X''", "'\\x'")],
     ),
-    ("b1", "bit(1)", "boolean", &[("b'1'", "true"), ("b'0'", "false")]),
+    (
+        "b1",
+        "bit(1)",
+        "boolean",
+        &[("b'1'", "true"), ("b'0'", "false")],
+    ),
+    (
+        "b12",
+        "bit(12)",
+        "bit(12)",
+        &[
+            ("b'101010111100'", "B'101010111100'"),
+            ("b'000000000001'", "B'000000000001'"),
+        ],
+    ),
+    (
+        "yr",
+        "year",
+        "integer",
+        &[("2155", "2155"), ("1901", "1901"), ("NULL", "NULL")],
+    ),
+    (
+        "st",
+        "set('a','b','c')",
+        "text",
+        &[("'a,c'", "'a,c'"), ("''", "''"), ("'b'", "'b'")],
+    ),
+    (
+        "ts",
+        "timestamp(6) NULL",
+        "timestamptz",
+        &[
+            (
+                "'2026-12-05 01:02:03.456789'",
+                "'2026-12-05 01:02:03.456789+00'",
+            ),
+            ("NULL", "NULL"),
+        ],
+    ),
+    (
+        "bu",
+        "bigint unsigned",
+        "bigint",
+        &[("9223372036854775807", "9223372036854775807"), ("0", "0")],
+    ),
     // A zero date is null in a nullable column (Debezium's rule).
-    ("zd", "date NULL", "date", &[("'0000-00-00'", "NULL"), ("'2000-01-01'", "'2000-01-01'")]),
+    (
+        "zd",
+        "date NULL",
+        "date",
+        &[("'0000-00-00'", "NULL"), ("'2000-01-01'", "'2000-01-01'")],
+    ),
 ];
 
 /// Rows in the table before Debezium starts (its snapshot).
@@ -126,12 +244,26 @@ struct Both {
 fn insert(id: i64, v: usize) -> Both {
     let names: Vec<&str> = COLUMNS.iter().map(|c| c.0).collect();
     let pick = |i: usize, vals: &'static [(&'static str, &'static str)]| vals[(v + i) % vals.len()];
-    let maria: Vec<&str> = COLUMNS.iter().enumerate().map(|(i, c)| pick(i, c.3).0).collect();
-    let pg: Vec<&str> = COLUMNS.iter().enumerate().map(|(i, c)| pick(i, c.3).1).collect();
+    let maria: Vec<&str> = COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, c)| pick(i, c.3).0)
+        .collect();
+    let pg: Vec<&str> = COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, c)| pick(i, c.3).1)
+        .collect();
     let names = names.join(", ");
     Both {
-        maria: format!("INSERT INTO {TABLE} (id, {names}) VALUES ({id}, {})", maria.join(", ")),
-        pg: format!("INSERT INTO {TABLE} (id, {names}) VALUES ({id}, {})", pg.join(", ")),
+        maria: format!(
+            "INSERT INTO {TABLE} (id, {names}) VALUES ({id}, {})",
+            maria.join(", ")
+        ),
+        pg: format!(
+            "INSERT INTO {TABLE} (id, {names}) VALUES ({id}, {})",
+            pg.join(", ")
+        ),
     }
 }
 
@@ -171,7 +303,10 @@ fn mirror_schema(database: &str) -> String {
 
 fn maria_table() -> String {
     let columns: Vec<String> = COLUMNS.iter().map(|c| format!("{} {}", c.0, c.1)).collect();
-    format!("CREATE TABLE {TABLE} (id bigint PRIMARY KEY, {})", columns.join(", "))
+    format!(
+        "CREATE TABLE {TABLE} (id bigint PRIMARY KEY, {})",
+        columns.join(", ")
+    )
 }
 
 struct Sources<'a> {
@@ -286,7 +421,11 @@ async fn exercise(sources: &mut Sources<'_>, url: &str) -> Result<()> {
     let database = sources.database.to_owned();
     sources.maria.query_drop(maria_table()).await?;
     sources
-        .run((1..=SNAPSHOT_ROWS).map(|id| insert(id, id as usize)).collect())
+        .run(
+            (1..=SNAPSHOT_ROWS)
+                .map(|id| insert(id, id as usize))
+                .collect(),
+        )
         .await?;
     let topic = p.topics()[0].clone();
     let (user, password, host, port) = maria_login(url);
@@ -324,9 +463,7 @@ async fn exercise(sources: &mut Sources<'_>, url: &str) -> Result<()> {
     sources
         .run(vec![
             update(6, 1),
-            same(format!(
-                "INSERT INTO {TABLE} (id) VALUES (201), (202)"
-            )),
+            same(format!("INSERT INTO {TABLE} (id) VALUES (201), (202)")),
             update(6, 4),
         ])
         .await?;
@@ -338,7 +475,9 @@ async fn exercise(sources: &mut Sources<'_>, url: &str) -> Result<()> {
     // A primary-key update (delete, tombstone, create) and deletes (delete
     // and tombstone).
     sources
-        .run(vec![same(format!("UPDATE {TABLE} SET id = 1000 WHERE id = 4"))])
+        .run(vec![same(format!(
+            "UPDATE {TABLE} SET id = 1000 WHERE id = 4"
+        ))])
         .await?;
     expected += 3;
     for id in [5, 102] {

@@ -429,7 +429,11 @@ fn binlog_version(
 ) -> Result<(Version, VersionOrigin), DecodeError> {
     let file = match source.get("file") {
         Some(Value::String(file)) => file,
-        _ => return Err(DecodeError::value("`source.file` must be a binlog file name")),
+        _ => {
+            return Err(DecodeError::value(
+                "`source.file` must be a binlog file name",
+            ))
+        }
     };
     let number = file
         .rsplit_once('.')

@@ -100,7 +100,10 @@ fn debezium_binlog_changes_are_versioned_by_file_offset_and_row() {
     assert!(far > rotated);
     // A snapshot row read at a position loses to a change streamed there.
     let snapshot = mariadb_change("r", "last", "binlog.000001", 1746, 0);
-    assert_eq!(snapshot.version, Version::new(1 << 32 | 1746, DEBEZIUM_SNAPSHOT_SEQ));
+    assert_eq!(
+        snapshot.version,
+        Version::new(1 << 32 | 1746, DEBEZIUM_SNAPSHOT_SEQ)
+    );
     let streamed = mariadb_change("c", "false", "binlog.000001", 1746, 0);
     assert!(snapshot.version < streamed.version);
 }
@@ -111,7 +114,11 @@ fn a_binlog_position_that_cannot_order_changes_is_refused_with_the_reason() {
         ("binlog", 4_u64, "ending in its sequence number"),
         ("binlog.", 4, "ending in its sequence number"),
         ("binlog.00x1", 4, "ending in its sequence number"),
-        ("binlog.000001", 1_u64 << 32, "beyond a binlog offset's 32 bits"),
+        (
+            "binlog.000001",
+            1_u64 << 32,
+            "beyond a binlog offset's 32 bits",
+        ),
     ] {
         let v = json!({
             "before": null, "after": {"id": 1},
