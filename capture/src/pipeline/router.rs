@@ -200,9 +200,11 @@ impl Router {
     /// A Relation message: `rel` replaces what the stream said of its
     /// table, whose route is built again on its next change. A partition is
     /// named as its root, through which it is published (one under its own
-    /// name is WAL decoded before the publication published via the root).
-    /// Whether its columns differ from the ones known before (it follows
-    /// DDL, which the schema watch compares at once).
+    /// name is WAL decoded before the publication published via the root),
+    /// as the catalog has it once the Relation's transaction is visible: a
+    /// table that transaction attached or detached keeps no root it had
+    /// before. Whether its columns differ from the ones known before (it
+    /// follows DDL, which the schema watch compares at once).
     pub(super) async fn on_relation<C>(
         &mut self,
         mut rel: Relation,
