@@ -17,7 +17,7 @@ use crate::config::CaptureConfig;
 use crate::envelope::{EnvelopeConfig, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::naming::TopicClaims;
 use crate::pgoutput::{
-    Column, LogicalMessage, OldTuple, Relation, ReplicaIdentity, TupleData, TupleValue,
+    Column, LogicalMessage, OldTuple, Relation, ReplicaIdentity, TupleData, TupleValue, TypeMessage,
 };
 use crate::seam::{CatalogTable, TableCatalog};
 use crate::value::{TypeRegistry, UNAVAILABLE_VALUE};
@@ -268,6 +268,7 @@ struct FakeCatalog {
     tables: HashMap<u32, CatalogTable>,
     roots: HashMap<u32, (String, String)>,
     asked: usize,
+    types_learnt: usize,
 }
 
 impl FakeCatalog {
@@ -316,6 +317,7 @@ impl TableCatalog for FakeCatalog {
         &mut self,
         _types: &mut TypeRegistry,
     ) -> Result<(), crate::error::CaptureError> {
+        self.types_learnt += 1;
         Ok(())
     }
 }
@@ -576,4 +578,31 @@ async fn an_identity_without_the_event_key_sets_the_table_aside_unless_warned() 
         panic!("published under \"warn\"");
     };
     assert_eq!(enc.key_column_names().collect::<Vec<_>>(), ["note"]);
+}
+
+#[tokio::test]
+async fn a_type_created_while_streaming_is_learnt_once_and_routes_are_built_again() {
+    let mut router = router("");
+    let mut catalog = FakeCatalog::default().with(10, "public", "orders");
+    router
+        .on_relation(relation(10, "public", "orders", &["note"]), &mut catalog)
+        .await
+        .unwrap();
+    router.build(10, &mut catalog, |_| false).await.unwrap();
+    let mood = TypeMessage {
+        oid: 90_001,
+        namespace: "public".into(),
+        name: "mood".into(),
+    };
+    router.on_type(&mood, &mut catalog).await.unwrap();
+    assert_eq!(catalog.types_learnt, 1);
+    assert!(
+        !router.has_route(10),
+        "encoders may hold the type as unknown"
+    );
+    router.build(10, &mut catalog, |_| false).await.unwrap();
+    // Announced again (before each Relation using it): nothing new.
+    router.on_type(&mood, &mut catalog).await.unwrap();
+    assert_eq!(catalog.types_learnt, 1);
+    assert!(router.has_route(10));
 }
