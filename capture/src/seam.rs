@@ -2,9 +2,12 @@
 //! (docs/design.md, "Architecture: the source seam"). Each source under
 //! `sources/<database>/` implements these; the core names no driver.
 //!
-//! So far the seam holds the confirmation of durable positions; the change
-//! stream, snapshot chunks and table descriptions are still reached
-//! directly (the files `sources/boundary_tests.rs` lists).
+//! So far the seam holds the confirmation of durable positions and what
+//! the router asks about a table; the change stream and snapshot chunks
+//! are still reached directly (the files `sources/boundary_tests.rs` lists).
+
+use crate::envelope::SourceIdentity;
+use crate::error::CaptureError;
 
 /// Where the committer tells the source what Kafka holds.
 ///
@@ -17,4 +20,55 @@
 pub(crate) trait Slot {
     /// The source may release what precedes `flush_lsn`.
     fn confirm(&mut self, flush_lsn: u64);
+}
+
+/// A table as the source's catalog names it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CatalogTable {
+    pub(crate) schema: String,
+    pub(crate) name: String,
+    /// Its primary key's columns, in key order; empty when it has none.
+    pub(crate) primary_key: Vec<String>,
+}
+
+/// What the router asks the source about a table the change stream
+/// describes, to decide how its changes are published (its key, the name
+/// it publishes under, its identity in the envelope).
+///
+/// Contract: a table is looked up by the stream's stable id for it, never
+/// by its name: the catalog may have renamed it since, dropped it, or made
+/// another of that name. Every answer is read from a catalog at least as new
+/// as the change being streamed (the stream may be behind the catalog,
+/// never ahead of it), so a table the catalog no longer holds is gone
+/// (`None`), not unknown. Errors are the source's own: a retriable one ends
+/// this life, and capture resumes from the committed offset. Calls are not
+/// concurrent: the pipeline's one task asks, through the router.
+pub(crate) trait TableCatalog {
+    /// How the stream describes a table (PostgreSQL: a pgoutput Relation).
+    type Table;
+    /// What the source knows of its value types (PostgreSQL: the type registry).
+    type Types;
+
+    /// The table whose changes `table`'s are, as `(schema, name)`, when
+    /// that is another table: a partition publishes as its root.
+    async fn published_as(
+        &mut self,
+        table: &Self::Table,
+    ) -> Result<Option<(String, String)>, CaptureError>;
+
+    /// The table `table` is in the catalog now, with its primary key;
+    /// `None` when it is gone.
+    async fn current(&mut self, table: &Self::Table) -> Result<Option<CatalogTable>, CaptureError>;
+
+    /// What identifies `table` (named `qualified`) and its columns across
+    /// renames, for the envelope; `None` when it is gone.
+    async fn identity(
+        &mut self,
+        qualified: &str,
+        table: &Self::Table,
+    ) -> Result<Option<SourceIdentity>, CaptureError>;
+
+    /// Reads into `types` the types the stream named that it does not
+    /// know yet (created after start-up).
+    async fn learn_types(&mut self, types: &mut Self::Types) -> Result<(), CaptureError>;
 }

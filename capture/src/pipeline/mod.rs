@@ -180,45 +180,8 @@ impl Pipeline<'_> {
 
     async fn on_message(&mut self, msg: LogicalMessage, lsn: u64) -> Result<(), CaptureError> {
         match msg {
-            LogicalMessage::Relation(mut rel) => {
-                // Partitions are published through their root; a partition
-                // under its own name (WAL decoded before the publication
-                // published via the root) is still the root's change. Read
-                // once the Relation's transaction is visible: a table it
-                // attached or detached keeps no root it had before.
-                let root =
-                    control::partition_root(&self.control, rel.id, self.tracker.xid()).await?;
-                if let Some((schema, root)) = root {
-                    tracing::debug!(partition = %format!("{}.{}", rel.namespace, rel.name), root = %format!("{schema}.{root}"), "partition's changes go to its root");
-                    rel.namespace = schema;
-                    rel.name = root;
-                }
-                self.router.encoders.remove(&rel.id);
-                // A Relation that differs from the cached one follows DDL:
-                // compare the catalog now rather than at the next heartbeat.
-                let changed = self
-                    .router
-                    .relations
-                    .get(rel.id)
-                    .is_some_and(|old| old.columns != rel.columns);
-                self.router.relations.insert(rel);
-                if changed {
-                    self.check_schemas().await?;
-                }
-                Ok(())
-            }
-            LogicalMessage::Type(t) => {
-                if self.router.types.observe(&t) {
-                    // A type created after start-up (an enum, a domain, an
-                    // array of them): learn what kind it is from the catalog.
-                    self.router
-                        .types
-                        .load_user_types_of(&self.control, self.tracker.xid())
-                        .await?;
-                    self.router.encoders.clear();
-                }
-                Ok(())
-            }
+            LogicalMessage::Relation(rel) => self.on_relation(rel).await,
+            LogicalMessage::Type(t) => self.on_type(t).await,
             LogicalMessage::Begin(_)
             | LogicalMessage::Commit(_)
             | LogicalMessage::Origin { .. } => Ok(()),
@@ -300,7 +263,7 @@ impl Pipeline<'_> {
             return Ok(());
         };
         let (topic, key, value) = crate::envelope::message_record(
-            &self.router.envelope,
+            self.router.envelope(),
             false,
             prefix,
             content,
@@ -375,8 +338,7 @@ impl Pipeline<'_> {
     ) -> CaptureError {
         let table = self
             .router
-            .tables_by_topic
-            .get(topic)
+            .table_of_topic(topic)
             .cloned()
             .or_else(|| {
                 self.cfg

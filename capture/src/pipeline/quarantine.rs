@@ -32,7 +32,7 @@
 
 use std::collections::HashMap;
 
-use super::{now_ms, Pipeline, Route};
+use super::{now_ms, Pipeline};
 use crate::config::ReplicaIdentityCheck;
 use crate::error::CaptureError;
 use crate::naming::check_length;
@@ -197,7 +197,7 @@ impl Pipeline<'_> {
                     }
                     let at = control::current_wal_lsn(&self.control).await?;
                     tracing::info!(table = %table, fixed_at = %format_lsn(at), "quarantined table is fixed in the catalog; released once the stream passes this position");
-                    self.router.key_columns.insert(table.clone(), t.key_columns);
+                    self.router.learn_key(table.clone(), t.key_columns);
                     self.fixes.note(table, at);
                 }
             }
@@ -218,9 +218,7 @@ impl Pipeline<'_> {
             self.kafka.stage().stale_before.insert(table.to_owned(), at);
         }
         self.kafka.stage().quarantined.remove(table);
-        self.router
-            .encoders
-            .retain(|_, r| !matches!(r, Some(Route::Quarantined(t)) if t == table));
+        self.router.release(table);
         self.kafka
             .stage()
             .tables
@@ -298,11 +296,7 @@ impl Pipeline<'_> {
                 verdicts.push(Verdict::Broken(e.to_string()));
                 continue;
             }
-            if let Err(e) = self
-                .router
-                .topic_claims
-                .claim_table(&topic, &t.schema, &t.name)
-            {
+            if let Err(e) = self.router.claim_table(&topic, &t.schema, &t.name) {
                 verdicts.push(Verdict::Broken(e.to_string()));
                 continue;
             }

@@ -1,4 +1,19 @@
-//! How a change becomes Kafka records. The pipeline first resolves what a
+//! The router, one component of the pipeline: how each relation the
+//! stream describes is published. It owns the relations, their routes
+//! (encoder and topic), key columns, the table filter and which table owns
+//! which topic; a route is built on a relation's first change after each
+//! Relation message, asking the source what it needs through
+//! [`TableCatalog`] (`crate::seam`), so the router's rules are unit-tested
+//! with a fake catalog.
+//!
+//! ```text
+//!  Relation message --on_relation--> relations (a partition as its root), its route forgotten
+//!  first change -----build---------> signal | outbox | not captured | set aside | table route
+//!                                        key (catalog, key.columns), identity, topic claim
+//!  each change ------records-------> Kafka records (pure, synchronous: below)
+//! ```
+//!
+//! How a change becomes Kafka records: the pipeline first resolves what a
 //! change needs from outside (its relations' routes, the unchanged TOAST
 //! values of a primary-key change's new row, a truncated topic's
 //! partitions: see `Pipeline::resolve`); the mapping here is then pure and
@@ -8,16 +23,19 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::record::Record;
+use crate::config::{CaptureConfig, ReplicaIdentityCheck};
 use crate::envelope::{
     EnvelopeConfig, EnvelopeError, Op, SourcePosition, TableEncoder, HEADER_POSITION,
 };
 use crate::error::CaptureError;
 use crate::filter::TableFilter;
-use crate::naming::TopicClaims;
-use crate::outbox::OutboxRouter;
+use crate::naming::{check_length, TopicClaims, TopicClash};
+use crate::outbox::{OutboxConfig, OutboxRouter};
+use crate::seam::TableCatalog;
 use crate::sources::postgres::pgoutput::{
-    LogicalMessage, OldTuple, Relation, RelationCache, TupleData, TupleValue,
+    LogicalMessage, OldTuple, Relation, RelationCache, TupleData, TupleValue, TypeMessage,
 };
+use crate::sources::postgres::replica_identity;
 use crate::sources::postgres::value::TypeRegistry;
 
 /// How the changes of one relation become records.
@@ -36,22 +54,447 @@ pub(super) enum Route {
 /// Per relation: how its changes are published, or `None` when not captured.
 pub(super) type Routes = HashMap<u32, Option<Route>>;
 
-/// The routing state, one component of the pipeline: the relations the
-/// stream described, how each publishes (its encoder and topic), key
-/// columns, the table filter and which table owns which topic.
+/// What a newly built route asks of the rest of the pipeline.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Followup {
+    Nothing,
+    /// The table cannot be captured as it is: it is quarantined for
+    /// `reason`, which names the fix.
+    SetAside {
+        table: String,
+        reason: String,
+    },
+    /// The table claimed `topic`: the topic is created, and the table noted
+    /// as captured (a later start must not take it for a table added to the
+    /// include list, `snapshot.new.tables`).
+    Captured {
+        table: String,
+        topic: Arc<str>,
+    },
+}
+
+/// The routing state: the relations the stream described, how each
+/// publishes (its encoder and topic), key columns, the table filter and
+/// which table owns which topic. Private: the pipeline asks through methods.
 pub(super) struct Router {
     /// The table whose changes a topic carries, to name it in errors.
-    pub(super) tables_by_topic: HashMap<Arc<str>, String>,
+    tables_by_topic: HashMap<Arc<str>, String>,
     /// Which table owns which topic: a table that appears while capture
     /// runs must not take a topic another table writes to.
-    pub(super) topic_claims: TopicClaims,
-    pub(super) envelope: EnvelopeConfig,
-    pub(super) filter: TableFilter,
-    pub(super) key_columns: HashMap<String, Vec<String>>,
-    pub(super) types: TypeRegistry,
-    pub(super) relations: RelationCache,
-    /// Per relation: how its changes are published, or `None` when not captured.
-    pub(super) encoders: Routes,
+    topic_claims: TopicClaims,
+    envelope: EnvelopeConfig,
+    filter: TableFilter,
+    /// Each table's event key, by `schema.table`, as start-up, signals,
+    /// quarantine releases and routes learnt it.
+    key_columns: HashMap<String, Vec<String>>,
+    types: TypeRegistry,
+    relations: RelationCache,
+    routes: Routes,
+    rules: Rules,
+}
+
+/// What the configuration says of routes besides the filter and topic names.
+struct Rules {
+    /// `signal.data.collection`.
+    signal_table: Option<String>,
+    /// The outbox table's settings and its dead-letter topic.
+    outbox: Option<(OutboxConfig, String)>,
+    /// `message.key.columns`, by `schema.table`.
+    key_overrides: HashMap<String, Vec<String>>,
+    /// `replica.identity.check`.
+    identity_check: ReplicaIdentityCheck,
+}
+
+impl Router {
+    /// The router of `cfg`'s tables, with the topics start-up claimed, the
+    /// key columns it read and the types it knows.
+    pub(super) fn new(
+        cfg: &CaptureConfig,
+        topic_claims: TopicClaims,
+        key_columns: HashMap<String, Vec<String>>,
+        types: TypeRegistry,
+    ) -> Result<Self, CaptureError> {
+        let filter = TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
+            .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?;
+        let rules = Rules {
+            signal_table: cfg.signal_table().map(str::to_owned),
+            outbox: cfg.outbox.clone().map(|o| {
+                let dead_letters = o.dead_letter_topic(&cfg.topic_prefix);
+                (o, dead_letters)
+            }),
+            // Validated at start-up; a setting that does not parse keys nothing.
+            key_overrides: crate::filter::parse_key_columns(cfg.message_key_columns.as_deref())
+                .unwrap_or_default(),
+            identity_check: cfg.replica_identity_check,
+        };
+        Ok(Self {
+            tables_by_topic: HashMap::new(),
+            topic_claims,
+            envelope: EnvelopeConfig {
+                topic_prefix: cfg.topic_prefix.clone(),
+                topic_mapping: cfg.topic_name_mapping.clone(),
+                database: cfg.database_dbname.clone(),
+                schemas_enable: cfg.schemas_enable,
+            },
+            filter,
+            key_columns,
+            types,
+            relations: RelationCache::new(),
+            routes: HashMap::new(),
+            rules,
+        })
+    }
+
+    pub(super) fn envelope(&self) -> &EnvelopeConfig {
+        &self.envelope
+    }
+
+    pub(super) fn types(&self) -> &TypeRegistry {
+        &self.types
+    }
+
+    /// Whether table `schema.name` passes the include and exclude lists.
+    pub(super) fn captures(&self, schema: &str, name: &str) -> bool {
+        self.filter.matches(schema, name)
+    }
+
+    /// The event key of `table` (`schema.table`), when known.
+    pub(super) fn key_columns(&self, table: &str) -> Option<&Vec<String>> {
+        self.key_columns.get(table)
+    }
+
+    /// Remembers `table`'s event key, for snapshots and signals.
+    pub(super) fn learn_key(&mut self, table: String, key: Vec<String>) {
+        self.key_columns.insert(table, key);
+    }
+
+    /// Reserves `topic` for table `schema.name`, unless another table holds it.
+    pub(super) fn claim_table(
+        &mut self,
+        topic: &str,
+        schema: &str,
+        name: &str,
+    ) -> Result<(), TopicClash> {
+        self.topic_claims.claim_table(topic, schema, name)
+    }
+
+    /// The table whose changes `topic` carries, when one does.
+    pub(super) fn table_of_topic(&self, topic: &str) -> Option<&String> {
+        self.tables_by_topic.get(topic)
+    }
+
+    /// The stream's latest description of relation `relation_id`.
+    pub(super) fn relation(&self, relation_id: u32) -> Option<&Arc<Relation>> {
+        self.relations.get(relation_id)
+    }
+
+    /// [`Router::relation`], which a change of it must have had before.
+    pub(super) fn relation_of(&self, relation_id: u32) -> Result<Arc<Relation>, CaptureError> {
+        self.relations.get(relation_id).cloned().ok_or_else(|| {
+            CaptureError::Protocol(format!(
+                "change for relation {relation_id} before its Relation message"
+            ))
+        })
+    }
+
+    /// A Relation message: `rel` replaces what the stream said of its
+    /// table, whose route is built again on its next change. A partition is
+    /// named as its root, through which it is published (one under its own
+    /// name is WAL decoded before the publication published via the root),
+    /// as the catalog has it once the Relation's transaction is visible: a
+    /// table that transaction attached or detached keeps no root it had
+    /// before. Whether its columns differ from the ones known before (it
+    /// follows DDL, which the schema watch compares at once).
+    pub(super) async fn on_relation<C>(
+        &mut self,
+        mut rel: Relation,
+        catalog: &mut C,
+    ) -> Result<bool, CaptureError>
+    where
+        C: TableCatalog<Table = Relation>,
+    {
+        if let Some((schema, root)) = catalog.published_as(&rel).await? {
+            tracing::debug!(partition = %format!("{}.{}", rel.namespace, rel.name), root = %format!("{schema}.{root}"), "partition's changes go to its root");
+            rel.namespace = schema;
+            rel.name = root;
+        }
+        self.routes.remove(&rel.id);
+        let changed = self
+            .relations
+            .get(rel.id)
+            .is_some_and(|old| old.columns != rel.columns);
+        self.relations.insert(rel);
+        Ok(changed)
+    }
+
+    /// A Type message: a type created after start-up (an enum, a domain, an
+    /// array of them) is read from the catalog, and every route built again
+    /// (their encoders may hold its columns as unknown).
+    pub(super) async fn on_type<C>(
+        &mut self,
+        t: &TypeMessage,
+        catalog: &mut C,
+    ) -> Result<(), CaptureError>
+    where
+        C: TableCatalog<Types = TypeRegistry>,
+    {
+        if self.types.observe(t) {
+            catalog.learn_types(&mut self.types).await?;
+            self.routes.clear();
+        }
+        Ok(())
+    }
+
+    /// Whether relation `relation_id`'s route is built.
+    pub(super) fn has_route(&self, relation_id: u32) -> bool {
+        self.routes.contains_key(&relation_id)
+    }
+
+    /// The route of `relation_id`, built before ([`Router::build`]).
+    pub(super) fn route(&self, relation_id: u32) -> Result<Option<&Route>, CaptureError> {
+        route(&self.routes, relation_id)
+    }
+
+    /// Forgets the routes that set `table` aside: released from
+    /// quarantine, its routes are built again on its next change.
+    pub(super) fn release(&mut self, table: &str) {
+        self.routes
+            .retain(|_, r| !matches!(r, Some(Route::Quarantined(t)) if t == table));
+    }
+
+    /// The Kafka records of one change, its routes built ([`records`]).
+    pub(super) fn records(
+        &self,
+        change: LogicalMessage,
+        src: &SourcePosition,
+        resolved: Resolved,
+        m: &Mapping<'_>,
+    ) -> Result<(Vec<Record>, u64), CaptureError> {
+        records(&self.routes, change, src, resolved, m)
+    }
+
+    /// How many event ordinals a change uses, its routes built ([`ordinals`]).
+    pub(super) fn ordinals(&self, change: &LogicalMessage) -> Result<u64, CaptureError> {
+        ordinals(&self.routes, change)
+    }
+
+    /// Builds and keeps relation `relation_id`'s route (on its first change
+    /// after each Relation message), asking `catalog` what it needs;
+    /// `quarantined` says whether a table is set aside now. What the rest
+    /// of the pipeline must do for it is returned.
+    pub(super) async fn build<C>(
+        &mut self,
+        relation_id: u32,
+        catalog: &mut C,
+        quarantined: impl Fn(&str) -> bool,
+    ) -> Result<Followup, CaptureError>
+    where
+        C: TableCatalog<Table = Relation>,
+    {
+        let rel = self.relation_of(relation_id)?;
+        let qualified = format!("{}.{}", rel.namespace, rel.name);
+        let (route, followup) = match self.configured_route(&rel, &qualified)? {
+            Some(route) => (route, Followup::Nothing),
+            // Set aside until the heartbeat's catalog check releases it (see
+            // `pipeline::quarantine`), whatever this Relation message says.
+            None if quarantined(&qualified) => {
+                (Some(Route::Quarantined(qualified)), Followup::Nothing)
+            }
+            None => self.table_route(rel, qualified, catalog).await?,
+        };
+        self.routes.insert(relation_id, route);
+        Ok(followup)
+    }
+
+    /// The route the configuration alone decides: the signal table's, the
+    /// outbox's, or none for a table the filter leaves out. `None` for a
+    /// table to capture.
+    fn configured_route(
+        &self,
+        rel: &Arc<Relation>,
+        qualified: &str,
+    ) -> Result<Option<Option<Route>>, CaptureError> {
+        if self.rules.signal_table.as_deref() == Some(qualified) {
+            return Ok(Some(Some(Route::Signal(Arc::clone(rel)))));
+        }
+        if !self.filter.matches(&rel.namespace, &rel.name) {
+            return Ok(Some(None));
+        }
+        let outbox = self.rules.outbox.as_ref();
+        if let Some((outbox, dead_letters)) = outbox.filter(|(o, _)| o.table == qualified) {
+            let router = OutboxRouter::new(rel, outbox, dead_letters)
+                .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+            return Ok(Some(Some(Route::Outbox(router, Arc::clone(rel)))));
+        }
+        Ok(None)
+    }
+
+    /// A captured table's route: its event key, a replica identity that
+    /// carries it, its encoder, its topic claimed; or set aside when one of
+    /// them fails.
+    async fn table_route<C>(
+        &mut self,
+        rel: Arc<Relation>,
+        qualified: String,
+        catalog: &mut C,
+    ) -> Result<(Option<Route>, Followup), CaptureError>
+    where
+        C: TableCatalog<Table = Relation>,
+    {
+        let key = self.event_key(&rel, &qualified, catalog).await?;
+        let key = key.as_deref();
+        if let Some(why) = self.identity_lacks_key(&rel, &qualified, key.unwrap_or_default()) {
+            return Ok(set_aside(qualified, why));
+        }
+        let identity = catalog.identity(&qualified, &rel).await?;
+        // A table without a key, or one whose `message.key.columns` name no
+        // column of it, cannot be captured as it is: set aside, not a stop.
+        let encoder =
+            TableEncoder::identified(&rel, &self.types, key, &self.envelope, identity.as_ref());
+        match encoder {
+            Ok(enc) => Ok(self.claim_topic(&rel, qualified, enc)),
+            Err(e) => {
+                let why = match key {
+                    None => {
+                        crate::sources::postgres::control::keyless_reason(&qualified, &qualified)
+                    }
+                    Some(_) => e.to_string(),
+                };
+                Ok(set_aside(qualified, why))
+            }
+        }
+    }
+
+    /// The event key of the table a Relation describes, `None` when it has none.
+    async fn event_key<C>(
+        &mut self,
+        rel: &Relation,
+        qualified: &str,
+        catalog: &mut C,
+    ) -> Result<Option<Vec<String>>, CaptureError>
+    where
+        C: TableCatalog<Table = Relation>,
+    {
+        // `message.key.columns` by name; else the primary key of the table
+        // the Relation is (by its id), which start-up's list by name may no
+        // longer be: dropped and made again with another key since.
+        if let Some(key) = self.rules.key_overrides.get(qualified) {
+            return Ok(Some(key.clone()));
+        }
+        let (key, current) = key_of_table(rel, catalog).await?;
+        let known = self.key_columns.get(qualified).filter(|known| {
+            current
+                && known
+                    .iter()
+                    .all(|k| rel.columns.iter().any(|c| &c.name == k))
+        });
+        Ok(match known {
+            // The table capture keyed at start, still under its name with
+            // no other primary key: keep that key (it may be a replica
+            // identity index's; a primary key dropped while streaming must
+            // refuse the table, not unkey it). A table made again with
+            // another primary key takes it.
+            Some(known) if key.is_empty() || *known == key => Some(known.clone()),
+            _ => {
+                if current && !key.is_empty() {
+                    self.key_columns.insert(qualified.to_owned(), key.clone());
+                }
+                (!key.is_empty()).then_some(key)
+            }
+        })
+    }
+
+    /// Why the table must be set aside when its replica identity does not
+    /// carry its event key under `replica.identity.check = "fail"` (under
+    /// `"warn"` that is logged, and the table published).
+    fn identity_lacks_key(
+        &self,
+        rel: &Relation,
+        qualified: &str,
+        key: &[String],
+    ) -> Option<String> {
+        let identity_columns = replica_identity::flagged_columns(rel);
+        let lacks = replica_identity::lacks(rel.replica_identity, &identity_columns, key)?;
+        let why = replica_identity::explain(qualified, qualified, &lacks, key);
+        match self.rules.identity_check {
+            ReplicaIdentityCheck::Fail => Some(replica_identity::quarantine_reason(&why)),
+            ReplicaIdentityCheck::Warn => {
+                tracing::warn!(table = %qualified, "{why} (replica.identity.check = \"warn\": publishing anyway)");
+                None
+            }
+        }
+    }
+
+    /// Claims the table's topic for it: set aside when another table holds
+    /// it or it is too long.
+    fn claim_topic(
+        &mut self,
+        rel: &Relation,
+        qualified: String,
+        enc: TableEncoder,
+    ) -> (Option<Route>, Followup) {
+        let topic: Arc<str> = enc.topic().into();
+        // A table created (or renamed) while capture runs: its topic must
+        // not be another table's. Set aside: after the fix (and a restart,
+        // for a setting) a snapshot of it brings the targets up to date.
+        let claimed = check_length(&topic, &qualified)
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                self.topic_claims
+                    .claim_table(&topic, &rel.namespace, &rel.name)
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(why) = claimed {
+            return set_aside(qualified, why);
+        }
+        self.tables_by_topic
+            .insert(Arc::clone(&topic), qualified.clone());
+        let route = Route::Table(enc, Arc::clone(&topic));
+        (
+            Some(route),
+            Followup::Captured {
+                table: qualified,
+                topic,
+            },
+        )
+    }
+}
+
+/// The route of a table set aside for `reason`, and the quarantine it asks for.
+fn set_aside(table: String, reason: String) -> (Option<Route>, Followup) {
+    (
+        Some(Route::Quarantined(table.clone())),
+        Followup::SetAside { table, reason },
+    )
+}
+
+/// The primary key of the table `rel` is, and whether the catalog has it
+/// under the Relation's name now (then the key may be remembered by name,
+/// for snapshots and signals). Looked up by the Relation's id, not its name
+/// (see [`TableCatalog`]). A table missing then is gone, and its key comes
+/// from the Relation message itself
+/// ([`crate::sources::postgres::replica_identity::key_from_relation`]).
+async fn key_of_table<C>(
+    rel: &Relation,
+    catalog: &mut C,
+) -> Result<(Vec<String>, bool), CaptureError>
+where
+    C: TableCatalog<Table = Relation>,
+{
+    if let Some(found) = catalog.current(rel).await? {
+        // Key columns renamed since the change: the Relation's own.
+        let pk = found.primary_key;
+        if pk.iter().all(|k| rel.columns.iter().any(|c| &c.name == k)) {
+            return Ok((pk, found.schema == rel.namespace && found.name == rel.name));
+        }
+    }
+    let key = replica_identity::key_from_relation(rel);
+    tracing::info!(
+        table = %format!("{}.{}", rel.namespace, rel.name),
+        key = ?key,
+        "table no longer in the catalog as the stream names it (dropped or renamed since): keyed by its Relation message"
+    );
+    Ok((key, false))
 }
 
 /// The route of `relation_id`, resolved before.

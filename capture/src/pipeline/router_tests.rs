@@ -1,5 +1,7 @@
 //! The pure change → records mapping: primary-key changes, TOAST fill,
-//! tombstones, truncates, and ordinals that agree with the records.
+//! tombstones, truncates, and ordinals that agree with the records; and the
+//! router's rules for building a route, with a fake of what it asks the
+//! source ([`TableCatalog`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,12 +10,16 @@ use bytes::Bytes;
 
 use super::record::Record;
 use super::router::{
-    create_needs_source, fill_unchanged_toast, ordinals, records, Mapping, Resolved, Route, Routes,
+    create_needs_source, fill_unchanged_toast, ordinals, records, Followup, Mapping, Resolved,
+    Route, Router, Routes,
 };
+use crate::config::CaptureConfig;
 use crate::envelope::{EnvelopeConfig, SnapshotMarker, SourcePosition, TableEncoder};
+use crate::naming::TopicClaims;
 use crate::pgoutput::{
-    Column, LogicalMessage, OldTuple, Relation, ReplicaIdentity, TupleData, TupleValue,
+    Column, LogicalMessage, OldTuple, Relation, ReplicaIdentity, TupleData, TupleValue, TypeMessage,
 };
+use crate::seam::{CatalogTable, TableCatalog};
 use crate::value::{TypeRegistry, UNAVAILABLE_VALUE};
 
 const INT: u32 = 23;
@@ -251,4 +257,352 @@ fn full_identity_fills_unchanged_toast() {
     );
     // Nothing unchanged: no copy.
     assert!(fill_unchanged_toast(&row(&[text("1")]), &row(&[text("1")])).is_none());
+}
+
+// The router's own rules, with a fake of what it asks the source.
+
+/// The catalog as a test sets it: tables by relation id, partition roots,
+/// and how often a table's key was asked for.
+#[derive(Default)]
+struct FakeCatalog {
+    tables: HashMap<u32, CatalogTable>,
+    roots: HashMap<u32, (String, String)>,
+    asked: usize,
+    types_learnt: usize,
+}
+
+impl FakeCatalog {
+    /// `schema.name` is relation `id`, keyed by `id`.
+    fn with(mut self, id: u32, schema: &str, name: &str) -> Self {
+        self.tables.insert(
+            id,
+            CatalogTable {
+                schema: schema.into(),
+                name: name.into(),
+                primary_key: vec!["id".into()],
+            },
+        );
+        self
+    }
+}
+
+impl TableCatalog for FakeCatalog {
+    type Table = Relation;
+    type Types = TypeRegistry;
+
+    async fn published_as(
+        &mut self,
+        rel: &Relation,
+    ) -> Result<Option<(String, String)>, crate::error::CaptureError> {
+        Ok(self.roots.get(&rel.id).cloned())
+    }
+
+    async fn current(
+        &mut self,
+        rel: &Relation,
+    ) -> Result<Option<CatalogTable>, crate::error::CaptureError> {
+        self.asked += 1;
+        Ok(self.tables.get(&rel.id).cloned())
+    }
+
+    async fn identity(
+        &mut self,
+        _qualified: &str,
+        _rel: &Relation,
+    ) -> Result<Option<crate::envelope::SourceIdentity>, crate::error::CaptureError> {
+        Ok(None)
+    }
+
+    async fn learn_types(
+        &mut self,
+        _types: &mut TypeRegistry,
+    ) -> Result<(), crate::error::CaptureError> {
+        self.types_learnt += 1;
+        Ok(())
+    }
+}
+
+fn router(settings: &str) -> Router {
+    let text = format!(
+        "topic.prefix = \"shop\"\ndatabase.hostname = \"127.0.0.1\"\n\
+         database.user = \"postgres\"\ndatabase.dbname = \"shop\"\n\
+         kafka.bootstrap.servers = \"127.0.0.1:9092\"\n{settings}"
+    );
+    let cfg = CaptureConfig::parse(&text, "test").unwrap();
+    Router::new(
+        &cfg,
+        TopicClaims::default(),
+        HashMap::new(),
+        TypeRegistry::builtin(),
+    )
+    .unwrap()
+}
+
+/// A Relation message for `schema.name`: `id int` (its key) and text columns.
+fn relation(id: u32, schema: &str, name: &str, text_columns: &[&str]) -> Relation {
+    let columns = std::iter::once(("id", INT))
+        .chain(text_columns.iter().map(|c| (*c, TEXT)))
+        .map(|(name, type_oid)| Column {
+            is_key: name == "id",
+            name: name.into(),
+            type_oid,
+            type_modifier: -1,
+        })
+        .collect();
+    Relation {
+        id,
+        namespace: schema.into(),
+        name: name.into(),
+        replica_identity: ReplicaIdentity::Default,
+        columns,
+    }
+}
+
+fn topic_of(router: &Router, id: u32) -> Option<String> {
+    match router.route(id).unwrap() {
+        Some(Route::Table(_, topic)) => Some(topic.to_string()),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn a_relation_gets_a_table_route_keyed_as_the_catalog_says() {
+    let mut router = router("");
+    let mut catalog = FakeCatalog::default().with(10, "public", "orders");
+    let rel = relation(10, "public", "orders", &["note"]);
+    assert!(!router.on_relation(rel, &mut catalog).await.unwrap());
+    assert!(
+        !router.has_route(10),
+        "built on the first change, not before"
+    );
+    let followup = router.build(10, &mut catalog, |_| false).await.unwrap();
+    assert_eq!(
+        followup,
+        Followup::Captured {
+            table: "public.orders".into(),
+            topic: "shop.public.orders".into()
+        }
+    );
+    assert_eq!(topic_of(&router, 10).as_deref(), Some("shop.public.orders"));
+    assert_eq!(
+        router.key_columns("public.orders"),
+        Some(&vec!["id".to_owned()])
+    );
+    assert_eq!(
+        router
+            .table_of_topic("shop.public.orders")
+            .map(String::as_str),
+        Some("public.orders")
+    );
+    // A relation no Relation message described is a protocol error.
+    assert!(router.build(11, &mut catalog, |_| false).await.is_err());
+}
+
+#[tokio::test]
+async fn a_second_table_on_a_topic_another_holds_is_set_aside() {
+    let mut router = router("");
+    // Both become `shop.public.a_b`: Kafka cannot tell them apart.
+    let mut catalog = FakeCatalog::default()
+        .with(11, "public", "a b")
+        .with(12, "public", "a_b");
+    for rel in [
+        relation(11, "public", "a b", &[]),
+        relation(12, "public", "a_b", &[]),
+    ] {
+        router.on_relation(rel, &mut catalog).await.unwrap();
+    }
+    let first = router.build(11, &mut catalog, |_| false).await.unwrap();
+    assert!(matches!(first, Followup::Captured { .. }));
+    let second = router.build(12, &mut catalog, |_| false).await.unwrap();
+    let Followup::SetAside { table, reason } = second else {
+        panic!("the second table is set aside, not {second:?}");
+    };
+    assert_eq!(table, "public.a_b");
+    assert!(
+        reason.contains("topic.name.mapping"),
+        "names the fix: {reason}"
+    );
+    assert!(matches!(
+        router.route(12).unwrap(),
+        Some(Route::Quarantined(t)) if t == "public.a_b"
+    ));
+    assert_eq!(topic_of(&router, 11).as_deref(), Some("shop.public.a_b"));
+
+    // A table quarantined already stays set aside, the catalog not asked.
+    let asked = catalog.asked;
+    router
+        .on_relation(relation(11, "public", "a b", &[]), &mut catalog)
+        .await
+        .unwrap();
+    let again = router
+        .build(11, &mut catalog, |t| t == "public.a b")
+        .await
+        .unwrap();
+    assert_eq!(again, Followup::Nothing, "quarantined before: nothing new");
+    assert!(matches!(
+        router.route(11).unwrap(),
+        Some(Route::Quarantined(_))
+    ));
+    assert_eq!(catalog.asked, asked);
+    // Released: its route is built again on its next change.
+    router.release("public.a b");
+    assert!(!router.has_route(11));
+}
+
+#[tokio::test]
+async fn a_changed_relation_replaces_the_route() {
+    let mut router = router("");
+    let mut catalog = FakeCatalog::default().with(10, "public", "orders");
+    let before = relation(10, "public", "orders", &["note"]);
+    router
+        .on_relation(before.clone(), &mut catalog)
+        .await
+        .unwrap();
+    router.build(10, &mut catalog, |_| false).await.unwrap();
+    // The same columns again: not a change, though the route is built anew.
+    assert!(!router.on_relation(before, &mut catalog).await.unwrap());
+    assert!(!router.has_route(10));
+    router.build(10, &mut catalog, |_| false).await.unwrap();
+
+    let after = relation(10, "public", "orders", &["note", "extra"]);
+    assert!(
+        router.on_relation(after, &mut catalog).await.unwrap(),
+        "a column added: the schema watch compares now"
+    );
+    assert!(!router.has_route(10), "the old route is forgotten");
+    assert!(router.route(10).is_err());
+    router.build(10, &mut catalog, |_| false).await.unwrap();
+    let env = envelope();
+    let m = Mapping {
+        envelope: &env,
+        tombstones: true,
+        now_ms: 0,
+    };
+    let insert = LogicalMessage::Insert {
+        relation_id: 10,
+        new: row(&[text("1"), text("n"), text("x")]),
+    };
+    let (out, _) = router
+        .records(insert, &at(1), Resolved::default(), &m)
+        .unwrap();
+    // With schemas (the default), the envelope is the payload.
+    let payload = &value(&out[0])["payload"];
+    assert_eq!(payload["after"]["extra"], "x", "the new shape");
+}
+
+#[tokio::test]
+async fn a_table_the_filter_leaves_out_gets_no_route() {
+    let mut router = router("table.include.list = \"public.orders\"\n");
+    let mut catalog = FakeCatalog::default()
+        .with(10, "public", "orders")
+        .with(13, "public", "audit");
+    router
+        .on_relation(relation(13, "public", "audit", &[]), &mut catalog)
+        .await
+        .unwrap();
+    let followup = router.build(13, &mut catalog, |_| false).await.unwrap();
+    assert_eq!(followup, Followup::Nothing);
+    assert!(router.has_route(13));
+    assert!(router.route(13).unwrap().is_none());
+    assert_eq!(catalog.asked, 0, "nothing read for a table not captured");
+    assert!(!router.captures("public", "audit"));
+    assert!(router.captures("public", "orders"));
+}
+
+#[tokio::test]
+async fn a_partition_is_routed_as_its_root() {
+    let mut router = router("");
+    let mut catalog = FakeCatalog::default().with(20, "public", "events");
+    catalog.roots.insert(20, ("public".into(), "events".into()));
+    router
+        .on_relation(relation(20, "public", "events_2026", &[]), &mut catalog)
+        .await
+        .unwrap();
+    assert_eq!(router.relation(20).unwrap().name, "events");
+    router.build(20, &mut catalog, |_| false).await.unwrap();
+    assert_eq!(topic_of(&router, 20).as_deref(), Some("shop.public.events"));
+}
+
+#[tokio::test]
+async fn the_signal_table_is_routed_to_its_commands() {
+    let mut router = router("signal.data.collection = \"public.signals\"\n");
+    let mut catalog = FakeCatalog::default();
+    router
+        .on_relation(relation(30, "public", "signals", &["type"]), &mut catalog)
+        .await
+        .unwrap();
+    let followup = router.build(30, &mut catalog, |_| false).await.unwrap();
+    assert_eq!(
+        followup,
+        Followup::Nothing,
+        "no topic: nothing is published"
+    );
+    assert!(matches!(router.route(30).unwrap(), Some(Route::Signal(_))));
+}
+
+/// `message.key.columns` keys `public.orders` by `note`, which its replica
+/// identity (the primary key `id`) does not carry.
+async fn keyed_by_a_column_outside_the_identity(check: &str) -> (Router, Followup, usize) {
+    let mut router = router(&format!(
+        "message.key.columns = \"public.orders:note\"\nreplica.identity.check = \"{check}\"\n"
+    ));
+    let mut catalog = FakeCatalog::default().with(10, "public", "orders");
+    router
+        .on_relation(relation(10, "public", "orders", &["note"]), &mut catalog)
+        .await
+        .unwrap();
+    let followup = router.build(10, &mut catalog, |_| false).await.unwrap();
+    (router, followup, catalog.asked)
+}
+
+#[tokio::test]
+async fn an_identity_without_the_event_key_sets_the_table_aside_unless_warned() {
+    let (router, followup, asked) = keyed_by_a_column_outside_the_identity("fail").await;
+    assert_eq!(
+        asked, 0,
+        "the setting decides the key; the catalog is not read"
+    );
+    let Followup::SetAside { table, reason } = followup else {
+        panic!("set aside, not {followup:?}");
+    };
+    assert_eq!(table, "public.orders");
+    assert!(reason.contains("REPLICA IDENTITY"), "{reason}");
+    assert!(matches!(
+        router.route(10).unwrap(),
+        Some(Route::Quarantined(_))
+    ));
+
+    let (router, followup, _) = keyed_by_a_column_outside_the_identity("warn").await;
+    assert!(matches!(followup, Followup::Captured { .. }));
+    let Some(Route::Table(enc, _)) = router.route(10).unwrap() else {
+        panic!("published under \"warn\"");
+    };
+    assert_eq!(enc.key_column_names().collect::<Vec<_>>(), ["note"]);
+}
+
+#[tokio::test]
+async fn a_type_created_while_streaming_is_learnt_once_and_routes_are_built_again() {
+    let mut router = router("");
+    let mut catalog = FakeCatalog::default().with(10, "public", "orders");
+    router
+        .on_relation(relation(10, "public", "orders", &["note"]), &mut catalog)
+        .await
+        .unwrap();
+    router.build(10, &mut catalog, |_| false).await.unwrap();
+    let mood = TypeMessage {
+        oid: 90_001,
+        namespace: "public".into(),
+        name: "mood".into(),
+    };
+    router.on_type(&mood, &mut catalog).await.unwrap();
+    assert_eq!(catalog.types_learnt, 1);
+    assert!(
+        !router.has_route(10),
+        "encoders may hold the type as unknown"
+    );
+    router.build(10, &mut catalog, |_| false).await.unwrap();
+    // Announced again (before each Relation using it): nothing new.
+    router.on_type(&mood, &mut catalog).await.unwrap();
+    assert_eq!(catalog.types_learnt, 1);
+    assert!(router.has_route(10));
 }

@@ -141,8 +141,7 @@ impl Pipeline<'_> {
             .filter(|t| self.cfg.signal_table() != Some(t.as_str()))
             // Tables captured once but since left out of the include list.
             .filter(|t| {
-                crate::snapshot::split_table(t)
-                    .is_some_and(|(s, n)| self.router.filter.matches(s, n))
+                crate::snapshot::split_table(t).is_some_and(|(s, n)| self.router.captures(s, n))
             })
             .cloned()
             .collect();

@@ -114,7 +114,7 @@ impl Pipeline<'_> {
             return Ok(Err("not a schema.table name".into()));
         };
         // Existence first: "does not exist" is the clearest reason for a typo.
-        let pk = match self.router.key_columns.get(table) {
+        let pk = match self.router.key_columns(table) {
             Some(k) => k.clone(),
             None => {
                 let mut looks = 0;
@@ -135,7 +135,7 @@ impl Pipeline<'_> {
                 }
             }
         };
-        if !self.router.filter.matches(schema, name) {
+        if !self.router.captures(schema, name) {
             return Ok(Err(
                 "not captured: add it to table.include.list (and restart) before snapshotting it"
                     .into(),
@@ -156,7 +156,7 @@ impl Pipeline<'_> {
         if pk.is_empty() {
             return Ok(Err("has no primary key, so it cannot be read in key order: add one, or configure message.key.columns for it".into()));
         }
-        self.router.key_columns.insert(table.to_string(), pk);
+        self.router.learn_key(table.to_string(), pk);
         if let Some(filter) = filter {
             if let Err(why) = check_filter_on(filter, schema, name) {
                 return Ok(Err(why));

@@ -87,7 +87,7 @@ impl Pipeline<'_> {
             self.skip_table(&current.table, &reason);
             return Ok(());
         }
-        let Some(key_columns) = self.router.key_columns.get(&current.table).cloned() else {
+        let Some(key_columns) = self.router.key_columns(&current.table).cloned() else {
             let reason = "has no primary key and no key columns in message.key.columns, so it cannot be read in key order: add a primary key or configure message.key.columns for it";
             self.skip_table(&current.table, reason);
             return Ok(());
@@ -170,8 +170,7 @@ impl Pipeline<'_> {
         };
         let relation_of = |id: u32| {
             self.router
-                .relations
-                .get(id)
+                .relation(id)
                 .filter(|r| format!("{}.{}", r.namespace, r.name) == chunk.table)
         };
         let key_columns = &chunk.key_columns;
@@ -491,9 +490,9 @@ impl Pipeline<'_> {
             .await?;
         let enc = TableEncoder::identified(
             rel,
-            &self.router.types,
+            self.router.types(),
             Some(key_columns),
-            &self.router.envelope,
+            self.router.envelope(),
             identity.as_ref(),
         )
         .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;

@@ -2,7 +2,7 @@
 //! producer, the stored offset, the snapshot plan, then the stream; and the
 //! restarts after retriable failures.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -13,16 +13,13 @@ use super::schema::SchemaWatch;
 use super::tracker::Tracker;
 use super::{now_ms, snapshot_runtime, Pipeline};
 use crate::config::{CaptureConfig, ReplicaIdentityCheck};
-use crate::envelope::EnvelopeConfig;
 use crate::error::CaptureError;
-use crate::filter::TableFilter;
 use crate::kafka::{check_one_partition, InternalTopic, TopicCreator, TxProducer};
 use crate::metrics::CaptureMetrics;
 use crate::naming::{check_length, TopicClaims};
 use crate::offset::{read_stored_offset, SourceOffset};
 use crate::snapshot::{plan_start, GapRefused, StartFacts, TableProgress};
 use crate::sources::postgres::control::{self, format_lsn};
-use crate::sources::postgres::pgoutput::RelationCache;
 use crate::sources::postgres::stream;
 use crate::sources::postgres::value::TypeRegistry;
 
@@ -344,22 +341,12 @@ async fn assemble<'a>(
     metrics.health.connected();
     let mut pipeline = Pipeline {
         cfg,
-        router: Router {
-            tables_by_topic: HashMap::new(),
-            topic_claims: start.topic_claims,
-            envelope: EnvelopeConfig {
-                topic_prefix: cfg.topic_prefix.clone(),
-                topic_mapping: cfg.topic_name_mapping.clone(),
-                database: cfg.database_dbname.clone(),
-                schemas_enable: cfg.schemas_enable,
-            },
-            filter: TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
-                .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?,
-            key_columns: control::key_columns_by_table(&source.tables),
-            types: source.types,
-            relations: RelationCache::new(),
-            encoders: HashMap::new(),
-        },
+        router: Router::new(
+            cfg,
+            start.topic_claims,
+            control::key_columns_by_table(&source.tables),
+            source.types,
+        )?,
         kafka: Committer::new(
             KafkaTx {
                 producer: kafka.producer,
