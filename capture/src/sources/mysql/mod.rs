@@ -21,18 +21,22 @@ pub mod cell;
 pub mod checks;
 pub mod decoder;
 pub mod error;
+pub mod history;
 pub mod mapping;
 pub mod position;
 pub mod reader;
 pub mod shape;
+pub mod snapshot;
 
 pub use cell::Cell;
 pub use checks::{Flavor, ServerFacts};
 pub use decoder::{BinlogChange, ChangeKind, Decoder, RowChange};
 pub use error::MySqlSourceError;
+pub use history::{ShapeFacts, TableFacts};
 pub use mapping::{MappingConfig, MappingError};
 pub use position::{
     BinlogCoordinates, GtidParseError, Gtids, MariaGtid, MariaGtidList, MySqlGtidSet, Position,
 };
 pub use reader::{BinlogReader, ResumeBy};
 pub use shape::{CatalogColumn, ColumnShape, TableShape};
+pub use snapshot::{Chunk, SnapshotLock, SnapshotLockingMode, SnapshotReader, SnapshotSettings};
