@@ -15,7 +15,8 @@ use oncely_capture::testing::mysql::mapping::{
 };
 use oncely_capture::testing::mysql::{
     BinlogChange, BinlogReader, Cell, ChangeKind, MappingConfig, MySqlSourceError, ResumeBy,
-    ServerFacts, SnapshotLock, SnapshotLockingMode, SnapshotReader, SnapshotSettings, TableShape,
+    ServerFacts, ShapeFacts, SnapshotLock, SnapshotLockingMode, SnapshotReader, SnapshotSettings,
+    TableFacts, TableShape,
 };
 use serde_json::Value;
 
@@ -412,6 +413,192 @@ async fn without_reload_the_snapshot_locks_the_tables_or_names_the_grant() {
         msg.contains("GRANT RELOAD") && msg.contains("snapshot.locking.mode = \"none\""),
         "{msg}"
     );
+    root.query_drop(format!("DROP DATABASE {db}"))
+        .await
+        .unwrap();
+}
+
+/// Changes of `db` with the reader's shape facts right after each, until
+/// the commit after the insert of row `last_id`.
+async fn read_with_facts(
+    reader: &mut BinlogReader,
+    db: &str,
+    last_id: i64,
+) -> Vec<(BinlogChange, ShapeFacts)> {
+    let mut out = Vec::new();
+    let mut seen_last = false;
+    let mut ours = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let next = tokio::time::timeout_at(deadline, reader.next())
+            .await
+            .expect("the test's changes within 30 s")
+            .expect("binlog read")
+            .expect("the dump ended");
+        let keep = match &next {
+            BinlogChange::Row(r) if r.table.database == db => {
+                seen_last |= r.after.as_ref().map(|a| &a[0]) == Some(&Cell::Int(last_id));
+                true
+            }
+            BinlogChange::Ddl { database, .. } => database == db,
+            BinlogChange::Commit { .. } => std::mem::take(&mut ours),
+            _ => false,
+        };
+        if keep {
+            ours |= !matches!(next, BinlogChange::Commit { .. });
+            let done = seen_last && matches!(next, BinlogChange::Commit { .. });
+            out.push((next, reader.facts().clone()));
+            if done {
+                return out;
+            }
+        }
+    }
+}
+
+/// `(flag, doc)` of a row change as Debezium's JSON with `tinyint(1)` as
+/// boolean, and doc's Connect schema name.
+fn flag_and_doc(change: &BinlogChange) -> (Value, Value, Value) {
+    let BinlogChange::Row(r) = change else {
+        panic!("{change:?}")
+    };
+    let cfg = MappingConfig {
+        tinyint_one_as_boolean: true,
+        ..MappingConfig::default()
+    };
+    let after = r.after.as_ref().unwrap();
+    let (flag, doc) = (&r.table.columns[1], &r.table.columns[2]);
+    (
+        mapping::to_json(&cfg, flag, &after[1]).unwrap(),
+        mapping::to_json(&cfg, doc, &after[2]).unwrap(),
+        mapping::field_schema(&cfg, doc, true)["name"].clone(),
+    )
+}
+
+/// DDL turns a `tinyint(1)` into `int` and a JSON column into text between
+/// two rows. Read again from before the DDL with the facts stored there,
+/// the old row keeps the old shape (boolean, JSON) although the catalog
+/// has moved on; resumed right after the DDL (as after a kill between it
+/// and the next row) with the facts stored with it, the new row has the new.
+#[tokio::test]
+async fn rows_before_a_ddl_decode_with_the_shape_they_were_written_with() {
+    let (mut root, db) = database("oncely_shapes").await;
+    root.query_drop("CREATE TABLE h (id int PRIMARY KEY, flag tinyint(1), doc json)")
+        .await
+        .unwrap();
+    let tables = [(db.clone(), "h".to_string())];
+    let snap = SnapshotReader::begin(root_opts(), &SnapshotSettings::default(), &tables)
+        .await
+        .unwrap();
+    let (start, start_facts) = (snap.position().clone(), snap.facts());
+    snap.finish().await.unwrap();
+    let t = |a: &[&str], j: &[&str]| TableFacts {
+        database: db.clone(),
+        table: "h".into(),
+        tinyint1: a.iter().map(|s| s.to_string()).collect(),
+        json: j.iter().map(|s| s.to_string()).collect(),
+    };
+    assert_eq!(
+        serde_json::to_value(&start_facts).unwrap(),
+        serde_json::json!([t(&["flag"], &["doc"])])
+    );
+    root.query_drop("INSERT INTO h VALUES (1, 1, '{\"a\": 1}')")
+        .await
+        .unwrap();
+    root.query_drop("ALTER TABLE h MODIFY flag int, MODIFY doc text")
+        .await
+        .unwrap();
+    root.query_drop("INSERT INTO h VALUES (2, 2, 'not json')")
+        .await
+        .unwrap();
+
+    let open = |from: oncely_capture::testing::mysql::Position, facts: ShapeFacts| async move {
+        let mut r = BinlogReader::open(
+            capture_opts(),
+            server_id(),
+            oncely_capture::testing::mysql::Flavor::MariaDb,
+            &from,
+            ResumeBy::FilePosition,
+        )
+        .await
+        .unwrap();
+        r.set_facts(facts);
+        r
+    };
+    let mut reader = open(start.clone(), start_facts.clone()).await;
+    let all = read_with_facts(&mut reader, &db, 2).await;
+    reader.close().await.ok();
+    let kinds: Vec<&str> = all
+        .iter()
+        .map(|(c, _)| match c {
+            BinlogChange::Row(_) => "row",
+            BinlogChange::Ddl { .. } => "ddl",
+            BinlogChange::Commit { .. } => "commit",
+        })
+        .collect();
+    assert_eq!(kinds, ["row", "commit", "ddl", "commit", "row", "commit"]);
+    let json_name = serde_json::json!("io.debezium.data.Json");
+    assert_eq!(
+        flag_and_doc(&all[0].0),
+        (
+            serde_json::json!(true),
+            serde_json::json!("{\"a\":1}"),
+            json_name
+        ),
+        "the old row with the old shape"
+    );
+    assert_eq!(
+        flag_and_doc(&all[4].0),
+        (
+            serde_json::json!(2),
+            serde_json::json!("not json"),
+            Value::Null
+        ),
+        "the new row with the new shape"
+    );
+    // The facts derived from the DDL's text are what the catalog says now.
+    let after_ddl = all[2].1.clone();
+    let mut cap = Conn::new(capture_opts()).await.unwrap();
+    let cat = oncely_capture::testing::mysql::shape::load_catalog(
+        &mut cap,
+        oncely_capture::testing::mysql::Flavor::MariaDb,
+        &db,
+        "h",
+    )
+    .await
+    .unwrap();
+    let mut from_catalog = ShapeFacts::default();
+    from_catalog.set_from_catalog(&db, "h", &cat);
+    assert_eq!(after_ddl, from_catalog);
+    assert_eq!(
+        serde_json::to_value(&after_ddl).unwrap(),
+        serde_json::json!([t(&[], &[])])
+    );
+
+    // A restart from each stored place with the facts stored with it: the
+    // commit before the DDL (the DDL is derived again) and the DDL itself
+    // (a kill before the next row): the same rows, the same shapes.
+    for at in [1usize, 2] {
+        let position = match &all[at].0 {
+            BinlogChange::Ddl { position, .. } | BinlogChange::Commit { position, .. } => {
+                position.clone()
+            }
+            BinlogChange::Row(r) => r.position.clone(),
+        };
+        let mut again = open(position, all[at].1.clone()).await;
+        let rest = read_with_facts(&mut again, &db, 2).await;
+        again.close().await.ok();
+        let row = rest
+            .iter()
+            .find(|(c, _)| matches!(c, BinlogChange::Row(_)))
+            .expect("row 2");
+        assert_eq!(flag_and_doc(&row.0), flag_and_doc(&all[4].0), "from #{at}");
+        assert_eq!(rest.last().unwrap().1, after_ddl, "from #{at}");
+    }
+    // And the old row read again from the start is still the old shape.
+    let mut again = open(start, start_facts).await;
+    let rest = read_with_facts(&mut again, &db, 2).await;
+    again.close().await.ok();
+    assert_eq!(flag_and_doc(&rest[0].0), flag_and_doc(&all[0].0));
     root.query_drop(format!("DROP DATABASE {db}"))
         .await
         .unwrap();
