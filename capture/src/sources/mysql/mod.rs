@@ -6,9 +6,12 @@
 //!     │ binlog dump as replica server.id
 //!     ▼
 //!  reader ──events──▶ decoder ──▶ Row / Ddl / Commit, each with a Position
-//!     │ TABLE_MAP: information_schema          │ (file, pos, gtids, event, row)
-//!     ▼                                        ▼
-//!  catalog (tinyint(1), MariaDB JSON)     mapping: Cell ─▶ Connect schema + JSON
+//!     │ TABLE_MAP + shape facts               │ (file, pos, gtids, event, row)
+//!     ▼ (tinyint(1), MariaDB JSON)            ▼
+//!  history: facts from DDL text,          mapping: Cell ─▶ Connect schema + JSON
+//!  as of each position                        ▲
+//!                                             │ the same cells
+//!  snapshot: lock, consistent read view, position, unlock, key-ordered chunks
 //! ```
 //!
 //! The invariant it keeps: every change carries the [`Position`] that,
