@@ -9,7 +9,8 @@ use mysql_async::Value;
 use super::shape::ColumnShape;
 use crate::value::days_from_civil;
 
-#[derive(Debug, Clone, PartialEq)]
+/// Serializable, so a snapshot's last key can be stored to resume from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Cell {
     Null,
     Int(i64),
