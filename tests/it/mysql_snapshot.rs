@@ -568,11 +568,15 @@ async fn rows_before_a_ddl_decode_with_the_shape_they_were_written_with() {
     .unwrap();
     let mut from_catalog = ShapeFacts::default();
     from_catalog.set_from_catalog(&db, "h", &cat);
-    assert_eq!(after_ddl, from_catalog);
-    assert_eq!(
-        serde_json::to_value(&after_ddl).unwrap(),
-        serde_json::json!([t(&[], &[])])
-    );
+    // (The reader also met other tests' tables: compare the test's only.)
+    let of_h = |f: &ShapeFacts| {
+        let all: Vec<TableFacts> = f.clone().into();
+        all.into_iter()
+            .filter(|x| x.database == db && x.table == "h")
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of_h(&after_ddl), of_h(&from_catalog));
+    assert_eq!(of_h(&after_ddl), [t(&[], &[])]);
 
     // A restart from each stored place with the facts stored with it: the
     // commit before the DDL (the DDL is derived again) and the DDL itself
@@ -592,7 +596,11 @@ async fn rows_before_a_ddl_decode_with_the_shape_they_were_written_with() {
             .find(|(c, _)| matches!(c, BinlogChange::Row(_)))
             .expect("row 2");
         assert_eq!(flag_and_doc(&row.0), flag_and_doc(&all[4].0), "from #{at}");
-        assert_eq!(rest.last().unwrap().1, after_ddl, "from #{at}");
+        assert_eq!(
+            of_h(&rest.last().unwrap().1),
+            of_h(&after_ddl),
+            "from #{at}"
+        );
     }
     // And the old row read again from the start is still the old shape.
     let mut again = open(start, start_facts).await;

@@ -295,7 +295,8 @@ fn other(col: &ColumnShape, value: Value) -> Result<Cell, String> {
             }
         }
         // The binlog drops a BINARY(n)'s trailing zero bytes (its padding):
-        // put them back, so the value is the n bytes a SELECT returns.
+        // put them back, so the value is the n bytes a SELECT returns (and
+        // Debezium publishes).
         MYSQL_TYPE_STRING if col.binary => match value {
             Value::Bytes(mut b) => {
                 let n = string_length(col);
