@@ -161,6 +161,11 @@ impl ShapeFacts {
                 touched.push(k.clone());
                 self.tables.insert(k, cols);
             }
+            Effect::SetIfUnknown(k, cols) => {
+                if !self.tables.contains_key(&k) {
+                    self.apply(Effect::Set(k, cols), touched);
+                }
+            }
             Effect::Forget(k) => {
                 touched.push(k.clone());
                 self.tables.remove(&k);
@@ -243,6 +248,7 @@ fn is_tinyint1(column_type: &str) -> bool {
 #[derive(Debug, PartialEq)]
 enum Effect {
     Set(Key, BTreeMap<String, Facts>),
+    SetIfUnknown(Key, BTreeMap<String, Facts>),
     Forget(Key),
     Move(Key, Key),
     Copy(Key, Key),
@@ -398,14 +404,17 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn if_exists(&mut self) {
+    /// Eats `IF [NOT] EXISTS`; whether it was there.
+    fn if_exists(&mut self) -> bool {
         let save = self.i;
         if self.eat_kw("IF") {
             self.eat_kw("NOT");
-            if !self.eat_kw("EXISTS") {
-                self.i = save;
+            if self.eat_kw("EXISTS") {
+                return true;
             }
+            self.i = save;
         }
+        false
     }
 
     fn statement(&mut self) -> Vec<Effect> {
@@ -465,7 +474,7 @@ impl<'a> Parser<'a> {
     }
 
     fn create_table(&mut self) -> Option<Effect> {
-        self.if_exists();
+        let if_not_exists = self.if_exists();
         let key = self.table_name()?;
         let paren = self.eat_punct('(');
         if self.eat_kw("LIKE") {
@@ -492,7 +501,13 @@ impl<'a> Parser<'a> {
                 alter_column(&mut cols, op);
             }
         }
-        Some(Effect::Set(key, cols))
+        // The server logs `CREATE TABLE IF NOT EXISTS` of a table that
+        // exists too, changing nothing: a known table keeps its facts.
+        Some(if if_not_exists {
+            Effect::SetIfUnknown(key, cols)
+        } else {
+            Effect::Set(key, cols)
+        })
     }
 
     /// The tokens up to the `)` closing a `(` just eaten; the parser is

@@ -117,3 +117,17 @@ fn facts_are_stored_as_compact_json_and_read_back() {
     let back: ShapeFacts = serde_json::from_str(&text).unwrap();
     assert_eq!(back, f);
 }
+
+#[test]
+fn create_table_if_not_exists_leaves_a_known_table_as_it_is() {
+    let mut f = ShapeFacts::default();
+    f.apply_ddl("db", "CREATE TABLE IF NOT EXISTS t (a tinyint(1))");
+    assert_eq!(facts_of(&f, "db", "t"), Some((names(&["a"]), vec![])));
+    // Logged although t exists: nothing changes.
+    assert!(f
+        .apply_ddl("db", "CREATE TABLE IF NOT EXISTS t (a int, j json)")
+        .is_empty());
+    assert_eq!(facts_of(&f, "db", "t"), Some((names(&["a"]), vec![])));
+    f.apply_ddl("db", "CREATE OR REPLACE TABLE t (a int, j json)");
+    assert_eq!(facts_of(&f, "db", "t"), Some((vec![], names(&["j"]))));
+}
