@@ -6,6 +6,12 @@ pub fn quote_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }
 
+/// `` `ident` `` with embedded backticks doubled: any name, as MySQL and
+/// MariaDB spell it (without `ANSI_QUOTES`, double quotes are strings there).
+pub fn quote_mysql_ident(s: &str) -> String {
+    format!("`{}`", s.replace('`', "``"))
+}
+
 /// `'literal'` with embedded quotes doubled. Only for sessions with
 /// `standard_conforming_strings = on` (the default, and every connection
 /// oncely opens), where backslashes are plain characters.
@@ -32,5 +38,6 @@ mod tests {
     fn quotes_are_doubled() {
         assert_eq!(quote_ident("Order \"Items\""), "\"Order \"\"Items\"\"\"");
         assert_eq!(quote_literal("it's"), "'it''s'");
+        assert_eq!(quote_mysql_ident("a`b"), "`a``b`");
     }
 }

@@ -22,18 +22,18 @@ use serde_json::{json, Value};
 use crate::harness::common::{env_var, unique};
 
 /// A replica id per reader, so parallel readers never share one.
-fn server_id() -> u32 {
+pub(crate) fn server_id() -> u32 {
     1000 + rand::random::<u32>() % 1_000_000
 }
 
-async fn admin() -> Conn {
+pub(crate) async fn admin() -> Conn {
     let url = env_var("ONCELY_MARIADB_URL");
     Conn::new(Opts::from_url(&url).expect("ONCELY_MARIADB_URL"))
         .await
         .expect("connect as admin")
 }
 
-fn capture_opts() -> Opts {
+pub(crate) fn capture_opts() -> Opts {
     Opts::from_url(&env_var("ONCELY_MARIADB_CAPTURE_URL")).expect("ONCELY_MARIADB_CAPTURE_URL")
 }
 
@@ -71,7 +71,11 @@ fn row1_json() -> Value {
     })
 }
 
-fn image(cfg: &MappingConfig, change: &RowChange, after: bool) -> Result<Value, MappingError> {
+pub(crate) fn image(
+    cfg: &MappingConfig,
+    change: &RowChange,
+    after: bool,
+) -> Result<Value, MappingError> {
     let cells = if after {
         change.after.as_ref()
     } else {
@@ -88,7 +92,7 @@ fn image(cfg: &MappingConfig, change: &RowChange, after: bool) -> Result<Value, 
 /// Reads changes of `db` until the commit after the row with id `last_id`
 /// was inserted, or fails after 30 s. `mid_tx`: the reader starts inside
 /// one of the test's transactions (so its commit is the test's).
-async fn read_until(
+pub(crate) async fn read_until(
     reader: &mut BinlogReader,
     db: &str,
     last_id: i64,
@@ -131,7 +135,7 @@ async fn read_until(
     }
 }
 
-fn position(c: &BinlogChange) -> &Position {
+pub(crate) fn position(c: &BinlogChange) -> &Position {
     match c {
         BinlogChange::Row(r) => &r.position,
         BinlogChange::Ddl { position, .. } | BinlogChange::Commit { position, .. } => position,
@@ -140,7 +144,7 @@ fn position(c: &BinlogChange) -> &Position {
 
 /// (kind, id) of a row change, "ddl", or "commit": what the resume
 /// comparisons look at, with the position.
-fn summary(c: &BinlogChange) -> (String, Position) {
+pub(crate) fn summary(c: &BinlogChange) -> (String, Position) {
     let what = match c {
         BinlogChange::Row(r) => {
             let img = r.after.as_ref().or(r.before.as_ref()).expect("an image");

@@ -7,8 +7,10 @@ use mysql_async::consts::ColumnType;
 use mysql_async::Value;
 
 use super::shape::ColumnShape;
+use crate::value::days_from_civil;
 
-#[derive(Debug, Clone, PartialEq)]
+/// Serializable, so a snapshot's last key can be stored to resume from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Cell {
     Null,
     Int(i64),
@@ -94,6 +96,73 @@ impl Cell {
             _ => other(col, value),
         }
     }
+}
+
+impl Cell {
+    /// Converts a value a snapshot's SELECT returned (the binary protocol,
+    /// in a session with `time_zone = '+00:00'`) into the cell the binlog
+    /// decoder gives for the same stored value, so the mapping writes the
+    /// same JSON for a row whether a snapshot or the stream read it. The
+    /// binary protocol differs from the binlog for TIMESTAMP (a UTC
+    /// reading, not seconds), ENUM and SET (labels, not numbers) and JSON
+    /// (text, not MySQL's binary form); the rest is shared.
+    pub fn from_query(col: &ColumnShape, value: Value) -> Result<Self, String> {
+        use ColumnType::*;
+        if value == Value::NULL {
+            return Ok(Cell::Null);
+        }
+        match (col.ty, value) {
+            (
+                MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2,
+                Value::Date(year, month, day, hour, minute, second, micros),
+            ) => {
+                if year == 0 && month == 0 && day == 0 {
+                    return Ok(Cell::Timestamp { secs: 0, micros: 0 });
+                }
+                let days = days_from_civil(i64::from(year), u32::from(month), u32::from(day))
+                    .ok_or_else(|| format!("TIMESTAMP {year}-{month}-{day} is not a date"))?;
+                let secs = days * 86_400
+                    + i64::from(hour) * 3600
+                    + i64::from(minute) * 60
+                    + i64::from(second);
+                Ok(Cell::Timestamp { secs, micros })
+            }
+            (MYSQL_TYPE_ENUM, Value::Bytes(b)) => {
+                if b.is_empty() {
+                    return Ok(Cell::Enum(0));
+                }
+                let i = col
+                    .labels
+                    .iter()
+                    .position(|l| l.as_bytes() == b.as_slice())
+                    .ok_or_else(|| format!("ENUM value {:?} is not a label", bytes_text(&b)))?;
+                Ok(Cell::Enum(u16::try_from(i + 1).map_err(|e| e.to_string())?))
+            }
+            (MYSQL_TYPE_SET, Value::Bytes(b)) => {
+                let mut mask = 0u64;
+                for member in b.split(|c| *c == b',').filter(|m| !m.is_empty()) {
+                    let i = col
+                        .labels
+                        .iter()
+                        .position(|l| l.as_bytes() == member)
+                        .filter(|i| *i < 64)
+                        .ok_or_else(|| {
+                            format!("SET member {:?} is not a label", bytes_text(member))
+                        })?;
+                    mask |= 1 << i;
+                }
+                Ok(Cell::Set(mask))
+            }
+            (MYSQL_TYPE_JSON, Value::Bytes(b)) => serde_json::from_slice(&b)
+                .map(Cell::Json)
+                .map_err(|e| format!("JSON text does not parse: {e}")),
+            (_, value) => Cell::from_binlog(col, BinlogValue::Value(value)),
+        }
+    }
+}
+
+fn bytes_text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
 }
 
 fn unexpected(col: &ColumnShape, v: &Value) -> String {
@@ -225,9 +294,102 @@ fn other(col: &ColumnShape, value: Value) -> Result<Cell, String> {
                 v => return Err(unexpected(col, &v)),
             }
         }
+        // The binlog drops a BINARY(n)'s trailing zero bytes (its padding):
+        // put them back, so the value is the n bytes a SELECT returns (and
+        // Debezium publishes).
+        MYSQL_TYPE_STRING if col.binary => match value {
+            Value::Bytes(mut b) => {
+                let n = string_length(col);
+                if b.len() < n {
+                    b.resize(n, 0);
+                }
+                Cell::Bytes(b)
+            }
+            v => return Err(unexpected(col, &v)),
+        },
         _ => match value {
             Value::Bytes(b) => Cell::Bytes(b),
             v => return Err(unexpected(col, &v)),
         },
     })
+}
+
+/// A CHAR/BINARY column's length in bytes from its TABLE_MAP metadata (the
+/// real type's byte carries the length's high bits); 0 without metadata.
+fn string_length(col: &ColumnShape) -> usize {
+    let (b0, b1) = (col.meta_byte(0), col.meta_byte(1));
+    let high = if b0 != 0 && b0 & 0x30 != 0x30 {
+        (usize::from(b0 & 0x30) ^ 0x30) << 4
+    } else {
+        0
+    };
+    high | usize::from(b1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binary(meta: Vec<u8>) -> ColumnShape {
+        ColumnShape {
+            meta,
+            binary: true,
+            ..ColumnShape::new("b", ColumnType::MYSQL_TYPE_STRING)
+        }
+    }
+
+    /// BINARY(4) holding 0x00ff comes from the binlog as 0x00ff (the
+    /// padding dropped) and from a SELECT as 0x00ff0000: one cell.
+    #[test]
+    fn binary_n_is_padded_back_to_its_length() {
+        let col = binary(vec![0xfe, 4]);
+        let from_binlog = Cell::from_binlog(&col, BinlogValue::Value(Value::Bytes(vec![0, 255])));
+        assert_eq!(from_binlog, Ok(Cell::Bytes(vec![0, 255, 0, 0])));
+        let from_query = Cell::from_query(
+            &ColumnShape::new("b", ColumnType::MYSQL_TYPE_STRING),
+            Value::Bytes(vec![0, 255, 0, 0]),
+        );
+        assert_eq!(from_query, from_binlog);
+        // 400 bytes: the length's high bits ride in the type byte.
+        assert_eq!(string_length(&binary(vec![0xee, 0x90])), 400);
+        // Text CHAR keeps what the binlog says (trailing spaces are not stored).
+        let text = ColumnShape::new("c", ColumnType::MYSQL_TYPE_STRING);
+        assert_eq!(
+            Cell::from_binlog(&text, BinlogValue::Value(Value::Bytes(b"ab".to_vec()))),
+            Ok(Cell::Bytes(b"ab".to_vec()))
+        );
+    }
+
+    #[test]
+    fn snapshot_labels_and_utc_readings_become_binlog_cells() {
+        let mut en = ColumnShape::new("e", ColumnType::MYSQL_TYPE_ENUM);
+        en.labels = vec!["small".into(), "medium".into()];
+        assert_eq!(
+            Cell::from_query(&en, Value::Bytes(b"medium".to_vec())),
+            Ok(Cell::Enum(2))
+        );
+        assert_eq!(
+            Cell::from_query(&en, Value::Bytes(vec![])),
+            Ok(Cell::Enum(0))
+        );
+        assert!(Cell::from_query(&en, Value::Bytes(b"huge".to_vec())).is_err());
+        let mut set = ColumnShape::new("s", ColumnType::MYSQL_TYPE_SET);
+        set.labels = vec!["a".into(), "b".into(), "c".into()];
+        assert_eq!(
+            Cell::from_query(&set, Value::Bytes(b"a,c".to_vec())),
+            Ok(Cell::Set(5))
+        );
+        let ts = ColumnShape::new("t", ColumnType::MYSQL_TYPE_TIMESTAMP2);
+        assert_eq!(
+            Cell::from_query(&ts, Value::Date(2026, 12, 5, 1, 2, 3, 456_000)),
+            Ok(Cell::Timestamp {
+                secs: 1_796_432_523,
+                micros: 456_000
+            })
+        );
+        assert_eq!(
+            Cell::from_query(&ts, Value::Date(0, 0, 0, 0, 0, 0, 0)),
+            Ok(Cell::Timestamp { secs: 0, micros: 0 })
+        );
+    }
 }

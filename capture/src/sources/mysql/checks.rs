@@ -257,12 +257,6 @@ pub async fn current_position(
         needed: "ON",
         fix: "start the server with log_bin",
     })?;
-    let file: String = row
-        .get(0)
-        .ok_or_else(|| MySqlSourceError::Protocol("binlog status without a file".into()))?;
-    let pos: u64 = row
-        .get(1)
-        .ok_or_else(|| MySqlSourceError::Protocol("binlog status without a position".into()))?;
     let gtid_sql = match flavor {
         Flavor::MariaDb => "SELECT @@gtid_binlog_pos",
         Flavor::MySql => "SELECT @@gtid_executed",
@@ -271,8 +265,28 @@ pub async fn current_position(
         .query_first(gtid_sql)
         .await
         .map_err(q("read the GTID state"))?;
+    position_from_status(&row.unwrap(), gtids.as_deref())
+}
+
+/// The position of a binlog status row (`File`, `Position`, ...: the same
+/// first columns under `SHOW MASTER STATUS` and MySQL's `SHOW BINARY LOG
+/// STATUS`) and the server's GTID state text (MySQL wraps it after commas).
+pub fn position_from_status(
+    row: &[mysql_async::Value],
+    gtids: Option<&str>,
+) -> Result<Position, MySqlSourceError> {
+    use mysql_async::from_value_opt;
+    let cell = |i: usize, what: &str| {
+        row.get(i)
+            .cloned()
+            .ok_or_else(|| MySqlSourceError::Protocol(format!("binlog status without {what}")))
+    };
+    let file: String = from_value_opt(cell(0, "a file")?)
+        .map_err(|e| MySqlSourceError::Protocol(format!("binlog status file: {e}")))?;
+    let pos: u64 = from_value_opt(cell(1, "a position")?)
+        .map_err(|e| MySqlSourceError::Protocol(format!("binlog status position: {e}")))?;
     let mut p = Position::at(file, pos);
-    p.gtids = match gtids.as_deref().map(str::trim) {
+    p.gtids = match gtids.map(str::trim) {
         None | Some("") => None,
         Some(t) => Some(
             t.parse::<Gtids>()
@@ -399,6 +413,45 @@ mod tests {
             .check(Some(&Position::at("binlog.000009", 4)))
             .unwrap_err();
         assert!(ahead.to_string().contains("another server"));
+    }
+
+    /// MySQL 8.4's `SHOW BINARY LOG STATUS` row (text protocol bytes) and
+    /// its `@@gtid_executed`, wrapped after the comma as MySQL prints it;
+    /// and MariaDB's `SHOW MASTER STATUS` with `@@gtid_binlog_pos`.
+    #[test]
+    fn binlog_status_rows_give_the_position() {
+        use mysql_async::Value::Bytes;
+        let mysql_row = [
+            Bytes(b"binlog.000003".to_vec()),
+            Bytes(b"157".to_vec()),
+            Bytes(Vec::new()),
+            Bytes(Vec::new()),
+            Bytes(b"3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5,\n3e11fa47-71ca-11e1-9e33-c80aa9429563:1-3".to_vec()),
+        ];
+        let p = position_from_status(
+            &mysql_row,
+            Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5,\n3e11fa47-71ca-11e1-9e33-c80aa9429563:1-3"),
+        )
+        .unwrap();
+        assert_eq!(
+            (p.file.as_str(), p.pos, p.event, p.row),
+            ("binlog.000003", 157, 0, 0)
+        );
+        assert_eq!(
+            p.gtids.map(|g| g.to_string()).as_deref(),
+            Some(
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5,3e11fa47-71ca-11e1-9e33-c80aa9429563:1-3"
+            )
+        );
+        let maria = [Bytes(b"binlog.000012".to_vec()), Bytes(b"4711".to_vec())];
+        let p = position_from_status(&maria, Some("0-1-42,1-2-7")).unwrap();
+        assert_eq!(
+            p.gtids.map(|g| g.to_string()).as_deref(),
+            Some("0-1-42,1-2-7")
+        );
+        let p = position_from_status(&maria, Some("")).unwrap();
+        assert_eq!(p.gtids, None, "a server without GTIDs yet");
+        assert!(position_from_status(&maria[..1], None).is_err());
     }
 
     /// MySQL-only statements (no MySQL server here): chosen by version.

@@ -163,10 +163,11 @@ impl Decoder {
             .contains_key(&(database.to_owned(), table.to_owned()))
     }
 
-    /// Forgets every table's declared types (after DDL, which may name
-    /// any table), so the next TABLE_MAP reads them again.
-    pub fn forget_all_catalog(&mut self) {
-        self.catalog.clear();
+    /// Forgets a table's declared types (after DDL naming it), so its
+    /// next TABLE_MAP takes them again.
+    pub fn forget_catalog(&mut self, database: &str, table: &str) {
+        self.catalog
+            .remove(&(database.to_owned(), table.to_owned()));
     }
 
     /// Decodes one event, appending what it yields to `out`.

@@ -39,6 +39,11 @@ pub enum MySqlSourceError {
     #[error("the stored position {stored} is no longer on the server (oldest binlog: {oldest}): the changes in between were purged. Take a new snapshot (delete the stored offset) and raise the binlog retention (binlog_expire_logs_seconds / expire_logs_days) above the longest capture downtime")]
     PositionPurged { stored: String, oldest: String },
 
+    /// `snapshot.locking.mode = minimal` and the user may take neither
+    /// lock the consistent snapshot needs.
+    #[error("user {user} may take neither the global read lock (RELOAD) nor read locks on the captured tables (LOCK TABLES) that a snapshot consistent with the binlog needs: run GRANT RELOAD ON *.* TO {user} (or GRANT LOCK TABLES, which blocks writers to those tables for the whole snapshot), or set snapshot.locking.mode = \"none\" on a server without writes during the snapshot (docs/mysql.md)")]
+    SnapshotLockRefused { user: String },
+
     /// A server or connection error; [`Self::is_retriable`] classifies it
     /// by its code.
     #[error("mysql: {context}: {source}")]

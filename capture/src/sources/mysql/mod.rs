@@ -6,9 +6,12 @@
 //!     │ binlog dump as replica server.id
 //!     ▼
 //!  reader ──events──▶ decoder ──▶ Row / Ddl / Commit, each with a Position
-//!     │ TABLE_MAP: information_schema          │ (file, pos, gtids, event, row)
-//!     ▼                                        ▼
-//!  catalog (tinyint(1), MariaDB JSON)     mapping: Cell ─▶ Connect schema + JSON
+//!     │ TABLE_MAP + shape facts               │ (file, pos, gtids, event, row)
+//!     ▼ (tinyint(1), MariaDB JSON)            ▼
+//!  history: facts from DDL text,          mapping: Cell ─▶ Connect schema + JSON
+//!  as of each position                        ▲
+//!                                             │ the same cells
+//!  snapshot: lock, consistent read view, position, unlock, key-ordered chunks
 //! ```
 //!
 //! The invariant it keeps: every change carries the [`Position`] that,
@@ -21,18 +24,22 @@ pub mod cell;
 pub mod checks;
 pub mod decoder;
 pub mod error;
+pub mod history;
 pub mod mapping;
 pub mod position;
 pub mod reader;
 pub mod shape;
+pub mod snapshot;
 
 pub use cell::Cell;
 pub use checks::{Flavor, ServerFacts};
 pub use decoder::{BinlogChange, ChangeKind, Decoder, RowChange};
 pub use error::MySqlSourceError;
+pub use history::{ShapeFacts, TableFacts};
 pub use mapping::{MappingConfig, MappingError};
 pub use position::{
     BinlogCoordinates, GtidParseError, Gtids, MariaGtid, MariaGtidList, MySqlGtidSet, Position,
 };
 pub use reader::{BinlogReader, ResumeBy};
 pub use shape::{CatalogColumn, ColumnShape, TableShape};
+pub use snapshot::{Chunk, SnapshotLock, SnapshotLockingMode, SnapshotReader, SnapshotSettings};

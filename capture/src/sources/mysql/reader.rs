@@ -1,6 +1,8 @@
 //! The binlog read as a replica: a dump connection registered with
 //! `server.id` (unique among the server's replicas), its events through
-//! the [`Decoder`], and a second connection for the catalog.
+//! the [`Decoder`], the shape facts TABLE_MAP lacks kept as of the events
+//! ([`ShapeFacts`], from DDL text), and a second connection for the
+//! catalog of tables the facts do not know.
 
 use std::collections::VecDeque;
 
@@ -12,6 +14,7 @@ use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, GnoInterval, Opts, Si
 use super::checks::Flavor;
 use super::decoder::{BinlogChange, Decoder};
 use super::error::MySqlSourceError;
+use super::history::ShapeFacts;
 use super::position::{Gtids, MySqlGtidSet, Position};
 use super::shape::load_catalog;
 
@@ -52,6 +55,7 @@ pub struct BinlogReader {
     catalog: Conn,
     flavor: Flavor,
     pending: VecDeque<BinlogChange>,
+    facts: ShapeFacts,
 }
 
 impl BinlogReader {
@@ -115,7 +119,22 @@ impl BinlogReader {
             catalog,
             flavor,
             pending: VecDeque::new(),
+            facts: ShapeFacts::default(),
         })
+    }
+
+    /// The shape facts as of `from` (stored with it, or a snapshot's), so
+    /// events before later DDL decode with the shape they were written
+    /// with. Without them a table's facts are read from the catalog at
+    /// its first TABLE_MAP: today's, which may be after later DDL.
+    pub fn set_facts(&mut self, facts: ShapeFacts) {
+        self.facts = facts;
+    }
+
+    /// The shape facts as of the last change [`Self::next`] handed out:
+    /// what to store with that change's position.
+    pub fn facts(&self) -> &ShapeFacts {
+        &self.facts
     }
 
     /// The next change; `None` when the server ended the dump.
@@ -132,19 +151,23 @@ impl BinlogReader {
                 self.prepare_catalog(&event).await?;
             }
             self.decoder.handle(&event, &mut self.pending)?;
-            // DDL changes declared types: read them again at the next TABLE_MAP.
+            // DDL changes the facts of the tables it names, from its text
+            // (pending holds this event's changes only).
             for c in &self.pending {
-                if let BinlogChange::Ddl { .. } = c {
-                    self.decoder.forget_all_catalog();
+                if let BinlogChange::Ddl {
+                    database, query, ..
+                } = c
+                {
+                    for (db, table) in self.facts.apply_ddl(database, query) {
+                        self.decoder.forget_catalog(&db, &table);
+                    }
                 }
             }
         }
     }
 
-    /// Reads the declared types of a table the first time its TABLE_MAP
-    /// comes (they complete what the binlog says: `tinyint(1)`, MariaDB's
-    /// JSON). They are today's types, not those of the event's time: the
-    /// schema history that ties shapes to positions is still to come.
+    /// Gives the decoder a table's facts before its TABLE_MAP is decoded:
+    /// the known ones, else the catalog's (recorded in the facts from then).
     async fn prepare_catalog(
         &mut self,
         event: &mysql_async::binlog::events::Event,
@@ -156,10 +179,18 @@ impl BinlogReader {
             tme.database_name().into_owned(),
             tme.table_name().into_owned(),
         );
-        if !self.decoder.has_catalog(&db, &table) {
-            let cols = load_catalog(&mut self.catalog, self.flavor, &db, &table).await?;
-            self.decoder.set_catalog(&db, &table, cols);
+        if self.decoder.has_catalog(&db, &table) {
+            return Ok(());
         }
+        let cols = match self.facts.catalog(&db, &table) {
+            Some(cols) => cols,
+            None => {
+                let cols = load_catalog(&mut self.catalog, self.flavor, &db, &table).await?;
+                self.facts.set_from_catalog(&db, &table, &cols);
+                cols
+            }
+        };
+        self.decoder.set_catalog(&db, &table, cols);
         Ok(())
     }
 

@@ -163,7 +163,10 @@ impl TableShape {
     /// name): `tinyint(1)` and MariaDB's JSON alias.
     pub fn apply_catalog(&mut self, catalog: &[CatalogColumn]) {
         for col in &mut self.columns {
-            if let Some(c) = catalog.iter().find(|c| c.name == col.name) {
+            if let Some(c) = catalog
+                .iter()
+                .find(|c| c.name.eq_ignore_ascii_case(&col.name))
+            {
                 col.declared = Some(c.column_type.clone());
                 col.json |= c.json;
             }
@@ -270,4 +273,186 @@ pub async fn load_catalog(
             }
         })
         .collect())
+}
+
+/// One row of `information_schema.COLUMNS` as [`TableShape::from_catalog`]
+/// reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclaredColumn {
+    pub name: String,
+    /// `DATA_TYPE`, e.g. `int`, `longtext`, `point`.
+    pub data_type: String,
+    /// `COLUMN_TYPE`, e.g. `int(10) unsigned`, `enum('a','b')`.
+    pub column_type: String,
+    pub nullable: bool,
+    pub precision: Option<u64>,
+    pub scale: Option<u64>,
+    pub datetime_precision: Option<u64>,
+    /// MySQL's JSON, or MariaDB's `longtext` checked by `json_valid`.
+    pub json: bool,
+}
+
+impl ColumnShape {
+    /// The shape a TABLE_MAP would give the declared column (what
+    /// [`super::mapping`] reads of it: type, the metadata of precision,
+    /// fractional seconds and bit length, signedness, binary strings,
+    /// ENUM/SET labels), for rows a snapshot reads with SELECT.
+    pub fn from_declared(d: &DeclaredColumn) -> Self {
+        use ColumnType::*;
+        let data_type = d.data_type.to_ascii_lowercase();
+        let byte = |v: Option<u64>| u8::try_from(v.unwrap_or(0)).unwrap_or(u8::MAX);
+        let (ty, meta) = match data_type.as_str() {
+            "tinyint" => (MYSQL_TYPE_TINY, vec![]),
+            "smallint" => (MYSQL_TYPE_SHORT, vec![]),
+            "mediumint" => (MYSQL_TYPE_INT24, vec![]),
+            "int" | "integer" => (MYSQL_TYPE_LONG, vec![]),
+            "bigint" => (MYSQL_TYPE_LONGLONG, vec![]),
+            "float" => (MYSQL_TYPE_FLOAT, vec![4]),
+            "double" | "real" => (MYSQL_TYPE_DOUBLE, vec![8]),
+            "decimal" | "numeric" => (
+                MYSQL_TYPE_NEWDECIMAL,
+                vec![byte(d.precision), byte(d.scale)],
+            ),
+            "date" => (MYSQL_TYPE_DATE, vec![]),
+            "datetime" => (MYSQL_TYPE_DATETIME2, vec![byte(d.datetime_precision)]),
+            "timestamp" => (MYSQL_TYPE_TIMESTAMP2, vec![byte(d.datetime_precision)]),
+            "time" => (MYSQL_TYPE_TIME2, vec![byte(d.datetime_precision)]),
+            "year" => (MYSQL_TYPE_YEAR, vec![]),
+            // BIT(n): n % 8, then whole bytes, as TABLE_MAP has it.
+            "bit" => {
+                let n = d.precision.unwrap_or(1);
+                (MYSQL_TYPE_BIT, vec![byte(Some(n % 8)), byte(Some(n / 8))])
+            }
+            "enum" => (MYSQL_TYPE_ENUM, vec![]),
+            "set" => (MYSQL_TYPE_SET, vec![]),
+            "json" => (MYSQL_TYPE_JSON, vec![]),
+            "char" | "binary" => (MYSQL_TYPE_STRING, vec![]),
+            "varchar" | "varbinary" => (MYSQL_TYPE_VARCHAR, vec![]),
+            "geometry" | "point" | "linestring" | "polygon" | "multipoint" | "multilinestring"
+            | "multipolygon" | "geometrycollection" => (MYSQL_TYPE_GEOMETRY, vec![]),
+            // TEXT and BLOB of every size (and anything else stored as bytes).
+            _ => (MYSQL_TYPE_BLOB, vec![]),
+        };
+        let column_type = d.column_type.to_ascii_lowercase();
+        let labels = match ty {
+            MYSQL_TYPE_ENUM | MYSQL_TYPE_SET => declared_labels(&d.column_type),
+            _ => Vec::new(),
+        };
+        Self {
+            name: d.name.clone(),
+            ty,
+            meta,
+            unsigned: ty.is_numeric_type() && column_type.contains("unsigned"),
+            nullable: d.nullable,
+            binary: matches!(
+                data_type.as_str(),
+                "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob"
+            ),
+            labels,
+            declared: Some(d.column_type.clone()),
+            json: d.json,
+        }
+    }
+}
+
+/// The labels of `enum('a','b''c')` or `set(...)`, quotes undoubled.
+pub fn declared_labels(column_type: &str) -> Vec<String> {
+    let Some(open) = column_type.find('(') else {
+        return Vec::new();
+    };
+    let mut labels = Vec::new();
+    let mut chars = column_type[open + 1..].chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\'' {
+            continue;
+        }
+        let mut label = String::new();
+        while let Some(c) = chars.next() {
+            if c == '\'' {
+                if chars.peek() == Some(&'\'') {
+                    chars.next();
+                    label.push('\'');
+                } else {
+                    break;
+                }
+            } else {
+                label.push(c);
+            }
+        }
+        labels.push(label);
+    }
+    labels
+}
+
+impl TableShape {
+    /// The table's shape as `information_schema` declares it now, with its
+    /// primary key: what a snapshot, which reads rows with SELECT rather
+    /// than from the binlog, describes its rows by. Read under the
+    /// snapshot's lock it is the shape at the snapshot's position.
+    pub async fn from_catalog(
+        conn: &mut mysql_async::Conn,
+        flavor: Flavor,
+        database: &str,
+        table: &str,
+    ) -> Result<Self, MySqlSourceError> {
+        use mysql_async::prelude::Queryable;
+        type Row = (
+            String,
+            String,
+            String,
+            String,
+            Option<u64>,
+            Option<u64>,
+            Option<u64>,
+        );
+        let rows: Vec<Row> = conn
+            .exec(
+                "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, \
+                 NUMERIC_SCALE, DATETIME_PRECISION FROM information_schema.COLUMNS \
+                 WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+                (database, table),
+            )
+            .await
+            .map_err(|e| MySqlSourceError::server("read information_schema.COLUMNS", e))?;
+        if rows.is_empty() {
+            return Err(MySqlSourceError::Protocol(format!(
+                "table {database}.{table} is not in information_schema (missing, or the user lacks SELECT on it)"
+            )));
+        }
+        let json_of = load_catalog(conn, flavor, database, table).await?;
+        let key: Vec<String> = conn
+            .exec(
+                "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? \
+                 AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+                (database, table),
+            )
+            .await
+            .map_err(|e| MySqlSourceError::server("read information_schema.STATISTICS", e))?;
+        let columns: Vec<ColumnShape> = rows
+            .into_iter()
+            .map(|(name, data_type, column_type, nullable, p, s, dp)| {
+                let json = json_of.iter().any(|c| c.name == name && c.json);
+                ColumnShape::from_declared(&DeclaredColumn {
+                    name,
+                    data_type,
+                    column_type,
+                    nullable: nullable.eq_ignore_ascii_case("YES"),
+                    precision: p,
+                    scale: s,
+                    datetime_precision: dp,
+                    json,
+                })
+            })
+            .collect();
+        let primary_key = key
+            .iter()
+            .filter_map(|k| columns.iter().position(|c| &c.name == k))
+            .collect();
+        Ok(Self {
+            database: database.into(),
+            table: table.into(),
+            columns,
+            primary_key,
+        })
+    }
 }

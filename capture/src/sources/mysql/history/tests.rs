@@ -1,0 +1,133 @@
+use super::*;
+
+fn facts_of(f: &ShapeFacts, db: &str, t: &str) -> Option<(Vec<String>, Vec<String>)> {
+    let all: Vec<TableFacts> = f.clone().into();
+    all.into_iter()
+        .find(|x| x.database == db && x.table == t)
+        .map(|x| (x.tinyint1, x.json))
+}
+
+fn names(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn create_table_declares_tinyint1_and_mariadb_json() {
+    let mut f = ShapeFacts::default();
+    let touched = f.apply_ddl(
+        "shop",
+        "CREATE TABLE IF NOT EXISTS `orders` (
+            id int NOT NULL AUTO_INCREMENT, -- a comment, (with parens
+            `Flag` TINYINT(1) NOT NULL DEFAULT '0', wide tinyint(4), b bool,
+            doc json, other longtext CHECK (json_valid(`other`)), txt longtext,
+            d decimal(10,2) /* 'x' */ DEFAULT 1.5,
+            PRIMARY KEY (id), KEY k (wide, d),
+            CONSTRAINT c CHECK (json_valid(txt))
+        ) ENGINE=InnoDB /*!50100 PARTITION BY HASH (id) */",
+    );
+    assert_eq!(touched, vec![("shop".to_string(), "orders".to_string())]);
+    assert_eq!(
+        facts_of(&f, "shop", "orders"),
+        Some((names(&["b", "flag"]), names(&["doc", "other", "txt"])))
+    );
+    // As catalog columns the shape applies.
+    let cat = f.catalog("shop", "orders").unwrap();
+    assert!(cat
+        .iter()
+        .any(|c| c.name == "flag" && c.column_type == "tinyint(1)" && !c.json));
+    assert!(f.catalog("shop", "nope").is_none());
+}
+
+#[test]
+fn alter_table_changes_renames_and_drops_columns() {
+    let mut f = ShapeFacts::default();
+    f.apply_ddl(
+        "db",
+        "CREATE TABLE t (id int, b1 tinyint(1), js json, keep tinyint(1))",
+    );
+    f.apply_ddl(
+        "db",
+        "ALTER TABLE db.t MODIFY COLUMN b1 int, CHANGE js doc text, ADD COLUMN n tinyint(1) AFTER id, \
+         ADD (j2 json, x int), RENAME COLUMN keep TO kept, ADD INDEX (n)",
+    );
+    assert_eq!(
+        facts_of(&f, "db", "t"),
+        Some((names(&["kept", "n"]), names(&["j2"])))
+    );
+    f.apply_ddl(
+        "db",
+        "ALTER TABLE t DROP COLUMN n, DROP CONSTRAINT j2, DROP INDEX n",
+    );
+    assert_eq!(facts_of(&f, "db", "t"), Some((names(&["kept"]), vec![])));
+    f.apply_ddl(
+        "db",
+        "ALTER TABLE t ADD CONSTRAINT j CHECK (json_valid(`other`)), RENAME TO u",
+    );
+    assert_eq!(facts_of(&f, "db", "t"), None);
+    assert_eq!(
+        facts_of(&f, "db", "u"),
+        Some((names(&["kept"]), names(&["other"])))
+    );
+}
+
+#[test]
+fn rename_drop_like_and_select_move_copy_or_forget() {
+    let mut f = ShapeFacts::default();
+    f.apply_ddl("a", "CREATE TABLE t (b tinyint(1))");
+    f.apply_ddl("a", "RENAME TABLE t TO b.t2, x TO y");
+    assert!(!f.knows("a", "t") && f.knows("b", "t2"));
+    f.apply_ddl("b", "CREATE TABLE t3 LIKE t2");
+    assert_eq!(facts_of(&f, "b", "t3"), Some((names(&["b"]), vec![])));
+    f.apply_ddl("b", "DROP TABLE IF EXISTS t2, `t3`");
+    assert!(!f.knows("b", "t2") && !f.knows("b", "t3"));
+    f.set_from_catalog(
+        "b",
+        "s",
+        &[CatalogColumn {
+            name: "Z".into(),
+            column_type: "tinyint(1) unsigned".into(),
+            json: false,
+        }],
+    );
+    assert_eq!(facts_of(&f, "b", "s"), Some((names(&["z"]), vec![])));
+    // Columns from a SELECT are not in the text: forgotten, read at the
+    // next TABLE_MAP.
+    f.apply_ddl(
+        "b",
+        "CREATE OR REPLACE TABLE s (extra int) SELECT * FROM other",
+    );
+    assert!(!f.knows("b", "s"));
+    // Statements that change no table's facts.
+    let before = f.clone();
+    assert!(f.apply_ddl("b", "CREATE INDEX i ON s (z)").is_empty());
+    assert!(f.apply_ddl("b", "TRUNCATE TABLE s").is_empty());
+    assert_eq!(f, before);
+}
+
+#[test]
+fn facts_are_stored_as_compact_json_and_read_back() {
+    let mut f = ShapeFacts::default();
+    f.apply_ddl("shop", "CREATE TABLE t (a tinyint(1), j json, n int)");
+    f.apply_ddl("shop", "CREATE TABLE plain (n int)");
+    let text = serde_json::to_string(&f).unwrap();
+    assert_eq!(
+        text,
+        r#"[{"database":"shop","table":"plain"},{"database":"shop","table":"t","tinyint1":["a"],"json":["j"]}]"#
+    );
+    let back: ShapeFacts = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, f);
+}
+
+#[test]
+fn create_table_if_not_exists_leaves_a_known_table_as_it_is() {
+    let mut f = ShapeFacts::default();
+    f.apply_ddl("db", "CREATE TABLE IF NOT EXISTS t (a tinyint(1))");
+    assert_eq!(facts_of(&f, "db", "t"), Some((names(&["a"]), vec![])));
+    // Logged although t exists: nothing changes.
+    assert!(f
+        .apply_ddl("db", "CREATE TABLE IF NOT EXISTS t (a int, j json)")
+        .is_empty());
+    assert_eq!(facts_of(&f, "db", "t"), Some((names(&["a"]), vec![])));
+    f.apply_ddl("db", "CREATE OR REPLACE TABLE t (a int, j json)");
+    assert_eq!(facts_of(&f, "db", "t"), Some((vec![], names(&["j"]))));
+}
