@@ -16,6 +16,7 @@ pub(crate) mod filter;
 #[cfg(test)]
 mod function_length_tests;
 pub mod health;
+pub(crate) mod json;
 pub(crate) mod kafka;
 pub mod metrics;
 pub(crate) mod naming;

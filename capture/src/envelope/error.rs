@@ -1,7 +1,5 @@
 //! Why a record could not be built, and what to tell the operator.
 
-use crate::sources::postgres::value::ValueKind;
-
 /// Why a record could not be built. Each names the table so the operator
 /// knows where to look.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,24 +40,5 @@ impl EnvelopeError {
     /// A refused value: the change is not published, the stream goes on.
     pub fn is_unrepresentable(&self) -> bool {
         matches!(self, EnvelopeError::Unrepresentable { .. })
-    }
-}
-
-/// The field and the fix named when a value of `kind` is refused.
-pub(super) fn unrepresentable_help(kind: &ValueKind) -> (&'static str, &'static str) {
-    match kind {
-        ValueKind::Array { element, .. } => unrepresentable_help(element),
-        ValueKind::MicroDuration => (
-            "io.debezium.time.MicroDuration (int64 µs)",
-            "set interval.handling.mode = \"string\" in the capture config (exact ISO-8601 intervals, any size), restart capture, then snapshot the table (oncely capture snapshot --table ...) to bring the refused rows to the targets",
-        ),
-        ValueKind::MicroTimestamp => (
-            "io.debezium.time.MicroTimestamp (int64 µs since 1970, up to 294247-01-10 04:00:54.775806)",
-            "timestamps from 294247-01-10 04:00:54.775807 on do not fit; store such values as timestamptz (a string field) or bring them into range, then snapshot the table (oncely capture snapshot --table ...)",
-        ),
-        _ => (
-            "its integer field",
-            "bring the value into the field's range, then snapshot the table",
-        ),
     }
 }

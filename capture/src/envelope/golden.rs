@@ -14,8 +14,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::pgoutput::Column;
-use crate::value::{PgType, PgTypeKind};
+use crate::pgoutput::{Column, Relation, ReplicaIdentity, TupleData, TupleValue};
+use crate::value::{PgType, PgTypeKind, TypeRegistry};
 
 const PREFIX: &str = "shop";
 /// 2026-11-27T15:10:35.670Z.

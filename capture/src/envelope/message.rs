@@ -5,7 +5,7 @@
 
 use base64::Engine as _;
 
-use crate::sources::postgres::value::json::{write_i64, write_str};
+use crate::json::{write_i64, write_str};
 
 use super::schema::{message_key_schema, message_value_schema};
 use super::source::SourceWriter;

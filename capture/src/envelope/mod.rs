@@ -1,39 +1,42 @@
-//! Kafka record keys and values in the layout Debezium's PostgreSQL
-//! connector writes through Kafka Connect's JSON converter (docs/design.md,
-//! "Wire format"): with schemas enabled each key and value is
-//! `{"schema": ..., "payload": ...}`, otherwise just the payload.
+//! Kafka record keys and values in the layout Debezium's connectors write
+//! through Kafka Connect's JSON converter (docs/design.md, "Wire format"):
+//! with schemas enabled each key and value is `{"schema": ..., "payload":
+//! ...}`, otherwise just the payload.
 //!
 //! Capture must sustain tens of thousands of events per second on two
-//! cores, so a [`TableEncoder`] does the expensive work once per Relation —
-//! resolving every column's [`ValueKind`], serialising the schemas, escaping
-//! names — and then writes each payload straight into a byte buffer.
+//! cores, so a [`TableEncoder`] does the expensive work once per table shape
+//! (a source's [`TableShape`]: serialising the schemas, escaping names) and
+//! then writes each payload straight into a byte buffer, each value by its
+//! column's [`ColumnType`], which the source provides.
 //!
-//! Column values: SQL NULL is `null`; an unchanged TOASTed value is the
-//! string [`UNAVAILABLE_VALUE`], never null, so sinks keep what they store;
-//! an old tuple of kind Key carries nulls for the non-key columns and they
-//! are written as nulls. Values in binary format (we never request binary
-//! mode, but the protocol allows it) are written as base64 strings, since
-//! only the text format has a per-type mapping.
+//! Column values ([`Cell`]): SQL NULL is `null`; a value not in the change
+//! (an unchanged TOASTed value) is the string `UNAVAILABLE_VALUE`, never
+//! null, so sinks keep what they store; an old row that carries only its
+//! key has nulls for the other columns and they are written as nulls. Bytes
+//! no type mapping applies to are written as base64 strings.
 
 mod error;
 mod message;
 mod schema;
+mod shape;
 mod source;
 
 #[cfg(test)]
 mod golden;
 
+use std::sync::Arc;
+
 use base64::Engine as _;
+use oncely_core::wire::UNAVAILABLE_VALUE;
 use serde_json::Value;
 
-use crate::sources::postgres::pgoutput::{Relation, ReplicaIdentity, TupleData, TupleValue};
-use crate::sources::postgres::value::json::{write_i64, write_str};
-use crate::sources::postgres::value::{TypeRegistry, ValueKind, UNAVAILABLE_VALUE};
+use crate::json::{write_i64, write_str};
 
 pub use error::EnvelopeError;
 pub use message::message_record;
+pub use shape::{Cell, ColumnShape, ColumnType, Row, TableShape, Unrepresentable};
 
-use error::unrepresentable_help;
+use shape::NoRow;
 use source::SourceWriter;
 
 /// `source.version`: the oncely release that wrote the record.
@@ -108,7 +111,7 @@ struct ColumnEncoder {
     name: String,
     /// `"<name>":`, escaped.
     label: Vec<u8>,
-    kind: ValueKind,
+    ty: Arc<dyn ColumnType>,
 }
 
 /// Which source columns a table's fields are (docs/design.md, "Schema
@@ -162,60 +165,41 @@ pub struct TableEncoder {
 }
 
 impl TableEncoder {
-    /// Prepares the encoder for `rel`.
-    ///
-    /// The key is `key_columns` when given (`message.key.columns`, or the
-    /// primary key read from the catalog), else the columns pgoutput flags
-    /// as replica identity. Under REPLICA IDENTITY FULL pgoutput flags every
-    /// column, which would make the whole row the key (a key that changes on
-    /// every update breaks per-key ordering and compaction), so such a table
-    /// needs `key_columns`.
-    #[cfg(test)]
-    pub fn new(
-        rel: &Relation,
-        reg: &TypeRegistry,
-        key_columns: Option<&[String]>,
-        cfg: &EnvelopeConfig,
-    ) -> Result<Self, EnvelopeError> {
-        Self::identified(rel, reg, key_columns, cfg, None)
-    }
-
-    /// [`TableEncoder::new`] whose value schema also says which source
-    /// columns the fields are ([`SourceIdentity`]).
-    pub fn identified(
-        rel: &Relation,
-        reg: &TypeRegistry,
-        key_columns: Option<&[String]>,
+    /// Prepares the encoder for `shape`, whose value schema also says which
+    /// source columns the fields are when `identity` is given
+    /// ([`SourceIdentity`]). Each source builds the shape of its tables
+    /// (PostgreSQL: `TableEncoder::identified` from a Relation).
+    pub fn from_shape(
+        shape: &TableShape,
         cfg: &EnvelopeConfig,
         identity: Option<&SourceIdentity>,
-    ) -> Result<Self, EnvelopeError> {
-        let table = format!("{}.{}", rel.namespace, rel.name);
-        let key_indices = key_indices(rel, key_columns, &table)?;
-        let columns = column_encoders(rel, reg);
+    ) -> Self {
+        let table = format!("{}.{}", shape.namespace, shape.name);
+        let columns = column_encoders(shape);
         let (key_head, value_head, tail) = if cfg.schemas_enable {
-            schema_heads(rel, &columns, &key_indices, cfg, identity)
+            schema_heads(shape, cfg, identity)
         } else {
             (Vec::new(), Vec::new(), &b""[..])
         };
 
         let value_capacity = value_head.len() + 320 + 48 * columns.len() * 2;
-        Ok(Self {
+        Self {
             topic: crate::naming::table_topic(
                 &cfg.topic_prefix,
                 &cfg.topic_mapping,
-                &rel.namespace,
-                &rel.name,
+                &shape.namespace,
+                &shape.name,
             ),
-            source: SourceWriter::new(cfg, &rel.namespace, &rel.name),
-            schema_len: rel.namespace.len(),
+            source: SourceWriter::new(cfg, &shape.namespace, &shape.name),
+            schema_len: shape.namespace.len(),
             table,
             columns,
-            key_indices,
+            key_indices: shape.key.clone(),
             key_head,
             value_head,
             tail,
             value_capacity,
-        })
+        }
     }
 
     /// The source schema and table of the events.
@@ -242,7 +226,7 @@ impl TableEncoder {
 
     /// The record key: a JSON object of the key columns of `row` (a new
     /// tuple, or the old tuple of a delete).
-    pub fn key(&self, row: &TupleData) -> Result<Vec<u8>, EnvelopeError> {
+    pub fn key<R: Row + ?Sized>(&self, row: &R) -> Result<Vec<u8>, EnvelopeError> {
         let mut out = Vec::with_capacity(self.key_head.len() + 16 * self.key_indices.len() + 8);
         self.key_into(row, &mut out)?;
         Ok(out)
@@ -250,7 +234,11 @@ impl TableEncoder {
 
     /// [`TableEncoder::key`] appending to a caller's buffer (reusable,
     /// since the Kafka producer copies the bytes).
-    pub fn key_into(&self, row: &TupleData, out: &mut Vec<u8>) -> Result<(), EnvelopeError> {
+    pub fn key_into<R: Row + ?Sized>(
+        &self,
+        row: &R,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EnvelopeError> {
         self.check_len(row)?;
         out.extend_from_slice(&self.key_head);
         out.push(b'{');
@@ -259,14 +247,15 @@ impl TableEncoder {
                 out.push(b',');
             }
             let col = &self.columns[i];
-            if matches!(row.0[i], TupleValue::UnchangedToast) {
+            let cell = row.cell(i);
+            if cell == Cell::Unavailable {
                 return Err(EnvelopeError::KeyValueUnavailable {
                     table: self.table.clone(),
                     column: col.name.clone(),
                 });
             }
             out.extend_from_slice(&col.label);
-            self.write_value(col, &row.0[i], out)?;
+            self.write_value(col, cell, out)?;
         }
         out.push(b'}');
         out.extend_from_slice(self.tail);
@@ -276,11 +265,11 @@ impl TableEncoder {
     /// The record value: the change envelope. `now_ms` is the top-level
     /// `ts_ms` (when the event was processed), passed in so records are
     /// reproducible.
-    pub fn value(
+    pub fn value<R: Row + ?Sized>(
         &self,
         op: Op,
-        before: Option<&TupleData>,
-        after: Option<&TupleData>,
+        before: Option<&R>,
+        after: Option<&R>,
         src: &SourcePosition,
         now_ms: i64,
     ) -> Result<Vec<u8>, EnvelopeError> {
@@ -290,11 +279,11 @@ impl TableEncoder {
     }
 
     /// [`TableEncoder::value`] appending to a caller's buffer.
-    pub fn value_into(
+    pub fn value_into<R: Row + ?Sized>(
         &self,
         op: Op,
-        before: Option<&TupleData>,
-        after: Option<&TupleData>,
+        before: Option<&R>,
+        after: Option<&R>,
         src: &SourcePosition,
         now_ms: i64,
         out: &mut Vec<u8>,
@@ -313,7 +302,7 @@ impl TableEncoder {
         let mut out = Vec::with_capacity(self.value_head.len() + 320);
         // Without rows nothing can fail; the error arm is unreachable.
         if self
-            .write_envelope(Op::Truncate, None, None, src, now_ms, &mut out)
+            .write_envelope::<NoRow>(Op::Truncate, None, None, src, now_ms, &mut out)
             .is_err()
         {
             out.clear();
@@ -321,11 +310,11 @@ impl TableEncoder {
         out
     }
 
-    fn write_envelope(
+    fn write_envelope<R: Row + ?Sized>(
         &self,
         op: Op,
-        before: Option<&TupleData>,
-        after: Option<&TupleData>,
+        before: Option<&R>,
+        after: Option<&R>,
         src: &SourcePosition,
         now_ms: i64,
         out: &mut Vec<u8>,
@@ -346,19 +335,23 @@ impl TableEncoder {
         Ok(())
     }
 
-    fn write_row(&self, row: Option<&TupleData>, out: &mut Vec<u8>) -> Result<(), EnvelopeError> {
+    fn write_row<R: Row + ?Sized>(
+        &self,
+        row: Option<&R>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EnvelopeError> {
         let Some(row) = row else {
             out.extend_from_slice(b"null");
             return Ok(());
         };
         self.check_len(row)?;
         out.push(b'{');
-        for (i, (col, value)) in self.columns.iter().zip(&row.0).enumerate() {
+        for (i, col) in self.columns.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
             out.extend_from_slice(&col.label);
-            self.write_value(col, value, out)?;
+            self.write_value(col, row.cell(i), out)?;
         }
         out.push(b'}');
         Ok(())
@@ -367,19 +360,19 @@ impl TableEncoder {
     fn write_value(
         &self,
         col: &ColumnEncoder,
-        value: &TupleValue,
+        value: Cell<'_>,
         out: &mut Vec<u8>,
     ) -> Result<(), EnvelopeError> {
         match value {
-            TupleValue::Null => out.extend_from_slice(b"null"),
-            TupleValue::UnchangedToast => write_str(out, UNAVAILABLE_VALUE),
-            TupleValue::Text(bytes) => {
+            Cell::Null => out.extend_from_slice(b"null"),
+            Cell::Unavailable => write_str(out, UNAVAILABLE_VALUE),
+            Cell::Text(bytes) => {
                 let text = std::str::from_utf8(bytes).map_err(|_| EnvelopeError::InvalidUtf8 {
                     table: self.table.clone(),
                     column: col.name.clone(),
                 })?;
-                col.kind.write_json(text, out).map_err(|_| {
-                    let (field, fix) = unrepresentable_help(&col.kind);
+                col.ty.write_json(text, out).map_err(|_| {
+                    let (field, fix) = col.ty.refusal_help();
                     EnvelopeError::Unrepresentable {
                         table: self.table.clone(),
                         column: col.name.clone(),
@@ -389,7 +382,7 @@ impl TableEncoder {
                     }
                 })?;
             }
-            TupleValue::Binary(bytes) => write_str(
+            Cell::Binary(bytes) => write_str(
                 out,
                 &base64::engine::general_purpose::STANDARD.encode(bytes),
             ),
@@ -397,57 +390,22 @@ impl TableEncoder {
         Ok(())
     }
 
-    fn check_len(&self, row: &TupleData) -> Result<(), EnvelopeError> {
-        if row.0.len() != self.columns.len() {
+    fn check_len<R: Row + ?Sized>(&self, row: &R) -> Result<(), EnvelopeError> {
+        if row.width() != self.columns.len() {
             return Err(EnvelopeError::ColumnCount {
                 table: self.table.clone(),
                 expected: self.columns.len(),
-                got: row.0.len(),
+                got: row.width(),
             });
         }
         Ok(())
     }
 }
 
-/// The positions of the key columns: `key_columns` when configured, else the
-/// relation's replica identity key. A table must have one, and a `FULL`
-/// identity has no key to name (see [`TableEncoder::new`]).
-fn key_indices(
-    rel: &Relation,
-    key_columns: Option<&[String]>,
-    table: &str,
-) -> Result<Vec<usize>, EnvelopeError> {
-    let key_indices = match key_columns {
-        Some(names) => names
-            .iter()
-            .map(|n| {
-                rel.columns
-                    .iter()
-                    .position(|c| &c.name == n)
-                    .ok_or_else(|| EnvelopeError::UnknownKeyColumn {
-                        table: table.to_string(),
-                        column: n.clone(),
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-        None if rel.replica_identity == ReplicaIdentity::Full => {
-            return Err(EnvelopeError::FullIdentityNeedsKeyColumns {
-                table: table.to_string(),
-            })
-        }
-        None => rel.key_indices().collect(),
-    };
-    if key_indices.is_empty() {
-        return Err(EnvelopeError::NoKeyColumns {
-            table: table.to_string(),
-        });
-    }
-    Ok(key_indices)
-}
-
 /// One encoder per column, its JSON label (`"name":`) written once.
-fn column_encoders(rel: &Relation, reg: &TypeRegistry) -> Vec<ColumnEncoder> {
-    rel.columns
+fn column_encoders(shape: &TableShape) -> Vec<ColumnEncoder> {
+    shape
+        .columns
         .iter()
         .map(|c| {
             let mut label = Vec::with_capacity(c.name.len() + 3);
@@ -456,7 +414,7 @@ fn column_encoders(rel: &Relation, reg: &TypeRegistry) -> Vec<ColumnEncoder> {
             ColumnEncoder {
                 name: c.name.clone(),
                 label,
-                kind: reg.value_kind(c.type_oid),
+                ty: Arc::clone(&c.ty),
             }
         })
         .collect()
@@ -465,33 +423,27 @@ fn column_encoders(rel: &Relation, reg: &TypeRegistry) -> Vec<ColumnEncoder> {
 /// The `{"schema": ..., "payload":` heads of the key and the value, and the
 /// tail that closes them, for `schemas.enable`.
 fn schema_heads(
-    rel: &Relation,
-    columns: &[ColumnEncoder],
-    key_indices: &[usize],
+    shape: &TableShape,
     cfg: &EnvelopeConfig,
     identity: Option<&SourceIdentity>,
 ) -> (Vec<u8>, Vec<u8>, &'static [u8]) {
-    let base_name = format!("{}.{}.{}", cfg.topic_prefix, rel.namespace, rel.name);
-    let key_fields = key_indices
+    let base_name = format!("{}.{}.{}", cfg.topic_prefix, shape.namespace, shape.name);
+    let key_fields = shape
+        .key
         .iter()
         .map(|&i| {
-            let c = &rel.columns[i];
-            columns[i]
-                .kind
-                .field_schema(c.type_modifier, &c.name, false)
+            let c = &shape.columns[i];
+            c.ty.field_schema(&c.name, false)
         })
         .collect();
-    // pgoutput does not say which columns are NOT NULL, so only key columns
-    // are declared required.
-    let row_fields = rel
+    // Only key columns are declared required: pgoutput does not say which
+    // columns are NOT NULL.
+    let row_fields = shape
         .columns
         .iter()
-        .zip(columns)
         .enumerate()
-        .map(|(i, (c, enc))| {
-            let mut field =
-                enc.kind
-                    .field_schema(c.type_modifier, &c.name, !key_indices.contains(&i));
+        .map(|(i, c)| {
+            let mut field = c.ty.field_schema(&c.name, !shape.key.contains(&i));
             if let Some(attnum) = identity.and_then(|id| id.attnums.get(i).copied()?) {
                 schema::add_parameter(&mut field, PARAM_ATTNUM, attnum.to_string());
             }

@@ -4,7 +4,7 @@
 //! schema, table) is escaped once into byte fragments; per event only the
 //! numbers are formatted.
 
-use crate::sources::postgres::value::json::{write_i64, write_str, write_u64};
+use crate::json::{write_i64, write_str, write_u64};
 
 use super::{EnvelopeConfig, SourcePosition, SOURCE_VERSION};
 

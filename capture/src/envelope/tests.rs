@@ -2,7 +2,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::pgoutput::Column;
+use crate::pgoutput::{Column, Relation, ReplicaIdentity, TupleData, TupleValue};
+use crate::value::{TypeRegistry, UNAVAILABLE_VALUE};
 
 fn col(name: &str, type_oid: u32, is_key: bool) -> Column {
     Column {

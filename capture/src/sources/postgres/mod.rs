@@ -8,6 +8,7 @@
 pub mod chunk;
 pub mod control;
 mod copy;
+mod envelope;
 pub mod pgoutput;
 pub mod replica_identity;
 pub(crate) mod stream;

@@ -2,11 +2,11 @@
 //! -> months, days and microseconds kept apart, or Debezium's
 //! `MicroDuration` (docs/design.md, "Dates, times and intervals").
 
-use super::json::{write_i64, write_padded, write_u64};
 use super::temporal::{
     fraction, Cursor, MICROS_PER_DAY, MICROS_PER_HOUR, MICROS_PER_MINUTE, MICROS_PER_MONTH,
     MICROS_PER_SECOND,
 };
+use crate::json::{write_i64, write_padded, write_u64};
 
 /// An `interval` as PostgreSQL keeps it: months, days and microseconds,
 /// each with its own sign, none converted into another (a month is not a

@@ -7,13 +7,13 @@ use std::borrow::Cow;
 use serde_json::{json, Map, Value};
 
 use super::array::{parse_array, ArrayNode};
-use super::json::{is_json_integer, write_i64, write_str};
 use super::scalar::{bytea_to_base64, normalize_money, parse_bool, parse_float, FloatText};
 use super::temporal::{
     parse_date, parse_interval, parse_interval_parts, parse_time, parse_timestamp,
     parse_timestamptz, parse_timetz, write_zoned_time, write_zoned_timestamp, Interval,
     IntervalParts, ZonedTimestamp,
 };
+use crate::json::{is_json_integer, write_i64, write_str};
 
 pub(crate) const BOX_OID: u32 = 603;
 

@@ -30,7 +30,6 @@
 
 mod array;
 mod interval;
-pub(crate) mod json;
 mod kind;
 mod registry;
 mod scalar;
@@ -61,6 +60,7 @@ pub enum IntervalHandlingMode {
     Numeric,
 }
 
+#[cfg(test)]
 pub use oncely_core::wire::UNAVAILABLE_VALUE;
 
 /// The JSON for one column value in PostgreSQL text format.

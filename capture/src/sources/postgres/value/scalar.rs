@@ -36,7 +36,7 @@ pub enum FloatText<'a> {
 /// strings, and finite text that is not a JSON literal (`.5`, `+1`, `1.`)
 /// is respelled as one, so a float field never carries any other string.
 pub fn parse_float(s: &str) -> Option<FloatText<'_>> {
-    if super::json::is_json_number(s) {
+    if crate::json::is_json_number(s) {
         return Some(FloatText::Number(std::borrow::Cow::Borrowed(s)));
     }
     let f: f64 = s.trim().parse().ok()?;

@@ -13,7 +13,7 @@
 //! integer field cannot hold is `None` here, and the caller refuses it: it
 //! never goes out as a string in an integer field.
 
-use super::json::write_padded;
+use crate::json::write_padded;
 
 pub use oncely_core::calendar::{
     civil_from_days, DATE_INFINITY, DATE_NEG_INFINITY, MICROS_PER_DAY, TIMESTAMP_INFINITY,
