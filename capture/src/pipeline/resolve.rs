@@ -134,7 +134,7 @@ impl Pipeline<'_> {
                     rel.namespace, rel.name
                 ))
             })?;
-        match fill::read_unavailable(&mut self.control, &rel, &key_idx, xid, &row).await? {
+        match fill::read_unavailable(&mut self.source.control, &rel, &key_idx, xid, &row).await? {
             Some(filled) => Ok(filled),
             None => {
                 tracing::debug!(table = %format!("{}.{}", rel.namespace, rel.name), "row of a primary-key update is gone from the source; its unchanged TOAST values stay unavailable");
@@ -176,7 +176,9 @@ impl Pipeline<'_> {
     /// is gone, and its key comes from the Relation message itself
     /// ([`crate::sources::postgres::replica_identity::key_from_relation`]).
     async fn key_of_table(&self, rel: &Relation) -> Result<(Vec<String>, bool), CaptureError> {
-        let found = control::relation_by_oid(&self.control, rel.id, self.tracker.xid()).await?;
+        let found =
+            control::relation_by_oid(&self.source.control, rel.id, self.source.tracker.xid())
+                .await?;
         if let Some((schema, name, pk)) = found {
             // Key columns renamed since the change: the Relation's own.
             if pk.iter().all(|k| rel.columns.iter().any(|c| &c.name == k)) {
@@ -220,10 +222,11 @@ impl Pipeline<'_> {
             return Ok(Some(route));
         }
         // The Relation's transaction: the catalog is read once it is visible.
-        let xid = self.tracker.xid();
+        let xid = self.source.tracker.xid();
         let identity = self
+            .source
             .schema
-            .source_identity(&self.control, &qualified, &rel, xid)
+            .source_identity(&self.source.control, &qualified, &rel, xid)
             .await?;
         // A table without a key, or one whose `message.key.columns` name no
         // column of it, cannot be captured as it is: set aside, not a stop.
