@@ -4,23 +4,12 @@
 //!
 //! Test code is left out: `tests.rs` and `*_tests.rs` files, files whose
 //! module is declared behind `#[cfg(test)]`, and items behind
-//! `#[cfg(test)]` or `#[test]`. `pipeline/` is not checked yet: it is being
-//! split into components; it joins this check (its directory comes off
-//! [`NOT_YET_CHECKED`]) once that restructuring lands, and the components
-//! split out already are checked ahead of it ([`CHECKED_AHEAD`]).
+//! `#[cfg(test)]` or `#[test]`.
 
 use std::path::{Path, PathBuf};
 
 /// The longest a non-test function may be, in lines.
 const MAX_LINES: usize = 80;
-
-/// Directories (relative to `capture/src`) not checked yet; see the module
-/// documentation.
-const NOT_YET_CHECKED: &[&str] = &["pipeline/"];
-
-/// Files of a directory not checked yet that are checked already: the
-/// components split out of it so far.
-const CHECKED_AHEAD: &[&str] = &["pipeline/router.rs", "pipeline/resolve.rs"];
 
 /// Functions allowed to be longer, as `file::function`, each with why it
 /// cannot be split. Empty: every function so far could be; a listed
@@ -286,9 +275,7 @@ fn no_non_test_function_is_longer_than_the_limit() {
     let mut too_long = Vec::new();
     let mut allowed_seen = Vec::new();
     for (rel, long) in &scanned {
-        let not_yet = NOT_YET_CHECKED.iter().any(|d| rel.starts_with(d))
-            && !CHECKED_AHEAD.contains(&rel.as_str());
-        if not_yet || is_test_file(rel, &test_files) {
+        if is_test_file(rel, &test_files) {
             continue;
         }
         for (name, count) in long {

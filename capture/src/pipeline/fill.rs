@@ -53,20 +53,7 @@ pub(super) async fn read_unavailable(
     if missing.is_empty() {
         return Ok(Some(row.clone()));
     }
-    let mut keys = Vec::with_capacity(key_idx.len());
-    for &i in key_idx {
-        match row.0.get(i) {
-            Some(TupleValue::Text(t)) => keys.push(TextParam(t.clone())),
-            other => {
-                return Err(CaptureError::Protocol(format!(
-                    "key column {} of {}.{} is {other:?}, not a text value: cannot read the row's unchanged TOAST values",
-                    rel.columns.get(i).map_or("?", |c| c.name.as_str()),
-                    rel.namespace,
-                    rel.name
-                )))
-            }
-        }
-    }
+    let keys = key_params(rel, key_idx, row)?;
     let sql = read_query(rel, key_idx, &missing);
     let xid = i64::from(xid);
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![&xid];
@@ -82,41 +69,8 @@ pub(super) async fn read_unavailable(
     tx.batch_execute(SESSION)
         .await
         .map_err(pg("set TOAST read session"))?;
-    let deadline = Instant::now() + VISIBLE_TIMEOUT;
-    let mut pause = Duration::from_millis(1);
-    let found = loop {
-        let rows = match tx.query(&sql, &params).await {
-            Ok(rows) => rows,
-            Err(e) if gone(&e) => {
-                // The table or the column no longer exists: its value is gone
-                // from the source too; the targets keep what they have.
-                static GONE: oncely_core::log_limit::LogLimit =
-                    oncely_core::log_limit::LogLimit::new(Duration::from_secs(10), 5);
-                if let Some(suppressed) = GONE.admit() {
-                    tracing::warn!(table = %format!("{}.{}", rel.namespace, rel.name), error = %e, suppressed, "cannot read unchanged TOAST values of a primary-key update: the table or column is gone; the values stay unavailable (at most 5 such lines per 10 s)");
-                }
-                return Ok(None);
-            }
-            Err(e) => return Err(pg("read unchanged TOAST values")(e)),
-        };
-        let Some(first) = rows.first() else {
-            return Err(CaptureError::SourceRead(
-                "the TOAST read returned no visibility row".into(),
-            ));
-        };
-        if first.get::<_, bool>(0) {
-            break first
-                .get::<_, Option<bool>>(1)
-                .is_some()
-                .then(|| first.clone());
-        }
-        if Instant::now() > deadline {
-            return Err(CaptureError::SourceRead(format!(
-                "transaction {xid} sent by the replication stream is still not visible after {VISIBLE_TIMEOUT:?}"
-            )));
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(100));
+    let Some(found) = read_when_visible(&tx, rel, &sql, &params, xid).await? else {
+        return Ok(None);
     };
     tx.commit().await.map_err(pg("end TOAST read"))?;
     let Some(found) = found else {
@@ -130,6 +84,80 @@ pub(super) async fn read_unavailable(
         };
     }
     Ok(Some(filled))
+}
+
+/// The key values of `row` (columns `key_idx`) as parameters of the read.
+fn key_params(
+    rel: &Relation,
+    key_idx: &[usize],
+    row: &TupleData,
+) -> Result<Vec<TextParam>, CaptureError> {
+    let mut keys = Vec::with_capacity(key_idx.len());
+    for &i in key_idx {
+        match row.0.get(i) {
+            Some(TupleValue::Text(t)) => keys.push(TextParam(t.clone())),
+            other => {
+                return Err(CaptureError::Protocol(format!(
+                    "key column {} of {}.{} is {other:?}, not a text value: cannot read the row's unchanged TOAST values",
+                    rel.columns.get(i).map_or("?", |c| c.name.as_str()),
+                    rel.namespace,
+                    rel.name
+                )))
+            }
+        }
+    }
+    Ok(keys)
+}
+
+/// Runs the read (`sql`, [`read_query`]) until transaction `xid` is visible
+/// to its snapshot, waiting up to [`VISIBLE_TIMEOUT`]: `Some(Some(row))`
+/// with the values read, `Some(None)` when no row has the key any more, and
+/// `None` when the table or column is gone (the read is given up).
+async fn read_when_visible(
+    tx: &tokio_postgres::Transaction<'_>,
+    rel: &Relation,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+    xid: i64,
+) -> Result<Option<Option<tokio_postgres::Row>>, CaptureError> {
+    let deadline = Instant::now() + VISIBLE_TIMEOUT;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let rows = match tx.query(sql, params).await {
+            Ok(rows) => rows,
+            Err(e) if gone(&e) => {
+                // The table or the column no longer exists: its value is gone
+                // from the source too; the targets keep what they have.
+                static GONE: oncely_core::log_limit::LogLimit =
+                    oncely_core::log_limit::LogLimit::new(Duration::from_secs(10), 5);
+                if let Some(suppressed) = GONE.admit() {
+                    tracing::warn!(table = %format!("{}.{}", rel.namespace, rel.name), error = %e, suppressed, "cannot read unchanged TOAST values of a primary-key update: the table or column is gone; the values stay unavailable (at most 5 such lines per 10 s)");
+                }
+                return Ok(None);
+            }
+            Err(e) => return Err(CaptureError::pg("read unchanged TOAST values")(e)),
+        };
+        let Some(first) = rows.first() else {
+            return Err(CaptureError::SourceRead(
+                "the TOAST read returned no visibility row".into(),
+            ));
+        };
+        if first.get::<_, bool>(0) {
+            return Ok(Some(
+                first
+                    .get::<_, Option<bool>>(1)
+                    .is_some()
+                    .then(|| first.clone()),
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(CaptureError::SourceRead(format!(
+                "transaction {xid} sent by the replication stream is still not visible after {VISIBLE_TIMEOUT:?}"
+            )));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
 }
 
 /// Whether the read failed because the table or a column no longer exists.

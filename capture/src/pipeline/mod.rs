@@ -2,13 +2,15 @@
 //! transactions that each end with the offset record covering them.
 //!
 //! ```text
-//!  stream.recv() --Begin/Commit--> tracker (position, replay skip)
-//!       |  change                       |
-//!       v                               v
-//!  router (relation -> route, encoder) --records--> committer
-//!       ^                                             | commit (background)
-//!  snapshot runtime: chunk read, window --records-->  | then source confirm
-//!  heartbeat tick: schema watch, quarantine, offset --^
+//!  source.stream.recv() --Begin/Commit--> tracker (position, replay skip)
+//!       |  change                              |
+//!       v                                      v
+//!  router (relation -> route, encoder) ----records----> committer
+//!       |  signal row, watermark, change        ^         | commit (background)
+//!       v                                       |         | then source confirm
+//!  snapshot driver: chunk reads, window,  --records-----+
+//!    signals, quarantine (on the committer's staged position)
+//!  heartbeat tick: schema watch, quarantine check, offset --^
 //! ```
 //!
 //! One task owns the stream, the producer and the position, so the order of
@@ -38,6 +40,8 @@ mod schema_tests;
 mod signal;
 mod snapshot;
 mod snapshot_runtime;
+#[cfg(test)]
+mod snapshot_tests;
 mod start;
 mod tracker;
 #[cfg(test)]
@@ -57,29 +61,40 @@ use crate::sources::postgres::pgoutput::{self, LogicalMessage};
 use committer::{Committer, KafkaTx};
 use record::Record;
 use router::{refusable, Route, Router};
+use snapshot_runtime::{PgChunks, SnapshotDriver};
 use tracker::Tracker;
 
 pub use start::run;
 
+/// The capture pipeline of one life: the stream loop (`Pipeline::stream`)
+/// hands each event to the component that owns what it changes.
 struct Pipeline<'a> {
     cfg: &'a CaptureConfig,
+    metrics: CaptureMetrics,
     /// Which relation publishes where and how.
     router: Router,
     /// The Kafka transactions, the position they reach and what they confirm.
     kafka: Committer<KafkaTx>,
+    /// The replication stream and what is known of the source.
+    source: Source,
+    /// The snapshot chunks in flight and the quarantine's fixes seen.
+    snapshot: SnapshotDriver,
+}
+
+/// The source side of the pipeline: the stream, where it stands, the
+/// control connection for catalog reads, the chunk reads and the schema
+/// watch (what the source's tables looked like last).
+struct Source {
     stream: ReplicationClient,
     control: Client,
-    /// The snapshot chunk in flight and what reads it.
-    snap: snapshot_runtime::SnapshotRuntime,
     /// Where the stream stands in the open source transaction.
     tracker: Tracker,
     /// Last server WAL position heard outside a transaction (keepalives).
     server_position: u64,
-    metrics: CaptureMetrics,
+    /// The snapshot's chunk reads, on their own connection.
+    chunks: PgChunks,
     /// The schema-change topic and what it holds.
     schema: schema::SchemaWatch,
-    /// Where the fixes of quarantined tables were seen (see `quarantine`).
-    fixes: quarantine::Fixes,
 }
 
 impl Pipeline<'_> {
@@ -87,10 +102,16 @@ impl Pipeline<'_> {
         let mut heartbeat = tokio::time::interval(self.cfg.heartbeat_interval());
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let batch_max = self.cfg.batch_max_time();
-        self.publish_view();
+        self.snapshot.publish_view(self.kafka.position());
         loop {
-            self.launch_chunk().await?;
-            if self.snap.exit_when_done && self.snapshot_finished() {
+            let router = &self.router;
+            let key_columns = |t: &str| router.key_columns(t).cloned();
+            self.snapshot
+                .launch(&mut self.kafka, key_columns, &mut self.source.chunks)
+                .await?;
+            let finished =
+                self.snapshot.finished(self.kafka.position()) && !self.source.tracker.in_tx();
+            if self.snapshot.exit_when_done && finished {
                 self.commit_position().await?;
                 tracing::info!(flush_lsn = %format_lsn(self.kafka.committed().flush_lsn), "snapshot complete; snapshot.mode = initial_only: exiting");
                 return Ok(());
@@ -108,11 +129,11 @@ impl Pipeline<'_> {
                     tracing::info!(flush_lsn = %format_lsn(self.kafka.committed().flush_lsn), "capture stopped cleanly");
                     return Ok(());
                 }
-                done = self.kafka.commit_done() => self.kafka.on_commit_done(done, &mut self.stream).await?,
+                done = self.kafka.commit_done() => self.kafka.on_commit_done(done, &mut self.source.stream).await?,
                 _ = sleep_until(deadline) => self.kafka.start_commit().await?,
                 _ = heartbeat.tick() => self.heartbeat().await?,
-                read = snapshot_runtime::chunk_read(&mut self.snap) => self.on_chunk_read(read).await?,
-                event = self.stream.recv() => match event? {
+                read = snapshot_runtime::chunk_read(&mut self.snapshot) => self.snapshot.on_chunk_read(&mut self.kafka, read)?,
+                event = self.source.stream.recv() => match event? {
                     Some(event) => self.on_event(event).await?,
                     None => return Err(CaptureError::Replication(pgwire_replication::PgWireError::Task(
                         "replication stream ended".into(),
@@ -129,13 +150,13 @@ impl Pipeline<'_> {
                 xid,
                 commit_time_micros,
             } => {
-                self.tracker.begin(
+                self.source.tracker.begin(
                     self.kafka.position(),
                     final_lsn.as_u64(),
                     xid,
                     commit_time_micros,
                 )?;
-                self.snap.note_begin(xid);
+                self.snapshot.note_begin(xid);
             }
             ReplicationEvent::Commit { lsn, end_lsn, .. } => {
                 self.on_commit(lsn.as_u64(), end_lsn.as_u64()).await?
@@ -162,9 +183,10 @@ impl Pipeline<'_> {
                 self.on_message(msg, lsn.as_u64()).await?;
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => {
-                tracing::trace!(wal_end = %format_lsn(wal_end.as_u64()), in_tx = self.tracker.in_tx(), "keepalive");
-                if !self.tracker.in_tx() {
-                    self.server_position = self.server_position.max(wal_end.as_u64());
+                let source = &mut self.source;
+                tracing::trace!(wal_end = %format_lsn(wal_end.as_u64()), in_tx = source.tracker.in_tx(), "keepalive");
+                if !source.tracker.in_tx() {
+                    source.server_position = source.server_position.max(wal_end.as_u64());
                 }
             }
             ReplicationEvent::StoppedAt { .. } => {}
@@ -173,7 +195,8 @@ impl Pipeline<'_> {
     }
 
     async fn on_commit(&mut self, commit_lsn: u64, end_lsn: u64) -> Result<(), CaptureError> {
-        self.tracker
+        self.source
+            .tracker
             .commit(self.kafka.stage(), commit_lsn, end_lsn)?;
         self.close_if_full().await
     }
@@ -201,14 +224,16 @@ impl Pipeline<'_> {
     /// A change inside a transaction: counted, skipped if already published,
     /// otherwise turned into records of the open batch.
     async fn on_change(&mut self, change: LogicalMessage, lsn: u64) -> Result<(), CaptureError> {
-        let position = self.tracker.change(lsn)?;
+        let position = self.source.tracker.change(lsn)?;
         // Every change seen while a chunk is in flight counts, replayed or
         // not: dropping a chunk row is always safe, keeping a stale one is not.
-        self.mark_chunk_dirty(&change);
+        let router = &self.router;
+        self.snapshot
+            .mark_dirty(&change, |id| router.relation(id).map(|r| &**r));
         let Some(position) = position else {
             // Its events are in Kafka; their ordinals still count.
             let ordinals = self.ordinals(&change).await?;
-            self.tracker.use_ordinals(ordinals);
+            self.source.tracker.use_ordinals(ordinals);
             return Ok(());
         };
         if let LogicalMessage::Message {
@@ -220,8 +245,8 @@ impl Pipeline<'_> {
                 // publishes its rows, in this Kafka transaction with the
                 // offset that moves the snapshot past them.
                 self.on_watermark(content, &position).await?;
-                self.tracker.use_ordinals(1);
-                self.tracker.advance(self.kafka.stage());
+                self.source.tracker.use_ordinals(1);
+                self.source.tracker.advance(self.kafka.stage());
                 return self.close_if_full().await;
             }
         }
@@ -235,13 +260,13 @@ impl Pipeline<'_> {
                 }
                 Err(e) => return Err(e),
             };
-            self.tracker.use_ordinals(ordinals);
+            self.source.tracker.use_ordinals(ordinals);
             self.note_dead_letters(&records);
             self.publish(records).await?;
         } else {
-            self.tracker.use_ordinals(1);
+            self.source.tracker.use_ordinals(1);
         }
-        self.tracker.advance(self.kafka.stage());
+        self.source.tracker.advance(self.kafka.stage());
         if let Some(signal) = signal {
             self.on_signal(signal).await?;
         }
@@ -259,7 +284,11 @@ impl Pipeline<'_> {
         content: &[u8],
     ) -> Result<(), CaptureError> {
         let ts = now_ms();
-        let Some(position) = self.tracker.message(self.kafka.position(), lsn, ts)? else {
+        let Some(position) = self
+            .source
+            .tracker
+            .message(self.kafka.position(), lsn, ts)?
+        else {
             return Ok(());
         };
         let (topic, key, value) = crate::envelope::message_record(
@@ -282,9 +311,7 @@ impl Pipeline<'_> {
     /// counted per table. The other changes, of that table too, go on
     /// (stopping would not help: the same WAL decodes the same way).
     pub(super) fn refuse_value(&self, refused: &crate::error::RefusedValue) {
-        let counter = &self.metrics.refused_changes;
-        counter.with_label_values(&[refused.table.as_str()]).inc();
-        tracing::error!(table = %refused.table, metric = crate::metrics::REFUSED_CHANGES_TOTAL, "{}", refused.reason);
+        refuse_value(&self.metrics, refused);
     }
 
     /// Outbox rows that could not be routed go to the outbox dead-letter
@@ -391,11 +418,11 @@ impl Pipeline<'_> {
     }
 
     async fn close_if_full(&mut self) -> Result<(), CaptureError> {
-        self.kafka.close_if_full(&mut self.stream).await
+        self.kafka.close_if_full(&mut self.source.stream).await
     }
 
     async fn commit_position(&mut self) -> Result<(), CaptureError> {
-        self.kafka.commit_position(&mut self.stream).await
+        self.kafka.commit_position(&mut self.source.stream).await
     }
 
     /// `slot.max.retained.bytes`: beyond it an error (at most one a minute),
@@ -429,13 +456,13 @@ impl Pipeline<'_> {
     /// an idle slot does not pin WAL.
     async fn heartbeat(&mut self) -> Result<(), CaptureError> {
         if let Some(query) = &self.cfg.heartbeat_action_query {
-            if let Err(e) = self.control.batch_execute(query).await {
+            if let Err(e) = self.source.control.batch_execute(query).await {
                 tracing::warn!(error = %e, "heartbeat.action.query failed");
             }
         }
         self.check_schemas().await?;
         self.check_quarantine().await?;
-        match control::slot_retained_wal(&self.control, &self.cfg.slot_name).await {
+        match control::slot_retained_wal(&self.source.control, &self.cfg.slot_name).await {
             Ok(Some(bytes)) => {
                 self.metrics.slot_retained_wal.set(bytes);
                 self.check_slot_limit(bytes);
@@ -443,11 +470,11 @@ impl Pipeline<'_> {
             Ok(None) => {}
             Err(e) => tracing::debug!(error = %e, "cannot read slot lag"),
         }
-        if self.tracker.in_tx() || self.kafka.busy() {
+        if self.source.tracker.in_tx() || self.kafka.busy() {
             return Ok(());
         }
-        if self.server_position > self.kafka.position().flush_lsn {
-            self.kafka.stage().flush_lsn = self.server_position;
+        if self.source.server_position > self.kafka.position().flush_lsn {
+            self.kafka.stage().flush_lsn = self.source.server_position;
         }
         if self.kafka.position() != self.kafka.committed() {
             self.commit_position().await?;
@@ -455,6 +482,15 @@ impl Pipeline<'_> {
         }
         Ok(())
     }
+}
+
+/// A change (or snapshot row) holding a value its field cannot carry is
+/// not published: logged with table, column, value and the fix, and
+/// counted per table.
+fn refuse_value(metrics: &CaptureMetrics, refused: &crate::error::RefusedValue) {
+    let counter = &metrics.refused_changes;
+    counter.with_label_values(&[refused.table.as_str()]).inc();
+    tracing::error!(table = %refused.table, metric = crate::metrics::REFUSED_CHANGES_TOTAL, "{}", refused.reason);
 }
 
 fn now_ms() -> i64 {

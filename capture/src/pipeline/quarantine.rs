@@ -32,14 +32,19 @@
 
 use std::collections::HashMap;
 
-use super::{now_ms, Pipeline};
+use super::committer::{Committer, Transactions};
+use super::snapshot::ChunkEncoding;
+use super::snapshot_runtime::SnapshotDriver;
+use super::{now_ms, Pipeline, Record};
 use crate::config::ReplicaIdentityCheck;
+use crate::envelope::SourcePosition;
 use crate::error::CaptureError;
 use crate::naming::check_length;
+use crate::offset::SourceOffset;
 use crate::snapshot::{request, SnapshotKind, TableProgress};
 use crate::sources::postgres::control::{self, format_lsn, CapturedTable};
 
-/// The quarantine's own state, one component of the pipeline: per
+/// The quarantine's own state, held by the snapshot driver: per
 /// quarantined table whose fix the catalog shows, the server's WAL end when
 /// it was seen; the table is released once the stream passes it. The
 /// quarantined tables themselves (and their reasons) are part of the offset
@@ -90,17 +95,20 @@ enum Verdict {
     Fine(CapturedTable),
 }
 
-impl Pipeline<'_> {
-    pub(super) fn is_quarantined(&self, table: &str) -> bool {
-        self.kafka.position().quarantined.contains_key(table)
-    }
-
+/// The quarantine's work on the snapshot and the committer's staged
+/// position, which holds the quarantined tables.
+impl SnapshotDriver {
     /// Sets `table` aside for `reason` (which names the fix). Its snapshot,
     /// queued or in flight, is dropped: a snapshot of it is queued again
     /// when it is released.
-    pub(super) fn quarantine(&mut self, table: &str, reason: String) {
+    pub(super) fn quarantine<T: Transactions>(
+        &mut self,
+        kafka: &mut Committer<T>,
+        table: &str,
+        reason: String,
+    ) {
         self.fixes.forget(table);
-        if self.kafka.position().quarantined.get(table) == Some(&reason) {
+        if kafka.position().quarantined.get(table) == Some(&reason) {
             return;
         }
         tracing::error!(
@@ -108,46 +116,128 @@ impl Pipeline<'_> {
             metric = crate::metrics::QUARANTINED,
             "table {table} is quarantined: {reason}. Its changes are not published until it is fixed; the other tables go on. Once the fix is in the catalog (or in the configuration, after a restart), capture snapshots {table} again by itself"
         );
-        self.kafka
-            .stage()
-            .quarantined
-            .insert(table.to_owned(), reason);
-        self.drop_snapshot_of(table);
-        self.show_quarantine();
+        kafka.stage().quarantined.insert(table.to_owned(), reason);
+        self.drop_snapshot_of(kafka, table);
+        self.show_quarantine(kafka.position());
     }
 
     /// Removes `table` from the snapshot queue and abandons its chunks in
     /// flight: a quarantined table's rows are never published.
-    pub(super) fn drop_snapshot_of(&mut self, table: &str) {
-        self.snap.abandon_table(table);
-        if let Some(p) = self.kafka.stage().snapshot.as_mut() {
+    pub(super) fn drop_snapshot_of<T: Transactions>(
+        &mut self,
+        kafka: &mut Committer<T>,
+        table: &str,
+    ) {
+        self.abandon_table(table);
+        let stage = kafka.stage();
+        if let Some(p) = stage.snapshot.as_mut() {
             let before = p.tables.len();
             p.tables.retain(|t| t.table != table);
             if p.tables.len() != before {
                 tracing::info!(table, "snapshot of a quarantined table dropped; it is snapshotted whole once the table is fixed");
             }
             if p.tables.is_empty() {
-                self.kafka.stage().snapshot = None;
+                stage.snapshot = None;
             }
         }
-        self.publish_view();
+        self.publish_view(kafka.position());
     }
 
-    /// The gauge and `/readyz` show the quarantined tables.
-    pub(super) fn show_quarantine(&self) {
+    /// The gauge and `/readyz` show the quarantined tables of `position`.
+    pub(super) fn show_quarantine(&self, position: &SourceOffset) {
         let gauge = &self.metrics.quarantined;
         gauge.reset();
-        for table in self.kafka.position().quarantined.keys() {
+        for table in position.quarantined.keys() {
             gauge.with_label_values(&[table.as_str()]).set(1);
         }
         self.metrics.health.quarantined(
-            self.kafka
-                .position()
+            position
                 .quarantined
                 .iter()
                 .map(|(t, why)| (t.clone(), why.clone()))
                 .collect(),
         );
+    }
+
+    /// The quarantined table `table` is gone from what is captured: nothing
+    /// is owed.
+    pub(super) fn forget_gone<T: Transactions>(&mut self, kafka: &mut Committer<T>, table: &str) {
+        tracing::info!(table = %table, "quarantined table is no longer captured (dropped, renamed or left out): nothing owed");
+        kafka.stage().quarantined.remove(table);
+        self.fixes.forget(table);
+    }
+
+    /// Ends `table`'s quarantine: an incremental snapshot of it, queued in
+    /// the same offset record, covers every change skipped meanwhile (the
+    /// caller decides its routes again).
+    pub(super) fn release<T: Transactions>(&mut self, kafka: &mut Committer<T>, table: &str) {
+        let stage = kafka.stage();
+        if let Some(at) = self.fixes.take(table) {
+            stage.stale_before.insert(table.to_owned(), at);
+        }
+        stage.quarantined.remove(table);
+        stage
+            .tables
+            .get_or_insert_with(Default::default)
+            .insert(table.to_owned());
+        let added = request(
+            &mut stage.snapshot,
+            format!("quarantine-{}", now_ms()),
+            SnapshotKind::Incremental,
+            vec![TableProgress::new(table, None)],
+        );
+        tracing::info!(table, snapshot = ?added, "table {table} is no longer quarantined: its changes are published again, and an incremental snapshot of it brings the targets up to date");
+        self.publish_view(kafka.position());
+    }
+
+    /// When an unfiltered snapshot of a table released from quarantine completes:
+    /// a truncate event on every partition of its topic, versioned at the
+    /// position where its fix was seen (`stale_before`, event ordinal 0,
+    /// which no change takes). Every sink applies a truncate to the rows
+    /// older than it only, and by then every row the source holds is newer
+    /// (read by the snapshot, or changed since), so what it removes are the
+    /// rows deleted while the table was set aside. Empty for other tables.
+    pub(super) fn stale_rows_removal<T: Transactions>(
+        &self,
+        kafka: &mut Committer<T>,
+        table: &str,
+        encoding: &ChunkEncoding,
+        partitions: i32,
+        src: &SourcePosition,
+    ) -> Vec<Record> {
+        let Some(before) = kafka.stage().stale_before.remove(table) else {
+            return Vec::new();
+        };
+        let at = SourcePosition {
+            tx_id: src.tx_id,
+            lsn: before,
+            commit_lsn: before,
+            event_seq: 0,
+            commit_ts_ms: src.commit_ts_ms,
+            snapshot: crate::envelope::SnapshotMarker::Incremental,
+        };
+        let value = encoding.encoder.truncate_value(&at, now_ms());
+        let records = (0..partitions)
+            .map(|partition| {
+                let mut record = Record::new(&encoding.topic, None, Some(value.clone()));
+                record.partition = Some(partition);
+                record.headers.push((
+                    crate::envelope::HEADER_POSITION,
+                    crate::envelope::position_header(&at),
+                ));
+                record
+            })
+            .collect();
+        tracing::info!(table, before = %format_lsn(before), "snapshot of a table released from quarantine complete: rows older than its fix (deleted while it was set aside) removed from the targets");
+        records
+    }
+}
+
+/// The quarantine's catalog checks, on the source's control connection.
+impl Pipeline<'_> {
+    /// Sets `table` aside for `reason` ([`SnapshotDriver::quarantine`]).
+    pub(super) fn quarantine(&mut self, table: &str, reason: String) {
+        self.snapshot.quarantine(&mut self.kafka, table, reason);
     }
 
     /// At each heartbeat: reads the catalog for every quarantined table,
@@ -170,117 +260,62 @@ impl Pipeline<'_> {
         };
         for (table, verdict) in names.into_iter().zip(verdicts) {
             match verdict {
-                Verdict::Gone => {
-                    tracing::info!(table = %table, "quarantined table is no longer captured (dropped, renamed or left out): nothing owed");
-                    self.kafka.stage().quarantined.remove(&table);
-                    self.fixes.forget(&table);
-                }
+                Verdict::Gone => self.snapshot.forget_gone(&mut self.kafka, &table),
                 Verdict::Broken(reason) => self.quarantine(&table, reason),
-                Verdict::Fine(t) => {
-                    if self.fixes.seen(&table) {
-                        continue;
-                    }
-                    // Its changes reach the stream from here on (a
-                    // filtered publication holds keyed tables only).
-                    if let Err(e) = control::ensure_publication(
-                        &self.control,
-                        self.cfg,
-                        std::slice::from_ref(&t),
-                    )
-                    .await
-                    {
-                        match e {
-                            CaptureError::Prerequisite(why) => self.quarantine(&table, why),
-                            e => return Err(e),
-                        }
-                        continue;
-                    }
-                    let at = control::current_wal_lsn(&self.control).await?;
-                    tracing::info!(table = %table, fixed_at = %format_lsn(at), "quarantined table is fixed in the catalog; released once the stream passes this position");
-                    self.router.learn_key(table.clone(), t.key_columns);
-                    self.fixes.note(table, at);
+                Verdict::Fine(t) if !self.snapshot.fixes.seen(&table) => {
+                    self.note_fix(table, t).await?
                 }
+                Verdict::Fine(_) => {}
             }
         }
-        let reached = self.server_position.max(self.kafka.position().flush_lsn);
-        for table in self.fixes.passed(reached) {
+        let reached = self
+            .source
+            .server_position
+            .max(self.kafka.position().flush_lsn);
+        for table in self.snapshot.fixes.passed(reached) {
             self.release(&table);
         }
-        self.show_quarantine();
+        self.snapshot.show_quarantine(self.kafka.position());
         Ok(())
     }
 
-    /// Ends `table`'s quarantine: its routes are decided again, and an
-    /// incremental snapshot of it, queued in the same offset record, covers
-    /// every change skipped meanwhile.
-    fn release(&mut self, table: &str) {
-        if let Some(at) = self.fixes.take(table) {
-            self.kafka.stage().stale_before.insert(table.to_owned(), at);
+    /// The catalog shows quarantined `table` fixed (as `t`): its changes
+    /// are published from here on, and it is released once the stream
+    /// passes the server's WAL end now.
+    async fn note_fix(&mut self, table: String, t: CapturedTable) -> Result<(), CaptureError> {
+        let control = &self.source.control;
+        // Its changes reach the stream from here on (a filtered publication
+        // holds keyed tables only).
+        if let Err(e) =
+            control::ensure_publication(control, self.cfg, std::slice::from_ref(&t)).await
+        {
+            return match e {
+                CaptureError::Prerequisite(why) => {
+                    self.quarantine(&table, why);
+                    Ok(())
+                }
+                e => Err(e),
+            };
         }
-        self.kafka.stage().quarantined.remove(table);
-        self.router.release(table);
-        self.kafka
-            .stage()
-            .tables
-            .get_or_insert_with(Default::default)
-            .insert(table.to_owned());
-        let added = request(
-            &mut self.kafka.stage().snapshot,
-            format!("quarantine-{}", now_ms()),
-            SnapshotKind::Incremental,
-            vec![TableProgress::new(table, None)],
-        );
-        tracing::info!(table, snapshot = ?added, "table {table} is no longer quarantined: its changes are published again, and an incremental snapshot of it brings the targets up to date");
-        self.publish_view();
+        let at = control::current_wal_lsn(control).await?;
+        tracing::info!(table = %table, fixed_at = %format_lsn(at), "quarantined table is fixed in the catalog; released once the stream passes this position");
+        self.router.learn_key(table.clone(), t.key_columns);
+        self.snapshot.fixes.note(table, at);
+        Ok(())
     }
 
-    /// When an unfiltered snapshot of a table released from quarantine completes:
-    /// a truncate event on every partition of its topic, versioned at the
-    /// position where its fix was seen (`stale_before`, event ordinal 0,
-    /// which no change takes). Every sink applies a truncate to the rows
-    /// older than it only, and by then every row the source holds is newer
-    /// (read by the snapshot, or changed since), so what it removes are the
-    /// rows deleted while the table was set aside. `None` for other tables.
-    pub(super) async fn stale_rows_removal(
-        &mut self,
-        table: &str,
-        encoder: &crate::envelope::TableEncoder,
-        topic: &std::sync::Arc<str>,
-        src: &crate::envelope::SourcePosition,
-    ) -> Result<Vec<super::Record>, CaptureError> {
-        let Some(&before) = self.kafka.position().stale_before.get(table) else {
-            return Ok(Vec::new());
-        };
-        let at = crate::envelope::SourcePosition {
-            tx_id: src.tx_id,
-            lsn: before,
-            commit_lsn: before,
-            event_seq: 0,
-            commit_ts_ms: src.commit_ts_ms,
-            snapshot: crate::envelope::SnapshotMarker::Incremental,
-        };
-        let value = encoder.truncate_value(&at, now_ms());
-        let partitions = self.kafka.partition_count(topic).await?;
-        let records = (0..partitions)
-            .map(|partition| {
-                let mut record = super::Record::new(topic, None, Some(value.clone()));
-                record.partition = Some(partition);
-                record.headers.push((
-                    crate::envelope::HEADER_POSITION,
-                    crate::envelope::position_header(&at),
-                ));
-                record
-            })
-            .collect();
-        self.kafka.stage().stale_before.remove(table);
-        tracing::info!(table, before = %format_lsn(before), "snapshot of a table released from quarantine complete: rows older than its fix (deleted while it was set aside) removed from the targets");
-        Ok(records)
+    /// Ends `table`'s quarantine ([`SnapshotDriver::release`]); its routes
+    /// are decided again.
+    fn release(&mut self, table: &str) {
+        self.snapshot.release(&mut self.kafka, table);
+        self.router.release(table);
     }
 
     /// What the catalog and the configuration say of each of `tables` now,
     /// by the rules start-up applies (see `start::set_aside`).
     async fn evaluate(&mut self, tables: &[String]) -> Result<Vec<Verdict>, CaptureError> {
-        let selected = control::selected_tables(&self.control, self.cfg).await?;
+        let control = &self.source.control;
+        let selected = control::selected_tables(control, self.cfg).await?;
         let mut verdicts = Vec::with_capacity(tables.len());
         for name in tables {
             if selected.keyless.contains(name) {
@@ -302,8 +337,7 @@ impl Pipeline<'_> {
             }
             if self.cfg.replica_identity_check == ReplicaIdentityCheck::Fail {
                 let problems =
-                    crate::sources::postgres::replica_identity::problems(&self.control, &[t])
-                        .await?;
+                    crate::sources::postgres::replica_identity::problems(control, &[t]).await?;
                 if let Some((_, why)) = problems.into_iter().next() {
                     let why = crate::sources::postgres::replica_identity::quarantine_reason(&why);
                     verdicts.push(Verdict::Broken(why));

@@ -185,7 +185,7 @@ impl Pipeline<'_> {
                     rel.namespace, rel.name
                 ))
             })?;
-        match fill::read_unavailable(&mut self.control, &rel, &key_idx, xid, &row).await? {
+        match fill::read_unavailable(&mut self.source.control, &rel, &key_idx, xid, &row).await? {
             Some(filled) => Ok(filled),
             None => {
                 tracing::debug!(table = %format!("{}.{}", rel.namespace, rel.name), "row of a primary-key update is gone from the source; its unchanged TOAST values stay unavailable");
@@ -198,7 +198,11 @@ impl Pipeline<'_> {
     /// table's columns follows DDL, so the catalog is compared now rather
     /// than at the next heartbeat.
     pub(super) async fn on_relation(&mut self, rel: Relation) -> Result<(), CaptureError> {
-        let mut tables = SourceTables::at(&self.control, &self.schema, self.tracker.xid());
+        let mut tables = SourceTables::at(
+            &self.source.control,
+            &self.source.schema,
+            self.source.tracker.xid(),
+        );
         if self.router.on_relation(rel, &mut tables).await? {
             self.check_schemas().await?;
         }
@@ -207,7 +211,11 @@ impl Pipeline<'_> {
 
     /// A Type message: the router learns a type created after start-up.
     pub(super) async fn on_type(&mut self, t: TypeMessage) -> Result<(), CaptureError> {
-        let mut tables = SourceTables::at(&self.control, &self.schema, self.tracker.xid());
+        let mut tables = SourceTables::at(
+            &self.source.control,
+            &self.source.schema,
+            self.source.tracker.xid(),
+        );
         self.router.on_type(&t, &mut tables).await
     }
 
@@ -216,7 +224,11 @@ impl Pipeline<'_> {
     pub(super) async fn route(&mut self, relation_id: u32) -> Result<Option<&Route>, CaptureError> {
         if !self.router.has_route(relation_id) {
             let quarantined = &self.kafka.position().quarantined;
-            let mut tables = SourceTables::at(&self.control, &self.schema, self.tracker.xid());
+            let mut tables = SourceTables::at(
+                &self.source.control,
+                &self.source.schema,
+                self.source.tracker.xid(),
+            );
             let followup = self
                 .router
                 .build(relation_id, &mut tables, |t| quarantined.contains_key(t))

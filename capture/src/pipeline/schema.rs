@@ -148,18 +148,22 @@ impl Pipeline<'_> {
         if tables.is_empty() {
             return Ok(());
         }
-        let now = schema_change::load(&self.control, &tables)
+        let now = schema_change::load(&self.source.control, &tables)
             .await
             .map_err(CaptureError::pg("read the captured tables' columns"))?;
         let seen = Seen {
             connector: self.cfg.connector_name(),
             backfill: self.cfg.schema_change_backfill,
-            at_lsn: self.server_position.max(self.kafka.position().flush_lsn),
+            at_lsn: self
+                .source
+                .server_position
+                .max(self.kafka.position().flush_lsn),
             now_ms: now_ms(),
         };
-        let in_flight = self.snap_in_flight();
+        let in_flight = self.snapshot.in_flight();
         let stage = self.kafka.stage();
         let compared = self
+            .source
             .schema
             .compare(now, &seen, |table| queue_backfill(stage, in_flight, table));
         self.metrics.schema_changes.inc_by(compared.changes);
@@ -167,14 +171,14 @@ impl Pipeline<'_> {
             return Ok(());
         }
         self.kafka
-            .ensure_compacted_topic(self.schema.topic())
+            .ensure_compacted_topic(self.source.schema.topic())
             .await?;
         self.publish(compared.records).await?;
         // Outside a transaction nothing else would commit them soon.
-        if !self.tracker.in_tx() && !self.kafka.committing() {
+        if !self.source.tracker.in_tx() && !self.kafka.committing() {
             self.commit_position().await?;
         }
-        self.publish_view();
+        self.snapshot.publish_view(self.kafka.position());
         Ok(())
     }
 }

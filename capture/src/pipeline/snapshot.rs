@@ -1,81 +1,167 @@
-//! The stream loop's side of a chunked snapshot: launching a chunk, noting
-//! the keys the stream changes while it is in flight, and publishing the
-//! surviving rows at its high watermark (see `crate::snapshot`).
+//! The snapshot driver's work (see `snapshot_runtime` for its state and
+//! `crate::snapshot` for the rules): launching a chunk, noting the keys the
+//! stream changes while it is in flight, and publishing the surviving rows
+//! at its high watermark. The committer whose staged position holds the
+//! snapshot's plan, the source's chunk reads and the encoder of a chunk's
+//! table are handed in.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::snapshot_runtime::{join, InFlight, CHUNKS_IN_FLIGHT};
-use super::{now_ms, refusable, Pipeline, Record};
+use super::committer::{Committer, Transactions};
+use super::snapshot_runtime::{join, ChunkReads, InFlight, SnapshotDriver, CHUNKS_IN_FLIGHT};
+use super::{now_ms, refusable, refuse_value, Pipeline, Record};
 use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
+use crate::offset::SourceOffset;
 use crate::snapshot::window::{Verdict, Window};
 use crate::snapshot::{
-    new_chunk_id, parse_watermark, row_key, split_table, SnapshotKind, Watermark,
+    new_chunk_id, parse_watermark, row_key, split_table, SnapshotKind, TableProgress, Watermark,
 };
-use crate::sources::postgres::chunk::{self, ChunkError, ChunkRequest, ChunkRows};
+use crate::sources::postgres::chunk::{ChunkError, ChunkRequest, ChunkRows};
 use crate::sources::postgres::control::format_lsn;
 use crate::sources::postgres::pgoutput::{LogicalMessage, OldTuple, Relation};
 
-impl Pipeline<'_> {
+/// A chunk whose high watermark came, read whole and wanted: its rows are
+/// published next.
+pub(super) struct ReadyChunk {
+    pub(super) chunk: InFlight,
+    pub(super) rows: ChunkRows,
+}
+
+/// What publishing a chunk takes from outside the driver: the encoder of
+/// its table's shape and the topic it writes, and the topic's partitions
+/// when the chunk ends a table released from quarantine
+/// ([`SnapshotDriver::removes_stale`]).
+pub(super) struct ChunkEncoding {
+    pub(super) encoder: TableEncoder,
+    pub(super) topic: Arc<str>,
+    pub(super) partitions: Option<i32>,
+}
+
+/// The records of one chunk's surviving rows, and what was left out.
+struct ChunkRecords {
+    records: Vec<Record>,
+    dropped: usize,
+    completed: usize,
+}
+
+impl SnapshotDriver {
     /// Whether a chunk is being read (of the snapshot's current table).
-    pub(super) fn snap_in_flight(&self) -> bool {
-        !self.snap.inflight.is_empty()
+    pub(super) fn in_flight(&self) -> bool {
+        !self.inflight.is_empty()
     }
 
-    /// True when no snapshot runs and no chunk is in flight.
-    pub(super) fn snapshot_finished(&self) -> bool {
-        self.kafka.position().snapshot.is_none()
-            && self.snap.inflight.is_empty()
-            && !self.snap.reading()
-            && !self.tracker.in_tx()
+    /// True when no snapshot runs (in the committer's `position`) and no
+    /// chunk is in flight or reading.
+    pub(super) fn finished(&self, position: &SourceOffset) -> bool {
+        position.snapshot.is_none() && self.inflight.is_empty() && !self.reading()
     }
 
     /// Starts reading the next chunk when a snapshot runs, is not paused,
     /// the connection is free and fewer than [`CHUNKS_IN_FLIGHT`] chunks are
     /// in flight: the first chunk after the table's progress, or the one
     /// after the newest chunk read (read ahead, before that one is
-    /// published).
-    pub(super) async fn launch_chunk(&mut self) -> Result<(), CaptureError> {
-        if self.snap.inflight.len() >= CHUNKS_IN_FLIGHT || self.snap.reading() {
-            return Ok(());
-        }
-        let Some(progress) = self.kafka.position().snapshot.as_ref() else {
+    /// published). `key_columns` names a table's key columns.
+    pub(super) async fn launch<T: Transactions>(
+        &mut self,
+        kafka: &mut Committer<T>,
+        key_columns: impl Fn(&str) -> Option<Vec<String>>,
+        reads: &mut impl ChunkReads,
+    ) -> Result<(), CaptureError> {
+        let Some((req, snapshot_id, table)) = self.next_request(kafka, key_columns) else {
             return Ok(());
         };
-        if progress.paused {
-            return Ok(());
+        let task = reads.start(req.clone()).await?;
+        self.inflight.push_back(InFlight {
+            id: req.id,
+            snapshot_id,
+            table,
+            key_columns: req.key_columns,
+            window: Window::default(),
+            launched: self.streamed,
+            task: Some(task),
+            read: None,
+        });
+        Ok(())
+    }
+
+    /// The next chunk to read, with its snapshot's id and its table, if one
+    /// can be read now ([`SnapshotDriver::launch`]).
+    fn next_request<T: Transactions>(
+        &mut self,
+        kafka: &mut Committer<T>,
+        key_columns: impl Fn(&str) -> Option<Vec<String>>,
+    ) -> Option<(ChunkRequest, String, String)> {
+        if self.inflight.len() >= CHUNKS_IN_FLIGHT || self.reading() {
+            return None;
         }
+        let progress = kafka.position().snapshot.as_ref()?;
+        if progress.paused {
+            return None;
+        }
+        let snapshot_id = progress.id.clone();
         let Some(current) = progress.current().cloned() else {
-            self.kafka.stage().snapshot = None;
-            self.publish_view();
-            return Ok(());
+            kafka.stage().snapshot = None;
+            self.publish_view(kafka.position());
+            return None;
         };
         // Queued while set aside (a signal, a schema-change backfill): its
         // rows wait for the snapshot its release queues.
-        if self.is_quarantined(&current.table) {
-            self.drop_snapshot_of(&current.table);
-            return Ok(());
+        if kafka.position().quarantined.contains_key(&current.table) {
+            self.drop_snapshot_of(kafka, &current.table);
+            return None;
         }
-        // Read ahead only in the same table, after a chunk that read well
-        // and says more rows follow; it starts where that one ended.
-        let after = match self.snap.inflight.back() {
-            None => current.last_key.clone(),
-            Some(newest) => match &newest.read {
-                Some(Ok(rows))
-                    if rows.more
-                        && newest.table == current.table
-                        && newest.snapshot_id == progress.id =>
-                {
-                    Some(last_key(rows))
-                }
-                _ => return Ok(()),
-            },
+        let after = self.read_after(&current, &snapshot_id)?;
+        let (schema, table, key_columns) = self.readable(kafka, &current, key_columns)?;
+        self.chunks_started += 1;
+        let req = ChunkRequest {
+            id: new_chunk_id(self.chunks_started),
+            schema,
+            table,
+            key_columns,
+            after,
+            filter: current.filter.clone(),
+            size: self.chunk_size,
         };
-        let snapshot_id = progress.id.clone();
+        Some((req, snapshot_id, current.table))
+    }
+
+    /// Where the next chunk of `current` starts: after its progress, or
+    /// after the newest chunk in flight when that one read well in the same
+    /// table and says more rows follow (read ahead); `None` when no chunk
+    /// can start now.
+    fn read_after(
+        &self,
+        current: &TableProgress,
+        snapshot_id: &str,
+    ) -> Option<Option<Vec<Option<String>>>> {
+        let Some(newest) = self.inflight.back() else {
+            return Some(current.last_key.clone());
+        };
+        match &newest.read {
+            Some(Ok(rows))
+                if rows.more
+                    && newest.table == current.table
+                    && newest.snapshot_id == snapshot_id =>
+            {
+                Some(Some(last_key(rows)))
+            }
+            _ => None,
+        }
+    }
+
+    /// `current`'s schema, name and key columns when it can be read;
+    /// otherwise it is skipped, saying why.
+    fn readable<T: Transactions>(
+        &mut self,
+        kafka: &mut Committer<T>,
+        current: &TableProgress,
+        key_columns: impl Fn(&str) -> Option<Vec<String>>,
+    ) -> Option<(String, String, Vec<String>)> {
         let Some((schema, table)) = split_table(&current.table) else {
-            self.skip_table(&current.table, "is not a schema.table name");
-            return Ok(());
+            self.skip_table(kafka, &current.table, "is not a schema.table name");
+            return None;
         };
         // A filter stored by an older version (a snapshot in progress
         // across an upgrade) was never held to the current rules.
@@ -84,51 +170,22 @@ impl Pipeline<'_> {
             .as_deref()
             .map(|f| crate::snapshot::signal::check_filter_on(f, schema, table))
         {
-            self.skip_table(&current.table, &reason);
-            return Ok(());
+            self.skip_table(kafka, &current.table, &reason);
+            return None;
         }
-        let Some(key_columns) = self.router.key_columns(&current.table).cloned() else {
+        let Some(key_columns) = key_columns(&current.table) else {
             let reason = "has no primary key and no key columns in message.key.columns, so it cannot be read in key order: add a primary key or configure message.key.columns for it";
-            self.skip_table(&current.table, reason);
-            return Ok(());
+            self.skip_table(kafka, &current.table, reason);
+            return None;
         };
-        let conn = match &self.snap.conn {
-            Some(c) => Arc::clone(c),
-            None => {
-                let c = Arc::new(chunk::connect(self.cfg).await?);
-                self.snap.conn = Some(Arc::clone(&c));
-                c
-            }
-        };
-        self.snap.chunks_started += 1;
-        let req = ChunkRequest {
-            id: new_chunk_id(self.snap.chunks_started),
-            schema: schema.to_string(),
-            table: table.to_string(),
-            key_columns: key_columns.clone(),
-            after,
-            filter: current.filter.clone(),
-            size: self.snap.chunk_size,
-        };
-        let id = req.id.clone();
-        let task = tokio::spawn(async move { chunk::read_chunk(&conn, &req).await });
-        self.snap.inflight.push_back(InFlight {
-            id,
-            snapshot_id,
-            table: current.table.clone(),
-            key_columns,
-            window: Window::default(),
-            launched: self.snap.streamed,
-            task: Some(task),
-            read: None,
-        });
-        Ok(())
+        Some((schema.to_owned(), table.to_owned(), key_columns))
     }
 
     /// The newest chunk's read finished (before its high watermark reaches
     /// us); `None`: an abandoned read ended.
-    pub(super) async fn on_chunk_read(
+    pub(super) fn on_chunk_read<T: Transactions>(
         &mut self,
+        kafka: &mut Committer<T>,
         read: Option<Result<ChunkRows, ChunkError>>,
     ) -> Result<(), CaptureError> {
         let Some(read) = read else {
@@ -136,7 +193,7 @@ impl Pipeline<'_> {
         };
         match read {
             Ok(rows) => {
-                if let Some(c) = self.snap.inflight.back_mut() {
+                if let Some(c) = self.inflight.back_mut() {
                     c.window.chunk_read(
                         rows.rows
                             .iter()
@@ -147,9 +204,9 @@ impl Pipeline<'_> {
                 Ok(())
             }
             Err(ChunkError::Table(reason)) => {
-                let table = self.snap.inflight.back().map(|c| c.table.clone());
+                let table = self.inflight.back().map(|c| c.table.clone());
                 if let Some(table) = table {
-                    self.skip_table(&table, &reason);
+                    self.skip_table(kafka, &table, &reason);
                 }
                 Ok(())
             }
@@ -157,98 +214,39 @@ impl Pipeline<'_> {
         }
     }
 
-    /// Notes what this change does to keys of the in-flight chunks' table.
-    pub(super) fn mark_chunk_dirty(&mut self, change: &LogicalMessage) {
-        for i in 0..self.snap.inflight.len() {
-            self.mark_dirty(i, change);
-        }
-    }
-
-    fn mark_dirty(&mut self, chunk: usize, change: &LogicalMessage) {
-        let Some(chunk) = self.snap.inflight.get_mut(chunk) else {
-            return;
-        };
-        let relation_of = |id: u32| {
-            self.router
-                .relation(id)
-                .filter(|r| format!("{}.{}", r.namespace, r.name) == chunk.table)
-        };
-        let key_columns = &chunk.key_columns;
-        let key_idx = |rel: &Relation| -> Option<Vec<usize>> {
-            key_columns
-                .iter()
-                .map(|k| rel.columns.iter().position(|c| &c.name == k))
-                .collect()
-        };
-        let window = &mut chunk.window;
-        match change {
-            LogicalMessage::Insert { relation_id, new } => {
-                if let Some(rel) = relation_of(*relation_id) {
-                    replaced(window, key_idx(rel).and_then(|idx| row_key(new, &idx)));
-                }
-            }
-            LogicalMessage::Delete { relation_id, old } => {
-                if let Some(rel) = relation_of(*relation_id) {
-                    replaced(
-                        window,
-                        key_idx(rel).and_then(|idx| row_key(old.tuple(), &idx)),
-                    );
-                }
-            }
-            LogicalMessage::Update {
-                relation_id,
-                old,
-                new,
-            } => {
-                let Some(rel) = relation_of(*relation_id) else {
-                    return;
-                };
-                let Some(idx) = key_idx(rel) else {
-                    return window.all_changed();
-                };
-                let new_key = row_key(new, &idx);
-                let old_key = old.as_ref().map(|o| row_key(o.tuple(), &idx));
-                match (new_key, old_key) {
-                    (Some(key), None) => window.updated(key, rel, &filled(new, old.as_ref())),
-                    (Some(key), Some(Some(old_key))) if old_key == key => {
-                        window.updated(key, rel, &filled(new, old.as_ref()))
-                    }
-                    // A primary-key change: a row left one key and came to another.
-                    (Some(key), Some(Some(old_key))) => {
-                        window.replaced(key);
-                        window.replaced(old_key);
-                    }
-                    (None, _) | (_, Some(None)) => window.all_changed(),
-                }
-            }
-            LogicalMessage::Truncate { relation_ids, .. }
-                if relation_ids.iter().any(|id| relation_of(*id).is_some()) =>
-            {
-                window.all_changed();
-            }
-            _ => {}
+    /// Notes what this change does to keys of the in-flight chunks' table;
+    /// `relation_of` gives the stream's relation of an id.
+    pub(super) fn mark_dirty<'r>(
+        &mut self,
+        change: &LogicalMessage,
+        relation_of: impl Fn(u32) -> Option<&'r Relation>,
+    ) {
+        for chunk in &mut self.inflight {
+            mark_chunk_dirty(chunk, change, &relation_of);
         }
     }
 
     /// A watermark in the stream: the in-flight chunk's high watermark
-    /// publishes its surviving rows at `src` (its commit LSN and time).
-    pub(super) async fn on_watermark(
+    /// hands out its rows when they are to be published (read whole, the
+    /// window intact, the snapshot still wanting them); otherwise the chunk
+    /// is read again, skipped, or the watermark is not ours.
+    pub(super) async fn take_ready<T: Transactions>(
         &mut self,
+        kafka: &mut Committer<T>,
         content: &[u8],
-        src: &SourcePosition,
-    ) -> Result<(), CaptureError> {
+    ) -> Result<Option<ReadyChunk>, CaptureError> {
         let Some((id, side)) = parse_watermark(content) else {
-            return Ok(());
+            return Ok(None);
         };
         // High watermarks arrive in the order the chunks were read.
-        let ours = self.snap.inflight.front().is_some_and(|c| c.id == id);
+        let ours = self.inflight.front().is_some_and(|c| c.id == id);
         if !ours || side != Watermark::High {
             // A low watermark, or one of an abandoned chunk or of a chunk a
             // previous process read.
-            return Ok(());
+            return Ok(None);
         }
-        let Some(mut chunk) = self.snap.inflight.pop_front() else {
-            return Ok(());
+        let Some(mut chunk) = self.inflight.pop_front() else {
+            return Ok(None);
         };
         let read = match (chunk.read.take(), chunk.task.take()) {
             (Some(read), _) => read,
@@ -263,19 +261,28 @@ impl Pipeline<'_> {
         let rows = match read {
             Ok(rows) => rows,
             Err(ChunkError::Table(reason)) => {
-                self.skip_table(&chunk.table, &reason);
-                return Ok(());
+                self.skip_table(kafka, &chunk.table, &reason);
+                return Ok(None);
             }
             Err(ChunkError::Capture(e)) => return Err(e),
         };
-        if let Some(xid) = self.snap.began_before(&rows.invisible, chunk.launched) {
+        if !self.publishable(&chunk, &rows, kafka.position()) {
+            self.abandon();
+            return Ok(None);
+        }
+        Ok(Some(ReadyChunk { chunk, rows }))
+    }
+
+    /// Whether a chunk read whole may be published at its high watermark;
+    /// when not, it is read again (or, stopped, never).
+    fn publishable(&self, chunk: &InFlight, rows: &ChunkRows, position: &SourceOffset) -> bool {
+        if let Some(xid) = self.began_before(&rows.invisible, chunk.launched) {
             // The stream carried this transaction before the chunk was
             // launched, so the window did not note its changes, yet the
             // SELECT did not see it: its commit was in the WAL but not yet
             // visible. Nothing of the chunk is published; it is read again.
             tracing::debug!(table = %chunk.table, xid, "snapshot chunk read again: its SELECT missed a transaction the stream had carried");
-            self.snap.abandon();
-            return Ok(());
+            return false;
         }
         if chunk.window.must_read_again() {
             // The stream changed more of the table while the chunk was in
@@ -289,38 +296,84 @@ impl Pipeline<'_> {
                 limit_bytes = crate::snapshot::window::WINDOW_MAX_BYTES,
                 "snapshot chunk read again: the stream changed more of the table while it was read than the window holds"
             );
-            self.snap.abandon();
-            return Ok(());
+            return false;
         }
-        let wanted = self.kafka.position().snapshot.as_ref().is_some_and(|p| {
+        // Stopped or paused by a signal while in flight: read again when
+        // resumed (a stopped snapshot's chunks never are).
+        position.snapshot.as_ref().is_some_and(|p| {
             !p.paused
                 && p.id == chunk.snapshot_id
                 && p.current().is_some_and(|t| t.table == chunk.table)
-        });
-        if !wanted {
-            // Stopped or paused by a signal while in flight: read again
-            // when resumed (a stopped snapshot's chunks never are).
-            self.snap.abandon();
-            return Ok(());
-        }
-        self.publish_chunk(&chunk, rows, src).await
+        })
     }
 
-    async fn publish_chunk(
+    /// Whether publishing `ready` ends its table's snapshot with a removal
+    /// of the rows deleted while it was quarantined (an unfiltered pass of a
+    /// table released from quarantine, its last chunk): the caller then
+    /// hands in the topic's partitions.
+    pub(super) fn removes_stale(&self, ready: &ReadyChunk, position: &SourceOffset) -> bool {
+        // A filtered pass reads some rows only: the others are not newer.
+        let whole = position
+            .snapshot
+            .as_ref()
+            .and_then(|p| p.current())
+            .is_some_and(|t| t.table == ready.chunk.table && t.filter.is_none());
+        !ready.rows.more && whole && position.stale_before.contains_key(&ready.chunk.table)
+    }
+
+    /// Publishes a ready chunk's surviving rows at `src` (its high
+    /// watermark's commit LSN and time) into the committer's open
+    /// transaction, and moves the snapshot's progress past it there.
+    pub(super) async fn publish<T: Transactions>(
         &mut self,
-        chunk: &InFlight,
-        rows: ChunkRows,
+        kafka: &mut Committer<T>,
+        ready: ReadyChunk,
+        encoding: &ChunkEncoding,
         src: &SourcePosition,
     ) -> Result<(), CaptureError> {
-        let (kind, last_table) = match self.kafka.position().snapshot.as_ref() {
-            Some(p) => (p.kind, p.tables.len() == 1),
-            None => return Ok(()),
+        let Some(kind) = kafka
+            .position()
+            .snapshot
+            .as_ref()
+            .map(|p| (p.kind, p.tables.len() == 1))
+        else {
+            return Ok(());
         };
-        let (encoder, topic) = self
-            .chunk_encoder(&rows.relation, &chunk.key_columns)
-            .await?;
-        // Rows the stream did not touch as read; rows it updated in place
-        // leaving columns out, completed from its updates (`Window`).
+        let ReadyChunk { chunk, rows } = ready;
+        let mut out = self.chunk_records(&chunk, &rows, encoding, kind, src)?;
+        tracing::debug!(
+            table = %chunk.table,
+            rows = rows.rows.len(),
+            dropped = out.dropped,
+            completed = out.completed,
+            high_watermark = %format_lsn(src.commit_lsn),
+            "snapshot chunk published"
+        );
+        if let Some(partitions) = encoding.partitions {
+            // The table's last chunk: a table back from quarantine drops
+            // the rows deleted meanwhile, in this same transaction.
+            let stale = self.stale_rows_removal(kafka, &chunk.table, encoding, partitions, src);
+            out.records.extend(stale);
+        }
+        kafka.publish(out.records).await?;
+        let last_key = (!rows.rows.is_empty()).then(|| last_key(&rows));
+        self.count_chunk(&chunk.table, &rows, out.dropped);
+        self.advance_snapshot(kafka, &chunk, &rows, last_key, src);
+        Ok(())
+    }
+
+    /// The records of a chunk's rows the stream did not touch as read, and
+    /// of rows it updated in place leaving columns out, completed from its
+    /// updates (`Window`). `kind`: the snapshot's kind and whether this is
+    /// its last table.
+    fn chunk_records(
+        &self,
+        chunk: &InFlight,
+        rows: &ChunkRows,
+        encoding: &ChunkEncoding,
+        (kind, last_table): (SnapshotKind, bool),
+        src: &SourcePosition,
+    ) -> Result<ChunkRecords, CaptureError> {
         let verdicts: Vec<Verdict> = rows
             .rows
             .iter()
@@ -360,52 +413,40 @@ impl Pipeline<'_> {
                 commit_ts_ms: src.commit_ts_ms,
                 snapshot: marker,
             };
-            // A row holding a value its field cannot carry is refused (logged,
-            // counted) like a streamed change; the rest of the chunk goes.
-            let encoded = encoder.key(row).and_then(|key| {
-                let value = encoder.value(Op::Read, None, Some(row), &pos, now)?;
-                Ok((key, value))
-            });
-            let (key, value) = match encoded.map_err(refusable(1)) {
-                Ok(kv) => kv,
-                Err(CaptureError::ValueRefused(refused)) => {
-                    self.refuse_value(&refused);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            records.push(Record::change(&topic, key, value, &pos));
+            if let Some(record) = self.row_record(encoding, row, &pos, now)? {
+                records.push(record);
+            }
         }
-        tracing::debug!(
-            table = %chunk.table,
-            rows = rows.rows.len(),
+        Ok(ChunkRecords {
+            records,
             dropped,
             completed,
-            high_watermark = %format_lsn(src.commit_lsn),
-            "snapshot chunk published"
-        );
-        // A filtered pass reads some rows only: the others are not newer.
-        let whole = self
-            .kafka
-            .position()
-            .snapshot
-            .as_ref()
-            .and_then(|p| p.current())
-            .is_some_and(|t| t.table == chunk.table && t.filter.is_none());
-        if !rows.more && whole {
-            // The table's last chunk: a table back from quarantine drops
-            // the rows deleted meanwhile, in this same transaction.
-            let stale = self
-                .stale_rows_removal(&chunk.table, &encoder, &topic, src)
-                .await?;
-            records.extend(stale);
-        }
-        self.publish(records).await?;
+        })
+    }
 
-        let last_key = (!rows.rows.is_empty()).then(|| last_key(&rows));
-        self.count_chunk(&chunk.table, &rows, dropped);
-        self.advance_snapshot(chunk, &rows, last_key, src);
-        Ok(())
+    /// One snapshot row's record at `pos`; a row holding a value its field
+    /// cannot carry is refused (logged, counted) like a streamed change, and
+    /// the rest of the chunk goes.
+    fn row_record(
+        &self,
+        encoding: &ChunkEncoding,
+        row: &crate::sources::postgres::pgoutput::TupleData,
+        pos: &SourcePosition,
+        now: i64,
+    ) -> Result<Option<Record>, CaptureError> {
+        let encoder = &encoding.encoder;
+        let encoded = encoder.key(row).and_then(|key| {
+            let value = encoder.value(Op::Read, None, Some(row), pos, now)?;
+            Ok((key, value))
+        });
+        match encoded.map_err(refusable(1)) {
+            Ok((key, value)) => Ok(Some(Record::change(&encoding.topic, key, value, pos))),
+            Err(CaptureError::ValueRefused(refused)) => {
+                refuse_value(&self.metrics, &refused);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The snapshot metrics of one published chunk.
@@ -430,15 +471,17 @@ impl Pipeline<'_> {
 
     /// A chunk published: the running snapshot's progress moves past it (to
     /// the next table after its last chunk; none after the last table).
-    fn advance_snapshot(
+    fn advance_snapshot<T: Transactions>(
         &mut self,
+        kafka: &mut Committer<T>,
         chunk: &InFlight,
         rows: &ChunkRows,
         last_key: Option<Vec<Option<String>>>,
         src: &SourcePosition,
     ) {
         let table_done = !rows.more;
-        let Some(progress) = self.kafka.stage().snapshot.as_mut() else {
+        let stage = kafka.stage();
+        let Some(progress) = stage.snapshot.as_mut() else {
             return;
         };
         let Some(current) = progress.tables.first_mut() else {
@@ -454,7 +497,7 @@ impl Pipeline<'_> {
             progress.tables.remove(0);
             if progress.tables.is_empty() {
                 tracing::info!(snapshot = %progress.id, "snapshot complete");
-                self.kafka.stage().snapshot = None;
+                stage.snapshot = None;
             }
         }
         self.log_progress(
@@ -465,10 +508,69 @@ impl Pipeline<'_> {
             src.commit_lsn,
         );
         if table_done {
-            self.snap.last_log = None;
+            self.last_log = None;
         }
         // The next table's estimate comes with its first chunk.
-        self.publish_view_with(rows.estimate.filter(|_| !table_done));
+        self.publish_view_with(kafka.position(), rows.estimate.filter(|_| !table_done));
+    }
+
+    /// Leaves a table that cannot be snapshotted, saying why, and goes on.
+    pub(super) fn skip_table<T: Transactions>(
+        &mut self,
+        kafka: &mut Committer<T>,
+        table: &str,
+        reason: &str,
+    ) {
+        tracing::error!(table, reason, "snapshot of this table skipped");
+        self.abandon_table(table);
+        let stage = kafka.stage();
+        if let Some(p) = stage.snapshot.as_mut() {
+            p.tables.retain(|t| t.table != table);
+            if p.tables.is_empty() {
+                stage.snapshot = None;
+            }
+        }
+        self.publish_view(kafka.position());
+    }
+
+    /// The encoder cached for a chunk's table shape `rel`, with its topic.
+    pub(super) fn cached_encoder(&self, rel: &Relation) -> Option<(TableEncoder, Arc<str>)> {
+        match &self.encoder {
+            Some((cached, enc, topic)) if cached == rel => Some((enc.clone(), Arc::clone(topic))),
+            _ => None,
+        }
+    }
+}
+
+/// The stream loop's side of a chunk: the driver's work that needs the
+/// router, the schema watch and the producer.
+impl Pipeline<'_> {
+    /// A watermark in the stream: the in-flight chunk's high watermark
+    /// publishes its surviving rows at `src` (its commit LSN and time).
+    pub(super) async fn on_watermark(
+        &mut self,
+        content: &[u8],
+        src: &SourcePosition,
+    ) -> Result<(), CaptureError> {
+        let Some(ready) = self.snapshot.take_ready(&mut self.kafka, content).await? else {
+            return Ok(());
+        };
+        let (encoder, topic) = self
+            .chunk_encoder(&ready.rows.relation, &ready.chunk.key_columns)
+            .await?;
+        let partitions = if self.snapshot.removes_stale(&ready, self.kafka.position()) {
+            Some(self.kafka.partition_count(&topic).await?)
+        } else {
+            None
+        };
+        let encoding = ChunkEncoding {
+            encoder,
+            topic,
+            partitions,
+        };
+        self.snapshot
+            .publish(&mut self.kafka, ready, &encoding, src)
+            .await
     }
 
     /// The encoder of a chunk's table shape (built once per shape).
@@ -477,16 +579,15 @@ impl Pipeline<'_> {
         rel: &Relation,
         key_columns: &[String],
     ) -> Result<(TableEncoder, Arc<str>), CaptureError> {
-        if let Some((cached, enc, topic)) = &self.snap.encoder {
-            if cached == rel {
-                return Ok((enc.clone(), Arc::clone(topic)));
-            }
+        if let Some(cached) = self.snapshot.cached_encoder(rel) {
+            return Ok(cached);
         }
         let qualified = format!("{}.{}", rel.namespace, rel.name);
         // A chunk's Relation is read from the catalog as it is now.
         let identity = self
+            .source
             .schema
-            .source_identity(&self.control, &qualified, rel, None)
+            .source_identity(&self.source.control, &qualified, rel, None)
             .await?;
         let enc = TableEncoder::identified(
             rel,
@@ -498,21 +599,73 @@ impl Pipeline<'_> {
         .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let topic: Arc<str> = enc.topic().into();
         self.kafka.ensure_topic(&topic).await?;
-        self.snap.encoder = Some((rel.clone(), enc.clone(), Arc::clone(&topic)));
+        self.snapshot.encoder = Some((rel.clone(), enc.clone(), Arc::clone(&topic)));
         Ok((enc, topic))
     }
+}
 
-    /// Leaves a table that cannot be snapshotted, saying why, and goes on.
-    pub(super) fn skip_table(&mut self, table: &str, reason: &str) {
-        tracing::error!(table, reason, "snapshot of this table skipped");
-        self.snap.abandon_table(table);
-        if let Some(p) = self.kafka.stage().snapshot.as_mut() {
-            p.tables.retain(|t| t.table != table);
-            if p.tables.is_empty() {
-                self.kafka.stage().snapshot = None;
+/// Notes what `change` does to keys of `chunk`'s table.
+fn mark_chunk_dirty<'r>(
+    chunk: &mut InFlight,
+    change: &LogicalMessage,
+    relation_of: &impl Fn(u32) -> Option<&'r Relation>,
+) {
+    let relation_of =
+        |id: u32| relation_of(id).filter(|r| format!("{}.{}", r.namespace, r.name) == chunk.table);
+    let key_columns = &chunk.key_columns;
+    let key_idx = |rel: &Relation| -> Option<Vec<usize>> {
+        key_columns
+            .iter()
+            .map(|k| rel.columns.iter().position(|c| &c.name == k))
+            .collect()
+    };
+    let window = &mut chunk.window;
+    match change {
+        LogicalMessage::Insert { relation_id, new } => {
+            if let Some(rel) = relation_of(*relation_id) {
+                replaced(window, key_idx(rel).and_then(|idx| row_key(new, &idx)));
             }
         }
-        self.publish_view();
+        LogicalMessage::Delete { relation_id, old } => {
+            if let Some(rel) = relation_of(*relation_id) {
+                replaced(
+                    window,
+                    key_idx(rel).and_then(|idx| row_key(old.tuple(), &idx)),
+                );
+            }
+        }
+        LogicalMessage::Update {
+            relation_id,
+            old,
+            new,
+        } => {
+            let Some(rel) = relation_of(*relation_id) else {
+                return;
+            };
+            let Some(idx) = key_idx(rel) else {
+                return window.all_changed();
+            };
+            let new_key = row_key(new, &idx);
+            let old_key = old.as_ref().map(|o| row_key(o.tuple(), &idx));
+            match (new_key, old_key) {
+                (Some(key), None) => window.updated(key, rel, &filled(new, old.as_ref())),
+                (Some(key), Some(Some(old_key))) if old_key == key => {
+                    window.updated(key, rel, &filled(new, old.as_ref()))
+                }
+                // A primary-key change: a row left one key and came to another.
+                (Some(key), Some(Some(old_key))) => {
+                    window.replaced(key);
+                    window.replaced(old_key);
+                }
+                (None, _) | (_, Some(None)) => window.all_changed(),
+            }
+        }
+        LogicalMessage::Truncate { relation_ids, .. }
+            if relation_ids.iter().any(|id| relation_of(*id).is_some()) =>
+        {
+            window.all_changed();
+        }
+        _ => {}
     }
 }
 

@@ -1,6 +1,12 @@
-//! What the stream loop keeps of a chunked snapshot between messages: the
-//! chunks in flight, the read task, and the transactions the stream carried
-//! lately (to tell whether a chunk's SELECT missed one of them).
+//! The snapshot driver, one component of the pipeline: what the stream loop
+//! keeps of a chunked snapshot between messages (the chunks in flight, the
+//! read task, the transactions the stream carried lately, to tell whether a
+//! chunk's SELECT missed one of them) and the quarantine's fixes seen. The
+//! snapshot's plan itself is part of the offset record, so it is the
+//! committer's staged position, which the driver's methods are handed, as
+//! they are handed the source's chunk reads ([`ChunkReads`]) and the
+//! encoder of a chunk's table: the driver reaches nothing through the
+//! pipeline.
 //!
 //! Chunks are read ahead: the next chunk of a table is read while the one
 //! before it waits for its high watermark and is published, so the reads,
@@ -16,12 +22,14 @@ use std::time::Instant;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
-use super::Pipeline;
+use super::quarantine::Fixes;
+use crate::config::CaptureConfig;
 use crate::envelope::TableEncoder;
 use crate::error::CaptureError;
-use crate::metrics::SnapshotView;
+use crate::metrics::{CaptureMetrics, SnapshotView};
+use crate::offset::SourceOffset;
 use crate::snapshot::window::Window;
-use crate::sources::postgres::chunk::{ChunkError, ChunkRows};
+use crate::sources::postgres::chunk::{self, ChunkError, ChunkRequest, ChunkRows};
 use crate::sources::postgres::control::format_lsn;
 use crate::sources::postgres::pgoutput::Relation;
 
@@ -35,17 +43,61 @@ pub(super) const CHUNKS_IN_FLIGHT: usize = 2;
 /// tell whether a chunk's SELECT missed one of them.
 const STREAMED_XIDS: usize = 65_536;
 
-/// The chunk being read and what it needs.
-pub(super) struct SnapshotRuntime {
+/// A chunk's read running in the background.
+pub(super) type ChunkTask = JoinHandle<Result<ChunkRows, ChunkError>>;
+
+/// How the driver has the source read a chunk.
+///
+/// Contract: `start` begins reading `req` in the background and returns at
+/// once with the read's task; the driver starts one read at a time (the
+/// next only once the one before ended, abandoned or not), so a source may
+/// read every chunk on one connection. An error is the source's (a lost
+/// connection): capture restarts from the committed offset.
+pub(super) trait ChunkReads {
+    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask, CaptureError>;
+}
+
+/// PostgreSQL's chunk reads: on a connection of their own, opened on the
+/// first chunk, so SELECTs never wait behind control queries.
+pub(super) struct PgChunks {
+    cfg: CaptureConfig,
+    conn: Option<Arc<Client>>,
+}
+
+impl PgChunks {
+    pub(super) fn new(cfg: &CaptureConfig) -> Self {
+        PgChunks {
+            cfg: cfg.clone(),
+            conn: None,
+        }
+    }
+}
+
+impl ChunkReads for PgChunks {
+    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask, CaptureError> {
+        let conn = match &self.conn {
+            Some(c) => Arc::clone(c),
+            None => {
+                let c = Arc::new(chunk::connect(&self.cfg).await?);
+                self.conn = Some(Arc::clone(&c));
+                c
+            }
+        };
+        Ok(tokio::spawn(
+            async move { chunk::read_chunk(&conn, &req).await },
+        ))
+    }
+}
+
+/// The snapshot driver's state: the chunks in flight and what they need.
+pub(super) struct SnapshotDriver {
     pub(super) chunk_size: usize,
-    /// Opened on the first chunk; SELECTs never wait behind control queries.
-    pub(super) conn: Option<Arc<Client>>,
     pub(super) chunks_started: u64,
     /// Oldest first; only the newest can still be reading.
     pub(super) inflight: VecDeque<InFlight>,
     /// Reads of abandoned chunks that have not ended yet: no chunk starts on
     /// the connection until they have.
-    draining: Vec<JoinHandle<Result<ChunkRows, ChunkError>>>,
+    draining: Vec<ChunkTask>,
     /// Encoder of the last chunk's table shape, reused while it holds.
     pub(super) encoder: Option<(Relation, TableEncoder, Arc<str>)>,
     /// Rows and time at the last progress log line, for the rate.
@@ -58,6 +110,9 @@ pub(super) struct SnapshotRuntime {
     pub(super) streamed: u64,
     /// `snapshot.mode = initial_only`: stop once no snapshot runs.
     pub(super) exit_when_done: bool,
+    /// Where the fixes of quarantined tables were seen (see `quarantine`).
+    pub(super) fixes: Fixes,
+    pub(super) metrics: CaptureMetrics,
 }
 
 pub(super) struct InFlight {
@@ -67,17 +122,16 @@ pub(super) struct InFlight {
     pub(super) key_columns: Vec<String>,
     /// What the stream did to the table's keys since launch.
     pub(super) window: Window,
-    /// Transactions the stream had begun at launch (`SnapshotRuntime::streamed`).
+    /// Transactions the stream had begun at launch (`SnapshotDriver::streamed`).
     pub(super) launched: u64,
-    pub(super) task: Option<JoinHandle<Result<ChunkRows, ChunkError>>>,
+    pub(super) task: Option<ChunkTask>,
     pub(super) read: Option<Result<ChunkRows, ChunkError>>,
 }
 
-impl SnapshotRuntime {
-    pub(super) fn new(chunk_size: usize) -> Self {
-        SnapshotRuntime {
+impl SnapshotDriver {
+    pub(super) fn new(chunk_size: usize, metrics: CaptureMetrics) -> Self {
+        SnapshotDriver {
             chunk_size,
-            conn: None,
             chunks_started: 0,
             inflight: VecDeque::new(),
             draining: Vec::new(),
@@ -87,6 +141,8 @@ impl SnapshotRuntime {
             recent_order: VecDeque::new(),
             streamed: 0,
             exit_when_done: false,
+            fixes: Fixes::default(),
+            metrics,
         }
     }
 
@@ -123,7 +179,7 @@ impl SnapshotRuntime {
     }
 }
 
-impl Drop for SnapshotRuntime {
+impl Drop for SnapshotDriver {
     /// A pipeline that stops (shutdown, error) abandons its chunk: the next
     /// life reads it again, so its task has nothing left to do.
     fn drop(&mut self) {
@@ -134,7 +190,7 @@ impl Drop for SnapshotRuntime {
     }
 }
 
-impl SnapshotRuntime {
+impl SnapshotDriver {
     /// Whether a chunk is reading or an abandoned read has not ended: the
     /// connection is busy.
     pub(super) fn reading(&self) -> bool {
@@ -159,9 +215,7 @@ impl SnapshotRuntime {
 
 /// Completes when a read task ends: `Some` with the newest chunk's rows, or
 /// `None` when an abandoned read ended. Never without a task.
-pub(super) async fn chunk_read(
-    snap: &mut SnapshotRuntime,
-) -> Option<Result<ChunkRows, ChunkError>> {
+pub(super) async fn chunk_read(snap: &mut SnapshotDriver) -> Option<Result<ChunkRows, ChunkError>> {
     if let Some(task) = snap.draining.first_mut() {
         // Its outcome no longer matters; its watermarks match no chunk.
         let _ = task.await;
@@ -180,9 +234,7 @@ pub(super) async fn chunk_read(
     }
 }
 
-pub(super) async fn join(
-    task: &mut JoinHandle<Result<ChunkRows, ChunkError>>,
-) -> Result<ChunkRows, ChunkError> {
+pub(super) async fn join(task: &mut ChunkTask) -> Result<ChunkRows, ChunkError> {
     task.await
         .unwrap_or_else(|e| Err(ChunkError::Capture(CaptureError::task("snapshot chunk")(e))))
 }
@@ -191,7 +243,7 @@ pub(super) async fn join(
 const PROGRESS_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Progress: the log line and what `oncely status` and the gauges show.
-impl Pipeline<'_> {
+impl SnapshotDriver {
     pub(super) fn log_progress(
         &mut self,
         table: &str,
@@ -201,7 +253,7 @@ impl Pipeline<'_> {
         lsn: u64,
     ) {
         let now = Instant::now();
-        let (since, rows_then) = *self.snap.last_log.get_or_insert((now, 0));
+        let (since, rows_then) = *self.last_log.get_or_insert((now, 0));
         let elapsed = now.duration_since(since);
         if !table_done && elapsed < PROGRESS_LOG_INTERVAL {
             return;
@@ -224,16 +276,18 @@ impl Pipeline<'_> {
             done = table_done,
             "snapshot progress"
         );
-        self.snap.last_log = Some((now, rows));
+        self.last_log = Some((now, rows));
     }
 
-    pub(super) fn publish_view(&self) {
-        self.publish_view_with(None);
+    /// Updates what progress displays and the gauges show, from the
+    /// position the committer stages.
+    pub(super) fn publish_view(&self, position: &SourceOffset) {
+        self.publish_view_with(position, None);
     }
 
-    /// Updates what progress displays and the gauges show.
-    pub(super) fn publish_view_with(&self, estimate: Option<u64>) {
-        let view = self.kafka.position().snapshot.as_ref().and_then(|p| {
+    /// [`SnapshotDriver::publish_view`], with the current table's estimate.
+    pub(super) fn publish_view_with(&self, position: &SourceOffset, estimate: Option<u64>) {
+        let view = position.snapshot.as_ref().and_then(|p| {
             p.current().map(|t| SnapshotView {
                 table: t.table.clone(),
                 rows: t.rows,
@@ -242,13 +296,8 @@ impl Pipeline<'_> {
                 paused: p.paused,
             })
         });
-        let running = self.kafka.position().snapshot.is_some();
-        let paused = self
-            .kafka
-            .position()
-            .snapshot
-            .as_ref()
-            .is_some_and(|p| p.paused);
+        let running = position.snapshot.is_some();
+        let paused = position.snapshot.as_ref().is_some_and(|p| p.paused);
         self.metrics.snapshot_running.set(i64::from(running));
         self.metrics.snapshot_paused.set(i64::from(paused));
         if let Ok(mut slot) = self.metrics.snapshot_view.lock() {
@@ -273,7 +322,7 @@ mod tests {
 
     #[test]
     fn transactions_begun_before_a_launch_are_told_from_later_ones() {
-        let mut snap = SnapshotRuntime::new(10);
+        let mut snap = SnapshotDriver::new(10, CaptureMetrics::new("test"));
         snap.note_begin(100);
         snap.note_begin(101);
         let launched = snap.streamed;

@@ -10,8 +10,9 @@ use tokio_util::sync::CancellationToken;
 use super::committer::{self, Committer, KafkaTx, Limits};
 use super::router::Router;
 use super::schema::SchemaWatch;
+use super::snapshot_runtime::{PgChunks, SnapshotDriver};
 use super::tracker::Tracker;
-use super::{now_ms, snapshot_runtime, Pipeline};
+use super::{now_ms, Pipeline, Source};
 use crate::config::{CaptureConfig, ReplicaIdentityCheck};
 use crate::error::CaptureError;
 use crate::kafka::{check_one_partition, InternalTopic, TopicCreator, TxProducer};
@@ -341,6 +342,7 @@ async fn assemble<'a>(
     metrics.health.connected();
     let mut pipeline = Pipeline {
         cfg,
+        metrics: metrics.clone(),
         router: Router::new(
             cfg,
             start.topic_claims,
@@ -364,22 +366,23 @@ async fn assemble<'a>(
             metrics.clone(),
             start.offset,
         ),
-        stream,
-        control: source.control,
-        snap: snapshot_runtime::SnapshotRuntime::new(cfg.chunk_size())
+        source: Source {
+            stream,
+            control: source.control,
+            tracker: Tracker::default(),
+            server_position: 0,
+            chunks: PgChunks::new(cfg),
+            schema: SchemaWatch::new(crate::schema_change::topic(cfg).into(), schemas),
+        },
+        snapshot: SnapshotDriver::new(cfg.chunk_size(), metrics.clone())
             .exiting_when_done(start.exit_when_done),
-        tracker: Tracker::default(),
-        server_position: 0,
-        metrics: metrics.clone(),
-        schema: SchemaWatch::new(crate::schema_change::topic(cfg).into(), schemas),
-        fixes: Default::default(),
     };
     for (table, why) in source.set_aside {
         pipeline.quarantine(&table, why);
     }
     // Set aside by an earlier life and not seen broken now: the first
     // heartbeat's catalog check decides (see `pipeline::quarantine`).
-    pipeline.show_quarantine();
+    pipeline.snapshot.show_quarantine(pipeline.kafka.position());
     Ok(pipeline)
 }
 
@@ -401,7 +404,7 @@ async fn drive(
         // last offset record in Kafka.
         pipeline.kafka.abort().await;
     }
-    pipeline.stream.stop();
+    pipeline.source.stream.stop();
     result
 }
 

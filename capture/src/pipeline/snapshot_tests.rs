@@ -1,0 +1,387 @@
+//! The snapshot driver without services: chunk reads from a fake source,
+//! the committer over the in-memory Kafka, the watermarks and changes of
+//! the stream written by the test.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::committer::Committer;
+use super::memory::{committer, keys, Log, MemoryKafka};
+use super::signal::Checked;
+use super::snapshot::ChunkEncoding;
+use super::snapshot_runtime::{chunk_read, ChunkReads, ChunkTask, SnapshotDriver};
+use crate::envelope::{EnvelopeConfig, SnapshotMarker, SourcePosition, TableEncoder};
+use crate::error::CaptureError;
+use crate::metrics::CaptureMetrics;
+use crate::offset::SourceOffset;
+use crate::snapshot::signal::SignalAction;
+use crate::snapshot::{request, watermark_content, SnapshotKind, TableProgress, Watermark};
+use crate::sources::postgres::chunk::{ChunkError, ChunkRequest, ChunkRows};
+use crate::sources::postgres::pgoutput::{
+    Column, LogicalMessage, OldTuple, Relation, ReplicaIdentity, TupleData, TupleValue,
+};
+use crate::sources::postgres::value::TypeRegistry;
+
+const TABLE: &str = "public.t";
+
+/// A source whose chunk reads return the results queued, in order, and
+/// that keeps what it was asked.
+#[derive(Default)]
+struct FakeChunks {
+    results: VecDeque<Result<ChunkRows, ChunkError>>,
+    asked: Vec<ChunkRequest>,
+}
+
+impl ChunkReads for FakeChunks {
+    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask, CaptureError> {
+        self.asked.push(req);
+        let result = self
+            .results
+            .pop_front()
+            .unwrap_or_else(|| Err(ChunkError::Table("no read queued".into())));
+        Ok(tokio::spawn(async move { result }))
+    }
+}
+
+fn relation() -> Relation {
+    let col = |name: &str, type_oid, is_key| Column {
+        is_key,
+        name: name.into(),
+        type_oid,
+        type_modifier: -1,
+    };
+    Relation {
+        id: 1,
+        namespace: "public".into(),
+        name: "t".into(),
+        replica_identity: ReplicaIdentity::Default,
+        columns: vec![col("id", 23, true), col("v", 25, false)],
+    }
+}
+
+fn text(s: &str) -> TupleValue {
+    TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+fn row(id: u32) -> TupleData {
+    TupleData(vec![text(&id.to_string()), text("v")])
+}
+
+/// A chunk of rows keyed `ids`; `more` when rows follow it.
+fn rows(ids: &[u32], more: bool) -> ChunkRows {
+    ChunkRows {
+        relation: relation(),
+        key_idx: vec![0],
+        rows: ids.iter().map(|id| row(*id)).collect(),
+        more,
+        estimate: Some(10),
+        invisible: Vec::new(),
+    }
+}
+
+fn encoding() -> ChunkEncoding {
+    let envelope = EnvelopeConfig {
+        topic_prefix: "app".into(),
+        topic_mapping: Default::default(),
+        database: "db".into(),
+        schemas_enable: false,
+    };
+    let encoder = TableEncoder::new(&relation(), &TypeRegistry::builtin(), None, &envelope)
+        .expect("an encoder");
+    let topic: Arc<str> = encoder.topic().into();
+    ChunkEncoding {
+        encoder,
+        topic,
+        partitions: None,
+    }
+}
+
+/// A committer at LSN 0x100 with a snapshot of `tables` queued.
+fn with_snapshot(kind: SnapshotKind, tables: &[&str]) -> (Committer<MemoryKafka>, Log) {
+    let mut offset = SourceOffset::start(0x100);
+    let queued = tables.iter().map(|t| TableProgress::new(t, None)).collect();
+    request(&mut offset.snapshot, "snap-1".into(), kind, queued);
+    committer(1_000, offset)
+}
+
+fn driver() -> SnapshotDriver {
+    SnapshotDriver::new(3, CaptureMetrics::new("test"))
+}
+
+fn key_columns(table: &str) -> Option<Vec<String>> {
+    (table == TABLE).then(|| vec!["id".to_owned()])
+}
+
+/// The high watermark's position in the stream.
+fn high_at(lsn: u64) -> SourcePosition {
+    SourcePosition {
+        tx_id: 7,
+        lsn,
+        commit_lsn: lsn,
+        event_seq: 1,
+        commit_ts_ms: 1_000,
+        snapshot: SnapshotMarker::False,
+    }
+}
+
+/// Launches a chunk and lets its read finish.
+async fn launch_and_read(
+    snap: &mut SnapshotDriver,
+    kafka: &mut Committer<MemoryKafka>,
+    source: &mut FakeChunks,
+) {
+    snap.launch(kafka, key_columns, source).await.unwrap();
+    let read = chunk_read(snap).await;
+    snap.on_chunk_read(kafka, read).unwrap();
+}
+
+/// The high watermark of the oldest chunk in flight.
+fn high_watermark(snap: &SnapshotDriver) -> String {
+    let id = &snap.inflight.front().expect("a chunk in flight").id;
+    watermark_content(id, Watermark::High)
+}
+
+/// Delivers the oldest chunk's high watermark at `lsn`; whether it published.
+async fn at_high_watermark(
+    snap: &mut SnapshotDriver,
+    kafka: &mut Committer<MemoryKafka>,
+    lsn: u64,
+) -> bool {
+    let content = high_watermark(snap);
+    let Some(ready) = snap.take_ready(kafka, content.as_bytes()).await.unwrap() else {
+        return false;
+    };
+    snap.publish(kafka, ready, &encoding(), &high_at(lsn))
+        .await
+        .unwrap();
+    true
+}
+
+/// The keys (as the envelope writes them) of the records sent so far.
+fn sent_ids(log: &Log) -> Vec<String> {
+    keys(&log.steps())
+        .into_iter()
+        .map(|k| {
+            let v: serde_json::Value = serde_json::from_str(&k).expect("a JSON key");
+            v["id"].to_string()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_chunk_publishes_at_its_high_watermark_less_the_rows_the_stream_changed() {
+    let (mut kafka, log) = with_snapshot(SnapshotKind::Initial, &[TABLE]);
+    let mut snap = driver();
+    let mut source = FakeChunks::default();
+    source.results.push_back(Ok(rows(&[1, 2, 3], false)));
+    launch_and_read(&mut snap, &mut kafka, &mut source).await;
+    assert_eq!(source.asked.len(), 1);
+    assert_eq!(
+        source.asked[0].after, None,
+        "the first chunk starts the table"
+    );
+    assert_eq!(source.asked[0].size, 3);
+
+    // The stream deletes row 2 while the chunk is in flight.
+    let rel = relation();
+    let delete = LogicalMessage::Delete {
+        relation_id: 1,
+        old: OldTuple::Key(TupleData(vec![text("2"), TupleValue::Null])),
+    };
+    snap.mark_dirty(&delete, |id| (id == 1).then_some(&rel));
+    // A low watermark publishes nothing.
+    let id = snap.inflight[0].id.clone();
+    let low = watermark_content(&id, Watermark::Low);
+    assert!(snap
+        .take_ready(&mut kafka, low.as_bytes())
+        .await
+        .unwrap()
+        .is_none());
+    assert!(at_high_watermark(&mut snap, &mut kafka, 0x200).await);
+
+    assert_eq!(sent_ids(&log), ["1", "3"], "row 2 is the stream's");
+    assert!(
+        kafka.position().snapshot.is_none(),
+        "the last chunk of the last table ends the snapshot"
+    );
+    assert!(snap.finished(kafka.position()));
+    // Nothing left to launch.
+    snap.launch(&mut kafka, key_columns, &mut source)
+        .await
+        .unwrap();
+    assert_eq!(source.asked.len(), 1);
+}
+
+#[tokio::test]
+async fn the_next_chunk_is_read_ahead_after_the_last_key_read() {
+    let (mut kafka, log) = with_snapshot(SnapshotKind::Incremental, &[TABLE]);
+    let mut snap = driver();
+    let mut source = FakeChunks::default();
+    source.results.push_back(Ok(rows(&[1, 2, 3], true)));
+    source.results.push_back(Ok(rows(&[4], false)));
+    launch_and_read(&mut snap, &mut kafka, &mut source).await;
+    // Read ahead before the first chunk is published.
+    launch_and_read(&mut snap, &mut kafka, &mut source).await;
+    assert_eq!(source.asked.len(), 2);
+    assert_eq!(source.asked[1].after, Some(vec![Some("3".to_owned())]));
+    assert!(at_high_watermark(&mut snap, &mut kafka, 0x200).await);
+    let current = kafka
+        .position()
+        .snapshot
+        .as_ref()
+        .unwrap()
+        .current()
+        .unwrap();
+    assert_eq!(current.last_key, Some(vec![Some("3".to_owned())]));
+    assert_eq!(current.rows, 3);
+    assert!(at_high_watermark(&mut snap, &mut kafka, 0x300).await);
+    assert_eq!(sent_ids(&log), ["1", "2", "3", "4"]);
+    assert!(kafka.position().snapshot.is_none());
+}
+
+#[tokio::test]
+async fn a_chunk_whose_select_missed_a_streamed_transaction_is_read_again() {
+    let (mut kafka, log) = with_snapshot(SnapshotKind::Incremental, &[TABLE]);
+    let mut snap = driver();
+    let mut source = FakeChunks::default();
+    // Transaction 42 came through the stream before the launch, yet the
+    // chunk's SELECT saw it in progress.
+    snap.note_begin(42);
+    let mut missed = rows(&[1, 2], false);
+    missed.invisible = vec![42];
+    source.results.push_back(Ok(missed));
+    source.results.push_back(Ok(rows(&[1, 2], false)));
+    launch_and_read(&mut snap, &mut kafka, &mut source).await;
+    assert!(!at_high_watermark(&mut snap, &mut kafka, 0x200).await);
+    assert!(sent_ids(&log).is_empty(), "nothing of it is published");
+    assert!(kafka.position().snapshot.is_some());
+
+    launch_and_read(&mut snap, &mut kafka, &mut source).await;
+    assert_eq!(source.asked.len(), 2);
+    assert_eq!(source.asked[1].after, None, "read again from the same key");
+    assert!(at_high_watermark(&mut snap, &mut kafka, 0x300).await);
+    assert_eq!(sent_ids(&log), ["1", "2"]);
+}
+
+#[tokio::test]
+async fn a_paused_snapshot_reads_nothing_and_its_chunk_in_flight_is_read_again() {
+    let (mut kafka, log) = with_snapshot(SnapshotKind::Incremental, &[TABLE]);
+    let mut snap = driver();
+    let mut source = FakeChunks::default();
+    source.results.push_back(Ok(rows(&[1], false)));
+    source.results.push_back(Ok(rows(&[1], false)));
+    launch_and_read(&mut snap, &mut kafka, &mut source).await;
+    let content = high_watermark(&snap);
+
+    let signal = |kind: &str| super::signal::SignalRow::new("s-1", kind);
+    snap.on_signal(
+        &mut kafka,
+        &signal("pause-snapshot"),
+        Checked::Other(SignalAction::PauseSnapshot),
+    );
+    assert!(kafka.position().snapshot.as_ref().unwrap().paused);
+    assert!(snap
+        .take_ready(&mut kafka, content.as_bytes())
+        .await
+        .unwrap()
+        .is_none());
+    snap.launch(&mut kafka, key_columns, &mut source)
+        .await
+        .unwrap();
+    assert_eq!(source.asked.len(), 1, "a paused snapshot reads nothing");
+
+    snap.on_signal(
+        &mut kafka,
+        &signal("resume-snapshot"),
+        Checked::Other(SignalAction::ResumeSnapshot),
+    );
+    launch_and_read(&mut snap, &mut kafka, &mut source).await;
+    assert_eq!(source.asked.len(), 2, "read again once resumed");
+    assert!(at_high_watermark(&mut snap, &mut kafka, 0x300).await);
+    assert_eq!(sent_ids(&log), ["1"]);
+}
+
+#[tokio::test]
+async fn a_table_that_cannot_be_read_is_skipped_and_the_next_one_goes_on() {
+    let (mut kafka, _log) = with_snapshot(SnapshotKind::Incremental, &["public.gone", TABLE]);
+    let mut snap = driver();
+    let mut source = FakeChunks::default();
+    // `public.gone` has no key columns: skipped before any read.
+    source
+        .results
+        .push_back(Err(ChunkError::Table("no such table".into())));
+    snap.launch(&mut kafka, key_columns, &mut source)
+        .await
+        .unwrap();
+    let progress = kafka.position().snapshot.as_ref().unwrap();
+    assert_eq!(progress.current().unwrap().table, TABLE);
+    assert!(source.asked.is_empty());
+    // A read that fails for the table skips it too.
+    launch_and_read(&mut snap, &mut kafka, &mut source).await;
+    assert!(kafka.position().snapshot.is_none());
+    assert!(snap.finished(kafka.position()));
+}
+
+#[tokio::test]
+async fn a_released_table_is_snapshotted_and_its_stale_rows_removed_at_the_end() {
+    let (mut kafka, log) = committer(1_000, SourceOffset::start(0x100));
+    let mut snap = driver();
+    snap.quarantine(&mut kafka, TABLE, "no key".into());
+    assert!(kafka.position().quarantined.contains_key(TABLE));
+    snap.fixes.note(TABLE.into(), 0x180);
+    snap.release(&mut kafka, TABLE);
+    assert!(kafka.position().quarantined.is_empty());
+    assert_eq!(kafka.position().stale_before.get(TABLE), Some(&0x180));
+    let progress = kafka.position().snapshot.as_ref().unwrap();
+    assert_eq!(progress.current().unwrap().table, TABLE);
+
+    let mut source = FakeChunks::default();
+    source.results.push_back(Ok(rows(&[1], false)));
+    launch_and_read(&mut snap, &mut kafka, &mut source).await;
+    let content = high_watermark(&snap);
+    let ready = snap
+        .take_ready(&mut kafka, content.as_bytes())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(snap.removes_stale(&ready, kafka.position()));
+    let encoding = ChunkEncoding {
+        partitions: Some(2),
+        ..encoding()
+    };
+    snap.publish(&mut kafka, ready, &encoding, &high_at(0x200))
+        .await
+        .unwrap();
+    // The row, then a truncate on each partition, versioned at the fix.
+    let sent: Vec<_> = log
+        .steps()
+        .into_iter()
+        .filter_map(|s| match s {
+            super::memory::Step::Send { key, partition, .. } => Some((key.is_some(), partition)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent, [(true, None), (false, Some(0)), (false, Some(1))]);
+    assert!(kafka.position().stale_before.is_empty());
+}
+
+#[tokio::test]
+async fn a_quarantined_table_leaves_the_snapshot_and_its_chunk_is_abandoned() {
+    let (mut kafka, log) = with_snapshot(SnapshotKind::Incremental, &[TABLE, "public.u"]);
+    let mut snap = driver();
+    let mut source = FakeChunks::default();
+    source.results.push_back(Ok(rows(&[1], false)));
+    launch_and_read(&mut snap, &mut kafka, &mut source).await;
+    let content = high_watermark(&snap);
+    snap.quarantine(&mut kafka, TABLE, "a topic another table holds".into());
+    assert!(snap
+        .take_ready(&mut kafka, content.as_bytes())
+        .await
+        .unwrap()
+        .is_none());
+    assert!(sent_ids(&log).is_empty());
+    let progress = kafka.position().snapshot.as_ref().unwrap();
+    assert_eq!(progress.current().unwrap().table, "public.u");
+}
