@@ -220,7 +220,13 @@ fn select_schema(schema: &Value, keeps: &dyn Fn(&str) -> bool) -> Value {
 /// Schemas as rewritten, by the shared original (held, so its address is
 /// not reused while it is a key) and the record's key fields.
 #[derive(Default)]
-struct SchemaCache(Mutex<HashMap<(usize, Vec<String>), (Arc<Value>, Arc<Value>)>>);
+struct SchemaCache(Mutex<HashMap<SchemaId, Rewritten>>);
+
+/// A shared schema's address and the record's key fields.
+type SchemaId = (usize, Vec<String>);
+
+/// The original schema (held) and its rewrite.
+type Rewritten = (Arc<Value>, Arc<Value>);
 
 impl SchemaCache {
     fn selected(
