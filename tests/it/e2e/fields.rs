@@ -1,11 +1,12 @@
 //! Per-sink field selection (`fields.include` / `fields.exclude`,
 //! docs/design.md, Sinks, rule 10) through the whole pipeline: a column
-//! holding a marker value is excluded from the search index and the cache
-//! and kept in the warehouse. After a snapshot, inserts, updates, an
+//! holding a marker value is excluded from two search indexes (hard and
+//! soft deletes) and the hash cache, left out of a JSON cache by an include
+//! list, and kept in the warehouse. After a snapshot, inserts, updates, an
 //! update leaving the large marker unchanged (TOAST), a primary-key update,
 //! deletes and added columns, the marker is in no Redis value and no
 //! Elasticsearch document or mapping, the warehouse holds it, and `oncely
-//! verify` is equal for all three. A key field in `fields.exclude` stops
+//! verify` is equal for all five. A key field in `fields.exclude` stops
 //! the sink at its first record, writing nothing, and verify refuses it.
 use std::time::{Duration, Instant};
 
@@ -32,7 +33,7 @@ const EXCLUDE: &str = "fields.exclude = [\"secret\", \"public.people.secret2\"]"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_marker_column_left_out_of_the_cache_and_the_index_stays_in_the_warehouse() -> Result<()>
 {
-    let p = Pipeline::new(
+    let mut p = Pipeline::new(
         "fields_exclude",
         SCHEMA,
         &["people"],
@@ -41,6 +42,11 @@ async fn a_marker_column_left_out_of_the_cache_and_the_index_stays_in_the_wareho
     .await?;
     p.extend_sink_config(1, EXCLUDE)?;
     p.extend_sink_config(2, EXCLUDE)?;
+    // A soft-deleting index leaving the same columns out, and a JSON-layout
+    // cache holding only the listed columns (and the key).
+    p.add_soft_index_and_json_cache()?;
+    p.extend_sink_config(3, EXCLUDE)?;
+    p.extend_sink_config(4, "fields.include = [\"name\", \"public.people.shown\"]")?;
     let result = drive(&p).await;
     if result.is_err() {
         eprintln!("logs in {}", p.env.dir.display());
@@ -52,7 +58,7 @@ async fn a_marker_column_left_out_of_the_cache_and_the_index_stays_in_the_wareho
 async fn drive(p: &Pipeline) -> Result<()> {
     let mut capture = p.spawn_capture()?;
     p.env.wait_slot_active().await?;
-    let mut sinks = (0..3)
+    let mut sinks = (0..p.sinks.len())
         .map(|i| p.spawn_sink(i))
         .collect::<Result<Vec<_>>>()?;
     let report = p.verify_until_equal(Duration::from_secs(180)).await?;
@@ -78,7 +84,7 @@ async fn drive(p: &Pipeline) -> Result<()> {
         .context("the changes")?;
     let report = p.verify_until_equal(Duration::from_secs(180)).await?;
     assert!(report.is_equal(), "after the changes:\n{report}");
-    assert_eq!(report.compared(), 3, "{report}");
+    assert_eq!(report.compared(), 5, "{report}");
     for t in report.targets.iter().flat_map(|t| &t.tables) {
         assert!(t.held_unselected.is_empty(), "{report}");
     }
@@ -112,16 +118,19 @@ async fn drive(p: &Pipeline) -> Result<()> {
     assert!(leaked.is_empty(), "the cache holds the marker: {leaked:?}");
     assert!(redis.iter().any(|t| t == "visible"), "an added column kept");
 
-    let (documents, mapping) = es_texts(p).await?;
-    assert!(documents.contains("renamed") && documents.contains("visible"));
-    assert!(
-        !documents.contains(MARKER) && !documents.contains("secret"),
-        "the index holds the marker: {documents}"
-    );
-    assert!(
-        !mapping.contains("secret"),
-        "the index maps an excluded column: {mapping}"
-    );
+    let topic = p.topics()[0].to_lowercase();
+    for index in [topic.clone(), format!("{topic}-soft")] {
+        let (documents, mapping) = es_texts(&index).await?;
+        assert!(documents.contains("renamed") && documents.contains("visible"));
+        assert!(
+            !documents.contains(MARKER) && !documents.contains("secret"),
+            "{index} holds the marker: {documents}"
+        );
+        assert!(
+            !mapping.contains("secret"),
+            "{index} maps an excluded column: {mapping}"
+        );
+    }
 
     let letters = tokio::task::spawn_blocking({
         let prefix = p.env.prefix.clone();
@@ -172,17 +181,16 @@ async fn redis_texts(p: &Pipeline) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// Every document of the table's index and its mapping, as JSON text.
-async fn es_texts(p: &Pipeline) -> Result<(String, String)> {
+/// Every document of `index` and its mapping, as JSON text.
+async fn es_texts(index: &str) -> Result<(String, String)> {
     let es = e2e::es();
-    let index = p.topics()[0].to_lowercase();
     es.indices()
-        .refresh(IndicesRefreshParts::Index(&[&index]))
+        .refresh(IndicesRefreshParts::Index(&[index]))
         .send()
         .await?
         .error_for_status_code()?;
     let found: Value = es
-        .search(SearchParts::Index(&[&index]))
+        .search(SearchParts::Index(&[index]))
         .size(1000)
         .send()
         .await?
@@ -195,7 +203,7 @@ async fn es_texts(p: &Pipeline) -> Result<(String, String)> {
     }
     let mapping: Value = es
         .indices()
-        .get_mapping(IndicesGetMappingParts::Index(&[&index]))
+        .get_mapping(IndicesGetMappingParts::Index(&[index]))
         .send()
         .await?
         .error_for_status_code()?
