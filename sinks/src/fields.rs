@@ -317,34 +317,40 @@ impl SelectingSink {
     /// Logs once per table, at its first row image, that the list names
     /// none of its columns (tables differ, so that is no error).
     fn tell_unmatched(&self, event: &ChangeEvent) {
-        let (Some(schema), Some(table)) = (event.schema_name(), event.table()) else {
-            return;
-        };
-        let Some(image) = event.after.as_ref().or(event.before.as_ref()) else {
-            return;
-        };
-        {
-            let mut told = self.told.lock().unwrap_or_else(PoisonError::into_inner);
-            if !told.insert((schema.to_owned(), table.to_owned())) {
-                return;
+        if let Some(told) = self.unmatched(event) {
+            match self.fields.mode {
+                Mode::Include => tracing::warn!(sink = self.inner.name(), "{told}"),
+                Mode::Exclude => tracing::info!(sink = self.inner.name(), "{told}"),
             }
         }
-        if self
-            .fields
-            .matches_any(schema, table, image.keys().map(String::as_str))
+    }
+
+    /// What [`Self::tell_unmatched`] logs for `event`: only at the first
+    /// row image of its table, and only when the list names none of the
+    /// image's columns.
+    fn unmatched(&self, event: &ChangeEvent) -> Option<String> {
+        let (schema, table) = (event.schema_name()?, event.table()?);
+        let image = event.after.as_ref().or(event.before.as_ref())?;
+        let first = self
+            .told
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((schema.to_owned(), table.to_owned()));
+        if !first
+            || self
+                .fields
+                .matches_any(schema, table, image.keys().map(String::as_str))
         {
-            return;
+            return None;
         }
-        match self.fields.mode {
-            Mode::Include => tracing::warn!(
-                sink = self.inner.name(),
+        Some(match self.fields.mode {
+            Mode::Include => format!(
                 "{schema}.{table}: {INCLUDE_KEY} names none of its columns: only its key fields are stored"
             ),
-            Mode::Exclude => tracing::info!(
-                sink = self.inner.name(),
+            Mode::Exclude => format!(
                 "{schema}.{table}: {EXCLUDE_KEY} names none of its columns: every column is stored"
             ),
-        }
+        })
     }
 }
 

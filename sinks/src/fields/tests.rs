@@ -197,3 +197,29 @@ fn a_rewritten_schema_is_shared_by_the_events_of_its_table() {
         .collect();
     assert!(Arc::ptr_eq(&schemas[0], &schemas[1]));
 }
+
+#[test]
+fn a_list_naming_no_column_of_a_table_is_told_once_for_that_table() {
+    let selecting = |fields| SelectingSink {
+        inner: Arc::new(Seen::default()),
+        fields,
+        schemas: SchemaCache::default(),
+        told: Mutex::default(),
+    };
+    let event = |r: &Record| r.event().cloned().expect("event");
+    let users = event(&update(0, 1, "x"));
+    let mut orders = users.clone();
+    orders.source.insert("table".into(), json!("orders"));
+    let sink = selecting(include(&["public.orders.name"]));
+    let told = sink.unmatched(&users).expect("told");
+    assert!(
+        told.contains("public.users: sink.fields.include names none of its columns"),
+        "{told}"
+    );
+    assert_eq!(sink.unmatched(&users), None, "once per table");
+    assert_eq!(sink.unmatched(&orders), None, "orders.name is listed");
+    let sink = selecting(exclude(&["nothing_here"]));
+    assert!(sink.unmatched(&orders).is_some());
+    let sink = selecting(exclude(&["secret"]));
+    assert_eq!(sink.unmatched(&users), None);
+}
