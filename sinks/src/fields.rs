@@ -192,7 +192,14 @@ impl FieldSelection {
             image.retain(|column, _| keeps(column));
         }
         if let Some(original) = event.schema.take() {
-            let selected = schemas.selected(&original, key_fields, |v| select_schema(v, &keeps));
+            // Keyed by table too: two tables whose schemas read the same
+            // share one decoded schema, and a qualified entry is one table's.
+            let id = SchemaId {
+                address: Arc::as_ptr(&original) as usize,
+                table: (schema.clone(), table.clone()),
+                key_fields: key_fields.to_vec(),
+            };
+            let selected = schemas.selected(id, &original, |v| select_schema(v, &keeps));
             event.schema = Some(selected);
         }
     }
@@ -217,13 +224,21 @@ fn select_schema(schema: &Value, keeps: &dyn Fn(&str) -> bool) -> Value {
     out
 }
 
-/// Schemas as rewritten, by the shared original (held, so its address is
-/// not reused while it is a key) and the record's key fields.
+/// Schemas as rewritten, by [`SchemaId`]; the original is held, so its
+/// address is not reused while it is a key.
 #[derive(Default)]
 struct SchemaCache(Mutex<HashMap<SchemaId, Rewritten>>);
 
-/// A shared schema's address and the record's key fields.
-type SchemaId = (usize, Vec<String>);
+/// What a rewritten schema depends on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SchemaId {
+    /// The shared original's address.
+    address: usize,
+    /// The event's `(schema, table)`.
+    table: (String, String),
+    /// The record's key fields.
+    key_fields: Vec<String>,
+}
 
 /// The original schema (held) and its rewrite.
 type Rewritten = (Arc<Value>, Arc<Value>);
@@ -231,11 +246,10 @@ type Rewritten = (Arc<Value>, Arc<Value>);
 impl SchemaCache {
     fn selected(
         &self,
+        id: SchemaId,
         original: &Arc<Value>,
-        key_fields: &[String],
         rewrite: impl FnOnce(&Value) -> Value,
     ) -> Arc<Value> {
-        let id = (Arc::as_ptr(original) as usize, key_fields.to_vec());
         let mut cache = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((_, selected)) = cache.get(&id) {
             return selected.clone();

@@ -223,3 +223,34 @@ fn a_list_naming_no_column_of_a_table_is_told_once_for_that_table() {
     let sink = selecting(exclude(&["secret"]));
     assert_eq!(sink.unmatched(&users), None);
 }
+
+#[test]
+fn two_tables_sharing_one_decoded_schema_get_their_own_selection() {
+    let sink = select(
+        Arc::new(Seen::default()),
+        Some(exclude(&["public.users.secret"])),
+    );
+    let users = update(0, 1, "x");
+    let shared = users
+        .event()
+        .and_then(|e| e.schema.clone())
+        .expect("schema");
+    let mut orders = update(1, 2, "y");
+    if let Payload::Change(e) = &mut orders.payload {
+        e.source.insert("table".into(), json!("orders"));
+        e.schema = Some(shared);
+    }
+    let mut b = batch(vec![users, orders]);
+    sink.prepare(&mut b);
+    let has_secret: Vec<bool> = b
+        .records()
+        .iter()
+        .map(|r| {
+            let e = r.event().expect("event");
+            let schema = crate::event::row_fields(e.schema.as_deref()).expect("schema");
+            schema.contains_key("secret")
+                && e.after.as_ref().is_some_and(|a| a.contains_key("secret"))
+        })
+        .collect();
+    assert_eq!(has_secret, [false, true]);
+}
