@@ -10,6 +10,7 @@ pub mod conformance;
 pub mod debezium;
 pub mod error;
 pub mod event;
+pub mod fields;
 pub mod kinds;
 pub mod metrics;
 pub mod naming;

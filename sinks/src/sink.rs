@@ -149,6 +149,9 @@ pub struct Batch {
     next_offset: i64,
     prepared: Option<Arc<dyn Any + Send + Sync>>,
     skipped: SkipCount,
+    /// Whether the records' events went through the sink's field selection
+    /// ([`crate::fields`]); kept by clones and removals.
+    fields_selected: bool,
 }
 
 /// Records of a batch that its last apply left out as already applied (the
@@ -195,7 +198,24 @@ impl Batch {
             next_offset,
             prepared: None,
             skipped: SkipCount::default(),
+            fields_selected: false,
         }
+    }
+
+    /// The records, to change in place; drops what [`Sink::prepare`] stored.
+    pub(crate) fn records_mut(&mut self) -> &mut [Record] {
+        self.prepared = None;
+        &mut self.records
+    }
+
+    /// Notes that the records' events went through the field selection.
+    pub(crate) fn mark_fields_selected(&mut self) {
+        self.fields_selected = true;
+    }
+
+    /// Whether the records' events went through the field selection.
+    pub(crate) fn fields_selected(&self) -> bool {
+        self.fields_selected
     }
 
     /// Notes that the current apply leaves `n` records out as already applied

@@ -25,7 +25,33 @@ pub fn compare_row(
     source: &Map<String, Value>,
     target: &StoredRow,
 ) -> Option<ColumnDiff> {
-    for column in &table.columns {
+    compare_selected(table, &|_| true, source, target).diff
+}
+
+/// What [`compare_selected`] found in one row.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Compared {
+    /// The first selected column that differs, or an unknown target field.
+    pub diff: Option<ColumnDiff>,
+    /// Source columns the target holds though its field selection leaves
+    /// them out (`fields.include` / `fields.exclude`): told, not a difference.
+    pub held_unselected: Vec<String>,
+}
+
+/// Compares the columns `selected` keeps (a sink's field selection) of one
+/// row; a field the target holds for a source column left out is reported
+/// in [`Compared::held_unselected`], not as a difference: a warehouse table
+/// created before the column was excluded still has it, and its values
+/// stop changing (what verify can promise is that the selected columns are
+/// equal).
+pub fn compare_selected(
+    table: &SourceTable,
+    selected: &dyn Fn(&str) -> bool,
+    source: &Map<String, Value>,
+    target: &StoredRow,
+) -> Compared {
+    let mut out = Compared::default();
+    for column in table.columns.iter().filter(|c| selected(&c.name)) {
         let rule = Rule::of(&column.kind, &column.sql_type);
         let s = source.get(&column.name).unwrap_or(&Value::Null);
         let (equal, t) = match target {
@@ -44,29 +70,38 @@ pub fn compare_row(
             }
         };
         if !equal {
-            return Some(ColumnDiff {
+            out.diff = Some(ColumnDiff {
                 column: column.name.clone(),
                 source: s.clone(),
                 target: t,
             });
+            return out;
         }
     }
     let known = |f: &str| table.columns.iter().any(|c| c.name == f);
-    let extra = match target {
+    let held: Vec<(&String, Value)> = match target {
         StoredRow::Json(map) => map
             .iter()
-            .find(|(f, v)| !v.is_null() && !known(f))
-            .map(|(f, v)| (f.clone(), v.clone())),
+            .filter(|(_, v)| !v.is_null())
+            .map(|(f, v)| (f, v.clone()))
+            .collect(),
         StoredRow::Hash(hash) => hash
             .iter()
-            .find(|(f, _)| !known(f))
-            .map(|(f, v)| (f.clone(), Value::String(v.clone()))),
+            .map(|(f, v)| (f, Value::String(v.clone())))
+            .collect(),
     };
-    extra.map(|(column, target)| ColumnDiff {
-        column,
-        source: Value::Null,
-        target,
-    })
+    for (field, value) in held {
+        if !known(field) {
+            out.diff.get_or_insert(ColumnDiff {
+                column: field.clone(),
+                source: Value::Null,
+                target: value,
+            });
+        } else if !selected(field) {
+            out.held_unselected.push(field.clone());
+        }
+    }
+    out
 }
 
 /// Whether a target value equals the source's, for a column of `kind`; see

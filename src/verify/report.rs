@@ -120,6 +120,10 @@ pub struct TableReport {
     pub extra: u64,
     /// The first differences found.
     pub examples: Vec<Difference>,
+    /// Columns the target holds though the sink's field selection leaves
+    /// them out (e.g. a warehouse table created before the exclusion): told,
+    /// not a difference.
+    pub held_unselected: std::collections::BTreeSet<String>,
 }
 
 /// One differing key.
@@ -245,6 +249,7 @@ impl Report {
                     "changed": r.changed,
                     "extra": r.extra,
                     "examples": r.examples.iter().map(Difference::to_json).collect::<Vec<_>>(),
+                    "held_unselected": r.held_unselected,
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "rounds": self.retried + 1,
@@ -303,6 +308,14 @@ impl fmt::Display for Report {
                 )?;
                 for e in &t.examples {
                     writeln!(f, "      {e}")?;
+                }
+                if !t.held_unselected.is_empty() {
+                    let names: Vec<&str> = t.held_unselected.iter().map(String::as_str).collect();
+                    writeln!(
+                        f,
+                        "      note: holds {}, which the sink's field selection leaves out (not compared)",
+                        names.join(", ")
+                    )?;
                 }
             }
         }

@@ -9,6 +9,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use oncely_capture::catalog::{IntervalHandlingMode, TypeRegistry};
 use oncely_capture::config::CaptureConfig;
+use oncely_sinks::fields::FieldSelection;
 use oncely_sinks::verify_reader::{
     Fetched, RowKey, VerifiedTable, VerifyContext, VerifyReadError, VerifyReader, WireMapping,
     WireTypes,
@@ -30,6 +31,8 @@ pub struct Target {
     subscription: Option<Regex>,
     ignore: Vec<Regex>,
     reader: Box<dyn VerifyReader>,
+    /// The sink's `fields.include` / `fields.exclude`: the columns it stores.
+    fields: Option<FieldSelection>,
 }
 
 /// Capture's type mapping, for readers of PostgreSQL targets: intervals in
@@ -79,6 +82,9 @@ impl Target {
             .map_err(|e| VerifyError::Config(format!("cannot read {}: {e}", path.display())))?;
         let (runner, sink) = oncely_sinks::kinds::parse_config(&text)
             .map_err(|e| VerifyError::Config(format!("{}: {e}", path.display())))?;
+        let fields = sink
+            .field_selection()
+            .map_err(|e| VerifyError::Config(format!("{}: {e}", path.display())))?;
         let types = CaptureTypes(capture.interval_handling_mode);
         let ctx = VerifyContext {
             runner: &runner,
@@ -126,7 +132,44 @@ impl Target {
             subscription,
             ignore,
             reader,
+            fields,
         })
+    }
+
+    /// Whether the sink stores `column` of `table`: its field selection
+    /// (key columns always).
+    pub fn stores(&self, table: &SourceTable, column: &str) -> bool {
+        self.fields.as_ref().is_none_or(|f| {
+            f.keeps(
+                &table.schema,
+                &table.name,
+                column,
+                table.key_names().contains(&column),
+            )
+        })
+    }
+
+    /// `table` as the sink holds it: only the columns it stores, so the
+    /// reader reads no other. An excluded key column is the sink's refusal
+    /// too, as a configuration error.
+    pub fn verified_table(&self, table: &SourceTable) -> Result<VerifiedTable, VerifyError> {
+        let mut verified = table.verified_table();
+        let Some(fields) = &self.fields else {
+            return Ok(verified);
+        };
+        if let Some(why) = fields.refuse_key(&table.schema, &table.name, table.key_names()) {
+            return Err(VerifyError::Config(format!("{}: {why}", self.label)));
+        }
+        let keys = table.key_names();
+        let kept: Vec<usize> = (0..verified.columns.len())
+            .filter(|&i| self.stores(table, &verified.columns[i].0))
+            .collect();
+        verified.key = keys
+            .iter()
+            .filter_map(|k| kept.iter().position(|&i| verified.columns[i].0 == *k))
+            .collect();
+        verified.columns = kept.iter().map(|&i| verified.columns[i].clone()).collect();
+        Ok(verified)
     }
 
     /// Whether this sink consumes `topic` (its `topics`, `topics.regex` and `ignore.topics`).

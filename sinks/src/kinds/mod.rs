@@ -29,6 +29,7 @@ use oncely_core::config::{flatten, from_flat, Leaves};
 
 use crate::config::{parse_runner_config, RunnerConfig};
 use crate::error::{ConfigError, SinkError};
+use crate::fields::FieldSelection;
 use crate::sink::Sink;
 use crate::verify_reader::{VerifyContext, VerifyReadError, VerifyReader};
 
@@ -41,6 +42,12 @@ pub trait SinkKind: Send + Sync {
 
     /// Builds the sink (opens files, connects to the target).
     async fn build(&self) -> Result<Arc<dyn Sink>, SinkError>;
+
+    /// Which columns the sink stores (`fields.include` / `fields.exclude`,
+    /// [`crate::fields`]); `None`: every column, or a kind without the keys.
+    fn field_selection(&self) -> Result<Option<FieldSelection>, ConfigError> {
+        Ok(None)
+    }
 
     /// Whether the runner puts a dedup window in front of the sink when
     /// `[dedup]` is not set: a sink that cannot compare versions (a webhook).
@@ -123,12 +130,24 @@ registry! {
 impl SinkConfig {
     /// Checks the sink's values; errors name the key as `sink.<key>`.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.spec().validate()
+        self.spec().validate()?;
+        self.spec().field_selection().map(drop)
     }
 
-    /// Builds the configured sink (opens files, connects to the target).
+    /// Builds the configured sink (opens files, connects to the target),
+    /// behind its field selection, so no write path of it sees a column
+    /// left out.
     pub async fn build(&self) -> Result<Arc<dyn Sink>, SinkError> {
-        self.spec().build().await
+        let selection = self
+            .spec()
+            .field_selection()
+            .map_err(|e| SinkError::fatal(e.to_string()))?;
+        Ok(crate::fields::select(self.spec().build().await?, selection))
+    }
+
+    /// Which columns the sink stores ([`SinkKind::field_selection`]).
+    pub fn field_selection(&self) -> Result<Option<FieldSelection>, ConfigError> {
+        self.spec().field_selection()
     }
 }
 
@@ -178,6 +197,52 @@ mod tests {
         ))
         .expect("journal");
         assert!(matches!(s, SinkConfig::Journal(_)));
+    }
+
+    #[test]
+    fn every_row_storing_kind_takes_one_field_list() {
+        let tables = [
+            "kind = \"postgres\"\nurl = \"postgres://x@h/db\"\n",
+            "kind = \"elasticsearch\"\n",
+            "kind = \"redis\"\n",
+            "kind = \"http\"\nurl = \"http://h/x\"\n",
+        ];
+        for table in tables {
+            let (_, s) = parse_config(&format!(
+                "{HEAD}[sink]\n{table}fields.exclude = [\"ssn\", \"public.users.email\"]\n"
+            ))
+            .expect(table);
+            let fields = s.field_selection().expect("valid").expect("set");
+            assert_eq!(fields.mode(), crate::fields::Mode::Exclude, "{table}");
+            assert!(!fields.keeps("public", "users", "email", false), "{table}");
+            assert!(fields.keeps("public", "orders", "email", false), "{table}");
+            let (_, s) = parse_config(&format!(
+                "{HEAD}[sink]\n{table}fields.include = [\"name\"]\n"
+            ))
+            .expect(table);
+            assert_eq!(
+                s.field_selection().expect("valid").map(|f| f.mode()),
+                Some(crate::fields::Mode::Include)
+            );
+            let e = parse_config(&format!(
+                "{HEAD}[sink]\n{table}fields.include = [\"a\"]\nfields.exclude = [\"b\"]\n"
+            ))
+            .expect_err("both lists");
+            assert_eq!(e.key, "sink.fields.include", "{table}: {e}");
+            let e = parse_config(&format!(
+                "{HEAD}[sink]\n{table}fields.exclude = [\"users.email\"]\n"
+            ))
+            .expect_err("a half-qualified name");
+            assert_eq!(e.key, "sink.fields.exclude", "{table}: {e}");
+            let (_, s) = parse_config(&format!("{HEAD}[sink]\n{table}")).expect(table);
+            assert_eq!(s.field_selection().expect("valid"), None);
+        }
+        // Kinds that store no rows take no list.
+        let e = parse_config(&format!(
+            "{HEAD}[sink]\nkind = \"file\"\npath = \"/x\"\nfields.exclude = [\"a\"]\n"
+        ))
+        .expect_err("file");
+        assert!(e.message.contains("fields.exclude"), "{e}");
     }
 
     #[test]

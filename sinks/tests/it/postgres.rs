@@ -1440,3 +1440,66 @@ async fn a_type_change_whose_cast_fails_on_a_held_value_moves_the_column_to_a_ne
     assert_eq!(position(&sink).await, Some(4));
     wh.drop().await;
 }
+
+/// `fields.exclude` on the warehouse (the sink as `oncely sink` builds it):
+/// the column is added to neither the mirror nor the history table, and its
+/// values are in neither, through a create, an update with the value
+/// unchanged TOAST, a create and a delete carrying a full old row.
+#[tokio::test]
+async fn an_excluded_column_reaches_neither_the_mirror_nor_the_history() {
+    const MARKER: &str = "MARKER7f3a";
+    let wh = Warehouse::new().await;
+    let mut c = wh.config();
+    c.history_enabled = true;
+    c.fields_exclude = vec!["secret".into()];
+    let sink = oncely_sinks::kinds::SinkConfig::Postgres(c)
+        .build()
+        .await
+        .expect("sink");
+    let full_delete = json!({"before": {"id": 2, "v": 1, "secret": MARKER}, "after": null,
+        "op": "d", "ts_ms": 1,
+        "source": {"schema": "public", "table": "items", "commit_lsn": 130, "event_seq": 1}});
+    let mut b = batch(vec![
+        change(0, 1, "c", json!({"id": 1, "v": 1, "secret": MARKER}), 100),
+        change(
+            1,
+            1,
+            "u",
+            json!({"id": 1, "v": 2, "secret": UNAVAILABLE}),
+            110,
+        ),
+        change(2, 2, "c", json!({"id": 2, "v": 1, "secret": MARKER}), 120),
+        record(3, Some(json!({"id": 2})), Some(full_delete)),
+    ]);
+    sink.prepare(&mut b);
+    sink.apply(&b).await.expect("applied");
+    assert_eq!(
+        wh.live("public_items").await,
+        vec![json!({"id": 1, "v": 2})]
+    );
+    let columns: i64 = wh
+        .client
+        .query_one(
+            "SELECT count(*) FROM information_schema.columns WHERE column_name = 'secret'",
+            &[],
+        )
+        .await
+        .expect("columns")
+        .get(0);
+    assert_eq!(columns, 0, "a warehouse table has the excluded column");
+    let everything: String = wh
+        .client
+        .query_one(
+            "SELECT (SELECT string_agg(to_jsonb(t)::text, ' ') FROM public_items t) || ' ' ||
+                    (SELECT string_agg(to_jsonb(h)::text, ' ') FROM public_items_history h)",
+            &[],
+        )
+        .await
+        .expect("rows")
+        .get(0);
+    assert!(
+        !everything.contains(MARKER) && everything.contains("\"v\": 2"),
+        "{everything}"
+    );
+    wh.drop().await;
+}

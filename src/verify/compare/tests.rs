@@ -315,3 +315,45 @@ fn hash_rows_hold_text_of_non_null_columns() {
         "x"
     );
 }
+
+#[test]
+fn only_selected_columns_compare_and_held_unselected_ones_are_told_not_differences() {
+    let source = row(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}", "note": "MARKER"}));
+    let selected = |c: &str| c != "note";
+    // The cache left `note` out: equal without it.
+    let t = obj(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}"}));
+    assert_eq!(
+        compare_selected(&table(), &selected, &source.row, &t),
+        Compared::default()
+    );
+    // Without the selection the missing `note` is a difference.
+    assert_eq!(
+        compare_row(&table(), &source.row, &t).map(|d| d.column),
+        Some("note".to_owned())
+    );
+    // A target still holding it (any value): told, not a difference.
+    let t = obj(json!({"id": 7, "total": "12.5", "meta": "{\"a\":1}", "note": "old"}));
+    let c = compare_selected(&table(), &selected, &source.row, &t);
+    assert_eq!(c.diff, None);
+    assert_eq!(c.held_unselected, ["note"]);
+    let mut hash = std::collections::BTreeMap::new();
+    hash.insert("id".to_owned(), "7".to_owned());
+    hash.insert("total".to_owned(), "12.50".to_owned());
+    hash.insert("meta".to_owned(), "{\"a\": 1}".to_owned());
+    hash.insert("note".to_owned(), "old".to_owned());
+    let c = compare_selected(
+        &table(),
+        &selected,
+        &source.row,
+        &StoredRow::Hash(hash.clone()),
+    );
+    assert_eq!((c.diff, c.held_unselected), (None, vec!["note".to_owned()]));
+    // Selected columns still differ, and unknown fields still count.
+    hash.insert("total".to_owned(), "13".to_owned());
+    hash.insert("stray".to_owned(), "x".to_owned());
+    let c = compare_selected(&table(), &selected, &source.row, &StoredRow::Hash(hash));
+    assert_eq!(c.diff.map(|d| d.column), Some("total".to_owned()));
+    let t = obj(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}", "stray": 1}));
+    let c = compare_selected(&table(), &selected, &source.row, &t);
+    assert_eq!(c.diff.map(|d| d.column), Some("stray".to_owned()));
+}

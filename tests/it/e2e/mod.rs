@@ -1,6 +1,7 @@
 //! The whole pipeline as processes: capture, the three sinks, verify.
 mod compaction;
 mod faults;
+mod fields;
 mod gap;
 mod identity;
 mod identity_change;

@@ -203,6 +203,14 @@ pub struct ElasticsearchConfig {
     /// `json.handling.mode`: `text` (default), `flattened` or `object`.
     #[serde(rename = "json.handling.mode", default)]
     pub json_mode: JsonMode,
+    /// `fields.include`: the only columns stored, with the key fields
+    /// ([`crate::fields`]); not with `fields.exclude`.
+    #[serde(rename = "fields.include", default)]
+    pub fields_include: Vec<String>,
+    /// `fields.exclude`: columns never stored; key fields may not be listed
+    /// ([`crate::fields`]).
+    #[serde(rename = "fields.exclude", default)]
+    pub fields_exclude: Vec<String>,
 }
 
 fn default_url() -> String {

@@ -81,6 +81,11 @@ impl super::SinkKind for ElasticsearchConfig {
     fn validate(&self) -> Result<(), crate::error::ConfigError> {
         ElasticsearchConfig::validate(self)
     }
+    fn field_selection(
+        &self,
+    ) -> Result<Option<crate::fields::FieldSelection>, crate::error::ConfigError> {
+        crate::fields::FieldSelection::parse(&self.fields_include, &self.fields_exclude)
+    }
     async fn build(&self) -> Result<std::sync::Arc<dyn Sink>, SinkError> {
         Ok(std::sync::Arc::new(ElasticsearchSink::connect(self).await?))
     }

@@ -70,6 +70,14 @@ pub struct HttpConfig {
     /// `tls.ca.file`: PEM CA certificate(s) to trust for `https://` (default: the webpki roots).
     #[serde(rename = "tls.ca.file", default)]
     pub tls_ca_file: Option<PathBuf>,
+    /// `fields.include`: the only columns stored, with the key fields
+    /// ([`crate::fields`]); not with `fields.exclude`.
+    #[serde(rename = "fields.include", default)]
+    pub fields_include: Vec<String>,
+    /// `fields.exclude`: columns never stored; key fields may not be listed
+    /// ([`crate::fields`]).
+    #[serde(rename = "fields.exclude", default)]
+    pub fields_exclude: Vec<String>,
 }
 
 fn default_batch_size() -> usize {

@@ -62,6 +62,11 @@ impl super::SinkKind for HttpConfig {
     fn validate(&self) -> Result<(), crate::error::ConfigError> {
         HttpConfig::validate(self)
     }
+    fn field_selection(
+        &self,
+    ) -> Result<Option<crate::fields::FieldSelection>, crate::error::ConfigError> {
+        crate::fields::FieldSelection::parse(&self.fields_include, &self.fields_exclude)
+    }
     async fn build(
         &self,
     ) -> Result<std::sync::Arc<dyn crate::sink::Sink>, crate::error::SinkError> {

@@ -149,6 +149,14 @@ pub struct PostgresConfig {
     /// `schema.evolution.drop.columns`: `keep` (default) or `drop`.
     #[serde(rename = "schema.evolution.drop.columns", default)]
     pub drop_columns: DropColumns,
+    /// `fields.include`: the only columns stored, with the key fields
+    /// ([`crate::fields`]); not with `fields.exclude`.
+    #[serde(rename = "fields.include", default)]
+    pub fields_include: Vec<String>,
+    /// `fields.exclude`: columns never stored; key fields may not be listed
+    /// ([`crate::fields`]).
+    #[serde(rename = "fields.exclude", default)]
+    pub fields_exclude: Vec<String>,
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -220,6 +228,8 @@ impl PostgresConfig {
             truncate_mode: TruncateMode::Delete,
             meta_column_prefix: default_meta_column_prefix(),
             drop_columns: DropColumns::Keep,
+            fields_include: Vec::new(),
+            fields_exclude: Vec::new(),
         }
     }
 

@@ -114,6 +114,11 @@ impl super::SinkKind for PostgresConfig {
     fn validate(&self) -> Result<(), crate::error::ConfigError> {
         PostgresConfig::validate(self)
     }
+    fn field_selection(
+        &self,
+    ) -> Result<Option<crate::fields::FieldSelection>, crate::error::ConfigError> {
+        crate::fields::FieldSelection::parse(&self.fields_include, &self.fields_exclude)
+    }
     async fn build(&self) -> Result<Arc<dyn Sink>, SinkError> {
         Ok(Arc::new(PostgresSink::connect(self).await?))
     }

@@ -135,6 +135,14 @@ pub struct RedisConfig {
     /// `reconnect.retries`.
     #[serde(rename = "reconnect.retries", default = "default_reconnect_retries")]
     pub reconnect_retries: usize,
+    /// `fields.include`: the only columns stored, with the key fields
+    /// ([`crate::fields`]); not with `fields.exclude`.
+    #[serde(rename = "fields.include", default)]
+    pub fields_include: Vec<String>,
+    /// `fields.exclude`: columns never stored; key fields may not be listed
+    /// ([`crate::fields`]).
+    #[serde(rename = "fields.exclude", default)]
+    pub fields_exclude: Vec<String>,
 }
 
 fn default_url() -> String {
@@ -208,6 +216,8 @@ impl RedisConfig {
             response_timeout_ms: DEFAULT_RESPONSE_TIMEOUT_MS,
             reconnect_backoff_max_ms: DEFAULT_RECONNECT_BACKOFF_MAX_MS,
             reconnect_retries: DEFAULT_RECONNECT_RETRIES,
+            fields_include: Vec::new(),
+            fields_exclude: Vec::new(),
         }
     }
 
