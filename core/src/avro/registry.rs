@@ -1,0 +1,1 @@
+//! The schema registry client (placeholder while the codec lands).
