@@ -51,7 +51,7 @@ fn raw_records(topic: &str, n: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn avro_through_the_registry_reaches_every_target() -> Result<()> {
     let url = registry_url();
-    let mut p = Pipeline::new(
+    let p = Pipeline::new(
         "e2e_avro",
         "CREATE TABLE t (id bigint PRIMARY KEY, v text, n numeric(12,2), d date,
                          ts timestamptz, b bytea, arr int[], j jsonb, f float8, small int2);",
