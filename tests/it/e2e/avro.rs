@@ -2,7 +2,9 @@
 //! format through the real schema registry (Apicurio, `ONCELY_REGISTRY_URL`),
 //! the warehouse, search index and cache sinks read them through the same
 //! registry, and `oncely verify` finds every target equal to the source,
-//! across a schema change (a new schema version) and with no dead letter.
+//! across a schema change (a new schema version) and a SIGKILL of capture
+//! in the middle of a stream of transactions (the replay registers the same
+//! schemas again and gets the same ids), with no dead letter.
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -10,7 +12,7 @@ use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use crate::harness::capture::committed_reader;
+use crate::harness::capture::{committed_reader, kill9};
 use crate::harness::checks::dead_letters;
 use crate::harness::e2e::Pipeline;
 
@@ -64,7 +66,7 @@ async fn avro_through_the_registry_reaches_every_target() -> Result<()> {
     for i in 0..p.sinks.len() {
         prepend_runner_key(&p, i, &format!("schema.registry.url = \"{url}\""))?;
     }
-    let capture = p.spawn_capture()?;
+    let mut capture = p.spawn_capture()?;
     p.env.wait_slot_active().await?;
     let sinks: Vec<_> = (0..p.sinks.len())
         .map(|i| p.spawn_sink(i))
@@ -97,6 +99,33 @@ async fn avro_through_the_registry_reaches_every_target() -> Result<()> {
     let report = p.verify(Duration::from_secs(150)).await?;
     assert!(report.is_equal(), "after the schema change:\n{report}");
     assert_eq!(report.compared(), p.sinks.len(), "{report}");
+
+    // Capture killed while transactions stream in; a new one (a new
+    // process: an empty schema cache) takes over from the committed offset.
+    let writer = {
+        let client = p.env.connect().await?;
+        tokio::spawn(async move {
+            for i in 0..40 {
+                let base = 2000 + i * 50;
+                client
+                    .batch_execute(&format!(
+                        "INSERT INTO t (id, v, extra) SELECT g, 'burst', 'z' FROM generate_series({base}, {}) g;
+                         UPDATE t SET n = {i} WHERE id BETWEEN {base} AND {};",
+                        base + 49,
+                        base + 9
+                    ))
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            anyhow::Ok(())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill9(&mut capture);
+    capture = p.spawn_capture()?;
+    writer.await??;
+    let report = p.verify(Duration::from_secs(150)).await?;
+    assert!(report.is_equal(), "after capture's SIGKILL:\n{report}");
 
     // The records in Kafka are Avro in Confluent's wire format, readable by
     // id alone through the registry.
