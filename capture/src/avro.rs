@@ -126,3 +126,44 @@ impl AvroWriter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer whose registry nothing answers: these records never reach it.
+    fn writer(key: bool, value: bool) -> AvroWriter {
+        AvroWriter {
+            registry: RegistryClient::new("http://127.0.0.1:9").unwrap(),
+            key,
+            value,
+            json_topics: vec!["oncely-offsets-shop".into()],
+        }
+    }
+
+    #[tokio::test]
+    async fn what_has_no_schema_or_stays_json_is_sent_as_it_is() {
+        let w = writer(true, true);
+        let wrapped = br#"{"schema":{"type":"int32","optional":false},"payload":1}"#;
+        // Offset records stay JSON.
+        let out = w
+            .convert("oncely-offsets-shop", Some(wrapped), Some(wrapped))
+            .await;
+        assert_eq!(out.unwrap(), (None, None));
+        // Schemaless payloads, a null schema, a tombstone's missing value.
+        for bytes in [
+            &br#"{"id":1}"#[..],
+            br#"{"schema":null,"payload":{"id":1}}"#,
+            b"not json",
+        ] {
+            let out = w.convert("shop.public.t", Some(bytes), None).await;
+            assert_eq!(out.unwrap(), (None, None));
+        }
+        // Neither part converted when neither converter is avro.
+        let neither = writer(false, false);
+        let out = keys_only
+            .convert("shop.public.t", Some(wrapped), Some(wrapped))
+            .await;
+        assert_eq!(out.unwrap(), (None, None));
+    }
+}
