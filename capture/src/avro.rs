@@ -161,7 +161,7 @@ mod tests {
         }
         // Neither part converted when neither converter is avro.
         let neither = writer(false, false);
-        let out = keys_only
+        let out = neither
             .convert("shop.public.t", Some(wrapped), Some(wrapped))
             .await;
         assert_eq!(out.unwrap(), (None, None));
