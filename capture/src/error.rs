@@ -97,6 +97,12 @@ pub enum CaptureError {
     #[error(transparent)]
     ValueRefused(Box<RefusedValue>),
 
+    /// A record could not be written as Avro: the schema registry is
+    /// unreachable (retriable), refused the schema, or a value does not fit
+    /// its Avro schema (definite: the same change would fail again).
+    #[error("avro: {0}")]
+    Avro(#[from] oncely_core::avro::AvroError),
+
     /// A record of the schema-change topic could not be read (capture reads
     /// the columns its last committed events used from it at start).
     #[error("schema-change record on topic {topic} is unreadable: {reason}; capture writes only JSON records there: remove what another producer wrote (or delete the topic, and capture takes the catalog's columns as its baseline)")]
@@ -143,6 +149,7 @@ impl CaptureError {
         match self {
             CaptureError::Kafka { retriable, .. } => *retriable,
             CaptureError::SourceRead(_) => true,
+            CaptureError::Avro(e) => e.is_retriable(),
             CaptureError::Postgres { source, .. } => transient_pg(source),
             CaptureError::Connect(e) => e.postgres().is_some_and(transient_pg),
             CaptureError::Replication(e) => {

@@ -8,6 +8,7 @@
 //! signal commands read; everything else is private to the crate, so the
 //! compiler reports what nothing uses.
 
+pub(crate) mod avro;
 pub mod catalog;
 pub mod config;
 pub(crate) mod envelope;

@@ -1,5 +1,7 @@
 //! oncely-core: the one home of what capture, the sinks and verify share.
 //!
+//! [`avro`] (the Avro converter: Connect schemas and payloads to Avro and
+//! back, Confluent's wire format, the schema registry client),
 //! [`kafka`] (the connection properties every Kafka client needs),
 //! [`config`] (the one loader of dotted keys and its [`ConfigError`]),
 //! [`wire`] (the envelope's ops, the unavailable-value marker, LSN text),
@@ -15,6 +17,7 @@
 //! wire's infinity sentinels), [`clock`] (the one `now_ms`) and [`shutdown`]
 //! (the one SIGTERM/SIGINT listener).
 
+pub mod avro;
 pub mod backoff;
 pub mod calendar;
 pub mod clock;

@@ -174,6 +174,12 @@ pub struct RunnerConfig {
     /// `decimal.handling.mode=string` (docs/debezium.md).
     #[serde(rename = "debezium.schemaless.accept", default)]
     pub debezium_schemaless_accept: bool,
+    /// `schema.registry.url`: a schema registry's Confluent-compatible API.
+    /// Set, records in Confluent's Avro wire format (magic byte 0, schema id)
+    /// are read through it, into the same events as the JSON converter's;
+    /// JSON records on the same topics are read as before.
+    #[serde(rename = "schema.registry.url", default)]
+    pub schema_registry_url: Option<String>,
     /// `[kafka]`: extra librdkafka consumer/producer properties (security, timeouts, ...).
     #[serde(default)]
     pub kafka: BTreeMap<String, String>,
@@ -242,6 +248,7 @@ impl RunnerConfig {
             gap_capture_config: None,
             shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
             debezium_schemaless_accept: false,
+            schema_registry_url: None,
             kafka: BTreeMap::new(),
             dedup: None,
         }
@@ -251,6 +258,14 @@ impl RunnerConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         non_blank("bootstrap.servers", &self.bootstrap_servers)?;
         non_blank("group.id", &self.group_id)?;
+        if let Some(url) = &self.schema_registry_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ConfigError::new(
+                    "schema.registry.url",
+                    format!("{url:?} is not an http(s) URL"),
+                ));
+            }
+        }
         if self.topics.is_empty() && self.topics_regex.is_none() {
             return Err(ConfigError::new(
                 "topics",

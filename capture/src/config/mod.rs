@@ -28,7 +28,7 @@ mod validate;
 mod values;
 
 pub use values::{
-    AutocreateMode, ReplicaIdentityCheck, SchemaChangeBackfill, SnapshotMode, StringList,
+    AutocreateMode, Converter, ReplicaIdentityCheck, SchemaChangeBackfill, SnapshotMode, StringList,
 };
 
 pub const DEFAULT_PORT: u16 = 5432;
@@ -181,6 +181,18 @@ pub struct CaptureConfig {
     /// true, as Kafka Connect's JSON converter does).
     #[serde(rename = "schemas.enable", default = "yes")]
     pub schemas_enable: bool,
+    /// `key.converter`: `json` (the default, Kafka Connect's JSON
+    /// converter) or `avro` (Confluent's wire format through
+    /// `schema.registry.url`).
+    #[serde(rename = "key.converter", default)]
+    pub key_converter: Converter,
+    /// `value.converter`: as `key.converter`, for values.
+    #[serde(rename = "value.converter", default)]
+    pub value_converter: Converter,
+    /// `schema.registry.url`: the schema registry's Confluent-compatible API
+    /// (Apicurio's is under `/apis/ccompat/v7`), needed by `avro`.
+    #[serde(rename = "schema.registry.url", default)]
+    pub schema_registry_url: Option<String>,
 
     /// `batch.max.events`: one Kafka transaction closes at this many events.
     #[serde(rename = "batch.max.events", default = "default_batch_events")]

@@ -446,3 +446,27 @@ fn the_transaction_timeout_is_a_checked_producer_setting() {
         assert!(err.message.contains("transaction.timeout.ms"), "{err}");
     }
 }
+
+#[test]
+fn avro_converters_need_a_registry_and_schemas() {
+    let avro = format!("{MINIMAL}\nvalue.converter = \"avro\"\n");
+    let e = CaptureConfig::parse(&avro, "test").unwrap_err().to_string();
+    assert!(e.contains("schema.registry.url"), "{e}");
+
+    let with_url =
+        format!("{avro}schema.registry.url = \"http://127.0.0.1:18081/apis/ccompat/v7\"\n");
+    let cfg = CaptureConfig::parse(&with_url, "test").unwrap();
+    assert_eq!(cfg.key_converter, Converter::Json);
+    assert_eq!(cfg.value_converter, Converter::Avro);
+    let e = CaptureConfig::parse(&format!("{with_url}schemas.enable = false\n"), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("schemas.enable"), "{e}");
+    let e = CaptureConfig::parse(
+        &format!("{MINIMAL}\nkey.converter = \"protobuf\"\n"),
+        "test",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("key.converter"), "{e}");
+}

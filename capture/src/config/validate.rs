@@ -33,7 +33,35 @@ impl CaptureConfig {
         self.validate_tables()?;
         self.validate_snapshot()?;
         self.validate_monitoring()?;
+        self.validate_converters()?;
         Ok(())
+    }
+
+    /// `avro` needs a registry, and the schemas it converts.
+    fn validate_converters(&self) -> Result<(), ConfigError> {
+        let avro = [
+            ("key.converter", self.key_converter),
+            ("value.converter", self.value_converter),
+        ]
+        .into_iter()
+        .find(|(_, c)| *c == super::Converter::Avro);
+        let Some((key, _)) = avro else {
+            return Ok(());
+        };
+        match self.schema_registry_url.as_deref() {
+            None | Some("") => Err(invalid(
+                "schema.registry.url",
+                format!("{key} = \"avro\" needs the schema registry's URL"),
+            )),
+            Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => Err(
+                invalid("schema.registry.url", format!("{url:?} is not an http(s) URL")),
+            ),
+            _ if !self.schemas_enable => Err(invalid(
+                "schemas.enable",
+                format!("{key} = \"avro\" writes the schema of every record (in the registry): schemas.enable must stay true"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// `topic.prefix`, `slot.name` and `publication.name`.

@@ -25,6 +25,17 @@ pub enum ReplicaIdentityCheck {
     Warn,
 }
 
+/// `key.converter` / `value.converter`: how keys and values are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Converter {
+    /// Kafka Connect's JSON converter (`schemas.enable` says whether with schemas).
+    #[default]
+    Json,
+    /// Avro in Confluent's wire format, schemas in `schema.registry.url`.
+    Avro,
+}
+
 /// Debezium's `snapshot.mode` values.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

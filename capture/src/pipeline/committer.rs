@@ -54,6 +54,9 @@ pub(super) use crate::seam::Slot;
 pub(super) struct KafkaTx {
     pub(super) producer: TxProducer,
     pub(super) topics: TopicCreator,
+    /// `key.converter` / `value.converter = "avro"`: converts each record
+    /// as it is sent (registering its schema first).
+    pub(super) avro: Option<crate::avro::AvroWriter>,
 }
 
 impl Transactions for KafkaTx {
@@ -68,12 +71,19 @@ impl Transactions for KafkaTx {
         let headers: Vec<(&str, &[u8])> =
             r.headers.iter().map(|(k, v)| (*k, v.as_slice())).collect();
         let headers = (!headers.is_empty()).then_some(headers.as_slice());
+        let (key, value) = match &self.avro {
+            Some(avro) => {
+                avro.convert(&r.topic, r.key.as_deref(), r.value.as_deref())
+                    .await?
+            }
+            None => (None, None),
+        };
         self.producer
             .send_with_headers(
                 &r.topic,
                 r.partition,
-                r.key.as_deref(),
-                r.value.as_deref(),
+                key.as_deref().or(r.key.as_deref()),
+                value.as_deref().or(r.value.as_deref()),
                 headers,
             )
             .await

@@ -353,6 +353,13 @@ async fn assemble<'a>(
             KafkaTx {
                 producer: kafka.producer,
                 topics: kafka.topics,
+                avro: crate::avro::AvroWriter::new(
+                    cfg,
+                    vec![
+                        kafka.offsets_topic.clone(),
+                        crate::schema_change::topic(cfg),
+                    ],
+                )?,
             },
             Limits {
                 events: cfg.batch_max_events,

@@ -2,10 +2,13 @@
 //! next batch is collected and its envelopes decoded and prepared on a
 //! blocking thread while the applier writes the previous one.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use oncely_core::avro::{wire, AvroError, SharedCodec};
+use oncely_core::backoff::{retry, Backoff, RetryOutcome};
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
@@ -75,6 +78,12 @@ impl Decoder {
     pub(super) async fn run(mut self, tx: mpsc::Sender<Decoded>) {
         loop {
             let (incoming, stopping) = self.collect().await;
+            // The schemas of the batch's Avro records, read before decoding
+            // (on a blocking thread, below); `None`: stopped while waiting
+            // for the registry (the records are read again after the restart).
+            let Some(schemas) = self.schemas(&incoming).await else {
+                return;
+            };
             if !incoming.is_empty() {
                 self.pending.batches.fetch_add(1, Ordering::AcqRel);
                 // On a blocking thread: decoding and preparing a batch is
@@ -82,22 +91,23 @@ impl Decoder {
                 // held up the applier's round trips to the target (its
                 // `BEGIN` waited 7 ms on average instead of under 1 ms).
                 let (shared, tp) = (self.shared.clone(), (self.topic.clone(), self.partition));
-                let decoded =
-                    match tokio::task::spawn_blocking(move || decode_batch(&shared, tp, incoming))
-                        .await
-                    {
-                        Ok(d) => d,
-                        Err(e) => {
-                            // Never go on without the batch: its records would be
-                            // skipped. The runner stops before this returns, so the
-                            // records the poll thread still hands in are not lost
-                            // but read again after the restart.
-                            let tp = TopicPartition::new(&*self.topic, self.partition);
-                            self.shared
-                                .worker_died(&tp, "decoding or preparing a batch", e);
-                            return;
-                        }
-                    };
+                let decoded = match tokio::task::spawn_blocking(move || {
+                    decode_batch(&shared, tp, incoming, &schemas)
+                })
+                .await
+                {
+                    Ok(d) => d,
+                    Err(e) => {
+                        // Never go on without the batch: its records would be
+                        // skipped. The runner stops before this returns, so the
+                        // records the poll thread still hands in are not lost
+                        // but read again after the restart.
+                        let tp = TopicPartition::new(&*self.topic, self.partition);
+                        self.shared
+                            .worker_died(&tp, "decoding or preparing a batch", e);
+                        return;
+                    }
+                };
                 if tx.send(decoded).await.is_err() {
                     return;
                 }
@@ -158,7 +168,12 @@ impl Decoder {
 
 /// Decodes keys and envelopes (what cannot be decoded is set aside for the
 /// dead-letter topic), then lets the sink prepare the batch.
-fn decode_batch(shared: &Shared, tp: (Arc<str>, i32), incoming: Vec<Incoming>) -> Decoded {
+fn decode_batch(
+    shared: &Shared,
+    tp: (Arc<str>, i32),
+    incoming: Vec<Incoming>,
+    schemas: &Schemas,
+) -> Decoded {
     let started = Instant::now();
     // Configured as `return(<topic>/<partition>)`: a panic in that partition's
     // decoding only, so tests in one process do not disturb each other.
@@ -169,7 +184,7 @@ fn decode_batch(shared: &Shared, tp: (Arc<str>, i32), incoming: Vec<Incoming>) -
         panic!("injected panic (failpoint sink-decode-batch)");
     }
     let (records, undecodable, next_offset, permits) =
-        decode(incoming, shared.config.debezium_schemaless_accept);
+        decode(incoming, shared.config.debezium_schemaless_accept, schemas);
     let mut batch = Batch::new(shared.group.clone(), tp, records, next_offset);
     shared.sink.prepare(&mut batch);
     Decoded {
@@ -192,15 +207,19 @@ type DecodedParts = (
 /// `schemaless_debezium`: whether events a real Debezium wrote without
 /// schemas are applied (else they are dead letters, see
 /// [`crate::debezium::refuse_schemaless`]).
-fn decode(incoming: Vec<Incoming>, schemaless_debezium: bool) -> DecodedParts {
+fn decode(incoming: Vec<Incoming>, schemaless_debezium: bool, schemas: &Schemas) -> DecodedParts {
     let next_offset = incoming.last().map_or(0, |m| m.offset + 1);
     let mut records = Vec::with_capacity(incoming.len());
     let mut undecodable = Vec::new();
     let mut permits = Vec::with_capacity(incoming.len());
     for m in incoming {
         permits.push(m._permit);
-        let decoded = decode_key(m.key.as_deref())
-            .and_then(|k| Ok((k, decode_value(m.value.as_deref())?)))
+        let decoded = from_avro(m.key.as_deref(), schemas, "key")
+            .and_then(|key| decode_key(key.as_deref().or(m.key.as_deref())))
+            .and_then(|k| {
+                let value = from_avro(m.value.as_deref(), schemas, "value")?;
+                Ok((k, decode_value(value.as_deref().or(m.value.as_deref()))?))
+            })
             .and_then(|(k, payload)| match &payload {
                 Payload::Change(e) if !schemaless_debezium => {
                     crate::debezium::refuse_schemaless(e).map_or(Ok((k, payload)), Err)
@@ -232,4 +251,153 @@ fn decode(incoming: Vec<Incoming>, schemaless_debezium: bool) -> DecodedParts {
         }
     }
     (records, undecodable, next_offset, permits)
+}
+
+/// The codecs of the schema ids a batch's Avro records name, or why an id
+/// has none (an id the registry does not know: those records are dead letters).
+pub(super) type Schemas = HashMap<u32, Result<SharedCodec, String>>;
+
+/// The schema id of an Avro record (Confluent's wire format); `None` for
+/// anything else (JSON never starts with the magic byte 0).
+fn avro_id(bytes: Option<&[u8]>) -> Option<u32> {
+    bytes
+        .filter(|b| b.first() == Some(&wire::MAGIC))
+        .and_then(|b| wire::unframe(b).ok())
+        .map(|(id, _)| id)
+}
+
+/// An Avro key or value as the JSON converter's `{"schema", "payload"}`
+/// (`None`: not Avro, decoded as it is).
+fn from_avro(
+    bytes: Option<&[u8]>,
+    schemas: &Schemas,
+    part: &'static str,
+) -> Result<Option<Vec<u8>>, DecodeError> {
+    let Some(id) = avro_id(bytes) else {
+        return Ok(None);
+    };
+    let bytes = bytes.unwrap_or_default();
+    let failed = |reason: String| DecodeError { part, reason };
+    let codec = match schemas.get(&id) {
+        Some(Ok(codec)) => codec,
+        Some(Err(reason)) => return Err(failed(reason.clone())),
+        None => {
+            return Err(failed(format!(
+                "an Avro record (schema id {id}) and no schema.registry.url to read its schema"
+            )))
+        }
+    };
+    let (_, body) = wire::unframe(bytes).map_err(|e| failed(e.to_string()))?;
+    codec
+        .decode_wrapped(body)
+        .map(Some)
+        .map_err(|e| failed(format!("Avro record of schema id {id}: {e}")))
+}
+
+impl Decoder {
+    /// Reads the schemas the Avro records of `incoming` name, waiting while
+    /// the registry is unreachable; `None` when stopped meanwhile.
+    async fn schemas(&self, incoming: &[Incoming]) -> Option<Schemas> {
+        let mut out = Schemas::new();
+        let Some(registry) = &self.shared.registry else {
+            return Some(out);
+        };
+        let ids: BTreeSet<u32> = incoming
+            .iter()
+            .flat_map(|m| [avro_id(m.key.as_deref()), avro_id(m.value.as_deref())])
+            .flatten()
+            .collect();
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        for id in ids {
+            let got = retry(
+                &mut backoff,
+                &self.stop,
+                || registry.schema(id),
+                AvroError::is_retriable,
+                |e, delay| tracing::warn!("{e}; reading schema id {id} again in {delay:?}"),
+            )
+            .await;
+            match got {
+                Ok(codec) => drop(out.insert(id, Ok(codec))),
+                Err(RetryOutcome::Failed(e)) => drop(out.insert(id, Err(e.to_string()))),
+                Err(RetryOutcome::Cancelled(_)) => return None,
+            }
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use oncely_core::avro::AvroCodec;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::event::Payload;
+
+    fn fixture() -> Value {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/envelope/insert_all_types.json"
+        );
+        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json")
+    }
+
+    #[test]
+    fn avro_records_decode_as_their_json_twins() {
+        let doc = fixture();
+        let codec = AvroCodec::from_connect(&doc["value"]["schema"]).unwrap();
+        // The reader knows only the registered text, as from the registry.
+        let reader = Arc::new(AvroCodec::from_avro(codec.avro_schema()).unwrap());
+        let framed = wire::frame(7, &codec.encode(&doc["value"]["payload"]).unwrap());
+        let schemas = Schemas::from([(7, Ok(reader))]);
+
+        let json = from_avro(Some(&framed), &schemas, "value")
+            .unwrap()
+            .unwrap();
+        let (Payload::Change(avro), Payload::Change(plain)) = (
+            decode_value(Some(&json)).unwrap(),
+            decode_value(Some(doc["value"].to_string().as_bytes())).unwrap(),
+        ) else {
+            panic!("not change events");
+        };
+        assert_eq!(avro.op, plain.op);
+        assert_eq!(avro.after, plain.after);
+        assert_eq!(avro.source, plain.source);
+        assert_eq!(avro.version, plain.version);
+        // The Avro side's schema says `optional` everywhere: compare the
+        // row's field names and types.
+        let fields = |s: &Value| -> Vec<(Value, Value)> {
+            s["fields"][1]["fields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| (f["field"].clone(), f["type"].clone()))
+                .collect()
+        };
+        assert_eq!(
+            fields(avro.schema.as_deref().unwrap()),
+            fields(&doc["value"]["schema"])
+        );
+
+        // JSON records pass through untouched.
+        assert_eq!(from_avro(Some(b"{}"), &schemas, "value").unwrap(), None);
+    }
+
+    #[test]
+    fn an_unknown_schema_id_is_a_dead_letter_naming_it() {
+        let schemas = Schemas::from([(
+            9,
+            Err("schema id 9 is unknown to the schema registry at http://r".to_owned()),
+        )]);
+        let e = from_avro(Some(&wire::frame(9, b"x")), &schemas, "value").unwrap_err();
+        assert_eq!(e.part, "value");
+        assert!(e.reason.contains("schema id 9"), "{e}");
+        // No registry configured: named too, never read as JSON.
+        let e = from_avro(Some(&wire::frame(3, b"x")), &Schemas::new(), "key").unwrap_err();
+        assert!(
+            e.reason.contains("schema id 3") && e.reason.contains("schema.registry.url"),
+            "{e}"
+        );
+    }
 }

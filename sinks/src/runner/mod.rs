@@ -249,7 +249,16 @@ impl Runner {
             None => None,
         };
         let budget_total = u32::try_from(config.max_inflight_bytes).unwrap_or(u32::MAX);
+        let registry = match &config.schema_registry_url {
+            Some(url) => Some(
+                oncely_core::avro::registry::RegistryClient::new(url).map_err(|e| {
+                    oncely_core::ConfigError::new("schema.registry.url", e.to_string())
+                })?,
+            ),
+            None => None,
+        };
         let shared = Arc::new(Shared {
+            registry,
             group: Arc::from(config.group_id.as_str()),
             filter: TopicFilter::new(&config)?,
             budget: Arc::new(Semaphore::new(budget_total as usize)),

@@ -83,6 +83,8 @@ pub(crate) struct Shared {
     /// Partitions resumed after a gap whose recovery snapshot is not done
     /// yet (`runner::gap`); why, for `/readyz`.
     pub(crate) recovering: Mutex<BTreeMap<TopicPartition, String>>,
+    /// `schema.registry.url`: where the schemas of Avro records are read.
+    pub(crate) registry: Option<oncely_core::avro::registry::RegistryClient>,
 }
 
 /// A partition whose next record Kafka no longer holds: `next` is the offset

@@ -44,6 +44,7 @@ fn shared(sink: Arc<dyn Sink>) -> Arc<Shared> {
         signals: None,
         recovering: Mutex::new(Default::default()),
         liveness: Liveness::new(),
+        registry: None,
     })
 }
 

@@ -1,4 +1,5 @@
 //! The whole pipeline as processes: capture, the three sinks, verify.
+mod avro;
 mod compaction;
 mod faults;
 mod fields;

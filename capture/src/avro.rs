@@ -1,0 +1,169 @@
+//! Avro keys and values (`key.converter` / `value.converter = "avro"`):
+//! the JSON converter's records, as the envelope writes them, turned into
+//! Confluent's wire format just before the producer sends them (see
+//! `oncely_core::avro` for the mapping).
+//!
+//! The schema is registered (idempotently, once per schema and process)
+//! before the record that names its id is sent, so within the Kafka
+//! transaction that carries the record: a kill between the two aborts the
+//! transaction, and the replay registers the same schema and gets the same
+//! id. Offset records and the schema-change topic stay JSON (capture reads
+//! them back itself), as does a record without a schema (a tombstone's
+//! missing value, an outbox payload).
+
+use std::time::{Duration, Instant};
+
+use oncely_core::avro::registry::{topic_subject, RegistryClient};
+use oncely_core::avro::{wire, AvroError};
+use oncely_core::backoff::Backoff;
+use serde_json::Value;
+
+use crate::config::{CaptureConfig, Converter};
+use crate::error::CaptureError;
+
+/// How long a record waits for an unreachable registry before the
+/// transaction fails (retriable: capture restarts from the committed
+/// offset); below the default transaction timeout (60 s).
+const REGISTRY_WAIT: Duration = Duration::from_secs(30);
+
+/// Converts records to Avro for the producer.
+pub(crate) struct AvroWriter {
+    registry: RegistryClient,
+    key: bool,
+    value: bool,
+    /// Topics whose records stay JSON.
+    json_topics: Vec<String>,
+}
+
+/// A key's or value's bytes to send instead of the envelope's, when converted.
+pub(crate) type Converted = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+impl AvroWriter {
+    /// The writer `cfg` asks for, if any; `json_topics` stay JSON.
+    pub(crate) fn new(
+        cfg: &CaptureConfig,
+        json_topics: Vec<String>,
+    ) -> Result<Option<Self>, CaptureError> {
+        let key = cfg.key_converter == Converter::Avro;
+        let value = cfg.value_converter == Converter::Avro;
+        let Some(url) = cfg.schema_registry_url.as_deref().filter(|_| key || value) else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            registry: RegistryClient::new(url)?,
+            key,
+            value,
+            json_topics,
+        }))
+    }
+
+    /// The Avro key and value of a record to `topic`, where they are
+    /// converted (`None`: send the envelope's bytes as they are).
+    pub(crate) async fn convert(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) -> Result<Converted, CaptureError> {
+        if self.json_topics.iter().any(|t| t == topic) {
+            return Ok((None, None));
+        }
+        let key = match key.filter(|_| self.key) {
+            Some(k) => self.part(topic, k, true).await?,
+            None => None,
+        };
+        let value = match value.filter(|_| self.value) {
+            Some(v) => self.part(topic, v, false).await?,
+            None => None,
+        };
+        Ok((key, value))
+    }
+
+    async fn part(
+        &self,
+        topic: &str,
+        bytes: &[u8],
+        is_key: bool,
+    ) -> Result<Option<Vec<u8>>, CaptureError> {
+        let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(bytes) else {
+            return Ok(None);
+        };
+        let (Some(schema), Some(payload)) = (doc.remove("schema"), doc.remove("payload")) else {
+            return Ok(None);
+        };
+        if schema.is_null() || !doc.is_empty() {
+            return Ok(None);
+        }
+        let subject = topic_subject(topic, is_key);
+        let (id, codec) = self.register(&subject, &schema).await?;
+        let body = codec.encode(&payload).map_err(|e| {
+            AvroError::Value(format!(
+                "the {} of a record to {topic} does not fit its Avro schema: {e}",
+                if is_key { "key" } else { "value" }
+            ))
+        })?;
+        Ok(Some(wire::frame(id, &body)))
+    }
+
+    /// Registers `schema` under `subject`, waiting up to [`REGISTRY_WAIT`]
+    /// while the registry is unreachable.
+    async fn register(
+        &self,
+        subject: &str,
+        schema: &Value,
+    ) -> Result<(u32, oncely_core::avro::SharedCodec), AvroError> {
+        let deadline = Instant::now() + REGISTRY_WAIT;
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        loop {
+            match self.registry.register(subject, schema).await {
+                Err(e) if e.is_retriable() && Instant::now() < deadline => {
+                    let delay = backoff.next_delay();
+                    tracing::warn!("{e}; registering {subject} again in {delay:?}");
+                    tokio::time::sleep(delay).await;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer whose registry nothing answers: these records never reach it.
+    fn writer(key: bool, value: bool) -> AvroWriter {
+        AvroWriter {
+            registry: RegistryClient::new("http://127.0.0.1:9").unwrap(),
+            key,
+            value,
+            json_topics: vec!["oncely-offsets-shop".into()],
+        }
+    }
+
+    #[tokio::test]
+    async fn what_has_no_schema_or_stays_json_is_sent_as_it_is() {
+        let w = writer(true, true);
+        let wrapped = br#"{"schema":{"type":"int32","optional":false},"payload":1}"#;
+        // Offset records stay JSON.
+        let out = w
+            .convert("oncely-offsets-shop", Some(wrapped), Some(wrapped))
+            .await;
+        assert_eq!(out.unwrap(), (None, None));
+        // Schemaless payloads, a null schema, a tombstone's missing value.
+        for bytes in [
+            &br#"{"id":1}"#[..],
+            br#"{"schema":null,"payload":{"id":1}}"#,
+            b"not json",
+        ] {
+            let out = w.convert("shop.public.t", Some(bytes), None).await;
+            assert_eq!(out.unwrap(), (None, None));
+        }
+        // Neither part converted when neither converter is avro.
+        let neither = writer(false, false);
+        let out = neither
+            .convert("shop.public.t", Some(wrapped), Some(wrapped))
+            .await;
+        assert_eq!(out.unwrap(), (None, None));
+    }
+}

@@ -1,0 +1,136 @@
+//! The Avro converter: Kafka Connect schemas and payloads (the JSON
+//! converter's `{"schema", "payload"}`, what capture writes and the sinks
+//! read) to Avro and back, in Confluent's wire format, with a schema
+//! registry speaking Confluent's API.
+//!
+//! ```text
+//!  capture: Connect JSON --schema::connect_to_avro--> Avro schema --registry--> id
+//!           payload ------------value::encode--------> Avro binary --wire::frame--> 0|id|body
+//!  sinks:   0|id|body --wire::unframe--> id --registry--> Avro schema --schema::avro_to_connect-->
+//!           Connect schema; body --value::decode--> payload: the same JSON the JSON path decodes
+//! ```
+//!
+//! The mapping is Confluent's `AvroData` (what Debezium users' Avro
+//! consumers expect): a struct is a record named after the Connect schema,
+//! an optional schema a union with `null` (first, default `null`; last when
+//! the default is not null), `int8`/`int16` an `int` with `connect.type`,
+//! Connect's `Decimal` `bytes` with the `decimal` logical type and
+//! `connect.decimal.precision`, `Date`/`Time`/`Timestamp` the `date`,
+//! `time-millis` and `timestamp-millis` logical types, and every schema's
+//! name, version, doc and parameters kept as `connect.name`,
+//! `connect.version`, `connect.doc` and `connect.parameters` (so
+//! `io.debezium.time.Date` stays `io.debezium.time.Date`).
+//!
+//! Two values of the JSON wire have no Avro type of their own, and are
+//! carried as Debezium carries them: the non-finite floats (`"NaN"`,
+//! `"Infinity"`, `"-Infinity"` strings in JSON) are Avro's own non-finite
+//! floats, and the unchanged-TOAST placeholder
+//! ([`crate::wire::UNAVAILABLE_VALUE`]) in a `bytes` field is its UTF-8
+//! bytes and in an array of strings a one-element array; read back, both are
+//! the placeholder string again.
+
+mod error;
+pub mod registry;
+mod schema;
+mod value;
+pub mod wire;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+pub use error::AvroError;
+pub use schema::{avro_to_connect, connect_to_avro};
+
+use serde_json::Value;
+
+/// One schema in both forms, ready to encode and decode payloads.
+#[derive(Debug)]
+pub struct AvroCodec {
+    connect: Value,
+    avro_json: String,
+    avro: apache_avro::Schema,
+    shape: value::Node,
+}
+
+impl AvroCodec {
+    /// The codec of a Connect schema (capture's side).
+    pub fn from_connect(connect: &Value) -> Result<Self, AvroError> {
+        let avro = connect_to_avro(connect)?;
+        let avro_json = avro.to_string();
+        Self::build(connect.clone(), avro_json)
+    }
+
+    /// The codec of an Avro schema's JSON text (a reader's side: a schema
+    /// read from the registry, written by oncely or by Debezium).
+    pub fn from_avro(avro_json: &str) -> Result<Self, AvroError> {
+        let avro: Value = serde_json::from_str(avro_json)
+            .map_err(|e| AvroError::Schema(format!("the Avro schema is not JSON: {e}")))?;
+        let connect = avro_to_connect(&avro)?;
+        Self::build(connect, avro_json.to_owned())
+    }
+
+    fn build(connect: Value, avro_json: String) -> Result<Self, AvroError> {
+        let avro = apache_avro::Schema::parse_str(&avro_json).map_err(AvroError::avro)?;
+        let shape = value::Node::of(&connect)?;
+        Ok(Self {
+            connect,
+            avro_json,
+            avro,
+            shape,
+        })
+    }
+
+    /// The Connect schema (the JSON converter's `schema`).
+    pub fn connect_schema(&self) -> &Value {
+        &self.connect
+    }
+
+    /// The Avro schema's JSON text, as registered.
+    pub fn avro_schema(&self) -> &str {
+        &self.avro_json
+    }
+
+    /// The Avro binary body of a Connect JSON payload.
+    pub fn encode(&self, payload: &Value) -> Result<Vec<u8>, AvroError> {
+        let datum = self.shape.encode(payload, "")?;
+        apache_avro::writer::datum::GenericDatumWriter::builder(&self.avro)
+            .build()
+            .and_then(|w| w.write_value_to_vec(datum))
+            .map_err(AvroError::avro)
+    }
+
+    /// The Connect JSON payload of an Avro binary body.
+    pub fn decode(&self, body: &[u8]) -> Result<Value, AvroError> {
+        let mut reader = body;
+        let datum = apache_avro::reader::datum::GenericDatumReader::builder(&self.avro)
+            .build()
+            .and_then(|r| r.read_value(&mut reader))
+            .map_err(AvroError::avro)?;
+        if !reader.is_empty() {
+            return Err(AvroError::Value(format!(
+                "{} bytes left after the Avro record",
+                reader.len()
+            )));
+        }
+        self.shape.decode(datum, "")
+    }
+
+    /// `{"schema": .., "payload": ..}` of an Avro binary body: the record as
+    /// the JSON converter writes it.
+    pub fn decode_wrapped(&self, body: &[u8]) -> Result<Vec<u8>, AvroError> {
+        let payload = self.decode(body)?;
+        let mut out = Vec::with_capacity(body.len() * 2 + 256);
+        out.extend_from_slice(b"{\"schema\":");
+        serde_json::to_writer(&mut out, &self.connect)
+            .map_err(|e| AvroError::Value(e.to_string()))?;
+        out.extend_from_slice(b",\"payload\":");
+        serde_json::to_writer(&mut out, &payload).map_err(|e| AvroError::Value(e.to_string()))?;
+        out.push(b'}');
+        Ok(out)
+    }
+}
+
+/// A codec shared by the caches of the registry client.
+pub type SharedCodec = Arc<AvroCodec>;

@@ -1,0 +1,154 @@
+//! Avro end to end: capture writes keys and values in Confluent's Avro wire
+//! format through the real schema registry (Apicurio, `ONCELY_REGISTRY_URL`),
+//! the warehouse, search index and cache sinks read them through the same
+//! registry, and `oncely verify` finds every target equal to the source,
+//! across a schema change (a new schema version) and a SIGKILL of capture
+//! in the middle of a stream of transactions (the replay registers the same
+//! schemas again and gets the same ids), with no dead letter.
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rdkafka::consumer::Consumer;
+use rdkafka::message::Message;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use crate::harness::capture::{committed_reader, kill9};
+use crate::harness::checks::dead_letters;
+use crate::harness::e2e::Pipeline;
+
+fn registry_url() -> String {
+    std::env::var("ONCELY_REGISTRY_URL").unwrap_or_else(|_| {
+        panic!("ONCELY_REGISTRY_URL is not set: run `scripts/services up` and `eval \"$(scripts/services env)\"`")
+    })
+}
+
+/// Puts a runner key before the `[sink]` table of sink config `i`.
+fn prepend_runner_key(p: &Pipeline, i: usize, line: &str) -> Result<()> {
+    let text = std::fs::read_to_string(&p.sinks[i])?;
+    std::fs::write(&p.sinks[i], format!("{line}\n{text}"))?;
+    Ok(())
+}
+
+/// The raw keys and values of the first `n` records of `topic` (partition 0).
+fn raw_records(topic: &str, n: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let consumer = committed_reader("avro-raw")?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)?;
+    consumer.assign(&tpl)?;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while out.len() < n {
+        if Instant::now() > deadline {
+            bail!("read {} of {n} records of {topic}", out.len());
+        }
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            if let (Some(k), Some(v)) = (m.key(), m.payload()) {
+                out.push((k.to_vec(), v.to_vec()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_through_the_registry_reaches_every_target() -> Result<()> {
+    let url = registry_url();
+    let p = Pipeline::new(
+        "e2e_avro",
+        "CREATE TABLE t (id bigint PRIMARY KEY, v text, n numeric(12,2), d date,
+                         ts timestamptz, b bytea, arr int[], j jsonb, f float8, small int2);",
+        &["t"],
+        &format!(
+            "key.converter = \"avro\"\nvalue.converter = \"avro\"\nschema.registry.url = \"{url}\"\n"
+        ),
+    )
+    .await?;
+    for i in 0..p.sinks.len() {
+        prepend_runner_key(&p, i, &format!("schema.registry.url = \"{url}\""))?;
+    }
+    let mut capture = p.spawn_capture()?;
+    p.env.wait_slot_active().await?;
+    let sinks: Vec<_> = (0..p.sinks.len())
+        .map(|i| p.spawn_sink(i))
+        .collect::<Result<_>>()?;
+    p.env
+        .client
+        .batch_execute(
+            "INSERT INTO t SELECT g, 'row ' || g, g * 1.25, DATE '2026-01-01' + g,
+                    TIMESTAMPTZ '2026-01-01 00:00:00+00' + g * INTERVAL '1 hour',
+                    decode('00ff' || lpad(to_hex(g), 4, '0'), 'hex'), ARRAY[g, NULL, -g],
+                    jsonb_build_object('g', g), CASE WHEN g = 3 THEN 'NaN'::float8 ELSE g / 3.0 END,
+                    (g % 100)::int2
+             FROM generate_series(1, 200) g;
+             UPDATE t SET v = NULL, n = -n WHERE id % 4 = 0;
+             DELETE FROM t WHERE id % 9 = 0;",
+        )
+        .await?;
+    let report = p.verify(Duration::from_secs(150)).await?;
+    assert!(report.is_equal(), "before the schema change:\n{report}");
+
+    // A new column: a new schema version; the records before it stay readable.
+    p.env
+        .client
+        .batch_execute(
+            "ALTER TABLE t ADD COLUMN extra text;
+             UPDATE t SET extra = 'x' || id WHERE id % 5 = 0;
+             INSERT INTO t (id, v, extra) VALUES (1000, 'after', 'y');",
+        )
+        .await?;
+    let report = p.verify(Duration::from_secs(150)).await?;
+    assert!(report.is_equal(), "after the schema change:\n{report}");
+    assert_eq!(report.compared(), p.sinks.len(), "{report}");
+
+    // Capture killed while transactions stream in; a new one (a new
+    // process: an empty schema cache) takes over from the committed offset.
+    let writer = {
+        let client = p.env.connect().await?;
+        tokio::spawn(async move {
+            for i in 0..40 {
+                let base = 2000 + i * 50;
+                client
+                    .batch_execute(&format!(
+                        "INSERT INTO t (id, v, extra) SELECT g, 'burst', 'z' FROM generate_series({base}, {}) g;
+                         UPDATE t SET n = {i} WHERE id BETWEEN {base} AND {};",
+                        base + 49,
+                        base + 9
+                    ))
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            anyhow::Ok(())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill9(&mut capture);
+    capture = p.spawn_capture()?;
+    writer.await??;
+    let report = p.verify(Duration::from_secs(150)).await?;
+    assert!(report.is_equal(), "after capture's SIGKILL:\n{report}");
+
+    // The records in Kafka are Avro in Confluent's wire format, readable by
+    // id alone through the registry.
+    let topic = format!("{}.public.t", p.env.prefix);
+    let records = tokio::task::spawn_blocking(move || raw_records(&topic, 3)).await??;
+    let registry = oncely_core::avro::registry::RegistryClient::new(&url)?;
+    for (key, value) in &records {
+        assert_eq!((key[0], value[0]), (0, 0), "magic bytes");
+        let (id, body) = oncely_core::avro::wire::unframe(value)?;
+        let payload = registry.schema(id).await?.decode(body)?;
+        assert_eq!(payload["op"], "c", "{payload}");
+        assert!(payload["after"]["id"].is_i64(), "{payload}");
+    }
+
+    let letters = tokio::task::spawn_blocking({
+        let prefix = p.env.prefix.clone();
+        move || dead_letters(&prefix)
+    })
+    .await?
+    .context("read dead letters")?;
+    assert!(letters.is_empty(), "no dead letters: {letters:#?}");
+    drop(sinks);
+    drop(capture);
+    p.cleanup().await;
+    Ok(())
+}
