@@ -15,16 +15,15 @@
 //! warehouse, the index and the cache, which hold what Debezium wrote from
 //! MariaDB, and there must be no dead letter.
 
-use std::time::{Duration, Instant};
-
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 use oncely_testkit::connect::{Connect, Connector, Source};
 
-use crate::harness::checks::dead_letters;
+use crate::debezium_compat::{every_target_equal, wait_for_records};
+
 use crate::harness::common::{self, env_var, unique};
-use crate::harness::e2e::{summary, Pipeline};
+use crate::harness::e2e::Pipeline;
 
 const TABLE: &str = "all_types";
 
@@ -338,43 +337,6 @@ impl Sources<'_> {
     }
 }
 
-/// The number of records in `topic` (all partitions).
-fn records_in(topic: &str) -> Result<i64> {
-    use rdkafka::config::ClientConfig;
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", common::kafka_brokers())
-        .create()?;
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let mut total = 0;
-    for t in metadata.topics() {
-        for p in t.partitions() {
-            let (low, high) = consumer.fetch_watermarks(topic, p.id(), Duration::from_secs(10))?;
-            total += high - low;
-        }
-    }
-    Ok(total)
-}
-
-/// Waits until `topic` holds `n` records, while Connect lives.
-async fn wait_for_records(connect: &mut Connect, topic: &str, n: i64) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        connect.check()?;
-        let topic_name = topic.to_owned();
-        let have = tokio::task::spawn_blocking(move || records_in(&topic_name))
-            .await?
-            .unwrap_or(0);
-        if have >= n {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("{topic} holds {have} records, expected {n}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
 /// The MariaDB URL's user and password (root of `scripts/services`).
 fn maria_login(url: &str) -> (String, Option<String>, String, u16) {
     let opts = Opts::from_url(url).expect("ONCELY_MARIADB_URL");
@@ -488,34 +450,5 @@ async fn exercise(sources: &mut Sources<'_>, url: &str) -> Result<()> {
     }
     wait_for_records(&mut connect, &topic, expected).await?;
 
-    let mut sinks = Vec::new();
-    for i in 0..3 {
-        sinks.push(p.spawn_sink(i)?);
-    }
-    let report = p
-        .verify_without_capture_offset(Duration::from_secs(120))
-        .await?;
-    connect.check()?;
-    drop(sinks);
-    drop(connect);
-    let letters = dead_letters(&p.env.prefix)?;
-    if !report.is_equal() || !letters.is_empty() {
-        let logs: Vec<String> = (0..3)
-            .map(|i| {
-                p.sink_log(i)
-                    .lines()
-                    .filter(|l| l.contains("ERROR") || l.contains("WARN"))
-                    .take(10)
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            })
-            .collect();
-        bail!(
-            "{}\ndead letters: {letters:?}\nsink logs:\n{}",
-            summary(&report),
-            logs.join("\n")
-        );
-    }
-    assert_eq!(report.compared(), 3, "{}", summary(&report));
-    Ok(())
+    every_target_equal(p, connect).await
 }
