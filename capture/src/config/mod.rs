@@ -28,7 +28,8 @@ mod validate;
 mod values;
 
 pub use values::{
-    AutocreateMode, Converter, ReplicaIdentityCheck, SchemaChangeBackfill, SnapshotMode, StringList,
+    AutocreateMode, Converter, ReplicaIdentityCheck, SchemaChangeBackfill, SkippedOperations,
+    SnapshotMode, StringList,
 };
 
 pub const DEFAULT_PORT: u16 = 5432;
@@ -177,6 +178,10 @@ pub struct CaptureConfig {
     /// `tombstones.on.delete` (default true).
     #[serde(rename = "tombstones.on.delete", default = "yes")]
     pub tombstones_on_delete: bool,
+    /// `skipped.operations` (default `none`: every change is published;
+    /// Debezium's default is `t`).
+    #[serde(rename = "skipped.operations", default)]
+    pub skipped_operations: SkippedOperations,
     /// `schemas.enable`: wrap keys and values in `{schema, payload}` (default
     /// true, as Kafka Connect's JSON converter does).
     #[serde(rename = "schemas.enable", default = "yes")]

@@ -470,3 +470,23 @@ fn avro_converters_need_a_registry_and_schemas() {
     .to_string();
     assert!(e.contains("key.converter"), "{e}");
 }
+
+#[test]
+fn skipped_operations_take_debeziums_letters_and_name_a_wrong_one() {
+    let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
+    assert_eq!(cfg.skipped_operations, SkippedOperations::default());
+    let cfg = CaptureConfig::parse(
+        &format!("{MINIMAL}\nskipped.operations = \"t,d\"\n"),
+        "test",
+    )
+    .unwrap();
+    assert!(cfg.skipped_operations.truncate && cfg.skipped_operations.delete);
+    assert!(!cfg.skipped_operations.create && !cfg.skipped_operations.update);
+    let err = CaptureConfig::parse(&format!("{MINIMAL}\nskipped.operations = \"r\"\n"), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("skipped.operations") && err.contains("\"r\""),
+        "{err}"
+    );
+}

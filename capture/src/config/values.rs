@@ -36,6 +36,49 @@ pub enum Converter {
     Avro,
 }
 
+/// `skipped.operations`: the kinds of streamed change not published, as
+/// Debezium names them (`c` inserts, `u` updates, `d` deletes, `t`
+/// truncates; `none`). A primary-key change is a delete and a create, each
+/// skipped by its own letter. Snapshot rows are never skipped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct SkippedOperations {
+    pub create: bool,
+    pub update: bool,
+    pub delete: bool,
+    pub truncate: bool,
+}
+
+impl TryFrom<String> for SkippedOperations {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        let mut skipped = SkippedOperations::default();
+        let letters: Vec<&str> = text
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if letters == ["none"] {
+            return Ok(skipped);
+        }
+        for letter in letters {
+            match letter {
+                "c" => skipped.create = true,
+                "u" => skipped.update = true,
+                "d" => skipped.delete = true,
+                "t" => skipped.truncate = true,
+                other => {
+                    return Err(format!(
+                        "skipped.operations: {other:?} is not an operation; list any of c (inserts), u (updates), d (deletes), t (truncates), comma-separated, or \"none\""
+                    ))
+                }
+            }
+        }
+        Ok(skipped)
+    }
+}
+
 /// Debezium's `snapshot.mode` values.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -103,6 +103,7 @@ impl Pipeline<'_> {
         let mapping = Mapping {
             envelope: self.router.envelope(),
             tombstones: self.cfg.tombstones_on_delete,
+            skipped: self.cfg.skipped_operations,
             now_ms,
         };
         self.router.records(change, src, resolved, &mapping)

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::record::Record;
-use crate::config::{CaptureConfig, ReplicaIdentityCheck};
+use crate::config::{CaptureConfig, ReplicaIdentityCheck, SkippedOperations};
 use crate::envelope::{
     EnvelopeConfig, EnvelopeError, Op, SourcePosition, TableEncoder, HEADER_POSITION,
 };
@@ -520,6 +520,10 @@ pub(super) struct Mapping<'a> {
     pub(super) envelope: &'a EnvelopeConfig,
     /// `tombstones.on.delete`.
     pub(super) tombstones: bool,
+    /// `skipped.operations`: skipped changes make no record but keep their
+    /// ordinals, so every other event's position is the same whatever is
+    /// skipped.
+    pub(super) skipped: SkippedOperations,
     pub(super) now_ms: i64,
 }
 
@@ -603,6 +607,7 @@ fn insert(
 ) -> Result<Vec<Record>, CaptureError> {
     let mut out = Vec::new();
     match route {
+        Some(Route::Table(..)) if m.skipped.create => {}
         Some(Route::Table(enc, topic)) => {
             let key = enc.key(new).map_err(refusable(1))?;
             let value = enc.value(Op::Create, None, Some(new), src, m.now_ms);
@@ -652,6 +657,9 @@ fn update(
             Some(OldTuple::Full(full)) => Some(full),
             _ => None,
         };
+        if m.skipped.update {
+            return Ok((out, 1));
+        }
         let after = full.as_ref().unwrap_or(&new);
         let value = enc.value(Op::Update, before, Some(after), src, now);
         out.push(Record::change(
@@ -668,22 +676,27 @@ fn update(
     // row (REPLICA IDENTITY FULL), else as read from the source.
     let after = resolved.created.or(full).unwrap_or(new);
     let before = old.as_ref().map(OldTuple::tuple);
-    let deleted = enc.value(Op::Delete, before, None, src, now);
-    out.push(Record::change(
-        topic,
-        old_key.clone(),
-        deleted.map_err(refusable(2))?,
-        src,
-    ));
-    if m.tombstones {
-        // The delete's position, as every tombstone.
-        out.push(Record::tombstone(topic, old_key, src, enc));
+    if !m.skipped.delete {
+        let deleted = enc.value(Op::Delete, before, None, src, now);
+        out.push(Record::change(
+            topic,
+            old_key.clone(),
+            deleted.map_err(refusable(2))?,
+            src,
+        ));
+        if m.tombstones {
+            // The delete's position, as every tombstone.
+            out.push(Record::tombstone(topic, old_key, src, enc));
+        }
     }
     // The create is an event of its own, with the next ordinal.
     let created_at = SourcePosition {
         event_seq: src.event_seq + 1,
         ..*src
     };
+    if m.skipped.create {
+        return Ok((out, 2));
+    }
     let created = enc.value(Op::Create, None, Some(&after), &created_at, now);
     out.push(Record::change(
         topic,
@@ -703,6 +716,9 @@ fn delete(
     m: &Mapping<'_>,
 ) -> Result<Vec<Record>, CaptureError> {
     let mut out = Vec::new();
+    if m.skipped.delete {
+        return Ok(out);
+    }
     let key = enc.key(old.tuple()).map_err(refusable(1))?;
     let value = enc.value(Op::Delete, Some(old.tuple()), None, src, m.now_ms);
     out.push(Record::change(
@@ -740,6 +756,9 @@ fn truncate(
             ..*src
         };
         tables += 1;
+        if m.skipped.truncate {
+            continue;
+        }
         let value = enc.truncate_value(&at, m.now_ms);
         let partitions = resolved.partitions.get(&relation_id).copied();
         for partition in 0..partitions.unwrap_or(0) {

@@ -13,7 +13,7 @@ use super::router::{
     create_needs_source, fill_unchanged_toast, ordinals, records, Followup, Mapping, Resolved,
     Route, Router, Routes,
 };
-use crate::config::CaptureConfig;
+use crate::config::{CaptureConfig, SkippedOperations};
 use crate::envelope::{EnvelopeConfig, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::naming::TopicClaims;
 use crate::pgoutput::{
@@ -80,10 +80,20 @@ fn at(event_seq: u64) -> SourcePosition {
 }
 
 fn map(change: LogicalMessage, resolved: Resolved, tombstones: bool) -> (Vec<Record>, u64) {
+    map_skipping(change, resolved, tombstones, SkippedOperations::default())
+}
+
+fn map_skipping(
+    change: LogicalMessage,
+    resolved: Resolved,
+    tombstones: bool,
+    skipped: SkippedOperations,
+) -> (Vec<Record>, u64) {
     let env = envelope();
     let m = Mapping {
         envelope: &env,
         tombstones,
+        skipped,
         now_ms: 2,
     };
     let routes = routes();
@@ -221,6 +231,109 @@ fn a_truncate_is_one_event_per_captured_table_on_every_partition() {
     );
 }
 
+fn skipping(letters: &str) -> SkippedOperations {
+    SkippedOperations::try_from(letters.to_owned()).unwrap()
+}
+
+/// Each kind of change under `skipped.operations`: the ops left, and the
+/// ordinals used (the same whatever is skipped).
+fn ops_skipping(change: LogicalMessage, letters: &str) -> (Vec<String>, u64) {
+    let resolved = Resolved {
+        partitions: HashMap::from([(1, 2)]),
+        ..Resolved::default()
+    };
+    let (out, used) = map_skipping(change, resolved, true, skipping(letters));
+    let ops = out
+        .iter()
+        .map(|r| match value(r)["op"].as_str() {
+            Some(op) => op.to_owned(),
+            None => "tombstone".to_owned(),
+        })
+        .collect();
+    (ops, used)
+}
+
+#[test]
+fn skipped_operations_publish_nothing_of_their_kind_and_keep_every_ordinal() {
+    let insert = || LogicalMessage::Insert {
+        relation_id: 1,
+        new: row(&[text("1"), text("a")]),
+    };
+    let update = || {
+        pk_change(
+            OldTuple::Key(row(&[text("1"), TupleValue::Null])),
+            row(&[text("1"), text("b")]),
+        )
+    };
+    let key_change = || {
+        pk_change(
+            OldTuple::Key(row(&[text("1"), TupleValue::Null])),
+            row(&[text("2"), text("b")]),
+        )
+    };
+    let delete = || LogicalMessage::Delete {
+        relation_id: 1,
+        old: OldTuple::Key(row(&[text("1"), TupleValue::Null])),
+    };
+    let truncate = || LogicalMessage::Truncate {
+        options: 0,
+        relation_ids: vec![1],
+    };
+    let s = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+
+    for letters in ["none", "", "c,u,d,t"] {
+        let all = letters == "c,u,d,t";
+        let expect = |v: &[&str]| if all { Vec::new() } else { s(v) };
+        assert_eq!(
+            ops_skipping(insert(), letters),
+            (expect(&["c"]), 1),
+            "{letters:?}"
+        );
+        assert_eq!(
+            ops_skipping(update(), letters),
+            (expect(&["u"]), 1),
+            "{letters:?}"
+        );
+        assert_eq!(
+            ops_skipping(key_change(), letters),
+            (expect(&["d", "tombstone", "c"]), 2),
+            "{letters:?}"
+        );
+        assert_eq!(
+            ops_skipping(delete(), letters),
+            (expect(&["d", "tombstone"]), 1),
+            "{letters:?}"
+        );
+        assert_eq!(
+            ops_skipping(truncate(), letters),
+            (expect(&["t", "t"]), 1),
+            "{letters:?}"
+        );
+    }
+    // A primary-key change is a delete and a create, each skipped by its
+    // own letter; the create keeps the second ordinal.
+    assert_eq!(ops_skipping(key_change(), "d"), (s(&["c"]), 2));
+    assert_eq!(ops_skipping(key_change(), "c"), (s(&["d", "tombstone"]), 2));
+    assert_eq!(
+        ops_skipping(key_change(), "u"),
+        (s(&["d", "tombstone", "c"]), 2)
+    );
+    assert_eq!(ops_skipping(update(), "c, d ,t"), (s(&["u"]), 1));
+    assert_eq!(ops_skipping(insert(), "u,d,t"), (s(&["c"]), 1));
+    assert_eq!(ops_skipping(truncate(), "c,u,d"), (s(&["t", "t"]), 1));
+}
+
+#[test]
+fn skipped_operations_name_the_letters_they_take() {
+    let err = SkippedOperations::try_from("c,x".to_owned()).unwrap_err();
+    assert!(
+        err.contains("\"x\"") && err.contains("c (inserts)"),
+        "{err}"
+    );
+    assert_eq!(skipping("none"), SkippedOperations::default());
+    assert!(SkippedOperations::try_from("none,c".to_owned()).is_err());
+}
+
 #[test]
 fn changes_of_tables_not_captured_publish_nothing_and_take_one_ordinal() {
     let change = LogicalMessage::Insert {
@@ -239,6 +352,7 @@ fn changes_of_tables_not_captured_publish_nothing_and_take_one_ordinal() {
     let m = Mapping {
         envelope: &env,
         tombstones: true,
+        skipped: SkippedOperations::default(),
         now_ms: 0,
     };
     assert!(records(&routes(), unknown, &at(1), Resolved::default(), &m).is_err());
@@ -476,6 +590,7 @@ async fn a_changed_relation_replaces_the_route() {
     let m = Mapping {
         envelope: &env,
         tombstones: true,
+        skipped: SkippedOperations::default(),
         now_ms: 0,
     };
     let insert = LogicalMessage::Insert {

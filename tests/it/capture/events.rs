@@ -197,6 +197,76 @@ async fn each_change_kind_gives_the_expected_events() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `skipped.operations = "d,t"`: deletes (a primary-key change's too, with
+/// their tombstones) and truncates never reach Kafka; the rest does, and
+/// each change keeps the ordinal it has when nothing is skipped (the
+/// statements run as one transaction: a simple query's statements share one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipped_operations_are_not_published_and_keep_their_ordinals() -> anyhow::Result<()> {
+    let env = CaptureEnv::new("cap_skipped_ops").await?;
+    env.client
+        .batch_execute("CREATE TABLE items (id int PRIMARY KEY, name text);")
+        .await?;
+    let config = env.write_config(
+        "capture.toml",
+        &env.config("skipped.operations = \"d, t\"\nbatch.max.ms = 20\n"),
+    )?;
+    let mut capture = env.spawn_capture(&config)?;
+    env.wait_slot_active().await?;
+    env.client
+        .batch_execute(
+            "INSERT INTO items VALUES (1, 'a');
+             UPDATE items SET name = 'b' WHERE id = 1;
+             UPDATE items SET id = 2 WHERE id = 1;
+             DELETE FROM items WHERE id = 2;
+             TRUNCATE items;
+             BEGIN;
+             INSERT INTO items VALUES (3, 'c');
+             DELETE FROM items WHERE id = 3;
+             INSERT INTO items VALUES (4, 'd');
+             COMMIT;",
+        )
+        .await?;
+    let topics = vec![env.topic("items")];
+    let seen = wait_for(&topics, TIMEOUT, |s| {
+        s.iter()
+            .any(|e| e.payload().is_some_and(|p| p["after"]["id"] == json!(4)))
+    })
+    .await?;
+    let got: Vec<(Option<&str>, Value, Value)> = seen
+        .iter()
+        .map(|s| {
+            let p = s.payload();
+            (
+                s.op(),
+                p.map_or(Value::Null, |p| p["after"]["id"].clone()),
+                p.map_or(Value::Null, |p| p["source"]["event_seq"].clone()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (Some("c"), json!(1), json!(1)),
+            (Some("u"), json!(1), json!(2)),
+            // The key change's create: its skipped delete kept ordinal 3.
+            (Some("c"), json!(2), json!(4)),
+            // After the skipped delete (5) and truncate (6).
+            (Some("c"), json!(3), json!(7)),
+            (Some("c"), json!(4), json!(9)),
+        ],
+        "{seen:#?}"
+    );
+    let status = terminate(&mut capture, Duration::from_secs(30))?;
+    assert!(
+        status.success(),
+        "capture exit {status}; log:\n{}",
+        env.capture_log()
+    );
+    env.cleanup().await;
+    Ok(())
+}
+
 /// A value is exact or refused (docs/design.md, "Dates, times and intervals"): a value its integer field cannot hold (an
 /// interval beyond 64-bit µs under `interval.handling.mode = "numeric"`, a
 /// `timestamp` past 294247 AD) is refused with a message naming table,
