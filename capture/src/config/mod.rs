@@ -28,8 +28,8 @@ mod validate;
 mod values;
 
 pub use values::{
-    AutocreateMode, Converter, ReplicaIdentityCheck, SchemaChangeBackfill, SkippedOperations,
-    SnapshotMode, StringList,
+    AutocreateMode, Converter, IntervalHandlingMode, ReplicaIdentityCheck, SchemaChangeBackfill,
+    SkippedOperations, SnapshotMode, StringList,
 };
 
 pub const DEFAULT_PORT: u16 = 5432;
@@ -273,7 +273,7 @@ pub struct CaptureConfig {
     /// `io.debezium.time.Interval`, exact) or `"numeric"` (Debezium's default
     /// `io.debezium.time.MicroDuration`: µs, a month as 30.4375 days, lossy).
     #[serde(rename = "interval.handling.mode", default)]
-    pub interval_handling_mode: crate::sources::postgres::value::IntervalHandlingMode,
+    pub interval_handling_mode: IntervalHandlingMode,
 }
 
 fn default_partitions() -> i32 {

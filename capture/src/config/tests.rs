@@ -225,7 +225,6 @@ fn password_from_env_reference() {
 
 #[test]
 fn interval_handling_mode_defaults_to_string_and_parses() {
-    use crate::value::IntervalHandlingMode;
     let cfg = CaptureConfig::parse(MINIMAL, "test").unwrap();
     assert_eq!(cfg.interval_handling_mode, IntervalHandlingMode::String);
     let numeric = format!("{MINIMAL}\ninterval.handling.mode = \"numeric\"\n");

@@ -36,6 +36,20 @@ pub enum Converter {
     Avro,
 }
 
+/// `interval.handling.mode` (Debezium's key and values).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntervalHandlingMode {
+    /// `io.debezium.time.Interval`: ISO-8601 text, months, days and time
+    /// kept apart, so every interval round-trips. Our default; Debezium's
+    /// is `numeric`.
+    #[default]
+    String,
+    /// `io.debezium.time.MicroDuration`: µs, a month counted as 30.4375
+    /// days (lossy); an interval beyond 64-bit µs is refused.
+    Numeric,
+}
+
 /// `skipped.operations`: the kinds of streamed change not published, as
 /// Debezium names them (`c` inserts, `u` updates, `d` deletes, `t`
 /// truncates; `none`). A primary-key change is a delete and a create, each

@@ -21,9 +21,6 @@ mod schema;
 mod shape;
 mod source;
 
-#[cfg(test)]
-mod golden;
-
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -475,6 +472,3 @@ fn wrapper_head(schema: &Value) -> Vec<u8> {
     out.extend_from_slice(b",\"payload\":");
     out
 }
-
-#[cfg(test)]
-mod tests;

@@ -2,6 +2,11 @@
 //! registry give a [`TableShape`] whose columns write pgoutput's text values
 //! by their [`ValueKind`], and a pgoutput tuple is a [`Row`].
 
+#[cfg(test)]
+mod golden;
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
 
 use serde_json::Value;

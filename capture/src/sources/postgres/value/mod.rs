@@ -46,19 +46,7 @@ pub use registry::PgType;
 pub use registry::PgTypeKind;
 pub use registry::TypeRegistry;
 
-/// `interval.handling.mode` (Debezium's key and values).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum IntervalHandlingMode {
-    /// `io.debezium.time.Interval`: ISO-8601 text, months, days and time
-    /// kept apart, so every interval round-trips. Our default; Debezium's
-    /// is `numeric`.
-    #[default]
-    String,
-    /// `io.debezium.time.MicroDuration`: µs, a month counted as 30.4375
-    /// days (lossy); an interval beyond 64-bit µs is refused.
-    Numeric,
-}
+pub use crate::config::IntervalHandlingMode;
 
 #[cfg(test)]
 pub use oncely_core::wire::UNAVAILABLE_VALUE;

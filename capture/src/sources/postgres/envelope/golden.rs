@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use super::*;
+use crate::envelope::*;
 use crate::pgoutput::{Column, Relation, ReplicaIdentity, TupleData, TupleValue};
 use crate::value::{PgType, PgTypeKind, TypeRegistry};
 

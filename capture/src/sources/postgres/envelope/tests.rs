@@ -1,7 +1,7 @@
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use super::*;
+use crate::envelope::*;
 use crate::pgoutput::{Column, Relation, ReplicaIdentity, TupleData, TupleValue};
 use crate::value::{TypeRegistry, UNAVAILABLE_VALUE};
 
@@ -372,7 +372,7 @@ fn message_records() {
 }
 
 /// Rough throughput check: `cargo test --release -p oncely-capture --lib
-/// envelope::tests::throughput -- --ignored --nocapture`.
+/// sources::postgres::envelope::tests::throughput -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn throughput() {
