@@ -26,6 +26,7 @@
 
 mod committer;
 mod fill;
+mod fixes;
 #[cfg(test)]
 mod memory;
 mod quarantine;

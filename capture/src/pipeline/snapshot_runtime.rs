@@ -22,7 +22,7 @@ use std::time::Instant;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
-use super::quarantine::Fixes;
+use super::fixes::Fixes;
 use crate::config::CaptureConfig;
 use crate::envelope::TableEncoder;
 use crate::error::CaptureError;
