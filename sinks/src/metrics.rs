@@ -40,6 +40,10 @@ pub const GAP_OFFSETS: &str = "oncely_sink_gap_offsets";
 /// Gauge: 1 for a partition set aside because its table cannot be applied
 /// until a setting or the target changes (quarantine).
 pub const QUARANTINED: &str = "oncely_sink_quarantined";
+/// Counter: records the consumer delivered again within an assignment
+/// (around rebalances) and the runner dropped, since the partition's worker
+/// had them already.
+pub const REDELIVERIES_DROPPED_TOTAL: &str = "oncely_sink_redeliveries_dropped_total";
 /// Label: topic name.
 pub const LABEL_TOPIC: &str = "topic";
 /// Label: partition number.
@@ -79,6 +83,8 @@ pub struct Metrics {
     pub unowned_partition_rebalances: IntCounter,
     /// See [`DEDUP_SKIPPED_TOTAL`].
     pub dedup_skipped: IntCounterVec,
+    /// See [`REDELIVERIES_DROPPED_TOTAL`].
+    pub redeliveries_dropped: IntCounterVec,
     /// Every registered metric, as registered.
     catalog: Arc<Vec<MetricInfo>>,
 }
@@ -169,6 +175,13 @@ impl Metrics {
             ),
             &[LABEL_SINK, LABEL_TOPIC],
         )?;
+        let redeliveries_dropped = IntCounterVec::new(
+            Opts::new(
+                REDELIVERIES_DROPPED_TOTAL,
+                "Records the consumer delivered again that the partition's worker had already, dropped",
+            ),
+            &[LABEL_TOPIC],
+        )?;
         let gap_offsets = IntGaugeVec::new(
             Opts::new(
                 GAP_OFFSETS,
@@ -195,6 +208,7 @@ impl Metrics {
         register(&registry, c, &retries, "counter")?;
         register(&registry, c, &dead_letters, "counter")?;
         register(&registry, c, &dedup_skipped, "counter")?;
+        register(&registry, c, &redeliveries_dropped, "counter")?;
         register(&registry, c, &gap_offsets, "gauge")?;
         register(&registry, c, &quarantined, "gauge")?;
         Ok(Self {
@@ -209,6 +223,7 @@ impl Metrics {
             offset_commit_failures,
             unowned_partition_rebalances,
             dedup_skipped,
+            redeliveries_dropped,
             gap_offsets,
             quarantined,
             catalog: Arc::new(catalog),

@@ -487,6 +487,11 @@ fn dispatch(
     let tx = match consumer.context().admit(topic, partition, offset) {
         Admit::Send(tx) => tx,
         Admit::Again { next } => {
+            shared
+                .metrics
+                .redeliveries_dropped
+                .with_label_values(&[topic])
+                .inc();
             // Seen around rebalances (see `RunnerContext::admit`): at most a
             // few records each time, so rate-limited.
             static AGAIN: oncely_core::log_limit::LogLimit =

@@ -882,7 +882,7 @@ async fn a_record_fetched_again_within_an_assignment_is_not_handed_to_the_sink_a
         };
         produce(&topic, &outs(0..20)).await;
         let sink = Arc::new(PositionSink::default());
-        let (stop, task, _) = start_sink(config(&topic, &group), sink.clone());
+        let (stop, task, metrics) = start_sink(config(&topic, &group), sink.clone());
         let applied = || sink.applied.load(Ordering::SeqCst);
         wait_until("the first records applied", Duration::from_secs(60), || {
             applied() >= 20
@@ -921,6 +921,14 @@ async fn a_record_fetched_again_within_an_assignment_is_not_handed_to_the_sink_a
         );
         assert!(again.is_empty(), "records handed twice: {again:?}");
         assert_eq!(applied(), 40, "every record applied once");
+        let dropped = metrics
+            .redeliveries_dropped
+            .with_label_values(&[topic.as_str()])
+            .get();
+        assert!(
+            dropped >= 1,
+            "the records fetched again are counted as dropped"
+        );
     }
 }
 
