@@ -15,7 +15,7 @@
 //! again, paused, stopped) the ones after it are abandoned too, so a
 //! table's progress only ever moves to the end of a published chunk.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -112,6 +112,9 @@ pub(super) struct SnapshotDriver {
     pub(super) exit_when_done: bool,
     /// Where the fixes of quarantined tables were seen (see `quarantine`).
     pub(super) fixes: Fixes,
+    /// `table.filter` by `schema.table`: every chunk of a filtered table
+    /// reads matching rows only, a signal's own filter besides.
+    pub(super) row_filters: BTreeMap<String, String>,
     pub(super) metrics: CaptureMetrics,
 }
 
@@ -142,7 +145,26 @@ impl SnapshotDriver {
             streamed: 0,
             exit_when_done: false,
             fixes: Fixes::default(),
+            row_filters: BTreeMap::new(),
             metrics,
+        }
+    }
+
+    /// The row filters (`table.filter`) every chunk of their tables reads by.
+    pub(super) fn with_row_filters(mut self, row_filters: BTreeMap<String, String>) -> Self {
+        self.row_filters = row_filters;
+        self
+    }
+
+    /// The filter of a chunk of `table`: the table's row filter and the
+    /// snapshot's own (a signal's `additional-conditions`), both when set.
+    /// Each was checked alone, balanced parentheses included, so the two
+    /// cannot join into more than their conjunction.
+    pub(super) fn chunk_filter(&self, table: &str, own: Option<&str>) -> Option<String> {
+        match (self.row_filters.get(table), own) {
+            (Some(rows), Some(own)) => Some(format!("({rows}) AND ({own})")),
+            (Some(rows), None) => Some(rows.clone()),
+            (None, own) => own.map(str::to_owned),
         }
     }
 
