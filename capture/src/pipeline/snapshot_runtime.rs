@@ -343,6 +343,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_chunk_of_a_filtered_table_reads_by_its_row_filter_and_the_snapshots_own() {
+        let snap = SnapshotDriver::new(10, CaptureMetrics::new("test")).with_row_filters(
+            [("public.t".to_owned(), "region = 'eu'".to_owned())].into(),
+        );
+        assert_eq!(
+            snap.chunk_filter("public.t", Some("id > 5")).as_deref(),
+            Some("(region = 'eu') AND (id > 5)")
+        );
+        assert_eq!(
+            snap.chunk_filter("public.t", None).as_deref(),
+            Some("region = 'eu'")
+        );
+        assert_eq!(
+            snap.chunk_filter("public.u", Some("id > 5")).as_deref(),
+            Some("id > 5")
+        );
+        assert_eq!(snap.chunk_filter("public.u", None), None);
+    }
+
+    #[test]
     fn transactions_begun_before_a_launch_are_told_from_later_ones() {
         let mut snap = SnapshotDriver::new(10, CaptureMetrics::new("test"));
         snap.note_begin(100);
