@@ -344,9 +344,8 @@ mod tests {
 
     #[test]
     fn a_chunk_of_a_filtered_table_reads_by_its_row_filter_and_the_snapshots_own() {
-        let snap = SnapshotDriver::new(10, CaptureMetrics::new("test")).with_row_filters(
-            [("public.t".to_owned(), "region = 'eu'".to_owned())].into(),
-        );
+        let snap = SnapshotDriver::new(10, CaptureMetrics::new("test"))
+            .with_row_filters([("public.t".to_owned(), "region = 'eu'".to_owned())].into());
         assert_eq!(
             snap.chunk_filter("public.t", Some("id > 5")).as_deref(),
             Some("(region = 'eu') AND (id > 5)")

@@ -118,7 +118,11 @@ async fn moves(p: &Pipeline) -> Result<()> {
     assert_eq!(ops(6), ["r", "u"]);
     assert_eq!(ops(8), ["r", "d"]);
     for out in [5, 7, 101] {
-        assert!(ops(out).is_empty(), "row {out} never matched: {:?}", ops(out));
+        assert!(
+            ops(out).is_empty(),
+            "row {out} never matched: {:?}",
+            ops(out)
+        );
     }
     assert!(
         orders.keys().all(|id| id % 2 == 0 || [1, 3].contains(id)),
@@ -159,10 +163,8 @@ async fn moves(p: &Pipeline) -> Result<()> {
     // rows the targets hold beyond it are reported.
     let narrower = p.env.write_config(
         "capture-narrower.toml",
-        &std::fs::read_to_string(&p.capture_config)?.replace(
-            "\"region = 'eu'\"",
-            "\"region = 'eu' AND id < 20\"",
-        ),
+        &std::fs::read_to_string(&p.capture_config)?
+            .replace("\"region = 'eu'\"", "\"region = 'eu' AND id < 20\""),
     )?;
     let report = oncely::verify::run(&oncely::verify::Options {
         capture: narrower,
@@ -193,7 +195,7 @@ async fn a_capture_killed_mid_snapshot_resumes_with_the_filter() -> Result<()> {
                   INSERT INTO big SELECT g, 'v' || g FROM generate_series(1, 20000) g;";
     let extra = "publication.autocreate.mode = \"filtered\"
 snapshot.mode = \"initial\"
-incremental.snapshot.chunk.size = 20
+incremental.snapshot.chunk.size = 5
 [table.filter]
 \"public.big\" = \"id % 2 = 0\"
 ";
@@ -209,25 +211,30 @@ incremental.snapshot.chunk.size = 20
 async fn killed_mid_snapshot(p: &Pipeline) -> Result<()> {
     let topic = p.env.topic("big");
     let mut capture = p.spawn_capture()?;
-    // Killed once some chunks are committed and most are not.
+    // Killed once the snapshot reports progress and is not done: some
+    // chunks committed, most not.
     let deadline = Instant::now() + Duration::from_secs(180);
-    let published = loop {
-        let n = read_committed(&p.topics())?
-            .iter()
-            .filter(|s| s.topic == topic && s.value.is_some())
-            .count();
-        if n >= 100 {
-            break n;
+    loop {
+        let log = p.env.capture_log();
+        if log.contains("snapshot complete") {
+            bail!("the snapshot ended before the kill: the test tests no restart");
+        }
+        if log.contains("snapshot progress") {
+            break;
         }
         if Instant::now() > deadline {
-            bail!("no snapshot chunk committed within 180 s");
+            bail!("no snapshot progress within 180 s");
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     kill9(&mut capture);
+    let published = read_committed(&p.topics())?
+        .iter()
+        .filter(|s| s.topic == topic && s.value.is_some())
+        .count();
     ensure!(
-        published < 9_000,
-        "the snapshot was nearly done ({published} rows) before the kill: the test tests no restart"
+        (1..9_000).contains(&published),
+        "{published} rows published before the kill: the test tests no restart"
     );
     let _capture = p.spawn_capture()?;
     let mut sinks = (0..p.sinks.len())
@@ -256,7 +263,10 @@ fn start(env: &CaptureEnv, extra: &str) -> Result<(bool, String)> {
 }
 
 fn filter_of(table: &str, filter: &str) -> String {
-    format!("[table.filter]\n\"public.{table}\" = {}\n", Value::from(filter))
+    format!(
+        "[table.filter]\n\"public.{table}\" = {}\n",
+        Value::from(filter)
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -300,7 +310,10 @@ async fn refused(env: &CaptureEnv) -> Result<()> {
 
     // REPLICA IDENTITY DEFAULT and a filter on a column outside the key:
     // refused, and no filter is added (the table's UPDATEs still work).
-    let (ok, err) = start(env, &format!("{filtered}{}", filter_of("acct", "region = 'eu'")))?;
+    let (ok, err) = start(
+        env,
+        &format!("{filtered}{}", filter_of("acct", "region = 'eu'")),
+    )?;
     ensure!(!ok, "an uncovered filter started capture:\n{err}");
     ensure!(
         err.contains("REPLICA IDENTITY FULL") && err.contains("region"),
@@ -315,9 +328,7 @@ async fn refused(env: &CaptureEnv) -> Result<()> {
     // identity does not cover: PostgreSQL refuses the table's UPDATEs,
     // and capture refuses to start, naming the fix.
     env.client
-        .batch_execute(
-            "CREATE PUBLICATION oncely_publication FOR TABLE acct WHERE (region = 'eu')",
-        )
+        .batch_execute("CREATE PUBLICATION oncely_publication FOR TABLE acct WHERE (region = 'eu')")
         .await?;
     let update = env
         .client
@@ -328,7 +339,10 @@ async fn refused(env: &CaptureEnv) -> Result<()> {
         "PostgreSQL took an UPDATE under an uncovered row filter"
     );
     let disabled = "publication.autocreate.mode = \"disabled\"\n";
-    let (ok, err) = start(env, &format!("{disabled}{}", filter_of("acct", "region = 'eu'")))?;
+    let (ok, err) = start(
+        env,
+        &format!("{disabled}{}", filter_of("acct", "region = 'eu'")),
+    )?;
     ensure!(
         !ok && err.contains("REPLICA IDENTITY FULL"),
         "an uncovered operator-managed filter:\n{err}"
@@ -337,9 +351,15 @@ async fn refused(env: &CaptureEnv) -> Result<()> {
     env.client
         .batch_execute("ALTER TABLE acct REPLICA IDENTITY FULL")
         .await?;
-    let (ok, err) = start(env, &format!("{disabled}{}", filter_of("acct", "region='eu'")))?;
+    let (ok, err) = start(
+        env,
+        &format!("{disabled}{}", filter_of("acct", "region='eu'")),
+    )?;
     ensure!(ok, "the publication's own filter:\n{err}");
-    let (ok, err) = start(env, &format!("{disabled}{}", filter_of("acct", "region = 'us'")))?;
+    let (ok, err) = start(
+        env,
+        &format!("{disabled}{}", filter_of("acct", "region = 'us'")),
+    )?;
     ensure!(
         !ok && err.contains("ALTER PUBLICATION") && err.contains("region = 'us'"),
         "a filter other than the publication's:\n{err}"

@@ -301,8 +301,16 @@ mod tests {
     #[test]
     fn a_filter_is_compared_by_the_servers_rendering_when_probed() {
         let held = filter("(id > 10)");
-        assert!(same_filter(Some(&held), Some(&filter("(id > 10)")), Some("id>10")));
-        assert!(!same_filter(Some(&held), Some(&filter("(id > 11)")), Some("id > 10")));
+        assert!(same_filter(
+            Some(&held),
+            Some(&filter("(id > 10)")),
+            Some("id>10")
+        ));
+        assert!(!same_filter(
+            Some(&held),
+            Some(&filter("(id > 11)")),
+            Some("id > 10")
+        ));
         assert!(!same_filter(None, None, Some("id > 10")));
         assert!(!same_filter(Some(&held), None, None));
         assert!(same_filter(None, None, None));
