@@ -369,5 +369,25 @@ async fn refused(env: &CaptureEnv) -> Result<()> {
         !ok && err.contains("filters the rows of public.acct"),
         "a filtered publication without table.filter:\n{err}"
     );
+    // Under `filtered` a changed filter replaces the publication's, with a
+    // warning saying how the targets converge.
+    let (ok, err) = start(
+        env,
+        &format!("{filtered}{}", filter_of("acct", "region = 'us'")),
+    )?;
+    ensure!(ok, "a changed filter under filtered:\n{err}");
+    ensure!(
+        err.contains("row filter changed") && err.contains("execute-snapshot"),
+        "{err}"
+    );
+    let held: String = env
+        .client
+        .query_one(
+            "SELECT rowfilter FROM pg_publication_tables WHERE pubname = 'oncely_publication'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(held, "(region = 'us'::text)");
     Ok(())
 }

@@ -111,7 +111,8 @@ async fn probe(
         .map_err(CaptureError::pg("begin row filter probe"))?;
     let created = client
         .batch_execute(&format!(
-            "CREATE PUBLICATION {PROBE} FOR TABLE {}",
+            // As capture's own: a partitioned table's filter needs it.
+            "CREATE PUBLICATION {PROBE} FOR TABLE {} WITH (publish_via_partition_root = true)",
             publication_entry(cfg, table)
         ))
         .await;
@@ -289,7 +290,26 @@ async fn set_row_filter(
 
 #[cfg(test)]
 mod tests {
-    use super::{same_filter, squeezed, ServerFilter};
+    use super::{check_version, same_filter, squeezed, ServerFilter};
+    use crate::config::CaptureConfig;
+
+    #[test]
+    fn a_server_without_row_filters_is_refused_only_when_a_table_is_filtered() {
+        let base = "topic.prefix = \"shop\"\ndatabase.hostname = \"h\"\ndatabase.user = \"u\"\ndatabase.dbname = \"d\"\nkafka.bootstrap.servers = \"k:9092\"\npublication.autocreate.mode = \"filtered\"\n";
+        let plain = CaptureConfig::parse(base, "test").unwrap();
+        let filtered = CaptureConfig::parse(
+            &format!("{base}[table.filter]\n\"public.t\" = \"id > 0\"\n"),
+            "test",
+        )
+        .unwrap();
+        assert!(check_version(&plain, 140_000).is_ok());
+        assert!(check_version(&filtered, 150_000).is_ok());
+        let err = check_version(&filtered, 140_012).unwrap_err().to_string();
+        assert!(
+            err.contains("PostgreSQL 15") && err.contains("140012") && err.contains("public.t"),
+            "{err}"
+        );
+    }
 
     fn filter(rendered: &str) -> ServerFilter {
         ServerFilter {
