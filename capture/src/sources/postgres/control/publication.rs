@@ -53,6 +53,10 @@ pub async fn ensure_publication(
         return Ok(());
     }
     ensure_tables_published(client, cfg, tables).await?;
+    if !features.row_filters {
+        // No filter to hold or check (table.filter was refused above).
+        return Ok(());
+    }
     row_filter::ensure_row_filters(client, cfg, tables).await
 }
 
@@ -63,6 +67,8 @@ struct PublicationFeatures {
     via_root: bool,
     /// `publish_generated_columns` (PostgreSQL 18+).
     generated: bool,
+    /// Publication row filters (PostgreSQL 15+; `pg_publication_rel.prqual`).
+    row_filters: bool,
     /// The captured partitioned tables, qualified.
     partitioned: Vec<String>,
 }
@@ -100,6 +106,7 @@ impl PublicationFeatures {
         Ok(Self {
             via_root,
             generated,
+            row_filters: version >= row_filter::ROW_FILTER_VERSION,
             partitioned,
         })
     }
