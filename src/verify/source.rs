@@ -32,6 +32,9 @@ pub struct SourceTable {
     pub key: Vec<usize>,
     /// The Kafka topic capture writes it to.
     pub topic: String,
+    /// Its row filter (`table.filter`): only matching rows are meant to be
+    /// in the targets, so only they are read.
+    pub filter: Option<String>,
 }
 
 impl SourceTable {
@@ -48,8 +51,15 @@ impl SourceTable {
             .collect()
     }
 
+    /// What the queries read as `s`: the table, or its rows matching its
+    /// row filter (a subquery, so a column the filter qualifies by the
+    /// table's name still resolves).
     fn relation(&self) -> String {
-        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+        let table = format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name));
+        match &self.filter {
+            Some(filter) => format!("(SELECT * FROM {table} WHERE ({filter}))"),
+            None => table,
+        }
     }
 
     /// The key columns qualified by the alias `s`: a bare name in ORDER BY
@@ -189,6 +199,7 @@ impl SourceDb {
                 // Capture's own naming, mapping and replaced characters
                 // included: the sinks name their targets after it.
                 topic: cfg.table_topic(&t.schema, &t.name),
+                filter: cfg.row_filter(&t.schema, &t.name).map(str::to_owned),
                 schema: t.schema,
                 name: t.name,
                 columns,

@@ -99,6 +99,12 @@ pub struct CaptureConfig {
     /// whose default names would merge (see [`crate::naming`]).
     #[serde(rename = "topic.name.mapping", default)]
     pub topic_name_mapping: BTreeMap<String, String>,
+    /// `table.filter = { "<schema>.<table>" = "<SQL boolean expression>" }`:
+    /// the rows of a table capture publishes, in the stream (a PostgreSQL 15+
+    /// publication row filter), in snapshots and in `oncely verify`; held to
+    /// the snapshot filter's rules ([`crate::snapshot::filter`]).
+    #[serde(rename = "table.filter", default)]
+    pub table_filter: BTreeMap<String, String>,
 
     /// `database.hostname`.
     #[serde(rename = "database.hostname")]
@@ -314,16 +320,18 @@ fn default_chunk_size() -> usize {
 /// keys may hold dots (`"public.orders"`, `"compression.type"`).
 const KAFKA_PRODUCER: &str = "kafka.producer";
 const TOPIC_NAME_MAPPING: &str = "topic.name.mapping";
+const TABLE_FILTER: &str = "table.filter";
 const OUTBOX: &str = "outbox";
 
 /// `table` flattened into dotted keys, with the keys under
-/// [`KAFKA_PRODUCER`] (as librdkafka strings), [`TOPIC_NAME_MAPPING`] and
-/// [`OUTBOX`] gathered back into one table each.
+/// [`KAFKA_PRODUCER`] (as librdkafka strings), [`TOPIC_NAME_MAPPING`],
+/// [`TABLE_FILTER`] and [`OUTBOX`] gathered back into one table each.
 fn flatten_capture(table: toml::Table) -> Result<toml::Table, ConfigError> {
     let mut flat = toml::Table::new();
-    let mut gathered: [(&str, toml::Table); 3] = [
+    let mut gathered: [(&str, toml::Table); 4] = [
         (KAFKA_PRODUCER, toml::Table::new()),
         (TOPIC_NAME_MAPPING, toml::Table::new()),
+        (TABLE_FILTER, toml::Table::new()),
         (OUTBOX, toml::Table::new()),
     ];
     for (key, value) in flatten(table, Leaves::Typed)? {
@@ -483,6 +491,13 @@ impl CaptureConfig {
     /// The topic of table `schema.table` (see [`crate::naming::table_topic`]).
     pub fn table_topic(&self, schema: &str, table: &str) -> String {
         crate::naming::table_topic(&self.topic_prefix, &self.topic_name_mapping, schema, table)
+    }
+
+    /// The row filter of table `schema.table` (`table.filter`), if any.
+    pub fn row_filter(&self, schema: &str, table: &str) -> Option<&str> {
+        self.table_filter
+            .get(&format!("{schema}.{table}"))
+            .map(String::as_str)
     }
 
     /// The signal table, `schema.table`, when configured.

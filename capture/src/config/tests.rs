@@ -489,3 +489,43 @@ fn skipped_operations_take_debeziums_letters_and_name_a_wrong_one() {
         "{err}"
     );
 }
+
+#[test]
+fn table_filters_read_inline_and_as_a_table_and_are_held_to_the_filter_rules() {
+    let mode = "publication.autocreate.mode = \"filtered\"\n";
+    let inline = format!(
+        "{MINIMAL}{mode}table.filter = {{ \"public.orders\" = \"region = 'eu'\", \"Sales.Order Items\" = \"qty > 0\" }}\n"
+    );
+    let table = format!(
+        "{MINIMAL}{mode}[table.filter]\n\"public.orders\" = \"region = 'eu'\"\n\"Sales.Order Items\" = \"qty > 0\"\n"
+    );
+    for text in [inline, table] {
+        let cfg = CaptureConfig::parse(&text, "test").expect(&text);
+        assert_eq!(cfg.row_filter("public", "orders"), Some("region = 'eu'"));
+        assert_eq!(cfg.row_filter("Sales", "Order Items"), Some("qty > 0"));
+        assert_eq!(cfg.row_filter("public", "lines"), None);
+    }
+    let refused = |filter: &str| {
+        let text = format!("{MINIMAL}{mode}[table.filter]\n\"public.orders\" = {filter:?}\n");
+        CaptureConfig::parse(&text, "test").unwrap_err()
+    };
+    for filter in [
+        "true) OR (pg_sleep(10) IS NULL",
+        "id > 0; DROP TABLE orders",
+        "pg_read_file('/etc/passwd') IS NOT NULL",
+        "id IN (SELECT id FROM secrets)",
+        "other.t.id > 0",
+        "id > 0 -- comment",
+    ] {
+        let err = refused(filter);
+        assert_eq!(err.key, "table.filter.public.orders", "{filter}: {err}");
+        assert!(!err.to_string().contains("passwd"), "{err}");
+    }
+    let unqualified = format!("{MINIMAL}{mode}[table.filter]\n\"orders\" = \"id > 0\"\n");
+    let err = CaptureConfig::parse(&unqualified, "test").unwrap_err();
+    assert_eq!(err.key, "table.filter", "{err}");
+    // FOR ALL TABLES (the default mode) cannot carry a row filter.
+    let all = format!("{MINIMAL}[table.filter]\n\"public.orders\" = \"id > 0\"\n");
+    let err = CaptureConfig::parse(&all, "test").unwrap_err();
+    assert_eq!(err.key, "publication.autocreate.mode", "{err}");
+}

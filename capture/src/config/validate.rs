@@ -152,6 +152,33 @@ impl CaptureConfig {
                 .validate()
                 .map_err(|(key, message)| invalid(key, message))?;
         }
+        self.validate_row_filters()
+    }
+
+    /// `table.filter`: each key a `schema.table`, each filter one boolean
+    /// expression of the snapshot filter's rules (it runs in the chunk
+    /// SELECT and in `oncely verify` as well as in the publication). A
+    /// publication FOR ALL TABLES cannot carry row filters.
+    fn validate_row_filters(&self) -> Result<(), ConfigError> {
+        for (table, filter) in &self.table_filter {
+            let key = format!("table.filter.{table}");
+            let Some((schema, name)) = crate::snapshot::split_table(table) else {
+                return Err(invalid(
+                    "table.filter",
+                    format!("key {table:?} must be <schema>.<table>, spelled as the catalog spells them"),
+                ));
+            };
+            crate::snapshot::signal::check_filter_on(filter, schema, name)
+                .map_err(|why| invalid(&key, why))?;
+        }
+        if !self.table_filter.is_empty()
+            && self.publication_autocreate_mode == super::AutocreateMode::AllTables
+        {
+            return Err(invalid(
+                "publication.autocreate.mode",
+                "a publication FOR ALL TABLES cannot filter rows, and table.filter is set: use publication.autocreate.mode = \"filtered\" (or \"disabled\" with a publication that carries the filters)",
+            ));
+        }
         Ok(())
     }
 

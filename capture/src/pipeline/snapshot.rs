@@ -121,7 +121,7 @@ impl SnapshotDriver {
             table,
             key_columns,
             after,
-            filter: current.filter.clone(),
+            filter: self.chunk_filter(&current.table, current.filter.as_deref()),
             size: self.chunk_size,
         };
         Some((req, snapshot_id, current.table))

@@ -15,7 +15,7 @@
 //! again, paused, stopped) the ones after it are abandoned too, so a
 //! table's progress only ever moves to the end of a published chunk.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -112,6 +112,9 @@ pub(super) struct SnapshotDriver {
     pub(super) exit_when_done: bool,
     /// Where the fixes of quarantined tables were seen (see `quarantine`).
     pub(super) fixes: Fixes,
+    /// `table.filter` by `schema.table`: every chunk of a filtered table
+    /// reads matching rows only, a signal's own filter besides.
+    pub(super) row_filters: BTreeMap<String, String>,
     pub(super) metrics: CaptureMetrics,
 }
 
@@ -142,7 +145,26 @@ impl SnapshotDriver {
             streamed: 0,
             exit_when_done: false,
             fixes: Fixes::default(),
+            row_filters: BTreeMap::new(),
             metrics,
+        }
+    }
+
+    /// The row filters (`table.filter`) every chunk of their tables reads by.
+    pub(super) fn with_row_filters(mut self, row_filters: BTreeMap<String, String>) -> Self {
+        self.row_filters = row_filters;
+        self
+    }
+
+    /// The filter of a chunk of `table`: the table's row filter and the
+    /// snapshot's own (a signal's `additional-conditions`), both when set.
+    /// Each was checked alone, balanced parentheses included, so the two
+    /// cannot join into more than their conjunction.
+    pub(super) fn chunk_filter(&self, table: &str, own: Option<&str>) -> Option<String> {
+        match (self.row_filters.get(table), own) {
+            (Some(rows), Some(own)) => Some(format!("({rows}) AND ({own})")),
+            (Some(rows), None) => Some(rows.clone()),
+            (None, own) => own.map(str::to_owned),
         }
     }
 
@@ -319,6 +341,25 @@ impl SnapshotDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chunk_of_a_filtered_table_reads_by_its_row_filter_and_the_snapshots_own() {
+        let snap = SnapshotDriver::new(10, CaptureMetrics::new("test"))
+            .with_row_filters([("public.t".to_owned(), "region = 'eu'".to_owned())].into());
+        assert_eq!(
+            snap.chunk_filter("public.t", Some("id > 5")).as_deref(),
+            Some("(region = 'eu') AND (id > 5)")
+        );
+        assert_eq!(
+            snap.chunk_filter("public.t", None).as_deref(),
+            Some("region = 'eu'")
+        );
+        assert_eq!(
+            snap.chunk_filter("public.u", Some("id > 5")).as_deref(),
+            Some("id > 5")
+        );
+        assert_eq!(snap.chunk_filter("public.u", None), None);
+    }
 
     #[test]
     fn transactions_begun_before_a_launch_are_told_from_later_ones() {

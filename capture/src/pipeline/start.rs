@@ -382,6 +382,7 @@ async fn assemble<'a>(
             schema: SchemaWatch::new(crate::schema_change::topic(cfg).into(), schemas),
         },
         snapshot: SnapshotDriver::new(cfg.chunk_size(), metrics.clone())
+            .with_row_filters(cfg.table_filter.clone())
             .exiting_when_done(start.exit_when_done),
     };
     for (table, why) in source.set_aside {

@@ -20,6 +20,7 @@ fn table() -> SourceTable {
         ],
         key: vec![0],
         topic: "shop.public.orders".into(),
+        filter: None,
     }
 }
 

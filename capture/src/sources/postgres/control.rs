@@ -16,6 +16,7 @@ use crate::filter::{parse_key_columns, TableFilter};
 use crate::naming::quote_ident;
 
 mod publication;
+mod row_filter;
 
 pub use publication::{ensure_publication, PUBLISHED_COLUMN};
 

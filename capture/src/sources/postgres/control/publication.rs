@@ -4,6 +4,7 @@
 
 use tokio_postgres::Client;
 
+use super::row_filter::{self, publication_entry};
 use super::{privilege_or, CapturedTable};
 use crate::config::{AutocreateMode, CaptureConfig};
 use crate::error::CaptureError;
@@ -21,7 +22,7 @@ pub async fn ensure_publication(
 ) -> Result<(), CaptureError> {
     let name = &cfg.publication_name;
     let mode = cfg.publication_autocreate_mode;
-    let features = PublicationFeatures::read(client, tables).await?;
+    let features = PublicationFeatures::read(client, cfg, tables).await?;
     let exists = client
         .query_opt(
             &format!(
@@ -34,7 +35,7 @@ pub async fn ensure_publication(
         .await
         .map_err(CaptureError::pg("read publication"))?;
     let Some(row) = exists else {
-        return create_publication(client, name, mode, tables, features.with_clause()).await;
+        return create_publication(client, cfg, tables, features.with_clause()).await;
     };
     if !row.get::<_, bool>(2) {
         ensure_generated_columns_published(client, name, mode, tables).await?;
@@ -44,9 +45,19 @@ pub async fn ensure_publication(
         ensure_via_root(client, name, mode, &features.partitioned).await?;
     }
     if all_tables {
+        if !cfg.table_filter.is_empty() {
+            return Err(CaptureError::Prerequisite(format!(
+                "publication `{name}` is FOR ALL TABLES, which cannot filter rows, and table.filter is set: publish the captured tables by name (CREATE PUBLICATION ... FOR TABLE t WHERE (...)) or drop it and let publication.autocreate.mode = \"filtered\" create it"
+            )));
+        }
         return Ok(());
     }
-    ensure_tables_published(client, name, mode, tables).await
+    ensure_tables_published(client, cfg, tables).await?;
+    if !features.row_filters {
+        // No filter to hold or check (table.filter was refused above).
+        return Ok(());
+    }
+    row_filter::ensure_row_filters(client, cfg, tables).await
 }
 
 /// What the server's version lets a publication do, and the captured
@@ -56,6 +67,8 @@ struct PublicationFeatures {
     via_root: bool,
     /// `publish_generated_columns` (PostgreSQL 18+).
     generated: bool,
+    /// Publication row filters (PostgreSQL 15+; `pg_publication_rel.prqual`).
+    row_filters: bool,
     /// The captured partitioned tables, qualified.
     partitioned: Vec<String>,
 }
@@ -63,12 +76,17 @@ struct PublicationFeatures {
 impl PublicationFeatures {
     /// Reads the server version; a partitioned table captured from a server
     /// that cannot publish through the root stops start-up.
-    async fn read(client: &Client, tables: &[CapturedTable]) -> Result<Self, CaptureError> {
+    async fn read(
+        client: &Client,
+        cfg: &CaptureConfig,
+        tables: &[CapturedTable],
+    ) -> Result<Self, CaptureError> {
         let version: i32 = client
             .query_one("SELECT current_setting('server_version_num')::int", &[])
             .await
             .map_err(CaptureError::pg("read server version"))?
             .get(0);
+        row_filter::check_version(cfg, version)?;
         let via_root = version >= 130_000;
         let partitioned: Vec<String> = tables
             .iter()
@@ -88,6 +106,7 @@ impl PublicationFeatures {
         Ok(Self {
             via_root,
             generated,
+            row_filters: version >= row_filter::ROW_FILTER_VERSION,
             partitioned,
         })
     }
@@ -128,12 +147,17 @@ impl PublicationFeatures {
 /// or names the SQL to run when it is `disabled`.
 async fn create_publication(
     client: &Client,
-    name: &str,
-    mode: AutocreateMode,
+    cfg: &CaptureConfig,
     tables: &[CapturedTable],
     with: &str,
 ) -> Result<(), CaptureError> {
-    let quoted: Vec<String> = tables.iter().map(CapturedTable::quoted).collect();
+    let (name, mode) = (&cfg.publication_name, cfg.publication_autocreate_mode);
+    let quoted: Vec<String> = tables.iter().map(|t| publication_entry(cfg, t)).collect();
+    if mode == AutocreateMode::Filtered {
+        // A filter the replica identity does not cover would stop every
+        // UPDATE and DELETE on its table: refused before it is published.
+        row_filter::check_identity(client, cfg, tables).await?;
+    }
     match mode {
         AutocreateMode::Disabled => Err(CaptureError::Prerequisite(format!(
             "publication `{name}` does not exist and publication.autocreate.mode is `disabled`: create it (CREATE PUBLICATION {} FOR TABLE {}{with}) or set publication.autocreate.mode = \"filtered\"",
@@ -209,10 +233,10 @@ async fn ensure_via_root(
 /// `filtered` mode, or names the SQL to run.
 async fn ensure_tables_published(
     client: &Client,
-    name: &str,
-    mode: AutocreateMode,
+    cfg: &CaptureConfig,
     tables: &[CapturedTable],
 ) -> Result<(), CaptureError> {
+    let (name, mode) = (&cfg.publication_name, cfg.publication_autocreate_mode);
     // What the publication holds: its FOR TABLE members (a partitioned table
     // stays one even while pg_publication_tables lists its partitions
     // instead), and whatever else it publishes (FOR TABLES IN SCHEMA).
@@ -236,8 +260,10 @@ async fn ensure_tables_published(
     if missing.is_empty() {
         return Ok(());
     }
-    let missing_quoted: Vec<String> = missing.iter().map(|t| t.quoted()).collect();
+    let missing_quoted: Vec<String> = missing.iter().map(|t| publication_entry(cfg, t)).collect();
     if mode == AutocreateMode::Filtered {
+        let missing: Vec<CapturedTable> = missing.iter().map(|t| (*t).clone()).collect();
+        row_filter::check_identity(client, cfg, &missing).await?;
         let sql = format!(
             "ALTER PUBLICATION {} ADD TABLE {}",
             quote_ident(name),
