@@ -39,6 +39,7 @@ fn envelope() -> EnvelopeConfig {
         topic_mapping: Default::default(),
         database: "db".into(),
         schemas_enable: false,
+        columns: Default::default(),
     }
 }
 
