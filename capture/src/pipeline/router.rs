@@ -127,6 +127,10 @@ impl Router {
                 .unwrap_or_default(),
             identity_check: cfg.replica_identity_check,
         };
+        let columns = cfg
+            .column_policy()
+            .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+        refuse_key_masking(&key_columns, &columns)?;
         Ok(Self {
             tables_by_topic: HashMap::new(),
             topic_claims,
@@ -135,10 +139,7 @@ impl Router {
                 topic_mapping: cfg.topic_name_mapping.clone(),
                 database: cfg.database_dbname.clone(),
                 schemas_enable: cfg.schemas_enable,
-                // Validated at start-up.
-                columns: cfg
-                    .column_policy()
-                    .map_err(|e| CaptureError::Prerequisite(e.to_string()))?,
+                columns,
             },
             filter,
             key_columns,
@@ -500,6 +501,37 @@ where
         "table no longer in the catalog as the stream names it (dropped or renamed since): keyed by its Relation message"
     );
     Ok((key, false))
+}
+
+/// A key column excluded or masked, for the tables whose keys start-up
+/// read, refuses the start (a table whose key only its first change tells
+/// is set aside then, by its encoder).
+fn refuse_key_masking(
+    key_columns: &HashMap<String, Vec<String>>,
+    policy: &crate::envelope::ColumnPolicy,
+) -> Result<(), CaptureError> {
+    for (table, key) in key_columns {
+        let Some((schema, name)) = table.split_once('.') else {
+            continue;
+        };
+        for column in key {
+            let checked = crate::envelope::checked_action(
+                policy,
+                schema,
+                name,
+                column,
+                true,
+                crate::envelope::Characters::Unbounded,
+            );
+            if let Err(reason) = checked {
+                return Err(CaptureError::Prerequisite(format!(
+                    "{reason} (key of {table}: {})",
+                    key.join(", ")
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The outbox publishes its rows' payloads as they are: a column setting
