@@ -759,3 +759,23 @@ async fn a_key_column_excluded_is_refused_at_start_or_sets_its_table_aside() {
         "{reason}"
     );
 }
+
+/// The outbox publishes its payload as written: a column setting naming
+/// one of its columns stops capture, naming the column.
+#[tokio::test]
+async fn a_column_setting_on_the_outbox_table_is_refused() {
+    let mut router = router(
+        "outbox.table = \"public.outbox\"\n\"column.mask.with.3.chars\" = \"public.outbox.payload\"\n",
+    );
+    let mut catalog = FakeCatalog::default().with(20, "public", "outbox");
+    let rel = relation(20, "public", "outbox", &["payload"]);
+    router.on_relation(rel, &mut catalog).await.unwrap();
+    let Err(e) = router.build(20, &mut catalog, |_| false).await else {
+        panic!("a masked outbox column must be refused");
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("column payload of the outbox table public.outbox is excluded or masked"),
+        "{e}"
+    );
+}
