@@ -435,14 +435,31 @@ impl ColumnPolicy {
         if !included || p.exclude.iter().any(|r| r.is_match(&name)) {
             return ColumnAction::Exclude;
         }
-        match p
+        self.masked(&name)
+    }
+
+    /// The mask of the column named `name` (`schema.table.column`), if any.
+    fn masked(&self, name: &str) -> ColumnAction<'_> {
+        let rule = self
+            .0
             .rules
             .iter()
-            .find(|r| r.columns.iter().any(|c| c.is_match(&name)))
-        {
+            .find(|r| r.columns.iter().any(|c| c.is_match(name)));
+        match rule {
             Some(rule) => ColumnAction::Mask(&rule.mask),
             None => ColumnAction::Keep,
         }
+    }
+
+    /// What happens to a key column: kept (never excluded) when only an
+    /// include list leaves it out, as a sink's `fields.include` keeps key
+    /// fields; `Exclude` when `column.exclude.list` names it.
+    fn key_action(&self, namespace: &str, table: &str, column: &str) -> ColumnAction<'_> {
+        let name = format!("{namespace}.{table}.{column}");
+        if self.0.exclude.iter().any(|r| r.is_match(&name)) {
+            return ColumnAction::Exclude;
+        }
+        self.masked(&name)
     }
 
     /// The setting whose rule masks `column` (for messages).
@@ -458,7 +475,8 @@ impl ColumnPolicy {
 
 /// What the policy makes of one column of a table, checked: `Ok(None)` when
 /// excluded, `Ok(Some(mask))` when kept (masked or not). A key column can
-/// be neither excluded nor masked (its records would merge rows), and a
+/// be neither excluded nor masked (its records would merge rows; an include
+/// list need not name it, it is always kept), and a
 /// mask applies to character columns only (Debezium would pass any other
 /// value through unmasked: oncely refuses instead).
 pub fn checked_action(
@@ -470,10 +488,14 @@ pub fn checked_action(
     chars: Characters,
 ) -> Result<Option<Option<Mask>>, String> {
     let qualified = format!("{namespace}.{table}");
-    match policy.action(namespace, table, column) {
+    let action = match is_key {
+        true => policy.key_action(namespace, table, column),
+        false => policy.action(namespace, table, column),
+    };
+    match action {
         ColumnAction::Keep => Ok(Some(None)),
         ColumnAction::Exclude if is_key => Err(format!(
-            "key column {column} of table {qualified} is excluded by column.include.list/column.exclude.list: every record is keyed by it; keep the column, or key the table by other columns (message.key.columns)"
+            "key column {column} of table {qualified} is excluded by column.exclude.list: every record is keyed by it; remove it from the list, or key the table by other columns (message.key.columns)"
         )),
         ColumnAction::Exclude => Ok(None),
         ColumnAction::Mask(mask) => {
@@ -740,6 +762,16 @@ mod tests {
         );
         assert_eq!(
             checked_action(&p, "public", "t", "id", false, Characters::No),
+            Ok(None)
+        );
+        // An include list need not name the key: it is kept, still unmasked.
+        let p = policy(&["public.t.name"], &[], &[], &[]).unwrap();
+        assert_eq!(
+            checked_action(&p, "public", "t", "id", true, Characters::No),
+            Ok(Some(None))
+        );
+        assert_eq!(
+            checked_action(&p, "public", "t", "other", false, Characters::No),
             Ok(None)
         );
         let p = policy(&[], &[], &[], &[("to.5.chars", "public.t.n")]).unwrap();
