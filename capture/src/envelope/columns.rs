@@ -253,7 +253,8 @@ struct Policy {
     /// Masks before truncations (a column both name is masked, never sent
     /// cut but readable), in the order of their keys.
     rules: Vec<Rule>,
-    /// The settings as given, to compare two policies.
+    /// The settings as given, to compare two policies (never shown: a
+    /// hash key may hold its salt).
     spec: Vec<String>,
 }
 
@@ -369,8 +370,7 @@ fn parse_truncate(key: &str, rest: &str) -> Result<Mask, ColumnSettingError> {
     Ok(Mask::Truncate(n))
 }
 
-/// A hash key names its salt: errors and the compared spec name the key
-/// without it.
+/// A hash key names its salt: errors name the key without it.
 fn shown_key(prefix: &str, rest: &str) -> String {
     match rest.split_once(".with.salt.") {
         Some((head, _)) => format!("{prefix}.{head}.with.salt.***"),
@@ -405,7 +405,8 @@ impl ColumnPolicy {
                     key: key.clone(),
                     mask,
                 };
-                let spec = format!("{key}={columns}|{:?}", rule.mask);
+                // The key as written (a salt's reference, or the salt): never shown.
+                let spec = format!("{prefix}.{rest}={columns}");
                 policy.spec.push(spec);
                 match rule.mask {
                     Mask::Truncate(_) => truncations.push(rule),
@@ -610,6 +611,13 @@ mod tests {
             ColumnAction::Mask(&Mask::Truncate(3))
         );
         assert!(!format!("{p:?}{:?}", hash(HashVersion::V1, "pepper")).contains("pepper"));
+        // Policies differing only in a salt differ.
+        let with_salt = |salt: &str| {
+            let key = format!("hash.SHA-256.with.salt.{salt}");
+            policy(&[], &[], &[(key.as_str(), "a.b.c")], &[]).unwrap()
+        };
+        assert_eq!(with_salt("one"), with_salt("one"));
+        assert_ne!(with_salt("one"), with_salt("two"));
     }
 
     #[test]
