@@ -2,10 +2,12 @@
 //! offset, the source tables it captures and how their values convert, the
 //! snapshot filter check a signal is refused by, the consumer context its
 //! Kafka readers use, and the producer settings it sends with (the snapshot
-//! benchmark's Kafka floor sends with the same). `verify`, `status` and the
+//! benchmark's Kafka floor sends with the same), and the column policy
+//! (which columns are published, masked how). `verify`, `status` and the
 //! signal commands of the `oncely` binary use these, so that they read a
 //! capture the way it reads itself.
 
+pub use crate::envelope::{checked_action, Characters, ColumnAction, ColumnPolicy, Mask};
 pub use crate::kafka::{CaptureContext, PRODUCER_SETTINGS};
 pub use crate::naming::quote_ident;
 pub use crate::offset::{read_stored_offset, SourceOffset};

@@ -2,7 +2,9 @@
 //! (keyset pagination, so memory stays bounded and each page is an index
 //! range scan), each value mapped to the JSON capture would put on the wire.
 
-use oncely_capture::catalog::{TypeRegistry, ValueKind};
+use oncely_capture::catalog::{
+    checked_action, Characters, ColumnPolicy, Mask, TypeRegistry, ValueKind,
+};
 use oncely_capture::config::CaptureConfig;
 use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
@@ -20,6 +22,10 @@ pub struct Column {
     pub kind: ValueKind,
     /// `format_type(atttypid, atttypmod)`, to cast key text back in queries.
     pub sql_type: String,
+    /// Capture's mask of its values (`column.mask.*`, `column.truncate.*`),
+    /// applied to the source's values before they are compared.
+    pub mask: Option<Mask>,
+    pub chars: Characters,
 }
 
 /// A captured table: its columns (in table order) and key columns.
@@ -35,6 +41,36 @@ pub struct SourceTable {
     /// Its row filter (`table.filter`): only matching rows are meant to be
     /// in the targets, so only they are read.
     pub filter: Option<String>,
+}
+
+/// The columns of `t` capture publishes (`column.include.list` /
+/// `column.exclude.list`), each with the mask capture applies; a setting
+/// capture would refuse for the table is refused here too.
+fn published_columns(
+    policy: &ColumnPolicy,
+    t: &oncely_capture::catalog::CapturedTable,
+    types: &TypeRegistry,
+    rows: &[tokio_postgres::Row],
+) -> Result<Vec<Column>, VerifyError> {
+    let mut columns = Vec::with_capacity(rows.len());
+    for r in rows {
+        let name: String = r.get(0);
+        let kind = types.value_kind(r.get::<_, u32>(1));
+        let chars = kind.characters(r.get(3));
+        let is_key = t.key_columns.contains(&name);
+        let kept = checked_action(policy, &t.schema, &t.name, &name, is_key, chars)
+            .map_err(VerifyError::Source)?;
+        if let Some(mask) = kept {
+            columns.push(Column {
+                name,
+                kind,
+                sql_type: r.get(2),
+                mask,
+                chars,
+            });
+        }
+    }
+    Ok(columns)
 }
 
 impl SourceTable {
@@ -156,6 +192,9 @@ impl SourceDb {
         cfg: &CaptureConfig,
         captured: Vec<oncely_capture::catalog::CapturedTable>,
     ) -> Result<Vec<SourceTable>, VerifyError> {
+        let policy = cfg
+            .column_policy()
+            .map_err(|e| VerifyError::Source(e.to_string()))?;
         let mut out = Vec::with_capacity(captured.len());
         for t in captured {
             // The columns pgoutput sends: stored generated ones from
@@ -164,7 +203,7 @@ impl SourceDb {
                 .client
                 .query(
                     &format!(
-                        "SELECT a.attname::text, a.atttypid, format_type(a.atttypid, a.atttypmod)
+                        "SELECT a.attname::text, a.atttypid, format_type(a.atttypid, a.atttypmod), a.atttypmod
                          FROM pg_attribute a
                          WHERE a.attrelid = format('%I.%I', $1::text, $2::text)::regclass
                            AND a.attnum > 0 AND NOT a.attisdropped AND {}
@@ -175,14 +214,7 @@ impl SourceDb {
                 )
                 .await
                 .map_err(VerifyError::pg("read the columns of a captured table"))?;
-            let columns: Vec<Column> = rows
-                .iter()
-                .map(|r| Column {
-                    name: r.get(0),
-                    kind: self.types.value_kind(r.get::<_, u32>(1)),
-                    sql_type: r.get(2),
-                })
-                .collect();
+            let columns = published_columns(&policy, &t, &self.types, &rows)?;
             let key = t
                 .key_columns
                 .iter()
@@ -268,9 +300,11 @@ impl SourceDb {
             .iter()
             .zip(texts)
             .map(|(c, t)| {
-                let v = match t {
-                    None => Value::Null,
-                    Some(t) => c.kind.to_json(t),
+                let v = match (t, &c.mask) {
+                    (None, _) => Value::Null,
+                    (Some(t), None) => c.kind.to_json(t),
+                    // Masked as capture masks it: one implementation.
+                    (Some(t), Some(mask)) => c.kind.to_json(&mask.apply(t, c.chars)),
                 };
                 (c.name.clone(), v)
             })

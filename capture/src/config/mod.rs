@@ -170,6 +170,25 @@ pub struct CaptureConfig {
     #[serde(rename = "table.exclude.list", default)]
     pub table_exclude_list: StringList,
 
+    /// `column.include.list`: regular expressions matched (whole name, any
+    /// case) against `schema.table.column`; only matching columns are
+    /// published.
+    #[serde(rename = "column.include.list", default)]
+    pub column_include_list: StringList,
+    /// `column.exclude.list`: as `column.include.list`, for columns never
+    /// published (not with `column.include.list`).
+    #[serde(rename = "column.exclude.list", default)]
+    pub column_exclude_list: StringList,
+    /// `column.mask.*`: `with.<N>.chars` and
+    /// `hash[.v2].<algorithm>.with.salt.<salt>`, each the comma-separated
+    /// column regular expressions it masks.
+    #[serde(rename = "column.mask", default)]
+    pub column_mask: BTreeMap<String, String>,
+    /// `column.truncate.*`: `to.<N>.chars`, each the column regular
+    /// expressions it truncates.
+    #[serde(rename = "column.truncate", default)]
+    pub column_truncate: BTreeMap<String, String>,
+
     /// `message.key.columns`: `schema.table:col1,col2;schema.table2:col` as in Debezium.
     #[serde(rename = "message.key.columns", default)]
     pub message_key_columns: Option<String>,
@@ -322,17 +341,23 @@ const KAFKA_PRODUCER: &str = "kafka.producer";
 const TOPIC_NAME_MAPPING: &str = "topic.name.mapping";
 const TABLE_FILTER: &str = "table.filter";
 const OUTBOX: &str = "outbox";
+/// `column.mask.with.<N>.chars`, `column.mask.hash...`: the setting is in the key.
+const COLUMN_MASK: &str = "column.mask";
+const COLUMN_TRUNCATE: &str = "column.truncate";
 
 /// `table` flattened into dotted keys, with the keys under
 /// [`KAFKA_PRODUCER`] (as librdkafka strings), [`TOPIC_NAME_MAPPING`],
-/// [`TABLE_FILTER`] and [`OUTBOX`] gathered back into one table each.
+/// [`TABLE_FILTER`], [`OUTBOX`], [`COLUMN_MASK`] and [`COLUMN_TRUNCATE`]
+/// gathered back into one table each.
 fn flatten_capture(table: toml::Table) -> Result<toml::Table, ConfigError> {
     let mut flat = toml::Table::new();
-    let mut gathered: [(&str, toml::Table); 4] = [
+    let mut gathered: [(&str, toml::Table); 6] = [
         (KAFKA_PRODUCER, toml::Table::new()),
         (TOPIC_NAME_MAPPING, toml::Table::new()),
         (TABLE_FILTER, toml::Table::new()),
         (OUTBOX, toml::Table::new()),
+        (COLUMN_MASK, toml::Table::new()),
+        (COLUMN_TRUNCATE, toml::Table::new()),
     ];
     for (key, value) in flatten(table, Leaves::Typed)? {
         let under = gathered.iter_mut().find_map(|(prefix, table)| {
@@ -498,6 +523,19 @@ impl CaptureConfig {
         self.table_filter
             .get(&format!("{schema}.{table}"))
             .map(String::as_str)
+    }
+
+    /// The column settings (`column.*`) compiled: which columns are
+    /// published and how masked, as capture's encoders and `oncely verify`
+    /// apply them. Hash salts are resolved here, never shown.
+    pub fn column_policy(&self) -> Result<crate::catalog::ColumnPolicy, ConfigError> {
+        crate::catalog::ColumnPolicy::new(crate::envelope::ColumnSettings {
+            include: &self.column_include_list.0,
+            exclude: &self.column_exclude_list.0,
+            mask: &self.column_mask,
+            truncate: &self.column_truncate,
+        })
+        .map_err(|e| ConfigError::new(e.key, e.message))
     }
 
     /// The signal table, `schema.table`, when configured.

@@ -529,3 +529,58 @@ fn table_filters_read_inline_and_as_a_table_and_are_held_to_the_filter_rules() {
     let err = CaptureConfig::parse(&all, "test").unwrap_err();
     assert_eq!(err.key, "publication.autocreate.mode", "{err}");
 }
+
+#[test]
+fn column_settings_parse_in_every_key_form_and_name_a_wrong_one() {
+    std::env::set_var("ONCELY_CONFIG_TEST_SALT", "pepper");
+    let text = format!(
+        "{MINIMAL}\ncolumn.exclude.list = \"public.users.ssn\"\n\
+         column.mask.with.4.chars = \"public.users.name\"\n\
+         \"column.mask.hash.SHA-256.with.salt.${{file:/nonexistent/x.salt}}\" = \"public.x.y\"\n\
+         [column.truncate]\n\"to.3.chars\" = \"public.users.city\"\n"
+    );
+    // The salt file is unreadable: the error names the key without the salt.
+    let err = CaptureConfig::parse(&text, "test").unwrap_err().to_string();
+    assert!(
+        err.contains("column.mask.hash") && err.contains("/nonexistent/x.salt"),
+        "{err}"
+    );
+    let text = text.replace(
+        "${file:/nonexistent/x.salt}",
+        "${env:ONCELY_CONFIG_TEST_SALT}",
+    );
+    let cfg = CaptureConfig::parse(&text, "test").unwrap();
+    let policy = cfg.column_policy().unwrap();
+    use crate::envelope::{ColumnAction, Mask};
+    assert_eq!(
+        policy.action("public", "users", "ssn"),
+        ColumnAction::Exclude
+    );
+    assert_eq!(
+        policy.action("public", "users", "name"),
+        ColumnAction::Mask(&Mask::Chars(4))
+    );
+    assert_eq!(
+        policy.action("public", "users", "city"),
+        ColumnAction::Mask(&Mask::Truncate(3))
+    );
+    assert!(matches!(
+        policy.action("public", "x", "y"),
+        ColumnAction::Mask(Mask::Hash { .. })
+    ));
+    assert!(!format!("{cfg:?}{policy:?}").contains("pepper"));
+
+    let both =
+        format!("{MINIMAL}\ncolumn.include.list = \"a.b.c\"\ncolumn.exclude.list = \"a.b.d\"\n");
+    let err = CaptureConfig::parse(&both, "test").unwrap_err().to_string();
+    assert!(
+        err.contains("column.include.list") && err.contains("both"),
+        "{err}"
+    );
+    let bad = format!("{MINIMAL}\ncolumn.mask.with.many.chars = \"a.b.c\"\n");
+    let err = CaptureConfig::parse(&bad, "test").unwrap_err().to_string();
+    assert!(err.contains("column.mask.with.many.chars"), "{err}");
+    let typo = format!("{MINIMAL}\ncolumn.exclude.lst = \"a.b.c\"\n");
+    let err = CaptureConfig::parse(&typo, "test").unwrap_err().to_string();
+    assert!(err.contains("column.exclude.list"), "{err}");
+}

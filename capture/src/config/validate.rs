@@ -147,6 +147,7 @@ impl CaptureConfig {
             .map_err(|e| invalid("table.include.list", e.to_string()))?;
         crate::filter::parse_key_columns(self.message_key_columns.as_deref())
             .map_err(|e| invalid("message.key.columns", e))?;
+        self.column_policy()?;
         if let Some(outbox) = &self.outbox {
             outbox
                 .validate()

@@ -8,6 +8,9 @@ pub enum EnvelopeError {
     NoKeyColumns { table: String },
     #[error("table {table} has REPLICA IDENTITY FULL, so pgoutput flags every column as a key column; pass the table's primary key columns (or configure message.key.columns for it)")]
     FullIdentityNeedsKeyColumns { table: String },
+    /// The column settings cannot apply to the table as it is.
+    #[error("table {table}: {reason}")]
+    ColumnPolicy { table: String, reason: String },
     #[error("message.key.columns for table {table} names column {column:?}, which the table does not have")]
     UnknownKeyColumn { table: String, column: String },
     #[error("row for table {table} has {got} columns, the table has {expected}: a schema change was missed")]

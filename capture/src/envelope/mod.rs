@@ -15,6 +15,7 @@
 //! key has nulls for the other columns and they are written as nulls. Bytes
 //! no type mapping applies to are written as base64 strings.
 
+mod columns;
 mod error;
 mod message;
 mod schema;
@@ -29,6 +30,7 @@ use serde_json::Value;
 
 use crate::json::{write_i64, write_str};
 
+pub use columns::{checked_action, Characters, ColumnAction, ColumnPolicy, ColumnSettings, Mask};
 pub use error::EnvelopeError;
 pub use message::message_record;
 pub use shape::{Cell, ColumnShape, ColumnType, Row, TableShape, Unrepresentable};
@@ -58,6 +60,8 @@ pub struct EnvelopeConfig {
     pub database: String,
     /// Wrap keys and values in `{"schema", "payload"}`.
     pub schemas_enable: bool,
+    /// Which columns are published, and masked how (`column.*`).
+    pub columns: ColumnPolicy,
 }
 
 pub use oncely_core::wire::Op;
@@ -109,6 +113,11 @@ struct ColumnEncoder {
     /// `"<name>":`, escaped.
     label: Vec<u8>,
     ty: Arc<dyn ColumnType>,
+    /// Its position in a row (excluded columns are not written).
+    source: usize,
+    /// Applied to every value before it is written (`column.mask.*`).
+    mask: Option<Mask>,
+    chars: Characters,
 }
 
 /// Which source columns a table's fields are (docs/design.md, "Schema
@@ -148,8 +157,12 @@ pub struct TableEncoder {
     /// name schema and table apart; either may contain dots).
     schema_len: usize,
     topic: String,
+    /// The columns written, excluded ones left out.
     columns: Vec<ColumnEncoder>,
+    /// Positions of the key columns in `columns`.
     key_indices: Vec<usize>,
+    /// Cells of a row: the table's columns, excluded ones included.
+    width: usize,
     /// `{"schema":<key schema>,"payload":` or empty.
     key_head: Vec<u8>,
     /// `{"schema":<value schema>,"payload":` or empty.
@@ -165,22 +178,26 @@ impl TableEncoder {
     /// Prepares the encoder for `shape`, whose value schema also says which
     /// source columns the fields are when `identity` is given
     /// ([`SourceIdentity`]). Each source builds the shape of its tables
-    /// (PostgreSQL: `TableEncoder::identified` from a Relation).
+    /// (PostgreSQL: `TableEncoder::identified` from a Relation). The
+    /// columns `cfg.columns` excludes are never written and those it masks
+    /// are written masked, whatever path a row takes; a policy the table
+    /// cannot take (a key column excluded or masked, a mask on a column
+    /// without character data) is an error naming the column.
     pub fn from_shape(
         shape: &TableShape,
         cfg: &EnvelopeConfig,
         identity: Option<&SourceIdentity>,
-    ) -> Self {
+    ) -> Result<Self, EnvelopeError> {
         let table = format!("{}.{}", shape.namespace, shape.name);
-        let columns = column_encoders(shape);
+        let (columns, key_indices) = column_encoders(shape, &cfg.columns)?;
         let (key_head, value_head, tail) = if cfg.schemas_enable {
-            schema_heads(shape, cfg, identity)
+            schema_heads(shape, &columns, &key_indices, cfg, identity)
         } else {
             (Vec::new(), Vec::new(), &b""[..])
         };
 
         let value_capacity = value_head.len() + 320 + 48 * columns.len() * 2;
-        Self {
+        Ok(Self {
             topic: crate::naming::table_topic(
                 &cfg.topic_prefix,
                 &cfg.topic_mapping,
@@ -191,12 +208,13 @@ impl TableEncoder {
             schema_len: shape.namespace.len(),
             table,
             columns,
-            key_indices: shape.key.clone(),
+            key_indices,
+            width: shape.columns.len(),
             key_head,
             value_head,
             tail,
             value_capacity,
-        }
+        })
     }
 
     /// The source schema and table of the events.
@@ -244,7 +262,7 @@ impl TableEncoder {
                 out.push(b',');
             }
             let col = &self.columns[i];
-            let cell = row.cell(i);
+            let cell = row.cell(col.source);
             if cell == Cell::Unavailable {
                 return Err(EnvelopeError::KeyValueUnavailable {
                     table: self.table.clone(),
@@ -348,7 +366,7 @@ impl TableEncoder {
                 out.push(b',');
             }
             out.extend_from_slice(&col.label);
-            self.write_value(col, row.cell(i), out)?;
+            self.write_value(col, row.cell(col.source), out)?;
         }
         out.push(b'}');
         Ok(())
@@ -368,6 +386,12 @@ impl TableEncoder {
                     table: self.table.clone(),
                     column: col.name.clone(),
                 })?;
+                // Masked first: no error below may quote the original.
+                let text = match &col.mask {
+                    Some(mask) => mask.apply(text, col.chars),
+                    None => std::borrow::Cow::Borrowed(text),
+                };
+                let text = text.as_ref();
                 col.ty.write_json(text, out).map_err(|_| {
                     let (field, fix) = col.ty.refusal_help();
                     EnvelopeError::Unrepresentable {
@@ -379,19 +403,24 @@ impl TableEncoder {
                     }
                 })?;
             }
-            Cell::Binary(bytes) => write_str(
-                out,
-                &base64::engine::general_purpose::STANDARD.encode(bytes),
-            ),
+            Cell::Binary(bytes) => match &col.mask {
+                Some(mask) => {
+                    write_str(out, &mask.apply(&String::from_utf8_lossy(bytes), col.chars))
+                }
+                None => write_str(
+                    out,
+                    &base64::engine::general_purpose::STANDARD.encode(bytes),
+                ),
+            },
         }
         Ok(())
     }
 
     fn check_len<R: Row + ?Sized>(&self, row: &R) -> Result<(), EnvelopeError> {
-        if row.width() != self.columns.len() {
+        if row.width() != self.width {
             return Err(EnvelopeError::ColumnCount {
                 table: self.table.clone(),
-                expected: self.columns.len(),
+                expected: self.width,
                 got: row.width(),
             });
         }
@@ -399,49 +428,71 @@ impl TableEncoder {
     }
 }
 
-/// One encoder per column, its JSON label (`"name":`) written once.
-fn column_encoders(shape: &TableShape) -> Vec<ColumnEncoder> {
-    shape
-        .columns
-        .iter()
-        .map(|c| {
-            let mut label = Vec::with_capacity(c.name.len() + 3);
-            write_str(&mut label, &c.name);
-            label.push(b':');
-            ColumnEncoder {
-                name: c.name.clone(),
-                label,
-                ty: Arc::clone(&c.ty),
-            }
-        })
-        .collect()
+/// One encoder per column `policy` keeps, its JSON label (`"name":`)
+/// written once and its mask; and the key's positions among them.
+fn column_encoders(
+    shape: &TableShape,
+    policy: &ColumnPolicy,
+) -> Result<(Vec<ColumnEncoder>, Vec<usize>), EnvelopeError> {
+    let mut columns = Vec::with_capacity(shape.columns.len());
+    let mut key = shape.key.clone();
+    for (i, c) in shape.columns.iter().enumerate() {
+        let key_position = shape.key.iter().position(|&k| k == i);
+        let chars = c.ty.characters();
+        let (ns, name) = (&shape.namespace, &shape.name);
+        let kept = checked_action(policy, ns, name, &c.name, key_position.is_some(), chars)
+            .map_err(|reason| EnvelopeError::ColumnPolicy {
+                table: format!("{ns}.{name}"),
+                reason,
+            })?;
+        // Excluded: a key column never is (checked above).
+        let Some(mask) = kept else { continue };
+        if let Some(k) = key_position {
+            key[k] = columns.len();
+        }
+        let mut label = Vec::with_capacity(c.name.len() + 3);
+        write_str(&mut label, &c.name);
+        label.push(b':');
+        columns.push(ColumnEncoder {
+            name: c.name.clone(),
+            label,
+            ty: Arc::clone(&c.ty),
+            source: i,
+            mask,
+            chars,
+        });
+    }
+    Ok((columns, key))
 }
 
 /// The `{"schema": ..., "payload":` heads of the key and the value, and the
 /// tail that closes them, for `schemas.enable`.
 fn schema_heads(
     shape: &TableShape,
+    columns: &[ColumnEncoder],
+    key: &[usize],
     cfg: &EnvelopeConfig,
     identity: Option<&SourceIdentity>,
 ) -> (Vec<u8>, Vec<u8>, &'static [u8]) {
     let base_name = format!("{}.{}.{}", cfg.topic_prefix, shape.namespace, shape.name);
-    let key_fields = shape
-        .key
+    let key_fields = key
         .iter()
         .map(|&i| {
-            let c = &shape.columns[i];
+            let c = &columns[i];
             c.ty.field_schema(&c.name, false)
         })
         .collect();
     // Only key columns are declared required: pgoutput does not say which
     // columns are NOT NULL.
-    let row_fields = shape
-        .columns
+    let row_fields = columns
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let mut field = c.ty.field_schema(&c.name, !shape.key.contains(&i));
-            if let Some(attnum) = identity.and_then(|id| id.attnums.get(i).copied()?) {
+            let mut field = c.ty.field_schema(&c.name, !key.contains(&i));
+            if let Some((name, value)) = c.mask.as_ref().and_then(|m| m.schema_parameter(c.chars)) {
+                schema::add_parameter(&mut field, name, value);
+            }
+            if let Some(attnum) = identity.and_then(|id| id.attnums.get(c.source).copied()?) {
                 schema::add_parameter(&mut field, PARAM_ATTNUM, attnum.to_string());
             }
             field

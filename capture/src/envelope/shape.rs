@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::Characters;
+
 /// A value its field's type cannot hold (a timestamp beyond 64-bit µs, for
 /// one): the change is refused, never sent as something else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +31,10 @@ pub trait ColumnType: fmt::Debug + Send + Sync {
     fn write_json(&self, text: &str, out: &mut Vec<u8>) -> Result<(), Unrepresentable>;
     /// The field and the fix an operator is told when a value is refused.
     fn refusal_help(&self) -> (&'static str, &'static str);
+    /// Whether the column holds character data (which masks apply to).
+    fn characters(&self) -> Characters {
+        Characters::No
+    }
 }
 
 /// One column of a table.

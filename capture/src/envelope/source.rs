@@ -90,6 +90,7 @@ mod tests {
             topic_mapping: Default::default(),
             database: "d\\b".into(),
             schemas_enable: false,
+            columns: Default::default(),
         };
         let w = SourceWriter::new(&cfg, "s", "t\n");
         let src = SourcePosition {

@@ -127,6 +127,10 @@ impl Router {
                 .unwrap_or_default(),
             identity_check: cfg.replica_identity_check,
         };
+        let columns = cfg
+            .column_policy()
+            .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+        refuse_key_masking(&key_columns, &columns)?;
         Ok(Self {
             tables_by_topic: HashMap::new(),
             topic_claims,
@@ -135,6 +139,7 @@ impl Router {
                 topic_mapping: cfg.topic_name_mapping.clone(),
                 database: cfg.database_dbname.clone(),
                 schemas_enable: cfg.schemas_enable,
+                columns,
             },
             filter,
             key_columns,
@@ -322,6 +327,7 @@ impl Router {
         }
         let outbox = self.rules.outbox.as_ref();
         if let Some((outbox, dead_letters)) = outbox.filter(|(o, _)| o.table == qualified) {
+            refuse_outbox_masking(rel, &self.envelope.columns)?;
             let router = OutboxRouter::new(rel, outbox, dead_letters)
                 .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
             return Ok(Some(Some(Route::Outbox(router, Arc::clone(rel)))));
@@ -495,6 +501,55 @@ where
         "table no longer in the catalog as the stream names it (dropped or renamed since): keyed by its Relation message"
     );
     Ok((key, false))
+}
+
+/// A key column excluded or masked, for the tables whose keys start-up
+/// read, refuses the start (a table whose key only its first change tells
+/// is set aside then, by its encoder).
+fn refuse_key_masking(
+    key_columns: &HashMap<String, Vec<String>>,
+    policy: &crate::envelope::ColumnPolicy,
+) -> Result<(), CaptureError> {
+    for (table, key) in key_columns {
+        let Some((schema, name)) = table.split_once('.') else {
+            continue;
+        };
+        for column in key {
+            let checked = crate::envelope::checked_action(
+                policy,
+                schema,
+                name,
+                column,
+                true,
+                crate::envelope::Characters::Unbounded,
+            );
+            if let Err(reason) = checked {
+                return Err(CaptureError::Prerequisite(format!(
+                    "{reason} (key of {table}: {})",
+                    key.join(", ")
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The outbox publishes its rows' payloads as they are: a column setting
+/// that names one of its columns is refused, not silently ignored.
+fn refuse_outbox_masking(
+    rel: &Relation,
+    policy: &crate::envelope::ColumnPolicy,
+) -> Result<(), CaptureError> {
+    let touched = rel.columns.iter().find(|c| {
+        policy.action(&rel.namespace, &rel.name, &c.name) != crate::envelope::ColumnAction::Keep
+    });
+    match touched {
+        Some(c) => Err(CaptureError::Prerequisite(format!(
+            "column {} of the outbox table {}.{} is excluded or masked by the column.* settings; the outbox publishes its rows as written: leave its columns out of column.include.list/column.exclude.list/column.mask/column.truncate, and write only what may be published into it",
+            c.name, rel.namespace, rel.name
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The route of `relation_id`, resolved before.

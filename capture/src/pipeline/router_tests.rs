@@ -39,6 +39,7 @@ fn envelope() -> EnvelopeConfig {
         topic_mapping: Default::default(),
         database: "db".into(),
         schemas_enable: false,
+        columns: Default::default(),
     }
 }
 
@@ -720,4 +721,61 @@ async fn a_type_created_while_streaming_is_learnt_once_and_routes_are_built_agai
     router.on_type(&mood, &mut catalog).await.unwrap();
     assert_eq!(catalog.types_learnt, 1);
     assert!(router.has_route(10));
+}
+
+/// A key column excluded: refused at start for a table whose key start-up
+/// read, and the table set aside naming column and key when only its first
+/// change tells the key.
+#[tokio::test]
+async fn a_key_column_excluded_is_refused_at_start_or_sets_its_table_aside() {
+    let text = "topic.prefix = \"shop\"\ndatabase.hostname = \"127.0.0.1\"\n\
+         database.user = \"postgres\"\ndatabase.dbname = \"shop\"\n\
+         kafka.bootstrap.servers = \"127.0.0.1:9092\"\n\
+         column.exclude.list = \"public\\\\.users\\\\.(id|note)\"\n";
+    let cfg = CaptureConfig::parse(text, "test").unwrap();
+    let keys = HashMap::from([("public.users".to_string(), vec!["id".to_string()])]);
+    let Err(e) = Router::new(&cfg, TopicClaims::default(), keys, TypeRegistry::builtin()) else {
+        panic!("a key column excluded must refuse the start");
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("key column id of table public.users is excluded")
+            && e.contains("(key of public.users: id)"),
+        "{e}"
+    );
+
+    let mut router = router("column.exclude.list = \"public\\\\.users\\\\.(id|note)\"\n");
+    let mut catalog = FakeCatalog::default().with(11, "public", "users");
+    let rel = relation(11, "public", "users", &["note"]);
+    router.on_relation(rel, &mut catalog).await.unwrap();
+    let Followup::SetAside { table, reason } =
+        router.build(11, &mut catalog, |_| false).await.unwrap()
+    else {
+        panic!("set aside");
+    };
+    assert_eq!(table, "public.users");
+    assert!(
+        reason.contains("key column id of table public.users is excluded"),
+        "{reason}"
+    );
+}
+
+/// The outbox publishes its payload as written: a column setting naming
+/// one of its columns stops capture, naming the column.
+#[tokio::test]
+async fn a_column_setting_on_the_outbox_table_is_refused() {
+    let mut router = router(
+        "outbox.table = \"public.outbox\"\n\"column.mask.with.3.chars\" = \"public.outbox.payload\"\n",
+    );
+    let mut catalog = FakeCatalog::default().with(20, "public", "outbox");
+    let rel = relation(20, "public", "outbox", &["payload"]);
+    router.on_relation(rel, &mut catalog).await.unwrap();
+    let Err(e) = router.build(20, &mut catalog, |_| false).await else {
+        panic!("a masked outbox column must be refused");
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("column payload of the outbox table public.outbox is excluded or masked"),
+        "{e}"
+    );
 }

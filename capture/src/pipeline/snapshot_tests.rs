@@ -87,6 +87,7 @@ fn encoding() -> ChunkEncoding {
         topic_mapping: Default::default(),
         database: "db".into(),
         schemas_enable: false,
+        columns: Default::default(),
     };
     let encoder = TableEncoder::new(&relation(), &TypeRegistry::builtin(), None, &envelope)
         .expect("an encoder");

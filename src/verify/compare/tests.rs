@@ -8,6 +8,8 @@ fn table() -> SourceTable {
         name: name.into(),
         kind,
         sql_type: "text".into(),
+        mask: None,
+        chars: oncely_capture::catalog::Characters::No,
     };
     SourceTable {
         schema: "public".into(),
@@ -60,6 +62,8 @@ fn native_documents_compare_with_the_source_converted_as_the_sink_converts() {
         name: "day".into(),
         kind: ValueKind::Date,
         sql_type: "date".into(),
+        mask: None,
+        chars: oncely_capture::catalog::Characters::No,
     });
     let native = Format {
         values: ValueFormat::Native,

@@ -146,7 +146,7 @@ async fn drive(p: &Pipeline) -> Result<()> {
 }
 
 /// Every key name, hash field, hash value and string under the pipeline's Redis prefix.
-async fn redis_texts(p: &Pipeline) -> Result<Vec<String>> {
+pub(super) async fn redis_texts(p: &Pipeline) -> Result<Vec<String>> {
     let mut conn = e2e::redis_conn().await?;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{}:*", p.redis_prefix))
@@ -182,7 +182,7 @@ async fn redis_texts(p: &Pipeline) -> Result<Vec<String>> {
 }
 
 /// Every document of `index` and its mapping, as JSON text.
-async fn es_texts(index: &str) -> Result<(String, String)> {
+pub(super) async fn es_texts(index: &str) -> Result<(String, String)> {
     let es = e2e::es();
     es.indices()
         .refresh(IndicesRefreshParts::Index(&[index]))

@@ -6,6 +6,7 @@ mod fields;
 mod gap;
 mod identity;
 mod identity_change;
+mod masking;
 mod row_filter;
 mod scale_out;
 mod snapshot_toast;

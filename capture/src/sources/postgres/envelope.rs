@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::pgoutput::{Relation, ReplicaIdentity, TupleData, TupleValue};
 use super::value::{TypeRegistry, ValueKind};
 use crate::envelope::{
-    Cell, ColumnShape, ColumnType, EnvelopeConfig, EnvelopeError, Row, SourceIdentity,
+    Cell, Characters, ColumnShape, ColumnType, EnvelopeConfig, EnvelopeError, Row, SourceIdentity,
     TableEncoder, TableShape, Unrepresentable,
 };
 
@@ -37,6 +37,10 @@ impl ColumnType for PgColumn {
 
     fn refusal_help(&self) -> (&'static str, &'static str) {
         refusal_help(&self.kind)
+    }
+
+    fn characters(&self) -> Characters {
+        self.kind.characters(self.type_modifier)
     }
 }
 
@@ -83,11 +87,7 @@ impl TableEncoder {
         cfg: &EnvelopeConfig,
         identity: Option<&SourceIdentity>,
     ) -> Result<Self, EnvelopeError> {
-        Ok(Self::from_shape(
-            &table_shape(rel, reg, key_columns)?,
-            cfg,
-            identity,
-        ))
+        Self::from_shape(&table_shape(rel, reg, key_columns)?, cfg, identity)
     }
 }
 

@@ -32,6 +32,7 @@ fn cfg(schemas_enable: bool) -> EnvelopeConfig {
         topic_mapping: Default::default(),
         database: "shopdb".into(),
         schemas_enable,
+        columns: Default::default(),
     }
 }
 

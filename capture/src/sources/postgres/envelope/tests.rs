@@ -34,6 +34,7 @@ fn cfg(schemas_enable: bool) -> EnvelopeConfig {
         topic_mapping: Default::default(),
         database: "shopdb".into(),
         schemas_enable,
+        columns: Default::default(),
     }
 }
 
@@ -451,4 +452,112 @@ fn values_an_integer_field_cannot_hold_are_refused_by_name() {
     let e = TableEncoder::new(&r, &TypeRegistry::builtin(), None, &cfg(false)).unwrap();
     let v = parse(&e.value(Op::Create, None, Some(&huge), &src(), 0).unwrap());
     assert_eq!(v["after"]["span"], json!("P-178000000Y0M0DT0H0M0S"));
+}
+
+fn masked_cfg(exclude: &[&str], mask: &[(&str, &str)]) -> EnvelopeConfig {
+    let exclude: Vec<String> = exclude.iter().map(|s| s.to_string()).collect();
+    let mask = mask
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    EnvelopeConfig {
+        columns: ColumnPolicy::new(ColumnSettings {
+            include: &[],
+            exclude: &exclude,
+            mask: &mask,
+            truncate: &Default::default(),
+        })
+        .unwrap(),
+        ..cfg(true)
+    }
+}
+
+/// An excluded column is not in the record nor its schema, a masked one is
+/// written masked and its field says so (Debezium's `masked` parameter), in
+/// every row image; the row still has all the table's cells.
+#[test]
+fn excluded_columns_are_left_out_and_masked_ones_masked_in_every_image() {
+    let mut r = rel(ReplicaIdentity::Full);
+    r.columns.push(col("email", 1043, false));
+    r.columns[3].type_modifier = 10 + 4;
+    let cfg = masked_cfg(
+        &["public.customers.seen"],
+        &[
+            ("hash.v2.SHA-256.with.salt.pepper", "public.customers.email"),
+            ("with.3.chars", "public.customers.name"),
+        ],
+    );
+    let keys = ["id".to_string()];
+    let e = TableEncoder::new(&r, &TypeRegistry::builtin(), Some(&keys), &cfg).unwrap();
+    let old = row(vec![
+        t("1"),
+        t("Ann"),
+        t("2025-01-01 00:00:00+00"),
+        t("ann@x.org"),
+    ]);
+    let new = row(vec![
+        t("1"),
+        TupleValue::Null,
+        t("2025-01-02 00:00:00+00"),
+        TupleValue::UnchangedToast,
+    ]);
+    let v = parse(
+        &e.value(Op::Update, Some(&old), Some(&new), &src(), 0)
+            .unwrap(),
+    );
+    let ColumnAction::Mask(hash) = cfg.columns.action("public", "customers", "email") else {
+        panic!("email is masked");
+    };
+    let pseudonym = &hash.apply("ann@x.org", Characters::UpTo(10)).into_owned();
+    assert_eq!(pseudonym.len(), 10);
+    assert_eq!(
+        v["payload"]["before"],
+        json!({"id": 1, "name": "***", "email": pseudonym})
+    );
+    assert_eq!(
+        v["payload"]["after"],
+        json!({"id": 1, "name": null, "email": UNAVAILABLE_VALUE})
+    );
+    let fields = &v["schema"]["fields"][0]["fields"];
+    let names: Vec<&str> = fields
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["id", "name", "email"]);
+    assert_eq!(fields[1]["parameters"]["masked"], "true");
+    let text =
+        String::from_utf8(e.value(Op::Create, None, Some(&old), &src(), 0).unwrap()).unwrap();
+    assert!(
+        !text.contains("ann@x.org") && !text.contains("Ann") && !text.contains("2025"),
+        "{text}"
+    );
+    assert_eq!(parse(&e.key(&old).unwrap())["payload"], json!({"id": 1}));
+}
+
+#[test]
+fn a_key_column_excluded_or_masked_or_a_mask_on_a_number_is_refused_naming_it() {
+    let r = rel(ReplicaIdentity::Default);
+    let reg = TypeRegistry::builtin();
+    let refused = |cfg: EnvelopeConfig| {
+        TableEncoder::new(&r, &reg, None, &cfg)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = refused(masked_cfg(&["public.customers.id"], &[]));
+    assert!(
+        e.contains("key column id of table public.customers is excluded"),
+        "{e}"
+    );
+    let e = refused(masked_cfg(&[], &[("with.2.chars", "public.customers.id")]));
+    assert!(
+        e.contains("key column id of table public.customers is masked"),
+        "{e}"
+    );
+    let e = refused(masked_cfg(
+        &[],
+        &[("with.2.chars", "public.customers.seen")],
+    ));
+    assert!(e.contains("column seen of table public.customers is masked by column.mask.with.2.chars, but it does not hold character data"), "{e}");
 }

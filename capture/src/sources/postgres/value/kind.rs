@@ -13,6 +13,7 @@ use super::temporal::{
     parse_timestamptz, parse_timetz, write_zoned_time, write_zoned_timestamp, Interval,
     IntervalParts, ZonedTimestamp,
 };
+use crate::envelope::Characters;
 use crate::json::{is_json_integer, write_i64, write_str};
 
 pub(crate) const BOX_OID: u32 = 603;
@@ -193,6 +194,20 @@ impl ValueKind {
         match self.map(text) {
             Ok(mapped) => mapped.into_value(),
             Err(Unrepresentable) => Value::String(text.to_owned()),
+        }
+    }
+
+    /// Whether a column of this kind holds character data, and its declared
+    /// length (`varchar(n)`, `char(n)`: `type_modifier` is n + 4), for masks.
+    /// Types without a mapping of their own are written as text, so they are
+    /// character data too.
+    pub fn characters(&self, type_modifier: i32) -> Characters {
+        match self {
+            ValueKind::Text | ValueKind::Varchar => match usize::try_from(type_modifier - 4) {
+                Ok(n) if type_modifier >= 4 => Characters::UpTo(n),
+                _ => Characters::Unbounded,
+            },
+            _ => Characters::No,
         }
     }
 
