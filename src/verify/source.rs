@@ -2,12 +2,16 @@
 //! (keyset pagination, so memory stays bounded and each page is an index
 //! range scan), each value mapped to the JSON capture would put on the wire.
 
+use std::sync::Arc;
+
+use oncely_capture::catalog::mysql::{self, Cell, ColumnShape, MappingConfig, TableShape};
 use oncely_capture::catalog::{TypeRegistry, ValueKind};
-use oncely_capture::config::CaptureConfig;
+use oncely_capture::config::{CaptureConfig, SourceKind};
 use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
+use super::mysql_source::MySqlSource;
 use super::VerifyError;
 
 use oncely_core::wire::SESSION_OPTIONS;
@@ -17,9 +21,29 @@ use oncely_core::wire::SESSION_OPTIONS;
 pub struct Column {
     pub name: String,
     /// How its values map to JSON (capture's mapping).
-    pub kind: ValueKind,
-    /// `format_type(atttypid, atttypmod)`, to cast key text back in queries.
+    pub kind: ColumnKind,
+    /// PostgreSQL: `format_type(atttypid, atttypmod)`, to cast key text
+    /// back in queries; MySQL: `information_schema`'s `COLUMN_TYPE`.
     pub sql_type: String,
+}
+
+/// Whose mapping a column's values take: each source keeps its own.
+#[derive(Debug, Clone)]
+pub enum ColumnKind {
+    /// PostgreSQL's type registry.
+    Postgres(ValueKind),
+    /// Debezium's MySQL mapping of the column's shape, in capture's modes.
+    Mysql(Box<ColumnShape>, MappingConfig),
+}
+
+impl ColumnKind {
+    /// The column's Connect field schema, as capture writes it.
+    pub fn field_schema(&self, name: &str) -> Value {
+        match self {
+            ColumnKind::Postgres(kind) => kind.field_schema(-1, name, true),
+            ColumnKind::Mysql(shape, mapping) => mysql::field_schema(mapping, shape, true),
+        }
+    }
 }
 
 /// A captured table: its columns (in table order) and key columns.
@@ -32,6 +56,8 @@ pub struct SourceTable {
     pub key: Vec<usize>,
     /// The Kafka topic capture writes it to.
     pub topic: String,
+    /// A MySQL table's shape, which its chunk reads and key look-ups take.
+    pub mysql: Option<Arc<TableShape>>,
 }
 
 impl SourceTable {
@@ -80,6 +106,9 @@ pub struct SourceRow {
     pub key_wire: Vec<Value>,
     /// Every column as capture writes it in `after` (nulls included).
     pub row: Map<String, Value>,
+    /// A MySQL row's key cells, to read the next page after (empty for
+    /// PostgreSQL, which pages by `key_text`).
+    pub key_cells: Vec<Cell>,
 }
 
 impl SourceRow {
@@ -96,13 +125,13 @@ impl SourceRow {
     }
 }
 
-/// The source database as capture's configuration describes it.
-pub struct SourceDb {
+/// A PostgreSQL source database as capture's configuration describes it.
+pub struct PgSource {
     client: Client,
     types: TypeRegistry,
 }
 
-impl SourceDb {
+impl PgSource {
     /// Connects with capture's `database.*` settings and the session settings of
     /// its replication connection, and loads user types (enums, domains).
     pub async fn connect(cfg: &CaptureConfig) -> Result<Self, VerifyError> {
@@ -169,7 +198,7 @@ impl SourceDb {
                 .iter()
                 .map(|r| Column {
                     name: r.get(0),
-                    kind: self.types.value_kind(r.get::<_, u32>(1)),
+                    kind: ColumnKind::Postgres(self.types.value_kind(r.get::<_, u32>(1))),
                     sql_type: r.get(2),
                 })
                 .collect();
@@ -193,6 +222,7 @@ impl SourceDb {
                 name: t.name,
                 columns,
                 key,
+                mysql: None,
             });
         }
         Ok(out)
@@ -212,9 +242,10 @@ impl SourceDb {
     pub async fn page(
         &self,
         table: &SourceTable,
-        after: Option<&[String]>,
+        after: Option<&SourceRow>,
         limit: usize,
     ) -> Result<Vec<SourceRow>, VerifyError> {
+        let after = after.map(|r| r.key_text.as_slice());
         let select = table
             .columns
             .iter()
@@ -259,7 +290,11 @@ impl SourceDb {
             .map(|(c, t)| {
                 let v = match t {
                     None => Value::Null,
-                    Some(t) => c.kind.to_json(t),
+                    Some(t) => match &c.kind {
+                        ColumnKind::Postgres(kind) => kind.to_json(t),
+                        // A PostgreSQL table has no MySQL column.
+                        ColumnKind::Mysql(..) => Value::String((*t).to_owned()),
+                    },
                 };
                 (c.name.clone(), v)
             })
@@ -278,6 +313,7 @@ impl SourceDb {
             key_text,
             key_wire,
             row,
+            key_cells: Vec::new(),
         }
     }
 
@@ -349,6 +385,65 @@ impl SourceDb {
             .iter()
             .map(|r| (0..n).map(|i| r.get::<_, String>(i)).collect())
             .collect())
+    }
+}
+
+/// The source database capture's configuration names (`source`).
+pub enum SourceDb {
+    Postgres(PgSource),
+    Mysql(MySqlSource),
+}
+
+impl SourceDb {
+    /// Connects to the source `cfg.source` names.
+    pub async fn connect(cfg: &CaptureConfig) -> Result<Self, VerifyError> {
+        Ok(match cfg.source {
+            SourceKind::Postgres => SourceDb::Postgres(PgSource::connect(cfg).await?),
+            SourceKind::Mysql => SourceDb::Mysql(MySqlSource::connect(cfg).await?),
+        })
+    }
+
+    /// The PostgreSQL source, for what only it has so far (`oncely status`).
+    pub fn postgres(&self) -> Result<&PgSource, VerifyError> {
+        match self {
+            SourceDb::Postgres(pg) => Ok(pg),
+            SourceDb::Mysql(_) => Err(VerifyError::Config(
+                "this reads PostgreSQL sources only so far (source = \"mysql\")".into(),
+            )),
+        }
+    }
+
+    /// The tables capture captures.
+    pub async fn tables(&self, cfg: &CaptureConfig) -> Result<Vec<SourceTable>, VerifyError> {
+        match self {
+            SourceDb::Postgres(pg) => pg.tables(cfg).await,
+            SourceDb::Mysql(my) => my.tables(cfg).await,
+        }
+    }
+
+    /// Up to `limit` rows with keys after `after`'s (from the start when `None`), in key order.
+    pub async fn page(
+        &self,
+        table: &SourceTable,
+        after: Option<&SourceRow>,
+        limit: usize,
+    ) -> Result<Vec<SourceRow>, VerifyError> {
+        match self {
+            SourceDb::Postgres(pg) => pg.page(table, after, limit).await,
+            SourceDb::Mysql(my) => my.page(table, after, limit).await,
+        }
+    }
+
+    /// Of `keys` (key values in text form), those the table holds.
+    pub async fn existing(
+        &self,
+        table: &SourceTable,
+        keys: &[Vec<String>],
+    ) -> Result<Vec<Vec<String>>, VerifyError> {
+        match self {
+            SourceDb::Postgres(pg) => pg.existing(table, keys).await,
+            SourceDb::Mysql(my) => my.existing(table, keys).await,
+        }
     }
 }
 

@@ -18,7 +18,7 @@ fn minimal_config_gets_defaults() {
     assert_eq!(cfg.publication_autocreate_mode, AutocreateMode::AllTables);
     assert!(cfg.tombstones_on_delete);
     assert!(cfg.schemas_enable);
-    assert_eq!(cfg.database_port, 5432);
+    assert_eq!(cfg.port(), 5432);
     assert_eq!(cfg.batch_max_events, DEFAULT_BATCH_MAX_EVENTS);
     assert_eq!(cfg.offsets_topic(), "oncely-offsets-shop");
     assert_eq!(cfg.max_message_bytes(), DEFAULT_MAX_MESSAGE_BYTES);

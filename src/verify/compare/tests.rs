@@ -6,7 +6,7 @@ use crate::verify::source::{Column, SourceRow};
 fn table() -> SourceTable {
     let col = |name: &str, kind: ValueKind| Column {
         name: name.into(),
-        kind,
+        kind: ColumnKind::Postgres(kind),
         sql_type: "text".into(),
     };
     SourceTable {
@@ -20,6 +20,7 @@ fn table() -> SourceTable {
         ],
         key: vec![0],
         topic: "shop.public.orders".into(),
+        mysql: None,
     }
 }
 
@@ -29,6 +30,7 @@ fn row(v: Value) -> SourceRow {
         key_text: vec![row["id"].to_string()],
         key_wire: vec![row["id"].clone()],
         row,
+        key_cells: Vec::new(),
     }
 }
 
@@ -57,7 +59,7 @@ fn native_documents_compare_with_the_source_converted_as_the_sink_converts() {
     let mut t = table();
     t.columns.push(Column {
         name: "day".into(),
-        kind: ValueKind::Date,
+        kind: ColumnKind::Postgres(ValueKind::Date),
         sql_type: "date".into(),
     });
     let native = Format {
