@@ -160,12 +160,18 @@ impl Rule {
         }
     }
 
-    /// The rule of a column by its Connect field schema (the MySQL
-    /// mapping's): the same value rules as PostgreSQL's for decimals,
-    /// floating point numbers and JSON, everything else exact.
+    /// The rule of a column by its Connect field schema as the sinks hold
+    /// it (the MySQL mapping's, decimals turned into text): the same value
+    /// rules as PostgreSQL's for decimals, floating point numbers and JSON,
+    /// everything else exact.
     pub fn of_schema(field: &Value) -> Self {
         let name = field.get("name").and_then(Value::as_str);
+        let numeric = field
+            .pointer("/parameters/__debezium.source.column.type")
+            .and_then(Value::as_str)
+            == Some("NUMERIC");
         match (field.get("type").and_then(Value::as_str), name) {
+            _ if numeric => Rule::Decimal,
             (_, Some("org.apache.kafka.connect.data.Decimal")) => Rule::Decimal,
             (_, Some("io.debezium.data.Json")) => Rule::Json,
             (Some("float32"), _) => Rule::Float32,

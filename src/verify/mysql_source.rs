@@ -8,14 +8,14 @@
 use std::sync::Arc;
 
 use oncely_capture::catalog::mysql::{
-    to_json, Cell, MappingConfig, MySqlCatalog, MySqlSourceError, SnapshotReader, TableShape,
+    Cell, MappingConfig, MySqlCatalog, MySqlSourceError, SnapshotReader, TableShape,
 };
 use oncely_capture::config::CaptureConfig;
 use oncely_sinks::verify_reader::wire_text;
 use serde_json::{Map, Value};
 use tokio::sync::Mutex;
 
-use super::source::{Column, ColumnKind, SourceRow, SourceTable};
+use super::source::{Column, ColumnKind, MysqlColumn, SourceRow, SourceTable};
 use super::VerifyError;
 
 fn source_error(e: MySqlSourceError) -> VerifyError {
@@ -63,7 +63,10 @@ impl MySqlSource {
                     .iter()
                     .map(|c| Column {
                         name: c.name.clone(),
-                        kind: ColumnKind::Mysql(Box::new(c.clone()), self.mapping),
+                        kind: ColumnKind::Mysql(Box::new(MysqlColumn::new(
+                            c.clone(),
+                            self.mapping,
+                        ))),
                         sql_type: c.declared.clone().unwrap_or_default(),
                     })
                     .collect(),
@@ -112,19 +115,24 @@ impl MySqlSource {
         Ok(chunk
             .rows
             .iter()
-            .map(|cells| self.wire_row(table, shape, cells))
+            .map(|cells| self.wire_row(table, cells))
             .collect())
     }
 
-    /// A row of cells as capture writes it. A value the mapping refuses
-    /// (capture dead-letters its change) is null, so it differs.
-    fn wire_row(&self, table: &SourceTable, shape: &TableShape, cells: &[Cell]) -> SourceRow {
-        let row: Map<String, Value> = shape
+    /// A row of cells as the sinks hold what Debezium's MySQL mapping
+    /// writes. A value refused (its change dead-lettered) is null, so it
+    /// differs.
+    fn wire_row(&self, table: &SourceTable, cells: &[Cell]) -> SourceRow {
+        let row: Map<String, Value> = table
             .columns
             .iter()
             .zip(cells)
             .map(|(col, cell)| {
-                let v = to_json(&self.mapping, col, cell).unwrap_or_else(|e| {
+                let v = match &col.kind {
+                    ColumnKind::Mysql(my) => my.to_json(cell),
+                    ColumnKind::Postgres(_) => Err("not a MySQL column".into()),
+                };
+                let v = v.unwrap_or_else(|e| {
                     tracing::warn!(table = %table.qualified(), column = %col.name, "{e}");
                     Value::Null
                 });
@@ -164,15 +172,17 @@ impl MySqlSource {
         let texts: Vec<Vec<String>> = found
             .iter()
             .map(|cells| {
-                shape
-                    .primary_key
+                table
+                    .key
                     .iter()
                     .zip(cells)
-                    .map(|(&i, cell)| {
-                        to_json(&self.mapping, &shape.columns[i], cell)
+                    .map(|(&i, cell)| match &table.columns[i].kind {
+                        ColumnKind::Mysql(my) => my
+                            .to_json(cell)
                             .ok()
                             .and_then(|v| wire_text(&v))
-                            .unwrap_or_default()
+                            .unwrap_or_default(),
+                        ColumnKind::Postgres(_) => String::new(),
                     })
                     .collect()
             })

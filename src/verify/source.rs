@@ -7,6 +7,7 @@ use std::sync::Arc;
 use oncely_capture::catalog::mysql::{self, Cell, ColumnShape, MappingConfig, TableShape};
 use oncely_capture::catalog::{TypeRegistry, ValueKind};
 use oncely_capture::config::{CaptureConfig, SourceKind};
+use oncely_sinks::debezium::DebeziumColumn;
 use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
@@ -33,7 +34,36 @@ pub enum ColumnKind {
     /// PostgreSQL's type registry.
     Postgres(ValueKind),
     /// Debezium's MySQL mapping of the column's shape, in capture's modes.
-    Mysql(Box<ColumnShape>, MappingConfig),
+    Mysql(Box<MysqlColumn>),
+}
+
+/// A MySQL column: its shape, the mapping's modes, and how the sinks hold
+/// what that mapping writes (they turn Debezium's encodings into oncely's
+/// wire form: decimals as text, times in µs, bits as a bit string).
+#[derive(Debug, Clone)]
+pub struct MysqlColumn {
+    pub shape: ColumnShape,
+    pub mapping: MappingConfig,
+    pub held: DebeziumColumn,
+}
+
+impl MysqlColumn {
+    pub fn new(shape: ColumnShape, mapping: MappingConfig) -> Self {
+        let held = DebeziumColumn::new(&mysql::field_schema(&mapping, &shape, true));
+        Self {
+            shape,
+            mapping,
+            held,
+        }
+    }
+
+    /// A cell as the sinks hold it; why not, where capture or the sinks
+    /// would dead-letter its change.
+    pub fn to_json(&self, cell: &Cell) -> Result<Value, String> {
+        let mut v = mysql::to_json(&self.mapping, &self.shape, cell).map_err(|e| e.to_string())?;
+        self.held.convert(&mut v)?;
+        Ok(v)
+    }
 }
 
 impl ColumnKind {
@@ -41,7 +71,7 @@ impl ColumnKind {
     pub fn field_schema(&self, name: &str) -> Value {
         match self {
             ColumnKind::Postgres(kind) => kind.field_schema(-1, name, true),
-            ColumnKind::Mysql(shape, mapping) => mysql::field_schema(mapping, shape, true),
+            ColumnKind::Mysql(column) => column.held.schema.clone(),
         }
     }
 }
