@@ -172,8 +172,10 @@ async fn compare_all(
         let started = Instant::now();
         let deadline = started + options.timeout;
         if options.capture_offset {
-            // A MySQL source has no oncely capture (nor its offset) yet.
-            let lsn = source.postgres()?.current_wal_lsn().await?;
+            let pg = source.postgres(
+                "no oncely capture of MySQL commits an offset yet; verify it with --no-capture-offset",
+            )?;
+            let lsn = pg.current_wal_lsn().await?;
             report.source_lsn = Some(source::format_lsn(lsn));
             wait::capture(cfg, lsn, deadline).await?;
             report.capture_wait = Some(started.elapsed());

@@ -433,13 +433,12 @@ impl SourceDb {
         })
     }
 
-    /// The PostgreSQL source, for what only it has so far (`oncely status`).
-    pub fn postgres(&self) -> Result<&PgSource, VerifyError> {
+    /// The PostgreSQL source, for what only it has so far; `what` says
+    /// what a MySQL source lacks, for the error.
+    pub fn postgres(&self, what: &str) -> Result<&PgSource, VerifyError> {
         match self {
             SourceDb::Postgres(pg) => Ok(pg),
-            SourceDb::Mysql(_) => Err(VerifyError::Config(
-                "this reads PostgreSQL sources only so far (source = \"mysql\")".into(),
-            )),
+            SourceDb::Mysql(_) => Err(VerifyError::Config(format!("source = \"mysql\": {what}"))),
         }
     }
 
