@@ -150,8 +150,7 @@ impl MySqlCatalog {
                     .into_iter()
                     .zip(&shape.primary_key)
                     .map(|(v, &i)| {
-                        Cell::from_query(&shape.columns[i], v)
-                            .map_err(|reason| MySqlSourceError::Protocol(reason))
+                        Cell::from_query(&shape.columns[i], v).map_err(MySqlSourceError::Protocol)
                     })
                     .collect()
             })
