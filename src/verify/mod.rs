@@ -17,6 +17,11 @@
 //! Changes made while verify runs may show up as differences: verify a
 //! quiet source, or let it compare again (`retries`) — a difference that
 //! stays through several catch-ups is real.
+//!
+//! The source is PostgreSQL, or MySQL/MariaDB (`source = "mysql"`:
+//! [`mysql_source`], read through the MySQL source's own chunk reads and
+//! mapping, values as the sinks hold Debezium's MySQL encodings); a MySQL
+//! source has no capture offset to wait for yet (`--no-capture-offset`).
 
 mod compare;
 mod mysql_source;

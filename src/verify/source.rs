@@ -67,7 +67,8 @@ impl MysqlColumn {
 }
 
 impl ColumnKind {
-    /// The column's Connect field schema, as capture writes it.
+    /// The column's Connect field schema, as capture writes it
+    /// (PostgreSQL) or as the sinks hold Debezium's (MySQL).
     pub fn field_schema(&self, name: &str) -> Value {
         match self {
             ColumnKind::Postgres(kind) => kind.field_schema(-1, name, true),
