@@ -19,7 +19,7 @@
 //! stays through several catch-ups is real.
 //!
 //! The source is PostgreSQL, or MySQL/MariaDB (`source = "mysql"`:
-//! [`mysql_source`], read through the MySQL source's own chunk reads and
+//! `mysql_source.rs`, read through the MySQL source's own chunk reads and
 //! mapping, values as the sinks hold Debezium's MySQL encodings); a MySQL
 //! source has no capture offset to wait for yet (`--no-capture-offset`).
 
