@@ -283,6 +283,7 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
     let cfg =
         CaptureConfig::load(&options.capture).map_err(|e| VerifyError::Config(e.to_string()))?;
     let source = SourceDb::connect(&cfg).await?;
+    let source = source.postgres("oncely status reads PostgreSQL sources only so far")?;
     let server = source.current_wal_lsn().await?;
     let row = source
         .client()

@@ -17,3 +17,12 @@ pub use crate::source::{
     captured_tables, connect_with, pg_config, selected_tables, CapturedTable, PUBLISHED_COLUMN,
 };
 pub use crate::value::{to_json, IntervalHandlingMode, TypeRegistry, ValueKind};
+
+/// The MySQL/MariaDB source's reads (`source = "mysql"`): its catalog and
+/// key-ordered chunk reads, its cells and Debezium's MySQL type mapping.
+pub mod mysql {
+    pub use crate::sources::mysql::mapping::{field_schema, to_json, MappingConfig};
+    pub use crate::sources::mysql::{
+        Cell, ColumnShape, MySqlCatalog, MySqlSourceError, SnapshotReader, TableShape,
+    };
+}

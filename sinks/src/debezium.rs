@@ -308,6 +308,38 @@ pub(crate) fn key_may_need_normalizing(schema: &str) -> bool {
     .any(|hint| schema.contains(hint))
 }
 
+/// One column of a Debezium connector's topic as the sinks hold it: its
+/// Connect field schema and values turned into oncely's wire form by the
+/// same rules the runner applies to each record (the table above).
+/// `oncely verify` reads a MySQL source through Debezium's MySQL mapping
+/// and compares through this, so that it compares what the sinks wrote.
+#[derive(Debug, Clone)]
+pub struct DebeziumColumn {
+    conv: Option<Conv>,
+    /// The field schema as the sinks hold it.
+    pub schema: Value,
+}
+
+impl DebeziumColumn {
+    /// The column of Connect field schema `field`.
+    pub fn new(field: &Value) -> Self {
+        let mut schema = field.clone();
+        let conv = rewrite(&mut schema);
+        Self { conv, schema }
+    }
+
+    /// `value` in the sinks' form; an error where the runner dead-letters it.
+    pub fn convert(&self, value: &mut Value) -> Result<(), String> {
+        match &self.conv {
+            Some(conv) if !value.is_null() => {
+                let bytes = value.to_string().len();
+                values::convert(conv, value, &mut Budget::for_record(bytes))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The dead letter for a change a real Debezium connector wrote without
 /// schemas, unless the runner accepts them (`debezium.schemaless.accept`):
 /// under Debezium's default `decimal.handling.mode=precise` a `numeric`

@@ -5,7 +5,7 @@ use oncely_capture::catalog::ValueKind;
 use oncely_sinks::verify_reader::{wire_text, StoredRow};
 use serde_json::{Map, Value};
 
-use super::source::SourceTable;
+use super::source::{Column, ColumnKind, SourceTable};
 
 /// The first column where a target row differs from its source row.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,7 +52,7 @@ pub fn compare_selected(
 ) -> Compared {
     let mut out = Compared::default();
     for column in table.columns.iter().filter(|c| selected(&c.name)) {
-        let rule = Rule::of(&column.kind, &column.sql_type);
+        let rule = Rule::of_column(column);
         let s = source.get(&column.name).unwrap_or(&Value::Null);
         let (equal, t) = match target {
             StoredRow::Json(map) => {
@@ -123,6 +123,10 @@ pub enum Rule {
     /// `real`, `double precision`: by value (`1e308` and `1.0E308`), `NaN`
     /// equals `NaN` (as PostgreSQL orders it), infinities by sign.
     Float,
+    /// MySQL's `FLOAT` (Connect `float32`): as [`Rule::Float`], each side
+    /// first rounded to single precision, the precision the column keeps (a
+    /// value widened to double, `0.10000000149011612`, equals `0.1`).
+    Float32,
     /// `inet`, `cidr`: by address and prefix length, a missing length being
     /// the full one (`::1/128` equals `::1`).
     Inet,
@@ -148,6 +152,34 @@ impl Rule {
         }
     }
 
+    /// The rule of a source column, by its source's mapping.
+    pub fn of_column(column: &Column) -> Self {
+        match &column.kind {
+            ColumnKind::Postgres(kind) => Rule::of(kind, &column.sql_type),
+            ColumnKind::Mysql(..) => Rule::of_schema(&column.kind.field_schema(&column.name)),
+        }
+    }
+
+    /// The rule of a column by its Connect field schema as the sinks hold
+    /// it (the MySQL mapping's, decimals turned into text): the same value
+    /// rules as PostgreSQL's for decimals, floating point numbers and JSON,
+    /// everything else exact.
+    pub fn of_schema(field: &Value) -> Self {
+        let name = field.get("name").and_then(Value::as_str);
+        let numeric = field
+            .pointer("/parameters/__debezium.source.column.type")
+            .and_then(Value::as_str)
+            == Some("NUMERIC");
+        match (field.get("type").and_then(Value::as_str), name) {
+            _ if numeric => Rule::Decimal,
+            (_, Some("org.apache.kafka.connect.data.Decimal")) => Rule::Decimal,
+            (_, Some("io.debezium.data.Json")) => Rule::Json,
+            (Some("float32"), _) => Rule::Float32,
+            (Some("float64"), _) => Rule::Float,
+            _ => Rule::Exact,
+        }
+    }
+
     /// Whether two wire JSON values are equal under this rule.
     pub fn values_equal(&self, source: &Value, target: &Value) -> bool {
         if source == target {
@@ -160,7 +192,7 @@ impl Rule {
             }
             (Rule::Array(_), _, _) => false,
             (Rule::Json, Value::String(a), Value::String(b)) => json_texts_equal(a, b),
-            (Rule::Decimal | Rule::Float | Rule::Inet, a, b) => {
+            (Rule::Decimal | Rule::Float | Rule::Float32 | Rule::Inet, a, b) => {
                 match (scalar_text(a), scalar_text(b)) {
                     (Some(a), Some(b)) => self.texts_equal(&a, &b),
                     _ => false,
@@ -184,6 +216,10 @@ impl Rule {
             },
             Rule::Float => match (float(a), float(b)) {
                 (Some(x), Some(y)) => x == y || (x.is_nan() && y.is_nan()),
+                _ => false,
+            },
+            Rule::Float32 => match (float(a), float(b)) {
+                (Some(x), Some(y)) => x as f32 == y as f32 || (x.is_nan() && y.is_nan()),
                 _ => false,
             },
             Rule::Inet => match (inet(a), inet(b)) {

@@ -17,8 +17,14 @@
 //! Changes made while verify runs may show up as differences: verify a
 //! quiet source, or let it compare again (`retries`) — a difference that
 //! stays through several catch-ups is real.
+//!
+//! The source is PostgreSQL, or MySQL/MariaDB (`source = "mysql"`:
+//! `mysql_source.rs`, read through the MySQL source's own chunk reads and
+//! mapping, values as the sinks hold Debezium's MySQL encodings); a MySQL
+//! source has no capture offset to wait for yet (`--no-capture-offset`).
 
 mod compare;
+mod mysql_source;
 mod report;
 mod sink_target;
 mod source;
@@ -27,14 +33,14 @@ mod wait;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use oncely_capture::config::CaptureConfig;
+use oncely_capture::config::{CaptureConfig, SourceKind};
 use oncely_sinks::verify_reader::{StoredForm, VerifiedTable};
 
 pub use compare::{compare_row, compare_selected, values_equal, ColumnDiff, Compared};
 pub use report::{Difference, Report, TableReport, TargetReport};
 pub use sink_target::{Target, PAGE};
 pub use source::format_lsn;
-pub use source::{Column, SourceDb, SourceRow, SourceTable};
+pub use source::{Column, ColumnKind, PgSource, SourceDb, SourceRow, SourceTable};
 pub use wait::{oldest_unapplied, topic_ends, SinkWait, Unapplied};
 
 /// [`VerifyError::Postgres`] with `context`, for readers outside verify (`oncely status`).
@@ -98,6 +104,20 @@ impl VerifyError {
     }
 }
 
+/// The source's database as the sinks name it (`{db}`): PostgreSQL's
+/// `database.dbname`; for MySQL the one database `database.include.list`
+/// names (`source.db` is each table's own database there; with several,
+/// verify reads targets whose names do not use `{db}`).
+pub(crate) fn source_db(cfg: &CaptureConfig) -> String {
+    match cfg.source {
+        SourceKind::Postgres => cfg.database_dbname.clone(),
+        SourceKind::Mysql => match cfg.database_include_list.0.as_slice() {
+            [one] => one.clone(),
+            _ => String::new(),
+        },
+    }
+}
+
 /// Waits (unless told not to), then compares every target with the source.
 pub async fn run(options: &Options) -> Result<Report, VerifyError> {
     let cfg =
@@ -142,7 +162,10 @@ async fn compare_all(
     let mut report = Report {
         source: format!(
             "{}@{}:{}/{}",
-            cfg.database_user, cfg.database_hostname, cfg.database_port, cfg.database_dbname
+            cfg.database_user,
+            cfg.database_hostname,
+            cfg.port(),
+            source_db(cfg)
         ),
         source_lsn: None,
         capture_wait: None,
@@ -153,9 +176,12 @@ async fn compare_all(
     if options.wait {
         let started = Instant::now();
         let deadline = started + options.timeout;
-        let lsn = source.current_wal_lsn().await?;
-        report.source_lsn = Some(source::format_lsn(lsn));
         if options.capture_offset {
+            let pg = source.postgres(
+                "no oncely capture of MySQL commits an offset yet; verify it with --no-capture-offset",
+            )?;
+            let lsn = pg.current_wal_lsn().await?;
+            report.source_lsn = Some(source::format_lsn(lsn));
             wait::capture(cfg, lsn, deadline).await?;
             report.capture_wait = Some(started.elapsed());
         }
@@ -195,9 +221,9 @@ pub async fn compare_table(
         location: target.location(&verified),
         ..TableReport::default()
     };
-    let mut after: Option<Vec<String>> = None;
+    let mut after: Option<SourceRow> = None;
     loop {
-        let rows = source.page(table, after.as_deref(), PAGE).await?;
+        let rows = source.page(table, after.as_ref(), PAGE).await?;
         if rows.is_empty() {
             break;
         }
@@ -234,7 +260,7 @@ pub async fn compare_table(
         }
         out.source_rows += rows.len() as u64;
         let full = rows.len() == PAGE;
-        after = rows.last().map(|r| r.key_text.clone());
+        after = rows.last().cloned();
         if !full {
             break;
         }

@@ -77,7 +77,8 @@ impl Target {
     /// (the warehouse maps its interval columns back to that form) and
     /// `schemas.enable` (without schemas the cache stores the wire form).
     pub async fn open(path: &Path, capture: &CaptureConfig) -> Result<Self, VerifyError> {
-        let db = capture.database_dbname.as_str();
+        let db = super::source_db(capture);
+        let db = db.as_str();
         let text = std::fs::read_to_string(path)
             .map_err(|e| VerifyError::Config(format!("cannot read {}: {e}", path.display())))?;
         let (runner, sink) = oncely_sinks::kinds::parse_config(&text)
@@ -254,7 +255,7 @@ impl SourceTable {
             columns: self
                 .columns
                 .iter()
-                .map(|c| (c.name.clone(), c.kind.field_schema(-1, &c.name, true)))
+                .map(|c| (c.name.clone(), c.kind.field_schema(&c.name)))
                 .collect(),
             key: self.key.clone(),
         }

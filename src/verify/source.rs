@@ -2,14 +2,19 @@
 //! (keyset pagination, so memory stays bounded and each page is an index
 //! range scan), each value mapped to the JSON capture would put on the wire.
 
+use std::sync::Arc;
+
+use oncely_capture::catalog::mysql::{self, Cell, ColumnShape, MappingConfig, TableShape};
 use oncely_capture::catalog::{
     checked_action, Characters, ColumnPolicy, Mask, TypeRegistry, ValueKind,
 };
-use oncely_capture::config::CaptureConfig;
+use oncely_capture::config::{CaptureConfig, SourceKind};
+use oncely_sinks::debezium::DebeziumColumn;
 use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
+use super::mysql_source::MySqlSource;
 use super::VerifyError;
 
 use oncely_core::wire::SESSION_OPTIONS;
@@ -19,13 +24,63 @@ use oncely_core::wire::SESSION_OPTIONS;
 pub struct Column {
     pub name: String,
     /// How its values map to JSON (capture's mapping).
-    pub kind: ValueKind,
-    /// `format_type(atttypid, atttypmod)`, to cast key text back in queries.
+    pub kind: ColumnKind,
+    /// PostgreSQL: `format_type(atttypid, atttypmod)`, to cast key text
+    /// back in queries; MySQL: `information_schema`'s `COLUMN_TYPE`.
     pub sql_type: String,
     /// Capture's mask of its values (`column.mask.*`, `column.truncate.*`),
     /// applied to the source's values before they are compared.
     pub mask: Option<Mask>,
     pub chars: Characters,
+}
+
+/// Whose mapping a column's values take: each source keeps its own.
+#[derive(Debug, Clone)]
+pub enum ColumnKind {
+    /// PostgreSQL's type registry.
+    Postgres(ValueKind),
+    /// Debezium's MySQL mapping of the column's shape, in capture's modes.
+    Mysql(Box<MysqlColumn>),
+}
+
+/// A MySQL column: its shape, the mapping's modes, and how the sinks hold
+/// what that mapping writes (they turn Debezium's encodings into oncely's
+/// wire form: decimals as text, times in µs, bits as a bit string).
+#[derive(Debug, Clone)]
+pub struct MysqlColumn {
+    pub shape: ColumnShape,
+    pub mapping: MappingConfig,
+    pub held: DebeziumColumn,
+}
+
+impl MysqlColumn {
+    pub fn new(shape: ColumnShape, mapping: MappingConfig) -> Self {
+        let held = DebeziumColumn::new(&mysql::field_schema(&mapping, &shape, true));
+        Self {
+            shape,
+            mapping,
+            held,
+        }
+    }
+
+    /// A cell as the sinks hold it; why not, where capture or the sinks
+    /// would dead-letter its change.
+    pub fn to_json(&self, cell: &Cell) -> Result<Value, String> {
+        let mut v = mysql::to_json(&self.mapping, &self.shape, cell).map_err(|e| e.to_string())?;
+        self.held.convert(&mut v)?;
+        Ok(v)
+    }
+}
+
+impl ColumnKind {
+    /// The column's Connect field schema, as capture writes it
+    /// (PostgreSQL) or as the sinks hold Debezium's (MySQL).
+    pub fn field_schema(&self, name: &str) -> Value {
+        match self {
+            ColumnKind::Postgres(kind) => kind.field_schema(-1, name, true),
+            ColumnKind::Mysql(column) => column.held.schema.clone(),
+        }
+    }
 }
 
 /// A captured table: its columns (in table order) and key columns.
@@ -41,6 +96,8 @@ pub struct SourceTable {
     /// Its row filter (`table.filter`): only matching rows are meant to be
     /// in the targets, so only they are read.
     pub filter: Option<String>,
+    /// A MySQL table's shape, which its chunk reads and key look-ups take.
+    pub mysql: Option<Arc<TableShape>>,
 }
 
 /// The columns of `t` capture publishes (`column.include.list` /
@@ -63,7 +120,7 @@ fn published_columns(
         if let Some(mask) = kept {
             columns.push(Column {
                 name,
-                kind,
+                kind: ColumnKind::Postgres(kind),
                 sql_type: r.get(2),
                 mask,
                 chars,
@@ -126,6 +183,9 @@ pub struct SourceRow {
     pub key_wire: Vec<Value>,
     /// Every column as capture writes it in `after` (nulls included).
     pub row: Map<String, Value>,
+    /// A MySQL row's key cells, to read the next page after (empty for
+    /// PostgreSQL, which pages by `key_text`).
+    pub key_cells: Vec<Cell>,
 }
 
 impl SourceRow {
@@ -142,13 +202,13 @@ impl SourceRow {
     }
 }
 
-/// The source database as capture's configuration describes it.
-pub struct SourceDb {
+/// A PostgreSQL source database as capture's configuration describes it.
+pub struct PgSource {
     client: Client,
     types: TypeRegistry,
 }
 
-impl SourceDb {
+impl PgSource {
     /// Connects with capture's `database.*` settings and the session settings of
     /// its replication connection, and loads user types (enums, domains).
     pub async fn connect(cfg: &CaptureConfig) -> Result<Self, VerifyError> {
@@ -236,6 +296,7 @@ impl SourceDb {
                 name: t.name,
                 columns,
                 key,
+                mysql: None,
             });
         }
         Ok(out)
@@ -255,9 +316,10 @@ impl SourceDb {
     pub async fn page(
         &self,
         table: &SourceTable,
-        after: Option<&[String]>,
+        after: Option<&SourceRow>,
         limit: usize,
     ) -> Result<Vec<SourceRow>, VerifyError> {
+        let after = after.map(|r| r.key_text.as_slice());
         let select = table
             .columns
             .iter()
@@ -300,11 +362,15 @@ impl SourceDb {
             .iter()
             .zip(texts)
             .map(|(c, t)| {
-                let v = match (t, &c.mask) {
+                let v = match (t, &c.kind) {
                     (None, _) => Value::Null,
-                    (Some(t), None) => c.kind.to_json(t),
-                    // Masked as capture masks it: one implementation.
-                    (Some(t), Some(mask)) => c.kind.to_json(&mask.apply(t, c.chars)),
+                    // A PostgreSQL table has no MySQL column.
+                    (Some(t), ColumnKind::Mysql(..)) => Value::String((*t).to_owned()),
+                    (Some(t), ColumnKind::Postgres(kind)) => match &c.mask {
+                        None => kind.to_json(t),
+                        // Masked as capture masks it: one implementation.
+                        Some(mask) => kind.to_json(&mask.apply(t, c.chars)),
+                    },
                 };
                 (c.name.clone(), v)
             })
@@ -323,6 +389,7 @@ impl SourceDb {
             key_text,
             key_wire,
             row,
+            key_cells: Vec::new(),
         }
     }
 
@@ -394,6 +461,64 @@ impl SourceDb {
             .iter()
             .map(|r| (0..n).map(|i| r.get::<_, String>(i)).collect())
             .collect())
+    }
+}
+
+/// The source database capture's configuration names (`source`).
+pub enum SourceDb {
+    Postgres(PgSource),
+    Mysql(MySqlSource),
+}
+
+impl SourceDb {
+    /// Connects to the source `cfg.source` names.
+    pub async fn connect(cfg: &CaptureConfig) -> Result<Self, VerifyError> {
+        Ok(match cfg.source {
+            SourceKind::Postgres => SourceDb::Postgres(PgSource::connect(cfg).await?),
+            SourceKind::Mysql => SourceDb::Mysql(MySqlSource::connect(cfg).await?),
+        })
+    }
+
+    /// The PostgreSQL source, for what only it has so far; `what` says
+    /// what a MySQL source lacks, for the error.
+    pub fn postgres(&self, what: &str) -> Result<&PgSource, VerifyError> {
+        match self {
+            SourceDb::Postgres(pg) => Ok(pg),
+            SourceDb::Mysql(_) => Err(VerifyError::Config(format!("source = \"mysql\": {what}"))),
+        }
+    }
+
+    /// The tables capture captures.
+    pub async fn tables(&self, cfg: &CaptureConfig) -> Result<Vec<SourceTable>, VerifyError> {
+        match self {
+            SourceDb::Postgres(pg) => pg.tables(cfg).await,
+            SourceDb::Mysql(my) => my.tables(cfg).await,
+        }
+    }
+
+    /// Up to `limit` rows with keys after `after`'s (from the start when `None`), in key order.
+    pub async fn page(
+        &self,
+        table: &SourceTable,
+        after: Option<&SourceRow>,
+        limit: usize,
+    ) -> Result<Vec<SourceRow>, VerifyError> {
+        match self {
+            SourceDb::Postgres(pg) => pg.page(table, after, limit).await,
+            SourceDb::Mysql(my) => my.page(table, after, limit).await,
+        }
+    }
+
+    /// Of `keys` (key values in text form), those the table holds.
+    pub async fn existing(
+        &self,
+        table: &SourceTable,
+        keys: &[Vec<String>],
+    ) -> Result<Vec<Vec<String>>, VerifyError> {
+        match self {
+            SourceDb::Postgres(pg) => pg.existing(table, keys).await,
+            SourceDb::Mysql(my) => my.existing(table, keys).await,
+        }
     }
 }
 

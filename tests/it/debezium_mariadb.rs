@@ -7,13 +7,12 @@
 //! update and deletes. The three oncely sinks read that topic, versioning
 //! rows by binlog file, offset and row (sinks/src/event.rs).
 //!
-//! `oncely verify` reads PostgreSQL sources only, so the test keeps a
-//! PostgreSQL mirror: a schema named like the MariaDB database holding the
-//! same rows in the PostgreSQL types Debezium's mapping corresponds to (its
-//! topic name is the one Debezium writes, `<prefix>.<database>.<table>`).
-//! Every statement runs on both; verify then compares the mirror with the
-//! warehouse, the index and the cache, which hold what Debezium wrote from
-//! MariaDB, and there must be no dead letter.
+//! `oncely verify` then reads MariaDB itself (`source = "mysql"`: the
+//! MySQL source's chunk reads and Debezium's MySQL mapping) and compares
+//! it with the warehouse, the index and the cache, which hold what Debezium
+//! wrote; there must be no dead letter. A value changed and a row deleted
+//! in MariaDB afterwards (Debezium stopped, so no target follows) are then
+//! reported for every target.
 
 use anyhow::{Context, Result};
 use mysql_async::prelude::Queryable;
@@ -27,277 +26,102 @@ use crate::harness::e2e::Pipeline;
 
 const TABLE: &str = "all_types";
 
-/// A column: its name, MariaDB type, the PostgreSQL type of the mirror, and
-/// the (MariaDB, PostgreSQL) literals its values cycle through.
-type Column = (
-    &'static str,
-    &'static str,
-    &'static str,
-    &'static [(&'static str, &'static str)],
-);
+/// A column: its name, MariaDB type, and the literals its values cycle through.
+type Column = (&'static str, &'static str, &'static [&'static str]);
 
 const COLUMNS: &[Column] = &[
-    (
-        "ti",
-        "tinyint",
-        "smallint",
-        &[("-128", "-128"), ("127", "127"), ("NULL", "NULL")],
-    ),
-    (
-        "tu",
-        "tinyint unsigned",
-        "smallint",
-        &[("255", "255"), ("0", "0")],
-    ),
-    (
-        "si",
-        "smallint",
-        "smallint",
-        &[("-32768", "-32768"), ("32767", "32767")],
-    ),
-    (
-        "mi",
-        "mediumint",
-        "integer",
-        &[("-8388608", "-8388608"), ("8388607", "8388607")],
-    ),
-    (
-        "iu",
-        "int unsigned",
-        "bigint",
-        &[("4294967295", "4294967295"), ("7", "7")],
-    ),
+    ("ti", "tinyint", &["-128", "127", "NULL"]),
+    ("tu", "tinyint unsigned", &["255", "0"]),
+    ("si", "smallint", &["-32768", "32767"]),
+    ("mi", "mediumint", &["-8388608", "8388607"]),
+    ("iu", "int unsigned", &["4294967295", "7"]),
     (
         "bi",
         "bigint",
-        "bigint",
-        &[
-            ("-9223372036854775808", "-9223372036854775808"),
-            ("9223372036854775807", "9223372036854775807"),
-        ],
+        &["-9223372036854775808", "9223372036854775807"],
     ),
-    (
-        "d",
-        "double",
-        "double precision",
-        &[("0.1", "0.1"), ("-2.5e-3", "-2.5e-3"), ("1e15", "1e15")],
-    ),
+    ("f", "float", &["0.1", "-2.5", "3.14159", "NULL"]),
+    ("d", "double", &["0.1", "-2.5e-3", "1e15"]),
     (
         "amount",
         "decimal(12,2)",
-        "numeric(12,2)",
-        &[
-            ("0.00", "0.00"),
-            ("-9999999999.99", "-9999999999.99"),
-            ("163.38", "163.38"),
-        ],
+        &["0.00", "-9999999999.99", "163.38"],
     ),
-    (
-        "vc",
-        "varchar(20)",
-        "varchar(20)",
-        &[("'v'", "'v'"), ("''", "''"), ("'日本語'", "'日本語'")],
-    ),
+    ("vc", "varchar(20)", &["'v'", "''", "'日本語'"]),
     (
         "tx",
         "text",
-        "text",
-        &[
-            ("'héllo wörld 🎉'", "'héllo wörld 🎉'"),
-            ("'quote''s \"double\"'", "'quote''s \"double\"'"),
-            ("NULL", "NULL"),
-        ],
+        &["'héllo wörld 🎉'", "'quote''s \"double\"'", "NULL"],
     ),
     (
         "dt",
         "date",
-        "date",
-        &[
-            ("'2026-12-05'", "'2026-12-05'"),
-            ("'1900-02-28'", "'1900-02-28'"),
-            ("'1000-01-01'", "'1000-01-01'"),
-        ],
+        &["'2026-12-05'", "'1900-02-28'", "'1000-01-01'"],
     ),
     (
         "dt3",
         "datetime(3)",
-        "timestamp(3)",
-        &[
-            ("'2026-02-03 04:05:06.789'", "'2026-02-03 04:05:06.789'"),
-            ("'1960-01-01 00:00:00.001'", "'1960-01-01 00:00:00.001'"),
-        ],
+        &["'2026-02-03 04:05:06.789'", "'1960-01-01 00:00:00.001'"],
     ),
     (
         "dt6",
         "datetime(6)",
-        "timestamp(6)",
-        &[
-            (
-                "'2026-11-27 15:10:35.670111'",
-                "'2026-11-27 15:10:35.670111'",
-            ),
-            ("'1970-01-01 00:00:00'", "'1970-01-01 00:00:00'"),
-        ],
+        &["'2026-11-27 15:10:35.670111'", "'1970-01-01 00:00:00'"],
     ),
     (
         "tm",
         "time(6)",
-        "time(6)",
-        &[
-            ("'00:00:00'", "'00:00:00'"),
-            ("'23:59:59.999999'", "'23:59:59.999999'"),
-            ("'12:34:56.5'", "'12:34:56.5'"),
-        ],
+        &["'00:00:00'", "'23:59:59.999999'", "'12:34:56.5'"],
     ),
     (
         "js",
         "json",
-        "jsonb",
-        &[
-            (
-                "'{\"a\": [1, 2.5, null], \"b\": \"x\"}'",
-                "'{\"a\": [1, 2.5, null], \"b\": \"x\"}'",
-            ),
-            ("'[]'", "'[]'"),
-        ],
+        &["'{\"a\": [1, 2.5, null], \"b\": \"x\"}'", "'[]'"],
     ),
     (
         "en",
         "enum('small','medium','large')",
-        "size",
-        &[
-            ("'small'", "'small'"),
-            ("'large'", "'large'"),
-            ("NULL", "NULL"),
-        ],
+        &["'small'", "'large'", "NULL"],
     ),
-    (
-        "vb",
-        "varbinary(8)",
-        "bytea",
-        &[("0x00ff10", "'\\x00ff10'"), ("X''", "'\\x'")],
-    ),
-    (
-        "b1",
-        "bit(1)",
-        "boolean",
-        &[("b'1'", "true"), ("b'0'", "false")],
-    ),
-    (
-        "b12",
-        "bit(12)",
-        "bit(12)",
-        &[
-            ("b'101010111100'", "B'101010111100'"),
-            ("b'000000000001'", "B'000000000001'"),
-        ],
-    ),
-    (
-        "yr",
-        "year",
-        "integer",
-        &[("2155", "2155"), ("1901", "1901"), ("NULL", "NULL")],
-    ),
-    (
-        "st",
-        "set('a','b','c')",
-        "text",
-        &[("'a,c'", "'a,c'"), ("''", "''"), ("'b'", "'b'")],
-    ),
+    ("vb", "varbinary(8)", &["0x00ff10", "X''"]),
+    ("b1", "bit(1)", &["b'1'", "b'0'"]),
+    ("b12", "bit(12)", &["b'101010111100'", "b'000000000001'"]),
+    ("yr", "year", &["2155", "1901", "NULL"]),
+    ("st", "set('a','b','c')", &["'a,c'", "''", "'b'"]),
     (
         "ts",
         "timestamp(6) NULL",
-        "timestamptz",
-        &[
-            (
-                "'2026-12-05 01:02:03.456789'",
-                "'2026-12-05 01:02:03.456789+00'",
-            ),
-            ("NULL", "NULL"),
-        ],
+        &["'2026-12-05 01:02:03.456789'", "NULL"],
     ),
-    (
-        "bu",
-        "bigint unsigned",
-        "bigint",
-        &[("9223372036854775807", "9223372036854775807"), ("0", "0")],
-    ),
+    ("bu", "bigint unsigned", &["9223372036854775807", "0"]),
     // A zero date is null in a nullable column (Debezium's rule).
-    (
-        "zd",
-        "date NULL",
-        "date",
-        &[("'0000-00-00'", "NULL"), ("'2000-01-01'", "'2000-01-01'")],
-    ),
+    ("zd", "date NULL", &["'0000-00-00'", "'2000-01-01'"]),
 ];
 
 /// Rows in the table before Debezium starts (its snapshot).
 const SNAPSHOT_ROWS: i64 = 12;
 
-/// One statement for each database.
-struct Both {
-    maria: String,
-    pg: String,
-}
-
-fn insert(id: i64, v: usize) -> Both {
+fn insert(id: i64, v: usize) -> String {
     let names: Vec<&str> = COLUMNS.iter().map(|c| c.0).collect();
-    let pick = |i: usize, vals: &'static [(&'static str, &'static str)]| vals[(v + i) % vals.len()];
-    let maria: Vec<&str> = COLUMNS
+    let values: Vec<&str> = COLUMNS
         .iter()
         .enumerate()
-        .map(|(i, c)| pick(i, c.3).0)
+        .map(|(i, c)| c.2[(v + i) % c.2.len()])
         .collect();
-    let pg: Vec<&str> = COLUMNS
-        .iter()
-        .enumerate()
-        .map(|(i, c)| pick(i, c.3).1)
-        .collect();
-    let names = names.join(", ");
-    Both {
-        maria: format!(
-            "INSERT INTO {TABLE} (id, {names}) VALUES ({id}, {})",
-            maria.join(", ")
-        ),
-        pg: format!(
-            "INSERT INTO {TABLE} (id, {names}) VALUES ({id}, {})",
-            pg.join(", ")
-        ),
-    }
-}
-
-fn update(id: i64, v: usize) -> Both {
-    let set = |side: fn(&(&'static str, &'static str)) -> &'static str| -> String {
-        COLUMNS
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{} = {}", c.0, side(&c.3[(v + 2 * i + 1) % c.3.len()])))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    Both {
-        maria: format!("UPDATE {TABLE} SET {} WHERE id = {id}", set(|p| p.0)),
-        pg: format!("UPDATE {TABLE} SET {} WHERE id = {id}", set(|p| p.1)),
-    }
-}
-
-fn same(sql: String) -> Both {
-    Both {
-        maria: sql.clone(),
-        pg: sql,
-    }
-}
-
-/// The mirror's DDL (in the schema named like the MariaDB database).
-fn mirror_schema(database: &str) -> String {
-    let columns: Vec<String> = COLUMNS.iter().map(|c| format!("{} {}", c.0, c.2)).collect();
     format!(
-        "CREATE SCHEMA {database}; SET search_path = {database};
-         CREATE TYPE size AS ENUM ('small', 'medium', 'large');
-         CREATE TABLE {TABLE} (id bigint PRIMARY KEY, {});
-         RESET search_path;\n",
-        columns.join(", ")
+        "INSERT INTO {TABLE} (id, {}) VALUES ({id}, {})",
+        names.join(", "),
+        values.join(", ")
     )
+}
+
+fn update(id: i64, v: usize) -> String {
+    let set: Vec<String> = COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{} = {}", c.0, c.2[(v + 2 * i + 1) % c.2.len()]))
+        .collect();
+    format!("UPDATE {TABLE} SET {} WHERE id = {id}", set.join(", "))
 }
 
 fn maria_table() -> String {
@@ -308,36 +132,13 @@ fn maria_table() -> String {
     )
 }
 
-struct Sources<'a> {
-    maria: Conn,
-    p: &'a Pipeline,
-    database: &'a str,
+/// Runs one transaction of statements on MariaDB.
+async fn run(maria: &mut Conn, statements: Vec<String>) -> Result<()> {
+    let sql = format!("BEGIN; {}; COMMIT", statements.join("; "));
+    maria.query_drop(&sql).await.context(sql)
 }
 
-impl Sources<'_> {
-    /// Runs one transaction of statements on both databases.
-    async fn run(&mut self, statements: Vec<Both>) -> Result<()> {
-        let maria: Vec<&str> = statements.iter().map(|s| s.maria.as_str()).collect();
-        let pg: Vec<&str> = statements.iter().map(|s| s.pg.as_str()).collect();
-        self.maria
-            .query_drop(format!("BEGIN; {}; COMMIT", maria.join("; ")))
-            .await
-            .with_context(|| format!("MariaDB: {}", maria.join("; ")))?;
-        self.p
-            .env
-            .client
-            .batch_execute(&format!(
-                "BEGIN; SET LOCAL search_path = {}; {}; COMMIT",
-                self.database,
-                pg.join("; ")
-            ))
-            .await
-            .with_context(|| format!("PostgreSQL: {}", pg.join("; ")))?;
-        Ok(())
-    }
-}
-
-/// The MariaDB URL's user and password (root of `scripts/services`).
+/// The MariaDB URL's user, password, host and port (root of `scripts/services`).
 fn maria_login(url: &str) -> (String, Option<String>, String, u16) {
     let opts = Opts::from_url(url).expect("ONCELY_MARIADB_URL");
     (
@@ -345,6 +146,23 @@ fn maria_login(url: &str) -> (String, Option<String>, String, u16) {
         opts.pass().map(str::to_owned),
         opts.ip_or_hostname().to_owned(),
         opts.tcp_port(),
+    )
+}
+
+/// The capture configuration verify reads MariaDB by: the MySQL source,
+/// the one database, the table, Debezium's topic prefix.
+fn mariadb_capture_config(p: &Pipeline, url: &str, database: &str) -> String {
+    let (user, password, host, port) = maria_login(url);
+    let password = password
+        .map(|pw| format!("database.password = \"{pw}\"\n"))
+        .unwrap_or_default();
+    format!(
+        "source = \"mysql\"\ntopic.prefix = \"{}\"\n\
+         database.hostname = \"{host}\"\ndatabase.port = {port}\ndatabase.user = \"{user}\"\n{password}\
+         database.include.list = \"{database}\"\ntable.include.list = \"{database}\\\\.{TABLE}\"\n\
+         kafka.bootstrap.servers = \"{}\"\n",
+        p.env.prefix,
+        common::kafka_brokers()
     )
 }
 
@@ -357,38 +175,30 @@ async fn debezium_mariadb_topics_reach_every_target_equal() -> Result<()> {
     maria
         .query_drop(format!("CREATE DATABASE {database}; USE {database}"))
         .await?;
-    let p = Pipeline::with_topics(
-        "dbz_mariadb",
-        &mirror_schema(&database),
-        &format!("table.include.list = \"{database}\\\\.{TABLE}\"\n"),
-        |prefix| vec![format!("{prefix}.{database}.{TABLE}")],
-    )
+    // The PostgreSQL database holds only the warehouse.
+    let mut p = Pipeline::with_topics("dbz_mariadb", "", "", |prefix| {
+        vec![format!("{prefix}.{database}.{TABLE}")]
+    })
     .await?;
-    let mut sources = Sources {
-        maria,
-        p: &p,
-        database: &database,
-    };
-    let result = exercise(&mut sources, &url).await;
-    let _ = sources
-        .maria
-        .query_drop(format!("DROP DATABASE {database}"))
-        .await;
+    p.capture_config = p.env.write_config(
+        "capture-mariadb.toml",
+        &mariadb_capture_config(&p, &url, &database),
+    )?;
+    let result = exercise(&mut maria, &p, &database, &url).await;
+    let _ = maria.query_drop(format!("DROP DATABASE {database}")).await;
     p.cleanup().await;
     result
 }
 
-async fn exercise(sources: &mut Sources<'_>, url: &str) -> Result<()> {
-    let p = sources.p;
-    let database = sources.database.to_owned();
-    sources.maria.query_drop(maria_table()).await?;
-    sources
-        .run(
-            (1..=SNAPSHOT_ROWS)
-                .map(|id| insert(id, id as usize))
-                .collect(),
-        )
-        .await?;
+async fn exercise(maria: &mut Conn, p: &Pipeline, database: &str, url: &str) -> Result<()> {
+    maria.query_drop(maria_table()).await?;
+    run(
+        maria,
+        (1..=SNAPSHOT_ROWS)
+            .map(|id| insert(id, id as usize))
+            .collect(),
+    )
+    .await?;
     let topic = p.topics()[0].clone();
     let (user, password, host, port) = maria_login(url);
     let table = format!("{database}.{TABLE}");
@@ -401,7 +211,7 @@ async fn exercise(sources: &mut Sources<'_>, url: &str) -> Result<()> {
         user: &user,
         password: password.as_deref(),
         source: Source::MariaDb {
-            database: &database,
+            database,
             server_id: 5000 + rand::random::<u32>() % 1_000_000,
         },
         tables: &[&table],
@@ -413,42 +223,84 @@ async fn exercise(sources: &mut Sources<'_>, url: &str) -> Result<()> {
 
     let mut expected = SNAPSHOT_ROWS;
     for id in 101..=106 {
-        sources.run(vec![insert(id, id as usize)]).await?;
+        run(maria, vec![insert(id, id as usize)]).await?;
         expected += 1;
     }
     for (n, id) in [1, 2, 3, 101].into_iter().enumerate() {
-        sources.run(vec![update(id, n)]).await?;
+        run(maria, vec![update(id, n)]).await?;
         expected += 1;
     }
     // One transaction: two updates of one row around a two-row insert (one
     // rows event, rows 0 and 1): the last update must win.
-    sources
-        .run(vec![
+    run(
+        maria,
+        vec![
             update(6, 1),
-            same(format!("INSERT INTO {TABLE} (id) VALUES (201), (202)")),
+            format!("INSERT INTO {TABLE} (id) VALUES (201), (202)"),
             update(6, 4),
-        ])
-        .await?;
+        ],
+    )
+    .await?;
     expected += 4;
     // A rotation: the next changes are in a file whose offsets start again.
-    sources.maria.query_drop("FLUSH BINARY LOGS").await?;
-    sources.run(vec![update(7, 2), update(201, 3)]).await?;
+    maria.query_drop("FLUSH BINARY LOGS").await?;
+    run(maria, vec![update(7, 2), update(201, 3)]).await?;
     expected += 2;
     // A primary-key update (delete, tombstone, create) and deletes (delete
     // and tombstone).
-    sources
-        .run(vec![same(format!(
-            "UPDATE {TABLE} SET id = 1000 WHERE id = 4"
-        ))])
-        .await?;
+    run(
+        maria,
+        vec![format!("UPDATE {TABLE} SET id = 1000 WHERE id = 4")],
+    )
+    .await?;
     expected += 3;
     for id in [5, 102] {
-        sources
-            .run(vec![same(format!("DELETE FROM {TABLE} WHERE id = {id}"))])
-            .await?;
+        run(maria, vec![format!("DELETE FROM {TABLE} WHERE id = {id}")]).await?;
         expected += 2;
     }
     wait_for_records(&mut connect, &topic, expected).await?;
 
-    every_target_equal(p, connect).await
+    every_target_equal(p, connect).await?;
+    differences_are_reported(maria, p).await
+}
+
+/// With Debezium stopped, a value changed and a row deleted in MariaDB
+/// reach no target: verify (not waiting, the sinks are stopped too) must
+/// name both in each of the three.
+async fn differences_are_reported(maria: &mut Conn, p: &Pipeline) -> Result<()> {
+    run(
+        maria,
+        vec![
+            format!("UPDATE {TABLE} SET dt6 = '2001-02-03 04:05:06.000007' WHERE id = 1"),
+            format!("DELETE FROM {TABLE} WHERE id = 2"),
+        ],
+    )
+    .await?;
+    let report = oncely::verify::run(&oncely::verify::Options {
+        capture: p.capture_config.clone(),
+        sinks: p.sinks.clone(),
+        wait: false,
+        capture_offset: false,
+        timeout: std::time::Duration::from_secs(60),
+        examples: 5,
+        retries: 0,
+    })
+    .await?;
+    assert_eq!(report.targets.len(), 3);
+    for target in &report.targets {
+        assert_eq!(target.tables.len(), 1, "{}", target.label);
+        let t = &target.tables[0];
+        assert_eq!(
+            (t.changed, t.missing, t.extra),
+            (1, 0, 1),
+            "{}: {t:?}",
+            target.label
+        );
+        let changed = t.examples.iter().any(|d| {
+            matches!(d, oncely::verify::Difference::Changed { key, diff }
+                if key["id"] == 1 && diff.column == "dt6")
+        });
+        assert!(changed, "{}: {:?}", target.label, t.examples);
+    }
+    Ok(())
 }

@@ -27,12 +27,18 @@ use crate::secret::{resolve_reference, Secret};
 mod validate;
 mod values;
 
+use crate::sources::mysql::mapping::{
+    BigintUnsignedHandlingMode, DecimalHandlingMode, MappingConfig, TimePrecisionMode,
+};
+
 pub use values::{
     AutocreateMode, Converter, IntervalHandlingMode, ReplicaIdentityCheck, SchemaChangeBackfill,
-    SkippedOperations, SnapshotMode, StringList,
+    SkippedOperations, SnapshotMode, SourceKind, StringList,
 };
 
 pub const DEFAULT_PORT: u16 = 5432;
+/// `database.port` when unset and `source = "mysql"`.
+pub const DEFAULT_MYSQL_PORT: u16 = 3306;
 pub const DEFAULT_SLOT: &str = "oncely";
 pub const DEFAULT_PUBLICATION: &str = "oncely_publication";
 /// The default `offset.storage.topic` is this prefix and the connector name
@@ -106,12 +112,19 @@ pub struct CaptureConfig {
     #[serde(rename = "table.filter", default)]
     pub table_filter: BTreeMap<String, String>,
 
+    /// `source`: the kind of database read, `postgres` (the default) or
+    /// `mysql` (MySQL and MariaDB; so far only `oncely verify` reads it:
+    /// docs/mysql.md).
+    #[serde(default)]
+    pub source: SourceKind,
+
     /// `database.hostname`.
     #[serde(rename = "database.hostname")]
     pub database_hostname: String,
-    /// `database.port`.
-    #[serde(rename = "database.port", default = "default_port")]
-    pub database_port: u16,
+    /// `database.port`: 5432 for PostgreSQL, 3306 for MySQL when unset (see
+    /// [`Self::port`]).
+    #[serde(rename = "database.port", default)]
+    pub database_port: Option<u16>,
     /// `database.user`.
     #[serde(rename = "database.user")]
     pub database_user: String,
@@ -119,9 +132,14 @@ pub struct CaptureConfig {
     /// (resolved when the file is read).
     #[serde(rename = "database.password", default)]
     pub database_password: Secret,
-    /// `database.dbname`.
-    #[serde(rename = "database.dbname")]
+    /// `database.dbname`: the captured PostgreSQL database (required there;
+    /// a MySQL source names its databases in `database.include.list`).
+    #[serde(rename = "database.dbname", default)]
     pub database_dbname: String,
+    /// `database.include.list` (MySQL): regular expressions matched against
+    /// the whole database name; empty: every database but the server's own.
+    #[serde(rename = "database.include.list", default)]
+    pub database_include_list: StringList,
     /// `database.sslmode`: `disable`, `prefer` (the default, as libpq's),
     /// `require`, `verify-ca` or `verify-full`, with libpq's meanings.
     #[serde(rename = "database.sslmode", default = "default_sslmode")]
@@ -299,6 +317,22 @@ pub struct CaptureConfig {
     /// `io.debezium.time.MicroDuration`: µs, a month as 30.4375 days, lossy).
     #[serde(rename = "interval.handling.mode", default)]
     pub interval_handling_mode: IntervalHandlingMode,
+
+    /// `decimal.handling.mode` (MySQL): `precise` (Connect `Decimal`, the
+    /// default), `double` or `string`, as Debezium's MySQL connector.
+    #[serde(rename = "decimal.handling.mode", default)]
+    pub decimal_handling_mode: DecimalHandlingMode,
+    /// `time.precision.mode` (MySQL): `adaptive_time_microseconds` (the
+    /// default) or `connect`.
+    #[serde(rename = "time.precision.mode", default)]
+    pub time_precision_mode: TimePrecisionMode,
+    /// `bigint.unsigned.handling.mode` (MySQL): `long` (the default) or `precise`.
+    #[serde(rename = "bigint.unsigned.handling.mode", default)]
+    pub bigint_unsigned_handling_mode: BigintUnsignedHandlingMode,
+    /// `tinyint.one.as.boolean` (MySQL): `tinyint(1)` as boolean, as
+    /// Debezium's `TinyIntOneToBooleanConverter` (default false: int16).
+    #[serde(rename = "tinyint.one.as.boolean", default)]
+    pub tinyint_one_as_boolean: bool,
 }
 
 fn default_partitions() -> i32 {
@@ -306,9 +340,6 @@ fn default_partitions() -> i32 {
 }
 fn default_replication() -> i32 {
     DEFAULT_REPLICATION_FACTOR
-}
-fn default_port() -> u16 {
-    DEFAULT_PORT
 }
 fn default_sslmode() -> SslMode {
     DEFAULT_SSLMODE
@@ -503,6 +534,24 @@ impl CaptureConfig {
             self.health_ready_max_lag_ms
                 .unwrap_or(DEFAULT_READY_MAX_LAG_MS),
         )
+    }
+
+    /// `database.port`, else the source's default port.
+    pub fn port(&self) -> u16 {
+        self.database_port.unwrap_or(match self.source {
+            SourceKind::Postgres => DEFAULT_PORT,
+            SourceKind::Mysql => DEFAULT_MYSQL_PORT,
+        })
+    }
+
+    /// The MySQL source's value mapping: its four Debezium keys.
+    pub fn mysql_mapping(&self) -> MappingConfig {
+        MappingConfig {
+            decimal: self.decimal_handling_mode,
+            time: self.time_precision_mode,
+            bigint_unsigned: self.bigint_unsigned_handling_mode,
+            tinyint_one_as_boolean: self.tinyint_one_as_boolean,
+        }
     }
 
     pub fn batch_max_time(&self) -> Duration {

@@ -18,7 +18,7 @@ fn minimal_config_gets_defaults() {
     assert_eq!(cfg.publication_autocreate_mode, AutocreateMode::AllTables);
     assert!(cfg.tombstones_on_delete);
     assert!(cfg.schemas_enable);
-    assert_eq!(cfg.database_port, 5432);
+    assert_eq!(cfg.port(), 5432);
     assert_eq!(cfg.batch_max_events, DEFAULT_BATCH_MAX_EVENTS);
     assert_eq!(cfg.offsets_topic(), "oncely-offsets-shop");
     assert_eq!(cfg.max_message_bytes(), DEFAULT_MAX_MESSAGE_BYTES);
@@ -583,4 +583,50 @@ fn column_settings_parse_in_every_key_form_and_name_a_wrong_one() {
     let typo = format!("{MINIMAL}\ncolumn.exclude.lst = \"a.b.c\"\n");
     let err = CaptureConfig::parse(&typo, "test").unwrap_err().to_string();
     assert!(err.contains("column.exclude.list"), "{err}");
+}
+
+#[test]
+fn a_mysql_source_takes_debezium_s_mysql_keys() {
+    use crate::sources::mysql::mapping::{DecimalHandlingMode, TimePrecisionMode};
+    let text = "source = \"mysql\"\ntopic.prefix = \"shop\"\ndatabase.hostname = \"db\"\n\
+                database.user = \"oncely\"\ndatabase.include.list = \"inventory, sales\"\n\
+                table.include.list = \"inventory\\\\.orders\"\ndecimal.handling.mode = \"string\"\n\
+                time.precision.mode = \"connect\"\ntinyint.one.as.boolean = true\n\
+                kafka.bootstrap.servers = \"k:9092\"\n";
+    let cfg = CaptureConfig::parse(text, "test").unwrap();
+    assert_eq!(cfg.source, SourceKind::Mysql);
+    assert_eq!(cfg.port(), DEFAULT_MYSQL_PORT);
+    assert_eq!(cfg.database_include_list.0, vec!["inventory", "sales"]);
+    let mapping = cfg.mysql_mapping();
+    assert_eq!(mapping.decimal, DecimalHandlingMode::String);
+    assert_eq!(mapping.time, TimePrecisionMode::Connect);
+    assert!(mapping.tinyint_one_as_boolean);
+    assert_eq!(
+        cfg.table_topic("inventory", "orders"),
+        "shop.inventory.orders"
+    );
+    // A MySQL source names databases in the list, not in database.dbname.
+    let err = CaptureConfig::parse(&format!("{text}database.dbname = \"x\"\n"), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("database.dbname"), "{err}");
+    let err = CaptureConfig::parse(
+        &format!(
+            "{}database.include.list = \"(\"\n",
+            text.replace("database.include.list = \"inventory, sales\"\n", "")
+        ),
+        "test",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("database.include.list"), "{err}");
+}
+
+#[test]
+fn postgres_needs_its_database_and_keeps_its_port() {
+    let text = MINIMAL.replace("database.dbname = \"shop\"\n", "");
+    let err = CaptureConfig::parse(&text, "test").unwrap_err().to_string();
+    assert!(err.contains("database.dbname"), "{err}");
+    let cfg = CaptureConfig::parse(&format!("{MINIMAL}database.port = 6432\n"), "test").unwrap();
+    assert_eq!((cfg.source, cfg.port()), (SourceKind::Postgres, 6432));
 }

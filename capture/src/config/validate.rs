@@ -89,7 +89,17 @@ impl CaptureConfig {
         if self.publication_name.is_empty() {
             return Err(invalid("publication.name", "must not be empty"));
         }
-        Ok(())
+        match self.source {
+            super::SourceKind::Postgres if self.database_dbname.is_empty() => Err(invalid(
+                "database.dbname",
+                "required: the captured PostgreSQL database",
+            )),
+            super::SourceKind::Mysql if !self.database_dbname.is_empty() => Err(invalid(
+                "database.dbname",
+                "a MySQL source names its databases in database.include.list",
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// `batch.*` and `heartbeat.interval.ms`.
@@ -145,6 +155,8 @@ impl CaptureConfig {
     fn validate_tables(&self) -> Result<(), ConfigError> {
         crate::filter::TableFilter::new(&self.table_include_list.0, &self.table_exclude_list.0)
             .map_err(|e| invalid("table.include.list", e.to_string()))?;
+        crate::filter::TableFilter::new(&self.database_include_list.0, &[])
+            .map_err(|e| invalid("database.include.list", e.to_string()))?;
         crate::filter::parse_key_columns(self.message_key_columns.as_deref())
             .map_err(|e| invalid("message.key.columns", e))?;
         self.column_policy()?;

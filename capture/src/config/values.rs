@@ -3,6 +3,17 @@
 
 use serde::Deserialize;
 
+/// `source` values: which kind of database capture reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// PostgreSQL, through a logical replication slot.
+    #[default]
+    Postgres,
+    /// MySQL or MariaDB (so far read by `oncely verify` only).
+    Mysql,
+}
+
 /// `schema.change.backfill` values.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

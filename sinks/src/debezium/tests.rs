@@ -308,3 +308,37 @@ fn normalized_values_stay_within_the_record_budget() {
     let record = many_decimals(200, 2);
     assert!(crate::event::decode_value(Some(&record)).is_ok());
 }
+
+#[test]
+fn one_column_is_held_as_the_runner_holds_it() {
+    // Debezium's MySQL decimal(12,2): text, its schema a NUMERIC string.
+    let decimal = DebeziumColumn::new(&json!({
+        "type": "bytes", "optional": true, "field": "amount",
+        "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
+        "parameters": {"scale": "2", "connect.decimal.precision": "12"}
+    }));
+    let mut v = json!("/xcrWvAB");
+    decimal.convert(&mut v).unwrap();
+    assert_eq!(v, json!("-9999999999.99"));
+    assert_eq!(decimal.schema["type"], json!("string"));
+    assert_eq!(
+        decimal.schema["parameters"]["__debezium.source.column.scale"],
+        json!("2")
+    );
+    let mut null = Value::Null;
+    decimal.convert(&mut null).unwrap();
+    assert_eq!(null, Value::Null);
+    assert!(decimal.convert(&mut json!("not base64!")).is_err());
+    // A DATETIME(3)'s ms become µs; an int64 passes untouched.
+    let ms = DebeziumColumn::new(&json!({"type": "int64", "name": "io.debezium.time.Timestamp"}));
+    let mut v = json!(1_500);
+    ms.convert(&mut v).unwrap();
+    assert_eq!(v, json!(1_500_000));
+    let plain = DebeziumColumn::new(&json!({"type": "int64", "field": "id"}));
+    let mut v = json!(7);
+    plain.convert(&mut v).unwrap();
+    assert_eq!(
+        (v, plain.schema),
+        (json!(7), json!({"type": "int64", "field": "id"}))
+    );
+}

@@ -6,7 +6,7 @@ use crate::verify::source::{Column, SourceRow};
 fn table() -> SourceTable {
     let col = |name: &str, kind: ValueKind| Column {
         name: name.into(),
-        kind,
+        kind: ColumnKind::Postgres(kind),
         sql_type: "text".into(),
         mask: None,
         chars: oncely_capture::catalog::Characters::No,
@@ -23,6 +23,7 @@ fn table() -> SourceTable {
         key: vec![0],
         topic: "shop.public.orders".into(),
         filter: None,
+        mysql: None,
     }
 }
 
@@ -32,6 +33,7 @@ fn row(v: Value) -> SourceRow {
         key_text: vec![row["id"].to_string()],
         key_wire: vec![row["id"].clone()],
         row,
+        key_cells: Vec::new(),
     }
 }
 
@@ -60,7 +62,7 @@ fn native_documents_compare_with_the_source_converted_as_the_sink_converts() {
     let mut t = table();
     t.columns.push(Column {
         name: "day".into(),
-        kind: ValueKind::Date,
+        kind: ColumnKind::Postgres(ValueKind::Date),
         sql_type: "date".into(),
         mask: None,
         chars: oncely_capture::catalog::Characters::No,
@@ -361,4 +363,63 @@ fn only_selected_columns_compare_and_held_unselected_ones_are_told_not_differenc
     let t = obj(json!({"id": 7, "total": "12.50", "meta": "{\"a\": 1}", "stray": 1}));
     let c = compare_selected(&table(), &selected, &source.row, &t);
     assert_eq!(c.diff.map(|d| d.column), Some("stray".to_owned()));
+}
+
+/// MySQL columns: values as the sinks hold Debezium's MySQL encodings,
+/// compared by the rules of their held schema.
+#[test]
+fn mysql_values_compare_as_the_sinks_hold_them() {
+    use crate::verify::source::MysqlColumn;
+    use mysql_async::consts::ColumnType;
+    use oncely_capture::catalog::mysql::{Cell, ColumnShape, MappingConfig};
+    let column = |name: &str, ty: ColumnType, meta: Vec<u8>| {
+        let mut shape = ColumnShape::new(name, ty);
+        shape.meta = meta;
+        let my = MysqlColumn::new(shape, MappingConfig::default());
+        let rule = Rule::of_schema(&my.held.schema);
+        (my, rule)
+    };
+    let (amount, rule) = column("amount", ColumnType::MYSQL_TYPE_NEWDECIMAL, vec![12, 2]);
+    let v = amount.to_json(&Cell::Decimal("163.38".into())).unwrap();
+    assert_eq!(v, json!("163.38"));
+    assert_eq!(rule, Rule::Decimal);
+    assert!(rule.values_equal(&v, &json!("163.380")));
+    assert!(!rule.values_equal(&v, &json!("163.39")));
+
+    let (f, rule) = column("f", ColumnType::MYSQL_TYPE_FLOAT, vec![4]);
+    let v = f.to_json(&Cell::Float(0.1)).unwrap();
+    assert_eq!(rule, Rule::Float32);
+    assert!(rule.values_equal(&v, &json!(0.1)));
+    assert!(rule.texts_equal(&v.to_string(), "0.1"));
+    assert!(!rule.values_equal(&v, &json!(0.1000001)));
+    let (_, rule) = column("d", ColumnType::MYSQL_TYPE_DOUBLE, vec![8]);
+    assert_eq!(rule, Rule::Float);
+
+    let (bits, rule) = column("b", ColumnType::MYSQL_TYPE_BIT, vec![4, 1]);
+    let v = bits.to_json(&Cell::Bit(vec![0x0a, 0xbc])).unwrap();
+    assert_eq!((v, rule), (json!("101010111100"), Rule::Exact));
+
+    // DATETIME(3): Debezium's ms Timestamp, held as µs.
+    let (dt, _) = column("dt3", ColumnType::MYSQL_TYPE_DATETIME2, vec![3]);
+    let v = dt
+        .to_json(&Cell::DateTime {
+            year: 1970,
+            month: 1,
+            day: 2,
+            hour: 0,
+            minute: 0,
+            second: 0,
+            micros: 789_000,
+        })
+        .unwrap();
+    assert_eq!(v, json!(86_400_789_000i64));
+    assert_eq!(
+        dt.held.schema["name"],
+        json!("io.debezium.time.MicroTimestamp")
+    );
+
+    let (js, rule) = column("js", ColumnType::MYSQL_TYPE_JSON, vec![]);
+    let v = js.to_json(&Cell::Json(json!({"a": [1, 2.5]}))).unwrap();
+    assert_eq!(rule, Rule::Json);
+    assert!(rule.values_equal(&v, &json!("{ \"a\" : [1, 2.5] }")));
 }

@@ -20,6 +20,7 @@
 //! the transaction already handed out). What is tested against MariaDB and
 //! what only with byte fixtures: docs/mysql.md.
 
+pub mod catalog;
 pub mod cell;
 pub mod checks;
 pub mod decoder;
@@ -31,6 +32,7 @@ pub mod reader;
 pub mod shape;
 pub mod snapshot;
 
+pub use catalog::MySqlCatalog;
 pub use cell::Cell;
 pub use checks::{Flavor, ServerFacts};
 pub use decoder::{BinlogChange, ChangeKind, Decoder, RowChange};

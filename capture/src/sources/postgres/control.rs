@@ -74,7 +74,7 @@ pub struct SlotState {
 pub fn pg_config(cfg: &CaptureConfig, application_name: &str) -> tokio_postgres::Config {
     let mut pg = tokio_postgres::Config::new();
     pg.host(&cfg.database_hostname)
-        .port(cfg.database_port)
+        .port(cfg.port())
         .user(&cfg.database_user)
         .dbname(&cfg.database_dbname)
         .application_name(application_name);

@@ -22,7 +22,7 @@ pub(crate) async fn connect(
         cfg.slot_name.clone(),
         cfg.publication_name.clone(),
     )
-    .with_port(cfg.database_port)
+    .with_port(cfg.port())
     // `database.sslmode` and its files, as every other connection to the source.
     .with_tls(cfg.tls().replication(&cfg.database_hostname))
     .with_start_lsn(Lsn::from_u64(from))

@@ -1,0 +1,159 @@
+//! What `oncely verify` reads of a MySQL/MariaDB source without running a
+//! capture: the captured tables' shapes (`database.include.list`,
+//! `table.include.list`, `table.exclude.list`), their rows through the
+//! snapshot's own key-ordered chunk reads, and which of a list of keys a
+//! table holds. Rows come back as the same [`Cell`]s capture maps, so
+//! verify compares with the envelope's values, not a second mapping.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts, OptsBuilder, Value};
+use oncely_core::sql::quote_mysql_ident;
+
+use super::cell::Cell;
+use super::checks::Flavor;
+use super::error::MySqlSourceError;
+use super::shape::TableShape;
+use super::snapshot::{SnapshotLockingMode, SnapshotReader, SnapshotSettings};
+use crate::config::CaptureConfig;
+use crate::filter::TableFilter;
+
+/// The server's own databases, never captured (as Debezium).
+const SYSTEM_DATABASES: &[&str] = &["mysql", "information_schema", "performance_schema", "sys"];
+
+/// The connection settings of capture's `database.*` keys.
+pub fn opts(cfg: &CaptureConfig) -> Opts {
+    let password = cfg.database_password.expose();
+    OptsBuilder::default()
+        .ip_or_hostname(cfg.database_hostname.clone())
+        .tcp_port(cfg.port())
+        .user(Some(cfg.database_user.clone()))
+        .pass((!password.is_empty()).then(|| password.to_owned()))
+        .into()
+}
+
+/// A connection to the source for catalog reads and key look-ups.
+pub struct MySqlCatalog {
+    conn: Conn,
+    opts: Opts,
+    flavor: Flavor,
+}
+
+impl MySqlCatalog {
+    /// Connects with capture's `database.*` settings.
+    pub async fn connect(cfg: &CaptureConfig) -> Result<Self, MySqlSourceError> {
+        let opts = opts(cfg);
+        let mut conn = Conn::new(opts.clone())
+            .await
+            .map_err(|e| MySqlSourceError::server("connect", e))?;
+        let version: String = conn
+            .query_first("SELECT VERSION()")
+            .await
+            .map_err(|e| MySqlSourceError::server("read the server version", e))?
+            .ok_or_else(|| MySqlSourceError::Protocol("no row from SELECT VERSION()".into()))?;
+        Ok(Self {
+            conn,
+            opts,
+            flavor: Flavor::from_version(&version),
+        })
+    }
+
+    /// The shapes of the tables capture captures, by database and name.
+    pub async fn captured_tables(
+        &mut self,
+        cfg: &CaptureConfig,
+    ) -> Result<Vec<TableShape>, MySqlSourceError> {
+        let bad = |key: &str, e: regex::Error| MySqlSourceError::Protocol(format!("{key}: {e}"));
+        let databases = cfg
+            .database_include_list
+            .0
+            .iter()
+            .map(|p| regex::Regex::new(&format!("^(?:{p})$")))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad("database.include.list", e))?;
+        let tables = TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
+            .map_err(|e| bad("table.include.list", e))?;
+        let rows: Vec<(String, String)> = self
+            .conn
+            .query(
+                "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
+                 WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME",
+            )
+            .await
+            .map_err(|e| MySqlSourceError::server("read information_schema.TABLES", e))?;
+        let mut out = Vec::new();
+        for (db, table) in rows {
+            let db_included = databases.is_empty() || databases.iter().any(|r| r.is_match(&db));
+            if SYSTEM_DATABASES.contains(&db.as_str())
+                || !db_included
+                || !tables.matches(&db, &table)
+            {
+                continue;
+            }
+            out.push(TableShape::from_catalog(&mut self.conn, self.flavor, &db, &table).await?);
+        }
+        Ok(out)
+    }
+
+    /// A consistent read of `shape`'s table: the snapshot reader without
+    /// locks (verify must not stop writers), in its own read view, whose
+    /// [`SnapshotReader::read_chunk`] pages through the rows in key order.
+    pub async fn read(&self, shape: &TableShape) -> Result<SnapshotReader, MySqlSourceError> {
+        let settings = SnapshotSettings {
+            locking_mode: SnapshotLockingMode::None,
+        };
+        SnapshotReader::begin(
+            self.opts.clone(),
+            &settings,
+            &[(shape.database.clone(), shape.table.clone())],
+        )
+        .await
+    }
+
+    /// Of `keys` (each the key columns' values as text, in key order), the
+    /// key cells of the rows the table holds; the server converts the text
+    /// to the key columns' types.
+    pub async fn existing(
+        &mut self,
+        shape: &TableShape,
+        keys: &[Vec<String>],
+    ) -> Result<Vec<Vec<Cell>>, MySqlSourceError> {
+        let n = shape.primary_key.len();
+        let keys: Vec<&Vec<String>> = keys.iter().filter(|k| k.len() == n).collect();
+        if n == 0 || keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names: Vec<String> = shape
+            .primary_key
+            .iter()
+            .map(|&i| quote_mysql_ident(&shape.columns[i].name))
+            .collect();
+        let tuple = format!("({})", vec!["?"; n].join(", "));
+        let sql = format!(
+            "SELECT {cols} FROM {}.{} WHERE ({cols}) IN ({})",
+            quote_mysql_ident(&shape.database),
+            quote_mysql_ident(&shape.table),
+            vec![tuple.as_str(); keys.len()].join(", "),
+            cols = names.join(", "),
+        );
+        let params: Vec<Value> = keys
+            .iter()
+            .flat_map(|k| k.iter().map(|t| Value::Bytes(t.clone().into_bytes())))
+            .collect();
+        let rows: Vec<mysql_async::Row> = self
+            .conn
+            .exec(sql, params)
+            .await
+            .map_err(|e| MySqlSourceError::server("look up keys in a source table", e))?;
+        rows.into_iter()
+            .map(|row| {
+                row.unwrap()
+                    .into_iter()
+                    .zip(&shape.primary_key)
+                    .map(|(v, &i)| {
+                        Cell::from_query(&shape.columns[i], v).map_err(MySqlSourceError::Protocol)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
