@@ -10,6 +10,7 @@
 
 pub(crate) mod avro;
 pub mod catalog;
+pub(crate) mod change;
 pub mod config;
 pub(crate) mod envelope;
 pub mod error;

@@ -13,11 +13,12 @@ use super::record::Record;
 use super::router::{self, Followup, Mapping, Resolved, Route};
 use super::schema::SchemaWatch;
 use super::{fill, now_ms, Pipeline};
+use crate::change::RowImage;
 use crate::envelope::{SourceIdentity, SourcePosition};
 use crate::error::CaptureError;
 use crate::seam::{CatalogTable, TableCatalog};
 use crate::sources::postgres::control;
-use crate::sources::postgres::pgoutput::{LogicalMessage, Relation, TupleData, TypeMessage};
+use crate::sources::postgres::pgoutput::{LogicalMessage, Relation, TypeMessage};
 use crate::sources::postgres::value::TypeRegistry;
 
 /// What the router asks PostgreSQL about a table ([`TableCatalog`]): the
@@ -172,9 +173,9 @@ impl Pipeline<'_> {
         &mut self,
         relation_id: u32,
         key_columns: &[String],
-        row: TupleData,
+        row: RowImage,
         xid: u32,
-    ) -> Result<TupleData, CaptureError> {
+    ) -> Result<RowImage, CaptureError> {
         let rel = self.router.relation_of(relation_id)?;
         let key_idx = key_columns
             .iter()

@@ -7,12 +7,13 @@ use tokio_postgres::Client;
 use super::committer::{Committer, Transactions};
 use super::snapshot_runtime::SnapshotDriver;
 use super::{Pipeline, Route};
+use crate::change::Datum;
 use crate::error::CaptureError;
 use crate::snapshot::signal::{check_filter_on, parse, SignalAction};
 use crate::snapshot::{quote_ident, request, split_table, SnapshotKind, TableProgress};
 use crate::sources::postgres::chunk::FILTER_SEARCH_PATH;
 use crate::sources::postgres::control;
-use crate::sources::postgres::pgoutput::{LogicalMessage, TupleValue};
+use crate::sources::postgres::pgoutput::LogicalMessage;
 
 /// The columns of one signal row.
 pub(super) struct SignalRow {
@@ -48,7 +49,7 @@ impl Pipeline<'_> {
         let column = |name: &str| -> Option<String> {
             let i = rel.columns.iter().position(|c| c.name == name)?;
             match new.0.get(i)? {
-                TupleValue::Text(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                Datum::Text(b) => Some(String::from_utf8_lossy(b).into_owned()),
                 _ => None,
             }
         };

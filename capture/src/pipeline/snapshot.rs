@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::committer::{Committer, Transactions};
 use super::snapshot_runtime::{join, ChunkReads, InFlight, SnapshotDriver, CHUNKS_IN_FLIGHT};
 use super::{now_ms, refusable, refuse_value, Pipeline, Record};
+use crate::change::{Datum, RowImage};
 use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
 use crate::offset::SourceOffset;
@@ -430,7 +431,7 @@ impl SnapshotDriver {
     fn row_record(
         &self,
         encoding: &ChunkEncoding,
-        row: &crate::sources::postgres::pgoutput::TupleData,
+        row: &RowImage,
         pos: &SourcePosition,
         now: i64,
     ) -> Result<Option<Record>, CaptureError> {
@@ -678,9 +679,7 @@ fn last_key(rows: &ChunkRows) -> Vec<Option<String>> {
     rows.key_idx
         .iter()
         .map(|&i| match &row.0[i] {
-            crate::sources::postgres::pgoutput::TupleValue::Text(b) => {
-                Some(String::from_utf8_lossy(b).into_owned())
-            }
+            Datum::Text(b) => Some(String::from_utf8_lossy(b).into_owned()),
             _ => None,
         })
         .collect()
@@ -696,10 +695,7 @@ fn replaced(window: &mut Window, key: Option<crate::snapshot::RowKey>) {
 
 /// An update's new row, with unchanged TOAST values taken from a full old
 /// row (REPLICA IDENTITY FULL) where it has them.
-fn filled<'a>(
-    new: &'a crate::sources::postgres::pgoutput::TupleData,
-    old: Option<&OldTuple>,
-) -> Cow<'a, crate::sources::postgres::pgoutput::TupleData> {
+fn filled<'a>(new: &'a RowImage, old: Option<&OldTuple>) -> Cow<'a, RowImage> {
     match old {
         Some(OldTuple::Full(full)) => match super::router::fill_unchanged_toast(new, full) {
             Some(row) => Cow::Owned(row),

@@ -527,6 +527,16 @@ mod tests {
     use crate::sources::postgres::pgoutput::{Column, Relation, ReplicaIdentity};
 
     #[test]
+    fn a_snapshots_in_progress_transactions_as_32_bit_xids() {
+        use super::in_progress;
+        assert_eq!(in_progress("10:20:"), Vec::<u32>::new());
+        assert_eq!(in_progress("10:20:12,15"), vec![12, 15]);
+        // xid8 with an epoch: pgoutput's Begin carries the low 32 bits.
+        assert_eq!(in_progress("4294967306:4294967310:4294967307"), vec![11]);
+        assert_eq!(in_progress("garbage"), Vec::<u32>::new());
+    }
+
+    #[test]
     fn a_filtered_chunk_needs_a_key_of_built_in_types() {
         let column = |name: &str, type_oid| Column {
             is_key: true,

@@ -358,7 +358,7 @@ fn cases() -> Vec<Case> {
     ));
 
     let enc = customers_encoder(ReplicaIdentity::Default, true);
-    let after = customer_row("1", "300.00", TupleValue::UnchangedToast, at);
+    let after = customer_row("1", "300.00", TupleValue::Unchanged, at);
     out.push(case(
         "update_unchanged_toast.json",
         "Update (op u) that left a TOASTed column unchanged: notes is the placeholder \

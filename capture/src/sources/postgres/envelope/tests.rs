@@ -160,7 +160,7 @@ fn key_without_and_with_schema() {
 fn key_errors() {
     let e = enc(false);
     assert!(matches!(
-        e.key(&row(vec![TupleValue::UnchangedToast, t("a"), t("b")])),
+        e.key(&row(vec![TupleValue::Unchanged, t("a"), t("b")])),
         Err(EnvelopeError::KeyValueUnavailable { .. })
     ));
     assert_eq!(
@@ -211,7 +211,7 @@ fn unchanged_toast_key_tuple_nulls_and_binary() {
     let before = row(vec![t("1"), TupleValue::Null, TupleValue::Null]);
     let after = row(vec![
         t("1"),
-        TupleValue::UnchangedToast,
+        TupleValue::Unchanged,
         TupleValue::Binary(Bytes::from_static(&[0, 1, 2])),
     ]);
     let v = parse(
