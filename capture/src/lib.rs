@@ -33,9 +33,4 @@ pub(crate) mod sources;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-// The PostgreSQL modules under their former paths, which code not yet behind
-// the source seam names.
-pub(crate) use sources::postgres::control as source;
-pub(crate) use sources::postgres::{pgoutput, value};
-
 pub use pipeline::run;

@@ -40,7 +40,8 @@ use crate::error::CaptureError;
 use crate::naming::check_length;
 use crate::offset::SourceOffset;
 use crate::snapshot::{request, SnapshotKind, TableProgress};
-use crate::sources::postgres::control::{self, format_lsn, CapturedTable};
+use crate::sources::postgres::control::{self, CapturedTable};
+use oncely_core::wire::format_lsn;
 
 /// What the catalog says of a quarantined table now.
 enum Verdict {

@@ -17,9 +17,11 @@ use crate::change::{Datum, RowImage};
 use crate::config::{CaptureConfig, SkippedOperations};
 use crate::envelope::{EnvelopeConfig, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::naming::TopicClaims;
-use crate::pgoutput::{Column, LogicalMessage, OldTuple, Relation, ReplicaIdentity, TypeMessage};
 use crate::seam::{CatalogTable, TableCatalog};
-use crate::value::{TypeRegistry, UNAVAILABLE_VALUE};
+use crate::sources::postgres::pgoutput::{
+    Column, LogicalMessage, OldTuple, Relation, ReplicaIdentity, TypeMessage,
+};
+use crate::sources::postgres::value::{TypeRegistry, UNAVAILABLE_VALUE};
 
 const INT: u32 = 23;
 const TEXT: u32 = 25;

@@ -20,8 +20,8 @@ use crate::snapshot::{
     new_chunk_id, parse_watermark, row_key, split_table, SnapshotKind, TableProgress, Watermark,
 };
 use crate::sources::postgres::chunk::{ChunkError, ChunkRequest, ChunkRows};
-use crate::sources::postgres::control::format_lsn;
 use crate::sources::postgres::pgoutput::{LogicalMessage, OldTuple, Relation};
+use oncely_core::wire::format_lsn;
 
 /// A chunk whose high watermark came, read whole and wanted: its rows are
 /// published next.

@@ -30,8 +30,8 @@ use crate::metrics::{CaptureMetrics, SnapshotView};
 use crate::offset::SourceOffset;
 use crate::snapshot::window::Window;
 use crate::sources::postgres::chunk::{self, ChunkError, ChunkRequest, ChunkRows};
-use crate::sources::postgres::control::format_lsn;
 use crate::sources::postgres::pgoutput::Relation;
+use oncely_core::wire::format_lsn;
 
 /// Chunks in flight at most: one waiting for its high watermark (or being
 /// published) and the next one being read. The reads share one connection

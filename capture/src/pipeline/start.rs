@@ -20,9 +20,10 @@ use crate::metrics::CaptureMetrics;
 use crate::naming::{check_length, TopicClaims};
 use crate::offset::{read_stored_offset, SourceOffset};
 use crate::snapshot::{plan_start, GapRefused, StartFacts, TableProgress};
-use crate::sources::postgres::control::{self, format_lsn};
+use crate::sources::postgres::control;
 use crate::sources::postgres::stream;
 use crate::sources::postgres::value::TypeRegistry;
+use oncely_core::wire::format_lsn;
 
 /// Longest wait between restarts after retriable failures.
 const RESTART_BACKOFF: Duration = Duration::from_millis(500);

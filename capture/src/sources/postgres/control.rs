@@ -554,8 +554,6 @@ pub fn parse_lsn(text: Option<&str>) -> Result<u64, CaptureError> {
     }
 }
 
-pub use oncely_core::wire::format_lsn;
-
 /// A privilege failure becomes a prerequisite message; anything else stays a database error.
 fn privilege_or(e: tokio_postgres::Error, message: &str, context: &'static str) -> CaptureError {
     if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {

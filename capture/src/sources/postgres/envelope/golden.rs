@@ -14,8 +14,10 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::envelope::*;
-use crate::pgoutput::{Column, Relation, ReplicaIdentity, TupleData, TupleValue};
-use crate::value::{PgType, PgTypeKind, TypeRegistry};
+use crate::sources::postgres::pgoutput::{
+    Column, Relation, ReplicaIdentity, TupleData, TupleValue,
+};
+use crate::sources::postgres::value::{PgType, PgTypeKind, TypeRegistry};
 
 const PREFIX: &str = "shop";
 /// 2026-11-27T15:10:35.670Z.

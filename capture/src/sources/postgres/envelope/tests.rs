@@ -2,8 +2,10 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::envelope::*;
-use crate::pgoutput::{Column, Relation, ReplicaIdentity, TupleData, TupleValue};
-use crate::value::{TypeRegistry, UNAVAILABLE_VALUE};
+use crate::sources::postgres::pgoutput::{
+    Column, Relation, ReplicaIdentity, TupleData, TupleValue,
+};
+use crate::sources::postgres::value::{TypeRegistry, UNAVAILABLE_VALUE};
 
 fn col(name: &str, type_oid: u32, is_key: bool) -> Column {
     Column {
@@ -419,8 +421,8 @@ fn values_an_integer_field_cannot_hold_are_refused_by_name() {
             col("span", 1186, false),
         ],
     };
-    let numeric =
-        TypeRegistry::builtin().with_interval_mode(crate::value::IntervalHandlingMode::Numeric);
+    let numeric = TypeRegistry::builtin()
+        .with_interval_mode(crate::sources::postgres::value::IntervalHandlingMode::Numeric);
     let e = TableEncoder::new(&r, &numeric, None, &cfg(true)).unwrap();
     let huge = row(vec![t("1"), TupleValue::Null, t("-178000000 years")]);
     let mut out = b"prefix".to_vec();
