@@ -25,7 +25,6 @@
 //! commit started, so the held changes are replayed if it is the last to land.
 
 mod committer;
-mod fill;
 mod fixes;
 #[cfg(test)]
 mod memory;

@@ -12,14 +12,14 @@ use tokio_postgres::Client;
 use super::record::Record;
 use super::router::{self, Followup, Mapping, Resolved, Route};
 use super::schema::SchemaWatch;
-use super::{fill, now_ms, Pipeline};
+use super::{now_ms, Pipeline};
 use crate::change::RowImage;
 use crate::envelope::{SourceIdentity, SourcePosition};
 use crate::error::CaptureError;
 use crate::seam::{CatalogTable, TableCatalog};
-use crate::sources::postgres::control;
 use crate::sources::postgres::pgoutput::{LogicalMessage, Relation, TypeMessage};
 use crate::sources::postgres::value::TypeRegistry;
+use crate::sources::postgres::{control, fill};
 
 /// What the router asks PostgreSQL about a table ([`TableCatalog`]): the
 /// catalog, read through the control connection once the streamed

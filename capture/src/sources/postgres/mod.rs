@@ -9,6 +9,7 @@ pub mod chunk;
 pub mod control;
 mod copy;
 mod envelope;
+pub(crate) mod fill;
 pub mod pgoutput;
 pub mod replica_identity;
 pub(crate) mod stream;

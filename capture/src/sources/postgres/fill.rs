@@ -16,11 +16,11 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{Format, IsNull, ToSql, Type};
 use tokio_postgres::Client;
 
+use super::control::XID_SNAPSHOT;
+use super::pgoutput::Relation;
 use crate::change::{Datum, RowImage};
 use crate::error::CaptureError;
 use crate::naming::quote_ident;
-use crate::sources::postgres::control::XID_SNAPSHOT;
-use crate::sources::postgres::pgoutput::Relation;
 
 /// The session settings of the replication connection, so values read here
 /// render exactly as the stream's (the snapshot connection uses the same).
@@ -37,7 +37,7 @@ const VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// transaction `xid` that wrote `row` is visible. Returns the completed row,
 /// or `None` when no row has that key any more (a later change deleted it or
 /// changed its key, and its own events cover the targets).
-pub(super) async fn read_unavailable(
+pub(crate) async fn read_unavailable(
     client: &mut Client,
     rel: &Relation,
     key_idx: &[usize],
