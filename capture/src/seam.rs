@@ -6,8 +6,10 @@
 //! the router asks about a table; the change stream and snapshot chunks
 //! are still reached directly (the files `sources/boundary_tests.rs` lists).
 
+use crate::config::CaptureConfig;
 use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
+use crate::naming::quote_ident;
 
 /// Where the committer tells the source what Kafka holds.
 ///
@@ -71,4 +73,76 @@ pub(crate) trait TableCatalog {
     /// Reads into `types` the types the stream named that it does not
     /// know yet (created after start-up).
     async fn learn_types(&mut self, types: &mut Self::Types) -> Result<(), CaptureError>;
+}
+
+/// A table chosen for capture and the columns that key its events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapturedTable {
+    pub schema: String,
+    pub name: String,
+    /// Primary key columns, or the `message.key.columns` override.
+    pub key_columns: Vec<String>,
+    /// Whether `key_columns` come from `message.key.columns`.
+    pub key_overridden: bool,
+    /// A partitioned table (the root of a partition tree): captured, keyed
+    /// and snapshotted as one table, its partitions included.
+    pub partitioned: bool,
+}
+
+impl CapturedTable {
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
+    }
+
+    /// `"schema"."table"`, for SQL.
+    pub fn quoted(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+}
+
+/// The tables `table.include.list`/`exclude.list` select in the source's
+/// catalog: those with key columns, and those without (`schema.table`),
+/// which capture sets aside (quarantine).
+#[derive(Debug, Default)]
+pub struct Selected {
+    pub tables: Vec<CapturedTable>,
+    pub keyless: Vec<String>,
+}
+
+/// What the quarantine asks the source at each heartbeat about the tables
+/// it set aside, and what it has the source do for one found fixed.
+///
+/// Contract: every answer is read from the catalog now (not as of the
+/// stream), so a fix is seen as soon as it is made; the quarantine then
+/// waits for the stream to pass [`QuarantineChecks::position_now`] before it
+/// releases the table. A `Prerequisite` error from `selected` or `publish`
+/// keeps the tables set aside (a catalog the filters cannot read now, a
+/// table that cannot be published yet); other errors are the source's own
+/// (a retriable one ends this life). Calls are not concurrent: the
+/// pipeline's one task asks.
+pub(crate) trait QuarantineChecks {
+    /// The tables the configuration selects now.
+    async fn selected(&mut self, cfg: &CaptureConfig) -> Result<Selected, CaptureError>;
+
+    /// Why keyless `table` is set aside, with the fix.
+    fn keyless_reason(&self, table: &str) -> String;
+
+    /// Why `table`'s identity keeps it set aside under
+    /// `replica.identity.check = "fail"`, with the fix; `None` when it is fine.
+    async fn identity_problem(
+        &mut self,
+        table: &CapturedTable,
+    ) -> Result<Option<String>, CaptureError>;
+
+    /// Makes `table`'s changes reach the stream from here on (PostgreSQL:
+    /// the publication holds it).
+    async fn publish(
+        &mut self,
+        cfg: &CaptureConfig,
+        table: &CapturedTable,
+    ) -> Result<(), CaptureError>;
+
+    /// The server's position now: every change made before it (the fix
+    /// included) is in the stream at or before it.
+    async fn position_now(&mut self) -> Result<u64, CaptureError>;
 }

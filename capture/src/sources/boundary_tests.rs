@@ -31,7 +31,6 @@ const FACADES: &[&str] = &["catalog.rs", "testing.rs"];
 const NOT_YET_BEHIND_THE_SEAM: &[&str] = &[
     "error.rs",
     "pipeline/mod.rs",
-    "pipeline/quarantine.rs",
     "pipeline/resolve.rs",
     "pipeline/router.rs",
     "pipeline/router_tests.rs",

@@ -11,6 +11,7 @@ mod copy;
 mod envelope;
 pub(crate) mod fill;
 pub mod pgoutput;
+mod quarantine;
 pub mod replica_identity;
 pub(crate) mod stream;
 pub mod value;
