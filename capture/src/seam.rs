@@ -10,6 +10,7 @@ use crate::config::CaptureConfig;
 use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
 use crate::naming::quote_ident;
+use crate::schema_change::{ColumnDef, FormerName, TableSchemas};
 
 /// Where the committer tells the source what Kafka holds.
 ///
@@ -145,4 +146,33 @@ pub(crate) trait QuarantineChecks {
     /// The server's position now: every change made before it (the fix
     /// included) is in the stream at or before it.
     async fn position_now(&mut self) -> Result<u64, CaptureError>;
+}
+
+/// What the schema watch asks the source's catalog: the captured tables'
+/// columns now, and which catalog columns a table's stream description is.
+///
+/// Contract: `columns` reads the catalog now, leaving out a table that no
+/// longer exists. `identity` reads it at least as new as the streamed
+/// transaction `xid` (none: a description read from the catalog itself),
+/// and matches each column of `table` by name against the catalog's,
+/// `known` (the columns last published, which the stream may still be at)
+/// and `former` names, in column order, so a rename followed by an add of
+/// the old name gives each field its own column; `None` when the table is
+/// gone. Calls are not concurrent: the pipeline's one task asks.
+pub(crate) trait SchemaCatalog {
+    /// How the stream describes a table (PostgreSQL: a pgoutput Relation).
+    type Table;
+
+    /// The columns of `tables` (`schema.table` names) as the catalog has
+    /// them now.
+    async fn columns(&self, tables: &[String]) -> Result<TableSchemas, CaptureError>;
+
+    /// What identifies `table` and its columns across renames, for the envelope.
+    async fn identity(
+        &self,
+        table: &Self::Table,
+        known: Option<&[ColumnDef]>,
+        former: &[FormerName],
+        xid: Option<u32>,
+    ) -> Result<Option<SourceIdentity>, CaptureError>;
 }

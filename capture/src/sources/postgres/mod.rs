@@ -13,5 +13,6 @@ pub(crate) mod fill;
 pub mod pgoutput;
 mod quarantine;
 pub mod replica_identity;
+pub(crate) mod schema;
 pub(crate) mod stream;
 pub mod value;
