@@ -40,6 +40,7 @@ mod schema_tests;
 mod signal;
 mod snapshot;
 mod snapshot_runtime;
+pub(crate) use snapshot_runtime::{ChunkReads, ChunkTask};
 #[cfg(test)]
 mod snapshot_tests;
 mod start;
@@ -56,13 +57,14 @@ use tokio_util::sync::CancellationToken;
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 use crate::metrics::CaptureMetrics;
+use crate::sources::postgres::chunk::PgChunks;
 use crate::sources::postgres::control;
 use crate::sources::postgres::pgoutput::{self, LogicalMessage};
 use committer::{Committer, KafkaTx};
 use oncely_core::wire::format_lsn;
 use record::Record;
 use router::{refusable, Route, Router};
-use snapshot_runtime::{PgChunks, SnapshotDriver};
+use snapshot_runtime::SnapshotDriver;
 use tracker::Tracker;
 
 pub use start::run;

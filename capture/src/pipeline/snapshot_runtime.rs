@@ -20,16 +20,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::task::JoinHandle;
-use tokio_postgres::Client;
 
 use super::fixes::Fixes;
-use crate::config::CaptureConfig;
 use crate::envelope::TableEncoder;
 use crate::error::CaptureError;
 use crate::metrics::{CaptureMetrics, SnapshotView};
 use crate::offset::SourceOffset;
 use crate::snapshot::window::Window;
-use crate::sources::postgres::chunk::{self, ChunkError, ChunkRequest, ChunkRows};
+use crate::sources::postgres::chunk::{ChunkError, ChunkRequest, ChunkRows};
 use crate::sources::postgres::pgoutput::Relation;
 use oncely_core::wire::format_lsn;
 
@@ -44,7 +42,7 @@ pub(super) const CHUNKS_IN_FLIGHT: usize = 2;
 const STREAMED_XIDS: usize = 65_536;
 
 /// A chunk's read running in the background.
-pub(super) type ChunkTask = JoinHandle<Result<ChunkRows, ChunkError>>;
+pub(crate) type ChunkTask = JoinHandle<Result<ChunkRows, ChunkError>>;
 
 /// How the driver has the source read a chunk.
 ///
@@ -53,40 +51,8 @@ pub(super) type ChunkTask = JoinHandle<Result<ChunkRows, ChunkError>>;
 /// next only once the one before ended, abandoned or not), so a source may
 /// read every chunk on one connection. An error is the source's (a lost
 /// connection): capture restarts from the committed offset.
-pub(super) trait ChunkReads {
+pub(crate) trait ChunkReads {
     async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask, CaptureError>;
-}
-
-/// PostgreSQL's chunk reads: on a connection of their own, opened on the
-/// first chunk, so SELECTs never wait behind control queries.
-pub(super) struct PgChunks {
-    cfg: CaptureConfig,
-    conn: Option<Arc<Client>>,
-}
-
-impl PgChunks {
-    pub(super) fn new(cfg: &CaptureConfig) -> Self {
-        PgChunks {
-            cfg: cfg.clone(),
-            conn: None,
-        }
-    }
-}
-
-impl ChunkReads for PgChunks {
-    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask, CaptureError> {
-        let conn = match &self.conn {
-            Some(c) => Arc::clone(c),
-            None => {
-                let c = Arc::new(chunk::connect(&self.cfg).await?);
-                self.conn = Some(Arc::clone(&c));
-                c
-            }
-        };
-        Ok(tokio::spawn(
-            async move { chunk::read_chunk(&conn, &req).await },
-        ))
-    }
 }
 
 /// The snapshot driver's state: the chunks in flight and what they need.

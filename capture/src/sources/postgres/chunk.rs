@@ -1,6 +1,8 @@
 //! Reading one chunk on the snapshot connection: the table's shape from the
 //! catalog, low watermark, SELECT, high watermark.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use futures::StreamExt;
 use tokio_postgres::{Client, SimpleQueryMessage};
@@ -8,6 +10,7 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 use super::copy::CopyRows;
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
+use crate::pipeline::{ChunkReads, ChunkTask};
 use crate::snapshot::{
     chunk_query, quote_literal, watermark_content, KeyColumn, Watermark, WATERMARK_PREFIX,
 };
@@ -70,6 +73,36 @@ pub async fn connect(cfg: &CaptureConfig) -> Result<Client, CaptureError> {
         "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3 -c standard_conforming_strings=on -c bytea_output=hex",
     );
     Ok(crate::sources::postgres::control::connect_with(cfg, &pg, "snapshot").await?)
+}
+
+/// PostgreSQL's chunk reads: on a connection of their own, opened on the
+/// first chunk, so SELECTs never wait behind control queries.
+pub(crate) struct PgChunks {
+    cfg: CaptureConfig,
+    conn: Option<Arc<Client>>,
+}
+
+impl PgChunks {
+    pub(crate) fn new(cfg: &CaptureConfig) -> Self {
+        PgChunks {
+            cfg: cfg.clone(),
+            conn: None,
+        }
+    }
+}
+
+impl ChunkReads for PgChunks {
+    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask, CaptureError> {
+        let conn = match &self.conn {
+            Some(c) => Arc::clone(c),
+            None => {
+                let c = Arc::new(connect(&self.cfg).await?);
+                self.conn = Some(Arc::clone(&c));
+                c
+            }
+        };
+        Ok(tokio::spawn(async move { read_chunk(&conn, &req).await }))
+    }
 }
 
 /// Reads one chunk. The watermarks are transactions of their own (autocommit),
