@@ -176,3 +176,30 @@ pub(crate) trait SchemaCatalog {
         xid: Option<u32>,
     ) -> Result<Option<SourceIdentity>, CaptureError>;
 }
+
+/// What an `execute-snapshot` signal asks the source about a table it
+/// names, before its snapshot is queued.
+///
+/// Contract: both read the catalog now. A definite answer of the server
+/// (no such table, a filter it refuses) is `Ok(Err(reason))`, said in the
+/// log and the signal ignored; an `Err` is the source's own (a lost
+/// connection: the signal is read again after the restart). A table the
+/// signal's own transaction created may not be visible at once: the
+/// source looks again for a moment before it says it does not exist.
+pub(crate) trait SnapshotTableChecks {
+    /// The primary key of `schema.name`, in key order; empty when it has none.
+    async fn primary_key(
+        &self,
+        schema: &str,
+        name: &str,
+    ) -> Result<Result<Vec<String>, String>, CaptureError>;
+
+    /// Whether `filter` works as a snapshot filter of `schema.name`: an
+    /// expression of its columns that chunk reads can run.
+    async fn check_filter(
+        &self,
+        filter: &str,
+        schema: &str,
+        name: &str,
+    ) -> Result<Result<(), String>, CaptureError>;
+}

@@ -253,7 +253,12 @@ impl Pipeline<'_> {
                 return self.close_if_full().await;
             }
         }
-        let signal = self.signal_row(&change).await?;
+        let signal = match &change {
+            LogicalMessage::Insert { relation_id, new } => {
+                self.signal_row(*relation_id, new).await?
+            }
+            _ => None,
+        };
         if signal.is_none() {
             let (records, ordinals) = match self.records_for(change, &position).await {
                 Ok(built) => built,

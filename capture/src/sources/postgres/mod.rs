@@ -14,5 +14,6 @@ pub mod pgoutput;
 mod quarantine;
 pub mod replica_identity;
 pub(crate) mod schema;
+mod signal;
 pub(crate) mod stream;
 pub mod value;
