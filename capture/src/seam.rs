@@ -2,9 +2,15 @@
 //! (docs/design.md, "Architecture: the source seam"). Each source under
 //! `sources/<database>/` implements these; the core names no driver.
 //!
-//! So far the seam holds the confirmation of durable positions and what
-//! the router asks about a table; the change stream and snapshot chunks
-//! are still reached directly (the files `sources/boundary_tests.rs` lists).
+//! So far the seam holds the confirmation of durable positions
+//! ([`Slot`]), what the router asks about a table ([`TableCatalog`]), what
+//! the schema watch reads ([`SchemaCatalog`]), the quarantine's checks
+//! ([`QuarantineChecks`]) and a signal's ([`SnapshotTableChecks`]); rows
+//! are the core's own (`crate::change`). The change stream (pgoutput's
+//! messages and Relations) and start-up are still reached directly (the
+//! files `sources/boundary_tests.rs` lists).
+
+use tokio::task::JoinHandle;
 
 use crate::config::CaptureConfig;
 use crate::envelope::SourceIdentity;
@@ -202,4 +208,71 @@ pub(crate) trait SnapshotTableChecks {
         schema: &str,
         name: &str,
     ) -> Result<Result<(), String>, CaptureError>;
+}
+
+/// A chunk the snapshot driver asks a source to read: `size` rows of
+/// `schema.table` in key order after key `after`, between two watermarks
+/// named by `id`.
+#[derive(Debug, Clone)]
+pub struct ChunkRequest {
+    /// Names this chunk's watermarks.
+    pub id: String,
+    pub schema: String,
+    pub table: String,
+    pub key_columns: Vec<String>,
+    pub after: Option<Vec<Option<String>>>,
+    pub filter: Option<String>,
+    /// Rows to read; one more is asked for, to know whether the table ends here.
+    pub size: usize,
+}
+
+/// What a chunk read, `T` being how the source describes the table.
+#[derive(Debug, Clone)]
+pub struct ChunkRows<T> {
+    /// The table's shape as the catalog gave it; the rows follow it.
+    pub relation: T,
+    /// Positions of the key columns in the relation's columns.
+    pub key_idx: Vec<usize>,
+    /// At most `size` rows, in key order.
+    pub rows: Vec<crate::change::RowImage>,
+    /// Whether rows follow this chunk.
+    pub more: bool,
+    /// The catalog's estimate of the table's rows, when it has one
+    /// (PostgreSQL: `pg_class.reltuples`, once the table was analyzed).
+    pub estimate: Option<u64>,
+    /// Transactions the read's snapshot saw as in progress (PostgreSQL: `xip`
+    /// of `pg_current_snapshot()`, as 32-bit xids; empty for a source whose
+    /// chunk reads see every transaction the stream carried before them): a
+    /// transaction whose commit the stream carried before the chunk was
+    /// launched can still be among them, its changes missing from the rows.
+    pub invisible: Vec<u32>,
+}
+
+/// Why a chunk could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ChunkError {
+    /// The table cannot be snapshotted as asked (gone, no such key column):
+    /// skip it, say why, and go on with the next table.
+    #[error("{0}")]
+    Table(String),
+    /// The database failed; restart from the committed offset.
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+}
+
+/// A chunk's read running in the background.
+pub(crate) type ChunkTask<T> = JoinHandle<Result<ChunkRows<T>, ChunkError>>;
+
+/// How the snapshot driver has the source read a chunk.
+///
+/// Contract: `start` begins reading `req` in the background and returns at
+/// once with the read's task; the driver starts one read at a time (the
+/// next only once the one before ended, abandoned or not), so a source may
+/// read every chunk on one connection. An error is the source's (a lost
+/// connection): capture restarts from the committed offset.
+pub(crate) trait ChunkReads {
+    /// How the source describes a chunk's table (PostgreSQL: a Relation).
+    type Table;
+
+    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask<Self::Table>, CaptureError>;
 }

@@ -40,7 +40,6 @@ mod schema_tests;
 mod signal;
 mod snapshot;
 mod snapshot_runtime;
-pub(crate) use snapshot_runtime::{ChunkReads, ChunkTask};
 #[cfg(test)]
 mod snapshot_tests;
 mod start;
@@ -81,7 +80,7 @@ struct Pipeline<'a> {
     /// The replication stream and what is known of the source.
     source: Source,
     /// The snapshot chunks in flight and the quarantine's fixes seen.
-    snapshot: SnapshotDriver,
+    snapshot: SnapshotDriver<pgoutput::Relation>,
 }
 
 /// The source side of the pipeline: the stream, where it stands, the

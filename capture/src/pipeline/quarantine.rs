@@ -55,7 +55,7 @@ enum Verdict {
 
 /// The quarantine's work on the snapshot and the committer's staged
 /// position, which holds the quarantined tables.
-impl SnapshotDriver {
+impl<Rel> SnapshotDriver<Rel> {
     /// Sets `table` aside for `reason` (which names the fix). Its snapshot,
     /// queued or in flight, is dropped: a snapshot of it is queued again
     /// when it is released.

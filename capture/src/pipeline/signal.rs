@@ -149,7 +149,7 @@ pub(super) enum Checked {
 
 /// Signals act on the snapshot plan in the committer's staged position, so
 /// that a signal's effect commits with the position of its insert.
-impl SnapshotDriver {
+impl<Rel> SnapshotDriver<Rel> {
     pub(super) fn on_signal<T: Transactions>(
         &mut self,
         kafka: &mut Committer<T>,

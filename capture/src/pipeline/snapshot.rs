@@ -26,7 +26,7 @@ use oncely_core::wire::format_lsn;
 /// A chunk whose high watermark came, read whole and wanted: its rows are
 /// published next.
 pub(super) struct ReadyChunk {
-    pub(super) chunk: InFlight,
+    pub(super) chunk: InFlight<Relation>,
     pub(super) rows: ChunkRows,
 }
 
@@ -47,7 +47,7 @@ struct ChunkRecords {
     completed: usize,
 }
 
-impl SnapshotDriver {
+impl SnapshotDriver<Relation> {
     /// Whether a chunk is being read (of the snapshot's current table).
     pub(super) fn in_flight(&self) -> bool {
         !self.inflight.is_empty()
@@ -68,7 +68,7 @@ impl SnapshotDriver {
         &mut self,
         kafka: &mut Committer<T>,
         key_columns: impl Fn(&str) -> Option<Vec<String>>,
-        reads: &mut impl ChunkReads,
+        reads: &mut impl ChunkReads<Table = Relation>,
     ) -> Result<(), CaptureError> {
         let Some((req, snapshot_id, table)) = self.next_request(kafka, key_columns) else {
             return Ok(());
@@ -276,7 +276,12 @@ impl SnapshotDriver {
 
     /// Whether a chunk read whole may be published at its high watermark;
     /// when not, it is read again (or, stopped, never).
-    fn publishable(&self, chunk: &InFlight, rows: &ChunkRows, position: &SourceOffset) -> bool {
+    fn publishable(
+        &self,
+        chunk: &InFlight<Relation>,
+        rows: &ChunkRows,
+        position: &SourceOffset,
+    ) -> bool {
         if let Some(xid) = self.began_before(&rows.invisible, chunk.launched) {
             // The stream carried this transaction before the chunk was
             // launched, so the window did not note its changes, yet the
@@ -369,7 +374,7 @@ impl SnapshotDriver {
     /// its last table.
     fn chunk_records(
         &self,
-        chunk: &InFlight,
+        chunk: &InFlight<Relation>,
         rows: &ChunkRows,
         encoding: &ChunkEncoding,
         (kind, last_table): (SnapshotKind, bool),
@@ -475,7 +480,7 @@ impl SnapshotDriver {
     fn advance_snapshot<T: Transactions>(
         &mut self,
         kafka: &mut Committer<T>,
-        chunk: &InFlight,
+        chunk: &InFlight<Relation>,
         rows: &ChunkRows,
         last_key: Option<Vec<Option<String>>>,
         src: &SourcePosition,
@@ -607,7 +612,7 @@ impl Pipeline<'_> {
 
 /// Notes what `change` does to keys of `chunk`'s table.
 fn mark_chunk_dirty<'r>(
-    chunk: &mut InFlight,
+    chunk: &mut InFlight<Relation>,
     change: &LogicalMessage,
     relation_of: &impl Fn(u32) -> Option<&'r Relation>,
 ) {

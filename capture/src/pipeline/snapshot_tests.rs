@@ -36,7 +36,9 @@ struct FakeChunks {
 }
 
 impl ChunkReads for FakeChunks {
-    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask, CaptureError> {
+    type Table = Relation;
+
+    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask<Relation>, CaptureError> {
         self.asked.push(req);
         let result = self
             .results
@@ -107,7 +109,7 @@ fn with_snapshot(kind: SnapshotKind, tables: &[&str]) -> (Committer<MemoryKafka>
     committer(1_000, offset)
 }
 
-fn driver() -> SnapshotDriver {
+fn driver() -> SnapshotDriver<Relation> {
     SnapshotDriver::new(3, CaptureMetrics::new("test"))
 }
 
@@ -129,7 +131,7 @@ fn high_at(lsn: u64) -> SourcePosition {
 
 /// Launches a chunk and lets its read finish.
 async fn launch_and_read(
-    snap: &mut SnapshotDriver,
+    snap: &mut SnapshotDriver<Relation>,
     kafka: &mut Committer<MemoryKafka>,
     source: &mut FakeChunks,
 ) {
@@ -139,14 +141,14 @@ async fn launch_and_read(
 }
 
 /// The high watermark of the oldest chunk in flight.
-fn high_watermark(snap: &SnapshotDriver) -> String {
+fn high_watermark(snap: &SnapshotDriver<Relation>) -> String {
     let id = &snap.inflight.front().expect("a chunk in flight").id;
     watermark_content(id, Watermark::High)
 }
 
 /// Delivers the oldest chunk's high watermark at `lsn`; whether it published.
 async fn at_high_watermark(
-    snap: &mut SnapshotDriver,
+    snap: &mut SnapshotDriver<Relation>,
     kafka: &mut Committer<MemoryKafka>,
     lsn: u64,
 ) -> bool {

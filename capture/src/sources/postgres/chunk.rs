@@ -10,7 +10,7 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 use super::copy::CopyRows;
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
-use crate::pipeline::{ChunkReads, ChunkTask};
+use crate::seam::{ChunkReads, ChunkTask};
 use crate::snapshot::{
     chunk_query, quote_literal, watermark_content, KeyColumn, Watermark, WATERMARK_PREFIX,
 };
@@ -19,51 +19,10 @@ use crate::sources::postgres::pgoutput::{
     Column, Relation, ReplicaIdentity, TupleData, TupleValue,
 };
 
-/// What the stream loop asks for.
-#[derive(Debug, Clone)]
-pub struct ChunkRequest {
-    /// Names this chunk's watermarks.
-    pub id: String,
-    pub schema: String,
-    pub table: String,
-    pub key_columns: Vec<String>,
-    pub after: Option<Vec<Option<String>>>,
-    pub filter: Option<String>,
-    /// Rows to read; one more is asked for, to know whether the table ends here.
-    pub size: usize,
-}
+pub use crate::seam::{ChunkError, ChunkRequest};
 
-/// What a chunk read.
-#[derive(Debug, Clone)]
-pub struct ChunkRows {
-    /// The table's shape as the catalog gave it; the rows follow it.
-    pub relation: Relation,
-    /// Positions of the key columns in `relation.columns`.
-    pub key_idx: Vec<usize>,
-    /// At most `size` rows, in key order.
-    pub rows: Vec<TupleData>,
-    /// Whether rows follow this chunk.
-    pub more: bool,
-    /// `pg_class.reltuples`, when the table was ever analyzed.
-    pub estimate: Option<u64>,
-    /// Transactions the SELECT's snapshot saw as in progress (`xip` of
-    /// `pg_current_snapshot()`, as 32-bit xids): a transaction whose commit
-    /// the stream carried before the chunk was launched can still be among
-    /// them, its changes missing from the rows.
-    pub invisible: Vec<u32>,
-}
-
-/// Why a chunk could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum ChunkError {
-    /// The table cannot be snapshotted as asked (gone, no such key column):
-    /// skip it, say why, and go on with the next table.
-    #[error("{0}")]
-    Table(String),
-    /// The database failed; restart from the committed offset.
-    #[error(transparent)]
-    Capture(#[from] CaptureError),
-}
+/// What a chunk read: its rows follow the table's Relation.
+pub type ChunkRows = crate::seam::ChunkRows<Relation>;
 
 /// Opens the snapshot connection, with the session settings the replication
 /// connection uses, so values read here render exactly as the stream's.
@@ -92,7 +51,9 @@ impl PgChunks {
 }
 
 impl ChunkReads for PgChunks {
-    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask, CaptureError> {
+    type Table = Relation;
+
+    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask<Relation>, CaptureError> {
         let conn = match &self.conn {
             Some(c) => Arc::clone(c),
             None => {
