@@ -137,7 +137,7 @@ impl Pipeline<'_> {
                 read = snapshot_runtime::chunk_read(&mut self.snapshot) => self.snapshot.on_chunk_read(&mut self.kafka, read)?,
                 event = self.source.stream.recv() => match event? {
                     Some(event) => self.on_event(event).await?,
-                    None => return Err(CaptureError::Replication(pgwire_replication::PgWireError::Task(
+                    None => return Err(CaptureError::from(pgwire_replication::PgWireError::Task(
                         "replication stream ended".into(),
                     ))),
                 },

@@ -282,10 +282,7 @@ async fn select(
             e.as_db_error().map(|d| d.message()),
             filtered,
         )),
-        _ => ChunkError::Capture(CaptureError::Postgres {
-            context: "read snapshot chunk",
-            source: e,
-        }),
+        _ => ChunkError::Capture(CaptureError::pg("read snapshot chunk")(e)),
     };
     let rows = if filtered {
         cursor_rows(client, sql, size).await.map_err(refused)?

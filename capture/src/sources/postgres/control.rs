@@ -527,7 +527,7 @@ fn privilege_or(e: tokio_postgres::Error, message: &str, context: &'static str) 
     if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
         CaptureError::Prerequisite(format!("{message} ({e})"))
     } else {
-        CaptureError::Postgres { context, source: e }
+        CaptureError::pg(context)(e)
     }
 }
 

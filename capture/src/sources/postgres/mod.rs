@@ -9,6 +9,7 @@ pub mod chunk;
 pub mod control;
 mod copy;
 mod envelope;
+mod error;
 pub(crate) mod fill;
 pub mod pgoutput;
 mod quarantine;

@@ -97,19 +97,15 @@ async fn check_filter(
 /// SQLSTATE is said.
 fn filter_refused(e: tokio_postgres::Error) -> Result<Result<(), String>, CaptureError> {
     match e.code() {
-        Some(code) if code.code().starts_with("42") => definite(CaptureError::Postgres {
-            context: "check snapshot filter",
-            source: e,
-        })
-        .map(|r| r.map_err(|why| format!("the filter does not work: {why}"))),
+        Some(code) if code.code().starts_with("42") => {
+            definite(CaptureError::pg("check snapshot filter")(e))
+                .map(|r| r.map_err(|why| format!("the filter does not work: {why}")))
+        }
         Some(code) => Ok(Err(format!(
             "the filter does not work: SQLSTATE {}",
             code.code()
         ))),
-        None => Err(CaptureError::Postgres {
-            context: "check snapshot filter",
-            source: e,
-        }),
+        None => Err(CaptureError::pg("check snapshot filter")(e)),
     }
 }
 
@@ -139,15 +135,16 @@ const TABLE_LOOKS: u32 = 10;
 const TABLE_LOOK_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn undefined_table(e: &CaptureError) -> bool {
-    matches!(e, CaptureError::Postgres { source, .. }
-        if source.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE))
+    e.as_pg().is_some_and(|source| {
+        source.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE)
+    })
 }
 
 /// A server's answer (no such table, syntax error) becomes a reason; a lost
 /// connection stays an error.
 fn definite(e: CaptureError) -> Result<Result<(), String>, CaptureError> {
-    match &e {
-        CaptureError::Postgres { source, .. } if source.code().is_some() => Ok(Err(source
+    match e.as_pg() {
+        Some(source) if source.code().is_some() => Ok(Err(source
             .as_db_error()
             .map_or_else(|| source.to_string(), |d| d.message().to_string()))),
         _ => Err(e),
