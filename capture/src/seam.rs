@@ -5,10 +5,10 @@
 //! So far the seam holds the confirmation of durable positions
 //! ([`Slot`]), what the router asks about a table ([`TableCatalog`]), what
 //! the schema watch reads ([`SchemaCatalog`]), the quarantine's checks
-//! ([`QuarantineChecks`]) and a signal's ([`SnapshotTableChecks`]); rows
-//! are the core's own (`crate::change`). The change stream (pgoutput's
-//! messages and Relations) and start-up are still reached directly (the
-//! files `sources/boundary_tests.rs` lists).
+//! ([`QuarantineChecks`]), a signal's ([`SnapshotTableChecks`]) and chunk
+//! reads ([`ChunkReads`]); rows are the core's own (`crate::change`). The
+//! change stream (pgoutput's messages and Relations) and start-up are
+//! still reached directly (the files `sources/boundary_tests.rs` lists).
 
 use tokio::task::JoinHandle;
 
