@@ -16,5 +16,6 @@ mod quarantine;
 pub mod replica_identity;
 pub(crate) mod schema;
 mod signal;
+pub(crate) mod start;
 pub(crate) mod stream;
 pub mod value;
