@@ -35,6 +35,7 @@ mod router;
 #[cfg(test)]
 mod router_tests;
 mod schema;
+pub(crate) use schema::SchemaWatch;
 #[cfg(test)]
 mod schema_tests;
 mod signal;

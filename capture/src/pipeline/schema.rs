@@ -17,7 +17,7 @@ use crate::snapshot::{request, SnapshotKind, TableProgress};
 /// go and, per captured table, the columns of its last schema-change record
 /// (read back from the topic at start): what its events use. It owns both;
 /// the pipeline hands it the catalog's columns and publishes what it returns.
-pub(super) struct SchemaWatch {
+pub(crate) struct SchemaWatch {
     /// `<topic.prefix>.schema-changes`.
     topic: Arc<str>,
     history: SchemaHistory,
@@ -109,7 +109,7 @@ impl SchemaWatch {
     /// Which source columns `rel`'s fields are (table `qualified`), for the
     /// encoder's schema ([`SchemaCatalog::identity`]); `xid`: the stream's
     /// transaction the description came in (none for a snapshot chunk's).
-    pub(super) async fn source_identity<C: SchemaCatalog>(
+    pub(crate) async fn source_identity<C: SchemaCatalog>(
         &self,
         control: &C,
         qualified: &str,

@@ -18,4 +18,5 @@ pub(crate) mod schema;
 mod signal;
 pub(crate) mod start;
 pub(crate) mod stream;
+pub(crate) mod tables;
 pub mod value;
