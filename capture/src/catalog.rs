@@ -13,10 +13,10 @@ pub use crate::naming::quote_ident;
 pub use crate::offset::{read_stored_offset, SourceOffset};
 pub use crate::schema_change::topic as schema_change_topic;
 pub use crate::snapshot::signal::check_filter;
-pub use crate::source::{
+pub use crate::sources::postgres::control::{
     captured_tables, connect_with, pg_config, selected_tables, CapturedTable, PUBLISHED_COLUMN,
 };
-pub use crate::value::{to_json, IntervalHandlingMode, TypeRegistry, ValueKind};
+pub use crate::sources::postgres::value::{to_json, IntervalHandlingMode, TypeRegistry, ValueKind};
 
 /// The MySQL/MariaDB source's reads (`source = "mysql"`): its catalog and
 /// key-ordered chunk reads, its cells and Debezium's MySQL type mapping.

@@ -40,27 +40,38 @@ pub enum CaptureError {
     #[error("kafka refused the login: {reason}. Check security.protocol, sasl.mechanisms, sasl.username and sasl.password under [kafka.producer]")]
     KafkaLogin { reason: String },
 
-    /// The control connection to PostgreSQL failed.
-    #[error("postgres: {context}: {source}")]
-    Postgres {
+    /// A query on a connection to the source database (`database` names
+    /// it) failed; `retriable`, set by the source from the error's code,
+    /// says whether restarting from the committed offset can help.
+    #[error("{database}: {context}: {source}")]
+    Database {
+        database: &'static str,
         context: &'static str,
-        source: tokio_postgres::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
+        retriable: bool,
     },
 
     /// A connection to the source database could not be opened. Fatal when
     /// its TLS settings, the server's certificate or an SSL requirement is
-    /// the reason; a database error is classified as [`CaptureError::Postgres`].
-    #[error("postgres: connect: {0}")]
-    Connect(oncely_core::postgres::ConnectError),
+    /// the reason; a database error is classified as a failed query is.
+    #[error("postgres: connect: {source}")]
+    Connect {
+        source: oncely_core::postgres::ConnectError,
+        retriable: bool,
+    },
 
     /// A read from the source table could not complete yet (e.g. a
     /// transaction the stream sent is not visible yet); retrying may help.
     #[error("postgres: {0}")]
     SourceRead(String),
 
-    /// The replication stream failed.
-    #[error("replication stream: {0}")]
-    Replication(#[from] pgwire_replication::PgWireError),
+    /// The source's change stream failed; `retriable`, set by the source,
+    /// says whether connecting again can help.
+    #[error("replication stream: {source}")]
+    Stream {
+        source: Box<dyn std::error::Error + Send + Sync>,
+        retriable: bool,
+    },
 
     /// The replication stream carried something we cannot decode: a bug or an
     /// unsupported server; restarting would only meet it again.
@@ -137,12 +148,6 @@ pub struct RefusedValue {
     pub ordinals: u64,
 }
 
-impl From<oncely_core::postgres::ConnectError> for CaptureError {
-    fn from(e: oncely_core::postgres::ConnectError) -> Self {
-        CaptureError::Connect(e)
-    }
-}
-
 impl CaptureError {
     /// Whether restarting the pipeline from the last committed offset may succeed.
     pub fn is_retriable(&self) -> bool {
@@ -150,24 +155,9 @@ impl CaptureError {
             CaptureError::Kafka { retriable, .. } => *retriable,
             CaptureError::SourceRead(_) => true,
             CaptureError::Avro(e) => e.is_retriable(),
-            CaptureError::Postgres { source, .. } => transient_pg(source),
-            CaptureError::Connect(e) => e.postgres().is_some_and(transient_pg),
-            CaptureError::Replication(e) => {
-                use pgwire_replication::PgWireError as E;
-                match e {
-                    E::Io(_) | E::Task(_) => true,
-                    // "replication slot ... is active for PID": the previous
-                    // instance's walsender has not exited yet.
-                    // A walsender terminated (pg_terminate_backend) or a
-                    // server shutting down: connect again.
-                    E::Server(msg) => match sqlstate_in(msg) {
-                        // object_in_use: the slot is still held.
-                        Some(code) => code == "55006" || is_shutdown(code),
-                        None => msg.contains("is active for PID"),
-                    },
-                    _ => false,
-                }
-            }
+            CaptureError::Database { retriable, .. }
+            | CaptureError::Connect { retriable, .. }
+            | CaptureError::Stream { retriable, .. } => *retriable,
             _ => false,
         }
     }
@@ -175,10 +165,6 @@ impl CaptureError {
     /// For a failed [`tokio::task::JoinHandle`] of `task`.
     pub(crate) fn task(task: &'static str) -> impl FnOnce(tokio::task::JoinError) -> CaptureError {
         move |source| CaptureError::Task { task, source }
-    }
-
-    pub(crate) fn pg(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> CaptureError {
-        move |source| CaptureError::Postgres { context, source }
     }
 
     /// Classifies a Kafka error; a fenced producer becomes [`CaptureError::Fenced`].
@@ -206,26 +192,6 @@ impl CaptureError {
             retriable,
         }
     }
-}
-
-/// Transient unless the server said something definite about us.
-fn transient_pg(source: &tokio_postgres::Error) -> bool {
-    source.code().is_none()
-        || source.is_closed()
-        || source.code().is_some_and(|c| is_shutdown(c.code()))
-}
-
-/// SQLSTATE class 57 codes that end a connection, not the work: the backend
-/// was terminated (`57P01` admin_shutdown, also `pg_terminate_backend`), the
-/// server crashed (`57P02`) or is starting (`57P03`).
-fn is_shutdown(code: &str) -> bool {
-    matches!(code, "57P01" | "57P02" | "57P03")
-}
-
-/// The code of a server error as pgwire-replication renders it (`... (SQLSTATE 57P01)`).
-fn sqlstate_in(msg: &str) -> Option<&str> {
-    let at = msg.find("SQLSTATE ")? + "SQLSTATE ".len();
-    msg.get(at..at + 5)
 }
 
 /// Whether Kafka refused a record (or a batch) for its size: librdkafka's
@@ -261,31 +227,6 @@ mod tests {
         assert!(matches!(e, CaptureError::Task { .. }), "{e:?}");
         assert!(!e.is_retriable());
         assert!(e.to_string().contains("`offset reader`"), "{e}");
-    }
-
-    #[test]
-    fn a_terminated_walsender_is_retriable() {
-        let server =
-            |m: &str| CaptureError::Replication(pgwire_replication::PgWireError::Server(m.into()));
-        assert!(server(
-            "server error: terminating connection due to administrator command (SQLSTATE 57P01)"
-        )
-        .is_retriable());
-        assert!(server("replication slot \"s\" is active for PID 7").is_retriable());
-        assert!(server(
-            "server error: replication slot \"s\" is active for PID 7 (SQLSTATE 55006)"
-        )
-        .is_retriable());
-        assert!(
-            !server("server error: a column named 55006 does not exist (SQLSTATE 42703)")
-                .is_retriable(),
-            "codes, not text"
-        );
-        assert!(
-            !server("server error: publication \"p\" does not exist (SQLSTATE 42704)")
-                .is_retriable()
-        );
-        assert!(!server("server error without a code").is_retriable());
     }
 
     #[test]

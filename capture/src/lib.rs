@@ -10,6 +10,7 @@
 
 pub(crate) mod avro;
 pub mod catalog;
+pub(crate) mod change;
 pub mod config;
 pub(crate) mod envelope;
 pub mod error;
@@ -31,10 +32,5 @@ pub(crate) mod snapshot;
 pub(crate) mod sources;
 #[cfg(feature = "testing")]
 pub mod testing;
-
-// The PostgreSQL modules under their former paths, which code not yet behind
-// the source seam names.
-pub(crate) use sources::postgres::control as source;
-pub(crate) use sources::postgres::{pgoutput, value};
 
 pub use pipeline::run;

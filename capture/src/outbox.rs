@@ -13,7 +13,7 @@
 
 use serde::Deserialize;
 
-use crate::sources::postgres::pgoutput::{Relation, TupleData, TupleValue};
+use crate::change::{Datum, RowImage, StreamTable};
 
 pub const DEFAULT_ID: &str = "id";
 pub const DEFAULT_KEY: &str = "aggregateid";
@@ -221,16 +221,15 @@ impl OutboxError {
 impl OutboxRouter {
     /// The router of `rel`, whose dead letters go to `dead_letters`.
     pub fn new(
-        rel: &Relation,
+        rel: &impl StreamTable,
         cfg: &OutboxConfig,
         dead_letters: &str,
     ) -> Result<Self, OutboxError> {
         let find = |column: &str, key: &'static str| {
-            rel.columns
-                .iter()
-                .position(|c| c.name == column)
+            (0..rel.width())
+                .position(|i| rel.column_name(i) == column)
                 .ok_or_else(|| OutboxError::MissingColumn {
-                    table: format!("{}.{}", rel.namespace, rel.name),
+                    table: format!("{}.{}", rel.namespace(), rel.name()),
                     column: column.to_string(),
                     key,
                 })
@@ -243,7 +242,7 @@ impl OutboxRouter {
             route_by: find(&cfg.route_by_field, "route.by.field")?,
             pattern: cfg.route_topic_replacement.clone(),
             dead_letters: dead_letters.to_owned(),
-            table: format!("{}.{}", rel.namespace, rel.name),
+            table: format!("{}.{}", rel.namespace(), rel.name()),
         })
     }
 
@@ -251,28 +250,33 @@ impl OutboxRouter {
     /// cannot be routed.
     pub fn route_or_dead_letter(
         &self,
-        row: &TupleData,
-        rel: &Relation,
+        row: &RowImage,
+        rel: &impl StreamTable,
     ) -> Result<OutboxEvent, Box<DeadLetter>> {
         self.route(row, rel)
             .map_err(|e| Box::new(self.dead_letter(row, rel, &e)))
     }
 
     /// The dead letter of `row`, which `error` kept from being routed.
-    fn dead_letter(&self, row: &TupleData, rel: &Relation, error: &OutboxError) -> DeadLetter {
+    fn dead_letter(
+        &self,
+        row: &RowImage,
+        rel: &impl StreamTable,
+        error: &OutboxError,
+    ) -> DeadLetter {
         let text = |i: usize| match row.0.get(i) {
-            Some(TupleValue::Text(b)) | Some(TupleValue::Binary(b)) => Some(b.as_ref()),
+            Some(Datum::Text(b)) | Some(Datum::Binary(b)) => Some(b.as_ref()),
             _ => None,
         };
         let mut value = serde_json::Map::new();
         for i in [self.id, self.route_by, self.key, self.kind, self.payload] {
-            let Some(column) = rel.columns.get(i) else {
+            if i >= rel.width() {
                 continue;
-            };
+            }
             let v = text(i).map_or(serde_json::Value::Null, |b| {
                 String::from_utf8_lossy(b).into_owned().into()
             });
-            value.insert(column.name.clone(), v);
+            value.insert(rel.column_name(i).to_owned(), v);
         }
         DeadLetter {
             topic: self.dead_letters.clone(),
@@ -285,16 +289,21 @@ impl OutboxRouter {
     }
 
     /// The event of an inserted outbox row.
-    pub fn route(&self, row: &TupleData, rel: &Relation) -> Result<OutboxEvent, OutboxError> {
+    pub fn route(
+        &self,
+        row: &RowImage,
+        rel: &impl StreamTable,
+    ) -> Result<OutboxEvent, OutboxError> {
         let column = |i: usize| {
-            rel.columns
-                .get(i)
-                .map(|c| c.name.clone())
-                .unwrap_or_default()
+            if i < rel.width() {
+                rel.column_name(i).to_owned()
+            } else {
+                String::new()
+            }
         };
         let text = |i: usize, key: &'static str| -> Result<Vec<u8>, OutboxError> {
             match row.0.get(i) {
-                Some(TupleValue::Text(b)) | Some(TupleValue::Binary(b)) => Ok(b.to_vec()),
+                Some(Datum::Text(b)) | Some(Datum::Binary(b)) => Ok(b.to_vec()),
                 _ => Err(OutboxError::MissingValue {
                     column: column(i),
                     key,
@@ -317,7 +326,7 @@ impl OutboxRouter {
             });
         }
         let value = match row.0.get(self.payload) {
-            Some(TupleValue::Null) => None,
+            Some(Datum::Null) => None,
             _ => Some(text(self.payload, "field.event.payload")?),
         };
         Ok(OutboxEvent {
@@ -333,29 +342,21 @@ impl OutboxRouter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::postgres::pgoutput::{Column, ReplicaIdentity};
+    use crate::change::TestTable;
     use bytes::Bytes;
 
-    fn rel() -> Relation {
-        let col = |name: &str| Column {
-            is_key: name == "id",
-            name: name.into(),
-            type_oid: 25,
-            type_modifier: -1,
-        };
-        Relation {
-            id: 1,
-            namespace: "public".into(),
-            name: "outbox".into(),
-            replica_identity: ReplicaIdentity::Default,
+    fn rel() -> TestTable {
+        TestTable {
+            namespace: "public",
+            name: "outbox",
             columns: ["id", "aggregatetype", "aggregateid", "type", "payload"]
-                .map(col)
+                .map(|name| (name.to_owned(), 25))
                 .to_vec(),
         }
     }
 
-    fn t(s: &str) -> TupleValue {
-        TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()))
+    fn t(s: &str) -> Datum {
+        Datum::Text(Bytes::copy_from_slice(s.as_bytes()))
     }
 
     fn cfg(toml_text: &str) -> OutboxConfig {
@@ -367,7 +368,7 @@ mod tests {
         let c = cfg("table = \"public.outbox\"");
         c.validate().unwrap();
         let router = OutboxRouter::new(&rel(), &c, "p.outbox-dlq").unwrap();
-        let row = TupleData(vec![
+        let row = RowImage(vec![
             t("e-1"),
             t("Order Line"),
             t("42"),
@@ -380,13 +381,7 @@ mod tests {
         assert_eq!(ev.value.as_deref(), Some(&b"{\"a\":1}"[..]));
         assert_eq!(ev.id, b"e-1");
         assert_eq!(ev.kind, b"Created");
-        let null_payload = TupleData(vec![
-            t("e-2"),
-            t("x"),
-            t("1"),
-            t("Deleted"),
-            TupleValue::Null,
-        ]);
+        let null_payload = RowImage(vec![t("e-2"), t("x"), t("1"), t("Deleted"), Datum::Null]);
         assert_eq!(router.route(&null_payload, &rel()).unwrap().value, None);
     }
 
@@ -409,7 +404,7 @@ mod tests {
         assert!(err.message.contains("field.event.nope"), "{err}");
         let router =
             OutboxRouter::new(&rel(), &cfg("table = \"public.outbox\""), "p.outbox-dlq").unwrap();
-        let row = TupleData(vec![t("e"), TupleValue::Null, t("1"), t("T"), t("{}")]);
+        let row = RowImage(vec![t("e"), Datum::Null, t("1"), t("T"), t("{}")]);
         assert!(matches!(
             router.route(&row, &rel()),
             Err(OutboxError::MissingValue { .. })
@@ -420,10 +415,10 @@ mod tests {
     fn rows_that_cannot_be_routed_are_dead_letters_naming_the_fix() {
         let router =
             OutboxRouter::new(&rel(), &cfg("table = \"public.outbox\""), "p.outbox-dlq").unwrap();
-        let null_key = TupleData(vec![
+        let null_key = RowImage(vec![
             t("e-1"),
             t("order"),
-            TupleValue::Null,
+            Datum::Null,
             t("Created"),
             t("{}"),
         ]);
@@ -443,7 +438,7 @@ mod tests {
         assert_eq!(row["payload"], "{}");
 
         let long = "x".repeat(300);
-        let long_type = TupleData(vec![t("e-2"), t(&long), t("7"), t("Created"), t("{}")]);
+        let long_type = RowImage(vec![t("e-2"), t(&long), t("7"), t("Created"), t("{}")]);
         let dl = router.route_or_dead_letter(&long_type, &rel()).unwrap_err();
         assert_eq!(dl.key.as_deref(), Some(&b"7"[..]));
         assert!(dl.reason.contains("249"), "{}", dl.reason);
@@ -453,7 +448,7 @@ mod tests {
             long.as_str()
         );
         // 236 bytes of type fill the default pattern to Kafka's limit exactly.
-        let fits = TupleData(vec![t("e-3"), t(&"y".repeat(236)), t("7"), t("T"), t("{}")]);
+        let fits = RowImage(vec![t("e-3"), t(&"y".repeat(236)), t("7"), t("T"), t("{}")]);
         assert_eq!(router.route(&fits, &rel()).unwrap().topic.len(), 249);
 
         // Nor to the dead-letter topic itself, nor to `.`.
@@ -461,7 +456,7 @@ mod tests {
             cfg("table = \"public.outbox\"\nroute.topic.replacement = \"${routedByValue}\"");
         let router = OutboxRouter::new(&rel(), &pattern, "p.outbox-dlq").unwrap();
         for to in ["p.outbox-dlq", "."] {
-            let row = TupleData(vec![t("e"), t(to), t("1"), t("T"), t("{}")]);
+            let row = RowImage(vec![t("e"), t(to), t("1"), t("T"), t("{}")]);
             assert!(
                 matches!(
                     router.route(&row, &rel()),

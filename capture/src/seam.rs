@@ -2,12 +2,21 @@
 //! (docs/design.md, "Architecture: the source seam"). Each source under
 //! `sources/<database>/` implements these; the core names no driver.
 //!
-//! So far the seam holds the confirmation of durable positions and what
-//! the router asks about a table; the change stream and snapshot chunks
-//! are still reached directly (the files `sources/boundary_tests.rs` lists).
+//! So far the seam holds the confirmation of durable positions
+//! ([`Slot`]), what the router asks about a table ([`TableCatalog`]), what
+//! the schema watch reads ([`SchemaCatalog`]), the quarantine's checks
+//! ([`QuarantineChecks`]), a signal's ([`SnapshotTableChecks`]) and chunk
+//! reads ([`ChunkReads`]); rows are the core's own (`crate::change`). The
+//! change stream (pgoutput's messages and Relations) and start-up are
+//! still reached directly (the files `sources/boundary_tests.rs` lists).
 
+use tokio::task::JoinHandle;
+
+use crate::config::CaptureConfig;
 use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
+use crate::naming::quote_ident;
+use crate::schema_change::{ColumnDef, FormerName, TableSchemas};
 
 /// Where the committer tells the source what Kafka holds.
 ///
@@ -71,4 +80,199 @@ pub(crate) trait TableCatalog {
     /// Reads into `types` the types the stream named that it does not
     /// know yet (created after start-up).
     async fn learn_types(&mut self, types: &mut Self::Types) -> Result<(), CaptureError>;
+}
+
+/// A table chosen for capture and the columns that key its events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapturedTable {
+    pub schema: String,
+    pub name: String,
+    /// Primary key columns, or the `message.key.columns` override.
+    pub key_columns: Vec<String>,
+    /// Whether `key_columns` come from `message.key.columns`.
+    pub key_overridden: bool,
+    /// A partitioned table (the root of a partition tree): captured, keyed
+    /// and snapshotted as one table, its partitions included.
+    pub partitioned: bool,
+}
+
+impl CapturedTable {
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
+    }
+
+    /// `"schema"."table"`, for SQL.
+    pub fn quoted(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+}
+
+/// The tables `table.include.list`/`exclude.list` select in the source's
+/// catalog: those with key columns, and those without (`schema.table`),
+/// which capture sets aside (quarantine).
+#[derive(Debug, Default)]
+pub struct Selected {
+    pub tables: Vec<CapturedTable>,
+    pub keyless: Vec<String>,
+}
+
+/// What the quarantine asks the source at each heartbeat about the tables
+/// it set aside, and what it has the source do for one found fixed.
+///
+/// Contract: every answer is read from the catalog now (not as of the
+/// stream), so a fix is seen as soon as it is made; the quarantine then
+/// waits for the stream to pass [`QuarantineChecks::position_now`] before it
+/// releases the table. A `Prerequisite` error from `selected` or `publish`
+/// keeps the tables set aside (a catalog the filters cannot read now, a
+/// table that cannot be published yet); other errors are the source's own
+/// (a retriable one ends this life). Calls are not concurrent: the
+/// pipeline's one task asks.
+pub(crate) trait QuarantineChecks {
+    /// The tables the configuration selects now.
+    async fn selected(&mut self, cfg: &CaptureConfig) -> Result<Selected, CaptureError>;
+
+    /// Why keyless `table` is set aside, with the fix.
+    fn keyless_reason(&self, table: &str) -> String;
+
+    /// Why `table`'s identity keeps it set aside under
+    /// `replica.identity.check = "fail"`, with the fix; `None` when it is fine.
+    async fn identity_problem(
+        &mut self,
+        table: &CapturedTable,
+    ) -> Result<Option<String>, CaptureError>;
+
+    /// Makes `table`'s changes reach the stream from here on (PostgreSQL:
+    /// the publication holds it).
+    async fn publish(
+        &mut self,
+        cfg: &CaptureConfig,
+        table: &CapturedTable,
+    ) -> Result<(), CaptureError>;
+
+    /// The server's position now: every change made before it (the fix
+    /// included) is in the stream at or before it.
+    async fn position_now(&mut self) -> Result<u64, CaptureError>;
+}
+
+/// What the schema watch asks the source's catalog: the captured tables'
+/// columns now, and which catalog columns a table's stream description is.
+///
+/// Contract: `columns` reads the catalog now, leaving out a table that no
+/// longer exists. `identity` reads it at least as new as the streamed
+/// transaction `xid` (none: a description read from the catalog itself),
+/// and matches each column of `table` by name against the catalog's,
+/// `known` (the columns last published, which the stream may still be at)
+/// and `former` names, in column order, so a rename followed by an add of
+/// the old name gives each field its own column; `None` when the table is
+/// gone. Calls are not concurrent: the pipeline's one task asks.
+pub(crate) trait SchemaCatalog {
+    /// How the stream describes a table (PostgreSQL: a pgoutput Relation).
+    type Table;
+
+    /// The columns of `tables` (`schema.table` names) as the catalog has
+    /// them now.
+    async fn columns(&self, tables: &[String]) -> Result<TableSchemas, CaptureError>;
+
+    /// What identifies `table` and its columns across renames, for the envelope.
+    async fn identity(
+        &self,
+        table: &Self::Table,
+        known: Option<&[ColumnDef]>,
+        former: &[FormerName],
+        xid: Option<u32>,
+    ) -> Result<Option<SourceIdentity>, CaptureError>;
+}
+
+/// What an `execute-snapshot` signal asks the source about a table it
+/// names, before its snapshot is queued.
+///
+/// Contract: both read the catalog now. A definite answer of the server
+/// (no such table, a filter it refuses) is `Ok(Err(reason))`, said in the
+/// log and the signal ignored; an `Err` is the source's own (a lost
+/// connection: the signal is read again after the restart). A table the
+/// signal's own transaction created may not be visible at once: the
+/// source looks again for a moment before it says it does not exist.
+pub(crate) trait SnapshotTableChecks {
+    /// The primary key of `schema.name`, in key order; empty when it has none.
+    async fn primary_key(
+        &self,
+        schema: &str,
+        name: &str,
+    ) -> Result<Result<Vec<String>, String>, CaptureError>;
+
+    /// Whether `filter` works as a snapshot filter of `schema.name`: an
+    /// expression of its columns that chunk reads can run.
+    async fn check_filter(
+        &self,
+        filter: &str,
+        schema: &str,
+        name: &str,
+    ) -> Result<Result<(), String>, CaptureError>;
+}
+
+/// A chunk the snapshot driver asks a source to read: `size` rows of
+/// `schema.table` in key order after key `after`, between two watermarks
+/// named by `id`.
+#[derive(Debug, Clone)]
+pub struct ChunkRequest {
+    /// Names this chunk's watermarks.
+    pub id: String,
+    pub schema: String,
+    pub table: String,
+    pub key_columns: Vec<String>,
+    pub after: Option<Vec<Option<String>>>,
+    pub filter: Option<String>,
+    /// Rows to read; one more is asked for, to know whether the table ends here.
+    pub size: usize,
+}
+
+/// What a chunk read, `T` being how the source describes the table.
+#[derive(Debug, Clone)]
+pub struct ChunkRows<T> {
+    /// The table's shape as the catalog gave it; the rows follow it.
+    pub relation: T,
+    /// Positions of the key columns in the relation's columns.
+    pub key_idx: Vec<usize>,
+    /// At most `size` rows, in key order.
+    pub rows: Vec<crate::change::RowImage>,
+    /// Whether rows follow this chunk.
+    pub more: bool,
+    /// The catalog's estimate of the table's rows, when it has one
+    /// (PostgreSQL: `pg_class.reltuples`, once the table was analyzed).
+    pub estimate: Option<u64>,
+    /// Transactions the read's snapshot saw as in progress (PostgreSQL: `xip`
+    /// of `pg_current_snapshot()`, as 32-bit xids; empty for a source whose
+    /// chunk reads see every transaction the stream carried before them): a
+    /// transaction whose commit the stream carried before the chunk was
+    /// launched can still be among them, its changes missing from the rows.
+    pub invisible: Vec<u32>,
+}
+
+/// Why a chunk could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ChunkError {
+    /// The table cannot be snapshotted as asked (gone, no such key column):
+    /// skip it, say why, and go on with the next table.
+    #[error("{0}")]
+    Table(String),
+    /// The database failed; restart from the committed offset.
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+}
+
+/// A chunk's read running in the background.
+pub(crate) type ChunkTask<T> = JoinHandle<Result<ChunkRows<T>, ChunkError>>;
+
+/// How the snapshot driver has the source read a chunk.
+///
+/// Contract: `start` begins reading `req` in the background and returns at
+/// once with the read's task; the driver starts one read at a time (the
+/// next only once the one before ended, abandoned or not), so a source may
+/// read every chunk on one connection. An error is the source's (a lost
+/// connection): capture restarts from the committed offset.
+pub(crate) trait ChunkReads {
+    /// How the source describes a chunk's table (PostgreSQL: a Relation).
+    type Table;
+
+    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask<Self::Table>, CaptureError>;
 }

@@ -5,11 +5,13 @@
 //! they cannot be unit tests here; nothing else may use this module.
 
 pub use crate::offset::read_last_offset;
-pub use crate::pgoutput::{Column, Relation, ReplicaIdentity, TupleValue};
-pub use crate::schema_change::{identity, ColumnDef};
-pub use crate::snapshot::{chunk, chunk_query, KeyColumn};
-pub use crate::source::{partition_root, relation_by_oid};
+pub use crate::schema_change::ColumnDef;
+pub use crate::snapshot::{chunk_query, KeyColumn};
 /// The MySQL/MariaDB source's parts, which the source seam has not wired in
 /// yet: its service tests read a real server's binlog through them.
 pub use crate::sources::mysql;
-pub use crate::value::PgTypeKind;
+pub use crate::sources::postgres::chunk;
+pub use crate::sources::postgres::control::{partition_root, relation_by_oid};
+pub use crate::sources::postgres::pgoutput::{Column, Relation, ReplicaIdentity, TupleValue};
+pub use crate::sources::postgres::schema::identity;
+pub use crate::sources::postgres::value::PgTypeKind;

@@ -25,7 +25,6 @@
 //! commit started, so the held changes are replayed if it is the last to land.
 
 mod committer;
-mod fill;
 mod fixes;
 #[cfg(test)]
 mod memory;
@@ -36,6 +35,7 @@ mod router;
 #[cfg(test)]
 mod router_tests;
 mod schema;
+pub(crate) use schema::SchemaWatch;
 #[cfg(test)]
 mod schema_tests;
 mod signal;
@@ -57,12 +57,14 @@ use tokio_util::sync::CancellationToken;
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 use crate::metrics::CaptureMetrics;
-use crate::sources::postgres::control::{self, format_lsn};
+use crate::sources::postgres::chunk::PgChunks;
+use crate::sources::postgres::control;
 use crate::sources::postgres::pgoutput::{self, LogicalMessage};
 use committer::{Committer, KafkaTx};
+use oncely_core::wire::format_lsn;
 use record::Record;
 use router::{refusable, Route, Router};
-use snapshot_runtime::{PgChunks, SnapshotDriver};
+use snapshot_runtime::SnapshotDriver;
 use tracker::Tracker;
 
 pub use start::run;
@@ -79,7 +81,7 @@ struct Pipeline<'a> {
     /// The replication stream and what is known of the source.
     source: Source,
     /// The snapshot chunks in flight and the quarantine's fixes seen.
-    snapshot: SnapshotDriver,
+    snapshot: SnapshotDriver<pgoutput::Relation>,
 }
 
 /// The source side of the pipeline: the stream, where it stands, the
@@ -136,7 +138,7 @@ impl Pipeline<'_> {
                 read = snapshot_runtime::chunk_read(&mut self.snapshot) => self.snapshot.on_chunk_read(&mut self.kafka, read)?,
                 event = self.source.stream.recv() => match event? {
                     Some(event) => self.on_event(event).await?,
-                    None => return Err(CaptureError::Replication(pgwire_replication::PgWireError::Task(
+                    None => return Err(CaptureError::from(pgwire_replication::PgWireError::Task(
                         "replication stream ended".into(),
                     ))),
                 },
@@ -251,7 +253,12 @@ impl Pipeline<'_> {
                 return self.close_if_full().await;
             }
         }
-        let signal = self.signal_row(&change).await?;
+        let signal = match &change {
+            LogicalMessage::Insert { relation_id, new } => {
+                self.signal_row(*relation_id, new).await?
+            }
+            _ => None,
+        };
         if signal.is_none() {
             let (records, ordinals) = match self.records_for(change, &position).await {
                 Ok(built) => built,

@@ -39,8 +39,9 @@ use crate::envelope::SourcePosition;
 use crate::error::CaptureError;
 use crate::naming::check_length;
 use crate::offset::SourceOffset;
+use crate::seam::{CapturedTable, QuarantineChecks};
 use crate::snapshot::{request, SnapshotKind, TableProgress};
-use crate::sources::postgres::control::{self, format_lsn, CapturedTable};
+use oncely_core::wire::format_lsn;
 
 /// What the catalog says of a quarantined table now.
 enum Verdict {
@@ -54,7 +55,7 @@ enum Verdict {
 
 /// The quarantine's work on the snapshot and the committer's staged
 /// position, which holds the quarantined tables.
-impl SnapshotDriver {
+impl<Rel> SnapshotDriver<Rel> {
     /// Sets `table` aside for `reason` (which names the fix). Its snapshot,
     /// queued or in flight, is dropped: a snapshot of it is queued again
     /// when it is released.
@@ -190,7 +191,7 @@ impl SnapshotDriver {
     }
 }
 
-/// The quarantine's catalog checks, on the source's control connection.
+/// The quarantine's catalog checks, asked of the source ([`QuarantineChecks`]).
 impl Pipeline<'_> {
     /// Sets `table` aside for `reason` ([`SnapshotDriver::quarantine`]).
     pub(super) fn quarantine(&mut self, table: &str, reason: String) {
@@ -240,12 +241,10 @@ impl Pipeline<'_> {
     /// are published from here on, and it is released once the stream
     /// passes the server's WAL end now.
     async fn note_fix(&mut self, table: String, t: CapturedTable) -> Result<(), CaptureError> {
-        let control = &self.source.control;
+        let control = &mut self.source.control;
         // Its changes reach the stream from here on (a filtered publication
         // holds keyed tables only).
-        if let Err(e) =
-            control::ensure_publication(control, self.cfg, std::slice::from_ref(&t)).await
-        {
+        if let Err(e) = control.publish(self.cfg, &t).await {
             return match e {
                 CaptureError::Prerequisite(why) => {
                     self.quarantine(&table, why);
@@ -254,7 +253,7 @@ impl Pipeline<'_> {
                 e => Err(e),
             };
         }
-        let at = control::current_wal_lsn(control).await?;
+        let at = self.source.control.position_now().await?;
         tracing::info!(table = %table, fixed_at = %format_lsn(at), "quarantined table is fixed in the catalog; released once the stream passes this position");
         self.router.learn_key(table.clone(), t.key_columns);
         self.snapshot.fixes.note(table, at);
@@ -271,12 +270,12 @@ impl Pipeline<'_> {
     /// What the catalog and the configuration say of each of `tables` now,
     /// by the rules start-up applies (see `start::set_aside`).
     async fn evaluate(&mut self, tables: &[String]) -> Result<Vec<Verdict>, CaptureError> {
-        let control = &self.source.control;
-        let selected = control::selected_tables(control, self.cfg).await?;
+        let control = &mut self.source.control;
+        let selected = control.selected(self.cfg).await?;
         let mut verdicts = Vec::with_capacity(tables.len());
         for name in tables {
             if selected.keyless.contains(name) {
-                verdicts.push(Verdict::Broken(control::keyless_reason(name, name)));
+                verdicts.push(Verdict::Broken(control.keyless_reason(name)));
                 continue;
             }
             let Some(t) = selected.tables.iter().find(|t| &t.qualified() == name) else {
@@ -293,10 +292,7 @@ impl Pipeline<'_> {
                 continue;
             }
             if self.cfg.replica_identity_check == ReplicaIdentityCheck::Fail {
-                let problems =
-                    crate::sources::postgres::replica_identity::problems(control, &[t]).await?;
-                if let Some((_, why)) = problems.into_iter().next() {
-                    let why = crate::sources::postgres::replica_identity::quarantine_reason(&why);
+                if let Some(why) = control.identity_problem(t).await? {
                     verdicts.push(Verdict::Broken(why));
                     continue;
                 }

@@ -1,80 +1,21 @@
 //! The pipeline's async side of routing: the router's routes built on a
-//! relation's first change, with PostgreSQL's catalog answering what the
-//! router asks ([`SourceTables`]) and the pipeline doing what a new route
+//! relation's first change, with the source's catalog answering what the
+//! router asks (PostgreSQL's `SourceTables`) and the pipeline doing what a new route
 //! asks of it (a quarantine, a topic); and what a change needs read before
 //! [`Router::records`](super::router::Router::records) maps it.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use tokio_postgres::Client;
-
 use super::record::Record;
 use super::router::{self, Followup, Mapping, Resolved, Route};
-use super::schema::SchemaWatch;
-use super::{fill, now_ms, Pipeline};
-use crate::envelope::{SourceIdentity, SourcePosition};
+use super::{now_ms, Pipeline};
+use crate::change::RowImage;
+use crate::envelope::SourcePosition;
 use crate::error::CaptureError;
-use crate::seam::{CatalogTable, TableCatalog};
-use crate::sources::postgres::control;
-use crate::sources::postgres::pgoutput::{LogicalMessage, Relation, TupleData, TypeMessage};
-use crate::sources::postgres::value::TypeRegistry;
-
-/// What the router asks PostgreSQL about a table ([`TableCatalog`]): the
-/// catalog, read through the control connection once the streamed
-/// transaction `xid` is visible, so it is never behind the stream; a
-/// table's identity with the column names the schema history knew.
-pub(super) struct SourceTables<'a> {
-    control: &'a Client,
-    schema: &'a SchemaWatch,
-    xid: Option<u32>,
-}
-
-impl<'a> SourceTables<'a> {
-    /// The catalog as of the streamed transaction `xid` (none outside one).
-    fn at(control: &'a Client, schema: &'a SchemaWatch, xid: Option<u32>) -> Self {
-        Self {
-            control,
-            schema,
-            xid,
-        }
-    }
-}
-
-impl TableCatalog for SourceTables<'_> {
-    type Table = Relation;
-    type Types = TypeRegistry;
-
-    async fn published_as(
-        &mut self,
-        rel: &Relation,
-    ) -> Result<Option<(String, String)>, CaptureError> {
-        control::partition_root(self.control, rel.id, self.xid).await
-    }
-
-    async fn current(&mut self, rel: &Relation) -> Result<Option<CatalogTable>, CaptureError> {
-        let found = control::relation_by_oid(self.control, rel.id, self.xid).await?;
-        Ok(found.map(|(schema, name, primary_key)| CatalogTable {
-            schema,
-            name,
-            primary_key,
-        }))
-    }
-
-    async fn identity(
-        &mut self,
-        qualified: &str,
-        rel: &Relation,
-    ) -> Result<Option<SourceIdentity>, CaptureError> {
-        self.schema
-            .source_identity(self.control, qualified, rel, self.xid)
-            .await
-    }
-
-    async fn learn_types(&mut self, types: &mut TypeRegistry) -> Result<(), CaptureError> {
-        types.load_user_types_of(self.control, self.xid).await
-    }
-}
+use crate::sources::postgres::fill;
+use crate::sources::postgres::pgoutput::{LogicalMessage, Relation, TypeMessage};
+use crate::sources::postgres::tables::SourceTables;
 
 impl Pipeline<'_> {
     /// How many event ordinals a change uses ([`router::ordinals`]), its
@@ -172,9 +113,9 @@ impl Pipeline<'_> {
         &mut self,
         relation_id: u32,
         key_columns: &[String],
-        row: TupleData,
+        row: RowImage,
         xid: u32,
-    ) -> Result<TupleData, CaptureError> {
+    ) -> Result<RowImage, CaptureError> {
         let rel = self.router.relation_of(relation_id)?;
         let key_idx = key_columns
             .iter()

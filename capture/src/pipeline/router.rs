@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::record::Record;
+use crate::change::{Datum, RowImage};
 use crate::config::{CaptureConfig, ReplicaIdentityCheck, SkippedOperations};
 use crate::envelope::{
     EnvelopeConfig, EnvelopeError, Op, SourcePosition, TableEncoder, HEADER_POSITION,
@@ -33,7 +34,7 @@ use crate::naming::{check_length, TopicClaims, TopicClash};
 use crate::outbox::{OutboxConfig, OutboxRouter};
 use crate::seam::TableCatalog;
 use crate::sources::postgres::pgoutput::{
-    LogicalMessage, OldTuple, Relation, RelationCache, TupleData, TupleValue, TypeMessage,
+    LogicalMessage, OldTuple, Relation, RelationCache, TypeMessage,
 };
 use crate::sources::postgres::replica_identity;
 use crate::sources::postgres::value::TypeRegistry;
@@ -565,7 +566,7 @@ pub(super) fn route(routes: &Routes, relation_id: u32) -> Result<Option<&Route>,
 pub(super) struct Resolved {
     /// The new row of a primary-key change, its unchanged TOAST values read
     /// from the source ([`create_needs_source`]).
-    pub(super) created: Option<TupleData>,
+    pub(super) created: Option<RowImage>,
     /// Partitions of each truncated table's topic, by relation id.
     pub(super) partitions: HashMap<u32, i32>,
 }
@@ -589,8 +590,8 @@ pub(super) struct Mapping<'a> {
 pub(super) fn create_needs_source(
     enc: &TableEncoder,
     old: Option<&OldTuple>,
-    new: &TupleData,
-) -> Option<(Vec<String>, TupleData)> {
+    new: &RowImage,
+) -> Option<(Vec<String>, RowImage)> {
     if !has_unchanged_toast(new) {
         return None;
     }
@@ -656,7 +657,7 @@ pub(super) fn records(
 /// An insert: a create event, or the outbox's routed event (or its dead letter).
 fn insert(
     route: Option<&Route>,
-    new: &TupleData,
+    new: &RowImage,
     src: &SourcePosition,
     m: &Mapping<'_>,
 ) -> Result<Vec<Record>, CaptureError> {
@@ -695,7 +696,7 @@ fn update(
     enc: &TableEncoder,
     topic: &Arc<str>,
     old: Option<OldTuple>,
-    new: TupleData,
+    new: RowImage,
     src: &SourcePosition,
     resolved: Resolved,
     m: &Mapping<'_>,
@@ -880,7 +881,7 @@ pub(super) fn relations(change: &LogicalMessage) -> &[u32] {
 
 /// With REPLICA IDENTITY FULL the old row carries the values of unchanged
 /// TOASTed columns, so the new row can be complete instead of marked unavailable.
-pub(super) fn fill_unchanged_toast(new: &TupleData, old: &TupleData) -> Option<TupleData> {
+pub(super) fn fill_unchanged_toast(new: &RowImage, old: &RowImage) -> Option<RowImage> {
     if !has_unchanged_toast(new) || new.0.len() != old.0.len() {
         return None;
     }
@@ -889,14 +890,11 @@ pub(super) fn fill_unchanged_toast(new: &TupleData, old: &TupleData) -> Option<T
         .iter()
         .zip(&old.0)
         .map(|(n, o)| match (n, o) {
-            (
-                TupleValue::UnchangedToast,
-                TupleValue::Text(_) | TupleValue::Binary(_) | TupleValue::Null,
-            ) => o.clone(),
+            (Datum::Unchanged, Datum::Text(_) | Datum::Binary(_) | Datum::Null) => o.clone(),
             _ => n.clone(),
         })
         .collect();
-    Some(TupleData(filled))
+    Some(RowImage(filled))
 }
 
 /// The old key of an update that changed its row's key (`None` when the key
@@ -913,10 +911,8 @@ fn changed_key(
     Ok((old_key != new_key).then_some(old_key))
 }
 
-fn has_unchanged_toast(row: &TupleData) -> bool {
-    row.0
-        .iter()
-        .any(|v| matches!(v, TupleValue::UnchangedToast))
+fn has_unchanged_toast(row: &RowImage) -> bool {
+    row.0.iter().any(|v| matches!(v, Datum::Unchanged))
 }
 
 fn encode_err(e: EnvelopeError) -> CaptureError {

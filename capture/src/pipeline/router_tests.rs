@@ -13,24 +13,25 @@ use super::router::{
     create_needs_source, fill_unchanged_toast, ordinals, records, Followup, Mapping, Resolved,
     Route, Router, Routes,
 };
+use crate::change::{Datum, RowImage};
 use crate::config::{CaptureConfig, SkippedOperations};
 use crate::envelope::{EnvelopeConfig, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::naming::TopicClaims;
-use crate::pgoutput::{
-    Column, LogicalMessage, OldTuple, Relation, ReplicaIdentity, TupleData, TupleValue, TypeMessage,
-};
 use crate::seam::{CatalogTable, TableCatalog};
-use crate::value::{TypeRegistry, UNAVAILABLE_VALUE};
+use crate::sources::postgres::pgoutput::{
+    Column, LogicalMessage, OldTuple, Relation, ReplicaIdentity, TypeMessage,
+};
+use crate::sources::postgres::value::{TypeRegistry, UNAVAILABLE_VALUE};
 
 const INT: u32 = 23;
 const TEXT: u32 = 25;
 
-fn text(s: &str) -> TupleValue {
-    TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()))
+fn text(s: &str) -> Datum {
+    Datum::Text(Bytes::copy_from_slice(s.as_bytes()))
 }
 
-fn row(values: &[TupleValue]) -> TupleData {
-    TupleData(values.to_vec())
+fn row(values: &[Datum]) -> RowImage {
+    RowImage(values.to_vec())
 }
 
 fn envelope() -> EnvelopeConfig {
@@ -111,7 +112,7 @@ fn value(r: &Record) -> serde_json::Value {
     })
 }
 
-fn pk_change(old: OldTuple, new: TupleData) -> LogicalMessage {
+fn pk_change(old: OldTuple, new: RowImage) -> LogicalMessage {
     LogicalMessage::Update {
         relation_id: 1,
         old: Some(old),
@@ -122,7 +123,7 @@ fn pk_change(old: OldTuple, new: TupleData) -> LogicalMessage {
 #[test]
 fn a_primary_key_change_is_a_delete_and_a_create_with_the_next_ordinal() {
     let change = pk_change(
-        OldTuple::Key(row(&[text("1"), TupleValue::Null])),
+        OldTuple::Key(row(&[text("1"), Datum::Null])),
         row(&[text("2"), text("b")]),
     );
     let (out, used) = map(change, Resolved::default(), true);
@@ -137,7 +138,7 @@ fn a_primary_key_change_is_a_delete_and_a_create_with_the_next_ordinal() {
     assert_ne!(out[2].key, out[0].key);
 
     let change = pk_change(
-        OldTuple::Key(row(&[text("1"), TupleValue::Null])),
+        OldTuple::Key(row(&[text("1"), Datum::Null])),
         row(&[text("2"), text("b")]),
     );
     let (out, _) = map(change, Resolved::default(), false);
@@ -150,7 +151,7 @@ fn a_primary_key_change_is_a_delete_and_a_create_with_the_next_ordinal() {
 
 #[test]
 fn a_primary_key_change_carries_unchanged_toast_from_the_old_row_or_the_source() {
-    let unchanged = row(&[text("2"), TupleValue::UnchangedToast]);
+    let unchanged = row(&[text("2"), Datum::Unchanged]);
     // REPLICA IDENTITY FULL: the old row has the value; nothing to read.
     let full = OldTuple::Full(row(&[text("1"), text("big")]));
     assert!(create_needs_source(&enc(), Some(&full), &unchanged).is_none());
@@ -162,7 +163,7 @@ fn a_primary_key_change_carries_unchanged_toast_from_the_old_row_or_the_source()
     assert_eq!(value(&out[1])["after"]["big"], "big");
 
     // Only the key in the old row: the create's row is read from the source.
-    let key_only = OldTuple::Key(row(&[text("1"), TupleValue::Null]));
+    let key_only = OldTuple::Key(row(&[text("1"), Datum::Null]));
     let (columns, wanted) = create_needs_source(&enc(), Some(&key_only), &unchanged).unwrap();
     assert_eq!(
         (columns, wanted.clone()),
@@ -193,7 +194,7 @@ fn enc() -> TableEncoder {
 #[test]
 fn an_update_keeping_its_key_is_one_event_and_reads_nothing() {
     let old = OldTuple::Full(row(&[text("1"), text("big")]));
-    let new = row(&[text("1"), TupleValue::UnchangedToast]);
+    let new = row(&[text("1"), Datum::Unchanged]);
     assert!(create_needs_source(&enc(), Some(&old), &new).is_none());
     let (out, used) = map(pk_change(old, new), Resolved::default(), true);
     assert_eq!((out.len(), used), (1, 1));
@@ -262,19 +263,19 @@ fn skipped_operations_publish_nothing_of_their_kind_and_keep_every_ordinal() {
     };
     let update = || {
         pk_change(
-            OldTuple::Key(row(&[text("1"), TupleValue::Null])),
+            OldTuple::Key(row(&[text("1"), Datum::Null])),
             row(&[text("1"), text("b")]),
         )
     };
     let key_change = || {
         pk_change(
-            OldTuple::Key(row(&[text("1"), TupleValue::Null])),
+            OldTuple::Key(row(&[text("1"), Datum::Null])),
             row(&[text("2"), text("b")]),
         )
     };
     let delete = || LogicalMessage::Delete {
         relation_id: 1,
-        old: OldTuple::Key(row(&[text("1"), TupleValue::Null])),
+        old: OldTuple::Key(row(&[text("1"), Datum::Null])),
     };
     let truncate = || LogicalMessage::Truncate {
         options: 0,
@@ -362,13 +363,13 @@ fn changes_of_tables_not_captured_publish_nothing_and_take_one_ordinal() {
 #[test]
 fn full_identity_fills_unchanged_toast() {
     let old = row(&[text("1"), text("big")]);
-    let new = row(&[text("1"), TupleValue::UnchangedToast]);
+    let new = row(&[text("1"), Datum::Unchanged]);
     assert_eq!(fill_unchanged_toast(&new, &old).unwrap(), old);
     // The old row itself unavailable: stays marked.
-    let old = row(&[text("1"), TupleValue::UnchangedToast]);
+    let old = row(&[text("1"), Datum::Unchanged]);
     assert_eq!(
         fill_unchanged_toast(&new, &old).unwrap().0[1],
-        TupleValue::UnchangedToast
+        Datum::Unchanged
     );
     // Nothing unchanged: no copy.
     assert!(fill_unchanged_toast(&row(&[text("1")]), &row(&[text("1")])).is_none());

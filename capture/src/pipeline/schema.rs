@@ -4,22 +4,20 @@
 
 use std::sync::Arc;
 
-use tokio_postgres::Client;
-
 use super::{now_ms, Pipeline, Record};
 use crate::config::SchemaChangeBackfill;
 use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
 use crate::offset::SourceOffset;
 use crate::schema_change::{self, ColumnChange, SchemaHistory, TableSchemas, TableShape};
+use crate::seam::SchemaCatalog;
 use crate::snapshot::{request, SnapshotKind, TableProgress};
-use crate::sources::postgres::pgoutput::Relation;
 
 /// The schema watch, one component of the pipeline: where schema changes
 /// go and, per captured table, the columns of its last schema-change record
 /// (read back from the topic at start): what its events use. It owns both;
 /// the pipeline hands it the catalog's columns and publishes what it returns.
-pub(super) struct SchemaWatch {
+pub(crate) struct SchemaWatch {
     /// `<topic.prefix>.schema-changes`.
     topic: Arc<str>,
     history: SchemaHistory,
@@ -109,18 +107,18 @@ impl SchemaWatch {
     }
 
     /// Which source columns `rel`'s fields are (table `qualified`), for the
-    /// encoder's schema ([`schema_change::identity`]); `xid`: the stream's
-    /// transaction the Relation came in (none for a snapshot chunk's).
-    pub(super) async fn source_identity(
+    /// encoder's schema ([`SchemaCatalog::identity`]); `xid`: the stream's
+    /// transaction the description came in (none for a snapshot chunk's).
+    pub(crate) async fn source_identity<C: SchemaCatalog>(
         &self,
-        control: &Client,
+        control: &C,
         qualified: &str,
-        rel: &Relation,
+        rel: &C::Table,
         xid: Option<u32>,
     ) -> Result<Option<SourceIdentity>, CaptureError> {
         let known = self.history.columns.get(qualified).map(Vec::as_slice);
         let former = self.history.former_names(qualified);
-        schema_change::identity(control, rel, known, former, xid).await
+        control.identity(rel, known, former, xid).await
     }
 }
 
@@ -148,9 +146,7 @@ impl Pipeline<'_> {
         if tables.is_empty() {
             return Ok(());
         }
-        let now = schema_change::load(&self.source.control, &tables)
-            .await
-            .map_err(CaptureError::pg("read the captured tables' columns"))?;
+        let now = self.source.control.columns(&tables).await?;
         let seen = Seen {
             connector: self.cfg.connector_name(),
             backfill: self.cfg.schema_change_backfill,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::committer::{Committer, Transactions};
 use super::snapshot_runtime::{join, ChunkReads, InFlight, SnapshotDriver, CHUNKS_IN_FLIGHT};
 use super::{now_ms, refusable, refuse_value, Pipeline, Record};
+use crate::change::{Datum, RowImage};
 use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
 use crate::offset::SourceOffset;
@@ -19,13 +20,13 @@ use crate::snapshot::{
     new_chunk_id, parse_watermark, row_key, split_table, SnapshotKind, TableProgress, Watermark,
 };
 use crate::sources::postgres::chunk::{ChunkError, ChunkRequest, ChunkRows};
-use crate::sources::postgres::control::format_lsn;
 use crate::sources::postgres::pgoutput::{LogicalMessage, OldTuple, Relation};
+use oncely_core::wire::format_lsn;
 
 /// A chunk whose high watermark came, read whole and wanted: its rows are
 /// published next.
 pub(super) struct ReadyChunk {
-    pub(super) chunk: InFlight,
+    pub(super) chunk: InFlight<Relation>,
     pub(super) rows: ChunkRows,
 }
 
@@ -46,7 +47,7 @@ struct ChunkRecords {
     completed: usize,
 }
 
-impl SnapshotDriver {
+impl SnapshotDriver<Relation> {
     /// Whether a chunk is being read (of the snapshot's current table).
     pub(super) fn in_flight(&self) -> bool {
         !self.inflight.is_empty()
@@ -67,7 +68,7 @@ impl SnapshotDriver {
         &mut self,
         kafka: &mut Committer<T>,
         key_columns: impl Fn(&str) -> Option<Vec<String>>,
-        reads: &mut impl ChunkReads,
+        reads: &mut impl ChunkReads<Table = Relation>,
     ) -> Result<(), CaptureError> {
         let Some((req, snapshot_id, table)) = self.next_request(kafka, key_columns) else {
             return Ok(());
@@ -275,7 +276,12 @@ impl SnapshotDriver {
 
     /// Whether a chunk read whole may be published at its high watermark;
     /// when not, it is read again (or, stopped, never).
-    fn publishable(&self, chunk: &InFlight, rows: &ChunkRows, position: &SourceOffset) -> bool {
+    fn publishable(
+        &self,
+        chunk: &InFlight<Relation>,
+        rows: &ChunkRows,
+        position: &SourceOffset,
+    ) -> bool {
         if let Some(xid) = self.began_before(&rows.invisible, chunk.launched) {
             // The stream carried this transaction before the chunk was
             // launched, so the window did not note its changes, yet the
@@ -368,7 +374,7 @@ impl SnapshotDriver {
     /// its last table.
     fn chunk_records(
         &self,
-        chunk: &InFlight,
+        chunk: &InFlight<Relation>,
         rows: &ChunkRows,
         encoding: &ChunkEncoding,
         (kind, last_table): (SnapshotKind, bool),
@@ -430,7 +436,7 @@ impl SnapshotDriver {
     fn row_record(
         &self,
         encoding: &ChunkEncoding,
-        row: &crate::sources::postgres::pgoutput::TupleData,
+        row: &RowImage,
         pos: &SourcePosition,
         now: i64,
     ) -> Result<Option<Record>, CaptureError> {
@@ -474,7 +480,7 @@ impl SnapshotDriver {
     fn advance_snapshot<T: Transactions>(
         &mut self,
         kafka: &mut Committer<T>,
-        chunk: &InFlight,
+        chunk: &InFlight<Relation>,
         rows: &ChunkRows,
         last_key: Option<Vec<Option<String>>>,
         src: &SourcePosition,
@@ -606,7 +612,7 @@ impl Pipeline<'_> {
 
 /// Notes what `change` does to keys of `chunk`'s table.
 fn mark_chunk_dirty<'r>(
-    chunk: &mut InFlight,
+    chunk: &mut InFlight<Relation>,
     change: &LogicalMessage,
     relation_of: &impl Fn(u32) -> Option<&'r Relation>,
 ) {
@@ -678,9 +684,7 @@ fn last_key(rows: &ChunkRows) -> Vec<Option<String>> {
     rows.key_idx
         .iter()
         .map(|&i| match &row.0[i] {
-            crate::sources::postgres::pgoutput::TupleValue::Text(b) => {
-                Some(String::from_utf8_lossy(b).into_owned())
-            }
+            Datum::Text(b) => Some(String::from_utf8_lossy(b).into_owned()),
             _ => None,
         })
         .collect()
@@ -696,10 +700,7 @@ fn replaced(window: &mut Window, key: Option<crate::snapshot::RowKey>) {
 
 /// An update's new row, with unchanged TOAST values taken from a full old
 /// row (REPLICA IDENTITY FULL) where it has them.
-fn filled<'a>(
-    new: &'a crate::sources::postgres::pgoutput::TupleData,
-    old: Option<&OldTuple>,
-) -> Cow<'a, crate::sources::postgres::pgoutput::TupleData> {
+fn filled<'a>(new: &'a RowImage, old: Option<&OldTuple>) -> Cow<'a, RowImage> {
     match old {
         Some(OldTuple::Full(full)) => match super::router::fill_unchanged_toast(new, full) {
             Some(row) => Cow::Owned(row),

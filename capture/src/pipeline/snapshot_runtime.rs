@@ -19,19 +19,15 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::task::JoinHandle;
-use tokio_postgres::Client;
-
 use super::fixes::Fixes;
-use crate::config::CaptureConfig;
 use crate::envelope::TableEncoder;
 use crate::error::CaptureError;
 use crate::metrics::{CaptureMetrics, SnapshotView};
 use crate::offset::SourceOffset;
+use crate::seam::{ChunkError, ChunkRows};
+pub(crate) use crate::seam::{ChunkReads, ChunkTask};
 use crate::snapshot::window::Window;
-use crate::sources::postgres::chunk::{self, ChunkError, ChunkRequest, ChunkRows};
-use crate::sources::postgres::control::format_lsn;
-use crate::sources::postgres::pgoutput::Relation;
+use oncely_core::wire::format_lsn;
 
 /// Chunks in flight at most: one waiting for its high watermark (or being
 /// published) and the next one being read. The reads share one connection
@@ -43,63 +39,17 @@ pub(super) const CHUNKS_IN_FLIGHT: usize = 2;
 /// tell whether a chunk's SELECT missed one of them.
 const STREAMED_XIDS: usize = 65_536;
 
-/// A chunk's read running in the background.
-pub(super) type ChunkTask = JoinHandle<Result<ChunkRows, ChunkError>>;
-
-/// How the driver has the source read a chunk.
-///
-/// Contract: `start` begins reading `req` in the background and returns at
-/// once with the read's task; the driver starts one read at a time (the
-/// next only once the one before ended, abandoned or not), so a source may
-/// read every chunk on one connection. An error is the source's (a lost
-/// connection): capture restarts from the committed offset.
-pub(super) trait ChunkReads {
-    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask, CaptureError>;
-}
-
-/// PostgreSQL's chunk reads: on a connection of their own, opened on the
-/// first chunk, so SELECTs never wait behind control queries.
-pub(super) struct PgChunks {
-    cfg: CaptureConfig,
-    conn: Option<Arc<Client>>,
-}
-
-impl PgChunks {
-    pub(super) fn new(cfg: &CaptureConfig) -> Self {
-        PgChunks {
-            cfg: cfg.clone(),
-            conn: None,
-        }
-    }
-}
-
-impl ChunkReads for PgChunks {
-    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask, CaptureError> {
-        let conn = match &self.conn {
-            Some(c) => Arc::clone(c),
-            None => {
-                let c = Arc::new(chunk::connect(&self.cfg).await?);
-                self.conn = Some(Arc::clone(&c));
-                c
-            }
-        };
-        Ok(tokio::spawn(
-            async move { chunk::read_chunk(&conn, &req).await },
-        ))
-    }
-}
-
 /// The snapshot driver's state: the chunks in flight and what they need.
-pub(super) struct SnapshotDriver {
+pub(super) struct SnapshotDriver<T> {
     pub(super) chunk_size: usize,
     pub(super) chunks_started: u64,
     /// Oldest first; only the newest can still be reading.
-    pub(super) inflight: VecDeque<InFlight>,
+    pub(super) inflight: VecDeque<InFlight<T>>,
     /// Reads of abandoned chunks that have not ended yet: no chunk starts on
     /// the connection until they have.
-    draining: Vec<ChunkTask>,
+    draining: Vec<ChunkTask<T>>,
     /// Encoder of the last chunk's table shape, reused while it holds.
-    pub(super) encoder: Option<(Relation, TableEncoder, Arc<str>)>,
+    pub(super) encoder: Option<(T, TableEncoder, Arc<str>)>,
     /// Rows and time at the last progress log line, for the rate.
     pub(super) last_log: Option<(Instant, u64)>,
     /// The transactions the stream carried lately, by xid, with their
@@ -118,7 +68,7 @@ pub(super) struct SnapshotDriver {
     pub(super) metrics: CaptureMetrics,
 }
 
-pub(super) struct InFlight {
+pub(super) struct InFlight<T> {
     pub(super) id: String,
     pub(super) snapshot_id: String,
     pub(super) table: String,
@@ -127,11 +77,11 @@ pub(super) struct InFlight {
     pub(super) window: Window,
     /// Transactions the stream had begun at launch (`SnapshotDriver::streamed`).
     pub(super) launched: u64,
-    pub(super) task: Option<ChunkTask>,
-    pub(super) read: Option<Result<ChunkRows, ChunkError>>,
+    pub(super) task: Option<ChunkTask<T>>,
+    pub(super) read: Option<Result<ChunkRows<T>, ChunkError>>,
 }
 
-impl SnapshotDriver {
+impl<T> SnapshotDriver<T> {
     pub(super) fn new(chunk_size: usize, metrics: CaptureMetrics) -> Self {
         SnapshotDriver {
             chunk_size,
@@ -201,7 +151,7 @@ impl SnapshotDriver {
     }
 }
 
-impl Drop for SnapshotDriver {
+impl<T> Drop for SnapshotDriver<T> {
     /// A pipeline that stops (shutdown, error) abandons its chunk: the next
     /// life reads it again, so its task has nothing left to do.
     fn drop(&mut self) {
@@ -212,7 +162,7 @@ impl Drop for SnapshotDriver {
     }
 }
 
-impl SnapshotDriver {
+impl<T> SnapshotDriver<T> {
     /// Whether a chunk is reading or an abandoned read has not ended: the
     /// connection is busy.
     pub(super) fn reading(&self) -> bool {
@@ -237,7 +187,9 @@ impl SnapshotDriver {
 
 /// Completes when a read task ends: `Some` with the newest chunk's rows, or
 /// `None` when an abandoned read ended. Never without a task.
-pub(super) async fn chunk_read(snap: &mut SnapshotDriver) -> Option<Result<ChunkRows, ChunkError>> {
+pub(super) async fn chunk_read<T>(
+    snap: &mut SnapshotDriver<T>,
+) -> Option<Result<ChunkRows<T>, ChunkError>> {
     if let Some(task) = snap.draining.first_mut() {
         // Its outcome no longer matters; its watermarks match no chunk.
         let _ = task.await;
@@ -256,7 +208,7 @@ pub(super) async fn chunk_read(snap: &mut SnapshotDriver) -> Option<Result<Chunk
     }
 }
 
-pub(super) async fn join(task: &mut ChunkTask) -> Result<ChunkRows, ChunkError> {
+pub(super) async fn join<T>(task: &mut ChunkTask<T>) -> Result<ChunkRows<T>, ChunkError> {
     task.await
         .unwrap_or_else(|e| Err(ChunkError::Capture(CaptureError::task("snapshot chunk")(e))))
 }
@@ -265,7 +217,7 @@ pub(super) async fn join(task: &mut ChunkTask) -> Result<ChunkRows, ChunkError> 
 const PROGRESS_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Progress: the log line and what `oncely status` and the gauges show.
-impl SnapshotDriver {
+impl<T> SnapshotDriver<T> {
     pub(super) fn log_progress(
         &mut self,
         table: &str,
@@ -344,7 +296,7 @@ mod tests {
 
     #[test]
     fn a_chunk_of_a_filtered_table_reads_by_its_row_filter_and_the_snapshots_own() {
-        let snap = SnapshotDriver::new(10, CaptureMetrics::new("test"))
+        let snap = SnapshotDriver::<()>::new(10, CaptureMetrics::new("test"))
             .with_row_filters([("public.t".to_owned(), "region = 'eu'".to_owned())].into());
         assert_eq!(
             snap.chunk_filter("public.t", Some("id > 5")).as_deref(),
@@ -363,7 +315,7 @@ mod tests {
 
     #[test]
     fn transactions_begun_before_a_launch_are_told_from_later_ones() {
-        let mut snap = SnapshotDriver::new(10, CaptureMetrics::new("test"));
+        let mut snap = SnapshotDriver::<()>::new(10, CaptureMetrics::new("test"));
         snap.note_begin(100);
         snap.note_begin(101);
         let launched = snap.streamed;

@@ -12,6 +12,7 @@ use super::memory::{committer, keys, Log, MemoryKafka};
 use super::signal::Checked;
 use super::snapshot::ChunkEncoding;
 use super::snapshot_runtime::{chunk_read, ChunkReads, ChunkTask, SnapshotDriver};
+use crate::change::{Datum, RowImage};
 use crate::envelope::{EnvelopeConfig, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
 use crate::metrics::CaptureMetrics;
@@ -20,7 +21,7 @@ use crate::snapshot::signal::SignalAction;
 use crate::snapshot::{request, watermark_content, SnapshotKind, TableProgress, Watermark};
 use crate::sources::postgres::chunk::{ChunkError, ChunkRequest, ChunkRows};
 use crate::sources::postgres::pgoutput::{
-    Column, LogicalMessage, OldTuple, Relation, ReplicaIdentity, TupleData, TupleValue,
+    Column, LogicalMessage, OldTuple, Relation, ReplicaIdentity,
 };
 use crate::sources::postgres::value::TypeRegistry;
 
@@ -35,7 +36,9 @@ struct FakeChunks {
 }
 
 impl ChunkReads for FakeChunks {
-    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask, CaptureError> {
+    type Table = Relation;
+
+    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask<Relation>, CaptureError> {
         self.asked.push(req);
         let result = self
             .results
@@ -61,12 +64,12 @@ fn relation() -> Relation {
     }
 }
 
-fn text(s: &str) -> TupleValue {
-    TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()))
+fn text(s: &str) -> Datum {
+    Datum::Text(Bytes::copy_from_slice(s.as_bytes()))
 }
 
-fn row(id: u32) -> TupleData {
-    TupleData(vec![text(&id.to_string()), text("v")])
+fn row(id: u32) -> RowImage {
+    RowImage(vec![text(&id.to_string()), text("v")])
 }
 
 /// A chunk of rows keyed `ids`; `more` when rows follow it.
@@ -107,7 +110,7 @@ fn with_snapshot(kind: SnapshotKind, tables: &[&str]) -> (Committer<MemoryKafka>
     committer(1_000, offset)
 }
 
-fn driver() -> SnapshotDriver {
+fn driver() -> SnapshotDriver<Relation> {
     SnapshotDriver::new(3, CaptureMetrics::new("test"))
 }
 
@@ -129,7 +132,7 @@ fn high_at(lsn: u64) -> SourcePosition {
 
 /// Launches a chunk and lets its read finish.
 async fn launch_and_read(
-    snap: &mut SnapshotDriver,
+    snap: &mut SnapshotDriver<Relation>,
     kafka: &mut Committer<MemoryKafka>,
     source: &mut FakeChunks,
 ) {
@@ -139,14 +142,14 @@ async fn launch_and_read(
 }
 
 /// The high watermark of the oldest chunk in flight.
-fn high_watermark(snap: &SnapshotDriver) -> String {
+fn high_watermark(snap: &SnapshotDriver<Relation>) -> String {
     let id = &snap.inflight.front().expect("a chunk in flight").id;
     watermark_content(id, Watermark::High)
 }
 
 /// Delivers the oldest chunk's high watermark at `lsn`; whether it published.
 async fn at_high_watermark(
-    snap: &mut SnapshotDriver,
+    snap: &mut SnapshotDriver<Relation>,
     kafka: &mut Committer<MemoryKafka>,
     lsn: u64,
 ) -> bool {
@@ -189,7 +192,7 @@ async fn a_chunk_publishes_at_its_high_watermark_less_the_rows_the_stream_change
     let rel = relation();
     let delete = LogicalMessage::Delete {
         relation_id: 1,
-        old: OldTuple::Key(TupleData(vec![text("2"), TupleValue::Null])),
+        old: OldTuple::Key(RowImage(vec![text("2"), Datum::Null])),
     };
     snap.mark_dirty(&delete, |id| (id == 1).then_some(&rel));
     // A low watermark publishes nothing.

@@ -10,19 +10,21 @@ use tokio_util::sync::CancellationToken;
 use super::committer::{self, Committer, KafkaTx, Limits};
 use super::router::Router;
 use super::schema::SchemaWatch;
-use super::snapshot_runtime::{PgChunks, SnapshotDriver};
+use super::snapshot_runtime::SnapshotDriver;
 use super::tracker::Tracker;
 use super::{now_ms, Pipeline, Source};
-use crate::config::{CaptureConfig, ReplicaIdentityCheck};
+use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 use crate::kafka::{check_one_partition, InternalTopic, TopicCreator, TxProducer};
 use crate::metrics::CaptureMetrics;
 use crate::naming::{check_length, TopicClaims};
 use crate::offset::{read_stored_offset, SourceOffset};
 use crate::snapshot::{plan_start, GapRefused, StartFacts, TableProgress};
-use crate::sources::postgres::control::{self, format_lsn};
+use crate::sources::postgres::chunk::PgChunks;
+use crate::sources::postgres::control;
+use crate::sources::postgres::start::{check_source, CheckedSource};
 use crate::sources::postgres::stream;
-use crate::sources::postgres::value::TypeRegistry;
+use oncely_core::wire::format_lsn;
 
 /// Longest wait between restarts after retriable failures.
 const RESTART_BACKOFF: Duration = Duration::from_millis(500);
@@ -83,88 +85,6 @@ async fn run_once(
     log_start(cfg, &source, &start.offset);
     let mut pipeline = assemble(cfg, metrics, source, kafka, start).await?;
     drive(&mut pipeline, shutdown).await
-}
-
-/// The source as start-up found it: checked, published, its slot, types and
-/// the tables that cannot be captured as they are.
-struct CheckedSource {
-    control: tokio_postgres::Client,
-    tables: Vec<control::CapturedTable>,
-    /// Tables set aside (quarantined), with the reason.
-    set_aside: BTreeMap<String, String>,
-    slot: control::SlotState,
-    types: TypeRegistry,
-}
-
-/// Checks the database can be captured, ensures the publication and the
-/// slot, loads user types, and sets aside what cannot be captured as it is.
-async fn check_source(cfg: &CaptureConfig) -> Result<CheckedSource, CaptureError> {
-    let control = control::connect(cfg).await?;
-    control::check_wal_level(&control).await?;
-    let control::Selected { tables, keyless } = control::selected_tables(&control, cfg).await?;
-    if let Some(outbox) = &cfg.outbox {
-        if !tables.iter().any(|t| t.qualified() == outbox.table) {
-            return Err(CaptureError::Prerequisite(format!(
-                "outbox.table {} is not among the captured tables: create it (with a primary key) and make table.include.list match it",
-                outbox.table
-            )));
-        }
-    }
-    let mut published = tables.clone();
-    if let Some(signal) = cfg.signal_table() {
-        published.push(control::signal_table(&control, signal).await?);
-    }
-    control::ensure_publication(&control, cfg, &published).await?;
-    let set_aside = set_aside_at_start(cfg, &control, &tables, &keyless).await?;
-    let slot = control::ensure_slot(&control, cfg).await?;
-    let mut types = TypeRegistry::builtin().with_interval_mode(cfg.interval_handling_mode);
-    types
-        .load_user_types(&control)
-        .await
-        .map_err(CaptureError::pg("load user types"))?;
-    Ok(CheckedSource {
-        control,
-        tables,
-        set_aside,
-        slot,
-        types,
-    })
-}
-
-/// Tables that cannot be captured as they are: set aside (quarantined),
-/// never a stop of the others (see `pipeline::quarantine`): keyless tables,
-/// and those whose replica identity lacks the key under
-/// `replica.identity.check = "fail"`.
-async fn set_aside_at_start(
-    cfg: &CaptureConfig,
-    control: &tokio_postgres::Client,
-    tables: &[control::CapturedTable],
-    keyless: &[String],
-) -> Result<BTreeMap<String, String>, CaptureError> {
-    // The outbox publishes only inserts: its old rows never matter.
-    let checked: Vec<&control::CapturedTable> = tables
-        .iter()
-        .filter(|t| cfg.outbox.as_ref().is_none_or(|o| o.table != t.qualified()))
-        .collect();
-    let mut set_aside: BTreeMap<String, String> = keyless
-        .iter()
-        .map(|t| (t.clone(), control::keyless_reason(t, t)))
-        .collect();
-    for (table, why) in
-        crate::sources::postgres::replica_identity::problems(control, &checked).await?
-    {
-        match cfg.replica_identity_check {
-            ReplicaIdentityCheck::Fail => {
-                set_aside.entry(table).or_insert_with(|| {
-                    crate::sources::postgres::replica_identity::quarantine_reason(&why)
-                });
-            }
-            ReplicaIdentityCheck::Warn => {
-                tracing::warn!("{why} (replica.identity.check = \"warn\": capturing it anyway)")
-            }
-        }
-    }
-    Ok(set_aside)
 }
 
 /// Kafka as start-up leaves it: capture's own topics checked and a producer

@@ -6,7 +6,7 @@
 use crate::envelope::{SnapshotMarker, SourcePosition};
 use crate::error::CaptureError;
 use crate::offset::{Replay, SourceOffset};
-use crate::sources::postgres::control::format_lsn;
+use oncely_core::wire::format_lsn;
 
 /// Microseconds between the Unix epoch and PostgreSQL's (2000-01-01).
 const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;

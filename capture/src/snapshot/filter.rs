@@ -22,7 +22,7 @@
 //! what a parser of another dialect might read differently from the server
 //! (comments, `;`, dollar quotes, escape strings). The names an allowed
 //! filter holds are resolved with built-in objects only
-//! ([`super::chunk::FILTER_SEARCH_PATH`]).
+//! (`FILTER_SEARCH_PATH` in `sources/postgres/chunk.rs`).
 
 use std::cell::Cell;
 

@@ -15,10 +15,9 @@
 //! high watermark was not committed is simply read again.
 //!
 //! This module holds the pure parts (progress, start plan, SQL, keys,
-//! watermark ids); [`chunk`] (PostgreSQL's, under `sources/postgres/`)
-//! reads a chunk and [`signal`] parses signals.
+//! watermark ids); a source reads chunks (PostgreSQL's in
+//! `sources/postgres/chunk.rs`) and [`signal`] parses signals.
 
-pub use crate::sources::postgres::chunk;
 pub mod filter;
 pub mod signal;
 pub mod window;
@@ -27,8 +26,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::change::{Datum, RowImage};
 use crate::config::SnapshotMode;
-use crate::sources::postgres::pgoutput::{TupleData, TupleValue};
 
 /// Prefix of the watermark messages; never published as events.
 pub const WATERMARK_PREFIX: &str = "oncely-watermark";
@@ -266,13 +265,13 @@ pub type RowKey = Vec<Option<bytes::Bytes>>;
 /// The key of `row` at column positions `key_idx`; `None` when a key value
 /// is not in the tuple (unchanged TOAST, binary), so the caller must assume
 /// any key changed.
-pub fn row_key(row: &TupleData, key_idx: &[usize]) -> Option<RowKey> {
+pub fn row_key(row: &RowImage, key_idx: &[usize]) -> Option<RowKey> {
     key_idx
         .iter()
         .map(|&i| match row.0.get(i)? {
-            TupleValue::Null => Some(None),
-            TupleValue::Text(b) => Some(Some(b.clone())),
-            TupleValue::UnchangedToast | TupleValue::Binary(_) => None,
+            Datum::Null => Some(None),
+            Datum::Text(b) => Some(Some(b.clone())),
+            Datum::Unchanged | Datum::Binary(_) => None,
         })
         .collect()
 }

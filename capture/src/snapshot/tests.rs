@@ -166,10 +166,10 @@ fn chunk_query_compares_rows_and_casts_literals() {
 
 #[test]
 fn row_keys_take_key_columns_and_refuse_unknown_values() {
-    let row = TupleData(vec![
-        TupleValue::Text(Bytes::from_static(b"1")),
-        TupleValue::Null,
-        TupleValue::UnchangedToast,
+    let row = RowImage(vec![
+        Datum::Text(Bytes::from_static(b"1")),
+        Datum::Null,
+        Datum::Unchanged,
     ]);
     assert_eq!(
         row_key(&row, &[1, 0]),
@@ -217,16 +217,6 @@ proptest! {
         prop_assert!(!inner.replace("''", "").contains('\''));
         prop_assert_eq!(inner.replace("''", "'"), s);
     }
-}
-
-#[test]
-fn a_snapshots_in_progress_transactions_as_32_bit_xids() {
-    use super::chunk::in_progress;
-    assert_eq!(in_progress("10:20:"), Vec::<u32>::new());
-    assert_eq!(in_progress("10:20:12,15"), vec![12, 15]);
-    // xid8 with an epoch: pgoutput's Begin carries the low 32 bits.
-    assert_eq!(in_progress("4294967306:4294967310:4294967307"), vec![11]);
-    assert_eq!(in_progress("garbage"), Vec::<u32>::new());
 }
 
 #[test]

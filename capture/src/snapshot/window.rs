@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use bytes::Bytes;
 
 use super::RowKey;
-use crate::sources::postgres::pgoutput::{Relation, TupleData, TupleValue};
+use crate::change::{Datum, RowImage, StreamTable};
 
 /// The stream's changes to one key since its chunk was launched.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +30,7 @@ enum KeyChange {
     /// Only updated in place: the newest value some update of the window
     /// carried for each column, by column name, with the column's type OID.
     /// A column every update left unchanged is absent.
-    Updated(HashMap<String, (u32, TupleValue)>),
+    Updated(HashMap<String, (u32, Datum)>),
 }
 
 /// The most one window holds, in bytes: its keys and the values its updates
@@ -79,7 +79,7 @@ pub enum Verdict {
     Keep,
     /// Updated in the window, leaving columns out: the row completed from
     /// the window's updates and the chunk row.
-    Complete(TupleData),
+    Complete(RowImage),
     /// The stream carries the row's state (or its absence).
     Drop,
 }
@@ -123,8 +123,8 @@ impl Window {
     }
 
     /// The key's row was updated in place to `new` (shaped by `rel`;
-    /// unchanged TOAST values as [`TupleValue::UnchangedToast`]).
-    pub fn updated(&mut self, key: RowKey, rel: &Relation, new: &TupleData) {
+    /// unchanged TOAST values as [`Datum::Unchanged`]).
+    pub fn updated(&mut self, key: RowKey, rel: &impl StreamTable, new: &RowImage) {
         if !self.tracks(&key) {
             return;
         }
@@ -134,14 +134,15 @@ impl Window {
                 .insert(owned_key(&key), KeyChange::Updated(HashMap::new()));
         }
         if let Some(KeyChange::Updated(carried)) = self.keys.get_mut(&key) {
-            for (column, value) in rel.columns.iter().zip(&new.0) {
-                if matches!(value, TupleValue::UnchangedToast) {
+            for (i, value) in new.0.iter().enumerate().take(rel.width()) {
+                if matches!(value, Datum::Unchanged) {
                     continue;
                 }
+                let name = rel.column_name(i);
                 let value = owned_value(value);
-                self.held += value_bytes(&column.name, &value);
-                if let Some(old) = carried.insert(column.name.clone(), (column.type_oid, value)) {
-                    self.held = self.held.saturating_sub(value_bytes(&column.name, &old.1));
+                self.held += value_bytes(name, &value);
+                if let Some(old) = carried.insert(name.to_owned(), (rel.column_type(i), value)) {
+                    self.held = self.held.saturating_sub(value_bytes(name, &old.1));
                 }
             }
         }
@@ -199,7 +200,7 @@ impl Window {
 
     /// What becomes of chunk row `row` (shaped by the chunk's `rel`) with key
     /// `key` (`None`: not readable).
-    pub fn verdict(&self, rel: &Relation, row: &TupleData, key: Option<&RowKey>) -> Verdict {
+    pub fn verdict(&self, rel: &impl StreamTable, row: &RowImage, key: Option<&RowKey>) -> Verdict {
         if self.all || self.overflowed {
             return Verdict::Drop;
         }
@@ -212,10 +213,10 @@ impl Window {
             Some(KeyChange::Updated(carried)) => carried,
         };
         let mut completed = false;
-        let mut values = Vec::with_capacity(rel.columns.len());
-        for (column, read) in rel.columns.iter().zip(&row.0) {
-            match carried.get(&column.name) {
-                Some((oid, value)) if *oid == column.type_oid => values.push(value.clone()),
+        let mut values = Vec::with_capacity(rel.width());
+        for (i, read) in row.0.iter().enumerate().take(rel.width()) {
+            match carried.get(rel.column_name(i)) {
+                Some((ty, value)) if *ty == rel.column_type(i) => values.push(value.clone()),
                 // The column's type changed under the chunk: which value is
                 // current cannot be told here.
                 Some(_) => return Verdict::Drop,
@@ -226,7 +227,7 @@ impl Window {
             }
         }
         if completed {
-            Verdict::Complete(TupleData(values))
+            Verdict::Complete(RowImage(values))
         } else {
             Verdict::Drop
         }
@@ -237,16 +238,16 @@ fn key_bytes(key: &RowKey) -> usize {
     ENTRY_OVERHEAD + key.iter().flatten().map(Bytes::len).sum::<usize>()
 }
 
-fn value_bytes(column: &str, value: &TupleValue) -> usize {
+fn value_bytes(column: &str, value: &Datum) -> usize {
     ENTRY_OVERHEAD
         + column.len()
         + match value {
-            TupleValue::Text(b) | TupleValue::Binary(b) => b.len(),
-            TupleValue::Null | TupleValue::UnchangedToast => 0,
+            Datum::Text(b) | Datum::Binary(b) => b.len(),
+            Datum::Null | Datum::Unchanged => 0,
         }
 }
 
-fn carried_bytes(carried: &HashMap<String, (u32, TupleValue)>) -> usize {
+fn carried_bytes(carried: &HashMap<String, (u32, Datum)>) -> usize {
     carried.iter().map(|(c, (_, v))| value_bytes(c, v)).sum()
 }
 
@@ -258,17 +259,17 @@ fn owned_key(key: &RowKey) -> RowKey {
         .collect()
 }
 
-fn owned_value(value: &TupleValue) -> TupleValue {
+fn owned_value(value: &Datum) -> Datum {
     match value {
-        TupleValue::Text(b) => TupleValue::Text(Bytes::copy_from_slice(b)),
-        TupleValue::Binary(b) => TupleValue::Binary(Bytes::copy_from_slice(b)),
+        Datum::Text(b) => Datum::Text(Bytes::copy_from_slice(b)),
+        Datum::Binary(b) => Datum::Binary(Bytes::copy_from_slice(b)),
         other => other.clone(),
     }
 }
 
 impl Verdict {
     /// The row to publish, if any (`read` is the chunk row).
-    pub fn row<'r>(&'r self, read: &'r TupleData) -> Option<&'r TupleData> {
+    pub fn row<'r>(&'r self, read: &'r RowImage) -> Option<&'r RowImage> {
         match self {
             Verdict::Keep => Some(read),
             Verdict::Complete(row) => Some(row),
@@ -280,39 +281,31 @@ impl Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::postgres::pgoutput::{Column, ReplicaIdentity};
+    use crate::change::TestTable;
 
     const TEXT: u32 = 25;
     const INT: u32 = 23;
 
-    fn t(s: &str) -> TupleValue {
-        TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()))
+    fn t(s: &str) -> Datum {
+        Datum::Text(Bytes::copy_from_slice(s.as_bytes()))
     }
 
-    fn u() -> TupleValue {
-        TupleValue::UnchangedToast
+    fn u() -> Datum {
+        Datum::Unchanged
     }
 
-    fn rel(types: &[(&str, u32)]) -> Relation {
-        Relation {
-            id: 1,
-            namespace: "public".into(),
-            name: "docs".into(),
-            replica_identity: ReplicaIdentity::Default,
+    fn rel(types: &[(&str, u32)]) -> TestTable {
+        TestTable {
+            namespace: "public",
+            name: "docs",
             columns: types
                 .iter()
-                .enumerate()
-                .map(|(i, (name, type_oid))| Column {
-                    is_key: i == 0,
-                    name: (*name).into(),
-                    type_oid: *type_oid,
-                    type_modifier: -1,
-                })
+                .map(|(name, ty)| ((*name).to_owned(), *ty))
                 .collect(),
         }
     }
 
-    fn docs() -> Relation {
+    fn docs() -> TestTable {
         rel(&[("id", INT), ("rev", INT), ("big", TEXT)])
     }
 
@@ -320,8 +313,8 @@ mod tests {
         vec![Some(Bytes::copy_from_slice(id.as_bytes()))]
     }
 
-    fn row(values: Vec<TupleValue>) -> TupleData {
-        TupleData(values)
+    fn row(values: Vec<Datum>) -> RowImage {
+        RowImage(values)
     }
 
     #[test]
@@ -417,7 +410,7 @@ mod tests {
         let message = Bytes::from(vec![b'x'; 1 << 20]);
         // Within the bound: what is noted is copied out of the message.
         let mut w = Window::default();
-        let big = TupleValue::Text(message.slice(..1000));
+        let big = Datum::Text(message.slice(..1000));
         w.updated(
             vec![Some(message.slice(..8))],
             &docs(),
@@ -431,7 +424,7 @@ mod tests {
         let mut w = Window::default();
         for i in 0..100 {
             let id = i.to_string();
-            let big = TupleValue::Text(message.clone());
+            let big = Datum::Text(message.clone());
             w.updated(key(&id), &docs(), &row(vec![t(&id), t("1"), big]));
             w.replaced(vec![Some(message.slice(..8))]);
         }
@@ -447,7 +440,7 @@ mod tests {
                     KeyChange::Updated(carried) => carried
                         .values()
                         .map(|(_, v)| match v {
-                            TupleValue::Text(b) | TupleValue::Binary(b) => b.len(),
+                            Datum::Text(b) | Datum::Binary(b) => b.len(),
                             _ => 0,
                         })
                         .sum(),

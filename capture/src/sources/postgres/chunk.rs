@@ -1,6 +1,8 @@
 //! Reading one chunk on the snapshot connection: the table's shape from the
 //! catalog, low watermark, SELECT, high watermark.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use futures::StreamExt;
 use tokio_postgres::{Client, SimpleQueryMessage};
@@ -8,6 +10,7 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 use super::copy::CopyRows;
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
+use crate::seam::{ChunkReads, ChunkTask};
 use crate::snapshot::{
     chunk_query, quote_literal, watermark_content, KeyColumn, Watermark, WATERMARK_PREFIX,
 };
@@ -16,51 +19,10 @@ use crate::sources::postgres::pgoutput::{
     Column, Relation, ReplicaIdentity, TupleData, TupleValue,
 };
 
-/// What the stream loop asks for.
-#[derive(Debug, Clone)]
-pub struct ChunkRequest {
-    /// Names this chunk's watermarks.
-    pub id: String,
-    pub schema: String,
-    pub table: String,
-    pub key_columns: Vec<String>,
-    pub after: Option<Vec<Option<String>>>,
-    pub filter: Option<String>,
-    /// Rows to read; one more is asked for, to know whether the table ends here.
-    pub size: usize,
-}
+pub use crate::seam::{ChunkError, ChunkRequest};
 
-/// What a chunk read.
-#[derive(Debug, Clone)]
-pub struct ChunkRows {
-    /// The table's shape as the catalog gave it; the rows follow it.
-    pub relation: Relation,
-    /// Positions of the key columns in `relation.columns`.
-    pub key_idx: Vec<usize>,
-    /// At most `size` rows, in key order.
-    pub rows: Vec<TupleData>,
-    /// Whether rows follow this chunk.
-    pub more: bool,
-    /// `pg_class.reltuples`, when the table was ever analyzed.
-    pub estimate: Option<u64>,
-    /// Transactions the SELECT's snapshot saw as in progress (`xip` of
-    /// `pg_current_snapshot()`, as 32-bit xids): a transaction whose commit
-    /// the stream carried before the chunk was launched can still be among
-    /// them, its changes missing from the rows.
-    pub invisible: Vec<u32>,
-}
-
-/// Why a chunk could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum ChunkError {
-    /// The table cannot be snapshotted as asked (gone, no such key column):
-    /// skip it, say why, and go on with the next table.
-    #[error("{0}")]
-    Table(String),
-    /// The database failed; restart from the committed offset.
-    #[error(transparent)]
-    Capture(#[from] CaptureError),
-}
+/// What a chunk read: its rows follow the table's Relation.
+pub type ChunkRows = crate::seam::ChunkRows<Relation>;
 
 /// Opens the snapshot connection, with the session settings the replication
 /// connection uses, so values read here render exactly as the stream's.
@@ -70,6 +32,38 @@ pub async fn connect(cfg: &CaptureConfig) -> Result<Client, CaptureError> {
         "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3 -c standard_conforming_strings=on -c bytea_output=hex",
     );
     Ok(crate::sources::postgres::control::connect_with(cfg, &pg, "snapshot").await?)
+}
+
+/// PostgreSQL's chunk reads: on a connection of their own, opened on the
+/// first chunk, so SELECTs never wait behind control queries.
+pub(crate) struct PgChunks {
+    cfg: CaptureConfig,
+    conn: Option<Arc<Client>>,
+}
+
+impl PgChunks {
+    pub(crate) fn new(cfg: &CaptureConfig) -> Self {
+        PgChunks {
+            cfg: cfg.clone(),
+            conn: None,
+        }
+    }
+}
+
+impl ChunkReads for PgChunks {
+    type Table = Relation;
+
+    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask<Relation>, CaptureError> {
+        let conn = match &self.conn {
+            Some(c) => Arc::clone(c),
+            None => {
+                let c = Arc::new(connect(&self.cfg).await?);
+                self.conn = Some(Arc::clone(&c));
+                c
+            }
+        };
+        Ok(tokio::spawn(async move { read_chunk(&conn, &req).await }))
+    }
 }
 
 /// Reads one chunk. The watermarks are transactions of their own (autocommit),
@@ -288,10 +282,7 @@ async fn select(
             e.as_db_error().map(|d| d.message()),
             filtered,
         )),
-        _ => ChunkError::Capture(CaptureError::Postgres {
-            context: "read snapshot chunk",
-            source: e,
-        }),
+        _ => ChunkError::Capture(CaptureError::pg("read snapshot chunk")(e)),
     };
     let rows = if filtered {
         cursor_rows(client, sql, size).await.map_err(refused)?
@@ -525,6 +516,16 @@ mod tests {
 
     use super::{filtered_key_is_built_in, refusal, ChunkError, ChunkRequest};
     use crate::sources::postgres::pgoutput::{Column, Relation, ReplicaIdentity};
+
+    #[test]
+    fn a_snapshots_in_progress_transactions_as_32_bit_xids() {
+        use super::in_progress;
+        assert_eq!(in_progress("10:20:"), Vec::<u32>::new());
+        assert_eq!(in_progress("10:20:12,15"), vec![12, 15]);
+        // xid8 with an epoch: pgoutput's Begin carries the low 32 bits.
+        assert_eq!(in_progress("4294967306:4294967310:4294967307"), vec![11]);
+        assert_eq!(in_progress("garbage"), Vec::<u32>::new());
+    }
 
     #[test]
     fn a_filtered_chunk_needs_a_key_of_built_in_types() {

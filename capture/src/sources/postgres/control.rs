@@ -18,6 +18,7 @@ use crate::naming::quote_ident;
 mod publication;
 mod row_filter;
 
+pub use crate::seam::{CapturedTable, Selected};
 pub use publication::{ensure_publication, PUBLISHED_COLUMN};
 
 /// The primary key columns of the relation whose OID is the SQL expression
@@ -35,31 +36,6 @@ macro_rules! primary_key_sql {
             " AND i.indisprimary), '{}')"
         )
     };
-}
-
-/// A table chosen for capture and the columns that key its events.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CapturedTable {
-    pub schema: String,
-    pub name: String,
-    /// Primary key columns, or the `message.key.columns` override.
-    pub key_columns: Vec<String>,
-    /// Whether `key_columns` come from `message.key.columns`.
-    pub key_overridden: bool,
-    /// A partitioned table (the root of a partition tree): captured, keyed
-    /// and snapshotted as one table, its partitions included.
-    pub partitioned: bool,
-}
-
-impl CapturedTable {
-    pub fn qualified(&self) -> String {
-        format!("{}.{}", self.schema, self.name)
-    }
-
-    /// `"schema"."table"`, for SQL.
-    pub fn quoted(&self) -> String {
-        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
-    }
 }
 
 /// The slot as the server reports it.
@@ -142,14 +118,6 @@ pub fn keyless_reason(tables: &str, example: &str) -> String {
     format!(
         "table(s) {tables} have no primary key, so their events would have no key: add a primary key, name key columns in `message.key.columns` (e.g. \"{example}:id\"), or leave them out with `table.exclude.list`"
     )
-}
-
-/// The tables the filters select: those with key columns, and those
-/// without (`schema.table`), which capture sets aside (quarantine).
-#[derive(Debug, Default)]
-pub struct Selected {
-    pub tables: Vec<CapturedTable>,
-    pub keyless: Vec<String>,
 }
 
 /// [`captured_tables`], with the tables that have no key listed apart
@@ -555,14 +523,12 @@ pub fn parse_lsn(text: Option<&str>) -> Result<u64, CaptureError> {
     }
 }
 
-pub use oncely_core::wire::format_lsn;
-
 /// A privilege failure becomes a prerequisite message; anything else stays a database error.
 fn privilege_or(e: tokio_postgres::Error, message: &str, context: &'static str) -> CaptureError {
     if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
         CaptureError::Prerequisite(format!("{message} ({e})"))
     } else {
-        CaptureError::Postgres { context, source: e }
+        CaptureError::pg(context)(e)
     }
 }
 

@@ -1,6 +1,6 @@
 //! PostgreSQL's tables as the envelope writes them: a Relation and the type
 //! registry give a [`TableShape`] whose columns write pgoutput's text values
-//! by their [`ValueKind`], and a pgoutput tuple is a [`Row`].
+//! by their [`ValueKind`] (a pgoutput tuple is the core's row image, a [`Row`]).
 
 #[cfg(test)]
 mod golden;
@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::pgoutput::{Relation, ReplicaIdentity, TupleData, TupleValue};
+use super::pgoutput::{Relation, ReplicaIdentity};
 use super::value::{TypeRegistry, ValueKind};
 use crate::envelope::{
-    Cell, Characters, ColumnShape, ColumnType, EnvelopeConfig, EnvelopeError, Row, SourceIdentity,
+    Characters, ColumnShape, ColumnType, EnvelopeConfig, EnvelopeError, SourceIdentity,
     TableEncoder, TableShape, Unrepresentable,
 };
 
@@ -41,21 +41,6 @@ impl ColumnType for PgColumn {
 
     fn characters(&self) -> Characters {
         self.kind.characters(self.type_modifier)
-    }
-}
-
-impl Row for TupleData {
-    fn width(&self) -> usize {
-        self.0.len()
-    }
-
-    fn cell(&self, i: usize) -> Cell<'_> {
-        match &self.0[i] {
-            TupleValue::Null => Cell::Null,
-            TupleValue::UnchangedToast => Cell::Unavailable,
-            TupleValue::Text(bytes) => Cell::Text(bytes),
-            TupleValue::Binary(bytes) => Cell::Binary(bytes),
-        }
     }
 }
 

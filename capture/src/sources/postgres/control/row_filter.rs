@@ -138,10 +138,7 @@ async fn probe(
             e.as_db_error().map(|d| d.message()).unwrap_or_default(),
             e.code().map(|c| c.code()).unwrap_or_default()
         ))),
-        Err(e) => Err(CaptureError::Postgres {
-            context: "row filter probe",
-            source: e,
-        }),
+        Err(e) => Err(CaptureError::pg("row filter probe")(e)),
     }
 }
 

@@ -14,8 +14,10 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::envelope::*;
-use crate::pgoutput::{Column, Relation, ReplicaIdentity, TupleData, TupleValue};
-use crate::value::{PgType, PgTypeKind, TypeRegistry};
+use crate::sources::postgres::pgoutput::{
+    Column, Relation, ReplicaIdentity, TupleData, TupleValue,
+};
+use crate::sources::postgres::value::{PgType, PgTypeKind, TypeRegistry};
 
 const PREFIX: &str = "shop";
 /// 2026-11-27T15:10:35.670Z.
@@ -359,7 +361,7 @@ fn cases() -> Vec<Case> {
     ));
 
     let enc = customers_encoder(ReplicaIdentity::Default, true);
-    let after = customer_row("1", "300.00", TupleValue::UnchangedToast, at);
+    let after = customer_row("1", "300.00", TupleValue::Unchanged, at);
     out.push(case(
         "update_unchanged_toast.json",
         "Update (op u) that left a TOASTed column unchanged: notes is the placeholder \

@@ -2,8 +2,10 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::envelope::*;
-use crate::pgoutput::{Column, Relation, ReplicaIdentity, TupleData, TupleValue};
-use crate::value::{TypeRegistry, UNAVAILABLE_VALUE};
+use crate::sources::postgres::pgoutput::{
+    Column, Relation, ReplicaIdentity, TupleData, TupleValue,
+};
+use crate::sources::postgres::value::{TypeRegistry, UNAVAILABLE_VALUE};
 
 fn col(name: &str, type_oid: u32, is_key: bool) -> Column {
     Column {
@@ -161,7 +163,7 @@ fn key_without_and_with_schema() {
 fn key_errors() {
     let e = enc(false);
     assert!(matches!(
-        e.key(&row(vec![TupleValue::UnchangedToast, t("a"), t("b")])),
+        e.key(&row(vec![TupleValue::Unchanged, t("a"), t("b")])),
         Err(EnvelopeError::KeyValueUnavailable { .. })
     ));
     assert_eq!(
@@ -212,7 +214,7 @@ fn unchanged_toast_key_tuple_nulls_and_binary() {
     let before = row(vec![t("1"), TupleValue::Null, TupleValue::Null]);
     let after = row(vec![
         t("1"),
-        TupleValue::UnchangedToast,
+        TupleValue::Unchanged,
         TupleValue::Binary(Bytes::from_static(&[0, 1, 2])),
     ]);
     let v = parse(
@@ -420,8 +422,8 @@ fn values_an_integer_field_cannot_hold_are_refused_by_name() {
             col("span", 1186, false),
         ],
     };
-    let numeric =
-        TypeRegistry::builtin().with_interval_mode(crate::value::IntervalHandlingMode::Numeric);
+    let numeric = TypeRegistry::builtin()
+        .with_interval_mode(crate::sources::postgres::value::IntervalHandlingMode::Numeric);
     let e = TableEncoder::new(&r, &numeric, None, &cfg(true)).unwrap();
     let huge = row(vec![t("1"), TupleValue::Null, t("-178000000 years")]);
     let mut out = b"prefix".to_vec();
@@ -499,7 +501,7 @@ fn excluded_columns_are_left_out_and_masked_ones_masked_in_every_image() {
         t("1"),
         TupleValue::Null,
         t("2025-01-02 00:00:00+00"),
-        TupleValue::UnchangedToast,
+        TupleValue::Unchanged,
     ]);
     let v = parse(
         &e.value(Op::Update, Some(&old), Some(&new), &src(), 0)

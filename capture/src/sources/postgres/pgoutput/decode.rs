@@ -325,7 +325,7 @@ impl Reader {
         for column in 0..ncols {
             let value = match self.u8("column_kind")? {
                 column_kind::NULL => TupleValue::Null,
-                column_kind::UNCHANGED_TOAST => TupleValue::UnchangedToast,
+                column_kind::UNCHANGED_TOAST => TupleValue::Unchanged,
                 column_kind::TEXT => {
                     let len = self.length("column_length")?;
                     TupleValue::Text(self.bytes(len, "column_value")?)

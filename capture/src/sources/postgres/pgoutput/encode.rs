@@ -155,7 +155,7 @@ fn tuple(out: &mut Vec<u8>, t: &TupleData) {
     for v in &t.0 {
         match v {
             TupleValue::Null => out.push(column_kind::NULL),
-            TupleValue::UnchangedToast => out.push(column_kind::UNCHANGED_TOAST),
+            TupleValue::Unchanged => out.push(column_kind::UNCHANGED_TOAST),
             TupleValue::Text(b) => {
                 out.push(column_kind::TEXT);
                 len_i32(out, b.len());
@@ -223,7 +223,7 @@ mod tests {
             old: Some(OldTuple::Key(TupleData(vec![TupleValue::Text(
                 Bytes::from_static(b"1"),
             )]))),
-            new: TupleData(vec![TupleValue::UnchangedToast]),
+            new: TupleData(vec![TupleValue::Unchanged]),
         };
         assert_eq!(
             encode(&m),

@@ -218,22 +218,31 @@ pub struct Column {
     pub type_modifier: i32,
 }
 
-/// One column value inside a tuple.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TupleValue {
-    Null,
-    /// A TOASTed value that the update did not change: PostgreSQL does not
-    /// send it again. Never to be confused with NULL.
-    UnchangedToast,
-    /// The value in PostgreSQL's text output format (what we ask for).
-    Text(Bytes),
-    /// The value in the type's binary send format (only with `binary` on).
-    Binary(Bytes),
-}
+/// A tuple's values are the core's row images: pgoutput decodes straight
+/// into them (an unchanged TOASTed value is [`TupleValue::Unchanged`]).
+pub use crate::change::{Datum as TupleValue, RowImage as TupleData};
 
-/// The column values of one row, in the relation's column order.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct TupleData(pub Vec<TupleValue>);
+impl crate::change::StreamTable for Relation {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn width(&self) -> usize {
+        self.columns.len()
+    }
+
+    fn column_name(&self, i: usize) -> &str {
+        &self.columns[i].name
+    }
+
+    fn column_type(&self, i: usize) -> u32 {
+        self.columns[i].type_oid
+    }
+}
 
 /// The old row image of an update or delete.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,7 +18,7 @@ fn bytes() -> impl Strategy<Value = Bytes> {
 fn tuple_value() -> impl Strategy<Value = TupleValue> {
     prop_oneof![
         Just(TupleValue::Null),
-        Just(TupleValue::UnchangedToast),
+        Just(TupleValue::Unchanged),
         bytes().prop_map(TupleValue::Text),
         bytes().prop_map(TupleValue::Binary),
     ]

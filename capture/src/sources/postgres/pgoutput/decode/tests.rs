@@ -173,7 +173,7 @@ fn insert_with_every_column_kind() {
             new: TupleData(vec![
                 text("42"),
                 TupleValue::Null,
-                TupleValue::UnchangedToast,
+                TupleValue::Unchanged,
                 TupleValue::Binary(Bytes::from_static(&[0xFF])),
             ]),
         }
@@ -220,7 +220,7 @@ fn update_with_key_and_with_full_old_tuple() {
             LogicalMessage::Update {
                 relation_id: 9,
                 old: Some(wrap(TupleData(vec![text("1"), TupleValue::Null]))),
-                new: TupleData(vec![text("2"), TupleValue::UnchangedToast]),
+                new: TupleData(vec![text("2"), TupleValue::Unchanged]),
             }
         );
     }

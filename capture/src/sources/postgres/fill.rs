@@ -16,10 +16,11 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{Format, IsNull, ToSql, Type};
 use tokio_postgres::Client;
 
+use super::control::XID_SNAPSHOT;
+use super::pgoutput::Relation;
+use crate::change::{Datum, RowImage};
 use crate::error::CaptureError;
 use crate::naming::quote_ident;
-use crate::sources::postgres::control::XID_SNAPSHOT;
-use crate::sources::postgres::pgoutput::{Relation, TupleData, TupleValue};
 
 /// The session settings of the replication connection, so values read here
 /// render exactly as the stream's (the snapshot connection uses the same).
@@ -31,23 +32,23 @@ const SESSION: &str = "SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, Y
 /// snapshots (PostgreSQL can send a commit a moment before that).
 const VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Reads the columns of `row` that are [`TupleValue::UnchangedToast`] from the
+/// Reads the columns of `row` that are [`Datum::Unchanged`] from the
 /// table of `rel`, by the key values of `row` (columns `key_idx`), once the
 /// transaction `xid` that wrote `row` is visible. Returns the completed row,
 /// or `None` when no row has that key any more (a later change deleted it or
 /// changed its key, and its own events cover the targets).
-pub(super) async fn read_unavailable(
+pub(crate) async fn read_unavailable(
     client: &mut Client,
     rel: &Relation,
     key_idx: &[usize],
     xid: u32,
-    row: &TupleData,
-) -> Result<Option<TupleData>, CaptureError> {
+    row: &RowImage,
+) -> Result<Option<RowImage>, CaptureError> {
     let missing: Vec<usize> = row
         .0
         .iter()
         .enumerate()
-        .filter(|(_, v)| matches!(v, TupleValue::UnchangedToast))
+        .filter(|(_, v)| matches!(v, Datum::Unchanged))
         .map(|(i, _)| i)
         .collect();
     if missing.is_empty() {
@@ -79,8 +80,8 @@ pub(super) async fn read_unavailable(
     let mut filled = row.clone();
     for (n, &i) in missing.iter().enumerate() {
         filled.0[i] = match found.get::<_, Option<String>>(n + 2) {
-            Some(v) => TupleValue::Text(Bytes::from(v)),
-            None => TupleValue::Null,
+            Some(v) => Datum::Text(Bytes::from(v)),
+            None => Datum::Null,
         };
     }
     Ok(Some(filled))
@@ -90,12 +91,12 @@ pub(super) async fn read_unavailable(
 fn key_params(
     rel: &Relation,
     key_idx: &[usize],
-    row: &TupleData,
+    row: &RowImage,
 ) -> Result<Vec<TextParam>, CaptureError> {
     let mut keys = Vec::with_capacity(key_idx.len());
     for &i in key_idx {
         match row.0.get(i) {
-            Some(TupleValue::Text(t)) => keys.push(TextParam(t.clone())),
+            Some(Datum::Text(t)) => keys.push(TextParam(t.clone())),
             other => {
                 return Err(CaptureError::Protocol(format!(
                     "key column {} of {}.{} is {other:?}, not a text value: cannot read the row's unchanged TOAST values",
