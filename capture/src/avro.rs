@@ -15,15 +15,18 @@ use std::time::{Duration, Instant};
 
 use oncely_core::avro::registry::{topic_subject, RegistryClient};
 use oncely_core::avro::{wire, AvroError};
-use oncely_core::backoff::Backoff;
+use oncely_core::backoff::{retry, Backoff, RetryOutcome};
+use prometheus::IntCounter;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{CaptureConfig, Converter};
 use crate::error::CaptureError;
 
 /// How long a record waits for an unreachable registry before the
 /// transaction fails (retriable: capture restarts from the committed
-/// offset); below the default transaction timeout (60 s).
+/// offset and waits again, without bound); below the default transaction
+/// timeout (60 s), which an open transaction must not outlive.
 const REGISTRY_WAIT: Duration = Duration::from_secs(30);
 
 /// Converts records to Avro for the producer.
@@ -33,16 +36,28 @@ pub(crate) struct AvroWriter {
     value: bool,
     /// Topics whose records stay JSON.
     json_topics: Vec<String>,
+    /// Capture's shutdown: a wait for the registry ends with it.
+    stop: CancellationToken,
+    /// `oncely_capture_schema_registry_retries_total`.
+    retries: IntCounter,
+}
+
+/// What the writer is handed besides the configuration.
+pub(crate) struct WriterContext {
+    /// Topics whose records stay JSON.
+    pub(crate) json_topics: Vec<String>,
+    pub(crate) stop: CancellationToken,
+    pub(crate) retries: IntCounter,
 }
 
 /// A key's or value's bytes to send instead of the envelope's, when converted.
 pub(crate) type Converted = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 impl AvroWriter {
-    /// The writer `cfg` asks for, if any; `json_topics` stay JSON.
+    /// The writer `cfg` asks for, if any.
     pub(crate) fn new(
         cfg: &CaptureConfig,
-        json_topics: Vec<String>,
+        cx: WriterContext,
     ) -> Result<Option<Self>, CaptureError> {
         let key = cfg.key_converter == Converter::Avro;
         let value = cfg.value_converter == Converter::Avro;
@@ -53,7 +68,9 @@ impl AvroWriter {
             registry: RegistryClient::new(url)?,
             key,
             value,
-            json_topics,
+            json_topics: cx.json_topics,
+            stop: cx.stop,
+            retries: cx.retries,
         }))
     }
 
@@ -106,7 +123,9 @@ impl AvroWriter {
     }
 
     /// Registers `schema` under `subject`, waiting up to [`REGISTRY_WAIT`]
-    /// while the registry is unreachable.
+    /// while the registry is unreachable, and no longer once capture is
+    /// told to stop (the open transaction is then aborted, never committed
+    /// without the record).
     async fn register(
         &self,
         subject: &str,
@@ -114,16 +133,18 @@ impl AvroWriter {
     ) -> Result<(u32, oncely_core::avro::SharedCodec), AvroError> {
         let deadline = Instant::now() + REGISTRY_WAIT;
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
-        loop {
-            match self.registry.register(subject, schema).await {
-                Err(e) if e.is_retriable() && Instant::now() < deadline => {
-                    let delay = backoff.next_delay();
-                    tracing::warn!("{e}; registering {subject} again in {delay:?}");
-                    tokio::time::sleep(delay).await;
-                }
-                other => return other,
-            }
-        }
+        let outcome = retry(
+            &mut backoff,
+            &self.stop,
+            || self.registry.register(subject, schema),
+            |e: &AvroError| e.is_retriable() && Instant::now() < deadline,
+            |e, delay| {
+                self.retries.inc();
+                tracing::warn!("{e}; registering {subject} again in {delay:?}");
+            },
+        )
+        .await;
+        outcome.map_err(|(RetryOutcome::Failed(e) | RetryOutcome::Cancelled(e))| e)
     }
 }
 
@@ -138,7 +159,35 @@ mod tests {
             key,
             value,
             json_topics: vec!["oncely-offsets-shop".into()],
+            stop: CancellationToken::new(),
+            retries: IntCounter::new("retries", "retries").unwrap(),
         }
+    }
+
+    /// A registry that stays unreachable holds a record for up to
+    /// [`REGISTRY_WAIT`], counting its retries, but capture's shutdown ends
+    /// the wait at once (with the retriable error: the transaction is
+    /// aborted, nothing of it committed).
+    #[tokio::test]
+    async fn a_wait_for_the_registry_ends_at_shutdown_and_counts_its_retries() {
+        let w = writer(true, true);
+        let wrapped = br#"{"schema":{"type":"int32","optional":false},"payload":1}"#;
+        let stop = w.stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            stop.cancel();
+        });
+        let started = Instant::now();
+        let out = tokio::time::timeout(
+            Duration::from_secs(5),
+            w.convert("shop.public.t", Some(wrapped), None),
+        )
+        .await
+        .expect("the wait ends at shutdown, not after REGISTRY_WAIT");
+        let e = out.unwrap_err();
+        assert!(e.is_retriable(), "{e:?}");
+        assert!(started.elapsed() >= Duration::from_millis(600));
+        assert!(w.retries.get() >= 2, "{}", w.retries.get());
     }
 
     #[tokio::test]
