@@ -13,8 +13,8 @@
 
 use std::time::{Duration, Instant};
 
-use oncely_core::avro::registry::{topic_subject, RegistryClient};
-use oncely_core::avro::{wire, AvroError};
+use oncely_core::avro::registry::{Naming, RegistryClient};
+use oncely_core::avro::{wire, AvroError, NameAdjustment};
 use oncely_core::backoff::{retry, Backoff, RetryOutcome};
 use prometheus::IntCounter;
 use serde_json::Value;
@@ -61,11 +61,19 @@ impl AvroWriter {
     ) -> Result<Option<Self>, CaptureError> {
         let key = cfg.key_converter == Converter::Avro;
         let value = cfg.value_converter == Converter::Avro;
-        let Some(url) = cfg.schema_registry_url.as_deref().filter(|_| key || value) else {
+        let Some(access) = cfg.registry_access()?.filter(|_| key || value) else {
             return Ok(None);
         };
+        let naming = Naming {
+            key_strategy: cfg.key_subject_name_strategy,
+            value_strategy: cfg.value_subject_name_strategy,
+            names: NameAdjustment {
+                schema: cfg.schema_name_adjustment_mode,
+                field: cfg.field_name_adjustment_mode,
+            },
+        };
         Ok(Some(Self {
-            registry: RegistryClient::new(url)?,
+            registry: RegistryClient::connect(&access)?.with_naming(naming),
             key,
             value,
             json_topics: cx.json_topics,
@@ -111,8 +119,7 @@ impl AvroWriter {
         if schema.is_null() || !doc.is_empty() {
             return Ok(None);
         }
-        let subject = topic_subject(topic, is_key);
-        let (id, codec) = self.register(&subject, &schema).await?;
+        let (id, codec) = self.register(topic, is_key, &schema).await?;
         let body = codec.encode(&payload).map_err(|e| {
             AvroError::Value(format!(
                 "the {} of a record to {topic} does not fit its Avro schema: {e}",
@@ -122,13 +129,14 @@ impl AvroWriter {
         Ok(Some(wire::frame(id, &body)))
     }
 
-    /// Registers `schema` under `subject`, waiting up to [`REGISTRY_WAIT`]
+    /// Registers `schema` of `topic`'s keys or values, waiting up to [`REGISTRY_WAIT`]
     /// while the registry is unreachable, and no longer once capture is
     /// told to stop (the open transaction is then aborted, never committed
     /// without the record).
     async fn register(
         &self,
-        subject: &str,
+        topic: &str,
+        is_key: bool,
         schema: &Value,
     ) -> Result<(u32, oncely_core::avro::SharedCodec), AvroError> {
         let deadline = Instant::now() + REGISTRY_WAIT;
@@ -136,11 +144,11 @@ impl AvroWriter {
         let outcome = retry(
             &mut backoff,
             &self.stop,
-            || self.registry.register(subject, schema),
+            || self.registry.register_for(topic, is_key, schema),
             |e: &AvroError| e.is_retriable() && Instant::now() < deadline,
             |e, delay| {
                 self.retries.inc();
-                tracing::warn!("{e}; registering {subject} again in {delay:?}");
+                tracing::warn!("{e}; registering the schema of {topic} again in {delay:?}");
             },
         )
         .await;

@@ -116,6 +116,69 @@ pub struct RegistryAccess {
     pub ca_file: Option<PathBuf>,
 }
 
+/// The value of `basic.auth.credentials.source` that sends
+/// `schema.registry.basic.auth.user.info`.
+pub const USER_INFO_SOURCE: &str = "USER_INFO";
+
+impl RegistryAccess {
+    /// The access the registry keys of a configuration describe, checked:
+    /// an http(s) URL, user info only with `basic.auth.credentials.source
+    /// = "USER_INFO"` (Confluent's clients ignore it otherwise, silently),
+    /// and a CA file only for `https`.
+    pub fn from_settings(
+        url: &str,
+        user_info: Option<&Secret>,
+        source: Option<&str>,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<Self, crate::ConfigError> {
+        use crate::ConfigError;
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(ConfigError::new(
+                "schema.registry.url",
+                format!("{url:?} is not an http(s) URL"),
+            ));
+        }
+        match (source, user_info) {
+            (Some(USER_INFO_SOURCE), Some(info)) if !info.expose().contains(':') => {
+                return Err(ConfigError::new(
+                    "schema.registry.basic.auth.user.info",
+                    "is not `user:password`",
+                ))
+            }
+            (Some(USER_INFO_SOURCE), Some(_)) | (None, None) => {}
+            (Some(USER_INFO_SOURCE), None) => {
+                return Err(ConfigError::new(
+                    "schema.registry.basic.auth.user.info",
+                    "basic.auth.credentials.source = \"USER_INFO\" needs `user:password` here",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::new(
+                    "basic.auth.credentials.source",
+                    "set it to \"USER_INFO\" to send schema.registry.basic.auth.user.info",
+                ))
+            }
+            (Some(other), _) => {
+                return Err(ConfigError::new(
+                    "basic.auth.credentials.source",
+                    format!("{other:?}: only \"USER_INFO\" is supported"),
+                ))
+            }
+        }
+        if ca_file.is_some() && !url.starts_with("https://") {
+            return Err(ConfigError::new(
+                "schema.registry.ssl.ca.location",
+                "is for an https:// schema.registry.url",
+            ));
+        }
+        Ok(Self {
+            url: url.to_owned(),
+            user_info: user_info.cloned(),
+            ca_file: ca_file.map(Into::into),
+        })
+    }
+}
+
 /// A schema registry client; clones share the connection pool and caches.
 #[derive(Clone)]
 pub struct RegistryClient {
