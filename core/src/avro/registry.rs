@@ -381,7 +381,13 @@ impl RegistryClient {
             .header(reqwest::header::ACCEPT, CONTENT_TYPE)
             .send()
             .await
-            .map_err(|e| self.unavailable(error_chain(&e)))?;
+            .map_err(|e| match crate::tls::refused_certificate(&e) {
+                Some(reason) => AvroError::Certificate {
+                    url: self.url.to_string(),
+                    reason,
+                },
+                None => self.unavailable(error_chain(&e)),
+            })?;
         let status = resp.status();
         let text = resp
             .text()

@@ -348,7 +348,7 @@ async fn read_schemas(
         .await;
         match got {
             Ok(codec) => drop(out.insert(id, Ok(codec))),
-            Err(RetryOutcome::Failed(e @ AvroError::Refused { .. })) => return Err(e),
+            Err(RetryOutcome::Failed(e)) if e.is_refusal() => return Err(e),
             Err(RetryOutcome::Failed(e)) => drop(out.insert(id, Err(e.to_string()))),
             Err(RetryOutcome::Cancelled(_)) => return Ok(None),
         }
@@ -403,6 +403,54 @@ mod tests {
         let codec = schemas[&7].as_ref().expect("read once the registry is up");
         assert_eq!(codec.decode(&[0x02]).unwrap(), serde_json::json!({"id": 1}));
         assert!(retries.get() >= 2, "{}", retries.get());
+    }
+
+    /// An https registry asking for basic auth: read with the CA file and
+    /// the user info; without the CA its certificate is refused, which stops
+    /// the sink rather than dead-letter the records or retry for ever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_https_registry_with_basic_auth_is_read_with_its_ca_file() {
+        use oncely_core::avro::registry::{RegistryAccess, RegistryClient};
+        use oncely_testkit::webhook::{Answer, Receiver};
+        let dir = std::env::temp_dir().join(format!("oncely-registry-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let certs = oncely_testkit::tls::server_certs(&dir).expect("test certificates");
+        let receiver = Receiver::start_tls(&certs.cert, &certs.key).await;
+        let schema = r#"{"type":"record","name":"t","fields":[{"name":"id","type":"int"}]}"#;
+        receiver.always(
+            "",
+            Answer::new(200, &serde_json::json!({ "schema": schema }).to_string()),
+        );
+        let access = |ca: Option<&std::path::Path>| RegistryAccess {
+            url: receiver.url(),
+            user_info: Some(oncely_core::Secret::new("svc:s3cret")),
+            ca_file: ca.map(Into::into),
+        };
+        let retries = prometheus::IntCounter::new("r", "r").unwrap();
+        let stop = CancellationToken::new();
+        let trusting = RegistryClient::connect(&access(Some(&certs.ca))).unwrap();
+        let schemas = read_schemas(&trusting, BTreeSet::from([3]), &stop, &retries)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(schemas[&3].is_ok());
+        let seen = receiver.requests();
+        // "svc:s3cret" in base64.
+        assert_eq!(
+            seen[0].authorization.as_deref(),
+            Some("Basic c3ZjOnMzY3JldA==")
+        );
+
+        let untrusting = RegistryClient::connect(&access(None)).unwrap();
+        let e = read_schemas(&untrusting, BTreeSet::from([4]), &stop, &retries)
+            .await
+            .unwrap_err();
+        assert!(e.is_refusal(), "{e:?}");
+        assert!(
+            e.to_string().contains("schema.registry.ssl.ca.location"),
+            "{e}"
+        );
+        assert_eq!(retries.get(), 0, "not retried");
     }
 
     fn fixture() -> Value {

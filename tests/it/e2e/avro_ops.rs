@@ -209,14 +209,20 @@ async fn a_registry_outage_under_load_loses_and_duplicates_nothing() -> Result<(
     // A new schema while the registry is away: capture must register it.
     p.env
         .client
-        .batch_execute("ALTER TABLE t ADD COLUMN extra text; UPDATE t SET extra = 'x' WHERE id <= 10;")
+        .batch_execute(
+            "ALTER TABLE t ADD COLUMN extra text; UPDATE t SET extra = 'x' WHERE id <= 10;",
+        )
         .await?;
     tokio::time::sleep(Duration::from_secs(6)).await;
     // SIGTERM while capture waits for the registry: it stops at once, cleanly.
     let stopping = Instant::now();
     let status = terminate(&mut capture.0, Duration::from_secs(10))
         .context("capture waiting for the registry must stop at SIGTERM")?;
-    assert!(status.success(), "clean stop: {status:?}\n{}", p.env.capture_log());
+    assert!(
+        status.success(),
+        "clean stop: {status:?}\n{}",
+        p.env.capture_log()
+    );
     assert!(stopping.elapsed() < Duration::from_secs(10));
     // A new process (an empty schema cache) waits too.
     capture = p.spawn_capture()?;
@@ -237,7 +243,10 @@ async fn a_registry_outage_under_load_loses_and_duplicates_nothing() -> Result<(
     let expected = expected_events(&p.env.client).await?;
     let (events, twice) = scan_avro(&p.env.topic("t"), &url).await?;
     assert!(twice.is_empty(), "changes in Kafka twice: {twice:?}");
-    assert_eq!(events, expected as u64, "events in Kafka vs changes committed");
+    assert_eq!(
+        events, expected as u64,
+        "events in Kafka vs changes committed"
+    );
 
     let letters = tokio::task::spawn_blocking({
         let prefix = p.env.prefix.clone();
@@ -272,9 +281,8 @@ async fn column_names_avro_refuses_are_adjusted_or_named() -> Result<()> {
     )
     .await?;
     let refused = p.env.config(&avro);
-    let (ok, stderr) = tokio::task::block_in_place(|| {
-        p.env.run_capture_with(&refused, Duration::from_secs(120))
-    })?;
+    let (ok, stderr) =
+        tokio::task::block_in_place(|| p.env.run_capture_with(&refused, Duration::from_secs(120)))?;
     assert!(!ok, "capture must stop: {stderr}");
     assert!(
         stderr.contains("`my-col`") && stderr.contains("field.name.adjustment.mode"),
