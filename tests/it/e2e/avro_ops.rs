@@ -165,7 +165,8 @@ async fn a_registry_outage_under_load_loses_and_duplicates_nothing() -> Result<(
         ),
         &["t"],
         &format!(
-            "key.converter = \"avro\"\nvalue.converter = \"avro\"\nschema.registry.url = \"{via_proxy}\"\n"
+            "table.include.list = \"public\\\\.t\"\npublication.autocreate.mode = \"filtered\"\n\
+             key.converter = \"avro\"\nvalue.converter = \"avro\"\nschema.registry.url = \"{via_proxy}\"\n"
         ),
     )
     .await?;
