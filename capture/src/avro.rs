@@ -144,7 +144,17 @@ impl AvroWriter {
         let outcome = retry(
             &mut backoff,
             &self.stop,
-            || self.registry.register_for(topic, is_key, schema),
+            // A request in flight (up to the client's timeout) is cut
+            // short at shutdown too.
+            || async {
+                tokio::select! {
+                    got = self.registry.register_for(topic, is_key, schema) => got,
+                    () = self.stop.cancelled() => Err(AvroError::Unavailable {
+                        url: self.registry.shown_url().to_owned(),
+                        message: "capture is stopping".into(),
+                    }),
+                }
+            },
             |e: &AvroError| e.is_retriable() && Instant::now() < deadline,
             |e, delay| {
                 self.retries.inc();

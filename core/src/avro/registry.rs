@@ -183,6 +183,8 @@ impl RegistryAccess {
 #[derive(Clone)]
 pub struct RegistryClient {
     url: Arc<str>,
+    /// `url` as errors and logs show it (a password in it masked).
+    shown: Arc<str>,
     http: reqwest::Client,
     /// User and password of basic authentication.
     auth: Option<Arc<(String, Secret)>>,
@@ -199,7 +201,7 @@ pub struct RegistryClient {
 impl std::fmt::Debug for RegistryClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RegistryClient")
-            .field("url", &self.url)
+            .field("url", &self.shown)
             .finish()
     }
 }
@@ -243,6 +245,7 @@ impl RegistryClient {
         };
         Ok(Self {
             url: access.url.trim_end_matches('/').into(),
+            shown: crate::secret::redact_url(access.url.trim_end_matches('/')).into(),
             http,
             auth,
             naming: Naming::default(),
@@ -252,9 +255,9 @@ impl RegistryClient {
         })
     }
 
-    /// The registry's URL.
-    pub fn url(&self) -> &str {
-        &self.url
+    /// The registry's URL as errors show it (a password in it masked).
+    pub fn shown_url(&self) -> &str {
+        &self.shown
     }
 
     /// This client, naming subjects and Avro names as `naming` says (for
@@ -344,7 +347,7 @@ impl RegistryClient {
             }) if message.contains(&SCHEMA_NOT_FOUND.to_string()) || message.is_empty() => {
                 return Err(AvroError::UnknownId {
                     id,
-                    url: self.url.to_string(),
+                    url: self.shown.to_string(),
                 })
             }
             other => other?,
@@ -365,7 +368,7 @@ impl RegistryClient {
 
     fn unavailable(&self, message: String) -> AvroError {
         AvroError::Unavailable {
-            url: self.url.to_string(),
+            url: self.shown.to_string(),
             message,
         }
     }
@@ -383,7 +386,7 @@ impl RegistryClient {
             .await
             .map_err(|e| match crate::tls::refused_certificate(&e) {
                 Some(reason) => AvroError::Certificate {
-                    url: self.url.to_string(),
+                    url: self.shown.to_string(),
                     reason,
                 },
                 None => self.unavailable(error_chain(&e)),
@@ -402,7 +405,7 @@ impl RegistryClient {
                 _ => text,
             };
             return Err(AvroError::Refused {
-                url: self.url.to_string(),
+                url: self.shown.to_string(),
                 what: what.to_owned(),
                 status: status.as_u16(),
                 message,

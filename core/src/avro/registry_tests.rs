@@ -225,6 +225,11 @@ async fn basic_auth_from_user_info_is_sent_and_a_refusal_names_the_key() {
         .schema(id)
         .await
         .unwrap();
+    // A password in the URL is never shown either.
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let in_url = RegistryClient::new(&format!("{scheme}://u:urlpass@{rest}")).unwrap();
+    let e = in_url.schema(99).await.unwrap_err().to_string();
+    assert!(!e.contains("urlpass") && e.contains("u:***@"), "{e}");
     // Not `user:password`: refused at start.
     assert!(RegistryClient::connect(&access(Some("registry"))).is_err());
 }
