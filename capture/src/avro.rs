@@ -13,17 +13,20 @@
 
 use std::time::{Duration, Instant};
 
-use oncely_core::avro::registry::{topic_subject, RegistryClient};
-use oncely_core::avro::{wire, AvroError};
-use oncely_core::backoff::Backoff;
+use oncely_core::avro::registry::{Naming, RegistryClient};
+use oncely_core::avro::{wire, AvroError, NameAdjustment};
+use oncely_core::backoff::{retry, Backoff, RetryOutcome};
+use prometheus::IntCounter;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{CaptureConfig, Converter};
 use crate::error::CaptureError;
 
 /// How long a record waits for an unreachable registry before the
 /// transaction fails (retriable: capture restarts from the committed
-/// offset); below the default transaction timeout (60 s).
+/// offset and waits again, without bound); below the default transaction
+/// timeout (60 s), which an open transaction must not outlive.
 const REGISTRY_WAIT: Duration = Duration::from_secs(30);
 
 /// Converts records to Avro for the producer.
@@ -33,27 +36,49 @@ pub(crate) struct AvroWriter {
     value: bool,
     /// Topics whose records stay JSON.
     json_topics: Vec<String>,
+    /// Capture's shutdown: a wait for the registry ends with it.
+    stop: CancellationToken,
+    /// `oncely_capture_schema_registry_retries_total`.
+    retries: IntCounter,
+}
+
+/// What the writer is handed besides the configuration.
+pub(crate) struct WriterContext {
+    /// Topics whose records stay JSON.
+    pub(crate) json_topics: Vec<String>,
+    pub(crate) stop: CancellationToken,
+    pub(crate) retries: IntCounter,
 }
 
 /// A key's or value's bytes to send instead of the envelope's, when converted.
 pub(crate) type Converted = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 impl AvroWriter {
-    /// The writer `cfg` asks for, if any; `json_topics` stay JSON.
+    /// The writer `cfg` asks for, if any.
     pub(crate) fn new(
         cfg: &CaptureConfig,
-        json_topics: Vec<String>,
+        cx: WriterContext,
     ) -> Result<Option<Self>, CaptureError> {
         let key = cfg.key_converter == Converter::Avro;
         let value = cfg.value_converter == Converter::Avro;
-        let Some(url) = cfg.schema_registry_url.as_deref().filter(|_| key || value) else {
+        let Some(access) = cfg.registry_access()?.filter(|_| key || value) else {
             return Ok(None);
         };
+        let naming = Naming {
+            key_strategy: cfg.key_subject_name_strategy,
+            value_strategy: cfg.value_subject_name_strategy,
+            names: NameAdjustment {
+                schema: cfg.schema_name_adjustment_mode,
+                field: cfg.field_name_adjustment_mode,
+            },
+        };
         Ok(Some(Self {
-            registry: RegistryClient::new(url)?,
+            registry: RegistryClient::connect(&access)?.with_naming(naming),
             key,
             value,
-            json_topics,
+            json_topics: cx.json_topics,
+            stop: cx.stop,
+            retries: cx.retries,
         }))
     }
 
@@ -94,8 +119,7 @@ impl AvroWriter {
         if schema.is_null() || !doc.is_empty() {
             return Ok(None);
         }
-        let subject = topic_subject(topic, is_key);
-        let (id, codec) = self.register(&subject, &schema).await?;
+        let (id, codec) = self.register(topic, is_key, &schema).await?;
         let body = codec.encode(&payload).map_err(|e| {
             AvroError::Value(format!(
                 "the {} of a record to {topic} does not fit its Avro schema: {e}",
@@ -105,25 +129,40 @@ impl AvroWriter {
         Ok(Some(wire::frame(id, &body)))
     }
 
-    /// Registers `schema` under `subject`, waiting up to [`REGISTRY_WAIT`]
-    /// while the registry is unreachable.
+    /// Registers `schema` of `topic`'s keys or values, waiting up to [`REGISTRY_WAIT`]
+    /// while the registry is unreachable, and no longer once capture is
+    /// told to stop (the open transaction is then aborted, never committed
+    /// without the record).
     async fn register(
         &self,
-        subject: &str,
+        topic: &str,
+        is_key: bool,
         schema: &Value,
     ) -> Result<(u32, oncely_core::avro::SharedCodec), AvroError> {
         let deadline = Instant::now() + REGISTRY_WAIT;
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
-        loop {
-            match self.registry.register(subject, schema).await {
-                Err(e) if e.is_retriable() && Instant::now() < deadline => {
-                    let delay = backoff.next_delay();
-                    tracing::warn!("{e}; registering {subject} again in {delay:?}");
-                    tokio::time::sleep(delay).await;
+        let outcome = retry(
+            &mut backoff,
+            &self.stop,
+            // A request in flight (up to the client's timeout) is cut
+            // short at shutdown too.
+            || async {
+                tokio::select! {
+                    got = self.registry.register_for(topic, is_key, schema) => got,
+                    () = self.stop.cancelled() => Err(AvroError::Unavailable {
+                        url: self.registry.shown_url().to_owned(),
+                        message: "capture is stopping".into(),
+                    }),
                 }
-                other => return other,
-            }
-        }
+            },
+            |e: &AvroError| e.is_retriable() && Instant::now() < deadline,
+            |e, delay| {
+                self.retries.inc();
+                tracing::warn!("{e}; registering the schema of {topic} again in {delay:?}");
+            },
+        )
+        .await;
+        outcome.map_err(|(RetryOutcome::Failed(e) | RetryOutcome::Cancelled(e))| e)
     }
 }
 
@@ -138,7 +177,35 @@ mod tests {
             key,
             value,
             json_topics: vec!["oncely-offsets-shop".into()],
+            stop: CancellationToken::new(),
+            retries: IntCounter::new("retries", "retries").unwrap(),
         }
+    }
+
+    /// A registry that stays unreachable holds a record for up to
+    /// [`REGISTRY_WAIT`], counting its retries, but capture's shutdown ends
+    /// the wait at once (with the retriable error: the transaction is
+    /// aborted, nothing of it committed).
+    #[tokio::test]
+    async fn a_wait_for_the_registry_ends_at_shutdown_and_counts_its_retries() {
+        let w = writer(true, true);
+        let wrapped = br#"{"schema":{"type":"int32","optional":false},"payload":1}"#;
+        let stop = w.stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            stop.cancel();
+        });
+        let started = Instant::now();
+        let out = tokio::time::timeout(
+            Duration::from_secs(5),
+            w.convert("shop.public.t", Some(wrapped), None),
+        )
+        .await
+        .expect("the wait ends at shutdown, not after REGISTRY_WAIT");
+        let e = out.unwrap_err();
+        assert!(e.is_retriable(), "{e:?}");
+        assert!(started.elapsed() >= Duration::from_millis(600));
+        assert!(w.retries.get() >= 2, "{}", w.retries.get());
     }
 
     #[tokio::test]

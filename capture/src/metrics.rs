@@ -34,6 +34,7 @@ pub const SNAPSHOT_PAUSED: &str = "oncely_capture_snapshot_paused";
 pub const REFUSED_CHANGES_TOTAL: &str = "oncely_capture_refused_changes_total";
 pub const OUTBOX_DEAD_LETTERS_TOTAL: &str = "oncely_capture_outbox_dead_letters_total";
 pub const QUARANTINED: &str = "oncely_capture_quarantined";
+pub const SCHEMA_REGISTRY_RETRIES_TOTAL: &str = "oncely_capture_schema_registry_retries_total";
 pub const TABLE_LABEL: &str = "table";
 
 /// The snapshot as a progress display shows it.
@@ -71,6 +72,8 @@ pub struct CaptureMetrics {
     /// Schema changes of captured tables published.
     pub schema_changes: IntCounter,
     pub restarts: IntCounter,
+    /// Requests to the schema registry retried because it was unreachable.
+    pub schema_registry_retries: IntCounter,
     /// Snapshot rows read, by table (rows read again after a restart count again).
     pub snapshot_rows: IntCounterVec,
     /// Snapshot rows dropped because the stream changed their key during the chunk.
@@ -128,6 +131,10 @@ const HELP: &[(&str, &str)] = &[
         "Schema changes of captured tables published",
     ),
     (RESTARTS_TOTAL, "Pipeline restarts after retriable errors"),
+    (
+        SCHEMA_REGISTRY_RETRIES_TOTAL,
+        "Schema registrations retried because the schema registry was unreachable",
+    ),
     (SNAPSHOT_ROWS_TOTAL, "Snapshot rows read"),
     (
         SNAPSHOT_ROWS_DROPPED_TOTAL,
@@ -273,6 +280,7 @@ impl CaptureMetrics {
             heartbeats: r.counter(HEARTBEATS_TOTAL),
             schema_changes: r.counter(SCHEMA_CHANGES_TOTAL),
             restarts: r.counter(RESTARTS_TOTAL),
+            schema_registry_retries: r.counter(SCHEMA_REGISTRY_RETRIES_TOTAL),
             registry: r.registry.clone(),
             catalog: Arc::default(),
         };

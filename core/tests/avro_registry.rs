@@ -157,3 +157,43 @@ fn same(a: &Value, b: &Value) -> bool {
         _ => a == b,
     }
 }
+
+/// Confluent's other subject name strategies against Apicurio: the record
+/// strategy's subject is the record's full name, shared by two topics
+/// (one id), and the topic-record one is per topic.
+#[tokio::test]
+async fn apicurio_takes_the_record_name_strategies() {
+    use oncely_core::avro::registry::{Naming, SubjectStrategy};
+    let url = registry_url();
+    let run = std::process::id();
+    // A record name of this run only, so the subject is new.
+    let value = serde_json::json!({"type": "struct", "name": format!("oncely_it_{run}.public.t.Value"),
+        "optional": false, "fields": [{"type": "int64", "optional": false, "field": "id"}]});
+    let record = RegistryClient::new(&url).unwrap().with_naming(Naming {
+        value_strategy: SubjectStrategy::RecordName,
+        ..Naming::default()
+    });
+    let (a, _) = record.register_for("topic-a", false, &value).await.unwrap();
+    let (b, _) = record.register_for("topic-b", false, &value).await.unwrap();
+    assert_eq!(a, b, "one subject, one schema");
+    let topic_record = RegistryClient::new(&url).unwrap().with_naming(Naming {
+        value_strategy: SubjectStrategy::TopicRecordName,
+        ..Naming::default()
+    });
+    topic_record
+        .register_for("topic-a", false, &value)
+        .await
+        .unwrap();
+    let subjects: Vec<String> = reqwest::get(format!("{url}/subjects"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let full = format!("oncely_it_{run}.public.t.Value");
+    assert!(subjects.contains(&full), "{subjects:?}");
+    assert!(
+        subjects.contains(&format!("topic-a-{full}")),
+        "{subjects:?}"
+    );
+}

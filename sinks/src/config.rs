@@ -180,6 +180,18 @@ pub struct RunnerConfig {
     /// JSON records on the same topics are read as before.
     #[serde(rename = "schema.registry.url", default)]
     pub schema_registry_url: Option<String>,
+    /// `schema.registry.basic.auth.user.info`: `user:password` of the
+    /// registry's HTTP basic authentication (a secret), sent with
+    /// `basic.auth.credentials.source = "USER_INFO"`.
+    #[serde(rename = "schema.registry.basic.auth.user.info", default)]
+    pub schema_registry_user_info: Option<oncely_core::Secret>,
+    /// `basic.auth.credentials.source`: `USER_INFO`.
+    #[serde(rename = "basic.auth.credentials.source", default)]
+    pub basic_auth_credentials_source: Option<String>,
+    /// `schema.registry.ssl.ca.location`: PEM CA certificates an https
+    /// registry's certificate must chain to.
+    #[serde(rename = "schema.registry.ssl.ca.location", default)]
+    pub schema_registry_ca: Option<std::path::PathBuf>,
     /// `[kafka]`: extra librdkafka consumer/producer properties (security, timeouts, ...).
     #[serde(default)]
     pub kafka: BTreeMap<String, String>,
@@ -249,23 +261,35 @@ impl RunnerConfig {
             shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
             debezium_schemaless_accept: false,
             schema_registry_url: None,
+            schema_registry_user_info: None,
+            basic_auth_credentials_source: None,
+            schema_registry_ca: None,
             kafka: BTreeMap::new(),
             dedup: None,
         }
+    }
+
+    /// How to reach the schema registry (`None`: no `schema.registry.url`).
+    pub fn registry_access(
+        &self,
+    ) -> Result<Option<oncely_core::avro::registry::RegistryAccess>, ConfigError> {
+        let Some(url) = self.schema_registry_url.as_deref() else {
+            return Ok(None);
+        };
+        oncely_core::avro::registry::RegistryAccess::from_settings(
+            url,
+            self.schema_registry_user_info.as_ref(),
+            self.basic_auth_credentials_source.as_deref(),
+            self.schema_registry_ca.as_deref(),
+        )
+        .map(Some)
     }
 
     /// Checks every value; the error names the offending key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         non_blank("bootstrap.servers", &self.bootstrap_servers)?;
         non_blank("group.id", &self.group_id)?;
-        if let Some(url) = &self.schema_registry_url {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(ConfigError::new(
-                    "schema.registry.url",
-                    format!("{url:?} is not an http(s) URL"),
-                ));
-            }
-        }
+        self.registry_access()?;
         if self.topics.is_empty() && self.topics_regex.is_none() {
             return Err(ConfigError::new(
                 "topics",

@@ -28,6 +28,8 @@ pub const UNCOMMITTED_RECORDS: &str = "oncely_sink_uncommitted_records";
 pub const COMMIT_LAG_SECONDS: &str = "oncely_sink_commit_lag_seconds";
 /// Counter: offset commits Kafka refused or that failed (they are sent again).
 pub const OFFSET_COMMIT_FAILURES_TOTAL: &str = "oncely_sink_offset_commit_failures_total";
+/// Counter: schema reads retried because the schema registry was unreachable.
+pub const SCHEMA_REGISTRY_RETRIES_TOTAL: &str = "oncely_sink_schema_registry_retries_total";
 /// Counter: rebalances a static member asked for because partitions of
 /// subscribed topics had no owner in the group.
 pub const UNOWNED_PARTITION_REBALANCES_TOTAL: &str =
@@ -79,6 +81,8 @@ pub struct Metrics {
     pub commit_lag_seconds: GaugeVec,
     /// See [`OFFSET_COMMIT_FAILURES_TOTAL`].
     pub offset_commit_failures: IntCounter,
+    /// See [`SCHEMA_REGISTRY_RETRIES_TOTAL`].
+    pub schema_registry_retries: IntCounter,
     /// See [`UNOWNED_PARTITION_REBALANCES_TOTAL`].
     pub unowned_partition_rebalances: IntCounter,
     /// See [`DEDUP_SKIPPED_TOTAL`].
@@ -164,6 +168,10 @@ impl Metrics {
             OFFSET_COMMIT_FAILURES_TOTAL,
             "Offset commits that failed (sent again later)",
         )?;
+        let schema_registry_retries = IntCounter::new(
+            SCHEMA_REGISTRY_RETRIES_TOTAL,
+            "Schema reads retried because the schema registry was unreachable",
+        )?;
         let unowned_partition_rebalances = IntCounter::new(
             UNOWNED_PARTITION_REBALANCES_TOTAL,
             "Rebalances asked for because subscribed partitions had no owner in the group",
@@ -202,6 +210,7 @@ impl Metrics {
         register(&registry, c, &uncommitted_records, "gauge")?;
         register(&registry, c, &commit_lag_seconds, "gauge")?;
         register(&registry, c, &offset_commit_failures, "counter")?;
+        register(&registry, c, &schema_registry_retries, "counter")?;
         register(&registry, c, &consumer_lag, "gauge")?;
         register(&registry, c, &events_applied, "counter")?;
         register(&registry, c, &batch_duration, "histogram")?;
@@ -221,6 +230,7 @@ impl Metrics {
             uncommitted_records,
             commit_lag_seconds,
             offset_commit_failures,
+            schema_registry_retries,
             unowned_partition_rebalances,
             dedup_skipped,
             redeliveries_dropped,

@@ -241,6 +241,37 @@ pub struct CaptureConfig {
     /// (Apicurio's is under `/apis/ccompat/v7`), needed by `avro`.
     #[serde(rename = "schema.registry.url", default)]
     pub schema_registry_url: Option<String>,
+    /// `schema.registry.basic.auth.user.info`: `user:password` of the
+    /// registry's HTTP basic authentication (a secret: `${env:..}` /
+    /// `${file:..}` accepted), sent with `basic.auth.credentials.source =
+    /// "USER_INFO"`.
+    #[serde(rename = "schema.registry.basic.auth.user.info", default)]
+    pub schema_registry_user_info: Option<Secret>,
+    /// `basic.auth.credentials.source`: `USER_INFO`, Confluent's name for
+    /// "send the user info above".
+    #[serde(rename = "basic.auth.credentials.source", default)]
+    pub basic_auth_credentials_source: Option<String>,
+    /// `schema.registry.ssl.ca.location`: PEM CA certificates an https
+    /// registry's certificate must chain to (host name checked).
+    #[serde(rename = "schema.registry.ssl.ca.location", default)]
+    pub schema_registry_ca: Option<PathBuf>,
+    /// `key.subject.name.strategy`: Confluent's subject name strategy of
+    /// keys (`TopicNameStrategy`, `RecordNameStrategy`,
+    /// `TopicRecordNameStrategy`, short or with their package).
+    #[serde(rename = "key.subject.name.strategy", default)]
+    pub key_subject_name_strategy: oncely_core::avro::registry::SubjectStrategy,
+    /// `value.subject.name.strategy`: as `key.subject.name.strategy`, for values.
+    #[serde(rename = "value.subject.name.strategy", default)]
+    pub value_subject_name_strategy: oncely_core::avro::registry::SubjectStrategy,
+    /// `schema.name.adjustment.mode`: Debezium's `none`, `avro`,
+    /// `avro_unicode`, for the Avro record names of `avro` converters.
+    #[serde(rename = "schema.name.adjustment.mode", default)]
+    pub schema_name_adjustment_mode: oncely_core::avro::NameMode,
+    /// `field.name.adjustment.mode`: as `schema.name.adjustment.mode`, for
+    /// field (column) names; under `none` a name Avro refuses stops capture
+    /// naming the column.
+    #[serde(rename = "field.name.adjustment.mode", default)]
+    pub field_name_adjustment_mode: oncely_core::avro::NameMode,
 
     /// `batch.max.events`: one Kafka transaction closes at this many events.
     #[serde(rename = "batch.max.events", default = "default_batch_events")]
@@ -432,6 +463,22 @@ fn flatten_capture(table: toml::Table) -> Result<toml::Table, ConfigError> {
 }
 
 impl CaptureConfig {
+    /// How to reach the schema registry (`None`: no `schema.registry.url`).
+    pub fn registry_access(
+        &self,
+    ) -> Result<Option<oncely_core::avro::registry::RegistryAccess>, ConfigError> {
+        let Some(url) = self.schema_registry_url.as_deref() else {
+            return Ok(None);
+        };
+        oncely_core::avro::registry::RegistryAccess::from_settings(
+            url,
+            self.schema_registry_user_info.as_ref(),
+            self.basic_auth_credentials_source.as_deref(),
+            self.schema_registry_ca.as_deref(),
+        )
+        .map(Some)
+    }
+
     /// Reads, parses, resolves secrets and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let origin = path.display().to_string();

@@ -630,3 +630,62 @@ fn postgres_needs_its_database_and_keeps_its_port() {
     let cfg = CaptureConfig::parse(&format!("{MINIMAL}database.port = 6432\n"), "test").unwrap();
     assert_eq!((cfg.source, cfg.port()), (SourceKind::Postgres, 6432));
 }
+
+#[test]
+fn registry_auth_strategies_and_name_modes_parse_as_debezium_users_write_them() {
+    use oncely_core::avro::registry::SubjectStrategy;
+    use oncely_core::avro::NameMode;
+    let base = format!(
+        "{MINIMAL}\nvalue.converter = \"avro\"\nschema.registry.url = \"https://registry:8081\"\n"
+    );
+    std::env::set_var("ONCELY_TEST_REGISTRY_INFO", "svc:pa55");
+    let cfg = CaptureConfig::parse(
+        &format!(
+            "{base}schema.registry.basic.auth.user.info = \"${{env:ONCELY_TEST_REGISTRY_INFO}}\"
+basic.auth.credentials.source = \"USER_INFO\"
+schema.registry.ssl.ca.location = \"/etc/ca.pem\"
+value.subject.name.strategy = \"io.confluent.kafka.serializers.subject.RecordNameStrategy\"
+key.subject.name.strategy = \"TopicRecordNameStrategy\"
+field.name.adjustment.mode = \"avro\"
+schema.name.adjustment.mode = \"avro_unicode\"
+"
+        ),
+        "test",
+    )
+    .unwrap();
+    let access = cfg.registry_access().unwrap().unwrap();
+    assert_eq!(access.user_info.unwrap().expose(), "svc:pa55");
+    assert_eq!(access.ca_file.unwrap().to_str(), Some("/etc/ca.pem"));
+    assert_eq!(cfg.value_subject_name_strategy, SubjectStrategy::RecordName);
+    assert_eq!(
+        cfg.key_subject_name_strategy,
+        SubjectStrategy::TopicRecordName
+    );
+    assert_eq!(cfg.field_name_adjustment_mode, NameMode::Avro);
+    assert_eq!(cfg.schema_name_adjustment_mode, NameMode::AvroUnicode);
+    assert!(!format!("{cfg:?}").contains("pa55"), "never shown");
+
+    for (extra, key) in [
+        (
+            "schema.registry.basic.auth.user.info = \"svc:pa55\"\n",
+            "basic.auth.credentials.source",
+        ),
+        (
+            "basic.auth.credentials.source = \"URL\"\n",
+            "basic.auth.credentials.source",
+        ),
+        (
+            "field.name.adjustment.mode = \"AVRO\"\n",
+            "field.name.adjustment.mode",
+        ),
+        (
+            "value.subject.name.strategy = \"Topic\"\n",
+            "value.subject.name.strategy",
+        ),
+    ] {
+        let e = CaptureConfig::parse(&format!("{base}{extra}"), "test")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(key) && !e.contains("pa55"), "{extra}: {e}");
+    }
+}

@@ -48,14 +48,12 @@ impl CaptureConfig {
         let Some((key, _)) = avro else {
             return Ok(());
         };
+        self.registry_access()?;
         match self.schema_registry_url.as_deref() {
             None | Some("") => Err(invalid(
                 "schema.registry.url",
                 format!("{key} = \"avro\" needs the schema registry's URL"),
             )),
-            Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => Err(
-                invalid("schema.registry.url", format!("{url:?} is not an http(s) URL")),
-            ),
             _ if !self.schemas_enable => Err(invalid(
                 "schemas.enable",
                 format!("{key} = \"avro\" writes the schema of every record (in the registry): schemas.enable must stay true"),

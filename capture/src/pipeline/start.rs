@@ -50,7 +50,14 @@ pub async fn run(
         first_life = false;
         match result {
             Ok(()) => return Ok(()),
-            Err(e) if e.is_retriable() && !shutdown.is_cancelled() => {
+            // Told to stop while waiting on something retriable (a
+            // registry, Kafka): the open transaction was aborted, so the
+            // last committed offset is where the next start resumes.
+            Err(e) if e.is_retriable() && shutdown.is_cancelled() => {
+                tracing::info!(error = %e, "capture stopped while retrying; resuming from the last committed offset next time");
+                return Ok(());
+            }
+            Err(e) if e.is_retriable() => {
                 metrics.restarts.inc();
                 metrics.health.down(&e.to_string());
                 if started.elapsed() > Duration::from_secs(60) {
@@ -83,7 +90,7 @@ async fn run_once(
     };
     let start = plan_resume(cfg, &mut source, &kafka.offsets_topic, first_life).await?;
     log_start(cfg, &source, &start.offset);
-    let mut pipeline = assemble(cfg, metrics, source, kafka, start).await?;
+    let mut pipeline = assemble(cfg, metrics, source, kafka, start, shutdown).await?;
     drive(&mut pipeline, shutdown).await
 }
 
@@ -256,6 +263,7 @@ async fn assemble<'a>(
     source: CheckedSource,
     kafka: OpenedKafka,
     start: Resume,
+    shutdown: &CancellationToken,
 ) -> Result<Pipeline<'a>, CaptureError> {
     let schemas = crate::schema_change::read_history(cfg).await?;
     let stream = stream::connect(cfg, start.offset.flush_lsn).await?;
@@ -275,10 +283,14 @@ async fn assemble<'a>(
                 topics: kafka.topics,
                 avro: crate::avro::AvroWriter::new(
                     cfg,
-                    vec![
-                        kafka.offsets_topic.clone(),
-                        crate::schema_change::topic(cfg),
-                    ],
+                    crate::avro::WriterContext {
+                        json_topics: vec![
+                            kafka.offsets_topic.clone(),
+                            crate::schema_change::topic(cfg),
+                        ],
+                        stop: shutdown.clone(),
+                        retries: metrics.schema_registry_retries.clone(),
+                    },
                 )?,
             },
             Limits {

@@ -23,6 +23,10 @@ pub enum AvroError {
     /// retriable (it may be restarting).
     #[error("schema registry {url} is unavailable: {message}")]
     Unavailable { url: String, message: String },
+    /// TLS verification refused the registry's certificate: definite
+    /// (retrying cannot fix a certificate or a CA file).
+    #[error("schema registry {url}: its TLS certificate is refused ({reason}); check schema.registry.ssl.ca.location")]
+    Certificate { url: String, reason: String },
     /// The registry refused a request (authentication, an incompatible
     /// schema, a malformed request): definite until the registry or the
     /// configuration changes.
@@ -39,6 +43,13 @@ impl AvroError {
     /// Whether trying again later may succeed (the registry is unreachable).
     pub fn is_retriable(&self) -> bool {
         matches!(self, Self::Unavailable { .. })
+    }
+
+    /// Whether the registry or the configuration is to blame (the registry
+    /// refused the request, or its certificate was refused): a setting to
+    /// fix, never a record's fault.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, Self::Refused { .. } | Self::Certificate { .. })
     }
 
     /// Whether the error belongs to one record (a dead letter), not to the

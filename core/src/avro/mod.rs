@@ -30,6 +30,7 @@
 //! the placeholder string again.
 
 mod error;
+pub mod names;
 pub mod registry;
 mod schema;
 mod value;
@@ -41,7 +42,8 @@ mod tests;
 use std::sync::Arc;
 
 pub use error::AvroError;
-pub use schema::{avro_to_connect, connect_to_avro};
+pub use names::{NameAdjustment, NameMode};
+pub use schema::{avro_to_connect, connect_to_avro, connect_to_avro_adjusted};
 
 use serde_json::Value;
 
@@ -55,11 +57,20 @@ pub struct AvroCodec {
 }
 
 impl AvroCodec {
-    /// The codec of a Connect schema (capture's side).
+    /// The codec of a Connect schema (capture's side), names not adjusted.
     pub fn from_connect(connect: &Value) -> Result<Self, AvroError> {
-        let avro = connect_to_avro(connect)?;
+        Self::from_connect_adjusted(connect, NameAdjustment::default())
+    }
+
+    /// The codec of a Connect schema, names adjusted as `names` says.
+    pub fn from_connect_adjusted(
+        connect: &Value,
+        names: NameAdjustment,
+    ) -> Result<Self, AvroError> {
+        let avro = connect_to_avro_adjusted(connect, names)?;
         let avro_json = avro.to_string();
-        Self::build(connect.clone(), avro_json)
+        let shape = value::Node::of(connect, &|n| names::adjust(n, names.field))?;
+        Self::build(connect.clone(), avro_json, shape)
     }
 
     /// The codec of an Avro schema's JSON text (a reader's side: a schema
@@ -68,12 +79,16 @@ impl AvroCodec {
         let avro: Value = serde_json::from_str(avro_json)
             .map_err(|e| AvroError::Schema(format!("the Avro schema is not JSON: {e}")))?;
         let connect = avro_to_connect(&avro)?;
-        Self::build(connect, avro_json.to_owned())
+        let mut adjusted = std::collections::HashMap::new();
+        schema::adjusted_fields(&avro, &mut adjusted);
+        let shape = value::Node::of(&connect, &|n| {
+            adjusted.get(n).cloned().unwrap_or_else(|| n.to_owned())
+        })?;
+        Self::build(connect, avro_json.to_owned(), shape)
     }
 
-    fn build(connect: Value, avro_json: String) -> Result<Self, AvroError> {
+    fn build(connect: Value, avro_json: String, shape: value::Node) -> Result<Self, AvroError> {
         let avro = apache_avro::Schema::parse_str(&avro_json).map_err(AvroError::avro)?;
-        let shape = value::Node::of(&connect)?;
         Ok(Self {
             connect,
             avro_json,
@@ -85,6 +100,14 @@ impl AvroCodec {
     /// The Connect schema (the JSON converter's `schema`).
     pub fn connect_schema(&self) -> &Value {
         &self.connect
+    }
+
+    /// The Avro full name of the schema's record (`None`: not a record).
+    pub fn record_name(&self) -> Option<String> {
+        match &self.avro {
+            apache_avro::Schema::Record(r) => Some(r.name.fullname(None)),
+            _ => None,
+        }
     }
 
     /// The Avro schema's JSON text, as registered.

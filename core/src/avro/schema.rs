@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
+use super::names::{adjust, adjust_fullname, is_avro_name, NameAdjustment, NameMode};
 use super::AvroError;
 
 pub(super) const DECIMAL: &str = "org.apache.kafka.connect.data.Decimal";
@@ -18,10 +19,26 @@ const PRECISION_PARAM: &str = "connect.decimal.precision";
 const DEFAULT_NAMESPACE: &str = "io.confluent.connect.avro";
 const DEFAULT_RECORD: &str = "ConnectDefault";
 
-/// The Avro schema (as JSON) of a Connect schema.
+/// A field property holding the Connect field name when
+/// `field.name.adjustment.mode` changed it, so oncely's readers give the
+/// record back exactly as its JSON twin (other readers see the adjusted name).
+pub(super) const FIELD_NAME_PROP: &str = "oncely.field.name";
+
+/// The Avro schema (as JSON) of a Connect schema, names not adjusted.
 pub fn connect_to_avro(connect: &Value) -> Result<Value, AvroError> {
-    let mut names = ToAvro::default();
-    names.schema(connect, "")
+    connect_to_avro_adjusted(connect, NameAdjustment::default())
+}
+
+/// The Avro schema (as JSON) of a Connect schema, names adjusted as `names` says.
+pub fn connect_to_avro_adjusted(
+    connect: &Value,
+    names: NameAdjustment,
+) -> Result<Value, AvroError> {
+    let mut to = ToAvro {
+        names,
+        ..ToAvro::default()
+    };
+    to.schema(connect, "")
 }
 
 /// Records defined so far: a second struct of the same name is a reference.
@@ -29,6 +46,7 @@ pub fn connect_to_avro(connect: &Value) -> Result<Value, AvroError> {
 struct ToAvro {
     defined: HashMap<String, Value>,
     anonymous: usize,
+    names: NameAdjustment,
 }
 
 fn schema_err(path: &str, message: impl std::fmt::Display) -> AvroError {
@@ -83,7 +101,7 @@ impl ToAvro {
     fn record(&mut self, s: &Value, path: &str) -> Result<Value, AvroError> {
         let connect_name = s["name"].as_str();
         let full = match connect_name {
-            Some(n) => avro_fullname(n),
+            Some(n) => adjust_fullname(n, self.names.schema),
             None => {
                 self.anonymous += 1;
                 let suffix = if self.anonymous == 1 {
@@ -95,14 +113,18 @@ impl ToAvro {
             }
         };
         let mut fields = Vec::new();
+        let mut taken = HashMap::new();
         for f in s["fields"].as_array().into_iter().flatten() {
             let name = f["field"]
                 .as_str()
                 .ok_or_else(|| schema_err(path, "a field without a name"))?;
-            if !is_avro_name(name) {
+            let avro_name = self.field_name(name, &full, path)?;
+            if let Some(other) = taken.insert(avro_name.clone(), name) {
                 return Err(schema_err(
                     path,
-                    format!("field `{name}` is not a valid Avro name (letters, digits and `_`, not starting with a digit)"),
+                    format!(
+                        "fields `{other}` and `{name}` of `{full}` are both `{avro_name}` in Avro"
+                    ),
                 ));
             }
             let sub = if path.is_empty() {
@@ -111,7 +133,10 @@ impl ToAvro {
                 format!("{path}.{name}")
             };
             let mut field = Map::new();
-            field.insert("name".into(), name.into());
+            field.insert("name".into(), avro_name.clone().into());
+            if avro_name != name {
+                field.insert(FIELD_NAME_PROP.into(), name.into());
+            }
             field.insert("type".into(), self.schema(f, &sub)?);
             if f["optional"] == true {
                 field.insert(
@@ -142,6 +167,23 @@ impl ToAvro {
                 self.defined.insert(full, out.clone());
                 Ok(out)
             }
+        }
+    }
+}
+
+impl ToAvro {
+    /// The Avro name of field `name` of record `record`: adjusted, or
+    /// refused naming the setting that would adjust it.
+    fn field_name(&self, name: &str, record: &str, path: &str) -> Result<String, AvroError> {
+        if is_avro_name(name) {
+            return Ok(name.to_owned());
+        }
+        match self.names.field {
+            NameMode::None => Err(schema_err(
+                path,
+                format!("field `{name}` of `{record}` is not a valid Avro name (letters, digits and `_`, not starting with a digit): set field.name.adjustment.mode = \"avro\" (or \"avro_unicode\") to adjust it"),
+            )),
+            mode => Ok(adjust(name, mode)),
         }
     }
 }
@@ -193,40 +235,6 @@ fn connect_props(s: &Value, out: &mut Map<String, Value>, with_name: bool) {
             out.insert("connect.name".into(), n.clone());
         }
     }
-}
-
-/// Letters, digits and `_`, not starting with a digit.
-fn is_avro_name(s: &str) -> bool {
-    let mut chars = s.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// A Connect name made a valid Avro full name: each dotted part's other
-/// characters become `_`, and a part starting with a digit gets a `_` first
-/// (Debezium's `schema.name.adjustment.mode = avro`).
-fn avro_fullname(name: &str) -> String {
-    name.split('.')
-        .map(|part| {
-            let mut p: String = part
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '_' {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
-            if !p.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
-                p.insert(0, '_');
-            }
-            p
-        })
-        .collect::<Vec<_>>()
-        .join(".")
 }
 
 /// The Connect schema of an Avro schema (as JSON): `AvroData`'s reverse,
@@ -411,7 +419,12 @@ fn record_to_connect(
         if let Some(d) = f.get("default").filter(|d| !d.is_null()) {
             c["default"] = d.clone();
         }
-        c["field"] = fname.into();
+        // The Connect name when capture adjusted it for Avro.
+        let connect_name = f
+            .get(FIELD_NAME_PROP)
+            .and_then(Value::as_str)
+            .unwrap_or(fname);
+        c["field"] = connect_name.into();
         fields.push(c);
     }
     let mut c = Map::new();
@@ -425,4 +438,21 @@ fn record_to_connect(
     let c = Value::Object(c);
     names.insert(full, c.clone());
     Ok(c)
+}
+
+/// Connect field name -> Avro field name, for the fields of `avro` whose
+/// name capture adjusted (see [`FIELD_NAME_PROP`]).
+pub(super) fn adjusted_fields(avro: &Value, out: &mut HashMap<String, String>) {
+    match avro {
+        Value::Array(items) => items.iter().for_each(|v| adjusted_fields(v, out)),
+        Value::Object(o) => {
+            if let (Some(Value::String(connect)), Some(Value::String(name))) =
+                (o.get(FIELD_NAME_PROP), o.get("name"))
+            {
+                out.insert(connect.clone(), name.clone());
+            }
+            o.values().for_each(|v| adjusted_fields(v, out));
+        }
+        _ => {}
+    }
 }

@@ -36,7 +36,8 @@ enum Kind {
     Decimal,
     Array(Box<Node>),
     Map(Box<Node>),
-    Struct(Vec<(String, Node)>),
+    /// Each field's Connect name (the payload's key), Avro name and node.
+    Struct(Vec<(String, String, Node)>),
 }
 
 fn value_err(path: &str, message: impl std::fmt::Display) -> AvroError {
@@ -53,8 +54,8 @@ fn sub(path: &str, name: &str) -> String {
 }
 
 impl Node {
-    /// Compiles a Connect schema.
-    pub(super) fn of(s: &Value) -> Result<Self, AvroError> {
+    /// Compiles a Connect schema; `avro_name` gives a field's Avro name.
+    pub(super) fn of(s: &Value, avro_name: &dyn Fn(&str) -> String) -> Result<Self, AvroError> {
         let ty = s["type"].as_str().unwrap_or_default();
         let kind = match ty {
             "int8" => Kind::Int {
@@ -76,13 +77,14 @@ impl Node {
             "string" => Kind::String,
             "bytes" if s["name"] == DECIMAL => Kind::Decimal,
             "bytes" => Kind::Bytes,
-            "array" => Kind::Array(Box::new(Node::of(&s["items"])?)),
-            "map" => Kind::Map(Box::new(Node::of(&s["values"])?)),
+            "array" => Kind::Array(Box::new(Node::of(&s["items"], avro_name)?)),
+            "map" => Kind::Map(Box::new(Node::of(&s["values"], avro_name)?)),
             "struct" => {
                 let mut fields = Vec::new();
                 for f in s["fields"].as_array().into_iter().flatten() {
                     let name = f["field"].as_str().unwrap_or_default().to_owned();
-                    fields.push((name, Node::of(f)?));
+                    let avro = avro_name(&name);
+                    fields.push((name, avro, Node::of(f, avro_name)?));
                 }
                 Kind::Struct(fields)
             }
@@ -152,9 +154,9 @@ impl Node {
             (Kind::Struct(fields), Value::Object(o)) => Avro::Record(
                 fields
                     .iter()
-                    .map(|(name, node)| {
+                    .map(|(name, avro, node)| {
                         let e = o.get(name).unwrap_or(&Value::Null);
-                        Ok((name.clone(), node.encode(e, &sub(path, name))?))
+                        Ok((avro.clone(), node.encode(e, &sub(path, name))?))
                     })
                     .collect::<Result<_, AvroError>>()?,
             ),
@@ -233,7 +235,7 @@ impl Node {
             }
             (Kind::Struct(fields), Avro::Record(values)) => {
                 let mut out = Map::with_capacity(fields.len());
-                for ((name, node), (_, e)) in fields.iter().zip(values) {
+                for ((name, _, node), (_, e)) in fields.iter().zip(values) {
                     out.insert(name.clone(), node.decode(e, &sub(path, name))?);
                 }
                 Value::Object(out)

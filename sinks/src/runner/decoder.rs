@@ -296,35 +296,64 @@ fn from_avro(
 
 impl Decoder {
     /// Reads the schemas the Avro records of `incoming` name, waiting while
-    /// the registry is unreachable; `None` when stopped meanwhile.
+    /// the registry is unreachable; `None` when stopped meanwhile (also
+    /// when the registry refused to answer: the runner then stops).
     async fn schemas(&self, incoming: &[Incoming]) -> Option<Schemas> {
-        let mut out = Schemas::new();
         let Some(registry) = &self.shared.registry else {
-            return Some(out);
+            return Some(Schemas::new());
         };
         let ids: BTreeSet<u32> = incoming
             .iter()
             .flat_map(|m| [avro_id(m.key.as_deref()), avro_id(m.value.as_deref())])
             .flatten()
             .collect();
-        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
-        for id in ids {
-            let got = retry(
-                &mut backoff,
-                &self.stop,
-                || registry.schema(id),
-                AvroError::is_retriable,
-                |e, delay| tracing::warn!("{e}; reading schema id {id} again in {delay:?}"),
-            )
-            .await;
-            match got {
-                Ok(codec) => drop(out.insert(id, Ok(codec))),
-                Err(RetryOutcome::Failed(e)) => drop(out.insert(id, Err(e.to_string()))),
-                Err(RetryOutcome::Cancelled(_)) => return None,
+        let retries = &self.shared.metrics.schema_registry_retries;
+        match read_schemas(registry, ids, &self.stop, retries).await {
+            Ok(schemas) => schemas,
+            Err(e) => {
+                self.shared.fail(crate::SinkError::fatal(format!(
+                    "{e}: fix schema.registry.url or its credentials, then start the sink again"
+                )));
+                None
             }
         }
-        Some(out)
     }
+}
+
+/// The codecs of `ids`, retrying (counted in `retries`) while the registry
+/// is unreachable, however long: an id is a dead letter only when the
+/// registry answers that it does not know it (or its schema cannot be
+/// read as Avro), never because the registry could not be asked. `Ok(None)`:
+/// stopped while waiting; `Err`: the registry refused the request
+/// (authentication, a wrong URL), which no record is to blame for.
+async fn read_schemas(
+    registry: &oncely_core::avro::registry::RegistryClient,
+    ids: BTreeSet<u32>,
+    stop: &CancellationToken,
+    retries: &prometheus::IntCounter,
+) -> Result<Option<Schemas>, AvroError> {
+    let mut out = Schemas::new();
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    for id in ids {
+        let got = retry(
+            &mut backoff,
+            stop,
+            || registry.schema(id),
+            AvroError::is_retriable,
+            |e, delay| {
+                retries.inc();
+                tracing::warn!("{e}; reading schema id {id} again in {delay:?}");
+            },
+        )
+        .await;
+        match got {
+            Ok(codec) => drop(out.insert(id, Ok(codec))),
+            Err(RetryOutcome::Failed(e)) if e.is_refusal() => return Err(e),
+            Err(RetryOutcome::Failed(e)) => drop(out.insert(id, Err(e.to_string()))),
+            Err(RetryOutcome::Cancelled(_)) => return Ok(None),
+        }
+    }
+    Ok(Some(out))
 }
 
 #[cfg(test)]
@@ -334,6 +363,95 @@ mod tests {
 
     use super::*;
     use crate::event::Payload;
+
+    /// A registry that is down when a batch names an unknown id and comes
+    /// up 1.5 s later: the id is read, not dead-lettered, and the
+    /// retries are counted.
+    #[tokio::test]
+    async fn an_unknown_id_while_the_registry_is_unreachable_is_retried_not_dead_lettered() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let registry =
+            oncely_core::avro::registry::RegistryClient::new(&format!("http://{addr}")).unwrap();
+        let schema = r#"{"type":"record","name":"t","fields":[{"name":"id","type":"int"}]}"#;
+        let answer = serde_json::json!({ "schema": schema }).to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                    answer.len()
+                );
+                let _ = conn.write_all(reply.as_bytes()).await;
+            }
+        });
+        let retries = prometheus::IntCounter::new("r", "r").unwrap();
+        let schemas = read_schemas(
+            &registry,
+            BTreeSet::from([7]),
+            &CancellationToken::new(),
+            &retries,
+        )
+        .await
+        .unwrap()
+        .expect("not stopped");
+        let codec = schemas[&7].as_ref().expect("read once the registry is up");
+        assert_eq!(codec.decode(&[0x02]).unwrap(), serde_json::json!({"id": 1}));
+        assert!(retries.get() >= 2, "{}", retries.get());
+    }
+
+    /// An https registry asking for basic auth: read with the CA file and
+    /// the user info; without the CA its certificate is refused, which stops
+    /// the sink rather than dead-letter the records or retry for ever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_https_registry_with_basic_auth_is_read_with_its_ca_file() {
+        use oncely_core::avro::registry::{RegistryAccess, RegistryClient};
+        use oncely_testkit::webhook::{Answer, Receiver};
+        let dir = std::env::temp_dir().join(format!("oncely-registry-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let certs = oncely_testkit::tls::server_certs(&dir).expect("test certificates");
+        let receiver = Receiver::start_tls(&certs.cert, &certs.key).await;
+        let schema = r#"{"type":"record","name":"t","fields":[{"name":"id","type":"int"}]}"#;
+        receiver.always(
+            "",
+            Answer::new(200, &serde_json::json!({ "schema": schema }).to_string()),
+        );
+        let access = |ca: Option<&std::path::Path>| RegistryAccess {
+            url: receiver.url(),
+            user_info: Some(oncely_core::Secret::new("svc:s3cret")),
+            ca_file: ca.map(Into::into),
+        };
+        let retries = prometheus::IntCounter::new("r", "r").unwrap();
+        let stop = CancellationToken::new();
+        let trusting = RegistryClient::connect(&access(Some(&certs.ca))).unwrap();
+        let schemas = read_schemas(&trusting, BTreeSet::from([3]), &stop, &retries)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(schemas[&3].is_ok());
+        let seen = receiver.requests();
+        // "svc:s3cret" in base64.
+        assert_eq!(
+            seen[0].authorization.as_deref(),
+            Some("Basic c3ZjOnMzY3JldA==")
+        );
+
+        let untrusting = RegistryClient::connect(&access(None)).unwrap();
+        let e = read_schemas(&untrusting, BTreeSet::from([4]), &stop, &retries)
+            .await
+            .unwrap_err();
+        assert!(e.is_refusal(), "{e:?}");
+        assert!(
+            e.to_string().contains("schema.registry.ssl.ca.location"),
+            "{e}"
+        );
+        assert_eq!(retries.get(), 0, "not retried");
+    }
 
     fn fixture() -> Value {
         let path = concat!(

@@ -249,9 +249,9 @@ impl Runner {
             None => None,
         };
         let budget_total = u32::try_from(config.max_inflight_bytes).unwrap_or(u32::MAX);
-        let registry = match &config.schema_registry_url {
-            Some(url) => Some(
-                oncely_core::avro::registry::RegistryClient::new(url).map_err(|e| {
+        let registry = match config.registry_access()? {
+            Some(access) => Some(
+                oncely_core::avro::registry::RegistryClient::connect(&access).map_err(|e| {
                     oncely_core::ConfigError::new("schema.registry.url", e.to_string())
                 })?,
             ),

@@ -1,5 +1,6 @@
 //! The whole pipeline as processes: capture, the three sinks, verify.
 mod avro;
+mod avro_ops;
 mod compaction;
 mod faults;
 mod fields;
