@@ -59,7 +59,7 @@ impl AvroCodec {
     pub fn from_connect(connect: &Value) -> Result<Self, AvroError> {
         let avro = connect_to_avro(connect)?;
         let avro_json = avro.to_string();
-        Self::build(connect.clone(), avro_json)
+        Self::build(connect.clone(), avro_json, &avro)
     }
 
     /// The codec of an Avro schema's JSON text (a reader's side: a schema
@@ -68,11 +68,16 @@ impl AvroCodec {
         let avro: Value = serde_json::from_str(avro_json)
             .map_err(|e| AvroError::Schema(format!("the Avro schema is not JSON: {e}")))?;
         let connect = avro_to_connect(&avro)?;
-        Self::build(connect, avro_json.to_owned())
+        Self::build(
+            connect,
+            avro_json.to_owned(),
+            &schema::with_valid_names(&avro),
+        )
     }
 
-    fn build(connect: Value, avro_json: String) -> Result<Self, AvroError> {
-        let avro = apache_avro::Schema::parse_str(&avro_json).map_err(AvroError::avro)?;
+    /// `avro_json` is kept as registered; `parse` is what apache_avro reads.
+    fn build(connect: Value, avro_json: String, parse: &Value) -> Result<Self, AvroError> {
+        let avro = apache_avro::Schema::parse(parse).map_err(AvroError::avro)?;
         let shape = value::Node::of(&connect)?;
         Ok(Self {
             connect,
