@@ -1,23 +1,26 @@
 //! Snapshot throughput benchmark.
 //!
-//! Fills a fresh database's table with N rows, then measures in the same run:
+//! Fills a fresh database's table with N rows, then measures in the same run,
+//! for each record format (`BENCH_FORMATS`: Avro through the registry, JSON
+//! with schemas, JSON without; all three by default) one after the other,
+//! and all of it `BENCH_ROUNDS` times (default 1), interleaved:
 //! 1. the ceiling: `COPY orders TO STDOUT` of the whole table, read by a client
-//!    that only counts the bytes;
+//!    that only counts the bytes (once per round);
 //! 2. `oncely capture` (the release binary) with `snapshot.mode =
 //!    "initial_only"`: from the moment its snapshot starts (its
 //!    `oncely_capture_snapshot_running` gauge) until it exits once every row
-//!    is committed to Kafka as an op `r` event; plus its memory;
+//!    is committed to Kafka as an op `r` event; plus its memory and CPU;
 //! 3. the Kafka floor: the same records (a sample of what capture wrote,
 //!    cycled) sent by a bare transactional producer with capture's producer
-//!    settings and transaction size. No row is read or encoded, so no
-//!    snapshot can be faster than this on the same machine and broker.
+//!    settings. No row is read or encoded, so no snapshot can be faster than
+//!    this on the same machine and broker; plus the records' mean size.
 //!
 //! ```sh
 //! scripts/services up && eval "$(scripts/services env)"
 //! cargo build --release && cargo run --release --example bench_snapshot -- 1000000
 //! BENCH_CHUNK=8192 cargo run --release --example bench_snapshot -- 1000000   # incremental.snapshot.chunk.size
 //! BENCH_COLUMNS=10 cargo run --release --example bench_snapshot -- 1000000   # five more column kinds, as a real table mixes
-//! BENCH_SCHEMAS=false cargo run --release --example bench_snapshot -- 1000000 # schemas.enable = false
+//! BENCH_FORMATS=avro,json BENCH_ROUNDS=2 cargo run ...                       # formats compared, rounds
 //! BENCH_PRODUCER=compression.type=zstd,linger.ms=20 cargo run ...             # [kafka.producer] settings
 //! BENCH_CAPTURE_LOG=info,oncely_capture=debug cargo run ...                   # capture's RUST_LOG (default warn)
 //! ```
@@ -27,7 +30,33 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use bench_support::{Format, Services};
 use futures::StreamExt;
+use tokio_postgres::Client;
+
+/// What one run needs beyond its format.
+struct Setup {
+    services: Services,
+    db: String,
+    tag: String,
+    total: i64,
+    chunk: usize,
+    /// `[kafka.producer]` lines, and the same as pairs for the floor.
+    producer: String,
+    overrides: Vec<(String, String)>,
+}
+
+/// One format's snapshot and floor.
+struct Run {
+    format: Format,
+    copy_rate: f64,
+    snap_rate: f64,
+    floor_rate: f64,
+    record_bytes: f64,
+    cpu_us: f64,
+    floor_cpu_us: f64,
+    peak_mb: f64,
+}
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -41,9 +70,8 @@ async fn main() -> Result<()> {
         .map(|v| v.parse())
         .transpose()?
         .unwrap_or(1024);
-    let schemas = std::env::var("BENCH_SCHEMAS")
-        .map(|v| v != "false")
-        .unwrap_or(true);
+    let formats = Format::from_env()?;
+    let rounds = bench_support::rounds()?;
     let columns: usize = std::env::var("BENCH_COLUMNS")
         .ok()
         .map(|v| v.parse())
@@ -75,9 +103,7 @@ async fn main() -> Result<()> {
         .iter()
         .map(|(k, v)| format!("{k:?} = {v:?}\n"))
         .collect();
-    let services = bench_support::Services::from_env()?;
-    let (host, port, user) = (&services.host, services.port, &services.user);
-    let brokers = &services.brokers;
+    let services = Services::from_env()?;
     let tag = bench_support::tag();
     let db = format!("bench_snap_{tag}");
     let admin = services.admin().await?;
@@ -94,48 +120,123 @@ async fn main() -> Result<()> {
     // Its own statement: VACUUM cannot run in the implicit transaction of a batch.
     client.batch_execute("VACUUM ANALYZE orders").await?;
     eprintln!("written in {:.1}s", t.elapsed().as_secs_f64());
+    println!(
+        "rows={total} columns={columns} incremental.snapshot.chunk.size={chunk} rounds={rounds} producer={producer:?}"
+    );
 
-    // 1. Ceiling: COPY of the same table.
+    let setup = Setup {
+        services,
+        db,
+        tag,
+        total,
+        chunk,
+        producer,
+        overrides,
+    };
+    let mut runs = Vec::new();
+    for round in 0..rounds {
+        let copy_rate = copy_rate(&client, total).await?;
+        println!("round {round}: COPY orders TO STDOUT {copy_rate:10.0} rows/s");
+        for &format in &formats {
+            let run = snapshot(&setup, format, round, copy_rate).await?;
+            print_run(&run);
+            runs.push(run);
+        }
+    }
+    print_summary(&runs, &formats);
+
+    let _ = admin
+        .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", setup.db))
+        .await;
+    Ok(())
+}
+
+/// Rows per second of `COPY orders TO STDOUT`, read by a client that only
+/// counts them.
+async fn copy_rate(client: &Client, total: i64) -> Result<f64> {
     let t = Instant::now();
     let copy = client.copy_out("COPY orders TO STDOUT").await?;
     futures::pin_mut!(copy);
-    let (mut bytes, mut lines) = (0usize, 0usize);
+    let mut lines = 0usize;
     while let Some(buf) = copy.next().await {
-        let buf = buf?;
-        bytes += buf.len();
-        lines += buf.iter().filter(|b| **b == b'\n').count();
+        lines += buf?.iter().filter(|b| **b == b'\n').count();
     }
-    let copy_secs = t.elapsed().as_secs_f64();
+    let secs = t.elapsed().as_secs_f64();
     if lines as i64 != total {
         bail!("COPY returned {lines} rows, expected {total}");
     }
-    let copy_rate = total as f64 / copy_secs;
-    eprintln!("COPY TO STDOUT: {total} rows, {bytes} bytes in {copy_secs:.2}s");
+    Ok(total as f64 / secs)
+}
 
-    // 2. oncely capture, snapshot only.
-    let dir = std::env::temp_dir().join(&db);
+/// Capture's snapshot of the table in `format`, then the Kafka floor of
+/// its records.
+async fn snapshot(s: &Setup, format: Format, round: usize, copy_rate: f64) -> Result<Run> {
+    let (host, port, user) = (&s.services.host, s.services.port, &s.services.user);
+    let brokers = &s.services.brokers;
+    let (db, chunk, producer) = (&s.db, s.chunk, &s.producer);
+    let name = format!("{}-{}-{round}", s.tag, format.name());
+    let dir = std::env::temp_dir().join(format!("{db}-{}-{round}", format.name()));
     std::fs::create_dir_all(&dir)?;
     let metrics_port = 20000 + (rand::random::<u16>() % 20000);
-    let slot = format!("bench_snap_{tag}");
+    let slot = format!("bench_snap_{}", name.replace('-', "_"));
     let config = dir.join("capture.toml");
     std::fs::write(
         &config,
         format!(
-            "topic.prefix = \"bench-snap-{tag}\"\ndatabase.hostname = \"{host}\"\ndatabase.port = {port}\n\
+            "topic.prefix = \"bench-snap-{name}\"\ndatabase.hostname = \"{host}\"\ndatabase.port = {port}\n\
              database.user = \"{user}\"\ndatabase.dbname = \"{db}\"\nslot.name = \"{slot}\"\n\
              publication.name = \"bench_snap_pub\"\npublication.autocreate.mode = \"filtered\"\n\
              table.include.list = \"public.orders\"\nsnapshot.mode = \"initial_only\"\n\
-             incremental.snapshot.chunk.size = {chunk}\nschemas.enable = {schemas}\n\
-             kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"bench-snap-{tag}-offsets\"\n\
-             metrics.listen = \"127.0.0.1:{metrics_port}\"\n[kafka.producer]\n{producer}"
+             incremental.snapshot.chunk.size = {chunk}\n{}\
+             kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"bench-snap-{name}-offsets\"\n\
+             metrics.listen = \"127.0.0.1:{metrics_port}\"\n[kafka.producer]\n{producer}",
+            format.capture_config()?
         ),
     )?;
+    let (snap_secs, cpu_secs, peak_kb) = run_capture(&config, metrics_port).await?;
+    let total = s.total;
+    let snap_rate = total as f64 / snap_secs;
+
+    let topic = format!("bench-snap-{name}.public.orders");
+    // Ten transactions: fewer and larger than capture's, so commits cost
+    // the floor less than they cost capture.
+    let per_tx = (total as usize).div_ceil(10);
+    let (floor_brokers, overrides) = (brokers.clone(), s.overrides.clone());
+    let floor = tokio::task::spawn_blocking(move || {
+        bench_support::floor::kafka_floor(
+            &floor_brokers,
+            &topic,
+            total as usize,
+            per_tx,
+            &overrides,
+        )
+    })
+    .await??;
+    let _ = bench_support::delete_topics(brokers, &format!("bench-snap-{name}")).await;
+    let admin = s.services.admin().await?;
+    let _ = admin
+        .query_one("SELECT pg_drop_replication_slot($1)", &[&slot])
+        .await;
+    Ok(Run {
+        format,
+        copy_rate,
+        snap_rate,
+        floor_rate: total as f64 / floor.secs,
+        record_bytes: floor.key_bytes + floor.value_bytes,
+        cpu_us: cpu_secs * 1e6 / total as f64,
+        floor_cpu_us: floor.cpu * 1e6 / total as f64,
+        peak_mb: peak_kb as f64 / 1024.0,
+    })
+}
+
+/// Runs capture until it exits; the snapshot's seconds (from its
+/// `oncely_capture_snapshot_running` gauge), its CPU seconds and peak RSS.
+async fn run_capture(config: &std::path::Path, metrics_port: u16) -> Result<(f64, f64, u64)> {
     let bin = bench_support::oncely_binary()?;
-    let mut child = bench_support::spawn_capture(Command::new(&bin), &config)?;
+    let mut child = bench_support::spawn_capture(Command::new(&bin), config)?;
     let pid = child.id();
     let mut started: Option<Instant> = None;
-    let mut rss_samples = Vec::new();
-    let (mut peak_kb, mut cpu_secs, mut commits, mut chunks) = (0, 0.0, 0.0, 0.0);
+    let (mut peak_kb, mut cpu_secs) = (0, 0.0);
     let deadline = Instant::now() + Duration::from_secs(1800);
     let status = loop {
         if let Some(status) = child.try_wait()? {
@@ -151,192 +252,53 @@ async fn main() -> Result<()> {
             started.get_or_insert_with(Instant::now);
         }
         if started.is_some() {
-            rss_samples.push(bench_support::rss_kb(pid, "VmRSS:"));
             // The process exits when done: keep the last values seen.
             peak_kb = peak_kb.max(bench_support::rss_kb(pid, "VmHWM:"));
             cpu_secs = f64::max(cpu_secs, bench_support::cpu_seconds(pid));
-            if let Some(c) =
-                bench_support::scrape(metrics_port, "oncely_capture_kafka_transactions_total").await
-            {
-                commits = c;
-            }
-            if let Some(c) =
-                bench_support::scrape(metrics_port, "oncely_capture_snapshot_chunks_total").await
-            {
-                chunks = c;
-            }
         }
     };
-    let snap_secs = started
+    let secs = started
         .map(|s| s.elapsed().as_secs_f64())
         .context("the snapshot never reported running")?;
     if !status.success() {
         bail!("capture exited with {status}; see its stderr above");
     }
-    let snap_rate = total as f64 / snap_secs;
-    rss_samples.sort_unstable();
-    let median_kb = rss_samples.get(rss_samples.len() / 2).copied().unwrap_or(0);
-    println!("rows={total} columns={columns} incremental.snapshot.chunk.size={chunk} schemas.enable={schemas} producer={producer:?}");
-    println!("COPY orders TO STDOUT : {copy_secs:8.2}s {copy_rate:10.0} rows/s");
-    println!(
-        "oncely snapshot       : {snap_secs:8.2}s {snap_rate:10.0} rows/s  ({:.1}% of COPY, COPY is {:.1}x faster)",
-        100.0 * snap_rate / copy_rate,
-        copy_rate / snap_rate
-    );
-    println!(
-        "capture RSS           : median {:.1} MB, peak {:.1} MB",
-        median_kb as f64 / 1024.0,
-        peak_kb as f64 / 1024.0
-    );
-    println!("capture CPU           : {cpu_secs:.2}s user+sys (last sample before exit)");
-    println!("chunks, kafka commits : {chunks:.0}, {commits:.0} (last sample before exit)");
-
-    // 3. The Kafka floor for these very records.
-    let topic = format!("bench-snap-{tag}.public.orders");
-    // Ten transactions: fewer and larger than capture's, so commits cost
-    // the floor less than they cost capture.
-    let per_tx = (total as usize).div_ceil(10);
-    let floor_brokers = brokers.clone();
-    let (floor_secs, floor_cpu) = tokio::task::spawn_blocking(move || {
-        kafka_floor(&floor_brokers, &topic, total as usize, per_tx, &overrides)
-    })
-    .await??;
-    let floor_rate = total as f64 / floor_secs;
-    println!(
-        "Kafka floor           : {floor_secs:8.2}s {floor_rate:10.0} records/s ({:.1}% of COPY; {:.1} CPU µs/record in the producer, {per_tx} records per transaction)",
-        100.0 * floor_rate / copy_rate,
-        floor_cpu * 1e6 / total as f64
-    );
-
-    let _ = bench_support::delete_topics(brokers, &format!("bench-snap-{tag}")).await;
-    let _ = admin
-        .query_one("SELECT pg_drop_replication_slot($1)", &[&slot])
-        .await;
-    let _ = admin
-        .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
-        .await;
-    Ok(())
+    Ok((secs, cpu_secs, peak_kb))
 }
 
-/// Sends `total` records copied from the first records of `source` to a new
-/// topic of as many partitions, in transactions of `per_tx` records, with the
-/// producer settings capture uses (`oncely_capture::catalog::PRODUCER_SETTINGS`), then
-/// `overrides` (capture's `[kafka.producer]`). Returns the seconds taken and
-/// this process's CPU seconds meanwhile. Blocking.
-fn kafka_floor(
-    brokers: &str,
-    source: &str,
-    total: usize,
-    per_tx: usize,
-    overrides: &[(String, String)],
-) -> Result<(f64, f64)> {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::client::DefaultClientContext;
-    use rdkafka::config::ClientConfig;
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-    use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-    use rdkafka::TopicPartitionList;
+fn print_run(r: &Run) {
+    println!(
+        "  {:<13} snapshot {:8.0} rows/s ({:5.1}% of COPY, {:5.1}% of its floor) | floor {:8.0} records/s ({:5.1}% of COPY) | {:6.0} B/record | CPU {:5.1} µs/row capture, {:4.1} µs/record floor producer | RSS peak {:.0} MB",
+        r.format.name(),
+        r.snap_rate,
+        100.0 * r.snap_rate / r.copy_rate,
+        100.0 * r.snap_rate / r.floor_rate,
+        r.floor_rate,
+        100.0 * r.floor_rate / r.copy_rate,
+        r.record_bytes,
+        r.cpu_us,
+        r.floor_cpu_us,
+        r.peak_mb
+    );
+}
 
-    const SAMPLE: usize = 10_000;
-    let timeout = Duration::from_secs(30);
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", format!("{source}-floor"))
-        .set("isolation.level", "read_committed")
-        .set("enable.auto.commit", "false")
-        .create()?;
-    let metadata = consumer.fetch_metadata(Some(source), timeout)?;
-    let partitions = metadata
-        .topics()
-        .first()
-        .map(|t| t.partitions().len())
-        .filter(|n| *n > 0)
-        .context("capture's topic has no partitions")?;
-    let mut assignment = TopicPartitionList::new();
-    for p in 0..partitions as i32 {
-        assignment.add_partition_offset(source, p, rdkafka::Offset::Beginning)?;
-    }
-    consumer.assign(&assignment)?;
-    let mut sample = Vec::with_capacity(SAMPLE);
-    let deadline = Instant::now() + timeout;
-    while sample.len() < SAMPLE.min(total) && Instant::now() < deadline {
-        let Some(m) = consumer.poll(Duration::from_millis(500)) else {
-            continue;
+/// Each format's median over the rounds, as % of its round's COPY.
+fn print_summary(runs: &[Run], formats: &[Format]) {
+    println!("median over rounds     snapshot %COPY   floor %COPY   B/record   capture µs/row");
+    for &f in formats {
+        let mine: Vec<&Run> = runs.iter().filter(|r| r.format == f).collect();
+        let median = |v: &dyn Fn(&Run) -> f64| {
+            let mut x: Vec<f64> = mine.iter().map(|r| v(r)).collect();
+            x.sort_by(f64::total_cmp);
+            x.get(x.len() / 2).copied().unwrap_or(0.0)
         };
-        let m = m?;
-        let headers: Vec<(String, Vec<u8>)> = m
-            .headers()
-            .map(|h| {
-                h.iter()
-                    .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        sample.push((
-            m.key().unwrap_or_default().to_vec(),
-            m.payload().unwrap_or_default().to_vec(),
-            headers,
-        ));
+        println!(
+            "  {:<13}        {:10.1}   {:11.1}   {:8.0}   {:14.1}",
+            f.name(),
+            median(&|r| 100.0 * r.snap_rate / r.copy_rate),
+            median(&|r| 100.0 * r.floor_rate / r.copy_rate),
+            median(&|r| r.record_bytes),
+            median(&|r| r.cpu_us)
+        );
     }
-    if sample.is_empty() {
-        bail!("read no records back from {source}");
-    }
-
-    let floor = format!("{source}-floor");
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()?;
-    let new = NewTopic::new(&floor, partitions as i32, TopicReplication::Fixed(1))
-        .set("max.message.bytes", "10485760");
-    futures::executor::block_on(admin.create_topics([&new], &AdminOptions::new()))?;
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", brokers)
-        .set("transactional.id", &floor)
-        .set("queue.buffering.max.kbytes", "65536");
-    for (k, v) in oncely_capture::catalog::PRODUCER_SETTINGS {
-        config.set(*k, *v);
-    }
-    for (k, v) in overrides {
-        config.set(k, v);
-    }
-    let producer: ThreadedProducer<_> = config.create()?;
-    producer.init_transactions(timeout)?;
-    let cpu_before = bench_support::cpu_seconds(std::process::id());
-    let t = Instant::now();
-    let mut sent = 0;
-    while sent < total {
-        producer.begin_transaction()?;
-        for _ in 0..per_tx.min(total - sent) {
-            let (key, value, headers) = &sample[sent % sample.len()];
-            let mut owned = OwnedHeaders::new_with_capacity(headers.len());
-            for (k, v) in headers {
-                owned = owned.insert(Header {
-                    key: k,
-                    value: Some(v),
-                });
-            }
-            let mut record = BaseRecord::to(&floor)
-                .key(key.as_slice())
-                .payload(value.as_slice())
-                .headers(owned);
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        record = back;
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    Err((e, _)) => return Err(e.into()),
-                }
-            }
-            sent += 1;
-        }
-        producer.commit_transaction(timeout)?;
-    }
-    let secs = t.elapsed().as_secs_f64();
-    let cpu = bench_support::cpu_seconds(std::process::id()) - cpu_before;
-    Ok((secs, cpu))
 }

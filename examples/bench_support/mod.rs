@@ -3,9 +3,11 @@
 //! (A folder, not `examples/*.rs`, so cargo does not build it as an example.)
 #![allow(dead_code)] // each bench uses a part
 
+pub mod floor;
+
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use tokio_postgres::{Client, NoTls};
 
 /// The services `scripts/services env` describes.
@@ -68,6 +70,70 @@ impl Services {
             .with_context(|| format!("create database {name}"))?;
         self.connect(name).await
     }
+}
+
+/// How capture writes keys and values: the benchmarks compare them in one
+/// run (`BENCH_FORMATS`, comma separated; default all three).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Avro through the schema registry (`ONCELY_REGISTRY_URL`).
+    Avro,
+    /// Connect's JSON with the schema inline (`schemas.enable = true`).
+    Json,
+    /// Connect's JSON without it (`schemas.enable = false`).
+    JsonNoSchema,
+}
+
+impl Format {
+    pub const ALL: [Format; 3] = [Format::Avro, Format::Json, Format::JsonNoSchema];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Avro => "avro",
+            Format::Json => "json",
+            Format::JsonNoSchema => "json-noschema",
+        }
+    }
+
+    /// `BENCH_FORMATS`, e.g. `avro,json`; all three when unset.
+    pub fn from_env() -> Result<Vec<Format>> {
+        let Ok(list) = std::env::var("BENCH_FORMATS") else {
+            return Ok(Self::ALL.to_vec());
+        };
+        list.split(',')
+            .filter(|f| !f.is_empty())
+            .map(
+                |f| match Self::ALL.into_iter().find(|a| a.name() == f.trim()) {
+                    Some(a) => Ok(a),
+                    None => bail!("BENCH_FORMATS: {f:?} is not avro, json or json-noschema"),
+                },
+            )
+            .collect()
+    }
+
+    /// Capture's top-level config lines for this format.
+    pub fn capture_config(self) -> Result<String> {
+        Ok(match self {
+            Format::Avro => format!(
+                "schemas.enable = true\nkey.converter = \"avro\"\nvalue.converter = \"avro\"\n\
+                 schema.registry.url = \"{}\"\n",
+                env("ONCELY_REGISTRY_URL")?
+            ),
+            Format::Json => "schemas.enable = true\n".into(),
+            Format::JsonNoSchema => "schemas.enable = false\n".into(),
+        })
+    }
+}
+
+/// `BENCH_ROUNDS`: how many times each comparison repeats, interleaved
+/// (default 1).
+pub fn rounds() -> Result<usize> {
+    Ok(std::env::var("BENCH_ROUNDS")
+        .ok()
+        .map(|v| v.parse())
+        .transpose()
+        .context("BENCH_ROUNDS")?
+        .unwrap_or(1))
 }
 
 /// A random tag that keeps a run's databases, slots and topics apart.

@@ -14,11 +14,18 @@
 //! without trailing zeros (Debezium's precise arrays drop them), `varbit`
 //! without leading zeros (Debezium sends no length). docs/debezium.md
 //! lists what else it changes.
+//!
+//! Once more with Debezium writing Avro: Apicurio Registry's Kafka Connect
+//! converter (a plugin from `scripts/services connect`, found through
+//! `ONCELY_CONNECT_AVRO_PLUGINS`) as key and value converter, in Confluent's
+//! wire format, registering through the same registry whose Confluent API the
+//! sinks read (`ONCELY_REGISTRY_URL`).
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, ensure, Context, Result};
 use oncely_testkit::connect::{Connect, Connector, Source};
 
+use crate::harness::capture::raw_records;
 use crate::harness::checks::dead_letters;
 use crate::harness::common;
 use crate::harness::e2e::{summary, Pipeline};
@@ -189,7 +196,11 @@ fn update(id: i64, v: usize) -> String {
 }
 
 /// Starts Debezium on the pipeline's database, slot and topic prefix.
-fn start_connect(p: &Pipeline, settings: &[(&str, &str)]) -> Result<Connect> {
+fn start_connect(
+    p: &Pipeline,
+    settings: &[(&str, &str)],
+    worker: &[(&str, &str)],
+) -> Result<Connect> {
     let password = pg_password();
     let brokers = common::kafka_brokers();
     let table = format!("public.{TABLE}");
@@ -208,7 +219,7 @@ fn start_connect(p: &Pipeline, settings: &[(&str, &str)]) -> Result<Connect> {
         },
         tables: &[&table],
         settings,
-        worker: &[("offset.flush.interval.ms", "1000")],
+        worker,
         jvm: &["-Xmx512m"],
     })
 }
@@ -259,7 +270,46 @@ pub(crate) async fn wait_for_records(connect: &mut Connect, topic: &str, n: i64)
 /// Connect JVMs are heavy: one at a time.
 pub(crate) static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// How Debezium writes keys and values.
+enum Format {
+    /// Connect's JSON converter with schemas (the worker's default).
+    Json,
+    /// Apicurio's Avro converter through the registry at this Confluent API.
+    Avro(String),
+}
+
+/// Apicurio's Avro converter, writing what Confluent's would: the 4-byte
+/// content id (the id the Confluent API serves) after the magic byte, no
+/// headers, subjects `<topic>-key` / `<topic>-value` in the default group.
+fn avro_converter_settings(registry: &str) -> Vec<(String, String)> {
+    // The converter speaks the registry's own v2 API beside the Confluent one.
+    let base = registry.trim_end_matches('/');
+    let base = base.strip_suffix("/apis/ccompat/v7").unwrap_or(base);
+    let mut out = Vec::new();
+    for side in ["key", "value"] {
+        let c = format!("{side}.converter");
+        out.push((
+            c.clone(),
+            "io.apicurio.registry.utils.converter.AvroConverter".into(),
+        ));
+        for (k, v) in [
+            ("apicurio.registry.url", format!("{base}/apis/registry/v2")),
+            ("apicurio.registry.auto-register", "true".into()),
+            ("apicurio.registry.as-confluent", "true".into()),
+            ("apicurio.registry.use-id", "contentId".into()),
+            ("apicurio.registry.headers.enabled", "false".into()),
+        ] {
+            out.push((format!("{c}.{k}"), v));
+        }
+    }
+    out
+}
+
 async fn run(name: &str, settings: &[(&str, &str)]) -> Result<()> {
+    run_as(name, settings, Format::Json).await
+}
+
+async fn run_as(name: &str, settings: &[(&str, &str)], format: Format) -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     // The capture config only describes the source to `oncely verify`:
     // Debezium's default interval encoding is microseconds, so verify
@@ -271,15 +321,41 @@ async fn run(name: &str, settings: &[(&str, &str)]) -> Result<()> {
         "interval.handling.mode = \"numeric\"\n",
     )
     .await?;
-    let result = exercise(&p, settings).await;
+    let result = exercise(&p, settings, &format).await;
     p.cleanup().await;
     result
 }
 
-async fn exercise(p: &Pipeline, settings: &[(&str, &str)]) -> Result<()> {
+fn as_refs(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+async fn exercise(p: &Pipeline, settings: &[(&str, &str)], format: &Format) -> Result<()> {
     let topic = p.env.topic(TABLE);
-    let mut connect = start_connect(p, settings)?;
+    let mut worker = vec![("offset.flush.interval.ms".to_owned(), "1000".to_owned())];
+    let mut settings: Vec<(String, String)> = settings
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if let Format::Avro(registry) = format {
+        let plugins = std::env::var("ONCELY_CONNECT_AVRO_PLUGINS").context(
+            "ONCELY_CONNECT_AVRO_PLUGINS is not set: run `scripts/services connect` (it fetches \
+             Apicurio's Avro converter) and `eval \"$(scripts/services env)\"`",
+        )?;
+        worker.push(("plugin.path".into(), plugins));
+        settings.extend(avro_converter_settings(registry));
+        for i in 0..p.sinks.len() {
+            p.prepend_sink_runner_keys(i, &format!("schema.registry.url = \"{registry}\""))?;
+        }
+    }
+    let mut connect = start_connect(p, &as_refs(&settings), &as_refs(&worker))?;
     wait_for_records(&mut connect, &topic, SNAPSHOT_ROWS).await?;
+    if let Format::Avro(registry) = format {
+        in_confluent_wire_format(&topic, registry).await?;
+    }
 
     // Streamed changes, one transaction each: inserts, updates (big left
     // unchanged), a primary-key update (delete, tombstone, create) and deletes
@@ -313,6 +389,35 @@ async fn exercise(p: &Pipeline, settings: &[(&str, &str)]) -> Result<()> {
     wait_for_records(&mut connect, &topic, expected).await?;
 
     every_target_equal(p, connect).await
+}
+
+/// The first records of `topic` are Avro in Confluent's wire format, their
+/// ids known to the registry's Confluent API as schemas of Debezium's
+/// envelope: so the sinks below read Avro, not a JSON fallback.
+async fn in_confluent_wire_format(topic: &str, registry: &str) -> Result<()> {
+    let name = topic.to_owned();
+    let records = tokio::task::spawn_blocking(move || raw_records(&name, 3)).await??;
+    let client = oncely_core::avro::registry::RegistryClient::new(registry)?;
+    for (key, value) in &records {
+        ensure!(
+            key[0] == 0 && value[0] == 0,
+            "not Confluent's wire format: key {:?}, value {:?}",
+            &key[..key.len().min(8)],
+            &value[..value.len().min(8)]
+        );
+        let (id, body) = oncely_core::avro::wire::unframe(value)?;
+        let payload = client
+            .schema(id)
+            .await
+            .with_context(|| format!("value schema id {id}"))?
+            .decode(body)?;
+        ensure!(payload["op"] == "r", "a snapshot read: {payload}");
+        ensure!(payload["after"]["id"].is_i64(), "{payload}");
+        let (id, body) = oncely_core::avro::wire::unframe(key)?;
+        let key = client.schema(id).await?.decode(body)?;
+        ensure!(key["id"].is_i64(), "{key}");
+    }
+    Ok(())
 }
 
 /// The three sinks read what Debezium wrote; `oncely verify` (without a
@@ -364,4 +469,10 @@ async fn debezium_string_decimals_reach_every_target_equal() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn debezium_connect_time_precision_reaches_every_target_equal() -> Result<()> {
     run("dbz_connect", &[("time.precision.mode", "connect")]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn debezium_avro_through_the_registry_reaches_every_target_equal() -> Result<()> {
+    let registry = common::registry_url();
+    run_as("dbz_avro", &[], Format::Avro(registry)).await
 }

@@ -70,7 +70,7 @@ impl AvroCodec {
         let avro = connect_to_avro_adjusted(connect, names)?;
         let avro_json = avro.to_string();
         let shape = value::Node::of(connect, &|n| names::adjust(n, names.field))?;
-        Self::build(connect.clone(), avro_json, shape)
+        Self::build(connect.clone(), avro_json, &avro, shape)
     }
 
     /// The codec of an Avro schema's JSON text (a reader's side: a schema
@@ -84,11 +84,22 @@ impl AvroCodec {
         let shape = value::Node::of(&connect, &|n| {
             adjusted.get(n).cloned().unwrap_or_else(|| n.to_owned())
         })?;
-        Self::build(connect, avro_json.to_owned(), shape)
+        Self::build(
+            connect,
+            avro_json.to_owned(),
+            &schema::with_valid_names(&avro),
+            shape,
+        )
     }
 
-    fn build(connect: Value, avro_json: String, shape: value::Node) -> Result<Self, AvroError> {
-        let avro = apache_avro::Schema::parse_str(&avro_json).map_err(AvroError::avro)?;
+    /// `avro_json` is kept as registered; `parse` is what apache_avro reads.
+    fn build(
+        connect: Value,
+        avro_json: String,
+        parse: &Value,
+        shape: value::Node,
+    ) -> Result<Self, AvroError> {
+        let avro = apache_avro::Schema::parse(parse).map_err(AvroError::avro)?;
         Ok(Self {
             connect,
             avro_json,

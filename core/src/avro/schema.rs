@@ -237,6 +237,50 @@ fn connect_props(s: &Value, out: &mut Map<String, Value>, with_name: bool) {
     }
 }
 
+/// `avro` with every record, enum and fixed name (and each reference to
+/// one) made a name apache_avro accepts, as [`adjust_fullname`] makes them.
+/// Java's Avro lets a namespace such as Debezium's `my-server.public.t`
+/// through (its converters take the topic prefix as it is); the names do
+/// not change how a body decodes, and the Connect names come from the schema
+/// as written.
+pub(super) fn with_valid_names(avro: &Value) -> Value {
+    const PRIMITIVES: [&str; 8] = [
+        "null", "boolean", "int", "long", "float", "double", "bytes", "string",
+    ];
+    let valid = |v: &Value| match v.as_str() {
+        Some(n) if !n.is_empty() => Value::String(adjust_fullname(n, NameMode::Avro)),
+        _ => v.clone(),
+    };
+    match avro {
+        Value::String(s) if PRIMITIVES.contains(&s.as_str()) => avro.clone(),
+        Value::String(_) => valid(avro),
+        Value::Array(branches) => branches.iter().map(with_valid_names).collect(),
+        Value::Object(o) => {
+            let named = matches!(
+                o.get("type").and_then(Value::as_str),
+                Some("record" | "enum" | "fixed")
+            );
+            let mut out = o.clone();
+            for (key, v) in out.iter_mut() {
+                match key.as_str() {
+                    "name" | "namespace" if named => *v = valid(v),
+                    "type" | "items" | "values" => *v = with_valid_names(v),
+                    "fields" => {
+                        for field in v.as_array_mut().into_iter().flatten() {
+                            if let Some(t) = field.get_mut("type") {
+                                *t = with_valid_names(t);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Value::Object(out)
+        }
+        _ => avro.clone(),
+    }
+}
+
 /// The Connect schema of an Avro schema (as JSON): `AvroData`'s reverse,
 /// for schemas oncely registered and those Debezium's Avro converter did.
 pub fn avro_to_connect(avro: &Value) -> Result<Value, AvroError> {

@@ -237,3 +237,37 @@ fn values_that_do_not_fit_are_named() {
     assert!(e.contains("null in a required field"), "{e}");
     assert!(codec.decode(b"\xff\xff\xff").is_err());
 }
+
+/// Debezium's converters take the topic prefix as the records' namespace
+/// unchanged (without `schema.name.adjustment.mode = avro`): Java's Avro
+/// accepts `my-server.public.t`, apache_avro refuses it. A reader decodes
+/// such a schema all the same, its Connect names kept as written.
+#[test]
+fn a_namespace_avro_refuses_is_still_read() {
+    let avro = json!({
+        "type": "record", "name": "Envelope", "namespace": "my-server.public.t",
+        "fields": [
+            {"name": "before", "type": ["null", {"type": "record", "name": "Value",
+                "fields": [{"name": "id", "type": "long"}],
+                "connect.name": "my-server.public.t.Value"}], "default": null},
+            {"name": "after", "type": ["null", "Value"], "default": null},
+            {"name": "again", "type": ["null", "my-server.public.t.Value"], "default": null},
+            {"name": "op", "type": "string"}
+        ],
+        "connect.name": "my-server.public.t.Envelope"
+    })
+    .to_string();
+    let codec = AvroCodec::from_avro(&avro).expect("a schema Java's Avro accepts");
+    assert_eq!(codec.avro_schema(), avro, "kept as registered");
+    assert_eq!(
+        codec.connect_schema()["name"],
+        "my-server.public.t.Envelope"
+    );
+    assert_eq!(
+        codec.connect_schema()["fields"][1]["name"],
+        "my-server.public.t.Value"
+    );
+    let payload = json!({"before": null, "after": {"id": 7}, "again": {"id": 8}, "op": "c"});
+    let body = codec.encode(&payload).expect("encode");
+    assert_eq!(codec.decode(&body).expect("decode"), payload);
+}

@@ -5,50 +5,14 @@
 //! across a schema change (a new schema version) and a SIGKILL of capture
 //! in the middle of a stream of transactions (the replay registers the same
 //! schemas again and gets the same ids), with no dead letter.
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
-use rdkafka::consumer::Consumer;
-use rdkafka::message::Message;
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use anyhow::{Context, Result};
 
-use crate::harness::capture::{committed_reader, kill9};
+use crate::harness::capture::{kill9, raw_records};
 use crate::harness::checks::dead_letters;
+use crate::harness::common::registry_url;
 use crate::harness::e2e::Pipeline;
-
-fn registry_url() -> String {
-    std::env::var("ONCELY_REGISTRY_URL").unwrap_or_else(|_| {
-        panic!("ONCELY_REGISTRY_URL is not set: run `scripts/services up` and `eval \"$(scripts/services env)\"`")
-    })
-}
-
-/// Puts a runner key before the `[sink]` table of sink config `i`.
-fn prepend_runner_key(p: &Pipeline, i: usize, line: &str) -> Result<()> {
-    let text = std::fs::read_to_string(&p.sinks[i])?;
-    std::fs::write(&p.sinks[i], format!("{line}\n{text}"))?;
-    Ok(())
-}
-
-/// The raw keys and values of the first `n` records of `topic` (partition 0).
-fn raw_records(topic: &str, n: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let consumer = committed_reader("avro-raw")?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)?;
-    consumer.assign(&tpl)?;
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while out.len() < n {
-        if Instant::now() > deadline {
-            bail!("read {} of {n} records of {topic}", out.len());
-        }
-        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
-            if let (Some(k), Some(v)) = (m.key(), m.payload()) {
-                out.push((k.to_vec(), v.to_vec()));
-            }
-        }
-    }
-    Ok(out)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn avro_through_the_registry_reaches_every_target() -> Result<()> {
@@ -64,7 +28,7 @@ async fn avro_through_the_registry_reaches_every_target() -> Result<()> {
     )
     .await?;
     for i in 0..p.sinks.len() {
-        prepend_runner_key(&p, i, &format!("schema.registry.url = \"{url}\""))?;
+        p.prepend_sink_runner_keys(i, &format!("schema.registry.url = \"{url}\""))?;
     }
     let mut capture = p.spawn_capture()?;
     p.env.wait_slot_active().await?;

@@ -162,14 +162,6 @@ async fn a_sink_never_resumes_past_records_kafka_deleted() -> Result<()> {
     Ok(())
 }
 
-/// Puts runner keys ahead of the `[sink]` table of sink config `i`.
-fn prepend_runner_keys(p: &Pipeline, i: usize, lines: &str) -> Result<()> {
-    let path = &p.sinks[i];
-    let text = std::fs::read_to_string(path)?;
-    std::fs::write(path, format!("{lines}\n{text}"))?;
-    Ok(())
-}
-
 /// With `gap.recovery = "snapshot"` the same gap — now holding deletes and
 /// updates too — needs no person: each sink requests a snapshot of the
 /// table through capture's signal table, removes the rows older than it
@@ -192,8 +184,7 @@ async fn a_gap_is_recovered_by_a_snapshot_without_a_person() -> Result<()> {
     let topic = p.topics()[0].clone();
     let capture_config = std::fs::canonicalize(&p.capture_config)?;
     for i in 0..3 {
-        prepend_runner_keys(
-            &p,
+        p.prepend_sink_runner_keys(
             i,
             &format!(
                 // A /readyz for `oncely status` to read.

@@ -381,6 +381,28 @@ pub fn committed_reader(group: &str) -> Result<BaseConsumer> {
         .create()?)
 }
 
+/// The raw keys and values of the first `n` records of `topic` (partition 0)
+/// that have both.
+pub fn raw_records(topic: &str, n: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let consumer = committed_reader("raw")?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)?;
+    consumer.assign(&tpl)?;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while out.len() < n {
+        if Instant::now() > deadline {
+            bail!("read {} of {n} records of {topic}", out.len());
+        }
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            if let (Some(k), Some(v)) = (m.key(), m.payload()) {
+                out.push((k.to_vec(), v.to_vec()));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Everything committed on `topics` (single-partition topics), read from the start.
 pub fn read_committed(topics: &[String]) -> Result<Vec<Seen>> {
     let consumer = committed_reader("reader")?;

@@ -34,6 +34,12 @@ pub fn redis_url() -> String {
     env_var("ONCELY_REDIS_URL")
 }
 
+/// The schema registry's Confluent-compatible API,
+/// `http://127.0.0.1:18081/apis/ccompat/v7` by default.
+pub fn registry_url() -> String {
+    env_var("ONCELY_REGISTRY_URL")
+}
+
 /// A fresh lower-case name such as `prefix_3f9a0c1b2d4e5f60`, valid as a
 /// PostgreSQL identifier, slot name, Kafka topic, Elasticsearch index or key.
 pub use oncely_testkit::kafka::unique;

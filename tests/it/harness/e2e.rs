@@ -205,6 +205,15 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Puts `lines` before the `[sink]` table of sink config `i`: they
+    /// become runner keys (e.g. `schema.registry.url`).
+    pub fn prepend_sink_runner_keys(&self, i: usize, lines: &str) -> Result<()> {
+        let path = &self.sinks[i];
+        let text = std::fs::read_to_string(path)?;
+        std::fs::write(path, format!("{lines}\n{text}"))?;
+        Ok(())
+    }
+
     pub fn sink_log(&self, i: usize) -> String {
         std::fs::read_to_string(self.sinks[i].with_extension("log")).unwrap_or_default()
     }
