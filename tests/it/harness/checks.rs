@@ -108,6 +108,30 @@ pub struct ChangeScan {
 /// Reads `topics` to their end with `read_committed`, keeping only each
 /// event's identity, so memory stays small on long runs.
 pub fn scan_changes(topics: &[String]) -> Result<ChangeScan> {
+    scan_changes_with(topics, |bytes| Ok(serde_json::from_slice(bytes)?))
+}
+
+/// [`scan_changes`] of topics in Confluent's Avro wire format, each value
+/// decoded through the registry at `registry_url` (to the JSON converter's
+/// form). Runs on a blocking thread of a tokio runtime (it waits for the
+/// registry's answers on `handle`).
+pub fn scan_avro_changes(
+    topics: &[String],
+    registry_url: &str,
+    handle: tokio::runtime::Handle,
+) -> Result<ChangeScan> {
+    let registry = oncely_core::avro::registry::RegistryClient::new(registry_url)?;
+    scan_changes_with(topics, |bytes| {
+        let (id, body) = oncely_core::avro::wire::unframe(bytes)?;
+        let codec = handle.block_on(registry.schema(id))?;
+        Ok(codec.decode(body)?)
+    })
+}
+
+fn scan_changes_with(
+    topics: &[String],
+    decode: impl Fn(&[u8]) -> Result<serde_json::Value>,
+) -> Result<ChangeScan> {
     use std::collections::HashMap;
     use std::time::Instant;
 
@@ -142,7 +166,7 @@ pub fn scan_changes(topics: &[String]) -> Result<ChangeScan> {
                     scan.tombstones += 1;
                     continue;
                 };
-                let value: Value = serde_json::from_slice(bytes)?;
+                let value: Value = decode(bytes)?;
                 let payload = value.get("payload").unwrap_or(&value);
                 let source = &payload["source"];
                 let op = payload["op"].as_str().and_then(|o| o.chars().next());
