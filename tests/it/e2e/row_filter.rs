@@ -391,3 +391,68 @@ async fn refused(env: &CaptureEnv) -> Result<()> {
     assert_eq!(held, "(region = 'us'::text)");
     Ok(())
 }
+
+/// A filter calling `lower(name)` on a varchar column, and a
+/// `public.lower(varchar)` created once capture runs: on the default
+/// search_path that one matches better than the built-in `lower(text)`.
+const SHADOWED: &str = "
+    CREATE TABLE people (id int PRIMARY KEY, name varchar(20) NOT NULL);
+    ALTER TABLE people REPLICA IDENTITY FULL;
+    INSERT INTO people VALUES (1, 'KEEP'), (2, 'keep'), (3, 'drop'), (4, 'Drop');
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_evaluates_the_filter_as_capture_does_despite_a_shadowing_function() -> Result<()> {
+    let p = Pipeline::new(
+        "row_filter_shadow",
+        SHADOWED,
+        &["people"],
+        &format!(
+            "publication.autocreate.mode = \"filtered\"\nsnapshot.mode = \"initial\"\n{}",
+            filter_of("people", "lower(name) = 'keep'")
+        ),
+    )
+    .await?;
+    let result = shadowed(&p).await;
+    if result.is_err() {
+        eprintln!("logs in {}", p.env.dir.display());
+    }
+    p.cleanup().await;
+    result
+}
+
+async fn shadowed(p: &Pipeline) -> Result<()> {
+    let mut capture = p.spawn_capture()?;
+    p.env.wait_slot_active().await?;
+    let mut sinks = (0..p.sinks.len())
+        .map(|i| p.spawn_sink(i))
+        .collect::<Result<Vec<_>>>()?;
+    let report = p.verify_until_equal(Duration::from_secs(180)).await?;
+    ensure!(report.is_equal(), "after the snapshot:\n{report}");
+    // Matches every row: resolved along the default search_path, the
+    // filter would mean all four rows, which capture never published.
+    p.env
+        .client
+        .batch_execute(
+            "CREATE FUNCTION public.lower(varchar) RETURNS text LANGUAGE sql IMMUTABLE
+             AS $$ SELECT 'keep'::text $$",
+        )
+        .await?;
+    let resolved: String = p
+        .env
+        .client
+        .query_one("SELECT lower('x'::varchar)", &[])
+        .await?
+        .get(0);
+    ensure!(resolved == "keep", "the shadowing function is not picked");
+    let report = p.verify(Duration::from_secs(120)).await?;
+    ensure!(
+        report.is_equal(),
+        "verify under a shadowing function:\n{report}"
+    );
+    for s in sinks.iter_mut() {
+        kill9(s);
+    }
+    kill9(&mut capture);
+    Ok(())
+}
