@@ -456,3 +456,41 @@ async fn shadowed(p: &Pipeline) -> Result<()> {
     kill9(&mut capture);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_table_published_through_its_schema_is_refused_naming_the_fix() -> Result<()> {
+    let env = CaptureEnv::new("row_filter_in_schema").await?;
+    let result = in_schema(&env).await;
+    if result.is_err() {
+        eprintln!("logs in {}", env.dir.display());
+    }
+    env.cleanup().await;
+    result
+}
+
+async fn in_schema(env: &CaptureEnv) -> Result<()> {
+    env.client
+        .batch_execute(
+            "CREATE TABLE acct (id int PRIMARY KEY, region text);
+             INSERT INTO acct VALUES (1, 'eu'), (2, 'us');
+             CREATE PUBLICATION oncely_publication FOR TABLES IN SCHEMA public;",
+        )
+        .await?;
+    for mode in ["filtered", "disabled"] {
+        let (ok, err) = start(
+            env,
+            &format!(
+                "publication.autocreate.mode = \"{mode}\"\n{}",
+                filter_of("acct", "id > 1")
+            ),
+        )?;
+        ensure!(!ok, "{mode}: a schema publication with a filter started");
+        ensure!(
+            err.contains("TABLES IN SCHEMA public")
+                && err.contains("DROP TABLES IN SCHEMA")
+                && err.contains("public.acct"),
+            "{mode}: {err}"
+        );
+    }
+    Ok(())
+}
