@@ -5,7 +5,10 @@
 //! as a create; `oncely verify` is equal under the filter and reports the
 //! rows a narrower filter leaves out as held by the targets; a capture
 //! killed mid-snapshot resumes with the filter; a filter that is not one
-//! expression, or that the replica identity does not cover, stops start-up.
+//! expression, or that the replica identity does not cover, or a table the
+//! publication holds through its schema, stops start-up; a partitioned
+//! table is filtered through its root; verify resolves the filter among
+//! the built-in functions only, as capture does.
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
