@@ -13,6 +13,7 @@ pub use crate::naming::quote_ident;
 pub use crate::offset::{read_stored_offset, SourceOffset};
 pub use crate::schema_change::topic as schema_change_topic;
 pub use crate::snapshot::signal::check_filter;
+pub use crate::sources::postgres::chunk::FILTER_SEARCH_PATH;
 pub use crate::sources::postgres::control::{
     captured_tables, connect_with, pg_config, selected_tables, CapturedTable, PUBLISHED_COLUMN,
 };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use oncely_capture::catalog::mysql::{self, Cell, ColumnShape, MappingConfig, TableShape};
 use oncely_capture::catalog::{
-    checked_action, Characters, ColumnPolicy, Mask, TypeRegistry, ValueKind,
+    checked_action, Characters, ColumnPolicy, Mask, TypeRegistry, ValueKind, FILTER_SEARCH_PATH,
 };
 use oncely_capture::config::{CaptureConfig, SourceKind};
 use oncely_sinks::debezium::DebeziumColumn;
@@ -259,9 +259,12 @@ impl PgSource {
         for t in captured {
             // The columns pgoutput sends: stored generated ones from
             // PostgreSQL 18 on, virtual ones never.
+            // Type names as format_type renders them under capture's
+            // filter search_path: qualified unless built in, so the casts
+            // of key text resolve the same under either path.
             let rows = self
-                .client
-                .query(
+                .query_confined(
+                    true,
                     &format!(
                         "SELECT a.attname::text, a.atttypid, format_type(a.atttypid, a.atttypmod), a.atttypmod
                          FROM pg_attribute a
@@ -312,6 +315,32 @@ impl PgSource {
         Ok(row.get::<_, i64>(0) as u64)
     }
 
+    /// `sql`, and when `confined` as capture runs a filtered chunk: in a
+    /// read-only transaction with names resolved among the built-in
+    /// functions and operators only (`FILTER_SEARCH_PATH`), so a filter
+    /// means what capture and the publication take it to mean, and a
+    /// same-named function elsewhere on the path never runs as verify's role.
+    async fn query_confined(
+        &self,
+        confined: bool,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        if !confined {
+            return self.client.query(sql, params).await;
+        }
+        self.client
+            .batch_execute(&format!(
+                "BEGIN READ ONLY; SET LOCAL search_path = {FILTER_SEARCH_PATH}"
+            ))
+            .await?;
+        let rows = self.client.query(sql, params).await;
+        // Read-only: ending it either way changes nothing.
+        let end = if rows.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        self.client.batch_execute(end).await?;
+        rows
+    }
+
     /// Up to `limit` rows with keys after `after` (from the start when `None`), in key order.
     pub async fn page(
         &self,
@@ -342,8 +371,7 @@ impl PgSource {
         }
         sql.push_str(&format!(" ORDER BY {keys} LIMIT {limit}"));
         let rows = self
-            .client
-            .query(&sql, &params)
+            .query_confined(table.filter.is_some(), &sql, &params)
             .await
             .map_err(VerifyError::pg("read a page of a source table"))?;
         Ok(rows
@@ -456,7 +484,9 @@ impl PgSource {
         );
         let params: Vec<&(dyn ToSql + Sync)> =
             columns.iter().map(|c| c as &(dyn ToSql + Sync)).collect();
-        let rows = self.client.query(&sql, &params).await?;
+        let rows = self
+            .query_confined(table.filter.is_some(), &sql, &params)
+            .await?;
         Ok(rows
             .iter()
             .map(|r| (0..n).map(|i| r.get::<_, String>(i)).collect())

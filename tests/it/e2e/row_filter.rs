@@ -5,7 +5,10 @@
 //! as a create; `oncely verify` is equal under the filter and reports the
 //! rows a narrower filter leaves out as held by the targets; a capture
 //! killed mid-snapshot resumes with the filter; a filter that is not one
-//! expression, or that the replica identity does not cover, stops start-up.
+//! expression, or that the replica identity does not cover, or a table the
+//! publication holds through its schema, stops start-up; a partitioned
+//! table is filtered through its root; verify resolves the filter among
+//! the built-in functions only, as capture does.
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -389,5 +392,190 @@ async fn refused(env: &CaptureEnv) -> Result<()> {
         .await?
         .get(0);
     assert_eq!(held, "(region = 'us'::text)");
+    Ok(())
+}
+
+/// A filter calling `lower(name)` on a varchar column, and a
+/// `public.lower(varchar)` created once capture runs: on the default
+/// search_path that one matches better than the built-in `lower(text)`.
+const SHADOWED: &str = "
+    CREATE TABLE people (id int PRIMARY KEY, name varchar(20) NOT NULL);
+    ALTER TABLE people REPLICA IDENTITY FULL;
+    INSERT INTO people VALUES (1, 'KEEP'), (2, 'keep'), (3, 'drop'), (4, 'Drop');
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_evaluates_the_filter_as_capture_does_despite_a_shadowing_function() -> Result<()> {
+    let p = Pipeline::new(
+        "row_filter_shadow",
+        SHADOWED,
+        &["people"],
+        &format!(
+            "publication.autocreate.mode = \"filtered\"\nsnapshot.mode = \"initial\"\n{}",
+            filter_of("people", "lower(name) = 'keep'")
+        ),
+    )
+    .await?;
+    let result = shadowed(&p).await;
+    if result.is_err() {
+        eprintln!("logs in {}", p.env.dir.display());
+    }
+    p.cleanup().await;
+    result
+}
+
+async fn shadowed(p: &Pipeline) -> Result<()> {
+    let mut capture = p.spawn_capture()?;
+    p.env.wait_slot_active().await?;
+    let mut sinks = (0..p.sinks.len())
+        .map(|i| p.spawn_sink(i))
+        .collect::<Result<Vec<_>>>()?;
+    let report = p.verify_until_equal(Duration::from_secs(180)).await?;
+    ensure!(report.is_equal(), "after the snapshot:\n{report}");
+    // Matches every row: resolved along the default search_path, the
+    // filter would mean all four rows, which capture never published.
+    p.env
+        .client
+        .batch_execute(
+            "CREATE FUNCTION public.lower(varchar) RETURNS text LANGUAGE sql IMMUTABLE
+             AS $$ SELECT 'keep'::text $$",
+        )
+        .await?;
+    let resolved: String = p
+        .env
+        .client
+        .query_one("SELECT lower('x'::varchar)", &[])
+        .await?
+        .get(0);
+    ensure!(resolved == "keep", "the shadowing function is not picked");
+    let report = p.verify(Duration::from_secs(120)).await?;
+    ensure!(
+        report.is_equal(),
+        "verify under a shadowing function:\n{report}"
+    );
+    for s in sinks.iter_mut() {
+        kill9(s);
+    }
+    kill9(&mut capture);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_table_published_through_its_schema_is_refused_naming_the_fix() -> Result<()> {
+    let env = CaptureEnv::new("row_filter_in_schema").await?;
+    let result = in_schema(&env).await;
+    if result.is_err() {
+        eprintln!("logs in {}", env.dir.display());
+    }
+    env.cleanup().await;
+    result
+}
+
+async fn in_schema(env: &CaptureEnv) -> Result<()> {
+    env.client
+        .batch_execute(
+            "CREATE TABLE acct (id int PRIMARY KEY, region text);
+             INSERT INTO acct VALUES (1, 'eu'), (2, 'us');
+             CREATE PUBLICATION oncely_publication FOR TABLES IN SCHEMA public;",
+        )
+        .await?;
+    for mode in ["filtered", "disabled"] {
+        let (ok, err) = start(
+            env,
+            &format!(
+                "publication.autocreate.mode = \"{mode}\"\n{}",
+                filter_of("acct", "id > 1")
+            ),
+        )?;
+        ensure!(!ok, "{mode}: a schema publication with a filter started");
+        ensure!(
+            err.contains("TABLES IN SCHEMA public")
+                && err.contains("DROP TABLES IN SCHEMA")
+                && err.contains("public.acct"),
+            "{mode}: {err}"
+        );
+    }
+    Ok(())
+}
+
+/// A partitioned table published through its root
+/// (`publish_via_partition_root`), filtered on its partition key.
+const PARTITIONED: &str = "
+    CREATE TABLE events (id int, region text, note text, PRIMARY KEY (id, region))
+      PARTITION BY LIST (region);
+    CREATE TABLE events_eu PARTITION OF events FOR VALUES IN ('eu');
+    CREATE TABLE events_us PARTITION OF events FOR VALUES IN ('us');
+    CREATE TABLE events_other PARTITION OF events DEFAULT;
+    INSERT INTO events SELECT g, (ARRAY['eu', 'us', 'asia'])[g % 3 + 1], 'n' || g
+      FROM generate_series(1, 30) g;
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_partitioned_table_takes_rows_moving_across_partitions_and_the_filter(
+) -> Result<()> {
+    let p = Pipeline::new(
+        "row_filter_partitioned",
+        PARTITIONED,
+        &["events"],
+        &format!(
+            "publication.autocreate.mode = \"filtered\"\nsnapshot.mode = \"initial\"\n{}",
+            filter_of("events", "region <> 'us'")
+        ),
+    )
+    .await?;
+    let result = partitioned(&p).await;
+    if result.is_err() {
+        eprintln!("logs in {}", p.env.dir.display());
+    }
+    p.cleanup().await;
+    result
+}
+
+async fn partitioned(p: &Pipeline) -> Result<()> {
+    let mut capture = p.spawn_capture()?;
+    p.env.wait_slot_active().await?;
+    let mut sinks = (0..p.sinks.len())
+        .map(|i| p.spawn_sink(i))
+        .collect::<Result<Vec<_>>>()?;
+    let report = p.verify_until_equal(Duration::from_secs(180)).await?;
+    ensure!(report.is_equal(), "after the snapshot:\n{report}");
+    // g % 3: 0 -> eu, 1 -> us, 2 -> asia.
+    p.env
+        .client
+        .batch_execute(
+            "UPDATE events SET region = 'asia' WHERE id = 3;   -- eu -> other, stays in
+             UPDATE events SET region = 'us' WHERE id = 6;     -- eu -> us, out
+             UPDATE events SET region = 'eu' WHERE id = 1;     -- us -> eu, in
+             UPDATE events SET note = 'x' WHERE id IN (4, 5);  -- 4 never in, 5 in
+             INSERT INTO events VALUES (100, 'us', 'new'), (101, 'eu', 'new');
+             DELETE FROM events WHERE id IN (7, 9);",
+        )
+        .await
+        .context("the changes")?;
+    let report = p.verify_until_equal(Duration::from_secs(180)).await?;
+    ensure!(report.is_equal(), "after the changes:\n{report}");
+
+    let seen = read_committed(&p.topics())?;
+    let events = ops_by_id(&seen, &p.env.topic("events"));
+    let ops = |id: i64| events.get(&id).cloned().unwrap_or_default();
+    assert_eq!(ops(6), ["r", "d"], "a row moved out is deleted");
+    assert_eq!(ops(1), ["c"], "a row moved in is created");
+    assert_eq!(ops(5), ["r", "u"]);
+    assert_eq!(ops(9), ["r", "d"]);
+    assert_eq!(ops(101), ["c"]);
+    for out in [4, 7, 100] {
+        assert!(
+            ops(out).is_empty(),
+            "row {out} never matched: {:?}",
+            ops(out)
+        );
+    }
+    // Across partitions the key changes (region is in it): the old key
+    // deleted, the new one created.
+    assert_eq!(ops(3), ["r", "d", "c"], "a row moved to another partition");
+    for s in sinks.iter_mut() {
+        kill9(s);
+    }
+    kill9(&mut capture);
     Ok(())
 }

@@ -182,6 +182,7 @@ pub async fn ensure_row_filters(
     tables: &[CapturedTable],
 ) -> Result<(), CaptureError> {
     let name = &cfg.publication_name;
+    check_not_in_schema(client, cfg, tables).await?;
     for table in tables {
         let wanted = match cfg.row_filter(&table.schema, &table.name) {
             Some(_) => probe(client, cfg, table).await?,
@@ -207,6 +208,44 @@ pub async fn ensure_row_filters(
         set_row_filter(client, cfg, table, held.as_ref()).await?;
     }
     Ok(())
+}
+
+/// Refuses a filtered table that the publication holds through `FOR
+/// TABLES IN SCHEMA`: such a table has no row of its own to carry a
+/// filter, and the server refuses adding one by name beside its schema.
+async fn check_not_in_schema(
+    client: &Client,
+    cfg: &CaptureConfig,
+    tables: &[CapturedTable],
+) -> Result<(), CaptureError> {
+    let name = &cfg.publication_name;
+    let schemas: Vec<String> = client
+        .query(
+            "SELECT n.nspname::text FROM pg_publication_namespace pn
+             JOIN pg_publication p ON p.oid = pn.pnpubid
+             JOIN pg_namespace n ON n.oid = pn.pnnspid
+             WHERE p.pubname = $1",
+            &[name],
+        )
+        .await
+        .map_err(CaptureError::pg("read publication schemas"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let Some(table) = tables
+        .iter()
+        .find(|t| schemas.contains(&t.schema) && cfg.row_filter(&t.schema, &t.name).is_some())
+    else {
+        return Ok(());
+    };
+    let publication = quote_ident(name);
+    Err(CaptureError::Prerequisite(format!(
+        "publication `{name}` publishes {} through FOR TABLES IN SCHEMA {}, which cannot filter rows, and table.filter filters it: run ALTER PUBLICATION {publication} DROP TABLES IN SCHEMA {} and publish the captured tables by name (ALTER PUBLICATION {publication} ADD TABLE {}), or drop the publication and let publication.autocreate.mode = \"filtered\" create it",
+        table.qualified(),
+        table.schema,
+        quote_ident(&table.schema),
+        publication_entry(cfg, table)
+    )))
 }
 
 /// Whether the publication holds the configured filter: compared by the
