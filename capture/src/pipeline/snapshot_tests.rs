@@ -194,7 +194,9 @@ async fn a_chunk_publishes_at_its_high_watermark_less_the_rows_the_stream_change
         relation_id: 1,
         old: OldTuple::Key(RowImage(vec![text("2"), Datum::Null])),
     };
-    snap.mark_dirty(&delete, |id| (id == 1).then_some(&rel));
+    snap.mark_dirty(delete.row_change().expect("a row change"), |id| {
+        (id == 1).then_some(&rel)
+    });
     // A low watermark publishes nothing.
     let id = snap.inflight[0].id.clone();
     let low = watermark_content(&id, Watermark::Low);
