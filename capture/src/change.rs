@@ -133,6 +133,7 @@ impl<T: StreamTable + ?Sized> StreamTable for std::sync::Arc<T> {
 
 /// A table described by hand, for the core's unit tests.
 #[cfg(test)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TestTable {
     pub(crate) namespace: &'static str,
     pub(crate) name: &'static str,
