@@ -22,6 +22,8 @@ mod relation;
 
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod row_change_tests;
 
 use bytes::Bytes;
 
