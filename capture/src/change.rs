@@ -43,6 +43,53 @@ impl Row for RowImage {
     }
 }
 
+/// A row change of the stream as the core reads it, whatever the source:
+/// borrowed from the source's decoded event, so reading it copies nothing.
+/// `Id` is the stream's id of a table, valid until the stream describes
+/// the table again (PostgreSQL: the relation's OID; MySQL: the table map's
+/// id).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RowChange<'a, Id> {
+    Insert {
+        table: Id,
+        new: &'a RowImage,
+    },
+    Update {
+        table: Id,
+        /// What the change carried of the row before it, if anything.
+        old: Option<OldRow<'a>>,
+        new: &'a RowImage,
+    },
+    Delete {
+        table: Id,
+        old: OldRow<'a>,
+    },
+    /// Every row of these tables went.
+    Truncate {
+        tables: &'a [Id],
+    },
+}
+
+/// The row before an update or delete, as much of it as the source sent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OldRow<'a> {
+    /// Only the key columns are set; the others are null (PostgreSQL:
+    /// default replica identity; MySQL: `binlog_row_image = MINIMAL`).
+    Key(&'a RowImage),
+    /// Every column (PostgreSQL: REPLICA IDENTITY FULL; MySQL: a full
+    /// before image).
+    Full(&'a RowImage),
+}
+
+impl<'a> OldRow<'a> {
+    /// The row image, whichever kind it is.
+    pub(crate) fn row(self) -> &'a RowImage {
+        match self {
+            OldRow::Key(row) | OldRow::Full(row) => row,
+        }
+    }
+}
+
 /// A table as the change stream describes it at a point of the stream:
 /// what the core reads of it to match a row image's values to columns.
 ///
@@ -86,6 +133,7 @@ impl<T: StreamTable + ?Sized> StreamTable for std::sync::Arc<T> {
 
 /// A table described by hand, for the core's unit tests.
 #[cfg(test)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TestTable {
     pub(crate) namespace: &'static str,
     pub(crate) name: &'static str,

@@ -6,9 +6,12 @@
 //! ([`Slot`]), what the router asks about a table ([`TableCatalog`]), what
 //! the schema watch reads ([`SchemaCatalog`]), the quarantine's checks
 //! ([`QuarantineChecks`]), a signal's ([`SnapshotTableChecks`]) and chunk
-//! reads ([`ChunkReads`]); rows are the core's own (`crate::change`). The
-//! change stream (pgoutput's messages and Relations) and start-up are
-//! still reached directly (the files `sources/boundary_tests.rs` lists).
+//! reads ([`ChunkReads`]); rows are the core's own (`crate::change`), and
+//! the snapshot driver reads the stream's row changes as the core's
+//! `change::RowChange`. The rest of the change stream (pgoutput's messages
+//! and Relations in the stream loop, the router and the resolve step) and
+//! start-up are still reached directly (the files
+//! `sources/boundary_tests.rs` lists).
 
 use tokio::task::JoinHandle;
 

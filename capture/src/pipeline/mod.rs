@@ -81,8 +81,12 @@ struct Pipeline<'a> {
     /// The replication stream and what is known of the source.
     source: Source,
     /// The snapshot chunks in flight and the quarantine's fixes seen.
-    snapshot: SnapshotDriver<pgoutput::Relation>,
+    snapshot: SnapshotDriver<SourceTable>,
 }
+
+/// How the pipeline's source describes a table in its stream: the one
+/// place the pipeline names it, so the components take it as a parameter.
+type SourceTable = pgoutput::Relation;
 
 /// The source side of the pipeline: the stream, where it stands, the
 /// control connection for catalog reads, the chunk reads and the schema
@@ -231,8 +235,10 @@ impl Pipeline<'_> {
         // Every change seen while a chunk is in flight counts, replayed or
         // not: dropping a chunk row is always safe, keeping a stale one is not.
         let router = &self.router;
-        self.snapshot
-            .mark_dirty(&change, |id| router.relation(id).map(|r| &**r));
+        if let Some(rows) = change.row_change() {
+            self.snapshot
+                .mark_dirty(rows, |id| router.relation(id).map(|r| &**r));
+        }
         let Some(position) = position else {
             // Its events are in Kafka; their ordinals still count.
             let ordinals = self.ordinals(&change).await?;

@@ -11,23 +11,22 @@ use std::sync::Arc;
 use super::committer::{Committer, Transactions};
 use super::snapshot_runtime::{join, ChunkReads, InFlight, SnapshotDriver, CHUNKS_IN_FLIGHT};
 use super::{now_ms, refusable, refuse_value, Pipeline, Record};
-use crate::change::{Datum, RowImage};
+use crate::change::{Datum, OldRow, RowChange, RowImage, StreamTable};
 use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
 use crate::offset::SourceOffset;
+use crate::seam::{ChunkError, ChunkRequest, ChunkRows};
 use crate::snapshot::window::{Verdict, Window};
 use crate::snapshot::{
     new_chunk_id, parse_watermark, row_key, split_table, SnapshotKind, TableProgress, Watermark,
 };
-use crate::sources::postgres::chunk::{ChunkError, ChunkRequest, ChunkRows};
-use crate::sources::postgres::pgoutput::{LogicalMessage, OldTuple, Relation};
 use oncely_core::wire::format_lsn;
 
 /// A chunk whose high watermark came, read whole and wanted: its rows are
 /// published next.
-pub(super) struct ReadyChunk {
-    pub(super) chunk: InFlight<Relation>,
-    pub(super) rows: ChunkRows,
+pub(super) struct ReadyChunk<R> {
+    pub(super) chunk: InFlight<R>,
+    pub(super) rows: ChunkRows<R>,
 }
 
 /// What publishing a chunk takes from outside the driver: the encoder of
@@ -47,7 +46,7 @@ struct ChunkRecords {
     completed: usize,
 }
 
-impl SnapshotDriver<Relation> {
+impl<R: StreamTable + Clone + PartialEq> SnapshotDriver<R> {
     /// Whether a chunk is being read (of the snapshot's current table).
     pub(super) fn in_flight(&self) -> bool {
         !self.inflight.is_empty()
@@ -68,7 +67,7 @@ impl SnapshotDriver<Relation> {
         &mut self,
         kafka: &mut Committer<T>,
         key_columns: impl Fn(&str) -> Option<Vec<String>>,
-        reads: &mut impl ChunkReads<Table = Relation>,
+        reads: &mut impl ChunkReads<Table = R>,
     ) -> Result<(), CaptureError> {
         let Some((req, snapshot_id, table)) = self.next_request(kafka, key_columns) else {
             return Ok(());
@@ -187,7 +186,7 @@ impl SnapshotDriver<Relation> {
     pub(super) fn on_chunk_read<T: Transactions>(
         &mut self,
         kafka: &mut Committer<T>,
-        read: Option<Result<ChunkRows, ChunkError>>,
+        read: Option<Result<ChunkRows<R>, ChunkError>>,
     ) -> Result<(), CaptureError> {
         let Some(read) = read else {
             return Ok(());
@@ -217,11 +216,13 @@ impl SnapshotDriver<Relation> {
 
     /// Notes what this change does to keys of the in-flight chunks' table;
     /// `relation_of` gives the stream's relation of an id.
-    pub(super) fn mark_dirty<'r>(
+    pub(super) fn mark_dirty<'r, Id: Copy>(
         &mut self,
-        change: &LogicalMessage,
-        relation_of: impl Fn(u32) -> Option<&'r Relation>,
-    ) {
+        change: RowChange<'_, Id>,
+        relation_of: impl Fn(Id) -> Option<&'r R>,
+    ) where
+        R: 'r,
+    {
         for chunk in &mut self.inflight {
             mark_chunk_dirty(chunk, change, &relation_of);
         }
@@ -235,7 +236,7 @@ impl SnapshotDriver<Relation> {
         &mut self,
         kafka: &mut Committer<T>,
         content: &[u8],
-    ) -> Result<Option<ReadyChunk>, CaptureError> {
+    ) -> Result<Option<ReadyChunk<R>>, CaptureError> {
         let Some((id, side)) = parse_watermark(content) else {
             return Ok(None);
         };
@@ -278,8 +279,8 @@ impl SnapshotDriver<Relation> {
     /// when not, it is read again (or, stopped, never).
     fn publishable(
         &self,
-        chunk: &InFlight<Relation>,
-        rows: &ChunkRows,
+        chunk: &InFlight<R>,
+        rows: &ChunkRows<R>,
         position: &SourceOffset,
     ) -> bool {
         if let Some(xid) = self.began_before(&rows.invisible, chunk.launched) {
@@ -317,7 +318,7 @@ impl SnapshotDriver<Relation> {
     /// of the rows deleted while it was quarantined (an unfiltered pass of a
     /// table released from quarantine, its last chunk): the caller then
     /// hands in the topic's partitions.
-    pub(super) fn removes_stale(&self, ready: &ReadyChunk, position: &SourceOffset) -> bool {
+    pub(super) fn removes_stale(&self, ready: &ReadyChunk<R>, position: &SourceOffset) -> bool {
         // A filtered pass reads some rows only: the others are not newer.
         let whole = position
             .snapshot
@@ -333,7 +334,7 @@ impl SnapshotDriver<Relation> {
     pub(super) async fn publish<T: Transactions>(
         &mut self,
         kafka: &mut Committer<T>,
-        ready: ReadyChunk,
+        ready: ReadyChunk<R>,
         encoding: &ChunkEncoding,
         src: &SourcePosition,
     ) -> Result<(), CaptureError> {
@@ -374,8 +375,8 @@ impl SnapshotDriver<Relation> {
     /// its last table.
     fn chunk_records(
         &self,
-        chunk: &InFlight<Relation>,
-        rows: &ChunkRows,
+        chunk: &InFlight<R>,
+        rows: &ChunkRows<R>,
         encoding: &ChunkEncoding,
         (kind, last_table): (SnapshotKind, bool),
         src: &SourcePosition,
@@ -456,7 +457,7 @@ impl SnapshotDriver<Relation> {
     }
 
     /// The snapshot metrics of one published chunk.
-    fn count_chunk(&self, table: &str, rows: &ChunkRows, dropped: usize) {
+    fn count_chunk(&self, table: &str, rows: &ChunkRows<R>, dropped: usize) {
         let table_label = [table];
         self.metrics
             .snapshot_rows
@@ -480,8 +481,8 @@ impl SnapshotDriver<Relation> {
     fn advance_snapshot<T: Transactions>(
         &mut self,
         kafka: &mut Committer<T>,
-        chunk: &InFlight<Relation>,
-        rows: &ChunkRows,
+        chunk: &InFlight<R>,
+        rows: &ChunkRows<R>,
         last_key: Option<Vec<Option<String>>>,
         src: &SourcePosition,
     ) {
@@ -540,7 +541,7 @@ impl SnapshotDriver<Relation> {
     }
 
     /// The encoder cached for a chunk's table shape `rel`, with its topic.
-    pub(super) fn cached_encoder(&self, rel: &Relation) -> Option<(TableEncoder, Arc<str>)> {
+    pub(super) fn cached_encoder(&self, rel: &R) -> Option<(TableEncoder, Arc<str>)> {
         match &self.encoder {
             Some((cached, enc, topic)) if cached == rel => Some((enc.clone(), Arc::clone(topic))),
             _ => None,
@@ -582,13 +583,13 @@ impl Pipeline<'_> {
     /// The encoder of a chunk's table shape (built once per shape).
     async fn chunk_encoder(
         &mut self,
-        rel: &Relation,
+        rel: &super::SourceTable,
         key_columns: &[String],
     ) -> Result<(TableEncoder, Arc<str>), CaptureError> {
         if let Some(cached) = self.snapshot.cached_encoder(rel) {
             return Ok(cached);
         }
-        let qualified = format!("{}.{}", rel.namespace, rel.name);
+        let qualified = format!("{}.{}", rel.namespace(), rel.name());
         // A chunk's Relation is read from the catalog as it is now.
         let identity = self
             .source
@@ -611,52 +612,49 @@ impl Pipeline<'_> {
 }
 
 /// Notes what `change` does to keys of `chunk`'s table.
-fn mark_chunk_dirty<'r>(
-    chunk: &mut InFlight<Relation>,
-    change: &LogicalMessage,
-    relation_of: &impl Fn(u32) -> Option<&'r Relation>,
+fn mark_chunk_dirty<'r, R: StreamTable + 'r, Id: Copy>(
+    chunk: &mut InFlight<R>,
+    change: RowChange<'_, Id>,
+    relation_of: &impl Fn(Id) -> Option<&'r R>,
 ) {
-    let relation_of =
-        |id: u32| relation_of(id).filter(|r| format!("{}.{}", r.namespace, r.name) == chunk.table);
+    let relation_of = |id: Id| {
+        relation_of(id).filter(|r| format!("{}.{}", r.namespace(), r.name()) == chunk.table)
+    };
     let key_columns = &chunk.key_columns;
-    let key_idx = |rel: &Relation| -> Option<Vec<usize>> {
+    let key_idx = |rel: &R| -> Option<Vec<usize>> {
         key_columns
             .iter()
-            .map(|k| rel.columns.iter().position(|c| &c.name == k))
+            .map(|k| (0..rel.width()).position(|i| rel.column_name(i) == k))
             .collect()
     };
     let window = &mut chunk.window;
     match change {
-        LogicalMessage::Insert { relation_id, new } => {
-            if let Some(rel) = relation_of(*relation_id) {
+        RowChange::Insert { table, new } => {
+            if let Some(rel) = relation_of(table) {
                 replaced(window, key_idx(rel).and_then(|idx| row_key(new, &idx)));
             }
         }
-        LogicalMessage::Delete { relation_id, old } => {
-            if let Some(rel) = relation_of(*relation_id) {
+        RowChange::Delete { table, old } => {
+            if let Some(rel) = relation_of(table) {
                 replaced(
                     window,
-                    key_idx(rel).and_then(|idx| row_key(old.tuple(), &idx)),
+                    key_idx(rel).and_then(|idx| row_key(old.row(), &idx)),
                 );
             }
         }
-        LogicalMessage::Update {
-            relation_id,
-            old,
-            new,
-        } => {
-            let Some(rel) = relation_of(*relation_id) else {
+        RowChange::Update { table, old, new } => {
+            let Some(rel) = relation_of(table) else {
                 return;
             };
             let Some(idx) = key_idx(rel) else {
                 return window.all_changed();
             };
             let new_key = row_key(new, &idx);
-            let old_key = old.as_ref().map(|o| row_key(o.tuple(), &idx));
+            let old_key = old.map(|o| row_key(o.row(), &idx));
             match (new_key, old_key) {
-                (Some(key), None) => window.updated(key, rel, &filled(new, old.as_ref())),
+                (Some(key), None) => window.updated(key, rel, &filled(new, old)),
                 (Some(key), Some(Some(old_key))) if old_key == key => {
-                    window.updated(key, rel, &filled(new, old.as_ref()))
+                    window.updated(key, rel, &filled(new, old))
                 }
                 // A primary-key change: a row left one key and came to another.
                 (Some(key), Some(Some(old_key))) => {
@@ -666,18 +664,16 @@ fn mark_chunk_dirty<'r>(
                 (None, _) | (_, Some(None)) => window.all_changed(),
             }
         }
-        LogicalMessage::Truncate { relation_ids, .. }
-            if relation_ids.iter().any(|id| relation_of(*id).is_some()) =>
-        {
+        RowChange::Truncate { tables } if tables.iter().any(|id| relation_of(*id).is_some()) => {
             window.all_changed();
         }
-        _ => {}
+        RowChange::Truncate { .. } => {}
     }
 }
 
 /// The key of a chunk's last row, in text form, as progress stores it and
 /// the next chunk starts after it (`None` per non-text value).
-fn last_key(rows: &ChunkRows) -> Vec<Option<String>> {
+fn last_key<R>(rows: &ChunkRows<R>) -> Vec<Option<String>> {
     let Some(row) = rows.rows.last() else {
         return Vec::new();
     };
@@ -700,9 +696,9 @@ fn replaced(window: &mut Window, key: Option<crate::snapshot::RowKey>) {
 
 /// An update's new row, with unchanged TOAST values taken from a full old
 /// row (REPLICA IDENTITY FULL) where it has them.
-fn filled<'a>(new: &'a RowImage, old: Option<&OldTuple>) -> Cow<'a, RowImage> {
+fn filled<'a>(new: &'a RowImage, old: Option<OldRow<'_>>) -> Cow<'a, RowImage> {
     match old {
-        Some(OldTuple::Full(full)) => match super::router::fill_unchanged_toast(new, full) {
+        Some(OldRow::Full(full)) => match super::router::fill_unchanged_toast(new, full) {
             Some(row) => Cow::Owned(row),
             None => Cow::Borrowed(new),
         },

@@ -12,18 +12,17 @@ use super::memory::{committer, keys, Log, MemoryKafka};
 use super::signal::Checked;
 use super::snapshot::ChunkEncoding;
 use super::snapshot_runtime::{chunk_read, ChunkReads, ChunkTask, SnapshotDriver};
-use crate::change::{Datum, RowImage};
-use crate::envelope::{EnvelopeConfig, SnapshotMarker, SourcePosition, TableEncoder};
+use crate::change::{Datum, OldRow, RowChange, RowImage, TestTable};
+use crate::envelope::{
+    ColumnShape, ColumnType, EnvelopeConfig, SnapshotMarker, SourcePosition, TableEncoder,
+    TableShape, Unrepresentable,
+};
 use crate::error::CaptureError;
 use crate::metrics::CaptureMetrics;
 use crate::offset::SourceOffset;
+use crate::seam::{ChunkError, ChunkRequest, ChunkRows};
 use crate::snapshot::signal::SignalAction;
 use crate::snapshot::{request, watermark_content, SnapshotKind, TableProgress, Watermark};
-use crate::sources::postgres::chunk::{ChunkError, ChunkRequest, ChunkRows};
-use crate::sources::postgres::pgoutput::{
-    Column, LogicalMessage, OldTuple, Relation, ReplicaIdentity,
-};
-use crate::sources::postgres::value::TypeRegistry;
 
 const TABLE: &str = "public.t";
 
@@ -31,14 +30,14 @@ const TABLE: &str = "public.t";
 /// that keeps what it was asked.
 #[derive(Default)]
 struct FakeChunks {
-    results: VecDeque<Result<ChunkRows, ChunkError>>,
+    results: VecDeque<Result<ChunkRows<TestTable>, ChunkError>>,
     asked: Vec<ChunkRequest>,
 }
 
 impl ChunkReads for FakeChunks {
-    type Table = Relation;
+    type Table = TestTable;
 
-    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask<Relation>, CaptureError> {
+    async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask<TestTable>, CaptureError> {
         self.asked.push(req);
         let result = self
             .results
@@ -48,19 +47,38 @@ impl ChunkReads for FakeChunks {
     }
 }
 
-fn relation() -> Relation {
-    let col = |name: &str, type_oid, is_key| Column {
-        is_key,
-        name: name.into(),
-        type_oid,
-        type_modifier: -1,
-    };
-    Relation {
-        id: 1,
-        namespace: "public".into(),
-        name: "t".into(),
-        replica_identity: ReplicaIdentity::Default,
-        columns: vec![col("id", 23, true), col("v", 25, false)],
+/// `public.t`: an integer key `id` and a text `v`.
+fn relation() -> TestTable {
+    TestTable {
+        namespace: "public",
+        name: "t",
+        columns: vec![("id".into(), 23), ("v".into(), 25)],
+    }
+}
+
+/// A column the envelope writes as a JSON number (`id`) or string.
+#[derive(Debug)]
+struct TestColumn {
+    number: bool,
+}
+
+impl ColumnType for TestColumn {
+    fn field_schema(&self, field: &str, optional: bool) -> serde_json::Value {
+        let ty = if self.number { "int32" } else { "string" };
+        serde_json::json!({"type": ty, "optional": optional, "field": field})
+    }
+
+    fn write_json(&self, text: &str, out: &mut Vec<u8>) -> Result<(), Unrepresentable> {
+        if self.number {
+            out.extend_from_slice(text.as_bytes());
+        } else {
+            out.extend_from_slice(serde_json::Value::from(text).to_string().as_bytes());
+        }
+        Ok(())
+    }
+
+    fn refusal_help(&self) -> (&'static str, &'static str) {
+        ("", "")
     }
 }
 
@@ -73,7 +91,7 @@ fn row(id: u32) -> RowImage {
 }
 
 /// A chunk of rows keyed `ids`; `more` when rows follow it.
-fn rows(ids: &[u32], more: bool) -> ChunkRows {
+fn rows(ids: &[u32], more: bool) -> ChunkRows<TestTable> {
     ChunkRows {
         relation: relation(),
         key_idx: vec![0],
@@ -92,8 +110,17 @@ fn encoding() -> ChunkEncoding {
         schemas_enable: false,
         columns: Default::default(),
     };
-    let encoder = TableEncoder::new(&relation(), &TypeRegistry::builtin(), None, &envelope)
-        .expect("an encoder");
+    let column = |name: &str, number| ColumnShape {
+        name: name.into(),
+        ty: Arc::new(TestColumn { number }),
+    };
+    let shape = TableShape {
+        namespace: "public".into(),
+        name: "t".into(),
+        columns: vec![column("id", true), column("v", false)],
+        key: vec![0],
+    };
+    let encoder = TableEncoder::from_shape(&shape, &envelope, None).expect("an encoder");
     let topic: Arc<str> = encoder.topic().into();
     ChunkEncoding {
         encoder,
@@ -110,7 +137,7 @@ fn with_snapshot(kind: SnapshotKind, tables: &[&str]) -> (Committer<MemoryKafka>
     committer(1_000, offset)
 }
 
-fn driver() -> SnapshotDriver<Relation> {
+fn driver() -> SnapshotDriver<TestTable> {
     SnapshotDriver::new(3, CaptureMetrics::new("test"))
 }
 
@@ -132,7 +159,7 @@ fn high_at(lsn: u64) -> SourcePosition {
 
 /// Launches a chunk and lets its read finish.
 async fn launch_and_read(
-    snap: &mut SnapshotDriver<Relation>,
+    snap: &mut SnapshotDriver<TestTable>,
     kafka: &mut Committer<MemoryKafka>,
     source: &mut FakeChunks,
 ) {
@@ -142,14 +169,14 @@ async fn launch_and_read(
 }
 
 /// The high watermark of the oldest chunk in flight.
-fn high_watermark(snap: &SnapshotDriver<Relation>) -> String {
+fn high_watermark(snap: &SnapshotDriver<TestTable>) -> String {
     let id = &snap.inflight.front().expect("a chunk in flight").id;
     watermark_content(id, Watermark::High)
 }
 
 /// Delivers the oldest chunk's high watermark at `lsn`; whether it published.
 async fn at_high_watermark(
-    snap: &mut SnapshotDriver<Relation>,
+    snap: &mut SnapshotDriver<TestTable>,
     kafka: &mut Committer<MemoryKafka>,
     lsn: u64,
 ) -> bool {
@@ -190,11 +217,12 @@ async fn a_chunk_publishes_at_its_high_watermark_less_the_rows_the_stream_change
 
     // The stream deletes row 2 while the chunk is in flight.
     let rel = relation();
-    let delete = LogicalMessage::Delete {
-        relation_id: 1,
-        old: OldTuple::Key(RowImage(vec![text("2"), Datum::Null])),
+    let old = RowImage(vec![text("2"), Datum::Null]);
+    let delete = RowChange::Delete {
+        table: 1,
+        old: OldRow::Key(&old),
     };
-    snap.mark_dirty(&delete, |id| (id == 1).then_some(&rel));
+    snap.mark_dirty(delete, |id| (id == 1).then_some(&rel));
     // A low watermark publishes nothing.
     let id = snap.inflight[0].id.clone();
     let low = watermark_content(&id, Watermark::Low);

@@ -33,8 +33,6 @@ const NOT_YET_BEHIND_THE_SEAM: &[&str] = &[
     "pipeline/resolve.rs",
     "pipeline/router.rs",
     "pipeline/router_tests.rs",
-    "pipeline/snapshot.rs",
-    "pipeline/snapshot_tests.rs",
     "pipeline/start.rs",
 ];
 

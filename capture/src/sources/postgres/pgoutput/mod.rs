@@ -22,6 +22,8 @@ mod relation;
 
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod row_change_tests;
 
 use bytes::Bytes;
 
@@ -259,6 +261,47 @@ impl OldTuple {
         match self {
             OldTuple::Key(t) | OldTuple::Full(t) => t,
         }
+    }
+}
+
+impl OldTuple {
+    /// The core's view of this old row.
+    pub(crate) fn as_old_row(&self) -> crate::change::OldRow<'_> {
+        match self {
+            OldTuple::Key(t) => crate::change::OldRow::Key(t),
+            OldTuple::Full(t) => crate::change::OldRow::Full(t),
+        }
+    }
+}
+
+impl LogicalMessage {
+    /// The core's view of this message when it changes rows (the stream
+    /// adapter's conversion: it borrows the rows, copying none).
+    pub(crate) fn row_change(&self) -> Option<crate::change::RowChange<'_, u32>> {
+        use crate::change::RowChange;
+        Some(match self {
+            LogicalMessage::Insert { relation_id, new } => RowChange::Insert {
+                table: *relation_id,
+                new,
+            },
+            LogicalMessage::Update {
+                relation_id,
+                old,
+                new,
+            } => RowChange::Update {
+                table: *relation_id,
+                old: old.as_ref().map(OldTuple::as_old_row),
+                new,
+            },
+            LogicalMessage::Delete { relation_id, old } => RowChange::Delete {
+                table: *relation_id,
+                old: old.as_old_row(),
+            },
+            LogicalMessage::Truncate { relation_ids, .. } => RowChange::Truncate {
+                tables: relation_ids,
+            },
+            _ => return None,
+        })
     }
 }
 
