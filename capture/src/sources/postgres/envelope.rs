@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::pgoutput::{Relation, ReplicaIdentity};
 use super::value::{TypeRegistry, ValueKind};
 use crate::envelope::{
-    Characters, ColumnShape, ColumnType, EnvelopeConfig, EnvelopeError, SourceIdentity,
+    Characters, ColumnShape, ColumnType, EnvelopeConfig, EnvelopeError, SourceIdentity, SourceType,
     TableEncoder, TableShape, Unrepresentable,
 };
 
@@ -24,6 +24,10 @@ use crate::envelope::{
 struct PgColumn {
     kind: ValueKind,
     type_modifier: i32,
+    type_oid: u32,
+    /// `pg_type.typname` without its schema (`None`: an OID the registry
+    /// does not know).
+    type_name: Option<String>,
 }
 
 impl ColumnType for PgColumn {
@@ -41,6 +45,36 @@ impl ColumnType for PgColumn {
 
     fn characters(&self) -> Characters {
         self.kind.characters(self.type_modifier)
+    }
+
+    fn source_type(&self) -> Option<SourceType> {
+        let name = self.type_name.as_deref()?.to_uppercase();
+        let (length, scale) = declared_size(self.type_oid, self.type_modifier);
+        Some(SourceType {
+            name,
+            length,
+            scale,
+        })
+    }
+}
+
+/// The length (precision) and scale a column's declaration gives its type,
+/// decoded from `atttypmod` (`-1`: none given).
+fn declared_size(type_oid: u32, type_modifier: i32) -> (Option<u32>, Option<u32>) {
+    let Ok(m) = u32::try_from(type_modifier) else {
+        return (None, None);
+    };
+    match type_oid {
+        // bpchar(n), varchar(n): n + 4.
+        1042 | 1043 => (m.checked_sub(4), None),
+        // numeric(p,s): ((p << 16) | s) + 4.
+        1700 => match m.checked_sub(4) {
+            Some(m) => (Some(m >> 16), Some(m & 0xFFFF)),
+            None => (None, None),
+        },
+        // bit(n), varbit(n): n.
+        1560 | 1562 => (Some(m), None),
+        _ => (None, None),
     }
 }
 
@@ -92,6 +126,8 @@ fn table_shape(
             ty: Arc::new(PgColumn {
                 kind: reg.value_kind(c.type_oid),
                 type_modifier: c.type_modifier,
+                type_oid: c.type_oid,
+                type_name: reg.get(c.type_oid).map(|t| unqualified(&t.name).to_owned()),
             }),
         })
         .collect();
@@ -101,6 +137,12 @@ fn table_shape(
         columns,
         key,
     })
+}
+
+/// A registry name without its schema (`public.mood` -> `mood`), as
+/// Debezium names a type.
+fn unqualified(name: &str) -> &str {
+    name.rsplit_once('.').map_or(name, |(_, n)| n)
 }
 
 /// The positions of the key columns: `key_columns` when configured, else the
