@@ -4,6 +4,7 @@
 
 #[cfg(test)]
 mod golden;
+mod source_type;
 #[cfg(test)]
 mod tests;
 
@@ -24,7 +25,9 @@ use crate::envelope::{
 struct PgColumn {
     kind: ValueKind,
     type_modifier: i32,
-    type_oid: u32,
+    /// The type whose length and scale the column has: its own, a
+    /// domain's base type's.
+    size_oid: u32,
     /// `pg_type.typname` without its schema (`None`: an OID the registry
     /// does not know).
     type_name: Option<String>,
@@ -49,32 +52,12 @@ impl ColumnType for PgColumn {
 
     fn source_type(&self) -> Option<SourceType> {
         let name = self.type_name.as_deref()?.to_uppercase();
-        let (length, scale) = declared_size(self.type_oid, self.type_modifier);
+        let (length, scale) = source_type::debezium_size(self.size_oid, self.type_modifier);
         Some(SourceType {
             name,
             length,
-            scale,
+            scale: Some(scale),
         })
-    }
-}
-
-/// The length (precision) and scale a column's declaration gives its type,
-/// decoded from `atttypmod` (`-1`: none given).
-fn declared_size(type_oid: u32, type_modifier: i32) -> (Option<u32>, Option<u32>) {
-    let Ok(m) = u32::try_from(type_modifier) else {
-        return (None, None);
-    };
-    match type_oid {
-        // bpchar(n), varchar(n): n + 4.
-        1042 | 1043 => (m.checked_sub(4), None),
-        // numeric(p,s): ((p << 16) | s) + 4.
-        1700 => match m.checked_sub(4) {
-            Some(m) => (Some(m >> 16), Some(m & 0xFFFF)),
-            None => (None, None),
-        },
-        // bit(n), varbit(n): n.
-        1560 | 1562 => (Some(m), None),
-        _ => (None, None),
     }
 }
 
@@ -126,7 +109,7 @@ fn table_shape(
             ty: Arc::new(PgColumn {
                 kind: reg.value_kind(c.type_oid),
                 type_modifier: c.type_modifier,
-                type_oid: c.type_oid,
+                size_oid: reg.base_oid(c.type_oid),
                 type_name: reg.get(c.type_oid).map(|t| unqualified(&t.name).to_owned()),
             }),
         })

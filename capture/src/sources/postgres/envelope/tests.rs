@@ -645,20 +645,27 @@ fn field_parameters(enc: &TableEncoder) -> serde_json::Map<String, Value> {
 }
 
 /// Debezium's `PropagateSourceMetadataToSchemaParameter`: the upper-case
-/// type name, the declared length and scale, then the column's name, on
-/// key and value fields the setting names, and only those.
+/// type name, the length and scale its JDBC driver gives the declaration
+/// (unbounded: `2147483647`), then the column's name, on key and value
+/// fields the setting names, and only those.
 #[test]
 fn column_propagate_source_type_names_the_declared_type() {
     let (rel, reg) = typed();
     let cfg = propagate_cfg(&["public\\.typed\\.(id|v|n|m|a|plain)"], &[]);
     let enc = TableEncoder::new(&rel, &reg, None, &cfg).unwrap();
     let p = field_parameters(&enc);
-    let source = |ty: &str, name: &str| json!({"__debezium.source.column.type": ty, "__debezium.source.column.name": name});
-    assert_eq!(p["key.id"], source("INT4", "id"));
-    assert_eq!(p["id"], source("INT4", "id"));
+    let source = |ty: &str, length: &str, scale: &str, name: &str| {
+        json!({"__debezium.source.column.type": ty,
+               "__debezium.source.column.length": length,
+               "__debezium.source.column.scale": scale,
+               "__debezium.source.column.name": name})
+    };
+    assert_eq!(p["key.id"], source("INT4", "10", "0", "id"));
+    assert_eq!(p["id"], source("INT4", "10", "0", "id"));
+    // Byte for byte: the order is Debezium's.
     assert_eq!(
         serde_json::to_string(&p["v"]).unwrap(),
-        r#"{"__debezium.source.column.type":"VARCHAR","__debezium.source.column.length":"20","__debezium.source.column.name":"v"}"#
+        r#"{"__debezium.source.column.type":"VARCHAR","__debezium.source.column.length":"20","__debezium.source.column.scale":"0","__debezium.source.column.name":"v"}"#
     );
     assert_eq!(
         serde_json::to_string(&p["n"]).unwrap(),
@@ -667,10 +674,10 @@ fn column_propagate_source_type_names_the_declared_type() {
     // The enum keeps its `allowed` first, as Debezium's converter writes it.
     assert_eq!(
         serde_json::to_string(&p["m"]).unwrap(),
-        r#"{"allowed":"sad,happy","__debezium.source.column.type":"MOOD","__debezium.source.column.name":"m"}"#
+        r#"{"allowed":"sad,happy","__debezium.source.column.type":"MOOD","__debezium.source.column.length":"2147483647","__debezium.source.column.scale":"0","__debezium.source.column.name":"m"}"#
     );
-    assert_eq!(p["a"], source("_INT4", "a"));
-    assert_eq!(p["plain"], source("NUMERIC", "plain"));
+    assert_eq!(p["a"], source("_INT4", "10", "0", "a"));
+    assert_eq!(p["plain"], source("NUMERIC", "131089", "0", "plain"));
     // Not named: as without the setting.
     assert_eq!(p["t"], Value::Null);
 }
