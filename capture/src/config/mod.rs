@@ -206,6 +206,14 @@ pub struct CaptureConfig {
     /// expressions it truncates.
     #[serde(rename = "column.truncate", default)]
     pub column_truncate: BTreeMap<String, String>,
+    /// `column.propagate.source.type`: column regular expressions (as
+    /// `column.include.list`) whose field schemas carry the source type.
+    #[serde(rename = "column.propagate.source.type", default)]
+    pub column_propagate_source_type: StringList,
+    /// `datatype.propagate.source.type`: as `column.propagate.source.type`,
+    /// matched against the column's type name (`varchar`, `numeric`, ...).
+    #[serde(rename = "datatype.propagate.source.type", default)]
+    pub datatype_propagate_source_type: StringList,
 
     /// `message.key.columns`: `schema.table:col1,col2;schema.table2:col` as in Debezium.
     #[serde(rename = "message.key.columns", default)]
@@ -630,6 +638,8 @@ impl CaptureConfig {
             exclude: &self.column_exclude_list.0,
             mask: &self.column_mask,
             truncate: &self.column_truncate,
+            propagate_columns: &self.column_propagate_source_type.0,
+            propagate_types: &self.datatype_propagate_source_type.0,
         })
         .map_err(|e| ConfigError::new(e.key, e.message))
     }

@@ -689,3 +689,24 @@ schema.name.adjustment.mode = \"avro_unicode\"
         assert!(e.contains(key) && !e.contains("pa55"), "{extra}: {e}");
     }
 }
+
+#[test]
+fn propagate_source_type_settings_parse_in_both_key_forms() {
+    let text = format!(
+        "{MINIMAL}\ncolumn.propagate.source.type = \"public\\\\.orders\\\\..*, public.users.name\"\n\
+         [datatype.propagate]\nsource.type = [\"varchar\", \"NUMERIC\"]\n"
+    );
+    let policy = CaptureConfig::parse(&text, "test")
+        .unwrap()
+        .column_policy()
+        .unwrap();
+    assert!(policy.propagates("public", "orders", "total", "int4"));
+    assert!(policy.propagates("public", "users", "name", "text"));
+    assert!(policy.propagates("public", "users", "email", "VARCHAR"));
+    assert!(policy.propagates("public", "users", "balance", "numeric"));
+    assert!(!policy.propagates("public", "users", "email", "text"));
+    let bad = format!("{MINIMAL}\ndatatype.propagate.source.type = \"(\"\n");
+    // Refused at start, naming the key.
+    let err = CaptureConfig::parse(&bad, "test").unwrap_err().to_string();
+    assert!(err.contains("datatype.propagate.source.type"), "{err}");
+}

@@ -253,6 +253,10 @@ struct Policy {
     /// Masks before truncations (a column both name is masked, never sent
     /// cut but readable), in the order of their keys.
     rules: Vec<Rule>,
+    /// `column.propagate.source.type`: on `<schema>.<table>.<column>`.
+    propagate_columns: Vec<Regex>,
+    /// `datatype.propagate.source.type`: on the column's type name.
+    propagate_types: Vec<Regex>,
     /// The settings as given, to compare two policies (never shown: a
     /// hash key may hold its salt).
     spec: Vec<String>,
@@ -289,6 +293,10 @@ pub struct ColumnSettings<'a> {
     pub mask: &'a BTreeMap<String, String>,
     /// `column.truncate.*`, keyed by what follows `column.truncate.`.
     pub truncate: &'a BTreeMap<String, String>,
+    /// `column.propagate.source.type`.
+    pub propagate_columns: &'a [String],
+    /// `datatype.propagate.source.type`.
+    pub propagate_types: &'a [String],
 }
 
 /// Whole-name, case-insensitive (as Debezium's column lists) regular expressions.
@@ -390,6 +398,14 @@ impl ColumnPolicy {
         let mut policy = Policy {
             include: column_regexes("column.include.list", s.include.iter().map(String::as_str))?,
             exclude: column_regexes("column.exclude.list", s.exclude.iter().map(String::as_str))?,
+            propagate_columns: column_regexes(
+                "column.propagate.source.type",
+                s.propagate_columns.iter().map(String::as_str),
+            )?,
+            propagate_types: column_regexes(
+                "datatype.propagate.source.type",
+                s.propagate_types.iter().map(String::as_str),
+            )?,
             ..Policy::default()
         };
         let mut truncations = Vec::new();
@@ -417,12 +433,33 @@ impl ColumnPolicy {
         policy.rules.extend(truncations);
         policy.spec.push(format!("include={:?}", s.include));
         policy.spec.push(format!("exclude={:?}", s.exclude));
+        policy
+            .spec
+            .push(format!("propagate={:?}", s.propagate_columns));
+        policy
+            .spec
+            .push(format!("propagate.types={:?}", s.propagate_types));
         Ok(Self(Arc::new(policy)))
     }
 
     /// Whether the policy leaves every column as it is.
     pub fn is_empty(&self) -> bool {
         self.0.include.is_empty() && self.0.exclude.is_empty() && self.0.rules.is_empty()
+    }
+
+    /// Whether column `column` of table `namespace.table`, of the source type
+    /// named `type_name`, carries its source type in its field schema
+    /// (`column.propagate.source.type` names the column or
+    /// `datatype.propagate.source.type` its type, as Debezium matches them:
+    /// whole name, any case).
+    pub fn propagates(&self, namespace: &str, table: &str, column: &str, type_name: &str) -> bool {
+        let p = &self.0;
+        if p.propagate_columns.is_empty() && p.propagate_types.is_empty() {
+            return false;
+        }
+        let name = format!("{namespace}.{table}.{column}");
+        p.propagate_columns.iter().any(|r| r.is_match(&name))
+            || p.propagate_types.iter().any(|r| r.is_match(type_name))
     }
 
     /// What happens to column `column` of table `namespace.table`.
@@ -537,6 +574,8 @@ mod tests {
             exclude: &strings(exclude),
             mask: &table(mask),
             truncate: &table(truncate),
+            propagate_columns: &[],
+            propagate_types: &[],
         })
     }
 

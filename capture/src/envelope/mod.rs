@@ -33,7 +33,7 @@ use crate::json::{write_i64, write_str};
 pub use columns::{checked_action, Characters, ColumnAction, ColumnPolicy, ColumnSettings, Mask};
 pub use error::EnvelopeError;
 pub use message::message_record;
-pub use shape::{Cell, ColumnShape, ColumnType, Row, TableShape, Unrepresentable};
+pub use shape::{Cell, ColumnShape, ColumnType, Row, SourceType, TableShape, Unrepresentable};
 
 use shape::NoRow;
 use source::SourceWriter;
@@ -146,6 +146,12 @@ pub const PARAM_TABLE_OID: &str = "__oncely.table.oid";
 /// Row-struct parameter: the table's dropped columns' `attnum`s, comma
 /// separated (empty when none).
 pub const PARAM_DROPPED_ATTNUMS: &str = "__oncely.dropped.attnums";
+
+/// Field parameters of `column.propagate.source.type` (Debezium's names).
+pub const PARAM_SOURCE_TYPE: &str = "__debezium.source.column.type";
+pub const PARAM_SOURCE_LENGTH: &str = "__debezium.source.column.length";
+pub const PARAM_SOURCE_SCALE: &str = "__debezium.source.column.scale";
+pub const PARAM_SOURCE_NAME: &str = "__debezium.source.column.name";
 
 /// Record builder for one shape of one table; build a new one whenever a
 /// Relation message changes the shape.
@@ -479,7 +485,9 @@ fn schema_heads(
         .iter()
         .map(|&i| {
             let c = &columns[i];
-            c.ty.field_schema(&c.name, false)
+            let mut field = c.ty.field_schema(&c.name, false);
+            propagate_source_type(&mut field, shape, c, &cfg.columns);
+            field
         })
         .collect();
     // Only key columns are declared required: pgoutput does not say which
@@ -492,6 +500,7 @@ fn schema_heads(
             if let Some((name, value)) = c.mask.as_ref().and_then(|m| m.schema_parameter(c.chars)) {
                 schema::add_parameter(&mut field, name, value);
             }
+            propagate_source_type(&mut field, shape, c, &cfg.columns);
             if let Some(attnum) = identity.and_then(|id| id.attnums.get(c.source).copied()?) {
                 schema::add_parameter(&mut field, PARAM_ATTNUM, attnum.to_string());
             }
@@ -514,6 +523,34 @@ fn schema_heads(
         )),
         b"}",
     )
+}
+
+/// Debezium's `PropagateSourceMetadataToSchemaParameter`, for a column the
+/// policy names: the type, its length and scale where declared, and the
+/// column's name, in that order after the field's own parameters (a
+/// parameter the mapping already wrote, as NUMERIC's, is set in place).
+/// Debezium also adds `__debezium.source.column.comment`; sources do not
+/// read comments.
+fn propagate_source_type(
+    field: &mut Value,
+    shape: &TableShape,
+    c: &ColumnEncoder,
+    policy: &ColumnPolicy,
+) {
+    let Some(ty) = c.ty.source_type() else {
+        return;
+    };
+    if !policy.propagates(&shape.namespace, &shape.name, &c.name, &ty.name) {
+        return;
+    }
+    schema::add_parameter(field, PARAM_SOURCE_TYPE, ty.name);
+    if let Some(length) = ty.length {
+        schema::add_parameter(field, PARAM_SOURCE_LENGTH, length.to_string());
+    }
+    if let Some(scale) = ty.scale {
+        schema::add_parameter(field, PARAM_SOURCE_SCALE, scale.to_string());
+    }
+    schema::add_parameter(field, PARAM_SOURCE_NAME, c.name.clone());
 }
 
 /// `{"schema":<schema>,"payload":` — the payload and a closing `}` follow.

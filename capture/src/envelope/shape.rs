@@ -35,6 +35,25 @@ pub trait ColumnType: fmt::Debug + Send + Sync {
     fn characters(&self) -> Characters {
         Characters::No
     }
+    /// The column's declared type, for `column.propagate.source.type` and
+    /// `datatype.propagate.source.type`. `None` (the default) propagates
+    /// nothing: a source whose mapping does not say yet (MySQL's) implements
+    /// it when it does.
+    fn source_type(&self) -> Option<SourceType> {
+        None
+    }
+}
+
+/// A column's declared type as Debezium's `PropagateSourceMetadataToSchemaParameter`
+/// writes it: the type name and, where the declaration gives them, its
+/// length (or precision) and scale.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceType {
+    /// The source's own type name, upper case (`VARCHAR`, `NUMERIC`,
+    /// `_INT4` for an `int4[]`, `MOOD` for an enum `mood`).
+    pub name: String,
+    pub length: Option<u32>,
+    pub scale: Option<u32>,
 }
 
 /// One column of a table.

@@ -242,7 +242,7 @@ fn logs(dir: &std::path::Path) -> Result<Vec<String>> {
 /// The key, value and headers of every record, committed or not, of every
 /// topic of this pipeline: its tables', schema changes, heartbeats, dead
 /// letters and offsets.
-fn every_record(prefix: &str, offsets: &str) -> Result<Vec<String>> {
+pub(super) fn every_record(prefix: &str, offsets: &str) -> Result<Vec<String>> {
     use rdkafka::config::ClientConfig;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::error::KafkaError;

@@ -8,6 +8,7 @@ mod gap;
 mod identity;
 mod identity_change;
 mod masking;
+mod propagate;
 mod row_filter;
 mod scale_out;
 mod snapshot_toast;

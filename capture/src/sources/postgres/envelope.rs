@@ -4,6 +4,7 @@
 
 #[cfg(test)]
 mod golden;
+mod source_type;
 #[cfg(test)]
 mod tests;
 
@@ -14,7 +15,7 @@ use serde_json::Value;
 use super::pgoutput::{Relation, ReplicaIdentity};
 use super::value::{TypeRegistry, ValueKind};
 use crate::envelope::{
-    Characters, ColumnShape, ColumnType, EnvelopeConfig, EnvelopeError, SourceIdentity,
+    Characters, ColumnShape, ColumnType, EnvelopeConfig, EnvelopeError, SourceIdentity, SourceType,
     TableEncoder, TableShape, Unrepresentable,
 };
 
@@ -24,6 +25,12 @@ use crate::envelope::{
 struct PgColumn {
     kind: ValueKind,
     type_modifier: i32,
+    /// The type whose length and scale the column has: its own, a
+    /// domain's base type's.
+    size_oid: u32,
+    /// `pg_type.typname` without its schema (`None`: an OID the registry
+    /// does not know).
+    type_name: Option<String>,
 }
 
 impl ColumnType for PgColumn {
@@ -41,6 +48,16 @@ impl ColumnType for PgColumn {
 
     fn characters(&self) -> Characters {
         self.kind.characters(self.type_modifier)
+    }
+
+    fn source_type(&self) -> Option<SourceType> {
+        let name = self.type_name.as_deref()?.to_uppercase();
+        let (length, scale) = source_type::debezium_size(self.size_oid, self.type_modifier);
+        Some(SourceType {
+            name,
+            length,
+            scale: Some(scale),
+        })
     }
 }
 
@@ -92,6 +109,8 @@ fn table_shape(
             ty: Arc::new(PgColumn {
                 kind: reg.value_kind(c.type_oid),
                 type_modifier: c.type_modifier,
+                size_oid: reg.base_oid(c.type_oid),
+                type_name: reg.get(c.type_oid).map(|t| unqualified(&t.name).to_owned()),
             }),
         })
         .collect();
@@ -101,6 +120,12 @@ fn table_shape(
         columns,
         key,
     })
+}
+
+/// A registry name without its schema (`public.mood` -> `mood`), as
+/// Debezium names a type.
+fn unqualified(name: &str) -> &str {
+    name.rsplit_once('.').map_or(name, |(_, n)| n)
 }
 
 /// The positions of the key columns: `key_columns` when configured, else the

@@ -228,6 +228,39 @@ fn cases() -> Vec<Case> {
         ),
     ));
 
+    let propagate = EnvelopeConfig {
+        columns: ColumnPolicy::new(ColumnSettings {
+            include: &[],
+            exclude: &[],
+            mask: &Default::default(),
+            truncate: &Default::default(),
+            propagate_columns: &["public\\.all_types\\..*".into()],
+            propagate_types: &[],
+        })
+        .expect("policy"),
+        ..cfg(true)
+    };
+    let enc = TableEncoder::new(&rel, &registry(), None, &propagate).expect("all_types");
+    out.push(case(
+        "insert_propagate_source_type.json",
+        "The insert of insert_all_types.json with column.propagate.source.type naming every \
+         column: each key and value field schema carries Debezium's \
+         __debezium.source.column.type (upper case; _INT4 for int4[], the enum's own name), \
+         .length and .scale where the declaration gives them, then .name.",
+        &enc,
+        Some(enc.key(&row).expect("key")),
+        Some(
+            enc.value(
+                Op::Create,
+                None,
+                Some(&row),
+                &pos(COMMIT_LSN - 0x200, 1, SnapshotMarker::False),
+                NOW_MS,
+            )
+            .expect("value"),
+        ),
+    ));
+
     let enc = customers_encoder(ReplicaIdentity::Default, false);
     let row = customer_row("1", "100.00", t("first order"), at);
     out.push(case(

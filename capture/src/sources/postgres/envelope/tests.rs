@@ -468,6 +468,8 @@ fn masked_cfg(exclude: &[&str], mask: &[(&str, &str)]) -> EnvelopeConfig {
             exclude: &exclude,
             mask: &mask,
             truncate: &Default::default(),
+            propagate_columns: &[],
+            propagate_types: &[],
         })
         .unwrap(),
         ..cfg(true)
@@ -562,4 +564,148 @@ fn a_key_column_excluded_or_masked_or_a_mask_on_a_number_is_refused_naming_it() 
         &[("with.2.chars", "public.customers.seen")],
     ));
     assert!(e.contains("column seen of table public.customers is masked by column.mask.with.2.chars, but it does not hold character data"), "{e}");
+}
+
+fn propagate_cfg(columns: &[&str], types: &[&str]) -> EnvelopeConfig {
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    EnvelopeConfig {
+        columns: ColumnPolicy::new(ColumnSettings {
+            include: &[],
+            exclude: &[],
+            mask: &Default::default(),
+            truncate: &Default::default(),
+            propagate_columns: &strings(columns),
+            propagate_types: &strings(types),
+        })
+        .unwrap(),
+        ..cfg(true)
+    }
+}
+
+/// `public.typed`: a varchar(20), a numeric(12,2), an enum, an int4[], a
+/// text and a plain numeric.
+fn typed() -> (Relation, TypeRegistry) {
+    let mut reg = TypeRegistry::builtin();
+    reg.insert(
+        16_400,
+        crate::sources::postgres::value::PgType {
+            name: "public.mood".into(),
+            kind: crate::sources::postgres::value::PgTypeKind::Enum {
+                labels: vec!["sad".into(), "happy".into()],
+            },
+        },
+    );
+    let with_mod = |name: &str, oid, typmod, key| Column {
+        type_modifier: typmod,
+        ..col(name, oid, key)
+    };
+    let rel = Relation {
+        id: 16_401,
+        namespace: "public".into(),
+        name: "typed".into(),
+        replica_identity: ReplicaIdentity::Default,
+        columns: vec![
+            with_mod("id", 23, -1, true),
+            with_mod("v", 1043, 20 + 4, false),
+            with_mod("n", 1700, (12 << 16 | 2) + 4, false),
+            with_mod("m", 16_400, -1, false),
+            with_mod("a", 1007, -1, false),
+            with_mod("t", 25, -1, false),
+            with_mod("plain", 1700, -1, false),
+        ],
+    };
+    (rel, reg)
+}
+
+/// The `parameters` of each value field, by field name.
+fn field_parameters(enc: &TableEncoder) -> serde_json::Map<String, Value> {
+    let mut cells: Vec<TupleValue> = (0..7).map(|_| TupleValue::Null).collect();
+    cells[0] = t("1");
+    let cells = row(cells);
+    let key = parse(&enc.key(&cells).unwrap());
+    let v = parse(
+        &enc.value(Op::Create, None, Some(&cells), &src(), 0)
+            .unwrap(),
+    );
+    let mut out = serde_json::Map::new();
+    for f in v["schema"]["fields"][1]["fields"].as_array().unwrap() {
+        out.insert(
+            f["field"].as_str().unwrap().into(),
+            f.get("parameters").cloned().unwrap_or(Value::Null),
+        );
+    }
+    out.insert(
+        "key.id".into(),
+        key["schema"]["fields"][0]
+            .get("parameters")
+            .cloned()
+            .unwrap_or(Value::Null),
+    );
+    out
+}
+
+/// Debezium's `PropagateSourceMetadataToSchemaParameter`: the upper-case
+/// type name, the length and scale its JDBC driver gives the declaration
+/// (unbounded: `2147483647`), then the column's name, on key and value
+/// fields the setting names, and only those.
+#[test]
+fn column_propagate_source_type_names_the_declared_type() {
+    let (rel, reg) = typed();
+    let cfg = propagate_cfg(&["public\\.typed\\.(id|v|n|m|a|plain)"], &[]);
+    let enc = TableEncoder::new(&rel, &reg, None, &cfg).unwrap();
+    let p = field_parameters(&enc);
+    let source = |ty: &str, length: &str, scale: &str, name: &str| {
+        json!({"__debezium.source.column.type": ty,
+               "__debezium.source.column.length": length,
+               "__debezium.source.column.scale": scale,
+               "__debezium.source.column.name": name})
+    };
+    assert_eq!(p["key.id"], source("INT4", "10", "0", "id"));
+    assert_eq!(p["id"], source("INT4", "10", "0", "id"));
+    // Byte for byte: the order is Debezium's.
+    assert_eq!(
+        serde_json::to_string(&p["v"]).unwrap(),
+        r#"{"__debezium.source.column.type":"VARCHAR","__debezium.source.column.length":"20","__debezium.source.column.scale":"0","__debezium.source.column.name":"v"}"#
+    );
+    assert_eq!(
+        serde_json::to_string(&p["n"]).unwrap(),
+        r#"{"__debezium.source.column.type":"NUMERIC","__debezium.source.column.length":"12","__debezium.source.column.scale":"2","__debezium.source.column.name":"n"}"#
+    );
+    // The enum keeps its `allowed` first, as Debezium's converter writes it.
+    assert_eq!(
+        serde_json::to_string(&p["m"]).unwrap(),
+        r#"{"allowed":"sad,happy","__debezium.source.column.type":"MOOD","__debezium.source.column.length":"2147483647","__debezium.source.column.scale":"0","__debezium.source.column.name":"m"}"#
+    );
+    assert_eq!(p["a"], source("_INT4", "10", "0", "a"));
+    assert_eq!(p["plain"], source("NUMERIC", "131089", "0", "plain"));
+    // Not named: as without the setting.
+    assert_eq!(p["t"], Value::Null);
+}
+
+#[test]
+fn datatype_propagate_source_type_matches_the_type_name() {
+    let (rel, reg) = typed();
+    let enc =
+        TableEncoder::new(&rel, &reg, None, &propagate_cfg(&[], &["varchar", "MOOD"])).unwrap();
+    let p = field_parameters(&enc);
+    assert_eq!(p["v"]["__debezium.source.column.name"], json!("v"));
+    assert_eq!(p["m"]["__debezium.source.column.type"], json!("MOOD"));
+    // numeric's own parameters stay, without the propagated name.
+    assert_eq!(p["n"].get("__debezium.source.column.name"), None);
+    assert_eq!(p["n"]["__debezium.source.column.length"], json!("12"));
+    assert_eq!(p["id"], Value::Null);
+    assert_eq!(p["t"], Value::Null);
+}
+
+/// Without either setting the schema is the mapping's alone (the golden
+/// fixtures hold it byte for byte).
+#[test]
+fn no_propagation_without_the_settings() {
+    let (rel, reg) = typed();
+    let plain = TableEncoder::new(&rel, &reg, None, &cfg(true)).unwrap();
+    let empty = TableEncoder::new(&rel, &reg, None, &propagate_cfg(&[], &[])).unwrap();
+    let (p, e) = (field_parameters(&plain), field_parameters(&empty));
+    assert_eq!(p, e);
+    assert_eq!(p["m"], json!({"allowed": "sad,happy"}));
+    assert_eq!(p["v"].get("__debezium.source.column.name"), None);
 }

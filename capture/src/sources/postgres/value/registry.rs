@@ -284,6 +284,11 @@ impl TypeRegistry {
         }
     }
 
+    /// The OID under any domains (`oid` itself when it is no domain).
+    pub fn base_oid(&self, oid: u32) -> u32 {
+        self.base_of(oid, 0)
+    }
+
     /// The OID under any domains, for the array delimiter choice.
     fn base_of(&self, oid: u32, depth: usize) -> u32 {
         match self.types.get(&oid).map(|t| &t.kind) {

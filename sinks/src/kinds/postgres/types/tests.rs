@@ -384,3 +384,32 @@ fn values_become_text() {
         "name": "io.debezium.time.ZonedTimestamp"}}));
     assert!(compatible(&tza, "timestamp with time zone[]").is_ok());
 }
+
+/// `column.propagate.source.type` adds Debezium's length and scale to every
+/// field (`2147483647` for unbounded text, `131089` for a numeric without
+/// precision, `MONEY` with a length): the warehouse creates the same column
+/// types as without it (the two golden fixtures of one insert).
+#[test]
+fn propagated_source_types_give_the_same_warehouse_types() {
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/envelope");
+    let fields = |file: &str| -> Vec<Value> {
+        let text = std::fs::read_to_string(dir.join(file)).expect("fixture");
+        let doc: Value = serde_json::from_str(&text).expect("json");
+        doc["value"]["schema"]["fields"][1]["fields"]
+            .as_array()
+            .expect("after fields")
+            .clone()
+    };
+    let plain = fields("insert_all_types.json");
+    let propagated = fields("insert_propagate_source_type.json");
+    assert_eq!(plain.len(), propagated.len());
+    for (p, q) in plain.iter().zip(&propagated) {
+        assert!(
+            q.pointer("/parameters/__debezium.source.column.name")
+                .is_some(),
+            "{q}"
+        );
+        assert_eq!(from_schema(p), from_schema(q), "{q}");
+    }
+}
