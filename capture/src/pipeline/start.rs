@@ -13,7 +13,7 @@ use super::schema::SchemaWatch;
 use super::snapshot_runtime::SnapshotDriver;
 use super::tracker::Tracker;
 use super::{now_ms, Pipeline, Source};
-use crate::config::CaptureConfig;
+use crate::config::{CaptureConfig, ConfigError, SourceKind};
 use crate::error::CaptureError;
 use crate::kafka::{check_one_partition, InternalTopic, TopicCreator, TxProducer};
 use crate::metrics::CaptureMetrics;
@@ -38,6 +38,7 @@ pub async fn run(
     metrics: CaptureMetrics,
     shutdown: CancellationToken,
 ) -> Result<(), CaptureError> {
+    refuse_unbuilt_source(&cfg)?;
     let control = control::pg_config(&cfg, "oncely-capture-control");
     if let Some(warning) = cfg.tls().unverified_credentials(&control) {
         tracing::warn!("{warning}");
@@ -409,4 +410,41 @@ fn claim_topics(
         }
     }
     Ok((claims, clashes))
+}
+
+/// A source the configuration names but capture cannot read yet stops the
+/// start with the reason, before anything connects (MySQL/MariaDB: `source =
+/// "mysql"` serves `oncely verify` so far).
+fn refuse_unbuilt_source(cfg: &CaptureConfig) -> Result<(), CaptureError> {
+    match cfg.source {
+        SourceKind::Postgres => Ok(()),
+        SourceKind::Mysql => Err(CaptureError::Config(ConfigError::new(
+            "source",
+            "capture reads PostgreSQL only so far; `source = \"mysql\"` selects a MySQL or \
+             MariaDB source for `oncely verify` (docs/mysql.md says what is built)",
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod source_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_mysql_source_stops_capture_with_the_reason_before_connecting() {
+        let text =
+            "source = \"mysql\"\ntopic.prefix = \"shop\"\ndatabase.hostname = \"127.0.0.1\"\n\
+                    database.user = \"oncely\"\ndatabase.include.list = \"inventory\"\n\
+                    kafka.bootstrap.servers = \"127.0.0.1:1\"\n";
+        let cfg = CaptureConfig::parse(text, "test").expect("a valid MySQL config");
+        let err = run(cfg, CaptureMetrics::new("test"), CancellationToken::new())
+            .await
+            .expect_err("capture cannot read MySQL yet");
+        let message = err.to_string();
+        assert!(
+            message.contains("source") && message.contains("oncely verify"),
+            "{message}"
+        );
+        assert!(!err.is_retriable(), "{message}");
+    }
 }
