@@ -28,6 +28,7 @@ mod mysql_source;
 mod report;
 mod sink_target;
 mod source;
+mod source_db;
 mod wait;
 
 use std::path::PathBuf;
@@ -40,7 +41,8 @@ pub use compare::{compare_row, compare_selected, values_equal, ColumnDiff, Compa
 pub use report::{Difference, Report, TableReport, TargetReport};
 pub use sink_target::{Target, PAGE};
 pub use source::format_lsn;
-pub use source::{Column, ColumnKind, PgSource, SourceDb, SourceRow, SourceTable};
+pub use source::{Column, ColumnKind, PgSource, SourceRow, SourceTable};
+pub use source_db::SourceDb;
 pub use wait::{oldest_unapplied, topic_ends, SinkWait, Unapplied};
 
 /// [`VerifyError::Postgres`] with `context`, for readers outside verify (`oncely status`).
