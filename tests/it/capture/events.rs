@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::harness::capture::{terminate, wait_for, CaptureEnv, Seen};
+use crate::harness::capture::{terminate, CaptureEnv, Seen};
 
-const TIMEOUT: Duration = Duration::from_secs(60);
+// Generous: the suite runs these beside restart-heavy tests on two cores.
+const TIMEOUT: Duration = Duration::from_secs(120);
 
 fn after(s: &Seen) -> &Value {
     &s.payload().expect("a value")["after"]
@@ -81,7 +82,7 @@ async fn each_change_kind_gives_the_expected_events() -> anyhow::Result<()> {
         env.topic("full_items"),
         env.topic("skipped"),
     ];
-    let seen = wait_for(&topics, TIMEOUT, |s| s.len() >= 12).await?;
+    let seen = env.wait_for(&topics, TIMEOUT, |s| s.len() >= 12).await?;
     let items: Vec<&Seen> = seen
         .iter()
         .filter(|s| s.topic == env.topic("items"))
@@ -230,7 +231,7 @@ async fn skipped_operations_are_not_published_and_keep_their_ordinals() -> anyho
     let topics = vec![env.topic("items")];
     // Five records (keys on any partitions), all of one transaction: in
     // ordinal order whatever partition each is on.
-    let seen = wait_for(&topics, TIMEOUT, |s| s.len() >= 5).await?;
+    let seen = env.wait_for(&topics, TIMEOUT, |s| s.len() >= 5).await?;
     let mut got: Vec<(Option<&str>, Value, Value)> = seen
         .iter()
         .map(|s| {
@@ -301,7 +302,7 @@ async fn values_a_field_cannot_hold_are_refused_by_name_and_the_stream_goes_on(
         )
         .await?;
     let topics = vec![env.topic("spans")];
-    let seen = wait_for(&topics, TIMEOUT, |s| s.len() >= 3).await?;
+    let seen = env.wait_for(&topics, TIMEOUT, |s| s.len() >= 3).await?;
     let rows: Vec<(Value, Value, Value)> = seen
         .iter()
         .map(|s| {

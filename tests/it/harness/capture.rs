@@ -196,6 +196,19 @@ impl CaptureEnv {
         )
     }
 
+    /// [`wait_for`], its error carrying this capture's log, so a timeout
+    /// under load says what capture was doing.
+    pub async fn wait_for(
+        &self,
+        topics: &[String],
+        timeout: Duration,
+        done: impl Fn(&[Seen]) -> bool,
+    ) -> Result<Vec<Seen>> {
+        wait_for(topics, timeout, done)
+            .await
+            .with_context(|| format!("capture log:\n{}", self.capture_log()))
+    }
+
     pub fn capture_log(&self) -> String {
         std::fs::read_to_string(self.dir.join("capture.log")).unwrap_or_default()
     }
