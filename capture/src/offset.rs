@@ -1,7 +1,17 @@
-//! The source offset: how far into the PostgreSQL change stream Kafka holds
+//! The source offset: how far into the source's change stream Kafka holds
 //! every event. It is written as the last record of each Kafka transaction,
 //! to a compacted topic keyed by connector name, and read back with
 //! `read_committed` on start.
+//!
+//! The core reads only what is source-independent: transactions ordered by
+//! a `u64` order key (PostgreSQL: the commit LSN; MySQL: the binlog file's
+//! sequence and the offset of the transaction's first event, see
+//! `sources::mysql::offset`), the changes of one already published, the
+//! snapshot plan and the tables set aside. What else a source needs to
+//! resume (MySQL: the binlog file name, GTIDs, shape facts, typed snapshot
+//! keys) is its [`SourcePart`], which only that source reads. PostgreSQL
+//! has none, so its records are byte for byte what they always were
+//! (`tests/fixtures/offsets/postgres.json`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -18,12 +28,17 @@ use crate::error::CaptureError;
 use crate::kafka::CaptureContext;
 use crate::snapshot::SnapshotProgress;
 
-/// Where publication stands. Transactions are identified by their commit LSN,
-/// which pgoutput's Begin message carries, so a restarted connector knows
-/// before reading a transaction's first change whether it was published.
+/// Where publication stands. Transactions are identified by their order
+/// key (PostgreSQL: the commit LSN, which pgoutput's Begin message
+/// carries), known before a transaction's first change, so a restarted
+/// connector knows before reading it whether it was published. Keys are
+/// compared only within one source history; a source refuses at start a
+/// stored offset of another history (see [`SourcePart`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceOffset {
-    /// Commit LSN of the last transaction with published events.
+    /// Order key of the last transaction with published events
+    /// (PostgreSQL: its commit LSN, hence the name, which stays so that
+    /// stored records keep reading).
     pub commit_lsn: u64,
     /// How many of that transaction's changes are published.
     pub events: u64,
@@ -31,8 +46,9 @@ pub struct SourceOffset {
     /// several Kafka transactions).
     pub complete: bool,
     /// The position confirmed to the slot: the end of the last complete
-    /// transaction, or a heartbeat's server position. Never ahead of what
-    /// this record covers.
+    /// transaction, or a heartbeat's server position, as an order key (a
+    /// transaction whose key is below it is published). Never ahead of
+    /// what this record covers.
     pub flush_lsn: u64,
     /// Source transaction id of `commit_lsn`, for operators.
     #[serde(default)]
@@ -60,6 +76,35 @@ pub struct SourceOffset {
     /// while the table was set aside (see `pipeline::quarantine`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub stale_before: BTreeMap<String, u64>,
+    /// The source's own part, which the core stores and never reads;
+    /// absent for PostgreSQL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourcePart>,
+}
+
+/// What a source needs to resume beyond the order key, stored in the same
+/// offset record (so committed in the same Kafka transaction as the
+/// records it covers) and read only by that source.
+///
+/// Contract: a JSON object with one key naming the source (`{"mysql":
+/// {..}}`), so a source refuses a record another source wrote; it holds
+/// the source's exact position, from which the order key in
+/// [`SourceOffset::commit_lsn`] and [`SourceOffset::flush_lsn`] is derived
+/// (the source checks they agree when it reads it); it is rewritten whole
+/// with every record, since compaction keeps the last record only, so its
+/// size is bounded by the source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SourcePart(serde_json::Value);
+
+impl SourcePart {
+    pub fn new(value: serde_json::Value) -> Self {
+        SourcePart(value)
+    }
+
+    pub fn value(&self) -> &serde_json::Value {
+        &self.0
+    }
 }
 
 /// What to do with a transaction the stream delivers, given the stored offset.
@@ -87,6 +132,7 @@ impl SourceOffset {
             tables: None,
             quarantined: BTreeMap::new(),
             stale_before: BTreeMap::new(),
+            source: None,
         }
     }
 
@@ -331,6 +377,43 @@ mod tests {
         assert!(!String::from_utf8(at(7, 3, true, 5).to_bytes())
             .unwrap()
             .contains("quarantined"));
+    }
+
+    /// A PostgreSQL offset record with every field set, as capture has
+    /// always written it: records in Kafka are read back by every later
+    /// version, so its bytes never change.
+    #[test]
+    fn postgres_records_are_byte_identical_to_the_golden_one() {
+        use crate::snapshot::{SnapshotKind, SnapshotProgress, TableProgress};
+        let mut orders = TableProgress::new("public.orders", Some("region = 'eu'".into()));
+        orders.last_key = Some(vec![Some("42".into()), None]);
+        orders.rows = 1024;
+        orders.chunks = 2;
+        let items = TableProgress::new("public.items", None);
+        let mut o = at((1 << 32) + 42, 3, false, 1 << 32);
+        o.tx_id = 771;
+        o.ts_ms = 1_764_979_200_123;
+        o.snapshot = Some(SnapshotProgress::new(
+            "initial-1764979200000".into(),
+            SnapshotKind::Initial,
+            vec![orders, items],
+        ));
+        o.tables = Some(["public.orders".into(), "public.items".into()].into());
+        o.quarantined.insert(
+            "public.bare".into(),
+            "no primary key: ALTER TABLE public.bare ADD PRIMARY KEY (...)".into(),
+        );
+        o.stale_before.insert("public.fixed".into(), 4_294_967_000);
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/offsets/postgres.json");
+        let golden = std::fs::read(path).unwrap();
+        assert_eq!(
+            String::from_utf8(o.to_bytes()).unwrap(),
+            String::from_utf8(golden.clone()).unwrap()
+        );
+        let back: SourceOffset = serde_json::from_slice(&golden).unwrap();
+        assert_eq!(back, o);
+        assert_eq!(back.to_bytes(), golden);
     }
 
     #[test]

@@ -15,7 +15,8 @@ use oncely_capture::testing::mysql::checks::current_position;
 use oncely_capture::testing::mysql::mapping::{self, BigintUnsignedHandlingMode};
 use oncely_capture::testing::mysql::{
     BinlogChange, BinlogReader, ChangeKind, Flavor, Gtids, MappingConfig, MappingError,
-    MySqlSourceError, Position, ResumeBy, RowChange, ServerFacts,
+    MySqlOffset, MySqlSourceError, Position, ResumeBy, RowChange, ServerFacts, ServerIdentity,
+    ShapeFacts,
 };
 use serde_json::{json, Value};
 
@@ -179,6 +180,35 @@ async fn start_up_checks_pass_for_the_capture_user_and_refuse_a_purged_position(
             .contains(&format!("oldest binlog: {oldest}")),
         "{err}"
     );
+
+    // The server's identity, stored with an offset: this server's own
+    // position passes, the same position of another server (a failover)
+    // is refused before the binlogs are looked at.
+    let id: Option<u32> = conn.query_first("SELECT @@server_id").await.unwrap();
+    assert_eq!(
+        facts.server,
+        ServerIdentity {
+            id: id.unwrap(),
+            uuid: None
+        }
+    );
+    let (last, size) = facts.binlogs.last().expect("binlogs").clone();
+    let here = MySqlOffset::new(
+        Position::at(last, size),
+        facts.server.clone(),
+        &ShapeFacts::default(),
+        |_, _| true,
+    );
+    here.check(&facts).expect("this server's own position");
+    let other = MySqlOffset {
+        server: ServerIdentity {
+            id: facts.server.id + 1,
+            uuid: None,
+        },
+        ..here
+    };
+    let err = other.check(&facts).expect_err("another server's position");
+    assert!(matches!(err, MySqlSourceError::OtherServer { .. }), "{err}");
 
     // Without REPLICATION SLAVE: the grant is named.
     let mut root = admin().await;

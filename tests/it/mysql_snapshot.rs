@@ -9,19 +9,20 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
+use oncely_capture::catalog::SourceOffset;
 use oncely_capture::testing::mysql::checks::current_position;
 use oncely_capture::testing::mysql::mapping::{
     self, BigintUnsignedHandlingMode, DecimalHandlingMode, TimePrecisionMode,
 };
 use oncely_capture::testing::mysql::{
-    BinlogChange, BinlogReader, Cell, ChangeKind, MappingConfig, MySqlSourceError, ResumeBy,
-    ServerFacts, ShapeFacts, SnapshotLock, SnapshotLockingMode, SnapshotReader, SnapshotSettings,
-    TableFacts, TableShape,
+    order_key, BinlogChange, BinlogReader, Cell, ChangeKind, MappingConfig, MySqlOffset,
+    MySqlSourceError, ResumeBy, ServerFacts, ShapeFacts, SnapshotLock, SnapshotLockingMode,
+    SnapshotReader, SnapshotSettings, TableFacts, TableShape,
 };
 use serde_json::Value;
 
 use crate::harness::common::{env_var, unique};
-use crate::mysql_binlog::{admin, capture_opts, read_until, server_id};
+use crate::mysql_binlog::{admin, capture_opts, position as position_of, read_until, server_id};
 
 /// Every type the mapping's golden fixture covers, spatial ones included.
 const EVERY_TYPE: &str = "CREATE TABLE every_type (
@@ -418,13 +419,14 @@ async fn without_reload_the_snapshot_locks_the_tables_or_names_the_grant() {
         .unwrap();
 }
 
-/// Changes of `db` with the reader's shape facts right after each, until
-/// the commit after the insert of row `last_id`.
+/// Changes of `db` with the reader's shape facts right after each and as
+/// of its transaction's start, until the commit after the insert of row
+/// `last_id`.
 async fn read_with_facts(
     reader: &mut BinlogReader,
     db: &str,
     last_id: i64,
-) -> Vec<(BinlogChange, ShapeFacts)> {
+) -> Vec<(BinlogChange, ShapeFacts, ShapeFacts)> {
     let mut out = Vec::new();
     let mut seen_last = false;
     let mut ours = false;
@@ -447,7 +449,11 @@ async fn read_with_facts(
         if keep {
             ours |= !matches!(next, BinlogChange::Commit { .. });
             let done = seen_last && matches!(next, BinlogChange::Commit { .. });
-            out.push((next, reader.facts().clone()));
+            out.push((
+                next,
+                reader.facts().clone(),
+                reader.facts_at_transaction_start().clone(),
+            ));
             if done {
                 return out;
             }
@@ -529,7 +535,7 @@ async fn rows_before_a_ddl_decode_with_the_shape_they_were_written_with() {
     reader.close().await.ok();
     let kinds: Vec<&str> = all
         .iter()
-        .map(|(c, _)| match c {
+        .map(|(c, _, _)| match c {
             BinlogChange::Row(_) => "row",
             BinlogChange::Ddl { .. } => "ddl",
             BinlogChange::Commit { .. } => "commit",
@@ -593,7 +599,7 @@ async fn rows_before_a_ddl_decode_with_the_shape_they_were_written_with() {
         again.close().await.ok();
         let row = rest
             .iter()
-            .find(|(c, _)| matches!(c, BinlogChange::Row(_)))
+            .find(|(c, _, _)| matches!(c, BinlogChange::Row(_)))
             .expect("row 2");
         assert_eq!(flag_and_doc(&row.0), flag_and_doc(&all[4].0), "from #{at}");
         assert_eq!(
@@ -602,6 +608,38 @@ async fn rows_before_a_ddl_decode_with_the_shape_they_were_written_with() {
             "from #{at}"
         );
     }
+    // Through the offset record, as capture stores it: a kill right after
+    // the DDL's change was published (inside its transaction) stores the
+    // DDL's position and the facts from before it; the reader opens at
+    // the transaction's start, derives the DDL again (the core skips it,
+    // 1 change published) and decodes row 2 with the new shape.
+    let (ddl, _, before_ddl) = &all[2];
+    let BinlogChange::Ddl { position, .. } = ddl else {
+        panic!("{ddl:?}")
+    };
+    assert_eq!(of_h(before_ddl), [t(&["flag"], &["doc"])]);
+    let server = ServerFacts::read(&mut cap).await.unwrap().server;
+    let part = MySqlOffset::new(position.clone(), server, before_ddl, |d, _| d == db);
+    let mut record = SourceOffset {
+        commit_lsn: order_key(position).unwrap(),
+        events: 1,
+        complete: false,
+        ..SourceOffset::start(order_key(position_of(&all[1].0)).unwrap())
+    };
+    part.store(&mut record).unwrap();
+    let stored: SourceOffset = serde_json::from_slice(&record.to_bytes()).unwrap();
+    let part = MySqlOffset::read(&stored).unwrap();
+    assert_eq!(of_h(&part.facts), [t(&["flag"], &["doc"])]);
+    let mut again = open(part.resume_from(), part.facts.clone()).await;
+    let rest = read_with_facts(&mut again, &db, 2).await;
+    again.close().await.ok();
+    assert!(
+        matches!(rest[0].0, BinlogChange::Ddl { .. }),
+        "{:?}",
+        rest[0].0
+    );
+    assert_eq!(flag_and_doc(&rest[2].0), flag_and_doc(&all[4].0));
+
     // And the old row read again from the start is still the old shape.
     let mut again = open(start, start_facts).await;
     let rest = read_with_facts(&mut again, &db, 2).await;

@@ -66,21 +66,52 @@ pub struct ServerFacts {
     pub privileges: Vec<String>,
     /// `SHOW BINARY LOGS`: name and size, oldest first.
     pub binlogs: Vec<(String, u64)>,
+    /// Which server this is, to tell its binlog from another's.
+    pub server: ServerIdentity,
+}
+
+/// Which server a binlog position is of: files and offsets of two servers
+/// cannot be compared (a promoted replica's files start over).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerIdentity {
+    /// `@@server_id`, unique among a primary and its replicas.
+    pub id: u32,
+    /// MySQL's `@@server_uuid` (MariaDB has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+}
+
+impl std::fmt::Display for ServerIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "server_id {}", self.id)?;
+        match &self.uuid {
+            Some(u) => write!(f, " (server_uuid {u})"),
+            None => Ok(()),
+        }
+    }
 }
 
 impl ServerFacts {
     /// Reads the facts with one connection of the capture user.
     pub async fn read(conn: &mut Conn) -> Result<Self, MySqlSourceError> {
         let q = |c| move |e| MySqlSourceError::server(c, e);
-        let row: Option<(String, String, String, String, String)> = conn
+        let row: Option<(String, String, String, String, String, u32)> = conn
             .query_first(
-                "SELECT VERSION(), CAST(@@log_bin AS CHAR), @@binlog_format, @@binlog_row_image, CURRENT_USER()",
+                "SELECT VERSION(), CAST(@@log_bin AS CHAR), @@binlog_format, @@binlog_row_image, CURRENT_USER(), @@server_id",
             )
             .await
             .map_err(q("read server settings"))?;
-        let (version, log_bin, binlog_format, binlog_row_image, user) =
+        let (version, log_bin, binlog_format, binlog_row_image, user, server_id) =
             row.ok_or_else(|| MySqlSourceError::Protocol("no row from SELECT VERSION()".into()))?;
         let flavor = Flavor::from_version(&version);
+        let server_uuid: Option<String> = match flavor {
+            Flavor::MySql => conn
+                .query_first("SELECT @@server_uuid")
+                .await
+                .map_err(q("read server_uuid"))?,
+            Flavor::MariaDb => None,
+        };
         let metadata: Vec<(String, String)> = conn
             .query("SHOW GLOBAL VARIABLES LIKE 'binlog_row_metadata'")
             .await
@@ -123,6 +154,10 @@ impl ServerFacts {
                 .map(|p| p.to_ascii_uppercase())
                 .collect(),
             binlogs,
+            server: ServerIdentity {
+                id: server_id,
+                uuid: server_uuid,
+            },
         })
     }
 
@@ -315,6 +350,7 @@ mod tests {
                 "BINLOG MONITOR".into(),
             ],
             binlogs: vec![("binlog.000003".into(), 900), ("binlog.000004".into(), 120)],
+            server: ServerIdentity { id: 1, uuid: None },
         }
     }
 

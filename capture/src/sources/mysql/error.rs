@@ -39,6 +39,22 @@ pub enum MySqlSourceError {
     #[error("the stored position {stored} is no longer on the server (oldest binlog: {oldest}): the changes in between were purged. Take a new snapshot (delete the stored offset) and raise the binlog retention (binlog_expire_logs_seconds / expire_logs_days) above the longest capture downtime")]
     PositionPurged { stored: String, oldest: String },
 
+    /// The stored position is in another server's binlog (a failover, or
+    /// the connector pointed at another server): files and offsets of two
+    /// servers are not comparable. Never resumed by guess.
+    #[error("the stored offset is a position in the binlog of {stored}, but this server is {found}: binlog files and offsets of two servers cannot be compared (a promoted replica's files and offsets start over), so capture cannot tell which of this server's transactions Kafka already holds. Point database.hostname back at the server of the offset; or capture this one from a new snapshot: delete the connector's stored offset (a null-valued record under its key on the offsets topic) and start again")]
+    OtherServer { stored: String, found: String },
+
+    /// The stored offset record is not one this source wrote (another
+    /// source's, or a part that does not read).
+    #[error("the stored offset record {0}: connector names must be unique per source; delete the record (a null-valued record under the connector's key on the offsets topic) or give this capture another name")]
+    StoredOffset(String),
+
+    /// A binlog position the offset's order key cannot hold (see
+    /// `offset::order_key`).
+    #[error("binlog position {file}:{pos} does not fit the offset's order key (the file's sequence number and the offset must each be below 2^32, as the binlog's own 32-bit event positions are): keep max_binlog_size at or below 1G, its maximum, and transactions below 4 GiB (max_binlog_cache_size = 4G)")]
+    PositionOutOfRange { file: String, pos: u64 },
+
     /// `snapshot.locking.mode = minimal` and the user may take neither
     /// lock the consistent snapshot needs.
     #[error("user {user} may take neither the global read lock (RELOAD) nor read locks on the captured tables (LOCK TABLES) that a snapshot consistent with the binlog needs: run GRANT RELOAD ON *.* TO {user} (or GRANT LOCK TABLES, which blocks writers to those tables for the whole snapshot), or set snapshot.locking.mode = \"none\" on a server without writes during the snapshot (docs/mysql.md)")]

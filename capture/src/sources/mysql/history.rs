@@ -118,6 +118,17 @@ impl ShapeFacts {
         self.tables.insert((database.into(), table.into()), cols);
     }
 
+    /// No table is known.
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty()
+    }
+
+    /// Keeps the tables `keep` says yes to (the captured ones, before the
+    /// facts are stored with an offset), forgetting the others.
+    pub fn retain_tables(&mut self, mut keep: impl FnMut(&str, &str) -> bool) {
+        self.tables.retain(|(db, table), _| keep(db, table));
+    }
+
     pub fn knows(&self, database: &str, table: &str) -> bool {
         self.tables
             .contains_key(&(database.to_owned(), table.to_owned()))
@@ -201,6 +212,50 @@ impl ShapeFacts {
                 }
             }
         }
+    }
+}
+
+/// The facts now and as of the start of the transaction being read: a
+/// stored offset inside a transaction resumes from its start, so it must
+/// carry the facts from before any DDL of that transaction. A copy is
+/// made only when the facts change inside a transaction.
+#[derive(Debug, Clone, Default)]
+pub struct TransactionFacts {
+    now: ShapeFacts,
+    /// `None`: unchanged since the transaction's start.
+    at_start: Option<ShapeFacts>,
+}
+
+impl TransactionFacts {
+    /// Starts from `facts` at a transaction start.
+    pub fn new(facts: ShapeFacts) -> Self {
+        Self {
+            now: facts,
+            at_start: None,
+        }
+    }
+
+    /// The facts as of the last event read.
+    pub fn now(&self) -> &ShapeFacts {
+        &self.now
+    }
+
+    /// The facts as of the start of the current transaction.
+    pub fn at_start(&self) -> &ShapeFacts {
+        self.at_start.as_ref().unwrap_or(&self.now)
+    }
+
+    /// The facts, to change inside the current transaction.
+    pub fn change(&mut self) -> &mut ShapeFacts {
+        if self.at_start.is_none() {
+            self.at_start = Some(self.now.clone());
+        }
+        &mut self.now
+    }
+
+    /// A transaction ended: the next one starts from the facts now.
+    pub fn commit(&mut self) {
+        self.at_start = None;
     }
 }
 

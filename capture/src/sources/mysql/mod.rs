@@ -27,6 +27,7 @@ pub mod decoder;
 pub mod error;
 pub mod history;
 pub mod mapping;
+pub mod offset;
 pub mod position;
 pub mod reader;
 pub mod shape;
@@ -34,11 +35,12 @@ pub mod snapshot;
 
 pub use catalog::MySqlCatalog;
 pub use cell::Cell;
-pub use checks::{Flavor, ServerFacts};
+pub use checks::{Flavor, ServerFacts, ServerIdentity};
 pub use decoder::{BinlogChange, ChangeKind, Decoder, RowChange};
 pub use error::MySqlSourceError;
-pub use history::{ShapeFacts, TableFacts};
+pub use history::{ShapeFacts, TableFacts, TransactionFacts};
 pub use mapping::{MappingConfig, MappingError};
+pub use offset::{order_key, MySqlOffset};
 pub use position::{
     BinlogCoordinates, GtidParseError, Gtids, MariaGtid, MariaGtidList, MySqlGtidSet, Position,
 };

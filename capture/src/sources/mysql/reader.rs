@@ -14,7 +14,7 @@ use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, GnoInterval, Opts, Si
 use super::checks::Flavor;
 use super::decoder::{BinlogChange, Decoder};
 use super::error::MySqlSourceError;
-use super::history::ShapeFacts;
+use super::history::{ShapeFacts, TransactionFacts};
 use super::position::{Gtids, MySqlGtidSet, Position};
 use super::shape::load_catalog;
 
@@ -55,7 +55,7 @@ pub struct BinlogReader {
     catalog: Conn,
     flavor: Flavor,
     pending: VecDeque<BinlogChange>,
-    facts: ShapeFacts,
+    facts: TransactionFacts,
 }
 
 impl BinlogReader {
@@ -119,7 +119,7 @@ impl BinlogReader {
             catalog,
             flavor,
             pending: VecDeque::new(),
-            facts: ShapeFacts::default(),
+            facts: TransactionFacts::default(),
         })
     }
 
@@ -128,19 +128,29 @@ impl BinlogReader {
     /// with. Without them a table's facts are read from the catalog at
     /// its first TABLE_MAP: today's, which may be after later DDL.
     pub fn set_facts(&mut self, facts: ShapeFacts) {
-        self.facts = facts;
+        self.facts = TransactionFacts::new(facts);
     }
 
-    /// The shape facts as of the last change [`Self::next`] handed out:
-    /// what to store with that change's position.
+    /// The shape facts as of the last change [`Self::next`] handed out.
     pub fn facts(&self) -> &ShapeFacts {
-        &self.facts
+        self.facts.now()
+    }
+
+    /// The shape facts as of the start of the last change's transaction
+    /// (after a commit: the next one's), where a restart from that
+    /// change's position reads again from: what to store with it
+    /// ([`super::offset::MySqlOffset::facts`]).
+    pub fn facts_at_transaction_start(&self) -> &ShapeFacts {
+        self.facts.at_start()
     }
 
     /// The next change; `None` when the server ended the dump.
     pub async fn next(&mut self) -> Result<Option<BinlogChange>, MySqlSourceError> {
         loop {
             if let Some(c) = self.pending.pop_front() {
+                if matches!(c, BinlogChange::Commit { .. }) {
+                    self.facts.commit();
+                }
                 return Ok(Some(c));
             }
             let Some(event) = self.stream.next().await else {
@@ -158,7 +168,7 @@ impl BinlogReader {
                     database, query, ..
                 } = c
                 {
-                    for (db, table) in self.facts.apply_ddl(database, query) {
+                    for (db, table) in self.facts.change().apply_ddl(database, query) {
                         self.decoder.forget_catalog(&db, &table);
                     }
                 }
@@ -182,11 +192,11 @@ impl BinlogReader {
         if self.decoder.has_catalog(&db, &table) {
             return Ok(());
         }
-        let cols = match self.facts.catalog(&db, &table) {
+        let cols = match self.facts.now().catalog(&db, &table) {
             Some(cols) => cols,
             None => {
                 let cols = load_catalog(&mut self.catalog, self.flavor, &db, &table).await?;
-                self.facts.set_from_catalog(&db, &table, &cols);
+                self.facts.change().set_from_catalog(&db, &table, &cols);
                 cols
             }
         };

@@ -131,3 +131,31 @@ fn create_table_if_not_exists_leaves_a_known_table_as_it_is() {
     f.apply_ddl("db", "CREATE OR REPLACE TABLE t (a int, j json)");
     assert_eq!(facts_of(&f, "db", "t"), Some((vec![], names(&["j"]))));
 }
+
+/// A record stored inside a DDL's transaction resumes from its start and
+/// derives the DDL again: it must carry the facts from before it.
+#[test]
+fn facts_at_a_transaction_s_start_are_those_before_its_ddl() {
+    let mut f = ShapeFacts::default();
+    f.apply_ddl(
+        "shop",
+        "CREATE TABLE t (id int PRIMARY KEY, flag tinyint(1))",
+    );
+    let before = f.clone();
+    let mut tx = TransactionFacts::new(f);
+    assert_eq!(tx.at_start(), &before);
+    tx.change()
+        .apply_ddl("shop", "ALTER TABLE t MODIFY flag int");
+    assert_eq!(facts_of(tx.now(), "shop", "t"), Some((vec![], vec![])));
+    assert_eq!(tx.at_start(), &before);
+    // A second change in the same transaction keeps the start's copy.
+    tx.change()
+        .apply_ddl("shop", "ALTER TABLE t ADD COLUMN b tinyint(1)");
+    assert_eq!(tx.at_start(), &before);
+    tx.commit();
+    assert_eq!(tx.at_start(), tx.now());
+    assert_eq!(
+        facts_of(tx.at_start(), "shop", "t"),
+        Some((names(&["b"]), vec![]))
+    );
+}
