@@ -15,8 +15,9 @@
 
 use tokio::task::JoinHandle;
 
+use crate::change::{RowImage, StreamTable};
 use crate::config::CaptureConfig;
-use crate::envelope::SourceIdentity;
+use crate::envelope::{EnvelopeConfig, EnvelopeError, SourceIdentity, TableEncoder};
 use crate::error::CaptureError;
 use crate::naming::quote_ident;
 use crate::schema_change::{ColumnDef, FormerName, TableSchemas};
@@ -83,6 +84,82 @@ pub(crate) trait TableCatalog {
     /// Reads into `types` the types the stream named that it does not
     /// know yet (created after start-up).
     async fn learn_types(&mut self, types: &mut Self::Types) -> Result<(), CaptureError>;
+}
+
+/// How a source's stream describes a table, as the router reads it to
+/// build the table's route: its stream id and name, its key as the stream
+/// carries it, and the encoder of its changes.
+///
+/// Contract: a description replaces the one before it of the same `id`
+/// from its point of the stream on; the row images that follow match its
+/// columns ([`StreamTable`]). `encoder` writes the source's values with
+/// the source's own type mapping (`Types`, what the source knows of its
+/// value types, grown by the stream's `TypeNote`s).
+pub(crate) trait RoutedTable: StreamTable + Sized {
+    /// What the source knows of its value types (PostgreSQL: the type registry).
+    type Types;
+    /// A value type the stream announces (PostgreSQL: a Type message).
+    type TypeNote;
+
+    /// The stream's id of the table (PostgreSQL: the relation's OID).
+    fn id(&self) -> u32;
+
+    /// Names the table as the one it publishes under (a partition's root).
+    fn publish_as(&mut self, namespace: String, name: String);
+
+    /// Whether `other` has the same columns (names, types and flags).
+    fn same_columns(&self, other: &Self) -> bool;
+
+    /// The key the stream itself flags (PostgreSQL: the replica identity's
+    /// columns), for a table the catalog no longer has.
+    fn stream_key(&self) -> Vec<String>;
+
+    /// What the stream's before images lack of event key `key`, in words,
+    /// for table `qualified`; `None` when they carry it.
+    fn identity_lacks(&self, qualified: &str, key: &[String]) -> Option<String>;
+
+    /// Why a table whose before images lack its key is set aside, with the
+    /// fix, from [`RoutedTable::identity_lacks`]'s words.
+    fn identity_reason(lacks: &str) -> String;
+
+    /// Why keyless table `qualified` is set aside, with the fix.
+    fn keyless_reason(qualified: &str) -> String;
+
+    /// The encoder of the table's changes keyed by `key` (else by
+    /// [`RoutedTable::stream_key`]).
+    fn encoder(
+        &self,
+        types: &Self::Types,
+        key: Option<&[String]>,
+        envelope: &EnvelopeConfig,
+        identity: Option<&SourceIdentity>,
+    ) -> Result<TableEncoder, EnvelopeError>;
+
+    /// Notes `note` in `types`; whether it is a type not known before.
+    fn observe_type(types: &mut Self::Types, note: &Self::TypeNote) -> bool;
+}
+
+/// How the core reads from the source the values a change left out (an
+/// unchanged value of a primary-key change's new row, which no target holds
+/// under the new key).
+///
+/// Contract: the read waits until transaction `xid`, which wrote the
+/// change, is visible, so the values are at least as new as the change;
+/// `None` when no row has the key any more (a later change deleted it or
+/// changed its key, and its own events bring the targets there).
+pub(crate) trait UnchangedValues {
+    /// How the stream describes a table.
+    type Table;
+
+    /// `row` with its [`Datum::Unchanged`](crate::change::Datum::Unchanged)
+    /// values read from `table` by the key values of `row` (columns `key_idx`).
+    async fn read_unchanged(
+        &mut self,
+        table: &Self::Table,
+        key_idx: &[usize],
+        xid: u32,
+        row: &RowImage,
+    ) -> Result<Option<RowImage>, CaptureError>;
 }
 
 /// A table chosen for capture and the columns that key its events.

@@ -50,16 +50,19 @@ mod tracker_tests;
 
 use std::time::{Duration, Instant};
 
-use pgwire_replication::{ReplicationClient, ReplicationEvent};
+use pgwire_replication::ReplicationClient;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
+use crate::change::{Change, StreamEvent};
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 use crate::metrics::CaptureMetrics;
 use crate::sources::postgres::chunk::PgChunks;
 use crate::sources::postgres::control;
-use crate::sources::postgres::pgoutput::{self, LogicalMessage};
+use crate::sources::postgres::pgoutput;
+use crate::sources::postgres::stream;
+use crate::sources::postgres::tables::SourceTables;
 use committer::{Committer, KafkaTx};
 use oncely_core::wire::format_lsn;
 use record::Record;
@@ -75,7 +78,7 @@ struct Pipeline<'a> {
     cfg: &'a CaptureConfig,
     metrics: CaptureMetrics,
     /// Which relation publishes where and how.
-    router: Router,
+    router: Router<SourceTable>,
     /// The Kafka transactions, the position they reach and what they confirm.
     kafka: Committer<KafkaTx>,
     /// The replication stream and what is known of the source.
@@ -87,6 +90,9 @@ struct Pipeline<'a> {
 /// How the pipeline's source describes a table in its stream: the one
 /// place the pipeline names it, so the components take it as a parameter.
 type SourceTable = pgoutput::Relation;
+
+/// What the pipeline's source announces of its value types.
+type TypeNote = <SourceTable as crate::seam::RoutedTable>::TypeNote;
 
 /// The source side of the pipeline: the stream, where it stands, the
 /// control connection for catalog reads, the chunk reads and the schema
@@ -102,6 +108,14 @@ struct Source {
     chunks: PgChunks,
     /// The schema-change topic and what it holds.
     schema: schema::SchemaWatch,
+}
+
+impl Source {
+    /// What the router asks of the source's catalog, as of the streamed
+    /// transaction (none outside one).
+    fn tables(&self) -> SourceTables<'_> {
+        SourceTables::at(&self.control, &self.schema, self.tracker.xid())
+    }
 }
 
 impl Pipeline<'_> {
@@ -140,63 +154,47 @@ impl Pipeline<'_> {
                 _ = sleep_until(deadline) => self.kafka.start_commit().await?,
                 _ = heartbeat.tick() => self.heartbeat().await?,
                 read = snapshot_runtime::chunk_read(&mut self.snapshot) => self.snapshot.on_chunk_read(&mut self.kafka, read)?,
-                event = self.source.stream.recv() => match event? {
-                    Some(event) => self.on_event(event).await?,
-                    None => return Err(CaptureError::from(pgwire_replication::PgWireError::Task(
-                        "replication stream ended".into(),
-                    ))),
-                },
+                event = stream::next_event(&mut self.source.stream) => self.on_event(event?).await?,
             }
         }
     }
 
-    async fn on_event(&mut self, event: ReplicationEvent) -> Result<(), CaptureError> {
+    async fn on_event(
+        &mut self,
+        event: StreamEvent<SourceTable, TypeNote>,
+    ) -> Result<(), CaptureError> {
         match event {
-            ReplicationEvent::Begin {
-                final_lsn,
+            StreamEvent::Begin {
+                commit,
                 xid,
-                commit_time_micros,
+                commit_ts_us,
             } => {
-                self.source.tracker.begin(
-                    self.kafka.position(),
-                    final_lsn.as_u64(),
-                    xid,
-                    commit_time_micros,
-                )?;
+                let position = self.kafka.position();
+                self.source
+                    .tracker
+                    .begin(position, commit, xid, commit_ts_us)?;
                 self.snapshot.note_begin(xid);
             }
-            ReplicationEvent::Commit { lsn, end_lsn, .. } => {
-                self.on_commit(lsn.as_u64(), end_lsn.as_u64()).await?
-            }
-            ReplicationEvent::XLogData {
-                wal_start, data, ..
-            } => {
-                let msg =
-                    pgoutput::decode(data).map_err(|e| CaptureError::Protocol(e.to_string()))?;
-                self.on_message(msg, wal_start.as_u64()).await?;
-            }
-            ReplicationEvent::Message {
-                transactional,
-                lsn,
+            StreamEvent::Commit { commit, end } => self.on_commit(commit, end).await?,
+            StreamEvent::Change { at, change } => self.on_change(change, at).await?,
+            StreamEvent::Table(rel) => self.on_relation(rel).await?,
+            StreamEvent::Type(t) => self.on_type(t).await?,
+            StreamEvent::Message {
+                at,
                 prefix,
                 content,
             } => {
-                let msg = LogicalMessage::Message {
-                    transactional,
-                    lsn: lsn.as_u64(),
-                    prefix,
-                    content,
-                };
-                self.on_message(msg, lsn.as_u64()).await?;
+                self.non_transactional_message(at, &prefix, &content)
+                    .await?
             }
-            ReplicationEvent::KeepAlive { wal_end, .. } => {
+            StreamEvent::KeepAlive { position } => {
                 let source = &mut self.source;
-                tracing::trace!(wal_end = %format_lsn(wal_end.as_u64()), in_tx = source.tracker.in_tx(), "keepalive");
+                tracing::trace!(wal_end = %format_lsn(position), in_tx = source.tracker.in_tx(), "keepalive");
                 if !source.tracker.in_tx() {
-                    source.server_position = source.server_position.max(wal_end.as_u64());
+                    source.server_position = source.server_position.max(position);
                 }
             }
-            ReplicationEvent::StoppedAt { .. } => {}
+            StreamEvent::Nothing => {}
         }
         Ok(())
     }
@@ -208,29 +206,9 @@ impl Pipeline<'_> {
         self.close_if_full().await
     }
 
-    async fn on_message(&mut self, msg: LogicalMessage, lsn: u64) -> Result<(), CaptureError> {
-        match msg {
-            LogicalMessage::Relation(rel) => self.on_relation(rel).await,
-            LogicalMessage::Type(t) => self.on_type(t).await,
-            LogicalMessage::Begin(_)
-            | LogicalMessage::Commit(_)
-            | LogicalMessage::Origin { .. } => Ok(()),
-            LogicalMessage::Message {
-                transactional: false,
-                lsn: msg_lsn,
-                prefix,
-                content,
-            } => {
-                self.non_transactional_message(msg_lsn, &prefix, &content)
-                    .await
-            }
-            change => self.on_change(change, lsn).await,
-        }
-    }
-
     /// A change inside a transaction: counted, skipped if already published,
     /// otherwise turned into records of the open batch.
-    async fn on_change(&mut self, change: LogicalMessage, lsn: u64) -> Result<(), CaptureError> {
+    async fn on_change(&mut self, change: Change, lsn: u64) -> Result<(), CaptureError> {
         let position = self.source.tracker.change(lsn)?;
         // Every change seen while a chunk is in flight counts, replayed or
         // not: dropping a chunk row is always safe, keeping a stale one is not.
@@ -245,10 +223,7 @@ impl Pipeline<'_> {
             self.source.tracker.use_ordinals(ordinals);
             return Ok(());
         };
-        if let LogicalMessage::Message {
-            prefix, content, ..
-        } = &change
-        {
+        if let Change::Message { prefix, content } = &change {
             if prefix == crate::snapshot::WATERMARK_PREFIX {
                 // Never published; the high watermark of the chunk in flight
                 // publishes its rows, in this Kafka transaction with the
@@ -260,9 +235,7 @@ impl Pipeline<'_> {
             }
         }
         let signal = match &change {
-            LogicalMessage::Insert { relation_id, new } => {
-                self.signal_row(*relation_id, new).await?
-            }
+            Change::Insert { table, new } => self.signal_row(*table, new).await?,
             _ => None,
         };
         if signal.is_none() {

@@ -15,7 +15,7 @@ use crate::change::{Datum, OldRow, RowChange, RowImage, StreamTable};
 use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
 use crate::offset::SourceOffset;
-use crate::seam::{ChunkError, ChunkRequest, ChunkRows};
+use crate::seam::{ChunkError, ChunkRequest, ChunkRows, RoutedTable};
 use crate::snapshot::window::{Verdict, Window};
 use crate::snapshot::{
     new_chunk_id, parse_watermark, row_key, split_table, SnapshotKind, TableProgress, Watermark,
@@ -596,14 +596,14 @@ impl Pipeline<'_> {
             .schema
             .source_identity(&self.source.control, &qualified, rel, None)
             .await?;
-        let enc = TableEncoder::identified(
-            rel,
-            self.router.types(),
-            Some(key_columns),
-            self.router.envelope(),
-            identity.as_ref(),
-        )
-        .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+        let enc = rel
+            .encoder(
+                self.router.types(),
+                Some(key_columns),
+                self.router.envelope(),
+                identity.as_ref(),
+            )
+            .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let topic: Arc<str> = enc.topic().into();
         self.kafka.ensure_topic(&topic).await?;
         self.snapshot.encoder = Some((rel.clone(), enc.clone(), Arc::clone(&topic)));
