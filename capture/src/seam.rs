@@ -13,14 +13,99 @@
 //! start-up are still reached directly (the files
 //! `sources/boundary_tests.rs` lists).
 
+use std::collections::BTreeMap;
+
 use tokio::task::JoinHandle;
 
-use crate::change::{RowImage, StreamTable};
+use crate::change::{RowImage, StreamEvent, StreamTable};
 use crate::config::CaptureConfig;
 use crate::envelope::{EnvelopeConfig, EnvelopeError, SourceIdentity, TableEncoder};
 use crate::error::CaptureError;
 use crate::naming::quote_ident;
+use crate::pipeline::SchemaWatch;
 use crate::schema_change::{ColumnDef, FormerName, TableSchemas};
+
+/// A source database as the pipeline runs it: the types of its parts and
+/// the steps of a life that speak its protocols. The pipeline is generic
+/// over it, and names one implementation only where the configuration
+/// picks the source (`pipeline::start::run`).
+///
+/// Contract: `check` runs first in each life, before Kafka is opened, and
+/// fails retriable or fatal as the source decides; `open_stream` then
+/// starts the stream at a position a committed offset record names (never
+/// before [`CheckedSource::resumable_from`] unless the core chose to
+/// restart from there). `next_event` is cancel-safe (the stream loop
+/// selects on it); its error ends the life. `heartbeat` never fails the
+/// life: what it cannot do is logged. Nothing is called concurrently: the
+/// pipeline's one task calls.
+pub(crate) trait Source: Sized {
+    /// How the stream describes a table (PostgreSQL: a pgoutput Relation).
+    type Table: RoutedTable + Clone + PartialEq + Send + Sync + 'static;
+    /// The change stream, which releases what Kafka holds ([`Slot`]).
+    type Stream: Slot;
+    /// The connection for catalog reads and checks while streaming.
+    type Control: QuarantineChecks
+        + SchemaCatalog<Table = Self::Table>
+        + SnapshotTableChecks
+        + UnchangedValues<Table = Self::Table>;
+    /// The snapshot's chunk reads.
+    type Chunks: ChunkReads<Table = Self::Table>;
+    /// What the router asks of the catalog as of a streamed transaction.
+    type Tables<'a>: TableCatalog<Table = Self::Table, Types = <Self::Table as RoutedTable>::Types>
+    where
+        Self: 'a;
+
+    /// Start-up's checks and set-up: the tables the configuration selects,
+    /// those that cannot be captured as they are, the value types.
+    async fn check(cfg: &CaptureConfig) -> Result<CheckedSource<Self>, CaptureError>;
+
+    /// The change stream from `from`, which a committed offset record names.
+    async fn open_stream(cfg: &CaptureConfig, from: u64) -> Result<Self::Stream, CaptureError>;
+
+    /// What to warn of once per process, before the first life (PostgreSQL:
+    /// credentials sent to a server whose certificate is not verified).
+    fn warning(cfg: &CaptureConfig) -> Option<String>;
+
+    /// The chunk reads of this life's snapshots.
+    fn chunks(cfg: &CaptureConfig) -> Self::Chunks;
+
+    /// The stream's next event.
+    async fn next_event(stream: &mut Self::Stream) -> Result<SourceEvent<Self>, CaptureError>;
+
+    /// Ends the stream at the end of a life.
+    fn stop(stream: &mut Self::Stream);
+
+    /// The catalog as of the streamed transaction `xid` (none outside one),
+    /// with the table identities the schema watch knows.
+    fn tables<'a>(
+        control: &'a Self::Control,
+        schema: &'a SchemaWatch,
+        xid: Option<u32>,
+    ) -> Self::Tables<'a>;
+
+    /// Each heartbeat: runs `heartbeat.action.query`, and says how many
+    /// bytes the source retains for capture (PostgreSQL: the slot's WAL),
+    /// when it can tell.
+    async fn heartbeat(control: &mut Self::Control, cfg: &CaptureConfig) -> Option<i64>;
+}
+
+/// An event of source `S`'s stream.
+pub(crate) type SourceEvent<S> =
+    StreamEvent<<S as Source>::Table, <<S as Source>::Table as RoutedTable>::TypeNote>;
+
+/// A source as start-up found it: checked, its tables selected, ready to
+/// stream.
+pub(crate) struct CheckedSource<S: Source> {
+    pub(crate) control: S::Control,
+    pub(crate) tables: Vec<CapturedTable>,
+    /// Tables set aside (quarantined), with the reason.
+    pub(crate) set_aside: BTreeMap<String, String>,
+    /// The earliest position the stream can resume from (PostgreSQL: the
+    /// slot's confirmed flush LSN): a stored offset before it is a gap.
+    pub(crate) resumable_from: u64,
+    /// What the source knows of its value types.
+    pub(crate) types: <S::Table as RoutedTable>::Types,
+}
 
 /// Where the committer tells the source what Kafka holds.
 ///
@@ -185,6 +270,16 @@ impl CapturedTable {
     pub fn quoted(&self) -> String {
         format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
     }
+}
+
+/// The key columns of `tables`, by `schema.table`.
+pub(crate) fn key_columns_by_table(
+    tables: &[CapturedTable],
+) -> std::collections::HashMap<String, Vec<String>> {
+    tables
+        .iter()
+        .map(|t| (t.qualified(), t.key_columns.clone()))
+        .collect()
 }
 
 /// The tables `table.include.list`/`exclude.list` select in the source's

@@ -50,19 +50,13 @@ mod tracker_tests;
 
 use std::time::{Duration, Instant};
 
-use pgwire_replication::ReplicationClient;
-use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::change::{Change, StreamEvent};
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 use crate::metrics::CaptureMetrics;
-use crate::sources::postgres::chunk::PgChunks;
-use crate::sources::postgres::control;
-use crate::sources::postgres::pgoutput;
-use crate::sources::postgres::stream;
-use crate::sources::postgres::tables::SourceTables;
+use crate::seam::{RoutedTable, Source, SourceEvent};
 use committer::{Committer, KafkaTx};
 use oncely_core::wire::format_lsn;
 use record::Record;
@@ -73,52 +67,49 @@ use tracker::Tracker;
 pub use start::run;
 
 /// The capture pipeline of one life: the stream loop (`Pipeline::stream`)
-/// hands each event to the component that owns what it changes.
-struct Pipeline<'a> {
+/// hands each event to the component that owns what it changes. `S` is
+/// the source it reads ([`Source`]).
+struct Pipeline<'a, S: Source> {
     cfg: &'a CaptureConfig,
     metrics: CaptureMetrics,
     /// Which relation publishes where and how.
-    router: Router<SourceTable>,
+    router: Router<S::Table>,
     /// The Kafka transactions, the position they reach and what they confirm.
     kafka: Committer<KafkaTx>,
     /// The replication stream and what is known of the source.
-    source: Source,
+    source: SourceSide<S>,
     /// The snapshot chunks in flight and the quarantine's fixes seen.
-    snapshot: SnapshotDriver<SourceTable>,
+    snapshot: SnapshotDriver<S::Table>,
 }
 
-/// How the pipeline's source describes a table in its stream: the one
-/// place the pipeline names it, so the components take it as a parameter.
-type SourceTable = pgoutput::Relation;
-
-/// What the pipeline's source announces of its value types.
-type TypeNote = <SourceTable as crate::seam::RoutedTable>::TypeNote;
+/// What source `S` announces of its value types.
+type TypeNote<S> = <<S as Source>::Table as RoutedTable>::TypeNote;
 
 /// The source side of the pipeline: the stream, where it stands, the
 /// control connection for catalog reads, the chunk reads and the schema
 /// watch (what the source's tables looked like last).
-struct Source {
-    stream: ReplicationClient,
-    control: Client,
+struct SourceSide<S: Source> {
+    stream: S::Stream,
+    control: S::Control,
     /// Where the stream stands in the open source transaction.
     tracker: Tracker,
     /// Last server WAL position heard outside a transaction (keepalives).
     server_position: u64,
     /// The snapshot's chunk reads, on their own connection.
-    chunks: PgChunks,
+    chunks: S::Chunks,
     /// The schema-change topic and what it holds.
     schema: schema::SchemaWatch,
 }
 
-impl Source {
+impl<S: Source> SourceSide<S> {
     /// What the router asks of the source's catalog, as of the streamed
     /// transaction (none outside one).
-    fn tables(&self) -> SourceTables<'_> {
-        SourceTables::at(&self.control, &self.schema, self.tracker.xid())
+    fn tables(&self) -> S::Tables<'_> {
+        S::tables(&self.control, &self.schema, self.tracker.xid())
     }
 }
 
-impl Pipeline<'_> {
+impl<S: Source> Pipeline<'_, S> {
     async fn stream(&mut self, shutdown: &CancellationToken) -> Result<(), CaptureError> {
         let mut heartbeat = tokio::time::interval(self.cfg.heartbeat_interval());
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -154,15 +145,12 @@ impl Pipeline<'_> {
                 _ = sleep_until(deadline) => self.kafka.start_commit().await?,
                 _ = heartbeat.tick() => self.heartbeat().await?,
                 read = snapshot_runtime::chunk_read(&mut self.snapshot) => self.snapshot.on_chunk_read(&mut self.kafka, read)?,
-                event = stream::next_event(&mut self.source.stream) => self.on_event(event?).await?,
+                event = S::next_event(&mut self.source.stream) => self.on_event(event?).await?,
             }
         }
     }
 
-    async fn on_event(
-        &mut self,
-        event: StreamEvent<SourceTable, TypeNote>,
-    ) -> Result<(), CaptureError> {
+    async fn on_event(&mut self, event: SourceEvent<S>) -> Result<(), CaptureError> {
         match event {
             StreamEvent::Begin {
                 commit,
@@ -442,20 +430,12 @@ impl Pipeline<'_> {
     /// When nothing is in flight, commits an offset at the server's position so
     /// an idle slot does not pin WAL.
     async fn heartbeat(&mut self) -> Result<(), CaptureError> {
-        if let Some(query) = &self.cfg.heartbeat_action_query {
-            if let Err(e) = self.source.control.batch_execute(query).await {
-                tracing::warn!(error = %e, "heartbeat.action.query failed");
-            }
-        }
+        let retained = S::heartbeat(&mut self.source.control, self.cfg).await;
         self.check_schemas().await?;
         self.check_quarantine().await?;
-        match control::slot_retained_wal(&self.source.control, &self.cfg.slot_name).await {
-            Ok(Some(bytes)) => {
-                self.metrics.slot_retained_wal.set(bytes);
-                self.check_slot_limit(bytes);
-            }
-            Ok(None) => {}
-            Err(e) => tracing::debug!(error = %e, "cannot read slot lag"),
+        if let Some(bytes) = retained {
+            self.metrics.slot_retained_wal.set(bytes);
+            self.check_slot_limit(bytes);
         }
         if self.source.tracker.in_tx() || self.kafka.busy() {
             return Ok(());

@@ -9,14 +9,15 @@ use std::sync::Arc;
 
 use super::record::Record;
 use super::router::{self, Followup, Mapping, Resolved, Route};
+use super::TypeNote;
 use super::{now_ms, Pipeline};
-use super::{SourceTable, TypeNote};
 use crate::change::{Change, RowImage, StreamTable};
 use crate::envelope::SourcePosition;
 use crate::error::CaptureError;
+use crate::seam::Source;
 use crate::seam::UnchangedValues;
 
-impl Pipeline<'_> {
+impl<S: Source> Pipeline<'_, S> {
     /// How many event ordinals a change uses ([`router::ordinals`]), its
     /// routes built first.
     pub(super) async fn ordinals(&mut self, change: &Change) -> Result<u64, CaptureError> {
@@ -146,16 +147,18 @@ impl Pipeline<'_> {
     /// A Relation message: the router takes it; one that changed its
     /// table's columns follows DDL, so the catalog is compared now rather
     /// than at the next heartbeat.
-    pub(super) async fn on_relation(&mut self, rel: SourceTable) -> Result<(), CaptureError> {
+    pub(super) async fn on_relation(&mut self, rel: S::Table) -> Result<(), CaptureError> {
         let mut tables = self.source.tables();
-        if self.router.on_relation(rel, &mut tables).await? {
+        let changed = self.router.on_relation(rel, &mut tables).await?;
+        drop(tables);
+        if changed {
             self.check_schemas().await?;
         }
         Ok(())
     }
 
     /// A Type message: the router learns a type created after start-up.
-    pub(super) async fn on_type(&mut self, t: TypeNote) -> Result<(), CaptureError> {
+    pub(super) async fn on_type(&mut self, t: TypeNote<S>) -> Result<(), CaptureError> {
         let mut tables = self.source.tables();
         self.router.on_type(&t, &mut tables).await
     }
@@ -165,7 +168,7 @@ impl Pipeline<'_> {
     pub(super) async fn route(
         &mut self,
         relation_id: u32,
-    ) -> Result<Option<&Route<SourceTable>>, CaptureError> {
+    ) -> Result<Option<&Route<S::Table>>, CaptureError> {
         if !self.router.has_route(relation_id) {
             let quarantined = &self.kafka.position().quarantined;
             let mut tables = self.source.tables();
@@ -173,6 +176,7 @@ impl Pipeline<'_> {
                 .router
                 .build(relation_id, &mut tables, |t| quarantined.contains_key(t))
                 .await?;
+            drop(tables);
             self.follow_up(followup).await?;
         }
         self.router.route(relation_id)

@@ -15,7 +15,7 @@ use crate::change::{Datum, OldRow, RowChange, RowImage, StreamTable};
 use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
 use crate::offset::SourceOffset;
-use crate::seam::{ChunkError, ChunkRequest, ChunkRows, RoutedTable};
+use crate::seam::{ChunkError, ChunkRequest, ChunkRows, RoutedTable, Source};
 use crate::snapshot::window::{Verdict, Window};
 use crate::snapshot::{
     new_chunk_id, parse_watermark, row_key, split_table, SnapshotKind, TableProgress, Watermark,
@@ -551,7 +551,7 @@ impl<R: StreamTable + Clone + PartialEq> SnapshotDriver<R> {
 
 /// The stream loop's side of a chunk: the driver's work that needs the
 /// router, the schema watch and the producer.
-impl Pipeline<'_> {
+impl<S: Source> Pipeline<'_, S> {
     /// A watermark in the stream: the in-flight chunk's high watermark
     /// publishes its surviving rows at `src` (its commit LSN and time).
     pub(super) async fn on_watermark(
@@ -583,7 +583,7 @@ impl Pipeline<'_> {
     /// The encoder of a chunk's table shape (built once per shape).
     async fn chunk_encoder(
         &mut self,
-        rel: &super::SourceTable,
+        rel: &S::Table,
         key_columns: &[String],
     ) -> Result<(TableEncoder, Arc<str>), CaptureError> {
         if let Some(cached) = self.snapshot.cached_encoder(rel) {
