@@ -2,16 +2,19 @@
 //! (docs/design.md, "Architecture: the source seam"). Each source under
 //! `sources/<database>/` implements these; the core names no driver.
 //!
-//! So far the seam holds the confirmation of durable positions
-//! ([`Slot`]), what the router asks about a table ([`TableCatalog`]), what
-//! the schema watch reads ([`SchemaCatalog`]), the quarantine's checks
-//! ([`QuarantineChecks`]), a signal's ([`SnapshotTableChecks`]) and chunk
-//! reads ([`ChunkReads`]); rows are the core's own (`crate::change`), and
-//! the snapshot driver reads the stream's row changes as the core's
-//! `change::RowChange`. The rest of the change stream (pgoutput's messages
-//! and Relations in the stream loop, the router and the resolve step) and
-//! start-up are still reached directly (the files
-//! `sources/boundary_tests.rs` lists).
+//! A [`Source`] gives the pipeline its parts as associated types and the
+//! steps of a life that speak its protocols (start-up checks, opening the
+//! stream, its next event, chunk reads, the heartbeat's reads); the
+//! pipeline is generic over it. The stream's events are the core's own
+//! (`crate::change::StreamEvent`: begin, row changes with `RowImage`s, a
+//! table's shape, a message, commit, keepalive), into which a source's
+//! adapter moves what it decoded. The parts' contracts: confirming durable
+//! positions ([`Slot`]), how the stream describes a table to the router
+//! ([`RoutedTable`]), what the router asks the catalog about a table
+//! ([`TableCatalog`]), what the schema watch reads ([`SchemaCatalog`]),
+//! the quarantine's checks ([`QuarantineChecks`]), a signal's
+//! ([`SnapshotTableChecks`]), chunk reads ([`ChunkReads`]) and the values
+//! a change left out ([`UnchangedValues`]).
 
 use std::collections::BTreeMap;
 

@@ -2,7 +2,7 @@
 //! transactions that each end with the offset record covering them.
 //!
 //! ```text
-//!  source.stream.recv() --Begin/Commit--> tracker (position, replay skip)
+//!  S::next_event() -------Begin/Commit--> tracker (position, replay skip)
 //!       |  change                              |
 //!       v                                      v
 //!  router (relation -> route, encoder) ----records----> committer
@@ -13,9 +13,11 @@
 //!  heartbeat tick: schema watch, quarantine check, offset --^
 //! ```
 //!
+//! The pipeline is generic over its source `S` ([`crate::seam::Source`]),
+//! whose stream yields the core's events ([`crate::change::StreamEvent`]).
 //! One task owns the stream, the producer and the position, so the order of
 //! events, offset records and slot confirmations is the order of the code:
-//! a position is confirmed to PostgreSQL only after the Kafka transaction
+//! a position is confirmed to the source only after the Kafka transaction
 //! holding its offset record committed.
 //!
 //! A Kafka transaction commits in the background while the stream is read on:
