@@ -1,13 +1,14 @@
-//! The router, one component of the pipeline: how each relation the
-//! stream describes is published. It owns the relations, their routes
+//! The router, one component of the pipeline: how each table the stream
+//! describes (a relation) is published. It owns the relations, their routes
 //! (encoder and topic), key columns, the table filter and which table owns
 //! which topic; a route is built on a relation's first change after each
-//! Relation message, asking the source what it needs through
-//! [`TableCatalog`] (`crate::seam`), so the router's rules are unit-tested
-//! with a fake catalog.
+//! description of it (PostgreSQL: a Relation message), reading the
+//! description through [`RoutedTable`] and asking the source what it needs
+//! through [`TableCatalog`] (`crate::seam`), so the router's rules are
+//! unit-tested with a test source's tables and a fake catalog.
 //!
 //! ```text
-//!  Relation message --on_relation--> relations (a partition as its root), its route forgotten
+//!  a table described --on_relation--> relations (a partition as its root), its route forgotten
 //!  first change -----build---------> signal | outbox | not captured | set aside | table route
 //!                                        key (catalog, key.columns), identity, topic claim
 //!  each change ------records-------> Kafka records (pure, synchronous: below)
