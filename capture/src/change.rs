@@ -90,6 +90,138 @@ impl<'a> OldRow<'a> {
     }
 }
 
+/// The row before an update or delete, owned: what a source's stream
+/// event carries (PostgreSQL's pgoutput decodes its old tuples straight
+/// into it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OldImage {
+    /// Only the key columns are set; the others are null.
+    Key(RowImage),
+    /// Every column.
+    Full(RowImage),
+}
+
+impl OldImage {
+    /// The row image, whichever kind it is.
+    pub fn row(&self) -> &RowImage {
+        match self {
+            OldImage::Key(row) | OldImage::Full(row) => row,
+        }
+    }
+
+    /// The borrowed view of this old row.
+    pub(crate) fn as_old_row(&self) -> OldRow<'_> {
+        match self {
+            OldImage::Key(row) => OldRow::Key(row),
+            OldImage::Full(row) => OldRow::Full(row),
+        }
+    }
+}
+
+/// A change inside a source transaction, owned: what the router maps to
+/// Kafka records. `table` is the stream's id of a table (PostgreSQL: the
+/// relation's OID; MySQL: the table map's id), valid until the stream
+/// describes the table again ([`StreamEvent::Table`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Change {
+    Insert {
+        table: u32,
+        new: RowImage,
+    },
+    Update {
+        table: u32,
+        /// What the change carried of the row before it, if anything.
+        old: Option<OldImage>,
+        new: RowImage,
+    },
+    Delete {
+        table: u32,
+        old: OldImage,
+    },
+    /// Every row of these tables went.
+    Truncate {
+        tables: Vec<u32>,
+    },
+    /// A message the source's writer put in the transaction (PostgreSQL:
+    /// `pg_logical_emit_message(true, ..)`; the snapshot's watermarks).
+    Message {
+        prefix: String,
+        content: Bytes,
+    },
+}
+
+impl Change {
+    /// The borrowed view of this change when it changes rows.
+    pub(crate) fn row_change(&self) -> Option<RowChange<'_, u32>> {
+        Some(match self {
+            Change::Insert { table, new } => RowChange::Insert { table: *table, new },
+            Change::Update { table, old, new } => RowChange::Update {
+                table: *table,
+                old: old.as_ref().map(OldImage::as_old_row),
+                new,
+            },
+            Change::Delete { table, old } => RowChange::Delete {
+                table: *table,
+                old: old.as_old_row(),
+            },
+            Change::Truncate { tables } => RowChange::Truncate { tables },
+            Change::Message { .. } => return None,
+        })
+    }
+
+    /// The tables whose routes the change's records depend on.
+    pub(crate) fn tables(&self) -> &[u32] {
+        match self {
+            Change::Insert { table, .. }
+            | Change::Update { table, .. }
+            | Change::Delete { table, .. } => std::slice::from_ref(table),
+            Change::Truncate { tables } => tables,
+            Change::Message { .. } => &[],
+        }
+    }
+}
+
+/// One event of a source's change stream, as the stream loop reads it,
+/// whatever the source: transactions (`Begin`, changes, `Commit`) at
+/// totally ordered positions (`u64` order keys along one stream), table
+/// descriptions, and what happens between transactions. A source's stream
+/// adapter MOVES what it decoded into these (rows are [`RowImage`]s
+/// already), copying no row.
+///
+/// `T` is how the source describes a table (PostgreSQL: a pgoutput
+/// Relation; MySQL: a table map with its columns), `N` what it announces
+/// of its value types (PostgreSQL: a Type message; a source with nothing
+/// to announce uses [`std::convert::Infallible`]).
+#[derive(Debug)]
+pub(crate) enum StreamEvent<T, N> {
+    /// A transaction starts; `commit` is the position of its commit, known
+    /// before its first change (PostgreSQL: the commit record's LSN).
+    Begin {
+        commit: u64,
+        /// The source's transaction id.
+        xid: u32,
+        commit_ts_us: i64,
+    },
+    /// A change of the open transaction at position `at`.
+    Change { at: u64, change: Change },
+    /// The transaction ends at `commit`; the stream resumes after `end`.
+    Commit { commit: u64, end: u64 },
+    /// The table's shape from here on in the stream.
+    Table(T),
+    /// A value type the stream names.
+    Type(N),
+    /// A message outside any transaction, at its own position.
+    Message {
+        at: u64,
+        prefix: String,
+        content: Bytes,
+    },
+    /// The server is at `position`: every change before it was sent.
+    KeepAlive { position: u64 },
+    /// Nothing for the core (PostgreSQL: a transaction's origin).
+    Nothing,
+}
+
 /// A table as the change stream describes it at a point of the stream:
 /// what the core reads of it to match a row image's values to columns.
 ///

@@ -2,24 +2,113 @@
 //! (docs/design.md, "Architecture: the source seam"). Each source under
 //! `sources/<database>/` implements these; the core names no driver.
 //!
-//! So far the seam holds the confirmation of durable positions
-//! ([`Slot`]), what the router asks about a table ([`TableCatalog`]), what
-//! the schema watch reads ([`SchemaCatalog`]), the quarantine's checks
-//! ([`QuarantineChecks`]), a signal's ([`SnapshotTableChecks`]) and chunk
-//! reads ([`ChunkReads`]); rows are the core's own (`crate::change`), and
-//! the snapshot driver reads the stream's row changes as the core's
-//! `change::RowChange`. The rest of the change stream (pgoutput's messages
-//! and Relations in the stream loop, the router and the resolve step) and
-//! start-up are still reached directly (the files
-//! `sources/boundary_tests.rs` lists).
+//! A [`Source`] gives the pipeline its parts as associated types and the
+//! steps of a life that speak its protocols (start-up checks, opening the
+//! stream, its next event, chunk reads, the heartbeat's reads); the
+//! pipeline is generic over it. The stream's events are the core's own
+//! (`crate::change::StreamEvent`: begin, row changes with `RowImage`s, a
+//! table's shape, a message, commit, keepalive), into which a source's
+//! adapter moves what it decoded. The parts' contracts: confirming durable
+//! positions ([`Slot`]), how the stream describes a table to the router
+//! ([`RoutedTable`]), what the router asks the catalog about a table
+//! ([`TableCatalog`]), what the schema watch reads ([`SchemaCatalog`]),
+//! the quarantine's checks ([`QuarantineChecks`]), a signal's
+//! ([`SnapshotTableChecks`]), chunk reads ([`ChunkReads`]) and the values
+//! a change left out ([`UnchangedValues`]).
+
+use std::collections::BTreeMap;
 
 use tokio::task::JoinHandle;
 
+use crate::change::{RowImage, StreamEvent, StreamTable};
 use crate::config::CaptureConfig;
-use crate::envelope::SourceIdentity;
+use crate::envelope::{EnvelopeConfig, EnvelopeError, SourceIdentity, TableEncoder};
 use crate::error::CaptureError;
 use crate::naming::quote_ident;
+use crate::pipeline::SchemaWatch;
 use crate::schema_change::{ColumnDef, FormerName, TableSchemas};
+
+/// A source database as the pipeline runs it: the types of its parts and
+/// the steps of a life that speak its protocols. The pipeline is generic
+/// over it, and names one implementation only where the configuration
+/// picks the source (`pipeline::start::run`).
+///
+/// Contract: `check` runs first in each life, before Kafka is opened, and
+/// fails retriable or fatal as the source decides; `open_stream` then
+/// starts the stream at a position a committed offset record names (never
+/// before [`CheckedSource::resumable_from`] unless the core chose to
+/// restart from there). `next_event` is cancel-safe (the stream loop
+/// selects on it); its error ends the life. `heartbeat` never fails the
+/// life: what it cannot do is logged. Nothing is called concurrently: the
+/// pipeline's one task calls.
+pub(crate) trait Source: Sized {
+    /// How the stream describes a table (PostgreSQL: a pgoutput Relation).
+    type Table: RoutedTable + Clone + PartialEq + Send + Sync + 'static;
+    /// The change stream, which releases what Kafka holds ([`Slot`]).
+    type Stream: Slot;
+    /// The connection for catalog reads and checks while streaming.
+    type Control: QuarantineChecks
+        + SchemaCatalog<Table = Self::Table>
+        + SnapshotTableChecks
+        + UnchangedValues<Table = Self::Table>;
+    /// The snapshot's chunk reads.
+    type Chunks: ChunkReads<Table = Self::Table>;
+    /// What the router asks of the catalog as of a streamed transaction.
+    type Tables<'a>: TableCatalog<Table = Self::Table, Types = <Self::Table as RoutedTable>::Types>
+    where
+        Self: 'a;
+
+    /// Start-up's checks and set-up: the tables the configuration selects,
+    /// those that cannot be captured as they are, the value types.
+    async fn check(cfg: &CaptureConfig) -> Result<CheckedSource<Self>, CaptureError>;
+
+    /// The change stream from `from`, which a committed offset record names.
+    async fn open_stream(cfg: &CaptureConfig, from: u64) -> Result<Self::Stream, CaptureError>;
+
+    /// What to warn of once per process, before the first life (PostgreSQL:
+    /// credentials sent to a server whose certificate is not verified).
+    fn warning(cfg: &CaptureConfig) -> Option<String>;
+
+    /// The chunk reads of this life's snapshots.
+    fn chunks(cfg: &CaptureConfig) -> Self::Chunks;
+
+    /// The stream's next event.
+    async fn next_event(stream: &mut Self::Stream) -> Result<SourceEvent<Self>, CaptureError>;
+
+    /// Ends the stream at the end of a life.
+    fn stop(stream: &mut Self::Stream);
+
+    /// The catalog as of the streamed transaction `xid` (none outside one),
+    /// with the table identities the schema watch knows.
+    fn tables<'a>(
+        control: &'a Self::Control,
+        schema: &'a SchemaWatch,
+        xid: Option<u32>,
+    ) -> Self::Tables<'a>;
+
+    /// Each heartbeat: runs `heartbeat.action.query`, and says how many
+    /// bytes the source retains for capture (PostgreSQL: the slot's WAL),
+    /// when it can tell.
+    async fn heartbeat(control: &mut Self::Control, cfg: &CaptureConfig) -> Option<i64>;
+}
+
+/// An event of source `S`'s stream.
+pub(crate) type SourceEvent<S> =
+    StreamEvent<<S as Source>::Table, <<S as Source>::Table as RoutedTable>::TypeNote>;
+
+/// A source as start-up found it: checked, its tables selected, ready to
+/// stream.
+pub(crate) struct CheckedSource<S: Source> {
+    pub(crate) control: S::Control,
+    pub(crate) tables: Vec<CapturedTable>,
+    /// Tables set aside (quarantined), with the reason.
+    pub(crate) set_aside: BTreeMap<String, String>,
+    /// The earliest position the stream can resume from (PostgreSQL: the
+    /// slot's confirmed flush LSN): a stored offset before it is a gap.
+    pub(crate) resumable_from: u64,
+    /// What the source knows of its value types.
+    pub(crate) types: <S::Table as RoutedTable>::Types,
+}
 
 /// Where the committer tells the source what Kafka holds.
 ///
@@ -85,6 +174,82 @@ pub(crate) trait TableCatalog {
     async fn learn_types(&mut self, types: &mut Self::Types) -> Result<(), CaptureError>;
 }
 
+/// How a source's stream describes a table, as the router reads it to
+/// build the table's route: its stream id and name, its key as the stream
+/// carries it, and the encoder of its changes.
+///
+/// Contract: a description replaces the one before it of the same `id`
+/// from its point of the stream on; the row images that follow match its
+/// columns ([`StreamTable`]). `encoder` writes the source's values with
+/// the source's own type mapping (`Types`, what the source knows of its
+/// value types, grown by the stream's `TypeNote`s).
+pub(crate) trait RoutedTable: StreamTable + Sized {
+    /// What the source knows of its value types (PostgreSQL: the type registry).
+    type Types;
+    /// A value type the stream announces (PostgreSQL: a Type message).
+    type TypeNote;
+
+    /// The stream's id of the table (PostgreSQL: the relation's OID).
+    fn id(&self) -> u32;
+
+    /// Names the table as the one it publishes under (a partition's root).
+    fn publish_as(&mut self, namespace: String, name: String);
+
+    /// Whether `other` has the same columns (names, types and flags).
+    fn same_columns(&self, other: &Self) -> bool;
+
+    /// The key the stream itself flags (PostgreSQL: the replica identity's
+    /// columns), for a table the catalog no longer has.
+    fn stream_key(&self) -> Vec<String>;
+
+    /// What the stream's before images lack of event key `key`, in words,
+    /// for table `qualified`; `None` when they carry it.
+    fn identity_lacks(&self, qualified: &str, key: &[String]) -> Option<String>;
+
+    /// Why a table whose before images lack its key is set aside, with the
+    /// fix, from [`RoutedTable::identity_lacks`]'s words.
+    fn identity_reason(lacks: &str) -> String;
+
+    /// Why keyless table `qualified` is set aside, with the fix.
+    fn keyless_reason(qualified: &str) -> String;
+
+    /// The encoder of the table's changes keyed by `key` (else by
+    /// [`RoutedTable::stream_key`]).
+    fn encoder(
+        &self,
+        types: &Self::Types,
+        key: Option<&[String]>,
+        envelope: &EnvelopeConfig,
+        identity: Option<&SourceIdentity>,
+    ) -> Result<TableEncoder, EnvelopeError>;
+
+    /// Notes `note` in `types`; whether it is a type not known before.
+    fn observe_type(types: &mut Self::Types, note: &Self::TypeNote) -> bool;
+}
+
+/// How the core reads from the source the values a change left out (an
+/// unchanged value of a primary-key change's new row, which no target holds
+/// under the new key).
+///
+/// Contract: the read waits until transaction `xid`, which wrote the
+/// change, is visible, so the values are at least as new as the change;
+/// `None` when no row has the key any more (a later change deleted it or
+/// changed its key, and its own events bring the targets there).
+pub(crate) trait UnchangedValues {
+    /// How the stream describes a table.
+    type Table;
+
+    /// `row` with its [`Datum::Unchanged`](crate::change::Datum::Unchanged)
+    /// values read from `table` by the key values of `row` (columns `key_idx`).
+    async fn read_unchanged(
+        &mut self,
+        table: &Self::Table,
+        key_idx: &[usize],
+        xid: u32,
+        row: &RowImage,
+    ) -> Result<Option<RowImage>, CaptureError>;
+}
+
 /// A table chosen for capture and the columns that key its events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CapturedTable {
@@ -108,6 +273,16 @@ impl CapturedTable {
     pub fn quoted(&self) -> String {
         format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
     }
+}
+
+/// The key columns of `tables`, by `schema.table`.
+pub(crate) fn key_columns_by_table(
+    tables: &[CapturedTable],
+) -> std::collections::HashMap<String, Vec<String>> {
+    tables
+        .iter()
+        .map(|t| (t.qualified(), t.key_columns.clone()))
+        .collect()
 }
 
 /// The tables `table.include.list`/`exclude.list` select in the source's

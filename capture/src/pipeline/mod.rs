@@ -2,7 +2,7 @@
 //! transactions that each end with the offset record covering them.
 //!
 //! ```text
-//!  source.stream.recv() --Begin/Commit--> tracker (position, replay skip)
+//!  S::next_event() -------Begin/Commit--> tracker (position, replay skip)
 //!       |  change                              |
 //!       v                                      v
 //!  router (relation -> route, encoder) ----records----> committer
@@ -13,9 +13,11 @@
 //!  heartbeat tick: schema watch, quarantine check, offset --^
 //! ```
 //!
+//! The pipeline is generic over its source `S` ([`crate::seam::Source`]),
+//! whose stream yields the core's events ([`crate::change::StreamEvent`]).
 //! One task owns the stream, the producer and the position, so the order of
 //! events, offset records and slot confirmations is the order of the code:
-//! a position is confirmed to PostgreSQL only after the Kafka transaction
+//! a position is confirmed to the source only after the Kafka transaction
 //! holding its offset record committed.
 //!
 //! A Kafka transaction commits in the background while the stream is read on:
@@ -50,16 +52,13 @@ mod tracker_tests;
 
 use std::time::{Duration, Instant};
 
-use pgwire_replication::{ReplicationClient, ReplicationEvent};
-use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
+use crate::change::{Change, StreamEvent};
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 use crate::metrics::CaptureMetrics;
-use crate::sources::postgres::chunk::PgChunks;
-use crate::sources::postgres::control;
-use crate::sources::postgres::pgoutput::{self, LogicalMessage};
+use crate::seam::{RoutedTable, Source, SourceEvent};
 use committer::{Committer, KafkaTx};
 use oncely_core::wire::format_lsn;
 use record::Record;
@@ -70,41 +69,49 @@ use tracker::Tracker;
 pub use start::run;
 
 /// The capture pipeline of one life: the stream loop (`Pipeline::stream`)
-/// hands each event to the component that owns what it changes.
-struct Pipeline<'a> {
+/// hands each event to the component that owns what it changes. `S` is
+/// the source it reads ([`Source`]).
+struct Pipeline<'a, S: Source> {
     cfg: &'a CaptureConfig,
     metrics: CaptureMetrics,
     /// Which relation publishes where and how.
-    router: Router,
+    router: Router<S::Table>,
     /// The Kafka transactions, the position they reach and what they confirm.
     kafka: Committer<KafkaTx>,
     /// The replication stream and what is known of the source.
-    source: Source,
+    source: SourceSide<S>,
     /// The snapshot chunks in flight and the quarantine's fixes seen.
-    snapshot: SnapshotDriver<SourceTable>,
+    snapshot: SnapshotDriver<S::Table>,
 }
 
-/// How the pipeline's source describes a table in its stream: the one
-/// place the pipeline names it, so the components take it as a parameter.
-type SourceTable = pgoutput::Relation;
+/// What source `S` announces of its value types.
+type TypeNote<S> = <<S as Source>::Table as RoutedTable>::TypeNote;
 
 /// The source side of the pipeline: the stream, where it stands, the
 /// control connection for catalog reads, the chunk reads and the schema
 /// watch (what the source's tables looked like last).
-struct Source {
-    stream: ReplicationClient,
-    control: Client,
+struct SourceSide<S: Source> {
+    stream: S::Stream,
+    control: S::Control,
     /// Where the stream stands in the open source transaction.
     tracker: Tracker,
     /// Last server WAL position heard outside a transaction (keepalives).
     server_position: u64,
     /// The snapshot's chunk reads, on their own connection.
-    chunks: PgChunks,
+    chunks: S::Chunks,
     /// The schema-change topic and what it holds.
     schema: schema::SchemaWatch,
 }
 
-impl Pipeline<'_> {
+impl<S: Source> SourceSide<S> {
+    /// What the router asks of the source's catalog, as of the streamed
+    /// transaction (none outside one).
+    fn tables(&self) -> S::Tables<'_> {
+        S::tables(&self.control, &self.schema, self.tracker.xid())
+    }
+}
+
+impl<S: Source> Pipeline<'_, S> {
     async fn stream(&mut self, shutdown: &CancellationToken) -> Result<(), CaptureError> {
         let mut heartbeat = tokio::time::interval(self.cfg.heartbeat_interval());
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -140,63 +147,44 @@ impl Pipeline<'_> {
                 _ = sleep_until(deadline) => self.kafka.start_commit().await?,
                 _ = heartbeat.tick() => self.heartbeat().await?,
                 read = snapshot_runtime::chunk_read(&mut self.snapshot) => self.snapshot.on_chunk_read(&mut self.kafka, read)?,
-                event = self.source.stream.recv() => match event? {
-                    Some(event) => self.on_event(event).await?,
-                    None => return Err(CaptureError::from(pgwire_replication::PgWireError::Task(
-                        "replication stream ended".into(),
-                    ))),
-                },
+                event = S::next_event(&mut self.source.stream) => self.on_event(event?).await?,
             }
         }
     }
 
-    async fn on_event(&mut self, event: ReplicationEvent) -> Result<(), CaptureError> {
+    async fn on_event(&mut self, event: SourceEvent<S>) -> Result<(), CaptureError> {
         match event {
-            ReplicationEvent::Begin {
-                final_lsn,
+            StreamEvent::Begin {
+                commit,
                 xid,
-                commit_time_micros,
+                commit_ts_us,
             } => {
-                self.source.tracker.begin(
-                    self.kafka.position(),
-                    final_lsn.as_u64(),
-                    xid,
-                    commit_time_micros,
-                )?;
+                let position = self.kafka.position();
+                self.source
+                    .tracker
+                    .begin(position, commit, xid, commit_ts_us)?;
                 self.snapshot.note_begin(xid);
             }
-            ReplicationEvent::Commit { lsn, end_lsn, .. } => {
-                self.on_commit(lsn.as_u64(), end_lsn.as_u64()).await?
-            }
-            ReplicationEvent::XLogData {
-                wal_start, data, ..
-            } => {
-                let msg =
-                    pgoutput::decode(data).map_err(|e| CaptureError::Protocol(e.to_string()))?;
-                self.on_message(msg, wal_start.as_u64()).await?;
-            }
-            ReplicationEvent::Message {
-                transactional,
-                lsn,
+            StreamEvent::Commit { commit, end } => self.on_commit(commit, end).await?,
+            StreamEvent::Change { at, change } => self.on_change(change, at).await?,
+            StreamEvent::Table(rel) => self.on_relation(rel).await?,
+            StreamEvent::Type(t) => self.on_type(t).await?,
+            StreamEvent::Message {
+                at,
                 prefix,
                 content,
             } => {
-                let msg = LogicalMessage::Message {
-                    transactional,
-                    lsn: lsn.as_u64(),
-                    prefix,
-                    content,
-                };
-                self.on_message(msg, lsn.as_u64()).await?;
+                self.non_transactional_message(at, &prefix, &content)
+                    .await?
             }
-            ReplicationEvent::KeepAlive { wal_end, .. } => {
+            StreamEvent::KeepAlive { position } => {
                 let source = &mut self.source;
-                tracing::trace!(wal_end = %format_lsn(wal_end.as_u64()), in_tx = source.tracker.in_tx(), "keepalive");
+                tracing::trace!(wal_end = %format_lsn(position), in_tx = source.tracker.in_tx(), "keepalive");
                 if !source.tracker.in_tx() {
-                    source.server_position = source.server_position.max(wal_end.as_u64());
+                    source.server_position = source.server_position.max(position);
                 }
             }
-            ReplicationEvent::StoppedAt { .. } => {}
+            StreamEvent::Nothing => {}
         }
         Ok(())
     }
@@ -208,29 +196,9 @@ impl Pipeline<'_> {
         self.close_if_full().await
     }
 
-    async fn on_message(&mut self, msg: LogicalMessage, lsn: u64) -> Result<(), CaptureError> {
-        match msg {
-            LogicalMessage::Relation(rel) => self.on_relation(rel).await,
-            LogicalMessage::Type(t) => self.on_type(t).await,
-            LogicalMessage::Begin(_)
-            | LogicalMessage::Commit(_)
-            | LogicalMessage::Origin { .. } => Ok(()),
-            LogicalMessage::Message {
-                transactional: false,
-                lsn: msg_lsn,
-                prefix,
-                content,
-            } => {
-                self.non_transactional_message(msg_lsn, &prefix, &content)
-                    .await
-            }
-            change => self.on_change(change, lsn).await,
-        }
-    }
-
     /// A change inside a transaction: counted, skipped if already published,
     /// otherwise turned into records of the open batch.
-    async fn on_change(&mut self, change: LogicalMessage, lsn: u64) -> Result<(), CaptureError> {
+    async fn on_change(&mut self, change: Change, lsn: u64) -> Result<(), CaptureError> {
         let position = self.source.tracker.change(lsn)?;
         // Every change seen while a chunk is in flight counts, replayed or
         // not: dropping a chunk row is always safe, keeping a stale one is not.
@@ -245,10 +213,7 @@ impl Pipeline<'_> {
             self.source.tracker.use_ordinals(ordinals);
             return Ok(());
         };
-        if let LogicalMessage::Message {
-            prefix, content, ..
-        } = &change
-        {
+        if let Change::Message { prefix, content } = &change {
             if prefix == crate::snapshot::WATERMARK_PREFIX {
                 // Never published; the high watermark of the chunk in flight
                 // publishes its rows, in this Kafka transaction with the
@@ -260,9 +225,7 @@ impl Pipeline<'_> {
             }
         }
         let signal = match &change {
-            LogicalMessage::Insert { relation_id, new } => {
-                self.signal_row(*relation_id, new).await?
-            }
+            Change::Insert { table, new } => self.signal_row(*table, new).await?,
             _ => None,
         };
         if signal.is_none() {
@@ -469,20 +432,12 @@ impl Pipeline<'_> {
     /// When nothing is in flight, commits an offset at the server's position so
     /// an idle slot does not pin WAL.
     async fn heartbeat(&mut self) -> Result<(), CaptureError> {
-        if let Some(query) = &self.cfg.heartbeat_action_query {
-            if let Err(e) = self.source.control.batch_execute(query).await {
-                tracing::warn!(error = %e, "heartbeat.action.query failed");
-            }
-        }
+        let retained = S::heartbeat(&mut self.source.control, self.cfg).await;
         self.check_schemas().await?;
         self.check_quarantine().await?;
-        match control::slot_retained_wal(&self.source.control, &self.cfg.slot_name).await {
-            Ok(Some(bytes)) => {
-                self.metrics.slot_retained_wal.set(bytes);
-                self.check_slot_limit(bytes);
-            }
-            Ok(None) => {}
-            Err(e) => tracing::debug!(error = %e, "cannot read slot lag"),
+        if let Some(bytes) = retained {
+            self.metrics.slot_retained_wal.set(bytes);
+            self.check_slot_limit(bytes);
         }
         if self.source.tracker.in_tx() || self.kafka.busy() {
             return Ok(());

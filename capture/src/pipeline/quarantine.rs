@@ -39,7 +39,7 @@ use crate::envelope::SourcePosition;
 use crate::error::CaptureError;
 use crate::naming::check_length;
 use crate::offset::SourceOffset;
-use crate::seam::{CapturedTable, QuarantineChecks};
+use crate::seam::{CapturedTable, QuarantineChecks, Source};
 use crate::snapshot::{request, SnapshotKind, TableProgress};
 use oncely_core::wire::format_lsn;
 
@@ -192,7 +192,7 @@ impl<Rel> SnapshotDriver<Rel> {
 }
 
 /// The quarantine's catalog checks, asked of the source ([`QuarantineChecks`]).
-impl Pipeline<'_> {
+impl<S: Source> Pipeline<'_, S> {
     /// Sets `table` aside for `reason` ([`SnapshotDriver::quarantine`]).
     pub(super) fn quarantine(&mut self, table: &str, reason: String) {
         self.snapshot.quarantine(&mut self.kafka, table, reason);

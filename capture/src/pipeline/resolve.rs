@@ -1,6 +1,6 @@
 //! The pipeline's async side of routing: the router's routes built on a
 //! relation's first change, with the source's catalog answering what the
-//! router asks (PostgreSQL's `SourceTables`) and the pipeline doing what a new route
+//! router asks ([`TableCatalog`](crate::seam::TableCatalog)) and the pipeline doing what a new route
 //! asks of it (a quarantine, a topic); and what a change needs read before
 //! [`Router::records`](super::router::Router::records) maps it.
 
@@ -9,20 +9,20 @@ use std::sync::Arc;
 
 use super::record::Record;
 use super::router::{self, Followup, Mapping, Resolved, Route};
+use super::TypeNote;
 use super::{now_ms, Pipeline};
-use crate::change::RowImage;
+use crate::change::{Change, RowImage, StreamTable};
 use crate::envelope::SourcePosition;
 use crate::error::CaptureError;
-use crate::sources::postgres::fill;
-use crate::sources::postgres::pgoutput::{LogicalMessage, Relation, TypeMessage};
-use crate::sources::postgres::tables::SourceTables;
+use crate::seam::Source;
+use crate::seam::UnchangedValues;
 
-impl Pipeline<'_> {
+impl<S: Source> Pipeline<'_, S> {
     /// How many event ordinals a change uses ([`router::ordinals`]), its
     /// routes built first.
-    pub(super) async fn ordinals(&mut self, change: &LogicalMessage) -> Result<u64, CaptureError> {
-        if let LogicalMessage::Update { .. } | LogicalMessage::Truncate { .. } = change {
-            for &id in router::relations(change) {
+    pub(super) async fn ordinals(&mut self, change: &Change) -> Result<u64, CaptureError> {
+        if let Change::Update { .. } | Change::Truncate { .. } = change {
+            for &id in change.tables() {
                 self.route(id).await?;
             }
         }
@@ -33,7 +33,7 @@ impl Pipeline<'_> {
     /// what it needs resolved, then mapped ([`router::records`]).
     pub(super) async fn records_for(
         &mut self,
-        change: LogicalMessage,
+        change: Change,
         src: &SourcePosition,
     ) -> Result<(Vec<Record>, u64), CaptureError> {
         let now_ms = now_ms();
@@ -57,18 +57,24 @@ impl Pipeline<'_> {
     /// a table whose changes are refused (counted here).
     pub(super) async fn resolve(
         &mut self,
-        change: &LogicalMessage,
+        change: &Change,
         xid: u32,
     ) -> Result<Option<Resolved>, CaptureError> {
         let mut resolved = Resolved::default();
         match change {
-            LogicalMessage::Insert { relation_id, .. }
-            | LogicalMessage::Update { relation_id, .. }
-            | LogicalMessage::Delete { relation_id, .. } => {
+            Change::Insert {
+                table: relation_id, ..
+            }
+            | Change::Update {
+                table: relation_id, ..
+            }
+            | Change::Delete {
+                table: relation_id, ..
+            } => {
                 let need = match self.route(*relation_id).await? {
                     Some(Route::Quarantined(table)) => Err(table.clone()),
                     Some(Route::Table(enc, _)) => Ok(match change {
-                        LogicalMessage::Update { old, new, .. } => {
+                        Change::Update { old, new, .. } => {
                             router::create_needs_source(enc, old.as_ref(), new)
                         }
                         _ => None,
@@ -90,8 +96,8 @@ impl Pipeline<'_> {
                     resolved.created = Some(filled);
                 }
             }
-            LogicalMessage::Truncate { relation_ids, .. } => {
-                for &id in relation_ids {
+            Change::Truncate { tables } => {
+                for &id in tables {
                     let Some(Route::Table(_, topic)) = self.route(id).await? else {
                         continue;
                     };
@@ -119,18 +125,20 @@ impl Pipeline<'_> {
         let rel = self.router.relation_of(relation_id)?;
         let key_idx = key_columns
             .iter()
-            .map(|k| rel.columns.iter().position(|c| &c.name == k))
+            .map(|k| (0..rel.width()).position(|i| rel.column_name(i) == k))
             .collect::<Option<Vec<usize>>>()
             .ok_or_else(|| {
                 CaptureError::Protocol(format!(
                     "key columns {key_columns:?} are not all columns of {}.{}",
-                    rel.namespace, rel.name
+                    rel.namespace(),
+                    rel.name()
                 ))
             })?;
-        match fill::read_unavailable(&mut self.source.control, &rel, &key_idx, xid, &row).await? {
+        let control = &mut self.source.control;
+        match control.read_unchanged(&rel, &key_idx, xid, &row).await? {
             Some(filled) => Ok(filled),
             None => {
-                tracing::debug!(table = %format!("{}.{}", rel.namespace, rel.name), "row of a primary-key update is gone from the source; its unchanged TOAST values stay unavailable");
+                tracing::debug!(table = %format!("{}.{}", rel.namespace(), rel.name()), "row of a primary-key update is gone from the source; its unchanged TOAST values stay unavailable");
                 Ok(row)
             }
         }
@@ -139,42 +147,36 @@ impl Pipeline<'_> {
     /// A Relation message: the router takes it; one that changed its
     /// table's columns follows DDL, so the catalog is compared now rather
     /// than at the next heartbeat.
-    pub(super) async fn on_relation(&mut self, rel: Relation) -> Result<(), CaptureError> {
-        let mut tables = SourceTables::at(
-            &self.source.control,
-            &self.source.schema,
-            self.source.tracker.xid(),
-        );
-        if self.router.on_relation(rel, &mut tables).await? {
+    pub(super) async fn on_relation(&mut self, rel: S::Table) -> Result<(), CaptureError> {
+        let mut tables = self.source.tables();
+        let changed = self.router.on_relation(rel, &mut tables).await?;
+        drop(tables);
+        if changed {
             self.check_schemas().await?;
         }
         Ok(())
     }
 
     /// A Type message: the router learns a type created after start-up.
-    pub(super) async fn on_type(&mut self, t: TypeMessage) -> Result<(), CaptureError> {
-        let mut tables = SourceTables::at(
-            &self.source.control,
-            &self.source.schema,
-            self.source.tracker.xid(),
-        );
+    pub(super) async fn on_type(&mut self, t: TypeNote<S>) -> Result<(), CaptureError> {
+        let mut tables = self.source.tables();
         self.router.on_type(&t, &mut tables).await
     }
 
     /// How a relation's changes are published, built on first use after
     /// each Relation message ([`router::Router::build`]).
-    pub(super) async fn route(&mut self, relation_id: u32) -> Result<Option<&Route>, CaptureError> {
+    pub(super) async fn route(
+        &mut self,
+        relation_id: u32,
+    ) -> Result<Option<&Route<S::Table>>, CaptureError> {
         if !self.router.has_route(relation_id) {
             let quarantined = &self.kafka.position().quarantined;
-            let mut tables = SourceTables::at(
-                &self.source.control,
-                &self.source.schema,
-                self.source.tracker.xid(),
-            );
+            let mut tables = self.source.tables();
             let followup = self
                 .router
                 .build(relation_id, &mut tables, |t| quarantined.contains_key(t))
                 .await?;
+            drop(tables);
             self.follow_up(followup).await?;
         }
         self.router.route(relation_id)

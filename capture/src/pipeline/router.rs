@@ -1,13 +1,14 @@
-//! The router, one component of the pipeline: how each relation the
-//! stream describes is published. It owns the relations, their routes
+//! The router, one component of the pipeline: how each table the stream
+//! describes (a relation) is published. It owns the relations, their routes
 //! (encoder and topic), key columns, the table filter and which table owns
 //! which topic; a route is built on a relation's first change after each
-//! Relation message, asking the source what it needs through
-//! [`TableCatalog`] (`crate::seam`), so the router's rules are unit-tested
-//! with a fake catalog.
+//! description of it (PostgreSQL: a Relation message), reading the
+//! description through [`RoutedTable`] and asking the source what it needs
+//! through [`TableCatalog`] (`crate::seam`), so the router's rules are
+//! unit-tested with a test source's tables and a fake catalog.
 //!
 //! ```text
-//!  Relation message --on_relation--> relations (a partition as its root), its route forgotten
+//!  a table described --on_relation--> relations (a partition as its root), its route forgotten
 //!  first change -----build---------> signal | outbox | not captured | set aside | table route
 //!                                        key (catalog, key.columns), identity, topic claim
 //!  each change ------records-------> Kafka records (pure, synchronous: below)
@@ -23,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::record::Record;
-use crate::change::{Datum, RowImage};
+use crate::change::{Change, Datum, OldImage, RowImage, StreamTable};
 use crate::config::{CaptureConfig, ReplicaIdentityCheck, SkippedOperations};
 use crate::envelope::{
     EnvelopeConfig, EnvelopeError, Op, SourcePosition, TableEncoder, HEADER_POSITION,
@@ -32,28 +33,24 @@ use crate::error::CaptureError;
 use crate::filter::TableFilter;
 use crate::naming::{check_length, TopicClaims, TopicClash};
 use crate::outbox::{OutboxConfig, OutboxRouter};
-use crate::seam::TableCatalog;
-use crate::sources::postgres::pgoutput::{
-    LogicalMessage, OldTuple, Relation, RelationCache, TypeMessage,
-};
-use crate::sources::postgres::replica_identity;
-use crate::sources::postgres::value::TypeRegistry;
+use crate::seam::{RoutedTable, TableCatalog};
 
-/// How the changes of one relation become records.
-pub(super) enum Route {
+/// How the changes of one relation become records; `T` is how the source's
+/// stream describes a table.
+pub(super) enum Route<T> {
     /// A captured table: Debezium envelopes on its topic.
     Table(TableEncoder, Arc<str>),
     /// The outbox table: inserts become routed domain events; nothing else is published.
-    Outbox(OutboxRouter, Arc<Relation>),
+    Outbox(OutboxRouter, Arc<T>),
     /// The signal table: inserts are commands; nothing is published.
-    Signal(Arc<Relation>),
+    Signal(Arc<T>),
     /// A table set aside (`schema.table`): it cannot be captured as it is
     /// (see `pipeline::quarantine`); nothing of it is published.
     Quarantined(String),
 }
 
 /// Per relation: how its changes are published, or `None` when not captured.
-pub(super) type Routes = HashMap<u32, Option<Route>>;
+pub(super) type Routes<T> = HashMap<u32, Option<Route<T>>>;
 
 /// What a newly built route asks of the rest of the pipeline.
 #[derive(Debug, PartialEq, Eq)]
@@ -77,7 +74,8 @@ pub(super) enum Followup {
 /// The routing state: the relations the stream described, how each
 /// publishes (its encoder and topic), key columns, the table filter and
 /// which table owns which topic. Private: the pipeline asks through methods.
-pub(super) struct Router {
+/// `T` is how the source's stream describes a table ([`RoutedTable`]).
+pub(super) struct Router<T: RoutedTable> {
     /// The table whose changes a topic carries, to name it in errors.
     tables_by_topic: HashMap<Arc<str>, String>,
     /// Which table owns which topic: a table that appears while capture
@@ -88,9 +86,10 @@ pub(super) struct Router {
     /// Each table's event key, by `schema.table`, as start-up, signals,
     /// quarantine releases and routes learnt it.
     key_columns: HashMap<String, Vec<String>>,
-    types: TypeRegistry,
-    relations: RelationCache,
-    routes: Routes,
+    types: T::Types,
+    /// The stream's latest description of each table, by its stream id.
+    relations: HashMap<u32, Arc<T>>,
+    routes: Routes<T>,
     rules: Rules,
 }
 
@@ -106,14 +105,14 @@ struct Rules {
     identity_check: ReplicaIdentityCheck,
 }
 
-impl Router {
+impl<T: RoutedTable> Router<T> {
     /// The router of `cfg`'s tables, with the topics start-up claimed, the
     /// key columns it read and the types it knows.
     pub(super) fn new(
         cfg: &CaptureConfig,
         topic_claims: TopicClaims,
         key_columns: HashMap<String, Vec<String>>,
-        types: TypeRegistry,
+        types: T::Types,
     ) -> Result<Self, CaptureError> {
         let filter = TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
             .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?;
@@ -145,7 +144,7 @@ impl Router {
             filter,
             key_columns,
             types,
-            relations: RelationCache::new(),
+            relations: HashMap::new(),
             routes: HashMap::new(),
             rules,
         })
@@ -155,7 +154,7 @@ impl Router {
         &self.envelope
     }
 
-    pub(super) fn types(&self) -> &TypeRegistry {
+    pub(super) fn types(&self) -> &T::Types {
         &self.types
     }
 
@@ -190,13 +189,13 @@ impl Router {
     }
 
     /// The stream's latest description of relation `relation_id`.
-    pub(super) fn relation(&self, relation_id: u32) -> Option<&Arc<Relation>> {
-        self.relations.get(relation_id)
+    pub(super) fn relation(&self, relation_id: u32) -> Option<&Arc<T>> {
+        self.relations.get(&relation_id)
     }
 
     /// [`Router::relation`], which a change of it must have had before.
-    pub(super) fn relation_of(&self, relation_id: u32) -> Result<Arc<Relation>, CaptureError> {
-        self.relations.get(relation_id).cloned().ok_or_else(|| {
+    pub(super) fn relation_of(&self, relation_id: u32) -> Result<Arc<T>, CaptureError> {
+        self.relations.get(&relation_id).cloned().ok_or_else(|| {
             CaptureError::Protocol(format!(
                 "change for relation {relation_id} before its Relation message"
             ))
@@ -213,23 +212,23 @@ impl Router {
     /// follows DDL, which the schema watch compares at once).
     pub(super) async fn on_relation<C>(
         &mut self,
-        mut rel: Relation,
+        mut rel: T,
         catalog: &mut C,
     ) -> Result<bool, CaptureError>
     where
-        C: TableCatalog<Table = Relation>,
+        C: TableCatalog<Table = T>,
     {
         if let Some((schema, root)) = catalog.published_as(&rel).await? {
-            tracing::debug!(partition = %format!("{}.{}", rel.namespace, rel.name), root = %format!("{schema}.{root}"), "partition's changes go to its root");
-            rel.namespace = schema;
-            rel.name = root;
+            tracing::debug!(partition = %format!("{}.{}", rel.namespace(), rel.name()), root = %format!("{schema}.{root}"), "partition's changes go to its root");
+            rel.publish_as(schema, root);
         }
-        self.routes.remove(&rel.id);
+        let id = rel.id();
+        self.routes.remove(&id);
         let changed = self
             .relations
-            .get(rel.id)
-            .is_some_and(|old| old.columns != rel.columns);
-        self.relations.insert(rel);
+            .get(&id)
+            .is_some_and(|old| !old.same_columns(&rel));
+        self.relations.insert(id, Arc::new(rel));
         Ok(changed)
     }
 
@@ -238,13 +237,13 @@ impl Router {
     /// (their encoders may hold its columns as unknown).
     pub(super) async fn on_type<C>(
         &mut self,
-        t: &TypeMessage,
+        t: &T::TypeNote,
         catalog: &mut C,
     ) -> Result<(), CaptureError>
     where
-        C: TableCatalog<Types = TypeRegistry>,
+        C: TableCatalog<Types = T::Types>,
     {
-        if self.types.observe(t) {
+        if T::observe_type(&mut self.types, t) {
             catalog.learn_types(&mut self.types).await?;
             self.routes.clear();
         }
@@ -257,7 +256,7 @@ impl Router {
     }
 
     /// The route of `relation_id`, built before ([`Router::build`]).
-    pub(super) fn route(&self, relation_id: u32) -> Result<Option<&Route>, CaptureError> {
+    pub(super) fn route(&self, relation_id: u32) -> Result<Option<&Route<T>>, CaptureError> {
         route(&self.routes, relation_id)
     }
 
@@ -271,7 +270,7 @@ impl Router {
     /// The Kafka records of one change, its routes built ([`records`]).
     pub(super) fn records(
         &self,
-        change: LogicalMessage,
+        change: Change,
         src: &SourcePosition,
         resolved: Resolved,
         m: &Mapping<'_>,
@@ -280,7 +279,7 @@ impl Router {
     }
 
     /// How many event ordinals a change uses, its routes built ([`ordinals`]).
-    pub(super) fn ordinals(&self, change: &LogicalMessage) -> Result<u64, CaptureError> {
+    pub(super) fn ordinals(&self, change: &Change) -> Result<u64, CaptureError> {
         ordinals(&self.routes, change)
     }
 
@@ -295,10 +294,10 @@ impl Router {
         quarantined: impl Fn(&str) -> bool,
     ) -> Result<Followup, CaptureError>
     where
-        C: TableCatalog<Table = Relation>,
+        C: TableCatalog<Table = T>,
     {
         let rel = self.relation_of(relation_id)?;
-        let qualified = format!("{}.{}", rel.namespace, rel.name);
+        let qualified = format!("{}.{}", rel.namespace(), rel.name());
         let (route, followup) = match self.configured_route(&rel, &qualified)? {
             Some(route) => (route, Followup::Nothing),
             // Set aside until the heartbeat's catalog check releases it (see
@@ -317,19 +316,19 @@ impl Router {
     /// table to capture.
     fn configured_route(
         &self,
-        rel: &Arc<Relation>,
+        rel: &Arc<T>,
         qualified: &str,
-    ) -> Result<Option<Option<Route>>, CaptureError> {
+    ) -> Result<Option<Option<Route<T>>>, CaptureError> {
         if self.rules.signal_table.as_deref() == Some(qualified) {
             return Ok(Some(Some(Route::Signal(Arc::clone(rel)))));
         }
-        if !self.filter.matches(&rel.namespace, &rel.name) {
+        if !self.filter.matches(rel.namespace(), rel.name()) {
             return Ok(Some(None));
         }
         let outbox = self.rules.outbox.as_ref();
         if let Some((outbox, dead_letters)) = outbox.filter(|(o, _)| o.table == qualified) {
-            refuse_outbox_masking(rel, &self.envelope.columns)?;
-            let router = OutboxRouter::new(rel, outbox, dead_letters)
+            refuse_outbox_masking(&**rel, &self.envelope.columns)?;
+            let router = OutboxRouter::new(&**rel, outbox, dead_letters)
                 .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
             return Ok(Some(Some(Route::Outbox(router, Arc::clone(rel)))));
         }
@@ -341,12 +340,12 @@ impl Router {
     /// them fails.
     async fn table_route<C>(
         &mut self,
-        rel: Arc<Relation>,
+        rel: Arc<T>,
         qualified: String,
         catalog: &mut C,
-    ) -> Result<(Option<Route>, Followup), CaptureError>
+    ) -> Result<(Option<Route<T>>, Followup), CaptureError>
     where
-        C: TableCatalog<Table = Relation>,
+        C: TableCatalog<Table = T>,
     {
         let key = self.event_key(&rel, &qualified, catalog).await?;
         let key = key.as_deref();
@@ -356,15 +355,12 @@ impl Router {
         let identity = catalog.identity(&qualified, &rel).await?;
         // A table without a key, or one whose `message.key.columns` name no
         // column of it, cannot be captured as it is: set aside, not a stop.
-        let encoder =
-            TableEncoder::identified(&rel, &self.types, key, &self.envelope, identity.as_ref());
+        let encoder = rel.encoder(&self.types, key, &self.envelope, identity.as_ref());
         match encoder {
             Ok(enc) => Ok(self.claim_topic(&rel, qualified, enc)),
             Err(e) => {
                 let why = match key {
-                    None => {
-                        crate::sources::postgres::control::keyless_reason(&qualified, &qualified)
-                    }
+                    None => T::keyless_reason(&qualified),
                     Some(_) => e.to_string(),
                 };
                 Ok(set_aside(qualified, why))
@@ -375,12 +371,12 @@ impl Router {
     /// The event key of the table a Relation describes, `None` when it has none.
     async fn event_key<C>(
         &mut self,
-        rel: &Relation,
+        rel: &T,
         qualified: &str,
         catalog: &mut C,
     ) -> Result<Option<Vec<String>>, CaptureError>
     where
-        C: TableCatalog<Table = Relation>,
+        C: TableCatalog<Table = T>,
     {
         // `message.key.columns` by name; else the primary key of the table
         // the Relation is (by its id), which start-up's list by name may no
@@ -389,12 +385,10 @@ impl Router {
             return Ok(Some(key.clone()));
         }
         let (key, current) = key_of_table(rel, catalog).await?;
-        let known = self.key_columns.get(qualified).filter(|known| {
-            current
-                && known
-                    .iter()
-                    .all(|k| rel.columns.iter().any(|c| &c.name == k))
-        });
+        let known = self
+            .key_columns
+            .get(qualified)
+            .filter(|known| current && known.iter().all(|k| has_column(rel, k)));
         Ok(match known {
             // The table capture keyed at start, still under its name with
             // no other primary key: keep that key (it may be a replica
@@ -414,17 +408,10 @@ impl Router {
     /// Why the table must be set aside when its replica identity does not
     /// carry its event key under `replica.identity.check = "fail"` (under
     /// `"warn"` that is logged, and the table published).
-    fn identity_lacks_key(
-        &self,
-        rel: &Relation,
-        qualified: &str,
-        key: &[String],
-    ) -> Option<String> {
-        let identity_columns = replica_identity::flagged_columns(rel);
-        let lacks = replica_identity::lacks(rel.replica_identity, &identity_columns, key)?;
-        let why = replica_identity::explain(qualified, qualified, &lacks, key);
+    fn identity_lacks_key(&self, rel: &T, qualified: &str, key: &[String]) -> Option<String> {
+        let why = rel.identity_lacks(qualified, key)?;
         match self.rules.identity_check {
-            ReplicaIdentityCheck::Fail => Some(replica_identity::quarantine_reason(&why)),
+            ReplicaIdentityCheck::Fail => Some(T::identity_reason(&why)),
             ReplicaIdentityCheck::Warn => {
                 tracing::warn!(table = %qualified, "{why} (replica.identity.check = \"warn\": publishing anyway)");
                 None
@@ -436,10 +423,10 @@ impl Router {
     /// it or it is too long.
     fn claim_topic(
         &mut self,
-        rel: &Relation,
+        rel: &T,
         qualified: String,
         enc: TableEncoder,
-    ) -> (Option<Route>, Followup) {
+    ) -> (Option<Route<T>>, Followup) {
         let topic: Arc<str> = enc.topic().into();
         // A table created (or renamed) while capture runs: its topic must
         // not be another table's. Set aside: after the fix (and a restart,
@@ -448,7 +435,7 @@ impl Router {
             .map_err(|e| e.to_string())
             .and_then(|()| {
                 self.topic_claims
-                    .claim_table(&topic, &rel.namespace, &rel.name)
+                    .claim_table(&topic, rel.namespace(), rel.name())
                     .map_err(|e| e.to_string())
             });
         if let Err(why) = claimed {
@@ -468,7 +455,7 @@ impl Router {
 }
 
 /// The route of a table set aside for `reason`, and the quarantine it asks for.
-fn set_aside(table: String, reason: String) -> (Option<Route>, Followup) {
+fn set_aside<T>(table: String, reason: String) -> (Option<Route<T>>, Followup) {
     (
         Some(Route::Quarantined(table.clone())),
         Followup::SetAside { table, reason },
@@ -480,28 +467,32 @@ fn set_aside(table: String, reason: String) -> (Option<Route>, Followup) {
 /// for snapshots and signals). Looked up by the Relation's id, not its name
 /// (see [`TableCatalog`]). A table missing then is gone, and its key comes
 /// from the Relation message itself
-/// ([`crate::sources::postgres::replica_identity::key_from_relation`]).
-async fn key_of_table<C>(
-    rel: &Relation,
-    catalog: &mut C,
-) -> Result<(Vec<String>, bool), CaptureError>
+/// ([`RoutedTable::stream_key`]).
+async fn key_of_table<T, C>(rel: &T, catalog: &mut C) -> Result<(Vec<String>, bool), CaptureError>
 where
-    C: TableCatalog<Table = Relation>,
+    T: RoutedTable,
+    C: TableCatalog<Table = T>,
 {
     if let Some(found) = catalog.current(rel).await? {
         // Key columns renamed since the change: the Relation's own.
         let pk = found.primary_key;
-        if pk.iter().all(|k| rel.columns.iter().any(|c| &c.name == k)) {
-            return Ok((pk, found.schema == rel.namespace && found.name == rel.name));
+        if pk.iter().all(|k| has_column(rel, k)) {
+            let same_name = found.schema == rel.namespace() && found.name == rel.name();
+            return Ok((pk, same_name));
         }
     }
-    let key = replica_identity::key_from_relation(rel);
+    let key = rel.stream_key();
     tracing::info!(
-        table = %format!("{}.{}", rel.namespace, rel.name),
+        table = %format!("{}.{}", rel.namespace(), rel.name()),
         key = ?key,
         "table no longer in the catalog as the stream names it (dropped or renamed since): keyed by its Relation message"
     );
     Ok((key, false))
+}
+
+/// Whether the stream's description of a table has a column `name`.
+fn has_column(rel: &impl StreamTable, name: &str) -> bool {
+    (0..rel.width()).any(|i| rel.column_name(i) == name)
 }
 
 /// A key column excluded or masked, for the tables whose keys start-up
@@ -538,23 +529,26 @@ fn refuse_key_masking(
 /// The outbox publishes its rows' payloads as they are: a column setting
 /// that names one of its columns is refused, not silently ignored.
 fn refuse_outbox_masking(
-    rel: &Relation,
+    rel: &impl StreamTable,
     policy: &crate::envelope::ColumnPolicy,
 ) -> Result<(), CaptureError> {
-    let touched = rel.columns.iter().find(|c| {
-        policy.action(&rel.namespace, &rel.name, &c.name) != crate::envelope::ColumnAction::Keep
+    let touched = (0..rel.width()).map(|i| rel.column_name(i)).find(|c| {
+        policy.action(rel.namespace(), rel.name(), c) != crate::envelope::ColumnAction::Keep
     });
     match touched {
         Some(c) => Err(CaptureError::Prerequisite(format!(
             "column {} of the outbox table {}.{} is excluded or masked by the column.* settings; the outbox publishes its rows as written: leave its columns out of column.include.list/column.exclude.list/column.mask/column.truncate, and write only what may be published into it",
-            c.name, rel.namespace, rel.name
+            c, rel.namespace(), rel.name()
         ))),
         None => Ok(()),
     }
 }
 
 /// The route of `relation_id`, resolved before.
-pub(super) fn route(routes: &Routes, relation_id: u32) -> Result<Option<&Route>, CaptureError> {
+pub(super) fn route<T>(
+    routes: &Routes<T>,
+    relation_id: u32,
+) -> Result<Option<&Route<T>>, CaptureError> {
     routes
         .get(&relation_id)
         .map(Option::as_ref)
@@ -589,7 +583,7 @@ pub(super) struct Mapping<'a> {
 /// cannot be encoded: the mapping refuses that change.)
 pub(super) fn create_needs_source(
     enc: &TableEncoder,
-    old: Option<&OldTuple>,
+    old: Option<&OldImage>,
     new: &RowImage,
 ) -> Option<(Vec<String>, RowImage)> {
     if !has_unchanged_toast(new) {
@@ -598,7 +592,7 @@ pub(super) fn create_needs_source(
     let new_key = enc.key(new).ok()?;
     changed_key(enc, old, &new_key).ok()??;
     let after = match old {
-        Some(OldTuple::Full(full)) => fill_unchanged_toast(new, full),
+        Some(OldImage::Full(full)) => fill_unchanged_toast(new, full),
         _ => None,
     }
     .unwrap_or_else(|| new.clone());
@@ -609,54 +603,41 @@ pub(super) fn create_needs_source(
 /// The Kafka records of one change (none when its table is not captured),
 /// and how many event ordinals they use from `src.event_seq` on (as
 /// [`ordinals`] counts them).
-pub(super) fn records(
-    routes: &Routes,
-    change: LogicalMessage,
+pub(super) fn records<T: StreamTable>(
+    routes: &Routes<T>,
+    change: Change,
     src: &SourcePosition,
     resolved: Resolved,
     m: &Mapping<'_>,
 ) -> Result<(Vec<Record>, u64), CaptureError> {
     match change {
-        LogicalMessage::Insert { relation_id, new } => {
-            Ok((insert(route(routes, relation_id)?, &new, src, m)?, 1))
-        }
-        LogicalMessage::Update {
-            relation_id,
-            old,
-            new,
-        } => {
-            let Some(Route::Table(enc, topic)) = route(routes, relation_id)? else {
+        Change::Insert { table, new } => Ok((insert(route(routes, table)?, &new, src, m)?, 1)),
+        Change::Update { table, old, new } => {
+            let Some(Route::Table(enc, topic)) = route(routes, table)? else {
                 return Ok((Vec::new(), 1));
             };
             update(enc, topic, old, new, src, resolved, m)
         }
-        LogicalMessage::Delete { relation_id, old } => {
-            let Some(Route::Table(enc, topic)) = route(routes, relation_id)? else {
+        Change::Delete { table, old } => {
+            let Some(Route::Table(enc, topic)) = route(routes, table)? else {
                 return Ok((Vec::new(), 1));
             };
             Ok((delete(enc, topic, &old, src, m)?, 1))
         }
-        LogicalMessage::Truncate { relation_ids, .. } => {
-            truncate(routes, &relation_ids, src, &resolved, m)
-        }
-        LogicalMessage::Message {
-            prefix, content, ..
-        } => {
+        Change::Truncate { tables } => truncate(routes, &tables, src, &resolved, m),
+        Change::Message { prefix, content } => {
             let (topic, key, value) =
                 crate::envelope::message_record(m.envelope, true, &prefix, &content, src, m.now_ms);
             let mut record = Record::change(&topic.as_str().into(), key, value, src);
             record.ensure_topic = true;
             Ok((vec![record], 1))
         }
-        other => Err(CaptureError::Protocol(format!(
-            "unexpected message in a transaction: {other:?}"
-        ))),
     }
 }
 
 /// An insert: a create event, or the outbox's routed event (or its dead letter).
-fn insert(
-    route: Option<&Route>,
+fn insert<T: StreamTable>(
+    route: Option<&Route<T>>,
     new: &RowImage,
     src: &SourcePosition,
     m: &Mapping<'_>,
@@ -674,7 +655,7 @@ fn insert(
                 src,
             ));
         }
-        Some(Route::Outbox(router, rel)) => match router.route_or_dead_letter(new, rel) {
+        Some(Route::Outbox(router, rel)) => match router.route_or_dead_letter(new, &**rel) {
             Ok(ev) => {
                 let mut record = Record::new(&ev.topic.as_str().into(), Some(ev.key), ev.value);
                 record.headers = vec![("id", ev.id), ("type", ev.kind)];
@@ -695,7 +676,7 @@ fn insert(
 fn update(
     enc: &TableEncoder,
     topic: &Arc<str>,
-    old: Option<OldTuple>,
+    old: Option<OldImage>,
     new: RowImage,
     src: &SourcePosition,
     resolved: Resolved,
@@ -705,12 +686,12 @@ fn update(
     let mut out = Vec::new();
     let new_key = enc.key(&new).map_err(refusable(1))?;
     let full = match &old {
-        Some(OldTuple::Full(full)) => fill_unchanged_toast(&new, full),
+        Some(OldImage::Full(full)) => fill_unchanged_toast(&new, full),
         _ => None,
     };
     let Some(old_key) = changed_key(enc, old.as_ref(), &new_key)? else {
         let before = match &old {
-            Some(OldTuple::Full(full)) => Some(full),
+            Some(OldImage::Full(full)) => Some(full),
             _ => None,
         };
         if m.skipped.update {
@@ -731,7 +712,7 @@ fn update(
     // TOAST values from, so the create carries them: from the old
     // row (REPLICA IDENTITY FULL), else as read from the source.
     let after = resolved.created.or(full).unwrap_or(new);
-    let before = old.as_ref().map(OldTuple::tuple);
+    let before = old.as_ref().map(OldImage::row);
     if !m.skipped.delete {
         let deleted = enc.value(Op::Delete, before, None, src, now);
         out.push(Record::change(
@@ -767,7 +748,7 @@ fn update(
 fn delete(
     enc: &TableEncoder,
     topic: &Arc<str>,
-    old: &OldTuple,
+    old: &OldImage,
     src: &SourcePosition,
     m: &Mapping<'_>,
 ) -> Result<Vec<Record>, CaptureError> {
@@ -775,8 +756,8 @@ fn delete(
     if m.skipped.delete {
         return Ok(out);
     }
-    let key = enc.key(old.tuple()).map_err(refusable(1))?;
-    let value = enc.value(Op::Delete, Some(old.tuple()), None, src, m.now_ms);
+    let key = enc.key(old.row()).map_err(refusable(1))?;
+    let value = enc.value(Op::Delete, Some(old.row()), None, src, m.now_ms);
     out.push(Record::change(
         topic,
         key.clone(),
@@ -794,8 +775,8 @@ fn delete(
 /// copy on each partition, after every earlier change of that partition and
 /// before every later one. Partitions were counted when the change was
 /// resolved, so partitions added to the topic since are covered too.
-fn truncate(
-    routes: &Routes,
+fn truncate<T>(
+    routes: &Routes<T>,
     relation_ids: &[u32],
     src: &SourcePosition,
     resolved: &Resolved,
@@ -833,13 +814,9 @@ fn truncate(
 /// [`records`] makes of it, and at least one. Decided from the change and the
 /// routes alone (no value encoded, nothing read), so a skipped change counts
 /// the same as when it was published.
-pub(super) fn ordinals(routes: &Routes, change: &LogicalMessage) -> Result<u64, CaptureError> {
+pub(super) fn ordinals<T>(routes: &Routes<T>, change: &Change) -> Result<u64, CaptureError> {
     match change {
-        LogicalMessage::Update {
-            relation_id,
-            old,
-            new,
-        } => match route(routes, *relation_id)? {
+        Change::Update { table, old, new } => match route(routes, *table)? {
             Some(Route::Table(enc, _)) if old.is_some() => {
                 // A key that cannot be encoded refuses the change, as one
                 // ordinal (as `records` counts it).
@@ -855,9 +832,9 @@ pub(super) fn ordinals(routes: &Routes, change: &LogicalMessage) -> Result<u64, 
             }
             _ => Ok(1),
         },
-        LogicalMessage::Truncate { relation_ids, .. } => {
+        Change::Truncate { tables: ids } => {
             let mut tables = 0;
-            for &id in relation_ids {
+            for &id in ids {
                 if let Some(Route::Table(..)) = route(routes, id)? {
                     tables += 1;
                 }
@@ -865,17 +842,6 @@ pub(super) fn ordinals(routes: &Routes, change: &LogicalMessage) -> Result<u64, 
             Ok(tables.max(1))
         }
         _ => Ok(1),
-    }
-}
-
-/// The relations a change's records depend on.
-pub(super) fn relations(change: &LogicalMessage) -> &[u32] {
-    match change {
-        LogicalMessage::Insert { relation_id, .. }
-        | LogicalMessage::Update { relation_id, .. }
-        | LogicalMessage::Delete { relation_id, .. } => std::slice::from_ref(relation_id),
-        LogicalMessage::Truncate { relation_ids, .. } => relation_ids,
-        _ => &[],
     }
 }
 
@@ -901,13 +867,13 @@ pub(super) fn fill_unchanged_toast(new: &RowImage, old: &RowImage) -> Option<Row
 /// stayed, or the old key is not in the change).
 fn changed_key(
     enc: &TableEncoder,
-    old: Option<&OldTuple>,
+    old: Option<&OldImage>,
     new_key: &[u8],
 ) -> Result<Option<Vec<u8>>, CaptureError> {
     let Some(old) = old else {
         return Ok(None);
     };
-    let old_key = enc.key(old.tuple()).map_err(refusable(1))?;
+    let old_key = enc.key(old.row()).map_err(refusable(1))?;
     Ok((old_key != new_key).then_some(old_key))
 }
 

@@ -1,9 +1,10 @@
 //! The pure change → records mapping: primary-key changes, TOAST fill,
 //! tombstones, truncates, and ordinals that agree with the records; and the
 //! router's rules for building a route, with a fake of what it asks the
-//! source ([`TableCatalog`]).
+//! source ([`TableCatalog`]) and a test source's tables ([`TestRel`]), so
+//! no source database is named.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -11,20 +12,165 @@ use bytes::Bytes;
 use super::record::Record;
 use super::router::{
     create_needs_source, fill_unchanged_toast, ordinals, records, Followup, Mapping, Resolved,
-    Route, Router, Routes,
 };
-use crate::change::{Datum, RowImage};
+use crate::change::{Change, Datum, OldImage as OldTuple, RowImage, StreamTable};
 use crate::config::{CaptureConfig, SkippedOperations};
-use crate::envelope::{EnvelopeConfig, SnapshotMarker, SourcePosition, TableEncoder};
-use crate::naming::TopicClaims;
-use crate::seam::{CatalogTable, TableCatalog};
-use crate::sources::postgres::pgoutput::{
-    Column, LogicalMessage, OldTuple, Relation, ReplicaIdentity, TypeMessage,
+use crate::envelope::{
+    ColumnShape, ColumnType, EnvelopeConfig, EnvelopeError, SnapshotMarker, SourceIdentity,
+    SourcePosition, TableEncoder, TableShape, Unrepresentable,
 };
-use crate::sources::postgres::value::{TypeRegistry, UNAVAILABLE_VALUE};
+use crate::naming::TopicClaims;
+use crate::seam::{CatalogTable, RoutedTable, TableCatalog};
+use oncely_core::wire::UNAVAILABLE_VALUE;
 
 const INT: u32 = 23;
 const TEXT: u32 = 25;
+
+type Relation = TestRel;
+type Router = super::router::Router<TestRel>;
+type Route = super::router::Route<TestRel>;
+type Routes = super::router::Routes<TestRel>;
+
+/// A table as a test source's stream describes it: columns of a type
+/// (`INT`, written as a JSON number, or `TEXT`), some flagged as the key
+/// its before images carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TestRel {
+    id: u32,
+    namespace: String,
+    name: String,
+    /// Each column's name, type and whether before images carry it.
+    columns: Vec<(String, u32, bool)>,
+}
+
+impl StreamTable for TestRel {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn width(&self) -> usize {
+        self.columns.len()
+    }
+
+    fn column_name(&self, i: usize) -> &str {
+        &self.columns[i].0
+    }
+
+    fn column_type(&self, i: usize) -> u32 {
+        self.columns[i].1
+    }
+}
+
+/// A column the envelope writes as a JSON number or string.
+#[derive(Debug)]
+struct TestColumn {
+    number: bool,
+}
+
+impl ColumnType for TestColumn {
+    fn field_schema(&self, field: &str, optional: bool) -> serde_json::Value {
+        let ty = if self.number { "int32" } else { "string" };
+        serde_json::json!({"type": ty, "optional": optional, "field": field})
+    }
+
+    fn write_json(&self, text: &str, out: &mut Vec<u8>) -> Result<(), Unrepresentable> {
+        if self.number {
+            out.extend_from_slice(text.as_bytes());
+        } else {
+            out.extend_from_slice(serde_json::Value::from(text).to_string().as_bytes());
+        }
+        Ok(())
+    }
+
+    fn refusal_help(&self) -> (&'static str, &'static str) {
+        ("", "")
+    }
+}
+
+impl RoutedTable for TestRel {
+    /// The type ids the source knows.
+    type Types = BTreeSet<u32>;
+    type TypeNote = u32;
+
+    fn id(&self) -> u32 {
+        self.id
+    }
+
+    fn publish_as(&mut self, namespace: String, name: String) {
+        self.namespace = namespace;
+        self.name = name;
+    }
+
+    fn same_columns(&self, other: &Self) -> bool {
+        self.columns == other.columns
+    }
+
+    fn stream_key(&self) -> Vec<String> {
+        let flagged = self.columns.iter().filter(|c| c.2);
+        flagged.map(|c| c.0.clone()).collect()
+    }
+
+    fn identity_lacks(&self, qualified: &str, key: &[String]) -> Option<String> {
+        let carried = self.stream_key();
+        let lacks = !key.iter().all(|k| carried.contains(k));
+        lacks.then(|| {
+            format!(
+                "the before images of {qualified} carry ({}) while its events are keyed by ({})",
+                carried.join(", "),
+                key.join(", ")
+            )
+        })
+    }
+
+    fn identity_reason(lacks: &str) -> String {
+        format!("{lacks}: make them carry the key")
+    }
+
+    fn keyless_reason(qualified: &str) -> String {
+        format!("table {qualified} has no key")
+    }
+
+    fn encoder(
+        &self,
+        _types: &BTreeSet<u32>,
+        key: Option<&[String]>,
+        envelope: &EnvelopeConfig,
+        identity: Option<&SourceIdentity>,
+    ) -> Result<TableEncoder, EnvelopeError> {
+        let table = format!("{}.{}", self.namespace, self.name);
+        let position = |name: &String| {
+            let found = self.columns.iter().position(|c| &c.0 == name);
+            found.ok_or_else(|| EnvelopeError::UnknownKeyColumn {
+                table: table.clone(),
+                column: name.clone(),
+            })
+        };
+        let key = key.map_or_else(|| self.stream_key(), <[String]>::to_vec);
+        let key = key.iter().map(position).collect::<Result<Vec<_>, _>>()?;
+        if key.is_empty() {
+            return Err(EnvelopeError::NoKeyColumns { table });
+        }
+        let columns = self.columns.iter().map(|(name, ty, _)| ColumnShape {
+            name: name.clone(),
+            ty: std::sync::Arc::new(TestColumn { number: *ty == INT }),
+        });
+        let shape = TableShape {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            columns: columns.collect(),
+            key,
+        };
+        TableEncoder::from_shape(&shape, envelope, identity)
+    }
+
+    fn observe_type(types: &mut BTreeSet<u32>, note: &u32) -> bool {
+        types.insert(*note)
+    }
+}
 
 fn text(s: &str) -> Datum {
     Datum::Text(Bytes::copy_from_slice(s.as_bytes()))
@@ -50,18 +196,14 @@ fn table(id: u32) -> (u32, Option<Route>) {
         id,
         namespace: "public".into(),
         name: format!("docs{id}"),
-        replica_identity: ReplicaIdentity::Default,
         columns: [("id", INT), ("big", TEXT)]
             .iter()
-            .map(|(name, type_oid)| Column {
-                is_key: *name == "id",
-                name: (*name).into(),
-                type_oid: *type_oid,
-                type_modifier: -1,
-            })
+            .map(|(name, type_oid)| ((*name).into(), *type_oid, *name == "id"))
             .collect(),
     };
-    let enc = TableEncoder::new(&rel, &TypeRegistry::builtin(), None, &envelope()).unwrap();
+    let enc = rel
+        .encoder(&BTreeSet::new(), None, &envelope(), None)
+        .unwrap();
     let topic: Arc<str> = enc.topic().into();
     (id, Some(Route::Table(enc, topic)))
 }
@@ -81,12 +223,12 @@ fn at(event_seq: u64) -> SourcePosition {
     }
 }
 
-fn map(change: LogicalMessage, resolved: Resolved, tombstones: bool) -> (Vec<Record>, u64) {
+fn map(change: Change, resolved: Resolved, tombstones: bool) -> (Vec<Record>, u64) {
     map_skipping(change, resolved, tombstones, SkippedOperations::default())
 }
 
 fn map_skipping(
-    change: LogicalMessage,
+    change: Change,
     resolved: Resolved,
     tombstones: bool,
     skipped: SkippedOperations,
@@ -112,9 +254,9 @@ fn value(r: &Record) -> serde_json::Value {
     })
 }
 
-fn pk_change(old: OldTuple, new: RowImage) -> LogicalMessage {
-    LogicalMessage::Update {
-        relation_id: 1,
+fn pk_change(old: OldTuple, new: RowImage) -> Change {
+    Change::Update {
+        table: 1,
         old: Some(old),
         new,
     }
@@ -208,9 +350,8 @@ fn an_update_keeping_its_key_is_one_event_and_reads_nothing() {
 
 #[test]
 fn a_truncate_is_one_event_per_captured_table_on_every_partition() {
-    let change = LogicalMessage::Truncate {
-        options: 0,
-        relation_ids: vec![1, 3, 2],
+    let change = Change::Truncate {
+        tables: vec![1, 3, 2],
     };
     let resolved = Resolved {
         partitions: HashMap::from([(1, 3), (2, 1)]),
@@ -239,7 +380,7 @@ fn skipping(letters: &str) -> SkippedOperations {
 
 /// Each kind of change under `skipped.operations`: the ops left, and the
 /// ordinals used (the same whatever is skipped).
-fn ops_skipping(change: LogicalMessage, letters: &str) -> (Vec<String>, u64) {
+fn ops_skipping(change: Change, letters: &str) -> (Vec<String>, u64) {
     let resolved = Resolved {
         partitions: HashMap::from([(1, 2)]),
         ..Resolved::default()
@@ -257,8 +398,8 @@ fn ops_skipping(change: LogicalMessage, letters: &str) -> (Vec<String>, u64) {
 
 #[test]
 fn skipped_operations_publish_nothing_of_their_kind_and_keep_every_ordinal() {
-    let insert = || LogicalMessage::Insert {
-        relation_id: 1,
+    let insert = || Change::Insert {
+        table: 1,
         new: row(&[text("1"), text("a")]),
     };
     let update = || {
@@ -273,14 +414,11 @@ fn skipped_operations_publish_nothing_of_their_kind_and_keep_every_ordinal() {
             row(&[text("2"), text("b")]),
         )
     };
-    let delete = || LogicalMessage::Delete {
-        relation_id: 1,
+    let delete = || Change::Delete {
+        table: 1,
         old: OldTuple::Key(row(&[text("1"), Datum::Null])),
     };
-    let truncate = || LogicalMessage::Truncate {
-        options: 0,
-        relation_ids: vec![1],
-    };
+    let truncate = || Change::Truncate { tables: vec![1] };
     let s = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
 
     for letters in ["none", "", "c,u,d,t"] {
@@ -338,15 +476,15 @@ fn skipped_operations_name_the_letters_they_take() {
 
 #[test]
 fn changes_of_tables_not_captured_publish_nothing_and_take_one_ordinal() {
-    let change = LogicalMessage::Insert {
-        relation_id: 3,
+    let change = Change::Insert {
+        table: 3,
         new: row(&[text("1")]),
     };
     let (out, used) = map(change, Resolved::default(), true);
     assert!(out.is_empty());
     assert_eq!(used, 1);
-    let unknown = LogicalMessage::Insert {
-        relation_id: 9,
+    let unknown = Change::Insert {
+        table: 9,
         new: row(&[text("1")]),
     };
     assert!(ordinals(&routes(), &unknown).is_ok());
@@ -404,7 +542,7 @@ impl FakeCatalog {
 
 impl TableCatalog for FakeCatalog {
     type Table = Relation;
-    type Types = TypeRegistry;
+    type Types = BTreeSet<u32>;
 
     async fn published_as(
         &mut self,
@@ -431,7 +569,7 @@ impl TableCatalog for FakeCatalog {
 
     async fn learn_types(
         &mut self,
-        _types: &mut TypeRegistry,
+        _types: &mut BTreeSet<u32>,
     ) -> Result<(), crate::error::CaptureError> {
         self.types_learnt += 1;
         Ok(())
@@ -449,7 +587,7 @@ fn router(settings: &str) -> Router {
         &cfg,
         TopicClaims::default(),
         HashMap::new(),
-        TypeRegistry::builtin(),
+        BTreeSet::new(),
     )
     .unwrap()
 }
@@ -458,18 +596,12 @@ fn router(settings: &str) -> Router {
 fn relation(id: u32, schema: &str, name: &str, text_columns: &[&str]) -> Relation {
     let columns = std::iter::once(("id", INT))
         .chain(text_columns.iter().map(|c| (*c, TEXT)))
-        .map(|(name, type_oid)| Column {
-            is_key: name == "id",
-            name: name.into(),
-            type_oid,
-            type_modifier: -1,
-        })
+        .map(|(name, type_oid)| (name.into(), type_oid, name == "id"))
         .collect();
     Relation {
         id,
         namespace: schema.into(),
         name: name.into(),
-        replica_identity: ReplicaIdentity::Default,
         columns,
     }
 }
@@ -595,8 +727,8 @@ async fn a_changed_relation_replaces_the_route() {
         skipped: SkippedOperations::default(),
         now_ms: 0,
     };
-    let insert = LogicalMessage::Insert {
-        relation_id: 10,
+    let insert = Change::Insert {
+        table: 10,
         new: row(&[text("1"), text("n"), text("x")]),
     };
     let (out, _) = router
@@ -605,6 +737,20 @@ async fn a_changed_relation_replaces_the_route() {
     // With schemas (the default), the envelope is the payload.
     let payload = &value(&out[0])["payload"];
     assert_eq!(payload["after"]["extra"], "x", "the new shape");
+}
+
+#[tokio::test]
+async fn a_new_description_replaces_the_old_whose_handles_survive() {
+    let mut router = router("");
+    let mut catalog = FakeCatalog::default();
+    let narrow = relation(10, "public", "orders", &[]);
+    router.on_relation(narrow, &mut catalog).await.unwrap();
+    let first = Arc::clone(router.relation(10).unwrap());
+    let wide = relation(10, "public", "orders", &["note"]);
+    router.on_relation(wide, &mut catalog).await.unwrap();
+    assert_eq!(first.columns.len(), 1, "a handle keeps the shape it had");
+    assert_eq!(router.relation_of(10).unwrap().columns.len(), 2);
+    assert!(router.relation(11).is_none() && router.relation_of(11).is_err());
 }
 
 #[tokio::test]
@@ -683,7 +829,7 @@ async fn an_identity_without_the_event_key_sets_the_table_aside_unless_warned() 
         panic!("set aside, not {followup:?}");
     };
     assert_eq!(table, "public.orders");
-    assert!(reason.contains("REPLICA IDENTITY"), "{reason}");
+    assert!(reason.contains("keyed by (note)"), "{reason}");
     assert!(matches!(
         router.route(10).unwrap(),
         Some(Route::Quarantined(_))
@@ -706,11 +852,7 @@ async fn a_type_created_while_streaming_is_learnt_once_and_routes_are_built_agai
         .await
         .unwrap();
     router.build(10, &mut catalog, |_| false).await.unwrap();
-    let mood = TypeMessage {
-        oid: 90_001,
-        namespace: "public".into(),
-        name: "mood".into(),
-    };
+    let mood = 90_001;
     router.on_type(&mood, &mut catalog).await.unwrap();
     assert_eq!(catalog.types_learnt, 1);
     assert!(
@@ -735,7 +877,7 @@ async fn a_key_column_excluded_is_refused_at_start_or_sets_its_table_aside() {
          column.exclude.list = \"public\\\\.users\\\\.(id|note)\"\n";
     let cfg = CaptureConfig::parse(text, "test").unwrap();
     let keys = HashMap::from([("public.users".to_string(), vec!["id".to_string()])]);
-    let Err(e) = Router::new(&cfg, TopicClaims::default(), keys, TypeRegistry::builtin()) else {
+    let Err(e) = Router::new(&cfg, TopicClaims::default(), keys, BTreeSet::new()) else {
         panic!("a key column excluded must refuse the start");
     };
     let e = e.to_string();

@@ -11,6 +11,7 @@ use crate::error::CaptureError;
 use crate::offset::SourceOffset;
 use crate::schema_change::{self, ColumnChange, SchemaHistory, TableSchemas, TableShape};
 use crate::seam::SchemaCatalog;
+use crate::seam::Source;
 use crate::snapshot::{request, SnapshotKind, TableProgress};
 
 /// The schema watch, one component of the pipeline: where schema changes
@@ -122,7 +123,7 @@ impl SchemaWatch {
     }
 }
 
-impl Pipeline<'_> {
+impl<S: Source> Pipeline<'_, S> {
     /// Compares every captured table's columns in the catalog with those
     /// its last schema-change record names ([`SchemaWatch::compare`]),
     /// publishes the records and queues the backfills. Runs at every

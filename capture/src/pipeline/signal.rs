@@ -8,6 +8,7 @@ use super::{Pipeline, Route};
 use crate::change::{Datum, RowImage, StreamTable};
 use crate::error::CaptureError;
 use crate::seam::SnapshotTableChecks;
+use crate::seam::Source;
 use crate::snapshot::signal::{parse, SignalAction};
 use crate::snapshot::{request, split_table, SnapshotKind, TableProgress};
 
@@ -30,7 +31,7 @@ impl SignalRow {
     }
 }
 
-impl Pipeline<'_> {
+impl<S: Source> Pipeline<'_, S> {
     /// The signal in row `new` inserted into table `relation_id` when that
     /// is the signal table.
     pub(super) async fn signal_row(

@@ -15,7 +15,7 @@ use crate::change::{Datum, OldRow, RowChange, RowImage, StreamTable};
 use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
 use crate::offset::SourceOffset;
-use crate::seam::{ChunkError, ChunkRequest, ChunkRows};
+use crate::seam::{ChunkError, ChunkRequest, ChunkRows, RoutedTable, Source};
 use crate::snapshot::window::{Verdict, Window};
 use crate::snapshot::{
     new_chunk_id, parse_watermark, row_key, split_table, SnapshotKind, TableProgress, Watermark,
@@ -551,7 +551,7 @@ impl<R: StreamTable + Clone + PartialEq> SnapshotDriver<R> {
 
 /// The stream loop's side of a chunk: the driver's work that needs the
 /// router, the schema watch and the producer.
-impl Pipeline<'_> {
+impl<S: Source> Pipeline<'_, S> {
     /// A watermark in the stream: the in-flight chunk's high watermark
     /// publishes its surviving rows at `src` (its commit LSN and time).
     pub(super) async fn on_watermark(
@@ -583,7 +583,7 @@ impl Pipeline<'_> {
     /// The encoder of a chunk's table shape (built once per shape).
     async fn chunk_encoder(
         &mut self,
-        rel: &super::SourceTable,
+        rel: &S::Table,
         key_columns: &[String],
     ) -> Result<(TableEncoder, Arc<str>), CaptureError> {
         if let Some(cached) = self.snapshot.cached_encoder(rel) {
@@ -596,14 +596,14 @@ impl Pipeline<'_> {
             .schema
             .source_identity(&self.source.control, &qualified, rel, None)
             .await?;
-        let enc = TableEncoder::identified(
-            rel,
-            self.router.types(),
-            Some(key_columns),
-            self.router.envelope(),
-            identity.as_ref(),
-        )
-        .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+        let enc = rel
+            .encoder(
+                self.router.types(),
+                Some(key_columns),
+                self.router.envelope(),
+                identity.as_ref(),
+            )
+            .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let topic: Arc<str> = enc.topic().into();
         self.kafka.ensure_topic(&topic).await?;
         self.snapshot.encoder = Some((rel.clone(), enc.clone(), Arc::clone(&topic)));

@@ -12,18 +12,16 @@ use super::router::Router;
 use super::schema::SchemaWatch;
 use super::snapshot_runtime::SnapshotDriver;
 use super::tracker::Tracker;
-use super::{now_ms, Pipeline, Source};
+use super::{now_ms, Pipeline, SourceSide};
 use crate::config::{CaptureConfig, ConfigError, SourceKind};
 use crate::error::CaptureError;
 use crate::kafka::{check_one_partition, InternalTopic, TopicCreator, TxProducer};
 use crate::metrics::CaptureMetrics;
 use crate::naming::{check_length, TopicClaims};
 use crate::offset::{read_stored_offset, SourceOffset};
+use crate::seam::{key_columns_by_table, CapturedTable, CheckedSource, Source};
 use crate::snapshot::{plan_start, GapRefused, StartFacts, TableProgress};
-use crate::sources::postgres::chunk::PgChunks;
-use crate::sources::postgres::control;
-use crate::sources::postgres::start::{check_source, CheckedSource};
-use crate::sources::postgres::stream;
+use crate::sources::Postgres;
 use oncely_core::wire::format_lsn;
 
 /// Longest wait between restarts after retriable failures.
@@ -39,15 +37,23 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), CaptureError> {
     refuse_unbuilt_source(&cfg)?;
-    let control = control::pg_config(&cfg, "oncely-capture-control");
-    if let Some(warning) = cfg.tls().unverified_credentials(&control) {
+    run_source::<Postgres>(cfg, metrics, shutdown).await
+}
+
+/// [`run`] with source `S`.
+async fn run_source<S: Source>(
+    cfg: CaptureConfig,
+    metrics: CaptureMetrics,
+    shutdown: CancellationToken,
+) -> Result<(), CaptureError> {
+    if let Some(warning) = S::warning(&cfg) {
         tracing::warn!("{warning}");
     }
     let mut backoff = oncely_core::backoff::Backoff::new(RESTART_BACKOFF, MAX_RESTART_BACKOFF);
     let mut first_life = true;
     loop {
         let started = Instant::now();
-        let result = run_once(&cfg, &metrics, &shutdown, first_life).await;
+        let result = run_once::<S>(&cfg, &metrics, &shutdown, first_life).await;
         first_life = false;
         match result {
             Ok(()) => return Ok(()),
@@ -79,13 +85,13 @@ pub async fn run(
 /// One life of the pipeline: checks, fencing, offset, snapshot plan, stream.
 /// `first_life` is false for restarts after retriable errors, which resume
 /// rather than start anything (`snapshot.mode = always` snapshots once per process).
-async fn run_once(
+async fn run_once<S: Source>(
     cfg: &CaptureConfig,
     metrics: &CaptureMetrics,
     shutdown: &CancellationToken,
     first_life: bool,
 ) -> Result<(), CaptureError> {
-    let mut source = check_source(cfg).await?;
+    let mut source = S::check(cfg).await?;
     let Some(kafka) = open_kafka(cfg, shutdown).await? else {
         return Ok(()); // stopped while Kafka was unreachable
     };
@@ -141,9 +147,9 @@ struct Resume {
 
 /// Reads the stored offset, claims topics, and plans the start: the
 /// snapshot to run, or the gap to refuse.
-async fn plan_resume(
+async fn plan_resume<S: Source>(
     cfg: &CaptureConfig,
-    source: &mut CheckedSource,
+    source: &mut CheckedSource<S>,
     offsets_topic: &str,
     first_life: bool,
 ) -> Result<Resume, CaptureError> {
@@ -161,7 +167,7 @@ async fn plan_resume(
     // needs a key or a topic.
     set_aside.retain(|t, _| cfg.signal_table() != Some(t.as_str()));
     let snapshot_tables = snapshot_candidates(cfg, &source.tables, set_aside, stored.as_ref());
-    let slot_lsn = source.slot.confirmed_flush_lsn;
+    let slot_lsn = source.resumable_from;
     let gap = stored.as_ref().is_some_and(|o| slot_lsn > o.flush_lsn);
     let plan = plan_start(StartFacts {
         mode: cfg.snapshot_mode,
@@ -215,7 +221,7 @@ async fn plan_resume(
 /// aside, now or before (each is snapshotted when released).
 fn snapshot_candidates(
     cfg: &CaptureConfig,
-    tables: &[control::CapturedTable],
+    tables: &[CapturedTable],
     set_aside: &BTreeMap<String, String>,
     stored: Option<&SourceOffset>,
 ) -> Vec<String> {
@@ -242,7 +248,7 @@ fn gap_refused(cfg: &CaptureConfig, slot_lsn: u64, offset_lsn: u64, topic: &str)
     ))
 }
 
-fn log_start(cfg: &CaptureConfig, source: &CheckedSource, offset: &SourceOffset) {
+fn log_start<S: Source>(cfg: &CaptureConfig, source: &CheckedSource<S>, offset: &SourceOffset) {
     tracing::info!(
         connector = cfg.connector_name(),
         slot = %cfg.slot_name,
@@ -258,16 +264,16 @@ fn log_start(cfg: &CaptureConfig, source: &CheckedSource, offset: &SourceOffset)
 
 /// Reads the schema history, opens the stream at the resumed position and
 /// puts the pipeline together, the tables set aside quarantined.
-async fn assemble<'a>(
+async fn assemble<'a, S: Source>(
     cfg: &'a CaptureConfig,
     metrics: &CaptureMetrics,
-    source: CheckedSource,
+    source: CheckedSource<S>,
     kafka: OpenedKafka,
     start: Resume,
     shutdown: &CancellationToken,
-) -> Result<Pipeline<'a>, CaptureError> {
+) -> Result<Pipeline<'a, S>, CaptureError> {
     let schemas = crate::schema_change::read_history(cfg).await?;
-    let stream = stream::connect(cfg, start.offset.flush_lsn).await?;
+    let stream = S::open_stream(cfg, start.offset.flush_lsn).await?;
     metrics.health.connected();
     let mut pipeline = Pipeline {
         cfg,
@@ -275,7 +281,7 @@ async fn assemble<'a>(
         router: Router::new(
             cfg,
             start.topic_claims,
-            control::key_columns_by_table(&source.tables),
+            key_columns_by_table(&source.tables),
             source.types,
         )?,
         kafka: Committer::new(
@@ -306,12 +312,12 @@ async fn assemble<'a>(
             metrics.clone(),
             start.offset,
         ),
-        source: Source {
+        source: SourceSide {
             stream,
             control: source.control,
             tracker: Tracker::default(),
             server_position: 0,
-            chunks: PgChunks::new(cfg),
+            chunks: S::chunks(cfg),
             schema: SchemaWatch::new(crate::schema_change::topic(cfg).into(), schemas),
         },
         snapshot: SnapshotDriver::new(cfg.chunk_size(), metrics.clone())
@@ -329,8 +335,8 @@ async fn assemble<'a>(
 
 /// Streams until shutdown or an error; after an error aborts the open
 /// transaction. Stops the stream either way.
-async fn drive(
-    pipeline: &mut Pipeline<'_>,
+async fn drive<S: Source>(
+    pipeline: &mut Pipeline<'_, S>,
     shutdown: &CancellationToken,
 ) -> Result<(), CaptureError> {
     // A record the broker refused for its size fails the transaction, and
@@ -345,7 +351,7 @@ async fn drive(
         // last offset record in Kafka.
         pipeline.kafka.abort().await;
     }
-    pipeline.source.stream.stop();
+    S::stop(&mut pipeline.source.stream);
     result
 }
 
@@ -356,7 +362,7 @@ async fn drive(
 /// that appears keeps none of an existing table's topic.
 fn claim_topics(
     cfg: &CaptureConfig,
-    tables: &[control::CapturedTable],
+    tables: &[CapturedTable],
     known: Option<&BTreeSet<String>>,
 ) -> Result<(TopicClaims, Vec<(String, String)>), CaptureError> {
     let mut claims = TopicClaims::default();
@@ -382,7 +388,7 @@ fn claim_topics(
             )
             .map_err(|e| refuse(&e))?;
     }
-    let is_known = |t: &control::CapturedTable| known.is_some_and(|k| k.contains(&t.qualified()));
+    let is_known = |t: &CapturedTable| known.is_some_and(|k| k.contains(&t.qualified()));
     let ordered = tables
         .iter()
         .filter(|t| is_known(t))

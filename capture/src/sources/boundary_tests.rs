@@ -1,9 +1,8 @@
 //! The source seam's boundary, checked on the source text: outside
 //! `src/sources/`, capture names no PostgreSQL client, replication or
 //! pgoutput type (docs/design.md, "Architecture: the source seam"). The
-//! files still listed in [`NOT_YET_BEHIND_THE_SEAM`] predate the seam; the
-//! list only shrinks, since a listed file that no longer needs to be listed
-//! fails the test too.
+//! core reaches a source only through `crate::seam`, and names one
+//! implementation where the configuration picks it (`sources::Postgres`).
 
 use std::path::{Path, PathBuf};
 
@@ -25,16 +24,6 @@ const SOURCE_ONLY: &[&str] = &[
 /// source's catalog reads for the root crate's `verify` and `status`
 /// (`catalog.rs`) and its service tests (`testing.rs`), and hold no logic.
 const FACADES: &[&str] = &["catalog.rs", "testing.rs"];
-
-/// Files of the core that still reach into PostgreSQL directly, relative to
-/// `capture/src`; they move behind the seam component by component.
-const NOT_YET_BEHIND_THE_SEAM: &[&str] = &[
-    "pipeline/mod.rs",
-    "pipeline/resolve.rs",
-    "pipeline/router.rs",
-    "pipeline/router_tests.rs",
-    "pipeline/start.rs",
-];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let entries = std::fs::read_dir(dir).expect("capture/src is readable");
@@ -68,7 +57,6 @@ fn only_sources_name_source_drivers_and_messages() {
     rust_files(&root, &mut files);
     files.sort();
     let mut crossing = Vec::new();
-    let mut listed_but_clean = Vec::new();
     for path in &files {
         let rel = path.strip_prefix(&root).expect("under src");
         let rel = rel.to_string_lossy().replace('\\', "/");
@@ -77,12 +65,8 @@ fn only_sources_name_source_drivers_and_messages() {
         }
         let text = std::fs::read_to_string(path).expect("a readable source file");
         let names = source_only_names(&text);
-        let listed = NOT_YET_BEHIND_THE_SEAM.contains(&rel.as_str());
-        if !names.is_empty() && !listed {
+        if !names.is_empty() {
             crossing.push(format!("{rel}: {}", names.join(", ")));
-        }
-        if names.is_empty() && listed {
-            listed_but_clean.push(rel);
         }
     }
     assert!(
@@ -90,12 +74,6 @@ fn only_sources_name_source_drivers_and_messages() {
         "outside capture/src/sources/, these files name a source's driver or \
          messages; reach the source through the seam instead:\n{}",
         crossing.join("\n")
-    );
-    assert!(
-        listed_but_clean.is_empty(),
-        "these files no longer cross the seam; take them off \
-         NOT_YET_BEHIND_THE_SEAM:\n{}",
-        listed_but_clean.join("\n")
     );
 }
 

@@ -2,6 +2,7 @@
 //! (docs/design.md, "Architecture: the source seam").
 
 pub(crate) mod postgres;
+pub(crate) use postgres::Postgres;
 
 // The source seam wires it in; until then only its tests use it.
 #[cfg_attr(not(test), allow(dead_code, unused_imports))]

@@ -2,7 +2,6 @@
 //! sets up the publication and the slot, failing with a message that says
 //! what to change when it cannot.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use pgwire_replication::Lsn;
@@ -504,14 +503,6 @@ pub async fn relation_by_oid(
         let schema: Option<String> = r.get(1);
         schema.map(|schema| (schema, r.get(2), r.get(3)))
     }))
-}
-
-/// Column key overrides for the tables, by `schema.table`.
-pub fn key_columns_by_table(tables: &[CapturedTable]) -> HashMap<String, Vec<String>> {
-    tables
-        .iter()
-        .map(|t| (t.qualified(), t.key_columns.clone()))
-        .collect()
 }
 
 pub fn parse_lsn(text: Option<&str>) -> Result<u64, CaptureError> {

@@ -21,6 +21,22 @@ use super::pgoutput::Relation;
 use crate::change::{Datum, RowImage};
 use crate::error::CaptureError;
 use crate::naming::quote_ident;
+use crate::seam::UnchangedValues;
+
+/// The control connection reads what a change left out.
+impl UnchangedValues for Client {
+    type Table = Relation;
+
+    async fn read_unchanged(
+        &mut self,
+        table: &Relation,
+        key_idx: &[usize],
+        xid: u32,
+        row: &RowImage,
+    ) -> Result<Option<RowImage>, CaptureError> {
+        read_unavailable(self, table, key_idx, xid, row).await
+    }
+}
 
 /// The session settings of the replication connection, so values read here
 /// render exactly as the stream's (the snapshot connection uses the same).
@@ -37,7 +53,7 @@ const VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// transaction `xid` that wrote `row` is visible. Returns the completed row,
 /// or `None` when no row has that key any more (a later change deleted it or
 /// changed its key, and its own events cover the targets).
-pub(crate) async fn read_unavailable(
+async fn read_unavailable(
     client: &mut Client,
     rel: &Relation,
     key_idx: &[usize],

@@ -20,3 +20,74 @@ pub(crate) mod start;
 pub(crate) mod stream;
 pub(crate) mod tables;
 pub mod value;
+
+use pgwire_replication::ReplicationClient;
+use tokio_postgres::Client;
+
+use crate::config::CaptureConfig;
+use crate::error::CaptureError;
+use crate::pipeline::SchemaWatch;
+use crate::seam::{CheckedSource, Source, SourceEvent};
+
+/// PostgreSQL as the pipeline's source: the pgoutput stream of the slot,
+/// the control connection, COPY chunk reads.
+pub(crate) struct Postgres;
+
+impl Source for Postgres {
+    type Table = pgoutput::Relation;
+    type Stream = ReplicationClient;
+    type Control = Client;
+    type Chunks = chunk::PgChunks;
+    type Tables<'a> = tables::SourceTables<'a>;
+
+    async fn check(cfg: &CaptureConfig) -> Result<CheckedSource<Self>, CaptureError> {
+        start::check_source(cfg).await
+    }
+
+    async fn open_stream(
+        cfg: &CaptureConfig,
+        from: u64,
+    ) -> Result<ReplicationClient, CaptureError> {
+        stream::connect(cfg, from).await
+    }
+
+    fn warning(cfg: &CaptureConfig) -> Option<String> {
+        let control = control::pg_config(cfg, "oncely-capture-control");
+        cfg.tls().unverified_credentials(&control)
+    }
+
+    fn chunks(cfg: &CaptureConfig) -> chunk::PgChunks {
+        chunk::PgChunks::new(cfg)
+    }
+
+    async fn next_event(stream: &mut ReplicationClient) -> Result<SourceEvent<Self>, CaptureError> {
+        stream::next_event(stream).await
+    }
+
+    fn stop(stream: &mut ReplicationClient) {
+        stream.stop();
+    }
+
+    fn tables<'a>(
+        control: &'a Client,
+        schema: &'a SchemaWatch,
+        xid: Option<u32>,
+    ) -> tables::SourceTables<'a> {
+        tables::SourceTables::at(control, schema, xid)
+    }
+
+    async fn heartbeat(control: &mut Client, cfg: &CaptureConfig) -> Option<i64> {
+        if let Some(query) = &cfg.heartbeat_action_query {
+            if let Err(e) = control.batch_execute(query).await {
+                tracing::warn!(error = %e, "heartbeat.action.query failed");
+            }
+        }
+        match control::slot_retained_wal(control, &cfg.slot_name).await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read slot lag");
+                None
+            }
+        }
+    }
+}

@@ -11,21 +11,14 @@ use super::value::TypeRegistry;
 use super::{control, replica_identity};
 use crate::config::{CaptureConfig, ReplicaIdentityCheck};
 use crate::error::CaptureError;
-
-/// The source as start-up found it: checked, published, its slot, types and
-/// the tables that cannot be captured as they are.
-pub(crate) struct CheckedSource {
-    pub(crate) control: tokio_postgres::Client,
-    pub(crate) tables: Vec<control::CapturedTable>,
-    /// Tables set aside (quarantined), with the reason.
-    pub(crate) set_aside: BTreeMap<String, String>,
-    pub(crate) slot: control::SlotState,
-    pub(crate) types: TypeRegistry,
-}
+use crate::seam::CheckedSource;
 
 /// Checks the database can be captured, ensures the publication and the
 /// slot, loads user types, and sets aside what cannot be captured as it is.
-pub(crate) async fn check_source(cfg: &CaptureConfig) -> Result<CheckedSource, CaptureError> {
+/// The stream resumes no earlier than the slot's confirmed position.
+pub(crate) async fn check_source(
+    cfg: &CaptureConfig,
+) -> Result<CheckedSource<super::Postgres>, CaptureError> {
     let control = control::connect(cfg).await?;
     control::check_wal_level(&control).await?;
     let control::Selected { tables, keyless } = control::selected_tables(&control, cfg).await?;
@@ -53,7 +46,7 @@ pub(crate) async fn check_source(cfg: &CaptureConfig) -> Result<CheckedSource, C
         control,
         tables,
         set_aside,
-        slot,
+        resumable_from: slot.confirmed_flush_lsn,
         types,
     })
 }

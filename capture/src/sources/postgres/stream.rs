@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
-use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig};
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent};
 
+use super::pgoutput::{self, LogicalMessage, Relation, TypeMessage};
+use crate::change::StreamEvent;
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 use crate::seam::Slot;
@@ -46,4 +48,59 @@ impl Slot for ReplicationClient {
     fn confirm(&mut self, flush_lsn: u64) {
         self.update_applied_lsn(Lsn::from_u64(flush_lsn));
     }
+}
+
+/// The stream's next event as the core reads it: pgoutput decoded, its
+/// rows moved into the event (none copied).
+pub(crate) async fn next_event(
+    client: &mut ReplicationClient,
+) -> Result<StreamEvent<Relation, TypeMessage>, CaptureError> {
+    match client.recv().await? {
+        Some(event) => stream_event(event),
+        None => Err(CaptureError::from(pgwire_replication::PgWireError::Task(
+            "replication stream ended".into(),
+        ))),
+    }
+}
+
+/// One replication event as the core's stream event.
+fn stream_event(
+    event: ReplicationEvent,
+) -> Result<StreamEvent<Relation, TypeMessage>, CaptureError> {
+    Ok(match event {
+        ReplicationEvent::Begin {
+            final_lsn,
+            xid,
+            commit_time_micros,
+        } => StreamEvent::Begin {
+            commit: final_lsn.as_u64(),
+            xid,
+            commit_ts_us: commit_time_micros,
+        },
+        ReplicationEvent::Commit { lsn, end_lsn, .. } => StreamEvent::Commit {
+            commit: lsn.as_u64(),
+            end: end_lsn.as_u64(),
+        },
+        ReplicationEvent::XLogData {
+            wal_start, data, ..
+        } => pgoutput::decode(data)
+            .map_err(|e| CaptureError::Protocol(e.to_string()))?
+            .into_event(wal_start.as_u64()),
+        ReplicationEvent::Message {
+            transactional,
+            lsn,
+            prefix,
+            content,
+        } => LogicalMessage::Message {
+            transactional,
+            lsn: lsn.as_u64(),
+            prefix,
+            content,
+        }
+        .into_event(lsn.as_u64()),
+        ReplicationEvent::KeepAlive { wal_end, .. } => StreamEvent::KeepAlive {
+            position: wal_end.as_u64(),
+        },
+        ReplicationEvent::StoppedAt { .. } => StreamEvent::Nothing,
+    })
 }

@@ -18,7 +18,6 @@
 mod decode;
 #[cfg(test)]
 mod encode;
-mod relation;
 
 #[cfg(test)]
 mod proptests;
@@ -30,7 +29,6 @@ use bytes::Bytes;
 pub use decode::decode;
 #[cfg(test)]
 pub use encode::encode;
-pub use relation::RelationCache;
 
 /// A PostgreSQL WAL position (`pg_lsn`), as a plain 64-bit number.
 pub type Lsn = u64;
@@ -246,62 +244,61 @@ impl crate::change::StreamTable for Relation {
     }
 }
 
-/// The old row image of an update or delete.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OldTuple {
-    /// `K`: only the replica identity columns are set; the others are null.
-    Key(TupleData),
-    /// `O`: every column (REPLICA IDENTITY FULL).
-    Full(TupleData),
-}
-
-impl OldTuple {
-    /// The tuple, whichever kind it is.
-    pub fn tuple(&self) -> &TupleData {
-        match self {
-            OldTuple::Key(t) | OldTuple::Full(t) => t,
-        }
-    }
-}
-
-impl OldTuple {
-    /// The core's view of this old row.
-    pub(crate) fn as_old_row(&self) -> crate::change::OldRow<'_> {
-        match self {
-            OldTuple::Key(t) => crate::change::OldRow::Key(t),
-            OldTuple::Full(t) => crate::change::OldRow::Full(t),
-        }
-    }
-}
+/// The old row image of an update or delete: `K`, only the replica
+/// identity columns set (the others null); `O`, every column (REPLICA
+/// IDENTITY FULL). pgoutput decodes it straight into the core's type.
+pub use crate::change::OldImage as OldTuple;
+use crate::change::{Change, StreamEvent};
 
 impl LogicalMessage {
-    /// The core's view of this message when it changes rows (the stream
-    /// adapter's conversion: it borrows the rows, copying none).
-    pub(crate) fn row_change(&self) -> Option<crate::change::RowChange<'_, u32>> {
-        use crate::change::RowChange;
-        Some(match self {
-            LogicalMessage::Insert { relation_id, new } => RowChange::Insert {
-                table: *relation_id,
+    /// The core's stream event this message is, at `at` (the WAL position
+    /// it was sent at): its rows MOVED into the event, none copied.
+    /// pgwire_replication reports a transaction's Begin and Commit as
+    /// events of their own, so those here (and an Origin) say nothing.
+    pub(crate) fn into_event(self, at: u64) -> StreamEvent<Relation, TypeMessage> {
+        let change = match self {
+            LogicalMessage::Begin(_)
+            | LogicalMessage::Commit(_)
+            | LogicalMessage::Origin { .. } => return StreamEvent::Nothing,
+            LogicalMessage::Relation(rel) => return StreamEvent::Table(rel),
+            LogicalMessage::Type(t) => return StreamEvent::Type(t),
+            LogicalMessage::Message {
+                transactional: false,
+                lsn,
+                prefix,
+                content,
+            } => {
+                return StreamEvent::Message {
+                    at: lsn,
+                    prefix,
+                    content,
+                }
+            }
+            LogicalMessage::Message {
+                prefix, content, ..
+            } => Change::Message { prefix, content },
+            LogicalMessage::Insert { relation_id, new } => Change::Insert {
+                table: relation_id,
                 new,
             },
             LogicalMessage::Update {
                 relation_id,
                 old,
                 new,
-            } => RowChange::Update {
-                table: *relation_id,
-                old: old.as_ref().map(OldTuple::as_old_row),
+            } => Change::Update {
+                table: relation_id,
+                old,
                 new,
             },
-            LogicalMessage::Delete { relation_id, old } => RowChange::Delete {
-                table: *relation_id,
-                old: old.as_old_row(),
+            LogicalMessage::Delete { relation_id, old } => Change::Delete {
+                table: relation_id,
+                old,
             },
-            LogicalMessage::Truncate { relation_ids, .. } => RowChange::Truncate {
+            LogicalMessage::Truncate { relation_ids, .. } => Change::Truncate {
                 tables: relation_ids,
             },
-            _ => return None,
-        })
+        };
+        StreamEvent::Change { at, change }
     }
 }
 
