@@ -25,8 +25,7 @@ use crate::config::CaptureConfig;
 use crate::envelope::{EnvelopeConfig, EnvelopeError, SourceIdentity, TableEncoder};
 use crate::error::CaptureError;
 use crate::naming::quote_ident;
-use crate::pipeline::SchemaWatch;
-use crate::schema_change::{ColumnDef, FormerName, TableSchemas};
+use crate::schema_change::{ColumnDef, FormerName, SchemaHistory, TableSchemas};
 
 /// A source database as the pipeline runs it: the types of its parts and
 /// the steps of a life that speak its protocols. The pipeline is generic
@@ -82,7 +81,7 @@ pub(crate) trait Source: Sized {
     /// with the table identities the schema watch knows.
     fn tables<'a>(
         control: &'a Self::Control,
-        schema: &'a SchemaWatch,
+        history: &'a SchemaHistory,
         xid: Option<u32>,
     ) -> Self::Tables<'a>;
 
@@ -453,4 +452,21 @@ pub(crate) trait ChunkReads {
     type Table;
 
     async fn start(&mut self, req: ChunkRequest) -> Result<ChunkTask<Self::Table>, CaptureError>;
+}
+
+/// What identifies `table` (named `qualified`) and its columns across
+/// renames ([`SchemaCatalog::identity`]), matched against the columns and
+/// former names `history` holds for it; `xid`: the stream's transaction the
+/// description came in (none for a snapshot chunk's).
+pub(crate) async fn identity_in_history<C: SchemaCatalog>(
+    control: &C,
+    history: &SchemaHistory,
+    qualified: &str,
+    table: &C::Table,
+    xid: Option<u32>,
+) -> Result<Option<SourceIdentity>, CaptureError> {
+    let known = history.columns.get(qualified).map(Vec::as_slice);
+    control
+        .identity(table, known, history.former_names(qualified), xid)
+        .await
 }

@@ -37,7 +37,6 @@ mod router;
 #[cfg(test)]
 mod router_tests;
 mod schema;
-pub(crate) use schema::SchemaWatch;
 #[cfg(test)]
 mod schema_tests;
 mod signal;
@@ -107,7 +106,7 @@ impl<S: Source> SourceSide<S> {
     /// What the router asks of the source's catalog, as of the streamed
     /// transaction (none outside one).
     fn tables(&self) -> S::Tables<'_> {
-        S::tables(&self.control, &self.schema, self.tracker.xid())
+        S::tables(&self.control, self.schema.history(), self.tracker.xid())
     }
 }
 

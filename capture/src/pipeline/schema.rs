@@ -50,6 +50,11 @@ impl SchemaWatch {
     }
 
     /// The schema-change topic.
+    /// The columns and former names last published, per table.
+    pub(super) fn history(&self) -> &SchemaHistory {
+        &self.history
+    }
+
     pub(super) fn topic(&self) -> &Arc<str> {
         &self.topic
     }
@@ -117,9 +122,7 @@ impl SchemaWatch {
         rel: &C::Table,
         xid: Option<u32>,
     ) -> Result<Option<SourceIdentity>, CaptureError> {
-        let known = self.history.columns.get(qualified).map(Vec::as_slice);
-        let former = self.history.former_names(qualified);
-        control.identity(rel, known, former, xid).await
+        crate::seam::identity_in_history(control, &self.history, qualified, rel, xid).await
     }
 }
 

@@ -26,7 +26,7 @@ use tokio_postgres::Client;
 
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
-use crate::pipeline::SchemaWatch;
+use crate::schema_change::SchemaHistory;
 use crate::seam::{CheckedSource, Source, SourceEvent};
 
 /// PostgreSQL as the pipeline's source: the pgoutput stream of the slot,
@@ -70,10 +70,10 @@ impl Source for Postgres {
 
     fn tables<'a>(
         control: &'a Client,
-        schema: &'a SchemaWatch,
+        history: &'a SchemaHistory,
         xid: Option<u32>,
     ) -> tables::SourceTables<'a> {
-        tables::SourceTables::at(control, schema, xid)
+        tables::SourceTables::at(control, history, xid)
     }
 
     async fn heartbeat(control: &mut Client, cfg: &CaptureConfig) -> Option<i64> {

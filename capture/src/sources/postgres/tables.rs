@@ -9,8 +9,8 @@ use super::replica_identity;
 use super::value::TypeRegistry;
 use crate::envelope::{EnvelopeConfig, EnvelopeError, SourceIdentity, TableEncoder};
 use crate::error::CaptureError;
-use crate::pipeline::SchemaWatch;
-use crate::seam::{CatalogTable, RoutedTable, TableCatalog};
+use crate::schema_change::SchemaHistory;
+use crate::seam::{identity_in_history, CatalogTable, RoutedTable, TableCatalog};
 
 /// What the router asks PostgreSQL about a table ([`TableCatalog`]): the
 /// catalog, read through the control connection once the streamed
@@ -18,16 +18,16 @@ use crate::seam::{CatalogTable, RoutedTable, TableCatalog};
 /// table's identity with the column names the schema history knew.
 pub(crate) struct SourceTables<'a> {
     control: &'a Client,
-    schema: &'a SchemaWatch,
+    history: &'a SchemaHistory,
     xid: Option<u32>,
 }
 
 impl<'a> SourceTables<'a> {
     /// The catalog as of the streamed transaction `xid` (none outside one).
-    pub(crate) fn at(control: &'a Client, schema: &'a SchemaWatch, xid: Option<u32>) -> Self {
+    pub(crate) fn at(control: &'a Client, history: &'a SchemaHistory, xid: Option<u32>) -> Self {
         Self {
             control,
-            schema,
+            history,
             xid,
         }
     }
@@ -58,9 +58,7 @@ impl TableCatalog for SourceTables<'_> {
         qualified: &str,
         rel: &Relation,
     ) -> Result<Option<SourceIdentity>, CaptureError> {
-        self.schema
-            .source_identity(self.control, qualified, rel, self.xid)
-            .await
+        identity_in_history(self.control, self.history, qualified, rel, self.xid).await
     }
 
     async fn learn_types(&mut self, types: &mut TypeRegistry) -> Result<(), CaptureError> {
