@@ -24,6 +24,7 @@ pub mod catalog;
 pub mod cell;
 pub mod checks;
 pub mod decoder;
+pub mod envelope;
 pub mod error;
 pub mod history;
 pub mod mapping;
