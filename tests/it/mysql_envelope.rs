@@ -161,7 +161,7 @@ async fn exercise(
         .await?
         .context("columns")?;
     root.query_drop(
-        "UPDATE every_type SET vc = 'changed', yr = 0, ts6 = '2001-02-03 04:05:06.7' WHERE id = 1",
+        "UPDATE every_type SET vc = 'changed', f = 0.1, yr = 0, ts6 = '2001-02-03 04:05:06.7' WHERE id = 1",
     )
     .await?;
     root.query_drop("DELETE FROM every_type WHERE id = 3")
@@ -237,7 +237,7 @@ async fn exercise(
         "description": "Debezium's MariaDB connector 3.5.0.Final, default modes, on the table \
             every_type of tests/it/mysql_snapshot.rs: a snapshot of its three rows (YEAR 0000 \
             made 1901 first: Debezium's snapshot fails on it in the MariaDB JDBC driver), then an \
-            update of row 1 (YEAR 0000 streamed), the delete of row 3 (its tombstone left out) and the insert of \
+            update of row 1 (FLOAT 0.1 and YEAR 0000 streamed), the delete of row 3 (its tombstone left out) and the insert of \
             row 4. `input` is what oncely's snapshot reader and binlog decoder read for each \
             record. Regenerate: cargo test --test it mysql_envelope -- --ignored",
         "table": rename(&shape_json(&shape)),

@@ -75,6 +75,7 @@ pub fn source_schema() -> Value {
         ],
         "optional": false,
         "name": SOURCE_SCHEMA_NAME,
+        "version": 1,
         "field": "source"
     })
 }
