@@ -253,19 +253,12 @@ impl Decoder {
             | EventType::UPDATE_ROWS_EVENT_V1
             | EventType::DELETE_ROWS_EVENT_V1
             | EventType::PARTIAL_UPDATE_ROWS_EVENT => {
-                self.count()?;
-                let data = event
-                    .read_data()
-                    .map_err(|e| protocol(&self.file, start, "ROWS", &e))?;
-                let Some(EventData::RowsEvent(rows)) = data else {
-                    return Err(protocol(&self.file, start, "ROWS", &"not a rows event"));
-                };
                 let at = EventPlace {
                     start,
                     ts_ms,
                     server_id: header.server_id(),
                 };
-                self.rows(&rows, at, out)
+                self.rows_event(event, at, out)
             }
             _ => self.count(),
         }
@@ -440,6 +433,23 @@ impl Decoder {
             .skip
             .is_some_and(|(e, r)| tx.event < e || (tx.event == e && row < r));
         Ok((p, skipped, tx.gtid.map(TxGtid::text)))
+    }
+
+    /// A write, update or delete rows event.
+    fn rows_event(
+        &mut self,
+        event: &Event,
+        at: EventPlace,
+        out: &mut VecDeque<BinlogChange>,
+    ) -> Result<(), MySqlSourceError> {
+        self.count()?;
+        let data = event
+            .read_data()
+            .map_err(|e| protocol(&self.file, at.start, "ROWS", &e))?;
+        let Some(EventData::RowsEvent(rows)) = data else {
+            return Err(protocol(&self.file, at.start, "ROWS", &"not a rows event"));
+        };
+        self.rows(&rows, at, out)
     }
 
     fn rows(
