@@ -228,3 +228,152 @@ fn records_equal_debeziums_for_every_type_but_the_named_differences() {
     assert_eq!(diffs.year_zero, 2, "{diffs:?}");
     assert_eq!(diffs.mariadb_json_name, 10, "{diffs:?}");
 }
+
+/// `db.t (id int PRIMARY KEY, vc varchar(20), bu bigint unsigned)`, or
+/// without its key.
+fn small_shape(keyed: bool) -> Arc<MySqlTableShape> {
+    use mysql_async::consts::ColumnType::*;
+    let mut id = MySqlColumnShape::new("id", MYSQL_TYPE_LONG);
+    id.nullable = !keyed;
+    let mut vc = MySqlColumnShape::new("vc", MYSQL_TYPE_VARCHAR);
+    vc.declared = Some("varchar(20)".into());
+    let mut bu = MySqlColumnShape::new("bu", MYSQL_TYPE_LONGLONG);
+    bu.unsigned = true;
+    Arc::new(MySqlTableShape {
+        database: "db".into(),
+        table: "t".into(),
+        columns: vec![id, vc, bu],
+        primary_key: if keyed { vec![0] } else { vec![] },
+    })
+}
+
+fn small_row(id: i64, vc: &str, bu: u64) -> Vec<Cell> {
+    vec![
+        Cell::Int(id),
+        Cell::Bytes(vc.as_bytes().to_vec()),
+        Cell::UInt(bu),
+    ]
+}
+
+fn delete_change(shape: Arc<MySqlTableShape>) -> RowChange {
+    let mut position = super::super::Position::at("binlog.000002", 385);
+    position.event = 3;
+    position.row = 2;
+    RowChange {
+        table: shape,
+        kind: ChangeKind::Delete,
+        before: Some(small_row(7, "x", 1)),
+        after: None,
+        position,
+        gtid: Some("0-1-42".into()),
+        ts_ms: 1_000,
+        event_pos: 512,
+        server_id: 3,
+        thread: Some(11),
+    }
+}
+
+fn parse(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap()
+}
+
+#[test]
+fn a_change_record_has_its_op_key_and_the_source_fields_of_its_event() {
+    let mut config = cfg();
+    config.schemas_enable = false;
+    let enc = MySqlTableEncoder::new(small_shape(true), MappingConfig::default(), &config).unwrap();
+    let change = delete_change(small_shape(true));
+    let src = MySqlSource::of_change(&change, Some("DELETE FROM t WHERE id = 7"));
+    let rec = enc.change_record(&change, &src, 5).unwrap();
+    assert_eq!(parse(rec.key.as_deref().unwrap()), json!({"id": 7}));
+    let v = parse(&rec.value);
+    assert_eq!(v["op"], "d");
+    assert_eq!(v["after"], Value::Null);
+    assert_eq!(v["before"], json!({"id": 7, "vc": "x", "bu": 1}));
+    assert_eq!(v["ts_ms"], 5);
+    assert_eq!(
+        v["source"],
+        json!({
+            "version": SOURCE_VERSION, "connector": "mysql", "name": "shop", "ts_ms": 1000,
+            "snapshot": "false", "db": "db", "sequence": null, "ts_us": 1_000_000,
+            "ts_ns": 1_000_000_000, "table": "t", "server_id": 3, "gtid": "0-1-42",
+            "file": "binlog.000002", "pos": 512, "row": 1, "thread": 11,
+            "query": "DELETE FROM t WHERE id = 7"
+        })
+    );
+}
+
+#[test]
+fn a_table_without_a_primary_key_has_null_keys() {
+    let enc = MySqlTableEncoder::new(small_shape(false), MappingConfig::default(), &cfg()).unwrap();
+    let change = delete_change(small_shape(false));
+    let rec = enc
+        .change_record(&change, &MySqlSource::of_change(&change, None), 5)
+        .unwrap();
+    assert_eq!(rec.key, None);
+    let v = parse(&rec.value);
+    assert_eq!(v["payload"]["before"]["id"], 7);
+    // Without a key every column is as nullable as the table says.
+    assert_eq!(v["schema"]["fields"][0]["fields"][0]["optional"], true);
+}
+
+#[test]
+fn text_is_escaped_and_masks_see_its_characters_not_its_json() {
+    let truncate = [("to.4.chars".to_string(), "db.t.vc".to_string())].into();
+    let mut config = cfg();
+    config.schemas_enable = false;
+    config.columns = crate::envelope::ColumnPolicy::new(crate::envelope::ColumnSettings {
+        include: &[],
+        exclude: &[],
+        mask: &Default::default(),
+        truncate: &truncate,
+        propagate_columns: &[],
+        propagate_types: &[],
+    })
+    .unwrap();
+    let plain = cfg();
+    let shape = small_shape(true);
+    let row = small_row(1, "a\"b\n日本", 2);
+    let change = delete_change(Arc::clone(&shape));
+    let src = MySqlSource::of_change(&change, None);
+    let clear = MySqlTableEncoder::new(Arc::clone(&shape), MappingConfig::default(), &plain)
+        .unwrap()
+        .read_record(&row, &src, 0)
+        .unwrap();
+    assert_eq!(parse(&clear.value)["payload"]["after"]["vc"], "a\"b\n日本");
+    let masked = MySqlTableEncoder::new(shape, MappingConfig::default(), &config)
+        .unwrap()
+        .read_record(&row, &src, 0)
+        .unwrap();
+    // The first four characters of the text, not of its JSON (`"a\"`).
+    assert_eq!(parse(&masked.value)["after"]["vc"], "a\"b\n");
+}
+
+#[test]
+fn a_value_the_mapping_refuses_names_the_column_and_the_fix() {
+    let enc = MySqlTableEncoder::new(small_shape(true), MappingConfig::default(), &cfg()).unwrap();
+    let change = delete_change(small_shape(true));
+    let src = MySqlSource::of_change(&change, None);
+    let err = enc
+        .read_record(&small_row(1, "x", u64::MAX), &src, 0)
+        .unwrap_err();
+    assert!(err.is_unrepresentable());
+    let text = err.to_string();
+    assert!(
+        text.contains("bu") && text.contains("18446744073709551615"),
+        "{text}"
+    );
+    assert!(
+        text.contains("bigint.unsigned.handling.mode = \"precise\""),
+        "{text}"
+    );
+    // In `precise` mode the same row is published.
+    let precise = MappingConfig {
+        bigint_unsigned: super::super::mapping::BigintUnsignedHandlingMode::Precise,
+        ..MappingConfig::default()
+    };
+    let enc = MySqlTableEncoder::new(small_shape(true), precise, &cfg()).unwrap();
+    assert!(enc
+        .read_record(&small_row(1, "x", u64::MAX), &src, 0)
+        .is_ok());
+}
