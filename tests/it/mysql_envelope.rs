@@ -16,13 +16,17 @@
 //!
 //! Before it writes the file it checks, on the unnormalised records, that
 //! the source fields oncely derives from a binlog change (`file`, `pos`,
-//! `row`, `gtid`) are the ones Debezium wrote.
+//! `row`, `gtid`, `server_id`, `thread`, `ts_ms`) or from the snapshot's
+//! position are the ones Debezium wrote. Regenerating gives the same file
+//! byte for byte while the mapping and Debezium's release stay the same.
 
 use anyhow::{Context, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 use oncely_capture::testing::mysql::checks::current_position;
-use oncely_capture::testing::mysql::envelope::{change_source, shape_json, SNAPSHOT_SERVER_ID};
+use oncely_capture::testing::mysql::envelope::{
+    change_source, shape_json, source_json, MySqlSource, Snapshot, SNAPSHOT_SERVER_ID,
+};
 use oncely_capture::testing::mysql::{
     BinlogChange, BinlogReader, ResumeBy, ServerFacts, SnapshotReader, SnapshotSettings,
 };
@@ -214,6 +218,17 @@ async fn exercise(
     for (i, (key, mut value)) in values.into_iter().enumerate() {
         let input = if i < 3 {
             let snapshot = if i == 2 { "last" } else { "true" };
+            // Debezium's snapshot read at the position oncely's did (no
+            // write between them).
+            let ts_ms = value["payload"]["source"]["ts_ms"].as_i64().unwrap_or(0);
+            let ours = source_json(&MySqlSource::of_snapshot(&start, ts_ms, Snapshot::True));
+            let dbz = &value["payload"]["source"];
+            for k in ["file", "pos", "row", "gtid", "server_id", "thread"] {
+                anyhow::ensure!(
+                    ours[k] == dbz[k],
+                    "snapshot source.{k}: oncely {ours} Debezium {dbz}"
+                );
+            }
             json!({"op": "r", "before": null, "after": chunk.rows[i], "snapshot": snapshot,
                    "server_id": SNAPSHOT_SERVER_ID, "row": 0})
         } else {

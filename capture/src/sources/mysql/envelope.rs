@@ -20,12 +20,15 @@ use serde_json::{json, Value};
 use super::cell::Cell;
 use super::decoder::{ChangeKind, RowChange};
 use super::mapping::{self, MappingConfig, MappingError};
+use super::position::Position;
 use super::shape::{ColumnShape as MySqlColumnShape, TableShape as MySqlTableShape};
 use crate::envelope::{
     self, Characters, ColumnShape, ColumnType, EnvelopeConfig, EnvelopeError, Op, Row,
     SnapshotMarker, TableEncoder, TableShape, Unrepresentable, SOURCE_VERSION,
 };
 use crate::json::{write_i64, write_str, write_u64};
+
+pub use crate::envelope::SnapshotMarker as Snapshot;
 
 /// Connect name of the MySQL `source` struct.
 pub const SOURCE_SCHEMA_NAME: &str = "io.debezium.connector.mysql.Source";
@@ -123,13 +126,37 @@ impl<'a> MySqlSource<'a> {
     }
 }
 
+impl<'a> MySqlSource<'a> {
+    /// The source fields of a snapshot row: the snapshot's binlog position,
+    /// no event (server id 0, row 0, no GTID or thread), `ts_ms` when the
+    /// row was read.
+    pub fn of_snapshot(position: &'a Position, ts_ms: i64, marker: SnapshotMarker) -> Self {
+        Self {
+            ts_ms,
+            snapshot: marker,
+            server_id: SNAPSHOT_SERVER_ID,
+            gtid: None,
+            file: &position.file,
+            pos: position.pos,
+            row: 0,
+            thread: None,
+            query: None,
+        }
+    }
+}
+
 /// The source fields of `change` as JSON, as the block writes them (for
 /// tests comparing with Debezium's records).
 pub fn change_source(change: &RowChange, query: Option<&str>) -> Value {
-    let src = MySqlSource::of_change(change, query);
+    source_json(&MySqlSource::of_change(change, query))
+}
+
+/// The source block of `src` as JSON (for tests comparing with Debezium's
+/// records; the names are placeholders).
+pub fn source_json(src: &MySqlSource<'_>) -> Value {
     let writer = SourceWriter::new("p", "d", "t");
     let mut out = Vec::new();
-    writer.write(&mut out, &src);
+    writer.write(&mut out, src);
     serde_json::from_slice(&out).unwrap_or(Value::Null)
 }
 
