@@ -41,9 +41,34 @@ use crate::mysql_snapshot::{EVERY_ROW, EVERY_TYPE};
 const PREFIX: &str = "shop";
 const DATABASE: &str = "inventory";
 
-fn fixture_path() -> std::path::PathBuf {
+/// One Debezium run: the fixture's name and the connector's mapping
+/// settings (Debezium's keys, oncely's too).
+struct Variant {
+    file: &'static str,
+    modes: &'static [(&'static str, &'static str)],
+}
+
+/// Default modes, and the non-default decimal and BIGINT UNSIGNED modes
+/// (`time.precision.mode = connect` is left out: Debezium refuses the
+/// table's negative TIME values under it).
+const VARIANTS: [Variant; 2] = [
+    Variant {
+        file: "debezium_every_type.json",
+        modes: &[],
+    },
+    Variant {
+        file: "debezium_every_type_modes.json",
+        modes: &[
+            ("decimal.handling.mode", "string"),
+            ("bigint.unsigned.handling.mode", "precise"),
+        ],
+    },
+];
+
+fn fixture_path(file: &str) -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/mysql/debezium_every_type.json")
+        .join("tests/fixtures/mysql")
+        .join(file)
 }
 
 /// Debezium's record as JSON (`null` for a tombstone's value).
@@ -92,6 +117,13 @@ fn normalise(value: &mut Value) {
 #[ignore = "regenerates the Debezium fixtures; needs the Connect worker (scripts/services connect)"]
 async fn regenerate_debezium_fixtures() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
+    for variant in &VARIANTS {
+        regenerate(variant).await?;
+    }
+    Ok(())
+}
+
+async fn regenerate(variant: &Variant) -> Result<()> {
     let url = env_var("ONCELY_MARIADB_URL");
     let db = unique("oncely_dbzenv").to_lowercase().replace('-', "_");
     let prefix = unique("dbzenv").to_lowercase().replace('-', "_");
@@ -102,7 +134,7 @@ async fn regenerate_debezium_fixtures() -> Result<()> {
         .await?;
     let dir = std::env::temp_dir().join(&prefix);
     std::fs::create_dir_all(&dir)?;
-    let result = exercise(&mut root, &url, &db, &prefix, &dir).await;
+    let result = exercise(&mut root, &url, (&db, &prefix), &dir, variant).await;
     if result.is_ok() {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -113,9 +145,9 @@ async fn regenerate_debezium_fixtures() -> Result<()> {
 async fn exercise(
     root: &mut Conn,
     url: &str,
-    db: &str,
-    prefix: &str,
+    (db, prefix): (&str, &str),
     dir: &std::path::Path,
+    variant: &Variant,
 ) -> Result<()> {
     root.query_drop(EVERY_TYPE).await?;
     root.query_drop(EVERY_ROW).await?;
@@ -150,7 +182,7 @@ async fn exercise(
             server_id: 5000 + rand::random::<u32>() % 1_000_000,
         },
         tables: &[&table],
-        settings: &[],
+        settings: variant.modes,
         worker: &[("offset.flush.interval.ms", "1000")],
         jvm: &["-Xmx512m"],
     })?;
@@ -248,8 +280,15 @@ async fn exercise(
         normalise(&mut value);
         out.push(json!({"input": input, "key": rename(&key), "value": rename(&value)}));
     }
+    let modes: serde_json::Map<String, Value> = variant
+        .modes
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
     let fixture = json!({
-        "description": "Debezium's MariaDB connector 3.5.0.Final, default modes, on the table \
+        "modes": modes,
+        "description": "Debezium's MariaDB connector 3.5.0.Final, the modes named (else the \
+            defaults), on the table \
             every_type of tests/it/mysql_snapshot.rs: a snapshot of its three rows (YEAR 0000 \
             made 1901 first: Debezium's snapshot fails on it in the MariaDB JDBC driver), then an \
             update of row 1 (FLOAT 0.1 and YEAR 0000 streamed), the delete of row 3 (its tombstone left out) and the insert of \
@@ -259,7 +298,7 @@ async fn exercise(
         "records": out,
     });
     std::fs::write(
-        fixture_path(),
+        fixture_path(variant.file),
         serde_json::to_string_pretty(&fixture)? + "\n",
     )?;
     Ok(())

@@ -15,9 +15,10 @@ use serde_json::{json, Value};
 use super::*;
 use crate::envelope::SnapshotMarker;
 
-fn fixture() -> Value {
+fn fixture(file: &str) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/mysql/debezium_every_type.json");
+        .join("../tests/fixtures/mysql")
+        .join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
             "{}: {e} (cargo test --test it mysql_envelope -- --ignored writes it)",
@@ -177,10 +178,21 @@ fn first_difference(a: &Value, b: &Value, path: &str) -> Option<String> {
 
 #[test]
 fn records_equal_debeziums_for_every_type_but_the_named_differences() {
-    let fx = fixture();
+    compare_with_debezium("debezium_every_type.json");
+}
+
+#[test]
+fn records_equal_debeziums_under_the_string_decimal_and_precise_bigint_modes() {
+    compare_with_debezium("debezium_every_type_modes.json");
+}
+
+fn compare_with_debezium(file: &str) {
+    let fx = fixture(file);
+    // The fixture names the modes Debezium ran with, by their config keys.
+    let modes: MappingConfig = serde_json::from_value(fx["modes"].clone()).unwrap();
     let shape = Arc::new(shape_from_json(&fx["table"]).unwrap());
     let cols: Vec<String> = shape.columns.iter().map(|c| c.name.clone()).collect();
-    let enc = MySqlTableEncoder::new(Arc::clone(&shape), MappingConfig::default(), &cfg()).unwrap();
+    let enc = MySqlTableEncoder::new(Arc::clone(&shape), modes, &cfg()).unwrap();
     assert_eq!(enc.topic(), "shop.inventory.every_type");
     let mut diffs = Differences::default();
     let mut refused = 0;
@@ -220,13 +232,19 @@ fn records_equal_debeziums_for_every_type_but_the_named_differences() {
             panic!("record {i}: {d}");
         }
     }
-    assert_eq!(refused, 1, "the row with BIGINT UNSIGNED 2^64-1");
-    // Each named difference is really there.
-    assert_eq!(diffs.connector_name, 5, "{diffs:?}");
-    assert_eq!(diffs.envelope_ts_us_ns, 5, "{diffs:?}");
+    let long = modes.bigint_unsigned == super::super::mapping::BigintUnsignedHandlingMode::Long;
+    assert_eq!(
+        refused,
+        usize::from(long),
+        "the row with BIGINT UNSIGNED 2^64-1"
+    );
+    // Each named difference is really there, in every record built.
+    let built = records.len() - refused;
+    assert_eq!(diffs.connector_name, built, "{diffs:?}");
+    assert_eq!(diffs.envelope_ts_us_ns, built, "{diffs:?}");
     assert_eq!(diffs.snapshot_first, 1, "{diffs:?}");
     assert_eq!(diffs.year_zero, 2, "{diffs:?}");
-    assert_eq!(diffs.mariadb_json_name, 10, "{diffs:?}");
+    assert_eq!(diffs.mariadb_json_name, 2 * built, "{diffs:?}");
 }
 
 /// `db.t (id int PRIMARY KEY, vc varchar(20), bu bigint unsigned)`, or
