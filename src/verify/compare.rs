@@ -123,7 +123,7 @@ pub enum Rule {
     /// `real`, `double precision`: by value (`1e308` and `1.0E308`), `NaN`
     /// equals `NaN` (as PostgreSQL orders it), infinities by sign.
     Float,
-    /// MySQL's `FLOAT` (Connect `float32`): as [`Rule::Float`], each side
+    /// MySQL's `FLOAT` (Connect `float`, FLOAT32): as [`Rule::Float`], each side
     /// first rounded to single precision, the precision the column keeps (a
     /// value widened to double, `0.10000000149011612`, equals `0.1`).
     Float32,
@@ -174,8 +174,8 @@ impl Rule {
             _ if numeric => Rule::Decimal,
             (_, Some("org.apache.kafka.connect.data.Decimal")) => Rule::Decimal,
             (_, Some("io.debezium.data.Json")) => Rule::Json,
-            (Some("float32"), _) => Rule::Float32,
-            (Some("float64"), _) => Rule::Float,
+            (Some("float"), _) => Rule::Float32,
+            (Some("double"), _) => Rule::Float,
             _ => Rule::Exact,
         }
     }

@@ -194,10 +194,29 @@ impl TableEncoder {
         cfg: &EnvelopeConfig,
         identity: Option<&SourceIdentity>,
     ) -> Result<Self, EnvelopeError> {
+        Self::with_source_schema(shape, cfg, identity, schema::source_schema())
+    }
+
+    /// [`TableEncoder::from_shape`] for a source whose `source` block is its
+    /// own: `source_schema` is its Connect struct (named `source`), and its
+    /// records are written by [`TableEncoder::value_with_source_into`],
+    /// which the source hands the block's fields.
+    pub fn with_source_schema(
+        shape: &TableShape,
+        cfg: &EnvelopeConfig,
+        identity: Option<&SourceIdentity>,
+        source_schema: Value,
+    ) -> Result<Self, EnvelopeError> {
         let table = format!("{}.{}", shape.namespace, shape.name);
         let (columns, key_indices) = column_encoders(shape, &cfg.columns)?;
         let (key_head, value_head, tail) = if cfg.schemas_enable {
-            schema_heads(shape, &columns, &key_indices, cfg, identity)
+            let parts = SchemaParts {
+                shape,
+                columns: &columns,
+                key: &key_indices,
+                identity,
+            };
+            schema_heads(&parts, cfg, source_schema)
         } else {
             (Vec::new(), Vec::new(), &b""[..])
         };
@@ -309,8 +328,24 @@ impl TableEncoder {
         now_ms: i64,
         out: &mut Vec<u8>,
     ) -> Result<(), EnvelopeError> {
+        let write_source = |out: &mut Vec<u8>| self.source.write(out, src, Some(src.tx_id));
+        self.value_with_source_into(op, before, after, write_source, now_ms, out)
+    }
+
+    /// The change envelope with a `source` block `write_source` appends
+    /// (one JSON object matching the encoder's source schema, see
+    /// [`TableEncoder::with_source_schema`]); on an error `out` is as it was.
+    pub fn value_with_source_into<R: Row + ?Sized>(
+        &self,
+        op: Op,
+        before: Option<&R>,
+        after: Option<&R>,
+        write_source: impl FnOnce(&mut Vec<u8>),
+        now_ms: i64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EnvelopeError> {
         let start = out.len();
-        let result = self.write_envelope(op, before, after, src, now_ms, out);
+        let result = self.write_envelope(op, before, after, write_source, now_ms, out);
         if result.is_err() {
             out.truncate(start);
         }
@@ -322,8 +357,9 @@ impl TableEncoder {
     pub fn truncate_value(&self, src: &SourcePosition, now_ms: i64) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.value_head.len() + 320);
         // Without rows nothing can fail; the error arm is unreachable.
+        let write_source = |out: &mut Vec<u8>| self.source.write(out, src, Some(src.tx_id));
         if self
-            .write_envelope::<NoRow>(Op::Truncate, None, None, src, now_ms, &mut out)
+            .write_envelope::<NoRow>(Op::Truncate, None, None, write_source, now_ms, &mut out)
             .is_err()
         {
             out.clear();
@@ -336,7 +372,7 @@ impl TableEncoder {
         op: Op,
         before: Option<&R>,
         after: Option<&R>,
-        src: &SourcePosition,
+        write_source: impl FnOnce(&mut Vec<u8>),
         now_ms: i64,
         out: &mut Vec<u8>,
     ) -> Result<(), EnvelopeError> {
@@ -346,7 +382,7 @@ impl TableEncoder {
         out.extend_from_slice(b",\"after\":");
         self.write_row(after, out)?;
         out.extend_from_slice(b",\"source\":");
-        self.source.write(out, src, Some(src.tx_id));
+        write_source(out);
         out.extend_from_slice(b",\"transaction\":null,\"op\":\"");
         out.extend_from_slice(op.code().as_bytes());
         out.extend_from_slice(b"\",\"ts_ms\":");
@@ -471,15 +507,29 @@ fn column_encoders(
     Ok((columns, key))
 }
 
+/// What the schemas are built from: the table, the columns written and the
+/// key's positions among them, and the source identity if any.
+#[derive(Clone, Copy)]
+struct SchemaParts<'a> {
+    shape: &'a TableShape,
+    columns: &'a [ColumnEncoder],
+    key: &'a [usize],
+    identity: Option<&'a SourceIdentity>,
+}
+
 /// The `{"schema": ..., "payload":` heads of the key and the value, and the
 /// tail that closes them, for `schemas.enable`.
 fn schema_heads(
-    shape: &TableShape,
-    columns: &[ColumnEncoder],
-    key: &[usize],
+    parts: &SchemaParts<'_>,
     cfg: &EnvelopeConfig,
-    identity: Option<&SourceIdentity>,
+    source_schema: Value,
 ) -> (Vec<u8>, Vec<u8>, &'static [u8]) {
+    let SchemaParts {
+        shape,
+        columns,
+        key,
+        identity,
+    } = *parts;
     let base_name = format!("{}.{}.{}", cfg.topic_prefix, shape.namespace, shape.name);
     let key_fields = key
         .iter()
@@ -520,6 +570,7 @@ fn schema_heads(
             &base_name,
             row_fields,
             row_parameters,
+            source_schema,
         )),
         b"}",
     )

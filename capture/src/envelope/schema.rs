@@ -95,11 +95,13 @@ pub fn add_parameter(field: &mut Value, key: &str, value: String) {
 }
 
 /// `<prefix>.<schema>.<table>.Envelope` around two `.Value` row structs,
-/// which carry `row_parameters` (the source identity) when given.
+/// which carry `row_parameters` (the source identity) when given, and the
+/// source's own `source` struct.
 pub fn value_schema(
     base_name: &str,
     row_fields: Vec<Value>,
     row_parameters: Option<Value>,
+    source: Value,
 ) -> Value {
     let row = |field_name: &str| {
         let mut row = json!({
@@ -119,7 +121,7 @@ pub fn value_schema(
         "fields": [
             row("before"),
             row("after"),
-            source_schema(),
+            source,
             transaction_schema(),
             field("string", false, "op"),
             field("int64", true, "ts_ms"),

@@ -52,7 +52,10 @@ pub enum Cell {
     },
     /// YEAR (0 for `0000`).
     Year(u16),
+    /// MySQL's JSON, decoded from its binary form.
     Json(serde_json::Value),
+    /// MariaDB's JSON (a LONGTEXT): the text as stored.
+    JsonText(String),
     /// BIT(n), big-endian as stored.
     Bit(Vec<u8>),
     /// ENUM: the 1-based label index (0: the empty error value).
@@ -281,16 +284,18 @@ fn other(col: &ColumnShape, value: Value) -> Result<Cell, String> {
             }
             v => return Err(unexpected(col, &v)),
         },
-        // MariaDB's JSON is a LONGTEXT: parse the text when the catalog
-        // says it is JSON.
+        // MariaDB's JSON is a LONGTEXT: its text as stored (Debezium
+        // publishes it so), checked to parse when the catalog says it is
+        // JSON.
         MYSQL_TYPE_BLOB | MYSQL_TYPE_TINY_BLOB | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB
             if col.json =>
         {
             match value {
-                Value::Bytes(b) => Cell::Json(
-                    serde_json::from_slice(&b)
-                        .map_err(|e| format!("JSON text does not parse: {e}"))?,
-                ),
+                Value::Bytes(b) => {
+                    serde_json::from_slice::<serde::de::IgnoredAny>(&b)
+                        .map_err(|e| format!("JSON text does not parse: {e}"))?;
+                    Cell::JsonText(String::from_utf8(b).map_err(|e| format!("JSON text: {e}"))?)
+                }
                 v => return Err(unexpected(col, &v)),
             }
         }

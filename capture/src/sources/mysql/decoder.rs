@@ -62,6 +62,14 @@ pub struct RowChange {
     pub gtid: Option<String>,
     /// The event's timestamp, ms since 1970.
     pub ts_ms: i64,
+    /// Offset of the rows event in `position.file` (Debezium's
+    /// `source.pos`; `position.pos` is where its transaction starts).
+    pub event_pos: u64,
+    /// The server that wrote the event (`source.server_id`).
+    pub server_id: u32,
+    /// The connection that made the change: MySQL's BEGIN event says,
+    /// MariaDB's GTID event does not (`source.thread`).
+    pub thread: Option<u32>,
 }
 
 /// What the decoder hands out, in binlog order.
@@ -101,6 +109,14 @@ impl TxGtid {
     }
 }
 
+/// Where a rows event is: its offset, time and the server that wrote it.
+#[derive(Debug, Clone, Copy)]
+struct EventPlace {
+    start: u64,
+    ts_ms: i64,
+    server_id: u32,
+}
+
 #[derive(Debug)]
 struct Tx {
     start: Position,
@@ -110,6 +126,8 @@ struct Tx {
     /// Ends with a COMMIT or XID (a BEGIN was seen, or a MariaDB GTID
     /// without FL_STANDALONE); else the first statement ends it.
     explicit: bool,
+    /// The thread id of its BEGIN event.
+    thread: Option<u32>,
 }
 
 /// Binlog events in, changes out.
@@ -235,14 +253,12 @@ impl Decoder {
             | EventType::UPDATE_ROWS_EVENT_V1
             | EventType::DELETE_ROWS_EVENT_V1
             | EventType::PARTIAL_UPDATE_ROWS_EVENT => {
-                self.count()?;
-                let data = event
-                    .read_data()
-                    .map_err(|e| protocol(&self.file, start, "ROWS", &e))?;
-                let Some(EventData::RowsEvent(rows)) = data else {
-                    return Err(protocol(&self.file, start, "ROWS", &"not a rows event"));
+                let at = EventPlace {
+                    start,
+                    ts_ms,
+                    server_id: header.server_id(),
                 };
-                self.rows(&rows, ts_ms, out)
+                self.rows_event(event, at, out)
             }
             _ => self.count(),
         }
@@ -300,14 +316,15 @@ impl Decoder {
         match verb.as_str() {
             "BEGIN" => {
                 if self.tx.is_none() {
-                    self.begin(start, None, true)
+                    self.begin(start, None, true)?;
                 } else {
                     self.count()?;
-                    if let Some(tx) = self.tx.as_mut() {
-                        tx.explicit = true;
-                    }
-                    Ok(())
                 }
+                if let Some(tx) = self.tx.as_mut() {
+                    tx.explicit = true;
+                    tx.thread = Some(q.thread_id());
+                }
+                Ok(())
             }
             "COMMIT" => {
                 self.count()?;
@@ -390,6 +407,7 @@ impl Decoder {
             gtid,
             event: 0,
             explicit,
+            thread: None,
         });
         Ok(())
     }
@@ -417,10 +435,27 @@ impl Decoder {
         Ok((p, skipped, tx.gtid.map(TxGtid::text)))
     }
 
+    /// A write, update or delete rows event.
+    fn rows_event(
+        &mut self,
+        event: &Event,
+        at: EventPlace,
+        out: &mut VecDeque<BinlogChange>,
+    ) -> Result<(), MySqlSourceError> {
+        self.count()?;
+        let data = event
+            .read_data()
+            .map_err(|e| protocol(&self.file, at.start, "ROWS", &e))?;
+        let Some(EventData::RowsEvent(rows)) = data else {
+            return Err(protocol(&self.file, at.start, "ROWS", &"not a rows event"));
+        };
+        self.rows(&rows, at, out)
+    }
+
     fn rows(
         &mut self,
         rows: &RowsEventData<'_>,
-        ts_ms: i64,
+        at: EventPlace,
         out: &mut VecDeque<BinlogChange>,
     ) -> Result<(), MySqlSourceError> {
         let kind = match rows {
@@ -475,7 +510,10 @@ impl Decoder {
                 after: cells(after)?,
                 position,
                 gtid,
-                ts_ms,
+                ts_ms: at.ts_ms,
+                event_pos: at.start,
+                server_id: at.server_id,
+                thread: self.tx.as_ref().and_then(|t| t.thread),
             }));
         }
         out.extend(produced);

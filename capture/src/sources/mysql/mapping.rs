@@ -9,8 +9,8 @@
 //! | MEDIUMINT, INT | int32 (INT UNSIGNED int64) |
 //! | BIGINT | int64; UNSIGNED by `bigint.unsigned.handling.mode` |
 //! | `tinyint(1)` | int16, Debezium's default (boolean with `tinyint.one.as.boolean`, as its `TinyIntOneToBooleanConverter`) |
-//! | FLOAT / DOUBLE | float32 / float64 |
-//! | DECIMAL(p,s) | `decimal.handling.mode`: Connect `Decimal` (precise), float64, string |
+//! | FLOAT / DOUBLE | `float` (FLOAT32) / `double` (FLOAT64), as Connect's JSON converter names them |
+//! | DECIMAL(p,s) | `decimal.handling.mode`: Connect `Decimal` (precise), double, string |
 //! | DATE | `io.debezium.time.Date` (days) |
 //! | DATETIME(0-3) / (4-6) | `io.debezium.time.Timestamp` (ms) / `MicroTimestamp` (µs) |
 //! | TIMESTAMP(n) | `io.debezium.time.ZonedTimestamp` (UTC text, n fraction digits) |
@@ -18,9 +18,9 @@
 //! | YEAR | `io.debezium.time.Year` (int32) |
 //! | CHAR/VARCHAR/TEXT | string; binary ones bytes (base64 in JSON) |
 //! | ENUM / SET | `io.debezium.data.Enum` / `EnumSet` strings, labels in `allowed` |
-//! | JSON | `io.debezium.data.Json` (text) |
+//! | JSON | `io.debezium.data.Json` (text; MariaDB's as stored) |
 //! | BIT(1) / BIT(n) | boolean / `io.debezium.data.Bits` (little-endian bytes, `length`) |
-//! | GEOMETRY | `io.debezium.data.geometry.Geometry` {wkb, srid} |
+//! | GEOMETRY | `io.debezium.data.geometry.Geometry` {wkb, srid}; a POINT column `Point` {x, y, wkb, srid}; SRID 0 null |
 //!
 //! Zero dates (`0000-00-00`, a zero DATETIME or TIMESTAMP) follow Debezium:
 //! null in a nullable column, the epoch in a NOT NULL one.
@@ -42,7 +42,7 @@ pub enum DecimalHandlingMode {
     /// (base64 in JSON), scale and precision in the schema. Debezium's default.
     #[default]
     Precise,
-    /// float64 (rounds).
+    /// double (rounds).
     Double,
     /// The exact decimal text.
     String,
@@ -108,14 +108,22 @@ pub fn field_schema(cfg: &MappingConfig, col: &ColumnShape, optional: bool) -> V
     let mut m = Map::new();
     let (ty, name, params): (&str, Option<&str>, Option<Value>) = schema_parts(cfg, col);
     m.insert("type".into(), json!(ty));
+    let point = is_point(col);
     if ty == "struct" {
-        m.insert(
-            "fields".into(),
+        let fields = if point {
+            json!([
+                {"type": "double", "optional": false, "field": "x"},
+                {"type": "double", "optional": false, "field": "y"},
+                {"type": "bytes", "optional": true, "field": "wkb"},
+                {"type": "int32", "optional": true, "field": "srid"}
+            ])
+        } else {
             json!([
                 {"type": "bytes", "optional": false, "field": "wkb"},
                 {"type": "int32", "optional": true, "field": "srid"}
-            ]),
-        );
+            ])
+        };
+        m.insert("fields".into(), fields);
     }
     m.insert("optional".into(), json!(optional));
     if let Some(name) = name {
@@ -124,6 +132,15 @@ pub fn field_schema(cfg: &MappingConfig, col: &ColumnShape, optional: bool) -> V
     }
     if let Some(p) = params {
         m.insert("parameters".into(), p);
+    }
+    if ty == "struct" {
+        // Debezium's Geometry and Point schemas carry a doc.
+        let doc = if point {
+            "Geometry (POINT)"
+        } else {
+            "Geometry"
+        };
+        m.insert("doc".into(), json!(doc));
     }
     m.insert("field".into(), json!(col.name));
     Value::Object(m)
@@ -169,8 +186,9 @@ fn schema_parts(
             )
         }
         MYSQL_TYPE_LONGLONG => ("int64", None, None),
-        MYSQL_TYPE_FLOAT => ("float32", None, None),
-        MYSQL_TYPE_DOUBLE => ("float64", None, None),
+        // Connect's FLOAT32 and FLOAT64 as the JSON converter names them.
+        MYSQL_TYPE_FLOAT => ("float", None, None),
+        MYSQL_TYPE_DOUBLE => ("double", None, None),
         MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL => match cfg.decimal {
             DecimalHandlingMode::Precise => (
                 "bytes",
@@ -180,7 +198,7 @@ fn schema_parts(
                     u32::from(col.meta_byte(1)),
                 )),
             ),
-            DecimalHandlingMode::Double => ("float64", None, None),
+            DecimalHandlingMode::Double => ("double", None, None),
             DecimalHandlingMode::String => ("string", None, None),
         },
         MYSQL_TYPE_DATE
@@ -208,6 +226,9 @@ fn schema_parts(
             Some("io.debezium.data.EnumSet"),
             Some(json!({"allowed": col.labels.join(",")})),
         ),
+        MYSQL_TYPE_GEOMETRY if is_point(col) => {
+            ("struct", Some("io.debezium.data.geometry.Point"), None)
+        }
         MYSQL_TYPE_GEOMETRY => ("struct", Some("io.debezium.data.geometry.Geometry"), None),
         _ if col.binary => ("bytes", None, None),
         _ => ("string", None, None),
@@ -288,12 +309,13 @@ pub fn to_json(cfg: &MappingConfig, col: &ColumnShape, cell: &Cell) -> Result<Va
     Ok(match cell {
         Cell::Null => Value::Null,
         Cell::Json(v) => json!(v.to_string()),
+        Cell::JsonText(t) => json!(t),
         Cell::Int(i) => match col.ty {
             MYSQL_TYPE_TINY if cfg.tinyint_one_as_boolean && col.is_tinyint1() => json!(*i != 0),
             _ => json!(i),
         },
         Cell::UInt(u) => unsigned_json(cfg, col, *u)?,
-        Cell::Float(f) => float(f64::from(*f)),
+        Cell::Float(f) => float(single(*f)),
         Cell::Double(f) => float(*f),
         Cell::Decimal(text) => decimal_json(cfg, col, text)?,
         Cell::Bytes(b) => bytes_json(col, b)?,
@@ -365,6 +387,32 @@ fn unsigned_json(cfg: &MappingConfig, col: &ColumnShape, u: u64) -> Result<Value
     })
 }
 
+/// A POINT column (declared so: the binlog says only GEOMETRY), which
+/// Debezium writes as its `Point` with the coordinates.
+fn is_point(col: &ColumnShape) -> bool {
+    col.ty == ColumnType::MYSQL_TYPE_GEOMETRY
+        && col
+            .declared
+            .as_deref()
+            .is_some_and(|d| d.trim().eq_ignore_ascii_case("point"))
+}
+
+/// The coordinates of a WKB point: byte order, type 1, x and y.
+fn point_xy(wkb: &[u8]) -> Option<(f64, f64)> {
+    let (&order, rest) = wkb.split_first()?;
+    let num = |b: &[u8]| -> Option<[u8; 8]> { b.try_into().ok() };
+    let (ty, x, y) = (
+        rest.get(..4)?,
+        num(rest.get(4..12)?)?,
+        num(rest.get(12..20)?)?,
+    );
+    match order {
+        1 if ty == [1, 0, 0, 0] => Some((f64::from_le_bytes(x), f64::from_le_bytes(y))),
+        0 if ty == [0, 0, 0, 1] => Some((f64::from_be_bytes(x), f64::from_be_bytes(y))),
+        _ => None,
+    }
+}
+
 /// A DECIMAL as `decimal.handling.mode` says.
 fn decimal_json(cfg: &MappingConfig, col: &ColumnShape, text: &str) -> Result<Value, MappingError> {
     Ok(match cfg.decimal {
@@ -392,8 +440,17 @@ fn bytes_json(col: &ColumnShape, b: &[u8]) -> Result<Value, MappingError> {
             } else {
                 (&[][..], b)
             };
-            let srid = <[u8; 4]>::try_from(srid).map(i32::from_le_bytes).ok();
-            json!({"wkb": b64(wkb), "srid": srid})
+            // Debezium writes SRID 0 (none given) as null.
+            let srid = <[u8; 4]>::try_from(srid)
+                .map(i32::from_le_bytes)
+                .ok()
+                .filter(|&s| s != 0);
+            match point_xy(wkb).filter(|_| is_point(col)) {
+                Some((x, y)) => {
+                    json!({"x": float(x), "y": float(y), "wkb": b64(wkb), "srid": srid})
+                }
+                None => json!({"wkb": b64(wkb), "srid": srid}),
+            }
         }
         _ if col.binary => b64(b),
         _ => json!(std::str::from_utf8(b).map_err(|_| MappingError::InvalidUtf8)?),
@@ -427,6 +484,13 @@ fn days(year: u16, month: u8, day: u8) -> i64 {
 
 /// Non-finite floats as Kafka Connect's JSON converter writes them (MySQL
 /// stores none, but a value is never dropped silently).
+/// A FLOAT as the double Debezium writes: the shortest decimal that reads
+/// back as the same single-precision value (`0.1`, not the widened
+/// `0.10000000149011612`).
+fn single(f: f32) -> f64 {
+    f.to_string().parse().unwrap_or(f64::from(f))
+}
+
 fn float(f: f64) -> Value {
     serde_json::Number::from_f64(f)
         .map(Value::Number)

@@ -8,8 +8,8 @@
 //!  reader ──events──▶ decoder ──▶ Row / Ddl / Commit, each with a Position
 //!     │ TABLE_MAP + shape facts               │ (file, pos, gtids, event, row)
 //!     ▼ (tinyint(1), MariaDB JSON)            ▼
-//!  history: facts from DDL text,          mapping: Cell ─▶ Connect schema + JSON
-//!  as of each position                        ▲
+//!  history: facts from DDL text,          mapping: Cell ─▶ Connect schema + JSON ─▶ envelope:
+//!  as of each position                        ▲          Debezium's MySQL records (key, value)
 //!                                             │ the same cells
 //!  snapshot: lock, consistent read view, position, unlock, key-ordered chunks
 //! ```
@@ -24,6 +24,7 @@ pub mod catalog;
 pub mod cell;
 pub mod checks;
 pub mod decoder;
+pub mod envelope;
 pub mod error;
 pub mod history;
 pub mod mapping;

@@ -414,6 +414,7 @@ fn key_param(cell: &Cell) -> Value {
         Cell::Enum(i) => Value::Int(i64::from(*i)),
         Cell::Set(m) => Value::UInt(*m),
         Cell::Json(j) => Value::Bytes(j.to_string().into_bytes()),
+        Cell::JsonText(t) => Value::Bytes(t.clone().into_bytes()),
     }
 }
 

@@ -36,6 +36,12 @@ fn labels(mut c: ColumnShape, l: &[&str]) -> ColumnShape {
     c
 }
 
+fn json_text(mut c: ColumnShape) -> ColumnShape {
+    c.json = true;
+    c.declared = Some("longtext".into());
+    c
+}
+
 fn binary(mut c: ColumnShape) -> ColumnShape {
     c.binary = true;
     c
@@ -155,6 +161,14 @@ fn cases() -> Vec<(&'static str, MappingConfig, ColumnShape, Cell)> {
             d,
             col("c", MYSQL_TYPE_FLOAT, &[4]),
             Cell::Float(1.5),
+        ),
+        // Debezium writes the float's shortest text, not the double it
+        // widens to (0.10000000149011612).
+        (
+            "float_shortest",
+            d,
+            col("c", MYSQL_TYPE_FLOAT, &[4]),
+            Cell::Float(0.1),
         ),
         (
             "double",
@@ -376,6 +390,13 @@ fn cases() -> Vec<(&'static str, MappingConfig, ColumnShape, Cell)> {
             col("c", MYSQL_TYPE_JSON, &[4]),
             Cell::Json(json!({"k": [1, 2.5, "x", null, true]})),
         ),
+        // MariaDB's JSON, a LONGTEXT: the text as stored.
+        (
+            "json_mariadb_text",
+            d,
+            json_text(col("c", MYSQL_TYPE_BLOB, &[4])),
+            Cell::JsonText("{\"k\": [1, 2.5], \"u\": \"\\u00e9\"}".into()),
+        ),
         (
             "bit1",
             d,
@@ -394,6 +415,16 @@ fn cases() -> Vec<(&'static str, MappingConfig, ColumnShape, Cell)> {
             col("c", MYSQL_TYPE_GEOMETRY, &[4]),
             Cell::Bytes(vec![
                 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0, 0, 0, 0, 0, 0, 0, 0x40,
+            ]),
+        ),
+        // A POINT column (declared so) is Debezium's Point, with x and y.
+        (
+            "point",
+            d,
+            declared(col("c", MYSQL_TYPE_GEOMETRY, &[4]), "point"),
+            Cell::Bytes(vec![
+                0xe6, 0x10, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0, 0, 0, 0, 0, 0, 0,
+                0x40,
             ]),
         ),
         ("null", d, col("c", MYSQL_TYPE_LONG, &[]), Cell::Null),
