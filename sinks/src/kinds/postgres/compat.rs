@@ -79,7 +79,7 @@ const NUMERIC_MAX_PRECISION: u32 = 1000;
 /// holds every value `spec` describes exactly, when `actual` is narrower in
 /// the same family: integer widths, `numeric` precision and scale (an integer
 /// column becomes a `numeric` wide enough for both), `varchar` length and
-/// `varchar` to `text`. `None` when `actual` already holds them, or when the
+/// `varchar` to `text`, `bit varying` length. `None` when `actual` already holds them, or when the
 /// types are of different families (then [`compatible`] decides). Inferred
 /// specs (schemas off) never widen: a JSON value says nothing of its type.
 pub fn widened(spec: &ColumnSpec, actual: &str) -> Option<String> {
@@ -105,15 +105,24 @@ pub fn widened(spec: &ColumnSpec, actual: &str) -> Option<String> {
             }
         };
     }
-    let varchar_length = |t: &str| -> Option<u32> {
-        t.strip_prefix("character varying(")?
+    let length = |t: &str, family: &str| -> Option<u32> {
+        t.strip_prefix(family)?
+            .strip_prefix('(')?
             .strip_suffix(')')?
             .parse()
             .ok()
     };
+    // `bit varying(n)` widens as `character varying(n)` does.
+    if let Some(have) = length(actual, "bit varying") {
+        return match length(&spec.ddl, "bit varying") {
+            Some(want) => (want > have).then(|| spec.ddl.to_string()),
+            None if spec.ddl == "bit varying" => Some("bit varying".to_owned()),
+            None => None,
+        };
+    }
     // `character(n)` is left alone: its cast to text drops trailing blanks.
-    let have = varchar_length(actual)?;
-    match varchar_length(&spec.ddl) {
+    let have = length(actual, "character varying")?;
+    match length(&spec.ddl, "character varying") {
         Some(want) => (want > have).then(|| spec.ddl.to_string()),
         None if matches!(spec.ddl.as_ref(), "text" | "character varying") => {
             Some("text".to_owned())
