@@ -40,6 +40,9 @@ pub fn compatible(spec: &ColumnSpec, actual: &str) -> Result<(), String> {
         // Temporal arrays went to `jsonb` before they were typed: such a
         // column keeps taking them, as JSON text.
         || (matches!(spec.conv, Conv::Each(_)) && have == "jsonb")
+        // Geometry structs went to `jsonb` before they were mapped to
+        // `bytea`: such a column keeps taking them, as JSON text.
+        || (spec.conv == Conv::Geometry && matches!(have.as_str(), "jsonb" | "json"))
         // Network addresses travel as plain strings (as Debezium's do): a
         // column the user typed `inet`, `cidr` or `macaddr` takes them by
         // cast (text that is no address is a data error: a dead letter).

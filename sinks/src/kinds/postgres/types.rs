@@ -27,6 +27,8 @@
 
 use std::borrow::Cow;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use oncely_core::calendar::{civil_from_days, MICROS_PER_DAY};
 use serde_json::Value;
 
@@ -63,6 +65,10 @@ pub enum Conv {
     Zoned,
     /// Base64 text -> bytea.
     Base64,
+    /// Debezium's `Geometry` struct (JSON text) -> its extended WKB as
+    /// bytea ([`crate::native::geometry_ewkb`]); a `json`/`jsonb` column
+    /// (created before this mapping) takes the JSON text.
+    Geometry,
     /// An array of epoch numbers of this kind -> a typed array: each item
     /// converted to PostgreSQL text before the array is sent.
     Each(Temporal),
@@ -188,7 +194,7 @@ impl ColumnSpec {
 
     /// The SQL expression turning text `v` into a value of the existing column type `actual`.
     pub fn select_expr(&self, v: &str, actual: &str) -> String {
-        let conv = if is_text(actual) {
+        let conv = if is_text(actual) || takes_json(self.conv, actual) {
             Conv::Cast
         } else {
             self.conv
@@ -211,7 +217,7 @@ impl ColumnSpec {
             // Read as text, the µs are exact (`bigint * interval` is double precision).
             Conv::Micros => format!("CASE WHEN {int} THEN ({v} || ' microseconds')::interval ELSE {v}::interval END"),
             Conv::Zoned => v.to_owned(),
-            Conv::Base64 => format!("decode({v}, 'base64')"),
+            Conv::Base64 | Conv::Geometry => format!("decode({v}, 'base64')"),
             // Items converted in Rust (`to_text_as`): the array text casts.
             Conv::Each(_) => v.to_owned(),
         };
@@ -248,8 +254,19 @@ impl Conv {
     /// `24:00:00`, and a signed ISO year the era form. Text columns take the
     /// wire text as it is.
     pub fn pg_text<'v>(self, text: Cow<'v, str>, actual: &str) -> Cow<'v, str> {
-        if is_text(actual) {
+        if is_text(actual) || takes_json(self, actual) {
             return text;
+        }
+        if self == Conv::Geometry {
+            // Not a Geometry struct: sent as it is, `decode` refuses it
+            // (a data error, the record's dead letter).
+            let ewkb = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| crate::native::geometry_ewkb(&v));
+            return match ewkb {
+                Some(bytes) => Cow::Owned(BASE64.encode(bytes)),
+                None => text,
+            };
         }
         let word = match (self, text.as_ref()) {
             (Conv::EpochMicros, "9223372036854775807") => "infinity",
@@ -308,6 +325,13 @@ pub fn base_type(t: &str) -> String {
         }
         None => t.to_owned(),
     }
+}
+
+/// Whether a column of type `actual` takes values of `conv` as their JSON
+/// text: a Geometry column created as `jsonb` before it was mapped to
+/// `bytea` (see [`super::compat::compatible`]).
+fn takes_json(conv: Conv, actual: &str) -> bool {
+    conv == Conv::Geometry && matches!(actual, "jsonb" | "json")
 }
 
 pub(super) fn is_text(actual: &str) -> bool {
@@ -403,6 +427,8 @@ fn spec_of_type(field: &Value) -> ColumnSpec {
         "io.debezium.time.Interval" => return ColumnSpec::new("interval", Conv::Cast),
         "io.debezium.data.Json" => return ColumnSpec::new("jsonb", Conv::Cast),
         "io.debezium.data.Uuid" => return ColumnSpec::new("uuid", Conv::Cast),
+        // MySQL's spatial types, without PostGIS: the extended WKB.
+        "io.debezium.data.geometry.Geometry" => return ColumnSpec::new("bytea", Conv::Geometry),
         // MySQL's YEAR: 1901..2155 or 0, sent as int32.
         "io.debezium.time.Year" => return ColumnSpec::new("smallint", Conv::Cast),
         // MySQL's ENUM and SET: the label, the labels joined by commas as

@@ -484,6 +484,11 @@ fn debezium_mysql_schemas_map_to_their_natural_types() {
             "bit varying(12)",
         ),
         (json!({"type": "bytes"}), "bytea"),
+        (
+            json!({"type": "struct", "name": "io.debezium.data.geometry.Geometry", "version": 1,
+                "fields": [{"type": "bytes", "field": "wkb"}, {"type": "int32", "optional": true, "field": "srid"}]}),
+            "bytea",
+        ),
         // tinyint(1) under Debezium's default: int16.
         (json!({"type": "int16"}), "smallint"),
     ];
@@ -521,7 +526,13 @@ fn columns_created_before_the_mysql_mapping_keep_taking_values() {
         "parameters": {"scale": "0"}}),
     );
     let year = held(json!({"type": "int32", "name": "io.debezium.time.Year"}));
-    for (spec, actual) in [(&bits, "text"), (&unsigned, "numeric"), (&year, "integer")] {
+    let geometry = held(json!({"type": "struct", "name": "io.debezium.data.geometry.Geometry"}));
+    for (spec, actual) in [
+        (&bits, "text"),
+        (&unsigned, "numeric"),
+        (&year, "integer"),
+        (&geometry, "jsonb"),
+    ] {
         assert!(
             compatible(spec, actual).is_ok(),
             "{} into {actual}",
@@ -547,4 +558,24 @@ fn times_outside_the_day_are_refused_not_wrapped() {
         sql.contains("is outside the day a time holds')::time"),
         "{sql}"
     );
+}
+
+/// A Geometry struct is stored as its extended WKB in a `bytea` column, and
+/// as its JSON text in a `jsonb` column created before that mapping.
+#[test]
+fn geometries_become_extended_wkb_or_stay_json_in_old_columns() {
+    let spec =
+        from_schema(&json!({"type": "struct", "name": "io.debezium.data.geometry.Geometry"}));
+    // POINT(1 2) with SRID 4326.
+    let text = r#"{"wkb":"AQEAAAAAAAAAAADwPwAAAAAAAABA","srid":4326}"#;
+    let bytea = spec.conv.pg_text(Cow::Borrowed(text), "bytea");
+    assert_eq!(bytea, "AQEAACDmEAAAAAAAAAAA8D8AAAAAAAAAQA==");
+    assert_eq!(
+        spec.select_expr("v", "bytea"),
+        "(decode(v, 'base64'))::bytea"
+    );
+    assert_eq!(spec.conv.pg_text(Cow::Borrowed(text), "jsonb"), text);
+    assert_eq!(spec.select_expr("v", "jsonb"), "(v)::jsonb");
+    // Anything else is sent as it is, and `decode` refuses it.
+    assert_eq!(spec.conv.pg_text(Cow::Borrowed("[1]"), "bytea"), "[1]");
 }
