@@ -82,8 +82,9 @@ const NUMERIC_MAX_PRECISION: u32 = 1000;
 /// holds every value `spec` describes exactly, when `actual` is narrower in
 /// the same family: integer widths, `numeric` precision and scale (an integer
 /// column becomes a `numeric` wide enough for both), `varchar` length and
-/// `varchar` to `text`, `bit varying` length. `None` when `actual` already holds them, or when the
-/// types are of different families (then [`compatible`] decides). Inferred
+/// `varchar` to `text`, `bit varying` length. `None` when `actual` already
+/// holds them, or when the types are of different families (then
+/// [`compatible`] decides). Inferred
 /// specs (schemas off) never widen: a JSON value says nothing of its type.
 pub fn widened(spec: &ColumnSpec, actual: &str) -> Option<String> {
     if spec.inferred || spec.ddl == actual {
