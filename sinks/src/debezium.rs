@@ -16,7 +16,8 @@
 //! | `io.debezium.time.Timestamp`, `org.apache.kafka.connect.data.Timestamp` (ms), `io.debezium.time.NanoTimestamp` | `io.debezium.time.MicroTimestamp` (µs) |
 //! | `org.apache.kafka.connect.data.Date` | `io.debezium.time.Date` (same days) |
 //! | `io.debezium.time.ZonedTimestamp`, `ZonedTime` with 0..9 fraction digits | exactly six fraction digits, as capture writes them |
-//! | `io.debezium.data.Bits` (little-endian bytes, `length` parameter) | the bit string (`10101010`) |
+//! | `org.apache.kafka.connect.data.Decimal` of scale 0 without a precision (MySQL's `BIGINT UNSIGNED`, `bigint.unsigned.handling.mode = precise`) | the decimal string, precision 20 (`numeric(20,0)`) |
+//! | `io.debezium.data.Bits` (little-endian bytes, `length` parameter) | the bit string (`10101010`), schema `string` with `__debezium.source.column.type` `BIT`, `length` kept |
 //! | `io.debezium.data.geometry.Point` (struct `x`, `y`, `wkb`, `srid`) | PostgreSQL's `point` text `(x,y)` |
 //! | `__debezium_unavailable_value` as bytes, or as base64 or hex text in a `bytea` column | the marker itself |
 //! | arrays of any of these | arrays of the normalized elements |
@@ -60,6 +61,9 @@ use oncely_core::wire::UNAVAILABLE_VALUE as UNAVAILABLE;
 const UNAVAILABLE_BASE64: &str = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==";
 /// [`UNAVAILABLE`] in a `bytea` column under `binary.handling.mode=hex`.
 const UNAVAILABLE_HEX: &str = "5f5f646562657a69756d5f756e617661696c61626c655f76616c7565";
+
+/// Digits of the largest `BIGINT UNSIGNED` (18446744073709551615).
+const UNSIGNED_BIGINT_DIGITS: &str = "20";
 
 /// How one field's value is turned into oncely's form.
 #[derive(Debug, Clone, PartialEq)]
@@ -187,7 +191,13 @@ fn rewrite(field: &mut Value) -> Option<Conv> {
     let (conv, rename): (Conv, Option<(&str, Option<&str>)>) = match name {
         "org.apache.kafka.connect.data.Decimal" => {
             let scale = param("scale").and_then(|s| s.parse().ok()).unwrap_or(0);
-            let precision = param("connect.decimal.precision").map(str::to_owned);
+            // Debezium's MySQL connector writes `BIGINT UNSIGNED` under
+            // `bigint.unsigned.handling.mode = precise` as a Decimal of scale 0
+            // without a precision (its DECIMAL columns always carry one): 20
+            // digits hold every value up to 2^64-1.
+            let precision = param("connect.decimal.precision")
+                .map(str::to_owned)
+                .or_else(|| (scale == 0).then(|| UNSIGNED_BIGINT_DIGITS.to_owned()));
             let params = field
                 .as_object_mut()?
                 .entry("parameters")
@@ -248,6 +258,16 @@ fn rewrite(field: &mut Value) -> Option<Conv> {
             let length = param("length")
                 .and_then(|s| s.parse::<u32>().ok())
                 .filter(|n| *n < i32::MAX as u32);
+            // The bit string is text on the wire: the source type says what
+            // it is, as for decimals (the warehouse makes it `bit varying(n)`).
+            let params = field
+                .as_object_mut()?
+                .entry("parameters")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Some(p) = params.as_object_mut() {
+                p.entry("__debezium.source.column.type")
+                    .or_insert_with(|| "BIT".into());
+            }
             (Conv::Bits { length }, Some(("string", None)))
         }
         "io.debezium.data.geometry.Point" => {

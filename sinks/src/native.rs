@@ -189,6 +189,74 @@ pub fn json_value(text: &str) -> Option<Value> {
     serde_json::from_str(text).ok()
 }
 
+/// The SRID flag of PostGIS's extended WKB type word.
+const EWKB_SRID_FLAG: u32 = 0x2000_0000;
+
+/// PostGIS's extended WKB of Debezium's `io.debezium.data.geometry.Geometry`
+/// struct (`{"wkb": base64, "srid": n}`), which the warehouse stores as
+/// `bytea` (`ST_GeomFromEWKB` or `::geometry` reads it where PostGIS is
+/// installed): the WKB itself when the SRID is null or 0 (MySQL's default,
+/// so most values are plain WKB), else with the SRID flag set in its type
+/// word and the SRID after it, in the WKB's own byte order. `None` when the
+/// value is no such struct or its WKB has no header.
+pub fn geometry_ewkb(value: &Value) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    let wkb = base64::engine::general_purpose::STANDARD
+        .decode(value.get("wkb")?.as_str()?)
+        .ok()?;
+    let srid = match value.get("srid") {
+        None | Some(Value::Null) => 0,
+        Some(v) => u32::try_from(v.as_i64()?).ok()?,
+    };
+    let little = match wkb.first()? {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let word: [u8; 4] = wkb.get(1..5)?.try_into().ok()?;
+    if srid == 0 {
+        return Some(wkb);
+    }
+    let (ty, srid) = if little {
+        (
+            u32::from_le_bytes(word) | EWKB_SRID_FLAG,
+            srid.to_le_bytes(),
+        )
+    } else {
+        (
+            u32::from_be_bytes(word) | EWKB_SRID_FLAG,
+            srid.to_be_bytes(),
+        )
+    };
+    let ty = if little {
+        ty.to_le_bytes()
+    } else {
+        ty.to_be_bytes()
+    };
+    let mut out = Vec::with_capacity(wkb.len() + 4);
+    out.push(wkb[0]);
+    out.extend_from_slice(&ty);
+    out.extend_from_slice(&srid);
+    out.extend_from_slice(&wkb[5..]);
+    Some(out)
+}
+
+/// The extended WKB ([`geometry_ewkb`]) of a Geometry as a target holds
+/// it: the struct (a search index, a cache's JSON), its JSON text (a hash
+/// field, a `jsonb` column) or the base64 of the bytes (a `bytea` column,
+/// read back). `None` for anything else.
+pub fn stored_geometry(value: &Value) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    match value {
+        Value::Object(_) => geometry_ewkb(value),
+        Value::String(text) => match serde_json::from_str::<Value>(text) {
+            Ok(v @ Value::Object(_)) => geometry_ewkb(&v),
+            _ => base64::engine::general_purpose::STANDARD.decode(text).ok(),
+        },
+        _ => None,
+    }
+}
+
 /// An ISO-8601 year: four digits in 0..=9999, else signed (`-0043`, `+10000`).
 fn iso_year(year: i64) -> String {
     match year {
@@ -202,6 +270,62 @@ fn iso_year(year: i64) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn geometries_become_extended_wkb_with_their_srid() {
+        use base64::Engine as _;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        // POINT(1 2), little-endian, as MariaDB writes it.
+        let point: Vec<u8> = [
+            &[1u8, 1, 0, 0, 0][..],
+            &1f64.to_le_bytes(),
+            &2f64.to_le_bytes(),
+        ]
+        .concat();
+        for srid in [json!(null), json!(0)] {
+            let g = json!({"wkb": b64(&point), "srid": srid});
+            assert_eq!(geometry_ewkb(&g), Some(point.clone()), "{g}");
+        }
+        let g = json!({"wkb": b64(&point), "srid": 4326});
+        let ewkb: Vec<u8> = [
+            &[1u8, 1, 0, 0, 0x20][..],
+            &4326u32.to_le_bytes(),
+            &1f64.to_le_bytes(),
+            &2f64.to_le_bytes(),
+        ]
+        .concat();
+        assert_eq!(geometry_ewkb(&g), Some(ewkb));
+        // Big-endian WKB keeps its order.
+        let be: Vec<u8> = [
+            &[0u8, 0, 0, 0, 1][..],
+            &1f64.to_be_bytes(),
+            &2f64.to_be_bytes(),
+        ]
+        .concat();
+        let g = json!({"wkb": b64(&be), "srid": 3857});
+        let want: Vec<u8> = [
+            &[0u8, 0x20, 0, 0, 1][..],
+            &3857u32.to_be_bytes(),
+            &1f64.to_be_bytes(),
+            &2f64.to_be_bytes(),
+        ]
+        .concat();
+        assert_eq!(geometry_ewkb(&g), Some(want));
+        // As targets hold it: the struct, its JSON text, the bytes' base64.
+        let g = json!({"wkb": b64(&point), "srid": null});
+        assert_eq!(stored_geometry(&g), Some(point.clone()));
+        assert_eq!(stored_geometry(&json!(g.to_string())), Some(point.clone()));
+        assert_eq!(stored_geometry(&json!(b64(&point))), Some(point.clone()));
+        assert_eq!(stored_geometry(&json!(1)), None);
+        for bad in [
+            json!({"wkb": "AQ=="}),
+            json!({"srid": 0}),
+            json!("x"),
+            json!({"wkb": b64(&[7, 1, 0, 0, 0])}),
+        ] {
+            assert_eq!(geometry_ewkb(&bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn days_become_iso_dates_with_expanded_years() {

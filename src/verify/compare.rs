@@ -130,8 +130,13 @@ pub enum Rule {
     /// `inet`, `cidr`: by address and prefix length, a missing length being
     /// the full one (`::1/128` equals `::1`).
     Inet,
-    /// `json`, `jsonb`: texts that parse to the same document.
+    /// `json`, `jsonb`: texts that parse to the same document, numbers by
+    /// value (`1e2` and the `100` jsonb prints).
     Json,
+    /// Debezium's `Geometry` (MySQL's spatial types): by extended WKB, so
+    /// the struct, its JSON text and the warehouse's `bytea` compare, and a
+    /// null SRID equals 0 ([`oncely_sinks::native::stored_geometry`]).
+    Geometry,
     /// Arrays: item by item, by the element's rule.
     Array(Box<Rule>),
 }
@@ -174,6 +179,7 @@ impl Rule {
             _ if numeric => Rule::Decimal,
             (_, Some("org.apache.kafka.connect.data.Decimal")) => Rule::Decimal,
             (_, Some("io.debezium.data.Json")) => Rule::Json,
+            (_, Some("io.debezium.data.geometry.Geometry")) => Rule::Geometry,
             (Some("float"), _) => Rule::Float32,
             (Some("double"), _) => Rule::Float,
             _ => Rule::Exact,
@@ -192,6 +198,7 @@ impl Rule {
             }
             (Rule::Array(_), _, _) => false,
             (Rule::Json, Value::String(a), Value::String(b)) => json_texts_equal(a, b),
+            (Rule::Geometry, a, b) => geometries_equal(a, b),
             (Rule::Decimal | Rule::Float | Rule::Float32 | Rule::Inet, a, b) => {
                 match (scalar_text(a), scalar_text(b)) {
                     (Some(a), Some(b)) => self.texts_equal(&a, &b),
@@ -226,11 +233,12 @@ impl Rule {
                 (Some(x), Some(y)) => x == y,
                 _ => false,
             },
+            Rule::Geometry => geometries_equal(&Value::from(a), &Value::from(b)),
             Rule::Json | Rule::Array(_) => match (
                 serde_json::from_str::<Value>(a),
                 serde_json::from_str::<Value>(b),
             ) {
-                (Ok(x), Ok(y)) if matches!(self, Rule::Json) => x == y,
+                (Ok(x), Ok(y)) if matches!(self, Rule::Json) => json_equal(&x, &y),
                 (Ok(x), Ok(y)) => self.values_equal(&x, &y),
                 _ => false,
             },
@@ -342,9 +350,32 @@ fn json_texts_equal(a: &str, b: &str) -> bool {
         serde_json::from_str::<Value>(a),
         serde_json::from_str::<Value>(b),
     ) {
-        (Ok(x), Ok(y)) => x == y,
+        (Ok(x), Ok(y)) => json_equal(&x, &y),
         _ => false,
     }
+}
+
+/// JSON documents equal as `jsonb` keeps them: objects by keys (their order
+/// and duplicates gone when parsed), numbers by value, since jsonb prints
+/// `1e2` as `100` and MySQL's or MariaDB's JSON keeps the text written.
+fn json_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => numbers_equal(x, y),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_equal(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, p)| y.get(k).is_some_and(|q| json_equal(p, q)))
+        }
+        _ => a == b,
+    }
+}
+
+fn geometries_equal(a: &Value, b: &Value) -> bool {
+    use oncely_sinks::native::stored_geometry;
+    matches!((stored_geometry(a), stored_geometry(b)), (Some(x), Some(y)) if x == y)
 }
 
 #[cfg(test)]

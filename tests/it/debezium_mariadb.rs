@@ -10,7 +10,12 @@
 //! `oncely verify` then reads MariaDB itself (`source = "mysql"`: the
 //! MySQL source's chunk reads and Debezium's MySQL mapping) and compares
 //! it with the warehouse, the index and the cache, which hold what Debezium
-//! wrote; there must be no dead letter. A value changed and a row deleted
+//! wrote; there must be no dead letter. The warehouse's columns have the
+//! PostgreSQL types a user would choose (`numeric(20,0)` for an unsigned
+//! BIGINT under `bigint.unsigned.handling.mode = precise`,
+//! `bit varying(n)`, extended WKB `bytea` for spatial values, ...: the
+//! third field of [`COLUMNS`]), read from `information_schema`, and
+//! answer queries by those types. A value changed and a row deleted
 //! in MariaDB afterwards (Debezium stopped, so no target follows) are then
 //! reported for every target.
 
@@ -22,80 +27,133 @@ use oncely_testkit::connect::{Connect, Connector, Source};
 use crate::debezium_compat::{every_target_equal, wait_for_records};
 
 use crate::harness::common::{self, env_var, unique};
-use crate::harness::e2e::Pipeline;
+use crate::harness::e2e::{Pipeline, WAREHOUSE_SCHEMA};
 
 const TABLE: &str = "all_types";
 
-/// A column: its name, MariaDB type, and the literals its values cycle through.
-type Column = (&'static str, &'static str, &'static [&'static str]);
+/// A column: its name, MariaDB type, the type the warehouse gives it, and
+/// the literals its values cycle through.
+type Column = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+);
 
 const COLUMNS: &[Column] = &[
-    ("ti", "tinyint", &["-128", "127", "NULL"]),
-    ("tu", "tinyint unsigned", &["255", "0"]),
-    ("si", "smallint", &["-32768", "32767"]),
-    ("mi", "mediumint", &["-8388608", "8388607"]),
-    ("iu", "int unsigned", &["4294967295", "7"]),
+    ("ti", "tinyint", "smallint", &["-128", "127", "NULL"]),
+    ("tu", "tinyint unsigned", "smallint", &["255", "0"]),
+    // Debezium's default keeps tinyint(1) an integer.
+    ("t1", "tinyint(1)", "smallint", &["1", "0", "NULL"]),
+    ("si", "smallint", "smallint", &["-32768", "32767"]),
+    ("mi", "mediumint", "integer", &["-8388608", "8388607"]),
+    ("iu", "int unsigned", "bigint", &["4294967295", "7"]),
     (
         "bi",
         "bigint",
+        "bigint",
         &["-9223372036854775808", "9223372036854775807"],
     ),
-    ("f", "float", &["0.1", "-2.5", "3.14159", "NULL"]),
-    ("d", "double", &["0.1", "-2.5e-3", "1e15"]),
+    ("f", "float", "real", &["0.1", "-2.5", "3.14159", "NULL"]),
+    (
+        "d",
+        "double",
+        "double precision",
+        &["0.1", "-2.5e-3", "1e15"],
+    ),
     (
         "amount",
         "decimal(12,2)",
+        "numeric(12,2)",
         &["0.00", "-9999999999.99", "163.38"],
     ),
-    ("vc", "varchar(20)", &["'v'", "''", "'日本語'"]),
+    ("vc", "varchar(20)", "text", &["'v'", "''", "'日本語'"]),
     (
         "tx",
+        "text",
         "text",
         &["'héllo wörld 🎉'", "'quote''s \"double\"'", "NULL"],
     ),
     (
         "dt",
         "date",
+        "date",
         &["'2026-12-05'", "'1900-02-28'", "'1000-01-01'"],
     ),
     (
         "dt3",
         "datetime(3)",
+        "timestamp without time zone",
         &["'2026-02-03 04:05:06.789'", "'1960-01-01 00:00:00.001'"],
     ),
     (
         "dt6",
         "datetime(6)",
+        "timestamp without time zone",
         &["'2026-11-27 15:10:35.670111'", "'1970-01-01 00:00:00'"],
     ),
     (
         "tm",
         "time(6)",
+        "time without time zone",
         &["'00:00:00'", "'23:59:59.999999'", "'12:34:56.5'"],
     ),
+    // MariaDB's JSON is a LONGTEXT with a `json_valid` check, which
+    // Debezium's MariaDB connector sends as a plain string (no
+    // `io.debezium.data.Json`, which MySQL's JSON gets and the warehouse
+    // makes `jsonb`): `text`. Verify compares it as JSON, as MariaDB keeps it.
     (
         "js",
         "json",
-        &["'{\"a\": [1, 2.5, null], \"b\": \"x\"}'", "'[]'"],
+        "text",
+        &[
+            "'{\"a\": [1, 2.5, null], \"b\": \"x\"}'",
+            "'[]'",
+            "'{\"b\": 1e2, \"a\": [1.50], \"a\": {\"x\": 1E-2}}'",
+        ],
     ),
     (
         "en",
         "enum('small','medium','large')",
+        "text",
         &["'small'", "'large'", "NULL"],
     ),
-    ("vb", "varbinary(8)", &["0x00ff10", "X''"]),
-    ("b1", "bit(1)", &["b'1'", "b'0'"]),
-    ("b12", "bit(12)", &["b'101010111100'", "b'000000000001'"]),
-    ("yr", "year", &["2155", "1901", "NULL"]),
-    ("st", "set('a','b','c')", &["'a,c'", "''", "'b'"]),
+    ("vb", "varbinary(8)", "bytea", &["0x00ff10", "X''"]),
+    ("b1", "bit(1)", "boolean", &["b'1'", "b'0'"]),
+    (
+        "b12",
+        "bit(12)",
+        "bit varying(12)",
+        &["b'101010111100'", "b'000000000001'"],
+    ),
+    ("yr", "year", "smallint", &["2155", "1901", "NULL"]),
+    ("st", "set('a','b','c')", "text", &["'a,c'", "''", "'b'"]),
     (
         "ts",
         "timestamp(6) NULL",
+        "timestamp with time zone",
         &["'2026-12-05 01:02:03.456789'", "NULL"],
     ),
-    ("bu", "bigint unsigned", &["9223372036854775807", "0"]),
+    // Under `bigint.unsigned.handling.mode = precise` (set below).
+    (
+        "bu",
+        "bigint unsigned",
+        "numeric(20,0)",
+        &["18446744073709551615", "0", "9223372036854775808"],
+    ),
     // A zero date is null in a nullable column (Debezium's rule).
-    ("zd", "date NULL", &["'0000-00-00'", "'2000-01-01'"]),
+    ("zd", "date NULL", "date", &["'0000-00-00'", "'2000-01-01'"]),
+    // Spatial values, with and without an SRID: extended WKB.
+    (
+        "g",
+        "geometry NULL",
+        "bytea",
+        &[
+            "ST_GeomFromText('POINT(1 2)', 4326)",
+            "ST_GeomFromText('LINESTRING(0 0, 1 1.5)')",
+            "NULL",
+        ],
+    ),
 ];
 
 /// Rows in the table before Debezium starts (its snapshot).
@@ -106,7 +164,7 @@ fn insert(id: i64, v: usize) -> String {
     let values: Vec<&str> = COLUMNS
         .iter()
         .enumerate()
-        .map(|(i, c)| c.2[(v + i) % c.2.len()])
+        .map(|(i, c)| c.3[(v + i) % c.3.len()])
         .collect();
     format!(
         "INSERT INTO {TABLE} (id, {}) VALUES ({id}, {})",
@@ -119,7 +177,7 @@ fn update(id: i64, v: usize) -> String {
     let set: Vec<String> = COLUMNS
         .iter()
         .enumerate()
-        .map(|(i, c)| format!("{} = {}", c.0, c.2[(v + 2 * i + 1) % c.2.len()]))
+        .map(|(i, c)| format!("{} = {}", c.0, c.3[(v + 2 * i + 1) % c.3.len()]))
         .collect();
     format!("UPDATE {TABLE} SET {} WHERE id = {id}", set.join(", "))
 }
@@ -160,6 +218,7 @@ fn mariadb_capture_config(p: &Pipeline, url: &str, database: &str) -> String {
         "source = \"mysql\"\ntopic.prefix = \"{}\"\n\
          database.hostname = \"{host}\"\ndatabase.port = {port}\ndatabase.user = \"{user}\"\n{password}\
          database.include.list = \"{database}\"\ntable.include.list = \"{database}\\\\.{TABLE}\"\n\
+         bigint.unsigned.handling.mode = \"precise\"\n\
          kafka.bootstrap.servers = \"{}\"\n",
         p.env.prefix,
         common::kafka_brokers()
@@ -215,7 +274,7 @@ async fn exercise(maria: &mut Conn, p: &Pipeline, database: &str, url: &str) -> 
             server_id: 5000 + rand::random::<u32>() % 1_000_000,
         },
         tables: &[&table],
-        settings: &[],
+        settings: &[("bigint.unsigned.handling.mode", "precise")],
         worker: &[("offset.flush.interval.ms", "1000")],
         jvm: &["-Xmx512m"],
     })?;
@@ -261,7 +320,60 @@ async fn exercise(maria: &mut Conn, p: &Pipeline, database: &str, url: &str) -> 
     wait_for_records(&mut connect, &topic, expected).await?;
 
     every_target_equal(p, connect).await?;
+    warehouse_types_are_natural(p, database).await?;
     differences_are_reported(maria, p).await
+}
+
+/// The warehouse's columns have the PostgreSQL types of [`COLUMNS`], and
+/// hold the values a PostgreSQL user queries them by.
+async fn warehouse_types_are_natural(p: &Pipeline, database: &str) -> Result<()> {
+    let table = format!("{database}_{TABLE}");
+    let rows = p
+        .env
+        .client
+        .query(
+            "SELECT column_name::text, format_type(a.atttypid, a.atttypmod)
+             FROM information_schema.columns c
+             JOIN pg_attribute a ON a.attrelid = format('%I.%I', c.table_schema, c.table_name)::regclass
+               AND a.attname = c.column_name
+             WHERE c.table_schema = $1 AND c.table_name = $2",
+            &[&WAREHOUSE_SCHEMA, &table],
+        )
+        .await?;
+    let types: std::collections::BTreeMap<String, String> =
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    for (name, _, want, _) in COLUMNS {
+        assert_eq!(
+            types.get(*name).map(String::as_str),
+            Some(*want),
+            "warehouse column {name}: {types:?}"
+        );
+    }
+    // Values as a PostgreSQL user queries them; each literal is one a row holds.
+    let qualified = format!("{WAREHOUSE_SCHEMA}.{table}");
+    for condition in [
+        "bu = 18446744073709551615",
+        "b12 = B'101010111100'",
+        "yr = 2155",
+        "st = 'a,c'",
+        "js::jsonb @> '{\"b\": 100, \"a\": {\"x\": 0.01}}'",
+        // POINT(1 2), SRID 4326, as PostGIS's extended WKB.
+        "g = '\\x0101000020e6100000000000000000f03f0000000000000040'::bytea",
+        "tm = '23:59:59.999999'",
+        "dt6 = '2026-11-27 15:10:35.670111'",
+    ] {
+        let n: i64 = p
+            .env
+            .client
+            .query_one(
+                &format!("SELECT count(*) FROM {qualified} WHERE {condition}"),
+                &[],
+            )
+            .await?
+            .get(0);
+        assert!(n > 0, "no warehouse row where {condition}");
+    }
+    Ok(())
 }
 
 /// With Debezium stopped, a value changed and a row deleted in MariaDB

@@ -719,6 +719,68 @@ async fn columns_widen_to_a_wider_source_type_and_values_are_never_rounded() {
     wh.drop().await;
 }
 
+/// A change of `public.items` whose `tm` is a `MicroTime`, as Debezium's
+/// MySQL connector sends a TIME.
+fn time_change(offset: i64, id: i64, micros: i64) -> Record {
+    let fields = json!([
+        {"field": "id", "type": "int64"},
+        {"field": "tm", "type": "int64", "optional": true,
+            "name": "io.debezium.time.MicroTime", "version": 1}]);
+    let value = json!({
+        "schema": {"type": "struct", "fields": [
+            {"field": "before", "type": "struct", "optional": true, "fields": fields.clone()},
+            {"field": "after", "type": "struct", "optional": true, "fields": fields}]},
+        "payload": {"before": null, "after": {"id": id, "tm": micros}, "op": "c",
+            "source": {"schema": "public", "table": "items", "commit_lsn": 100 + id, "event_seq": 1}}});
+    record(offset, Some(json!({"id": id})), Some(value))
+}
+
+/// MySQL's TIME runs from -838:59:59 to 838:59:59: a value outside the day
+/// is refused with a reason (the record's dead letter), never wrapped into
+/// another time of day; the others of the batch land, `24:00:00` too.
+#[tokio::test]
+async fn a_time_outside_the_day_is_refused_not_wrapped() {
+    let wh = Warehouse::new().await;
+    let sink = wh.sink(|_| {}).await;
+    let hour = 3_600_000_000_i64;
+    let b = batch(vec![
+        time_change(0, 1, hour),
+        time_change(1, 2, -hour),
+        time_change(2, 3, 25 * hour),
+        time_change(3, 4, 24 * hour),
+    ]);
+    let Err(SinkError::Rejected(failures)) = sink.apply(&b).await else {
+        panic!("expected the times outside the day to be refused");
+    };
+    let mut refused: Vec<i64> = failures.iter().map(|f| f.offset).collect();
+    refused.sort();
+    assert_eq!(refused, [1, 2], "{failures:?}");
+    assert!(
+        failures[0]
+            .reason
+            .contains("is outside the day a time holds"),
+        "{}",
+        failures[0].reason
+    );
+    // The runner then applies the rest.
+    let mut rest = b.clone();
+    rest.remove_offsets(&refused);
+    sink.apply(&rest).await.expect("the rest");
+    let rows: Vec<(i64, String)> = wh
+        .client
+        .query("SELECT id, tm::text FROM public_items ORDER BY id", &[])
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        rows,
+        [(1, "01:00:00".to_owned()), (4, "24:00:00".to_owned())]
+    );
+    wh.drop().await;
+}
+
 #[tokio::test]
 async fn a_table_created_beforehand_gets_the_sink_columns() {
     let wh = Warehouse::new().await;

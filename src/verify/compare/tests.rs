@@ -210,6 +210,46 @@ fn json_columns_compare_as_documents() {
     );
 }
 
+/// What jsonb does to a MySQL or MariaDB JSON text (kept as written at
+/// the source): keys sorted and deduplicated (the last wins), whitespace
+/// gone, numbers printed by value. Those compare equal; other values do not.
+#[test]
+fn json_compares_as_jsonb_normalises_it() {
+    let rule = Rule::Json;
+    let source = json!("{\"b\": 1e2, \"a\": [1.50, -0], \"a\": {\"x\": 1E-2}}");
+    let jsonb = json!("{\"a\": {\"x\": 0.01}, \"b\": 100}");
+    assert!(rule.values_equal(&source, &jsonb));
+    assert!(rule.texts_equal(source.as_str().unwrap(), jsonb.as_str().unwrap()));
+    assert!(!rule.values_equal(&source, &json!("{\"a\": {\"x\": 0.01}, \"b\": 101}")));
+    assert!(!rule.values_equal(&json!("[1, 2]"), &json!("[2, 1]")));
+    assert!(!rule.values_equal(&json!("{\"a\": 1}"), &json!("{\"a\": 1, \"b\": 1}")));
+    assert!(!rule.values_equal(&json!("{\"a\": \"1\"}"), &json!("{\"a\": 1}")));
+}
+
+/// A Geometry compares by its extended WKB: the struct the source and an
+/// index hold, its JSON text (a hash field, an old `jsonb` column) and the
+/// warehouse's `bytea` (read back as base64); a null SRID is 0.
+#[test]
+fn geometries_compare_by_extended_wkb() {
+    let rule = Rule::of_schema(&json!({"type": "struct",
+        "name": "io.debezium.data.geometry.Geometry"}));
+    assert_eq!(rule, Rule::Geometry);
+    let point = "AQEAAAAAAAAAAADwPwAAAAAAAABA";
+    let source = json!({"wkb": point, "srid": 0});
+    for target in [
+        json!({"wkb": point, "srid": null}),
+        json!(format!("{{\"wkb\":\"{point}\",\"srid\":0}}")),
+        json!(point),
+    ] {
+        assert!(rule.values_equal(&source, &target), "{target}");
+    }
+    assert!(rule.texts_equal(&source.to_string(), point));
+    let srid = json!({"wkb": point, "srid": 4326});
+    assert!(!rule.values_equal(&srid, &json!(point)));
+    assert!(rule.values_equal(&srid, &json!("AQEAACDmEAAAAAAAAAAA8D8AAAAAAAAAQA==")));
+    assert!(!rule.values_equal(&source, &json!("AQEAAAAAAAAAAADwPwAAAAAAAAhA")));
+}
+
 #[test]
 fn text_columns_are_not_parsed_as_json() {
     let s = row(json!({"id": 1, "total": null, "meta": null, "note": "{\"a\": 1}"}));

@@ -40,6 +40,9 @@ pub fn compatible(spec: &ColumnSpec, actual: &str) -> Result<(), String> {
         // Temporal arrays went to `jsonb` before they were typed: such a
         // column keeps taking them, as JSON text.
         || (matches!(spec.conv, Conv::Each(_)) && have == "jsonb")
+        // Geometry structs went to `jsonb` before they were mapped to
+        // `bytea`: such a column keeps taking them, as JSON text.
+        || (spec.conv == Conv::Geometry && matches!(have.as_str(), "jsonb" | "json"))
         // Network addresses travel as plain strings (as Debezium's do): a
         // column the user typed `inet`, `cidr` or `macaddr` takes them by
         // cast (text that is no address is a data error: a dead letter).
@@ -79,8 +82,9 @@ const NUMERIC_MAX_PRECISION: u32 = 1000;
 /// holds every value `spec` describes exactly, when `actual` is narrower in
 /// the same family: integer widths, `numeric` precision and scale (an integer
 /// column becomes a `numeric` wide enough for both), `varchar` length and
-/// `varchar` to `text`. `None` when `actual` already holds them, or when the
-/// types are of different families (then [`compatible`] decides). Inferred
+/// `varchar` to `text`, `bit varying` length. `None` when `actual` already
+/// holds them, or when the types are of different families (then
+/// [`compatible`] decides). Inferred
 /// specs (schemas off) never widen: a JSON value says nothing of its type.
 pub fn widened(spec: &ColumnSpec, actual: &str) -> Option<String> {
     if spec.inferred || spec.ddl == actual {
@@ -105,15 +109,24 @@ pub fn widened(spec: &ColumnSpec, actual: &str) -> Option<String> {
             }
         };
     }
-    let varchar_length = |t: &str| -> Option<u32> {
-        t.strip_prefix("character varying(")?
+    let length = |t: &str, family: &str| -> Option<u32> {
+        t.strip_prefix(family)?
+            .strip_prefix('(')?
             .strip_suffix(')')?
             .parse()
             .ok()
     };
+    // `bit varying(n)` widens as `character varying(n)` does.
+    if let Some(have) = length(actual, "bit varying") {
+        return match length(&spec.ddl, "bit varying") {
+            Some(want) => (want > have).then(|| spec.ddl.to_string()),
+            None if spec.ddl == "bit varying" => Some("bit varying".to_owned()),
+            None => None,
+        };
+    }
     // `character(n)` is left alone: its cast to text drops trailing blanks.
-    let have = varchar_length(actual)?;
-    match varchar_length(&spec.ddl) {
+    let have = length(actual, "character varying")?;
+    match length(&spec.ddl, "character varying") {
         Some(want) => (want > have).then(|| spec.ddl.to_string()),
         None if matches!(spec.ddl.as_ref(), "text" | "character varying") => {
             Some("text".to_owned())

@@ -27,12 +27,17 @@
 
 use std::borrow::Cow;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use oncely_core::calendar::{civil_from_days, MICROS_PER_DAY};
 use serde_json::Value;
 
 use crate::native::iso_time;
 
 const MILLIS_PER_DAY: i64 = MICROS_PER_DAY / 1000;
+
+/// PostgreSQL's longest bit string type (`MaxAttrSize` in bits).
+const MAX_BIT_LENGTH: u32 = 83_886_080;
 
 /// How a text value is turned into the column's value in SQL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -60,6 +65,10 @@ pub enum Conv {
     Zoned,
     /// Base64 text -> bytea.
     Base64,
+    /// Debezium's `Geometry` struct (JSON text) -> its extended WKB as
+    /// bytea ([`crate::native::geometry_ewkb`]); a `json`/`jsonb` column
+    /// (created before this mapping) takes the JSON text.
+    Geometry,
     /// An array of epoch numbers of this kind -> a typed array: each item
     /// converted to PostgreSQL text before the array is sent.
     Each(Temporal),
@@ -185,7 +194,7 @@ impl ColumnSpec {
 
     /// The SQL expression turning text `v` into a value of the existing column type `actual`.
     pub fn select_expr(&self, v: &str, actual: &str) -> String {
-        let conv = if is_text(actual) {
+        let conv = if is_text(actual) || takes_json(self.conv, actual) {
             Conv::Cast
         } else {
             self.conv
@@ -200,13 +209,15 @@ impl ColumnSpec {
             Conv::EpochMillis => format!("CASE WHEN {int} THEN 'epoch'::timestamp + {v}::bigint * interval '1 millisecond' ELSE {v}::timestamp END"),
             Conv::EpochNanos => format!("CASE WHEN {int} THEN 'epoch'::timestamp + ({v}::bigint / 1000) * interval '1 microsecond' ELSE {v}::timestamp END"),
             Conv::EpochDays => format!("CASE WHEN {int} THEN 'epoch'::date + {v}::integer ELSE {v}::date END"),
-            // `24:00:00` comes as text (see `Conv::pg_text`): time + interval wraps.
-            Conv::MicrosOfDay => format!("CASE WHEN {int} THEN '00:00'::time + {v}::bigint * interval '1 microsecond' ELSE {v}::time END"),
-            Conv::MillisOfDay => format!("'00:00'::time + {v}::bigint * interval '1 millisecond'"),
+            // `24:00:00` comes as text (see `Conv::pg_text`): time + interval
+            // wraps, so a MySQL TIME outside the day (`-01:00:00`,
+            // `838:59:59`) is refused rather than stored as another time.
+            Conv::MicrosOfDay => format!("CASE WHEN {int} THEN {} ELSE {v}::time END", time_of_day(v, "microsecond", 86_400_000_000)),
+            Conv::MillisOfDay => time_of_day(v, "millisecond", 86_400_000),
             // Read as text, the µs are exact (`bigint * interval` is double precision).
             Conv::Micros => format!("CASE WHEN {int} THEN ({v} || ' microseconds')::interval ELSE {v}::interval END"),
             Conv::Zoned => v.to_owned(),
-            Conv::Base64 => format!("decode({v}, 'base64')"),
+            Conv::Base64 | Conv::Geometry => format!("decode({v}, 'base64')"),
             // Items converted in Rust (`to_text_as`): the array text casts.
             Conv::Each(_) => v.to_owned(),
         };
@@ -224,6 +235,17 @@ impl ColumnSpec {
     }
 }
 
+/// SQL turning the integer text `v`, a count of `unit`s since midnight,
+/// into a `time`: a count outside `0..per_day` is refused with a data error
+/// (the record's dead letter) instead of wrapping.
+fn time_of_day(v: &str, unit: &str, per_day: i64) -> String {
+    format!(
+        "CASE WHEN {v}::bigint >= 0 AND {v}::bigint < {per_day} \
+         THEN '00:00'::time + {v}::bigint * interval '1 {unit}' \
+         ELSE ('oncely: ' || {v} || ' {unit}s is outside the day a time holds')::time END"
+    )
+}
+
 impl Conv {
     /// The text PostgreSQL reads for a wire value `text` bound for a column
     /// of type `actual`: PostgreSQL's own sentinels for infinity (`i64::MAX`
@@ -232,8 +254,19 @@ impl Conv {
     /// `24:00:00`, and a signed ISO year the era form. Text columns take the
     /// wire text as it is.
     pub fn pg_text<'v>(self, text: Cow<'v, str>, actual: &str) -> Cow<'v, str> {
-        if is_text(actual) {
+        if is_text(actual) || takes_json(self, actual) {
             return text;
+        }
+        if self == Conv::Geometry {
+            // Not a Geometry struct: sent as it is, `decode` refuses it
+            // (a data error, the record's dead letter).
+            let ewkb = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| crate::native::geometry_ewkb(&v));
+            return match ewkb {
+                Some(bytes) => Cow::Owned(BASE64.encode(bytes)),
+                None => text,
+            };
         }
         let word = match (self, text.as_ref()) {
             (Conv::EpochMicros, "9223372036854775807") => "infinity",
@@ -292,6 +325,13 @@ pub fn base_type(t: &str) -> String {
         }
         None => t.to_owned(),
     }
+}
+
+/// Whether a column of type `actual` takes values of `conv` as their JSON
+/// text: a Geometry column created as `jsonb` before it was mapped to
+/// `bytea` (see [`super::compat::compatible`]).
+fn takes_json(conv: Conv, actual: &str) -> bool {
+    conv == Conv::Geometry && matches!(actual, "jsonb" | "json")
 }
 
 pub(super) fn is_text(actual: &str) -> bool {
@@ -387,6 +427,16 @@ fn spec_of_type(field: &Value) -> ColumnSpec {
         "io.debezium.time.Interval" => return ColumnSpec::new("interval", Conv::Cast),
         "io.debezium.data.Json" => return ColumnSpec::new("jsonb", Conv::Cast),
         "io.debezium.data.Uuid" => return ColumnSpec::new("uuid", Conv::Cast),
+        // MySQL's spatial types, without PostGIS: the extended WKB.
+        "io.debezium.data.geometry.Geometry" => return ColumnSpec::new("bytea", Conv::Geometry),
+        // MySQL's YEAR: 1901..2155 or 0, sent as int32.
+        "io.debezium.time.Year" => return ColumnSpec::new("smallint", Conv::Cast),
+        // MySQL's ENUM and SET: the label, the labels joined by commas as
+        // MySQL prints them (a label cannot hold a comma, so
+        // `string_to_array(c, ',')` splits them exactly).
+        "io.debezium.data.Enum" | "io.debezium.data.EnumSet" => {
+            return ColumnSpec::new("text", Conv::Cast)
+        }
         _ => {}
     }
     let source_type = param("__debezium.source.column.type").unwrap_or("");
@@ -399,7 +449,26 @@ fn spec_of_type(field: &Value) -> ColumnSpec {
             _ => ColumnSpec::new("text", Conv::Cast),
         };
     }
-    if ty == "string" && matches!(source_type, "NUMERIC" | "DECIMAL" | "MONEY") {
+    // Debezium's `Bits` (MySQL's BIT(n), PostgreSQL's bit and varbit) as
+    // the bit string of its `length` (`crate::debezium`); `varying`, so a
+    // varbit's shorter values fit too. oncely's own capture sends bit
+    // strings as plain text, without `length`: those stay `text`.
+    if ty == "string" && matches!(source_type, "BIT" | "VARBIT") {
+        if let Some(length) = param("length") {
+            return match length.parse::<u32>() {
+                Ok(n) if (1..=MAX_BIT_LENGTH).contains(&n) => {
+                    ColumnSpec::new(format!("bit varying({n})"), Conv::Cast)
+                }
+                _ => ColumnSpec::new("bit varying", Conv::Cast),
+            };
+        }
+    }
+    if ty == "string"
+        && matches!(
+            source_type,
+            "NUMERIC" | "DECIMAL" | "MONEY" | "BIGINT UNSIGNED"
+        )
+    {
         let precision =
             param("__debezium.source.column.length").and_then(|s| s.parse::<u32>().ok());
         let scale = param("__debezium.source.column.scale").and_then(|s| s.parse::<u32>().ok());

@@ -142,6 +142,10 @@ fn wider_events_widen_columns_of_their_family() {
         ("character varying(20)", "character varying(10)", None),
         ("character varying(10)", "text", Some("text")),
         ("character(5)", "text", None),
+        ("bit varying(8)", "bit varying(12)", Some("bit varying(12)")),
+        ("bit varying(12)", "bit varying(8)", None),
+        ("bit varying(8)", "bit varying", Some("bit varying")),
+        ("bit varying", "bit varying(8)", None),
         ("text", "character varying(5)", None),
         ("integer", "text", None),
         ("timestamp with time zone", "date", None),
@@ -412,4 +416,166 @@ fn propagated_source_types_give_the_same_warehouse_types() {
         );
         assert_eq!(from_schema(p), from_schema(q), "{q}");
     }
+}
+
+/// Debezium's MySQL connector's field schemas (as its MariaDB connector
+/// 3.5.0 wrote them, default modes but `bigint.unsigned.handling.mode =
+/// precise`), read through the decoding every Debezium topic gets: each
+/// gets the PostgreSQL type a user would choose.
+#[test]
+fn debezium_mysql_schemas_map_to_their_natural_types() {
+    let cases = [
+        // BIGINT UNSIGNED, precise: scale 0, no precision.
+        (
+            json!({"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+                "version": 1, "parameters": {"scale": "0"}}),
+            "numeric(20,0)",
+        ),
+        // DECIMAL(12,2).
+        (
+            json!({"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+                "version": 1, "parameters": {"scale": "2", "connect.decimal.precision": "12"}}),
+            "numeric(12,2)",
+        ),
+        // DATETIME(3), DATETIME(6), TIMESTAMP(6), TIME(6), DATE.
+        (
+            json!({"type": "int64", "name": "io.debezium.time.Timestamp", "version": 1}),
+            "timestamp",
+        ),
+        (
+            json!({"type": "int64", "name": "io.debezium.time.MicroTimestamp", "version": 1}),
+            "timestamp",
+        ),
+        (
+            json!({"type": "string", "name": "io.debezium.time.ZonedTimestamp", "version": 1}),
+            "timestamptz",
+        ),
+        (
+            json!({"type": "int64", "name": "io.debezium.time.MicroTime", "version": 1}),
+            "time",
+        ),
+        (
+            json!({"type": "int32", "name": "io.debezium.time.Date", "version": 1}),
+            "date",
+        ),
+        (
+            json!({"type": "int32", "name": "io.debezium.time.Year", "version": 1}),
+            "smallint",
+        ),
+        (
+            json!({"type": "string", "name": "io.debezium.data.Enum", "version": 1,
+                "parameters": {"allowed": "small,medium,large"}}),
+            "text",
+        ),
+        (
+            json!({"type": "string", "name": "io.debezium.data.EnumSet", "version": 1,
+                "parameters": {"allowed": "a,b,c"}}),
+            "text",
+        ),
+        (
+            json!({"type": "string", "name": "io.debezium.data.Json", "version": 1}),
+            "jsonb",
+        ),
+        // BIT(1), BIT(12).
+        (json!({"type": "boolean"}), "boolean"),
+        (
+            json!({"type": "bytes", "name": "io.debezium.data.Bits", "version": 1,
+                "parameters": {"length": "12"}}),
+            "bit varying(12)",
+        ),
+        (json!({"type": "bytes"}), "bytea"),
+        (
+            json!({"type": "struct", "name": "io.debezium.data.geometry.Geometry", "version": 1,
+                "fields": [{"type": "bytes", "field": "wkb"}, {"type": "int32", "optional": true, "field": "srid"}]}),
+            "bytea",
+        ),
+        // tinyint(1) under Debezium's default: int16.
+        (json!({"type": "int16"}), "smallint"),
+    ];
+    for (field, ddl) in cases {
+        let held = crate::debezium::DebeziumColumn::new(&field).schema;
+        assert_eq!(from_schema(&held).ddl, ddl, "{field} as {held}");
+    }
+    // With `column.propagate.source.type`: the same types.
+    let propagated = json!({"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+        "parameters": {"scale": "0", "__debezium.source.column.type": "BIGINT UNSIGNED",
+        "__debezium.source.column.length": "20"}});
+    let held = crate::debezium::DebeziumColumn::new(&propagated).schema;
+    assert_eq!(from_schema(&held).ddl, "numeric(20,0)", "{held}");
+    let propagated = json!({"type": "bytes", "name": "io.debezium.data.Bits",
+        "parameters": {"length": "12", "__debezium.source.column.type": "BIT",
+        "__debezium.source.column.length": "12"}});
+    let held = crate::debezium::DebeziumColumn::new(&propagated).schema;
+    assert_eq!(from_schema(&held).ddl, "bit varying(12)", "{held}");
+    // oncely's own capture sends bit strings as text, without `length`.
+    let own = json!({"type": "string", "parameters": {"__debezium.source.column.type": "BIT",
+        "__debezium.source.column.length": "12"}});
+    assert_eq!(from_schema(&own).ddl, "text");
+}
+
+/// Warehouse columns created before these types were mapped keep taking
+/// the values (no type change, no dead letter): BIT(n) and SET as `text`,
+/// BIGINT UNSIGNED as unbounded `numeric`, YEAR as `integer`.
+#[test]
+fn columns_created_before_the_mysql_mapping_keep_taking_values() {
+    let held = |field: Value| from_schema(&crate::debezium::DebeziumColumn::new(&field).schema);
+    let bits = held(json!({"type": "bytes", "name": "io.debezium.data.Bits",
+        "parameters": {"length": "12"}}));
+    let unsigned = held(
+        json!({"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+        "parameters": {"scale": "0"}}),
+    );
+    let year = held(json!({"type": "int32", "name": "io.debezium.time.Year"}));
+    let geometry = held(json!({"type": "struct", "name": "io.debezium.data.geometry.Geometry"}));
+    for (spec, actual) in [
+        (&bits, "text"),
+        (&unsigned, "numeric"),
+        (&year, "integer"),
+        (&geometry, "jsonb"),
+    ] {
+        assert!(
+            compatible(spec, actual).is_ok(),
+            "{} into {actual}",
+            spec.ddl
+        );
+        assert_eq!(widened(spec, actual), None, "{} into {actual}", spec.ddl);
+        assert_eq!(retyped(spec, actual), None, "{} into {actual}", spec.ddl);
+    }
+}
+
+/// MySQL's TIME holds -838:59:59..838:59:59: a value outside the day is
+/// refused by the SQL (a data error, the record's dead letter), never
+/// wrapped into another time of day.
+#[test]
+fn times_outside_the_day_are_refused_not_wrapped() {
+    let time = from_schema(&json!({"type": "int64", "name": "io.debezium.time.MicroTime"}));
+    let sql = time.select_expr("v", "time without time zone");
+    assert!(
+        sql.contains("v::bigint >= 0 AND v::bigint < 86400000000"),
+        "{sql}"
+    );
+    assert!(
+        sql.contains("is outside the day a time holds')::time"),
+        "{sql}"
+    );
+}
+
+/// A Geometry struct is stored as its extended WKB in a `bytea` column, and
+/// as its JSON text in a `jsonb` column created before that mapping.
+#[test]
+fn geometries_become_extended_wkb_or_stay_json_in_old_columns() {
+    let spec =
+        from_schema(&json!({"type": "struct", "name": "io.debezium.data.geometry.Geometry"}));
+    // POINT(1 2) with SRID 4326.
+    let text = r#"{"wkb":"AQEAAAAAAAAAAADwPwAAAAAAAABA","srid":4326}"#;
+    let bytea = spec.conv.pg_text(Cow::Borrowed(text), "bytea");
+    assert_eq!(bytea, "AQEAACDmEAAAAAAAAAAA8D8AAAAAAAAAQA==");
+    assert_eq!(
+        spec.select_expr("v", "bytea"),
+        "(decode(v, 'base64'))::bytea"
+    );
+    assert_eq!(spec.conv.pg_text(Cow::Borrowed(text), "jsonb"), text);
+    assert_eq!(spec.select_expr("v", "jsonb"), "(v)::jsonb");
+    // Anything else is sent as it is, and `decode` refuses it.
+    assert_eq!(spec.conv.pg_text(Cow::Borrowed("[1]"), "bytea"), "[1]");
 }
