@@ -50,7 +50,7 @@ mod tracker_tests;
 
 use std::time::{Duration, Instant};
 
-use pgwire_replication::{ReplicationClient, ReplicationEvent};
+use pgwire_replication::ReplicationEvent;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
@@ -92,7 +92,7 @@ type SourceTable = pgoutput::Relation;
 /// control connection for catalog reads, the chunk reads and the schema
 /// watch (what the source's tables looked like last).
 struct Source {
-    stream: ReplicationClient,
+    stream: crate::sources::postgres::stream::SourceStream,
     control: Client,
     /// Where the stream stands in the open source transaction.
     tracker: Tracker,

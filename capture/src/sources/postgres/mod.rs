@@ -11,6 +11,7 @@ mod copy;
 mod envelope;
 mod error;
 pub(crate) mod fill;
+pub mod filter;
 pub mod pgoutput;
 mod quarantine;
 pub mod replica_identity;
