@@ -8,7 +8,9 @@
 //! expression, or that the replica identity does not cover, or a table the
 //! publication holds through its schema, stops start-up; a partitioned
 //! table is filtered through its root; verify resolves the filter among
-//! the built-in functions only, as capture does.
+//! the built-in functions only, as capture does. Each runs on PostgreSQL
+//! 13/14 too (`scripts/test`'s `test-pg14`), where capture evaluates the
+//! filter on the stream instead of the publication.
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -35,6 +37,39 @@ snapshot.mode = \"initial\"
 \"public.orders\" = \"region = 'eu'\"
 \"public.items\" = \"id % 3 = 0\"
 ";
+
+/// The first server version with publication row filters; below it
+/// capture evaluates `table.filter` itself.
+const ROW_FILTER_VERSION: i32 = 150_000;
+
+async fn server_version(client: &tokio_postgres::Client) -> Result<i32> {
+    Ok(client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await?
+        .get(0))
+}
+
+/// The publication's tables, each with the row filter the server holds
+/// (`-` where it holds none, as below PostgreSQL 15, where capture filters).
+async fn published(client: &tokio_postgres::Client) -> Result<Vec<String>> {
+    let filter = if server_version(client).await? >= ROW_FILTER_VERSION {
+        "coalesce(rowfilter, '-')"
+    } else {
+        "'-'"
+    };
+    Ok(client
+        .query(
+            &format!(
+                "SELECT tablename::text || ': ' || {filter} FROM pg_publication_tables
+                 WHERE pubname = 'oncely_publication' ORDER BY 1"
+            ),
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
 
 /// The id of a record's key.
 fn id(seen: &Seen) -> Option<i64> {
@@ -76,24 +111,22 @@ async fn moves(p: &Pipeline) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let report = p.verify_until_equal(Duration::from_secs(180)).await?;
     ensure!(report.is_equal(), "after the snapshot:\n{report}");
-    // The publication holds the filters as the server renders them.
-    let held: Vec<String> = p
-        .env
-        .client
-        .query(
-            "SELECT tablename::text || ': ' || rowfilter FROM pg_publication_tables
-             WHERE pubname = 'oncely_publication' ORDER BY 1",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_eq!(
-        held,
-        ["items: ((id % 3) = 0)", "orders: (region = 'eu'::text)"],
-        "the publication's row filters"
-    );
+    // The publication holds the filters as the server renders them; below
+    // PostgreSQL 15 it holds none and capture filters the stream.
+    let held = published(&p.env.client).await?;
+    if server_version(&p.env.client).await? >= ROW_FILTER_VERSION {
+        assert_eq!(
+            held,
+            ["items: ((id % 3) = 0)", "orders: (region = 'eu'::text)"],
+            "the publication's row filters"
+        );
+    } else {
+        assert_eq!(
+            held,
+            ["items: -", "orders: -"],
+            "a publication without filters"
+        );
+    }
 
     p.env
         .client
@@ -287,7 +320,8 @@ async fn a_filter_that_is_not_one_expression_or_lacks_the_replica_identity_stops
 async fn refused(env: &CaptureEnv) -> Result<()> {
     env.client
         .batch_execute(
-            "CREATE TABLE acct (id int PRIMARY KEY, region text, secret text);
+            "CREATE TABLE acct (id int PRIMARY KEY, region text, secret text,
+               at timestamptz NOT NULL DEFAULT now());
              INSERT INTO acct VALUES (1, 'eu', 's1'), (2, 'us', 's2');",
         )
         .await?;
@@ -326,6 +360,30 @@ async fn refused(env: &CaptureEnv) -> Result<()> {
         .batch_execute("UPDATE acct SET secret = 'x' WHERE id = 1")
         .await
         .context("capture added a filter the identity does not cover")?;
+
+    // A function PostgreSQL 15 refuses in a publication filter (not
+    // immutable: it reads the session's TimeZone): refused on every
+    // version, by the server's probe or, below 15, by capture's own.
+    let (ok, err) = start(
+        env,
+        &format!(
+            "{filtered}{}",
+            filter_of("acct", "date_part('year', at) > 2000")
+        ),
+    )?;
+    ensure!(
+        !ok,
+        "a mutable function in a filter started capture:\n{err}"
+    );
+    if server_version(&env.client).await? >= ROW_FILTER_VERSION {
+        ensure!(err.contains("refused by the server"), "{err}");
+    } else {
+        ensure!(
+            err.contains("date_part(text,timestamp with time zone) (not immutable)"),
+            "{err}"
+        );
+        return refused_without_publication_filters(env).await;
+    }
 
     // An operator-managed publication (`disabled`) whose filter the
     // identity does not cover: PostgreSQL refuses the table's UPDATEs,
@@ -392,6 +450,35 @@ async fn refused(env: &CaptureEnv) -> Result<()> {
         .await?
         .get(0);
     assert_eq!(held, "(region = 'us'::text)");
+    Ok(())
+}
+
+/// Below PostgreSQL 15: an operator-managed publication carries no filter,
+/// and capture refuses a filter its replica identity does not cover all
+/// the same (a DELETE's old row would lack the column), naming the fix;
+/// covered, it starts.
+async fn refused_without_publication_filters(env: &CaptureEnv) -> Result<()> {
+    env.client
+        .batch_execute("CREATE PUBLICATION oncely_publication FOR TABLE acct")
+        .await?;
+    let disabled = "publication.autocreate.mode = \"disabled\"\n";
+    let (ok, err) = start(
+        env,
+        &format!("{disabled}{}", filter_of("acct", "region = 'eu'")),
+    )?;
+    ensure!(
+        !ok && err.contains("REPLICA IDENTITY FULL") && err.contains("region"),
+        "an uncovered filter on an operator-managed publication:\n{err}"
+    );
+    env.client
+        .batch_execute("ALTER TABLE acct REPLICA IDENTITY FULL")
+        .await?;
+    let (ok, err) = start(
+        env,
+        &format!("{disabled}{}", filter_of("acct", "region = 'eu'")),
+    )?;
+    ensure!(ok, "a covered filter under disabled:\n{err}");
+    assert_eq!(published(&env.client).await?, ["acct: -"]);
     Ok(())
 }
 
