@@ -315,7 +315,7 @@ impl StreamFilter {
             return Ok(None);
         }
         let mut pg = super::control::pg_config(cfg, "oncely-capture-row-filter");
-        pg.options(&format!(
+        pg.options(format!(
             "-c search_path={} -c default_transaction_read_only=on -c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgres -c extra_float_digits=3 -c statement_timeout={}",
             FILTER_SEARCH_PATH.replace(' ', ""),
             super::chunk::FILTERED_CHUNK_TIMEOUT.as_millis()
