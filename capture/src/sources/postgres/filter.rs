@@ -334,6 +334,19 @@ impl StreamFilter {
             let Some((schema, name)) = crate::snapshot::split_table(table) else {
                 continue;
             };
+            // A filter of a table that does not exist filters nothing, as
+            // on 15 (start-up probes only the captured tables).
+            let exists: Option<String> = eval
+                .query_one(
+                    "SELECT to_regclass($1)::text",
+                    &[&format!("{}.{}", quote_ident(schema), quote_ident(name))],
+                )
+                .await
+                .map_err(CaptureError::pg("look up a filtered table"))?
+                .get(0);
+            if exists.is_none() {
+                continue;
+            }
             let probed = probe(&eval, schema, name, filter).await?;
             filters.insert(table.clone(), (filter.clone(), probed.columns));
         }
