@@ -666,3 +666,137 @@ async fn partitioned(p: &Pipeline) -> Result<()> {
     kill9(&mut capture);
     Ok(())
 }
+
+/// Rows that each transaction of [`a_capture_killed_inside_filtered_transactions_replays_them_exactly_once`]
+/// moves: `v` grows by 2 where `id % 3 = 0` (staying in, an update, or
+/// out, dropped) and by 1 elsewhere (leaving, a delete, or entering, a
+/// create) under the filter `v % 2 = 0`.
+const FLIPS: i64 = 3000;
+const FLIP_TRANSACTIONS: usize = 4;
+
+/// The ops each row's key gets: `r` in the snapshot, then per transaction.
+fn expected_flips() -> BTreeMap<i64, Vec<String>> {
+    let mut want: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for id in 1..=FLIPS {
+        let mut v = id;
+        let mut ops = Vec::new();
+        if v % 2 == 0 {
+            ops.push("r".to_owned());
+        }
+        for _ in 0..FLIP_TRANSACTIONS {
+            let new = v + if id % 3 == 0 { 2 } else { 1 };
+            match (v % 2 == 0, new % 2 == 0) {
+                (true, true) => ops.push("u".to_owned()),
+                (true, false) => ops.push("d".to_owned()),
+                (false, true) => ops.push("c".to_owned()),
+                (false, false) => {}
+            }
+            v = new;
+        }
+        if !ops.is_empty() {
+            want.insert(id, ops);
+        }
+    }
+    want
+}
+
+/// Source transactions that drop, keep and rewrite changes, published in
+/// Kafka transactions of 5 events, and capture killed once part of them is
+/// in Kafka: the restarted capture replays them and skips exactly what
+/// Kafka holds, which it can only if the replay drops and rewrites the same
+/// events (the ordinals it skips by are counted after the filter).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_killed_inside_filtered_transactions_replays_them_exactly_once() -> Result<()> {
+    let schema = format!(
+        "CREATE TABLE flips (id int PRIMARY KEY, v int NOT NULL);
+         ALTER TABLE flips REPLICA IDENTITY FULL;
+         INSERT INTO flips SELECT g, g FROM generate_series(1, {FLIPS}) g;"
+    );
+    let extra = "publication.autocreate.mode = \"filtered\"
+snapshot.mode = \"initial\"
+batch.max.events = 5
+[table.filter]
+\"public.flips\" = \"v % 2 = 0\"
+";
+    let p = Pipeline::new("row_filter_replay", &schema, &["flips"], extra).await?;
+    let result = replayed(&p).await;
+    if result.is_err() {
+        eprintln!("logs in {}", p.env.dir.display());
+    }
+    p.cleanup().await;
+    result
+}
+
+/// The `topic` records holding a value, once there are at least `want`
+/// (or the deadline passed).
+fn wait_values(topic: &str, want: usize, within: Duration) -> Result<Vec<Seen>> {
+    let deadline = Instant::now() + within;
+    loop {
+        let seen: Vec<Seen> = read_committed(&[topic.to_owned()])?
+            .into_iter()
+            .filter(|s| s.topic == topic && s.value.is_some())
+            .collect();
+        if seen.len() >= want || Instant::now() > deadline {
+            return Ok(seen);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+async fn replayed(p: &Pipeline) -> Result<()> {
+    let topic = p.env.topic("flips");
+    let want = expected_flips();
+    let total: usize = want.values().map(Vec::len).sum();
+    let snapshot = (FLIPS / 2) as usize;
+    let mut capture = p.spawn_capture()?;
+    p.env.wait_slot_active().await?;
+    let seen = wait_values(&topic, snapshot, Duration::from_secs(180))?;
+    ensure!(seen.len() == snapshot, "the snapshot: {} rows", seen.len());
+    // The changes wait for a capture that is down, then a capture is
+    // killed as soon as some of them are in Kafka (a longer life each time
+    // none were), so the next one replays from inside a transaction.
+    kill9(&mut capture);
+    for _ in 0..FLIP_TRANSACTIONS {
+        p.env
+            .client
+            .batch_execute("UPDATE flips SET v = v + CASE WHEN id % 3 = 0 THEN 2 ELSE 1 END")
+            .await?;
+    }
+    let mut life = Duration::from_millis(1500);
+    let partial = loop {
+        let mut capture = p.spawn_capture()?;
+        tokio::time::sleep(life).await;
+        kill9(&mut capture);
+        let partial = wait_values(&topic, 0, Duration::ZERO)?.len();
+        ensure!(
+            partial < total,
+            "every change was in Kafka before the kill: the test tests no replay"
+        );
+        if partial > snapshot {
+            eprintln!("capture killed with {partial} of {total} records in Kafka");
+            break partial;
+        }
+        ensure!(
+            life < Duration::from_secs(30),
+            "no change published in {life:?}"
+        );
+        life *= 2;
+    };
+    let _capture = p.spawn_capture()?;
+    wait_values(&topic, total, Duration::from_secs(180))?;
+    // Anything replayed twice would land after the last expected record.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let seen = read_committed(&[topic.clone()])?;
+    let got = ops_by_id(&seen, &topic);
+    let wrong: Vec<_> = want
+        .iter()
+        .filter(|(id, ops)| got.get(id) != Some(ops))
+        .take(5)
+        .map(|(id, ops)| (id, ops, got.get(id)))
+        .collect();
+    ensure!(
+        wrong.is_empty() && got.len() == want.len(),
+        "rows whose ops differ (id, want, got), killed at {partial} of {total}: {wrong:?}"
+    );
+    Ok(())
+}
