@@ -113,7 +113,10 @@ pub async fn probe(
         ))
         .await;
     let read = match created {
-        Ok(()) => client.query_one(PROBE_SQL, &[&schema, &table]).await,
+        Ok(()) => match client.query_one(PROBE_SQL, &[&schema, &table]).await {
+            Ok(row) => immutable(client, &qualified, table, filter, row).await,
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     client
@@ -121,11 +124,7 @@ pub async fn probe(
         .await
         .map_err(CaptureError::pg("end row filter probe"))?;
     match read {
-        Ok(row) => Ok(FilterProbe {
-            columns: row.get(0),
-            outside_identity: row.get(1),
-            refused: row.get(2),
-        }),
+        Ok(probed) => Ok(probed),
         // The server's reason (no such column, a syntax error) holds no row value.
         Err(e) if e.as_db_error().is_some() => Err(CaptureError::Prerequisite(format!(
             "table.filter of {schema}.{table} does not work as a row filter: {} (SQLSTATE {})",
@@ -133,6 +132,46 @@ pub async fn probe(
             e.code().map(|c| c.code()).unwrap_or_default()
         ))),
         Err(e) => Err(CaptureError::pg("row filter probe")(e)),
+    }
+}
+
+/// The probe's answer, with what the tree does not name: a type's input
+/// or output function that a cast through text calls (`timestamptz` to
+/// `text` reads the session's TimeZone). An index predicate must be
+/// immutable by the rule PostgreSQL 15 applies to a publication filter, so
+/// the filter is made one on an empty copy of the table (rolled back).
+async fn immutable(
+    client: &Client,
+    qualified: &str,
+    table: &str,
+    filter: &str,
+    row: tokio_postgres::Row,
+) -> Result<FilterProbe, tokio_postgres::Error> {
+    let mut probed = FilterProbe {
+        columns: row.get(0),
+        outside_identity: row.get(1),
+        refused: row.get(2),
+    };
+    if !probed.refused.is_empty() {
+        return Ok(probed);
+    }
+    let copy = quote_ident(table);
+    let indexed = client
+        .batch_execute(&format!(
+            "CREATE TEMP TABLE {copy} (LIKE {qualified}); \
+             CREATE INDEX ON pg_temp.{copy} ((1)) WHERE ({filter})"
+        ))
+        .await;
+    match indexed {
+        Ok(()) => Ok(probed),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INVALID_OBJECT_DEFINITION) => {
+            probed.refused.push(
+                "a function that is not immutable (a cast through text of a type whose text depends on the session, such as timestamptz)"
+                    .to_owned(),
+            );
+            Ok(probed)
+        }
+        Err(e) => Err(e),
     }
 }
 
