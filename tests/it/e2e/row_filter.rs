@@ -4,7 +4,8 @@
 //! warehouse, the index and the cache as a delete and one moving a row in
 //! as a create; `oncely verify` is equal under the filter and reports the
 //! rows a narrower filter leaves out as held by the targets; a capture
-//! killed mid-snapshot resumes with the filter; a filter that is not one
+//! killed mid-snapshot resumes with the filter, and one killed inside
+//! filtered transactions replays them exactly once; a filter that is not one
 //! expression, or that the replica identity does not cover, or a table the
 //! publication holds through its schema, stops start-up; a partitioned
 //! table is filtered through its root; verify resolves the filter among
