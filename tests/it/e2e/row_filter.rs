@@ -791,7 +791,7 @@ async fn replayed(p: &Pipeline) -> Result<()> {
     wait_values(&topic, total, Duration::from_secs(180))?;
     // Anything replayed twice would land after the last expected record.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let seen = read_committed(&[topic.clone()])?;
+    let seen = read_committed(std::slice::from_ref(&topic))?;
     let got = ops_by_id(&seen, &topic);
     let wrong: Vec<_> = want
         .iter()
