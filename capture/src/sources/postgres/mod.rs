@@ -11,6 +11,7 @@ mod copy;
 mod envelope;
 mod error;
 pub(crate) mod fill;
+pub mod filter;
 pub mod pgoutput;
 mod quarantine;
 pub mod replica_identity;
@@ -21,7 +22,7 @@ pub(crate) mod stream;
 pub(crate) mod tables;
 pub mod value;
 
-use pgwire_replication::ReplicationClient;
+use stream::SourceStream;
 use tokio_postgres::Client;
 
 use crate::config::CaptureConfig;
@@ -35,7 +36,7 @@ pub(crate) struct Postgres;
 
 impl Source for Postgres {
     type Table = pgoutput::Relation;
-    type Stream = ReplicationClient;
+    type Stream = SourceStream;
     type Control = Client;
     type Chunks = chunk::PgChunks;
     type Tables<'a> = tables::SourceTables<'a>;
@@ -44,10 +45,7 @@ impl Source for Postgres {
         start::check_source(cfg).await
     }
 
-    async fn open_stream(
-        cfg: &CaptureConfig,
-        from: u64,
-    ) -> Result<ReplicationClient, CaptureError> {
+    async fn open_stream(cfg: &CaptureConfig, from: u64) -> Result<SourceStream, CaptureError> {
         stream::connect(cfg, from).await
     }
 
@@ -60,11 +58,11 @@ impl Source for Postgres {
         chunk::PgChunks::new(cfg)
     }
 
-    async fn next_event(stream: &mut ReplicationClient) -> Result<SourceEvent<Self>, CaptureError> {
+    async fn next_event(stream: &mut SourceStream) -> Result<SourceEvent<Self>, CaptureError> {
         stream::next_event(stream).await
     }
 
-    fn stop(stream: &mut ReplicationClient) {
+    fn stop(stream: &mut SourceStream) {
         stream.stop();
     }
 

@@ -1,21 +1,43 @@
 //! The replication stream: pgoutput from the slot, from a position Kafka
-//! holds, confirmed only up to what Kafka holds.
+//! holds, confirmed only up to what Kafka holds; on a server without
+//! publication row filters, filtered by capture (`filter.rs`).
 
 use std::time::Duration;
 
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent};
 
+use super::filter::StreamFilter;
 use super::pgoutput::{self, LogicalMessage, Relation, TypeMessage};
 use crate::change::StreamEvent;
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 use crate::seam::Slot;
 
+/// The replication stream, and the row filters capture applies to it
+/// where the publication cannot.
+pub(crate) struct SourceStream {
+    client: ReplicationClient,
+    filter: Option<StreamFilter>,
+}
+
+impl SourceStream {
+    /// The next event (cancel-safe).
+    pub(crate) async fn recv(&mut self) -> Result<Option<ReplicationEvent>, CaptureError> {
+        match &mut self.filter {
+            None => Ok(self.client.recv().await?),
+            Some(filter) => filter.recv(&mut self.client).await,
+        }
+    }
+
+    /// Ends the stream (CopyDone).
+    pub(crate) fn stop(&self) {
+        self.client.stop();
+    }
+}
+
 /// Opens the stream at `from`, which a committed offset record names.
-pub(crate) async fn connect(
-    cfg: &CaptureConfig,
-    from: u64,
-) -> Result<ReplicationClient, CaptureError> {
+pub(crate) async fn connect(cfg: &CaptureConfig, from: u64) -> Result<SourceStream, CaptureError> {
+    let filter = StreamFilter::open(cfg).await?;
     let repl = ReplicationConfig::new(
         cfg.database_hostname.clone(),
         cfg.database_user.clone(),
@@ -40,22 +62,22 @@ pub(crate) async fn connect(
     .with_application_name(format!("oncely-{}", cfg.connector_name()));
     let mut client = ReplicationClient::connect(repl).await?;
     client.wait_started().await?;
-    Ok(client)
+    Ok(SourceStream { client, filter })
 }
 
 /// The slot releases WAL only up to what a committed offset record holds.
-impl Slot for ReplicationClient {
+impl Slot for SourceStream {
     fn confirm(&mut self, flush_lsn: u64) {
-        self.update_applied_lsn(Lsn::from_u64(flush_lsn));
+        self.client.update_applied_lsn(Lsn::from_u64(flush_lsn));
     }
 }
 
 /// The stream's next event as the core reads it: pgoutput decoded, its
 /// rows moved into the event (none copied).
 pub(crate) async fn next_event(
-    client: &mut ReplicationClient,
+    stream: &mut SourceStream,
 ) -> Result<StreamEvent<Relation, TypeMessage>, CaptureError> {
-    match client.recv().await? {
+    match stream.recv().await? {
         Some(event) => stream_event(event),
         None => Err(CaptureError::from(pgwire_replication::PgWireError::Task(
             "replication stream ended".into(),

@@ -22,7 +22,11 @@ pub async fn ensure_publication(
 ) -> Result<(), CaptureError> {
     let name = &cfg.publication_name;
     let mode = cfg.publication_autocreate_mode;
-    let features = PublicationFeatures::read(client, cfg, tables).await?;
+    let features = PublicationFeatures::read(client, tables).await?;
+    if !features.row_filters {
+        // Capture evaluates them on the stream: refused here as 15 would.
+        row_filter::check_evaluated(client, cfg, tables).await?;
+    }
     let exists = client
         .query_opt(
             &format!(
@@ -35,7 +39,7 @@ pub async fn ensure_publication(
         .await
         .map_err(CaptureError::pg("read publication"))?;
     let Some(row) = exists else {
-        return create_publication(client, cfg, tables, features.with_clause()).await;
+        return create_publication(client, cfg, tables, &features).await;
     };
     if !row.get::<_, bool>(2) {
         ensure_generated_columns_published(client, name, mode, tables).await?;
@@ -52,9 +56,9 @@ pub async fn ensure_publication(
         }
         return Ok(());
     }
-    ensure_tables_published(client, cfg, tables).await?;
+    ensure_tables_published(client, cfg, tables, features.row_filters).await?;
     if !features.row_filters {
-        // No filter to hold or check (table.filter was refused above).
+        // No filter to hold: capture evaluates them (checked above).
         return Ok(());
     }
     row_filter::ensure_row_filters(client, cfg, tables).await
@@ -76,17 +80,12 @@ struct PublicationFeatures {
 impl PublicationFeatures {
     /// Reads the server version; a partitioned table captured from a server
     /// that cannot publish through the root stops start-up.
-    async fn read(
-        client: &Client,
-        cfg: &CaptureConfig,
-        tables: &[CapturedTable],
-    ) -> Result<Self, CaptureError> {
+    async fn read(client: &Client, tables: &[CapturedTable]) -> Result<Self, CaptureError> {
         let version: i32 = client
             .query_one("SELECT current_setting('server_version_num')::int", &[])
             .await
             .map_err(CaptureError::pg("read server version"))?
             .get(0);
-        row_filter::check_version(cfg, version)?;
         let via_root = version >= 130_000;
         let partitioned: Vec<String> = tables
             .iter()
@@ -149,11 +148,15 @@ async fn create_publication(
     client: &Client,
     cfg: &CaptureConfig,
     tables: &[CapturedTable],
-    with: &str,
+    features: &PublicationFeatures,
 ) -> Result<(), CaptureError> {
     let (name, mode) = (&cfg.publication_name, cfg.publication_autocreate_mode);
-    let quoted: Vec<String> = tables.iter().map(|t| publication_entry(cfg, t)).collect();
-    if mode == AutocreateMode::Filtered {
+    let with = features.with_clause();
+    let quoted: Vec<String> = tables
+        .iter()
+        .map(|t| publication_entry(cfg, t, features.row_filters))
+        .collect();
+    if mode == AutocreateMode::Filtered && features.row_filters {
         // A filter the replica identity does not cover would stop every
         // UPDATE and DELETE on its table: refused before it is published.
         row_filter::check_identity(client, cfg, tables).await?;
@@ -235,6 +238,7 @@ async fn ensure_tables_published(
     client: &Client,
     cfg: &CaptureConfig,
     tables: &[CapturedTable],
+    by_server: bool,
 ) -> Result<(), CaptureError> {
     let (name, mode) = (&cfg.publication_name, cfg.publication_autocreate_mode);
     // What the publication holds: its FOR TABLE members (a partitioned table
@@ -260,10 +264,15 @@ async fn ensure_tables_published(
     if missing.is_empty() {
         return Ok(());
     }
-    let missing_quoted: Vec<String> = missing.iter().map(|t| publication_entry(cfg, t)).collect();
+    let missing_quoted: Vec<String> = missing
+        .iter()
+        .map(|t| publication_entry(cfg, t, by_server))
+        .collect();
     if mode == AutocreateMode::Filtered {
-        let missing: Vec<CapturedTable> = missing.iter().map(|t| (*t).clone()).collect();
-        row_filter::check_identity(client, cfg, &missing).await?;
+        if by_server {
+            let missing: Vec<CapturedTable> = missing.iter().map(|t| (*t).clone()).collect();
+            row_filter::check_identity(client, cfg, &missing).await?;
+        }
         let sql = format!(
             "ALTER PUBLICATION {} ADD TABLE {}",
             quote_ident(name),

@@ -1,7 +1,10 @@
 //! Row filters (`table.filter`) in the publication: PostgreSQL 15+ sends a
 //! filtered table's changes only for rows its `WHERE` holds for, and turns
 //! an UPDATE that moves a row out of the filter into a DELETE and one that
-//! moves it in into an INSERT.
+//! moves it in into an INSERT. On PostgreSQL 13 and 14 the publication
+//! carries no filter and capture evaluates it on the stream with the same
+//! semantics (`sources/postgres/filter.rs`); the start-up checks below
+//! refuse there what PostgreSQL 15 would refuse.
 //!
 //! What the server keeps is its own rendering of a filter
 //! (`pg_get_expr(prqual)`: parentheses and casts added), so a configured
@@ -18,9 +21,9 @@ use super::{privilege_or, CapturedTable};
 use crate::config::{AutocreateMode, CaptureConfig};
 use crate::error::CaptureError;
 use crate::naming::quote_ident;
+use crate::sources::postgres::filter;
 
-/// The first server version with publication row filters.
-pub const ROW_FILTER_VERSION: i32 = 150_000;
+pub use crate::sources::postgres::filter::ROW_FILTER_VERSION;
 
 /// The probe publication's name (it never commits).
 const PROBE: &str = "oncely_row_filter_probe";
@@ -35,27 +38,42 @@ pub struct ServerFilter {
 }
 
 /// `"schema"."table"`, followed by ` WHERE (filter)` when `table.filter`
-/// filters it: a table as `CREATE`/`ALTER PUBLICATION` lists it.
-pub fn publication_entry(cfg: &CaptureConfig, t: &CapturedTable) -> String {
+/// filters it and the server filters publications (`by_server`): a table
+/// as `CREATE`/`ALTER PUBLICATION` lists it.
+pub fn publication_entry(cfg: &CaptureConfig, t: &CapturedTable, by_server: bool) -> String {
     match cfg.row_filter(&t.schema, &t.name) {
-        Some(filter) => format!("{} WHERE ({filter})", t.quoted()),
-        None => t.quoted(),
+        Some(filter) if by_server => format!("{} WHERE ({filter})", t.quoted()),
+        _ => t.quoted(),
     }
 }
 
-/// Refuses row filters on a server older than PostgreSQL 15.
-pub fn check_version(cfg: &CaptureConfig, version: i32) -> Result<(), CaptureError> {
-    if cfg.table_filter.is_empty() || version >= ROW_FILTER_VERSION {
-        return Ok(());
+/// On a server without publication row filters, where capture evaluates
+/// them: refuses a filter PostgreSQL 15 would refuse in a publication (a
+/// function or operator that is not an immutable built-in, a user-defined
+/// type or collation) and one reading columns outside the replica
+/// identity (a DELETE's old row would lack them).
+pub async fn check_evaluated(
+    client: &Client,
+    cfg: &CaptureConfig,
+    tables: &[CapturedTable],
+) -> Result<(), CaptureError> {
+    for table in tables {
+        let Some(wanted) = cfg.row_filter(&table.schema, &table.name) else {
+            continue;
+        };
+        let probed = filter::probe(client, &table.schema, &table.name, wanted).await?;
+        if !probed.refused.is_empty() {
+            return Err(CaptureError::Prerequisite(format!(
+                "table.filter of {} uses {}: a row filter may call only immutable built-in functions and operators on built-in types, as PostgreSQL 15 allows in a publication",
+                table.qualified(),
+                probed.refused.join(", ")
+            )));
+        }
+        if !probed.outside_identity.is_empty() {
+            return Err(identity_refusal(table, &probed.outside_identity));
+        }
     }
-    Err(CaptureError::Prerequisite(format!(
-        "table.filter needs publication row filters (PostgreSQL 15 or later), this server is version {version}: upgrade, or remove table.filter ({})",
-        cfg.table_filter
-            .keys()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", ")
-    )))
+    Ok(())
 }
 
 /// The filter publication `publication` holds for `table`, if any.
@@ -113,7 +131,7 @@ async fn probe(
         .batch_execute(&format!(
             // As capture's own: a partitioned table's filter needs it.
             "CREATE PUBLICATION {PROBE} FOR TABLE {} WITH (publish_via_partition_root = true)",
-            publication_entry(cfg, table)
+            publication_entry(cfg, table, true)
         ))
         .await;
     let read = match created {
@@ -244,7 +262,7 @@ async fn check_not_in_schema(
         table.qualified(),
         table.schema,
         quote_ident(&table.schema),
-        publication_entry(cfg, table)
+        publication_entry(cfg, table, true)
     )))
 }
 
@@ -288,7 +306,7 @@ async fn set_row_filter(
     let sql = format!(
         "BEGIN; ALTER PUBLICATION {name} DROP TABLE {}; ALTER PUBLICATION {name} ADD TABLE {}; COMMIT",
         table.quoted(),
-        publication_entry(cfg, table)
+        publication_entry(cfg, table, true)
     );
     let configured = cfg.row_filter(&table.schema, &table.name);
     if cfg.publication_autocreate_mode != AutocreateMode::Filtered {
@@ -326,26 +344,7 @@ async fn set_row_filter(
 
 #[cfg(test)]
 mod tests {
-    use super::{check_version, same_filter, squeezed, ServerFilter};
-    use crate::config::CaptureConfig;
-
-    #[test]
-    fn a_server_without_row_filters_is_refused_only_when_a_table_is_filtered() {
-        let base = "topic.prefix = \"shop\"\ndatabase.hostname = \"h\"\ndatabase.user = \"u\"\ndatabase.dbname = \"d\"\nkafka.bootstrap.servers = \"k:9092\"\npublication.autocreate.mode = \"filtered\"\n";
-        let plain = CaptureConfig::parse(base, "test").unwrap();
-        let filtered = CaptureConfig::parse(
-            &format!("{base}[table.filter]\n\"public.t\" = \"id > 0\"\n"),
-            "test",
-        )
-        .unwrap();
-        assert!(check_version(&plain, 140_000).is_ok());
-        assert!(check_version(&filtered, 150_000).is_ok());
-        let err = check_version(&filtered, 140_012).unwrap_err().to_string();
-        assert!(
-            err.contains("PostgreSQL 15") && err.contains("140012") && err.contains("public.t"),
-            "{err}"
-        );
-    }
+    use super::{same_filter, squeezed, ServerFilter};
 
     fn filter(rendered: &str) -> ServerFilter {
         ServerFilter {

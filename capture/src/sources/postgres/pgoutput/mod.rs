@@ -9,14 +9,14 @@
 //! We decode every kind, including Begin/Commit/Message that the stream
 //! client already decodes for us, so that the capture logic can be tested
 //! against hand-written bytes and does not depend on one client's decoder.
-//! [`encode`] is the exact inverse of [`decode`]; it exists for fixtures and
-//! round-trip property tests.
+//! [`encode`] is the exact inverse of [`decode`]; it exists for fixtures,
+//! round-trip property tests and the changes capture rewrites where it
+//! evaluates row filters itself (`sources/postgres/filter.rs`).
 //!
 //! Decoding is zero-copy for column values: [`TupleValue::Text`] and
 //! [`TupleValue::Binary`] are slices of the input [`Bytes`].
 
 mod decode;
-#[cfg(test)]
 mod encode;
 
 #[cfg(test)]
@@ -27,7 +27,6 @@ mod row_change_tests;
 use bytes::Bytes;
 
 pub use decode::decode;
-#[cfg(test)]
 pub use encode::encode;
 
 /// A PostgreSQL WAL position (`pg_lsn`), as a plain 64-bit number.
@@ -184,7 +183,6 @@ pub enum ReplicaIdentity {
 
 impl ReplicaIdentity {
     /// The `relreplident` byte sent on the wire.
-    #[cfg(test)]
     pub fn as_byte(self) -> u8 {
         match self {
             ReplicaIdentity::Default => b'd',
