@@ -128,6 +128,26 @@ impl AvroCodec {
 
     /// The Avro binary body of a Connect JSON payload.
     pub fn encode(&self, payload: &Value) -> Result<Vec<u8>, AvroError> {
+        let mut out = Vec::with_capacity(64);
+        self.encode_into(payload, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`AvroCodec::encode`] appending to `out` (left as it was on an
+    /// error), e.g. after a wire header ([`wire::header`]).
+    pub fn encode_into(&self, payload: &Value, out: &mut Vec<u8>) -> Result<(), AvroError> {
+        let start = out.len();
+        let written = self.shape.write(payload, value::At::Root, out);
+        if written.is_err() {
+            out.truncate(start);
+        }
+        written
+    }
+
+    /// The body apache_avro writes for the value the payload maps to: what
+    /// [`AvroCodec::encode`] must match byte for byte.
+    #[cfg(test)]
+    fn encode_generic(&self, payload: &Value) -> Result<Vec<u8>, AvroError> {
         let datum = self.shape.encode(payload, "")?;
         apache_avro::writer::datum::GenericDatumWriter::builder(&self.avro)
             .build()
