@@ -129,10 +129,14 @@ impl AvroWriter {
     ) -> Result<Option<Vec<u8>>, CaptureError> {
         let known = self.known(topic, is_key);
         if let Some(known) = known.filter(|k| bytes.starts_with(&k.head)) {
-            let payload = bytes[known.head.len()..].strip_suffix(b"}");
             // Anything after the payload but the closing brace: parsed whole below.
-            if let Some(Ok(payload)) = payload.map(serde_json::from_slice::<Value>) {
-                return encode(topic, is_key, known.id, &known.codec, &payload).map(Some);
+            if let Some(payload) = bytes[known.head.len()..].strip_suffix(b"}") {
+                let mut out = Vec::with_capacity(payload.len() / 2 + 16);
+                out.extend_from_slice(&wire::header(known.id));
+                if let Some(written) = known.codec.encode_text_into(payload, &mut out) {
+                    written.map_err(|e| misfit(topic, is_key, e))?;
+                    return Ok(Some(out));
+                }
             }
         }
         let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(bytes) else {
@@ -235,13 +239,19 @@ fn encode(
 ) -> Result<Vec<u8>, CaptureError> {
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(&wire::header(id));
-    codec.encode_into(payload, &mut out).map_err(|e| {
-        AvroError::Value(format!(
-            "the {} of a record to {topic} does not fit its Avro schema: {e}",
-            if is_key { "key" } else { "value" }
-        ))
-    })?;
+    codec
+        .encode_into(payload, &mut out)
+        .map_err(|e| misfit(topic, is_key, e))?;
     Ok(out)
+}
+
+/// A key or value that does not fit its schema: the record's own failure.
+fn misfit(topic: &str, is_key: bool, e: AvroError) -> CaptureError {
+    AvroError::Value(format!(
+        "the {} of a record to {topic} does not fit its Avro schema: {e}",
+        if is_key { "key" } else { "value" }
+    ))
+    .into()
 }
 
 /// A writer whose registry nothing answers: its records never reach it.

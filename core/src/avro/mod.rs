@@ -144,6 +144,23 @@ impl AvroCodec {
         written
     }
 
+    /// [`AvroCodec::encode_into`] of a payload's JSON text, read once
+    /// without building its value where it can be (`None`: the text is not
+    /// one JSON value, and nothing is appended).
+    pub fn encode_text_into(
+        &self,
+        text: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Option<Result<(), AvroError>> {
+        let start = out.len();
+        if value::write_text(&self.shape, text, out).is_ok() {
+            return Some(Ok(()));
+        }
+        out.truncate(start);
+        let payload: Value = serde_json::from_slice(text).ok()?;
+        Some(self.encode_into(&payload, out))
+    }
+
     /// The body apache_avro writes for the value the payload maps to: what
     /// [`AvroCodec::encode`] must match byte for byte.
     #[cfg(test)]

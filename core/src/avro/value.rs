@@ -5,6 +5,10 @@ use apache_avro::types::Value as Avro;
 use base64::Engine as _;
 use serde_json::{Map, Number, Value};
 
+mod text;
+
+pub(super) use text::write_text;
+
 use super::schema::DECIMAL;
 use super::AvroError;
 use crate::wire::UNAVAILABLE_VALUE;
