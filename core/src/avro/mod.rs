@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!  capture: Connect JSON --schema::connect_to_avro--> Avro schema --registry--> id
-//!           payload ------------value::encode--------> Avro binary --wire::frame--> 0|id|body
+//!           payload (its text) --value::write(_text)--> Avro binary, after wire::header: 0|id|body
 //!  sinks:   0|id|body --wire::unframe--> id --registry--> Avro schema --schema::avro_to_connect-->
 //!           Connect schema; body --value::decode--> payload: the same JSON the JSON path decodes
 //! ```
