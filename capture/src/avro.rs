@@ -11,10 +11,12 @@
 //! them back itself), as does a record without a schema (a tombstone's
 //! missing value, an outbox payload).
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use oncely_core::avro::registry::{Naming, RegistryClient};
-use oncely_core::avro::{wire, AvroError, NameAdjustment};
+use oncely_core::avro::{wire, AvroError, NameAdjustment, SharedCodec};
 use oncely_core::backoff::{retry, Backoff, RetryOutcome};
 use prometheus::IntCounter;
 use serde_json::Value;
@@ -40,6 +42,20 @@ pub(crate) struct AvroWriter {
     stop: CancellationToken,
     /// `oncely_capture_schema_registry_retries_total`.
     retries: IntCounter,
+    /// Per topic, the schema its keys (`[1]`) and values (`[0]`) were last
+    /// converted with: a record that starts with the same schema is
+    /// encoded without parsing, hashing or registering it again.
+    known: Mutex<HashMap<String, [Option<Arc<Known>>; 2]>>,
+}
+
+/// A schema of a topic's keys or values, registered, and how the envelope
+/// writes it at the start of each record.
+pub(crate) struct Known {
+    /// `{"schema":<Connect schema>,"payload":`: the wrapper around the
+    /// payload (a `}` closes it), byte for byte as the envelope writes it.
+    head: Vec<u8>,
+    id: u32,
+    codec: SharedCodec,
 }
 
 /// What the writer is handed besides the configuration.
@@ -79,6 +95,7 @@ impl AvroWriter {
             json_topics: cx.json_topics,
             stop: cx.stop,
             retries: cx.retries,
+            known: Mutex::default(),
         }))
     }
 
@@ -110,6 +127,18 @@ impl AvroWriter {
         bytes: &[u8],
         is_key: bool,
     ) -> Result<Option<Vec<u8>>, CaptureError> {
+        let known = self.known(topic, is_key);
+        if let Some(known) = known.filter(|k| bytes.starts_with(&k.head)) {
+            // Anything after the payload but the closing brace: parsed whole below.
+            if let Some(payload) = bytes[known.head.len()..].strip_suffix(b"}") {
+                let mut out = Vec::with_capacity(payload.len() / 2 + 16);
+                out.extend_from_slice(&wire::header(known.id));
+                if let Some(written) = known.codec.encode_text_into(payload, &mut out) {
+                    written.map_err(|e| misfit(topic, is_key, e))?;
+                    return Ok(Some(out));
+                }
+            }
+        }
         let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(bytes) else {
             return Ok(None);
         };
@@ -120,13 +149,28 @@ impl AvroWriter {
             return Ok(None);
         }
         let (id, codec) = self.register(topic, is_key, &schema).await?;
-        let body = codec.encode(&payload).map_err(|e| {
-            AvroError::Value(format!(
-                "the {} of a record to {topic} does not fit its Avro schema: {e}",
-                if is_key { "key" } else { "value" }
-            ))
-        })?;
-        Ok(Some(wire::frame(id, &body)))
+        let framed = encode(topic, is_key, id, &codec, &payload)?;
+        self.remember(topic, is_key, Known::new(&schema, id, codec), bytes);
+        Ok(Some(framed))
+    }
+
+    fn known(&self, topic: &str, is_key: bool) -> Option<Arc<Known>> {
+        let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        known.get(topic)?[usize::from(is_key)].clone()
+    }
+
+    /// Keeps `known` as the schema of `topic`'s keys or values (replacing
+    /// the one before a DDL: records of an older shape are parsed again)
+    /// when `record` starts with it. Only a schema written as the envelope
+    /// writes it is known by its bytes; another writer's records keep
+    /// taking the parsing path.
+    pub(crate) fn remember(&self, topic: &str, is_key: bool, known: Known, record: &[u8]) -> bool {
+        if !record.starts_with(&known.head) {
+            return false;
+        }
+        let mut all = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        all.entry(topic.to_owned()).or_default()[usize::from(is_key)] = Some(Arc::new(known));
+        true
     }
 
     /// Registers `schema` of `topic`'s keys or values, waiting up to [`REGISTRY_WAIT`]
@@ -166,20 +210,70 @@ impl AvroWriter {
     }
 }
 
+impl Known {
+    /// `schema` (a record's, as parsed), registered as `id`.
+    pub(crate) fn new(schema: &Value, id: u32, codec: SharedCodec) -> Self {
+        Known {
+            head: format!("{{\"schema\":{schema},\"payload\":").into_bytes(),
+            id,
+            codec,
+        }
+    }
+}
+
+#[cfg(test)]
+impl AvroWriter {
+    /// Capture stopping: a wait for the registry ends at once.
+    pub(crate) fn stop_now(&self) {
+        self.stop.cancel();
+    }
+}
+
+/// A payload framed as Confluent's wire format with schema `id`.
+fn encode(
+    topic: &str,
+    is_key: bool,
+    id: u32,
+    codec: &SharedCodec,
+    payload: &Value,
+) -> Result<Vec<u8>, CaptureError> {
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(&wire::header(id));
+    codec
+        .encode_into(payload, &mut out)
+        .map_err(|e| misfit(topic, is_key, e))?;
+    Ok(out)
+}
+
+/// A key or value that does not fit its schema: the record's own failure.
+fn misfit(topic: &str, is_key: bool, e: AvroError) -> CaptureError {
+    AvroError::Value(format!(
+        "the {} of a record to {topic} does not fit its Avro schema: {e}",
+        if is_key { "key" } else { "value" }
+    ))
+    .into()
+}
+
+/// A writer whose registry nothing answers: its records never reach it.
+#[cfg(test)]
+pub(crate) fn unreachable_writer(key: bool, value: bool) -> AvroWriter {
+    AvroWriter {
+        registry: RegistryClient::new("http://127.0.0.1:9").unwrap(),
+        key,
+        value,
+        json_topics: vec!["oncely-offsets-shop".into()],
+        stop: CancellationToken::new(),
+        retries: IntCounter::new("retries", "retries").unwrap(),
+        known: Mutex::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A writer whose registry nothing answers: these records never reach it.
     fn writer(key: bool, value: bool) -> AvroWriter {
-        AvroWriter {
-            registry: RegistryClient::new("http://127.0.0.1:9").unwrap(),
-            key,
-            value,
-            json_topics: vec!["oncely-offsets-shop".into()],
-            stop: CancellationToken::new(),
-            retries: IntCounter::new("retries", "retries").unwrap(),
-        }
+        unreachable_writer(key, value)
     }
 
     /// A registry that stays unreachable holds a record for up to

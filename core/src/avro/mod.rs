@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!  capture: Connect JSON --schema::connect_to_avro--> Avro schema --registry--> id
-//!           payload ------------value::encode--------> Avro binary --wire::frame--> 0|id|body
+//!           payload (its text) --value::write(_text)--> Avro binary, after wire::header: 0|id|body
 //!  sinks:   0|id|body --wire::unframe--> id --registry--> Avro schema --schema::avro_to_connect-->
 //!           Connect schema; body --value::decode--> payload: the same JSON the JSON path decodes
 //! ```
@@ -128,6 +128,43 @@ impl AvroCodec {
 
     /// The Avro binary body of a Connect JSON payload.
     pub fn encode(&self, payload: &Value) -> Result<Vec<u8>, AvroError> {
+        let mut out = Vec::with_capacity(64);
+        self.encode_into(payload, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`AvroCodec::encode`] appending to `out` (left as it was on an
+    /// error), e.g. after a wire header ([`wire::header`]).
+    pub fn encode_into(&self, payload: &Value, out: &mut Vec<u8>) -> Result<(), AvroError> {
+        let start = out.len();
+        let written = self.shape.write(payload, value::At::Root, out);
+        if written.is_err() {
+            out.truncate(start);
+        }
+        written
+    }
+
+    /// [`AvroCodec::encode_into`] of a payload's JSON text, read once
+    /// without building its value where it can be (`None`: the text is not
+    /// one JSON value, and nothing is appended).
+    pub fn encode_text_into(
+        &self,
+        text: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Option<Result<(), AvroError>> {
+        let start = out.len();
+        if value::write_text(&self.shape, text, out).is_ok() {
+            return Some(Ok(()));
+        }
+        out.truncate(start);
+        let payload: Value = serde_json::from_slice(text).ok()?;
+        Some(self.encode_into(&payload, out))
+    }
+
+    /// The body apache_avro writes for the value the payload maps to: what
+    /// [`AvroCodec::encode`] must match byte for byte.
+    #[cfg(test)]
+    fn encode_generic(&self, payload: &Value) -> Result<Vec<u8>, AvroError> {
         let datum = self.shape.encode(payload, "")?;
         apache_avro::writer::datum::GenericDatumWriter::builder(&self.avro)
             .build()

@@ -5,6 +5,10 @@ use apache_avro::types::Value as Avro;
 use base64::Engine as _;
 use serde_json::{Map, Number, Value};
 
+mod text;
+
+pub(super) use text::write_text;
+
 use super::schema::DECIMAL;
 use super::AvroError;
 use crate::wire::UNAVAILABLE_VALUE;
@@ -99,7 +103,9 @@ impl Node {
         })
     }
 
-    /// The Avro value of a Connect JSON payload.
+    /// The Avro value of a Connect JSON payload: the reference the direct
+    /// writer ([`Node::write`]) is checked against.
+    #[cfg(test)]
     pub(super) fn encode(&self, v: &Value, path: &str) -> Result<Avro, AvroError> {
         let v = match (v, &self.default) {
             (Value::Null, Some(d)) if self.null_branch.is_none() => d,
@@ -113,6 +119,7 @@ impl Node {
         }
     }
 
+    #[cfg(test)]
     fn encode_kind(&self, v: &Value, path: &str) -> Result<Avro, AvroError> {
         let mismatch = || value_err(path, format!("{v} does not fit {:?}", self.kind_name()));
         Ok(match (&self.kind, v) {
@@ -162,6 +169,102 @@ impl Node {
             ),
             _ => return Err(mismatch()),
         })
+    }
+
+    /// Appends the Avro binary of a Connect JSON payload to `out`, as
+    /// apache_avro writes the value [`Node::encode`] gives (the same bytes,
+    /// a map's entries in the payload's order), without building that
+    /// value: no allocation but a `bytes` field's decoded base64, and the
+    /// path named only when a value does not fit.
+    pub(super) fn write(&self, v: &Value, at: At<'_>, out: &mut Vec<u8>) -> Result<(), AvroError> {
+        let v = match (v, &self.default) {
+            (Value::Null, Some(d)) if self.null_branch.is_none() => d,
+            _ => v,
+        };
+        match (v, self.null_branch) {
+            (Value::Null, Some(n)) => {
+                write_long(out, n.into());
+                Ok(())
+            }
+            (Value::Null, None) => Err(value_err(&at.path(), "null in a required field")),
+            (v, Some(n)) => {
+                write_long(out, (1 - n).into());
+                self.write_kind(v, at, out)
+            }
+            (v, None) => self.write_kind(v, at, out),
+        }
+    }
+
+    fn write_kind(&self, v: &Value, at: At<'_>, out: &mut Vec<u8>) -> Result<(), AvroError> {
+        let mismatch = || {
+            value_err(
+                &at.path(),
+                format!("{v} does not fit {:?}", self.kind_name()),
+            )
+        };
+        match (&self.kind, v) {
+            (Kind::Int { min, max }, Value::Number(n)) => {
+                let i = n
+                    .as_i64()
+                    .filter(|i| (min..=max).contains(&i))
+                    .ok_or_else(mismatch)?;
+                write_long(out, i);
+            }
+            (Kind::Long, Value::Number(n)) => write_long(out, n.as_i64().ok_or_else(mismatch)?),
+            (Kind::Float, v) => {
+                let f = float(v).ok_or_else(mismatch)? as f32;
+                out.extend_from_slice(&f.to_le_bytes());
+            }
+            (Kind::Double, v) => {
+                out.extend_from_slice(&float(v).ok_or_else(mismatch)?.to_le_bytes())
+            }
+            (Kind::Boolean, Value::Bool(b)) => out.push(u8::from(*b)),
+            (Kind::String, Value::String(s)) => write_bytes(out, s.as_bytes()),
+            (Kind::Bytes, Value::String(s)) if s == UNAVAILABLE_VALUE => {
+                write_bytes(out, UNAVAILABLE_VALUE.as_bytes());
+            }
+            (Kind::Bytes, Value::String(s)) => write_bytes(out, &base64(s).ok_or_else(mismatch)?),
+            // apache_avro refuses a decimal of no bytes (it cannot sign-extend
+            // zero to no bytes): so does this.
+            (Kind::Decimal, Value::String(s)) => {
+                let b = base64(s).filter(|b| !b.is_empty()).ok_or_else(mismatch)?;
+                write_bytes(out, &b);
+            }
+            (Kind::Array(items), Value::String(s))
+                if s == UNAVAILABLE_VALUE && matches!(items.kind, Kind::String | Kind::Bytes) =>
+            {
+                write_long(out, 1);
+                items.write(v, at, out)?;
+                out.push(0);
+            }
+            (Kind::Array(items), Value::Array(a)) => {
+                if !a.is_empty() {
+                    write_long(out, a.len() as i64);
+                    for (i, e) in a.iter().enumerate() {
+                        items.write(e, At::Index(&at, i), out)?;
+                    }
+                }
+                out.push(0);
+            }
+            (Kind::Map(values), Value::Object(o)) => {
+                if !o.is_empty() {
+                    write_long(out, o.len() as i64);
+                    for (k, e) in o {
+                        write_bytes(out, k.as_bytes());
+                        values.write(e, At::Field(&at, k), out)?;
+                    }
+                }
+                out.push(0);
+            }
+            (Kind::Struct(fields), Value::Object(o)) => {
+                for (name, _, node) in fields {
+                    let e = o.get(name).unwrap_or(&Value::Null);
+                    node.write(e, At::Field(&at, name), out)?;
+                }
+            }
+            _ => return Err(mismatch()),
+        }
+        Ok(())
     }
 
     fn kind_name(&self) -> &'static str {
@@ -248,6 +351,42 @@ impl Node {
             }
         })
     }
+}
+
+/// Where in a payload a value is, spelled out ([`At::path`]) only for an
+/// error: `a.b[2].c`, as [`sub`] builds it.
+#[derive(Clone, Copy)]
+pub(super) enum At<'a> {
+    Root,
+    Field(&'a At<'a>, &'a str),
+    Index(&'a At<'a>, usize),
+}
+
+impl At<'_> {
+    fn path(&self) -> String {
+        match self {
+            At::Root => String::new(),
+            At::Field(up, name) => sub(&up.path(), name),
+            At::Index(up, i) => format!("{}[{i}]", up.path()),
+        }
+    }
+}
+
+/// Avro's `long`: zig-zag, then 7 bits a byte, low first (an `int` in
+/// range is written the same).
+fn write_long(out: &mut Vec<u8>, n: i64) {
+    let mut z = ((n << 1) ^ (n >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
+/// Avro's `bytes` and `string`: the length, then the bytes.
+fn write_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    write_long(out, b.len() as i64);
+    out.extend_from_slice(b);
 }
 
 /// A float field's value: a number, or the JSON converter's strings of the

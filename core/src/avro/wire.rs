@@ -9,10 +9,15 @@ pub const MAGIC: u8 = 0;
 /// `body` framed with schema `id`.
 pub fn frame(id: u32, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(5 + body.len());
-    out.push(MAGIC);
-    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(&header(id));
     out.extend_from_slice(body);
     out
+}
+
+/// The header of a record of schema `id`, its body to follow.
+pub fn header(id: u32) -> [u8; 5] {
+    let [a, b, c, d] = id.to_be_bytes();
+    [MAGIC, a, b, c, d]
 }
 
 /// The schema id and the body of a framed record.

@@ -474,3 +474,54 @@ fn golden_fixtures() {
     expected.sort();
     assert_eq!(on_disk, expected, "fixture files and golden cases differ");
 }
+
+/// Every golden record with a schema converts to Avro without its schema
+/// parsed, hashed or registered again once its shape is known, to the
+/// bytes the parsing path gives; a record of another shape (a DDL) or one
+/// with more after its payload is not taken for a known one.
+#[tokio::test]
+async fn a_known_schema_converts_as_the_parsed_record_does() {
+    use oncely_core::avro::{wire, AvroCodec};
+    let mut checked = 0;
+    for c in cases() {
+        for (bytes, is_key) in [(&c.key, true), (&c.value, false)] {
+            let Some(bytes) = bytes else { continue };
+            let doc: Value = serde_json::from_slice(bytes).expect("json");
+            if doc.get("schema").is_none_or(Value::is_null) {
+                continue;
+            }
+            let codec =
+                std::sync::Arc::new(AvroCodec::from_connect(&doc["schema"]).expect("codec"));
+            let parsed = wire::frame(9, &codec.encode(&doc["payload"]).expect("encode"));
+            let w = crate::avro::unreachable_writer(true, true);
+            let known = crate::avro::Known::new(&doc["schema"], 9, codec);
+            assert!(w.remember(&c.topic, is_key, known, bytes), "{}", c.file);
+            // The registry is never asked: a wait for it would end in an error.
+            w.stop_now();
+            let (key, value) = if is_key {
+                w.convert(&c.topic, Some(bytes), None).await
+            } else {
+                w.convert(&c.topic, None, Some(bytes)).await
+            }
+            .unwrap_or_else(|e| panic!("{}: {e}", c.file));
+            assert_eq!(if is_key { key } else { value }, Some(parsed), "{}", c.file);
+            // Another shape, or a record with more than schema and payload,
+            // is parsed whole: here the registry it then needs fails.
+            let mut other = bytes.clone();
+            other.truncate(other.len() - 1);
+            other.extend_from_slice(b",\"extra\":1}");
+            let out = w.convert(&c.topic, None, Some(&other)).await;
+            assert_eq!(out.unwrap(), (None, None), "{}", c.file);
+            let ddl = String::from_utf8(bytes.clone()).expect("utf-8").replacen(
+                "{\"schema\":{",
+                "{\"schema\":{\"doc\":\"v2\",",
+                1,
+            );
+            let out = w.convert(&c.topic, None, Some(ddl.as_bytes())).await;
+            let e = out.expect_err(c.file);
+            assert!(e.is_retriable(), "{}: {e}", c.file);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 14, "only {checked} records checked");
+}
