@@ -27,6 +27,7 @@ use super::decoder::{ChangeKind, RowChange};
 use super::mapping::{self, MappingConfig, MappingError};
 use super::position::Position;
 use super::shape::{ColumnShape as MySqlColumnShape, TableShape as MySqlTableShape};
+use crate::change::{Datum, RowImage};
 use crate::envelope::{
     self, Characters, ColumnShape, ColumnType, EnvelopeConfig, EnvelopeError, Op, Row,
     SnapshotMarker, TableEncoder, TableShape, Unrepresentable, SOURCE_VERSION,
@@ -356,20 +357,7 @@ impl MySqlTableEncoder {
             .iter()
             .map(|c| Arc::new(MySqlColumn::new(c, mapping)))
             .collect();
-        let core = TableShape {
-            namespace: shape.database.clone(),
-            name: shape.table.clone(),
-            columns: shape
-                .columns
-                .iter()
-                .zip(&columns)
-                .map(|(c, ty)| ColumnShape {
-                    name: c.name.clone(),
-                    ty: Arc::clone(ty) as Arc<dyn ColumnType>,
-                })
-                .collect(),
-            key: shape.primary_key.clone(),
-        };
+        let core = core_shape(&shape, &columns);
         let encoder = TableEncoder::with_source_schema(&core, cfg, None, source_schema())?;
         Ok(Self {
             encoder,
@@ -447,59 +435,129 @@ impl MySqlTableEncoder {
     /// Each cell's JSON by the mapping; a value the mapping refuses is the
     /// envelope's refusal (the change goes to the dead letter topic).
     fn render(&self, row: &[Cell]) -> Result<Rendered, EnvelopeError> {
-        if row.len() != self.columns.len() {
-            return Err(EnvelopeError::ColumnCount {
-                table: self.shape.qualified(),
-                expected: self.columns.len(),
-                got: row.len(),
-            });
-        }
-        let mut out = Rendered {
-            buf: Vec::with_capacity(16 * row.len()),
-            cells: Vec::with_capacity(row.len()),
-        };
-        for (col, cell) in self.columns.iter().zip(row) {
-            let value = mapping::to_json(&col.mapping, &col.col, cell)
-                .map_err(|e| self.refusal(&col.col, e))?;
-            let start = out.buf.len();
-            match value {
-                Value::Null => {
-                    out.cells.push(None);
-                    continue;
-                }
-                Value::String(s) if col.chars => out.buf.extend_from_slice(s.as_bytes()),
-                v => serde_json::to_writer(&mut out.buf, &v).map_err(|_| {
-                    EnvelopeError::InvalidUtf8 {
-                        table: self.shape.qualified(),
-                        column: col.col.name.clone(),
-                    }
-                })?,
-            }
-            out.cells.push(Some((start, out.buf.len())));
-        }
-        Ok(out)
+        render(&self.shape, &self.columns, row)
+    }
+}
+
+/// Rows of one shape of one MySQL table as the core's row images: each
+/// cell rendered by the mapping as [`MySqlTableEncoder`] renders it, so the
+/// core's [`TableEncoder`] of the same shape writes them unchanged.
+#[derive(Debug, Clone)]
+pub struct MySqlRowImages {
+    shape: Arc<MySqlTableShape>,
+    columns: Vec<Arc<MySqlColumn>>,
+}
+
+impl MySqlRowImages {
+    pub fn new(shape: Arc<MySqlTableShape>, mapping: MappingConfig) -> Self {
+        let columns = shape
+            .columns
+            .iter()
+            .map(|c| Arc::new(MySqlColumn::new(c, mapping)))
+            .collect();
+        Self { shape, columns }
     }
 
-    fn refusal(&self, col: &MySqlColumnShape, e: MappingError) -> EnvelopeError {
-        let table = self.shape.qualified();
-        let column = col.name.clone();
-        match e {
-            MappingError::InvalidUtf8 => EnvelopeError::InvalidUtf8 { table, column },
-            MappingError::UnsignedOverflow { value } => EnvelopeError::Unrepresentable {
-                table,
-                column,
-                value: value.to_string(),
-                field: "int64 (bigint.unsigned.handling.mode = \"long\")",
-                fix: "set bigint.unsigned.handling.mode = \"precise\" in the capture config (a Connect Decimal holds every BIGINT UNSIGNED), restart capture, then snapshot the table to bring the refused rows to the targets",
-            },
-            MappingError::Decimal(text) => EnvelopeError::Unrepresentable {
-                table,
-                column,
-                value: text.chars().take(200).collect(),
-                field: "org.apache.kafka.connect.data.Decimal",
-                fix: "set decimal.handling.mode = \"string\" to publish the text as it is, then snapshot the table",
-            },
+    /// The core's shape of the table, with these columns' types: what a
+    /// core [`TableEncoder`] of the images is built from.
+    pub fn core_shape(&self) -> TableShape {
+        core_shape(&self.shape, &self.columns)
+    }
+
+    /// `row` as a core row image: a cell Debezium writes as null is
+    /// [`Datum::Null`](crate::change::Datum::Null), any other its rendered
+    /// text; a value the mapping refuses is the envelope's refusal.
+    pub fn image(&self, row: &[Cell]) -> Result<RowImage, EnvelopeError> {
+        let rendered = render(&self.shape, &self.columns, row)?;
+        let buf = bytes::Bytes::from(rendered.buf);
+        Ok(RowImage(
+            rendered
+                .cells
+                .into_iter()
+                .map(|cell| match cell {
+                    Some((a, b)) => Datum::Text(buf.slice(a..b)),
+                    None => Datum::Null,
+                })
+                .collect(),
+        ))
+    }
+}
+
+fn core_shape(shape: &MySqlTableShape, columns: &[Arc<MySqlColumn>]) -> TableShape {
+    TableShape {
+        namespace: shape.database.clone(),
+        name: shape.table.clone(),
+        columns: shape
+            .columns
+            .iter()
+            .zip(columns)
+            .map(|(c, ty)| ColumnShape {
+                name: c.name.clone(),
+                ty: Arc::clone(ty) as Arc<dyn ColumnType>,
+            })
+            .collect(),
+        key: shape.primary_key.clone(),
+    }
+}
+
+/// Each cell of `row` (of `shape`) as JSON by its column's mapping.
+fn render(
+    shape: &MySqlTableShape,
+    columns: &[Arc<MySqlColumn>],
+    row: &[Cell],
+) -> Result<Rendered, EnvelopeError> {
+    if row.len() != columns.len() {
+        return Err(EnvelopeError::ColumnCount {
+            table: shape.qualified(),
+            expected: columns.len(),
+            got: row.len(),
+        });
+    }
+    let mut out = Rendered {
+        buf: Vec::with_capacity(16 * row.len()),
+        cells: Vec::with_capacity(row.len()),
+    };
+    for (col, cell) in columns.iter().zip(row) {
+        let value = mapping::to_json(&col.mapping, &col.col, cell)
+            .map_err(|e| refusal(shape, &col.col, e))?;
+        let start = out.buf.len();
+        match value {
+            Value::Null => {
+                out.cells.push(None);
+                continue;
+            }
+            Value::String(s) if col.chars => out.buf.extend_from_slice(s.as_bytes()),
+            v => {
+                serde_json::to_writer(&mut out.buf, &v).map_err(|_| EnvelopeError::InvalidUtf8 {
+                    table: shape.qualified(),
+                    column: col.col.name.clone(),
+                })?
+            }
         }
+        out.cells.push(Some((start, out.buf.len())));
+    }
+    Ok(out)
+}
+
+fn refusal(shape: &MySqlTableShape, col: &MySqlColumnShape, e: MappingError) -> EnvelopeError {
+    let table = shape.qualified();
+    let column = col.name.clone();
+    match e {
+        MappingError::InvalidUtf8 => EnvelopeError::InvalidUtf8 { table, column },
+        MappingError::UnsignedOverflow { value } => EnvelopeError::Unrepresentable {
+            table,
+            column,
+            value: value.to_string(),
+            field: "int64 (bigint.unsigned.handling.mode = \"long\")",
+            fix: "set bigint.unsigned.handling.mode = \"precise\" in the capture config (a Connect Decimal holds every BIGINT UNSIGNED), restart capture, then snapshot the table to bring the refused rows to the targets",
+        },
+        MappingError::Decimal(text) => EnvelopeError::Unrepresentable {
+            table,
+            column,
+            value: text.chars().take(200).collect(),
+            field: "org.apache.kafka.connect.data.Decimal",
+            fix: "set decimal.handling.mode = \"string\" to publish the text as it is, then snapshot the table",
+        },
     }
 }
 

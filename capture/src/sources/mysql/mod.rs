@@ -33,6 +33,7 @@ pub mod position;
 pub mod reader;
 pub mod shape;
 pub mod snapshot;
+pub mod stream;
 
 pub use catalog::MySqlCatalog;
 pub use cell::Cell;

@@ -1,0 +1,238 @@
+//! The binlog as the core's change stream: the decoder's changes moved
+//! into core [`StreamEvent`]s at `u64` order keys ([`order_key`]).
+//!
+//! ```text
+//!  BinlogChange::Row ──▶ Begin (first row of a transaction)
+//!                        Table (a table not described yet, or of another shape)
+//!                        Change { at: file sequence << 32 | rows event offset }
+//!  BinlogChange::Commit ─▶ Commit { commit: key of the transaction's start,
+//!                                   end: key of the next one's } (rows were published)
+//!                        KeepAlive { key of the next start } (none were)
+//!  BinlogChange::Ddl ───▶ nothing: the next TABLE_MAP of the table brings its shape
+//! ```
+//!
+//! Sans I/O, so the rules are unit-tested. What it keeps: a transaction's
+//! `Begin.commit` and `Commit.commit` are the order key of its first event
+//! (what the offset record's `commit_lsn` names, see `offset.rs`), its
+//! `Commit.end` the next transaction's, so the core's tracker counts the
+//! changes of a transaction from its start and a restart at that key skips
+//! exactly those already published.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use super::decoder::{BinlogChange, ChangeKind, RowChange};
+use super::envelope::MySqlRowImages;
+use super::error::MySqlSourceError;
+use super::mapping::MappingConfig;
+use super::offset::order_key;
+use super::position::Position;
+use super::shape::TableShape;
+use crate::change::{Change, OldImage, StreamEvent, StreamTable};
+use crate::error::CaptureError;
+
+/// Microseconds from 1970 to 2000-01-01, the epoch of the core's
+/// `commit_ts_us` (PostgreSQL's, which the tracker converts from).
+const CORE_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
+
+/// A MySQL table as the stream describes it to the core: its shape as of a
+/// TABLE_MAP, under a stream id stable for its `database.table`.
+#[derive(Debug, Clone)]
+pub struct MySqlTable {
+    pub id: u32,
+    pub shape: Arc<TableShape>,
+    /// The database and table it publishes under.
+    pub namespace: String,
+    pub name: String,
+    /// Renders its rows for the core.
+    pub images: MySqlRowImages,
+}
+
+impl PartialEq for MySqlTable {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+            && self.shape == other.shape
+            && self.namespace == other.namespace
+            && self.name == other.name
+    }
+}
+
+impl StreamTable for MySqlTable {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn width(&self) -> usize {
+        self.shape.columns.len()
+    }
+
+    fn column_name(&self, i: usize) -> &str {
+        &self.shape.columns[i].name
+    }
+
+    /// The binlog type code with the flags and metadata that change how
+    /// its values are written (signedness, binary, JSON, length/precision).
+    fn column_type(&self, i: usize) -> u32 {
+        let c = &self.shape.columns[i];
+        u32::from(c.ty as u8)
+            | u32::from(c.unsigned) << 8
+            | u32::from(c.binary) << 9
+            | u32::from(c.json) << 10
+            | u32::from(c.meta_byte(0)) << 16
+            | u32::from(c.meta_byte(1)) << 24
+    }
+}
+
+/// An event of the MySQL stream as the core reads it.
+pub(crate) type MySqlEvent = StreamEvent<Arc<MySqlTable>, Infallible>;
+
+/// The open transaction: the order key of its first event.
+#[derive(Debug, Clone, Copy)]
+struct OpenTx {
+    start: u64,
+}
+
+/// Moves decoded binlog changes into core stream events.
+#[derive(Debug)]
+pub struct StreamAdapter {
+    mapping: MappingConfig,
+    /// Stream ids by `(database, table)`, from 1, never reused.
+    ids: HashMap<(String, String), u32>,
+    /// The description last sent of each id.
+    described: HashMap<u32, Arc<MySqlTable>>,
+    open: Option<OpenTx>,
+    /// The core's transaction id: binlog transactions have none that fits
+    /// 32 bits on every server, so they are counted (wrapping).
+    xid: u32,
+}
+
+impl StreamAdapter {
+    pub fn new(mapping: MappingConfig) -> Self {
+        Self {
+            mapping,
+            ids: HashMap::new(),
+            described: HashMap::new(),
+            open: None,
+            xid: 0,
+        }
+    }
+
+    /// Whether a transaction is open (rows of it were moved, no commit yet).
+    pub fn in_tx(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Moves `change` into `out`.
+    pub(crate) fn push(
+        &mut self,
+        change: BinlogChange,
+        out: &mut VecDeque<MySqlEvent>,
+    ) -> Result<(), CaptureError> {
+        match change {
+            BinlogChange::Row(row) => self.row(row, out),
+            BinlogChange::Commit { position, .. } => {
+                let end = key(&position)?;
+                match self.open.take() {
+                    Some(tx) => out.push_back(StreamEvent::Commit {
+                        commit: tx.start,
+                        end,
+                    }),
+                    None => out.push_back(StreamEvent::KeepAlive { position: end }),
+                }
+                Ok(())
+            }
+            // The statement changed a shape the next TABLE_MAP carries;
+            // the core learns it from the Table event sent then.
+            BinlogChange::Ddl { .. } => Ok(()),
+        }
+    }
+
+    fn row(&mut self, row: RowChange, out: &mut VecDeque<MySqlEvent>) -> Result<(), CaptureError> {
+        if self.open.is_none() {
+            let start = key(&row.position)?;
+            self.xid = self.xid.wrapping_add(1);
+            out.push_back(StreamEvent::Begin {
+                commit: start,
+                xid: self.xid,
+                commit_ts_us: row
+                    .ts_ms
+                    .saturating_mul(1000)
+                    .saturating_sub(CORE_EPOCH_OFFSET_US),
+            });
+            self.open = Some(OpenTx { start });
+        }
+        let table = self.describe(&row.table, out);
+        let at = key(&Position::at(row.position.file.clone(), row.event_pos))?;
+        let image = |cells: Option<Vec<_>>| -> Result<_, CaptureError> {
+            let cells = cells.ok_or_else(|| {
+                CaptureError::Protocol(format!(
+                    "a row change of {} without its row image",
+                    row.table.qualified()
+                ))
+            })?;
+            table
+                .images
+                .image(&cells)
+                .map_err(|e| CaptureError::Protocol(e.to_string()))
+        };
+        let change = match row.kind {
+            ChangeKind::Insert => Change::Insert {
+                table: table.id,
+                new: image(row.after)?,
+            },
+            ChangeKind::Update => Change::Update {
+                table: table.id,
+                old: Some(OldImage::Full(image(row.before)?)),
+                new: image(row.after)?,
+            },
+            ChangeKind::Delete => Change::Delete {
+                table: table.id,
+                old: OldImage::Full(image(row.before)?),
+            },
+        };
+        out.push_back(StreamEvent::Change { at, change });
+        Ok(())
+    }
+
+    /// The table of `shape`, described to the core first when it was not
+    /// yet or had another shape.
+    fn describe(
+        &mut self,
+        shape: &Arc<TableShape>,
+        out: &mut VecDeque<MySqlEvent>,
+    ) -> Arc<MySqlTable> {
+        let next = self.ids.len() as u32 + 1;
+        let id = *self
+            .ids
+            .entry((shape.database.clone(), shape.table.clone()))
+            .or_insert(next);
+        if let Some(known) = self.described.get(&id) {
+            if known.shape == *shape || *known.shape == **shape {
+                return Arc::clone(known);
+            }
+        }
+        let table = Arc::new(MySqlTable {
+            id,
+            shape: Arc::clone(shape),
+            namespace: shape.database.clone(),
+            name: shape.table.clone(),
+            images: MySqlRowImages::new(Arc::clone(shape), self.mapping),
+        });
+        self.described.insert(id, Arc::clone(&table));
+        out.push_back(StreamEvent::Table(Arc::clone(&table)));
+        table
+    }
+}
+
+/// The order key of `position`, a protocol error past its range.
+fn key(position: &Position) -> Result<u64, CaptureError> {
+    order_key(position).map_err(|e: MySqlSourceError| CaptureError::Protocol(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,316 @@
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use mysql_async::consts::ColumnType;
+
+use super::*;
+use crate::change::{Datum, RowImage};
+use crate::sources::mysql::cell::Cell;
+use crate::sources::mysql::shape::ColumnShape;
+
+fn shape(columns: &[&str]) -> Arc<TableShape> {
+    Arc::new(TableShape {
+        database: "inventory".into(),
+        table: "items".into(),
+        columns: columns
+            .iter()
+            .map(|c| ColumnShape::new(c, ColumnType::MYSQL_TYPE_LONG))
+            .collect(),
+        primary_key: vec![0],
+    })
+}
+
+fn at(file: &str, pos: u64, event: u64, row: u64) -> Position {
+    Position {
+        event,
+        row,
+        ..Position::at(file, pos)
+    }
+}
+
+fn row(
+    table: &Arc<TableShape>,
+    kind: ChangeKind,
+    position: Position,
+    event_pos: u64,
+    before: Option<Vec<Cell>>,
+    after: Option<Vec<Cell>>,
+) -> BinlogChange {
+    BinlogChange::Row(RowChange {
+        table: Arc::clone(table),
+        kind,
+        before,
+        after,
+        position,
+        gtid: Some("0-1-7".into()),
+        ts_ms: 1_700_000_000_000,
+        event_pos,
+        server_id: 1,
+        thread: None,
+    })
+}
+
+fn ints(values: &[i64]) -> Option<Vec<Cell>> {
+    Some(values.iter().map(|v| Cell::Int(*v)).collect())
+}
+
+fn text(values: &[&str]) -> RowImage {
+    RowImage(
+        values
+            .iter()
+            .map(|v| Datum::Text(bytes::Bytes::copy_from_slice(v.as_bytes())))
+            .collect(),
+    )
+}
+
+fn run(changes: Vec<BinlogChange>) -> Vec<MySqlEvent> {
+    let mut adapter = StreamAdapter::new(MappingConfig::default());
+    let mut out = VecDeque::new();
+    for change in changes {
+        adapter.push(change, &mut out).expect("moved");
+    }
+    out.into_iter().collect()
+}
+
+const KEY_4: u64 = 4 << 32;
+
+#[test]
+fn a_transaction_is_begin_table_changes_commit_at_its_start_key() {
+    let t = shape(&["id", "qty"]);
+    let events = run(vec![
+        row(
+            &t,
+            ChangeKind::Insert,
+            at("mariadb-bin.000004", 300, 2, 1),
+            400,
+            None,
+            ints(&[1, 5]),
+        ),
+        row(
+            &t,
+            ChangeKind::Update,
+            at("mariadb-bin.000004", 300, 3, 1),
+            500,
+            ints(&[1, 5]),
+            ints(&[1, 6]),
+        ),
+        row(
+            &t,
+            ChangeKind::Delete,
+            at("mariadb-bin.000004", 300, 4, 1),
+            600,
+            ints(&[1, 6]),
+            None,
+        ),
+        BinlogChange::Commit {
+            position: Position::at("mariadb-bin.000004", 700),
+            xid: Some(9),
+        },
+    ]);
+    assert_eq!(events.len(), 6, "{events:?}");
+    match &events[0] {
+        StreamEvent::Begin {
+            commit,
+            xid,
+            commit_ts_us,
+        } => {
+            assert_eq!(*commit, KEY_4 | 300);
+            assert_eq!(*xid, 1);
+            assert_eq!(*commit_ts_us, 1_700_000_000_000_000 - CORE_EPOCH_OFFSET_US);
+        }
+        other => panic!("{other:?}"),
+    }
+    let StreamEvent::Table(table) = &events[1] else {
+        panic!("{:?}", events[1]);
+    };
+    assert_eq!(
+        (table.namespace(), table.name(), table.width()),
+        ("inventory", "items", 2)
+    );
+    assert_eq!(table.column_name(1), "qty");
+    match &events[2] {
+        StreamEvent::Change {
+            at,
+            change: Change::Insert { table: id, new },
+        } => {
+            assert_eq!(*at, KEY_4 | 400);
+            assert_eq!(*id, table.id);
+            assert_eq!(new, &text(&["1", "5"]));
+        }
+        other => panic!("{other:?}"),
+    }
+    match &events[3] {
+        StreamEvent::Change {
+            at,
+            change:
+                Change::Update {
+                    old: Some(OldImage::Full(old)),
+                    new,
+                    ..
+                },
+        } => {
+            assert_eq!(*at, KEY_4 | 500);
+            assert_eq!((old, new), (&text(&["1", "5"]), &text(&["1", "6"])));
+        }
+        other => panic!("{other:?}"),
+    }
+    match &events[4] {
+        StreamEvent::Change {
+            change:
+                Change::Delete {
+                    old: OldImage::Full(old),
+                    ..
+                },
+            ..
+        } => {
+            assert_eq!(old, &text(&["1", "6"]));
+        }
+        other => panic!("{other:?}"),
+    }
+    match &events[5] {
+        StreamEvent::Commit { commit, end } => {
+            assert_eq!((*commit, *end), (KEY_4 | 300, KEY_4 | 700))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_table_is_described_again_only_when_its_shape_changes() {
+    let t = shape(&["id", "qty"]);
+    let same = shape(&["id", "qty"]);
+    let wider = shape(&["id", "qty", "price"]);
+    let events = run(vec![
+        row(
+            &t,
+            ChangeKind::Insert,
+            at("b.000001", 4, 2, 1),
+            10,
+            None,
+            ints(&[1, 5]),
+        ),
+        BinlogChange::Commit {
+            position: Position::at("b.000001", 50),
+            xid: None,
+        },
+        row(
+            &same,
+            ChangeKind::Insert,
+            at("b.000001", 50, 2, 1),
+            60,
+            None,
+            ints(&[2, 5]),
+        ),
+        BinlogChange::Commit {
+            position: Position::at("b.000001", 90),
+            xid: None,
+        },
+        row(
+            &wider,
+            ChangeKind::Insert,
+            at("b.000001", 90, 2, 1),
+            100,
+            None,
+            ints(&[3, 5, 7]),
+        ),
+        BinlogChange::Commit {
+            position: Position::at("b.000001", 150),
+            xid: None,
+        },
+    ]);
+    let tables: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Table(t) => Some((t.id, t.width())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tables, vec![(1, 2), (1, 3)], "same id, described twice");
+    let xids: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Begin { xid, .. } => Some(*xid),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(xids, vec![1, 2, 3]);
+}
+
+#[test]
+fn a_transaction_without_rows_and_ddl_only_move_the_position() {
+    let events = run(vec![
+        BinlogChange::Ddl {
+            database: "inventory".into(),
+            query: "ALTER TABLE items ADD price INT".into(),
+            position: at("b.000002", 4, 0, 1),
+            gtid: None,
+        },
+        BinlogChange::Commit {
+            position: Position::at("b.000002", 120),
+            xid: None,
+        },
+    ]);
+    match events.as_slice() {
+        [StreamEvent::KeepAlive { position }] => assert_eq!(*position, (2 << 32) | 120),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn order_keys_grow_across_a_rotation() {
+    let t = shape(&["id"]);
+    let events = run(vec![
+        row(
+            &t,
+            ChangeKind::Insert,
+            at("b.000001", 900, 2, 1),
+            950,
+            None,
+            ints(&[1]),
+        ),
+        BinlogChange::Commit {
+            position: Position::at("b.000002", 4),
+            xid: None,
+        },
+        row(
+            &t,
+            ChangeKind::Insert,
+            at("b.000002", 4, 2, 1),
+            40,
+            None,
+            ints(&[2]),
+        ),
+    ]);
+    let keys: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Begin { commit, .. } => Some(*commit),
+            StreamEvent::Commit { end, .. } => Some(*end),
+            StreamEvent::Change { at, .. } => Some(*at),
+            _ => None,
+        })
+        .collect();
+    // A commit's end is the next transaction's start: equal, never less.
+    assert!(keys.windows(2).all(|w| w[0] <= w[1]), "{keys:?}");
+    assert!(keys[0] < keys[keys.len() - 1], "{keys:?}");
+}
+
+#[test]
+fn a_row_change_without_its_image_is_a_protocol_error() {
+    let t = shape(&["id"]);
+    let mut adapter = StreamAdapter::new(MappingConfig::default());
+    let err = adapter
+        .push(
+            row(
+                &t,
+                ChangeKind::Delete,
+                at("b.000001", 4, 2, 1),
+                10,
+                None,
+                None,
+            ),
+            &mut VecDeque::new(),
+        )
+        .expect_err("a delete needs its before image");
+    assert!(err.to_string().contains("inventory.items"), "{err}");
+}
