@@ -18,7 +18,7 @@
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{json, Value};
 
@@ -30,7 +30,8 @@ use super::shape::{ColumnShape as MySqlColumnShape, TableShape as MySqlTableShap
 use crate::change::{Datum, RowImage};
 use crate::envelope::{
     self, Characters, ColumnShape, ColumnType, EnvelopeConfig, EnvelopeError, Op, Row,
-    SnapshotMarker, TableEncoder, TableShape, Unrepresentable, SOURCE_VERSION,
+    SnapshotMarker, SourceBlock, SourceIdentity, SourcePosition, TableEncoder, TableShape,
+    Unrepresentable, SOURCE_VERSION,
 };
 use crate::json::{write_i64, write_str, write_u64};
 
@@ -480,6 +481,106 @@ impl MySqlRowImages {
                 })
                 .collect(),
         ))
+    }
+}
+
+/// The `source` fields of the change the core encodes next that its
+/// [`SourcePosition`] does not carry (GTID, server, thread, file, the row
+/// in its event): the stream sets them as it hands out each change, and
+/// the core encodes a change before it asks for the next event (its one
+/// task), so the block of every record is its own change's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventFacts {
+    pub ts_ms: i64,
+    pub server_id: u32,
+    pub gtid: Option<String>,
+    /// The rows event's file and offset (a snapshot row: the snapshot's
+    /// position).
+    pub file: String,
+    pub pos: u64,
+    /// The row's place in its rows event, from 0.
+    pub row: u64,
+    pub thread: Option<u64>,
+}
+
+impl EventFacts {
+    /// The facts of binlog change `change`.
+    pub fn of_change(change: &RowChange) -> Self {
+        let src = MySqlSource::of_change(change, None);
+        Self {
+            ts_ms: src.ts_ms,
+            server_id: src.server_id,
+            gtid: src.gtid.map(str::to_owned),
+            file: src.file.to_owned(),
+            pos: src.pos,
+            row: src.row,
+            thread: src.thread,
+        }
+    }
+}
+
+/// The facts the stream shares with its tables' encoders.
+pub type SharedFacts = Arc<Mutex<EventFacts>>;
+
+/// The MySQL `source` block on the core's encoder.
+#[derive(Debug)]
+struct MySqlBlock {
+    writer: SourceWriter,
+    facts: SharedFacts,
+}
+
+impl SourceBlock for MySqlBlock {
+    fn write(&self, out: &mut Vec<u8>, src: &SourcePosition) {
+        let facts = self.facts.lock().unwrap_or_else(PoisonError::into_inner);
+        let block = if src.snapshot == SnapshotMarker::False {
+            MySqlSource {
+                ts_ms: facts.ts_ms,
+                snapshot: src.snapshot,
+                server_id: facts.server_id,
+                gtid: facts.gtid.as_deref(),
+                file: &facts.file,
+                pos: facts.pos,
+                row: facts.row,
+                thread: facts.thread,
+                query: None,
+            }
+        } else {
+            MySqlSource {
+                ts_ms: src.commit_ts_ms,
+                snapshot: src.snapshot,
+                server_id: SNAPSHOT_SERVER_ID,
+                gtid: None,
+                file: &facts.file,
+                pos: facts.pos,
+                row: 0,
+                thread: None,
+                query: None,
+            }
+        };
+        self.writer.write(out, &block);
+    }
+}
+
+impl MySqlRowImages {
+    /// The core encoder of these images: Debezium's MySQL records, the
+    /// `source` block from `facts` ([`EventFacts`]).
+    pub fn encoder(
+        &self,
+        cfg: &EnvelopeConfig,
+        identity: Option<&SourceIdentity>,
+        facts: SharedFacts,
+    ) -> Result<TableEncoder, EnvelopeError> {
+        let block = MySqlBlock {
+            writer: SourceWriter::new(&cfg.topic_prefix, &self.shape.database, &self.shape.table),
+            facts,
+        };
+        TableEncoder::with_source_block(
+            &self.core_shape(),
+            cfg,
+            identity,
+            source_schema(),
+            Arc::new(block),
+        )
     }
 }
 

@@ -20,10 +20,10 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use super::decoder::{BinlogChange, ChangeKind, RowChange};
-use super::envelope::MySqlRowImages;
+use super::envelope::{EventFacts, MySqlRowImages, SharedFacts};
 use super::error::MySqlSourceError;
 use super::mapping::MappingConfig;
 use super::offset::order_key;
@@ -47,6 +47,8 @@ pub struct MySqlTable {
     pub name: String,
     /// Renders its rows for the core.
     pub images: MySqlRowImages,
+    /// The `source` block's facts of the change being encoded.
+    pub facts: SharedFacts,
 }
 
 impl PartialEq for MySqlTable {
@@ -109,6 +111,11 @@ pub struct StreamAdapter {
     /// The core's transaction id: binlog transactions have none that fits
     /// 32 bits on every server, so they are counted (wrapping).
     xid: u32,
+    /// Events moved, not handed out yet, each change with its facts.
+    queue: VecDeque<(MySqlEvent, Option<EventFacts>)>,
+    /// The facts of the change handed out last, which the tables'
+    /// encoders write into its `source` block.
+    facts: SharedFacts,
 }
 
 impl StreamAdapter {
@@ -119,7 +126,23 @@ impl StreamAdapter {
             described: HashMap::new(),
             open: None,
             xid: 0,
+            queue: VecDeque::new(),
+            facts: SharedFacts::default(),
         }
+    }
+
+    /// What the tables' encoders read the `source` block's facts from.
+    pub fn facts(&self) -> SharedFacts {
+        Arc::clone(&self.facts)
+    }
+
+    /// The next event moved, its facts (a change's) now the shared ones.
+    pub(crate) fn next(&mut self) -> Option<MySqlEvent> {
+        let (event, facts) = self.queue.pop_front()?;
+        if let Some(facts) = facts {
+            *self.facts.lock().unwrap_or_else(PoisonError::into_inner) = facts;
+        }
+        Some(event)
     }
 
     /// Whether a transaction is open (rows of it were moved, no commit yet).
@@ -127,8 +150,24 @@ impl StreamAdapter {
         self.open.is_some()
     }
 
-    /// Moves `change` into `out`.
-    pub(crate) fn push(
+    /// Moves `change` into the events [`StreamAdapter::next`] hands out.
+    pub(crate) fn push(&mut self, change: BinlogChange) -> Result<(), CaptureError> {
+        let mut out = VecDeque::new();
+        let facts = match &change {
+            BinlogChange::Row(row) => Some(EventFacts::of_change(row)),
+            _ => None,
+        };
+        self.moved(change, &mut out)?;
+        // Only the change itself (the last event a row moves) has facts.
+        let last = out.len().saturating_sub(1);
+        for (i, event) in out.into_iter().enumerate() {
+            let facts = if i == last { facts.clone() } else { None };
+            self.queue.push_back((event, facts));
+        }
+        Ok(())
+    }
+
+    fn moved(
         &mut self,
         change: BinlogChange,
         out: &mut VecDeque<MySqlEvent>,
@@ -222,6 +261,7 @@ impl StreamAdapter {
             namespace: shape.database.clone(),
             name: shape.table.clone(),
             images: MySqlRowImages::new(Arc::clone(shape), self.mapping),
+            facts: Arc::clone(&self.facts),
         });
         self.described.insert(id, Arc::clone(&table));
         out.push_back(StreamEvent::Table(Arc::clone(&table)));

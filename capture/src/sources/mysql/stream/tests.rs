@@ -1,4 +1,3 @@
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use mysql_async::consts::ColumnType;
@@ -65,11 +64,10 @@ fn text(values: &[&str]) -> RowImage {
 
 fn run(changes: Vec<BinlogChange>) -> Vec<MySqlEvent> {
     let mut adapter = StreamAdapter::new(MappingConfig::default());
-    let mut out = VecDeque::new();
     for change in changes {
-        adapter.push(change, &mut out).expect("moved");
+        adapter.push(change).expect("moved");
     }
-    out.into_iter().collect()
+    std::iter::from_fn(|| adapter.next()).collect()
 }
 
 const KEY_4: u64 = 4 << 32;
@@ -300,17 +298,100 @@ fn a_row_change_without_its_image_is_a_protocol_error() {
     let t = shape(&["id"]);
     let mut adapter = StreamAdapter::new(MappingConfig::default());
     let err = adapter
-        .push(
-            row(
-                &t,
-                ChangeKind::Delete,
-                at("b.000001", 4, 2, 1),
-                10,
-                None,
-                None,
-            ),
-            &mut VecDeque::new(),
-        )
+        .push(row(
+            &t,
+            ChangeKind::Delete,
+            at("b.000001", 4, 2, 1),
+            10,
+            None,
+            None,
+        ))
         .expect_err("a delete needs its before image");
     assert!(err.to_string().contains("inventory.items"), "{err}");
+}
+
+fn envelope_cfg() -> crate::envelope::EnvelopeConfig {
+    crate::envelope::EnvelopeConfig {
+        topic_prefix: "shop".into(),
+        topic_mapping: Default::default(),
+        database: String::new(),
+        schemas_enable: true,
+        columns: Default::default(),
+    }
+}
+
+/// The core's encoder of a streamed table writes, from the row images and
+/// the core's position, the records the MySQL envelope (golden-tested
+/// against Debezium) writes from the decoded change itself.
+#[test]
+fn the_core_encoder_writes_the_envelopes_records() {
+    use crate::envelope::{Op, SnapshotMarker, SourcePosition};
+    use crate::sources::mysql::envelope::{MySqlSource, MySqlTableEncoder};
+
+    let t = shape(&["id", "qty"]);
+    let mut change = match row(
+        &t,
+        ChangeKind::Update,
+        at("mariadb-bin.000004", 300, 3, 2),
+        500,
+        ints(&[1, 5]),
+        ints(&[1, 6]),
+    ) {
+        BinlogChange::Row(r) => r,
+        _ => unreachable!(),
+    };
+    change.thread = Some(42);
+    let mut adapter = StreamAdapter::new(MappingConfig::default());
+    adapter
+        .push(BinlogChange::Row(change.clone()))
+        .expect("moved");
+    // A second change moved, not handed out yet, must not be the facts.
+    let mut later = change.clone();
+    later.gtid = Some("0-1-8".into());
+    later.position.row = 3;
+    adapter.push(BinlogChange::Row(later)).expect("moved");
+    let events: Vec<_> = std::iter::from_fn(|| adapter.next()).take(3).collect();
+    let (
+        StreamEvent::Table(table),
+        StreamEvent::Change {
+            at,
+            change:
+                Change::Update {
+                    old: Some(old),
+                    new,
+                    ..
+                },
+        },
+    ) = (&events[1], &events[2])
+    else {
+        panic!("{events:?}");
+    };
+    let enc = table
+        .images
+        .encoder(&envelope_cfg(), None, Arc::clone(&table.facts))
+        .expect("encoder");
+    let src = SourcePosition {
+        tx_id: 1,
+        lsn: *at,
+        commit_lsn: KEY_4 | 300,
+        event_seq: 2,
+        commit_ts_ms: change.ts_ms,
+        snapshot: SnapshotMarker::False,
+    };
+    let value = enc
+        .value(Op::Update, Some(old.row()), Some(new), &src, 77)
+        .expect("value");
+    let key = enc.key(new).expect("key");
+
+    let expected =
+        MySqlTableEncoder::new(Arc::clone(&t), MappingConfig::default(), &envelope_cfg())
+            .expect("envelope")
+            .change_record(&change, &MySqlSource::of_change(&change, None), 77)
+            .expect("record");
+    assert_eq!(enc.topic(), "shop.inventory.items");
+    assert_eq!(Some(key), expected.key);
+    assert_eq!(
+        String::from_utf8(value).unwrap(),
+        String::from_utf8(expected.value).unwrap()
+    );
 }
