@@ -562,25 +562,42 @@ impl SourceBlock for MySqlBlock {
 }
 
 impl MySqlRowImages {
-    /// The core encoder of these images: Debezium's MySQL records, the
-    /// `source` block from `facts` ([`EventFacts`]).
+    /// The core encoder of these images: Debezium's MySQL records keyed by
+    /// `key` (`message.key.columns`, else the primary key), the `source`
+    /// block from `facts` ([`EventFacts`]).
     pub fn encoder(
         &self,
         cfg: &EnvelopeConfig,
+        key: Option<&[String]>,
         identity: Option<&SourceIdentity>,
         facts: SharedFacts,
     ) -> Result<TableEncoder, EnvelopeError> {
+        let mut shape = self.core_shape();
+        if let Some(names) = key {
+            shape.key = names
+                .iter()
+                .map(|n| {
+                    self.shape
+                        .columns
+                        .iter()
+                        .position(|c| &c.name == n)
+                        .ok_or_else(|| EnvelopeError::UnknownKeyColumn {
+                            table: self.shape.qualified(),
+                            column: n.clone(),
+                        })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if shape.key.is_empty() {
+            return Err(EnvelopeError::NoKeyColumns {
+                table: self.shape.qualified(),
+            });
+        }
         let block = MySqlBlock {
             writer: SourceWriter::new(&cfg.topic_prefix, &self.shape.database, &self.shape.table),
             facts,
         };
-        TableEncoder::with_source_block(
-            &self.core_shape(),
-            cfg,
-            identity,
-            source_schema(),
-            Arc::new(block),
-        )
+        TableEncoder::with_source_block(&shape, cfg, identity, source_schema(), Arc::new(block))
     }
 }
 

@@ -30,7 +30,9 @@ use super::offset::order_key;
 use super::position::Position;
 use super::shape::TableShape;
 use crate::change::{Change, OldImage, StreamEvent, StreamTable};
+use crate::envelope::{EnvelopeConfig, EnvelopeError, SourceIdentity, TableEncoder};
 use crate::error::CaptureError;
+use crate::seam::RoutedTable;
 
 /// Microseconds from 1970 to 2000-01-01, the epoch of the core's
 /// `commit_ts_us` (PostgreSQL's, which the tracker converts from).
@@ -90,8 +92,70 @@ impl StreamTable for MySqlTable {
     }
 }
 
+/// A table map with its shape is how the binlog describes a table to the
+/// router: under `binlog_row_image = FULL` (a start-up check) every before
+/// image carries every column, so no key is ever missing from one.
+impl RoutedTable for MySqlTable {
+    /// The mapping's settings travel in each table's images.
+    type Types = ();
+    /// The binlog announces no value types.
+    type TypeNote = Infallible;
+
+    fn id(&self) -> u32 {
+        self.id
+    }
+
+    fn publish_as(&mut self, namespace: String, name: String) {
+        self.namespace = namespace;
+        self.name = name;
+    }
+
+    fn same_columns(&self, other: &Self) -> bool {
+        self.shape.columns == other.shape.columns
+    }
+
+    fn stream_key(&self) -> Vec<String> {
+        self.shape
+            .primary_key
+            .iter()
+            .map(|&i| self.shape.columns[i].name.clone())
+            .collect()
+    }
+
+    fn identity_lacks(&self, _qualified: &str, _key: &[String]) -> Option<String> {
+        None
+    }
+
+    fn identity_reason(lacks: &str) -> String {
+        format!("{lacks}; set binlog_row_image = FULL on the server")
+    }
+
+    fn keyless_reason(qualified: &str) -> String {
+        format!(
+            "table {qualified} has no primary key, so its changes have no key to order them by: \
+             add a primary key (ALTER TABLE {qualified} ADD PRIMARY KEY (...)) or name key \
+             columns in message.key.columns"
+        )
+    }
+
+    fn encoder(
+        &self,
+        _types: &(),
+        key: Option<&[String]>,
+        envelope: &EnvelopeConfig,
+        identity: Option<&SourceIdentity>,
+    ) -> Result<TableEncoder, EnvelopeError> {
+        self.images
+            .encoder(envelope, key, identity, Arc::clone(&self.facts))
+    }
+
+    fn observe_type(_types: &mut (), note: &Infallible) -> bool {
+        match *note {}
+    }
+}
+
 /// An event of the MySQL stream as the core reads it.
-pub(crate) type MySqlEvent = StreamEvent<Arc<MySqlTable>, Infallible>;
+pub(crate) type MySqlEvent = StreamEvent<MySqlTable, Infallible>;
 
 /// The open transaction: the order key of its first event.
 #[derive(Debug, Clone, Copy)]
@@ -264,7 +328,7 @@ impl StreamAdapter {
             facts: Arc::clone(&self.facts),
         });
         self.described.insert(id, Arc::clone(&table));
-        out.push_back(StreamEvent::Table(Arc::clone(&table)));
+        out.push_back(StreamEvent::Table((*table).clone()));
         table
     }
 }

@@ -367,8 +367,7 @@ fn the_core_encoder_writes_the_envelopes_records() {
         panic!("{events:?}");
     };
     let enc = table
-        .images
-        .encoder(&envelope_cfg(), None, Arc::clone(&table.facts))
+        .encoder(&(), None, &envelope_cfg(), None)
         .expect("encoder");
     let src = SourcePosition {
         tx_id: 1,
@@ -394,4 +393,43 @@ fn the_core_encoder_writes_the_envelopes_records() {
         String::from_utf8(value).unwrap(),
         String::from_utf8(expected.value).unwrap()
     );
+}
+
+#[test]
+fn a_table_tells_the_router_its_key_and_refuses_an_encoder_without_one() {
+    let t = shape(&["id", "qty"]);
+    let events = run(vec![row(
+        &t,
+        ChangeKind::Insert,
+        at("b.000001", 4, 2, 1),
+        10,
+        None,
+        ints(&[1, 5]),
+    )]);
+    let StreamEvent::Table(mut table) = events.into_iter().nth(1).expect("table") else {
+        panic!("no table event");
+    };
+    assert_eq!(table.stream_key(), ["id"]);
+    assert_eq!(
+        table.identity_lacks("inventory.items", &["qty".into()]),
+        None
+    );
+    let by_qty = table
+        .encoder(&(), Some(&["qty".into()]), &envelope_cfg(), None)
+        .expect("message.key.columns");
+    assert_eq!(by_qty.key_column_names().collect::<Vec<_>>(), ["qty"]);
+    let unknown = table.encoder(&(), Some(&["nope".into()]), &envelope_cfg(), None);
+    assert!(unknown.is_err());
+    table.publish_as("inventory".into(), "renamed".into());
+    assert_eq!(table.name(), "renamed");
+    let mut keyless = (*t).clone();
+    keyless.primary_key.clear();
+    table.shape = Arc::new(keyless);
+    table.images = MySqlRowImages::new(Arc::clone(&table.shape), MappingConfig::default());
+    assert!(table.stream_key().is_empty());
+    let err = table
+        .encoder(&(), None, &envelope_cfg(), None)
+        .expect_err("no key");
+    assert!(err.to_string().contains("inventory.items"), "{err}");
+    assert!(MySqlTable::keyless_reason("inventory.items").contains("message.key.columns"));
 }
