@@ -26,6 +26,7 @@ use tokio_postgres::Client;
 
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
+use crate::offset::SourceOffset;
 use crate::schema_change::SchemaHistory;
 use crate::seam::{CheckedSource, Source, SourceEvent};
 
@@ -46,9 +47,9 @@ impl Source for Postgres {
 
     async fn open_stream(
         cfg: &CaptureConfig,
-        from: u64,
+        from: &SourceOffset,
     ) -> Result<ReplicationClient, CaptureError> {
-        stream::connect(cfg, from).await
+        stream::connect(cfg, from.flush_lsn).await
     }
 
     fn warning(cfg: &CaptureConfig) -> Option<String> {
