@@ -20,6 +20,7 @@
 //! the transaction already handed out). What is tested against MariaDB and
 //! what only with byte fixtures: docs/mysql.md.
 
+pub mod book;
 pub mod catalog;
 pub mod cell;
 pub mod checks;

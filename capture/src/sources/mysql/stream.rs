@@ -22,6 +22,7 @@ use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, PoisonError};
 
+use super::book::PositionBook;
 use super::decoder::{BinlogChange, ChangeKind, RowChange};
 use super::envelope::{EventFacts, MySqlRowImages, SharedFacts};
 use super::error::MySqlSourceError;
@@ -180,10 +181,12 @@ pub struct StreamAdapter {
     /// The facts of the change handed out last, which the tables'
     /// encoders write into its `source` block.
     facts: SharedFacts,
+    /// The binlog positions of the order keys moved.
+    book: PositionBook,
 }
 
 impl StreamAdapter {
-    pub fn new(mapping: MappingConfig) -> Self {
+    pub fn new(mapping: MappingConfig, book: PositionBook) -> Self {
         Self {
             mapping,
             ids: HashMap::new(),
@@ -192,7 +195,13 @@ impl StreamAdapter {
             xid: 0,
             queue: VecDeque::new(),
             facts: SharedFacts::default(),
+            book,
         }
+    }
+
+    /// The binlog positions of the order keys moved so far.
+    pub fn book(&mut self) -> &mut PositionBook {
+        &mut self.book
     }
 
     /// What the tables' encoders read the `source` block's facts from.
@@ -239,7 +248,7 @@ impl StreamAdapter {
         match change {
             BinlogChange::Row(row) => self.row(row, out),
             BinlogChange::Commit { position, .. } => {
-                let end = key(&position)?;
+                let end = self.book.note_start(position)?;
                 match self.open.take() {
                     Some(tx) => out.push_back(StreamEvent::Commit {
                         commit: tx.start,
@@ -257,7 +266,7 @@ impl StreamAdapter {
 
     fn row(&mut self, row: RowChange, out: &mut VecDeque<MySqlEvent>) -> Result<(), CaptureError> {
         if self.open.is_none() {
-            let start = key(&row.position)?;
+            let start = self.book.note_start(row.position.clone())?;
             self.xid = self.xid.wrapping_add(1);
             out.push_back(StreamEvent::Begin {
                 commit: start,
@@ -268,6 +277,9 @@ impl StreamAdapter {
                     .saturating_sub(CORE_EPOCH_OFFSET_US),
             });
             self.open = Some(OpenTx { start });
+        }
+        if let Some(tx) = self.open {
+            self.book.note_change(tx.start, row.position.clone());
         }
         let table = self.describe(&row.table, out);
         let at = key(&Position::at(row.position.file.clone(), row.event_pos))?;

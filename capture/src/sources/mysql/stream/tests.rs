@@ -62,8 +62,14 @@ fn text(values: &[&str]) -> RowImage {
     )
 }
 
+fn adapter() -> StreamAdapter {
+    let server = crate::sources::mysql::ServerIdentity { id: 1, uuid: None };
+    let book = PositionBook::new(server, &Position::at("b.000001", 4)).expect("book");
+    StreamAdapter::new(MappingConfig::default(), book)
+}
+
 fn run(changes: Vec<BinlogChange>) -> Vec<MySqlEvent> {
-    let mut adapter = StreamAdapter::new(MappingConfig::default());
+    let mut adapter = adapter();
     for change in changes {
         adapter.push(change).expect("moved");
     }
@@ -296,7 +302,7 @@ fn order_keys_grow_across_a_rotation() {
 #[test]
 fn a_row_change_without_its_image_is_a_protocol_error() {
     let t = shape(&["id"]);
-    let mut adapter = StreamAdapter::new(MappingConfig::default());
+    let mut adapter = adapter();
     let err = adapter
         .push(row(
             &t,
@@ -341,7 +347,7 @@ fn the_core_encoder_writes_the_envelopes_records() {
         _ => unreachable!(),
     };
     change.thread = Some(42);
-    let mut adapter = StreamAdapter::new(MappingConfig::default());
+    let mut adapter = adapter();
     adapter
         .push(BinlogChange::Row(change.clone()))
         .expect("moved");
@@ -432,4 +438,60 @@ fn a_table_tells_the_router_its_key_and_refuses_an_encoder_without_one() {
         .expect_err("no key");
     assert!(err.to_string().contains("inventory.items"), "{err}");
     assert!(MySqlTable::keyless_reason("inventory.items").contains("message.key.columns"));
+}
+
+#[test]
+fn the_book_names_the_positions_the_stream_moved() {
+    use crate::offset::SourceOffset;
+    use crate::sources::mysql::MySqlOffset;
+
+    let t = shape(&["id"]);
+    let mut adapter = adapter();
+    for change in [
+        row(
+            &t,
+            ChangeKind::Insert,
+            at("b.000004", 300, 2, 1),
+            400,
+            None,
+            ints(&[1]),
+        ),
+        row(
+            &t,
+            ChangeKind::Insert,
+            at("b.000004", 300, 2, 2),
+            400,
+            None,
+            ints(&[2]),
+        ),
+    ] {
+        adapter.push(change).expect("moved");
+    }
+    let partial = SourceOffset {
+        commit_lsn: KEY_4 | 300,
+        events: 2,
+        complete: false,
+        ..SourceOffset::start(4)
+    };
+    let mut stored = partial.clone();
+    stored.source = Some(adapter.book().part(&partial).expect("part"));
+    let read = MySqlOffset::read(&stored).expect("agrees");
+    assert_eq!(read.position, at("b.000004", 300, 2, 2));
+
+    adapter
+        .push(BinlogChange::Commit {
+            position: Position::at("b.000004", 700),
+            xid: None,
+        })
+        .expect("moved");
+    let complete = SourceOffset {
+        complete: true,
+        ..SourceOffset::start(KEY_4 | 700)
+    };
+    let mut stored = complete.clone();
+    stored.source = Some(adapter.book().part(&complete).expect("part"));
+    assert_eq!(
+        MySqlOffset::read(&stored).expect("agrees").position,
+        Position::at("b.000004", 700)
+    );
 }
