@@ -34,6 +34,7 @@ pub mod position;
 pub mod reader;
 pub mod shape;
 pub mod snapshot;
+pub mod source;
 pub mod stream;
 
 pub use catalog::MySqlCatalog;
@@ -50,3 +51,6 @@ pub use position::{
 pub use reader::{BinlogReader, ResumeBy};
 pub use shape::{CatalogColumn, ColumnShape, TableShape};
 pub use snapshot::{Chunk, SnapshotLock, SnapshotLockingMode, SnapshotReader, SnapshotSettings};
+#[cfg(feature = "testing")]
+pub use source::EventView;
+pub use source::{MySqlStream, StreamStart};

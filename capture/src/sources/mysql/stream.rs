@@ -204,6 +204,11 @@ impl StreamAdapter {
         &mut self.book
     }
 
+    /// [`StreamAdapter::book`], to read.
+    pub fn book_ref(&self) -> &PositionBook {
+        &self.book
+    }
+
     /// What the tables' encoders read the `source` block's facts from.
     pub fn facts(&self) -> SharedFacts {
         Arc::clone(&self.facts)
