@@ -268,6 +268,50 @@ fn is_decimal(col: &MySqlColumnShape) -> bool {
     matches!(col.ty, MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL)
 }
 
+/// A column whose values the mapping can refuse, and how its rendered
+/// values look when it did not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusable {
+    /// BIGINT UNSIGNED as int64: a rendered value fits an i64.
+    UnsignedLong,
+    /// DECIMAL as Connect Decimal: a rendered value is a JSON string.
+    PreciseDecimal,
+}
+
+impl MySqlColumn {
+    fn refusable(&self) -> Option<Refusable> {
+        use mysql_async::consts::ColumnType::MYSQL_TYPE_LONGLONG;
+        if self.col.ty == MYSQL_TYPE_LONGLONG
+            && self.col.unsigned
+            && self.mapping.bigint_unsigned == mapping::BigintUnsignedHandlingMode::Long
+        {
+            Some(Refusable::UnsignedLong)
+        } else if is_decimal(&self.col)
+            && self.mapping.decimal == mapping::DecimalHandlingMode::Precise
+        {
+            Some(Refusable::PreciseDecimal)
+        } else {
+            None
+        }
+    }
+
+    /// Whether `text` is a value the mapping refused (its raw text), not
+    /// one it rendered.
+    fn refuses(&self, text: &str) -> bool {
+        match self.refusable() {
+            Some(Refusable::UnsignedLong) => text.parse::<i64>().is_err(),
+            Some(Refusable::PreciseDecimal) => !text.starts_with('"'),
+            None => false,
+        }
+    }
+}
+
+const UNSIGNED_FIELD: &str = "int64 (bigint.unsigned.handling.mode = \"long\")";
+const UNSIGNED_FIX: &str = "set bigint.unsigned.handling.mode = \"precise\" in the capture config (a Connect Decimal holds every BIGINT UNSIGNED), restart capture, then snapshot the table to bring the refused rows to the targets";
+const DECIMAL_FIELD: &str = "org.apache.kafka.connect.data.Decimal";
+const DECIMAL_FIX: &str =
+    "set decimal.handling.mode = \"string\" to publish the text as it is, then snapshot the table";
+
 impl ColumnType for MySqlColumn {
     fn field_schema(&self, field: &str, optional: bool) -> Value {
         // Debezium declares NOT NULL columns required.
@@ -278,6 +322,9 @@ impl ColumnType for MySqlColumn {
     }
 
     fn write_json(&self, text: &str, out: &mut Vec<u8>) -> Result<(), Unrepresentable> {
+        if self.refuses(text) {
+            return Err(Unrepresentable);
+        }
         if self.chars {
             write_str(out, text);
         } else {
@@ -286,13 +333,19 @@ impl ColumnType for MySqlColumn {
         Ok(())
     }
 
-    // Values are refused while rendered (`MySqlTableEncoder::render`),
-    // each with its own help; `write_json` refuses none.
+    // The envelope's own records refuse values while rendered
+    // (`MySqlTableEncoder::render`); the core's encoder of a streamed
+    // table refuses here the raw values a row image carries instead
+    // (`MySqlRowImages::image`), with the same help.
     fn refusal_help(&self) -> (&'static str, &'static str) {
-        (
-            "its field",
-            "bring the value into the field's range, then snapshot the table",
-        )
+        match self.refusable() {
+            Some(Refusable::UnsignedLong) => (UNSIGNED_FIELD, UNSIGNED_FIX),
+            Some(Refusable::PreciseDecimal) => (DECIMAL_FIELD, DECIMAL_FIX),
+            None => (
+                "its field",
+                "bring the value into the field's range, then snapshot the table",
+            ),
+        }
     }
 
     fn characters(&self) -> Characters {
@@ -436,7 +489,7 @@ impl MySqlTableEncoder {
     /// Each cell's JSON by the mapping; a value the mapping refuses is the
     /// envelope's refusal (the change goes to the dead letter topic).
     fn render(&self, row: &[Cell]) -> Result<Rendered, EnvelopeError> {
-        render(&self.shape, &self.columns, row)
+        render(&self.shape, &self.columns, row, Refusals::Fail)
     }
 }
 
@@ -467,9 +520,13 @@ impl MySqlRowImages {
 
     /// `row` as a core row image: a cell Debezium writes as null is
     /// [`Datum::Null`](crate::change::Datum::Null), any other its rendered
-    /// text; a value the mapping refuses is the envelope's refusal.
+    /// text. A value the mapping refuses for its field (a BIGINT UNSIGNED
+    /// above int64, a DECIMAL the Connect Decimal cannot hold) keeps its
+    /// raw text, which the core's encoder refuses with the envelope's help
+    /// (the change goes to the dead letter topic); text that is not UTF-8
+    /// is an error.
     pub fn image(&self, row: &[Cell]) -> Result<RowImage, EnvelopeError> {
-        let rendered = render(&self.shape, &self.columns, row)?;
+        let rendered = render(&self.shape, &self.columns, row, Refusals::Raw)?;
         let buf = bytes::Bytes::from(rendered.buf);
         Ok(RowImage(
             rendered
@@ -618,11 +675,24 @@ fn core_shape(shape: &MySqlTableShape, columns: &[Arc<MySqlColumn>]) -> TableSha
     }
 }
 
+/// What rendering does with a value the mapping refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusals {
+    /// Fails the row with the refusal.
+    Fail,
+    /// Keeps the value's raw text (a BIGINT UNSIGNED's number, a
+    /// DECIMAL's text), which the column's `write_json` refuses when the
+    /// core's encoder writes it: the change goes to the dead letter topic
+    /// there, as any refused value does.
+    Raw,
+}
+
 /// Each cell of `row` (of `shape`) as JSON by its column's mapping.
 fn render(
     shape: &MySqlTableShape,
     columns: &[Arc<MySqlColumn>],
     row: &[Cell],
+    refusals: Refusals,
 ) -> Result<Rendered, EnvelopeError> {
     if row.len() != columns.len() {
         return Err(EnvelopeError::ColumnCount {
@@ -636,9 +706,18 @@ fn render(
         cells: Vec::with_capacity(row.len()),
     };
     for (col, cell) in columns.iter().zip(row) {
-        let value = mapping::to_json(&col.mapping, &col.col, cell)
-            .map_err(|e| refusal(shape, &col.col, e))?;
         let start = out.buf.len();
+        let value = match mapping::to_json(&col.mapping, &col.col, cell) {
+            Ok(value) => value,
+            Err(e) => match (refusals, raw_refused(col, &e)) {
+                (Refusals::Raw, Some(raw)) => {
+                    out.buf.extend_from_slice(raw.as_bytes());
+                    out.cells.push(Some((start, out.buf.len())));
+                    continue;
+                }
+                _ => return Err(refusal(shape, &col.col, e)),
+            },
+        };
         match value {
             Value::Null => {
                 out.cells.push(None);
@@ -657,6 +736,16 @@ fn render(
     Ok(out)
 }
 
+/// The raw text of a value `col`'s `write_json` refuses, for refusal `e`.
+fn raw_refused(col: &MySqlColumn, e: &MappingError) -> Option<String> {
+    let raw = match e {
+        MappingError::UnsignedOverflow { value } => value.to_string(),
+        MappingError::Decimal(text) => text.clone(),
+        MappingError::InvalidUtf8 => return None,
+    };
+    col.refuses(&raw).then_some(raw)
+}
+
 fn refusal(shape: &MySqlTableShape, col: &MySqlColumnShape, e: MappingError) -> EnvelopeError {
     let table = shape.qualified();
     let column = col.name.clone();
@@ -666,15 +755,15 @@ fn refusal(shape: &MySqlTableShape, col: &MySqlColumnShape, e: MappingError) -> 
             table,
             column,
             value: value.to_string(),
-            field: "int64 (bigint.unsigned.handling.mode = \"long\")",
-            fix: "set bigint.unsigned.handling.mode = \"precise\" in the capture config (a Connect Decimal holds every BIGINT UNSIGNED), restart capture, then snapshot the table to bring the refused rows to the targets",
+            field: UNSIGNED_FIELD,
+            fix: UNSIGNED_FIX,
         },
         MappingError::Decimal(text) => EnvelopeError::Unrepresentable {
             table,
             column,
             value: text.chars().take(200).collect(),
-            field: "org.apache.kafka.connect.data.Decimal",
-            fix: "set decimal.handling.mode = \"string\" to publish the text as it is, then snapshot the table",
+            field: DECIMAL_FIELD,
+            fix: DECIMAL_FIX,
         },
     }
 }

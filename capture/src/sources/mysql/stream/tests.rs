@@ -495,3 +495,112 @@ fn the_book_names_the_positions_the_stream_moved() {
         Position::at("b.000004", 700)
     );
 }
+
+/// A value the mapping refuses reaches the core's encoder raw, which
+/// refuses the change (a dead letter) with the envelope's help, instead
+/// of the stream failing.
+#[test]
+fn a_refused_value_is_the_encoders_refusal_not_the_streams() {
+    use crate::envelope::{EnvelopeError, Op, SnapshotMarker, SourcePosition};
+
+    let mut dec = ColumnShape::new("price", ColumnType::MYSQL_TYPE_NEWDECIMAL);
+    dec.meta = vec![10, 2];
+    let mut big = ColumnShape::new("big", ColumnType::MYSQL_TYPE_LONGLONG);
+    big.unsigned = true;
+    let t = Arc::new(TableShape {
+        database: "inventory".into(),
+        table: "items".into(),
+        columns: vec![
+            ColumnShape::new("id", ColumnType::MYSQL_TYPE_LONG),
+            big,
+            dec,
+        ],
+        primary_key: vec![0],
+    });
+    let src = SourcePosition {
+        tx_id: 1,
+        lsn: KEY_4 | 10,
+        commit_lsn: KEY_4 | 4,
+        event_seq: 1,
+        commit_ts_ms: 0,
+        snapshot: SnapshotMarker::False,
+    };
+    let cases = [
+        (
+            Cell::UInt(u64::MAX),
+            Cell::Decimal("1.50".into()),
+            "bigint.unsigned.handling.mode = \"precise\"",
+        ),
+        (
+            Cell::UInt(7),
+            Cell::Decimal("not a number".into()),
+            "decimal.handling.mode = \"string\"",
+        ),
+    ];
+    for (big, price, fix) in cases {
+        let events = run(vec![row(
+            &t,
+            ChangeKind::Insert,
+            at("b.000004", 4, 2, 1),
+            10,
+            None,
+            Some(vec![Cell::Int(1), big, price]),
+        )]);
+        let (
+            StreamEvent::Table(table),
+            StreamEvent::Change {
+                change: Change::Insert { new, .. },
+                ..
+            },
+        ) = (&events[1], &events[2])
+        else {
+            panic!("{events:?}");
+        };
+        let enc = table
+            .encoder(&(), None, &envelope_cfg(), None)
+            .expect("encoder");
+        let err = enc
+            .value(Op::Create, None, Some(new), &src, 0)
+            .expect_err("refused");
+        assert!(err.is_unrepresentable(), "{err}");
+        assert!(err.to_string().contains(fix), "{err}");
+        let EnvelopeError::Unrepresentable { value, .. } = err else {
+            unreachable!()
+        };
+        assert!(!value.is_empty());
+    }
+    // In range, the same columns encode.
+    let events = run(vec![row(
+        &t,
+        ChangeKind::Insert,
+        at("b.000004", 4, 2, 1),
+        10,
+        None,
+        Some(vec![
+            Cell::Int(1),
+            Cell::UInt(7),
+            Cell::Decimal("1.50".into()),
+        ]),
+    )]);
+    let (
+        StreamEvent::Table(table),
+        StreamEvent::Change {
+            change: Change::Insert { new, .. },
+            ..
+        },
+    ) = (&events[1], &events[2])
+    else {
+        panic!("{events:?}");
+    };
+    let enc = table
+        .encoder(&(), None, &envelope_cfg(), None)
+        .expect("encoder");
+    let value = enc
+        .value(Op::Create, None, Some(new), &src, 0)
+        .expect("encoded");
+    let text = String::from_utf8(value).unwrap();
+    assert!(
+        text.contains("\"big\":7") && text.contains("\"price\":\"AJY=\""),
+        "{text}"
+    );
+}
