@@ -15,7 +15,7 @@ use mysql_async::Conn;
 use oncely_capture::testing::mysql::checks::current_position;
 use oncely_capture::testing::mysql::{
     EventView, MappingConfig, MySqlOffset, MySqlStream, Position, ResumeBy, ServerFacts,
-    StreamStart,
+    ShapeFacts, StreamStart,
 };
 use oncely_capture::testing::SourceOffset;
 
@@ -52,8 +52,12 @@ async fn read_ours(stream: &mut MySqlStream, db: &str, changes: usize) -> Vec<Se
                     tx: Some(tx),
                 }];
             }
-            EventView::Table { id, database, .. } => {
-                if database == db {
+            EventView::Table {
+                id,
+                database,
+                table,
+            } => {
+                if database == db && table == "items" {
                     ours = Some(*id);
                 }
             }
@@ -106,9 +110,10 @@ fn ops(seen: &[Seen]) -> Vec<(char, Image, Image)> {
         .collect()
 }
 
-async fn open(start: &StreamStart, from: Position) -> MySqlStream {
+async fn open(start: &StreamStart, from: Position, facts: ShapeFacts) -> MySqlStream {
     MySqlStream::open(StreamStart {
         from,
+        facts,
         ..start.clone()
     })
     .await
@@ -140,8 +145,19 @@ async fn the_binlog_streams_as_core_events_with_offset_parts_and_resumes_mid_tra
         from: from.clone(),
         resume: ResumeBy::FilePosition,
         mapping: MappingConfig::default(),
+        facts: ShapeFacts::default(),
     };
-    let mut stream = open(&start, from).await;
+    let mut stream = open(&start, from, ShapeFacts::default()).await;
+
+    // A table whose shape facts (a tinyint(1) column) the binlog lacks:
+    // read from the catalog at its first TABLE_MAP and stored with every
+    // offset record from the next transaction's start on.
+    root.query_drop("CREATE TABLE flags (id int PRIMARY KEY, flag tinyint(1))")
+        .await
+        .unwrap();
+    root.query_drop("INSERT INTO flags VALUES (1, 1)")
+        .await
+        .unwrap();
 
     root.query_drop("INSERT INTO items VALUES (1, 5, 'a')")
         .await
@@ -231,6 +247,11 @@ async fn the_binlog_streams_as_core_events_with_offset_parts_and_resumes_mid_tra
     let part = MySqlOffset::read(&stored).expect("the part agrees with its keys");
     assert_eq!(part.server, facts.server);
     assert_eq!((part.position.event, part.position.row), (0, 0));
+    let facts = serde_json::to_string(&part.facts).unwrap();
+    assert!(
+        facts.contains(&db) && facts.contains("flag"),
+        "the facts of {db}.flags: {facts}"
+    );
 
     // A partial record of it (as a batch boundary inside the transaction
     // writes) names its start; a stream reopened there hands it out again
@@ -247,7 +268,18 @@ async fn the_binlog_streams_as_core_events_with_offset_parts_and_resumes_mid_tra
     assert!(part.position.event > 0 || part.position.row > 0, "{part:?}");
     stream.stop();
 
-    let mut again = open(&start, part.resume_from()).await;
+    assert_eq!(
+        part.facts,
+        MySqlOffset::read(&{
+            let mut s = complete.clone();
+            s.source = stream.part_of(&complete).unwrap();
+            s
+        })
+        .unwrap()
+        .facts,
+        "no DDL between the two starts"
+    );
+    let mut again = open(&start, part.resume_from(), part.facts.clone()).await;
     let replay = read_ours(&mut again, &db, 4).await;
     assert_eq!(ops(&replay), ops(&seen)[3..].to_vec(), "{replay:#?}");
     let EventView::Begin {

@@ -9,6 +9,7 @@
 //! and confirmations prune what lies before the committed `flush_lsn`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::checks::ServerIdentity;
 use super::history::ShapeFacts;
@@ -21,19 +22,28 @@ use crate::offset::{SourceOffset, SourcePart};
 #[derive(Debug, Clone)]
 pub struct PositionBook {
     server: ServerIdentity,
-    /// Transaction starts (event and row 0).
-    starts: BTreeMap<u64, Position>,
+    /// Transaction starts (event and row 0), with the shape facts as of
+    /// each.
+    starts: BTreeMap<u64, (Position, Arc<ShapeFacts>)>,
     /// The last change moved of each transaction, by its start's key.
     inside: BTreeMap<u64, Position>,
+    /// The shape facts as of the next transaction start noted.
+    facts: Arc<ShapeFacts>,
 }
 
 impl PositionBook {
-    /// A book of `server`'s binlog from `from` (where the stream opens).
-    pub fn new(server: ServerIdentity, from: &Position) -> Result<Self, CaptureError> {
+    /// A book of `server`'s binlog from `from` (where the stream opens),
+    /// with the shape facts as of `from`.
+    pub fn new(
+        server: ServerIdentity,
+        from: &Position,
+        facts: ShapeFacts,
+    ) -> Result<Self, CaptureError> {
         let mut book = Self {
             server,
             starts: BTreeMap::new(),
             inside: BTreeMap::new(),
+            facts: Arc::new(facts),
         };
         book.note_start(from.clone())?;
         Ok(book)
@@ -48,8 +58,14 @@ impl PositionBook {
             ..position
         };
         let key = key(&position)?;
-        self.starts.insert(key, position);
+        self.starts.insert(key, (position, Arc::clone(&self.facts)));
         Ok(key)
+    }
+
+    /// The shape facts changed (DDL, a table's first TABLE_MAP): these are
+    /// the facts as of the next transaction start noted.
+    pub fn set_facts(&mut self, facts: Arc<ShapeFacts>) {
+        self.facts = facts;
     }
 
     /// A change of the transaction starting at key `start` at `position`
@@ -66,23 +82,25 @@ impl PositionBook {
 
     /// The MySQL part of offset record `offset`.
     pub fn part(&self, offset: &SourceOffset) -> Result<SourcePart, CaptureError> {
-        let position = if offset.complete || offset.events == 0 {
-            self.starts.get(&offset.flush_lsn)
+        let found = if offset.complete || offset.events == 0 {
+            self.starts.get(&offset.flush_lsn).map(|(p, f)| (p, f))
         } else {
-            self.inside.get(&offset.commit_lsn)
+            // A partial record resumes from its transaction's start, so
+            // with the facts as of that start.
+            self.inside
+                .get(&offset.commit_lsn)
+                .zip(self.starts.get(&offset.commit_lsn).map(|(_, f)| f))
         };
-        let Some(position) = position else {
+        let Some((position, facts)) = found else {
             return Err(CaptureError::Protocol(format!(
                 "no binlog position is known for the offset record (commit {}, {} events, complete {}, flush {}): the stream did not hand out that position",
                 offset.commit_lsn, offset.events, offset.complete, offset.flush_lsn
             )));
         };
-        let part = MySqlOffset::new(
-            position.clone(),
-            self.server.clone(),
-            &ShapeFacts::default(),
-            |_, _| false,
-        );
+        // Every table's facts are kept: the stream reads every database
+        // (the router drops what is not captured), and the facts of a
+        // table are as small as its tinyint(1) and JSON columns' names.
+        let part = MySqlOffset::new(position.clone(), self.server.clone(), facts, |_, _| true);
         let mut stamped = offset.clone();
         part.store(&mut stamped)
             .map_err(|e| CaptureError::Protocol(e.to_string()))?;
@@ -116,7 +134,7 @@ mod tests {
 
     #[test]
     fn a_complete_record_names_the_next_start_and_a_partial_one_its_last_change() {
-        let mut book = PositionBook::new(server(), &at(4, 0, 0)).unwrap();
+        let mut book = PositionBook::new(server(), &at(4, 0, 0), ShapeFacts::default()).unwrap();
         let start = book.note_start(at(100, 0, 0)).unwrap();
         assert_eq!(start, SEQ | 100);
         book.note_change(start, at(100, 2, 3));
@@ -150,12 +168,48 @@ mod tests {
 
     #[test]
     fn a_position_the_stream_did_not_hand_out_or_pruned_is_an_error() {
-        let mut book = PositionBook::new(server(), &at(4, 0, 0)).unwrap();
+        let mut book = PositionBook::new(server(), &at(4, 0, 0), ShapeFacts::default()).unwrap();
         book.note_start(at(900, 0, 0)).unwrap();
         let err = book.part(&SourceOffset::start(SEQ | 500)).unwrap_err();
         assert!(err.to_string().contains("no binlog position"), "{err}");
         book.confirm(SEQ | 900);
         assert!(book.part(&SourceOffset::start(SEQ | 4)).is_err());
         assert!(book.part(&SourceOffset::start(SEQ | 900)).is_ok());
+    }
+
+    #[test]
+    fn a_record_carries_the_facts_as_of_the_start_it_resumes_from() {
+        let facts: ShapeFacts = serde_json::from_value(serde_json::json!([
+            {"database": "shop", "table": "orders", "tinyint1": ["flag"]}
+        ]))
+        .unwrap();
+        let mut book = PositionBook::new(server(), &at(4, 0, 0), ShapeFacts::default()).unwrap();
+        let first = book.note_start(at(100, 0, 0)).unwrap();
+        book.note_change(first, at(100, 2, 1));
+        // The transaction's DDL changed the facts; its commit says so.
+        book.set_facts(Arc::new(facts.clone()));
+        book.note_start(at(900, 0, 0)).unwrap();
+
+        let read = |offset: SourceOffset| {
+            let mut stored = offset.clone();
+            stored.source = Some(book.part(&offset).unwrap());
+            MySqlOffset::read(&stored).unwrap().facts
+        };
+        let partial = SourceOffset {
+            commit_lsn: first,
+            events: 1,
+            complete: false,
+            ..SourceOffset::start(SEQ | 4)
+        };
+        assert_eq!(
+            read(partial),
+            ShapeFacts::default(),
+            "as of its start, before the DDL"
+        );
+        let complete = SourceOffset {
+            complete: true,
+            ..SourceOffset::start(SEQ | 900)
+        };
+        assert_eq!(read(complete), facts);
     }
 }

@@ -15,6 +15,8 @@
 //! receive is cancel-safe. The channel is bounded, so a slow pipeline
 //! slows the dump instead of buffering the binlog.
 
+use std::sync::Arc;
+
 use mysql_async::Opts;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -23,6 +25,7 @@ use super::book::PositionBook;
 use super::checks::{Flavor, ServerIdentity};
 use super::decoder::BinlogChange;
 use super::error::MySqlSourceError;
+use super::history::ShapeFacts;
 use super::mapping::MappingConfig;
 use super::position::Position;
 use super::reader::{BinlogReader, ResumeBy};
@@ -47,11 +50,17 @@ pub struct StreamStart {
     pub from: Position,
     pub resume: ResumeBy,
     pub mapping: MappingConfig,
+    /// The shape facts as of `from` (the stored part's).
+    pub facts: ShapeFacts,
 }
+
+/// A change as the reader task sends it: with the shape facts as of the
+/// next transaction's start when a commit changed them.
+type Sent = Result<(BinlogChange, Option<Arc<ShapeFacts>>), MySqlSourceError>;
 
 /// The binlog as the pipeline's change stream.
 pub struct MySqlStream {
-    changes: mpsc::Receiver<Result<BinlogChange, MySqlSourceError>>,
+    changes: mpsc::Receiver<Sent>,
     reader: JoinHandle<()>,
     adapter: StreamAdapter,
 }
@@ -59,7 +68,7 @@ pub struct MySqlStream {
 impl MySqlStream {
     /// Registers as a replica and starts reading from `start.from`.
     pub async fn open(start: StreamStart) -> Result<Self, CaptureError> {
-        let book = PositionBook::new(start.server.clone(), &start.from)?;
+        let book = PositionBook::new(start.server.clone(), &start.from, start.facts.clone())?;
         let mut reader = BinlogReader::open(
             start.opts,
             start.replica_id,
@@ -69,23 +78,9 @@ impl MySqlStream {
         )
         .await
         .map_err(stream_error)?;
+        reader.set_facts(start.facts);
         let (tx, changes) = mpsc::channel(AHEAD);
-        let reader = tokio::spawn(async move {
-            loop {
-                let next = match reader.next().await {
-                    Ok(Some(change)) => Ok(change),
-                    Ok(None) => Err(MySqlSourceError::Protocol(
-                        "the server ended the binlog dump".into(),
-                    )),
-                    Err(e) => Err(e),
-                };
-                let failed = next.is_err();
-                if tx.send(next).await.is_err() || failed {
-                    break;
-                }
-            }
-            let _ = reader.close().await;
-        });
+        let reader = tokio::spawn(read(reader, tx));
         Ok(Self {
             changes,
             reader,
@@ -100,7 +95,12 @@ impl MySqlStream {
                 return Ok(event);
             }
             match self.changes.recv().await {
-                Some(Ok(change)) => self.adapter.push(change)?,
+                Some(Ok((change, facts))) => {
+                    if let Some(facts) = facts {
+                        self.adapter.book().set_facts(facts);
+                    }
+                    self.adapter.push(change)?
+                }
                 Some(Err(e)) => return Err(stream_error(e)),
                 None => {
                     return Err(stream_error(MySqlSourceError::Protocol(
@@ -134,6 +134,36 @@ impl Slot for MySqlStream {
     fn offset_part(&self, offset: &SourceOffset) -> Result<Option<SourcePart>, CaptureError> {
         self.adapter.book_ref().part(offset).map(Some)
     }
+}
+
+/// The reader's task: each change, with the facts as of the next
+/// transaction's start after a commit that changed them, until the
+/// pipeline stops listening or the reader fails.
+async fn read(mut reader: BinlogReader, tx: mpsc::Sender<Sent>) {
+    let mut sent = reader.facts_at_transaction_start().clone();
+    loop {
+        let next = match reader.next().await {
+            Ok(Some(change)) => {
+                let mut facts = None;
+                if matches!(change, BinlogChange::Commit { .. })
+                    && reader.facts_at_transaction_start() != &sent
+                {
+                    sent = reader.facts_at_transaction_start().clone();
+                    facts = Some(Arc::new(sent.clone()));
+                }
+                Ok((change, facts))
+            }
+            Ok(None) => Err(MySqlSourceError::Protocol(
+                "the server ended the binlog dump".into(),
+            )),
+            Err(e) => Err(e),
+        };
+        let failed = next.is_err();
+        if tx.send(next).await.is_err() || failed {
+            break;
+        }
+    }
+    let _ = reader.close().await;
 }
 
 /// A reader's error as the stream's, retriable as the server's code says.

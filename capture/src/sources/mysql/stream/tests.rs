@@ -64,7 +64,12 @@ fn text(values: &[&str]) -> RowImage {
 
 fn adapter() -> StreamAdapter {
     let server = crate::sources::mysql::ServerIdentity { id: 1, uuid: None };
-    let book = PositionBook::new(server, &Position::at("b.000001", 4)).expect("book");
+    let book = PositionBook::new(
+        server,
+        &Position::at("b.000001", 4),
+        crate::sources::mysql::ShapeFacts::default(),
+    )
+    .expect("book");
     StreamAdapter::new(MappingConfig::default(), book)
 }
 
