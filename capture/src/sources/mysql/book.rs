@@ -25,8 +25,10 @@ pub struct PositionBook {
     /// Transaction starts (event and row 0), with the shape facts as of
     /// each.
     starts: BTreeMap<u64, (Position, Arc<ShapeFacts>)>,
-    /// The last change moved of each transaction, by its start's key.
-    inside: BTreeMap<u64, Position>,
+    /// The event and row counts of the last change moved of each
+    /// transaction, by its start's key (a change is noted per row, so
+    /// without copying its position).
+    inside: BTreeMap<u64, (u64, u64)>,
     /// The shape facts as of the next transaction start noted.
     facts: Arc<ShapeFacts>,
 }
@@ -68,10 +70,10 @@ impl PositionBook {
         self.facts = facts;
     }
 
-    /// A change of the transaction starting at key `start` at `position`
-    /// (its event and row counts past the start).
-    pub fn note_change(&mut self, start: u64, position: Position) {
-        self.inside.insert(start, position);
+    /// A change of the transaction starting at key `start`, at `event`
+    /// and `row` past its start.
+    pub fn note_change(&mut self, start: u64, event: u64, row: u64) {
+        self.inside.insert(start, (event, row));
     }
 
     /// Committed up to `flush`: positions before it are never named again.
@@ -83,13 +85,23 @@ impl PositionBook {
     /// The MySQL part of offset record `offset`.
     pub fn part(&self, offset: &SourceOffset) -> Result<SourcePart, CaptureError> {
         let found = if offset.complete || offset.events == 0 {
-            self.starts.get(&offset.flush_lsn).map(|(p, f)| (p, f))
+            self.starts
+                .get(&offset.flush_lsn)
+                .map(|(p, f)| (p.clone(), f))
         } else {
             // A partial record resumes from its transaction's start, so
             // with the facts as of that start.
             self.inside
                 .get(&offset.commit_lsn)
-                .zip(self.starts.get(&offset.commit_lsn).map(|(_, f)| f))
+                .zip(self.starts.get(&offset.commit_lsn))
+                .map(|(&(event, row), (start, f))| {
+                    let inside = Position {
+                        event,
+                        row,
+                        ..start.clone()
+                    };
+                    (inside, f)
+                })
         };
         let Some((position, facts)) = found else {
             return Err(CaptureError::Protocol(format!(
@@ -100,7 +112,7 @@ impl PositionBook {
         // Every table's facts are kept: the stream reads every database
         // (the router drops what is not captured), and the facts of a
         // table are as small as its tinyint(1) and JSON columns' names.
-        let part = MySqlOffset::new(position.clone(), self.server.clone(), facts, |_, _| true);
+        let part = MySqlOffset::new(position, self.server.clone(), facts, |_, _| true);
         let mut stamped = offset.clone();
         part.store(&mut stamped)
             .map_err(|e| CaptureError::Protocol(e.to_string()))?;
@@ -137,7 +149,7 @@ mod tests {
         let mut book = PositionBook::new(server(), &at(4, 0, 0), ShapeFacts::default()).unwrap();
         let start = book.note_start(at(100, 0, 0)).unwrap();
         assert_eq!(start, SEQ | 100);
-        book.note_change(start, at(100, 2, 3));
+        book.note_change(start, 2, 3);
         book.note_start(at(900, 0, 0)).unwrap();
 
         let partial = SourceOffset {
@@ -185,7 +197,7 @@ mod tests {
         .unwrap();
         let mut book = PositionBook::new(server(), &at(4, 0, 0), ShapeFacts::default()).unwrap();
         let first = book.note_start(at(100, 0, 0)).unwrap();
-        book.note_change(first, at(100, 2, 1));
+        book.note_change(first, 2, 1);
         // The transaction's DDL changed the facts; its commit says so.
         book.set_facts(Arc::new(facts.clone()));
         book.note_start(at(900, 0, 0)).unwrap();

@@ -284,7 +284,8 @@ impl StreamAdapter {
             self.open = Some(OpenTx { start });
         }
         if let Some(tx) = self.open {
-            self.book.note_change(tx.start, row.position.clone());
+            self.book
+                .note_change(tx.start, row.position.event, row.position.row);
         }
         let table = self.describe(&row.table, out);
         let at = key(&Position::at(row.position.file.clone(), row.event_pos))?;
