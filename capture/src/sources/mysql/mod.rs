@@ -12,6 +12,10 @@
 //!  as of each position                        ▲          Debezium's MySQL records (key, value)
 //!                                             │ the same cells
 //!  snapshot: lock, consistent read view, position, unlock, key-ordered chunks
+//!
+//!  source (MySqlStream): reader task ──▶ stream (StreamAdapter): core events
+//!     at order keys, rows rendered ──▶ pipeline; book: the binlog position
+//!     and shape facts of each offset record the committer writes
 //! ```
 //!
 //! The invariant it keeps: every change carries the [`Position`] that,
