@@ -5,7 +5,7 @@
 //! record's MySQL part for a complete and a partial transaction, and a
 //! stream reopened from a partial record's part handing out that
 //! transaction again from its start (the core's tracker skips what was
-//! published). The server is shared with other tests, so only the test's
+//! published); a binlog rotation before that transaction. The server is shared with other tests, so only the test's
 //! own database's events are asserted on.
 
 use std::time::Duration;
@@ -168,6 +168,9 @@ async fn the_binlog_streams_as_core_events_with_offset_parts_and_resumes_mid_tra
     root.query_drop("DELETE FROM items WHERE id = 1")
         .await
         .unwrap();
+    // A rotation before the multi-row transaction: its keys are above
+    // every key of the file before.
+    root.query_drop("FLUSH BINARY LOGS").await.unwrap();
     root.query_drop("BEGIN").await.unwrap();
     root.query_drop("INSERT INTO items VALUES (2, 1, 'b'), (3, 1, 'c'), (4, 1, NULL)")
         .await
@@ -207,6 +210,14 @@ async fn the_binlog_streams_as_core_events_with_offset_parts_and_resumes_mid_tra
     );
     assert!(txs[3..].iter().all(|t| *t == txs[3]), "{txs:?}");
 
+    let begins: Vec<u64> = seen
+        .iter()
+        .filter_map(|s| match s.event {
+            EventView::Begin { commit } => Some(commit),
+            _ => None,
+        })
+        .collect();
+    assert!(begins.windows(2).all(|w| w[0] < w[1]), "{begins:?}");
     // Order keys: a Begin's and its Commit's `commit` are the start's key;
     // `end` is the next start's; every key grows along the stream.
     let last: Vec<Seen> = seen
@@ -247,6 +258,7 @@ async fn the_binlog_streams_as_core_events_with_offset_parts_and_resumes_mid_tra
     let part = MySqlOffset::read(&stored).expect("the part agrees with its keys");
     assert_eq!(part.server, facts.server);
     assert_eq!((part.position.event, part.position.row), (0, 0));
+    assert_ne!(part.position.file, start.from.file, "after the rotation");
     let facts = serde_json::to_string(&part.facts).unwrap();
     assert!(
         facts.contains(&db) && facts.contains("flag"),
