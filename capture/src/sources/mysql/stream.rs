@@ -333,7 +333,9 @@ impl StreamAdapter {
             .entry((shape.database.clone(), shape.table.clone()))
             .or_insert(next);
         if let Some(known) = self.described.get(&id) {
-            if known.shape == *shape || *known.shape == **shape {
+            // The decoder shares one shape per TABLE_MAP: compared by
+            // pointer first, since this runs for every row.
+            if Arc::ptr_eq(&known.shape, shape) || *known.shape == **shape {
                 return Arc::clone(known);
             }
         }
