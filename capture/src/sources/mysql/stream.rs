@@ -335,8 +335,18 @@ impl StreamAdapter {
         if let Some(known) = self.described.get(&id) {
             // The decoder shares one shape per TABLE_MAP: compared by
             // pointer first, since this runs for every row.
-            if Arc::ptr_eq(&known.shape, shape) || *known.shape == **shape {
+            if Arc::ptr_eq(&known.shape, shape) {
                 return Arc::clone(known);
+            }
+            if *known.shape == **shape {
+                // A new TABLE_MAP of the same shape: its rows share this
+                // pointer from now on.
+                let same = Arc::new(MySqlTable {
+                    shape: Arc::clone(shape),
+                    ..(**known).clone()
+                });
+                self.described.insert(id, Arc::clone(&same));
+                return same;
             }
         }
         let table = Arc::new(MySqlTable {
