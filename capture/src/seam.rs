@@ -25,6 +25,7 @@ use crate::config::CaptureConfig;
 use crate::envelope::{EnvelopeConfig, EnvelopeError, SourceIdentity, TableEncoder};
 use crate::error::CaptureError;
 use crate::naming::quote_ident;
+use crate::offset::{SourceOffset, SourcePart};
 use crate::schema_change::{ColumnDef, FormerName, SchemaHistory, TableSchemas};
 
 /// A source database as the pipeline runs it: the types of its parts and
@@ -61,8 +62,13 @@ pub(crate) trait Source: Sized {
     /// those that cannot be captured as they are, the value types.
     async fn check(cfg: &CaptureConfig) -> Result<CheckedSource<Self>, CaptureError>;
 
-    /// The change stream from `from`, which a committed offset record names.
-    async fn open_stream(cfg: &CaptureConfig, from: u64) -> Result<Self::Stream, CaptureError>;
+    /// The change stream from the committed offset record `from` (its
+    /// `flush_lsn`, and the source's own part of it when the source writes
+    /// one: [`Slot::offset_part`]).
+    async fn open_stream(
+        cfg: &CaptureConfig,
+        from: &SourceOffset,
+    ) -> Result<Self::Stream, CaptureError>;
 
     /// What to warn of once per process, before the first life (PostgreSQL:
     /// credentials sent to a server whose certificate is not verified).
@@ -120,6 +126,16 @@ pub(crate) struct CheckedSource<S: Source> {
 pub(crate) trait Slot {
     /// The source may release what precedes `flush_lsn`.
     fn confirm(&mut self, flush_lsn: u64);
+
+    /// The source's part of offset record `offset` (its core fields
+    /// final), written in the same record: what the source needs to resume
+    /// there beyond the order keys (MySQL: the binlog file, offset and
+    /// GTIDs). `None` for a source that needs nothing more (PostgreSQL).
+    /// Called by the committer before each offset record it writes; an
+    /// error (a position the stream cannot name) fails the commit.
+    fn offset_part(&self, _offset: &SourceOffset) -> Result<Option<SourcePart>, CaptureError> {
+        Ok(None)
+    }
 }
 
 /// A table as the source's catalog names it now.

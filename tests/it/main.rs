@@ -23,6 +23,7 @@ mod metrics_catalog;
 mod mysql_binlog;
 mod mysql_envelope;
 mod mysql_snapshot;
+mod mysql_stream;
 mod names_keys;
 mod secrets_never_shown;
 mod smoke_services;

@@ -106,6 +106,17 @@ pub struct SourcePosition {
     pub snapshot: SnapshotMarker,
 }
 
+/// A source's own `source` block, written from the core's position of
+/// each record: what a [`TableEncoder`] built with
+/// [`TableEncoder::with_source_block`] writes on every path (changes,
+/// snapshot rows, truncates), so the router names no source.
+///
+/// Contract: `write` appends one JSON object matching the encoder's source
+/// schema; it never fails.
+pub trait SourceBlock: std::fmt::Debug + Send + Sync {
+    fn write(&self, out: &mut Vec<u8>, src: &SourcePosition);
+}
+
 /// One column as the encoder writes it.
 #[derive(Debug, Clone)]
 struct ColumnEncoder {
@@ -176,6 +187,8 @@ pub struct TableEncoder {
     /// `}` closing the wrapper, or empty.
     tail: &'static [u8],
     source: SourceWriter,
+    /// The source's own block, when it has one (else `source`'s).
+    block: Option<Arc<dyn SourceBlock>>,
     /// Typical value size, to size buffers in one allocation.
     value_capacity: usize,
 }
@@ -230,6 +243,7 @@ impl TableEncoder {
                 &shape.name,
             ),
             source: SourceWriter::new(cfg, &shape.namespace, &shape.name),
+            block: None,
             schema_len: shape.namespace.len(),
             table,
             columns,
@@ -240,6 +254,28 @@ impl TableEncoder {
             tail,
             value_capacity,
         })
+    }
+
+    /// [`TableEncoder::with_source_schema`] whose records' `source` block
+    /// `block` writes on every path ([`SourceBlock`]).
+    pub fn with_source_block(
+        shape: &TableShape,
+        cfg: &EnvelopeConfig,
+        identity: Option<&SourceIdentity>,
+        source_schema: Value,
+        block: Arc<dyn SourceBlock>,
+    ) -> Result<Self, EnvelopeError> {
+        let mut encoder = Self::with_source_schema(shape, cfg, identity, source_schema)?;
+        encoder.block = Some(block);
+        Ok(encoder)
+    }
+
+    /// Appends the `source` block of a record at `src`.
+    fn write_source(&self, out: &mut Vec<u8>, src: &SourcePosition) {
+        match &self.block {
+            Some(block) => block.write(out, src),
+            None => self.source.write(out, src, Some(src.tx_id)),
+        }
     }
 
     /// The source schema and table of the events.
@@ -328,7 +364,7 @@ impl TableEncoder {
         now_ms: i64,
         out: &mut Vec<u8>,
     ) -> Result<(), EnvelopeError> {
-        let write_source = |out: &mut Vec<u8>| self.source.write(out, src, Some(src.tx_id));
+        let write_source = |out: &mut Vec<u8>| self.write_source(out, src);
         self.value_with_source_into(op, before, after, write_source, now_ms, out)
     }
 
@@ -357,7 +393,7 @@ impl TableEncoder {
     pub fn truncate_value(&self, src: &SourcePosition, now_ms: i64) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.value_head.len() + 320);
         // Without rows nothing can fail; the error arm is unreachable.
-        let write_source = |out: &mut Vec<u8>| self.source.write(out, src, Some(src.tx_id));
+        let write_source = |out: &mut Vec<u8>| self.write_source(out, src);
         if self
             .write_envelope::<NoRow>(Op::Truncate, None, None, write_source, now_ms, &mut out)
             .is_err()

@@ -338,7 +338,7 @@ impl<T: Transactions> Committer<T> {
             self.finish_inflight(slot).await?;
         }
         if self.batch_full() {
-            self.start_commit().await?;
+            self.start_commit(slot).await?;
         }
         Ok(())
     }
@@ -358,16 +358,18 @@ impl<T: Transactions> Committer<T> {
         slot: &mut impl Slot,
     ) -> Result<(), CaptureError> {
         self.finish_inflight(slot).await?;
-        self.start_commit().await?;
+        self.start_commit(slot).await?;
         self.finish_inflight(slot).await
     }
 
-    /// Closes the open batch with the offset record of `pending` and starts
-    /// committing it in the background. Does nothing while a commit runs.
-    pub(super) async fn start_commit(&mut self) -> Result<(), CaptureError> {
+    /// Closes the open batch with the offset record of `pending` (with the
+    /// source's part of it, [`Slot::offset_part`]) and starts committing it
+    /// in the background. Does nothing while a commit runs.
+    pub(super) async fn start_commit(&mut self, slot: &impl Slot) -> Result<(), CaptureError> {
         if self.inflight.is_some() || (self.batch.is_none() && self.pending == self.committed) {
             return Ok(());
         }
+        self.pending.source = slot.offset_part(&self.pending)?;
         self.open_batch()?;
         let mut offset = Record::new(
             &self.topics.offsets,
@@ -437,7 +439,7 @@ impl<T: Transactions> Committer<T> {
         self.send(held.records).await?;
         // A batch refilled from held records may already be full.
         if self.batch_full() {
-            self.start_commit().await?;
+            self.start_commit(slot).await?;
         }
         Ok(())
     }

@@ -151,3 +151,42 @@ async fn with_nothing_new_nothing_commits_and_a_moved_position_commits_alone() {
     assert_eq!(log.confirms(), [50]);
     log.check_confirms();
 }
+
+/// A source that writes its own part into every offset record.
+struct PartSlot(super::memory::Log);
+
+impl crate::seam::Slot for PartSlot {
+    fn confirm(&mut self, flush_lsn: u64) {
+        crate::seam::Slot::confirm(&mut self.0, flush_lsn);
+    }
+
+    fn offset_part(
+        &self,
+        offset: &SourceOffset,
+    ) -> Result<Option<crate::offset::SourcePart>, crate::error::CaptureError> {
+        Ok(Some(crate::offset::SourcePart::new(
+            serde_json::json!({"test": {"flush": offset.flush_lsn}}),
+        )))
+    }
+}
+
+#[tokio::test]
+async fn each_offset_record_carries_the_sources_part_of_its_position() {
+    let (mut c, log) = committer(1, offset_at(10));
+    let mut slot = PartSlot(log.clone());
+    c.publish(vec![record("t", "a")]).await.unwrap();
+    c.pending.flush_lsn = 100;
+    c.close_if_full(&mut slot).await.unwrap();
+    c.finish_inflight(&mut slot).await.unwrap();
+    let steps = log.steps();
+    let offsets: Vec<SourceOffset> = steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Send { topic, value, .. } if topic == OFFSETS => Some(decode(value.as_deref())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(offsets.len(), 1, "{steps:?}");
+    let part = offsets[0].source.as_ref().expect("the source's part");
+    assert_eq!(part.value()["test"]["flush"], 100);
+}

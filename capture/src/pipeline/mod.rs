@@ -143,7 +143,7 @@ impl<S: Source> Pipeline<'_, S> {
                     return Ok(());
                 }
                 done = self.kafka.commit_done() => self.kafka.on_commit_done(done, &mut self.source.stream).await?,
-                _ = sleep_until(deadline) => self.kafka.start_commit().await?,
+                _ = sleep_until(deadline) => self.kafka.start_commit(&self.source.stream).await?,
                 _ = heartbeat.tick() => self.heartbeat().await?,
                 read = snapshot_runtime::chunk_read(&mut self.snapshot) => self.snapshot.on_chunk_read(&mut self.kafka, read)?,
                 event = S::next_event(&mut self.source.stream) => self.on_event(event?).await?,

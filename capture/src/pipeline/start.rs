@@ -273,7 +273,7 @@ async fn assemble<'a, S: Source>(
     shutdown: &CancellationToken,
 ) -> Result<Pipeline<'a, S>, CaptureError> {
     let schemas = crate::schema_change::read_history(cfg).await?;
-    let stream = S::open_stream(cfg, start.offset.flush_lsn).await?;
+    let stream = S::open_stream(cfg, &start.offset).await?;
     metrics.health.connected();
     let mut pipeline = Pipeline {
         cfg,

@@ -18,7 +18,7 @@
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{json, Value};
 
@@ -27,9 +27,11 @@ use super::decoder::{ChangeKind, RowChange};
 use super::mapping::{self, MappingConfig, MappingError};
 use super::position::Position;
 use super::shape::{ColumnShape as MySqlColumnShape, TableShape as MySqlTableShape};
+use crate::change::{Datum, RowImage};
 use crate::envelope::{
     self, Characters, ColumnShape, ColumnType, EnvelopeConfig, EnvelopeError, Op, Row,
-    SnapshotMarker, TableEncoder, TableShape, Unrepresentable, SOURCE_VERSION,
+    SnapshotMarker, SourceBlock, SourceIdentity, SourcePosition, TableEncoder, TableShape,
+    Unrepresentable, SOURCE_VERSION,
 };
 use crate::json::{write_i64, write_str, write_u64};
 
@@ -266,6 +268,50 @@ fn is_decimal(col: &MySqlColumnShape) -> bool {
     matches!(col.ty, MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL)
 }
 
+/// A column whose values the mapping can refuse, and how its rendered
+/// values look when it did not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusable {
+    /// BIGINT UNSIGNED as int64: a rendered value fits an i64.
+    UnsignedLong,
+    /// DECIMAL as Connect Decimal: a rendered value is a JSON string.
+    PreciseDecimal,
+}
+
+impl MySqlColumn {
+    fn refusable(&self) -> Option<Refusable> {
+        use mysql_async::consts::ColumnType::MYSQL_TYPE_LONGLONG;
+        if self.col.ty == MYSQL_TYPE_LONGLONG
+            && self.col.unsigned
+            && self.mapping.bigint_unsigned == mapping::BigintUnsignedHandlingMode::Long
+        {
+            Some(Refusable::UnsignedLong)
+        } else if is_decimal(&self.col)
+            && self.mapping.decimal == mapping::DecimalHandlingMode::Precise
+        {
+            Some(Refusable::PreciseDecimal)
+        } else {
+            None
+        }
+    }
+
+    /// Whether `text` is a value the mapping refused (its raw text), not
+    /// one it rendered.
+    fn refuses(&self, text: &str) -> bool {
+        match self.refusable() {
+            Some(Refusable::UnsignedLong) => text.parse::<i64>().is_err(),
+            Some(Refusable::PreciseDecimal) => !text.starts_with('"'),
+            None => false,
+        }
+    }
+}
+
+const UNSIGNED_FIELD: &str = "int64 (bigint.unsigned.handling.mode = \"long\")";
+const UNSIGNED_FIX: &str = "set bigint.unsigned.handling.mode = \"precise\" in the capture config (a Connect Decimal holds every BIGINT UNSIGNED), restart capture, then snapshot the table to bring the refused rows to the targets";
+const DECIMAL_FIELD: &str = "org.apache.kafka.connect.data.Decimal";
+const DECIMAL_FIX: &str =
+    "set decimal.handling.mode = \"string\" to publish the text as it is, then snapshot the table";
+
 impl ColumnType for MySqlColumn {
     fn field_schema(&self, field: &str, optional: bool) -> Value {
         // Debezium declares NOT NULL columns required.
@@ -276,6 +322,9 @@ impl ColumnType for MySqlColumn {
     }
 
     fn write_json(&self, text: &str, out: &mut Vec<u8>) -> Result<(), Unrepresentable> {
+        if self.refuses(text) {
+            return Err(Unrepresentable);
+        }
         if self.chars {
             write_str(out, text);
         } else {
@@ -284,13 +333,19 @@ impl ColumnType for MySqlColumn {
         Ok(())
     }
 
-    // Values are refused while rendered (`MySqlTableEncoder::render`),
-    // each with its own help; `write_json` refuses none.
+    // The envelope's own records refuse values while rendered
+    // (`MySqlTableEncoder::render`); the core's encoder of a streamed
+    // table refuses here the raw values a row image carries instead
+    // (`MySqlRowImages::image`), with the same help.
     fn refusal_help(&self) -> (&'static str, &'static str) {
-        (
-            "its field",
-            "bring the value into the field's range, then snapshot the table",
-        )
+        match self.refusable() {
+            Some(Refusable::UnsignedLong) => (UNSIGNED_FIELD, UNSIGNED_FIX),
+            Some(Refusable::PreciseDecimal) => (DECIMAL_FIELD, DECIMAL_FIX),
+            None => (
+                "its field",
+                "bring the value into the field's range, then snapshot the table",
+            ),
+        }
     }
 
     fn characters(&self) -> Characters {
@@ -356,20 +411,7 @@ impl MySqlTableEncoder {
             .iter()
             .map(|c| Arc::new(MySqlColumn::new(c, mapping)))
             .collect();
-        let core = TableShape {
-            namespace: shape.database.clone(),
-            name: shape.table.clone(),
-            columns: shape
-                .columns
-                .iter()
-                .zip(&columns)
-                .map(|(c, ty)| ColumnShape {
-                    name: c.name.clone(),
-                    ty: Arc::clone(ty) as Arc<dyn ColumnType>,
-                })
-                .collect(),
-            key: shape.primary_key.clone(),
-        };
+        let core = core_shape(&shape, &columns);
         let encoder = TableEncoder::with_source_schema(&core, cfg, None, source_schema())?;
         Ok(Self {
             encoder,
@@ -447,59 +489,282 @@ impl MySqlTableEncoder {
     /// Each cell's JSON by the mapping; a value the mapping refuses is the
     /// envelope's refusal (the change goes to the dead letter topic).
     fn render(&self, row: &[Cell]) -> Result<Rendered, EnvelopeError> {
-        if row.len() != self.columns.len() {
-            return Err(EnvelopeError::ColumnCount {
-                table: self.shape.qualified(),
-                expected: self.columns.len(),
-                got: row.len(),
-            });
-        }
-        let mut out = Rendered {
-            buf: Vec::with_capacity(16 * row.len()),
-            cells: Vec::with_capacity(row.len()),
-        };
-        for (col, cell) in self.columns.iter().zip(row) {
-            let value = mapping::to_json(&col.mapping, &col.col, cell)
-                .map_err(|e| self.refusal(&col.col, e))?;
-            let start = out.buf.len();
-            match value {
-                Value::Null => {
-                    out.cells.push(None);
-                    continue;
-                }
-                Value::String(s) if col.chars => out.buf.extend_from_slice(s.as_bytes()),
-                v => serde_json::to_writer(&mut out.buf, &v).map_err(|_| {
-                    EnvelopeError::InvalidUtf8 {
-                        table: self.shape.qualified(),
-                        column: col.col.name.clone(),
-                    }
-                })?,
-            }
-            out.cells.push(Some((start, out.buf.len())));
-        }
-        Ok(out)
+        render(&self.shape, &self.columns, row, Refusals::Fail)
+    }
+}
+
+/// Rows of one shape of one MySQL table as the core's row images: each
+/// cell rendered by the mapping as [`MySqlTableEncoder`] renders it, so the
+/// core's [`TableEncoder`] of the same shape writes them unchanged.
+#[derive(Debug, Clone)]
+pub struct MySqlRowImages {
+    shape: Arc<MySqlTableShape>,
+    columns: Vec<Arc<MySqlColumn>>,
+}
+
+impl MySqlRowImages {
+    pub fn new(shape: Arc<MySqlTableShape>, mapping: MappingConfig) -> Self {
+        let columns = shape
+            .columns
+            .iter()
+            .map(|c| Arc::new(MySqlColumn::new(c, mapping)))
+            .collect();
+        Self { shape, columns }
     }
 
-    fn refusal(&self, col: &MySqlColumnShape, e: MappingError) -> EnvelopeError {
-        let table = self.shape.qualified();
-        let column = col.name.clone();
-        match e {
-            MappingError::InvalidUtf8 => EnvelopeError::InvalidUtf8 { table, column },
-            MappingError::UnsignedOverflow { value } => EnvelopeError::Unrepresentable {
-                table,
-                column,
-                value: value.to_string(),
-                field: "int64 (bigint.unsigned.handling.mode = \"long\")",
-                fix: "set bigint.unsigned.handling.mode = \"precise\" in the capture config (a Connect Decimal holds every BIGINT UNSIGNED), restart capture, then snapshot the table to bring the refused rows to the targets",
-            },
-            MappingError::Decimal(text) => EnvelopeError::Unrepresentable {
-                table,
-                column,
-                value: text.chars().take(200).collect(),
-                field: "org.apache.kafka.connect.data.Decimal",
-                fix: "set decimal.handling.mode = \"string\" to publish the text as it is, then snapshot the table",
-            },
+    /// The core's shape of the table, with these columns' types: what a
+    /// core [`TableEncoder`] of the images is built from.
+    pub fn core_shape(&self) -> TableShape {
+        core_shape(&self.shape, &self.columns)
+    }
+
+    /// `row` as a core row image: a cell Debezium writes as null is
+    /// [`Datum::Null`](crate::change::Datum::Null), any other its rendered
+    /// text. A value the mapping refuses for its field (a BIGINT UNSIGNED
+    /// above int64, a DECIMAL the Connect Decimal cannot hold) keeps its
+    /// raw text, which the core's encoder refuses with the envelope's help
+    /// (the change goes to the dead letter topic); text that is not UTF-8
+    /// is an error.
+    pub fn image(&self, row: &[Cell]) -> Result<RowImage, EnvelopeError> {
+        let rendered = render(&self.shape, &self.columns, row, Refusals::Raw)?;
+        let buf = bytes::Bytes::from(rendered.buf);
+        Ok(RowImage(
+            rendered
+                .cells
+                .into_iter()
+                .map(|cell| match cell {
+                    Some((a, b)) => Datum::Text(buf.slice(a..b)),
+                    None => Datum::Null,
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// The `source` fields of the change the core encodes next that its
+/// [`SourcePosition`] does not carry (GTID, server, thread, file, the row
+/// in its event): the stream sets them as it hands out each change, and
+/// the core encodes a change before it asks for the next event (its one
+/// task), so the block of every record is its own change's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventFacts {
+    pub ts_ms: i64,
+    pub server_id: u32,
+    pub gtid: Option<String>,
+    /// The rows event's file and offset (a snapshot row: the snapshot's
+    /// position).
+    pub file: String,
+    pub pos: u64,
+    /// The row's place in its rows event, from 0.
+    pub row: u64,
+    pub thread: Option<u64>,
+}
+
+impl EventFacts {
+    /// The facts of binlog change `change`.
+    pub fn of_change(change: &RowChange) -> Self {
+        let src = MySqlSource::of_change(change, None);
+        Self {
+            ts_ms: src.ts_ms,
+            server_id: src.server_id,
+            gtid: src.gtid.map(str::to_owned),
+            file: src.file.to_owned(),
+            pos: src.pos,
+            row: src.row,
+            thread: src.thread,
         }
+    }
+}
+
+/// The facts the stream shares with its tables' encoders.
+pub type SharedFacts = Arc<Mutex<EventFacts>>;
+
+/// The MySQL `source` block on the core's encoder.
+#[derive(Debug)]
+struct MySqlBlock {
+    writer: SourceWriter,
+    facts: SharedFacts,
+}
+
+impl SourceBlock for MySqlBlock {
+    fn write(&self, out: &mut Vec<u8>, src: &SourcePosition) {
+        let facts = self.facts.lock().unwrap_or_else(PoisonError::into_inner);
+        let block = if src.snapshot == SnapshotMarker::False {
+            MySqlSource {
+                ts_ms: facts.ts_ms,
+                snapshot: src.snapshot,
+                server_id: facts.server_id,
+                gtid: facts.gtid.as_deref(),
+                file: &facts.file,
+                pos: facts.pos,
+                row: facts.row,
+                thread: facts.thread,
+                query: None,
+            }
+        } else {
+            MySqlSource {
+                ts_ms: src.commit_ts_ms,
+                snapshot: src.snapshot,
+                server_id: SNAPSHOT_SERVER_ID,
+                gtid: None,
+                file: &facts.file,
+                pos: facts.pos,
+                row: 0,
+                thread: None,
+                query: None,
+            }
+        };
+        self.writer.write(out, &block);
+    }
+}
+
+impl MySqlRowImages {
+    /// The core encoder of these images: Debezium's MySQL records keyed by
+    /// `key` (`message.key.columns`, else the primary key), the `source`
+    /// block from `facts` ([`EventFacts`]).
+    pub fn encoder(
+        &self,
+        cfg: &EnvelopeConfig,
+        key: Option<&[String]>,
+        identity: Option<&SourceIdentity>,
+        facts: SharedFacts,
+    ) -> Result<TableEncoder, EnvelopeError> {
+        let mut shape = self.core_shape();
+        if let Some(names) = key {
+            shape.key = names
+                .iter()
+                .map(|n| {
+                    self.shape
+                        .columns
+                        .iter()
+                        .position(|c| &c.name == n)
+                        .ok_or_else(|| EnvelopeError::UnknownKeyColumn {
+                            table: self.shape.qualified(),
+                            column: n.clone(),
+                        })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if shape.key.is_empty() {
+            return Err(EnvelopeError::NoKeyColumns {
+                table: self.shape.qualified(),
+            });
+        }
+        let block = MySqlBlock {
+            writer: SourceWriter::new(&cfg.topic_prefix, &self.shape.database, &self.shape.table),
+            facts,
+        };
+        TableEncoder::with_source_block(&shape, cfg, identity, source_schema(), Arc::new(block))
+    }
+}
+
+fn core_shape(shape: &MySqlTableShape, columns: &[Arc<MySqlColumn>]) -> TableShape {
+    TableShape {
+        namespace: shape.database.clone(),
+        name: shape.table.clone(),
+        columns: shape
+            .columns
+            .iter()
+            .zip(columns)
+            .map(|(c, ty)| ColumnShape {
+                name: c.name.clone(),
+                ty: Arc::clone(ty) as Arc<dyn ColumnType>,
+            })
+            .collect(),
+        key: shape.primary_key.clone(),
+    }
+}
+
+/// What rendering does with a value the mapping refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusals {
+    /// Fails the row with the refusal.
+    Fail,
+    /// Keeps the value's raw text (a BIGINT UNSIGNED's number, a
+    /// DECIMAL's text), which the column's `write_json` refuses when the
+    /// core's encoder writes it: the change goes to the dead letter topic
+    /// there, as any refused value does.
+    Raw,
+}
+
+/// Each cell of `row` (of `shape`) as JSON by its column's mapping.
+fn render(
+    shape: &MySqlTableShape,
+    columns: &[Arc<MySqlColumn>],
+    row: &[Cell],
+    refusals: Refusals,
+) -> Result<Rendered, EnvelopeError> {
+    if row.len() != columns.len() {
+        return Err(EnvelopeError::ColumnCount {
+            table: shape.qualified(),
+            expected: columns.len(),
+            got: row.len(),
+        });
+    }
+    let mut out = Rendered {
+        buf: Vec::with_capacity(16 * row.len()),
+        cells: Vec::with_capacity(row.len()),
+    };
+    for (col, cell) in columns.iter().zip(row) {
+        let start = out.buf.len();
+        let value = match mapping::to_json(&col.mapping, &col.col, cell) {
+            Ok(value) => value,
+            Err(e) => match (refusals, raw_refused(col, &e)) {
+                (Refusals::Raw, Some(raw)) => {
+                    out.buf.extend_from_slice(raw.as_bytes());
+                    out.cells.push(Some((start, out.buf.len())));
+                    continue;
+                }
+                _ => return Err(refusal(shape, &col.col, e)),
+            },
+        };
+        match value {
+            Value::Null => {
+                out.cells.push(None);
+                continue;
+            }
+            Value::String(s) if col.chars => out.buf.extend_from_slice(s.as_bytes()),
+            v => {
+                serde_json::to_writer(&mut out.buf, &v).map_err(|_| EnvelopeError::InvalidUtf8 {
+                    table: shape.qualified(),
+                    column: col.col.name.clone(),
+                })?
+            }
+        }
+        out.cells.push(Some((start, out.buf.len())));
+    }
+    Ok(out)
+}
+
+/// The raw text of a value `col`'s `write_json` refuses, for refusal `e`.
+fn raw_refused(col: &MySqlColumn, e: &MappingError) -> Option<String> {
+    let raw = match e {
+        MappingError::UnsignedOverflow { value } => value.to_string(),
+        MappingError::Decimal(text) => text.clone(),
+        MappingError::InvalidUtf8 => return None,
+    };
+    col.refuses(&raw).then_some(raw)
+}
+
+fn refusal(shape: &MySqlTableShape, col: &MySqlColumnShape, e: MappingError) -> EnvelopeError {
+    let table = shape.qualified();
+    let column = col.name.clone();
+    match e {
+        MappingError::InvalidUtf8 => EnvelopeError::InvalidUtf8 { table, column },
+        MappingError::UnsignedOverflow { value } => EnvelopeError::Unrepresentable {
+            table,
+            column,
+            value: value.to_string(),
+            field: UNSIGNED_FIELD,
+            fix: UNSIGNED_FIX,
+        },
+        MappingError::Decimal(text) => EnvelopeError::Unrepresentable {
+            table,
+            column,
+            value: text.chars().take(200).collect(),
+            field: DECIMAL_FIELD,
+            fix: DECIMAL_FIX,
+        },
     }
 }
 

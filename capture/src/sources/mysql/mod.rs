@@ -12,6 +12,10 @@
 //!  as of each position                        ▲          Debezium's MySQL records (key, value)
 //!                                             │ the same cells
 //!  snapshot: lock, consistent read view, position, unlock, key-ordered chunks
+//!
+//!  source (MySqlStream): reader task ──▶ stream (StreamAdapter): core events
+//!     at order keys, rows rendered ──▶ pipeline; book: the binlog position
+//!     and shape facts of each offset record the committer writes
 //! ```
 //!
 //! The invariant it keeps: every change carries the [`Position`] that,
@@ -20,6 +24,7 @@
 //! the transaction already handed out). What is tested against MariaDB and
 //! what only with byte fixtures: docs/mysql.md.
 
+pub mod book;
 pub mod catalog;
 pub mod cell;
 pub mod checks;
@@ -33,6 +38,8 @@ pub mod position;
 pub mod reader;
 pub mod shape;
 pub mod snapshot;
+pub mod source;
+pub mod stream;
 
 pub use catalog::MySqlCatalog;
 pub use cell::Cell;
@@ -48,3 +55,6 @@ pub use position::{
 pub use reader::{BinlogReader, ResumeBy};
 pub use shape::{CatalogColumn, ColumnShape, TableShape};
 pub use snapshot::{Chunk, SnapshotLock, SnapshotLockingMode, SnapshotReader, SnapshotSettings};
+#[cfg(feature = "testing")]
+pub use source::EventView;
+pub use source::{MySqlStream, StreamStart};

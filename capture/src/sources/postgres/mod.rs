@@ -27,6 +27,7 @@ use tokio_postgres::Client;
 
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
+use crate::offset::SourceOffset;
 use crate::schema_change::SchemaHistory;
 use crate::seam::{CheckedSource, Source, SourceEvent};
 
@@ -45,8 +46,11 @@ impl Source for Postgres {
         start::check_source(cfg).await
     }
 
-    async fn open_stream(cfg: &CaptureConfig, from: u64) -> Result<SourceStream, CaptureError> {
-        stream::connect(cfg, from).await
+    async fn open_stream(
+        cfg: &CaptureConfig,
+        from: &SourceOffset,
+    ) -> Result<SourceStream, CaptureError> {
+        stream::connect(cfg, from.flush_lsn).await
     }
 
     fn warning(cfg: &CaptureConfig) -> Option<String> {
