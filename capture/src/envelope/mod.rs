@@ -19,6 +19,7 @@ mod columns;
 mod error;
 mod message;
 mod schema;
+pub(crate) use schema::{common_source_fields, field as schema_field};
 mod shape;
 mod source;
 

@@ -12,39 +12,49 @@ pub const SOURCE_SCHEMA_NAME: &str = "io.debezium.connector.postgresql.Source";
 /// Values the `snapshot` field may take, as Debezium declares them.
 const SNAPSHOT_ALLOWED: &str = "true,last,false,incremental";
 
-fn field(ty: &str, optional: bool, name: &str) -> Value {
+/// A field of a Connect struct schema.
+pub(crate) fn field(ty: &str, optional: bool, name: &str) -> Value {
     json!({"type": ty, "optional": optional, "field": name})
+}
+
+/// The fields every Debezium connector's `source` struct begins with, its
+/// `snapshot` enum allowing `snapshot_allowed`; each source adds its own.
+pub(crate) fn common_source_fields(snapshot_allowed: &str) -> Vec<Value> {
+    vec![
+        field("string", false, "version"),
+        field("string", false, "connector"),
+        field("string", false, "name"),
+        field("int64", false, "ts_ms"),
+        json!({
+            "type": "string",
+            "optional": true,
+            "name": "io.debezium.data.Enum",
+            "version": 1,
+            "parameters": {"allowed": snapshot_allowed},
+            "default": "false",
+            "field": "snapshot"
+        }),
+        field("string", false, "db"),
+        field("string", true, "sequence"),
+    ]
 }
 
 /// The `source` struct: Debezium's PostgreSQL fields plus oncely's
 /// `commit_lsn` and `event_seq`, which sinks use to version rows.
 pub fn source_schema() -> Value {
+    let mut fields = common_source_fields(SNAPSHOT_ALLOWED);
+    fields.extend([
+        field("string", false, "schema"),
+        field("string", false, "table"),
+        field("int64", true, "txId"),
+        field("int64", true, "lsn"),
+        field("int64", true, "xmin"),
+        field("int64", true, "commit_lsn"),
+        field("int64", true, "event_seq"),
+    ]);
     json!({
         "type": "struct",
-        "fields": [
-            field("string", false, "version"),
-            field("string", false, "connector"),
-            field("string", false, "name"),
-            field("int64", false, "ts_ms"),
-            {
-                "type": "string",
-                "optional": true,
-                "name": "io.debezium.data.Enum",
-                "version": 1,
-                "parameters": {"allowed": SNAPSHOT_ALLOWED},
-                "default": "false",
-                "field": "snapshot"
-            },
-            field("string", false, "db"),
-            field("string", true, "sequence"),
-            field("string", false, "schema"),
-            field("string", false, "table"),
-            field("int64", true, "txId"),
-            field("int64", true, "lsn"),
-            field("int64", true, "xmin"),
-            field("int64", true, "commit_lsn"),
-            field("int64", true, "event_seq"),
-        ],
+        "fields": fields,
         "optional": false,
         "name": SOURCE_SCHEMA_NAME,
         "field": "source"

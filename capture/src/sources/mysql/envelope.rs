@@ -33,6 +33,7 @@ use crate::envelope::{
     SnapshotMarker, SourceBlock, SourceIdentity, SourcePosition, TableEncoder, TableShape,
     Unrepresentable, SOURCE_VERSION,
 };
+use crate::envelope::{common_source_fields, schema_field as field};
 use crate::json::{write_i64, write_str, write_u64};
 
 pub use crate::envelope::SnapshotMarker as Snapshot;
@@ -48,41 +49,24 @@ pub const SNAPSHOT_SERVER_ID: u32 = 0;
 const SNAPSHOT_ALLOWED: &str =
     "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental";
 
-fn field(ty: &str, optional: bool, name: &str) -> Value {
-    json!({"type": ty, "optional": optional, "field": name})
-}
-
 /// The `source` struct of Debezium's MySQL connector.
 pub fn source_schema() -> Value {
+    let mut fields = common_source_fields(SNAPSHOT_ALLOWED);
+    fields.extend([
+        field("int64", true, "ts_us"),
+        field("int64", true, "ts_ns"),
+        field("string", true, "table"),
+        field("int64", false, "server_id"),
+        field("string", true, "gtid"),
+        field("string", false, "file"),
+        field("int64", false, "pos"),
+        field("int32", false, "row"),
+        field("int64", true, "thread"),
+        field("string", true, "query"),
+    ]);
     json!({
         "type": "struct",
-        "fields": [
-            field("string", false, "version"),
-            field("string", false, "connector"),
-            field("string", false, "name"),
-            field("int64", false, "ts_ms"),
-            {
-                "type": "string",
-                "optional": true,
-                "name": "io.debezium.data.Enum",
-                "version": 1,
-                "parameters": {"allowed": SNAPSHOT_ALLOWED},
-                "default": "false",
-                "field": "snapshot"
-            },
-            field("string", false, "db"),
-            field("string", true, "sequence"),
-            field("int64", true, "ts_us"),
-            field("int64", true, "ts_ns"),
-            field("string", true, "table"),
-            field("int64", false, "server_id"),
-            field("string", true, "gtid"),
-            field("string", false, "file"),
-            field("int64", false, "pos"),
-            field("int32", false, "row"),
-            field("int64", true, "thread"),
-            field("string", true, "query"),
-        ],
+        "fields": fields,
         "optional": false,
         "name": SOURCE_SCHEMA_NAME,
         "version": 1,
