@@ -1,26 +1,36 @@
-//! `oncely status`: one screen per pipeline — the replication slot, capture's
-//! committed offset against the server's WAL position, and per sink its
-//! positions against the topics' ends and its dead letters. It reads what
-//! `oncely verify` reads (the same configs, [`crate::verify`]'s source,
-//! target and topic readers) and compares nothing row by row.
+//! `oncely status`: one screen per pipeline — the source's side (PostgreSQL:
+//! the replication slot and capture's committed offset against the server's
+//! WAL position; MySQL/MariaDB: the stored binlog position against the
+//! server's binlogs, [`mysql`]), and per sink its positions against the
+//! topics' ends and its dead letters. It reads what `oncely verify` reads
+//! (the same configs, [`crate::verify`]'s source, target and topic readers)
+//! and compares nothing row by row.
 //!
 //! The verdict, for scripts: **down** (exit 2) when the slot is missing or no
-//! walsender holds it (capture is not streaming) or capture has committed no
-//! offset; **degraded** (exit 1) when the slot retains more WAL than
-//! `slot.max.retained.bytes`, a sink's dead-letter topic holds records, or a
-//! sink is more than `max_lag` offsets behind; else **healthy** (exit 0).
+//! walsender holds it (capture is not streaming), capture has committed no
+//! offset, or it cannot resume from it (MySQL: a purged binlog, another
+//! server's position, a server not set up for capture); **degraded** (exit
+//! 1) when the slot retains more WAL than `slot.max.retained.bytes`, a
+//! sink's dead-letter topic holds records, or a sink is more than `max_lag`
+//! offsets behind; else **healthy** (exit 0).
+
+mod mysql;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
-use oncely_capture::catalog::read_stored_offset;
+use oncely_capture::catalog::{read_stored_offset, SourceOffset};
 use oncely_capture::config::CaptureConfig;
 use oncely_core::clock::now_ms;
 use oncely_sinks::TopicPartition;
 use serde_json::{json, Value};
 
-use crate::verify::{oldest_unapplied, topic_ends, SourceDb, Target, Unapplied, VerifyError};
+use crate::verify::{
+    oldest_unapplied, topic_ends, PgSource, SourceDb, Target, Unapplied, VerifyError,
+};
+
+pub use mysql::{binlog_bytes_between, BinlogStatus};
 
 /// What to look at.
 #[derive(Debug, Clone)]
@@ -62,7 +72,7 @@ pub struct SlotStatus {
     pub active: bool,
     pub confirmed_lsn: Option<String>,
     pub retained_bytes: Option<i64>,
-    /// Capture's lag as the walsender measures it (see [`Status::capture_lag_seconds`]).
+    /// Capture's lag as the walsender measures it (see [`PgStatus::capture_lag_seconds`]).
     pub lag_seconds: Option<f64>,
     /// `slot.max.retained.bytes`.
     pub max_retained_bytes: Option<u64>,
@@ -98,10 +108,10 @@ impl SinkStatus {
     }
 }
 
-/// Everything `oncely status` shows.
+/// The source's side of a PostgreSQL pipeline: the slot and capture's
+/// committed offset against the server's WAL.
 #[derive(Debug, Clone)]
-pub struct Status {
-    pub connector: String,
+pub struct PgStatus {
     pub server_lsn: String,
     pub slot: SlotStatus,
     /// Capture's committed offset: its flush LSN, and bytes behind the server.
@@ -112,6 +122,20 @@ pub struct Status {
     /// the walsender holding the slot); 0 when nothing is unconfirmed,
     /// `None` when no walsender holds the slot.
     pub capture_lag_seconds: Option<f64>,
+}
+
+/// The source's side, by the source capture's configuration names.
+#[derive(Debug, Clone)]
+pub enum SourceStatus {
+    Postgres(PgStatus),
+    Mysql(Box<BinlogStatus>),
+}
+
+/// Everything `oncely status` shows.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub connector: String,
+    pub source: SourceStatus,
     /// Seconds since the source commit of the last transaction capture
     /// published (grows while the source is idle too).
     pub last_published_age_seconds: Option<f64>,
@@ -134,53 +158,67 @@ impl Status {
     }
 
     pub fn to_json(&self) -> Value {
-        json!({
+        let mut doc = json!({
             "health": self.health().name(),
             "problems": self.problems.iter().map(|(h, why)| json!({"severity": h.name(), "problem": why})).collect::<Vec<_>>(),
             "connector": self.connector,
-            "server_lsn": self.server_lsn,
-            "slot": {
-                "name": self.slot.name,
-                "exists": self.slot.exists,
-                "active": self.slot.active,
-                "confirmed_lsn": self.slot.confirmed_lsn,
-                "retained_bytes": self.slot.retained_bytes,
-                "max_retained_bytes": self.slot.max_retained_bytes,
-            },
-            "capture": {
-                "committed_lsn": self.committed_lsn,
-                "lag_bytes": self.capture_lag_bytes,
-                "lag_seconds": self.capture_lag_seconds,
-                "last_published_age_seconds": self.last_published_age_seconds,
-                "snapshot": self.snapshot.as_ref().map(|(id, table, rows, queued, paused)| json!({
-                    "id": id, "table": table, "rows": rows, "tables_queued": queued, "paused": paused,
-                })),
-            },
-            "sinks": self.sinks.iter().map(|s| json!({
-                "sink": s.label,
-                "group": s.group,
-                "lag_offsets": s.lag(),
-                "partitions": s.partitions.iter().map(|(tp, (at, end))| json!({
-                    "topic": tp.topic, "partition": tp.partition, "position": at, "end": end,
-                    "lag_offsets": (end - at.unwrap_or(0)).max(0),
-                    "lag_seconds": seconds(&s.waiting_seconds, tp),
-                    "lag_source_seconds": seconds(&s.source_seconds, tp),
-                })).collect::<Vec<_>>(),
-                "dead_letter_topic": s.dead_letter_topic,
-                "dead_letters": s.dead_letters,
-            })).collect::<Vec<_>>(),
-        })
+        });
+        let mut capture = match &self.source {
+            SourceStatus::Postgres(pg) => {
+                doc["server_lsn"] = json!(pg.server_lsn);
+                doc["slot"] = json!({
+                    "name": pg.slot.name,
+                    "exists": pg.slot.exists,
+                    "active": pg.slot.active,
+                    "confirmed_lsn": pg.slot.confirmed_lsn,
+                    "retained_bytes": pg.slot.retained_bytes,
+                    "max_retained_bytes": pg.slot.max_retained_bytes,
+                });
+                json!({
+                    "committed_lsn": pg.committed_lsn,
+                    "lag_bytes": pg.capture_lag_bytes,
+                    "lag_seconds": pg.capture_lag_seconds,
+                })
+            }
+            SourceStatus::Mysql(my) => {
+                doc["source"] = json!("mysql");
+                doc["server"] = my.server_json();
+                my.capture_json()
+            }
+        };
+        capture["last_published_age_seconds"] = json!(self.last_published_age_seconds);
+        capture["snapshot"] =
+            json!(self.snapshot.as_ref().map(|(id, table, rows, queued, paused)| json!({
+            "id": id, "table": table, "rows": rows, "tables_queued": queued, "paused": paused,
+        })));
+        doc["capture"] = capture;
+        doc["sinks"] = self
+            .sinks
+            .iter()
+            .map(|s| {
+                json!({
+                    "sink": s.label,
+                    "group": s.group,
+                    "lag_offsets": s.lag(),
+                    "partitions": s.partitions.iter().map(|(tp, (at, end))| json!({
+                        "topic": tp.topic, "partition": tp.partition, "position": at, "end": end,
+                        "lag_offsets": (end - at.unwrap_or(0)).max(0),
+                        "lag_seconds": seconds(&s.waiting_seconds, tp),
+                        "lag_source_seconds": seconds(&s.source_seconds, tp),
+                    })).collect::<Vec<_>>(),
+                    "dead_letter_topic": s.dead_letter_topic,
+                    "dead_letters": s.dead_letters,
+                })
+            })
+            .collect();
+        doc
     }
 }
 
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl PgStatus {
+    fn fmt_lines(&self, connector: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.slot;
-        writeln!(
-            f,
-            "capture {} (server WAL at {})",
-            self.connector, self.server_lsn
-        )?;
+        writeln!(f, "capture {connector} (server WAL at {})", self.server_lsn)?;
         if s.exists {
             writeln!(
                 f,
@@ -204,7 +242,16 @@ impl fmt::Display for Status {
                 .map_or("?".to_owned(), |b| b.to_string()),
             self.capture_lag_seconds
                 .map_or("? s".to_owned(), |s| format!("{s:.1} s"))
-        )?;
+        )
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.source {
+            SourceStatus::Postgres(pg) => pg.fmt_lines(&self.connector, f)?,
+            SourceStatus::Mysql(my) => my.fmt_lines(&self.connector, f)?,
+        }
         if let Some(age) = self.last_published_age_seconds {
             writeln!(
                 f,
@@ -251,7 +298,6 @@ fn seconds(per_partition: &BTreeMap<TopicPartition, f64>, tp: &TopicPartition) -
     per_partition.get(tp).copied().unwrap_or(0.0)
 }
 
-/// Milliseconds since the epoch, now.
 /// A sink whose position Kafka deleted (retention) before it applied the
 /// records: what is gone and the fix.
 fn gap_problem(label: &str, tp: &TopicPartition, at: i64, low: i64) -> String {
@@ -283,7 +329,85 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
     let cfg =
         CaptureConfig::load(&options.capture).map_err(|e| VerifyError::Config(e.to_string()))?;
     let source = SourceDb::connect(&cfg).await?;
-    let source = source.postgres("oncely status reads PostgreSQL sources only so far")?;
+    let mut problems = Vec::new();
+    let offset = stored_offset(&cfg, &mut problems).await;
+    // Capture keeps the tables it set aside in its offset record: read
+    // there, they show whether or not capture runs.
+    for (table, why) in offset.iter().flat_map(|o| &o.quarantined) {
+        problems.push((
+            Health::Degraded,
+            format!("capture: table {table} is quarantined, its changes are not published (the other tables flow); once fixed, capture snapshots it by itself: {why}"),
+        ));
+    }
+    let (source_status, tables) = match &source {
+        SourceDb::Postgres(pg) => (
+            SourceStatus::Postgres(postgres(pg, &cfg, offset.as_ref(), &mut problems).await?),
+            pg.keyed_tables(&cfg).await?,
+        ),
+        SourceDb::Mysql(_) => (
+            SourceStatus::Mysql(Box::new(
+                mysql::read(&cfg, offset.as_ref(), &mut problems).await?,
+            )),
+            source.tables(&cfg).await?,
+        ),
+    };
+    let topics: Vec<String> = tables.iter().map(|t| t.topic.clone()).collect();
+    let sinks = sinks(options, &cfg, &topics, &mut problems).await?;
+    Ok(Status {
+        connector: cfg.connector_name().to_owned(),
+        source: source_status,
+        last_published_age_seconds: offset
+            .as_ref()
+            .filter(|o| o.ts_ms > 0)
+            .map(|o| age(now_ms(), o.ts_ms)),
+        snapshot: offset
+            .as_ref()
+            .and_then(|o| o.snapshot.as_ref())
+            .and_then(|s| {
+                s.current().map(|t| {
+                    let queued = s.tables.len().saturating_sub(1);
+                    (s.id.clone(), t.table.clone(), t.rows, queued, s.paused)
+                })
+            }),
+        sinks,
+        max_lag: options.max_lag,
+        problems,
+    })
+}
+
+/// Capture's committed offset record; `None`, with the problem, when there
+/// is none or it cannot be read.
+async fn stored_offset(
+    cfg: &CaptureConfig,
+    problems: &mut Vec<(Health, String)>,
+) -> Option<SourceOffset> {
+    match read_stored_offset(cfg).await {
+        Ok(Some(o)) => Some(o),
+        Ok(None) => {
+            problems.push((
+                Health::Down,
+                "capture has committed no offset to Kafka yet".to_owned(),
+            ));
+            None
+        }
+        // Before capture's first start its offsets topic does not exist.
+        Err(e) => {
+            problems.push((
+                Health::Down,
+                format!("cannot read capture's offset ({e}): has capture ever run?"),
+            ));
+            None
+        }
+    }
+}
+
+/// The slot and capture's committed offset against the server's WAL.
+async fn postgres(
+    source: &PgSource,
+    cfg: &CaptureConfig,
+    offset: Option<&SourceOffset>,
+    problems: &mut Vec<(Health, String)>,
+) -> Result<PgStatus, VerifyError> {
     let server = source.current_wal_lsn().await?;
     let row = source
         .client()
@@ -308,35 +432,6 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
         lag_seconds: row.as_ref().and_then(|r| r.get(3)),
         max_retained_bytes: cfg.slot_max_retained_bytes,
     };
-    let mut problems = Vec::new();
-    let stored = read_stored_offset(&cfg).await;
-    let offset = stored.as_ref().ok().and_then(|o| o.as_ref()).cloned();
-    let committed = match stored {
-        Ok(Some(o)) => Some(o.flush_lsn),
-        Ok(None) => {
-            problems.push((
-                Health::Down,
-                "capture has committed no offset to Kafka yet".to_owned(),
-            ));
-            None
-        }
-        // Before capture's first start its offsets topic does not exist.
-        Err(e) => {
-            problems.push((
-                Health::Down,
-                format!("cannot read capture's offset ({e}): has capture ever run?"),
-            ));
-            None
-        }
-    };
-    // Capture keeps the tables it set aside in its offset record: read
-    // there, they show whether or not capture runs.
-    for (table, why) in offset.iter().flat_map(|o| &o.quarantined) {
-        problems.push((
-            Health::Degraded,
-            format!("capture: table {table} is quarantined, its changes are not published (the other tables flow); once fixed, capture snapshots it by itself: {why}"),
-        ));
-    }
     if !slot.exists {
         problems.push((Health::Down, format!("replication slot {} does not exist: capture never started, or the slot was dropped (start capture; a dropped slot needs snapshot.mode = \"when_needed\")", slot.name)));
     } else if !slot.active {
@@ -347,13 +442,30 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
             problems.push((Health::Degraded, format!("slot {} retains {r} bytes of WAL, more than slot.max.retained.bytes = {max} (docs/operating.md, Slot lag)", slot.name)));
         }
     }
-    let tables = source.keyed_tables(&cfg).await?;
-    let topics: Vec<String> = tables.iter().map(|t| t.topic.clone()).collect();
+    let committed = offset.map(|o| o.flush_lsn);
+    Ok(PgStatus {
+        capture_lag_seconds: slot.lag_seconds,
+        server_lsn: crate::verify::format_lsn(server),
+        slot,
+        committed_lsn: committed.map(crate::verify::format_lsn),
+        capture_lag_bytes: committed
+            .map(|c| i64::try_from(server.saturating_sub(c)).unwrap_or(i64::MAX)),
+    })
+}
+
+/// Each sink's positions against the ends of `topics`, its dead letters
+/// and its readiness.
+async fn sinks(
+    options: &Options,
+    cfg: &CaptureConfig,
+    topics: &[String],
+    problems: &mut Vec<(Health, String)>,
+) -> Result<Vec<SinkStatus>, VerifyError> {
     let kafka = cfg.kafka_client();
-    let ends = topic_ends(&kafka, &topics).await?;
+    let ends = topic_ends(&kafka, topics).await?;
     let mut sinks = Vec::new();
     for path in &options.sinks {
-        let target = Target::open(path, &cfg).await?;
+        let target = Target::open(path, cfg).await?;
         let partitions: Vec<TopicPartition> = ends
             .keys()
             .filter(|tp| target.covers(&tp.topic))
@@ -432,29 +544,5 @@ pub async fn run(options: &Options) -> Result<Status, VerifyError> {
         }
         sinks.push(sink);
     }
-    Ok(Status {
-        capture_lag_seconds: slot.lag_seconds,
-        connector: cfg.connector_name().to_owned(),
-        server_lsn: crate::verify::format_lsn(server),
-        slot,
-        committed_lsn: committed.map(crate::verify::format_lsn),
-        capture_lag_bytes: committed
-            .map(|c| i64::try_from(server.saturating_sub(c)).unwrap_or(i64::MAX)),
-        last_published_age_seconds: offset
-            .as_ref()
-            .filter(|o| o.ts_ms > 0)
-            .map(|o| age(now_ms(), o.ts_ms)),
-        snapshot: offset
-            .as_ref()
-            .and_then(|o| o.snapshot.as_ref())
-            .and_then(|s| {
-                s.current().map(|t| {
-                    let queued = s.tables.len().saturating_sub(1);
-                    (s.id.clone(), t.table.clone(), t.rows, queued, s.paused)
-                })
-            }),
-        sinks,
-        max_lag: options.max_lag,
-        problems,
-    })
+    Ok(sinks)
 }

@@ -20,10 +20,13 @@ pub use crate::sources::postgres::control::{
 pub use crate::sources::postgres::value::{to_json, IntervalHandlingMode, TypeRegistry, ValueKind};
 
 /// The MySQL/MariaDB source's reads (`source = "mysql"`): its catalog and
-/// key-ordered chunk reads, its cells and Debezium's MySQL type mapping.
+/// key-ordered chunk reads, its cells and Debezium's MySQL type mapping,
+/// and the offset record's MySQL part with the server's binlog state it is
+/// checked against (`oncely status`).
 pub mod mysql {
     pub use crate::sources::mysql::mapping::{field_schema, to_json, MappingConfig};
     pub use crate::sources::mysql::{
-        Cell, ColumnShape, MySqlCatalog, MySqlSourceError, SnapshotReader, TableShape,
+        BinlogCoordinates, Cell, ColumnShape, Flavor, MySqlCatalog, MySqlOffset, MySqlSourceError,
+        Position, ServerFacts, ServerIdentity, SnapshotReader, TableShape,
     };
 }

@@ -10,8 +10,9 @@ use mysql_async::{Conn, Opts, OptsBuilder, Value};
 use oncely_core::sql::quote_mysql_ident;
 
 use super::cell::Cell;
-use super::checks::Flavor;
+use super::checks::{current_position, Flavor, ServerFacts};
 use super::error::MySqlSourceError;
+use super::position::Position;
 use super::shape::TableShape;
 use super::snapshot::{SnapshotLockingMode, SnapshotReader, SnapshotSettings};
 use crate::config::CaptureConfig;
@@ -36,6 +37,8 @@ pub struct MySqlCatalog {
     conn: Conn,
     opts: Opts,
     flavor: Flavor,
+    /// `SELECT VERSION()`: which binlog status statement it has.
+    version: String,
 }
 
 impl MySqlCatalog {
@@ -54,6 +57,7 @@ impl MySqlCatalog {
             conn,
             opts,
             flavor: Flavor::from_version(&version),
+            version,
         })
     }
 
@@ -107,6 +111,16 @@ impl MySqlCatalog {
             &[(shape.database.clone(), shape.table.clone())],
         )
         .await
+    }
+
+    /// The server's binlog end (file, offset, GTIDs), then its facts
+    /// (settings, grants, identity, `SHOW BINARY LOGS`): what `oncely
+    /// status` holds a stored offset against. The end is read first, so
+    /// its file is among the binlogs listed after it.
+    pub async fn binlog_status(&mut self) -> Result<(Position, ServerFacts), MySqlSourceError> {
+        let end = current_position(&mut self.conn, self.flavor, &self.version).await?;
+        let facts = ServerFacts::read(&mut self.conn).await?;
+        Ok((end, facts))
     }
 
     /// Of `keys` (each the key columns' values as text, in key order), the

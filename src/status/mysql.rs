@@ -1,0 +1,326 @@
+//! `oncely status` on a MySQL/MariaDB source (`source = "mysql"`): the
+//! binlog position capture's offset record stores, held against the
+//! server's binlogs.
+//!
+//! ```text
+//!  offsets topic ──▶ stored position (file, pos, GTIDs) of server_id N
+//!                        │ same server? file still listed?
+//!  SHOW BINARY LOGS ─────┤ (name, size), oldest first
+//!                        ▼
+//!  binlog status ──▶ the end (file, pos, GTIDs): lag in bytes = rest of
+//!  (SHOW MASTER STATUS /  the stored file + every file between + the
+//!   SHOW BINARY LOG STATUS)  end's offset in its file
+//! ```
+//!
+//! The rule it keeps: a stored position capture could not resume from (a
+//! purged binlog, another server's, a server not set up for capture) is a
+//! problem that stops the pipeline (down), told with capture's own start-up
+//! message, so status and a restart of capture say the same thing.
+
+use oncely_capture::catalog::mysql::{
+    BinlogCoordinates, Flavor, MySqlCatalog, MySqlOffset, Position, ServerFacts, ServerIdentity,
+};
+use oncely_capture::catalog::SourceOffset;
+use oncely_capture::config::CaptureConfig;
+use oncely_core::clock::now_ms;
+use serde_json::{json, Value};
+
+use super::{age, Health};
+use crate::verify::VerifyError;
+
+/// The source's side of a MySQL/MariaDB pipeline.
+#[derive(Debug, Clone)]
+pub struct BinlogStatus {
+    pub flavor: Flavor,
+    pub version: String,
+    /// This server's identity.
+    pub server: ServerIdentity,
+    /// The server's binlog end and GTID state.
+    pub end: Position,
+    /// `SHOW BINARY LOGS`: name and size, oldest first.
+    pub binlogs: Vec<(String, u64)>,
+    /// The stored offset's position and the server it is of; `None` when
+    /// capture stored none (or its record holds no MySQL part).
+    pub stored: Option<(Position, ServerIdentity)>,
+    /// Binlog bytes from the stored position to the end (see
+    /// [`binlog_bytes_between`]); `None` when they cannot be counted (no
+    /// stored position, another server's, or its file purged).
+    pub lag_bytes: Option<u64>,
+    /// 0 when caught up (no bytes behind), else the seconds since the
+    /// stored transaction committed at the source: an upper bound, since
+    /// the binlog does not say when the first transaction after it came.
+    pub lag_seconds: Option<f64>,
+}
+
+/// Binlog bytes from `from` to `to`: the rest of `from`'s file, every file
+/// between, and `to`'s offset in its file, by `binlogs`' sizes (name and
+/// size, oldest first, as `SHOW BINARY LOGS` lists them). `None` when it
+/// cannot be counted: either file is not listed (purged, or another
+/// server's), or `from` is past `to` or past its file's end.
+pub fn binlog_bytes_between(
+    binlogs: &[(String, u64)],
+    from: &BinlogCoordinates,
+    to: &BinlogCoordinates,
+) -> Option<u64> {
+    let index = |file: &str| binlogs.iter().position(|(name, _)| name == file);
+    let (i, j) = (index(&from.file)?, index(&to.file)?);
+    if i == j {
+        return to.pos.checked_sub(from.pos);
+    }
+    if i > j {
+        return None;
+    }
+    let rest = binlogs[i].1.checked_sub(from.pos)?;
+    let between: u64 = binlogs[i + 1..j].iter().map(|(_, size)| size).sum();
+    Some(rest + between + to.pos)
+}
+
+/// Reads the server's binlog state and holds capture's stored offset
+/// against it; what stops capture goes to `problems`.
+pub async fn read(
+    cfg: &CaptureConfig,
+    offset: Option<&SourceOffset>,
+    problems: &mut Vec<(Health, String)>,
+) -> Result<BinlogStatus, VerifyError> {
+    let source = |e| VerifyError::Source(format!("read the binlog status: {e}"));
+    let mut catalog = MySqlCatalog::connect(cfg).await.map_err(source)?;
+    let (end, facts) = catalog.binlog_status().await.map_err(source)?;
+    let part = match offset.map(MySqlOffset::read) {
+        Some(Ok(part)) => Some(part),
+        Some(Err(e)) => {
+            problems.push((Health::Down, format!("capture's stored offset: {e}")));
+            None
+        }
+        None => None,
+    };
+    let checked = match &part {
+        Some(part) => part.check(&facts),
+        None => facts.check(None),
+    };
+    if let Err(e) = checked {
+        problems.push((
+            Health::Down,
+            format!("capture cannot resume on this server: {e}"),
+        ));
+    }
+    Ok(status(end, facts, part, offset.map_or(0, |o| o.ts_ms)))
+}
+
+/// The status of `part` (stored, committed at `ts_ms`) against the server.
+fn status(
+    end: Position,
+    facts: ServerFacts,
+    part: Option<MySqlOffset>,
+    ts_ms: i64,
+) -> BinlogStatus {
+    let lag_bytes = part
+        .as_ref()
+        .filter(|p| p.server == facts.server)
+        .and_then(|p| {
+            binlog_bytes_between(
+                &facts.binlogs,
+                &p.position.coordinates(),
+                &end.coordinates(),
+            )
+        });
+    let lag_seconds = match lag_bytes {
+        Some(0) => Some(0.0),
+        Some(_) if ts_ms > 0 => Some(age(now_ms(), ts_ms)),
+        _ => None,
+    };
+    BinlogStatus {
+        flavor: facts.flavor,
+        version: facts.version,
+        server: facts.server,
+        end,
+        binlogs: facts.binlogs,
+        stored: part.map(|p| (p.position, p.server)),
+        lag_bytes,
+        lag_seconds,
+    }
+}
+
+fn flavor_name(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::MySql => "mysql",
+        Flavor::MariaDb => "mariadb",
+    }
+}
+
+fn identity_json(server: &ServerIdentity) -> Value {
+    json!({"server_id": server.id, "server_uuid": server.uuid})
+}
+
+/// A position as the offset record stores it (`file`, `pos`, `gtids`,
+/// `event`, `row`).
+fn position_json(position: &Position) -> Value {
+    serde_json::to_value(position).unwrap_or(Value::Null)
+}
+
+impl BinlogStatus {
+    /// Whether the stored position's file is still on the server.
+    pub fn stored_file_on_server(&self) -> Option<bool> {
+        let (position, _) = self.stored.as_ref()?;
+        Some(self.binlogs.iter().any(|(name, _)| name == &position.file))
+    }
+
+    pub(super) fn server_json(&self) -> Value {
+        let mut server = identity_json(&self.server);
+        server["flavor"] = json!(flavor_name(self.flavor));
+        server["version"] = json!(self.version);
+        server["position"] = position_json(&self.end);
+        server["oldest_binlog"] = json!(self.binlogs.first().map(|(name, _)| name));
+        server["binlogs"] = json!(self.binlogs.len());
+        server
+    }
+
+    pub(super) fn capture_json(&self) -> Value {
+        json!({
+            "stored_position": self.stored.as_ref().map(|(p, _)| position_json(p)),
+            "stored_server": self.stored.as_ref().map(|(_, s)| identity_json(s)),
+            "stored_file_on_server": self.stored_file_on_server(),
+            "lag_bytes": self.lag_bytes,
+            "lag_seconds": self.lag_seconds,
+        })
+    }
+
+    pub(super) fn fmt_lines(
+        &self,
+        connector: &str,
+        f: &mut std::fmt::Formatter<'_>,
+    ) -> std::fmt::Result {
+        writeln!(
+            f,
+            "capture {connector} ({} {}, {}; binlog at {}:{}, GTIDs {})",
+            flavor_name(self.flavor),
+            self.version,
+            self.server,
+            self.end.file,
+            self.end.pos,
+            gtids(&self.end),
+        )?;
+        writeln!(
+            f,
+            "  binlogs on the server: {} files, oldest {}",
+            self.binlogs.len(),
+            self.binlogs.first().map_or("-", |(name, _)| name.as_str()),
+        )?;
+        let Some((stored, server)) = &self.stored else {
+            return writeln!(f, "  stored position: none");
+        };
+        writeln!(
+            f,
+            "  stored position {}:{} (event {}, row {}), GTIDs {}, of {server}{}",
+            stored.file,
+            stored.pos,
+            stored.event,
+            stored.row,
+            gtids(stored),
+            match self.stored_file_on_server() {
+                Some(false) => ": its binlog is NOT ON THE SERVER",
+                _ => "",
+            },
+        )?;
+        writeln!(
+            f,
+            "  {} bytes of binlog behind the server, {}",
+            self.lag_bytes.map_or("?".to_owned(), |b| b.to_string()),
+            self.lag_seconds
+                .map_or("? s".to_owned(), |s| format!("{s:.1} s")),
+        )
+    }
+}
+
+fn gtids(position: &Position) -> String {
+    position
+        .gtids
+        .as_ref()
+        .map_or("none".to_owned(), |g| g.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(file: &str, pos: u64) -> BinlogCoordinates {
+        BinlogCoordinates {
+            file: file.into(),
+            pos,
+        }
+    }
+
+    fn logs() -> Vec<(String, u64)> {
+        vec![
+            ("binlog.000007".into(), 1000),
+            ("binlog.000008".into(), 500),
+            ("binlog.000009".into(), 300),
+            ("binlog.000010".into(), 120),
+        ]
+    }
+
+    #[test]
+    fn bytes_in_one_file_are_the_offsets_difference() {
+        let l = logs();
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000010", 120), &at("binlog.000010", 120)),
+            Some(0)
+        );
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000008", 256), &at("binlog.000008", 400)),
+            Some(144)
+        );
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000008", 401), &at("binlog.000008", 400)),
+            None,
+            "a stored position past the end is another server's"
+        );
+    }
+
+    #[test]
+    fn bytes_across_files_count_each_files_size() {
+        let l = logs();
+        // 1000 - 900 of .07, all of .08 and .09, 100 of .10.
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000007", 900), &at("binlog.000010", 100)),
+            Some(100 + 500 + 300 + 100)
+        );
+        // The next file only: no file between.
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000009", 300), &at("binlog.000010", 4)),
+            Some(4)
+        );
+        // The end in a file listed after the list was read as its last.
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000008", 0), &at("binlog.000009", 7)),
+            Some(507)
+        );
+    }
+
+    #[test]
+    fn bytes_are_not_counted_from_a_purged_foreign_or_later_file() {
+        let l = logs();
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000006", 4), &at("binlog.000010", 100)),
+            None,
+            "purged"
+        );
+        assert_eq!(
+            binlog_bytes_between(&l, &at("other.000008", 4), &at("binlog.000010", 100)),
+            None
+        );
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000010", 4), &at("binlog.000009", 100)),
+            None,
+            "the stored position after the end"
+        );
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000007", 1001), &at("binlog.000010", 100)),
+            None,
+            "past its file's end"
+        );
+        assert_eq!(
+            binlog_bytes_between(&[], &at("binlog.000007", 4), &at("binlog.000007", 4)),
+            None
+        );
+    }
+}
