@@ -28,5 +28,6 @@ mod names_keys;
 mod secrets_never_shown;
 mod smoke_services;
 mod status_cli;
+mod status_mysql;
 mod verify_targets;
 mod warehouse_rename;
