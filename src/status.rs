@@ -9,10 +9,10 @@
 //! The verdict, for scripts: **down** (exit 2) when the slot is missing or no
 //! walsender holds it (capture is not streaming), capture has committed no
 //! offset, or it cannot resume from it (MySQL: a purged binlog, another
-//! server's position, a server not set up for capture); **degraded** (exit
-//! 1) when the slot retains more WAL than `slot.max.retained.bytes`, a
-//! sink's dead-letter topic holds records, or a sink is more than `max_lag`
-//! offsets behind; else **healthy** (exit 0).
+//! server's position, a server not set up for capture); **degraded**
+//! (exit 1) when the slot retains more WAL than `slot.max.retained.bytes`,
+//! a sink's dead-letter topic holds records, or a sink is more than
+//! `max_lag` offsets behind; else **healthy** (exit 0).
 
 mod mysql;
 

@@ -119,6 +119,7 @@ async fn status_on_mariadb_shows_the_binlog_position_lag_and_refusals() -> Resul
     let cfg = CaptureConfig::load(&config)?;
     create_topic_with(&cfg.offsets_topic(), 1, &[("cleanup.policy", "compact")]).await;
     let result = exercise(&mut root, &config, &cfg, &database).await;
+    delete_topic(&cfg.offsets_topic()).await;
     let _ = root.query_drop(format!("DROP DATABASE {database}")).await;
     let _ = std::fs::remove_dir_all(&dir);
     result
@@ -277,7 +278,6 @@ async fn exercise(root: &mut Conn, config: &Path, cfg: &CaptureConfig, db: &str)
             && j["capture"]["lag_bytes"].is_null(),
         "{j:#}"
     );
-    delete_topic(&cfg.offsets_topic()).await;
     Ok(())
 }
 
