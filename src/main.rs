@@ -29,7 +29,7 @@ enum Command {
     /// Compare the source tables with every target, after waiting for them to catch up;
     /// exits non-zero on any difference.
     Verify(cli::verify::VerifyArgs),
-    /// Show a pipeline's slot, capture offset and sink lag; exits 0 healthy,
+    /// Show a pipeline's slot or binlog, capture offset and sink lag; exits 0 healthy,
     /// 1 degraded, 2 down.
     Status(cli::status::StatusArgs),
 }

@@ -1,13 +1,14 @@
-//! `oncely status --capture capture.toml --sink sink.toml...`: the slot,
-//! capture's committed offset and each sink's lag and dead letters; exit 0
-//! healthy, 1 degraded, 2 down.
+//! `oncely status --capture capture.toml --sink sink.toml...`: the slot
+//! (PostgreSQL) or the binlog (MySQL/MariaDB), capture's committed offset
+//! against it and each sink's lag and dead letters; exit 0 healthy, 1
+//! degraded, 2 down.
 use std::path::PathBuf;
 
 use oncely::status::{self, Options};
 
 #[derive(clap::Args)]
 pub struct StatusArgs {
-    /// The capture configuration (source database, slot, topics).
+    /// The capture configuration (source database, slot or binlog, topics).
     #[arg(long)]
     pub capture: PathBuf,
     /// A sink configuration (postgres, elasticsearch or redis); repeat for each.

@@ -258,6 +258,86 @@ mod tests {
         ]
     }
 
+    fn facts() -> ServerFacts {
+        ServerFacts {
+            flavor: Flavor::MariaDb,
+            version: "10.11.19-MariaDB-log".into(),
+            log_bin: true,
+            binlog_format: "ROW".into(),
+            binlog_row_image: "FULL".into(),
+            binlog_row_metadata: Some("FULL".into()),
+            user: "oncely@%".into(),
+            privileges: vec![
+                "SELECT".into(),
+                "REPLICATION SLAVE".into(),
+                "BINLOG MONITOR".into(),
+            ],
+            binlogs: logs(),
+            server: ServerIdentity { id: 1, uuid: None },
+        }
+    }
+
+    fn part(file: &str, pos: u64, server: u32) -> MySqlOffset {
+        MySqlOffset::new(
+            Position::at(file, pos),
+            ServerIdentity {
+                id: server,
+                uuid: None,
+            },
+            &Default::default(),
+            |_, _| true,
+        )
+    }
+
+    #[test]
+    fn lag_is_counted_only_on_the_stored_server_and_zero_when_caught_up() {
+        let end = Position::at("binlog.000010", 100);
+        let ten_s_ago = now_ms() - 10_000;
+        let caught_up = status(
+            end.clone(),
+            facts(),
+            Some(part("binlog.000010", 100, 1)),
+            ten_s_ago,
+        );
+        assert_eq!(
+            (caught_up.lag_bytes, caught_up.lag_seconds),
+            (Some(0), Some(0.0))
+        );
+        let behind = status(
+            end.clone(),
+            facts(),
+            Some(part("binlog.000009", 200, 1)),
+            ten_s_ago,
+        );
+        assert_eq!(behind.lag_bytes, Some(200));
+        assert!(behind
+            .lag_seconds
+            .is_some_and(|s| (10.0..60.0).contains(&s)));
+        assert_eq!(behind.stored_file_on_server(), Some(true));
+        let other = status(
+            end.clone(),
+            facts(),
+            Some(part("binlog.000009", 200, 2)),
+            ten_s_ago,
+        );
+        assert_eq!((other.lag_bytes, other.lag_seconds), (None, None));
+        let purged = status(
+            end.clone(),
+            facts(),
+            Some(part("binlog.000003", 4, 1)),
+            ten_s_ago,
+        );
+        assert_eq!(purged.stored_file_on_server(), Some(false));
+        assert_eq!(purged.lag_bytes, None);
+        assert_eq!(
+            purged.capture_json()["stored_position"],
+            serde_json::json!({"file": "binlog.000003", "pos": 4, "event": 0, "row": 0})
+        );
+        let none = status(end, facts(), None, 0);
+        assert_eq!((none.stored_file_on_server(), none.lag_bytes), (None, None));
+        assert_eq!(none.server_json()["oldest_binlog"], "binlog.000007");
+    }
+
     #[test]
     fn bytes_in_one_file_are_the_offsets_difference() {
         let l = logs();
