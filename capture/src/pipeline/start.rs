@@ -255,7 +255,8 @@ fn gap_refused(cfg: &CaptureConfig, slot_lsn: u64, offset_lsn: u64, topic: &str)
 fn log_start<S: Source>(cfg: &CaptureConfig, source: &CheckedSource<S>, offset: &SourceOffset) {
     tracing::info!(
         connector = cfg.connector_name(),
-        slot = %cfg.slot_name,
+        // A MySQL source reads the binlog: it has no slot.
+        slot = (cfg.source == SourceKind::Postgres).then_some(cfg.slot_name.as_str()),
         tables = source.tables.len(),
         resume_commit_lsn = %format_lsn(offset.commit_lsn),
         resume_events = offset.events,

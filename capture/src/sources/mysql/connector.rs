@@ -211,3 +211,49 @@ async fn fresh_position(
         })?;
     Ok(Position::at(file.as_str(), key & 0xffff_ffff))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::offset::SourcePart;
+    use crate::sources::mysql::checks::{Flavor, ServerIdentity};
+
+    fn facts(id: u32) -> ServerFacts {
+        ServerFacts {
+            flavor: Flavor::MariaDb,
+            version: "10.11.6-MariaDB".into(),
+            log_bin: true,
+            binlog_format: "ROW".into(),
+            binlog_row_image: "FULL".into(),
+            binlog_row_metadata: Some("FULL".into()),
+            user: "oncely@%".into(),
+            privileges: Vec::new(),
+            binlogs: Vec::new(),
+            server: ServerIdentity { id, uuid: None },
+        }
+    }
+
+    #[test]
+    fn only_the_record_start_up_made_is_a_fresh_start() {
+        assert!(fresh(&SourceOffset::start(8_589_934_977)));
+        let mut committed = SourceOffset::start(8_589_934_977);
+        committed.source = Some(SourcePart::new(serde_json::json!({"mysql": {}})));
+        assert!(!fresh(&committed), "a MySQL capture's record");
+        let mut other = SourceOffset::start(0);
+        other.commit_lsn = 42;
+        assert!(
+            !fresh(&other),
+            "another source's record is read, and refused, as stored"
+        );
+    }
+
+    #[test]
+    fn the_servers_own_id_is_refused_as_the_replica_id() {
+        let err = refuse_own_server_id(1, &facts(1)).unwrap_err().to_string();
+        assert!(
+            err.contains("database.server.id") && err.contains("own server_id"),
+            "{err}"
+        );
+        assert!(refuse_own_server_id(5400, &facts(1)).is_ok());
+    }
+}
