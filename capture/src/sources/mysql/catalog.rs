@@ -12,14 +12,14 @@ use oncely_core::sql::quote_mysql_ident;
 use super::cell::Cell;
 use super::checks::{current_position, Flavor, ServerFacts};
 use super::error::MySqlSourceError;
+use super::offset::order_key;
 use super::position::Position;
 use super::shape::TableShape;
 use super::snapshot::{SnapshotLockingMode, SnapshotReader, SnapshotSettings};
 use crate::config::CaptureConfig;
-use crate::filter::TableFilter;
 
 /// The server's own databases, never captured (as Debezium).
-const SYSTEM_DATABASES: &[&str] = &["mysql", "information_schema", "performance_schema", "sys"];
+pub const SYSTEM_DATABASES: &[&str] = &["mysql", "information_schema", "performance_schema", "sys"];
 
 /// The connection settings of capture's `database.*` keys.
 pub fn opts(cfg: &CaptureConfig) -> Opts {
@@ -61,38 +61,21 @@ impl MySqlCatalog {
         })
     }
 
+    /// The order key of the server's binlog end now, the scale of a MySQL
+    /// capture's offset records (`flush_lsn`): once capture's committed
+    /// offset reaches it, every change made before is in Kafka.
+    pub async fn position_now(&mut self) -> Result<u64, MySqlSourceError> {
+        let at = current_position(&mut self.conn, self.flavor, &self.version).await?;
+        order_key(&at)
+    }
+
     /// The shapes of the tables capture captures, by database and name.
     pub async fn captured_tables(
         &mut self,
         cfg: &CaptureConfig,
     ) -> Result<Vec<TableShape>, MySqlSourceError> {
-        let bad = |key: &str, e: regex::Error| MySqlSourceError::Protocol(format!("{key}: {e}"));
-        let databases = cfg
-            .database_include_list
-            .0
-            .iter()
-            .map(|p| regex::Regex::new(&format!("^(?:{p})$")))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| bad("database.include.list", e))?;
-        let tables = TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
-            .map_err(|e| bad("table.include.list", e))?;
-        let rows: Vec<(String, String)> = self
-            .conn
-            .query(
-                "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
-                 WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME",
-            )
-            .await
-            .map_err(|e| MySqlSourceError::server("read information_schema.TABLES", e))?;
         let mut out = Vec::new();
-        for (db, table) in rows {
-            let db_included = databases.is_empty() || databases.iter().any(|r| r.is_match(&db));
-            if SYSTEM_DATABASES.contains(&db.as_str())
-                || !db_included
-                || !tables.matches(&db, &table)
-            {
-                continue;
-            }
+        for (db, table) in selected_names(&mut self.conn, cfg).await? {
             out.push(TableShape::from_catalog(&mut self.conn, self.flavor, &db, &table).await?);
         }
         Ok(out)
@@ -170,4 +153,27 @@ impl MySqlCatalog {
             })
             .collect()
     }
+}
+
+/// The `(database, table)` of the base tables `database.include.list`,
+/// `table.include.list` and `table.exclude.list` select, the server's own
+/// databases left out.
+pub async fn selected_names(
+    conn: &mut Conn,
+    cfg: &CaptureConfig,
+) -> Result<Vec<(String, String)>, MySqlSourceError> {
+    let filter = cfg
+        .captured_tables_filter()
+        .map_err(|e| MySqlSourceError::Protocol(e.to_string()))?;
+    let rows: Vec<(String, String)> = conn
+        .query(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
+             WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME",
+        )
+        .await
+        .map_err(|e| MySqlSourceError::server("read information_schema.TABLES", e))?;
+    Ok(rows
+        .into_iter()
+        .filter(|(db, table)| filter.matches(db, table))
+        .collect())
 }
