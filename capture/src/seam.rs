@@ -74,8 +74,10 @@ pub(crate) trait Source: Sized {
     /// credentials sent to a server whose certificate is not verified).
     fn warning(cfg: &CaptureConfig) -> Option<String>;
 
-    /// The chunk reads of this life's snapshots.
-    fn chunks(cfg: &CaptureConfig) -> Self::Chunks;
+    /// The chunk reads of this life's snapshots. They may reach `stream`
+    /// (MySQL: its board of watermarks to hand out at a binlog position);
+    /// PostgreSQL's ignore it.
+    fn chunks(cfg: &CaptureConfig, stream: &Self::Stream) -> Self::Chunks;
 
     /// The stream's next event.
     async fn next_event(stream: &mut Self::Stream) -> Result<SourceEvent<Self>, CaptureError>;
