@@ -28,6 +28,7 @@ pub mod book;
 pub mod catalog;
 pub mod cell;
 pub mod checks;
+pub mod chunks;
 pub mod decoder;
 pub mod envelope;
 pub mod error;

@@ -113,7 +113,7 @@ impl WatermarkBoard {
 
     /// The next watermark due before `next` ([`is_due`]), as the stream
     /// event that carries it: a message outside any transaction at C - 1.
-    pub fn take_due<T, N>(
+    pub(crate) fn take_due<T, N>(
         &self,
         handed: Handed,
         next: Option<Next>,
