@@ -196,7 +196,7 @@ async fn a_chunk_is_the_table_as_of_its_position_and_its_watermarks_stand_there(
     );
     // Writes ran on both sides of the read view, so the test can fail.
     assert!(
-        before >= 4 + WRITES / 4 && before < 4 + WRITES,
+        (4 + WRITES / 4..4 + WRITES).contains(&before),
         "{before} changes before the watermarks, {at_start} updates written when the read view was open"
     );
     assert_ne!(rows, followed.table);
