@@ -277,6 +277,13 @@ struct ChunkRead {
 
 impl ChunkRead {
     async fn run(self, req: ChunkRequest) -> Result<ChunkRows<MySqlTable>, ChunkError> {
+        if req.filter.is_some() {
+            // Never read unfiltered instead: the rows would not be the ones asked for.
+            return Err(ChunkError::Table(format!(
+                "a filtered snapshot (table.filter or a signal's additional-conditions) of the MySQL table {} is not built yet: snapshot it without a filter",
+                qualified(&req)
+            )));
+        }
         let mut guard = self.session.lock().await;
         let Some(session) = guard.as_mut() else {
             return Err(CaptureError::Protocol("no chunk connection".into()).into());
@@ -305,9 +312,7 @@ impl ChunkRead {
             .await
             .map_err(|e| database(MySqlSourceError::server("end the chunk", e)))?;
         drop(guard);
-        let more = read.rows.len() > req.size;
-        let mut cells = read.rows;
-        cells.truncate(req.size);
+        let (cells, more) = page(read.rows, req.size, key_idx.is_empty());
         let rows = cells
             .iter()
             .map(|row| images.image(row))
@@ -388,6 +393,17 @@ impl ChunkRead {
             ))
         })
     }
+}
+
+/// The rows of a chunk asked for `size` (one more was read) and whether
+/// rows follow; a table without key columns is read whole, in one chunk.
+fn page(mut rows: Vec<Vec<Cell>>, size: usize, keyless: bool) -> (Vec<Vec<Cell>>, bool) {
+    if keyless {
+        return (rows, false);
+    }
+    let more = rows.len() > size;
+    rows.truncate(size);
+    (rows, more)
 }
 
 /// Positions of the request's key columns in `shape`.
@@ -576,6 +592,15 @@ mod tests {
                 "SHOW MASTER STATUS"
             ]
         );
+    }
+
+    #[test]
+    fn a_chunk_is_its_size_and_says_whether_rows_follow_and_a_keyless_table_is_one_chunk() {
+        let rows = |n: i64| (0..n).map(|i| vec![Cell::Int(i)]).collect::<Vec<_>>();
+        assert_eq!(page(rows(4), 3, false), (rows(3), true));
+        assert_eq!(page(rows(3), 3, false), (rows(3), false));
+        // Read whole (no LIMIT): never "more", or it would be read again.
+        assert_eq!(page(rows(5), 3, true), (rows(5), false));
     }
 
     fn shape() -> TableShape {
