@@ -32,7 +32,7 @@ use tokio::sync::Mutex as AsyncMutex;
 
 use super::cell::Cell;
 use super::checks::{current_position, status_statement, Flavor};
-use super::envelope::{EventFacts, MySqlRowImages, SharedFacts};
+use super::envelope::{MySqlRowImages, SharedFacts};
 use super::error::{codes, MySqlSourceError};
 use super::mapping::MappingConfig;
 use super::offset::order_key;
@@ -146,13 +146,13 @@ impl ChunkReads for MySqlChunks {
         };
         let at = open_read_view(session, self.mode).await?;
         let key = order_key(&at).map_err(database)?;
-        self.board.register(key, &req.id);
+        self.board.register(key, &at, &req.id);
         drop(guard);
         let read = ChunkRead {
             session: Arc::clone(&self.session),
             last: Arc::clone(&self.last),
             mapping: self.mapping,
-            at,
+            facts: self.board.chunk_facts(),
         };
         Ok(tokio::spawn(async move { read.run(req).await }))
     }
@@ -272,7 +272,9 @@ struct ChunkRead {
     session: Arc<AsyncMutex<Option<Session>>>,
     last: Arc<Mutex<LastKey>>,
     mapping: MappingConfig,
-    at: Position,
+    /// The `source` block facts of chunk rows, which the stream sets to
+    /// the chunk's position as it hands out its watermarks.
+    facts: SharedFacts,
 }
 
 impl ChunkRead {
@@ -333,23 +335,13 @@ impl ChunkRead {
 
     /// The chunk's table: its snapshot rows' `source` block names C.
     fn table(&self, shape: Arc<TableShape>, images: MySqlRowImages) -> MySqlTable {
-        let facts = EventFacts {
-            ts_ms: oncely_core::clock::now_ms(),
-            server_id: 0,
-            gtid: None,
-            file: self.at.file.clone(),
-            pos: self.at.pos,
-            row: 0,
-            thread: None,
-        };
-        let facts: SharedFacts = Arc::new(Mutex::new(facts));
         MySqlTable {
             id: 0,
             namespace: shape.database.clone(),
             name: shape.table.clone(),
             shape,
             images,
-            facts,
+            facts: Arc::clone(&self.facts),
         }
     }
 

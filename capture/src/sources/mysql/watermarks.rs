@@ -24,6 +24,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 
+use super::envelope::{EventFacts, SharedFacts};
+use super::position::Position;
+
 use crate::snapshot::{watermark_content, Watermark, WATERMARK_PREFIX};
 
 /// A watermark registered and not handed out yet.
@@ -31,6 +34,9 @@ use crate::snapshot::{watermark_content, Watermark, WATERMARK_PREFIX};
 struct Pending {
     /// The order key of the binlog position C it stands at.
     at: u64,
+    /// C's file and offset, for the `source` block of the chunk's rows.
+    file: String,
+    pos: u64,
     content: String,
 }
 
@@ -39,7 +45,14 @@ struct Pending {
 /// read view is taken after the one before it), so they are handed out in
 /// that order.
 #[derive(Debug, Clone, Default)]
-pub struct WatermarkBoard(Arc<Mutex<VecDeque<Pending>>>);
+pub struct WatermarkBoard {
+    pending: Arc<Mutex<VecDeque<Pending>>>,
+    /// The `source` block facts of the chunk rows encoded next: the
+    /// pipeline publishes a chunk's rows when its high watermark is
+    /// handed out, before it asks for the next event, so each chunk's rows
+    /// name its own C (the encoder of a table's chunks is built once).
+    facts: SharedFacts,
+}
 
 /// Where the stream stands: what it has handed out to the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,15 +113,24 @@ pub fn is_due(at: u64, handed: Handed, next: Option<Next>) -> bool {
 }
 
 impl WatermarkBoard {
-    /// Registers chunk `id`'s low and high watermark at order key `at`.
-    pub fn register(&self, at: u64, id: &str) {
-        let mut board = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Registers chunk `id`'s low and high watermark at binlog position
+    /// `c` (file and offset), whose order key is `at`.
+    pub fn register(&self, at: u64, c: &Position, id: &str) {
+        let mut board = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         for side in [Watermark::Low, Watermark::High] {
             board.push_back(Pending {
                 at,
+                file: c.file.clone(),
+                pos: c.pos,
                 content: watermark_content(id, side),
             });
         }
+    }
+
+    /// The `source` block facts every chunk table's encoder reads: those of
+    /// the chunk whose watermark was handed out last.
+    pub fn chunk_facts(&self) -> SharedFacts {
+        Arc::clone(&self.facts)
     }
 
     /// The next watermark due before `next` ([`is_due`]), as the stream
@@ -118,12 +140,20 @@ impl WatermarkBoard {
         handed: Handed,
         next: Option<Next>,
     ) -> Option<crate::change::StreamEvent<T, N>> {
-        let mut board = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut board = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let front = board.front()?;
         if !is_due(front.at, handed, next) {
             return None;
         }
         let due = board.pop_front()?;
+        // A snapshot row's block: the read view's position, no server,
+        // GTID or thread (as the initial snapshot's rows).
+        *self.facts.lock().unwrap_or_else(PoisonError::into_inner) = EventFacts {
+            ts_ms: oncely_core::clock::now_ms(),
+            file: due.file.clone(),
+            pos: due.pos,
+            ..EventFacts::default()
+        };
         Some(crate::change::StreamEvent::Message {
             at: due.at.saturating_sub(1),
             prefix: WATERMARK_PREFIX.to_owned(),
@@ -133,7 +163,10 @@ impl WatermarkBoard {
 
     /// Watermarks registered and not handed out yet.
     pub fn len(&self) -> usize {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -239,8 +272,8 @@ mod tests {
         let board = WatermarkBoard::default();
         let c1 = key(2, 1000);
         let c2 = key(2, 3000);
-        board.register(c1, "c1");
-        board.register(c2, "c2");
+        board.register(c1, &Position::at("binlog.000002", 1000), "c1");
+        board.register(c2, &Position::at("binlog.000002", 3000), "c2");
         assert_eq!(board.len(), 4);
         let handed = Handed::at(key(2, 500));
         assert_eq!(watermark(board.take_due(handed, None)), None);
@@ -253,6 +286,10 @@ mod tests {
             watermark(board.take_due(handed, before)),
             Some((c1 - 1, "c1".into(), Watermark::High))
         );
+        // The chunk's rows, encoded now, name its position.
+        let facts = board.chunk_facts();
+        let now = facts.lock().unwrap().clone();
+        assert_eq!((now.file.as_str(), now.pos), ("binlog.000002", 1000));
         // The second chunk's position is after the transaction at 2000.
         assert_eq!(watermark(board.take_due(handed, before)), None);
         let handed = Handed::at(key(2, 3000));
@@ -265,5 +302,7 @@ mod tests {
             Some((c2 - 1, "c2".into(), Watermark::High))
         );
         assert!(board.is_empty());
+        let now = facts.lock().unwrap().clone();
+        assert_eq!((now.pos, now.server_id, now.gtid), (3000, 0, None));
     }
 }
