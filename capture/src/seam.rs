@@ -463,8 +463,14 @@ pub(crate) type ChunkTask<T> = JoinHandle<Result<ChunkRows<T>, ChunkError>>;
 /// Contract: `start` begins reading `req` in the background and returns at
 /// once with the read's task; the driver starts one read at a time (the
 /// next only once the one before ended, abandoned or not), so a source may
-/// read every chunk on one connection. An error is the source's (a lost
-/// connection): capture restarts from the committed offset.
+/// read every chunk on one connection. The chunk's low and high watermark
+/// reach the stream either as messages in its transactions (PostgreSQL)
+/// or as `StreamEvent::Message`s outside any transaction, which a source
+/// whose log cannot carry them has its stream hand out where the read
+/// stands in the stream's order (MySQL: at the binlog position of the
+/// read view, registered before `start` returns). An error is the
+/// source's (a lost connection): capture restarts from the committed
+/// offset.
 pub(crate) trait ChunkReads {
     /// How the source describes a chunk's table (PostgreSQL: a Relation).
     type Table;
