@@ -74,8 +74,10 @@ pub(crate) trait Source: Sized {
     /// credentials sent to a server whose certificate is not verified).
     fn warning(cfg: &CaptureConfig) -> Option<String>;
 
-    /// The chunk reads of this life's snapshots.
-    fn chunks(cfg: &CaptureConfig) -> Self::Chunks;
+    /// The chunk reads of this life's snapshots. They may reach `stream`
+    /// (MySQL: its board of watermarks to hand out at a binlog position);
+    /// PostgreSQL's ignore it.
+    fn chunks(cfg: &CaptureConfig, stream: &Self::Stream) -> Self::Chunks;
 
     /// The stream's next event.
     async fn next_event(stream: &mut Self::Stream) -> Result<SourceEvent<Self>, CaptureError>;
@@ -467,8 +469,14 @@ pub(crate) type ChunkTask<T> = JoinHandle<Result<ChunkRows<T>, ChunkError>>;
 /// Contract: `start` begins reading `req` in the background and returns at
 /// once with the read's task; the driver starts one read at a time (the
 /// next only once the one before ended, abandoned or not), so a source may
-/// read every chunk on one connection. An error is the source's (a lost
-/// connection): capture restarts from the committed offset.
+/// read every chunk on one connection. The chunk's low and high watermark
+/// reach the stream either as messages in its transactions (PostgreSQL)
+/// or as `StreamEvent::Message`s outside any transaction, which a source
+/// whose log cannot carry them has its stream hand out where the read
+/// stands in the stream's order (MySQL: at the binlog position of the
+/// read view, registered before `start` returns). An error is the
+/// source's (a lost connection): capture restarts from the committed
+/// offset.
 pub(crate) trait ChunkReads {
     /// How the source describes a chunk's table (PostgreSQL: a Relation).
     type Table;

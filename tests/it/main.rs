@@ -22,6 +22,7 @@ mod kafka_sasl;
 mod metrics_catalog;
 mod mysql_binlog;
 mod mysql_capture;
+mod mysql_chunks;
 mod mysql_envelope;
 mod mysql_snapshot;
 mod mysql_stream;

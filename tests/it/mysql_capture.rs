@@ -8,6 +8,7 @@
 //! those topics and `oncely verify` says equal. The server is shared with other tests:
 //! each test has a database, topic prefix and replica id of its own.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -37,6 +38,12 @@ struct MySqlCapture {
 
 impl MySqlCapture {
     async fn new(name: &str, root: &mut Conn) -> Result<Self> {
+        Self::with_settings(name, root, "snapshot.mode = \"no_data\"\n").await
+    }
+
+    /// [`MySqlCapture::new`] with `settings` (TOML lines) instead of
+    /// `snapshot.mode = "no_data"`.
+    async fn with_settings(name: &str, root: &mut Conn, settings: &str) -> Result<Self> {
         let db = unique(name);
         root.query_drop(format!("CREATE DATABASE {db}")).await?;
         let prefix = db.replace('_', "-");
@@ -50,7 +57,7 @@ impl MySqlCapture {
              database.user = \"{user}\"\ndatabase.password = \"{pass}\"\n\
              database.include.list = \"{db}\"\ndatabase.server.id = {id}\n\
              kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"{offsets_topic}\"\n\
-             snapshot.mode = \"no_data\"\nbatch.max.events = 1000\nheartbeat.interval.ms = 1000\n",
+             {settings}batch.max.events = 1000\nheartbeat.interval.ms = 1000\n",
             host = opts.ip_or_hostname(),
             port = opts.tcp_port(),
             user = opts.user().unwrap_or_default(),
@@ -240,6 +247,132 @@ async fn mysql_changes_reach_kafka_exactly_once_across_rotation_and_sigkills() -
         .map(|r| r.payload().unwrap()["source"]["row"].as_i64().unwrap())
         .collect();
     assert!(rows.iter().any(|&r| r > 0), "rows of one event numbered");
+    let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
+    Ok(())
+}
+
+/// The state a topic's records leave: each key's last `after`, a delete
+/// removing it.
+fn final_state(records: &[Seen]) -> BTreeMap<i64, Value> {
+    let mut state = BTreeMap::new();
+    for r in records.iter().filter(|r| r.value.is_some()) {
+        let (op, id) = op_and_id(r);
+        match op.as_str() {
+            "d" => state.remove(&id),
+            _ => state.insert(id, r.payload().expect("a value")["after"].clone()),
+        };
+    }
+    state
+}
+
+/// The table's rows as the records' `after` values.
+async fn table_state(root: &mut Conn, db: &str) -> Result<BTreeMap<i64, Value>> {
+    let rows: Vec<(i64, Option<i64>, Option<String>)> = root
+        .query(format!("SELECT id, qty, note FROM {db}.stock"))
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, qty, note)| (id, json!({"id": id, "qty": qty, "note": note})))
+        .collect())
+}
+
+#[tokio::test]
+async fn an_initial_snapshot_killed_midway_under_writes_publishes_each_row_once_and_ends_equal(
+) -> Result<()> {
+    const ROWS: i64 = 3000;
+    let mut root = admin().await;
+    let env = MySqlCapture::with_settings(
+        "oncely_mysnap",
+        &mut root,
+        "snapshot.mode = \"initial\"\nincremental.snapshot.chunk.size = 100\n",
+    )
+    .await?;
+    let db = env.db.clone();
+    root.query_drop(format!(
+        "CREATE TABLE {db}.stock (id int PRIMARY KEY, qty int, note varchar(20))"
+    ))
+    .await?;
+    root.query_drop("SET SESSION max_recursive_iterations = 100000").await?;
+    root.query_drop(format!(
+        "INSERT INTO {db}.stock WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ROWS}) \
+         SELECT i, i, 'seed' FROM n"
+    ))
+    .await?;
+
+    let mut capture = env.start().await?;
+    // Writes while the snapshot runs: rows before and after its progress.
+    for id in (1..=ROWS).step_by(97) {
+        root.query_drop(format!("UPDATE {db}.stock SET qty = -qty WHERE id = {id}"))
+            .await?;
+    }
+    env.records("stock", 600).await?;
+    kill9(&mut capture);
+    let partial = read_committed(&[env.topic("stock")])?
+        .iter()
+        .filter(|r| r.op() == Some("r"))
+        .count();
+    // While capture is down: an update, a delete and an insert on each side.
+    root.query_drop(format!(
+        "UPDATE {db}.stock SET note = 'down' WHERE id IN (5, {last})",
+        last = ROWS - 5
+    ))
+    .await?;
+    root.query_drop(format!(
+        "DELETE FROM {db}.stock WHERE id IN (6, {l})",
+        l = ROWS - 6
+    ))
+    .await?;
+    root.query_drop(format!(
+        "INSERT INTO {db}.stock VALUES ({a}, 1, 'new')",
+        a = ROWS + 1
+    ))
+    .await?;
+    let _capture = env.start().await?;
+    for id in (2..=ROWS).step_by(89) {
+        root.query_drop(format!(
+            "UPDATE {db}.stock SET qty = qty + 1000 WHERE id = {id}"
+        ))
+        .await?;
+    }
+    let want = table_state(&mut root, &db).await?;
+    let records = wait_for(&[env.topic("stock")], Duration::from_secs(240), |seen| {
+        final_state(seen) == want
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; capture log:\n{}", env.log()))?;
+
+    assert!(
+        partial > 0 && partial < ROWS as usize,
+        "the kill came inside the snapshot ({partial} of {ROWS} rows read then)"
+    );
+    let mut reads: BTreeMap<i64, usize> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.op() == Some("r")) {
+        *reads.entry(op_and_id(r).1).or_default() += 1;
+    }
+    let twice: Vec<_> = reads.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "rows read twice: {twice:?}");
+    // A row nothing wrote is in the topic as its snapshot read only.
+    let untouched = (1..=ROWS).filter(|id| id % 97 != 1 && id % 89 != 2 && ![5, 6].contains(id));
+    let untouched: Vec<i64> = untouched
+        .filter(|id| ![ROWS - 5, ROWS - 6].contains(id))
+        .collect();
+    for id in &untouched {
+        assert_eq!(reads.get(id), Some(&1), "row {id} read once");
+    }
+    let first = records.iter().find(|r| r.op() == Some("r")).unwrap();
+    let source = &first.payload().unwrap()["source"];
+    assert_eq!(source["connector"], "mysql");
+    assert!(
+        [
+            "true",
+            "first",
+            "last",
+            "first_in_data_collection",
+            "last_in_data_collection"
+        ]
+        .contains(&source["snapshot"].as_str().unwrap_or_default()),
+        "{source}"
+    );
     let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
     Ok(())
 }

@@ -86,7 +86,7 @@ async fn read_ours(stream: &mut MySqlStream, db: &str, changes: usize) -> Vec<Se
                     return out;
                 }
             }
-            EventView::KeepAlive { .. } => {}
+            EventView::KeepAlive { .. } | EventView::Watermark { .. } => {}
         }
     }
 }

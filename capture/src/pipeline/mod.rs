@@ -172,6 +172,13 @@ impl<S: Source> Pipeline<'_, S> {
                 at,
                 prefix,
                 content,
+            } if prefix == crate::snapshot::WATERMARK_PREFIX => {
+                self.standalone_watermark(at, &content).await?
+            }
+            StreamEvent::Message {
+                at,
+                prefix,
+                content,
             } => {
                 self.non_transactional_message(at, &prefix, &content)
                     .await?
@@ -248,6 +255,31 @@ impl<S: Source> Pipeline<'_, S> {
         }
         let ts = position.commit_ts_ms;
         self.metrics.lag.set((now_ms() - ts).max(0) as f64 / 1000.0);
+        self.close_if_full().await
+    }
+
+    /// A watermark outside any transaction (MySQL's, which the stream hands
+    /// out at the binlog position of the chunk's read view): never
+    /// published, and it moves no position, since no transaction starts at
+    /// its order key `at` and nothing of the source is replayed for it
+    /// after a restart. The high watermark of the chunk in flight publishes
+    /// its rows at `at`, with the offset record that moves the snapshot
+    /// past them.
+    async fn standalone_watermark(&mut self, at: u64, content: &[u8]) -> Result<(), CaptureError> {
+        if self.source.tracker.in_tx() {
+            return Err(CaptureError::Protocol(
+                "a snapshot watermark inside a transaction".into(),
+            ));
+        }
+        let position = crate::envelope::SourcePosition {
+            tx_id: 0,
+            lsn: at,
+            commit_lsn: at,
+            event_seq: 1,
+            commit_ts_ms: now_ms(),
+            snapshot: crate::envelope::SnapshotMarker::False,
+        };
+        self.on_watermark(content, &position).await?;
         self.close_if_full().await
     }
 

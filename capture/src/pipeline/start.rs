@@ -279,6 +279,7 @@ async fn assemble<'a, S: Source>(
 ) -> Result<Pipeline<'a, S>, CaptureError> {
     let schemas = crate::schema_change::read_history(cfg).await?;
     let stream = S::open_stream(cfg, &start.offset).await?;
+    let chunks = S::chunks(cfg, &stream);
     metrics.health.connected();
     let mut pipeline = Pipeline {
         cfg,
@@ -322,7 +323,7 @@ async fn assemble<'a, S: Source>(
             control: source.control,
             tracker: Tracker::default(),
             server_position: 0,
-            chunks: S::chunks(cfg),
+            chunks,
             schema: SchemaWatch::new(crate::schema_change::topic(cfg).into(), schemas),
         },
         snapshot: SnapshotDriver::new(cfg.chunk_size(), metrics.clone())

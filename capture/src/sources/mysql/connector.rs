@@ -109,8 +109,13 @@ impl Source for MySql {
         None
     }
 
-    fn chunks(_cfg: &CaptureConfig) -> MySqlChunks {
-        MySqlChunks
+    fn chunks(cfg: &CaptureConfig, stream: &MySqlStream) -> MySqlChunks {
+        MySqlChunks::new(
+            opts(cfg),
+            cfg.snapshot_locking_mode,
+            cfg.mysql_mapping(),
+            stream.watermarks(),
+        )
     }
 
     async fn next_event(stream: &mut MySqlStream) -> Result<SourceEvent<Self>, CaptureError> {

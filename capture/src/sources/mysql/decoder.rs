@@ -200,6 +200,9 @@ impl Decoder {
         let ts_ms = i64::from(header.timestamp()) * 1000;
 
         if let Some(handled) = self.mariadb_event(event, start) {
+            if handled.is_ok() && is_file_header(event.header().event_type_raw()) {
+                self.boundary(end, out);
+            }
             return handled;
         }
         let Ok(ty) = header.event_type() else {
@@ -226,9 +229,11 @@ impl Decoder {
                 self.seen_fde = true;
                 Ok(())
             }
-            EventType::HEARTBEAT_EVENT
-            | EventType::PREVIOUS_GTIDS_EVENT
-            | EventType::STOP_EVENT => Ok(()),
+            EventType::PREVIOUS_GTIDS_EVENT => {
+                self.boundary(end, out);
+                Ok(())
+            }
+            EventType::HEARTBEAT_EVENT | EventType::STOP_EVENT => Ok(()),
             EventType::GTID_EVENT | EventType::GTID_TAGGED_LOG_EVENT => {
                 let g: GtidEvent = event
                     .read_event()
@@ -520,6 +525,25 @@ impl Decoder {
         Ok(())
     }
 
+    /// A file's header event outside a transaction ends at `end`: nothing
+    /// before it is left to send, so the stream stands there (a
+    /// [`BinlogChange::Commit`] without a transaction, which the stream
+    /// hands out as a keepalive). After a rotation with no write since,
+    /// the server's position (a snapshot's `Binlog_snapshot_position`) is
+    /// the end of the new file's header, and the stream reaches it only so.
+    /// Events a dump resumed mid-file sends first (`end` 0) say nothing.
+    fn boundary(&self, end: u64, out: &mut VecDeque<BinlogChange>) {
+        if self.tx.is_some() || end <= 4 {
+            return;
+        }
+        let mut position = Position::at(self.file.clone(), end);
+        position.gtids = self.gtids.clone();
+        out.push_back(BinlogChange::Commit {
+            position,
+            xid: None,
+        });
+    }
+
     fn commit(&mut self, end: u64, xid: Option<u64>, out: &mut VecDeque<BinlogChange>) {
         let Some(tx) = self.tx.take() else {
             return;
@@ -548,6 +572,15 @@ impl Decoder {
     pub fn flavor(&self) -> Flavor {
         self.flavor
     }
+}
+
+/// MariaDB's events of a file's header after its format description (the
+/// GTIDs before the file, the binlogs still needed for crash recovery).
+fn is_file_header(raw: u8) -> bool {
+    matches!(
+        raw,
+        mariadb_events::GTID_LIST | mariadb_events::BINLOG_CHECKPOINT
+    )
 }
 
 /// An event at `file:start` that does not decode.

@@ -45,6 +45,7 @@ pub mod shape;
 pub mod snapshot;
 pub mod source;
 pub mod stream;
+pub mod watermarks;
 
 pub use catalog::MySqlCatalog;
 pub use cell::Cell;

@@ -189,38 +189,7 @@ impl SnapshotReader {
                 "{database}.{table} is not among the snapshot's tables"
             ))
         })?;
-        let (sql, params) = chunk_query(&shape, after, limit)?;
-        let rows: Vec<mysql_async::Row> = self
-            .conn
-            .exec(sql, params)
-            .await
-            .map_err(|e| MySqlSourceError::server("read a snapshot chunk", e))?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let cells = row
-                .unwrap()
-                .into_iter()
-                .zip(&shape.columns)
-                .map(|(v, col)| {
-                    Cell::from_query(col, v).map_err(|reason| {
-                        MySqlSourceError::Protocol(format!(
-                            "column {} of {}: {reason}",
-                            col.name,
-                            shape.qualified()
-                        ))
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            out.push(cells);
-        }
-        let full = !shape.primary_key.is_empty() && out.len() >= limit;
-        let next = match out.last() {
-            Some(last) if full => {
-                Some(shape.primary_key.iter().map(|&i| last[i].clone()).collect())
-            }
-            _ => None,
-        };
-        Ok(Chunk { rows: out, next })
+        read_rows(&mut self.conn, &shape, after, limit).await
     }
 
     /// Ends the snapshot's transaction (or its table locks) and closes the
@@ -239,6 +208,47 @@ impl SnapshotReader {
             .await
             .map_err(|e| MySqlSourceError::server("close the snapshot connection", e))
     }
+}
+
+/// Up to `limit` rows of `shape`'s table after key `after` in primary key
+/// order (the whole table when it has no key), read on `conn` as cells:
+/// the one reader of the initial snapshot and of the core's chunks
+/// ([`super::chunks`]).
+pub async fn read_rows(
+    conn: &mut Conn,
+    shape: &TableShape,
+    after: Option<&[Cell]>,
+    limit: usize,
+) -> Result<Chunk, MySqlSourceError> {
+    let (sql, params) = chunk_query(shape, after, limit)?;
+    let rows: Vec<mysql_async::Row> = conn
+        .exec(sql, params)
+        .await
+        .map_err(|e| MySqlSourceError::server("read a snapshot chunk", e))?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let cells = row
+            .unwrap()
+            .into_iter()
+            .zip(&shape.columns)
+            .map(|(v, col)| {
+                Cell::from_query(col, v).map_err(|reason| {
+                    MySqlSourceError::Protocol(format!(
+                        "column {} of {}: {reason}",
+                        col.name,
+                        shape.qualified()
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        out.push(cells);
+    }
+    let full = !shape.primary_key.is_empty() && out.len() >= limit;
+    let next = match out.last() {
+        Some(last) if full => Some(shape.primary_key.iter().map(|&i| last[i].clone()).collect()),
+        _ => None,
+    };
+    Ok(Chunk { rows: out, next })
 }
 
 /// The global read lock, or, when the user lacks RELOAD, read locks on the

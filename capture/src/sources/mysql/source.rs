@@ -30,6 +30,8 @@ use super::mapping::MappingConfig;
 use super::position::Position;
 use super::reader::{BinlogReader, ResumeBy};
 use super::stream::{MySqlEvent, StreamAdapter};
+use super::watermarks::{Handed, Next, WatermarkBoard};
+use crate::change::StreamEvent;
 use crate::error::CaptureError;
 use crate::offset::{SourceOffset, SourcePart};
 use crate::seam::Slot;
@@ -63,12 +65,17 @@ pub struct MySqlStream {
     changes: mpsc::Receiver<Sent>,
     reader: JoinHandle<()>,
     adapter: StreamAdapter,
+    /// Snapshot chunks' watermarks, handed out at their binlog positions.
+    watermarks: WatermarkBoard,
+    /// What was handed out to the pipeline.
+    handed: Handed,
 }
 
 impl MySqlStream {
     /// Registers as a replica and starts reading from `start.from`.
     pub async fn open(start: StreamStart) -> Result<Self, CaptureError> {
         let book = PositionBook::new(start.server.clone(), &start.from, start.facts.clone())?;
+        let opened_at = super::offset::order_key(&start.from).map_err(stream_error)?;
         let mut reader = BinlogReader::open(
             start.opts,
             start.replica_id,
@@ -85,13 +92,28 @@ impl MySqlStream {
             changes,
             reader,
             adapter: StreamAdapter::new(start.mapping, book),
+            watermarks: WatermarkBoard::default(),
+            handed: Handed::at(opened_at),
         })
     }
 
-    /// The next event; cancel-safe.
+    /// The board the chunk reads register their watermarks on.
+    pub fn watermarks(&self) -> WatermarkBoard {
+        self.watermarks.clone()
+    }
+
+    /// The next event; cancel-safe. A chunk's watermark goes out where its
+    /// binlog position is in the stream's order ([`super::watermarks`]):
+    /// before the next event when that starts at or after it, at once when
+    /// everything before it was handed out.
     pub(crate) async fn next_event(&mut self) -> Result<MySqlEvent, CaptureError> {
         loop {
+            let next = self.adapter.peek().map(next_of);
+            if let Some(watermark) = self.watermarks.take_due(self.handed, next) {
+                return Ok(watermark);
+            }
             if let Some(event) = self.adapter.next() {
+                self.handed.note(next_of(&event));
                 return Ok(event);
             }
             match self.changes.recv().await {
@@ -133,6 +155,16 @@ impl Slot for MySqlStream {
 
     fn offset_part(&self, offset: &SourceOffset) -> Result<Option<SourcePart>, CaptureError> {
         self.adapter.book_ref().part(offset).map(Some)
+    }
+}
+
+/// What the watermarks need to know of a stream event.
+fn next_of(event: &MySqlEvent) -> Next {
+    match event {
+        StreamEvent::Begin { commit, .. } => Next::Begin(*commit),
+        StreamEvent::Commit { end, .. } => Next::Commit(*end),
+        StreamEvent::KeepAlive { position } => Next::KeepAlive(*position),
+        _ => Next::Other,
     }
 }
 
@@ -202,13 +234,18 @@ pub enum EventView {
     KeepAlive {
         position: u64,
     },
+    /// A snapshot chunk's watermark (`content`: the core's text).
+    Watermark {
+        at: u64,
+        content: String,
+    },
 }
 
 #[cfg(feature = "testing")]
 impl MySqlStream {
     /// [`MySqlStream::next_event`] as an [`EventView`].
     pub async fn next_view(&mut self) -> Result<EventView, CaptureError> {
-        use crate::change::{Change, Datum, RowImage, StreamEvent};
+        use crate::change::{Change, Datum, RowImage};
         fn text(row: &RowImage) -> Vec<Option<String>> {
             row.0
                 .iter()
@@ -251,6 +288,10 @@ impl MySqlStream {
             }
             StreamEvent::Commit { commit, end } => EventView::Commit { commit, end },
             StreamEvent::KeepAlive { position } => EventView::KeepAlive { position },
+            StreamEvent::Message { at, content, .. } => EventView::Watermark {
+                at,
+                content: String::from_utf8_lossy(&content).into(),
+            },
             other => {
                 return Err(CaptureError::Protocol(format!(
                     "not a MySQL stream event: {other:?}"

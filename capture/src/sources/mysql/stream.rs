@@ -223,6 +223,11 @@ impl StreamAdapter {
         Some(event)
     }
 
+    /// The event [`StreamAdapter::next`] hands out next, if one was moved.
+    pub(crate) fn peek(&self) -> Option<&MySqlEvent> {
+        self.queue.front().map(|(event, _)| event)
+    }
+
     /// Whether a transaction is open (rows of it were moved, no commit yet).
     pub fn in_tx(&self) -> bool {
         self.open.is_some()

@@ -58,7 +58,7 @@ impl Source for Postgres {
         cfg.tls().unverified_credentials(&control)
     }
 
-    fn chunks(cfg: &CaptureConfig) -> chunk::PgChunks {
+    fn chunks(cfg: &CaptureConfig, _stream: &SourceStream) -> chunk::PgChunks {
         chunk::PgChunks::new(cfg)
     }
 
