@@ -292,7 +292,8 @@ async fn an_initial_snapshot_killed_midway_under_writes_publishes_each_row_once_
         "CREATE TABLE {db}.stock (id int PRIMARY KEY, qty int, note varchar(20))"
     ))
     .await?;
-    root.query_drop("SET SESSION max_recursive_iterations = 100000").await?;
+    root.query_drop("SET SESSION max_recursive_iterations = 100000")
+        .await?;
     root.query_drop(format!(
         "INSERT INTO {db}.stock WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ROWS}) \
          SELECT i, i, 'seed' FROM n"
