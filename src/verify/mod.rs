@@ -20,8 +20,10 @@
 //!
 //! The source is PostgreSQL, or MySQL/MariaDB (`source = "mysql"`:
 //! `mysql_source.rs`, read through the MySQL source's own chunk reads and
-//! mapping, values as the sinks hold Debezium's MySQL encodings); a MySQL
-//! source has no capture offset to wait for yet (`--no-capture-offset`).
+//! mapping, values as the sinks hold Debezium's MySQL encodings); with a
+//! MySQL source, capture's offset is waited for up to the binlog's end as
+//! its order key (`SourceDb::position_now`), or not at all for topics
+//! Debezium wrote (`--no-capture-offset`).
 
 mod compare;
 mod mysql_source;
@@ -179,10 +181,7 @@ async fn compare_all(
         let started = Instant::now();
         let deadline = started + options.timeout;
         if options.capture_offset {
-            let pg = source.postgres(
-                "no oncely capture of MySQL commits an offset yet; verify it with --no-capture-offset",
-            )?;
-            let lsn = pg.current_wal_lsn().await?;
+            let lsn = source.position_now().await?;
             report.source_lsn = Some(source::format_lsn(lsn));
             wait::capture(cfg, lsn, deadline).await?;
             report.capture_wait = Some(started.elapsed());

@@ -42,6 +42,16 @@ impl MySqlSource {
         })
     }
 
+    /// The binlog's end now as a MySQL capture's offset records order it.
+    pub async fn position_now(&self) -> Result<u64, VerifyError> {
+        self.catalog
+            .lock()
+            .await
+            .position_now()
+            .await
+            .map_err(source_error)
+    }
+
     /// The tables capture captures, each named `database.table` (a MySQL
     /// database is the envelope's schema: `source.db`).
     pub async fn tables(&self, cfg: &CaptureConfig) -> Result<Vec<SourceTable>, VerifyError> {

@@ -32,6 +32,16 @@ impl SourceDb {
         }
     }
 
+    /// The source's position now, on the scale of capture's offset
+    /// records (`flush_lsn`): PostgreSQL's WAL end, MySQL's binlog end as
+    /// its order key.
+    pub async fn position_now(&self) -> Result<u64, VerifyError> {
+        match self {
+            SourceDb::Postgres(pg) => pg.current_wal_lsn().await,
+            SourceDb::Mysql(my) => my.position_now().await,
+        }
+    }
+
     /// The tables capture captures.
     pub async fn tables(&self, cfg: &CaptureConfig) -> Result<Vec<SourceTable>, VerifyError> {
         match self {

@@ -4,7 +4,8 @@
 //! `<topic.prefix>.<database>.<table>` once each, in order, in Debezium's
 //! MySQL envelope, while capture is SIGKILLed and restarted twice (once
 //! inside the large transaction); and a stored position in a purged binlog
-//! stops the start with the fix. The server is shared with other tests:
+//! stops the start with the fix; the three sinks fill their targets from
+//! those topics and `oncely verify` says equal. The server is shared with other tests:
 //! each test has a database, topic prefix and replica id of its own.
 
 use std::path::PathBuf;
@@ -20,7 +21,9 @@ use rdkafka::ClientConfig;
 use serde_json::{json, Value};
 
 use crate::harness::capture::{kill9, read_committed, wait_for, Seen, Spawned};
+use crate::harness::checks::dead_letters;
 use crate::harness::common::{kafka_brokers, unique};
+use crate::harness::e2e::{summary, Pipeline};
 use crate::mysql_binlog::{admin, capture_opts, server_id};
 
 /// One test's database, topics and capture configuration.
@@ -347,5 +350,100 @@ async fn a_stored_position_in_a_purged_binlog_stops_the_start_with_the_fix() -> 
         "the first capture's log is untouched"
     );
     let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
+    Ok(())
+}
+
+/// The three sinks fill the warehouse, the index and the cache from the
+/// topic MySQL capture writes, and `oncely verify` (`source = "mysql"`,
+/// waiting for capture's committed offset) finds every target equal to
+/// MariaDB; a row changed afterwards with only capture stopped is then
+/// reported, so the comparison is not vacuous.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_sinks_fill_every_target_from_mysql_capture_and_verify_says_equal() -> Result<()> {
+    let mut root = admin().await;
+    let db = unique("oncely_mye2e");
+    root.query_drop(format!("CREATE DATABASE {db}")).await?;
+    let table = format!("{db}.orders");
+    root.query_drop(format!(
+        "CREATE TABLE {table} (id bigint PRIMARY KEY, qty int, price decimal(10,2), \
+         note varchar(20), doc json, at datetime(6))"
+    ))
+    .await?;
+    let mut p = Pipeline::with_topics("mye2e", "", "", |prefix| {
+        vec![format!("{prefix}.{db}.orders")]
+    })
+    .await?;
+    let opts = capture_opts();
+    p.capture_config = p.env.write_config(
+        "capture-mysql.toml",
+        &format!(
+            "source = \"mysql\"\ntopic.prefix = \"{prefix}\"\n\
+             database.hostname = \"{host}\"\ndatabase.port = {port}\n\
+             database.user = \"{user}\"\ndatabase.password = \"{pass}\"\n\
+             database.include.list = \"{db}\"\ndatabase.server.id = {id}\n\
+             kafka.bootstrap.servers = \"{brokers}\"\nsnapshot.mode = \"no_data\"\n\
+             heartbeat.interval.ms = 500\n",
+            prefix = p.env.prefix,
+            host = opts.ip_or_hostname(),
+            port = opts.tcp_port(),
+            user = opts.user().unwrap_or_default(),
+            pass = opts.pass().unwrap_or_default(),
+            id = server_id(),
+            brokers = kafka_brokers(),
+        ),
+    )?;
+    let result = fill_and_verify(&mut root, &p, &table).await;
+    let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
+    p.cleanup().await;
+    result
+}
+
+async fn fill_and_verify(root: &mut Conn, p: &Pipeline, table: &str) -> Result<()> {
+    let capture = p.spawn_capture()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !p.env.capture_log().contains("binlog stream opening") {
+        if Instant::now() > deadline {
+            bail!("capture did not open its stream:\n{}", p.env.capture_log());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sinks = (0..3)
+        .map(|i| p.spawn_sink(i))
+        .collect::<Result<Vec<_>>>()?;
+    for id in 1..=50 {
+        root.query_drop(format!(
+            "INSERT INTO {table} VALUES ({id}, {id}, {id}.25, 'n{id}', '{{\"k\": {id}}}', \
+             '2024-05-06 07:08:09.{id:06}')"
+        ))
+        .await?;
+    }
+    root.query_drop(format!(
+        "UPDATE {table} SET qty = qty * 2, note = NULL WHERE id <= 10"
+    ))
+    .await?;
+    root.query_drop("FLUSH BINARY LOGS").await?;
+    root.query_drop(format!("UPDATE {table} SET id = 1000 WHERE id = 11"))
+        .await?;
+    root.query_drop(format!("DELETE FROM {table} WHERE id BETWEEN 20 AND 24"))
+        .await?;
+    let report = p.verify_until_equal(Duration::from_secs(120)).await?;
+    let letters = dead_letters(&p.env.prefix)?;
+    assert!(
+        report.is_equal() && letters.is_empty(),
+        "{}\ndead letters: {letters:?}\ncapture log:\n{}",
+        summary(&report),
+        p.env.capture_log()
+    );
+    assert_eq!(report.compared(), 3, "{}", summary(&report));
+
+    // Capture stopped: a change no target follows is reported in each.
+    drop(capture);
+    root.query_drop(format!("UPDATE {table} SET qty = -1 WHERE id = 30"))
+        .await?;
+    let report = p
+        .verify_without_capture_offset(Duration::from_secs(60))
+        .await?;
+    assert!(!report.is_equal(), "{}", summary(&report));
+    drop(sinks);
     Ok(())
 }

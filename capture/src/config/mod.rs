@@ -114,8 +114,8 @@ pub struct CaptureConfig {
     pub table_filter: BTreeMap<String, String>,
 
     /// `source`: the kind of database read, `postgres` (the default) or
-    /// `mysql` (MySQL and MariaDB; so far only `oncely verify` reads it:
-    /// docs/mysql.md).
+    /// `mysql` (MySQL and MariaDB: capture streams its binlog, `oncely
+    /// verify` reads its tables; docs/mysql.md).
     #[serde(default)]
     pub source: SourceKind,
 

@@ -623,6 +623,37 @@ fn a_mysql_source_takes_debezium_s_mysql_keys() {
 }
 
 #[test]
+fn a_mysql_capture_needs_its_replica_id_and_takes_the_locking_mode() {
+    use crate::sources::mysql::snapshot::SnapshotLockingMode;
+    let text = "source = \"mysql\"\ntopic.prefix = \"shop\"\ndatabase.hostname = \"db\"\n\
+                database.user = \"oncely\"\nkafka.bootstrap.servers = \"k:9092\"\n";
+    // Verify reads without one: parsing accepts its absence, capture does not.
+    let cfg = CaptureConfig::parse(text, "test").unwrap();
+    let err = cfg.mysql_server_id().unwrap_err().to_string();
+    assert!(
+        err.contains("database.server.id") && err.contains("required"),
+        "{err}"
+    );
+    assert_eq!(cfg.snapshot_locking_mode, SnapshotLockingMode::Minimal);
+    let cfg = CaptureConfig::parse(
+        &format!("{text}database.server.id = 5400\nsnapshot.locking.mode = \"none\"\n"),
+        "test",
+    )
+    .unwrap();
+    assert_eq!(cfg.mysql_server_id().unwrap(), 5400);
+    assert_eq!(cfg.snapshot_locking_mode, SnapshotLockingMode::None);
+    let err = CaptureConfig::parse(&format!("{text}database.server.id = 0\n"), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("database.server.id"), "{err}");
+    // A PostgreSQL source has no replica id.
+    let err = CaptureConfig::parse(&format!("{MINIMAL}database.server.id = 5400\n"), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("database.server.id"), "{err}");
+}
+
+#[test]
 fn postgres_needs_its_database_and_keeps_its_port() {
     let text = MINIMAL.replace("database.dbname = \"shop\"\n", "");
     let err = CaptureConfig::parse(&text, "test").unwrap_err().to_string();

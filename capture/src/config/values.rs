@@ -10,7 +10,7 @@ pub enum SourceKind {
     /// PostgreSQL, through a logical replication slot.
     #[default]
     Postgres,
-    /// MySQL or MariaDB (so far read by `oncely verify` only).
+    /// MySQL or MariaDB (capture streams it; no snapshots yet).
     Mysql,
 }
 

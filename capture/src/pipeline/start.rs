@@ -421,3 +421,23 @@ fn claim_topics(
     }
     Ok((claims, clashes))
 }
+
+#[cfg(test)]
+mod source_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_mysql_capture_without_its_replica_id_stops_before_connecting() {
+        let text =
+            "source = \"mysql\"\ntopic.prefix = \"shop\"\ndatabase.hostname = \"127.0.0.1\"\n\
+             database.port = 1\ndatabase.user = \"oncely\"\ndatabase.include.list = \"inventory\"\n\
+             kafka.bootstrap.servers = \"127.0.0.1:1\"\n";
+        let cfg = CaptureConfig::parse(text, "test").expect("a valid MySQL config");
+        let err = run(cfg, CaptureMetrics::new("test"), CancellationToken::new())
+            .await
+            .expect_err("no replica id");
+        let message = err.to_string();
+        assert!(message.contains("database.server.id"), "{message}");
+        assert!(!err.is_retriable(), "{message}");
+    }
+}

@@ -10,8 +10,9 @@ use mysql_async::{Conn, Opts, OptsBuilder, Value};
 use oncely_core::sql::quote_mysql_ident;
 
 use super::cell::Cell;
-use super::checks::Flavor;
+use super::checks::{current_position, Flavor};
 use super::error::MySqlSourceError;
+use super::offset::order_key;
 use super::shape::TableShape;
 use super::snapshot::{SnapshotLockingMode, SnapshotReader, SnapshotSettings};
 use crate::config::CaptureConfig;
@@ -35,6 +36,7 @@ pub struct MySqlCatalog {
     conn: Conn,
     opts: Opts,
     flavor: Flavor,
+    version: String,
 }
 
 impl MySqlCatalog {
@@ -53,7 +55,16 @@ impl MySqlCatalog {
             conn,
             opts,
             flavor: Flavor::from_version(&version),
+            version,
         })
+    }
+
+    /// The order key of the server's binlog end now, the scale of a MySQL
+    /// capture's offset records (`flush_lsn`): once capture's committed
+    /// offset reaches it, every change made before is in Kafka.
+    pub async fn position_now(&mut self) -> Result<u64, MySqlSourceError> {
+        let at = current_position(&mut self.conn, self.flavor, &self.version).await?;
+        order_key(&at)
     }
 
     /// The shapes of the tables capture captures, by database and name.

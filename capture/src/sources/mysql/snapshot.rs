@@ -49,8 +49,8 @@ pub enum SnapshotLockingMode {
     None,
 }
 
-/// The snapshot reader's settings. Not yet selectable: no capture
-/// configuration selects the MySQL source yet (docs/mysql.md).
+/// The snapshot reader's settings (`snapshot.locking.mode` is also a
+/// capture key, `CaptureConfig::snapshot_locking_mode`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotSettings {
