@@ -4,7 +4,7 @@
 //! primary-key updates, deletes, hot keys, transactions spanning tables and
 //! one 20,000-row transaction, over DECIMAL, JSON, unsigned (one beyond
 //! 2^63) and zero-date values and keys of four kinds (unsigned, auto
-//! increment, text, int). Triggers count every row change into a table
+//! increment and negative, text, int). Triggers count every row change into a table
 //! capture does not capture, in the same transaction, as the PostgreSQL
 //! suite's do.
 //!
@@ -48,8 +48,10 @@ const SCHEMA: [&str; 4] = [
 /// The first row of `accounts.big`, beyond a signed BIGINT.
 const BIG_UNSIGNED: u64 = 18_446_744_073_709_000_000;
 
-/// Ids of primary-key updates, above any auto-increment id of the run.
-const RENUMBERED: i64 = 1 << 40;
+/// Ids of primary-key updates count down from here: below every
+/// auto-increment id (a key updated upwards would move the counter onto
+/// the ids it hands out next).
+const RENUMBERED: i64 = 0;
 
 /// Rows every other change works on (accounts 1..=5 are the hot keys), and
 /// a row in each table, so that every topic exists before the sinks start.
@@ -132,8 +134,11 @@ impl Writer {
                 self.stats.transactions.fetch_add(1, Ordering::Relaxed);
                 Some(v)
             }
-            Err(_) => {
-                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            Err(e) => {
+                // The first few, to tell a restart's errors from a workload's.
+                if self.stats.errors.fetch_add(1, Ordering::Relaxed) < 5 {
+                    eprintln!("writer: {e}");
+                }
                 // Closing rolls back whatever transaction it had open.
                 self.conn = None;
                 None
@@ -271,7 +276,7 @@ async fn main_writer(mut w: Writer, stop: Arc<AtomicBool>, big_at: Instant) {
             60..=69 if !moves.is_empty() => {
                 // A primary-key update.
                 let i = rand::rng().random_range(0..moves.len());
-                renumbered += 1;
+                renumbered -= 1;
                 let r = c
                     .exec_drop(
                         "UPDATE moves SET id = ?, memo = 'renumbered' WHERE id = ?",
