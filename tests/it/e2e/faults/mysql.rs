@@ -9,11 +9,13 @@
 //! suite's do.
 //!
 //! The restarts (`ONCELY_CHAOS_RESTARTS`, default 1) are of Kafka and of
-//! MariaDB (`scripts/services restart mariadb`); writers reconnect, and the
+//! MariaDB (`scripts/services restart mariadb`). Writers reconnect, and the
 //! large transaction, when its COMMIT's outcome is unknown, is read back
-//! before it is tried again.
+//! before it is tried again; with or without restarts their connections are
+//! also cut four times (`KILL CONNECTION`, once inside the large
+//! transaction), which the shared server allows any time.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -113,6 +115,8 @@ fn writer_opts(db: &str) -> Result<Opts> {
 struct Writer {
     opts: Opts,
     conn: Option<Conn>,
+    /// The connection's id on the server, for [`cut_connections`].
+    id: Arc<AtomicU32>,
     stats: Arc<WriterStats>,
 }
 
@@ -120,7 +124,10 @@ impl Writer {
     async fn conn(&mut self) -> &mut Conn {
         while self.conn.is_none() {
             match Conn::new(self.opts.clone()).await {
-                Ok(c) => self.conn = Some(c),
+                Ok(c) => {
+                    self.id.store(c.id(), Ordering::Relaxed);
+                    self.conn = Some(c);
+                }
                 // MariaDB is restarting: try again shortly.
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
@@ -338,6 +345,34 @@ async fn main_writer(mut w: Writer, stop: Arc<AtomicBool>, big_at: Instant) {
     }
 }
 
+/// Closes the writers' connections from the server's side (`KILL
+/// CONNECTION`) at each of `moments`: what a MariaDB restart does to them,
+/// without restarting the server other tests share. The cuts made.
+async fn cut_connections(
+    opts: Opts,
+    ids: Vec<Arc<AtomicU32>>,
+    moments: Vec<Instant>,
+) -> Result<usize> {
+    let mut root = Conn::new(opts).await?;
+    let mut cuts = 0;
+    for at in moments {
+        tokio::time::sleep_until(at.into()).await;
+        for id in &ids {
+            let id = id.load(Ordering::Relaxed);
+            // An id already gone is refused ("Unknown thread id"): no cut.
+            if id != 0
+                && root
+                    .query_drop(format!("KILL CONNECTION {id}"))
+                    .await
+                    .is_ok()
+            {
+                cuts += 1;
+            }
+        }
+    }
+    Ok(cuts)
+}
+
 /// The capture config: the MySQL source on the test's database as the
 /// least-privileged capture user, its four tables, a replica id of its own.
 fn capture_config(p: &Pipeline, db: &str) -> String {
@@ -431,17 +466,25 @@ async fn chaos(db: &str) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(WriterStats::default());
     let started = Instant::now();
-    let writer = |stats: &Arc<WriterStats>| Writer {
+    let ids = [Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0))];
+    let writer = |id: &Arc<AtomicU32>| Writer {
         opts: opts.clone(),
         conn: None,
+        id: id.clone(),
         stats: stats.clone(),
     };
-    let hot = tokio::spawn(hot_writer(writer(&stats), stop.clone()));
-    let main = tokio::spawn(main_writer(
-        writer(&stats),
-        stop.clone(),
-        started + Duration::from_secs(seconds / 3),
-    ));
+    let big_at = started + Duration::from_secs(seconds / 3);
+    let hot = tokio::spawn(hot_writer(writer(&ids[0]), stop.clone()));
+    let main = tokio::spawn(main_writer(writer(&ids[1]), stop.clone(), big_at));
+    // Connections cut four times, once inside the large transaction (it
+    // takes seconds), so its COMMIT may go unanswered.
+    let mut moments: Vec<Instant> = [0.2, 0.6, 0.85]
+        .map(|f| started + Duration::from_secs_f64(seconds as f64 * f))
+        .into_iter()
+        .chain([big_at + Duration::from_millis(700)])
+        .collect();
+    moments.sort();
+    let cutter = tokio::spawn(cut_connections(opts.clone(), ids.to_vec(), moments));
     let restarted = chaos_loop(
         &mut fleet,
         seconds,
@@ -452,10 +495,11 @@ async fn chaos(db: &str) -> Result<()> {
     stop.store(true, Ordering::Relaxed);
     hot.await?;
     main.await?;
+    let cuts = cutter.await??;
     let restarted = restarted?;
     fleet.supervise()?;
     eprintln!(
-        "chaos (MariaDB): {}s, {} kills ({}), services restarted: {restarted:?}; writers: {} statements, {} errors",
+        "chaos (MariaDB): {}s, {} kills ({}), services restarted: {restarted:?}; writers: {} statements, {} errors, {cuts} connections cut",
         started.elapsed().as_secs(),
         total_kills(&fleet),
         fleet.summary(),
@@ -463,6 +507,10 @@ async fn chaos(db: &str) -> Result<()> {
         stats.errors.load(Ordering::Relaxed),
     );
 
+    assert!(
+        cuts > 0 && stats.errors.load(Ordering::Relaxed) > 0,
+        "the writers' connections were cut ({cuts} cuts) and they saw it"
+    );
     assert_targets_equal(&p, &fleet, TABLES.len()).await?;
 
     // Each committed source change is in Kafka exactly once (a fresh
@@ -479,6 +527,8 @@ async fn chaos(db: &str) -> Result<()> {
         .query_first("SELECT count(*) FROM bulk")
         .await?
         .unwrap_or_default();
+    // More than one range: an attempt cut before its COMMIT, tried again.
+    eprintln!("bulk: {bulk} rows");
     assert!(
         bulk > BIG_TRANSACTION_ROWS,
         "the large transaction never committed ({bulk} rows in bulk)"
