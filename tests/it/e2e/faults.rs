@@ -20,6 +20,7 @@
 //! Kafka and of PostgreSQL each, default 1) make it longer: see `scripts/chaos`.
 //! Kafka and PostgreSQL are restarted with `scripts/services restart`, so they
 //! must have been started by this checkout's `scripts/services`.
+//! `mysql` runs the same loop, verify and scan with a MariaDB source.
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -347,3 +347,35 @@ pub fn dead_letters(prefix: &str) -> Result<Vec<String>> {
     }
     Ok(letters)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::event_position;
+
+    #[test]
+    fn a_binlog_event_is_its_file_pos_row_and_op() {
+        let at = |file: &str, pos: u64, row: u64| json!({"file": file, "pos": pos, "row": row});
+        let delete = event_position(&at("binlog.000007", 4000, 2), Some('d'));
+        let create = event_position(&at("binlog.000007", 4000, 2), Some('c'));
+        // A primary-key update's two halves share the row, not the identity.
+        assert_ne!(delete, create);
+        assert_eq!(
+            delete,
+            event_position(&at("binlog.000007", 4000, 2), Some('d'))
+        );
+        let distinct = [
+            event_position(&at("binlog.000008", 4000, 2), Some('d')),
+            event_position(&at("binlog.000007", 4001, 2), Some('d')),
+            event_position(&at("binlog.000007", 4000, 3), Some('d')),
+        ];
+        assert!(distinct.iter().all(|p| p.is_some() && *p != delete));
+        assert_eq!(delete, Some((7 << 32 | 4000, 2 << 3 | 3)));
+        // commit_lsn/event_seq first; neither: None.
+        let pg =
+            json!({"commit_lsn": 9, "event_seq": 1, "file": "binlog.000001", "pos": 4, "row": 0});
+        assert_eq!(event_position(&pg, Some('c')), Some((9, 1)));
+        assert_eq!(event_position(&json!({"file": "binlog"}), Some('c')), None);
+    }
+}
