@@ -20,6 +20,7 @@
 //! Kafka and of PostgreSQL each, default 1) make it longer: see `scripts/chaos`.
 //! Kafka and PostgreSQL are restarted with `scripts/services restart`, so they
 //! must have been started by this checkout's `scripts/services`.
+//! `mysql` runs the same loop, verify and scan with a MariaDB source.
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,9 +30,13 @@ use rand::Rng;
 use tokio_postgres::{Client, NoTls};
 
 use crate::harness::capture::{db_url, kill9, raw_records};
-use crate::harness::checks::{event_counter, expected_events, scan_avro_changes, scan_changes};
+use crate::harness::checks::{
+    event_counter, expected_events, scan_avro_changes, scan_changes, ChangeScan,
+};
 use crate::harness::common::{self, registry_url};
 use crate::harness::e2e::{Fleet, Pipeline};
+
+mod mysql;
 
 const TABLES: [&str; 4] = ["accounts", "moves", "docs", "bulk"];
 const HOT_KEYS: i64 = 5;
@@ -271,15 +276,94 @@ async fn main_writer(mut w: Writer, stop: Arc<AtomicBool>, big_at: Instant) {
     }
 }
 
-/// The moments (from the start) at which Kafka and PostgreSQL restart.
-fn restart_plan(seconds: u64, restarts: u64) -> Vec<(Duration, &'static str)> {
+/// The moments (from the start) at which each of `services` (Kafka, then
+/// the source database) restarts, `restarts` times each.
+fn restart_plan(
+    seconds: u64,
+    restarts: u64,
+    services: [&'static str; 2],
+) -> Vec<(Duration, &'static str)> {
     let mut plan = Vec::new();
     for r in 0..restarts {
         let slot = seconds as f64 / restarts as f64;
-        plan.push((Duration::from_secs_f64(slot * (r as f64 + 0.3)), "kafka"));
-        plan.push((Duration::from_secs_f64(slot * (r as f64 + 0.65)), "pg"));
+        plan.push((
+            Duration::from_secs_f64(slot * (r as f64 + 0.3)),
+            services[0],
+        ));
+        plan.push((
+            Duration::from_secs_f64(slot * (r as f64 + 0.65)),
+            services[1],
+        ));
     }
     plan
+}
+
+fn total_kills(fleet: &Fleet) -> usize {
+    fleet.kills.iter().sum()
+}
+
+/// SIGKILLs a random process of `fleet` every 0.3 to 1.6 s (restarting it)
+/// and restarts the services of `plan` when due, for `seconds` and until
+/// `min_kills` kills are done; the services restarted.
+async fn chaos_loop(
+    fleet: &mut Fleet<'_>,
+    seconds: u64,
+    min_kills: usize,
+    mut plan: Vec<(Duration, &'static str)>,
+) -> Result<Vec<&'static str>> {
+    let started = Instant::now();
+    let mut restarted = Vec::new();
+    while started.elapsed() < Duration::from_secs(seconds) || total_kills(fleet) < min_kills {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(seconds * 3 + 120),
+            "the chaos loop did not finish: {}",
+            fleet.summary()
+        );
+        let pause = rand::rng().random_range(300..1600);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        fleet.supervise()?;
+        if plan.first().is_some_and(|(at, _)| started.elapsed() >= *at) {
+            let (_, service) = plan.remove(0);
+            tokio::task::spawn_blocking(move || common::restart_service(service)).await??;
+            restarted.push(service);
+            continue;
+        }
+        fleet.kill_random()?;
+    }
+    Ok(restarted)
+}
+
+/// `oncely verify` finds each of the `tables` equal in every target of `p`.
+async fn assert_targets_equal(p: &Pipeline, fleet: &Fleet<'_>, tables: usize) -> Result<()> {
+    let report = p.verify(Duration::from_secs(240)).await?;
+    eprintln!("{report}");
+    assert!(
+        report.is_equal(),
+        "targets differ after chaos ({}); logs in {}:\n{report}",
+        fleet.summary(),
+        p.env.dir.display()
+    );
+    assert_eq!(report.compared(), tables * 3, "{report}");
+    Ok(())
+}
+
+/// The `read_committed` scan holds each of the `expected` committed source
+/// changes exactly once.
+fn assert_each_change_once(scan: &ChangeScan, expected: u64) {
+    eprintln!("topics: {scan:?}; expected {expected} events");
+    assert_eq!(
+        scan.unversioned, 0,
+        "events without a position (commit_lsn/event_seq or file/pos/row) or op"
+    );
+    assert_eq!(
+        scan.duplicate_count, 0,
+        "source changes committed to Kafka more than once, e.g. {:?}",
+        scan.duplicates
+    );
+    assert_eq!(
+        scan.events, expected,
+        "change events in Kafka vs changes committed"
+    );
 }
 
 // Restarting a service would break whatever other test of this process runs
@@ -360,26 +444,13 @@ async fn chaos(name: &str, wire: Wire) -> Result<()> {
         started + Duration::from_secs(seconds / 3),
     ));
 
-    let mut plan = restart_plan(seconds, restarts);
-    let mut restarted: Vec<&str> = Vec::new();
-    let kills = |f: &Fleet| f.kills.iter().sum::<usize>();
-    while started.elapsed() < Duration::from_secs(seconds) || kills(&fleet) < min_kills {
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(seconds * 3 + 120),
-            "the chaos loop did not finish: {}",
-            fleet.summary()
-        );
-        let pause = rand::rng().random_range(300..1600);
-        tokio::time::sleep(Duration::from_millis(pause)).await;
-        fleet.supervise()?;
-        if plan.first().is_some_and(|(at, _)| started.elapsed() >= *at) {
-            let (_, service) = plan.remove(0);
-            tokio::task::spawn_blocking(move || common::restart_service(service)).await??;
-            restarted.push(service);
-            continue;
-        }
-        fleet.kill_random()?;
-    }
+    let restarted = chaos_loop(
+        &mut fleet,
+        seconds,
+        min_kills,
+        restart_plan(seconds, restarts, ["kafka", "pg"]),
+    )
+    .await?;
     stop.store(true, Ordering::Relaxed);
     hot.await?;
     main.await?;
@@ -387,22 +458,14 @@ async fn chaos(name: &str, wire: Wire) -> Result<()> {
     eprintln!(
         "chaos: {}s, {} kills ({}), services restarted: {restarted:?}; writers: {} statements, {} errors",
         started.elapsed().as_secs(),
-        kills(&fleet),
+        total_kills(&fleet),
         fleet.summary(),
         stats.transactions.load(Ordering::Relaxed),
         stats.errors.load(Ordering::Relaxed),
     );
 
     // With everything running again, every target must converge to the source.
-    let report = p.verify(Duration::from_secs(240)).await?;
-    eprintln!("{report}");
-    assert!(
-        report.is_equal(),
-        "targets differ after chaos ({}); logs in {}:\n{report}",
-        fleet.summary(),
-        p.env.dir.display()
-    );
-    assert_eq!(report.compared(), TABLES.len() * 3, "{report}");
+    assert_targets_equal(&p, &fleet, TABLES.len()).await?;
 
     // Each committed source change is in Kafka exactly once.
     let source = p.env.connect().await?;
@@ -414,20 +477,7 @@ async fn chaos(name: &str, wire: Wire) -> Result<()> {
         Wire::Avro(url) => scan_avro_changes(&topics, url, handle),
     })
     .await??;
-    eprintln!("topics: {scan:?}; expected {expected} events");
-    assert_eq!(
-        scan.unversioned, 0,
-        "events without commit_lsn/event_seq/op"
-    );
-    assert_eq!(
-        scan.duplicate_count, 0,
-        "source changes committed to Kafka more than once, e.g. {:?}",
-        scan.duplicates
-    );
-    assert_eq!(
-        scan.events, expected as u64,
-        "change events in Kafka vs changes committed"
-    );
+    assert_each_change_once(&scan, expected as u64);
     let bulk: i64 = source
         .query_one("SELECT count(*) FROM bulk", &[])
         .await?

@@ -88,7 +88,10 @@ pub async fn history_rows(client: &tokio_postgres::Client, table: &str) -> Resul
 /// An event is identified by `(source.commit_lsn, source.event_seq)`:
 /// capture gives every event a position of its own (a primary-key update's
 /// delete and create take consecutive ordinals), so a position seen twice is
-/// a duplicate.
+/// a duplicate. MySQL's source block has no such pair: there an event is its
+/// rows event's `(file, pos)`, its `row` in that event and its op (a
+/// primary-key update's delete and create share the row), see
+/// [`event_position`].
 /// A truncate goes to every partition of its topic: one copy per partition
 /// is expected, so its identity includes the partition.
 #[derive(Debug, Default)]
@@ -126,6 +129,30 @@ pub fn scan_avro_changes(
         let codec = handle.block_on(registry.schema(id))?;
         Ok(codec.decode(body)?)
     })
+}
+
+/// An event's identity as two numbers: `(commit_lsn, event_seq)`, or for
+/// MySQL's source block `(file number << 32 | pos, row << 3 | op)` (a
+/// binlog offset fits 32 bits; the op's low bits tell a primary-key
+/// update's delete from its create). None without either.
+fn event_position(source: &serde_json::Value, op: Option<char>) -> Option<(u64, u64)> {
+    if let (Some(lsn), Some(seq)) = (source["commit_lsn"].as_u64(), source["event_seq"].as_u64()) {
+        return Some((lsn, seq));
+    }
+    let file = source["file"].as_str()?;
+    let number: u64 = file.rsplit_once('.')?.1.parse().ok()?;
+    let pos = source["pos"]
+        .as_u64()
+        .filter(|p| *p <= u64::from(u32::MAX))?;
+    let row = source["row"].as_u64()?;
+    let op = match op? {
+        'r' => 0,
+        'c' => 1,
+        'u' => 2,
+        'd' => 3,
+        _ => 4,
+    };
+    Some((number << 32 | pos, row << 3 | op))
 }
 
 fn scan_changes_with(
@@ -170,12 +197,8 @@ fn scan_changes_with(
                 let payload = value.get("payload").unwrap_or(&value);
                 let source = &payload["source"];
                 let op = payload["op"].as_str().and_then(|o| o.chars().next());
-                match (
-                    source["commit_lsn"].as_u64(),
-                    source["event_seq"].as_u64(),
-                    op,
-                ) {
-                    (Some(lsn), Some(seq), Some(op)) => {
+                match (event_position(source, op), op) {
+                    (Some((lsn, seq)), Some(op)) => {
                         scan.events += 1;
                         scan.reads += u64::from(op == 'r');
                         let topic = topics
@@ -323,4 +346,36 @@ pub fn dead_letters(prefix: &str) -> Result<Vec<String>> {
         }
     }
     Ok(letters)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::event_position;
+
+    #[test]
+    fn a_binlog_event_is_its_file_pos_row_and_op() {
+        let at = |file: &str, pos: u64, row: u64| json!({"file": file, "pos": pos, "row": row});
+        let delete = event_position(&at("binlog.000007", 4000, 2), Some('d'));
+        let create = event_position(&at("binlog.000007", 4000, 2), Some('c'));
+        // A primary-key update's two halves share the row, not the identity.
+        assert_ne!(delete, create);
+        assert_eq!(
+            delete,
+            event_position(&at("binlog.000007", 4000, 2), Some('d'))
+        );
+        let distinct = [
+            event_position(&at("binlog.000008", 4000, 2), Some('d')),
+            event_position(&at("binlog.000007", 4001, 2), Some('d')),
+            event_position(&at("binlog.000007", 4000, 3), Some('d')),
+        ];
+        assert!(distinct.iter().all(|p| p.is_some() && *p != delete));
+        assert_eq!(delete, Some((7 << 32 | 4000, 2 << 3 | 3)));
+        // commit_lsn/event_seq first; neither: None.
+        let pg =
+            json!({"commit_lsn": 9, "event_seq": 1, "file": "binlog.000001", "pos": 4, "row": 0});
+        assert_eq!(event_position(&pg, Some('c')), Some((9, 1)));
+        assert_eq!(event_position(&json!({"file": "binlog"}), Some('c')), None);
+    }
 }

@@ -49,8 +49,8 @@ pub fn services_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/services")
 }
 
-/// Restarts one service started by `scripts/services` (`pg`, `kafka`, `es`
-/// or `redis`) and waits until it is ready again. Blocking: call it from
+/// Restarts one service started by `scripts/services` (`pg`, `kafka`, `es`,
+/// `redis` or `mariadb`) and waits until it is ready again. Blocking: call it from
 /// `tokio::task::spawn_blocking` in async tests.
 pub fn restart_service(name: &str) -> anyhow::Result<()> {
     let status = Command::new(services_script())
