@@ -488,7 +488,8 @@ async fn a_stored_position_in_a_purged_binlog_stops_the_start_with_the_fix() -> 
 }
 
 /// The three sinks fill the warehouse, the index and the cache from the
-/// topic MySQL capture writes, and `oncely verify` (`source = "mysql"`,
+/// topic MySQL capture writes, across a column added and one widened
+/// while streaming, and `oncely verify` (`source = "mysql"`,
 /// waiting for capture's committed offset) finds every target equal to
 /// MariaDB; a row changed afterwards with only capture stopped is then
 /// reported, so the comparison is not vacuous.
@@ -559,6 +560,15 @@ async fn fill_and_verify(root: &mut Conn, p: &Pipeline, table: &str) -> Result<(
     root.query_drop(format!("UPDATE {table} SET id = 1000 WHERE id = 11"))
         .await?;
     root.query_drop(format!("DELETE FROM {table} WHERE id BETWEEN 20 AND 24"))
+        .await?;
+    // DDL while streaming: a column added, one widened past its old range.
+    root.query_drop(format!("ALTER TABLE {table} ADD COLUMN extra int"))
+        .await?;
+    root.query_drop(format!("UPDATE {table} SET extra = id * 3 WHERE id > 40"))
+        .await?;
+    root.query_drop(format!("ALTER TABLE {table} MODIFY qty bigint"))
+        .await?;
+    root.query_drop(format!("UPDATE {table} SET qty = 5000000000 WHERE id = 45"))
         .await?;
     let report = p.verify_until_equal(Duration::from_secs(120)).await?;
     let letters = dead_letters(&p.env.prefix)?;
