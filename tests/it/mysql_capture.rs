@@ -41,8 +41,8 @@ impl MySqlCapture {
         Self::with_settings(name, root, "snapshot.mode = \"no_data\"\n").await
     }
 
-    /// [`MySqlCapture::new`] with `settings` (TOML lines) instead of
-    /// `snapshot.mode = "no_data"`.
+    /// [`MySqlCapture::new`] with `settings` (TOML lines, `{db}` standing
+    /// for the test's database) instead of `snapshot.mode = "no_data"`.
     async fn with_settings(name: &str, root: &mut Conn, settings: &str) -> Result<Self> {
         let db = unique(name);
         root.query_drop(format!("CREATE DATABASE {db}")).await?;
@@ -64,6 +64,7 @@ impl MySqlCapture {
             pass = opts.pass().unwrap_or_default(),
             id = server_id(),
             brokers = kafka_brokers(),
+            settings = settings.replace("{db}", &db),
         );
         let config = dir.join("capture.toml");
         std::fs::write(&config, text)?;
@@ -373,6 +374,70 @@ async fn an_initial_snapshot_killed_midway_under_writes_publishes_each_row_once_
         ]
         .contains(&source["snapshot"].as_str().unwrap_or_default()),
         "{source}"
+    );
+    let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
+    Ok(())
+}
+
+/// A Debezium `execute-snapshot` signal row in the signal table snapshots
+/// a table capture streams (incremental, chunked, while writes go on);
+/// one naming no table is refused in the log and changes nothing.
+#[tokio::test]
+async fn an_execute_snapshot_signal_snapshots_a_streamed_table_under_writes() -> Result<()> {
+    const ROWS: i64 = 1500;
+    let mut root = admin().await;
+    let env = MySqlCapture::with_settings(
+        "oncely_mysig",
+        &mut root,
+        "snapshot.mode = \"no_data\"\nincremental.snapshot.chunk.size = 100\n\
+         signal.data.collection = \"{db}.signals\"\n",
+    )
+    .await?;
+    let db = env.db.clone();
+    root.query_drop(format!(
+        "CREATE TABLE {db}.signals (id varchar(64) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))"
+    ))
+    .await?;
+    root.query_drop(format!(
+        "CREATE TABLE {db}.stock (id int PRIMARY KEY, qty int, note varchar(20))"
+    ))
+    .await?;
+    root.query_drop("SET SESSION max_recursive_iterations = 100000")
+        .await?;
+    root.query_drop(format!(
+        "INSERT INTO {db}.stock WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ROWS}) \
+         SELECT i, i, 'seed' FROM n"
+    ))
+    .await?;
+    let _capture = env.start().await?;
+    root.query_drop(format!(
+        "INSERT INTO {db}.signals VALUES ('nope', 'execute-snapshot', '{{\"data-collections\": [\"{db}.nope\"]}}'), \
+         ('snap-1', 'execute-snapshot', '{{\"data-collections\": [\"{db}.stock\"], \"type\": \"incremental\"}}')"
+    ))
+    .await?;
+    for id in (1..=ROWS).step_by(37) {
+        root.query_drop(format!("UPDATE {db}.stock SET qty = -qty WHERE id = {id}"))
+            .await?;
+    }
+    root.query_drop(format!(
+        "DELETE FROM {db}.stock WHERE id IN (3, {l})",
+        l = ROWS - 3
+    ))
+    .await?;
+    let want = table_state(&mut root, &db).await?;
+    let records = wait_for(&[env.topic("stock")], Duration::from_secs(180), |seen| {
+        final_state(seen) == want
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; capture log:\n{}", env.log()))?;
+    let reads = records.iter().filter(|r| r.op() == Some("r")).count();
+    assert!(
+        reads >= ROWS as usize - 2 - ROWS as usize / 37 - 1,
+        "the signal snapshotted the table ({reads} reads)"
+    );
+    assert!(
+        env.log().contains("nope"),
+        "the bad signal is named in the log"
     );
     let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
     Ok(())
