@@ -24,13 +24,14 @@ pub use oncely_core::config::ConfigError;
 
 use crate::secret::{resolve_reference, Secret};
 
+pub mod mysql;
 mod validate;
 mod values;
 
-use crate::sources::mysql::mapping::{
-    BigintUnsignedHandlingMode, DecimalHandlingMode, MappingConfig, TimePrecisionMode,
+use mysql::{
+    BigintUnsignedHandlingMode, DecimalHandlingMode, MappingConfig, SnapshotLockingMode,
+    TimePrecisionMode,
 };
-use crate::sources::mysql::snapshot::SnapshotLockingMode;
 
 pub use values::{
     AutocreateMode, Converter, IntervalHandlingMode, ReplicaIdentityCheck, SchemaChangeBackfill,
@@ -619,10 +620,7 @@ impl CaptureConfig {
         match self.source {
             SourceKind::Postgres => Ok(filter),
             SourceKind::Mysql => filter
-                .with_databases(
-                    &self.database_include_list.0,
-                    crate::sources::mysql::catalog::SYSTEM_DATABASES,
-                )
+                .with_databases(&self.database_include_list.0, mysql::SYSTEM_DATABASES)
                 .map_err(|e| bad("database.include.list", e)),
         }
     }

@@ -18,8 +18,7 @@ use super::shape::TableShape;
 use super::snapshot::{SnapshotLockingMode, SnapshotReader, SnapshotSettings};
 use crate::config::CaptureConfig;
 
-/// The server's own databases, never captured (as Debezium).
-pub const SYSTEM_DATABASES: &[&str] = &["mysql", "information_schema", "performance_schema", "sys"];
+pub use crate::config::mysql::SYSTEM_DATABASES;
 
 /// The connection settings of capture's `database.*` keys.
 pub fn opts(cfg: &CaptureConfig) -> Opts {

@@ -34,20 +34,7 @@ use super::position::Position;
 use super::shape::{CatalogColumn, ColumnShape, TableShape};
 use mysql_async::consts::ColumnType;
 
-/// `snapshot.locking.mode`, Debezium's name and values.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SnapshotLockingMode {
-    /// A global read lock only while the position is read (table locks
-    /// for the whole snapshot when the user lacks RELOAD). Debezium's default.
-    #[default]
-    Minimal,
-    /// No lock (servers that refuse them, such as some managed ones): a
-    /// transaction that commits between the snapshot's read view and the
-    /// reading of the position is in neither, and DDL during the
-    /// snapshot is not seen.
-    None,
-}
+pub use crate::config::mysql::SnapshotLockingMode;
 
 /// The snapshot reader's settings (`snapshot.locking.mode` is also a
 /// capture key, `CaptureConfig::snapshot_locking_mode`).
