@@ -32,13 +32,20 @@ mod tests;
 
 /// A transactional producer, as the committer uses it.
 ///
-/// Contract: at most one transaction is open. `begin` opens it, `send` adds
-/// records to it (in order per partition), `commit` closes it to sends at
+/// Contract: at most one transaction is open. `prepare` turns records into
+/// the bytes they are sent as (outside any transaction, and before they are
+/// held or counted against a batch's limits), `begin` opens a transaction,
+/// `send` adds records to it (in order per partition), `commit` closes it to sends at
 /// once and returns the commit itself, which the committer runs in the
 /// background and awaits before the next `begin`. A transaction whose commit
 /// failed or that `abort` ended is never visible to `read_committed`
 /// readers. Calls are not concurrent: the committer is their one caller.
 pub(super) trait Transactions: Send + 'static {
+    /// Converts `records` in place to what is sent (Avro, registering its
+    /// schemas first); records sent as they are stay untouched.
+    async fn prepare(&mut self, _records: &mut [Record]) -> Result<(), CaptureError> {
+        Ok(())
+    }
     fn begin(&mut self) -> Result<(), CaptureError>;
     /// Adds `record` to the open transaction; creates its topic first when
     /// the record asks for it.
@@ -55,11 +62,29 @@ pub(super) struct KafkaTx {
     pub(super) producer: TxProducer,
     pub(super) topics: TopicCreator,
     /// `key.converter` / `value.converter = "avro"`: converts each record
-    /// as it is sent (registering its schema first).
+    /// as it is published (registering its schema first).
     pub(super) avro: Option<crate::avro::AvroWriter>,
 }
 
 impl Transactions for KafkaTx {
+    async fn prepare(&mut self, records: &mut [Record]) -> Result<(), CaptureError> {
+        let Some(avro) = &self.avro else {
+            return Ok(());
+        };
+        for r in records {
+            let (key, value) = avro
+                .convert(&r.topic, r.key.as_deref(), r.value.as_deref())
+                .await?;
+            if key.is_some() {
+                r.key = key;
+            }
+            if value.is_some() {
+                r.value = value;
+            }
+        }
+        Ok(())
+    }
+
     fn begin(&mut self) -> Result<(), CaptureError> {
         self.producer.begin()
     }
@@ -71,19 +96,12 @@ impl Transactions for KafkaTx {
         let headers: Vec<(&str, &[u8])> =
             r.headers.iter().map(|(k, v)| (*k, v.as_slice())).collect();
         let headers = (!headers.is_empty()).then_some(headers.as_slice());
-        let (key, value) = match &self.avro {
-            Some(avro) => {
-                avro.convert(&r.topic, r.key.as_deref(), r.value.as_deref())
-                    .await?
-            }
-            None => (None, None),
-        };
         self.producer
             .send_with_headers(
                 &r.topic,
                 r.partition,
-                key.as_deref().or(r.key.as_deref()),
-                value.as_deref().or(r.value.as_deref()),
+                r.key.as_deref(),
+                r.value.as_deref(),
                 headers,
             )
             .await
@@ -273,8 +291,12 @@ impl<T: Transactions> Committer<T> {
         self.failed_send.take()
     }
 
-    /// Sends records into the open transaction, or holds them while the previous one commits.
-    pub(super) async fn publish(&mut self, records: Vec<Record>) -> Result<(), CaptureError> {
+    /// Sends records into the open transaction, or holds them while the
+    /// previous one commits; converted first, so that what is held and
+    /// counted against `batch.max.bytes` is what Kafka gets (an Avro record
+    /// is a twentieth of its JSON with schemas).
+    pub(super) async fn publish(&mut self, mut records: Vec<Record>) -> Result<(), CaptureError> {
+        self.tx.prepare(&mut records).await?;
         if self.inflight.is_some() {
             let held = &mut self.held;
             held.bytes += records.iter().map(Record::len).sum::<usize>();

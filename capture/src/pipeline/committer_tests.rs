@@ -190,3 +190,43 @@ async fn each_offset_record_carries_the_sources_part_of_its_position() {
     let part = offsets[0].source.as_ref().expect("the source's part");
     assert_eq!(part.value()["test"]["flush"], 100);
 }
+
+/// Records are converted as they are published, before they are held or
+/// counted: a batch's bytes and what waits behind a running commit are what
+/// Kafka gets, so records that shrink (JSON with schemas to Avro, a
+/// twentieth) neither close batches early nor stall reading behind a commit
+/// as their JSON would.
+#[tokio::test]
+async fn records_are_held_and_counted_as_converted() {
+    let (mut c, mut log) = committer(100, offset_at(10));
+    c.limits.bytes = 1000;
+    c.transactions().convert = Some(|r| r.value = Some(b"small".to_vec()));
+    let big = |key| {
+        let mut r = record("t", key);
+        r.value = Some(vec![b' '; 600]);
+        r
+    };
+    c.publish(vec![big("a"), big("b")]).await.unwrap();
+    assert!(!c.batch_full(), "two converted records: 12 bytes of 1000");
+    c.pending.flush_lsn = 100;
+    c.start_commit(&log).await.unwrap();
+    c.publish(vec![big("c"), big("d")]).await.unwrap();
+    assert_eq!(c.held.bytes, 2 * (1 + 5), "held as converted");
+    c.close_if_full(&mut log.clone()).await.unwrap();
+    assert!(
+        log.confirms().is_empty(),
+        "the held records are small: the running commit is not awaited"
+    );
+    c.commit_position(&mut log).await.unwrap();
+    let committed = log.committed();
+    assert_eq!(keys(&committed[0]), ["a", "b"]);
+    assert_eq!(keys(&committed[1]), ["c", "d"]);
+    for step in committed.iter().flatten() {
+        if let Step::Send { topic, value, .. } = step {
+            if topic != OFFSETS {
+                assert_eq!(value.as_deref(), Some(&b"small"[..]), "sent as converted");
+            }
+        }
+    }
+    log.check_confirms();
+}

@@ -118,9 +118,18 @@ pub(super) struct MemoryKafka {
     open: bool,
     /// Outcomes of the next commits, in order (success when empty).
     pub(super) outcomes: VecDeque<bool>,
+    /// What `prepare` does to each record (a converter's part), if anything.
+    pub(super) convert: Option<fn(&mut Record)>,
 }
 
 impl Transactions for MemoryKafka {
+    async fn prepare(&mut self, records: &mut [Record]) -> Result<(), CaptureError> {
+        if let Some(convert) = self.convert {
+            records.iter_mut().for_each(convert);
+        }
+        Ok(())
+    }
+
     fn begin(&mut self) -> Result<(), CaptureError> {
         if self.open {
             return Err(CaptureError::Protocol("begin inside a transaction".into()));
