@@ -12,6 +12,10 @@ use regex::Regex;
 pub struct TableFilter {
     include: Vec<Regex>,
     exclude: Vec<Regex>,
+    /// A MySQL source's `database.include.list` (empty: every database).
+    databases: Vec<Regex>,
+    /// Databases never captured (a MySQL server's own).
+    never: Vec<String>,
 }
 
 impl TableFilter {
@@ -20,7 +24,31 @@ impl TableFilter {
         Ok(TableFilter {
             include: include.iter().map(anchored).collect::<Result<_, _>>()?,
             exclude: exclude.iter().map(anchored).collect::<Result<_, _>>()?,
+            databases: Vec::new(),
+            never: Vec::new(),
         })
+    }
+
+    /// Also only the databases (schemas) `include` matches whole (empty:
+    /// every one), never those of `never`: a MySQL source's
+    /// `database.include.list` and the server's own databases, whose
+    /// changes share the one binlog with the captured ones.
+    pub fn with_databases(
+        mut self,
+        include: &[String],
+        never: &[&str],
+    ) -> Result<Self, regex::Error> {
+        self.databases = include
+            .iter()
+            .map(|p| Regex::new(&format!("^(?:{p})$")))
+            .collect::<Result<_, _>>()?;
+        self.never = never.iter().map(|d| (*d).to_owned()).collect();
+        Ok(self)
+    }
+
+    fn database_selected(&self, schema: &str) -> bool {
+        !self.never.iter().any(|d| d == schema)
+            && (self.databases.is_empty() || self.databases.iter().any(|r| r.is_match(schema)))
     }
 
     /// Captures everything.
@@ -29,19 +57,24 @@ impl TableFilter {
         TableFilter {
             include: Vec::new(),
             exclude: Vec::new(),
+            databases: Vec::new(),
+            never: Vec::new(),
         }
     }
 
     pub fn matches(&self, schema: &str, table: &str) -> bool {
         let name = format!("{schema}.{table}");
         let included = self.include.is_empty() || self.include.iter().any(|r| r.is_match(&name));
-        included && !self.exclude.iter().any(|r| r.is_match(&name))
+        included
+            && !self.exclude.iter().any(|r| r.is_match(&name))
+            && self.database_selected(schema)
     }
 
     /// Whether the include list alone selects the table (the exclude list not applied).
     pub fn included(&self, schema: &str, table: &str) -> bool {
         let name = format!("{schema}.{table}");
-        self.include.is_empty() || self.include.iter().any(|r| r.is_match(&name))
+        (self.include.is_empty() || self.include.iter().any(|r| r.is_match(&name)))
+            && self.database_selected(schema)
     }
 }
 
@@ -76,6 +109,29 @@ pub fn parse_key_columns(spec: Option<&str>) -> Result<HashMap<String, Vec<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_list_and_the_servers_own_databases_narrow_the_tables() {
+        let f = TableFilter::new(&[], &["shop.audit".to_string()])
+            .unwrap()
+            .with_databases(&["shop|crm".to_string()], &["mysql"])
+            .unwrap();
+        assert!(f.matches("shop", "orders"));
+        assert!(f.matches("crm", "people"));
+        assert!(!f.matches("shop", "audit"));
+        assert!(
+            !f.matches("shopping", "orders"),
+            "the whole name must match"
+        );
+        assert!(!f.matches("other", "orders"));
+        let all = TableFilter::new(&[], &[])
+            .unwrap()
+            .with_databases(&[], &["mysql"])
+            .unwrap();
+        assert!(all.matches("any", "t"));
+        assert!(!all.matches("mysql", "user"));
+        assert!(!all.included("mysql", "user"));
+    }
 
     #[test]
     fn include_and_exclude_match_whole_names() {

@@ -36,7 +36,7 @@ use crate::schema_change::{ColumnDef, FormerName, SchemaHistory, TableSchemas};
 /// Contract: `check` runs first in each life, before Kafka is opened, and
 /// fails retriable or fatal as the source decides; `open_stream` then
 /// starts the stream at a position a committed offset record names (never
-/// before [`CheckedSource::resumable_from`] unless the core chose to
+/// before [`CheckedSource::earliest`] unless the core chose to
 /// restart from there). `next_event` is cancel-safe (the stream loop
 /// selects on it); its error ends the life. `heartbeat` never fails the
 /// life: what it cannot do is logged. Nothing is called concurrently: the
@@ -108,9 +108,15 @@ pub(crate) struct CheckedSource<S: Source> {
     pub(crate) tables: Vec<CapturedTable>,
     /// Tables set aside (quarantined), with the reason.
     pub(crate) set_aside: BTreeMap<String, String>,
-    /// The earliest position the stream can resume from (PostgreSQL: the
-    /// slot's confirmed flush LSN): a stored offset before it is a gap.
-    pub(crate) resumable_from: u64,
+    /// Where a start without a stored offset (or one the core restarts
+    /// from the source's position) streams from (PostgreSQL: the slot's
+    /// confirmed flush LSN; MySQL: the binlog's end at the check).
+    pub(crate) start_at: u64,
+    /// The earliest position a stored offset may name: one before it is a
+    /// gap (PostgreSQL: the slot's confirmed flush LSN, as `start_at`;
+    /// MySQL: 0, since its stream refuses a purged stored position itself,
+    /// naming the fix).
+    pub(crate) earliest: u64,
     /// What the source knows of its value types.
     pub(crate) types: <S::Table as RoutedTable>::Types,
 }

@@ -21,6 +21,7 @@ mod health_endpoints;
 mod kafka_sasl;
 mod metrics_catalog;
 mod mysql_binlog;
+mod mysql_capture;
 mod mysql_envelope;
 mod mysql_snapshot;
 mod mysql_stream;

@@ -30,6 +30,7 @@ mod values;
 use crate::sources::mysql::mapping::{
     BigintUnsignedHandlingMode, DecimalHandlingMode, MappingConfig, TimePrecisionMode,
 };
+use crate::sources::mysql::snapshot::SnapshotLockingMode;
 
 pub use values::{
     AutocreateMode, Converter, IntervalHandlingMode, ReplicaIdentityCheck, SchemaChangeBackfill,
@@ -372,6 +373,14 @@ pub struct CaptureConfig {
     /// Debezium's `TinyIntOneToBooleanConverter` (default false: int16).
     #[serde(rename = "tinyint.one.as.boolean", default)]
     pub tinyint_one_as_boolean: bool,
+    /// `database.server.id` (MySQL, required there): the replica server id
+    /// capture registers with, unique among the server and its replicas
+    /// (Debezium's key).
+    #[serde(rename = "database.server.id", default)]
+    pub database_server_id: Option<u32>,
+    /// `snapshot.locking.mode` (MySQL): `minimal` (the default) or `none`.
+    #[serde(rename = "snapshot.locking.mode", default)]
+    pub snapshot_locking_mode: SnapshotLockingMode,
 }
 
 fn default_partitions() -> i32 {
@@ -597,6 +606,25 @@ impl CaptureConfig {
             SourceKind::Postgres => DEFAULT_PORT,
             SourceKind::Mysql => DEFAULT_MYSQL_PORT,
         })
+    }
+
+    /// The tables capture selects by name: `table.include.list` and
+    /// `table.exclude.list`, and for a MySQL source `database.include.list`
+    /// without the server's own databases.
+    pub fn captured_tables_filter(&self) -> Result<crate::filter::TableFilter, ConfigError> {
+        let bad = |key: &str, e: regex::Error| ConfigError::new(key, e.to_string());
+        let filter =
+            crate::filter::TableFilter::new(&self.table_include_list.0, &self.table_exclude_list.0)
+                .map_err(|e| bad("table.include.list", e))?;
+        match self.source {
+            SourceKind::Postgres => Ok(filter),
+            SourceKind::Mysql => filter
+                .with_databases(
+                    &self.database_include_list.0,
+                    crate::sources::mysql::catalog::SYSTEM_DATABASES,
+                )
+                .map_err(|e| bad("database.include.list", e)),
+        }
     }
 
     /// The MySQL source's value mapping: its four Debezium keys.

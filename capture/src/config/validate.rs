@@ -96,8 +96,29 @@ impl CaptureConfig {
                 "database.dbname",
                 "a MySQL source names its databases in database.include.list",
             )),
+            super::SourceKind::Mysql if self.database_server_id == Some(0) => Err(invalid(
+                "database.server.id",
+                "must be from 1 to 4294967295: 0 is no replica id",
+            )),
+            super::SourceKind::Postgres if self.database_server_id.is_some() => Err(invalid(
+                "database.server.id",
+                "is a MySQL source's replica id; a PostgreSQL source has none",
+            )),
             _ => Ok(()),
         }
+    }
+
+    /// `database.server.id`, which capture of a MySQL source needs (verify
+    /// reads without registering as a replica, so parsing does not ask
+    /// for it).
+    pub fn mysql_server_id(&self) -> Result<u32, ConfigError> {
+        self.database_server_id.ok_or_else(|| {
+            invalid(
+                "database.server.id",
+                "required for capture of a MySQL source: a replica server id unique among the \
+                 server and its replicas (and other captures of it), e.g. 5400",
+            )
+        })
     }
 
     /// `batch.*` and `heartbeat.interval.ms`.

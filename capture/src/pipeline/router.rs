@@ -114,8 +114,9 @@ impl<T: RoutedTable> Router<T> {
         key_columns: HashMap<String, Vec<String>>,
         types: T::Types,
     ) -> Result<Self, CaptureError> {
-        let filter = TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
-            .map_err(|e| CaptureError::Prerequisite(format!("table.include.list: {e}")))?;
+        let filter = cfg
+            .captured_tables_filter()
+            .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
         let rules = Rules {
             signal_table: cfg.signal_table().map(str::to_owned),
             outbox: cfg.outbox.clone().map(|o| {

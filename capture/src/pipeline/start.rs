@@ -13,7 +13,7 @@ use super::schema::SchemaWatch;
 use super::snapshot_runtime::SnapshotDriver;
 use super::tracker::Tracker;
 use super::{now_ms, Pipeline, SourceSide};
-use crate::config::{CaptureConfig, ConfigError, SourceKind};
+use crate::config::{CaptureConfig, SourceKind};
 use crate::error::CaptureError;
 use crate::kafka::{check_one_partition, InternalTopic, TopicCreator, TxProducer};
 use crate::metrics::CaptureMetrics;
@@ -21,7 +21,7 @@ use crate::naming::{check_length, TopicClaims};
 use crate::offset::{read_stored_offset, SourceOffset};
 use crate::seam::{key_columns_by_table, CapturedTable, CheckedSource, Source};
 use crate::snapshot::{plan_start, GapRefused, StartFacts, TableProgress};
-use crate::sources::Postgres;
+use crate::sources::{MySql, Postgres};
 use oncely_core::wire::format_lsn;
 
 /// Longest wait between restarts after retriable failures.
@@ -36,8 +36,10 @@ pub async fn run(
     metrics: CaptureMetrics,
     shutdown: CancellationToken,
 ) -> Result<(), CaptureError> {
-    refuse_unbuilt_source(&cfg)?;
-    run_source::<Postgres>(cfg, metrics, shutdown).await
+    match cfg.source {
+        SourceKind::Postgres => run_source::<Postgres>(cfg, metrics, shutdown).await,
+        SourceKind::Mysql => run_source::<MySql>(cfg, metrics, shutdown).await,
+    }
 }
 
 /// [`run`] with source `S`.
@@ -167,8 +169,10 @@ async fn plan_resume<S: Source>(
     // needs a key or a topic.
     set_aside.retain(|t, _| cfg.signal_table() != Some(t.as_str()));
     let snapshot_tables = snapshot_candidates(cfg, &source.tables, set_aside, stored.as_ref());
-    let slot_lsn = source.resumable_from;
-    let gap = stored.as_ref().is_some_and(|o| slot_lsn > o.flush_lsn);
+    let start_at = source.start_at;
+    let gap = stored
+        .as_ref()
+        .is_some_and(|o| source.earliest > o.flush_lsn);
     let plan = plan_start(StartFacts {
         mode: cfg.snapshot_mode,
         stored: stored
@@ -181,20 +185,20 @@ async fn plan_resume<S: Source>(
     })
     .map_err(|GapRefused| {
         let o = stored.as_ref().map(|o| o.flush_lsn).unwrap_or_default();
-        gap_refused(cfg, slot_lsn, o, offsets_topic)
+        gap_refused(cfg, source.earliest, o, offsets_topic)
     })?;
     let mut offset = match stored {
         Some(o) if !plan.restart_from_slot => o,
         Some(o) => {
             tracing::warn!(
-                slot_lsn = %format_lsn(slot_lsn),
+                start_at = %format_lsn(start_at),
                 offset_lsn = %format_lsn(o.flush_lsn),
                 mode = ?cfg.snapshot_mode,
                 "the stored position is no longer in the slot: streaming from the slot's position and snapshotting every captured table again"
             );
-            SourceOffset::start(slot_lsn)
+            SourceOffset::start(start_at)
         }
-        None => SourceOffset::start(slot_lsn),
+        None => SourceOffset::start(start_at),
     };
     if let Some((kind, names)) = plan.snapshot {
         let label = match kind {
@@ -416,41 +420,4 @@ fn claim_topics(
         }
     }
     Ok((claims, clashes))
-}
-
-/// A source the configuration names but capture cannot read yet stops the
-/// start with the reason, before anything connects (MySQL/MariaDB: `source =
-/// "mysql"` serves `oncely verify` so far).
-fn refuse_unbuilt_source(cfg: &CaptureConfig) -> Result<(), CaptureError> {
-    match cfg.source {
-        SourceKind::Postgres => Ok(()),
-        SourceKind::Mysql => Err(CaptureError::Config(ConfigError::new(
-            "source",
-            "capture reads PostgreSQL only so far; `source = \"mysql\"` selects a MySQL or \
-             MariaDB source for `oncely verify` (docs/mysql.md says what is built)",
-        ))),
-    }
-}
-
-#[cfg(test)]
-mod source_tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_mysql_source_stops_capture_with_the_reason_before_connecting() {
-        let text =
-            "source = \"mysql\"\ntopic.prefix = \"shop\"\ndatabase.hostname = \"127.0.0.1\"\n\
-                    database.user = \"oncely\"\ndatabase.include.list = \"inventory\"\n\
-                    kafka.bootstrap.servers = \"127.0.0.1:1\"\n";
-        let cfg = CaptureConfig::parse(text, "test").expect("a valid MySQL config");
-        let err = run(cfg, CaptureMetrics::new("test"), CancellationToken::new())
-            .await
-            .expect_err("capture cannot read MySQL yet");
-        let message = err.to_string();
-        assert!(
-            message.contains("source") && message.contains("oncely verify"),
-            "{message}"
-        );
-        assert!(!err.is_retriable(), "{message}");
-    }
 }

@@ -15,10 +15,9 @@ use super::error::MySqlSourceError;
 use super::shape::TableShape;
 use super::snapshot::{SnapshotLockingMode, SnapshotReader, SnapshotSettings};
 use crate::config::CaptureConfig;
-use crate::filter::TableFilter;
 
 /// The server's own databases, never captured (as Debezium).
-const SYSTEM_DATABASES: &[&str] = &["mysql", "information_schema", "performance_schema", "sys"];
+pub const SYSTEM_DATABASES: &[&str] = &["mysql", "information_schema", "performance_schema", "sys"];
 
 /// The connection settings of capture's `database.*` keys.
 pub fn opts(cfg: &CaptureConfig) -> Opts {
@@ -62,33 +61,8 @@ impl MySqlCatalog {
         &mut self,
         cfg: &CaptureConfig,
     ) -> Result<Vec<TableShape>, MySqlSourceError> {
-        let bad = |key: &str, e: regex::Error| MySqlSourceError::Protocol(format!("{key}: {e}"));
-        let databases = cfg
-            .database_include_list
-            .0
-            .iter()
-            .map(|p| regex::Regex::new(&format!("^(?:{p})$")))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| bad("database.include.list", e))?;
-        let tables = TableFilter::new(&cfg.table_include_list.0, &cfg.table_exclude_list.0)
-            .map_err(|e| bad("table.include.list", e))?;
-        let rows: Vec<(String, String)> = self
-            .conn
-            .query(
-                "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
-                 WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME",
-            )
-            .await
-            .map_err(|e| MySqlSourceError::server("read information_schema.TABLES", e))?;
         let mut out = Vec::new();
-        for (db, table) in rows {
-            let db_included = databases.is_empty() || databases.iter().any(|r| r.is_match(&db));
-            if SYSTEM_DATABASES.contains(&db.as_str())
-                || !db_included
-                || !tables.matches(&db, &table)
-            {
-                continue;
-            }
+        for (db, table) in selected_names(&mut self.conn, cfg).await? {
             out.push(TableShape::from_catalog(&mut self.conn, self.flavor, &db, &table).await?);
         }
         Ok(out)
@@ -156,4 +130,27 @@ impl MySqlCatalog {
             })
             .collect()
     }
+}
+
+/// The `(database, table)` of the base tables `database.include.list`,
+/// `table.include.list` and `table.exclude.list` select, the server's own
+/// databases left out.
+pub async fn selected_names(
+    conn: &mut Conn,
+    cfg: &CaptureConfig,
+) -> Result<Vec<(String, String)>, MySqlSourceError> {
+    let filter = cfg
+        .captured_tables_filter()
+        .map_err(|e| MySqlSourceError::Protocol(e.to_string()))?;
+    let rows: Vec<(String, String)> = conn
+        .query(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
+             WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME",
+        )
+        .await
+        .map_err(|e| MySqlSourceError::server("read information_schema.TABLES", e))?;
+    Ok(rows
+        .into_iter()
+        .filter(|(db, table)| filter.matches(db, table))
+        .collect())
 }

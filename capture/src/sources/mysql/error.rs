@@ -114,6 +114,25 @@ impl MySqlSourceError {
     pub fn is_per_record(&self) -> bool {
         matches!(self, Self::Record { .. })
     }
+
+    /// As the pipeline's error: a server's as `Database` (retriable by its
+    /// code), a purged position as the gap it is, the checks' and the
+    /// stored offset's refusals as prerequisites (fatal, their fix named).
+    pub(crate) fn into_capture(self) -> crate::error::CaptureError {
+        use crate::error::CaptureError;
+        let retriable = self.is_retriable();
+        match self {
+            Self::Server { context, source } => CaptureError::Database {
+                database: "mysql",
+                context,
+                source: Box::new(source),
+                retriable,
+            },
+            Self::PositionPurged { .. } => CaptureError::Gap(self.to_string()),
+            Self::Protocol(m) => CaptureError::Protocol(m),
+            other => CaptureError::Prerequisite(other.to_string()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@
 //!  source (MySqlStream): reader task ──▶ stream (StreamAdapter): core events
 //!     at order keys, rows rendered ──▶ pipeline; book: the binlog position
 //!     and shape facts of each offset record the committer writes
+//!  connector (MySql, the seam's Source): checks, tables, the stream from the
+//!     stored offset's part; control: the catalog reads while streaming
 //! ```
 //!
 //! The invariant it keeps: every change carries the [`Position`] that,
@@ -28,6 +30,9 @@ pub mod book;
 pub mod catalog;
 pub mod cell;
 pub mod checks;
+pub mod chunks;
+mod connector;
+pub mod control;
 pub mod decoder;
 pub mod envelope;
 pub mod error;
@@ -44,6 +49,7 @@ pub mod stream;
 pub use catalog::MySqlCatalog;
 pub use cell::Cell;
 pub use checks::{Flavor, ServerFacts, ServerIdentity};
+pub(crate) use connector::MySql;
 pub use decoder::{BinlogChange, ChangeKind, Decoder, RowChange};
 pub use error::MySqlSourceError;
 pub use history::{ShapeFacts, TableFacts, TransactionFacts};

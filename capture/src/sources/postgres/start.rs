@@ -46,7 +46,10 @@ pub(crate) async fn check_source(
         control,
         tables,
         set_aside,
-        resumable_from: slot.confirmed_flush_lsn,
+        // The slot is both where a fresh start streams from and the
+        // earliest position it can still give.
+        start_at: slot.confirmed_flush_lsn,
+        earliest: slot.confirmed_flush_lsn,
         types,
     })
 }

@@ -1,0 +1,213 @@
+//! MySQL/MariaDB as the pipeline's source ([`Source`]): start-up's checks
+//! and table selection, the binlog stream from the stored offset's MySQL
+//! part (or the server's binlog end on a fresh start), the heartbeat, and
+//! the control connection's answers (`control.rs`).
+//!
+//! ```text
+//!  check:       settings, grants, replica id ─▶ tables selected (keyless set aside)
+//!               binlog end now ─▶ where a fresh start streams from
+//!  open_stream: stored part? ── yes ─▶ same server, binlog still there ─▶ its position + facts
+//!                           └─ no ──▶ the fresh start's position
+//! ```
+//!
+//! The stored position is checked when the stream opens, which is handed
+//! the committed record: a purged binlog or another server's position
+//! stops the start with the fix, never skipped.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+
+use super::catalog::opts;
+use super::checks::{current_position, ServerFacts};
+use super::chunks::MySqlChunks;
+use super::control::{self, MySqlControl, StreamTables};
+use super::error::MySqlSourceError;
+use super::history::ShapeFacts;
+use super::offset::{order_key, MySqlOffset};
+use super::position::Position;
+use super::reader::ResumeBy;
+use super::source::{MySqlStream, StreamStart};
+use crate::config::{CaptureConfig, ConfigError};
+use crate::error::CaptureError;
+use crate::offset::SourceOffset;
+use crate::schema_change::SchemaHistory;
+use crate::seam::{CheckedSource, Source, SourceEvent};
+
+/// MySQL or MariaDB as the pipeline's source: the binlog read as replica
+/// `database.server.id`.
+pub(crate) struct MySql;
+
+impl Source for MySql {
+    type Table = super::stream::MySqlTable;
+    type Stream = MySqlStream;
+    type Control = MySqlControl;
+    type Chunks = MySqlChunks;
+    type Tables<'a> = StreamTables;
+
+    async fn check(cfg: &CaptureConfig) -> Result<CheckedSource<Self>, CaptureError> {
+        let replica_id = cfg.mysql_server_id()?;
+        let mut conn = connect(cfg).await?;
+        let facts = ServerFacts::read(&mut conn).await.map_err(capture)?;
+        facts.check(None).map_err(capture)?;
+        refuse_own_server_id(replica_id, &facts)?;
+        let now = current_position(&mut conn, facts.flavor, &facts.version)
+            .await
+            .map_err(capture)?;
+        let start_at = order_key(&now).map_err(capture)?;
+        let selected = control::selected_tables(&mut conn, cfg).await?;
+        let set_aside = selected
+            .keyless
+            .iter()
+            .map(|t| (t.clone(), control::keyless_reason(t)))
+            .collect();
+        Ok(CheckedSource {
+            control: MySqlControl::new(conn, facts.flavor, facts.version),
+            tables: selected.tables,
+            set_aside,
+            start_at,
+            // The binlog's retention is checked against the stored
+            // position itself when the stream opens (`open_stream`), with
+            // MySQL's own fix: the core sees no gap.
+            earliest: 0,
+            types: (),
+        })
+    }
+
+    async fn open_stream(
+        cfg: &CaptureConfig,
+        from: &SourceOffset,
+    ) -> Result<MySqlStream, CaptureError> {
+        let replica_id = cfg.mysql_server_id()?;
+        let mut conn = connect(cfg).await?;
+        let facts = ServerFacts::read(&mut conn).await.map_err(capture)?;
+        let (position, shape_facts) = if fresh(from) {
+            (
+                fresh_position(&mut conn, &facts, from.flush_lsn).await?,
+                ShapeFacts::default(),
+            )
+        } else {
+            let stored = MySqlOffset::read(from).map_err(capture)?;
+            stored.check(&facts).map_err(capture)?;
+            (stored.resume_from(), stored.facts)
+        };
+        let _ = conn.disconnect().await;
+        tracing::info!(file = %position.file, pos = position.pos, gtids = ?position.gtids.as_ref().map(|g| g.to_string()), replica_id, "binlog stream opening");
+        MySqlStream::open(StreamStart {
+            opts: opts(cfg),
+            replica_id,
+            flavor: facts.flavor,
+            server: facts.server,
+            from: position,
+            resume: ResumeBy::FilePosition,
+            mapping: cfg.mysql_mapping(),
+            facts: shape_facts,
+        })
+        .await
+    }
+
+    fn warning(_cfg: &CaptureConfig) -> Option<String> {
+        None
+    }
+
+    fn chunks(_cfg: &CaptureConfig) -> MySqlChunks {
+        MySqlChunks
+    }
+
+    async fn next_event(stream: &mut MySqlStream) -> Result<SourceEvent<Self>, CaptureError> {
+        stream.next_event().await
+    }
+
+    fn stop(stream: &mut MySqlStream) {
+        stream.stop();
+    }
+
+    fn tables<'a>(
+        _control: &'a MySqlControl,
+        _history: &'a SchemaHistory,
+        _xid: Option<u32>,
+    ) -> StreamTables {
+        StreamTables
+    }
+
+    /// Runs `heartbeat.action.query`. The binlog's bytes are kept by the
+    /// server's retention, not for capture: nothing to report.
+    async fn heartbeat(control: &mut MySqlControl, cfg: &CaptureConfig) -> Option<i64> {
+        if let Some(query) = &cfg.heartbeat_action_query {
+            if let Err(e) = control.conn().query_drop(query).await {
+                tracing::warn!(error = %e, "heartbeat.action.query failed");
+            }
+        }
+        None
+    }
+}
+
+fn capture(e: MySqlSourceError) -> CaptureError {
+    e.into_capture()
+}
+
+async fn connect(cfg: &CaptureConfig) -> Result<Conn, CaptureError> {
+    Conn::new(opts(cfg))
+        .await
+        .map_err(|e| MySqlSourceError::server("connect", e).into_capture())
+}
+
+/// A replica with the server's own id is refused by the server only once
+/// it streams, and silently confuses some versions: refuse it first.
+fn refuse_own_server_id(replica_id: u32, facts: &ServerFacts) -> Result<(), CaptureError> {
+    if replica_id == facts.server.id {
+        return Err(CaptureError::Config(ConfigError::new(
+            "database.server.id",
+            format!(
+                "{replica_id} is the server's own server_id: give capture an id no server or replica of this server uses"
+            ),
+        )));
+    }
+    Ok(())
+}
+
+/// A record start-up made for a fresh start ([`SourceOffset::start`] at
+/// the binlog end `check` read), not one a MySQL capture committed.
+fn fresh(from: &SourceOffset) -> bool {
+    from.source.is_none() && from.commit_lsn == 0 && from.events == 0
+}
+
+/// Where a fresh start streams from: the binlog end `check` read (order
+/// key `key`). Read again, it is the same unless transactions committed
+/// meanwhile; then the file and offset come from the key (the file named
+/// as the server names it), without the GTIDs before it, which only a
+/// resume by GTID needs.
+async fn fresh_position(
+    conn: &mut Conn,
+    facts: &ServerFacts,
+    key: u64,
+) -> Result<Position, CaptureError> {
+    let now = current_position(conn, facts.flavor, &facts.version)
+        .await
+        .map_err(capture)?;
+    if order_key(&now).map_err(capture)? == key {
+        return Ok(now);
+    }
+    let sequence = key >> 32;
+    let file = facts
+        .binlogs
+        .iter()
+        .map(|(name, _)| name)
+        .find(|name| {
+            Position::at(name.as_str(), 0)
+                .coordinates()
+                .file_sequence()
+                .0
+                == sequence
+        })
+        .ok_or_else(|| {
+            capture(MySqlSourceError::PositionPurged {
+                stored: format!("binlog number {sequence}, offset {}", key & 0xffff_ffff),
+                oldest: facts
+                    .binlogs
+                    .first()
+                    .map(|(n, _)| n.clone())
+                    .unwrap_or_else(|| "none".into()),
+            })
+        })?;
+    Ok(Position::at(file.as_str(), key & 0xffff_ffff))
+}
