@@ -24,8 +24,8 @@ pub const TUNED_CONNECTOR: &[(&str, &str)] =
     &[("max.batch.size", "8192"), ("max.queue.size", "32768")];
 
 /// Worker settings of `debezium-tuned`: the producer's batches 1 MB (default
-/// 16 KB), waiting up to 20 ms to fill them (default 5), with a 128 MB buffer
-/// (default 32).
+/// 16 KB), waiting up to 20 ms to fill them, with a 128 MB buffer (default
+/// 32).
 pub const TUNED_WORKER: &[(&str, &str)] = &[
     ("producer.batch.size", "1048576"),
     ("producer.linger.ms", "20"),
