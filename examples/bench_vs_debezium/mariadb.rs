@@ -89,7 +89,16 @@ async fn measure(
     for ((&tool, spec), went) in order.iter().zip(&specs).zip(WENT) {
         let measured = run::run(tool, spec, went).await;
         bench_support::delete_topics(&s.brokers, spec.prefix).await?;
-        out.push(measured?);
+        let m = measured?;
+        // The round's rows come at its end; this shows each run as it ends.
+        eprintln!(
+            "  {}: {:.0} events/s, {:.1} CPU µs/event, {:.0} MB",
+            tool.name(),
+            m.rate(),
+            m.cpu_us_per_event(),
+            m.peak_rss_kb as f64 / 1024.0
+        );
+        out.push(m);
     }
     Ok(out)
 }
