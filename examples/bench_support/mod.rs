@@ -72,6 +72,42 @@ impl Services {
     }
 }
 
+/// The MariaDB `scripts/services` runs (`ONCELY_MARIADB_URL`: root, who
+/// may create databases and take the snapshot's lock).
+pub struct MariaDb {
+    pub url: String,
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: Option<String>,
+}
+
+impl Services {
+    /// MariaDB, from `ONCELY_MARIADB_URL`.
+    pub fn mariadb(&self) -> Result<MariaDb> {
+        let url = env("ONCELY_MARIADB_URL")?;
+        let opts = mysql_async::Opts::from_url(&url).context("ONCELY_MARIADB_URL")?;
+        Ok(MariaDb {
+            host: opts.ip_or_hostname().to_owned(),
+            port: opts.tcp_port(),
+            user: opts.user().unwrap_or("root").to_owned(),
+            password: opts.pass().map(str::to_owned),
+            url,
+        })
+    }
+}
+
+impl MariaDb {
+    /// A connection, on database `db` if given.
+    pub async fn connect(&self, db: Option<&str>) -> Result<mysql_async::Conn> {
+        let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&self.url)?)
+            .db_name(db);
+        mysql_async::Conn::new(opts)
+            .await
+            .with_context(|| format!("connect to MariaDB at {}:{}", self.host, self.port))
+    }
+}
+
 /// How capture writes keys and values: the benchmarks compare them in one
 /// run (`BENCH_FORMATS`, comma separated; default all three).
 #[derive(Clone, Copy, PartialEq, Eq)]

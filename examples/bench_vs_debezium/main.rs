@@ -10,8 +10,8 @@
 //!   takes its initial snapshot of it (`snapshot.mode = initial`, each tool
 //!   making its own slot).
 //!
-//! One database per pair; the pairs alternate who goes first (RUNS pairs with
-//! oncely first, RUNS with Debezium first). Per run: events/s from the first
+//! One database per round; the rounds rotate who goes first (RUNS rounds
+//! with each tool first: with two tools, pairs alternating). Per run: events/s from the first
 //! record seen in Kafka to the last (the start-up before the first record is
 //! shown apart), CPU µs per event (`/proc/<pid>/stat` user + system of the
 //! whole process, start-up included, over the changes), peak RSS (`VmHWM`).
@@ -19,15 +19,25 @@
 //! (transactional: commit markers take offsets too) its published-events
 //! counter, then the topic's last stable offset catching up with its end.
 //!
+//! `BENCH_SOURCE=mariadb` reads the services' MariaDB instead (module
+//! `mariadb`: oncely's MySQL source against Debezium's MariaDB connector
+//! 3.5.0.Final, a Connect plugin), the same changes and rows. `BENCH_TOOLS`
+//! picks the tools (comma separated: `oncely`, `debezium`, `debezium-tuned`
+//! = Debezium with bigger batches, [`run::TUNED_CONNECTOR`] and
+//! [`run::TUNED_WORKER`]); default `oncely,debezium` on PostgreSQL, all
+//! three on MariaDB.
+//!
 //! ```sh
 //! scripts/services up && scripts/services connect && eval "$(scripts/services env)"
 //! cargo build --release --bin oncely --example bench_vs_debezium
 //! target/release/examples/bench_vs_debezium 1000000        # N changes and N snapshot rows
 //! BENCH_RUNS=1 BENCH_MODES=stream target/release/examples/bench_vs_debezium 100000
 //! BENCH_DBZ_WORKER='producer.compression.type=lz4' ...     # extra Connect worker settings
+//! BENCH_SOURCE=mariadb target/release/examples/bench_vs_debezium 1000000
 //! ```
 #[path = "../bench_support/mod.rs"]
 mod bench_support;
+mod mariadb;
 mod run;
 
 use anyhow::{bail, Result};
@@ -36,6 +46,9 @@ use run::{Measured, Mode, Tool};
 
 /// Changes per source transaction: 6,000 inserts, 3,000 updates, 1,000 deletes.
 const ROUND: i64 = 10_000;
+
+/// A tool's place in its round.
+const WENT: [&str; 3] = ["1st", "2nd", "3rd"];
 const TABLE_SQL: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, customer int NOT NULL,
     status text NOT NULL, total numeric(12,2) NOT NULL, created timestamptz NOT NULL)";
 
@@ -53,8 +66,18 @@ async fn main() -> Result<()> {
         .transpose()?
         .unwrap_or(3);
     let modes = std::env::var("BENCH_MODES").unwrap_or_else(|_| "stream,snapshot".into());
+    let mariadb = match std::env::var("BENCH_SOURCE").as_deref() {
+        Err(_) | Ok("postgres") => false,
+        Ok("mariadb") => true,
+        Ok(other) => bail!("BENCH_SOURCE: unknown source {other:?} (postgres, mariadb)"),
+    };
+    let tools = tools(mariadb)?;
     let services = Services::from_env()?;
     oncely_testkit::connect::connect_lib()?;
+    if mariadb {
+        oncely_testkit::connect::connect_plugins()?;
+        services.mariadb()?;
+    }
     let modes = modes
         .split(',')
         .map(|m| match m.trim() {
@@ -64,18 +87,20 @@ async fn main() -> Result<()> {
         })
         .collect::<Result<Vec<_>>>()?;
     let mut results: Vec<(Mode, usize, Measured)> = Vec::new();
-    // Modes inside pairs, so that a run cut short still has every mode.
-    for pair in 0..2 * runs {
-        // Pairs alternate: oncely first, Debezium first, ...
-        let order = if pair % 2 == 0 {
-            [Tool::Oncely, Tool::Debezium]
-        } else {
-            [Tool::Debezium, Tool::Oncely]
-        };
+    // Modes inside rounds, so that a run cut short still has every mode.
+    for round in 0..tools.len() * runs {
+        // Rounds rotate who goes first: oncely, then Debezium, ...
+        let mut order = tools.clone();
+        order.rotate_left(round % tools.len());
         for &mode in &modes {
-            for m in run_pair(&services, mode, n, order).await? {
-                eprintln!("{}", row(mode, pair, &m));
-                results.push((mode, pair, m));
+            let measured = if mariadb {
+                mariadb::run_round(&services, mode, n, &order).await?
+            } else {
+                run_round(&services, mode, n, &order).await?
+            };
+            for m in measured {
+                eprintln!("{}", row(mode, round, &m));
+                results.push((mode, round, m));
             }
         }
     }
@@ -83,8 +108,31 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
+/// `BENCH_TOOLS`, in the order of the first round.
+fn tools(mariadb: bool) -> Result<Vec<Tool>> {
+    let default = if mariadb {
+        "oncely,debezium,debezium-tuned"
+    } else {
+        "oncely,debezium"
+    };
+    let list = std::env::var("BENCH_TOOLS").unwrap_or_else(|_| default.into());
+    let tools = list
+        .split(',')
+        .map(
+            |t| match Tool::ALL.into_iter().find(|a| a.key() == t.trim()) {
+                Some(tool) => Ok(tool),
+                None => bail!("BENCH_TOOLS: unknown tool {t:?} (oncely, debezium, debezium-tuned)"),
+            },
+        )
+        .collect::<Result<Vec<_>>>()?;
+    if tools.is_empty() || tools.len() > WENT.len() {
+        bail!("BENCH_TOOLS: one to {} tools", WENT.len());
+    }
+    Ok(tools)
+}
+
 /// One database, one backlog (or table), each tool alone in `order`.
-async fn run_pair(s: &Services, mode: Mode, n: i64, order: [Tool; 2]) -> Result<Vec<Measured>> {
+async fn run_round(s: &Services, mode: Mode, n: i64, order: &[Tool]) -> Result<Vec<Measured>> {
     let tag = bench_support::tag();
     let db = format!("vs_dbz_{tag}");
     let admin = s.admin().await?;
@@ -97,7 +145,7 @@ async fn run_pair(s: &Services, mode: Mode, n: i64, order: [Tool; 2]) -> Result<
             client
                 .batch_execute("CREATE PUBLICATION vs_pub FOR TABLE orders")
                 .await?;
-            for tool in order {
+            for &tool in order {
                 client
                     .query_one(
                         "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -119,14 +167,17 @@ async fn run_pair(s: &Services, mode: Mode, n: i64, order: [Tool; 2]) -> Result<
         }
     }
     let mut out = Vec::new();
-    for (tool, position) in order.into_iter().zip(["1st", "2nd"]) {
+    for (&tool, position) in order.iter().zip(WENT) {
         let prefix = format!("vs-{}-{tag}", tool.short());
+        let slot_name = slot(tool);
         let spec = run::Spec {
             services: s,
             mode,
             db: &db,
-            slot: &slot(tool),
-            publication: "vs_pub",
+            source: run::Db::Postgres {
+                slot: &slot_name,
+                publication: "vs_pub",
+            },
             prefix: &prefix,
             changes: n,
             // Both tools send a tombstone after each delete by default.
@@ -196,11 +247,11 @@ async fn drop_slot(admin: &tokio_postgres::Client, slot: &str) {
     eprintln!("warning: slot {slot} not dropped");
 }
 
-fn row(mode: Mode, pair: usize, m: &Measured) -> String {
+fn row(mode: Mode, round: usize, m: &Measured) -> String {
     format!(
         "| {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
         mode.name(),
-        pair + 1,
+        round + 1,
         m.position,
         m.tool.name(),
         m.rate(),
@@ -223,8 +274,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn print_table(n: i64, results: &[(Mode, usize, Measured)]) {
-    println!("\n{n} changes (stream) / rows (snapshot) per run; each tool alone, same Kafka\n");
-    println!("| mode | pair | went | tool | events/s | CPU µs/event | of which drain | peak RSS MB | start-up s | drain s | load 1m before → after |");
+    let source = std::env::var("BENCH_SOURCE").unwrap_or_else(|_| "postgres".into());
+    println!("\n{n} changes (stream) / rows (snapshot) per run from {source}; each tool alone, same Kafka\n");
+    println!("| mode | round | went | tool | events/s | CPU µs/event | of which drain | peak RSS MB | start-up s | drain s | load 1m before → after |");
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for (mode, pair, m) in results {
         println!("{}", row(*mode, *pair, m));
@@ -232,7 +284,7 @@ fn print_table(n: i64, results: &[(Mode, usize, Measured)]) {
     println!("\n| mode | tool | median events/s | median CPU µs/event | of which drain | median peak RSS MB | runs |");
     println!("| --- | --- | --- | --- | --- | --- | --- |");
     for mode in [Mode::Stream, Mode::Snapshot] {
-        for tool in [Tool::Oncely, Tool::Debezium] {
+        for tool in Tool::ALL {
             let of: Vec<&Measured> = results
                 .iter()
                 .filter(|(md, _, m)| *md == mode && m.tool == tool)

@@ -12,20 +12,49 @@ use oncely_testkit::connect::{Connect, Connector, Source, STANDALONE_JVM};
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Tool {
     Oncely,
+    /// Debezium at its defaults.
     Debezium,
+    /// Debezium with bigger batches: [`TUNED_CONNECTOR`] and [`TUNED_WORKER`].
+    DebeziumTuned,
 }
 
+/// Connector settings of `debezium-tuned`: four times the records per
+/// poll (default 2,048) and queued (default 8,192).
+pub const TUNED_CONNECTOR: &[(&str, &str)] =
+    &[("max.batch.size", "8192"), ("max.queue.size", "32768")];
+
+/// Worker settings of `debezium-tuned`: the producer's batches 1 MB (default
+/// 16 KB), waiting up to 20 ms to fill them, with a 128 MB buffer (default
+/// 32).
+pub const TUNED_WORKER: &[(&str, &str)] = &[
+    ("producer.batch.size", "1048576"),
+    ("producer.linger.ms", "20"),
+    ("producer.buffer.memory", "134217728"),
+];
+
 impl Tool {
+    pub const ALL: [Tool; 3] = [Tool::Oncely, Tool::Debezium, Tool::DebeziumTuned];
+
     pub fn short(self) -> &'static str {
         match self {
             Tool::Oncely => "onc",
             Tool::Debezium => "dbz",
+            Tool::DebeziumTuned => "dbt",
         }
     }
     pub fn name(self) -> &'static str {
         match self {
             Tool::Oncely => "oncely",
             Tool::Debezium => "Debezium",
+            Tool::DebeziumTuned => "Debezium tuned",
+        }
+    }
+    /// Its name in `BENCH_TOOLS`.
+    pub fn key(self) -> &'static str {
+        match self {
+            Tool::Oncely => "oncely",
+            Tool::Debezium => "debezium",
+            Tool::DebeziumTuned => "debezium-tuned",
         }
     }
 }
@@ -52,13 +81,21 @@ impl Mode {
     }
 }
 
+/// Where a tool reads, beyond the database's name.
+pub enum Db<'a> {
+    /// The tool's own slot, and the publication.
+    Postgres { slot: &'a str, publication: &'a str },
+    /// The tool's own replica server id on the services' MariaDB.
+    MariaDb { server_id: u32 },
+}
+
 /// What one run works on.
 pub struct Spec<'a> {
     pub services: &'a Services,
     pub mode: Mode,
+    /// The PostgreSQL or MariaDB database holding `orders`.
     pub db: &'a str,
-    pub slot: &'a str,
-    pub publication: &'a str,
+    pub source: Db<'a>,
     /// Topic prefix, private to this tool and run.
     pub prefix: &'a str,
     /// Source changes (or snapshot rows): events/s and µs/event are per change.
@@ -67,9 +104,19 @@ pub struct Spec<'a> {
     pub records: i64,
 }
 
+impl Spec<'_> {
+    /// The topic of `orders`.
+    pub fn topic(&self) -> String {
+        match self.source {
+            Db::Postgres { .. } => format!("{}.public.orders", self.prefix),
+            Db::MariaDb { .. } => format!("{}.{}.orders", self.prefix, self.db),
+        }
+    }
+}
+
 pub struct Measured {
     pub tool: Tool,
-    /// "1st" or "2nd" in its pair.
+    /// "1st", "2nd" ... in its round.
     pub position: &'static str,
     pub changes: i64,
     pub startup_secs: f64,
@@ -98,7 +145,7 @@ impl Measured {
 }
 
 /// The started tool, killed when dropped.
-enum Running {
+pub enum Running {
     Oncely { child: Child, metrics_port: u16 },
     Debezium(Connect),
 }
@@ -113,14 +160,14 @@ impl Drop for Running {
 }
 
 impl Running {
-    fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         match self {
             Running::Oncely { child, .. } => child.id(),
             Running::Debezium(c) => c.pid(),
         }
     }
 
-    fn check(&mut self) -> Result<()> {
+    pub fn check(&mut self) -> Result<()> {
         match self {
             Running::Oncely { child, .. } => match child.try_wait()? {
                 Some(status) => bail!("oncely capture exited ({status}); see its stderr"),
@@ -131,35 +178,19 @@ impl Running {
     }
 }
 
-fn start(tool: Tool, s: &Spec, dir: &std::path::Path) -> Result<Running> {
-    let svc = s.services;
+/// Starts `tool` on `s` with its files in `dir`; `worker` adds Connect
+/// worker settings (the priming of a MariaDB backlog flushes offsets often).
+pub fn start(
+    tool: Tool,
+    s: &Spec,
+    dir: &std::path::Path,
+    worker: &[(&str, &str)],
+) -> Result<Running> {
     match tool {
         Tool::Oncely => {
             let metrics_port = 20000 + (rand::random::<u16>() % 20000);
             let config = dir.join("capture.toml");
-            std::fs::write(
-                &config,
-                format!(
-                    "topic.prefix = \"{prefix}\"\ndatabase.hostname = \"{host}\"\n\
-                     database.port = {port}\ndatabase.user = \"{user}\"\n\
-                     database.dbname = \"{db}\"\nslot.name = \"{slot}\"\n\
-                     publication.name = \"{publication}\"\n\
-                     publication.autocreate.mode = \"disabled\"\n\
-                     table.include.list = \"public.orders\"\nsnapshot.mode = \"{mode}\"\n\
-                     kafka.bootstrap.servers = \"{brokers}\"\n\
-                     offset.storage.topic = \"{prefix}-offsets\"\n\
-                     metrics.listen = \"127.0.0.1:{metrics_port}\"\n",
-                    prefix = s.prefix,
-                    host = svc.host,
-                    port = svc.port,
-                    user = svc.user,
-                    db = s.db,
-                    slot = s.slot,
-                    publication = s.publication,
-                    mode = s.mode.snapshot_mode(),
-                    brokers = svc.brokers,
-                ),
-            )?;
+            std::fs::write(&config, oncely_config(s, metrics_port)?)?;
             let bin = bench_support::oncely_binary()?;
             let child = bench_support::spawn_capture(Command::new(&bin), &config)?;
             Ok(Running::Oncely {
@@ -167,41 +198,128 @@ fn start(tool: Tool, s: &Spec, dir: &std::path::Path) -> Result<Running> {
                 metrics_port,
             })
         }
-        Tool::Debezium => {
-            let password = svc
-                .pg
-                .get_password()
-                .map(|p| String::from_utf8_lossy(p).into_owned());
-            let extra = std::env::var("BENCH_DBZ_WORKER").unwrap_or_default();
-            let worker: Vec<(&str, &str)> = extra
-                .split(';')
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k.trim(), v.trim()))
-                .collect();
-            let connect = Connect::start(&Connector {
+        Tool::Debezium | Tool::DebeziumTuned => start_debezium(tool, s, dir, worker),
+    }
+}
+
+/// `oncely capture`'s configuration: its defaults, but for the source and
+/// what keeps runs apart.
+fn oncely_config(s: &Spec, metrics_port: u16) -> Result<String> {
+    let svc = s.services;
+    let common = format!(
+        "topic.prefix = \"{prefix}\"\nsnapshot.mode = \"{mode}\"\n\
+         kafka.bootstrap.servers = \"{brokers}\"\n\
+         offset.storage.topic = \"{prefix}-offsets\"\n\
+         metrics.listen = \"127.0.0.1:{metrics_port}\"\n",
+        prefix = s.prefix,
+        mode = s.mode.snapshot_mode(),
+        brokers = svc.brokers,
+    );
+    let source = match s.source {
+        Db::Postgres { slot, publication } => format!(
+            "database.hostname = \"{host}\"\ndatabase.port = {port}\n\
+             database.user = \"{user}\"\ndatabase.dbname = \"{db}\"\n\
+             slot.name = \"{slot}\"\npublication.name = \"{publication}\"\n\
+             publication.autocreate.mode = \"disabled\"\n\
+             table.include.list = \"public.orders\"\n",
+            host = svc.host,
+            port = svc.port,
+            user = svc.user,
+            db = s.db,
+        ),
+        Db::MariaDb { server_id } => {
+            let m = svc.mariadb()?;
+            let password = m
+                .password
+                .as_ref()
+                .map(|p| format!("database.password = \"{p}\"\n"))
+                .unwrap_or_default();
+            format!(
+                "source = \"mysql\"\ndatabase.hostname = \"{host}\"\n\
+                 database.port = {port}\ndatabase.user = \"{user}\"\n{password}\
+                 database.server.id = {server_id}\n\
+                 database.include.list = \"{db}\"\n\
+                 table.include.list = \"{db}\\\\.orders\"\n",
+                host = m.host,
+                port = m.port,
+                user = m.user,
+                db = s.db,
+            )
+        }
+    };
+    Ok(format!("{common}{source}"))
+}
+
+fn start_debezium(
+    tool: Tool,
+    s: &Spec,
+    dir: &std::path::Path,
+    worker: &[(&str, &str)],
+) -> Result<Running> {
+    let svc = s.services;
+    let extra = std::env::var("BENCH_DBZ_WORKER").unwrap_or_default();
+    let mut workers: Vec<(&str, &str)> = Vec::new();
+    let mut settings = vec![("snapshot.mode", s.mode.snapshot_mode())];
+    if tool == Tool::DebeziumTuned {
+        workers.extend_from_slice(TUNED_WORKER);
+        settings.extend_from_slice(TUNED_CONNECTOR);
+    }
+    workers.extend(
+        extra
+            .split(';')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.trim(), v.trim())),
+    );
+    workers.extend_from_slice(worker);
+    let pg_password = svc
+        .pg
+        .get_password()
+        .map(|p| String::from_utf8_lossy(p).into_owned());
+    let table = format!("{}.orders", s.db);
+    let connect = match s.source {
+        Db::Postgres { slot, publication } => {
+            settings.push(("publication.autocreate.mode", "disabled"));
+            Connect::start(&Connector {
                 dir,
                 brokers: &svc.brokers,
                 prefix: s.prefix,
                 host: &svc.host,
                 port: svc.port,
                 user: &svc.user,
-                password: password.as_deref(),
+                password: pg_password.as_deref(),
                 source: Source::Postgres {
                     dbname: s.db,
-                    slot: s.slot,
-                    publication: s.publication,
+                    slot,
+                    publication,
                 },
                 tables: &["public.orders"],
-                settings: &[
-                    ("snapshot.mode", s.mode.snapshot_mode()),
-                    ("publication.autocreate.mode", "disabled"),
-                ],
-                worker: &worker,
+                settings: &settings,
+                worker: &workers,
                 jvm: STANDALONE_JVM,
-            })?;
-            Ok(Running::Debezium(connect))
+            })?
         }
-    }
+        Db::MariaDb { server_id } => {
+            let m = svc.mariadb()?;
+            Connect::start(&Connector {
+                dir,
+                brokers: &svc.brokers,
+                prefix: s.prefix,
+                host: &m.host,
+                port: m.port,
+                user: &m.user,
+                password: m.password.as_deref(),
+                source: Source::MariaDb {
+                    database: s.db,
+                    server_id,
+                },
+                tables: &[&table],
+                settings: &settings,
+                worker: &workers,
+                jvm: STANDALONE_JVM,
+            })?
+        }
+    };
+    Ok(Running::Debezium(connect))
 }
 
 fn load1() -> String {
@@ -211,12 +329,22 @@ fn load1() -> String {
         .unwrap_or_default()
 }
 
-/// Runs `tool` alone until Kafka holds all of `s.records`.
-pub async fn run(tool: Tool, s: &Spec<'_>, position: &'static str) -> Result<Measured> {
-    let dir = std::env::temp_dir().join(s.prefix);
+/// The folder of a tool's files in a run (its config, Connect's offsets and
+/// schema history): the same for a priming and the run after it.
+pub fn dir(prefix: &str) -> Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(prefix);
     std::fs::create_dir_all(&dir)?;
-    let topic = format!("{}.public.orders", s.prefix);
+    Ok(dir)
+}
+
+/// Runs `tool` alone until Kafka holds all of `s.records` (beyond those its
+/// topic held before: a priming's).
+pub async fn run(tool: Tool, s: &Spec<'_>, position: &'static str) -> Result<Measured> {
+    let dir = dir(s.prefix)?;
+    let topic = s.topic();
     let offsets = Offsets::new(&s.services.brokers)?;
+    let before = tokio::task::block_in_place(|| offsets.ends(&topic))?;
+    let already = before.high - before.low;
     let timeout: u64 = std::env::var("BENCH_TIMEOUT")
         .ok()
         .map(|v| v.parse())
@@ -224,7 +352,7 @@ pub async fn run(tool: Tool, s: &Spec<'_>, position: &'static str) -> Result<Mea
         .unwrap_or(3600);
     let load_before = load1();
     let started = Instant::now();
-    let mut running = start(tool, s, &dir)?;
+    let mut running = start(tool, s, &dir, &[])?;
     let pid = running.pid();
     let mut first: Option<(Instant, f64)> = None;
     // oncely: the poll at which its records all looked committed (checked twice).
@@ -254,7 +382,7 @@ pub async fn run(tool: Tool, s: &Spec<'_>, position: &'static str) -> Result<Mea
                     .unwrap_or(0.0) as i64;
                 let committed = events >= s.records
                     && ends.stable == ends.high
-                    && ends.high - ends.low >= s.records;
+                    && ends.high - ends.low - already >= s.records;
                 settled = match (committed, settled) {
                     (true, Some(at)) => break at,
                     (true, None) => Some(Instant::now()),
@@ -263,7 +391,7 @@ pub async fn run(tool: Tool, s: &Spec<'_>, position: &'static str) -> Result<Mea
                 events
             }
             Running::Debezium(_) => {
-                let have = ends.high - ends.low;
+                let have = ends.high - ends.low - already;
                 if have >= s.records {
                     break Instant::now();
                 }

@@ -10,6 +10,11 @@
 //!
 //! Services are found through `scripts/services env` (`ONCELY_PG_URL`,
 //! `ONCELY_KAFKA_BROKERS`, `ONCELY_ES_URL`, `ONCELY_REDIS_URL`).
+//!
+//! `ONCELY_DEMO_SOURCE=mysql` puts the shop on the MariaDB of
+//! `scripts/services` (`ONCELY_MARIADB_URL`; module `mysql`) instead; the
+//! warehouse stays in PostgreSQL.
+mod mysql;
 mod summary;
 
 use std::time::{Duration, Instant};
@@ -27,7 +32,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use tokio_postgres::{Client, NoTls};
 
 const TABLES: [&str; 3] = ["customers", "orders", "order_lines"];
-const TOPIC_PREFIX: &str = "shop.public.";
+/// Topic prefixes of the shop's tables: PostgreSQL's `public` schema and
+/// MySQL's `shop` database. Reset removes both sources' topics and indexes.
+const TOPIC_PREFIXES: [&str; 2] = ["shop.public.", "shop.shop."];
 const OFFSETS_TOPIC: &str = "oncely-demo-offsets";
 const DLQ_TOPIC: &str = "oncely-demo-dlq";
 const GROUPS: [&str; 4] = [
@@ -98,6 +105,23 @@ enum Cmd {
     },
 }
 
+/// `ONCELY_DEMO_SOURCE`: the shop on PostgreSQL (default) or on MySQL/MariaDB.
+fn on_mysql() -> Result<bool> {
+    match std::env::var("ONCELY_DEMO_SOURCE").as_deref() {
+        Err(_) | Ok("") | Ok("postgres") => Ok(false),
+        Ok("mysql") => Ok(true),
+        Ok(other) => bail!("ONCELY_DEMO_SOURCE={other:?}: postgres or mysql"),
+    }
+}
+
+/// The demo's topics (and index names) of the shop's tables, both sources'.
+fn shop_topics() -> Vec<String> {
+    TOPIC_PREFIXES
+        .iter()
+        .flat_map(|p| TABLES.iter().map(move |t| format!("{p}{t}")))
+        .collect()
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     match Cli::parse().command {
@@ -157,13 +181,13 @@ async fn reset() -> Result<()> {
         .await?
         .batch_execute(SCHEMA)
         .await?;
+    if on_mysql()? {
+        mysql::reset().await?;
+    }
     reset_kafka().await?;
 
     let es = Elasticsearch::new(Transport::single_node(&env("ONCELY_ES_URL")?)?);
-    let indexes: Vec<String> = TABLES
-        .iter()
-        .map(|t| format!("{TOPIC_PREFIX}{t}"))
-        .collect();
+    let indexes = shop_topics();
     let names: Vec<&str> = indexes.iter().map(String::as_str).collect();
     let r = es
         .indices()
@@ -199,7 +223,12 @@ async fn reset() -> Result<()> {
         }
         cursor = next;
     }
-    println!("reset: databases shop and shop_warehouse, slot {SLOT}, topics, groups, indexes and keys of the demo");
+    let shop = if on_mysql()? {
+        "shop (MariaDB)"
+    } else {
+        "shop"
+    };
+    println!("reset: databases {shop} and shop_warehouse, slot {SLOT}, topics, groups, indexes and keys of the demo");
     Ok(())
 }
 
@@ -238,10 +267,7 @@ async fn reset_kafka() -> Result<()> {
         .set("bootstrap.servers", &brokers)
         .create()?;
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let mut topics: Vec<String> = TABLES
-        .iter()
-        .map(|t| format!("{TOPIC_PREFIX}{t}"))
-        .collect();
+    let mut topics = shop_topics();
     topics.push(OFFSETS_TOPIC.into());
     topics.push(DLQ_TOPIC.into());
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
@@ -282,8 +308,42 @@ const SKUS: [(&str, &str); 5] = [
     ("FILTER-100", "3.25"),
 ];
 
+/// The shop's database, where the workload writes.
+enum Source {
+    Postgres(Client),
+    Mysql(mysql_async::Conn),
+}
+
+impl Source {
+    async fn connect() -> Result<Self> {
+        Ok(if on_mysql()? {
+            Source::Mysql(mysql::connect(Some("shop")).await?)
+        } else {
+            Source::Postgres(connect(&db_url("shop")?).await?)
+        })
+    }
+
+    async fn one_transaction(&mut self, shop: &mut Shop) -> Result<()> {
+        match self {
+            Source::Postgres(c) => one_transaction(c, shop).await,
+            Source::Mysql(c) => mysql::one_transaction(c, shop).await,
+        }
+    }
+
+    /// Rows of `table`.
+    async fn count(&mut self, table: &str) -> Result<i64> {
+        match self {
+            Source::Postgres(c) => Ok(c
+                .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+                .await?
+                .get(0)),
+            Source::Mysql(c) => mysql::count(c, table).await,
+        }
+    }
+}
+
 async fn workload(seconds: u64, rate: u64) -> Result<()> {
-    let c = connect(&db_url("shop")?).await?;
+    let mut c = Source::connect().await?;
     let mut shop = Shop::default();
     let started = Instant::now();
     let tick = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
@@ -291,7 +351,7 @@ async fn workload(seconds: u64, rate: u64) -> Result<()> {
     let mut transactions = 0u64;
     let mut last_report = Instant::now();
     while started.elapsed() < Duration::from_secs(seconds) {
-        one_transaction(&c, &mut shop).await?;
+        c.one_transaction(&mut shop).await?;
         transactions += 1;
         next += tick;
         let now = Instant::now();

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::{connect, db_url, TABLES};
+use crate::{on_mysql, Source, TABLES};
 
 /// Prometheus endpoints of the demo's processes (the demo configs' `metrics.listen`).
 const METRICS: [(&str, &str); 4] = [
@@ -80,15 +80,17 @@ async fn get(addr: &str, path: &str) -> Result<String> {
 }
 
 pub(crate) async fn summary(seconds: u64, webhook: Option<&str>) -> Result<()> {
-    let c = connect(&db_url("shop")?).await?;
+    let mut c = Source::connect().await?;
     let m = scrape_all().await;
+    let (server, indexes) = if on_mysql()? {
+        ("MariaDB", "shop.shop.*")
+    } else {
+        ("PostgreSQL", "shop.public.*")
+    };
     println!("\n==== oncely demo summary");
-    println!("source tables (database shop):");
+    println!("source tables ({server} database shop):");
     for t in TABLES {
-        let n: i64 = c
-            .query_one(&format!("SELECT count(*) FROM {t}"), &[])
-            .await?
-            .get(0);
+        let n = c.count(t).await?;
         println!("  {t:<12} {n:>7} rows");
     }
     let events = m
@@ -100,12 +102,13 @@ pub(crate) async fn summary(seconds: u64, webhook: Option<&str>) -> Result<()> {
         events / seconds.max(1) as f64,
         m.get("capture", "oncely_capture_heartbeats_total"),
     );
+    let search = format!("search (indexes {indexes})");
     for (process, what) in [
         (
             "postgres",
             "warehouse (database shop_warehouse, schema warehouse)",
         ),
-        ("elasticsearch", "search (indexes shop.public.*)"),
+        ("elasticsearch", search.as_str()),
         ("redis", "cache (keys shop:<table>:<key>)"),
     ] {
         let applied = m
