@@ -518,7 +518,13 @@ async fn sinks(
         };
         for p in &partitions {
             let (low, _) = ends[p];
-            if let Some(at) = positions.get(p).copied().filter(|at| *at < low) {
+            // No position: the sink starts it at offset 0 when it reads
+            // from the earliest, and stops there if the log lost its start.
+            let needs = positions
+                .get(p)
+                .copied()
+                .or_else(|| target.reads_from_earliest().then_some(0));
+            if let Some(at) = needs.filter(|at| *at < low) {
                 problems.push((Health::Down, gap_problem(&sink.label, p, at, low)));
             }
         }

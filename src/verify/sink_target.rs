@@ -193,6 +193,12 @@ impl Target {
         &self.runner.group_id
     }
 
+    /// Whether a partition it never applied starts at the log's start
+    /// (`auto.offset.reset = earliest`), so it needs offset 0.
+    pub fn reads_from_earliest(&self) -> bool {
+        self.runner.auto_offset_reset == oncely_sinks::OffsetReset::Earliest
+    }
+
     /// `errors.deadletterqueue.topic.name`, when set.
     pub fn dead_letter_topic(&self) -> Option<&str> {
         self.runner.dlq_topic.as_deref()

@@ -179,7 +179,7 @@ impl RunnerContext {
             let group = self.shared.group.clone();
             self.block_on_retried(|| self.shared.sink.load_positions(&group, tps))?
         } else {
-            committed(consumer, tps)
+            self.block_on_retried(|| async { committed(consumer, tps) })?
         };
         for tp in tps {
             if let Some(next) = starts.get(tp).copied() {
@@ -187,6 +187,13 @@ impl RunnerContext {
                 continue;
             }
             match consumer.fetch_watermarks(&tp.topic, tp.partition, REBALANCE_REQUEST_TIMEOUT) {
+                // Never applied, reading from the earliest: it needs offset 0,
+                // so a log that lost its start is a gap like any other.
+                Ok((low, _))
+                    if low > 0 && self.shared.config.auto_offset_reset == OffsetReset::Earliest =>
+                {
+                    self.check_gap(consumer, tp, 0, &mut starts);
+                }
                 Ok((low, high)) => {
                     let start = match self.shared.config.auto_offset_reset {
                         OffsetReset::Earliest => low,
@@ -492,26 +499,28 @@ fn reassign(
     consumer.incremental_assign(&at)
 }
 
-/// Kafka's committed offsets for `tps` (missing where none or on error).
-fn committed(consumer: &BaseConsumer<RunnerContext>, tps: &[TopicPartition]) -> Positions {
+/// Kafka's committed offsets for `tps` (missing where none). An error is
+/// retried: read as "none", a partition would start at `auto.offset.reset`
+/// and skip or repeat what the group had applied.
+fn committed(
+    consumer: &BaseConsumer<RunnerContext>,
+    tps: &[TopicPartition],
+) -> Result<Positions, SinkError> {
     let mut tpl = TopicPartitionList::new();
     for tp in tps {
         tpl.add_partition(&tp.topic, tp.partition);
     }
-    match consumer.committed_offsets(tpl, REBALANCE_REQUEST_TIMEOUT) {
-        Ok(list) => list
-            .elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                Offset::Offset(n) => Some((TopicPartition::new(e.topic(), e.partition()), n)),
-                _ => None,
-            })
-            .collect(),
-        Err(e) => {
-            tracing::warn!("cannot read committed offsets, letting the consumer resolve them: {e}");
-            Positions::new()
-        }
-    }
+    let list = consumer
+        .committed_offsets(tpl, REBALANCE_REQUEST_TIMEOUT)
+        .map_err(|e| SinkError::retriable_from("read the group's committed offsets", e))?;
+    Ok(list
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(n) => Some((TopicPartition::new(e.topic(), e.partition()), n)),
+            _ => None,
+        })
+        .collect())
 }
 
 impl ClientContext for RunnerContext {

@@ -101,8 +101,13 @@ impl Gap {
     /// gone and the fix.
     pub(crate) fn explain(&self, tp: &TopicPartition) -> String {
         format!(
-            "{tp}: the sink needs offset {} but Kafka's log starts at {}: {} offsets were deleted (retention.ms) before they were applied, so the target misses their changes; the partition is stopped. Fix: snapshot the topic's table (`oncely capture snapshot --table <schema.table>`), then start the sink once with `--resume-after-gap`, or let the sink do both (gap.recovery = \"snapshot\") (docs: Operating, gaps)",
+            "{tp}: the sink needs offset {}{} but Kafka's log starts at {}: {} offsets were deleted (retention.ms) before they were applied, so the target misses their changes; the partition is stopped. Fix: snapshot the topic's table (`oncely capture snapshot --table <schema.table>`), then start the sink once with `--resume-after-gap`, or let the sink do both (gap.recovery = \"snapshot\") (docs: Operating, gaps)",
             self.next,
+            if self.next == 0 {
+                " (it has no stored position: it never applied this partition)"
+            } else {
+                ""
+            },
             self.log_start,
             self.log_start - self.next
         )

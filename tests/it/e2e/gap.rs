@@ -75,7 +75,7 @@ async fn a_sink_never_resumes_past_records_kafka_deleted() -> Result<()> {
     )
     .await?;
     let topic = p.topics()[0].clone();
-    let _capture = p.spawn_capture()?;
+    let capture = p.spawn_capture()?;
     p.env.wait_slot_active().await?;
     p.env
         .client
@@ -119,7 +119,13 @@ async fn a_sink_never_resumes_past_records_kafka_deleted() -> Result<()> {
                 .contains("offsets were deleted (retention.ms) before they were applied")
         }))
     })
-    .await?;
+    .await
+    .with_context(|| {
+        (0..3)
+            .map(|i| format!("sink {i} log:\n{}", p.sink_log(i)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    })?;
     let (code, out) = status(&p)?;
     assert_eq!(code, 2, "a gap is down:\n{out}");
     for i in 0..3 {
@@ -158,6 +164,70 @@ async fn a_sink_never_resumes_past_records_kafka_deleted() -> Result<()> {
     );
     let (code, out) = status(&p)?;
     assert_eq!(code, 0, "{out}");
+    drop(capture);
+    p.cleanup().await;
+    Ok(())
+}
+
+/// A sink that never applied a partition (no stored position, no committed
+/// offset: a new sink, or one killed before its first commit) whose log no
+/// longer starts at 0 would miss what was deleted: it stops at the gap as
+/// one that had applied some of it does, instead of starting silently at the
+/// log start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_with_no_position_stops_at_a_log_that_lost_its_start() -> Result<()> {
+    let p = Pipeline::new(
+        "e2e_gap_new",
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        &["t"],
+        "",
+    )
+    .await?;
+    let topic = p.topics()[0].clone();
+    let capture = p.spawn_capture()?;
+    p.env.wait_slot_active().await?;
+    p.env
+        .client
+        .batch_execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 300) g")
+        .await?;
+    wait_until("capture published the 300 rows", || {
+        // The topic exists once capture wrote its first record.
+        Ok(watermarks(&topic).is_ok_and(|(_, high)| high >= 300))
+    })
+    .await?;
+    let (_, high) = watermarks(&topic)?;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", common::kafka_brokers())
+        .create()?;
+    let mut cut = TopicPartitionList::new();
+    cut.add_partition_offset(&topic, 0, Offset::Offset(high - 100))?;
+    admin
+        .delete_records(&cut, &AdminOptions::new())
+        .await
+        .context("delete records")?;
+
+    let sinks: Vec<_> = (0..3).map(|i| p.spawn_sink(i)).collect::<Result<_>>()?;
+    wait_until("every sink stopped its partition at the gap", || {
+        Ok((0..3).all(|i| {
+            p.sink_log(i)
+                .contains("offsets were deleted (retention.ms) before they were applied")
+        }))
+    })
+    .await
+    .with_context(|| {
+        (0..3)
+            .map(|i| format!("sink {i} log:\n{}", p.sink_log(i)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    })?;
+    assert!(
+        rows(&p).await? == 0,
+        "the warehouse applied rows past the gap"
+    );
+    let (code, out) = status(&p)?;
+    assert_eq!(code, 2, "a gap is down:\n{out}");
+    drop(sinks);
+    drop(capture);
     p.cleanup().await;
     Ok(())
 }
@@ -261,7 +331,7 @@ async fn a_gap_is_recovered_by_a_snapshot_without_a_person() -> Result<()> {
 
     // The other two sinks ask once that snapshot has published chunks (10
     // rows each): a request joining a snapshot under way still ends equal.
-    let _capture = p.spawn_capture()?;
+    let capture = p.spawn_capture()?;
     wait_until("the snapshot published a chunk", || {
         Ok(watermarks(&topic)?.1 > high + 10)
     })
@@ -288,6 +358,7 @@ async fn a_gap_is_recovered_by_a_snapshot_without_a_person() -> Result<()> {
             "sink {i} did not say it recovered the gap:\n{log}"
         );
     }
+    drop(capture);
     p.cleanup().await;
     Ok(())
 }

@@ -231,7 +231,18 @@ impl CaptureEnv {
             Ok(c) => c,
             Err(_) => return,
         };
-        for _ in 0..50 {
+        for attempt in 0..50 {
+            // A test's capture guard often outlives its cleanup call: after
+            // 5 s its walsender is ended, or the slot (and the WAL it holds)
+            // would outlive the test.
+            if attempt >= 25 {
+                let _ = admin
+                    .execute(
+                        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active",
+                        &[&slot],
+                    )
+                    .await;
+            }
             let r = admin
                 .execute(
                     "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active",
