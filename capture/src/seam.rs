@@ -195,6 +195,12 @@ pub(crate) trait TableCatalog {
     /// Reads into `types` the types the stream named that it does not
     /// know yet (created after start-up).
     async fn learn_types(&mut self, types: &mut Self::Types) -> Result<(), CaptureError>;
+
+    /// The stream describes `table` from here on (new, or its shape
+    /// changed), before the schema watch compares. A source whose schema
+    /// answers follow the stream's own descriptions (MySQL: shapes tied to
+    /// binlog positions) notes it; one that reads its catalog needs not.
+    fn described(&mut self, _table: &Self::Table) {}
 }
 
 /// How a source's stream describes a table, as the router reads it to

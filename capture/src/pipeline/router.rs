@@ -223,6 +223,7 @@ impl<T: RoutedTable> Router<T> {
             tracing::debug!(partition = %format!("{}.{}", rel.namespace(), rel.name()), root = %format!("{schema}.{root}"), "partition's changes go to its root");
             rel.publish_as(schema, root);
         }
+        catalog.described(&rel);
         let id = rel.id();
         self.routes.remove(&id);
         let changed = self
