@@ -128,11 +128,11 @@ const CARRIED: &[(&str, &str)] = &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_targets_stay_equal_through_ddl_while_streaming_under_sigkills() -> Result<()> {
     let mut root = admin().await;
-    let db = unique("oncely_myddl");
+    let db = unique("oncely_myddlk");
     root.query_drop(format!("CREATE DATABASE {db}")).await?;
     let names: Vec<&str> = TABLES.iter().map(|t| t.0).collect();
     let p = mysql_pipeline(
-        "myddl",
+        "myddlk",
         &db,
         &names,
         "snapshot.mode = \"initial\"\nbatch.max.events = 200\nbatch.max.ms = 20\n",
