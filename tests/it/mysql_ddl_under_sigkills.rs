@@ -1,6 +1,7 @@
 //! Schema changes while streaming from MariaDB (docs/mysql.md, docs/design.md
 //! "Schema changes"), the MySQL side of `ddl_under_sigkills` and on its
 //! load-and-kill loop: one table per change (a column added, dropped,
+//! added with a default that fills existing rows without row events,
 //! renamed with `RENAME COLUMN` and with `CHANGE`, renamed and then added
 //! again under its old name, `INT` widened to `BIGINT` with values beyond
 //! 2^32, `VARCHAR(10)` to `VARCHAR(200)` with longer values), rows written
@@ -37,6 +38,7 @@ const TABLES: &[(&str, &str)] = &[
     ("widen_int", "a int"),
     ("widen_text", "s varchar(10)"),
     ("add_col", "x int"),
+    ("add_default", "x int"),
     // A column after the dropped one: its position changes, not its name.
     ("drop_col", "old varchar(20), tail int"),
     ("rename_col", "b varchar(20)"),
@@ -76,6 +78,13 @@ const STEPS: &[(&str, &str, &[&str], Moment)] = &[
         "ALTER TABLE add_col ADD COLUMN c int",
         &["UPDATE add_col SET c = id * 7 WHERE id % 4 = 0"],
         Moment::KillAtOnce,
+    ),
+    (
+        // Existing rows filled without row events: the backfill's.
+        "add_default",
+        "ALTER TABLE add_default ADD COLUMN d int NOT NULL DEFAULT 7",
+        &[],
+        Moment::KillAfterQuiet,
     ),
     (
         "drop_col",
@@ -123,6 +132,7 @@ const CARRIED: &[(&str, &str)] = &[
     ("widen_int", "a"),
     ("widen_text", "s"),
     ("drop_col", "tail"),
+    ("add_default", "d"),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,6 +243,7 @@ async fn drive(p: &Pipeline, db: &str, names: &[&str]) -> Result<()> {
         ("rename_readd", &["r2", "r"], &[]),
         ("drop_col", &["old"], &[]),
         ("add_col", &["c"], &[]),
+        ("add_default", &["d"], &[]),
     ] {
         let columns = warehouse_columns(p, &format!("{db}_{table}")).await?;
         for c in has {
@@ -272,6 +283,7 @@ async fn drive(p: &Pipeline, db: &str, names: &[&str]) -> Result<()> {
         ("widen_int", "alter_type"),
         ("widen_text", "alter_type"),
         ("add_col", "add"),
+        ("add_default", "add"),
         ("drop_col", "drop"),
         ("rename_col", "rename"),
         ("change_col", "rename"),
