@@ -245,6 +245,27 @@ impl ShapeFacts {
         self.tables.insert(key, cols);
     }
 
+    /// [`Self::set_from_catalog`] at a TABLE_MAP's first sight of a table
+    /// the facts do not know (never seen, or forgotten after a statement
+    /// the parser could not follow): the table gets a number of its own,
+    /// from the map's table id (the same when the binlog is read again),
+    /// so the warehouse matches its columns by name again rather than
+    /// trusting numbers given in another order.
+    pub fn set_from_table_map(
+        &mut self,
+        database: &str,
+        table: &str,
+        columns: &[CatalogColumn],
+        table_id: u64,
+    ) {
+        self.set_from_catalog(database, table, columns);
+        let key: Key = (database.into(), table.into());
+        let oid = table_oid(&key, &format!("TABLE_MAP {table_id}"));
+        if let Some(ids) = self.ids.get_mut(&key) {
+            ids.oid = oid;
+        }
+    }
+
     /// The column identities of a known table.
     pub fn ids(&self, database: &str, table: &str) -> Option<&TableIds> {
         self.ids.get(&(database.to_owned(), table.to_owned()))

@@ -196,7 +196,9 @@ impl BinlogReader {
             Some(cols) => cols,
             None => {
                 let cols = load_catalog(&mut self.catalog, self.flavor, &db, &table).await?;
-                self.facts.change().set_from_catalog(&db, &table, &cols);
+                self.facts
+                    .change()
+                    .set_from_table_map(&db, &table, &cols, tme.table_id());
                 cols
             }
         };

@@ -300,3 +300,37 @@ fn numbers_are_stored_with_the_facts_and_a_replay_derives_the_same() {
     old.number_columns("db", "nope", &names(&["x"]));
     assert!(old.ids("db", "nope").is_none());
 }
+
+#[test]
+fn a_table_numbered_at_a_table_map_is_another_table_than_the_snapshots() {
+    let cols = |names: &[&str]| -> Vec<CatalogColumn> {
+        names
+            .iter()
+            .map(|n| CatalogColumn {
+                name: n.to_string(),
+                column_type: "int(11)".into(),
+                json: false,
+            })
+            .collect()
+    };
+    let mut snap = ShapeFacts::default();
+    snap.set_from_catalog("db", "t", &cols(&["id", "A"]));
+    let mut seen = ShapeFacts::default();
+    seen.set_from_table_map("db", "t", &cols(&["id", "A"]), 42);
+    assert_eq!(
+        ids_of(&snap, "db", "t", &["a", "id"]),
+        (vec![Some(2), Some(1)], vec![])
+    );
+    assert_eq!(
+        ids_of(&seen, "db", "t", &["id", "a"]),
+        (vec![Some(1), Some(2)], vec![])
+    );
+    assert_ne!(
+        snap.ids("db", "t").unwrap().oid,
+        seen.ids("db", "t").unwrap().oid
+    );
+    // Read again (a replay meets the same table id): the same table.
+    let mut again = ShapeFacts::default();
+    again.set_from_table_map("db", "t", &cols(&["id", "A"]), 42);
+    assert_eq!(again, seen);
+}
