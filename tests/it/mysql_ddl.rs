@@ -6,7 +6,8 @@
 //! the DDL text it passes (shapes tied to binlog positions), so the
 //! warehouse renames its column (same PostgreSQL attnum, old values kept)
 //! and drops the dropped one under `schema.evolution.drop.columns =
-//! "drop"`; the schema-change records capture writes queue the backfill
+//! "drop"`, also across a capture SIGKILLed between a DDL and the next
+//! row; the schema-change records capture writes queue the backfill
 //! that rewrites the index's and the cache's whole rows; then `oncely
 //! verify` finds the three targets equal to MariaDB.
 
@@ -18,7 +19,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use serde_json::Value;
 
-use crate::harness::capture::read_committed;
+use crate::harness::capture::{kill9, read_committed};
 use crate::harness::checks::dead_letters;
 use crate::harness::common::{kafka_brokers, unique};
 use crate::harness::e2e::{es, redis_conn, summary, Pipeline, WAREHOUSE_SCHEMA};
@@ -111,7 +112,7 @@ async fn exec(root: &mut Conn, sql: String) -> Result<()> {
 }
 
 async fn follow_ddl(root: &mut Conn, p: &Pipeline, table: &str) -> Result<()> {
-    let capture = p.spawn_capture()?;
+    let mut capture = p.spawn_capture()?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while !p.env.capture_log().contains("binlog stream opening") {
         if Instant::now() > deadline {
@@ -157,6 +158,22 @@ async fn follow_ddl(root: &mut Conn, p: &Pipeline, table: &str) -> Result<()> {
         format!("ALTER TABLE {table} ADD COLUMN `old name` int"),
     )
     .await?;
+    // Capture SIGKILLed between the DDL and the next row: the restart
+    // numbers the new column as the first life would have.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill9(&mut capture.0);
+    let opened = p.env.capture_log().matches("binlog stream opening").count();
+    capture = p.spawn_capture()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while p.env.capture_log().matches("binlog stream opening").count() == opened {
+        if Instant::now() > deadline {
+            bail!(
+                "capture did not open its stream again:\n{}",
+                p.env.capture_log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     exec(
         root,
         format!("UPDATE {table} SET `old name` = id * 7 WHERE id <= 3"),
