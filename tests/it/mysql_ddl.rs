@@ -1,14 +1,17 @@
 //! DDL on a MariaDB source while capture streams is followed in every
 //! target (docs/mysql.md, "Schema changes"): a column dropped, one renamed
-//! and a new one added under its old name, one widened, one added with a
+//! and a new one added under its old name, one renamed and widened by
+//! `CHANGE`, one widened, one added with a
 //! default, rows written between each. Capture numbers MySQL columns from
 //! the DDL text it passes (shapes tied to binlog positions), so the
 //! warehouse renames its column (same PostgreSQL attnum, old values kept)
 //! and drops the dropped one under `schema.evolution.drop.columns =
-//! "drop"`; the schema-change records capture writes queue the backfill
+//! "drop"`, also across a capture SIGKILLed between a DDL and the next
+//! row; the schema-change records capture writes queue the backfill
 //! that rewrites the index's and the cache's whole rows; then `oncely
 //! verify` finds the three targets equal to MariaDB.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -16,11 +19,13 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use serde_json::Value;
 
-use crate::harness::capture::read_committed;
+use crate::harness::capture::{kill9, read_committed};
 use crate::harness::checks::dead_letters;
 use crate::harness::common::{kafka_brokers, unique};
-use crate::harness::e2e::{summary, Pipeline, WAREHOUSE_SCHEMA};
+use crate::harness::e2e::{es, redis_conn, summary, Pipeline, WAREHOUSE_SCHEMA};
 use crate::mysql_binlog::{admin, capture_opts, server_id};
+use elasticsearch::indices::IndicesRefreshParts;
+use elasticsearch::SearchParts;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_drop_rename_add_and_widen_reach_every_target_and_verify_says_equal() -> Result<()> {
@@ -107,7 +112,7 @@ async fn exec(root: &mut Conn, sql: String) -> Result<()> {
 }
 
 async fn follow_ddl(root: &mut Conn, p: &Pipeline, table: &str) -> Result<()> {
-    let capture = p.spawn_capture()?;
+    let mut capture = p.spawn_capture()?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while !p.env.capture_log().contains("binlog stream opening") {
         if Instant::now() > deadline {
@@ -126,6 +131,7 @@ async fn follow_ddl(root: &mut Conn, p: &Pipeline, table: &str) -> Result<()> {
         .await?;
     }
     let renamed_attnum = wait_warehouse_column(p, "old name").await?;
+    let qty_attnum = wait_warehouse_column(p, "qty").await?;
 
     // DROP COLUMN (MariaDB's `DROP` without COLUMN), rows between each DDL.
     exec(root, format!("ALTER TABLE {table} DROP gone")).await?;
@@ -152,6 +158,22 @@ async fn follow_ddl(root: &mut Conn, p: &Pipeline, table: &str) -> Result<()> {
         format!("ALTER TABLE {table} ADD COLUMN `old name` int"),
     )
     .await?;
+    // Capture SIGKILLed between the DDL and the next row: the restart
+    // numbers the new column as the first life would have.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill9(&mut capture.0);
+    let opened = p.env.capture_log().matches("binlog stream opening").count();
+    capture = p.spawn_capture()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while p.env.capture_log().matches("binlog stream opening").count() == opened {
+        if Instant::now() > deadline {
+            bail!(
+                "capture did not open its stream again:\n{}",
+                p.env.capture_log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     exec(
         root,
         format!("UPDATE {table} SET `old name` = id * 7 WHERE id <= 3"),
@@ -166,6 +188,17 @@ async fn follow_ddl(root: &mut Conn, p: &Pipeline, table: &str) -> Result<()> {
     exec(
         root,
         format!("UPDATE {table} SET note = repeat('w', 150) WHERE id IN (12, 13)"),
+    )
+    .await?;
+    // MariaDB's and MySQL 5's rename: CHANGE old new type, here widened too.
+    exec(
+        root,
+        format!("ALTER TABLE {table} CHANGE qty quantity bigint"),
+    )
+    .await?;
+    exec(
+        root,
+        format!("UPDATE {table} SET quantity = 5000000000 WHERE id = 20"),
     )
     .await?;
     // An added column with a default fills every existing row without row
@@ -206,6 +239,12 @@ async fn follow_ddl(root: &mut Conn, p: &Pipeline, table: &str) -> Result<()> {
         "warehouse columns {cols:?}"
     );
     assert_eq!(attnum_of("gone"), None, "warehouse columns {cols:?}");
+    assert_eq!(
+        attnum_of("quantity"),
+        Some(qty_attnum),
+        "warehouse columns {cols:?}"
+    );
+    assert_eq!(attnum_of("qty"), None, "warehouse columns {cols:?}");
     let kept: String = p
         .env
         .client
@@ -237,6 +276,7 @@ async fn follow_ddl(root: &mut Conn, p: &Pipeline, table: &str) -> Result<()> {
     for want in [
         ("drop", "gone".to_owned()),
         ("rename", "\"old name\"->\"new name\"".to_owned()),
+        ("rename", "\"qty\"->\"quantity\"".to_owned()),
         ("add", "old name".to_owned()),
         ("alter_type", "note".to_owned()),
         ("add", "added".to_owned()),
@@ -246,9 +286,63 @@ async fn follow_ddl(root: &mut Conn, p: &Pipeline, table: &str) -> Result<()> {
             "no {want:?} among the schema changes {kinds:?}"
         );
     }
+    // The index's documents and the cache's hashes are whole rows: the
+    // backfill the records queued rewrote them without the dropped and
+    // the old names.
+    let (docs, hashes) = index_and_cache_fields(p, table).await?;
+    for fields in docs.iter().chain(&hashes) {
+        assert!(
+            !fields.contains("gone") && !fields.contains("qty") && fields.contains("new name"),
+            "fields {fields:?}; documents {docs:?}; hashes {hashes:?}"
+        );
+    }
+    assert_eq!((docs.len(), hashes.len()), (41, 41));
     drop(capture);
     drop(sinks);
     Ok(())
+}
+
+/// The field names of every document in the index and every hash in the
+/// cache (the sinks' own left out).
+async fn index_and_cache_fields(
+    p: &Pipeline,
+    table: &str,
+) -> Result<(Vec<BTreeSet<String>>, Vec<BTreeSet<String>>)> {
+    let index = format!("{}.{table}", p.env.prefix);
+    let es = es();
+    es.indices()
+        .refresh(IndicesRefreshParts::Index(&[&index]))
+        .send()
+        .await?
+        .error_for_status_code()?;
+    let found: Value = es
+        .search(SearchParts::Index(&[&index]))
+        .size(1000)
+        .send()
+        .await?
+        .error_for_status_code()?
+        .json()
+        .await?;
+    let own = |k: &String| !k.starts_with("__");
+    let docs = found["hits"]["hits"]
+        .as_array()
+        .context("hits")?
+        .iter()
+        .filter_map(|h| h["_source"].as_object())
+        .map(|o| o.keys().filter(|k| own(k)).cloned().collect())
+        .collect();
+    let mut conn = redis_conn().await?;
+    let table_name = table.rsplit('.').next().unwrap_or(table);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:{table_name}:*", p.redis_prefix))
+        .query_async(&mut conn)
+        .await?;
+    let mut hashes = Vec::new();
+    for key in keys {
+        let fields: Vec<String> = redis::cmd("HKEYS").arg(&key).query_async(&mut conn).await?;
+        hashes.push(fields.into_iter().filter(|k| own(k)).collect());
+    }
+    Ok((docs, hashes))
 }
 
 /// The warehouse table's name (`<database>_orders`).

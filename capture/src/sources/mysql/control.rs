@@ -117,17 +117,20 @@ impl MySqlControl {
         }
     }
 
-    /// Notes the stream's description of `table`.
-    fn note_described(&self, table: &MySqlTable) {
+    /// Notes the stream's description of `table`; whether the table's
+    /// columns or numbers differ from those noted before (or none were).
+    fn note_described(&self, table: &MySqlTable) -> bool {
         let qualified = format!("{}.{}", table.namespace, table.name);
         let mut board = self
             .described
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        match Described::of(table) {
-            Some(d) => board.insert(qualified, d),
+        let old = match Described::of(table) {
+            Some(d) if board.get(&qualified) == Some(&d) => return false,
+            Some(d) => board.insert(qualified.clone(), d),
             None => board.remove(&qualified),
         };
+        old.is_some() || board.contains_key(&qualified)
     }
 
     fn described(&self, qualified: &str) -> Option<Described> {
@@ -408,8 +411,11 @@ impl TableCatalog for StreamTables<'_> {
         Ok(())
     }
 
-    /// What the schema watch compares from now on.
-    fn described(&mut self, table: &MySqlTable) {
-        self.control.note_described(table);
+    /// What the schema watch compares from now on: compared at once when
+    /// it changed, so a table's first description is its baseline before
+    /// any later DDL (else a DROP before the next heartbeat would be the
+    /// baseline, and no record would say the column went).
+    fn described(&mut self, table: &MySqlTable) -> bool {
+        self.control.note_described(table)
     }
 }
