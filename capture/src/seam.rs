@@ -195,6 +195,16 @@ pub(crate) trait TableCatalog {
     /// Reads into `types` the types the stream named that it does not
     /// know yet (created after start-up).
     async fn learn_types(&mut self, types: &mut Self::Types) -> Result<(), CaptureError>;
+
+    /// The stream describes `table` from here on (new, or its shape
+    /// changed). A source whose schema answers follow the stream's own
+    /// descriptions (MySQL: shapes tied to binlog positions) notes it and
+    /// says whether the schema watch must compare now (its answer for the
+    /// table changed, also the first time: the watch's baseline must be
+    /// the shape before any later DDL); one that reads its catalog needs not.
+    fn described(&mut self, _table: &Self::Table) -> bool {
+        false
+    }
 }
 
 /// How a source's stream describes a table, as the router reads it to

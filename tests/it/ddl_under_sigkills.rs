@@ -18,15 +18,15 @@
 //! and without, DROP COLUMN, RENAME COLUMN, SET NOT NULL, DDL in the same
 //! transaction as DML, DDL while capture is stopped, and DDL while a
 //! snapshot of that table runs.
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use rand::Rng;
 use serde_json::Value;
 
 use crate::harness::capture;
-use crate::harness::checks::dead_letters;
-use crate::harness::e2e;
+use crate::harness::chaos::{
+    assert_all_equal, count_changes, schema_changes, warehouse_columns, Load,
+};
 use crate::harness::e2e::{Fleet, Pipeline};
 
 /// Every table has `id` (key) and `v` (the load's column, never changed by
@@ -141,56 +141,6 @@ fn extra_column(extra: &str) -> &str {
     extra.split_whitespace().next().unwrap_or_default()
 }
 
-/// A transaction of random inserts, updates and deletes touching only `id`
-/// and `v`, which no DDL changes.
-fn random_transaction(tables: &[&str], next: &mut i64) -> String {
-    let mut rng = rand::rng();
-    let mut sql = String::from("BEGIN;");
-    for _ in 0..rng.random_range(1..5) {
-        let t = tables[rng.random_range(0..tables.len())];
-        let existing = rng.random_range(1..*next);
-        let v: i32 = rng.random_range(0..1_000_000);
-        match rng.random_range(0..10) {
-            0..=2 => {
-                *next += 1;
-                sql.push_str(&format!(
-                    "INSERT INTO {t} (id, v) VALUES ({}, {v}) ON CONFLICT DO NOTHING;",
-                    *next
-                ));
-            }
-            3 => sql.push_str(&format!("DELETE FROM {t} WHERE id = {existing};")),
-            _ => sql.push_str(&format!("UPDATE {t} SET v = {v} WHERE id = {existing};")),
-        }
-    }
-    sql.push_str("COMMIT;");
-    sql
-}
-
-/// Load and random kills for `for_how_long`.
-async fn chaos(
-    fleet: &mut Fleet<'_>,
-    writer: &tokio_postgres::Client,
-    tables: &[&str],
-    next: &mut i64,
-    for_how_long: Duration,
-    last_kill: &mut Instant,
-) -> Result<()> {
-    let started = Instant::now();
-    while started.elapsed() < for_how_long {
-        writer
-            .batch_execute(&random_transaction(tables, next))
-            .await
-            .context("workload")?;
-        tokio::time::sleep(Duration::from_millis(rand::rng().random_range(5..40))).await;
-        if last_kill.elapsed() > Duration::from_millis(rand::rng().random_range(1200..2500)) {
-            fleet.supervise()?;
-            fleet.kill_random()?;
-            *last_kill = Instant::now();
-        }
-    }
-    fleet.supervise()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn targets_stay_equal_through_every_ddl_kind_under_sigkills() -> Result<()> {
     let tables = all_tables();
@@ -229,7 +179,6 @@ async fn drive(p: &Pipeline, tables: &[(&str, &str, &str)]) -> Result<()> {
         }
     }
     p.env.client.batch_execute(&seed).await.context("seed")?;
-    let mut next = SEED_ROWS;
 
     let mut fleet = Fleet::with_capture(p).await?;
     let topics = p.topics();
@@ -238,24 +187,15 @@ async fn drive(p: &Pipeline, tables: &[(&str, &str, &str)]) -> Result<()> {
     })
     .await?;
     fleet.spawn_sinks()?;
-    let writer = p.env.connect().await?;
-    let mut last_kill = Instant::now();
+    let mut load = Load::new(p.env.connect().await?, &names, SEED_ROWS);
     // Rows mirrored before any DDL.
-    chaos(
-        &mut fleet,
-        &writer,
-        &names,
-        &mut next,
-        Duration::from_secs(15),
-        &mut last_kill,
-    )
-    .await?;
+    load.run(&mut fleet, Duration::from_secs(15)).await?;
 
     // DDL while capture is stopped.
     if let Some(mut child) = fleet.procs[0].take() {
         capture::kill9(&mut child);
     }
-    writer
+    load.source
         .batch_execute(STOPPED.2)
         .await
         .context("DDL while stopped")?;
@@ -263,7 +203,7 @@ async fn drive(p: &Pipeline, tables: &[(&str, &str, &str)]) -> Result<()> {
     fleet.spawn(0)?;
 
     // DDL while a snapshot of that table runs (chunks of 10 rows of 80+).
-    writer
+    load.source
         .execute(
             "INSERT INTO oncely_signal VALUES ('ddl-snapshot', 'execute-snapshot', $1)",
             &[&format!(
@@ -273,72 +213,26 @@ async fn drive(p: &Pipeline, tables: &[(&str, &str, &str)]) -> Result<()> {
         )
         .await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    writer
+    load.source
         .batch_execute(SNAPSHOTTED.2)
         .await
         .context("DDL during snapshot")?;
 
     // Every other kind, one after the other under load.
     for (table, _, ddl) in TABLES {
-        writer
+        load.source
             .batch_execute(ddl)
             .await
             .with_context(|| format!("DDL of {table}"))?;
-        chaos(
-            &mut fleet,
-            &writer,
-            &names,
-            &mut next,
-            Duration::from_secs(2),
-            &mut last_kill,
-        )
-        .await?;
+        load.run(&mut fleet, Duration::from_secs(2)).await?;
     }
-    chaos(
-        &mut fleet,
-        &writer,
-        &names,
-        &mut next,
-        Duration::from_secs(10),
-        &mut last_kill,
-    )
-    .await?;
+    load.run(&mut fleet, Duration::from_secs(10)).await?;
     eprintln!(
         "ddl_under_sigkills: {} ({} rows inserted)",
         fleet.summary(),
-        next
+        load.next
     );
-
-    let report = p.verify(Duration::from_secs(240)).await?;
-    eprintln!("{report}");
-    let letters = tokio::task::spawn_blocking({
-        let prefix = p.env.prefix.clone();
-        move || dead_letters(&prefix)
-    })
-    .await??;
-    assert!(
-        letters.is_empty(),
-        "{} dead letters, e.g. {:?}",
-        letters.len(),
-        &letters[..letters.len().min(5)]
-    );
-    let differing: Vec<(String, String)> = report
-        .targets
-        .iter()
-        .flat_map(|t| {
-            t.tables
-                .iter()
-                .filter(|r| !r.is_equal())
-                .map(|r| (t.label.clone(), r.table.clone()))
-        })
-        .collect();
-    assert!(
-        differing.is_empty(),
-        "targets differ: {differing:?} ({}); logs in {}:\n{report}",
-        fleet.summary(),
-        p.env.dir.display()
-    );
-    assert_eq!(report.compared(), tables.len() * 3, "{report}");
+    assert_all_equal(p, &fleet, tables.len()).await?;
 
     // The warehouse holds the renamed columns under their new names (no
     // unwritten old-name column beside them, also when a capture restarted
@@ -350,18 +244,7 @@ async fn drive(p: &Pipeline, tables: &[(&str, &str, &str)]) -> Result<()> {
         ("while_stopped", "x2", "x"),
         ("drop_col", "old", ""),
     ] {
-        let columns: Vec<String> = p
-            .env
-            .client
-            .query(
-                "SELECT column_name::text FROM information_schema.columns \
-                 WHERE table_schema = $1 AND table_name = $2",
-                &[&e2e::WAREHOUSE_SCHEMA, &format!("public_{table}")],
-            )
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let columns = warehouse_columns(p, &format!("public_{table}")).await?;
         assert!(
             columns.iter().any(|c| c == has),
             "warehouse columns of {table}: {columns:?}"
@@ -373,27 +256,7 @@ async fn drive(p: &Pipeline, tables: &[(&str, &str, &str)]) -> Result<()> {
     }
 
     // The schema-change topic: each change once, as what it is.
-    let topic = format!("{}.schema-changes", p.env.prefix);
-    let seen = tokio::task::spawn_blocking(move || capture::read_committed(&[topic])).await??;
-    let changes: Vec<(String, Value)> = seen
-        .iter()
-        .filter_map(|r| r.value.as_ref())
-        .flat_map(|v| {
-            let table = v["table"].as_str().unwrap_or_default().to_owned();
-            v["changes"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .map(move |c| (table.clone(), c))
-        })
-        .collect();
-    let count = |table: &str, kind: &str| {
-        changes
-            .iter()
-            .filter(|(t, c)| t == &format!("public.{table}") && c["kind"] == kind)
-            .count()
-    };
+    let changes = schema_changes(p).await?;
     for (table, kind) in [
         ("widen_int", "alter_type"),
         ("widen_num", "alter_type"),
@@ -409,7 +272,11 @@ async fn drive(p: &Pipeline, tables: &[(&str, &str, &str)]) -> Result<()> {
         ("while_stopped", "rename"),
         ("during_snapshot", "add"),
     ] {
-        assert_eq!(count(table, kind), 1, "{table} {kind}: {changes:?}");
+        assert_eq!(
+            count_changes(&changes, &format!("public.{table}"), kind),
+            1,
+            "{table} {kind}: {changes:?}"
+        );
     }
     let rename = changes
         .iter()

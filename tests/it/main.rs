@@ -23,6 +23,8 @@ mod metrics_catalog;
 mod mysql_binlog;
 mod mysql_capture;
 mod mysql_chunks;
+mod mysql_ddl;
+mod mysql_ddl_under_sigkills;
 mod mysql_envelope;
 mod mysql_snapshot;
 mod mysql_stream;

@@ -570,8 +570,28 @@ async fn the_sinks_fill_every_target_from_mysql_capture_and_verify_says_equal() 
          note varchar(20), doc json, at datetime(6))"
     ))
     .await?;
-    let mut p = Pipeline::with_topics("mye2e", "", "", |prefix| {
-        vec![format!("{prefix}.{db}.orders")]
+    let p = mysql_pipeline("mye2e", &db, &["orders"], "snapshot.mode = \"no_data\"\n").await?;
+    let result = fill_and_verify(&mut root, &p, &table).await;
+    let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
+    p.cleanup().await;
+    result
+}
+
+/// A [`Pipeline`] whose capture reads database `db` of the MariaDB of
+/// `scripts/services` (`capture_extra` appended to its config) and whose
+/// sinks consume the topics of `tables` in it; the warehouse, index and
+/// cache as for PostgreSQL.
+pub(crate) async fn mysql_pipeline(
+    name: &str,
+    db: &str,
+    tables: &[&str],
+    capture_extra: &str,
+) -> Result<Pipeline> {
+    let mut p = Pipeline::with_topics(name, "", "", |prefix| {
+        tables
+            .iter()
+            .map(|t| format!("{prefix}.{db}.{t}"))
+            .collect()
     })
     .await?;
     let opts = capture_opts();
@@ -582,8 +602,8 @@ async fn the_sinks_fill_every_target_from_mysql_capture_and_verify_says_equal() 
              database.hostname = \"{host}\"\ndatabase.port = {port}\n\
              database.user = \"{user}\"\ndatabase.password = \"{pass}\"\n\
              database.include.list = \"{db}\"\ndatabase.server.id = {id}\n\
-             kafka.bootstrap.servers = \"{brokers}\"\nsnapshot.mode = \"no_data\"\n\
-             heartbeat.interval.ms = 500\n",
+             kafka.bootstrap.servers = \"{brokers}\"\n\
+             heartbeat.interval.ms = 500\n{capture_extra}",
             prefix = p.env.prefix,
             host = opts.ip_or_hostname(),
             port = opts.tcp_port(),
@@ -593,10 +613,7 @@ async fn the_sinks_fill_every_target_from_mysql_capture_and_verify_says_equal() 
             brokers = kafka_brokers(),
         ),
     )?;
-    let result = fill_and_verify(&mut root, &p, &table).await;
-    let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
-    p.cleanup().await;
-    result
+    Ok(p)
 }
 
 async fn fill_and_verify(root: &mut Conn, p: &Pipeline, table: &str) -> Result<()> {

@@ -497,11 +497,18 @@ async fn rows_before_a_ddl_decode_with_the_shape_they_were_written_with() {
         .unwrap();
     let (start, start_facts) = (snap.position().clone(), snap.facts());
     snap.finish().await.unwrap();
+    // Every column numbered, in declaration order (kept by the MODIFYs).
+    let ids = start_facts.ids(&db, "h").cloned();
+    assert_eq!(
+        ids.as_ref().map(|i| i.columns.clone()),
+        Some([("id".to_string(), 1), ("flag".into(), 2), ("doc".into(), 3)].into())
+    );
     let t = |a: &[&str], j: &[&str]| TableFacts {
         database: db.clone(),
         table: "h".into(),
         tinyint1: a.iter().map(|s| s.to_string()).collect(),
         json: j.iter().map(|s| s.to_string()).collect(),
+        ids: ids.clone(),
     };
     assert_eq!(
         serde_json::to_value(&start_facts).unwrap(),

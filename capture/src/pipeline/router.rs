@@ -223,12 +223,14 @@ impl<T: RoutedTable> Router<T> {
             tracing::debug!(partition = %format!("{}.{}", rel.namespace(), rel.name()), root = %format!("{schema}.{root}"), "partition's changes go to its root");
             rel.publish_as(schema, root);
         }
+        let noted = catalog.described(&rel);
         let id = rel.id();
         self.routes.remove(&id);
-        let changed = self
-            .relations
-            .get(&id)
-            .is_some_and(|old| !old.same_columns(&rel));
+        let changed = noted
+            || self
+                .relations
+                .get(&id)
+                .is_some_and(|old| !old.same_columns(&rel));
         self.relations.insert(id, Arc::new(rel));
         Ok(changed)
     }

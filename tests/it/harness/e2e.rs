@@ -445,7 +445,11 @@ impl<'a> Fleet<'a> {
     }
 
     pub fn kill_random(&mut self) -> Result<()> {
-        let i = rand::rng().random_range(0..self.procs.len());
+        self.kill(rand::rng().random_range(0..self.procs.len()))
+    }
+
+    /// SIGKILLs process `i` and starts it again.
+    pub fn kill(&mut self, i: usize) -> Result<()> {
         if let Some(mut child) = self.procs[i].take() {
             kill9(&mut child);
         }

@@ -298,6 +298,7 @@ impl ChunkRead {
         // Paged by the key the core keys the table's events by.
         let paging = TableShape {
             primary_key: key_idx.clone(),
+            identity: None,
             ..shape.clone()
         };
         let shape = Arc::new(shape);
@@ -608,6 +609,7 @@ mod tests {
                 super::super::shape::ColumnShape::new("d", ColumnType::MYSQL_TYPE_DATE),
             ],
             primary_key: vec![0, 1],
+            identity: None,
         }
     }
 
@@ -622,6 +624,7 @@ mod tests {
         );
         let unsigned = TableShape {
             primary_key: vec![2],
+            identity: None,
             ..shape.clone()
         };
         assert_eq!(
@@ -639,6 +642,7 @@ mod tests {
         );
         let dated = TableShape {
             primary_key: vec![3],
+            identity: None,
             ..shape
         };
         assert_eq!(

@@ -42,7 +42,7 @@ impl Source for MySql {
     type Stream = MySqlStream;
     type Control = MySqlControl;
     type Chunks = MySqlChunks;
-    type Tables<'a> = StreamTables;
+    type Tables<'a> = StreamTables<'a>;
 
     async fn check(cfg: &CaptureConfig) -> Result<CheckedSource<Self>, CaptureError> {
         let replica_id = cfg.mysql_server_id()?;
@@ -127,11 +127,11 @@ impl Source for MySql {
     }
 
     fn tables<'a>(
-        _control: &'a MySqlControl,
+        control: &'a MySqlControl,
         _history: &'a SchemaHistory,
         _xid: Option<u32>,
-    ) -> StreamTables {
-        StreamTables
+    ) -> StreamTables<'a> {
+        StreamTables::new(control)
     }
 
     /// Runs `heartbeat.action.query`. The binlog's bytes are kept by the

@@ -9,13 +9,15 @@
 //! whole rows (`binlog_row_image = FULL`), so the router's questions are
 //! answered from the stream's own description, no value is ever left out
 //! of a change, and every table's changes are in the binlog already (there
-//! is no publication to add a table to). What is not built yet is refused
-//! with its reason, never skipped: snapshot filters (MySQL snapshot reads
-//! are another part), schema-change records (the catalog's columns are not
-//! compared yet: `columns` answers none, so the schema watch publishes
-//! nothing for MySQL tables).
+//! is no publication to add a table to). The schema watch's questions are
+//! answered the same way: from the tables as the stream last described
+//! them (the [`Described`] board), whose columns are numbered by the shape
+//! facts derived from DDL text (`history.rs`), never from the catalog now,
+//! which may be past later DDL. What is not built yet is refused with its
+//! reason, never skipped: snapshot filters.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, PoisonError};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
@@ -30,7 +32,7 @@ use crate::config::CaptureConfig;
 use crate::envelope::SourceIdentity;
 use crate::error::CaptureError;
 use crate::filter::parse_key_columns;
-use crate::schema_change::{ColumnDef, FormerName, TableSchemas};
+use crate::schema_change::{match_attnums, ColumnDef, FormerName, TableSchemas};
 use crate::seam::{
     CapturedTable, CatalogTable, QuarantineChecks, RoutedTable, SchemaCatalog, Selected,
     SnapshotTableChecks, TableCatalog, UnchangedValues,
@@ -46,6 +48,63 @@ pub struct MySqlControl {
     conn: Conn,
     flavor: Flavor,
     version: String,
+    /// Each table as the stream last described it, by `database.table`.
+    described: Mutex<BTreeMap<String, Described>>,
+}
+
+/// A table as the stream last described it (a TABLE_MAP with the shape
+/// facts' column numbers, as of its binlog position): what the schema
+/// watch compares and snapshot chunks are numbered by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Described {
+    /// Its numbered columns, in number order.
+    columns: Vec<ColumnDef>,
+    identity: SourceIdentity,
+}
+
+impl Described {
+    /// `None` for a table the facts do not number.
+    fn of(table: &MySqlTable) -> Option<Self> {
+        let identity = table.shape.identity.clone()?;
+        let mut columns: Vec<ColumnDef> = table
+            .shape
+            .columns
+            .iter()
+            .zip(&identity.attnums)
+            .filter_map(|(c, n)| {
+                Some(ColumnDef {
+                    attnum: (*n)?,
+                    name: c.name.clone(),
+                    type_name: binlog_type_name(c),
+                    not_null: !c.nullable,
+                    // MySQL fills existing rows of an added column without
+                    // row events whenever it has a default, an explicit one
+                    // or NOT NULL's implicit one, which the binlog does not
+                    // tell: every added column is taken to have one, so its
+                    // rows are backfilled.
+                    has_default: true,
+                })
+            })
+            .collect();
+        columns.sort_by_key(|c| c.attnum);
+        Some(Self { columns, identity })
+    }
+}
+
+/// A column's type as its TABLE_MAP gives it: the binlog type, its
+/// metadata bytes and signedness (`long`, `newdecimal(12,2)`,
+/// `varchar(80,0)`, `longlong unsigned`), so a widening changes it.
+fn binlog_type_name(c: &super::shape::ColumnShape) -> String {
+    let ty = format!("{:?}", c.ty);
+    let mut out = ty.trim_start_matches("MYSQL_TYPE_").to_ascii_lowercase();
+    if !c.meta.is_empty() {
+        let meta: Vec<String> = c.meta.iter().map(u8::to_string).collect();
+        out.push_str(&format!("({})", meta.join(",")));
+    }
+    if c.unsigned {
+        out.push_str(" unsigned");
+    }
+    out
 }
 
 impl MySqlControl {
@@ -54,7 +113,32 @@ impl MySqlControl {
             conn,
             flavor,
             version,
+            described: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Notes the stream's description of `table`; whether the table's
+    /// columns or numbers differ from those noted before (or none were).
+    fn note_described(&self, table: &MySqlTable) -> bool {
+        let qualified = format!("{}.{}", table.namespace, table.name);
+        let mut board = self
+            .described
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let old = match Described::of(table) {
+            Some(d) if board.get(&qualified) == Some(&d) => return false,
+            Some(d) => board.insert(qualified.clone(), d),
+            None => board.remove(&qualified),
+        };
+        old.is_some() || board.contains_key(&qualified)
+    }
+
+    fn described(&self, qualified: &str) -> Option<Described> {
+        let board = self
+            .described
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        board.get(qualified).cloned()
     }
 
     pub(crate) fn conn(&mut self) -> &mut Conn {
@@ -154,23 +238,59 @@ impl QuarantineChecks for MySqlControl {
 impl SchemaCatalog for MySqlControl {
     type Table = MySqlTable;
 
-    /// Schema-change records are not built for MySQL yet: none of the
-    /// catalog's columns are compared (docs/mysql.md), so the schema watch
-    /// publishes none. The stream itself follows DDL (each TABLE_MAP
-    /// brings the shape its rows were written with).
-    async fn columns(&self, _tables: &[String]) -> Result<TableSchemas, CaptureError> {
-        Ok(TableSchemas::new())
+    /// The columns of `tables` as the stream last described them (not the
+    /// catalog now, which may be past DDL the stream has not reached): a
+    /// table the stream has not described yet is left out until it is.
+    async fn columns(&self, tables: &[String]) -> Result<TableSchemas, CaptureError> {
+        let board = self
+            .described
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(tables
+            .iter()
+            .filter_map(|t| Some((t.clone(), board.get(t)?.columns.clone())))
+            .collect())
     }
 
-    /// The envelope names fields by the binlog's column names.
+    /// A stream table carries its own identity. A snapshot chunk's table
+    /// (read from the catalog at the chunk's binlog position, which the
+    /// stream has reached when its rows go out) is matched by name against
+    /// the stream's last description, then `known` and `former` names.
     async fn identity(
         &self,
-        _table: &MySqlTable,
-        _known: Option<&[ColumnDef]>,
-        _former: &[FormerName],
+        table: &MySqlTable,
+        known: Option<&[ColumnDef]>,
+        former: &[FormerName],
         _xid: Option<u32>,
     ) -> Result<Option<SourceIdentity>, CaptureError> {
-        Ok(None)
+        if let Some(id) = &table.shape.identity {
+            return Ok(Some(id.clone()));
+        }
+        let qualified = format!("{}.{}", table.namespace, table.name);
+        let Some(described) = self.described(&qualified) else {
+            return Ok(None);
+        };
+        let candidates: Vec<(i16, &str)> = described
+            .columns
+            .iter()
+            .chain(known.unwrap_or_default())
+            .map(|c| (c.attnum, c.name.as_str()))
+            .chain(former.iter().map(|f| (f.attnum, f.name.as_str())))
+            .collect();
+        let names: Vec<&str> = table
+            .shape
+            .columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        let attnums = match_attnums(&names, &candidates);
+        let mut dropped = described.identity.dropped.clone();
+        dropped.retain(|d| !attnums.contains(&Some(*d)));
+        Ok(Some(SourceIdentity {
+            table_oid: described.identity.table_oid,
+            attnums,
+            dropped,
+        }))
     }
 }
 
@@ -247,10 +367,18 @@ impl UnchangedValues for MySqlControl {
 /// What the router asks about a streamed MySQL table, answered from the
 /// TABLE_MAP that described it: its names and primary key as of its event,
 /// which is what its rows were written with (the catalog now may be past
-/// later DDL).
-pub struct StreamTables;
+/// later DDL), and its identity from the shape facts as of that event.
+pub struct StreamTables<'a> {
+    control: &'a MySqlControl,
+}
 
-impl TableCatalog for StreamTables {
+impl<'a> StreamTables<'a> {
+    pub(crate) fn new(control: &'a MySqlControl) -> Self {
+        Self { control }
+    }
+}
+
+impl TableCatalog for StreamTables<'_> {
     type Table = MySqlTable;
     type Types = ();
 
@@ -273,13 +401,21 @@ impl TableCatalog for StreamTables {
     async fn identity(
         &mut self,
         _qualified: &str,
-        _table: &MySqlTable,
+        table: &MySqlTable,
     ) -> Result<Option<SourceIdentity>, CaptureError> {
-        Ok(None)
+        Ok(table.shape.identity.clone())
     }
 
     /// The binlog announces no value types.
     async fn learn_types(&mut self, _types: &mut ()) -> Result<(), CaptureError> {
         Ok(())
+    }
+
+    /// What the schema watch compares from now on: compared at once when
+    /// it changed, so a table's first description is its baseline before
+    /// any later DDL (else a DROP before the next heartbeat would be the
+    /// baseline, and no record would say the column went).
+    fn described(&mut self, table: &MySqlTable) -> bool {
+        self.control.note_described(table)
     }
 }

@@ -25,6 +25,7 @@ use mysql_async::binlog::{BinlogVersion, EventType};
 use super::cell::Cell;
 use super::checks::Flavor;
 use super::error::MySqlSourceError;
+use super::history::TableIds;
 use super::position::{Gtids, MariaGtid, MariaGtidList, MySqlGtidSet, Position};
 use super::shape::{CatalogColumn, TableShape};
 
@@ -138,6 +139,8 @@ pub struct Decoder {
     gtids: Option<Gtids>,
     tables: HashMap<u64, (Arc<TableShape>, TableMapEvent<'static>)>,
     catalog: HashMap<(String, String), Vec<CatalogColumn>>,
+    /// The column numbers of each table in `catalog` the facts number.
+    ids: HashMap<(String, String), TableIds>,
     tx: Option<Tx>,
     /// From a resume: what the first transaction already published.
     skip: Option<(u64, u64)>,
@@ -155,6 +158,7 @@ impl Decoder {
             gtids: from.gtids.clone(),
             tables: HashMap::new(),
             catalog: HashMap::new(),
+            ids: HashMap::new(),
             tx: None,
             skip: (from.event > 0 || from.row > 0).then_some((from.event, from.row)),
             resume_pos: Some(from.pos),
@@ -170,10 +174,21 @@ impl Decoder {
         self
     }
 
-    /// The declared types of a table, applied to its next TABLE_MAPs.
-    pub fn set_catalog(&mut self, database: &str, table: &str, columns: Vec<CatalogColumn>) {
-        self.catalog
-            .insert((database.into(), table.into()), columns);
+    /// The declared types of a table and its column numbers, applied to
+    /// its next TABLE_MAPs.
+    pub fn set_catalog(
+        &mut self,
+        database: &str,
+        table: &str,
+        columns: Vec<CatalogColumn>,
+        ids: Option<TableIds>,
+    ) {
+        let key = (database.to_owned(), table.to_owned());
+        match ids {
+            Some(ids) => self.ids.insert(key.clone(), ids),
+            None => self.ids.remove(&key),
+        };
+        self.catalog.insert(key, columns);
     }
 
     pub fn has_catalog(&self, database: &str, table: &str) -> bool {
@@ -184,8 +199,9 @@ impl Decoder {
     /// Forgets a table's declared types (after DDL naming it), so its
     /// next TABLE_MAP takes them again.
     pub fn forget_catalog(&mut self, database: &str, table: &str) {
-        self.catalog
-            .remove(&(database.to_owned(), table.to_owned()));
+        let key = (database.to_owned(), table.to_owned());
+        self.catalog.remove(&key);
+        self.ids.remove(&key);
     }
 
     /// Decodes one event, appending what it yields to `out`.
@@ -374,12 +390,14 @@ impl Decoder {
             .read_event()
             .map_err(|e| protocol(&self.file, start, "TABLE_MAP", &e))?;
         let mut shape = TableShape::from_table_map(&tme)?;
-        if let Some(cat) = self
-            .catalog
-            .get(&(shape.database.clone(), shape.table.clone()))
-        {
+        let key = (shape.database.clone(), shape.table.clone());
+        if let Some(cat) = self.catalog.get(&key) {
             shape.apply_catalog(cat);
         }
+        shape.identity = self
+            .ids
+            .get(&key)
+            .map(|ids| ids.identity(shape.columns.iter().map(|c| c.name.as_str())));
         self.tables
             .insert(tme.table_id(), (Arc::new(shape), tme.into_owned()));
         Ok(())

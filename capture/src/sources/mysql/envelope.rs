@@ -804,5 +804,6 @@ pub fn shape_from_json(v: &Value) -> Result<MySqlTableShape, String> {
         table: text(v, "table")?,
         columns,
         primary_key: serde_json::from_value(v["primary_key"].clone()).map_err(|e| e.to_string())?,
+        identity: None,
     })
 }

@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::shape::CatalogColumn;
+use crate::envelope::SourceIdentity;
 
 /// The two facts of one column (columns with neither are not kept).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -50,6 +51,10 @@ pub struct TableFacts {
     pub tinyint1: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub json: Vec<String>,
+    /// The table's identity (see [`TableIds`]); absent in offsets stored
+    /// before columns had one, then numbered at the next TABLE_MAP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<TableIds>,
 }
 
 type Key = (String, String);
@@ -61,13 +66,127 @@ type Key = (String, String);
 pub struct ShapeFacts {
     /// Column names lower-cased (MySQL compares them so).
     tables: BTreeMap<Key, BTreeMap<String, Facts>>,
+    /// Each known table's column identities (a table in `tables` may lack
+    /// them: stored before they existed).
+    ids: BTreeMap<Key, TableIds>,
+}
+
+/// What identifies a table's columns across DDL, as the warehouse needs
+/// it (docs/design.md, "Schema changes"): MySQL has no `attnum`, so each
+/// column gets a number when the stream first sees it, kept by RENAME
+/// COLUMN and CHANGE, never given again after a DROP; and the table a
+/// number of its own (`oid`) that a table created again under its name
+/// does not share. Derived from DDL text like the other facts, so a
+/// replay from a stored position numbers every column the same way.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableIds {
+    pub oid: u32,
+    /// By lower-cased column name.
+    pub columns: BTreeMap<String, i16>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<i16>,
+}
+
+impl TableIds {
+    fn new(oid: u32) -> Self {
+        Self {
+            oid,
+            ..Self::default()
+        }
+    }
+
+    /// One above every number given so far (dropped ones included).
+    fn next(&self) -> i16 {
+        let max = self.columns.values().chain(&self.dropped).copied().max();
+        max.unwrap_or(0).saturating_add(1)
+    }
+
+    /// Numbers `name` (lower-cased) unless it has a number.
+    fn add(&mut self, name: &str) {
+        if !self.columns.contains_key(name) {
+            let n = self.next();
+            self.columns.insert(name.to_owned(), n);
+        }
+    }
+
+    fn drop_column(&mut self, name: &str) {
+        if let Some(n) = self.columns.remove(name) {
+            self.dropped.push(n);
+        }
+    }
+
+    fn rename(&mut self, from: &str, to: &str) {
+        if from == to {
+            return;
+        }
+        if let Some(n) = self.columns.remove(from) {
+            if let Some(replaced) = self.columns.insert(to.to_owned(), n) {
+                self.dropped.push(replaced);
+            }
+        }
+    }
+
+    fn alter(&mut self, op: &AlterOp) {
+        match op {
+            AlterOp::Column {
+                old: Some(old),
+                name,
+                ..
+            } if old != name => self.rename(old, name),
+            AlterOp::Column { name, .. } => self.add(name),
+            AlterOp::Drop(name) => self.drop_column(name),
+            AlterOp::Rename(from, to) => self.rename(from, to),
+            AlterOp::JsonCheck(_) | AlterOp::DropConstraint(_) | AlterOp::RenameTable(_) => {}
+        }
+    }
+
+    /// Whether every one of `names` has a number.
+    pub fn covers<'a>(&self, mut names: impl Iterator<Item = &'a str>) -> bool {
+        names.all(|n| self.columns.contains_key(&n.to_lowercase()))
+    }
+
+    /// The identity of a table description with columns `names`, in order.
+    pub fn identity<'a>(&self, names: impl Iterator<Item = &'a str>) -> SourceIdentity {
+        let attnums: Vec<Option<i16>> = names
+            .map(|n| self.columns.get(&n.to_lowercase()).copied())
+            .collect();
+        let mut dropped: Vec<i16> = self
+            .dropped
+            .iter()
+            .copied()
+            .filter(|d| !attnums.contains(&Some(*d)))
+            .collect();
+        dropped.sort_unstable();
+        SourceIdentity {
+            table_oid: self.oid,
+            attnums,
+            dropped,
+        }
+    }
+}
+
+/// A table's number: a checksum of its name and of the statement that
+/// created it (none: it was first read from the catalog), so a table
+/// created again under its name is another table to the warehouse.
+fn table_oid(key: &Key, created_by: &str) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for part in [key.0.as_str(), key.1.as_str(), created_by] {
+        h.update(part.as_bytes());
+        h.update(&[0]);
+    }
+    h.finalize()
 }
 
 impl From<Vec<TableFacts>> for ShapeFacts {
     fn from(v: Vec<TableFacts>) -> Self {
         let mut out = Self::default();
         for t in v {
-            let cols = out.tables.entry((t.database, t.table)).or_default();
+            let key = (t.database, t.table);
+            if let Some(ids) = t.ids {
+                out.ids.insert(key.clone(), ids);
+            }
+            let cols = out.tables.entry(key).or_default();
             for c in t.tinyint1 {
                 cols.entry(c.to_lowercase()).or_default().tinyint1 = true;
             }
@@ -80,10 +199,11 @@ impl From<Vec<TableFacts>> for ShapeFacts {
 }
 
 impl From<ShapeFacts> for Vec<TableFacts> {
-    fn from(f: ShapeFacts) -> Self {
+    fn from(mut f: ShapeFacts) -> Self {
         f.tables
             .into_iter()
             .map(|((database, table), cols)| {
+                let ids = f.ids.remove(&(database.clone(), table.clone()));
                 let pick = |p: fn(&Facts) -> bool| {
                     cols.iter()
                         .filter(|(_, f)| p(f))
@@ -95,6 +215,7 @@ impl From<ShapeFacts> for Vec<TableFacts> {
                     table,
                     tinyint1: pick(|f| f.tinyint1),
                     json: pick(|f| f.json),
+                    ids,
                 }
             })
             .collect()
@@ -115,7 +236,56 @@ impl ShapeFacts {
                 (f != Facts::default()).then(|| (c.name.to_lowercase(), f))
             })
             .collect();
-        self.tables.insert((database.into(), table.into()), cols);
+        let key: Key = (database.into(), table.into());
+        let mut ids = TableIds::new(table_oid(&key, ""));
+        for c in columns {
+            ids.add(&c.name.to_lowercase());
+        }
+        self.ids.insert(key.clone(), ids);
+        self.tables.insert(key, cols);
+    }
+
+    /// [`Self::set_from_catalog`] at a TABLE_MAP's first sight of a table
+    /// the facts do not know (never seen, or forgotten after a statement
+    /// the parser could not follow): the table gets a number of its own,
+    /// from the map's table id (the same when the binlog is read again),
+    /// so the warehouse matches its columns by name again rather than
+    /// trusting numbers given in another order.
+    pub fn set_from_table_map(
+        &mut self,
+        database: &str,
+        table: &str,
+        columns: &[CatalogColumn],
+        table_id: u64,
+    ) {
+        self.set_from_catalog(database, table, columns);
+        let key: Key = (database.into(), table.into());
+        let oid = table_oid(&key, &format!("TABLE_MAP {table_id}"));
+        if let Some(ids) = self.ids.get_mut(&key) {
+            ids.oid = oid;
+        }
+    }
+
+    /// The column identities of a known table.
+    pub fn ids(&self, database: &str, table: &str) -> Option<&TableIds> {
+        self.ids.get(&(database.to_owned(), table.to_owned()))
+    }
+
+    /// Numbers the columns of known table `database.table` that have no
+    /// number yet, in the order of `names` (a TABLE_MAP's): facts stored
+    /// before columns had numbers, or a statement the parser passed over.
+    pub fn number_columns(&mut self, database: &str, table: &str, names: &[String]) {
+        let key: Key = (database.into(), table.into());
+        if !self.tables.contains_key(&key) {
+            return;
+        }
+        let ids = self
+            .ids
+            .entry(key.clone())
+            .or_insert_with(|| TableIds::new(table_oid(&key, "")));
+        for n in names {
+            ids.add(&n.to_lowercase());
+        }
     }
 
     /// No table is known.
@@ -127,6 +297,8 @@ impl ShapeFacts {
     /// facts are stored with an offset), forgetting the others.
     pub fn retain_tables(&mut self, mut keep: impl FnMut(&str, &str) -> bool) {
         self.tables.retain(|(db, table), _| keep(db, table));
+        let tables = &self.tables;
+        self.ids.retain(|k, _| tables.contains_key(k));
     }
 
     pub fn knows(&self, database: &str, table: &str) -> bool {
@@ -161,56 +333,81 @@ impl ShapeFacts {
         let effects = p.statement();
         let mut touched = Vec::new();
         for e in effects {
-            self.apply(e, &mut touched);
+            self.apply(e, sql, &mut touched);
         }
         touched
     }
 
-    fn apply(&mut self, e: Effect, touched: &mut Vec<Key>) {
+    /// Applies one effect of statement `sql`.
+    fn apply(&mut self, e: Effect, sql: &str, touched: &mut Vec<Key>) {
         match e {
-            Effect::Set(k, cols) => {
+            Effect::Set(k, cols, names) => {
                 touched.push(k.clone());
+                let mut ids = TableIds::new(table_oid(&k, sql));
+                for n in &names {
+                    ids.add(n);
+                }
+                self.ids.insert(k.clone(), ids);
                 self.tables.insert(k, cols);
             }
-            Effect::SetIfUnknown(k, cols) => {
+            Effect::SetIfUnknown(k, cols, names) => {
                 if !self.tables.contains_key(&k) {
-                    self.apply(Effect::Set(k, cols), touched);
+                    self.apply(Effect::Set(k, cols, names), sql, touched);
                 }
             }
             Effect::Forget(k) => {
                 touched.push(k.clone());
                 self.tables.remove(&k);
+                self.ids.remove(&k);
             }
             Effect::Move(from, to) => {
                 touched.extend([from.clone(), to.clone()]);
                 match self.tables.remove(&from) {
-                    Some(cols) => self.tables.insert(to, cols),
+                    Some(cols) => self.tables.insert(to.clone(), cols),
                     None => self.tables.remove(&to),
+                };
+                match self.ids.remove(&from) {
+                    Some(ids) => self.ids.insert(to, ids),
+                    None => self.ids.remove(&to),
                 };
             }
             Effect::Copy(from, to) => {
                 touched.push(to.clone());
                 match self.tables.get(&from).cloned() {
-                    Some(cols) => self.tables.insert(to, cols),
+                    Some(cols) => self.tables.insert(to.clone(), cols),
                     None => self.tables.remove(&to),
                 };
+                let copied = self.ids.get(&from).map(|ids| TableIds {
+                    oid: table_oid(&to, sql),
+                    ..ids.clone()
+                });
+                match copied {
+                    Some(ids) => self.ids.insert(to, ids),
+                    None => self.ids.remove(&to),
+                };
             }
-            Effect::Alter(k, ops) => {
-                touched.push(k.clone());
-                let mut renamed = None;
-                if let Some(cols) = self.tables.get_mut(&k) {
-                    for op in ops {
-                        if let AlterOp::RenameTable(to) = op {
-                            renamed = Some(to);
-                        } else {
-                            alter_column(cols, op);
-                        }
-                    }
+            Effect::Alter(k, ops) => self.alter(k, ops, sql, touched),
+        }
+    }
+
+    fn alter(&mut self, k: Key, ops: Vec<AlterOp>, sql: &str, touched: &mut Vec<Key>) {
+        touched.push(k.clone());
+        let mut renamed = None;
+        if let Some(cols) = self.tables.get_mut(&k) {
+            let mut ids = self.ids.get_mut(&k);
+            for op in ops {
+                if let Some(ids) = ids.as_deref_mut() {
+                    ids.alter(&op);
                 }
-                if let Some(to) = renamed {
-                    self.apply(Effect::Move(k, to), touched);
+                if let AlterOp::RenameTable(to) = op {
+                    renamed = Some(to);
+                } else {
+                    alter_column(cols, op);
                 }
             }
+        }
+        if let Some(to) = renamed {
+            self.apply(Effect::Move(k, to), sql, touched);
         }
     }
 }
@@ -302,8 +499,9 @@ fn is_tinyint1(column_type: &str) -> bool {
 /// What one statement does to the facts.
 #[derive(Debug, PartialEq)]
 enum Effect {
-    Set(Key, BTreeMap<String, Facts>),
-    SetIfUnknown(Key, BTreeMap<String, Facts>),
+    /// A table's facts and its column names, in declaration order.
+    Set(Key, BTreeMap<String, Facts>, Vec<String>),
+    SetIfUnknown(Key, BTreeMap<String, Facts>, Vec<String>),
     Forget(Key),
     Move(Key, Key),
     Copy(Key, Key),
@@ -551,17 +749,21 @@ impl<'a> Parser<'a> {
             return Some(Effect::Forget(key));
         }
         let mut cols = BTreeMap::new();
+        let mut names = Vec::new();
         for def in split_top(body) {
             for op in definition(def) {
+                if let AlterOp::Column { name, .. } = &op {
+                    names.push(name.clone());
+                }
                 alter_column(&mut cols, op);
             }
         }
         // The server logs `CREATE TABLE IF NOT EXISTS` of a table that
         // exists too, changing nothing: a known table keeps its facts.
         Some(if if_not_exists {
-            Effect::SetIfUnknown(key, cols)
+            Effect::SetIfUnknown(key, cols, names)
         } else {
-            Effect::Set(key, cols)
+            Effect::Set(key, cols, names)
         })
     }
 

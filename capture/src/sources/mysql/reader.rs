@@ -16,7 +16,7 @@ use super::decoder::{BinlogChange, Decoder};
 use super::error::MySqlSourceError;
 use super::history::{ShapeFacts, TransactionFacts};
 use super::position::{Gtids, MySqlGtidSet, Position};
-use super::shape::load_catalog;
+use super::shape::{load_catalog, TableShape};
 
 /// How to resume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -196,11 +196,29 @@ impl BinlogReader {
             Some(cols) => cols,
             None => {
                 let cols = load_catalog(&mut self.catalog, self.flavor, &db, &table).await?;
-                self.facts.change().set_from_catalog(&db, &table, &cols);
+                self.facts
+                    .change()
+                    .set_from_table_map(&db, &table, &cols, tme.table_id());
                 cols
             }
         };
-        self.decoder.set_catalog(&db, &table, cols);
+        // Columns the facts have no number for (stored before numbers
+        // existed, or DDL the parser passed over) are numbered now.
+        let names: Vec<String> = TableShape::from_table_map(&tme)?
+            .columns
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        let covered = self
+            .facts
+            .now()
+            .ids(&db, &table)
+            .is_some_and(|ids| ids.covers(names.iter().map(String::as_str)));
+        if !covered {
+            self.facts.change().number_columns(&db, &table, &names);
+        }
+        let ids = self.facts.now().ids(&db, &table).cloned();
+        self.decoder.set_catalog(&db, &table, cols, ids);
         Ok(())
     }
 

@@ -9,6 +9,7 @@ use mysql_async::consts::ColumnType;
 
 use super::checks::Flavor;
 use super::error::MySqlSourceError;
+use crate::envelope::SourceIdentity;
 
 /// The character set number MySQL and MariaDB give binary strings.
 pub const BINARY_CHARSET: u16 = 63;
@@ -74,6 +75,10 @@ pub struct TableShape {
     pub columns: Vec<ColumnShape>,
     /// Indexes of the primary key columns, in key order.
     pub primary_key: Vec<usize>,
+    /// Which columns these are across DDL, as of the event (the shape
+    /// facts' [`super::history::TableIds`]); `None` for a table the facts
+    /// do not number.
+    pub identity: Option<SourceIdentity>,
 }
 
 impl TableShape {
@@ -156,6 +161,7 @@ impl TableShape {
             table: tme.table_name().into_owned(),
             columns,
             primary_key,
+            identity: None,
         })
     }
 
@@ -453,6 +459,7 @@ impl TableShape {
             table: table.into(),
             columns,
             primary_key,
+            identity: None,
         })
     }
 }

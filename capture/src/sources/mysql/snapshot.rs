@@ -429,6 +429,7 @@ mod tests {
                 ColumnShape::new("c", ColumnType::MYSQL_TYPE_LONG),
             ],
             primary_key: keys,
+            identity: None,
         }
     }
 
@@ -475,6 +476,7 @@ mod tests {
             table: "t".into(),
             columns: vec![d, ColumnShape::new("b", ColumnType::MYSQL_TYPE_BIT)],
             primary_key: vec![0, 1],
+            identity: None,
         };
         let after = [
             Cell::Decimal("1.000000000000000000000000000001".into()),

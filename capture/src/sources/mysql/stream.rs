@@ -111,8 +111,10 @@ impl RoutedTable for MySqlTable {
         self.name = name;
     }
 
+    /// Columns and their identity: a column dropped and added again under
+    /// its name and type is another column.
     fn same_columns(&self, other: &Self) -> bool {
-        self.shape.columns == other.shape.columns
+        self.shape.columns == other.shape.columns && self.shape.identity == other.shape.identity
     }
 
     fn stream_key(&self) -> Vec<String> {

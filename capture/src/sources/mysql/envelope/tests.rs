@@ -262,6 +262,7 @@ fn small_shape(keyed: bool) -> Arc<MySqlTableShape> {
         table: "t".into(),
         columns: vec![id, vc, bu],
         primary_key: if keyed { vec![0] } else { vec![] },
+        identity: None,
     })
 }
 

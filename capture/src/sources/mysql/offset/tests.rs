@@ -49,6 +49,7 @@ fn facts(tables: &[(&str, &str, &[&str], &[&str])]) -> ShapeFacts {
             table: t.to_string(),
             tinyint1: names(tiny),
             json: names(json),
+            ids: None,
         })
         .collect::<Vec<_>>()
         .into()
@@ -314,6 +315,7 @@ fn arb_facts() -> impl Strategy<Value = ShapeFacts> {
                 table,
                 tinyint1,
                 json,
+                ids: None,
             })
             .collect::<Vec<_>>()
             .into()

@@ -16,6 +16,7 @@ fn shape(columns: &[&str]) -> Arc<TableShape> {
             .map(|c| ColumnShape::new(c, ColumnType::MYSQL_TYPE_LONG))
             .collect(),
         primary_key: vec![0],
+        identity: None,
     })
 }
 
@@ -521,6 +522,7 @@ fn a_refused_value_is_the_encoders_refusal_not_the_streams() {
             dec,
         ],
         primary_key: vec![0],
+        identity: None,
     });
     let src = SourcePosition {
         tx_id: 1,
