@@ -57,7 +57,7 @@ impl MySqlCapture {
              database.user = \"{user}\"\ndatabase.password = \"{pass}\"\n\
              database.include.list = \"{db}\"\ndatabase.server.id = {id}\n\
              kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"{offsets_topic}\"\n\
-             {settings}batch.max.events = 1000\nheartbeat.interval.ms = 1000\n",
+             {settings}batch.max.events = 1000\n{heartbeat}",
             host = opts.ip_or_hostname(),
             port = opts.tcp_port(),
             user = opts.user().unwrap_or_default(),
@@ -65,6 +65,11 @@ impl MySqlCapture {
             id = server_id(),
             brokers = kafka_brokers(),
             settings = settings.replace("{db}", &db),
+            heartbeat = if settings.contains("heartbeat.interval.ms") {
+                ""
+            } else {
+                "heartbeat.interval.ms = 1000\n"
+            },
         );
         let config = dir.join("capture.toml");
         std::fs::write(&config, text)?;
@@ -440,6 +445,122 @@ async fn an_execute_snapshot_signal_snapshots_a_streamed_table_under_writes() ->
             .contains(&format!("no table `{db}`.`nope` on the server")),
         "the bad signal is refused with its reason in the log"
     );
+    let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
+    Ok(())
+}
+
+/// The capture user as a grantee (`'user'@'host'`), to grant it a write.
+async fn capture_grantee() -> Result<String> {
+    let user: String = Conn::new(capture_opts())
+        .await?
+        .query_first("SELECT CURRENT_USER()")
+        .await?
+        .unwrap_or_default();
+    let (name, host) = user.rsplit_once('@').unwrap_or((&user, "%"));
+    Ok(format!("'{name}'@'{host}'"))
+}
+
+/// A capture metric's value as `/metrics` at `addr` shows it, if shown.
+async fn metric(addr: std::net::SocketAddr, name: &str) -> Option<f64> {
+    let (_, body) = oncely_core::endpoint::get(addr, "/metrics").await.ok()?;
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// Polls metric `name` at `addr` until `ok` holds for its value.
+async fn wait_metric(
+    addr: std::net::SocketAddr,
+    name: &str,
+    within: Duration,
+    ok: impl Fn(f64) -> bool,
+) -> Result<f64> {
+    let deadline = Instant::now() + within;
+    loop {
+        let value = metric(addr, name).await;
+        if let Some(v) = value.filter(|v| ok(*v)) {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("{name} at {addr} is {value:?} after {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The heartbeat on MySQL: right after a restart it reports the binlog
+/// written while capture was down (from the stored position to the
+/// server's end, across a `FLUSH BINARY LOGS`) as the bytes the server must
+/// keep for it, then, once caught up, only what the last heartbeat wrote;
+/// and with `heartbeat.action.query` writing a table capture does not
+/// capture, an idle capture commits heartbeat offsets.
+#[tokio::test]
+async fn the_heartbeat_reports_the_binlog_capture_needs_and_commits_when_idle() -> Result<()> {
+    const NAME: &str = "oncely_capture_binlog_retained_bytes";
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let mut root = admin().await;
+    let env = MySqlCapture::with_settings(
+        "oncely_myhb",
+        &mut root,
+        &format!(
+            "snapshot.mode = \"no_data\"\nmetrics.listen = \"{addr}\"\n\
+             table.include.list = \"{{db}}\\\\.orders\"\nheartbeat.interval.ms = 4000\n\
+             heartbeat.action.query = \"INSERT INTO {{db}}.beat VALUES (1, NOW(6)) ON DUPLICATE KEY UPDATE at = NOW(6)\"\n"
+        ),
+    )
+    .await?;
+    let db = env.db.clone();
+    root.query_drop(format!(
+        "CREATE TABLE {db}.orders (id int PRIMARY KEY, pad varchar(250)); \
+         CREATE TABLE {db}.beat (id int PRIMARY KEY, at datetime(6))"
+    ))
+    .await?;
+    // The heartbeat row is the capture user's one write.
+    let grantee = capture_grantee().await?;
+    root.query_drop(format!("GRANT INSERT, UPDATE ON {db}.beat TO {grantee}"))
+        .await?;
+    let mut capture = env.start().await?;
+    root.query_drop(format!("INSERT INTO {db}.orders VALUES (1, 'a')"))
+        .await?;
+    env.records("orders", 1).await?;
+    wait_metric(
+        addr,
+        "oncely_capture_heartbeats_total",
+        Duration::from_secs(30),
+        |v| v > 0.0,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; capture log:\n{}", env.log()))?;
+    kill9(&mut capture);
+
+    root.query_drop("SET SESSION max_recursive_iterations = 100000")
+        .await?;
+    root.query_drop(format!(
+        "INSERT INTO {db}.orders WITH RECURSIVE n(i) AS (SELECT 2 UNION ALL SELECT i + 1 FROM n WHERE i < 1001) \
+         SELECT i, REPEAT('x', 250) FROM n"
+    ))
+    .await?;
+    root.query_drop("FLUSH BINARY LOGS").await?;
+    root.query_drop(format!("UPDATE {db}.orders SET pad = REPEAT('y', 250)"))
+        .await?;
+    // 1000 inserted and 1001 updated full images of 250 bytes and more.
+    let written = 250.0 * 3000.0;
+    let _capture = env.start().await?;
+    let first = wait_metric(addr, NAME, Duration::from_secs(4), |v| v > 0.0)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}; capture log:\n{}", env.log()))?;
+    assert!(
+        first >= written,
+        "the first heartbeat after the restart counts the binlog written while capture was down: {first} < {written}"
+    );
+    let caught_up = wait_metric(addr, NAME, Duration::from_secs(60), |v| v < 10_000.0)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}; capture log:\n{}", env.log()))?;
+    assert!(caught_up > 0.0, "the last heartbeat's own row is behind");
+    env.records("orders", 2002).await?;
+    let _ = root
+        .query_drop(format!("REVOKE INSERT, UPDATE ON {db}.beat FROM {grantee}"))
+        .await;
     let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
     Ok(())
 }
