@@ -691,10 +691,18 @@ async fn the_sinks_fill_every_target_from_mysql_capture_and_verify_says_equal() 
          note varchar(20), doc json, at datetime(6))"
     ))
     .await?;
-    let mut p = Pipeline::with_topics("mye2e", "", "", |prefix| {
-        vec![format!("{prefix}.{db}.orders")]
-    })
-    .await?;
+    let p = mysql_pipeline("mye2e", &db, "").await?;
+    let result = fill_and_verify(&mut root, &p, &table).await;
+    let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
+    p.cleanup().await;
+    result
+}
+
+/// A pipeline of MySQL capture (database `db`, with `extra` settings) and
+/// the three sinks on the topic of `db.orders`.
+async fn mysql_pipeline(name: &str, db: &str, extra: &str) -> Result<Pipeline> {
+    let mut p =
+        Pipeline::with_topics(name, "", "", |prefix| vec![format!("{prefix}.{db}.orders")]).await?;
     let opts = capture_opts();
     p.capture_config = p.env.write_config(
         "capture-mysql.toml",
@@ -704,7 +712,7 @@ async fn the_sinks_fill_every_target_from_mysql_capture_and_verify_says_equal() 
              database.user = \"{user}\"\ndatabase.password = \"{pass}\"\n\
              database.include.list = \"{db}\"\ndatabase.server.id = {id}\n\
              kafka.bootstrap.servers = \"{brokers}\"\nsnapshot.mode = \"no_data\"\n\
-             heartbeat.interval.ms = 500\n",
+             heartbeat.interval.ms = 500\n{extra}",
             prefix = p.env.prefix,
             host = opts.ip_or_hostname(),
             port = opts.tcp_port(),
@@ -714,10 +722,102 @@ async fn the_sinks_fill_every_target_from_mysql_capture_and_verify_says_equal() 
             brokers = kafka_brokers(),
         ),
     )?;
-    let result = fill_and_verify(&mut root, &p, &table).await;
+    Ok(p)
+}
+
+/// Verify's finding repaired on a MySQL source: rows changed with their
+/// binlog events skipped (`sql_log_bin = 0`, as a restore or a manual fix
+/// can leave them) make every target differ, `oncely verify` says so,
+/// `oncely capture snapshot --table` inserts an `execute-snapshot` signal
+/// into the signal table in MariaDB, and the running capture's snapshot
+/// of the table makes every target equal again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_table_verify_finds_differing_is_repaired_by_a_snapshot_signal() -> Result<()> {
+    let mut root = admin().await;
+    let db = unique("oncely_myrepair");
+    root.query_drop(format!(
+        "CREATE DATABASE {db}; \
+         CREATE TABLE {db}.orders (id bigint PRIMARY KEY, qty int, note varchar(20)); \
+         CREATE TABLE {db}.signals (id varchar(64) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))"
+    ))
+    .await?;
+    let grantee = capture_grantee().await?;
+    root.query_drop(format!("GRANT INSERT ON {db}.signals TO {grantee}"))
+        .await?;
+    let p = mysql_pipeline(
+        "myrepair",
+        &db,
+        &format!(
+            "signal.data.collection = \"{db}.signals\"\nincremental.snapshot.chunk.size = 16\n"
+        ),
+    )
+    .await?;
+    let result = repair(&mut root, &p, &db).await;
+    let _ = root
+        .query_drop(format!("REVOKE INSERT ON {db}.signals FROM {grantee}"))
+        .await;
     let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
     p.cleanup().await;
     result
+}
+
+async fn repair(root: &mut Conn, p: &Pipeline, db: &str) -> Result<()> {
+    let _capture = p.spawn_capture()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !p.env.capture_log().contains("binlog stream opening") {
+        if Instant::now() > deadline {
+            bail!("capture did not open its stream:\n{}", p.env.capture_log());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _sinks = (0..3)
+        .map(|i| p.spawn_sink(i))
+        .collect::<Result<Vec<_>>>()?;
+    for id in 1..=60 {
+        root.query_drop(format!(
+            "INSERT INTO {db}.orders VALUES ({id}, {id}, 'n{id}')"
+        ))
+        .await?;
+    }
+    let report = p.verify_until_equal(Duration::from_secs(120)).await?;
+    assert!(report.is_equal(), "{}", summary(&report));
+
+    // Out of the binlog's sight: no target can follow.
+    let mut quiet = admin().await;
+    quiet
+        .query_drop(format!(
+            "SET SESSION sql_log_bin = 0; \
+             UPDATE {db}.orders SET qty = -1, note = 'unseen' WHERE id IN (7, 40); \
+             INSERT INTO {db}.orders VALUES (61, 61, 'unseen')"
+        ))
+        .await?;
+    drop(quiet);
+    let report = p.verify(Duration::from_secs(120)).await?;
+    assert_eq!(
+        (report.differing(), report.compared()),
+        (3, 3),
+        "every target differs: {}",
+        summary(&report)
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .args(["capture", "snapshot", "--config"])
+        .arg(&p.capture_config)
+        .args(["--table", &format!("{db}.orders")])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = p.verify_until_equal(Duration::from_secs(120)).await?;
+    assert!(
+        report.is_equal(),
+        "{}\ncapture log:\n{}",
+        summary(&report),
+        p.env.capture_log()
+    );
+    Ok(())
 }
 
 async fn fill_and_verify(root: &mut Conn, p: &Pipeline, table: &str) -> Result<()> {

@@ -95,6 +95,28 @@ impl MySqlCatalog {
         .await
     }
 
+    /// Inserts a signal row (`id`, `type`, `data`, as Debezium's signal
+    /// table has them) into `database`.`table` (`signal.data.collection`):
+    /// the running capture reads it from the binlog. The user needs
+    /// `INSERT` on that table.
+    pub async fn insert_signal(
+        &mut self,
+        (database, table): (&str, &str),
+        id: &str,
+        kind: &str,
+        data: Option<&str>,
+    ) -> Result<(), MySqlSourceError> {
+        let sql = format!(
+            "INSERT INTO {}.{} (id, type, data) VALUES (?, ?, ?)",
+            quote_mysql_ident(database),
+            quote_mysql_ident(table)
+        );
+        self.conn
+            .exec_drop(sql, (id, kind, data))
+            .await
+            .map_err(|e| MySqlSourceError::server("insert the signal", e))
+    }
+
     /// The server's binlog end (file, offset, GTIDs), then its facts
     /// (settings, grants, identity, `SHOW BINARY LOGS`): what `oncely
     /// status` holds a stored offset against. The end is read first, so
