@@ -35,8 +35,9 @@ pub struct BinlogStatus {
     pub version: String,
     /// This server's identity.
     pub server: ServerIdentity,
-    /// The server's binlog end and GTID state.
-    pub end: Position,
+    /// The server's binlog end and GTID state; `None` when the user may
+    /// not read it (no `REPLICATION CLIENT`).
+    pub end: Option<Position>,
     /// `SHOW BINARY LOGS`: name and size, oldest first.
     pub binlogs: Vec<(String, u64)>,
     /// The stored offset's position and the server it is of; `None` when
@@ -61,7 +62,15 @@ pub async fn read(
 ) -> Result<BinlogStatus, VerifyError> {
     let source = |e| VerifyError::Source(format!("read the binlog status: {e}"));
     let mut catalog = MySqlCatalog::connect(cfg).await.map_err(source)?;
-    let (end, facts) = catalog.binlog_status().await.map_err(source)?;
+    // Without REPLICATION CLIENT the binlog's end cannot be read: the
+    // server's facts still can, and their check names the missing grant.
+    let (end, facts, unread) = match catalog.binlog_status().await {
+        Ok((end, facts)) => (Some(end), facts, None),
+        Err(e) if e.is_access_denied() => {
+            (None, catalog.server_facts().await.map_err(source)?, Some(e))
+        }
+        Err(e) => return Err(source(e)),
+    };
     let part = match offset.map(MySqlOffset::read) {
         Some(Ok(part)) => Some(part),
         Some(Err(e)) => {
@@ -74,18 +83,24 @@ pub async fn read(
         Some(part) => part.check(&facts),
         None => facts.check(None),
     };
-    if let Err(e) = checked {
-        problems.push((
+    match (checked, unread) {
+        (Err(e), _) => problems.push((
             Health::Down,
             format!("capture cannot resume on this server: {e}"),
-        ));
+        )),
+        // The grants look complete (a role's are not seen), yet refused.
+        (Ok(()), Some(e)) => {
+            problems.push((Health::Down, format!("cannot read the binlog's end: {e}")))
+        }
+        (Ok(()), None) => {}
     }
     Ok(status(end, facts, part, offset.map_or(0, |o| o.ts_ms)))
 }
 
-/// The status of `part` (stored, committed at `ts_ms`) against the server.
+/// The status of `part` (stored, committed at `ts_ms`) against the server
+/// and its binlog's end (`None`: not readable).
 fn status(
-    end: Position,
+    end: Option<Position>,
     facts: ServerFacts,
     part: Option<MySqlOffset>,
     ts_ms: i64,
@@ -93,7 +108,8 @@ fn status(
     let lag_bytes = part
         .as_ref()
         .filter(|p| p.server == facts.server)
-        .and_then(|p| {
+        .zip(end.as_ref())
+        .and_then(|(p, end)| {
             binlog_bytes_between(
                 &facts.binlogs,
                 &p.position.coordinates(),
@@ -135,8 +151,11 @@ fn position_json(position: &Position) -> Value {
 }
 
 impl BinlogStatus {
-    /// Whether the stored position's file is still on the server.
+    /// Whether the stored position's file is still on the server (`None`
+    /// also when the binlogs could not be listed: the grant that reads the
+    /// end lists them).
     pub fn stored_file_on_server(&self) -> Option<bool> {
+        self.end.as_ref()?;
         let (position, _) = self.stored.as_ref()?;
         Some(self.binlogs.iter().any(|(name, _)| name == &position.file))
     }
@@ -145,7 +164,7 @@ impl BinlogStatus {
         let mut server = identity_json(&self.server);
         server["flavor"] = json!(flavor_name(self.flavor));
         server["version"] = json!(self.version);
-        server["position"] = position_json(&self.end);
+        server["position"] = self.end.as_ref().map_or(Value::Null, position_json);
         server["oldest_binlog"] = json!(self.binlogs.first().map(|(name, _)| name));
         server["binlogs"] = json!(self.binlogs.len());
         server
@@ -166,22 +185,27 @@ impl BinlogStatus {
         connector: &str,
         f: &mut std::fmt::Formatter<'_>,
     ) -> std::fmt::Result {
+        let end = match &self.end {
+            Some(end) => format!("binlog at {}:{}, GTIDs {}", end.file, end.pos, gtids(end)),
+            None => "binlog end unreadable".to_owned(),
+        };
         writeln!(
             f,
-            "capture {connector} ({} {}, {}; binlog at {}:{}, GTIDs {})",
+            "capture {connector} ({} {}, {}; {end})",
             flavor_name(self.flavor),
             self.version,
             self.server,
-            self.end.file,
-            self.end.pos,
-            gtids(&self.end),
         )?;
-        writeln!(
-            f,
-            "  binlogs on the server: {} files, oldest {}",
-            self.binlogs.len(),
-            self.binlogs.first().map_or("-", |(name, _)| name.as_str()),
-        )?;
+        if self.end.is_none() {
+            writeln!(f, "  binlogs on the server: not readable")?;
+        } else {
+            writeln!(
+                f,
+                "  binlogs on the server: {} files, oldest {}",
+                self.binlogs.len(),
+                self.binlogs.first().map_or("-", |(name, _)| name.as_str()),
+            )?;
+        }
         let Some((stored, server)) = &self.stored else {
             return writeln!(f, "  stored position: none");
         };
@@ -260,8 +284,19 @@ mod tests {
     }
 
     #[test]
+    fn without_the_binlog_end_the_stored_position_is_shown_and_no_lag() {
+        let mut unlisted = facts();
+        unlisted.binlogs.clear();
+        let s = status(None, unlisted, Some(part("binlog.000009", 200, 1)), 1);
+        assert_eq!((s.lag_bytes, s.lag_seconds), (None, None));
+        assert_eq!(s.stored_file_on_server(), None, "not known, not purged");
+        assert_eq!(s.server_json()["position"], Value::Null);
+        assert_eq!(s.capture_json()["stored_position"]["file"], "binlog.000009");
+    }
+
+    #[test]
     fn lag_is_counted_only_on_the_stored_server_and_zero_when_caught_up() {
-        let end = Position::at("binlog.000010", 100);
+        let end = Some(Position::at("binlog.000010", 100));
         let ten_s_ago = now_ms() - 10_000;
         let caught_up = status(
             end.clone(),

@@ -123,8 +123,15 @@ impl MySqlCatalog {
     /// its file is among the binlogs listed after it.
     pub async fn binlog_status(&mut self) -> Result<(Position, ServerFacts), MySqlSourceError> {
         let end = current_position(&mut self.conn, self.flavor, &self.version).await?;
-        let facts = ServerFacts::read(&mut self.conn).await?;
+        let facts = self.server_facts().await?;
         Ok((end, facts))
+    }
+
+    /// The server's facts alone (settings, grants, identity, `SHOW BINARY
+    /// LOGS` when the user may list them): read also without the grant
+    /// that reads the binlog's end, to say which grant is missing.
+    pub async fn server_facts(&mut self) -> Result<ServerFacts, MySqlSourceError> {
+        ServerFacts::read(&mut self.conn).await
     }
 
     /// Of `keys` (each the key columns' values as text, in key order), the
