@@ -491,7 +491,7 @@ async fn wait_metric(
 /// The heartbeat on MySQL: right after a restart it reports the binlog
 /// written while capture was down (from the stored position to the
 /// server's end, across a `FLUSH BINARY LOGS`) as the bytes the server must
-/// keep for it, then, once caught up, only what the last heartbeat wrote;
+/// keep for it, then, once caught up, only what came after its last commit;
 /// and with `heartbeat.action.query` writing a table capture does not
 /// capture, an idle capture commits heartbeat offsets.
 #[tokio::test]
@@ -553,7 +553,10 @@ async fn the_heartbeat_reports_the_binlog_capture_needs_and_commits_when_idle() 
         first >= written,
         "the first heartbeat after the restart counts the binlog written while capture was down: {first} < {written}"
     );
-    let caught_up = wait_metric(addr, NAME, Duration::from_secs(60), |v| v < 10_000.0)
+    // Caught up, the figure is what reached the binlog after the last
+    // commit: the last heartbeat's row, and whatever other tests on the
+    // shared server wrote in one heartbeat interval, far below the backlog.
+    let caught_up = wait_metric(addr, NAME, Duration::from_secs(60), |v| v < written / 2.0)
         .await
         .map_err(|e| anyhow::anyhow!("{e}; capture log:\n{}", env.log()))?;
     assert!(caught_up > 0.0, "the last heartbeat's own row is behind");
