@@ -30,7 +30,7 @@ use crate::verify::{
     oldest_unapplied, topic_ends, PgSource, SourceDb, Target, Unapplied, VerifyError,
 };
 
-pub use mysql::{binlog_bytes_between, BinlogStatus};
+pub use mysql::BinlogStatus;
 
 /// What to look at.
 #[derive(Debug, Clone)]

@@ -26,7 +26,8 @@ pub use crate::sources::postgres::value::{to_json, IntervalHandlingMode, TypeReg
 pub mod mysql {
     pub use crate::sources::mysql::mapping::{field_schema, to_json, MappingConfig};
     pub use crate::sources::mysql::{
-        BinlogCoordinates, Cell, ColumnShape, Flavor, MySqlCatalog, MySqlOffset, MySqlSourceError,
-        Position, ServerFacts, ServerIdentity, SnapshotReader, TableShape,
+        binlog_bytes_between, BinlogCoordinates, Cell, ColumnShape, Flavor, MySqlCatalog,
+        MySqlOffset, MySqlSourceError, Position, ServerFacts, ServerIdentity, SnapshotReader,
+        TableShape,
     };
 }

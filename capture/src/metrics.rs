@@ -21,6 +21,7 @@ pub const LAG_SECONDS: &str = "oncely_capture_lag_seconds";
 pub const SLOT_RETAINED_WAL_BYTES: &str = "oncely_capture_slot_retained_wal_bytes";
 pub const SLOT_MAX_RETAINED_BYTES: &str = "oncely_capture_slot_max_retained_bytes";
 pub const SLOT_OVER_LIMIT: &str = "oncely_capture_slot_over_limit";
+pub const BINLOG_RETAINED_BYTES: &str = "oncely_capture_binlog_retained_bytes";
 pub const CONFIRMED_LSN: &str = "oncely_capture_confirmed_lsn";
 pub const HEARTBEATS_TOTAL: &str = "oncely_capture_heartbeats_total";
 pub const SCHEMA_CHANGES_TOTAL: &str = "oncely_capture_schema_changes_total";
@@ -67,6 +68,8 @@ pub struct CaptureMetrics {
     pub slot_max_retained: IntGauge,
     /// 1 while the slot retains more than `slot.max.retained.bytes`.
     pub slot_over_limit: IntGauge,
+    /// MySQL: binlog bytes from capture's resume position to the end.
+    pub binlog_retained: IntGauge,
     pub confirmed_lsn: IntGauge,
     pub heartbeats: IntCounter,
     /// Schema changes of captured tables published.
@@ -123,6 +126,10 @@ const HELP: &[(&str, &str)] = &[
     (
         SLOT_OVER_LIMIT,
         "1 while the slot retains more WAL than slot.max.retained.bytes",
+    ),
+    (
+        BINLOG_RETAINED_BYTES,
+        "MySQL/MariaDB: binlog bytes from where capture would resume to the server's end, which its retention must keep",
     ),
     (CONFIRMED_LSN, "Last LSN confirmed to the slot"),
     (HEARTBEATS_TOTAL, "Heartbeat offset commits"),
@@ -276,6 +283,7 @@ impl CaptureMetrics {
             slot_retained_wal: r.gauge(SLOT_RETAINED_WAL_BYTES),
             slot_max_retained: r.gauge(SLOT_MAX_RETAINED_BYTES),
             slot_over_limit: r.gauge(SLOT_OVER_LIMIT),
+            binlog_retained: r.gauge(BINLOG_RETAINED_BYTES),
             confirmed_lsn: r.gauge(CONFIRMED_LSN),
             heartbeats: r.counter(HEARTBEATS_TOTAL),
             schema_changes: r.counter(SCHEMA_CHANGES_TOTAL),

@@ -94,9 +94,25 @@ pub(crate) trait Source: Sized {
     ) -> Self::Tables<'a>;
 
     /// Each heartbeat: runs `heartbeat.action.query`, and says how many
-    /// bytes the source retains for capture (PostgreSQL: the slot's WAL),
-    /// when it can tell.
-    async fn heartbeat(control: &mut Self::Control, cfg: &CaptureConfig) -> Option<i64>;
+    /// bytes the source keeps for capture (PostgreSQL: the slot's WAL;
+    /// MySQL: the binlog from where `stream` would resume to the server's
+    /// end), when it can tell.
+    async fn heartbeat(
+        control: &mut Self::Control,
+        stream: &Self::Stream,
+        cfg: &CaptureConfig,
+    ) -> Option<Retained>;
+}
+
+/// What a heartbeat found the source keeping for capture, in bytes: each
+/// source's figure has its own metric, since only a slot's is a limit
+/// capture enforces (`slot.max.retained.bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retained {
+    /// WAL the replication slot keeps on the server.
+    SlotWal(i64),
+    /// Binlog bytes from capture's resume position to the server's end.
+    Binlog(i64),
 }
 
 /// An event of source `S`'s stream.

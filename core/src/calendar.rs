@@ -35,6 +35,35 @@ pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month as u32, day as u32)
 }
 
+fn is_leap(year: i64) -> bool {
+    year.rem_euclid(4) == 0 && (year.rem_euclid(100) != 0 || year.rem_euclid(400) == 0)
+}
+
+fn days_in_month(year: i64, month: u32) -> u32 {
+    match month {
+        2 if is_leap(year) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (astronomical year);
+/// `None` for a month or day that does not exist.
+pub fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
+    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+        return None;
+    }
+    // Years counted from March, so the leap day ends the year.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let m = i64::from(month);
+    let day_of_year = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    Some(era * 146_097 + day_of_era - 719_468)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,5 +75,19 @@ mod tests {
         assert_eq!(civil_from_days(-719_528), (0, 1, 1));
         assert_eq!(civil_from_days(2_932_896), (9999, 12, 31));
         assert_eq!(civil_from_days(2_145_042_905), (5_874_897, 12, 31));
+    }
+
+    #[test]
+    fn calendar_dates_become_days_and_impossible_ones_none() {
+        assert_eq!(days_from_civil(1970, 1, 1), Some(0));
+        assert_eq!(days_from_civil(0, 1, 1), Some(-719_528));
+        assert_eq!(days_from_civil(2000, 2, 29), Some(11_016));
+        assert_eq!(days_from_civil(1900, 2, 29), None);
+        assert_eq!(days_from_civil(2024, 13, 1), None);
+        assert_eq!(days_from_civil(2024, 4, 31), None);
+        for days in [-800_000, -1, 0, 19_000, 2_932_896] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), Some(days));
+        }
     }
 }

@@ -2,6 +2,10 @@
 //! tables and traffic as on PostgreSQL, in the `shop` database of the
 //! MariaDB `scripts/services` runs (`ONCELY_MARIADB_URL`).
 //!
+//! `heartbeat` is not captured: capture's `heartbeat.action.query` writes
+//! it, so the binlog moves while the shop is idle (the sinks write to
+//! PostgreSQL, not here) and capture's heartbeats commit offsets.
+//!
 //! Order lines are deleted by statement before their order, not by
 //! `ON DELETE CASCADE`: InnoDB applies a cascade inside the engine, and the
 //! row-format binlog (which capture reads, as any replica) never sees it.
@@ -39,7 +43,8 @@ const SCHEMA: &str = "
         quantity int NOT NULL,
         unit_price decimal(10,2) NOT NULL,
         PRIMARY KEY (order_id, line_no),
-        FOREIGN KEY (order_id) REFERENCES orders (id));";
+        FOREIGN KEY (order_id) REFERENCES orders (id));
+    CREATE TABLE heartbeat (id int PRIMARY KEY, beat_at timestamp(6) NOT NULL);";
 
 /// MariaDB's duplicate-key error (a random email repeating).
 const ER_DUP_ENTRY: u16 = 1062;

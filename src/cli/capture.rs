@@ -3,7 +3,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use oncely_capture::config::CaptureConfig;
+use oncely_capture::catalog::mysql::MySqlCatalog;
+use oncely_capture::config::{CaptureConfig, SourceKind};
 use oncely_capture::error::CaptureError;
 use oncely_capture::metrics::{CaptureMetrics, SnapshotView};
 use tokio_util::sync::CancellationToken;
@@ -194,22 +195,31 @@ async fn signal(args: SnapshotArgs) -> anyhow::Result<()> {
         }
         ("execute-snapshot", Some(data.to_string()))
     };
-    let pg = oncely_capture::catalog::pg_config(&cfg, "oncely-capture-signal");
-    let client = oncely_capture::catalog::connect_with(&cfg, &pg, "signal")
-        .await
-        .with_context(|| format!("connect to database {}", cfg.database_dbname))?;
     let (schema, name) = table
         .split_once('.')
-        .context("signal.data.collection must be schema.table")?;
+        .context("signal.data.collection must be schema.table (database.table on MySQL)")?;
     let id = format!(
         "cli-{}-{}",
         oncely_core::clock::now_ms(),
         std::process::id()
     );
-    super::insert_signal(&client, (schema, name), &id, kind, data.as_deref())
-        .await
-        .with_context(|| format!("insert the signal into {table}"))?;
-    drop(client);
+    if cfg.source == SourceKind::Mysql {
+        let mut catalog = MySqlCatalog::connect(&cfg)
+            .await
+            .with_context(|| format!("connect to {}", cfg.database_hostname))?;
+        catalog
+            .insert_signal((schema, name), &id, kind, data.as_deref())
+            .await
+            .with_context(|| format!("insert the signal into {table}"))?;
+    } else {
+        let pg = oncely_capture::catalog::pg_config(&cfg, "oncely-capture-signal");
+        let client = oncely_capture::catalog::connect_with(&cfg, &pg, "signal")
+            .await
+            .with_context(|| format!("connect to database {}", cfg.database_dbname))?;
+        super::insert_signal(&client, (schema, name), &id, kind, data.as_deref())
+            .await
+            .with_context(|| format!("insert the signal into {table}"))?;
+    }
     println!("signal {id} ({kind}) inserted into {table}; the capture log says what it did");
     Ok(())
 }

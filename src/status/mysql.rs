@@ -18,7 +18,7 @@
 //! message, so status and a restart of capture say the same thing.
 
 use oncely_capture::catalog::mysql::{
-    BinlogCoordinates, Flavor, MySqlCatalog, MySqlOffset, Position, ServerFacts, ServerIdentity,
+    binlog_bytes_between, Flavor, MySqlCatalog, MySqlOffset, Position, ServerFacts, ServerIdentity,
 };
 use oncely_capture::catalog::SourceOffset;
 use oncely_capture::config::CaptureConfig;
@@ -35,8 +35,9 @@ pub struct BinlogStatus {
     pub version: String,
     /// This server's identity.
     pub server: ServerIdentity,
-    /// The server's binlog end and GTID state.
-    pub end: Position,
+    /// The server's binlog end and GTID state; `None` when the user may
+    /// not read it (no `REPLICATION CLIENT`).
+    pub end: Option<Position>,
     /// `SHOW BINARY LOGS`: name and size, oldest first.
     pub binlogs: Vec<(String, u64)>,
     /// The stored offset's position and the server it is of; `None` when
@@ -52,29 +53,6 @@ pub struct BinlogStatus {
     pub lag_seconds: Option<f64>,
 }
 
-/// Binlog bytes from `from` to `to`: the rest of `from`'s file, every file
-/// between, and `to`'s offset in its file, by `binlogs`' sizes (name and
-/// size, oldest first, as `SHOW BINARY LOGS` lists them). `None` when it
-/// cannot be counted: either file is not listed (purged, or another
-/// server's), or `from` is past `to` or past its file's end.
-pub fn binlog_bytes_between(
-    binlogs: &[(String, u64)],
-    from: &BinlogCoordinates,
-    to: &BinlogCoordinates,
-) -> Option<u64> {
-    let index = |file: &str| binlogs.iter().position(|(name, _)| name == file);
-    let (i, j) = (index(&from.file)?, index(&to.file)?);
-    if i == j {
-        return to.pos.checked_sub(from.pos);
-    }
-    if i > j {
-        return None;
-    }
-    let rest = binlogs[i].1.checked_sub(from.pos)?;
-    let between: u64 = binlogs[i + 1..j].iter().map(|(_, size)| size).sum();
-    Some(rest + between + to.pos)
-}
-
 /// Reads the server's binlog state and holds capture's stored offset
 /// against it; what stops capture goes to `problems`.
 pub async fn read(
@@ -84,7 +62,15 @@ pub async fn read(
 ) -> Result<BinlogStatus, VerifyError> {
     let source = |e| VerifyError::Source(format!("read the binlog status: {e}"));
     let mut catalog = MySqlCatalog::connect(cfg).await.map_err(source)?;
-    let (end, facts) = catalog.binlog_status().await.map_err(source)?;
+    // Without REPLICATION CLIENT the binlog's end cannot be read: the
+    // server's facts still can, and their check names the missing grant.
+    let (end, facts, unread) = match catalog.binlog_status().await {
+        Ok((end, facts)) => (Some(end), facts, None),
+        Err(e) if e.is_access_denied() => {
+            (None, catalog.server_facts().await.map_err(source)?, Some(e))
+        }
+        Err(e) => return Err(source(e)),
+    };
     let part = match offset.map(MySqlOffset::read) {
         Some(Ok(part)) => Some(part),
         Some(Err(e)) => {
@@ -97,18 +83,24 @@ pub async fn read(
         Some(part) => part.check(&facts),
         None => facts.check(None),
     };
-    if let Err(e) = checked {
-        problems.push((
+    match (checked, unread) {
+        (Err(e), _) => problems.push((
             Health::Down,
             format!("capture cannot resume on this server: {e}"),
-        ));
+        )),
+        // The grants look complete (a role's are not seen), yet refused.
+        (Ok(()), Some(e)) => {
+            problems.push((Health::Down, format!("cannot read the binlog's end: {e}")))
+        }
+        (Ok(()), None) => {}
     }
     Ok(status(end, facts, part, offset.map_or(0, |o| o.ts_ms)))
 }
 
-/// The status of `part` (stored, committed at `ts_ms`) against the server.
+/// The status of `part` (stored, committed at `ts_ms`) against the server
+/// and its binlog's end (`None`: not readable).
 fn status(
-    end: Position,
+    end: Option<Position>,
     facts: ServerFacts,
     part: Option<MySqlOffset>,
     ts_ms: i64,
@@ -116,7 +108,8 @@ fn status(
     let lag_bytes = part
         .as_ref()
         .filter(|p| p.server == facts.server)
-        .and_then(|p| {
+        .zip(end.as_ref())
+        .and_then(|(p, end)| {
             binlog_bytes_between(
                 &facts.binlogs,
                 &p.position.coordinates(),
@@ -158,8 +151,11 @@ fn position_json(position: &Position) -> Value {
 }
 
 impl BinlogStatus {
-    /// Whether the stored position's file is still on the server.
+    /// Whether the stored position's file is still on the server (`None`
+    /// also when the binlogs could not be listed: the grant that reads the
+    /// end lists them).
     pub fn stored_file_on_server(&self) -> Option<bool> {
+        self.end.as_ref()?;
         let (position, _) = self.stored.as_ref()?;
         Some(self.binlogs.iter().any(|(name, _)| name == &position.file))
     }
@@ -168,7 +164,7 @@ impl BinlogStatus {
         let mut server = identity_json(&self.server);
         server["flavor"] = json!(flavor_name(self.flavor));
         server["version"] = json!(self.version);
-        server["position"] = position_json(&self.end);
+        server["position"] = self.end.as_ref().map_or(Value::Null, position_json);
         server["oldest_binlog"] = json!(self.binlogs.first().map(|(name, _)| name));
         server["binlogs"] = json!(self.binlogs.len());
         server
@@ -189,22 +185,27 @@ impl BinlogStatus {
         connector: &str,
         f: &mut std::fmt::Formatter<'_>,
     ) -> std::fmt::Result {
+        let end = match &self.end {
+            Some(end) => format!("binlog at {}:{}, GTIDs {}", end.file, end.pos, gtids(end)),
+            None => "binlog end unreadable".to_owned(),
+        };
         writeln!(
             f,
-            "capture {connector} ({} {}, {}; binlog at {}:{}, GTIDs {})",
+            "capture {connector} ({} {}, {}; {end})",
             flavor_name(self.flavor),
             self.version,
             self.server,
-            self.end.file,
-            self.end.pos,
-            gtids(&self.end),
         )?;
-        writeln!(
-            f,
-            "  binlogs on the server: {} files, oldest {}",
-            self.binlogs.len(),
-            self.binlogs.first().map_or("-", |(name, _)| name.as_str()),
-        )?;
+        if self.end.is_none() {
+            writeln!(f, "  binlogs on the server: not readable")?;
+        } else {
+            writeln!(
+                f,
+                "  binlogs on the server: {} files, oldest {}",
+                self.binlogs.len(),
+                self.binlogs.first().map_or("-", |(name, _)| name.as_str()),
+            )?;
+        }
         let Some((stored, server)) = &self.stored else {
             return writeln!(f, "  stored position: none");
         };
@@ -241,13 +242,6 @@ fn gtids(position: &Position) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn at(file: &str, pos: u64) -> BinlogCoordinates {
-        BinlogCoordinates {
-            file: file.into(),
-            pos,
-        }
-    }
 
     fn logs() -> Vec<(String, u64)> {
         vec![
@@ -290,8 +284,19 @@ mod tests {
     }
 
     #[test]
+    fn without_the_binlog_end_the_stored_position_is_shown_and_no_lag() {
+        let mut unlisted = facts();
+        unlisted.binlogs.clear();
+        let s = status(None, unlisted, Some(part("binlog.000009", 200, 1)), 1);
+        assert_eq!((s.lag_bytes, s.lag_seconds), (None, None));
+        assert_eq!(s.stored_file_on_server(), None, "not known, not purged");
+        assert_eq!(s.server_json()["position"], Value::Null);
+        assert_eq!(s.capture_json()["stored_position"]["file"], "binlog.000009");
+    }
+
+    #[test]
     fn lag_is_counted_only_on_the_stored_server_and_zero_when_caught_up() {
-        let end = Position::at("binlog.000010", 100);
+        let end = Some(Position::at("binlog.000010", 100));
         let ten_s_ago = now_ms() - 10_000;
         let caught_up = status(
             end.clone(),
@@ -336,71 +341,5 @@ mod tests {
         let none = status(end, facts(), None, 0);
         assert_eq!((none.stored_file_on_server(), none.lag_bytes), (None, None));
         assert_eq!(none.server_json()["oldest_binlog"], "binlog.000007");
-    }
-
-    #[test]
-    fn bytes_in_one_file_are_the_offsets_difference() {
-        let l = logs();
-        assert_eq!(
-            binlog_bytes_between(&l, &at("binlog.000010", 120), &at("binlog.000010", 120)),
-            Some(0)
-        );
-        assert_eq!(
-            binlog_bytes_between(&l, &at("binlog.000008", 256), &at("binlog.000008", 400)),
-            Some(144)
-        );
-        assert_eq!(
-            binlog_bytes_between(&l, &at("binlog.000008", 401), &at("binlog.000008", 400)),
-            None,
-            "a stored position past the end is another server's"
-        );
-    }
-
-    #[test]
-    fn bytes_across_files_count_each_files_size() {
-        let l = logs();
-        // 1000 - 900 of .07, all of .08 and .09, 100 of .10.
-        assert_eq!(
-            binlog_bytes_between(&l, &at("binlog.000007", 900), &at("binlog.000010", 100)),
-            Some(100 + 500 + 300 + 100)
-        );
-        // The next file only: no file between.
-        assert_eq!(
-            binlog_bytes_between(&l, &at("binlog.000009", 300), &at("binlog.000010", 4)),
-            Some(4)
-        );
-        // The end in a file listed after the list was read as its last.
-        assert_eq!(
-            binlog_bytes_between(&l, &at("binlog.000008", 0), &at("binlog.000009", 7)),
-            Some(507)
-        );
-    }
-
-    #[test]
-    fn bytes_are_not_counted_from_a_purged_foreign_or_later_file() {
-        let l = logs();
-        assert_eq!(
-            binlog_bytes_between(&l, &at("binlog.000006", 4), &at("binlog.000010", 100)),
-            None,
-            "purged"
-        );
-        assert_eq!(
-            binlog_bytes_between(&l, &at("other.000008", 4), &at("binlog.000010", 100)),
-            None
-        );
-        assert_eq!(
-            binlog_bytes_between(&l, &at("binlog.000010", 4), &at("binlog.000009", 100)),
-            None,
-            "the stored position after the end"
-        );
-        assert_eq!(
-            binlog_bytes_between(&l, &at("binlog.000007", 1001), &at("binlog.000010", 100)),
-            None,
-            "past its file's end"
-        );
-        assert_eq!(
-            binlog_bytes_between(&[], &at("binlog.000007", 4), &at("binlog.000007", 4)),
-            None
-        );
     }
 }

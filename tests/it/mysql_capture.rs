@@ -57,7 +57,7 @@ impl MySqlCapture {
              database.user = \"{user}\"\ndatabase.password = \"{pass}\"\n\
              database.include.list = \"{db}\"\ndatabase.server.id = {id}\n\
              kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"{offsets_topic}\"\n\
-             {settings}batch.max.events = 1000\nheartbeat.interval.ms = 1000\n",
+             {settings}batch.max.events = 1000\n{heartbeat}",
             host = opts.ip_or_hostname(),
             port = opts.tcp_port(),
             user = opts.user().unwrap_or_default(),
@@ -65,6 +65,11 @@ impl MySqlCapture {
             id = server_id(),
             brokers = kafka_brokers(),
             settings = settings.replace("{db}", &db),
+            heartbeat = if settings.contains("heartbeat.interval.ms") {
+                ""
+            } else {
+                "heartbeat.interval.ms = 1000\n"
+            },
         );
         let config = dir.join("capture.toml");
         std::fs::write(&config, text)?;
@@ -444,6 +449,125 @@ async fn an_execute_snapshot_signal_snapshots_a_streamed_table_under_writes() ->
     Ok(())
 }
 
+/// The capture user as a grantee (`'user'@'host'`), to grant it a write.
+async fn capture_grantee() -> Result<String> {
+    let user: String = Conn::new(capture_opts())
+        .await?
+        .query_first("SELECT CURRENT_USER()")
+        .await?
+        .unwrap_or_default();
+    let (name, host) = user.rsplit_once('@').unwrap_or((&user, "%"));
+    Ok(format!("'{name}'@'{host}'"))
+}
+
+/// A capture metric's value as `/metrics` at `addr` shows it, if shown.
+async fn metric(addr: std::net::SocketAddr, name: &str) -> Option<f64> {
+    let (_, body) = oncely_core::endpoint::get(addr, "/metrics").await.ok()?;
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// Polls metric `name` at `addr` until `ok` holds for its value.
+async fn wait_metric(
+    addr: std::net::SocketAddr,
+    name: &str,
+    within: Duration,
+    ok: impl Fn(f64) -> bool,
+) -> Result<f64> {
+    let deadline = Instant::now() + within;
+    loop {
+        let value = metric(addr, name).await;
+        if let Some(v) = value.filter(|v| ok(*v)) {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("{name} at {addr} is {value:?} after {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The heartbeat on MySQL: right after a restart it reports the binlog
+/// written while capture was down (from the stored position to the
+/// server's end, across a `FLUSH BINARY LOGS`) as the bytes the server must
+/// keep for it, then, once caught up, only what came after its last commit;
+/// and with `heartbeat.action.query` writing a table capture does not
+/// capture, an idle capture commits heartbeat offsets.
+#[tokio::test]
+async fn the_heartbeat_reports_the_binlog_capture_needs_and_commits_when_idle() -> Result<()> {
+    const NAME: &str = "oncely_capture_binlog_retained_bytes";
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let mut root = admin().await;
+    let env = MySqlCapture::with_settings(
+        "oncely_myhb",
+        &mut root,
+        &format!(
+            "snapshot.mode = \"no_data\"\nmetrics.listen = \"{addr}\"\n\
+             table.include.list = \"{{db}}\\\\.orders\"\nheartbeat.interval.ms = 4000\n\
+             heartbeat.action.query = \"INSERT INTO {{db}}.beat VALUES (1, NOW(6)) ON DUPLICATE KEY UPDATE at = NOW(6)\"\n"
+        ),
+    )
+    .await?;
+    let db = env.db.clone();
+    root.query_drop(format!(
+        "CREATE TABLE {db}.orders (id int PRIMARY KEY, pad varchar(250)); \
+         CREATE TABLE {db}.beat (id int PRIMARY KEY, at datetime(6))"
+    ))
+    .await?;
+    // The heartbeat row is the capture user's one write.
+    let grantee = capture_grantee().await?;
+    root.query_drop(format!("GRANT INSERT, UPDATE ON {db}.beat TO {grantee}"))
+        .await?;
+    let mut capture = env.start().await?;
+    root.query_drop(format!("INSERT INTO {db}.orders VALUES (1, 'a')"))
+        .await?;
+    env.records("orders", 1).await?;
+    wait_metric(
+        addr,
+        "oncely_capture_heartbeats_total",
+        Duration::from_secs(30),
+        |v| v > 0.0,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; capture log:\n{}", env.log()))?;
+    kill9(&mut capture);
+
+    root.query_drop("SET SESSION max_recursive_iterations = 100000")
+        .await?;
+    root.query_drop(format!(
+        "INSERT INTO {db}.orders WITH RECURSIVE n(i) AS (SELECT 2 UNION ALL SELECT i + 1 FROM n WHERE i < 1001) \
+         SELECT i, REPEAT('x', 250) FROM n"
+    ))
+    .await?;
+    root.query_drop("FLUSH BINARY LOGS").await?;
+    root.query_drop(format!("UPDATE {db}.orders SET pad = REPEAT('y', 250)"))
+        .await?;
+    // 1000 inserted and 1001 updated full images of 250 bytes and more.
+    let written = 250.0 * 3000.0;
+    let _capture = env.start().await?;
+    let first = wait_metric(addr, NAME, Duration::from_secs(4), |v| v > 0.0)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}; capture log:\n{}", env.log()))?;
+    assert!(
+        first >= written,
+        "the first heartbeat after the restart counts the binlog written while capture was down: {first} < {written}"
+    );
+    // Caught up, the figure is what reached the binlog after the last
+    // commit: the last heartbeat's row, and whatever other tests on the
+    // shared server wrote in one heartbeat interval, far below the backlog.
+    let caught_up = wait_metric(addr, NAME, Duration::from_secs(60), |v| v < written / 2.0)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}; capture log:\n{}", env.log()))?;
+    assert!(caught_up > 0.0, "the last heartbeat's own row is behind");
+    env.records("orders", 2002).await?;
+    let _ = root
+        .query_drop(format!("REVOKE INSERT, UPDATE ON {db}.beat FROM {grantee}"))
+        .await;
+    let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
+    Ok(())
+}
+
 /// Waits until partition 0 of `topic` ends at `offset` or later.
 async fn wait_for_end_offset(topic: &str, offset: i64) -> Result<()> {
     let consumer: BaseConsumer = ClientConfig::new()
@@ -614,6 +738,102 @@ pub(crate) async fn mysql_pipeline(
         ),
     )?;
     Ok(p)
+}
+
+/// Verify's finding repaired on a MySQL source: rows changed with their
+/// binlog events skipped (`sql_log_bin = 0`, as a restore or a manual fix
+/// can leave them) make every target differ, `oncely verify` says so,
+/// `oncely capture snapshot --table` inserts an `execute-snapshot` signal
+/// into the signal table in MariaDB, and the running capture's snapshot
+/// of the table makes every target equal again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_table_verify_finds_differing_is_repaired_by_a_snapshot_signal() -> Result<()> {
+    let mut root = admin().await;
+    let db = unique("oncely_myrepair");
+    root.query_drop(format!(
+        "CREATE DATABASE {db}; \
+         CREATE TABLE {db}.orders (id bigint PRIMARY KEY, qty int, note varchar(20)); \
+         CREATE TABLE {db}.signals (id varchar(64) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))"
+    ))
+    .await?;
+    let grantee = capture_grantee().await?;
+    root.query_drop(format!("GRANT INSERT ON {db}.signals TO {grantee}"))
+        .await?;
+    let p = mysql_pipeline(
+        "myrepair",
+        &db,
+        &["orders"],
+        &format!(
+            "snapshot.mode = \"no_data\"\nsignal.data.collection = \"{db}.signals\"\nincremental.snapshot.chunk.size = 16\n"
+        ),
+    )
+    .await?;
+    let result = repair(&mut root, &p, &db).await;
+    let _ = root
+        .query_drop(format!("REVOKE INSERT ON {db}.signals FROM {grantee}"))
+        .await;
+    let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
+    p.cleanup().await;
+    result
+}
+
+async fn repair(root: &mut Conn, p: &Pipeline, db: &str) -> Result<()> {
+    let _capture = p.spawn_capture()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !p.env.capture_log().contains("binlog stream opening") {
+        if Instant::now() > deadline {
+            bail!("capture did not open its stream:\n{}", p.env.capture_log());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _sinks = (0..3)
+        .map(|i| p.spawn_sink(i))
+        .collect::<Result<Vec<_>>>()?;
+    for id in 1..=60 {
+        root.query_drop(format!(
+            "INSERT INTO {db}.orders VALUES ({id}, {id}, 'n{id}')"
+        ))
+        .await?;
+    }
+    let report = p.verify_until_equal(Duration::from_secs(120)).await?;
+    assert!(report.is_equal(), "{}", summary(&report));
+
+    // Out of the binlog's sight: no target can follow.
+    let mut quiet = admin().await;
+    quiet
+        .query_drop(format!(
+            "SET SESSION sql_log_bin = 0; \
+             UPDATE {db}.orders SET qty = -1, note = 'unseen' WHERE id IN (7, 40); \
+             INSERT INTO {db}.orders VALUES (61, 61, 'unseen')"
+        ))
+        .await?;
+    drop(quiet);
+    let report = p.verify(Duration::from_secs(120)).await?;
+    assert_eq!(
+        (report.differing(), report.compared()),
+        (3, 3),
+        "every target differs: {}",
+        summary(&report)
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .args(["capture", "snapshot", "--config"])
+        .arg(&p.capture_config)
+        .args(["--table", &format!("{db}.orders")])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = p.verify_until_equal(Duration::from_secs(120)).await?;
+    assert!(
+        report.is_equal(),
+        "{}\ncapture log:\n{}",
+        summary(&report),
+        p.env.capture_log()
+    );
+    Ok(())
 }
 
 async fn fill_and_verify(root: &mut Conn, p: &Pipeline, table: &str) -> Result<()> {

@@ -281,6 +281,80 @@ async fn exercise(root: &mut Conn, config: &Path, cfg: &CaptureConfig, db: &str)
     Ok(())
 }
 
+/// A capture user without `REPLICATION CLIENT` (MariaDB: `BINLOG
+/// MONITOR`) cannot read the binlog's end or list the binlogs: status
+/// still reports what it can (the stored position, the server, the
+/// sinks' part) and names the missing grant as one problem, down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_without_replication_client_names_the_grant_and_reports_the_rest() -> Result<()> {
+    let database = unique("status_nocl");
+    let prefix = database.replace('_', "-");
+    let mut root = admin().await;
+    let opts = capture_opts();
+    let user = format!("{database}_u");
+    let host = opts.ip_or_hostname().to_owned();
+    root.query_drop(format!(
+        "CREATE DATABASE {database}; CREATE TABLE {database}.t (id int PRIMARY KEY, v text); \
+         CREATE USER '{user}'@'{host}' IDENTIFIED BY 'pw'; \
+         GRANT REPLICATION SLAVE, SELECT ON *.* TO '{user}'@'{host}'"
+    ))
+    .await?;
+    let dir = std::env::temp_dir().join(&prefix);
+    std::fs::create_dir_all(&dir)?;
+    let config = dir.join("capture.toml");
+    let text = capture_config(&prefix, &database)
+        .lines()
+        .filter(|l| !l.starts_with("database.user") && !l.starts_with("database.password"))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        + &format!("database.user = \"{user}\"\ndatabase.password = \"pw\"\n");
+    std::fs::write(&config, text)?;
+    let cfg = CaptureConfig::load(&config)?;
+    create_topic_with(&cfg.offsets_topic(), 1, &[("cleanup.policy", "compact")]).await;
+    let result = async {
+        let mut cap = Conn::new(capture_opts()).await?;
+        let facts = ServerFacts::read(&mut cap).await?;
+        let at = current_position(&mut cap, facts.flavor, &facts.version).await?;
+        store(&cfg, &at, &facts.server, oncely_core::clock::now_ms()).await;
+        let (code, j) = status_json(&config)?;
+        ensure!(code == 2, "a missing grant is down: {j:#}");
+        let problems = j["problems"].as_array().cloned().unwrap_or_default();
+        let named: Vec<&Value> = problems
+            .iter()
+            .filter(|p| p.to_string().contains("REPLICATION CLIENT"))
+            .collect();
+        ensure!(named.len() == 1, "the grant named once: {j:#}");
+        ensure!(
+            named[0]
+                .to_string()
+                .contains(&format!("GRANT REPLICATION CLIENT ON *.* TO {user}")),
+            "with the fix: {j:#}"
+        );
+        ensure!(
+            j["capture"]["stored_position"]["file"] == at.file.as_str()
+                && j["server"]["server_id"] == facts.server.id
+                && j["server"]["position"].is_null()
+                && j["capture"]["lag_bytes"].is_null(),
+            "what it can read is reported: {j:#}"
+        );
+        let (code, text) = status(&config, &[])?;
+        ensure!(
+            code == 2 && text.contains("binlog end unreadable") && text.contains(&at.file),
+            "{text}"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    delete_topic(&cfg.offsets_topic()).await;
+    let _ = root
+        .query_drop(format!(
+            "DROP USER '{user}'@'{host}'; DROP DATABASE {database}"
+        ))
+        .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
 async fn delete_topic(topic: &str) {
     use rdkafka::admin::{AdminClient, AdminOptions};
     use rdkafka::client::DefaultClientContext;

@@ -57,7 +57,7 @@ use crate::change::{Change, StreamEvent};
 use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 use crate::metrics::CaptureMetrics;
-use crate::seam::{RoutedTable, Source, SourceEvent};
+use crate::seam::{Retained, RoutedTable, Source, SourceEvent};
 use committer::{Committer, KafkaTx};
 use oncely_core::wire::format_lsn;
 use record::Record;
@@ -463,12 +463,16 @@ impl<S: Source> Pipeline<'_, S> {
     /// When nothing is in flight, commits an offset at the server's position so
     /// an idle slot does not pin WAL.
     async fn heartbeat(&mut self) -> Result<(), CaptureError> {
-        let retained = S::heartbeat(&mut self.source.control, self.cfg).await;
+        let retained = S::heartbeat(&mut self.source.control, &self.source.stream, self.cfg).await;
         self.check_schemas().await?;
         self.check_quarantine().await?;
-        if let Some(bytes) = retained {
-            self.metrics.slot_retained_wal.set(bytes);
-            self.check_slot_limit(bytes);
+        match retained {
+            Some(Retained::SlotWal(bytes)) => {
+                self.metrics.slot_retained_wal.set(bytes);
+                self.check_slot_limit(bytes);
+            }
+            Some(Retained::Binlog(bytes)) => self.metrics.binlog_retained.set(bytes),
+            None => {}
         }
         if self.source.tracker.in_tx() || self.kafka.busy() {
             return Ok(());

@@ -4,9 +4,11 @@
 pub(crate) mod postgres;
 pub(crate) use postgres::Postgres;
 
-// Parts of it are reached only through the testing facade and verify's
-// catalog (re-exports, the snapshot reader until chunk reads use it).
-#[cfg_attr(not(test), allow(dead_code, unused_imports))]
+// Parts of it (re-exports, the decoder's and envelope's own readers) are
+// reached only through the testing facade, which the service tests turn on:
+// without the `testing` feature, in the library and its unit tests alike,
+// nothing else names them.
+#[cfg_attr(not(feature = "testing"), allow(dead_code, unused_imports))]
 pub mod mysql;
 pub(crate) use mysql::MySql;
 

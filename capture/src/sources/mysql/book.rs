@@ -82,6 +82,12 @@ impl PositionBook {
         self.inside = self.inside.split_off(&flush);
     }
 
+    /// The earliest transaction start a committed offset record may still
+    /// name (where a restart would resume): confirmations prune the rest.
+    pub fn resume_from(&self) -> Option<&Position> {
+        self.starts.first_key_value().map(|(_, (p, _))| p)
+    }
+
     /// The MySQL part of offset record `offset`.
     pub fn part(&self, offset: &SourceOffset) -> Result<SourcePart, CaptureError> {
         let found = if offset.complete || offset.events == 0 {
@@ -187,6 +193,20 @@ mod tests {
         book.confirm(SEQ | 900);
         assert!(book.part(&SourceOffset::start(SEQ | 4)).is_err());
         assert!(book.part(&SourceOffset::start(SEQ | 900)).is_ok());
+    }
+
+    #[test]
+    fn a_restart_resumes_from_the_last_confirmed_start() {
+        let mut book = PositionBook::new(server(), &at(4, 0, 0), ShapeFacts::default()).unwrap();
+        assert_eq!(book.resume_from(), Some(&at(4, 0, 0)), "before any commit");
+        let start = book.note_start(at(100, 0, 0)).unwrap();
+        book.note_change(start, 1, 1);
+        book.note_start(at(900, 0, 0)).unwrap();
+        assert_eq!(book.resume_from(), Some(&at(4, 0, 0)), "nothing confirmed");
+        book.confirm(SEQ | 100);
+        assert_eq!(book.resume_from(), Some(&at(100, 0, 0)));
+        book.confirm(SEQ | 900);
+        assert_eq!(book.resume_from(), Some(&at(900, 0, 0)));
     }
 
     #[test]

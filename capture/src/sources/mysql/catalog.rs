@@ -95,14 +95,43 @@ impl MySqlCatalog {
         .await
     }
 
+    /// Inserts a signal row (`id`, `type`, `data`, as Debezium's signal
+    /// table has them) into `database`.`table` (`signal.data.collection`):
+    /// the running capture reads it from the binlog. The user needs
+    /// `INSERT` on that table.
+    pub async fn insert_signal(
+        &mut self,
+        (database, table): (&str, &str),
+        id: &str,
+        kind: &str,
+        data: Option<&str>,
+    ) -> Result<(), MySqlSourceError> {
+        let sql = format!(
+            "INSERT INTO {}.{} (id, type, data) VALUES (?, ?, ?)",
+            quote_mysql_ident(database),
+            quote_mysql_ident(table)
+        );
+        self.conn
+            .exec_drop(sql, (id, kind, data))
+            .await
+            .map_err(|e| MySqlSourceError::server("insert the signal", e))
+    }
+
     /// The server's binlog end (file, offset, GTIDs), then its facts
     /// (settings, grants, identity, `SHOW BINARY LOGS`): what `oncely
     /// status` holds a stored offset against. The end is read first, so
     /// its file is among the binlogs listed after it.
     pub async fn binlog_status(&mut self) -> Result<(Position, ServerFacts), MySqlSourceError> {
         let end = current_position(&mut self.conn, self.flavor, &self.version).await?;
-        let facts = ServerFacts::read(&mut self.conn).await?;
+        let facts = self.server_facts().await?;
         Ok((end, facts))
+    }
+
+    /// The server's facts alone (settings, grants, identity, `SHOW BINARY
+    /// LOGS` when the user may list them): read also without the grant
+    /// that reads the binlog's end, to say which grant is missing.
+    pub async fn server_facts(&mut self) -> Result<ServerFacts, MySqlSourceError> {
+        ServerFacts::read(&mut self.conn).await
     }
 
     /// Of `keys` (each the key columns' values as text, in key order), the

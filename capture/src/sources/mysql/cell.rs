@@ -7,7 +7,7 @@ use mysql_async::consts::ColumnType;
 use mysql_async::Value;
 
 use super::shape::ColumnShape;
-use crate::sources::postgres::value::days_from_civil;
+use oncely_core::calendar::days_from_civil;
 
 /// Serializable, so a snapshot's last key can be stored to resume from.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

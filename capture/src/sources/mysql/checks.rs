@@ -126,11 +126,8 @@ impl ServerFacts {
             .await
             .map_err(q("read the user's privileges"))?;
         let binlogs = if log_bin == "1" || log_bin.eq_ignore_ascii_case("on") {
-            match conn.query::<mysql_async::Row, _>("SHOW BINARY LOGS").await {
-                Ok(rows) => rows
-                    .into_iter()
-                    .filter_map(|r| Some((r.get::<String, _>(0)?, r.get::<u64, _>(1)?)))
-                    .collect(),
+            match binary_logs(conn).await {
+                Ok(logs) => logs,
                 // Without REPLICATION CLIENT: `check` names the missing
                 // grant before it looks at the binlogs.
                 Err(mysql_async::Error::Server(e)) if e.code == codes::SPECIFIC_ACCESS_DENIED => {
@@ -272,6 +269,15 @@ impl ServerFacts {
             self.binlogs.last().map(|(n, _)| n.as_str()).unwrap_or("")
         )))
     }
+}
+
+/// `SHOW BINARY LOGS`: each binlog's name and size, oldest first.
+pub async fn binary_logs(conn: &mut Conn) -> Result<Vec<(String, u64)>, mysql_async::Error> {
+    let rows: Vec<mysql_async::Row> = conn.query("SHOW BINARY LOGS").await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| Some((r.get::<String, _>(0)?, r.get::<u64, _>(1)?)))
+        .collect())
 }
 
 /// The server's current binlog end and GTID state, where a capture with no

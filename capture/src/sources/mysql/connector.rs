@@ -31,7 +31,7 @@ use crate::config::{CaptureConfig, ConfigError};
 use crate::error::CaptureError;
 use crate::offset::SourceOffset;
 use crate::schema_change::SchemaHistory;
-use crate::seam::{CheckedSource, Source, SourceEvent};
+use crate::seam::{CheckedSource, Retained, Source, SourceEvent};
 
 /// MySQL or MariaDB as the pipeline's source: the binlog read as replica
 /// `database.server.id`.
@@ -134,15 +134,28 @@ impl Source for MySql {
         StreamTables::new(control)
     }
 
-    /// Runs `heartbeat.action.query`. The binlog's bytes are kept by the
-    /// server's retention, not for capture: nothing to report.
-    async fn heartbeat(control: &mut MySqlControl, cfg: &CaptureConfig) -> Option<i64> {
+    /// Runs `heartbeat.action.query`, and counts the binlog bytes from
+    /// where a restart would resume to the server's end: what capture
+    /// needs the server's retention to keep (the server keeps it by
+    /// `binlog_expire_logs_seconds`, not for capture).
+    async fn heartbeat(
+        control: &mut MySqlControl,
+        stream: &MySqlStream,
+        cfg: &CaptureConfig,
+    ) -> Option<Retained> {
         if let Some(query) = &cfg.heartbeat_action_query {
             if let Err(e) = control.conn().query_drop(query).await {
                 tracing::warn!(error = %e, "heartbeat.action.query failed");
             }
         }
-        None
+        let from = stream.resume_from()?;
+        match control.bytes_behind(from).await {
+            Ok(bytes) => bytes.map(|b| Retained::Binlog(i64::try_from(b).unwrap_or(i64::MAX))),
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read the binlog's end");
+                None
+            }
+        }
     }
 }
 

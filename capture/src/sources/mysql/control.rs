@@ -23,9 +23,10 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 use super::catalog::selected_names;
-use super::checks::{current_position, Flavor};
+use super::checks::{binary_logs, current_position, Flavor};
 use super::error::MySqlSourceError;
 use super::offset::order_key;
+use super::position::{binlog_bytes_between, Position};
 use super::stream::MySqlTable;
 use crate::change::{RowImage, StreamTable};
 use crate::config::CaptureConfig;
@@ -143,6 +144,24 @@ impl MySqlControl {
 
     pub(crate) fn conn(&mut self) -> &mut Conn {
         &mut self.conn
+    }
+
+    /// Binlog bytes from `from` to the server's end now, across files
+    /// (`None` when `from`'s file is no longer listed or is another
+    /// server's): what the server must still hold for capture to resume.
+    pub(crate) async fn bytes_behind(
+        &mut self,
+        from: &Position,
+    ) -> Result<Option<u64>, MySqlSourceError> {
+        let end = current_position(&mut self.conn, self.flavor, &self.version).await?;
+        let logs = binary_logs(&mut self.conn)
+            .await
+            .map_err(|e| MySqlSourceError::server("SHOW BINARY LOGS", e))?;
+        Ok(binlog_bytes_between(
+            &logs,
+            &from.coordinates(),
+            &end.coordinates(),
+        ))
     }
 
     /// The order key of the server's binlog end now.

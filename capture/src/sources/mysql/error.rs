@@ -110,6 +110,19 @@ impl MySqlSourceError {
         }
     }
 
+    /// The server refused the user a statement or object (a missing
+    /// grant).
+    pub fn is_access_denied(&self) -> bool {
+        matches!(self, Self::Server { source: mysql_async::Error::Server(e), .. }
+        if matches!(
+            e.code,
+            codes::ACCESS_DENIED
+                | codes::DB_ACCESS_DENIED
+                | codes::SPECIFIC_ACCESS_DENIED
+                | codes::TABLE_ACCESS_DENIED
+        ))
+    }
+
     /// Only this record is refused; the stream goes on.
     pub fn is_per_record(&self) -> bool {
         matches!(self, Self::Record { .. })

@@ -32,7 +32,7 @@ use mysql_async::consts::ColumnType;
 
 use super::cell::Cell;
 use super::shape::ColumnShape;
-use crate::sources::postgres::value::days_from_civil;
+use oncely_core::calendar::days_from_civil;
 
 pub use crate::config::mysql::{
     BigintUnsignedHandlingMode, DecimalHandlingMode, MappingConfig, TimePrecisionMode,
@@ -459,7 +459,7 @@ fn float(f: f64) -> Value {
 fn format_zoned(secs: i64, micros: u32, fsp: u8) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = crate::sources::postgres::value::civil_from_days(days);
+    let (y, m, d) = oncely_core::calendar::civil_from_days(days);
     let mut out = format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
         rem / 3600,

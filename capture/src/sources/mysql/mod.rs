@@ -57,7 +57,8 @@ pub use history::{ShapeFacts, TableFacts, TransactionFacts};
 pub use mapping::{MappingConfig, MappingError};
 pub use offset::{order_key, MySqlOffset};
 pub use position::{
-    BinlogCoordinates, GtidParseError, Gtids, MariaGtid, MariaGtidList, MySqlGtidSet, Position,
+    binlog_bytes_between, BinlogCoordinates, GtidParseError, Gtids, MariaGtid, MariaGtidList,
+    MySqlGtidSet, Position,
 };
 pub use reader::{BinlogReader, ResumeBy};
 pub use shape::{CatalogColumn, ColumnShape, TableShape};

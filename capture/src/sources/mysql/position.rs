@@ -406,6 +406,29 @@ impl PartialOrd for Position {
     }
 }
 
+/// Binlog bytes from `from` to `to`: the rest of `from`'s file, every file
+/// between, and `to`'s offset in its file, by `binlogs`' sizes (name and
+/// size, oldest first, as `SHOW BINARY LOGS` lists them). `None` when it
+/// cannot be counted: either file is not listed (purged, or another
+/// server's), or `from` is past `to` or past its file's end.
+pub fn binlog_bytes_between(
+    binlogs: &[(String, u64)],
+    from: &BinlogCoordinates,
+    to: &BinlogCoordinates,
+) -> Option<u64> {
+    let index = |file: &str| binlogs.iter().position(|(name, _)| name == file);
+    let (i, j) = (index(&from.file)?, index(&to.file)?);
+    if i == j {
+        return to.pos.checked_sub(from.pos);
+    }
+    if i > j {
+        return None;
+    }
+    let rest = binlogs[i].1.checked_sub(from.pos)?;
+    let between: u64 = binlogs[i + 1..j].iter().map(|(_, size)| size).sum();
+    Some(rest + between + to.pos)
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -414,6 +437,22 @@ mod tests {
     use super::*;
 
     const UUID_A: &str = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+
+    fn at(file: &str, pos: u64) -> BinlogCoordinates {
+        BinlogCoordinates {
+            file: file.into(),
+            pos,
+        }
+    }
+
+    fn logs() -> Vec<(String, u64)> {
+        vec![
+            ("binlog.000007".into(), 1000),
+            ("binlog.000008".into(), 500),
+            ("binlog.000009".into(), 300),
+            ("binlog.000010".into(), 120),
+        ]
+    }
 
     #[test]
     fn order_follows_rotation_not_text() {
@@ -574,5 +613,71 @@ mod tests {
             prop_assert!(g.includes(&s));
             prop_assert!(g.contains(&u, q));
         }
+    }
+
+    #[test]
+    fn bytes_in_one_file_are_the_offsets_difference() {
+        let l = logs();
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000010", 120), &at("binlog.000010", 120)),
+            Some(0)
+        );
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000008", 256), &at("binlog.000008", 400)),
+            Some(144)
+        );
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000008", 401), &at("binlog.000008", 400)),
+            None,
+            "a stored position past the end is another server's"
+        );
+    }
+
+    #[test]
+    fn bytes_across_files_count_each_files_size() {
+        let l = logs();
+        // 1000 - 900 of .07, all of .08 and .09, 100 of .10.
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000007", 900), &at("binlog.000010", 100)),
+            Some(100 + 500 + 300 + 100)
+        );
+        // The next file only: no file between.
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000009", 300), &at("binlog.000010", 4)),
+            Some(4)
+        );
+        // The end in a file listed after the list was read as its last.
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000008", 0), &at("binlog.000009", 7)),
+            Some(507)
+        );
+    }
+
+    #[test]
+    fn bytes_are_not_counted_from_a_purged_foreign_or_later_file() {
+        let l = logs();
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000006", 4), &at("binlog.000010", 100)),
+            None,
+            "purged"
+        );
+        assert_eq!(
+            binlog_bytes_between(&l, &at("other.000008", 4), &at("binlog.000010", 100)),
+            None
+        );
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000010", 4), &at("binlog.000009", 100)),
+            None,
+            "the stored position after the end"
+        );
+        assert_eq!(
+            binlog_bytes_between(&l, &at("binlog.000007", 1001), &at("binlog.000010", 100)),
+            None,
+            "past its file's end"
+        );
+        assert_eq!(
+            binlog_bytes_between(&[], &at("binlog.000007", 4), &at("binlog.000007", 4)),
+            None
+        );
     }
 }

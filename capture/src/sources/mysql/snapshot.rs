@@ -381,7 +381,7 @@ fn key_param(cell: &Cell) -> Value {
         Cell::Timestamp { secs, micros } => {
             let days = secs.div_euclid(86_400);
             let rest = secs.rem_euclid(86_400);
-            let (y, m, d) = crate::sources::postgres::value::civil_from_days(days);
+            let (y, m, d) = oncely_core::calendar::civil_from_days(days);
             Value::Date(
                 u16::try_from(y).unwrap_or(0),
                 u8::try_from(m).unwrap_or(0),

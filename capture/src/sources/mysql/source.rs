@@ -133,6 +133,12 @@ impl MySqlStream {
         }
     }
 
+    /// Where a restart would resume: the transaction start of the last
+    /// committed offset record (the opening position before any).
+    pub fn resume_from(&self) -> Option<&Position> {
+        self.adapter.book_ref().resume_from()
+    }
+
     /// Ends the dump.
     pub fn stop(&mut self) {
         self.reader.abort();

@@ -29,7 +29,7 @@ use crate::config::CaptureConfig;
 use crate::error::CaptureError;
 use crate::offset::SourceOffset;
 use crate::schema_change::SchemaHistory;
-use crate::seam::{CheckedSource, Source, SourceEvent};
+use crate::seam::{CheckedSource, Retained, Source, SourceEvent};
 
 /// PostgreSQL as the pipeline's source: the pgoutput stream of the slot,
 /// the control connection, COPY chunk reads.
@@ -78,14 +78,18 @@ impl Source for Postgres {
         tables::SourceTables::at(control, history, xid)
     }
 
-    async fn heartbeat(control: &mut Client, cfg: &CaptureConfig) -> Option<i64> {
+    async fn heartbeat(
+        control: &mut Client,
+        _stream: &Self::Stream,
+        cfg: &CaptureConfig,
+    ) -> Option<Retained> {
         if let Some(query) = &cfg.heartbeat_action_query {
             if let Err(e) = control.batch_execute(query).await {
                 tracing::warn!(error = %e, "heartbeat.action.query failed");
             }
         }
         match control::slot_retained_wal(control, &cfg.slot_name).await {
-            Ok(bytes) => bytes,
+            Ok(bytes) => bytes.map(Retained::SlotWal),
             Err(e) => {
                 tracing::debug!(error = %e, "cannot read slot lag");
                 None

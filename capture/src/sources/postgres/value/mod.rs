@@ -35,8 +35,6 @@ mod registry;
 mod scalar;
 mod temporal;
 
-pub(crate) use temporal::{civil_from_days, days_from_civil};
-
 use serde_json::Value;
 
 pub use kind::ValueKind;

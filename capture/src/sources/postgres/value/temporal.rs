@@ -16,8 +16,8 @@
 use crate::json::write_padded;
 
 pub use oncely_core::calendar::{
-    civil_from_days, DATE_INFINITY, DATE_NEG_INFINITY, MICROS_PER_DAY, TIMESTAMP_INFINITY,
-    TIMESTAMP_NEG_INFINITY,
+    civil_from_days, days_from_civil, DATE_INFINITY, DATE_NEG_INFINITY, MICROS_PER_DAY,
+    TIMESTAMP_INFINITY, TIMESTAMP_NEG_INFINITY,
 };
 
 pub const MICROS_PER_SECOND: i64 = 1_000_000;
@@ -77,35 +77,6 @@ impl<'a> Cursor<'a> {
     pub(super) fn at_end(&self) -> bool {
         self.pos == self.b.len()
     }
-}
-
-fn is_leap(year: i64) -> bool {
-    year.rem_euclid(4) == 0 && (year.rem_euclid(100) != 0 || year.rem_euclid(400) == 0)
-}
-
-fn days_in_month(year: i64, month: u32) -> u32 {
-    match month {
-        2 if is_leap(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (astronomical year);
-/// `None` for a month or day that does not exist.
-pub fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
-    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
-        return None;
-    }
-    // Years counted from March, so the leap day ends the year.
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let year_of_era = y - era * 400;
-    let m = i64::from(month);
-    let day_of_year = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    Some(era * 146_097 + day_of_era - 719_468)
 }
 
 /// `YYYY-MM-DD` (the year may be longer than four digits) without the era;
