@@ -27,6 +27,6 @@ pub mod mysql {
     pub use crate::sources::mysql::mapping::{field_schema, to_json, MappingConfig};
     pub use crate::sources::mysql::{
         BinlogCoordinates, Cell, ColumnShape, Flavor, MySqlCatalog, MySqlOffset, MySqlSourceError,
-        Position, ServerFacts, ServerIdentity, SnapshotReader, TableShape,
+        Position, Resume, ServerFacts, ServerIdentity, SnapshotReader, TableShape,
     };
 }

@@ -18,7 +18,8 @@
 //! message, so status and a restart of capture say the same thing.
 
 use oncely_capture::catalog::mysql::{
-    BinlogCoordinates, Flavor, MySqlCatalog, MySqlOffset, Position, ServerFacts, ServerIdentity,
+    BinlogCoordinates, Flavor, MySqlCatalog, MySqlOffset, Position, Resume, ServerFacts,
+    ServerIdentity,
 };
 use oncely_capture::catalog::SourceOffset;
 use oncely_capture::config::CaptureConfig;
@@ -94,14 +95,25 @@ pub async fn read(
         None => None,
     };
     let checked = match &part {
-        Some(part) => part.check(&facts),
-        None => facts.check(None),
+        Some(part) => part.check(&facts, end.gtids.as_ref()),
+        None => facts.check(None).map(|()| Resume::Same),
     };
-    if let Err(e) = checked {
-        problems.push((
+    match checked {
+        Err(e) => problems.push((
             Health::Down,
             format!("capture cannot resume on this server: {e}"),
-        ));
+        )),
+        // Resumable, but nothing of the lag can be measured until capture
+        // has moved onto this server's binlog.
+        Ok(Resume::Failover) => problems.push((
+            Health::Degraded,
+            format!(
+                "capture's stored offset is of {}, not this server ({}): capture follows its GTIDs onto this one at its next start (a failover)",
+                part.as_ref().map(|p| p.server.to_string()).unwrap_or_default(),
+                facts.server
+            ),
+        )),
+        Ok(Resume::Same) => {}
     }
     Ok(status(end, facts, part, offset.map_or(0, |o| o.ts_ms)))
 }

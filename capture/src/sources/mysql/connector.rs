@@ -18,12 +18,12 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 use super::catalog::opts;
-use super::checks::{current_position, ServerFacts};
+use super::checks::{current_position, mariadb_gtids_at, Flavor, ServerFacts};
 use super::chunks::MySqlChunks;
 use super::control::{self, MySqlControl, StreamTables};
 use super::error::MySqlSourceError;
 use super::history::ShapeFacts;
-use super::offset::{order_key, MySqlOffset};
+use super::offset::{key_coordinates, order_key, MySqlOffset, Resume};
 use super::position::Position;
 use super::reader::ResumeBy;
 use super::source::{MySqlStream, StreamStart};
@@ -80,27 +80,62 @@ impl Source for MySql {
         let replica_id = cfg.mysql_server_id()?;
         let mut conn = connect(cfg).await?;
         let facts = ServerFacts::read(&mut conn).await.map_err(capture)?;
-        let (position, shape_facts) = if fresh(from) {
+        let (position, shape_facts, resume, takeover) = if fresh(from) {
+            let position = fresh_position(&mut conn, &facts, from.flush_lsn).await?;
             (
-                fresh_position(&mut conn, &facts, from.flush_lsn).await?,
+                position,
                 ShapeFacts::default(),
+                ResumeBy::FilePosition,
+                None,
             )
         } else {
             let stored = MySqlOffset::read(from).map_err(capture)?;
-            stored.check(&facts).map_err(capture)?;
-            (stored.resume_from(), stored.facts)
+            // Another server's GTID state decides whether it can take over.
+            let server_gtids = if stored.server == facts.server {
+                None
+            } else {
+                current_position(&mut conn, facts.flavor, &facts.version)
+                    .await
+                    .map_err(capture)?
+                    .gtids
+            };
+            match stored
+                .check(&facts, server_gtids.as_ref())
+                .map_err(capture)?
+            {
+                Resume::Same => (
+                    stored.resume_from(),
+                    stored.facts,
+                    ResumeBy::FilePosition,
+                    None,
+                ),
+                Resume::Failover => {
+                    tracing::warn!(stored = %stored.server, found = %facts.server, gtids = ?stored.position.gtids.as_ref().map(|g| g.to_string()), epoch = stored.position.epoch + 1, "another server: following the stored GTIDs onto it (a failover)");
+                    let resume = match facts.flavor {
+                        Flavor::MariaDb => ResumeBy::MariaDbGtid,
+                        Flavor::MySql => ResumeBy::MySqlGtid,
+                    };
+                    (
+                        stored.resume_from(),
+                        stored.facts,
+                        resume,
+                        Some(stored.server),
+                    )
+                }
+            }
         };
         let _ = conn.disconnect().await;
-        tracing::info!(file = %position.file, pos = position.pos, gtids = ?position.gtids.as_ref().map(|g| g.to_string()), replica_id, "binlog stream opening");
+        tracing::info!(file = %position.file, pos = position.pos, gtids = ?position.gtids.as_ref().map(|g| g.to_string()), replica_id, ?resume, "binlog stream opening");
         MySqlStream::open(StreamStart {
             opts: opts(cfg),
             replica_id,
             flavor: facts.flavor,
             server: facts.server,
             from: position,
-            resume: ResumeBy::FilePosition,
+            resume,
             mapping: cfg.mysql_mapping(),
             facts: shape_facts,
+            takeover,
         })
         .await
     }
@@ -179,8 +214,9 @@ fn fresh(from: &SourceOffset) -> bool {
 /// Where a fresh start streams from: the binlog end `check` read (order
 /// key `key`). Read again, it is the same unless transactions committed
 /// meanwhile; then the file and offset come from the key (the file named
-/// as the server names it), without the GTIDs before it, which only a
-/// resume by GTID needs.
+/// as the server names it), with the GTIDs before exactly that place
+/// (MariaDB's `BINLOG_GTID_POS`; MySQL has no such function, so its
+/// position then has none, and a failover from it is refused).
 async fn fresh_position(
     conn: &mut Conn,
     facts: &ServerFacts,
@@ -192,7 +228,7 @@ async fn fresh_position(
     if order_key(&now).map_err(capture)? == key {
         return Ok(now);
     }
-    let sequence = key >> 32;
+    let (sequence, pos) = key_coordinates(key);
     let file = facts
         .binlogs
         .iter()
@@ -206,7 +242,7 @@ async fn fresh_position(
         })
         .ok_or_else(|| {
             capture(MySqlSourceError::PositionPurged {
-                stored: format!("binlog number {sequence}, offset {}", key & 0xffff_ffff),
+                stored: format!("binlog number {sequence}, offset {pos}"),
                 oldest: facts
                     .binlogs
                     .first()
@@ -214,7 +250,11 @@ async fn fresh_position(
                     .unwrap_or_else(|| "none".into()),
             })
         })?;
-    Ok(Position::at(file.as_str(), key & 0xffff_ffff))
+    let mut position = Position::at(file.as_str(), pos);
+    if facts.flavor == Flavor::MariaDb {
+        position.gtids = mariadb_gtids_at(conn, file, pos).await.map_err(capture)?;
+    }
+    Ok(position)
 }
 
 #[cfg(test)]
