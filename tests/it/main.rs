@@ -24,6 +24,7 @@ mod mysql_binlog;
 mod mysql_capture;
 mod mysql_chunks;
 mod mysql_envelope;
+mod mysql_failover;
 mod mysql_snapshot;
 mod mysql_stream;
 mod names_keys;
