@@ -311,7 +311,7 @@ async fn failover(root: &mut Conn, replica: &Replica, p: &Pipeline, table: &str)
     expected.extend((0..4000).map(|i| ("c".to_string(), 10_000 + i)));
     wait_for_end_offset(&topic, 20 + 1500).await?;
     kill9(&mut capture);
-    let partial = read_committed(&[topic.clone()])?
+    let partial = read_committed(std::slice::from_ref(&topic))?
         .iter()
         .filter(|r| r.value.is_some())
         .count();
@@ -356,7 +356,7 @@ async fn failover(root: &mut Conn, replica: &Replica, p: &Pipeline, table: &str)
     let _capture = p.spawn_capture()?;
     wait_for_stream(p, opened).await?;
 
-    let seen = wait_for(&[topic.clone()], Duration::from_secs(60), |s| {
+    let seen = wait_for(std::slice::from_ref(&topic), Duration::from_secs(60), |s| {
         s.iter().filter(|r| r.value.is_some()).count() >= expected.len()
     })
     .await
