@@ -276,37 +276,70 @@ impl ServerFacts {
 
 /// The server's current binlog end and GTID state, where a capture with no
 /// stored position starts streaming.
+///
+/// The GTIDs are those before exactly this file and offset, not the
+/// server's state a moment later (a commit in between would be counted as
+/// streamed, and a resume by GTID would skip it): MySQL's status row
+/// carries them (`Executed_Gtid_Set`); on MariaDB `@@gtid_binlog_pos` is
+/// read between two reads of the position that agree (a commit moves
+/// the position, and both change together under the binlog's lock), else
+/// computed from the binlog (`BINLOG_GTID_POS`, which reads the file up
+/// to the offset, so only when writes keep racing the reads).
 pub async fn current_position(
     conn: &mut Conn,
     flavor: Flavor,
     version: &str,
 ) -> Result<Position, MySqlSourceError> {
-    let q = |c| move |e| MySqlSourceError::server(c, e);
-    let row: Option<mysql_async::Row> = conn
-        .query_first(status_statement(flavor, version))
-        .await
-        .map_err(q("read the binlog status"))?;
+    if flavor == Flavor::MySql {
+        let values = status_row(conn, flavor, version).await?;
+        return position_from_status(&values, status_gtids(&values).as_deref());
+    }
+    let mut position = position_from_status(&status_row(conn, flavor, version).await?, None)?;
+    for _ in 0..3 {
+        let gtids: Option<String> = conn
+            .query_first("SELECT @@gtid_binlog_pos")
+            .await
+            .map_err(|e| MySqlSourceError::server("read the GTID state", e))?;
+        let after = position_from_status(&status_row(conn, flavor, version).await?, None)?;
+        if after.coordinates() == position.coordinates() {
+            position.gtids = gtid_state(gtids.as_deref())?;
+            return Ok(position);
+        }
+        position = after;
+    }
+    position.gtids = mariadb_gtids_at(conn, &position.file, position.pos).await?;
+    Ok(position)
+}
+
+/// The binlog status row (`File`, `Position`, ...).
+async fn status_row(
+    conn: &mut Conn,
+    flavor: Flavor,
+    version: &str,
+) -> Result<Vec<mysql_async::Value>, MySqlSourceError> {
+    let row: Option<mysql_async::Row> =
+        conn.query_first(status_statement(flavor, version))
+            .await
+            .map_err(|e| MySqlSourceError::server("read the binlog status", e))?;
     let row = row.ok_or_else(|| MySqlSourceError::Prerequisite {
         setting: "log_bin",
         found: "OFF".into(),
         needed: "ON",
         fix: "start the server with log_bin",
     })?;
-    // The GTIDs before exactly this file and offset, not the server's
-    // state a moment later (a commit in between would be counted as
-    // streamed, and a resume by GTID would skip it): MySQL's status row
-    // carries them (`Executed_Gtid_Set`), MariaDB computes them from the
-    // binlog (`BINLOG_GTID_POS`).
-    let values = row.unwrap();
-    let mysql_set = match flavor {
-        Flavor::MySql => status_gtids(&values),
-        Flavor::MariaDb => None,
-    };
-    let mut position = position_from_status(&values, mysql_set.as_deref())?;
-    if flavor == Flavor::MariaDb {
-        position.gtids = mariadb_gtids_at(conn, &position.file, position.pos).await?;
+    Ok(row.unwrap())
+}
+
+/// A server's GTID state text (MySQL wraps it after commas); `None` when
+/// empty (GTIDs off, nothing committed).
+fn gtid_state(text: Option<&str>) -> Result<Option<Gtids>, MySqlSourceError> {
+    match text.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(t) => t
+            .parse::<Gtids>()
+            .map(Some)
+            .map_err(|e| MySqlSourceError::Protocol(e.to_string())),
     }
-    Ok(position)
 }
 
 /// The `Executed_Gtid_Set` column of MySQL's binlog status row, read with
@@ -328,13 +361,7 @@ pub async fn mariadb_gtids_at(
         .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (file, pos))
         .await
         .map_err(|e| MySqlSourceError::server("read the GTIDs before the binlog position", e))?;
-    match text.flatten().as_deref().map(str::trim) {
-        None | Some("") => Ok(None),
-        Some(t) => t
-            .parse::<Gtids>()
-            .map(Some)
-            .map_err(|e| MySqlSourceError::Protocol(e.to_string())),
-    }
+    gtid_state(text.flatten().as_deref())
 }
 
 /// The position of a binlog status row (`File`, `Position`, ...: the same
@@ -355,13 +382,7 @@ pub fn position_from_status(
     let pos: u64 = from_value_opt(cell(1, "a position")?)
         .map_err(|e| MySqlSourceError::Protocol(format!("binlog status position: {e}")))?;
     let mut p = Position::at(file, pos);
-    p.gtids = match gtids.map(str::trim) {
-        None | Some("") => None,
-        Some(t) => Some(
-            t.parse::<Gtids>()
-                .map_err(|e| MySqlSourceError::Protocol(e.to_string()))?,
-        ),
-    };
+    p.gtids = gtid_state(gtids)?;
     Ok(p)
 }
 
