@@ -18,7 +18,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 use super::catalog::opts;
-use super::checks::{current_position, mariadb_gtids_at, Flavor, ServerFacts};
+use super::checks::{current_position, mariadb_gtids_at, Flavor, ServerFacts, ServerIdentity};
 use super::chunks::MySqlChunks;
 use super::control::{self, MySqlControl, StreamTables};
 use super::error::MySqlSourceError;
@@ -60,8 +60,9 @@ impl Source for MySql {
             .iter()
             .map(|t| (t.clone(), control::keyless_reason(t)))
             .collect();
+        let epoch = stream_epoch(cfg, &facts.server).await;
         Ok(CheckedSource {
-            control: MySqlControl::new(conn, facts.flavor, facts.version),
+            control: MySqlControl::new(conn, facts.flavor, facts.version).in_epoch(epoch),
             tables: selected.tables,
             set_aside,
             start_at,
@@ -191,6 +192,19 @@ async fn connect(cfg: &CaptureConfig) -> Result<Conn, CaptureError> {
         .map_err(|e| MySqlSourceError::server("connect", e).into_capture())
 }
 
+/// The failover epoch the stream will read this server in: the stored
+/// offset's when it is this server's, one up when another's (a takeover),
+/// 0 without one. A stored offset that does not read is refused when the
+/// stream opens, not here.
+async fn stream_epoch(cfg: &CaptureConfig, server: &ServerIdentity) -> u32 {
+    let stored = crate::offset::read_stored_offset(cfg).await.ok().flatten();
+    match stored.as_ref().map(MySqlOffset::read) {
+        Some(Ok(part)) if &part.server == server => part.position.epoch,
+        Some(Ok(part)) => part.position.epoch.saturating_add(1),
+        _ => 0,
+    }
+}
+
 /// A replica with the server's own id is refused by the server only once
 /// it streams, and silently confuses some versions: refuse it first.
 fn refuse_own_server_id(replica_id: u32, facts: &ServerFacts) -> Result<(), CaptureError> {
@@ -261,7 +275,7 @@ async fn fresh_position(
 mod tests {
     use super::*;
     use crate::offset::SourcePart;
-    use crate::sources::mysql::checks::{Flavor, ServerIdentity};
+    use crate::sources::mysql::checks::Flavor;
 
     fn facts(id: u32) -> ServerFacts {
         ServerFacts {

@@ -24,6 +24,7 @@ use super::catalog::selected_names;
 use super::checks::{current_position, Flavor};
 use super::error::MySqlSourceError;
 use super::offset::order_key;
+use super::position::Position;
 use super::stream::MySqlTable;
 use crate::change::{RowImage, StreamTable};
 use crate::config::CaptureConfig;
@@ -46,6 +47,8 @@ pub struct MySqlControl {
     conn: Conn,
     flavor: Flavor,
     version: String,
+    /// The failover epoch the stream reads this server in (`offset.rs`).
+    epoch: u32,
 }
 
 impl MySqlControl {
@@ -54,7 +57,14 @@ impl MySqlControl {
             conn,
             flavor,
             version,
+            epoch: 0,
         }
+    }
+
+    /// Reads positions in failover epoch `epoch`, as the stream does.
+    pub(crate) fn in_epoch(mut self, epoch: u32) -> Self {
+        self.epoch = epoch;
+        self
     }
 
     pub(crate) fn conn(&mut self) -> &mut Conn {
@@ -64,7 +74,10 @@ impl MySqlControl {
     /// The order key of the server's binlog end now.
     pub(crate) async fn position_key(&mut self) -> Result<u64, MySqlSourceError> {
         let at = current_position(&mut self.conn, self.flavor, &self.version).await?;
-        order_key(&at)
+        order_key(&Position {
+            epoch: self.epoch,
+            ..at
+        })
     }
 }
 

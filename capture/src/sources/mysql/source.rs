@@ -118,7 +118,7 @@ impl MySqlStream {
             changes,
             reader,
             adapter,
-            watermarks: WatermarkBoard::default(),
+            watermarks: WatermarkBoard::in_epoch(read_from.epoch),
             handed: Handed::at(opened_at),
         })
     }
