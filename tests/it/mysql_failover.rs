@@ -5,7 +5,8 @@
 //! `scripts/services` MariaDB by GTID. Capture streams from the primary and
 //! is SIGKILLed inside a large transaction; the replica catches up and is
 //! promoted (replication stopped, written to directly); capture, pointed
-//! at it, follows the stored GTIDs onto it: each change is in Kafka once,
+//! at it, follows the stored GTIDs onto it (and, killed once more,
+//! resumes from the new primary's own offset): each change is in Kafka once,
 //! in order, and the sinks (which version rows by the binlog position,
 //! whose files start over on the replica) end equal to it.
 //!
@@ -356,29 +357,35 @@ async fn failover(root: &mut Conn, replica: &Replica, p: &Pipeline, table: &str)
         capture_config(&p.env.prefix, p_db(table), replica.port, server_id()),
     )?;
     let opened = p.env.capture_log().matches("binlog stream opening").count();
+    let mut capture = p.spawn_capture()?;
+    wait_for_stream(p, opened).await?;
+    once_in_order(p, &topic, &expected).await?;
+    assert!(p.env.capture_log().contains("following the stored GTIDs"));
+
+    // Restarted on the new primary: its own offset, in the new epoch.
+    kill9(&mut capture);
+    for id in 1..=3 {
+        new_primary
+            .query_drop(format!("UPDATE {table} SET qty = qty + 7 WHERE id = {id}"))
+            .await?;
+        expected.push(("u".into(), id));
+    }
+    let opened = p.env.capture_log().matches("binlog stream opening").count();
     let _capture = p.spawn_capture()?;
     wait_for_stream(p, opened).await?;
-
-    let seen = wait_for(std::slice::from_ref(&topic), Duration::from_secs(60), |s| {
-        s.iter().filter(|r| r.value.is_some()).count() >= expected.len()
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}; capture log:\n{}", p.env.capture_log()))?;
-    let records: Vec<Seen> = seen.into_iter().filter(|r| r.value.is_some()).collect();
-    let got: Vec<(String, i64)> = records.iter().map(op_and_id).collect();
-    let first_difference = got.iter().zip(&expected).position(|(g, e)| g != e);
+    let records = once_in_order(p, &topic, &expected).await?;
     assert_eq!(
-        (got.len(), first_difference),
-        (expected.len(), None),
-        "each change once, in order; around the difference: {:?}\ncapture log:\n{}",
-        first_difference.map(|i| &got[i.saturating_sub(2)..(i + 3).min(got.len())]),
-        p.env.capture_log()
+        p.env
+            .capture_log()
+            .matches("following the stored GTIDs")
+            .count(),
+        1,
+        "the restart resumed on the new primary's own offset"
     );
     assert!(
         partial > 20 && partial < 20 + 4000,
         "the kill came inside the large transaction ({partial} records committed then)"
     );
-    assert!(p.env.capture_log().contains("following the stored GTIDs"));
     // From the replica: its server id, the next failover epoch.
     let last = records.last().and_then(Seen::payload).expect("a record");
     assert_eq!(last["source"]["server_id"], replica.server_id);
@@ -396,6 +403,27 @@ async fn failover(root: &mut Conn, replica: &Replica, p: &Pipeline, table: &str)
     );
     drop(sinks);
     Ok(())
+}
+
+/// The change records of `topic` once `expected` many are committed,
+/// checked to be `expected` in order.
+async fn once_in_order(p: &Pipeline, topic: &str, expected: &[(String, i64)]) -> Result<Vec<Seen>> {
+    let seen = wait_for(&[topic.to_owned()], Duration::from_secs(60), |s| {
+        s.iter().filter(|r| r.value.is_some()).count() >= expected.len()
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; capture log:\n{}", p.env.capture_log()))?;
+    let records: Vec<Seen> = seen.into_iter().filter(|r| r.value.is_some()).collect();
+    let got: Vec<(String, i64)> = records.iter().map(op_and_id).collect();
+    let first_difference = got.iter().zip(expected).position(|(g, e)| g != e);
+    assert_eq!(
+        (got.len(), first_difference),
+        (expected.len(), None),
+        "each change once, in order; around the difference: {:?}\ncapture log:\n{}",
+        first_difference.map(|i| &got[i.saturating_sub(2)..(i + 3).min(got.len())]),
+        p.env.capture_log()
+    );
+    Ok(records)
 }
 
 /// The database of `database.table`.
