@@ -7,12 +7,13 @@
 //!  check:       settings, grants, replica id ─▶ tables selected (keyless set aside)
 //!               binlog end now ─▶ where a fresh start streams from
 //!  open_stream: stored part? ── yes ─▶ same server, binlog still there ─▶ its position + facts
+//!                           │         another holding its GTIDs ─▶ by GTIDs, one epoch up
 //!                           └─ no ──▶ the fresh start's position
 //! ```
 //!
 //! The stored position is checked when the stream opens, which is handed
 //! the committed record: a purged binlog or another server's position
-//! stops the start with the fix, never skipped.
+//! without GTIDs it holds stops the start with the fix, never skipped.
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
@@ -81,49 +82,20 @@ impl Source for MySql {
         let replica_id = cfg.mysql_server_id()?;
         let mut conn = connect(cfg).await?;
         let facts = ServerFacts::read(&mut conn).await.map_err(capture)?;
-        let (position, shape_facts, resume, takeover) = if fresh(from) {
-            let position = fresh_position(&mut conn, &facts, from.flush_lsn).await?;
-            (
-                position,
-                ShapeFacts::default(),
-                ResumeBy::FilePosition,
-                None,
-            )
-        } else {
-            let stored = MySqlOffset::read(from).map_err(capture)?;
-            // Another server's GTID state decides whether it can take over.
-            let server_gtids = if stored.server == facts.server {
-                None
-            } else {
-                current_position(&mut conn, facts.flavor, &facts.version)
-                    .await
-                    .map_err(capture)?
-                    .gtids
-            };
-            match stored
-                .check(&facts, server_gtids.as_ref())
-                .map_err(capture)?
-            {
-                Resume::Same => (
-                    stored.resume_from(),
-                    stored.facts,
-                    ResumeBy::FilePosition,
-                    None,
-                ),
-                Resume::Failover => {
-                    tracing::warn!(stored = %stored.server, found = %facts.server, gtids = ?stored.position.gtids.as_ref().map(|g| g.to_string()), epoch = stored.position.epoch + 1, "another server: following the stored GTIDs onto it (a failover)");
-                    let resume = match facts.flavor {
-                        Flavor::MariaDb => ResumeBy::MariaDbGtid,
-                        Flavor::MySql => ResumeBy::MySqlGtid,
-                    };
-                    (
-                        stored.resume_from(),
-                        stored.facts,
-                        resume,
-                        Some(stored.server),
-                    )
-                }
+        let Start {
+            position,
+            facts: shape_facts,
+            resume,
+            takeover,
+        } = if fresh(from) {
+            Start {
+                position: fresh_position(&mut conn, &facts, from.flush_lsn).await?,
+                facts: ShapeFacts::default(),
+                resume: ResumeBy::FilePosition,
+                takeover: None,
             }
+        } else {
+            stored_start(&mut conn, &facts, from).await?
         };
         let _ = conn.disconnect().await;
         tracing::info!(file = %position.file, pos = position.pos, gtids = ?position.gtids.as_ref().map(|g| g.to_string()), replica_id, ?resume, "binlog stream opening");
@@ -190,6 +162,54 @@ async fn connect(cfg: &CaptureConfig) -> Result<Conn, CaptureError> {
     Conn::new(opts(cfg))
         .await
         .map_err(|e| MySqlSourceError::server("connect", e).into_capture())
+}
+
+/// Where and how the stream opens.
+struct Start {
+    position: Position,
+    facts: ShapeFacts,
+    resume: ResumeBy,
+    /// A failover: the server of the stored position.
+    takeover: Option<ServerIdentity>,
+}
+
+/// The start from a stored offset, checked against the server: on the
+/// same server by file and offset, on another holding its GTIDs by GTIDs
+/// (a failover, `offset.rs`), else refused naming the fix.
+async fn stored_start(
+    conn: &mut Conn,
+    facts: &ServerFacts,
+    from: &SourceOffset,
+) -> Result<Start, CaptureError> {
+    let stored = MySqlOffset::read(from).map_err(capture)?;
+    // Another server's GTID state decides whether it can take over.
+    let server_gtids = if stored.server == facts.server {
+        None
+    } else {
+        current_position(conn, facts.flavor, &facts.version)
+            .await
+            .map_err(capture)?
+            .gtids
+    };
+    let resume = match stored
+        .check(facts, server_gtids.as_ref())
+        .map_err(capture)?
+    {
+        Resume::Same => ResumeBy::FilePosition,
+        Resume::Failover => {
+            tracing::warn!(stored = %stored.server, found = %facts.server, gtids = ?stored.position.gtids.as_ref().map(|g| g.to_string()), epoch = stored.position.epoch + 1, "another server: following the stored GTIDs onto it (a failover)");
+            match facts.flavor {
+                Flavor::MariaDb => ResumeBy::MariaDbGtid,
+                Flavor::MySql => ResumeBy::MySqlGtid,
+            }
+        }
+    };
+    Ok(Start {
+        position: stored.resume_from(),
+        takeover: (resume != ResumeBy::FilePosition).then(|| stored.server.clone()),
+        facts: stored.facts,
+        resume,
+    })
 }
 
 /// The failover epoch the stream will read this server in: the stored
