@@ -27,7 +27,7 @@ pub mod mysql {
     pub use crate::sources::mysql::mapping::{field_schema, to_json, MappingConfig};
     pub use crate::sources::mysql::{
         binlog_bytes_between, BinlogCoordinates, Cell, ColumnShape, Flavor, MySqlCatalog,
-        MySqlOffset, MySqlSourceError, Position, ServerFacts, ServerIdentity, SnapshotReader,
-        TableShape,
+        MySqlOffset, MySqlSourceError, Position, Resume, ServerFacts, ServerIdentity,
+        SnapshotReader, TableShape,
     };
 }

@@ -61,7 +61,11 @@
 //!   a replica (whose binlog has its own files and offsets), or after
 //!   `log_bin`'s base name changed (numbering starts again at 1), versions
 //!   are no longer comparable with the stored ones: snapshot the tables again
-//!   into fresh targets.
+//!   into fresh targets. oncely's MySQL capture follows a failover by GTIDs
+//!   and then writes `source.failover_epoch` (absent: 0), the failovers it
+//!   followed; the version is then `(epoch << 55 | n << 32 | pos, seq)`, so
+//!   every change read from the new primary is newer than every change
+//!   before it (`n` must stay below 2^23 when the epoch is above 0).
 
 use std::fmt;
 use std::sync::Arc;

@@ -18,7 +18,8 @@
 //! message, so status and a restart of capture say the same thing.
 
 use oncely_capture::catalog::mysql::{
-    binlog_bytes_between, Flavor, MySqlCatalog, MySqlOffset, Position, ServerFacts, ServerIdentity,
+    binlog_bytes_between, Flavor, MySqlCatalog, MySqlOffset, Position, Resume, ServerFacts,
+    ServerIdentity,
 };
 use oncely_capture::catalog::SourceOffset;
 use oncely_capture::config::CaptureConfig;
@@ -80,8 +81,8 @@ pub async fn read(
         None => None,
     };
     let checked = match &part {
-        Some(part) => part.check(&facts),
-        None => facts.check(None),
+        Some(part) => part.check(&facts, end.as_ref().and_then(|e| e.gtids.as_ref())),
+        None => facts.check(None).map(|()| Resume::Same),
     };
     match (checked, unread) {
         (Err(e), _) => problems.push((
@@ -89,10 +90,20 @@ pub async fn read(
             format!("capture cannot resume on this server: {e}"),
         )),
         // The grants look complete (a role's are not seen), yet refused.
-        (Ok(()), Some(e)) => {
+        (Ok(_), Some(e)) => {
             problems.push((Health::Down, format!("cannot read the binlog's end: {e}")))
         }
-        (Ok(()), None) => {}
+        // Resumable, but nothing of the lag can be measured until capture
+        // has moved onto this server's binlog.
+        (Ok(Resume::Failover), None) => problems.push((
+            Health::Degraded,
+            format!(
+                "capture's stored offset is of {}, not this server ({}): capture follows its GTIDs onto this one at its next start (a failover)",
+                part.as_ref().map(|p| p.server.to_string()).unwrap_or_default(),
+                facts.server
+            ),
+        )),
+        (Ok(Resume::Same), None) => {}
     }
     Ok(status(end, facts, part, offset.map_or(0, |o| o.ts_ms)))
 }

@@ -181,7 +181,7 @@ async fn compare_all(
         let started = Instant::now();
         let deadline = started + options.timeout;
         if options.capture_offset {
-            let lsn = source.position_now().await?;
+            let lsn = source.position_now(cfg).await?;
             report.source_lsn = Some(source::format_lsn(lsn));
             wait::capture(cfg, lsn, deadline).await?;
             report.capture_wait = Some(started.elapsed());

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use oncely_capture::catalog::mysql::{
-    Cell, MappingConfig, MySqlCatalog, MySqlSourceError, SnapshotReader, TableShape,
+    Cell, MappingConfig, MySqlCatalog, MySqlOffset, MySqlSourceError, SnapshotReader, TableShape,
 };
 use oncely_capture::config::CaptureConfig;
 use oncely_sinks::verify_reader::wire_text;
@@ -42,12 +42,19 @@ impl MySqlSource {
         })
     }
 
-    /// The binlog's end now as a MySQL capture's offset records order it.
-    pub async fn position_now(&self) -> Result<u64, VerifyError> {
+    /// The binlog's end now as a MySQL capture's offset records order it:
+    /// in the failover epoch of capture's stored offset (one up when it is
+    /// another server's, which capture takes over), so that after a
+    /// failover the wait for capture does not pass at once.
+    pub async fn position_now(&self, cfg: &CaptureConfig) -> Result<u64, VerifyError> {
+        let stored = oncely_capture::catalog::read_stored_offset(cfg)
+            .await
+            .map_err(|e| VerifyError::Kafka(format!("read capture's offset: {e}")))?;
+        let part = stored.as_ref().and_then(|o| MySqlOffset::read(o).ok());
         self.catalog
             .lock()
             .await
-            .position_now()
+            .position_now_after(part.as_ref())
             .await
             .map_err(source_error)
     }

@@ -34,11 +34,11 @@ impl SourceDb {
 
     /// The source's position now, on the scale of capture's offset
     /// records (`flush_lsn`): PostgreSQL's WAL end, MySQL's binlog end as
-    /// its order key.
-    pub async fn position_now(&self) -> Result<u64, VerifyError> {
+    /// its order key (in the failover epoch capture streams it at).
+    pub async fn position_now(&self, cfg: &CaptureConfig) -> Result<u64, VerifyError> {
         match self {
             SourceDb::Postgres(pg) => pg.current_wal_lsn().await,
-            SourceDb::Mysql(my) => my.position_now().await,
+            SourceDb::Mysql(my) => my.position_now(cfg).await,
         }
     }
 

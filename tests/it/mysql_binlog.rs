@@ -199,7 +199,8 @@ async fn start_up_checks_pass_for_the_capture_user_and_refuse_a_purged_position(
         &ShapeFacts::default(),
         |_, _| true,
     );
-    here.check(&facts).expect("this server's own position");
+    here.check(&facts, None)
+        .expect("this server's own position");
     let other = MySqlOffset {
         server: ServerIdentity {
             id: facts.server.id + 1,
@@ -207,7 +208,9 @@ async fn start_up_checks_pass_for_the_capture_user_and_refuse_a_purged_position(
         },
         ..here
     };
-    let err = other.check(&facts).expect_err("another server's position");
+    let err = other
+        .check(&facts, None)
+        .expect_err("another server's position, without GTIDs");
     assert!(matches!(err, MySqlSourceError::OtherServer { .. }), "{err}");
 
     // Without REPLICATION SLAVE: the grant is named.

@@ -43,6 +43,7 @@ async fn open_stream() -> MySqlStream {
         resume: ResumeBy::FilePosition,
         mapping: MappingConfig::default(),
         facts: ShapeFacts::default(),
+        takeover: None,
     })
     .await
     .expect("open the stream")

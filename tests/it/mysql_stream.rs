@@ -146,6 +146,7 @@ async fn the_binlog_streams_as_core_events_with_offset_parts_and_resumes_mid_tra
         resume: ResumeBy::FilePosition,
         mapping: MappingConfig::default(),
         facts: ShapeFacts::default(),
+        takeover: None,
     };
     let mut stream = open(&start, from, ShapeFacts::default()).await;
 

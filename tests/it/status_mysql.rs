@@ -4,8 +4,9 @@
 //! capture's own types (the offset record's MySQL part), into a fresh
 //! connector's offsets topic, and checks: the stored position and the
 //! server's are shown, lag in bytes is 0 when caught up, grows with writes
-//! and counts across a `FLUSH BINARY LOGS`, and a position in a purged
-//! binlog or of another server is down, naming the fix. The purge is an
+//! and counts across a `FLUSH BINARY LOGS`, a position in a purged binlog
+//! or of another server without GTIDs is down, naming the fix, and one of
+//! another server holding its GTIDs degraded (capture takes it over). The purge is an
 //! invented older file name, so no binlog another test may read is purged.
 
 use std::path::Path;
@@ -258,12 +259,30 @@ async fn exercise(root: &mut Conn, config: &Path, cfg: &CaptureConfig, db: &str)
         "{text}"
     );
 
-    // A position of another server.
+    // A position of another server whose GTIDs this one holds: capture
+    // takes it over at its next start (a failover), so not down.
     let other = ServerIdentity {
         id: server.id.wrapping_add(1),
         uuid: None,
     };
-    store(cfg, &end().await?, &other, committed).await;
+    let with_gtids = end().await?;
+    ensure!(with_gtids.gtids.is_some(), "GTIDs at the binlog end");
+    store(cfg, &with_gtids, &other, committed).await;
+    let (code, j) = status_json(config)?;
+    ensure!(
+        code == 1
+            && j["health"] == "degraded"
+            && j["problems"]
+                .to_string()
+                .contains("follows its GTIDs onto this one"),
+        "{j:#}"
+    );
+    // Without GTIDs nothing tells what of this server Kafka holds.
+    let without = Position {
+        gtids: None,
+        ..end().await?
+    };
+    store(cfg, &without, &other, committed).await;
     let (code, j) = status_json(config)?;
     ensure!(code == 2, "{j:#}");
     ensure!(

@@ -460,7 +460,28 @@ fn binlog_version(
         1 + unsigned(source, "row")?.unwrap_or(0)
     };
     let lsn = u64::from(number) << 32 | u64::from(pos);
-    Ok((Version::new(lsn, seq), VersionOrigin::Binlog))
+    Ok((
+        Version::new(failover_epoch(source, number)? | lsn, seq),
+        VersionOrigin::Binlog,
+    ))
+}
+
+/// The top bits of a binlog version after oncely's capture followed a
+/// failover (`source.failover_epoch`, absent on every record before one
+/// and on Debezium's): every change of the new primary is newer than
+/// every change of the old one, whose files and offsets it restarts.
+fn failover_epoch(source: &Map<String, Value>, number: u32) -> Result<u64, DecodeError> {
+    const EPOCH_SHIFT: u32 = 55;
+    let epoch = unsigned(source, "failover_epoch")?.unwrap_or(0);
+    if epoch == 0 {
+        return Ok(0);
+    }
+    if epoch > 255 || u64::from(number) >= 1 << (EPOCH_SHIFT - 32) {
+        return Err(DecodeError::value(format!(
+            "`source.failover_epoch` {epoch} with binlog number {number}: a version holds epochs up to 255 and binlog numbers below 2^23"
+        )));
+    }
+    Ok(epoch << EPOCH_SHIFT)
 }
 
 /// A non-negative integer field; numbers and decimal strings are accepted, null is absent.

@@ -561,3 +561,57 @@ fn a_debezium_snapshot_row_never_replaces_a_streamed_change_at_its_lsn() {
     earlier["payload"]["source"]["lsn"] = json!(499);
     assert!(replaces(row.version, change(&earlier).version));
 }
+
+/// After oncely's MySQL capture followed a failover, the new primary's
+/// files start over (here at binlog.000001, offset 300): its changes carry
+/// `source.failover_epoch` and must still be newer than every change of
+/// the old primary, else the sinks drop them as stale.
+#[test]
+fn a_failover_epoch_puts_the_new_primary_s_changes_after_the_old_one_s() {
+    let with_epoch = |file: &str, pos: u64, row: u64, epoch: Option<u64>| {
+        let mut v = json!({
+            "before": null, "after": {"id": 1, "v": 10},
+            "source": {
+                "version": "0.1.0", "connector": "mysql", "name": "p",
+                "ts_ms": 1796505777000i64, "snapshot": "false", "db": "d", "table": "t",
+                "server_id": 2, "gtid": "0-1-9", "file": file, "pos": pos, "row": row,
+                "thread": null, "query": null
+            },
+            "op": "u", "ts_ms": 1796505777001i64
+        });
+        if let Some(e) = epoch {
+            v["source"]["failover_epoch"] = json!(e);
+        }
+        change(&v).version
+    };
+    let old = with_epoch("binlog.000042", 9_000_000, 3, None);
+    assert_eq!(old, with_epoch("binlog.000042", 9_000_000, 3, Some(0)));
+    assert_eq!(
+        old,
+        Version::new(42 << 32 | 9_000_000, 4),
+        "epoch 0 keeps today's version"
+    );
+    let new = with_epoch("binlog.000001", 300, 0, Some(1));
+    assert!(new > old, "{new:?} after {old:?}");
+    assert!(with_epoch("binlog.000001", 400, 0, Some(1)) > new);
+    assert!(
+        with_epoch("binlog.000001", 4, 0, Some(2)) > with_epoch("binlog.000009", 4, 0, Some(1))
+    );
+    assert!(
+        i64::try_from(with_epoch("binlog.8388607", u64::from(u32::MAX), 0, Some(255)).lsn).is_ok()
+    );
+    for (file, epoch) in [("binlog.8388608", 1), ("binlog.000001", 256)] {
+        let v = json!({
+            "before": null, "after": {"id": 1},
+            "source": {"connector": "mysql", "file": file, "pos": 4, "row": 0, "snapshot": "false", "failover_epoch": epoch},
+            "op": "c", "ts_ms": 1
+        });
+        match decode_value(Some(&bytes(&v))) {
+            Err(e) => assert!(
+                e.to_string().contains("failover_epoch"),
+                "{file} {epoch}: {e}"
+            ),
+            other => panic!("{file}/{epoch}: expected a refusal, got {other:?}"),
+        }
+    }
+}

@@ -31,6 +31,10 @@ pub struct PositionBook {
     inside: BTreeMap<u64, (u64, u64)>,
     /// The shape facts as of the next transaction start noted.
     facts: Arc<ShapeFacts>,
+    /// After a failover: the opening key, whose position is in the old
+    /// server's binlog (the first transaction keeps that key, see
+    /// `offset.rs`), with that server.
+    origin: Option<(u64, ServerIdentity)>,
 }
 
 impl PositionBook {
@@ -46,8 +50,23 @@ impl PositionBook {
             starts: BTreeMap::new(),
             inside: BTreeMap::new(),
             facts: Arc::new(facts),
+            origin: None,
         };
         book.note_start(from.clone())?;
+        Ok(book)
+    }
+
+    /// A book of a failover: `from` (where the new server's stream opens,
+    /// found by GTIDs) is a position of `stored_server`'s binlog, and
+    /// records naming its key say so; every other position is `server`'s.
+    pub fn taking_over(
+        server: ServerIdentity,
+        stored_server: ServerIdentity,
+        from: &Position,
+        facts: ShapeFacts,
+    ) -> Result<Self, CaptureError> {
+        let mut book = Self::new(server, from, facts)?;
+        book.origin = Some((key(from)?, stored_server));
         Ok(book)
     }
 
@@ -118,7 +137,16 @@ impl PositionBook {
         // Every table's facts are kept: the stream reads every database
         // (the router drops what is not captured), and the facts of a
         // table are as small as its tinyint(1) and JSON columns' names.
-        let part = MySqlOffset::new(position, self.server.clone(), facts, |_, _| true);
+        let key = if offset.complete || offset.events == 0 {
+            offset.flush_lsn
+        } else {
+            offset.commit_lsn
+        };
+        let server = match &self.origin {
+            Some((origin, stored)) if *origin == key => stored.clone(),
+            _ => self.server.clone(),
+        };
+        let part = MySqlOffset::new(position, server, facts, |_, _| true);
         let mut stamped = offset.clone();
         part.store(&mut stamped)
             .map_err(|e| CaptureError::Protocol(e.to_string()))?;

@@ -12,7 +12,7 @@ use oncely_core::sql::quote_mysql_ident;
 use super::cell::Cell;
 use super::checks::{current_position, Flavor, ServerFacts};
 use super::error::MySqlSourceError;
-use super::offset::order_key;
+use super::offset::{order_key, MySqlOffset};
 use super::position::Position;
 use super::shape::TableShape;
 use super::snapshot::{SnapshotLockingMode, SnapshotReader, SnapshotSettings};
@@ -65,6 +65,22 @@ impl MySqlCatalog {
     /// offset reaches it, every change made before is in Kafka.
     pub async fn position_now(&mut self) -> Result<u64, MySqlSourceError> {
         let at = current_position(&mut self.conn, self.flavor, &self.version).await?;
+        order_key(&at)
+    }
+
+    /// [`Self::position_now`] in the failover epoch capture streams this
+    /// server at: `stored`'s own when it is of this server, one up when it
+    /// is another's (capture takes it over, `offset.rs`), else 0.
+    pub async fn position_now_after(
+        &mut self,
+        stored: Option<&MySqlOffset>,
+    ) -> Result<u64, MySqlSourceError> {
+        let (mut at, facts) = self.binlog_status().await?;
+        at.epoch = match stored {
+            Some(part) if part.server == facts.server => part.position.epoch,
+            Some(part) => part.position.epoch.saturating_add(1),
+            None => 0,
+        };
         order_key(&at)
     }
 

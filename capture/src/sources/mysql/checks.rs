@@ -282,31 +282,92 @@ pub async fn binary_logs(conn: &mut Conn) -> Result<Vec<(String, u64)>, mysql_as
 
 /// The server's current binlog end and GTID state, where a capture with no
 /// stored position starts streaming.
+///
+/// The GTIDs are those before exactly this file and offset, not the
+/// server's state a moment later (a commit in between would be counted as
+/// streamed, and a resume by GTID would skip it): MySQL's status row
+/// carries them (`Executed_Gtid_Set`); on MariaDB `@@gtid_binlog_pos` is
+/// read between two reads of the position that agree (a commit moves
+/// the position, and both change together under the binlog's lock), else
+/// computed from the binlog (`BINLOG_GTID_POS`, which reads the file up
+/// to the offset, so only when writes keep racing the reads).
 pub async fn current_position(
     conn: &mut Conn,
     flavor: Flavor,
     version: &str,
 ) -> Result<Position, MySqlSourceError> {
-    let q = |c| move |e| MySqlSourceError::server(c, e);
-    let row: Option<mysql_async::Row> = conn
-        .query_first(status_statement(flavor, version))
-        .await
-        .map_err(q("read the binlog status"))?;
+    if flavor == Flavor::MySql {
+        let values = status_row(conn, flavor, version).await?;
+        return position_from_status(&values, status_gtids(&values).as_deref());
+    }
+    let mut position = position_from_status(&status_row(conn, flavor, version).await?, None)?;
+    for _ in 0..3 {
+        let gtids: Option<String> = conn
+            .query_first("SELECT @@gtid_binlog_pos")
+            .await
+            .map_err(|e| MySqlSourceError::server("read the GTID state", e))?;
+        let after = position_from_status(&status_row(conn, flavor, version).await?, None)?;
+        if after.coordinates() == position.coordinates() {
+            position.gtids = gtid_state(gtids.as_deref())?;
+            return Ok(position);
+        }
+        position = after;
+    }
+    position.gtids = mariadb_gtids_at(conn, &position.file, position.pos).await?;
+    Ok(position)
+}
+
+/// The binlog status row (`File`, `Position`, ...).
+async fn status_row(
+    conn: &mut Conn,
+    flavor: Flavor,
+    version: &str,
+) -> Result<Vec<mysql_async::Value>, MySqlSourceError> {
+    let row: Option<mysql_async::Row> =
+        conn.query_first(status_statement(flavor, version))
+            .await
+            .map_err(|e| MySqlSourceError::server("read the binlog status", e))?;
     let row = row.ok_or_else(|| MySqlSourceError::Prerequisite {
         setting: "log_bin",
         found: "OFF".into(),
         needed: "ON",
         fix: "start the server with log_bin",
     })?;
-    let gtid_sql = match flavor {
-        Flavor::MariaDb => "SELECT @@gtid_binlog_pos",
-        Flavor::MySql => "SELECT @@gtid_executed",
-    };
-    let gtids: Option<String> = conn
-        .query_first(gtid_sql)
+    Ok(row.unwrap())
+}
+
+/// A server's GTID state text (MySQL wraps it after commas); `None` when
+/// empty (GTIDs off, nothing committed).
+fn gtid_state(text: Option<&str>) -> Result<Option<Gtids>, MySqlSourceError> {
+    match text.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(t) => t
+            .parse::<Gtids>()
+            .map(Some)
+            .map_err(|e| MySqlSourceError::Protocol(e.to_string())),
+    }
+}
+
+/// The `Executed_Gtid_Set` column of MySQL's binlog status row, read with
+/// the same file and position.
+fn status_gtids(row: &[mysql_async::Value]) -> Option<String> {
+    row.get(4)
+        .cloned()
+        .and_then(|v| mysql_async::from_value_opt::<String>(v).ok())
+}
+
+/// MariaDB's GTID list before binlog position `file`:`pos` (a transaction
+/// boundary), from the binlog itself; `None` on a server without GTIDs.
+pub async fn mariadb_gtids_at(
+    conn: &mut Conn,
+    file: &str,
+    pos: u64,
+) -> Result<Option<Gtids>, MySqlSourceError> {
+    let text: Option<Option<String>> = conn
+        .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (file, pos))
         .await
-        .map_err(q("read the GTID state"))?;
-    position_from_status(&row.unwrap(), gtids.as_deref())
+        .map_err(|e| MySqlSourceError::server("read the GTIDs before the binlog position", e))?;
+    gtid_state(text.flatten().as_deref())
 }
 
 /// The position of a binlog status row (`File`, `Position`, ...: the same
@@ -327,13 +388,7 @@ pub fn position_from_status(
     let pos: u64 = from_value_opt(cell(1, "a position")?)
         .map_err(|e| MySqlSourceError::Protocol(format!("binlog status position: {e}")))?;
     let mut p = Position::at(file, pos);
-    p.gtids = match gtids.map(str::trim) {
-        None | Some("") => None,
-        Some(t) => Some(
-            t.parse::<Gtids>()
-                .map_err(|e| MySqlSourceError::Protocol(e.to_string()))?,
-        ),
-    };
+    p.gtids = gtid_state(gtids)?;
     Ok(p)
 }
 
@@ -520,5 +575,38 @@ mod tests {
             version_triple("10.11.19-MariaDB-0+deb12u1-log"),
             (10, 11, 19)
         );
+    }
+
+    /// MySQL-only (no MySQL server here): the GTID set comes from the
+    /// status row itself (`Executed_Gtid_Set`, wrapped after commas as
+    /// MySQL prints it), read with its file and position in one statement.
+    #[test]
+    fn mysql_status_rows_carry_their_own_gtid_set() {
+        use mysql_async::Value;
+        let set =
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5,\n3e11fa47-71ca-11e1-9e33-c80aa9429563:1-3";
+        let row = vec![
+            Value::Bytes(b"binlog.000007".to_vec()),
+            Value::UInt(1234),
+            Value::Bytes(Vec::new()),
+            Value::Bytes(Vec::new()),
+            Value::Bytes(set.as_bytes().to_vec()),
+        ];
+        let text = status_gtids(&row);
+        let p = position_from_status(&row, text.as_deref()).unwrap();
+        assert_eq!((p.file.as_str(), p.pos), ("binlog.000007", 1234));
+        assert_eq!(
+            p.gtids.map(|g| g.to_string()).as_deref(),
+            Some(
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5,3e11fa47-71ca-11e1-9e33-c80aa9429563:1-3"
+            )
+        );
+        // MariaDB's row has four columns: its GTIDs are read apart.
+        assert_eq!(status_gtids(&row[..4]), None);
+        // A server with gtid_mode off prints an empty set.
+        let mut off = row.clone();
+        off[4] = Value::Bytes(Vec::new());
+        let p = position_from_status(&off, status_gtids(&off).as_deref()).unwrap();
+        assert_eq!(p.gtids, None);
     }
 }

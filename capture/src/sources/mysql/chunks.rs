@@ -144,7 +144,10 @@ impl ChunkReads for MySqlChunks {
         let Some(session) = guard.as_mut() else {
             return Err(CaptureError::Protocol("no chunk connection".into()));
         };
-        let at = open_read_view(session, self.mode).await?;
+        let at = Position {
+            epoch: self.board.epoch(),
+            ..open_read_view(session, self.mode).await?
+        };
         let key = order_key(&at).map_err(database)?;
         self.board.register(key, &at, &req.id);
         drop(guard);

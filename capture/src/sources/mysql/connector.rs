@@ -7,23 +7,24 @@
 //!  check:       settings, grants, replica id ─▶ tables selected (keyless set aside)
 //!               binlog end now ─▶ where a fresh start streams from
 //!  open_stream: stored part? ── yes ─▶ same server, binlog still there ─▶ its position + facts
+//!                           │         another holding its GTIDs ─▶ by GTIDs, one epoch up
 //!                           └─ no ──▶ the fresh start's position
 //! ```
 //!
 //! The stored position is checked when the stream opens, which is handed
 //! the committed record: a purged binlog or another server's position
-//! stops the start with the fix, never skipped.
+//! without GTIDs it holds stops the start with the fix, never skipped.
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 use super::catalog::opts;
-use super::checks::{current_position, ServerFacts};
+use super::checks::{current_position, mariadb_gtids_at, Flavor, ServerFacts, ServerIdentity};
 use super::chunks::MySqlChunks;
 use super::control::{self, MySqlControl, StreamTables};
 use super::error::MySqlSourceError;
 use super::history::ShapeFacts;
-use super::offset::{order_key, MySqlOffset};
+use super::offset::{key_coordinates, order_key, MySqlOffset, Resume};
 use super::position::Position;
 use super::reader::ResumeBy;
 use super::source::{MySqlStream, StreamStart};
@@ -60,8 +61,9 @@ impl Source for MySql {
             .iter()
             .map(|t| (t.clone(), control::keyless_reason(t)))
             .collect();
+        let epoch = stream_epoch(cfg, &facts.server).await;
         Ok(CheckedSource {
-            control: MySqlControl::new(conn, facts.flavor, facts.version),
+            control: MySqlControl::new(conn, facts.flavor, facts.version).in_epoch(epoch),
             tables: selected.tables,
             set_aside,
             start_at,
@@ -80,27 +82,33 @@ impl Source for MySql {
         let replica_id = cfg.mysql_server_id()?;
         let mut conn = connect(cfg).await?;
         let facts = ServerFacts::read(&mut conn).await.map_err(capture)?;
-        let (position, shape_facts) = if fresh(from) {
-            (
-                fresh_position(&mut conn, &facts, from.flush_lsn).await?,
-                ShapeFacts::default(),
-            )
+        let Start {
+            position,
+            facts: shape_facts,
+            resume,
+            takeover,
+        } = if fresh(from) {
+            Start {
+                position: fresh_position(&mut conn, &facts, from.flush_lsn).await?,
+                facts: ShapeFacts::default(),
+                resume: ResumeBy::FilePosition,
+                takeover: None,
+            }
         } else {
-            let stored = MySqlOffset::read(from).map_err(capture)?;
-            stored.check(&facts).map_err(capture)?;
-            (stored.resume_from(), stored.facts)
+            stored_start(&mut conn, &facts, from).await?
         };
         let _ = conn.disconnect().await;
-        tracing::info!(file = %position.file, pos = position.pos, gtids = ?position.gtids.as_ref().map(|g| g.to_string()), replica_id, "binlog stream opening");
+        tracing::info!(file = %position.file, pos = position.pos, gtids = ?position.gtids.as_ref().map(|g| g.to_string()), replica_id, ?resume, "binlog stream opening");
         MySqlStream::open(StreamStart {
             opts: opts(cfg),
             replica_id,
             flavor: facts.flavor,
             server: facts.server,
             from: position,
-            resume: ResumeBy::FilePosition,
+            resume,
             mapping: cfg.mysql_mapping(),
             facts: shape_facts,
+            takeover,
         })
         .await
     }
@@ -169,6 +177,67 @@ async fn connect(cfg: &CaptureConfig) -> Result<Conn, CaptureError> {
         .map_err(|e| MySqlSourceError::server("connect", e).into_capture())
 }
 
+/// Where and how the stream opens.
+struct Start {
+    position: Position,
+    facts: ShapeFacts,
+    resume: ResumeBy,
+    /// A failover: the server of the stored position.
+    takeover: Option<ServerIdentity>,
+}
+
+/// The start from a stored offset, checked against the server: on the
+/// same server by file and offset, on another holding its GTIDs by GTIDs
+/// (a failover, `offset.rs`), else refused naming the fix.
+async fn stored_start(
+    conn: &mut Conn,
+    facts: &ServerFacts,
+    from: &SourceOffset,
+) -> Result<Start, CaptureError> {
+    let stored = MySqlOffset::read(from).map_err(capture)?;
+    // Another server's GTID state decides whether it can take over.
+    let server_gtids = if stored.server == facts.server {
+        None
+    } else {
+        current_position(conn, facts.flavor, &facts.version)
+            .await
+            .map_err(capture)?
+            .gtids
+    };
+    let resume = match stored
+        .check(facts, server_gtids.as_ref())
+        .map_err(capture)?
+    {
+        Resume::Same => ResumeBy::FilePosition,
+        Resume::Failover => {
+            tracing::warn!(stored = %stored.server, found = %facts.server, gtids = ?stored.position.gtids.as_ref().map(|g| g.to_string()), epoch = stored.position.epoch + 1, "another server: following the stored GTIDs onto it (a failover)");
+            match facts.flavor {
+                Flavor::MariaDb => ResumeBy::MariaDbGtid,
+                Flavor::MySql => ResumeBy::MySqlGtid,
+            }
+        }
+    };
+    Ok(Start {
+        position: stored.resume_from(),
+        takeover: (resume != ResumeBy::FilePosition).then(|| stored.server.clone()),
+        facts: stored.facts,
+        resume,
+    })
+}
+
+/// The failover epoch the stream will read this server in: the stored
+/// offset's when it is this server's, one up when another's (a takeover),
+/// 0 without one. A stored offset that does not read is refused when the
+/// stream opens, not here.
+async fn stream_epoch(cfg: &CaptureConfig, server: &ServerIdentity) -> u32 {
+    let stored = crate::offset::read_stored_offset(cfg).await.ok().flatten();
+    match stored.as_ref().map(MySqlOffset::read) {
+        Some(Ok(part)) if &part.server == server => part.position.epoch,
+        Some(Ok(part)) => part.position.epoch.saturating_add(1),
+        _ => 0,
+    }
+}
+
 /// A replica with the server's own id is refused by the server only once
 /// it streams, and silently confuses some versions: refuse it first.
 fn refuse_own_server_id(replica_id: u32, facts: &ServerFacts) -> Result<(), CaptureError> {
@@ -192,8 +261,9 @@ fn fresh(from: &SourceOffset) -> bool {
 /// Where a fresh start streams from: the binlog end `check` read (order
 /// key `key`). Read again, it is the same unless transactions committed
 /// meanwhile; then the file and offset come from the key (the file named
-/// as the server names it), without the GTIDs before it, which only a
-/// resume by GTID needs.
+/// as the server names it), with the GTIDs before exactly that place
+/// (MariaDB's `BINLOG_GTID_POS`; MySQL has no such function, so its
+/// position then has none, and a failover from it is refused).
 async fn fresh_position(
     conn: &mut Conn,
     facts: &ServerFacts,
@@ -205,7 +275,7 @@ async fn fresh_position(
     if order_key(&now).map_err(capture)? == key {
         return Ok(now);
     }
-    let sequence = key >> 32;
+    let (sequence, pos) = key_coordinates(key);
     let file = facts
         .binlogs
         .iter()
@@ -219,7 +289,7 @@ async fn fresh_position(
         })
         .ok_or_else(|| {
             capture(MySqlSourceError::PositionPurged {
-                stored: format!("binlog number {sequence}, offset {}", key & 0xffff_ffff),
+                stored: format!("binlog number {sequence}, offset {pos}"),
                 oldest: facts
                     .binlogs
                     .first()
@@ -227,14 +297,18 @@ async fn fresh_position(
                     .unwrap_or_else(|| "none".into()),
             })
         })?;
-    Ok(Position::at(file.as_str(), key & 0xffff_ffff))
+    let mut position = Position::at(file.as_str(), pos);
+    if facts.flavor == Flavor::MariaDb {
+        position.gtids = mariadb_gtids_at(conn, file, pos).await.map_err(capture)?;
+    }
+    Ok(position)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::offset::SourcePart;
-    use crate::sources::mysql::checks::{Flavor, ServerIdentity};
+    use crate::sources::mysql::checks::Flavor;
 
     fn facts(id: u32) -> ServerFacts {
         ServerFacts {

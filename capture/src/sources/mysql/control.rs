@@ -51,6 +51,8 @@ pub struct MySqlControl {
     version: String,
     /// Each table as the stream last described it, by `database.table`.
     described: Mutex<BTreeMap<String, Described>>,
+    /// The failover epoch the stream reads this server in (`offset.rs`).
+    epoch: u32,
 }
 
 /// A table as the stream last described it (a TABLE_MAP with the shape
@@ -115,7 +117,14 @@ impl MySqlControl {
             flavor,
             version,
             described: Mutex::new(BTreeMap::new()),
+            epoch: 0,
         }
+    }
+
+    /// Reads positions in failover epoch `epoch`, as the stream does.
+    pub(crate) fn in_epoch(mut self, epoch: u32) -> Self {
+        self.epoch = epoch;
+        self
     }
 
     /// Notes the stream's description of `table`; whether the table's
@@ -167,7 +176,10 @@ impl MySqlControl {
     /// The order key of the server's binlog end now.
     pub(crate) async fn position_key(&mut self) -> Result<u64, MySqlSourceError> {
         let at = current_position(&mut self.conn, self.flavor, &self.version).await?;
-        order_key(&at)
+        order_key(&Position {
+            epoch: self.epoch,
+            ..at
+        })
     }
 }
 

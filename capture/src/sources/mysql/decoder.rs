@@ -146,6 +146,8 @@ pub struct Decoder {
     skip: Option<(u64, u64)>,
     resume_pos: Option<u64>,
     seen_fde: bool,
+    /// The failover epoch of every position of this binlog.
+    epoch: u32,
 }
 
 impl Decoder {
@@ -163,6 +165,16 @@ impl Decoder {
             skip: (from.event > 0 || from.row > 0).then_some((from.event, from.row)),
             resume_pos: Some(from.pos),
             seen_fde: false,
+            epoch: from.epoch,
+        }
+    }
+
+    /// `pos` in the current file, with the GTIDs committed before it.
+    fn here(&self, pos: u64) -> Position {
+        Position {
+            gtids: self.gtids.clone(),
+            epoch: self.epoch,
+            ..Position::at(self.file.clone(), pos)
         }
     }
 
@@ -423,8 +435,7 @@ impl Decoder {
                 )));
             }
         }
-        let mut pos = Position::at(self.file.clone(), start);
-        pos.gtids = self.gtids.clone();
+        let pos = self.here(start);
         self.tx = Some(Tx {
             start: pos,
             gtid,
@@ -554,8 +565,7 @@ impl Decoder {
         if self.tx.is_some() || end <= 4 {
             return;
         }
-        let mut position = Position::at(self.file.clone(), end);
-        position.gtids = self.gtids.clone();
+        let position = self.here(end);
         out.push_back(BinlogChange::Commit {
             position,
             xid: None,
@@ -582,8 +592,7 @@ impl Decoder {
             (None, _) => {}
         }
         self.skip = None;
-        let mut position = Position::at(self.file.clone(), end);
-        position.gtids = self.gtids.clone();
+        let position = self.here(end);
         out.push_back(BinlogChange::Commit { position, xid });
     }
 

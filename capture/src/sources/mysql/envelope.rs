@@ -96,6 +96,12 @@ pub struct MySqlSource<'a> {
     pub thread: Option<u64>,
     /// The statement, with `include.query` (null otherwise).
     pub query: Option<&'a str>,
+    /// The position's failover epoch (`Position::epoch`): written as
+    /// `failover_epoch` only when above 0, so records of a binlog never
+    /// failed over are Debezium's byte for byte; sinks put it above the
+    /// file and offset in the row's version (the failover rule of
+    /// `offset.rs`).
+    pub epoch: u32,
 }
 
 impl<'a> MySqlSource<'a> {
@@ -113,6 +119,7 @@ impl<'a> MySqlSource<'a> {
             row: change.position.row.saturating_sub(1),
             thread: change.thread.map(u64::from),
             query,
+            epoch: change.position.epoch,
         }
     }
 }
@@ -132,6 +139,7 @@ impl<'a> MySqlSource<'a> {
             row: 0,
             thread: None,
             query: None,
+            epoch: position.epoch,
         }
     }
 }
@@ -209,6 +217,10 @@ impl SourceWriter {
         }
         out.extend_from_slice(b",\"query\":");
         write_opt_str(out, src.query);
+        if src.epoch > 0 {
+            out.extend_from_slice(b",\"failover_epoch\":");
+            write_u64(out, u64::from(src.epoch));
+        }
         out.push(b'}');
     }
 }
@@ -542,6 +554,8 @@ pub struct EventFacts {
     /// The row's place in its rows event, from 0.
     pub row: u64,
     pub thread: Option<u64>,
+    /// The position's failover epoch.
+    pub epoch: u32,
 }
 
 impl EventFacts {
@@ -556,6 +570,7 @@ impl EventFacts {
             pos: src.pos,
             row: src.row,
             thread: src.thread,
+            epoch: src.epoch,
         }
     }
 }
@@ -584,6 +599,7 @@ impl SourceBlock for MySqlBlock {
                 row: facts.row,
                 thread: facts.thread,
                 query: None,
+                epoch: facts.epoch,
             }
         } else {
             MySqlSource {
@@ -596,6 +612,7 @@ impl SourceBlock for MySqlBlock {
                 row: 0,
                 thread: None,
                 query: None,
+                epoch: facts.epoch,
             }
         };
         self.writer.write(out, &block);

@@ -45,6 +45,17 @@ pub enum MySqlSourceError {
     #[error("the stored offset is a position in the binlog of {stored}, but this server is {found}: binlog files and offsets of two servers cannot be compared (a promoted replica's files and offsets start over), so capture cannot tell which of this server's transactions Kafka already holds. Point database.hostname back at the server of the offset; or capture this one from a new snapshot: delete the connector's stored offset (a null-valued record under its key on the offsets topic) and start again")]
     OtherServer { stored: String, found: String },
 
+    /// After a failover the new server does not hold every transaction
+    /// the stored GTIDs name (a replica behind, or not a replica of the
+    /// old primary): resuming there would lose the difference.
+    #[error("the stored offset is a position in the binlog of {stored}; this server ({found}) could take over by GTIDs, but its GTID state {server_gtids} does not contain the stored {stored_gtids}: it has not applied every transaction already in Kafka. Wait until it has caught up (a replica with log_slave_updates / log_replica_updates of the old primary), or point database.hostname back at the server of the offset")]
+    FailoverBehind {
+        stored: String,
+        found: String,
+        stored_gtids: String,
+        server_gtids: String,
+    },
+
     /// The stored offset record is not one this source wrote (another
     /// source's, or a part that does not read).
     #[error("the stored offset record {0}: connector names must be unique per source; delete the record (a null-valued record under the connector's key on the offsets topic) or give this capture another name")]
@@ -52,8 +63,8 @@ pub enum MySqlSourceError {
 
     /// A binlog position the offset's order key cannot hold (see
     /// `offset::order_key`).
-    #[error("binlog position {file}:{pos} does not fit the offset's order key (the file's sequence number and the offset must each be below 2^32, as the binlog's own 32-bit event positions are): keep max_binlog_size at or below 1G, its maximum, and transactions below 4 GiB (max_binlog_cache_size = 4G)")]
-    PositionOutOfRange { file: String, pos: u64 },
+    #[error("binlog position {file}:{pos} after {epoch} failovers does not fit the offset's order key (the offset must be below 2^32, as the binlog's own 32-bit event positions are; the file's sequence number below 2^23 = 8388608; at most 255 failovers): keep max_binlog_size at or below 1G, its maximum, and transactions below 4 GiB (max_binlog_cache_size = 4G); past 8388607 binlog files or 255 failovers, take a new snapshot (delete the stored offset) after RESET MASTER on the server")]
+    PositionOutOfRange { file: String, pos: u64, epoch: u32 },
 
     /// `snapshot.locking.mode = minimal` and the user may take neither
     /// lock the consistent snapshot needs.

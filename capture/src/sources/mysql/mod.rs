@@ -55,7 +55,7 @@ pub use decoder::{BinlogChange, ChangeKind, Decoder, RowChange};
 pub use error::MySqlSourceError;
 pub use history::{ShapeFacts, TableFacts, TransactionFacts};
 pub use mapping::{MappingConfig, MappingError};
-pub use offset::{order_key, MySqlOffset};
+pub use offset::{order_key, MySqlOffset, Resume};
 pub use position::{
     binlog_bytes_between, BinlogCoordinates, GtidParseError, Gtids, MariaGtid, MariaGtidList,
     MySqlGtidSet, Position,

@@ -18,18 +18,28 @@
 //! and the next row event) decodes with the shape each row was written
 //! with.
 //!
-//! **Order key**: `file sequence << 32 | offset` of the transaction's first
-//! event. Within one server's binlog it orders transaction starts exactly
-//! as [`Position`] does, and with the changes published (`event`, `row`,
-//! which the core counts as `events`) every position; a rotation (`FLUSH
-//! BINARY LOGS`, `max_binlog_size`) raises the sequence, so the key grows
-//! across it. Both halves fit: an event header's position is 32 bits (the
-//! servers cannot address a file past 4 GiB, so `max_binlog_cache_size`
-//! is documented to stay at 4 GiB), and a file's numeric extension stops
-//! at 2^31 - 1. A position beyond either is refused, never wrapped. Keys
-//! of two servers are not comparable (a promoted replica's files start
-//! over), so the part names the server and [`MySqlOffset::check`] refuses
-//! another's, naming the fix.
+//! **Order key**: `epoch << 55 | file sequence << 32 | offset` of the
+//! transaction's first event. Within one server's binlog it orders
+//! transaction starts exactly as [`Position`] does, and with the changes
+//! published (`event`, `row`, which the core counts as `events`) every
+//! position; a rotation (`FLUSH BINARY LOGS`, `max_binlog_size`) raises the
+//! sequence, so the key grows across it. The offset fits 32 bits (an event
+//! header's position is 32 bits, so `max_binlog_cache_size` is documented
+//! to stay at 4 GiB), the sequence 23 bits (8,388,607 files), the epoch 8.
+//! A position beyond any is refused, never wrapped.
+//!
+//! **Failover rule**: a promoted replica's files and offsets start over,
+//! so its keys would go backwards and sinks, which version rows by them,
+//! would drop its changes as stale. The part names the server; another
+//! server is taken over only by GTIDs (the stored set contained in the
+//! server's), and every position read from it carries the **epoch** one
+//! up (`Position::epoch`, absent = 0 in older records), the key's top
+//! bits: every key after a failover is above every key before it. The
+//! first transaction the new server sends (the one the stored GTIDs stop
+//! before, possibly partly published) keeps the stored key, so the core
+//! skips exactly its published changes; the next one's start is the first
+//! key of the new epoch. Without GTIDs another server is refused
+//! ([`MySqlOffset::check`]), naming the fix.
 
 use std::collections::BTreeMap;
 
@@ -39,25 +49,56 @@ use super::cell::Cell;
 use super::checks::{ServerFacts, ServerIdentity};
 use super::error::MySqlSourceError;
 use super::history::ShapeFacts;
-use super::position::Position;
+use super::position::{Gtids, Position};
 use crate::offset::{SourceOffset, SourcePart};
 
 /// Bits of the order key that hold the offset inside a binlog file.
 const OFFSET_BITS: u32 = 32;
+/// Bits of the file's sequence number, above the offset.
+const SEQUENCE_BITS: u32 = 23;
+/// Where the failover epoch starts: above the sequence, below the sign
+/// bit (sinks keep versions as signed 64-bit numbers).
+const EPOCH_SHIFT: u32 = OFFSET_BITS + SEQUENCE_BITS;
+/// The last epoch the key holds (8 bits).
+pub const MAX_EPOCH: u32 = (1 << (63 - EPOCH_SHIFT)) - 1;
 
 /// The order key of the transaction starting at `position` (its `event`
 /// and `row` are not part of it: they count what of the transaction was
-/// published, which the core keeps as `events`).
+/// published, which the core keeps as `events`): `epoch << 55 | file
+/// sequence << 32 | offset`. Epoch 0 is today's key, so records written
+/// before any failover keep theirs.
 pub fn order_key(position: &Position) -> Result<u64, MySqlSourceError> {
     let (sequence, _) = position.coordinates().file_sequence();
-    let limit = 1u64 << OFFSET_BITS;
-    if sequence >= limit || position.pos >= limit {
+    if sequence >= 1 << SEQUENCE_BITS
+        || position.pos >= 1 << OFFSET_BITS
+        || position.epoch > MAX_EPOCH
+    {
         return Err(MySqlSourceError::PositionOutOfRange {
             file: position.file.clone(),
             pos: position.pos,
+            epoch: position.epoch,
         });
     }
-    Ok((sequence << OFFSET_BITS) | position.pos)
+    Ok((u64::from(position.epoch) << EPOCH_SHIFT) | (sequence << OFFSET_BITS) | position.pos)
+}
+
+/// The binlog file sequence and offset of an order key (its epoch left
+/// out): the inverse of [`order_key`] for a fresh start's key.
+pub fn key_coordinates(key: u64) -> (u64, u64) {
+    (
+        (key >> OFFSET_BITS) & ((1 << SEQUENCE_BITS) - 1),
+        key & ((1 << OFFSET_BITS) - 1),
+    )
+}
+
+/// How a checked stored offset resumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// On the server that wrote it: by binlog file and offset.
+    Same,
+    /// On another server holding its GTIDs (a promoted replica): by GTIDs,
+    /// one failover epoch up.
+    Failover,
 }
 
 /// What the MySQL source stores beside the core's fields of an offset
@@ -156,15 +197,46 @@ impl MySqlOffset {
 
     /// The start-up check of this stored offset against the server: the
     /// same server, then the server's own checks with the position (its
-    /// binlog retained, the offset inside it).
-    pub fn check(&self, server: &ServerFacts) -> Result<(), MySqlSourceError> {
-        if self.server != server.server {
-            return Err(MySqlSourceError::OtherServer {
+    /// binlog retained, the offset inside it). Another server is taken
+    /// over by GTIDs ([`Resume::Failover`]) when the stored position has
+    /// them and the server's GTID state `server_gtids` contains them;
+    /// without GTIDs it is refused, naming the fix.
+    pub fn check(
+        &self,
+        server: &ServerFacts,
+        server_gtids: Option<&Gtids>,
+    ) -> Result<Resume, MySqlSourceError> {
+        if self.server == server.server {
+            server.check(Some(&self.position))?;
+            return Ok(Resume::Same);
+        }
+        let other = || MySqlSourceError::OtherServer {
+            stored: self.server.to_string(),
+            found: server.server.to_string(),
+        };
+        let Some(stored) = self.position.gtids.as_ref().filter(|g| !g.is_empty()) else {
+            return Err(other());
+        };
+        let Some(found) = server_gtids else {
+            return Err(other());
+        };
+        if !found.includes(stored) {
+            return Err(MySqlSourceError::FailoverBehind {
                 stored: self.server.to_string(),
                 found: server.server.to_string(),
+                stored_gtids: stored.to_string(),
+                server_gtids: found.to_string(),
             });
         }
-        server.check(Some(&self.position))
+        server.check(None)?;
+        if self.position.epoch >= MAX_EPOCH {
+            return Err(MySqlSourceError::PositionOutOfRange {
+                file: self.position.file.clone(),
+                pos: self.position.pos,
+                epoch: self.position.epoch + 1,
+            });
+        }
+        Ok(Resume::Failover)
     }
 
     fn agrees_with(&self, offset: &SourceOffset) -> Result<(), MySqlSourceError> {

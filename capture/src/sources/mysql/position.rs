@@ -283,6 +283,14 @@ pub enum Gtids {
 }
 
 impl Gtids {
+    /// Whether the state names no transaction.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Self::MariaDb(l) => l.0.is_empty(),
+            Self::MySql(s) => s.0.is_empty(),
+        }
+    }
+
     /// Whether this state includes everything `other` names (a partial
     /// order: states of different styles never include each other).
     pub fn includes(&self, other: &Self) -> bool {
@@ -340,6 +348,17 @@ pub struct Position {
     /// Rows of the next event already published.
     #[serde(default)]
     pub row: u64,
+    /// Failovers followed: how many times capture moved, by GTIDs, onto
+    /// another server's binlog. The top of the order key
+    /// ([`super::offset::order_key`]), so keys keep growing on a new
+    /// primary whose files start over. Absent (0) in records written
+    /// before any failover, and in those of earlier releases.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn ser_gtids<S: Serializer>(g: &Option<Gtids>, s: S) -> Result<S::Ok, S::Error> {
@@ -366,6 +385,7 @@ impl Position {
             gtids: None,
             event: 0,
             row: 0,
+            epoch: 0,
         }
     }
 
@@ -376,8 +396,9 @@ impl Position {
         }
     }
 
-    fn key(&self) -> ((u64, &str), &str, u64, u64, u64) {
+    fn key(&self) -> (u32, (u64, &str), &str, u64, u64, u64) {
         (
+            self.epoch,
             file_sequence(&self.file),
             &self.file,
             self.pos,
@@ -388,7 +409,7 @@ impl Position {
 }
 
 impl Ord for Position {
-    /// File sequence, file name, pos, event, row. GTIDs do not take part:
+    /// Epoch, file sequence, file name, pos, event, row. GTIDs do not take part:
     /// two positions at the same place carry the same GTIDs.
     fn cmp(&self, other: &Self) -> Ordering {
         self.key().cmp(&other.key()).then_with(|| {

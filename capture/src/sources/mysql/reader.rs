@@ -85,7 +85,12 @@ impl BinlogReader {
                 conn.exec_drop("SET @slave_connect_state = ?", (list.to_string(),))
                     .await
                     .map_err(q("set @slave_connect_state"))?;
-                conn.query_drop("SET @slave_gtid_strict_mode = 1")
+                // Not strict: a replica with replication filters never
+                // logged the transactions it filtered, and the stored GTIDs
+                // (its old primary's) may name one; the server then sends
+                // from the next transaction it has. That it has every one
+                // stored is checked first (`MySqlOffset::check`).
+                conn.query_drop("SET @slave_gtid_strict_mode = 0")
                     .await
                     .map_err(q("set @slave_gtid_strict_mode"))?;
             }

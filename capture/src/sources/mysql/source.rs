@@ -54,6 +54,11 @@ pub struct StreamStart {
     pub mapping: MappingConfig,
     /// The shape facts as of `from` (the stored part's).
     pub facts: ShapeFacts,
+    /// A failover: `from` is a position of this server's binlog (the
+    /// stored one), found on `server` by GTIDs (`resume`); the stream
+    /// reads one epoch up and its first transaction keeps `from`'s key
+    /// (the failover rule of `offset.rs`).
+    pub takeover: Option<ServerIdentity>,
 }
 
 /// A change as the reader task sends it: with the shape facts as of the
@@ -74,13 +79,30 @@ pub struct MySqlStream {
 impl MySqlStream {
     /// Registers as a replica and starts reading from `start.from`.
     pub async fn open(start: StreamStart) -> Result<Self, CaptureError> {
-        let book = PositionBook::new(start.server.clone(), &start.from, start.facts.clone())?;
         let opened_at = super::offset::order_key(&start.from).map_err(stream_error)?;
+        let (book, read_from) = match &start.takeover {
+            None => (
+                PositionBook::new(start.server.clone(), &start.from, start.facts.clone())?,
+                start.from.clone(),
+            ),
+            Some(stored) => (
+                PositionBook::taking_over(
+                    start.server.clone(),
+                    stored.clone(),
+                    &start.from,
+                    start.facts.clone(),
+                )?,
+                Position {
+                    epoch: start.from.epoch + 1,
+                    ..start.from.clone()
+                },
+            ),
+        };
         let mut reader = BinlogReader::open(
             start.opts,
             start.replica_id,
             start.flavor,
-            &start.from,
+            &read_from,
             start.resume,
         )
         .await
@@ -88,11 +110,15 @@ impl MySqlStream {
         reader.set_facts(start.facts);
         let (tx, changes) = mpsc::channel(AHEAD);
         let reader = tokio::spawn(read(reader, tx));
+        let mut adapter = StreamAdapter::new(start.mapping, book);
+        if start.takeover.is_some() {
+            adapter = adapter.adopting(opened_at);
+        }
         Ok(Self {
             changes,
             reader,
-            adapter: StreamAdapter::new(start.mapping, book),
-            watermarks: WatermarkBoard::default(),
+            adapter,
+            watermarks: WatermarkBoard::in_epoch(read_from.epoch),
             handed: Handed::at(opened_at),
         })
     }

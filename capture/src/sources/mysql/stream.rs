@@ -185,6 +185,10 @@ pub struct StreamAdapter {
     facts: SharedFacts,
     /// The binlog positions of the order keys moved.
     book: PositionBook,
+    /// After a failover, until the first transaction with rows: the
+    /// stored key that transaction keeps (the failover rule of
+    /// `offset.rs`), so the core skips what of it was published.
+    adopt: Option<u64>,
 }
 
 impl StreamAdapter {
@@ -198,7 +202,16 @@ impl StreamAdapter {
             queue: VecDeque::new(),
             facts: SharedFacts::default(),
             book,
+            adopt: None,
         }
+    }
+
+    /// After a failover: the first transaction with rows starts at the
+    /// stored key `key` (where the book opened), and nothing before it
+    /// moves the position, whose keys are the new server's.
+    pub fn adopting(mut self, key: u64) -> Self {
+        self.adopt = Some(key);
+        self
     }
 
     /// The binlog positions of the order keys moved so far.
@@ -259,6 +272,9 @@ impl StreamAdapter {
     ) -> Result<(), CaptureError> {
         match change {
             BinlogChange::Row(row) => self.row(row, out),
+            // Before the adopted transaction, a position of the new server
+            // (keys of the next epoch) would pass over it.
+            BinlogChange::Commit { .. } if self.adopt.is_some() && self.open.is_none() => Ok(()),
             BinlogChange::Commit { position, .. } => {
                 let end = self.book.note_start(position)?;
                 match self.open.take() {
@@ -278,7 +294,10 @@ impl StreamAdapter {
 
     fn row(&mut self, row: RowChange, out: &mut VecDeque<MySqlEvent>) -> Result<(), CaptureError> {
         if self.open.is_none() {
-            let start = self.book.note_start(row.position.clone())?;
+            let start = match self.adopt.take() {
+                Some(key) => key,
+                None => self.book.note_start(row.position.clone())?,
+            };
             self.xid = self.xid.wrapping_add(1);
             out.push_back(StreamEvent::Begin {
                 commit: start,
@@ -295,7 +314,10 @@ impl StreamAdapter {
                 .note_change(tx.start, row.position.event, row.position.row);
         }
         let table = self.describe(&row.table, out);
-        let at = key(&Position::at(row.position.file.clone(), row.event_pos))?;
+        let at = key(&Position {
+            epoch: row.position.epoch,
+            ..Position::at(row.position.file.clone(), row.event_pos)
+        })?;
         let image = |cells: Option<Vec<_>>| -> Result<_, CaptureError> {
             let cells = cells.ok_or_else(|| {
                 CaptureError::Protocol(format!(

@@ -52,6 +52,9 @@ pub struct WatermarkBoard {
     /// handed out, before it asks for the next event, so each chunk's rows
     /// name its own C (the encoder of a table's chunks is built once).
     facts: SharedFacts,
+    /// The failover epoch of the stream's positions (`offset.rs`): a chunk's
+    /// position C, read from the server, is in it.
+    epoch: u32,
 }
 
 /// Where the stream stands: what it has handed out to the pipeline.
@@ -113,6 +116,19 @@ pub fn is_due(at: u64, handed: Handed, next: Option<Next>) -> bool {
 }
 
 impl WatermarkBoard {
+    /// The board of a stream reading in failover epoch `epoch`.
+    pub fn in_epoch(epoch: u32) -> Self {
+        Self {
+            epoch,
+            ..Self::default()
+        }
+    }
+
+    /// The failover epoch of the stream's positions.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
     /// Registers chunk `id`'s low and high watermark at binlog position
     /// `c` (file and offset), whose order key is `at`.
     pub fn register(&self, at: u64, c: &Position, id: &str) {

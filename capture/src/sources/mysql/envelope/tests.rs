@@ -66,6 +66,7 @@ fn source<'a>(input: &'a Value, dbz: &'a Value) -> MySqlSource<'a> {
         row: input["row"].as_u64().unwrap(),
         thread: dbz["thread"].as_u64(),
         query: None,
+        epoch: 0,
     }
 }
 

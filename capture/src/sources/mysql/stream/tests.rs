@@ -611,3 +611,100 @@ fn a_refused_value_is_the_encoders_refusal_not_the_streams() {
         "{text}"
     );
 }
+
+/// The failover rule (`offset.rs`): after a takeover by GTIDs, the new
+/// server's first transaction keeps the stored key (so the core skips what
+/// of it was published), positions before it are not handed out (their
+/// keys would pass over it), and from its commit on every key is of the
+/// next epoch, above every key of the old server. Records naming the
+/// stored key still name the old server's position.
+#[test]
+fn a_takeover_keeps_the_stored_key_for_its_first_transaction() {
+    use crate::offset::SourceOffset;
+    use crate::sources::mysql::{MySqlOffset, ServerIdentity, ShapeFacts};
+
+    let old = ServerIdentity { id: 1, uuid: None };
+    let new = ServerIdentity { id: 2, uuid: None };
+    let stored = at("old-bin.000900", 5000, 0, 0);
+    let stored_key = key(&stored).unwrap();
+    let book = PositionBook::taking_over(new.clone(), old.clone(), &stored, ShapeFacts::default())
+        .unwrap();
+    let mut adapter = StreamAdapter::new(MappingConfig::default(), book).adopting(stored_key);
+    let epoch1 = |file: &str, pos, event, row| Position {
+        epoch: 1,
+        ..at(file, pos, event, row)
+    };
+    let t = shape(&["id"]);
+    for change in [
+        // The dump's file header: a position of the new server, dropped.
+        BinlogChange::Commit {
+            position: epoch1("new-bin.000001", 300, 0, 0),
+            xid: None,
+        },
+        row(
+            &t,
+            ChangeKind::Insert,
+            epoch1("new-bin.000001", 300, 2, 1),
+            400,
+            None,
+            ints(&[1]),
+        ),
+        row(
+            &t,
+            ChangeKind::Insert,
+            epoch1("new-bin.000001", 300, 2, 2),
+            400,
+            None,
+            ints(&[2]),
+        ),
+    ] {
+        adapter.push(change).expect("moved");
+    }
+    let partial = SourceOffset {
+        commit_lsn: stored_key,
+        events: 2,
+        complete: false,
+        ..SourceOffset::start(4)
+    };
+    let mut record = partial.clone();
+    record.source = Some(adapter.book().part(&partial).expect("part"));
+    let read = MySqlOffset::read(&record).expect("agrees");
+    assert_eq!(read.server, old, "a restart now takes over again");
+    assert_eq!(read.resume_from(), stored);
+    adapter
+        .push(BinlogChange::Commit {
+            position: epoch1("new-bin.000001", 700, 0, 0),
+            xid: Some(1),
+        })
+        .expect("moved");
+    let events: Vec<MySqlEvent> = std::iter::from_fn(|| adapter.next()).collect();
+    let keys: Vec<(char, u64)> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Begin { commit, .. } => Some(('b', *commit)),
+            StreamEvent::Commit { commit, end } => {
+                assert_eq!(*commit, stored_key);
+                Some(('e', *end))
+            }
+            StreamEvent::KeepAlive { position } => Some(('k', *position)),
+            StreamEvent::Change { at, .. } => Some(('c', *at)),
+            _ => None,
+        })
+        .collect();
+    let next = key(&epoch1("new-bin.000001", 700, 0, 0)).unwrap();
+    let row_at = key(&epoch1("new-bin.000001", 400, 0, 0)).unwrap();
+    assert_eq!(
+        keys,
+        vec![('b', stored_key), ('c', row_at), ('c', row_at), ('e', next)]
+    );
+    assert!(next > stored_key && row_at > stored_key);
+    let complete = SourceOffset {
+        complete: true,
+        ..SourceOffset::start(next)
+    };
+    let mut record = complete.clone();
+    record.source = Some(adapter.book().part(&complete).expect("part"));
+    let read = MySqlOffset::read(&record).expect("agrees");
+    assert_eq!(read.server, new);
+    assert_eq!(read.position, epoch1("new-bin.000001", 700, 0, 0));
+}
