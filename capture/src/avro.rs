@@ -23,6 +23,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{CaptureConfig, Converter};
+use crate::envelope::Heads;
 use crate::error::CaptureError;
 
 /// How long a record waits for an unreachable registry before the
@@ -53,7 +54,7 @@ pub(crate) struct AvroWriter {
 pub(crate) struct Known {
     /// `{"schema":<Connect schema>,"payload":`: the wrapper around the
     /// payload (a `}` closes it), byte for byte as the envelope writes it.
-    head: Vec<u8>,
+    head: Arc<[u8]>,
     id: u32,
     codec: SharedCodec,
 }
@@ -101,44 +102,88 @@ impl AvroWriter {
 
     /// The Avro key and value of a record to `topic`, where they are
     /// converted (`None`: send the envelope's bytes as they are).
+    #[cfg(test)]
     pub(crate) async fn convert(
         &self,
         topic: &str,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
     ) -> Result<Converted, CaptureError> {
+        self.convert_apart(topic, key, value, &Heads::default())
+            .await
+    }
+
+    /// [`AvroWriter::convert`] of a key and value the envelope may have
+    /// written apart from their schema `heads` (the payload alone).
+    pub(crate) async fn convert_apart(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        heads: &Heads,
+    ) -> Result<Converted, CaptureError> {
         if self.json_topics.iter().any(|t| t == topic) {
             return Ok((None, None));
         }
         let key = match key.filter(|_| self.key) {
-            Some(k) => self.part(topic, k, true).await?,
+            Some(k) => self.part(topic, k, heads.key.as_ref(), true).await?,
             None => None,
         };
         let value = match value.filter(|_| self.value) {
-            Some(v) => self.part(topic, v, false).await?,
+            Some(v) => self.part(topic, v, heads.value.as_ref(), false).await?,
             None => None,
         };
         Ok((key, value))
     }
 
+    /// The Avro of one part: `bytes` whole, or its payload alone when
+    /// written apart from `head`.
     async fn part(
         &self,
         topic: &str,
         bytes: &[u8],
+        head: Option<&Arc<[u8]>>,
         is_key: bool,
     ) -> Result<Option<Vec<u8>>, CaptureError> {
         let known = self.known(topic, is_key);
-        if let Some(known) = known.filter(|k| bytes.starts_with(&k.head)) {
+        let payload = match head {
+            // The encoder's own head, or one of the same bytes (another
+            // encoder of the same shape).
+            Some(head) => known
+                .filter(|k| Arc::ptr_eq(&k.head, head) || k.head[..] == head[..])
+                .map(|k| (k, bytes)),
             // Anything after the payload but the closing brace: parsed whole below.
-            if let Some(payload) = bytes[known.head.len()..].strip_suffix(b"}") {
-                let mut out = Vec::with_capacity(payload.len() / 2 + 16);
-                out.extend_from_slice(&wire::header(known.id));
-                if let Some(written) = known.codec.encode_text_into(payload, &mut out) {
-                    written.map_err(|e| misfit(topic, is_key, e))?;
-                    return Ok(Some(out));
-                }
+            None => known
+                .filter(|k| bytes.starts_with(&k.head[..]))
+                .and_then(|k| {
+                    let payload = bytes[k.head.len()..].strip_suffix(b"}")?;
+                    Some((k, payload))
+                }),
+        };
+        if let Some((known, payload)) = payload {
+            let mut out = Vec::with_capacity(payload.len() / 2 + 16);
+            out.extend_from_slice(&wire::header(known.id));
+            if let Some(written) = known.codec.encode_text_into(payload, &mut out) {
+                written.map_err(|e| misfit(topic, is_key, e))?;
+                return Ok(Some(out));
             }
         }
+        let whole = match head {
+            Some(head) => std::borrow::Cow::Owned(Heads::whole(head, bytes)),
+            None => std::borrow::Cow::Borrowed(bytes),
+        };
+        self.parsed(topic, &whole, head, is_key).await
+    }
+
+    /// The Avro of a whole part, parsed: its schema registered and
+    /// remembered (by `head` itself when it was written apart from it).
+    async fn parsed(
+        &self,
+        topic: &str,
+        bytes: &[u8],
+        head: Option<&Arc<[u8]>>,
+        is_key: bool,
+    ) -> Result<Option<Vec<u8>>, CaptureError> {
         let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(bytes) else {
             return Ok(None);
         };
@@ -150,7 +195,11 @@ impl AvroWriter {
         }
         let (id, codec) = self.register(topic, is_key, &schema).await?;
         let framed = encode(topic, is_key, id, &codec, &payload)?;
-        self.remember(topic, is_key, Known::new(&schema, id, codec), bytes);
+        let mut known = Known::new(&schema, id, codec);
+        if let Some(head) = head.filter(|h| h[..] == known.head[..]) {
+            known.head = Arc::clone(head);
+        }
+        self.remember(topic, is_key, known, bytes);
         Ok(Some(framed))
     }
 
@@ -165,7 +214,7 @@ impl AvroWriter {
     /// writes it is known by its bytes; another writer's records keep
     /// taking the parsing path.
     pub(crate) fn remember(&self, topic: &str, is_key: bool, known: Known, record: &[u8]) -> bool {
-        if !record.starts_with(&known.head) {
+        if !record.starts_with(&known.head[..]) {
             return false;
         }
         let mut all = self.known.lock().unwrap_or_else(PoisonError::into_inner);
@@ -214,7 +263,9 @@ impl Known {
     /// `schema` (a record's, as parsed), registered as `id`.
     pub(crate) fn new(schema: &Value, id: u32, codec: SharedCodec) -> Self {
         Known {
-            head: format!("{{\"schema\":{schema},\"payload\":").into_bytes(),
+            head: format!("{{\"schema\":{schema},\"payload\":")
+                .into_bytes()
+                .into(),
             id,
             codec,
         }

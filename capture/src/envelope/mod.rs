@@ -118,6 +118,39 @@ pub trait SourceBlock: std::fmt::Debug + Send + Sync {
     fn write(&self, out: &mut Vec<u8>, src: &SourcePosition);
 }
 
+/// Which parts of a table's records are written without their
+/// `{"schema":..,"payload":` head and closing `}`, the payload alone: the
+/// parts an Avro converter turns into Avro, which registers a schema once
+/// and never needs its ~3 kB of JSON per record again. The record carries
+/// the [`Heads`] instead, and a part sent as JSON after all is made whole
+/// ([`Heads::whole`]) before it is sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeadsApart {
+    pub key: bool,
+    pub value: bool,
+}
+
+/// The heads a record's key and value were written without (`None`: the
+/// part is whole), shared by every record of a table shape, so that a
+/// known head is told by its pointer.
+#[derive(Debug, Clone, Default)]
+pub struct Heads {
+    pub key: Option<Arc<[u8]>>,
+    pub value: Option<Arc<[u8]>>,
+}
+
+impl Heads {
+    /// The whole record of `payload` written apart from `head`: what the
+    /// encoder writes when nothing is apart.
+    pub fn whole(head: &[u8], payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(head.len() + payload.len() + 1);
+        out.extend_from_slice(head);
+        out.extend_from_slice(payload);
+        out.push(b'}');
+        out
+    }
+}
+
 /// One column as the encoder writes it.
 #[derive(Debug, Clone)]
 struct ColumnEncoder {
@@ -182,15 +215,17 @@ pub struct TableEncoder {
     /// Cells of a row: the table's columns, excluded ones included.
     width: usize,
     /// `{"schema":<key schema>,"payload":` or empty.
-    key_head: Vec<u8>,
+    key_head: Arc<[u8]>,
     /// `{"schema":<value schema>,"payload":` or empty.
-    value_head: Vec<u8>,
+    value_head: Arc<[u8]>,
     /// `}` closing the wrapper, or empty.
     tail: &'static [u8],
+    /// The parts written without their head and tail ([`HeadsApart`]).
+    apart: HeadsApart,
     source: SourceWriter,
     /// The source's own block, when it has one (else `source`'s).
     block: Option<Arc<dyn SourceBlock>>,
-    /// Typical value size, to size buffers in one allocation.
+    /// Typical payload size (the head aside), to size buffers in one allocation.
     value_capacity: usize,
 }
 
@@ -234,8 +269,9 @@ impl TableEncoder {
         } else {
             (Vec::new(), Vec::new(), &b""[..])
         };
+        let (key_head, value_head): (Arc<[u8]>, Arc<[u8]>) = (key_head.into(), value_head.into());
 
-        let value_capacity = value_head.len() + 320 + 48 * columns.len() * 2;
+        let value_capacity = 320 + 48 * columns.len() * 2;
         Ok(Self {
             topic: crate::naming::table_topic(
                 &cfg.topic_prefix,
@@ -253,8 +289,38 @@ impl TableEncoder {
             key_head,
             value_head,
             tail,
+            apart: HeadsApart::default(),
             value_capacity,
         })
+    }
+
+    /// This encoder writing the parts `apart` names as their payload alone,
+    /// when schemas are enabled ([`HeadsApart`]); [`TableEncoder::heads`]
+    /// are then what they were written without. Truncate values stay whole.
+    pub fn with_heads_apart(mut self, apart: HeadsApart) -> Self {
+        if !self.tail.is_empty() {
+            self.apart = apart;
+        }
+        self
+    }
+
+    /// The heads of the parts this encoder writes apart.
+    pub fn heads(&self) -> Heads {
+        Heads {
+            key: self.apart.key.then(|| Arc::clone(&self.key_head)),
+            value: self.apart.value.then(|| Arc::clone(&self.value_head)),
+        }
+    }
+
+    /// The head and tail written around a key's (`true`) or a value's payload.
+    fn wrapper(&self, is_key: bool) -> (&[u8], &[u8]) {
+        match (is_key, self.apart) {
+            (true, HeadsApart { key: true, .. }) | (false, HeadsApart { value: true, .. }) => {
+                (b"", b"")
+            }
+            (true, _) => (&self.key_head, self.tail),
+            (false, _) => (&self.value_head, self.tail),
+        }
     }
 
     /// [`TableEncoder::with_source_schema`] whose records' `source` block
@@ -304,7 +370,8 @@ impl TableEncoder {
     /// The record key: a JSON object of the key columns of `row` (a new
     /// tuple, or the old tuple of a delete).
     pub fn key<R: Row + ?Sized>(&self, row: &R) -> Result<Vec<u8>, EnvelopeError> {
-        let mut out = Vec::with_capacity(self.key_head.len() + 16 * self.key_indices.len() + 8);
+        let head = self.wrapper(true).0.len();
+        let mut out = Vec::with_capacity(head + 16 * self.key_indices.len() + 8);
         self.key_into(row, &mut out)?;
         Ok(out)
     }
@@ -317,7 +384,8 @@ impl TableEncoder {
         out: &mut Vec<u8>,
     ) -> Result<(), EnvelopeError> {
         self.check_len(row)?;
-        out.extend_from_slice(&self.key_head);
+        let (head, tail) = self.wrapper(true);
+        out.extend_from_slice(head);
         out.push(b'{');
         for (n, &i) in self.key_indices.iter().enumerate() {
             if n > 0 {
@@ -335,7 +403,7 @@ impl TableEncoder {
             self.write_value(col, cell, out)?;
         }
         out.push(b'}');
-        out.extend_from_slice(self.tail);
+        out.extend_from_slice(tail);
         Ok(())
     }
 
@@ -350,7 +418,7 @@ impl TableEncoder {
         src: &SourcePosition,
         now_ms: i64,
     ) -> Result<Vec<u8>, EnvelopeError> {
-        let mut out = Vec::with_capacity(self.value_capacity);
+        let mut out = Vec::with_capacity(self.wrapper(false).0.len() + self.value_capacity);
         self.value_into(op, before, after, src, now_ms, &mut out)?;
         Ok(out)
     }
@@ -401,7 +469,10 @@ impl TableEncoder {
         {
             out.clear();
         }
-        out
+        match self.heads().value {
+            Some(head) => Heads::whole(&head, &out),
+            None => out,
+        }
     }
 
     fn write_envelope<R: Row + ?Sized>(
@@ -413,7 +484,8 @@ impl TableEncoder {
         now_ms: i64,
         out: &mut Vec<u8>,
     ) -> Result<(), EnvelopeError> {
-        out.extend_from_slice(&self.value_head);
+        let (head, tail) = self.wrapper(false);
+        out.extend_from_slice(head);
         out.extend_from_slice(b"{\"before\":");
         self.write_row(before, out)?;
         out.extend_from_slice(b",\"after\":");
@@ -425,7 +497,7 @@ impl TableEncoder {
         out.extend_from_slice(b"\",\"ts_ms\":");
         write_i64(out, now_ms);
         out.push(b'}');
-        out.extend_from_slice(self.tail);
+        out.extend_from_slice(tail);
         Ok(())
     }
 

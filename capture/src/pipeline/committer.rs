@@ -73,13 +73,15 @@ impl Transactions for KafkaTx {
         };
         for r in records {
             let (key, value) = avro
-                .convert(&r.topic, r.key.as_deref(), r.value.as_deref())
+                .convert_apart(&r.topic, r.key.as_deref(), r.value.as_deref(), &r.heads)
                 .await?;
             if key.is_some() {
                 r.key = key;
+                r.heads.key = None;
             }
             if value.is_some() {
                 r.value = value;
+                r.heads.value = None;
             }
         }
         Ok(())
@@ -297,6 +299,8 @@ impl<T: Transactions> Committer<T> {
     /// is a twentieth of its JSON with schemas).
     pub(super) async fn publish(&mut self, mut records: Vec<Record>) -> Result<(), CaptureError> {
         self.tx.prepare(&mut records).await?;
+        // What was written apart from its schema head and not converted goes as JSON.
+        records.iter_mut().for_each(Record::join_heads);
         if self.inflight.is_some() {
             let held = &mut self.held;
             held.bytes += records.iter().map(Record::len).sum::<usize>();

@@ -307,7 +307,7 @@ impl<S: Source> Pipeline<'_, S> {
             &position,
             ts,
         );
-        let mut record = Record::change(&topic.as_str().into(), key, value, &position);
+        let mut record = Record::change(&topic.as_str().into(), key, value, &position, None);
         record.ensure_topic = true;
         self.publish(vec![record]).await?;
         Tracker::message_published(self.kafka.stage(), &position);

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::envelope::{SourcePosition, TableEncoder, HEADER_POSITION, HEADER_SCHEMA, HEADER_TABLE};
+use crate::envelope::{
+    Heads, SourcePosition, TableEncoder, HEADER_POSITION, HEADER_SCHEMA, HEADER_TABLE,
+};
 
 /// A record ready for Kafka.
 pub(super) struct Record {
@@ -18,6 +20,10 @@ pub(super) struct Record {
     /// Set on an outbox dead letter: the outbox table and the reason, which
     /// the pipeline logs and counts (never the row's values).
     pub(super) dead_letter: Option<(String, String)>,
+    /// The schema heads its key and value were written without
+    /// ([`crate::envelope::HeadsApart`]): the producer converts them, or
+    /// [`Record::join_heads`] makes them whole before they are sent.
+    pub(super) heads: Heads,
 }
 
 impl Record {
@@ -34,6 +40,18 @@ impl Record {
             ensure_topic: false,
             partition: None,
             dead_letter: None,
+            heads: Heads::default(),
+        }
+    }
+
+    /// The parts still written apart from their schema head, whole again:
+    /// what the JSON converter sends.
+    pub(super) fn join_heads(&mut self) {
+        let Heads { key, value } = std::mem::take(&mut self.heads);
+        for (part, head) in [(&mut self.key, key), (&mut self.value, value)] {
+            if let (Some(bytes), Some(head)) = (part.as_mut(), head) {
+                *bytes = Heads::whole(&head, bytes);
+            }
         }
     }
 
@@ -54,14 +72,20 @@ impl Record {
         r
     }
 
-    /// A change event of a table, its source position in a header too.
+    /// A change event of a table, its source position in a header too;
+    /// `enc` is the table's encoder that wrote it (`None`: not a table's,
+    /// written whole).
     pub(super) fn change(
         topic: &Arc<str>,
         key: Vec<u8>,
         value: Vec<u8>,
         src: &SourcePosition,
+        enc: Option<&TableEncoder>,
     ) -> Self {
         let mut r = Record::new(topic, Some(key), Some(value));
+        if let Some(enc) = enc {
+            r.heads = enc.heads();
+        }
         r.headers
             .push((HEADER_POSITION, crate::envelope::position_header(src)));
         r
@@ -78,11 +102,43 @@ impl Record {
     ) -> Self {
         let (schema, table) = enc.source_names();
         let mut r = Record::new(topic, Some(key), None);
+        r.heads = enc.heads();
         r.headers = vec![
             (HEADER_POSITION, crate::envelope::position_header(src)),
             (HEADER_SCHEMA, schema.as_bytes().to_vec()),
             (HEADER_TABLE, table.as_bytes().to_vec()),
         ];
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A part still apart from its head is sent whole; a converted one (its
+    /// head dropped by the producer) and a missing one stay as they are.
+    #[test]
+    fn parts_written_apart_are_joined_to_their_heads() {
+        let head: Arc<[u8]> = Arc::from(&br#"{"schema":{"type":"int32"},"payload":"#[..]);
+        let mut r = Record::new(&"t".into(), Some(b"7".to_vec()), Some(b"\0avro".to_vec()));
+        r.heads = Heads {
+            key: Some(Arc::clone(&head)),
+            value: None,
+        };
+        r.join_heads();
+        assert_eq!(
+            r.key.as_deref(),
+            Some(&br#"{"schema":{"type":"int32"},"payload":7}"#[..])
+        );
+        assert_eq!(r.value.as_deref(), Some(&b"\0avro"[..]));
+        assert!(r.heads.key.is_none() && r.heads.value.is_none());
+        let mut tombstone = Record::new(&"t".into(), Some(b"7".to_vec()), None);
+        tombstone.heads = Heads {
+            key: None,
+            value: Some(head),
+        };
+        tombstone.join_heads();
+        assert_eq!(tombstone.value, None);
     }
 }

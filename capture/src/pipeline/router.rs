@@ -25,9 +25,9 @@ use std::sync::Arc;
 
 use super::record::Record;
 use crate::change::{Change, Datum, OldImage, RowImage, StreamTable};
-use crate::config::{CaptureConfig, ReplicaIdentityCheck, SkippedOperations};
+use crate::config::{CaptureConfig, Converter, ReplicaIdentityCheck, SkippedOperations};
 use crate::envelope::{
-    EnvelopeConfig, EnvelopeError, Op, SourcePosition, TableEncoder, HEADER_POSITION,
+    EnvelopeConfig, EnvelopeError, HeadsApart, Op, SourcePosition, TableEncoder, HEADER_POSITION,
 };
 use crate::error::CaptureError;
 use crate::filter::TableFilter;
@@ -82,6 +82,9 @@ pub(super) struct Router<T: RoutedTable> {
     /// runs must not take a topic another table writes to.
     topic_claims: TopicClaims,
     envelope: EnvelopeConfig,
+    /// The parts the producer converts to Avro, which encoders write
+    /// apart from their schema heads.
+    heads_apart: HeadsApart,
     filter: TableFilter,
     /// Each table's event key, by `schema.table`, as start-up, signals,
     /// quarantine releases and routes learnt it.
@@ -142,6 +145,10 @@ impl<T: RoutedTable> Router<T> {
                 schemas_enable: cfg.schemas_enable,
                 columns,
             },
+            heads_apart: HeadsApart {
+                key: cfg.schemas_enable && cfg.key_converter == Converter::Avro,
+                value: cfg.schemas_enable && cfg.value_converter == Converter::Avro,
+            },
             filter,
             key_columns,
             types,
@@ -153,6 +160,10 @@ impl<T: RoutedTable> Router<T> {
 
     pub(super) fn envelope(&self) -> &EnvelopeConfig {
         &self.envelope
+    }
+
+    pub(super) fn heads_apart(&self) -> HeadsApart {
+        self.heads_apart
     }
 
     pub(super) fn types(&self) -> &T::Types {
@@ -359,7 +370,7 @@ impl<T: RoutedTable> Router<T> {
         // A table without a key, or one whose `message.key.columns` name no
         // column of it, cannot be captured as it is: set aside, not a stop.
         let encoder = rel.encoder(&self.types, key, &self.envelope, identity.as_ref());
-        match encoder {
+        match encoder.map(|e| e.with_heads_apart(self.heads_apart)) {
             Ok(enc) => Ok(self.claim_topic(&rel, qualified, enc)),
             Err(e) => {
                 let why = match key {
@@ -631,7 +642,7 @@ pub(super) fn records<T: StreamTable>(
         Change::Message { prefix, content } => {
             let (topic, key, value) =
                 crate::envelope::message_record(m.envelope, true, &prefix, &content, src, m.now_ms);
-            let mut record = Record::change(&topic.as_str().into(), key, value, src);
+            let mut record = Record::change(&topic.as_str().into(), key, value, src, None);
             record.ensure_topic = true;
             Ok((vec![record], 1))
         }
@@ -656,6 +667,7 @@ fn insert<T: StreamTable>(
                 key,
                 value.map_err(refusable(1))?,
                 src,
+                Some(enc),
             ));
         }
         Some(Route::Outbox(router, rel)) => match router.route_or_dead_letter(new, &**rel) {
@@ -707,6 +719,7 @@ fn update(
             new_key,
             value.map_err(refusable(1))?,
             src,
+            Some(enc),
         ));
         return Ok((out, 1));
     };
@@ -723,6 +736,7 @@ fn update(
             old_key.clone(),
             deleted.map_err(refusable(2))?,
             src,
+            Some(enc),
         ));
         if m.tombstones {
             // The delete's position, as every tombstone.
@@ -743,6 +757,7 @@ fn update(
         new_key,
         created.map_err(refusable(2))?,
         &created_at,
+        Some(enc),
     ));
     Ok((out, 2))
 }
@@ -766,6 +781,7 @@ fn delete(
         key.clone(),
         value.map_err(refusable(1))?,
         src,
+        Some(enc),
     ));
     if m.tombstones {
         out.push(Record::tombstone(topic, key, src, enc));

@@ -447,7 +447,13 @@ impl<R: StreamTable + Clone + PartialEq> SnapshotDriver<R> {
             Ok((key, value))
         });
         match encoded.map_err(refusable(1)) {
-            Ok((key, value)) => Ok(Some(Record::change(&encoding.topic, key, value, pos))),
+            Ok((key, value)) => Ok(Some(Record::change(
+                &encoding.topic,
+                key,
+                value,
+                pos,
+                Some(encoder),
+            ))),
             Err(CaptureError::ValueRefused(refused)) => {
                 refuse_value(&self.metrics, &refused);
                 Ok(None)
@@ -603,7 +609,8 @@ impl<S: Source> Pipeline<'_, S> {
                 self.router.envelope(),
                 identity.as_ref(),
             )
-            .map_err(|e| CaptureError::Prerequisite(e.to_string()))?;
+            .map_err(|e| CaptureError::Prerequisite(e.to_string()))?
+            .with_heads_apart(self.router.heads_apart());
         let topic: Arc<str> = enc.topic().into();
         self.kafka.ensure_topic(&topic).await?;
         self.snapshot.encoder = Some((rel.clone(), enc.clone(), Arc::clone(&topic)));

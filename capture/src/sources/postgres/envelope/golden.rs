@@ -94,11 +94,12 @@ fn customers(identity: ReplicaIdentity) -> Relation {
     }
 }
 
-fn customers_encoder(identity: ReplicaIdentity, schemas: bool) -> TableEncoder {
+fn customers_encoder(identity: ReplicaIdentity, schemas: bool, apart: HeadsApart) -> TableEncoder {
     let key = ["id".to_owned()];
     let key = (identity == ReplicaIdentity::Full).then_some(&key[..]);
     TableEncoder::new(&customers(identity), &registry(), key, &cfg(schemas))
         .expect("customers encoder")
+        .with_heads_apart(apart)
 }
 
 fn customer_row(id: &str, balance: &str, notes: TupleValue, at: &str) -> TupleData {
@@ -183,6 +184,8 @@ struct Case {
     topic: String,
     key: Option<Vec<u8>>,
     value: Option<Vec<u8>>,
+    /// The heads the key and value were written without.
+    heads: Heads,
 }
 
 fn case(
@@ -198,15 +201,24 @@ fn case(
         topic: enc.topic().to_owned(),
         key,
         value,
+        heads: enc.heads(),
     }
 }
 
 fn cases() -> Vec<Case> {
+    cases_with(HeadsApart::default())
+}
+
+/// The golden records, the parts `apart` names written apart from their
+/// schema heads (as for the Avro converters).
+fn cases_with(apart: HeadsApart) -> Vec<Case> {
     let mut out = Vec::new();
     let at = "2026-11-27 15:10:35.670111+00";
 
     let (rel, row) = all_types();
-    let enc = TableEncoder::new(&rel, &registry(), None, &cfg(true)).expect("all_types");
+    let enc = TableEncoder::new(&rel, &registry(), None, &cfg(true))
+        .expect("all_types")
+        .with_heads_apart(apart);
     out.push(case(
         "insert_all_types.json",
         "Insert (op c) into a table with one column per mapped type, schemas enabled. \
@@ -240,7 +252,9 @@ fn cases() -> Vec<Case> {
         .expect("policy"),
         ..cfg(true)
     };
-    let enc = TableEncoder::new(&rel, &registry(), None, &propagate).expect("all_types");
+    let enc = TableEncoder::new(&rel, &registry(), None, &propagate)
+        .expect("all_types")
+        .with_heads_apart(apart);
     out.push(case(
         "insert_propagate_source_type.json",
         "The insert of insert_all_types.json with column.propagate.source.type naming every \
@@ -261,7 +275,7 @@ fn cases() -> Vec<Case> {
         ),
     ));
 
-    let enc = customers_encoder(ReplicaIdentity::Default, false);
+    let enc = customers_encoder(ReplicaIdentity::Default, false, apart);
     let row = customer_row("1", "100.00", t("first order"), at);
     out.push(case(
         "insert_schemas_off.json",
@@ -280,7 +294,7 @@ fn cases() -> Vec<Case> {
         ),
     ));
 
-    let enc = customers_encoder(ReplicaIdentity::Full, true);
+    let enc = customers_encoder(ReplicaIdentity::Full, true, apart);
     let before = customer_row("1", "100.00", t("first order"), at);
     let after = customer_row("1", "250.50", t("second order"), "2026-11-27 15:12:00+00");
     out.push(case(
@@ -301,7 +315,7 @@ fn cases() -> Vec<Case> {
         ),
     ));
 
-    let enc = customers_encoder(ReplicaIdentity::Default, true);
+    let enc = customers_encoder(ReplicaIdentity::Default, true, apart);
     out.push(case(
         "update_default_identity.json",
         "Update (op u) under the default replica identity: no old tuple, before is null.",
@@ -352,13 +366,17 @@ fn cases() -> Vec<Case> {
         None,
     ));
 
-    out.push(case(
-        "truncate.json",
-        "Truncate (op t): no key, no row images.",
-        &enc,
-        None,
-        Some(enc.truncate_value(&pos(COMMIT_LSN - 0xD0, 5, SnapshotMarker::False), NOW_MS)),
-    ));
+    out.push(Case {
+        // A truncate's value is always whole.
+        heads: Heads::default(),
+        ..case(
+            "truncate.json",
+            "Truncate (op t): no key, no row images.",
+            &enc,
+            None,
+            Some(enc.truncate_value(&pos(COMMIT_LSN - 0xD0, 5, SnapshotMarker::False), NOW_MS)),
+        )
+    });
 
     let (topic, key, value) = message_record(
         &cfg(true),
@@ -375,9 +393,10 @@ fn cases() -> Vec<Case> {
         topic,
         key: Some(key),
         value: Some(value),
+        heads: Heads::default(),
     });
 
-    let enc = customers_encoder(ReplicaIdentity::Default, false);
+    let enc = customers_encoder(ReplicaIdentity::Default, false, apart);
     let row = customer_row("2", "0.00", TupleValue::Null, at);
     let mut snap = pos(COMMIT_LSN + 0x1000, 1, SnapshotMarker::True);
     snap.commit_lsn = COMMIT_LSN + 0x1000;
@@ -393,7 +412,7 @@ fn cases() -> Vec<Case> {
         ),
     ));
 
-    let enc = customers_encoder(ReplicaIdentity::Default, true);
+    let enc = customers_encoder(ReplicaIdentity::Default, true, apart);
     let after = customer_row("1", "300.00", TupleValue::Unchanged, at);
     out.push(case(
         "update_unchanged_toast.json",
@@ -524,4 +543,81 @@ async fn a_known_schema_converts_as_the_parsed_record_does() {
         }
     }
     assert!(checked >= 14, "only {checked} records checked");
+}
+
+/// With the Avro converters' parts written apart from their schema heads
+/// (the ~3 kB head neither written nor compared per record), every golden
+/// record made whole again is the record written whole, and its payload
+/// alone converts to the bytes the parsing path gives the whole record: the
+/// guard that the direct path changes nothing on the wire. A head of
+/// another shape (a DDL) is never taken for the known one.
+#[tokio::test]
+async fn records_written_apart_from_their_heads_convert_as_whole_ones() {
+    use oncely_core::avro::{wire, AvroCodec};
+    let apart = HeadsApart {
+        key: true,
+        value: true,
+    };
+    let (whole, parts) = (cases(), cases_with(apart));
+    assert_eq!(whole.len(), parts.len());
+    let mut checked = 0;
+    for (w, c) in whole.iter().zip(&parts) {
+        let sides = [
+            (&w.key, &c.key, &c.heads.key, true),
+            (&w.value, &c.value, &c.heads.value, false),
+        ];
+        for (whole_bytes, bytes, head, is_key) in sides {
+            let (Some(whole_bytes), Some(bytes), Some(head)) = (whole_bytes, bytes, head) else {
+                // Nothing apart: the same bytes.
+                assert_eq!(whole_bytes, bytes, "{}", c.file);
+                continue;
+            };
+            assert_eq!(&Heads::whole(head, bytes), whole_bytes, "{}", c.file);
+            let doc: Value = serde_json::from_slice(whole_bytes).expect("json");
+            let codec =
+                std::sync::Arc::new(AvroCodec::from_connect(&doc["schema"]).expect("codec"));
+            let parsed = wire::frame(9, &codec.encode(&doc["payload"]).expect("encode"));
+            let writer = crate::avro::unreachable_writer(true, true);
+            let known = crate::avro::Known::new(&doc["schema"], 9, codec);
+            assert!(writer.remember(&c.topic, is_key, known, whole_bytes));
+            // The registry is never asked: a wait for it would end in an error.
+            writer.stop_now();
+            let one = |head: std::sync::Arc<[u8]>| match is_key {
+                true => Heads {
+                    key: Some(head),
+                    value: None,
+                },
+                false => Heads {
+                    key: None,
+                    value: Some(head),
+                },
+            };
+            let heads = one(head.clone());
+            let (k, v) = if is_key {
+                writer.convert_apart(&c.topic, Some(bytes), None, &heads)
+            } else {
+                writer.convert_apart(&c.topic, None, Some(bytes), &heads)
+            }
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", c.file));
+            assert_eq!(if is_key { k } else { v }, Some(parsed), "{}", c.file);
+            // Another shape's head: parsed whole, which needs the registry.
+            let ddl = String::from_utf8(head.to_vec()).expect("utf-8").replacen(
+                "{\"schema\":{",
+                "{\"schema\":{\"doc\":\"v2\",",
+                1,
+            );
+            let ddl = one(ddl.into_bytes().into());
+            let out = if is_key {
+                writer.convert_apart(&c.topic, Some(bytes), None, &ddl)
+            } else {
+                writer.convert_apart(&c.topic, None, Some(bytes), &ddl)
+            };
+            let e = out.await.expect_err(c.file);
+            assert!(e.is_retriable(), "{}: {e}", c.file);
+            checked += 1;
+        }
+    }
+    // Every key and value with a schema but the truncate's and the message's.
+    assert!(checked >= 13, "only {checked} records checked");
 }
