@@ -85,14 +85,18 @@ impl MySqlStream {
         )
         .await
         .map_err(stream_error)?;
+        let adapter = StreamAdapter::new(start.mapping, book);
+        // Chunks are numbered by the facts as of the stream's position.
+        let watermarks = WatermarkBoard::new(adapter.numbering());
+        watermarks.set_numbering(Arc::new(start.facts.clone()));
         reader.set_facts(start.facts);
         let (tx, changes) = mpsc::channel(AHEAD);
         let reader = tokio::spawn(read(reader, tx));
         Ok(Self {
             changes,
             reader,
-            adapter: StreamAdapter::new(start.mapping, book),
-            watermarks: WatermarkBoard::default(),
+            adapter,
+            watermarks,
             handed: Handed::at(opened_at),
         })
     }
@@ -117,12 +121,7 @@ impl MySqlStream {
                 return Ok(event);
             }
             match self.changes.recv().await {
-                Some(Ok((change, facts))) => {
-                    if let Some(facts) = facts {
-                        self.adapter.book().set_facts(facts);
-                    }
-                    self.adapter.push(change)?
-                }
+                Some(Ok((change, facts))) => self.adapter.push_with_facts(change, facts)?,
                 Some(Err(e)) => return Err(stream_error(e)),
                 None => {
                     return Err(stream_error(MySqlSourceError::Protocol(

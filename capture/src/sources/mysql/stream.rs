@@ -26,10 +26,12 @@ use super::book::PositionBook;
 use super::decoder::{BinlogChange, ChangeKind, RowChange};
 use super::envelope::{EventFacts, MySqlRowImages, SharedFacts};
 use super::error::MySqlSourceError;
+use super::history::ShapeFacts;
 use super::mapping::MappingConfig;
 use super::offset::order_key;
 use super::position::Position;
 use super::shape::TableShape;
+use super::watermarks::SharedNumbering;
 use crate::change::{Change, OldImage, StreamEvent, StreamTable};
 use crate::envelope::{EnvelopeConfig, EnvelopeError, SourceIdentity, TableEncoder};
 use crate::error::CaptureError;
@@ -52,6 +54,10 @@ pub struct MySqlTable {
     pub images: MySqlRowImages,
     /// The `source` block's facts of the change being encoded.
     pub facts: SharedFacts,
+    /// A snapshot chunk's table (no identity of its own): the shape facts
+    /// as of the stream's position when its rows go out, which number its
+    /// columns ([`super::control`]).
+    pub numbering: Option<SharedNumbering>,
 }
 
 impl PartialEq for MySqlTable {
@@ -178,13 +184,17 @@ pub struct StreamAdapter {
     /// The core's transaction id: binlog transactions have none that fits
     /// 32 bits on every server, so they are counted (wrapping).
     xid: u32,
-    /// Events moved, not handed out yet, each change with its facts.
-    queue: VecDeque<(MySqlEvent, Option<EventFacts>)>,
+    /// Events moved, not handed out yet, each change with its facts, a
+    /// commit with the shape facts it brought.
+    queue: VecDeque<(MySqlEvent, Option<EventFacts>, Option<Arc<ShapeFacts>>)>,
     /// The facts of the change handed out last, which the tables'
     /// encoders write into its `source` block.
     facts: SharedFacts,
     /// The binlog positions of the order keys moved.
     book: PositionBook,
+    /// The shape facts as of the event handed out last, which number
+    /// snapshot chunks ([`super::watermarks::WatermarkBoard::numbering`]).
+    numbering: SharedNumbering,
 }
 
 impl StreamAdapter {
@@ -198,7 +208,15 @@ impl StreamAdapter {
             queue: VecDeque::new(),
             facts: SharedFacts::default(),
             book,
+            numbering: SharedNumbering::default(),
         }
+    }
+
+    /// The shape facts as of the event [`StreamAdapter::next`] handed out
+    /// last (a commit's, from when it is handed out: a watermark handed
+    /// out before it stands before that commit's DDL).
+    pub fn numbering(&self) -> SharedNumbering {
+        Arc::clone(&self.numbering)
     }
 
     /// The binlog positions of the order keys moved so far.
@@ -218,16 +236,22 @@ impl StreamAdapter {
 
     /// The next event moved, its facts (a change's) now the shared ones.
     pub(crate) fn next(&mut self) -> Option<MySqlEvent> {
-        let (event, facts) = self.queue.pop_front()?;
+        let (event, facts, shape) = self.queue.pop_front()?;
         if let Some(facts) = facts {
             *self.facts.lock().unwrap_or_else(PoisonError::into_inner) = facts;
+        }
+        if let Some(shape) = shape {
+            *self
+                .numbering
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = shape;
         }
         Some(event)
     }
 
     /// The event [`StreamAdapter::next`] hands out next, if one was moved.
     pub(crate) fn peek(&self) -> Option<&MySqlEvent> {
-        self.queue.front().map(|(event, _)| event)
+        self.queue.front().map(|(event, _, _)| event)
     }
 
     /// Whether a transaction is open (rows of it were moved, no commit yet).
@@ -237,6 +261,21 @@ impl StreamAdapter {
 
     /// Moves `change` into the events [`StreamAdapter::next`] hands out.
     pub(crate) fn push(&mut self, change: BinlogChange) -> Result<(), CaptureError> {
+        self.push_with_facts(change, None)
+    }
+
+    /// [`StreamAdapter::push`] of a commit after which the shape facts are
+    /// `shape` (DDL, a table's first TABLE_MAP): the next transaction
+    /// start noted has them, and chunks are numbered by them once the
+    /// commit's event is handed out.
+    pub(crate) fn push_with_facts(
+        &mut self,
+        change: BinlogChange,
+        shape: Option<Arc<ShapeFacts>>,
+    ) -> Result<(), CaptureError> {
+        if let Some(shape) = &shape {
+            self.book.set_facts(Arc::clone(shape));
+        }
         let mut out = VecDeque::new();
         let facts = match &change {
             BinlogChange::Row(row) => Some(EventFacts::of_change(row)),
@@ -246,8 +285,12 @@ impl StreamAdapter {
         // Only the change itself (the last event a row moves) has facts.
         let last = out.len().saturating_sub(1);
         for (i, event) in out.into_iter().enumerate() {
-            let facts = if i == last { facts.clone() } else { None };
-            self.queue.push_back((event, facts));
+            let (facts, shape) = if i == last {
+                (facts.clone(), shape.clone())
+            } else {
+                (None, None)
+            };
+            self.queue.push_back((event, facts, shape));
         }
         Ok(())
     }
@@ -363,6 +406,7 @@ impl StreamAdapter {
             name: shape.table.clone(),
             images: MySqlRowImages::new(Arc::clone(shape), self.mapping),
             facts: Arc::clone(&self.facts),
+            numbering: None,
         });
         self.described.insert(id, Arc::clone(&table));
         out.push_back(StreamEvent::Table((*table).clone()));

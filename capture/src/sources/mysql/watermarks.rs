@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 
 use super::envelope::{EventFacts, SharedFacts};
+use super::history::ShapeFacts;
 use super::position::Position;
 
 use crate::snapshot::{watermark_content, Watermark, WATERMARK_PREFIX};
@@ -52,7 +53,15 @@ pub struct WatermarkBoard {
     /// handed out, before it asks for the next event, so each chunk's rows
     /// name its own C (the encoder of a table's chunks is built once).
     facts: SharedFacts,
+    /// The shape facts as of what the stream handed out last: a chunk's
+    /// rows go out when its high watermark is handed out, so their columns
+    /// are numbered as the stream's rows at C are, DDL passed since the
+    /// table's last TABLE_MAP included.
+    numbering: SharedNumbering,
 }
+
+/// The shape facts as of the stream's last handed-out event.
+pub type SharedNumbering = Arc<Mutex<Arc<ShapeFacts>>>;
 
 /// Where the stream stands: what it has handed out to the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +140,29 @@ impl WatermarkBoard {
     /// the chunk whose watermark was handed out last.
     pub fn chunk_facts(&self) -> SharedFacts {
         Arc::clone(&self.facts)
+    }
+
+    /// A board whose chunk tables are numbered by `numbering` (the
+    /// stream's: [`super::stream::StreamAdapter::numbering`]).
+    pub fn new(numbering: SharedNumbering) -> Self {
+        Self {
+            numbering,
+            ..Self::default()
+        }
+    }
+
+    /// The shape facts every chunk table is numbered by
+    /// ([`Self::set_numbering`]).
+    pub fn numbering(&self) -> SharedNumbering {
+        Arc::clone(&self.numbering)
+    }
+
+    /// The stream handed out the event after which `facts` hold.
+    pub fn set_numbering(&self, facts: Arc<ShapeFacts>) {
+        *self
+            .numbering
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = facts;
     }
 
     /// The next watermark due before `next` ([`is_due`]), as the stream
