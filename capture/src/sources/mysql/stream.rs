@@ -259,13 +259,16 @@ impl StreamAdapter {
         self.open.is_some()
     }
 
-    /// Moves `change` into the events [`StreamAdapter::next`] hands out.
+    /// Moves `change` into the events [`StreamAdapter::next`] hands out
+    /// (the stream always names the facts: [`Self::push_with_facts`]).
+    #[cfg(test)]
     pub(crate) fn push(&mut self, change: BinlogChange) -> Result<(), CaptureError> {
         self.push_with_facts(change, None)
     }
 
-    /// [`StreamAdapter::push`] of a commit after which the shape facts are
-    /// `shape` (DDL, a table's first TABLE_MAP): the next transaction
+    /// Moves `change` into the events [`StreamAdapter::next`] hands out; a
+    /// commit after which the shape facts are `shape` (DDL, a table's
+    /// first TABLE_MAP) names them: the next transaction
     /// start noted has them, and chunks are numbered by them once the
     /// commit's event is handed out.
     pub(crate) fn push_with_facts(
