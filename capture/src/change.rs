@@ -239,6 +239,14 @@ pub(crate) trait StreamTable {
     fn column_name(&self, i: usize) -> &str;
     /// The source's identity of column `i`'s type (PostgreSQL: its OID).
     fn column_type(&self, i: usize) -> u32;
+    /// A snapshot chunk's table whose columns were read from a catalog
+    /// already past DDL the stream had not reached at the chunk's high
+    /// watermark (MySQL: `information_schema` has no read view): its rows
+    /// are read again, never published under names their position does
+    /// not know.
+    fn shape_ahead_of_stream(&self) -> bool {
+        false
+    }
 }
 
 impl<T: StreamTable + ?Sized> StreamTable for std::sync::Arc<T> {
@@ -260,6 +268,10 @@ impl<T: StreamTable + ?Sized> StreamTable for std::sync::Arc<T> {
 
     fn column_type(&self, i: usize) -> u32 {
         (**self).column_type(i)
+    }
+
+    fn shape_ahead_of_stream(&self) -> bool {
+        (**self).shape_ahead_of_stream()
     }
 }
 

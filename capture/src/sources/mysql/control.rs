@@ -539,4 +539,28 @@ mod tests {
         let id = chunk_identity(&unnumbered, Some(&described), None, &[]).expect("an identity");
         assert_eq!(id.attnums, vec![Some(1), Some(2), Some(4), Some(5)]);
     }
+
+    /// `information_schema` has no read view: a RENAME committed between a
+    /// chunk's read view and its catalog read gives it names the stream
+    /// does not know at the chunk's high watermark, before the RENAME.
+    #[test]
+    fn a_chunk_whose_catalog_read_is_past_its_position_is_read_again() {
+        let mut facts = ShapeFacts::default();
+        facts.apply_ddl(
+            "shop",
+            "CREATE TABLE orders (id int PRIMARY KEY, `old name` int)",
+        );
+        let mut renamed = facts.clone();
+        renamed.apply_ddl(
+            "shop",
+            "ALTER TABLE orders RENAME COLUMN `old name` TO `new name`",
+        );
+        let names = ["id", "new name"];
+        assert!(table(&names, &renamed, Some(&facts)).shape_ahead_of_stream());
+        assert!(!table(&names, &renamed, Some(&renamed)).shape_ahead_of_stream());
+        // Facts that do not number the table cannot tell.
+        assert!(!table(&names, &renamed, Some(&ShapeFacts::default())).shape_ahead_of_stream());
+        // A stream table is its event's own shape.
+        assert!(!table(&names, &renamed, None).shape_ahead_of_stream());
+    }
 }

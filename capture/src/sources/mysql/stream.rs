@@ -97,6 +97,19 @@ impl StreamTable for MySqlTable {
             | u32::from(c.meta_byte(0)) << 16
             | u32::from(c.meta_byte(1)) << 24
     }
+
+    /// A chunk's table whose columns the shape facts as of the stream's
+    /// position number only in part: the catalog was read past a DDL
+    /// (RENAME, ADD) after the chunk's read view.
+    fn shape_ahead_of_stream(&self) -> bool {
+        let Some(numbering) = &self.numbering else {
+            return false;
+        };
+        let facts = Arc::clone(&numbering.lock().unwrap_or_else(PoisonError::into_inner));
+        facts
+            .ids(&self.shape.database, &self.shape.table)
+            .is_some_and(|ids| !ids.covers(self.shape.columns.iter().map(|c| c.name.as_str())))
+    }
 }
 
 /// A table map with its shape is how the binlog describes a table to the
