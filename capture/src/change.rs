@@ -283,6 +283,8 @@ pub(crate) struct TestTable {
     pub(crate) name: &'static str,
     /// Each column's name and type identity.
     pub(crate) columns: Vec<(String, u32)>,
+    /// [`StreamTable::shape_ahead_of_stream`].
+    pub(crate) ahead_of_stream: bool,
 }
 
 #[cfg(test)]
@@ -305,5 +307,9 @@ impl StreamTable for TestTable {
 
     fn column_type(&self, i: usize) -> u32 {
         self.columns[i].1
+    }
+
+    fn shape_ahead_of_stream(&self) -> bool {
+        self.ahead_of_stream
     }
 }
