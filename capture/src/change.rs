@@ -239,6 +239,14 @@ pub(crate) trait StreamTable {
     fn column_name(&self, i: usize) -> &str;
     /// The source's identity of column `i`'s type (PostgreSQL: its OID).
     fn column_type(&self, i: usize) -> u32;
+    /// A snapshot chunk's table whose columns were read from a catalog
+    /// already past DDL the stream had not reached at the chunk's high
+    /// watermark (MySQL: `information_schema` has no read view): its rows
+    /// are read again, never published under names their position does
+    /// not know.
+    fn shape_ahead_of_stream(&self) -> bool {
+        false
+    }
 }
 
 impl<T: StreamTable + ?Sized> StreamTable for std::sync::Arc<T> {
@@ -261,6 +269,10 @@ impl<T: StreamTable + ?Sized> StreamTable for std::sync::Arc<T> {
     fn column_type(&self, i: usize) -> u32 {
         (**self).column_type(i)
     }
+
+    fn shape_ahead_of_stream(&self) -> bool {
+        (**self).shape_ahead_of_stream()
+    }
 }
 
 /// A table described by hand, for the core's unit tests.
@@ -271,6 +283,8 @@ pub(crate) struct TestTable {
     pub(crate) name: &'static str,
     /// Each column's name and type identity.
     pub(crate) columns: Vec<(String, u32)>,
+    /// [`StreamTable::shape_ahead_of_stream`].
+    pub(crate) ahead_of_stream: bool,
 }
 
 #[cfg(test)]
@@ -293,5 +307,9 @@ impl StreamTable for TestTable {
 
     fn column_type(&self, i: usize) -> u32 {
         self.columns[i].1
+    }
+
+    fn shape_ahead_of_stream(&self) -> bool {
+        self.ahead_of_stream
     }
 }

@@ -349,6 +349,7 @@ mod tests {
         TestTable {
             namespace: "public",
             name: "outbox",
+            ahead_of_stream: false,
             columns: ["id", "aggregatetype", "aggregateid", "type", "payload"]
                 .map(|name| (name.to_owned(), 25))
                 .to_vec(),

@@ -291,6 +291,13 @@ impl<R: StreamTable + Clone + PartialEq> SnapshotDriver<R> {
             tracing::debug!(table = %chunk.table, xid, "snapshot chunk read again: its SELECT missed a transaction the stream had carried");
             return false;
         }
+        if rows.relation.shape_ahead_of_stream() {
+            // DDL committed between the chunk's read view and its catalog
+            // read: the stream is before it at the high watermark, so
+            // its columns cannot be numbered there. Read again, after it.
+            tracing::debug!(table = %chunk.table, "snapshot chunk read again: its columns were read past DDL the stream had not reached at its position");
+            return false;
+        }
         if chunk.window.must_read_again() {
             // The stream changed more of the table while the chunk was in
             // flight than its window holds (WINDOW_MAX_BYTES): which rows

@@ -52,6 +52,7 @@ fn relation() -> TestTable {
     TestTable {
         namespace: "public",
         name: "t",
+        ahead_of_stream: false,
         columns: vec![("id".into(), 23), ("v".into(), 25)],
     }
 }
@@ -271,6 +272,27 @@ async fn the_next_chunk_is_read_ahead_after_the_last_key_read() {
     assert!(at_high_watermark(&mut snap, &mut kafka, 0x300).await);
     assert_eq!(sent_ids(&log), ["1", "2", "3", "4"]);
     assert!(kafka.position().snapshot.is_none());
+}
+
+#[tokio::test]
+async fn a_chunk_whose_columns_were_read_past_its_position_is_read_again() {
+    let (mut kafka, log) = with_snapshot(SnapshotKind::Incremental, &[TABLE]);
+    let mut snap = driver();
+    let mut source = FakeChunks::default();
+    // Its columns came from a catalog past DDL the stream had not reached
+    // at the chunk's high watermark (MySQL's information_schema).
+    let mut ahead = rows(&[1, 2], false);
+    ahead.relation.ahead_of_stream = true;
+    source.results.push_back(Ok(ahead));
+    source.results.push_back(Ok(rows(&[1, 2], false)));
+    launch_and_read(&mut snap, &mut kafka, &mut source).await;
+    assert!(!at_high_watermark(&mut snap, &mut kafka, 0x200).await);
+    assert!(sent_ids(&log).is_empty(), "nothing of it is published");
+
+    launch_and_read(&mut snap, &mut kafka, &mut source).await;
+    assert_eq!(source.asked[1].after, None, "read again from the same key");
+    assert!(at_high_watermark(&mut snap, &mut kafka, 0x300).await);
+    assert_eq!(sent_ids(&log), ["1", "2"]);
 }
 
 #[tokio::test]

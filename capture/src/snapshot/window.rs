@@ -298,6 +298,7 @@ mod tests {
         TestTable {
             namespace: "public",
             name: "docs",
+            ahead_of_stream: false,
             columns: types
                 .iter()
                 .map(|(name, ty)| ((*name).to_owned(), *ty))

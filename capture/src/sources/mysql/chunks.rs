@@ -40,7 +40,7 @@ use super::position::Position;
 use super::shape::TableShape;
 use super::snapshot::{read_rows, SnapshotLockingMode};
 use super::stream::MySqlTable;
-use super::watermarks::WatermarkBoard;
+use super::watermarks::{SharedNumbering, WatermarkBoard};
 use crate::change::{Datum, RowImage};
 use crate::error::CaptureError;
 use crate::seam::{ChunkError, ChunkReads, ChunkRequest, ChunkRows, ChunkTask};
@@ -156,6 +156,7 @@ impl ChunkReads for MySqlChunks {
             last: Arc::clone(&self.last),
             mapping: self.mapping,
             facts: self.board.chunk_facts(),
+            numbering: self.board.numbering(),
         };
         Ok(tokio::spawn(async move { read.run(req).await }))
     }
@@ -278,6 +279,9 @@ struct ChunkRead {
     /// The `source` block facts of chunk rows, which the stream sets to
     /// the chunk's position as it hands out its watermarks.
     facts: SharedFacts,
+    /// The shape facts as of the stream's position, which number the
+    /// chunk's columns when its rows go out.
+    numbering: SharedNumbering,
 }
 
 impl ChunkRead {
@@ -346,6 +350,7 @@ impl ChunkRead {
             shape,
             images,
             facts: Arc::clone(&self.facts),
+            numbering: Some(Arc::clone(&self.numbering)),
         }
     }
 

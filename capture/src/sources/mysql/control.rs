@@ -17,7 +17,7 @@
 //! reason, never skipped: snapshot filters.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
@@ -283,10 +283,8 @@ impl SchemaCatalog for MySqlControl {
             .collect())
     }
 
-    /// A stream table carries its own identity. A snapshot chunk's table
-    /// (read from the catalog at the chunk's binlog position, which the
-    /// stream has reached when its rows go out) is matched by name against
-    /// the stream's last description, then `known` and `former` names.
+    /// A stream table carries its own identity; a snapshot chunk's is
+    /// [`chunk_identity`].
     async fn identity(
         &self,
         table: &MySqlTable,
@@ -298,31 +296,57 @@ impl SchemaCatalog for MySqlControl {
             return Ok(Some(id.clone()));
         }
         let qualified = format!("{}.{}", table.namespace, table.name);
-        let Some(described) = self.described(&qualified) else {
-            return Ok(None);
-        };
-        let candidates: Vec<(i16, &str)> = described
-            .columns
-            .iter()
-            .chain(known.unwrap_or_default())
-            .map(|c| (c.attnum, c.name.as_str()))
-            .chain(former.iter().map(|f| (f.attnum, f.name.as_str())))
-            .collect();
-        let names: Vec<&str> = table
-            .shape
-            .columns
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect();
-        let attnums = match_attnums(&names, &candidates);
-        let mut dropped = described.identity.dropped.clone();
-        dropped.retain(|d| !attnums.contains(&Some(*d)));
-        Ok(Some(SourceIdentity {
-            table_oid: described.identity.table_oid,
-            attnums,
-            dropped,
-        }))
+        let described = self.described(&qualified);
+        Ok(chunk_identity(table, described.as_ref(), known, former))
     }
+}
+
+/// The identity of a snapshot chunk's table (read from the catalog at the
+/// chunk's binlog position, which the stream has reached when its rows go
+/// out). Numbered by the shape facts as of that position, as the stream's
+/// own rows there are: the stream's last description may be older, since
+/// DDL sends no TABLE_MAP (a chunk read after `RENAME COLUMN a TO b` and
+/// before the table's next row event would find no `b` in it, and the
+/// warehouse would add `b` as a column of its own beside the renamed `a`).
+/// A table the facts do not number (or a column they do not cover: DDL
+/// the parser passed over) is matched by name against the stream's last
+/// description (`described`), then `known` and `former` names.
+fn chunk_identity(
+    table: &MySqlTable,
+    described: Option<&Described>,
+    known: Option<&[ColumnDef]>,
+    former: &[FormerName],
+) -> Option<SourceIdentity> {
+    let names: Vec<&str> = table
+        .shape
+        .columns
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    if let Some(numbering) = &table.numbering {
+        let facts = Arc::clone(&numbering.lock().unwrap_or_else(PoisonError::into_inner));
+        if let Some(ids) = facts.ids(&table.shape.database, &table.shape.table) {
+            if ids.covers(names.iter().copied()) {
+                return Some(ids.identity(names.iter().copied()));
+            }
+        }
+    }
+    let described = described?;
+    let candidates: Vec<(i16, &str)> = described
+        .columns
+        .iter()
+        .chain(known.unwrap_or_default())
+        .map(|c| (c.attnum, c.name.as_str()))
+        .chain(former.iter().map(|f| (f.attnum, f.name.as_str())))
+        .collect();
+    let attnums = match_attnums(&names, &candidates);
+    let mut dropped = described.identity.dropped.clone();
+    dropped.retain(|d| !attnums.contains(&Some(*d)));
+    Some(SourceIdentity {
+        table_oid: described.identity.table_oid,
+        attnums,
+        dropped,
+    })
 }
 
 impl SnapshotTableChecks for MySqlControl {
@@ -448,5 +472,107 @@ impl TableCatalog for StreamTables<'_> {
     /// baseline, and no record would say the column went).
     fn described(&mut self, table: &MySqlTable) -> bool {
         self.control.note_described(table)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mysql_async::consts::ColumnType;
+
+    use super::*;
+    use crate::sources::mysql::envelope::MySqlRowImages;
+    use crate::sources::mysql::history::ShapeFacts;
+    use crate::sources::mysql::mapping::MappingConfig;
+    use crate::sources::mysql::shape::{ColumnShape, TableShape};
+
+    fn table(columns: &[&str], facts: &ShapeFacts, numbering: Option<&ShapeFacts>) -> MySqlTable {
+        let mut shape = TableShape {
+            database: "shop".into(),
+            table: "orders".into(),
+            columns: columns
+                .iter()
+                .map(|c| ColumnShape::new(c, ColumnType::MYSQL_TYPE_LONG))
+                .collect(),
+            primary_key: vec![0],
+            identity: None,
+        };
+        if numbering.is_none() {
+            // A stream table: numbered by the facts as of its TABLE_MAP.
+            let ids = facts.ids("shop", "orders").expect("numbered");
+            shape.identity = Some(ids.identity(columns.iter().copied()));
+        }
+        let shape = Arc::new(shape);
+        MySqlTable {
+            id: 1,
+            namespace: "shop".into(),
+            name: "orders".into(),
+            images: MySqlRowImages::new(Arc::clone(&shape), MappingConfig::default()),
+            shape,
+            facts: Default::default(),
+            numbering: numbering.map(|f| Arc::new(Mutex::new(Arc::new(f.clone())))),
+        }
+    }
+
+    /// The stream's last TABLE_MAP of the table came before `DROP gone`
+    /// and `RENAME COLUMN`; a chunk read after both goes out once the
+    /// stream has passed them, before the table's next row event.
+    #[test]
+    fn a_chunk_read_after_a_rename_the_stream_passed_keeps_the_renamed_columns_number() {
+        let mut facts = ShapeFacts::default();
+        facts.apply_ddl(
+            "shop",
+            "CREATE TABLE orders (id int PRIMARY KEY, qty int, gone int, `old name` int, note int)",
+        );
+        let before = ["id", "qty", "gone", "old name", "note"];
+        let described = Described::of(&table(&before, &facts, None)).expect("numbered");
+        facts.apply_ddl("shop", "ALTER TABLE orders DROP gone");
+        facts.apply_ddl(
+            "shop",
+            "ALTER TABLE orders RENAME COLUMN `old name` TO `new name`",
+        );
+        let chunk = table(&["id", "qty", "new name", "note"], &facts, Some(&facts));
+        let id = chunk_identity(&chunk, Some(&described), Some(&described.columns), &[])
+            .expect("an identity");
+        assert_eq!(
+            id.attnums,
+            vec![Some(1), Some(2), Some(4), Some(5)],
+            "`new name` is the renamed column 4, not a column without a number"
+        );
+        assert_eq!(id.dropped, vec![3]);
+        assert_eq!(id.table_oid, described.identity.table_oid);
+
+        // Facts that do not number the table: by name against the
+        // stream's last description, as before.
+        let unnumbered = table(
+            &["id", "qty", "old name", "note"],
+            &facts,
+            Some(&ShapeFacts::default()),
+        );
+        let id = chunk_identity(&unnumbered, Some(&described), None, &[]).expect("an identity");
+        assert_eq!(id.attnums, vec![Some(1), Some(2), Some(4), Some(5)]);
+    }
+
+    /// `information_schema` has no read view: a RENAME committed between a
+    /// chunk's read view and its catalog read gives it names the stream
+    /// does not know at the chunk's high watermark, before the RENAME.
+    #[test]
+    fn a_chunk_whose_catalog_read_is_past_its_position_is_read_again() {
+        let mut facts = ShapeFacts::default();
+        facts.apply_ddl(
+            "shop",
+            "CREATE TABLE orders (id int PRIMARY KEY, `old name` int)",
+        );
+        let mut renamed = facts.clone();
+        renamed.apply_ddl(
+            "shop",
+            "ALTER TABLE orders RENAME COLUMN `old name` TO `new name`",
+        );
+        let names = ["id", "new name"];
+        assert!(table(&names, &renamed, Some(&facts)).shape_ahead_of_stream());
+        assert!(!table(&names, &renamed, Some(&renamed)).shape_ahead_of_stream());
+        // Facts that do not number the table cannot tell.
+        assert!(!table(&names, &renamed, Some(&ShapeFacts::default())).shape_ahead_of_stream());
+        // A stream table is its event's own shape.
+        assert!(!table(&names, &renamed, None).shape_ahead_of_stream());
     }
 }

@@ -107,18 +107,21 @@ impl MySqlStream {
         )
         .await
         .map_err(stream_error)?;
-        reader.set_facts(start.facts);
-        let (tx, changes) = mpsc::channel(AHEAD);
-        let reader = tokio::spawn(read(reader, tx));
         let mut adapter = StreamAdapter::new(start.mapping, book);
         if start.takeover.is_some() {
             adapter = adapter.adopting(opened_at);
         }
+        // Chunks are numbered by the facts as of the stream's position.
+        let watermarks = WatermarkBoard::new(adapter.numbering()).in_epoch(read_from.epoch);
+        watermarks.set_numbering(Arc::new(start.facts.clone()));
+        reader.set_facts(start.facts);
+        let (tx, changes) = mpsc::channel(AHEAD);
+        let reader = tokio::spawn(read(reader, tx));
         Ok(Self {
             changes,
             reader,
             adapter,
-            watermarks: WatermarkBoard::in_epoch(read_from.epoch),
+            watermarks,
             handed: Handed::at(opened_at),
         })
     }
@@ -143,12 +146,7 @@ impl MySqlStream {
                 return Ok(event);
             }
             match self.changes.recv().await {
-                Some(Ok((change, facts))) => {
-                    if let Some(facts) = facts {
-                        self.adapter.book().set_facts(facts);
-                    }
-                    self.adapter.push(change)?
-                }
+                Some(Ok((change, facts))) => self.adapter.push_with_facts(change, facts)?,
                 Some(Err(e)) => return Err(stream_error(e)),
                 None => {
                     return Err(stream_error(MySqlSourceError::Protocol(

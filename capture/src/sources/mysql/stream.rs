@@ -26,10 +26,12 @@ use super::book::PositionBook;
 use super::decoder::{BinlogChange, ChangeKind, RowChange};
 use super::envelope::{EventFacts, MySqlRowImages, SharedFacts};
 use super::error::MySqlSourceError;
+use super::history::ShapeFacts;
 use super::mapping::MappingConfig;
 use super::offset::order_key;
 use super::position::Position;
 use super::shape::TableShape;
+use super::watermarks::SharedNumbering;
 use crate::change::{Change, OldImage, StreamEvent, StreamTable};
 use crate::envelope::{EnvelopeConfig, EnvelopeError, SourceIdentity, TableEncoder};
 use crate::error::CaptureError;
@@ -52,6 +54,10 @@ pub struct MySqlTable {
     pub images: MySqlRowImages,
     /// The `source` block's facts of the change being encoded.
     pub facts: SharedFacts,
+    /// A snapshot chunk's table (no identity of its own): the shape facts
+    /// as of the stream's position when its rows go out, which number its
+    /// columns ([`super::control`]).
+    pub numbering: Option<SharedNumbering>,
 }
 
 impl PartialEq for MySqlTable {
@@ -90,6 +96,19 @@ impl StreamTable for MySqlTable {
             | u32::from(c.json) << 10
             | u32::from(c.meta_byte(0)) << 16
             | u32::from(c.meta_byte(1)) << 24
+    }
+
+    /// A chunk's table whose columns the shape facts as of the stream's
+    /// position number only in part: the catalog was read past a DDL
+    /// (RENAME, ADD) after the chunk's read view.
+    fn shape_ahead_of_stream(&self) -> bool {
+        let Some(numbering) = &self.numbering else {
+            return false;
+        };
+        let facts = Arc::clone(&numbering.lock().unwrap_or_else(PoisonError::into_inner));
+        facts
+            .ids(&self.shape.database, &self.shape.table)
+            .is_some_and(|ids| !ids.covers(self.shape.columns.iter().map(|c| c.name.as_str())))
     }
 }
 
@@ -178,8 +197,9 @@ pub struct StreamAdapter {
     /// The core's transaction id: binlog transactions have none that fits
     /// 32 bits on every server, so they are counted (wrapping).
     xid: u32,
-    /// Events moved, not handed out yet, each change with its facts.
-    queue: VecDeque<(MySqlEvent, Option<EventFacts>)>,
+    /// Events moved, not handed out yet, each change with its facts, a
+    /// commit with the shape facts it brought.
+    queue: VecDeque<(MySqlEvent, Option<EventFacts>, Option<Arc<ShapeFacts>>)>,
     /// The facts of the change handed out last, which the tables'
     /// encoders write into its `source` block.
     facts: SharedFacts,
@@ -189,6 +209,9 @@ pub struct StreamAdapter {
     /// stored key that transaction keeps (the failover rule of
     /// `offset.rs`), so the core skips what of it was published.
     adopt: Option<u64>,
+    /// The shape facts as of the event handed out last, which number
+    /// snapshot chunks ([`super::watermarks::WatermarkBoard::numbering`]).
+    numbering: SharedNumbering,
 }
 
 impl StreamAdapter {
@@ -203,6 +226,7 @@ impl StreamAdapter {
             facts: SharedFacts::default(),
             book,
             adopt: None,
+            numbering: SharedNumbering::default(),
         }
     }
 
@@ -212,6 +236,13 @@ impl StreamAdapter {
     pub fn adopting(mut self, key: u64) -> Self {
         self.adopt = Some(key);
         self
+    }
+
+    /// The shape facts as of the event [`StreamAdapter::next`] handed out
+    /// last (a commit's, from when it is handed out: a watermark handed
+    /// out before it stands before that commit's DDL).
+    pub fn numbering(&self) -> SharedNumbering {
+        Arc::clone(&self.numbering)
     }
 
     /// The binlog positions of the order keys moved so far.
@@ -231,16 +262,22 @@ impl StreamAdapter {
 
     /// The next event moved, its facts (a change's) now the shared ones.
     pub(crate) fn next(&mut self) -> Option<MySqlEvent> {
-        let (event, facts) = self.queue.pop_front()?;
+        let (event, facts, shape) = self.queue.pop_front()?;
         if let Some(facts) = facts {
             *self.facts.lock().unwrap_or_else(PoisonError::into_inner) = facts;
+        }
+        if let Some(shape) = shape {
+            *self
+                .numbering
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = shape;
         }
         Some(event)
     }
 
     /// The event [`StreamAdapter::next`] hands out next, if one was moved.
     pub(crate) fn peek(&self) -> Option<&MySqlEvent> {
-        self.queue.front().map(|(event, _)| event)
+        self.queue.front().map(|(event, _, _)| event)
     }
 
     /// Whether a transaction is open (rows of it were moved, no commit yet).
@@ -248,8 +285,26 @@ impl StreamAdapter {
         self.open.is_some()
     }
 
-    /// Moves `change` into the events [`StreamAdapter::next`] hands out.
+    /// Moves `change` into the events [`StreamAdapter::next`] hands out
+    /// (the stream always names the facts: [`Self::push_with_facts`]).
+    #[cfg(test)]
     pub(crate) fn push(&mut self, change: BinlogChange) -> Result<(), CaptureError> {
+        self.push_with_facts(change, None)
+    }
+
+    /// Moves `change` into the events [`StreamAdapter::next`] hands out; a
+    /// commit after which the shape facts are `shape` (DDL, a table's
+    /// first TABLE_MAP) names them: the next transaction
+    /// start noted has them, and chunks are numbered by them once the
+    /// commit's event is handed out.
+    pub(crate) fn push_with_facts(
+        &mut self,
+        change: BinlogChange,
+        shape: Option<Arc<ShapeFacts>>,
+    ) -> Result<(), CaptureError> {
+        if let Some(shape) = &shape {
+            self.book.set_facts(Arc::clone(shape));
+        }
         let mut out = VecDeque::new();
         let facts = match &change {
             BinlogChange::Row(row) => Some(EventFacts::of_change(row)),
@@ -259,8 +314,12 @@ impl StreamAdapter {
         // Only the change itself (the last event a row moves) has facts.
         let last = out.len().saturating_sub(1);
         for (i, event) in out.into_iter().enumerate() {
-            let facts = if i == last { facts.clone() } else { None };
-            self.queue.push_back((event, facts));
+            let (facts, shape) = if i == last {
+                (facts.clone(), shape.clone())
+            } else {
+                (None, None)
+            };
+            self.queue.push_back((event, facts, shape));
         }
         Ok(())
     }
@@ -385,6 +444,7 @@ impl StreamAdapter {
             name: shape.table.clone(),
             images: MySqlRowImages::new(Arc::clone(shape), self.mapping),
             facts: Arc::clone(&self.facts),
+            numbering: None,
         });
         self.described.insert(id, Arc::clone(&table));
         out.push_back(StreamEvent::Table((*table).clone()));

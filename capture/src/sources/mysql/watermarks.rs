@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 
 use super::envelope::{EventFacts, SharedFacts};
+use super::history::ShapeFacts;
 use super::position::Position;
 
 use crate::snapshot::{watermark_content, Watermark, WATERMARK_PREFIX};
@@ -55,7 +56,15 @@ pub struct WatermarkBoard {
     /// The failover epoch of the stream's positions (`offset.rs`): a chunk's
     /// position C, read from the server, is in it.
     epoch: u32,
+    /// The shape facts as of what the stream handed out last: a chunk's
+    /// rows go out when its high watermark is handed out, so their columns
+    /// are numbered as the stream's rows at C are, DDL passed since the
+    /// table's last TABLE_MAP included.
+    numbering: SharedNumbering,
 }
+
+/// The shape facts as of the stream's last handed-out event.
+pub type SharedNumbering = Arc<Mutex<Arc<ShapeFacts>>>;
 
 /// Where the stream stands: what it has handed out to the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,12 +125,10 @@ pub fn is_due(at: u64, handed: Handed, next: Option<Next>) -> bool {
 }
 
 impl WatermarkBoard {
-    /// The board of a stream reading in failover epoch `epoch`.
-    pub fn in_epoch(epoch: u32) -> Self {
-        Self {
-            epoch,
-            ..Self::default()
-        }
+    /// The same board for a stream reading in failover epoch `epoch`.
+    pub fn in_epoch(mut self, epoch: u32) -> Self {
+        self.epoch = epoch;
+        self
     }
 
     /// The failover epoch of the stream's positions.
@@ -147,6 +154,29 @@ impl WatermarkBoard {
     /// the chunk whose watermark was handed out last.
     pub fn chunk_facts(&self) -> SharedFacts {
         Arc::clone(&self.facts)
+    }
+
+    /// A board whose chunk tables are numbered by `numbering` (the
+    /// stream's: [`super::stream::StreamAdapter::numbering`]).
+    pub fn new(numbering: SharedNumbering) -> Self {
+        Self {
+            numbering,
+            ..Self::default()
+        }
+    }
+
+    /// The shape facts every chunk table is numbered by
+    /// ([`Self::set_numbering`]).
+    pub fn numbering(&self) -> SharedNumbering {
+        Arc::clone(&self.numbering)
+    }
+
+    /// The stream handed out the event after which `facts` hold.
+    pub fn set_numbering(&self, facts: Arc<ShapeFacts>) {
+        *self
+            .numbering
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = facts;
     }
 
     /// The next watermark due before `next` ([`is_due`]), as the stream

@@ -6,6 +6,7 @@ use super::*;
 use crate::change::{Datum, RowImage};
 use crate::sources::mysql::cell::Cell;
 use crate::sources::mysql::shape::ColumnShape;
+use crate::sources::mysql::ShapeFacts;
 
 fn shape(columns: &[&str]) -> Arc<TableShape> {
     Arc::new(TableShape {
@@ -707,4 +708,54 @@ fn a_takeover_keeps_the_stored_key_for_its_first_transaction() {
     let read = MySqlOffset::read(&record).expect("agrees");
     assert_eq!(read.server, new);
     assert_eq!(read.position, epoch1("new-bin.000001", 700, 0, 0));
+}
+
+/// A chunk's rows go out when its watermark is handed out, numbered by
+/// the shape facts then: a DDL's facts count from its commit's event on,
+/// never for a watermark handed out before it.
+#[test]
+fn chunks_are_numbered_by_a_commits_facts_once_its_event_is_handed_out() {
+    let mut adapter = adapter();
+    let numbering = adapter.numbering();
+    let mut before = ShapeFacts::default();
+    before.apply_ddl(
+        "inventory",
+        "CREATE TABLE items (id int PRIMARY KEY, `old name` int)",
+    );
+    *numbering.lock().unwrap() = Arc::new(before.clone());
+    let query = "ALTER TABLE items RENAME COLUMN `old name` TO `new name`";
+    let mut after = before.clone();
+    after.apply_ddl("inventory", query);
+    adapter
+        .push(BinlogChange::Ddl {
+            database: "inventory".into(),
+            query: query.into(),
+            position: at("mariadb-bin.000004", 700, 1, 0),
+            gtid: None,
+        })
+        .expect("moved");
+    adapter
+        .push_with_facts(
+            BinlogChange::Commit {
+                position: at("mariadb-bin.000004", 900, 0, 0),
+                xid: None,
+            },
+            Some(Arc::new(after.clone())),
+        )
+        .expect("moved");
+    assert_eq!(
+        **numbering.lock().unwrap(),
+        before,
+        "the commit is not handed out yet: a watermark now stands before the DDL"
+    );
+    assert!(matches!(
+        adapter.next(),
+        Some(StreamEvent::KeepAlive { position }) if position == (4 << 32 | 900)
+    ));
+    assert_eq!(**numbering.lock().unwrap(), after);
+    let ids = after.ids("inventory", "items").expect("numbered");
+    assert_eq!(
+        ids.identity(["id", "new name"].into_iter()).attnums,
+        vec![Some(1), Some(2)]
+    );
 }
