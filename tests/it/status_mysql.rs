@@ -144,13 +144,25 @@ async fn exercise(root: &mut Conn, config: &Path, cfg: &CaptureConfig, db: &str)
     };
     let committed = oncely_core::clock::now_ms() - 3_000;
 
-    // Caught up: stored at the server's end. Other tests' writes may move
-    // the end between the store and the status: then try again.
+    // Caught up: stored at the server's end. Other tests' writes would move
+    // the end between the store and the status (for over a minute under
+    // the DDL chaos test): a global read lock holds their commits for the
+    // moment; a write racing the lock still means trying again.
     let mut caught_up = None;
     for _ in 0..20 {
-        let at = end().await?;
-        store(cfg, &at, &server, committed).await;
-        let (code, j) = status_json(config)?;
+        let mut quiet = admin().await;
+        quiet.query_drop("FLUSH TABLES WITH READ LOCK").await?;
+        let at = end().await;
+        let shown = match &at {
+            Ok(at) => {
+                store(cfg, at, &server, committed).await;
+                status_json(config)
+            }
+            Err(_) => Ok((0, Value::Null)),
+        };
+        quiet.query_drop("UNLOCK TABLES").await?;
+        drop(quiet);
+        let (at, (code, j)) = (at?, shown?);
         let stored = &j["capture"]["stored_position"];
         ensure!(
             stored["file"] == at.file.as_str() && stored["pos"] == at.pos,
