@@ -116,7 +116,10 @@ async fn recover(root: &mut Conn, p: &Pipeline, db: &str) -> Result<()> {
         .context("delete records")?;
 
     let _sink = p.spawn_sink(0)?;
-    let report = p.verify_until_equal(Duration::from_secs(180)).await?;
+    let report = p
+        .verify_until_equal(Duration::from_secs(180))
+        .await
+        .with_context(|| format!("sink log:\n{}", p.sink_log(0)))?;
     assert!(
         report.is_equal(),
         "{}\nsink log:\n{}",
