@@ -2,13 +2,17 @@
 //! requested through the signal table of the capture named by
 //! `gap.capture.config`, exactly as `oncely capture snapshot --table` does,
 //! and is done once that capture's stored offset has moved past the signal
-//! with none of the tables left in its running snapshot.
+//! with none of the tables left in its running snapshot. A PostgreSQL
+//! capture's position is its WAL position; a MySQL or MariaDB capture's
+//! (`source = "mysql"`) the binlog's end as the order key of its offset
+//! records, in their failover epoch (as `oncely verify` waits for it).
 
 use std::path::Path;
 
 use anyhow::{bail, Context};
 use async_trait::async_trait;
-use oncely_capture::config::CaptureConfig;
+use oncely_capture::catalog::mysql::MySqlCatalog;
+use oncely_capture::config::{CaptureConfig, SourceKind};
 use oncely_core::clock::now_ms;
 use oncely_sinks::runner::{SnapshotRequest, SnapshotSignals};
 use oncely_sinks::{SinkError, Version};
@@ -34,13 +38,13 @@ impl CaptureSignals {
         })?;
         let Some(table) = cfg.signal_table() else {
             bail!(
-                "gap.recovery = \"snapshot\": {} sets no signal.data.collection; add e.g. signal.data.collection = \"public.oncely_signal\" (a captured table with columns id, type, data) to the capture, or set gap.recovery = \"stop\"",
+                "gap.recovery = \"snapshot\": {} sets no signal.data.collection; add e.g. signal.data.collection = \"public.oncely_signal\" (\"<database>.oncely_signal\" on MySQL; a captured table with columns id, type, data) to the capture, or set gap.recovery = \"stop\"",
                 path.display()
             );
         };
         let Some((schema, name)) = table.split_once('.') else {
             bail!(
-                "{}: signal.data.collection must be schema.table",
+                "{}: signal.data.collection must be schema.table (database.table on MySQL)",
                 path.display()
             );
         };
@@ -52,13 +56,21 @@ impl CaptureSignals {
         })
     }
 
-    async fn connect(&self) -> Result<tokio_postgres::Client, SinkError> {
+    async fn connect(&self) -> Result<Source, SinkError> {
+        let failed = |e: &dyn std::fmt::Display| {
+            SinkError::retriable(format!("connect to the source for a gap recovery: {e}"))
+        };
+        if self.cfg.source == SourceKind::Mysql {
+            return MySqlCatalog::connect(&self.cfg)
+                .await
+                .map(Source::Mysql)
+                .map_err(|e| failed(&e));
+        }
         let pg = oncely_capture::catalog::pg_config(&self.cfg, "oncely-sink-gap-recovery");
         oncely_capture::catalog::connect_with(&self.cfg, &pg, "gap recovery signal")
             .await
-            .map_err(|e| {
-                SinkError::retriable(format!("connect to the source for a gap recovery: {e}"))
-            })
+            .map(Source::Pg)
+            .map_err(|e| failed(&e))
     }
 }
 
@@ -72,53 +84,114 @@ async fn wal_position(client: &tokio_postgres::Client) -> Result<u64, SinkError>
     Ok(lsn.unsigned_abs())
 }
 
+/// A connection to the capture's source database.
+enum Source {
+    Pg(tokio_postgres::Client),
+    Mysql(MySqlCatalog),
+}
+
+impl Source {
+    /// `(schema, table)` of the captured tables that write `topic` (a MySQL
+    /// database is the schema).
+    async fn tables(
+        &mut self,
+        cfg: &CaptureConfig,
+        topic: &str,
+    ) -> Result<Vec<(String, String)>, SinkError> {
+        let all: Vec<(String, String)> = match self {
+            Self::Pg(client) => client
+                .query(
+                    "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
+                    &[&cfg.publication_name],
+                )
+                .await
+                .map_err(|e| SinkError::retriable_from("list the published tables", e))?
+                .iter()
+                .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+                .collect(),
+            Self::Mysql(catalog) => catalog
+                .captured_tables(cfg)
+                .await
+                .map_err(|e| SinkError::retriable(format!("list the captured tables: {e}")))?
+                .into_iter()
+                .map(|shape| (shape.database, shape.table))
+                .collect(),
+        };
+        Ok(all
+            .into_iter()
+            .filter(|(s, t)| cfg.table_topic(s, t) == topic)
+            .collect())
+    }
+
+    /// The source's position now, as capture's offset records order it.
+    async fn position(&mut self, cfg: &CaptureConfig) -> Result<u64, SinkError> {
+        match self {
+            Self::Pg(client) => wal_position(client).await,
+            Self::Mysql(catalog) => oncely::verify::binlog_end_key(catalog, cfg)
+                .await
+                .map_err(|e| SinkError::retriable(format!("read the binlog's end: {e}"))),
+        }
+    }
+
+    async fn insert_signal(
+        &mut self,
+        table: (&str, &str),
+        id: &str,
+        data: &str,
+    ) -> Result<(), SinkError> {
+        let what = "insert the recovery snapshot's signal";
+        match self {
+            Self::Pg(client) => insert_signal(client, table, id, "execute-snapshot", Some(data))
+                .await
+                .map(drop)
+                .map_err(|e| SinkError::retriable_from(what, e)),
+            Self::Mysql(catalog) => catalog
+                .insert_signal(table, id, "execute-snapshot", Some(data))
+                .await
+                .map_err(|e| SinkError::retriable(format!("{what}: {e}"))),
+        }
+    }
+}
+
 #[async_trait]
 impl SnapshotSignals for CaptureSignals {
     async fn request(&self, topic: &str) -> Result<SnapshotRequest, SinkError> {
-        let client = self.connect().await?;
-        let rows = client
-            .query(
-                "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
-                &[&self.cfg.publication_name],
-            )
-            .await
-            .map_err(|e| SinkError::retriable_from("list the published tables", e))?;
-        let tables: Vec<(String, String)> = rows
-            .iter()
-            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
-            .filter(|(s, t)| self.cfg.table_topic(s, t) == topic)
-            .collect();
+        let mut source = self.connect().await?;
+        let tables = source.tables(&self.cfg, topic).await?;
+        let database = match self.cfg.source {
+            SourceKind::Mysql => tables.first().map(|(db, _)| db.clone()).unwrap_or_default(),
+            _ => self.cfg.database_dbname.clone(),
+        };
         if tables.is_empty() {
             return Ok(SnapshotRequest {
-                database: self.cfg.database_dbname.clone(),
+                database,
                 tables,
                 before: Version::default(),
                 token: 0,
             });
         }
         // Read before the signal: every chunk starts after capture saw it.
-        let before = wal_position(&client).await?;
+        let before = source.position(&self.cfg).await?;
         let names: Vec<String> = tables.iter().map(|(s, t)| format!("{s}.{t}")).collect();
         let data = serde_json::json!({ "data-collections": names, "type": "incremental" });
         let id = format!("gap-{}-{topic}-{}", self.group, now_ms());
         let (schema, table) = &self.signal_table;
-        let data = data.to_string();
-        insert_signal(
-            &client,
-            (schema, table),
-            &id,
-            "execute-snapshot",
-            Some(&data),
-        )
-        .await
-        .map_err(|e| SinkError::retriable_from("insert the recovery snapshot's signal", e))?;
-        let after = wal_position(&client).await?;
+        source
+            .insert_signal((schema, table), &id, &data.to_string())
+            .await?;
+        let after = source.position(&self.cfg).await?;
+        // A MySQL order key is a transaction's start, so the first offset
+        // record past the signal may have the key `after` itself.
+        let token = match self.cfg.source {
+            SourceKind::Mysql => after.saturating_sub(1),
+            _ => after,
+        };
         tracing::warn!(signal = %id, tables = %names.join(", "), "recovery snapshot requested for a gap in {topic}");
         Ok(SnapshotRequest {
-            database: self.cfg.database_dbname.clone(),
+            database,
             tables,
             before: Version::new(before, 0),
-            token: after,
+            token,
         })
     }
 

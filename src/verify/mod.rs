@@ -40,6 +40,7 @@ use oncely_capture::config::{CaptureConfig, SourceKind};
 use oncely_sinks::verify_reader::{StoredForm, VerifiedTable};
 
 pub use compare::{compare_row, compare_selected, values_equal, ColumnDiff, Compared};
+pub use mysql_source::binlog_end_key;
 pub use report::{Difference, Report, TableReport, TargetReport};
 pub use sink_target::{Target, PAGE};
 pub use source::format_lsn;

@@ -22,6 +22,24 @@ fn source_error(e: MySqlSourceError) -> VerifyError {
     VerifyError::Source(e.to_string())
 }
 
+/// The binlog's end now as the order key of capture's offset records, in
+/// the failover epoch of capture's stored offset (one up when it is another
+/// server's, which capture takes over): what verify waits for capture to
+/// cover, and what a sink's gap recovery waits for capture to pass.
+pub async fn binlog_end_key(
+    catalog: &mut MySqlCatalog,
+    cfg: &CaptureConfig,
+) -> Result<u64, VerifyError> {
+    let stored = oncely_capture::catalog::read_stored_offset(cfg)
+        .await
+        .map_err(|e| VerifyError::Kafka(format!("read capture's offset: {e}")))?;
+    let part = stored.as_ref().and_then(|o| MySqlOffset::read(o).ok());
+    catalog
+        .position_now_after(part.as_ref())
+        .await
+        .map_err(source_error)
+}
+
 /// A MySQL or MariaDB source (`source = "mysql"`).
 pub struct MySqlSource {
     catalog: Mutex<MySqlCatalog>,
@@ -42,21 +60,10 @@ impl MySqlSource {
         })
     }
 
-    /// The binlog's end now as a MySQL capture's offset records order it:
-    /// in the failover epoch of capture's stored offset (one up when it is
-    /// another server's, which capture takes over), so that after a
-    /// failover the wait for capture does not pass at once.
+    /// [`binlog_end_key`]: so that after a failover the wait for capture
+    /// does not pass at once.
     pub async fn position_now(&self, cfg: &CaptureConfig) -> Result<u64, VerifyError> {
-        let stored = oncely_capture::catalog::read_stored_offset(cfg)
-            .await
-            .map_err(|e| VerifyError::Kafka(format!("read capture's offset: {e}")))?;
-        let part = stored.as_ref().and_then(|o| MySqlOffset::read(o).ok());
-        self.catalog
-            .lock()
-            .await
-            .position_now_after(part.as_ref())
-            .await
-            .map_err(source_error)
+        binlog_end_key(&mut *self.catalog.lock().await, cfg).await
     }
 
     /// The tables capture captures, each named `database.table` (a MySQL

@@ -450,7 +450,7 @@ async fn an_execute_snapshot_signal_snapshots_a_streamed_table_under_writes() ->
 }
 
 /// The capture user as a grantee (`'user'@'host'`), to grant it a write.
-async fn capture_grantee() -> Result<String> {
+pub(crate) async fn capture_grantee() -> Result<String> {
     let user: String = Conn::new(capture_opts())
         .await?
         .query_first("SELECT CURRENT_USER()")

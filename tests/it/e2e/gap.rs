@@ -29,14 +29,14 @@ fn status(p: &Pipeline) -> Result<(i32, String)> {
     ))
 }
 
-fn watermarks(topic: &str) -> Result<(i64, i64)> {
+pub(crate) fn watermarks(topic: &str) -> Result<(i64, i64)> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", common::kafka_brokers())
         .create()?;
     Ok(consumer.fetch_watermarks(topic, 0, Duration::from_secs(10))?)
 }
 
-async fn wait_until(what: &str, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+pub(crate) async fn wait_until(what: &str, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
     // Generous: under the full parallel suite three sinks joining their
     // groups and fetching took over 90 s once (a cold CI run).
     let deadline = Instant::now() + Duration::from_secs(240);

@@ -4,7 +4,7 @@ mod avro_ops;
 mod compaction;
 mod faults;
 mod fields;
-mod gap;
+pub(crate) mod gap;
 mod identity;
 mod identity_change;
 mod masking;
