@@ -156,13 +156,13 @@ async fn exercise(root: &mut Conn, config: &Path, cfg: &CaptureConfig, db: &str)
         let shown = match &at {
             Ok(at) => {
                 store(cfg, at, &server, committed).await;
-                status_json(config)
+                status_json(config).and_then(|json| Ok((json, status(config, &[])?)))
             }
-            Err(_) => Ok((0, Value::Null)),
+            Err(_) => Ok(((0, Value::Null), (0, String::new()))),
         };
         quiet.query_drop("UNLOCK TABLES").await?;
         drop(quiet);
-        let (at, (code, j)) = (at?, shown?);
+        let (at, ((code, j), text)) = (at?, shown?);
         let stored = &j["capture"]["stored_position"];
         ensure!(
             stored["file"] == at.file.as_str() && stored["pos"] == at.pos,
@@ -184,15 +184,14 @@ async fn exercise(root: &mut Conn, config: &Path, cfg: &CaptureConfig, db: &str)
                     && j["server"]["server_id"] == server.id,
                 "{j:#}"
             );
-            caught_up = Some(at);
+            caught_up = Some((at, text));
             break;
         }
         ensure!(lag > 0, "the server moved on, so lag is not 0: {j:#}");
     }
-    let Some(stored) = caught_up else {
+    let Some((stored, (code, text))) = caught_up else {
         bail!("the server's binlog never stood still long enough to be caught up");
     };
-    let (code, text) = status(config, &[])?;
     eprintln!("{text}");
     ensure!(
         code == 0
