@@ -8,12 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
-use rdkafka::admin::{AdminClient, AdminOptions};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::e2e::gap::{wait_until, watermarks};
-use crate::harness::common::{kafka_brokers, unique};
+use crate::e2e::gap::{delete_all_but_last, wait_until, watermarks};
+use crate::harness::common::unique;
 use crate::harness::e2e::{summary, Pipeline};
 use crate::mysql_binlog::admin;
 use crate::mysql_capture::{capture_grantee, mysql_pipeline};
@@ -104,16 +101,7 @@ async fn recover(root: &mut Conn, p: &Pipeline, db: &str) -> Result<()> {
         Ok(watermarks(&topic)?.1 >= 640)
     })
     .await?;
-    let (_, high) = watermarks(&topic)?;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
-        .create()?;
-    let mut cut = TopicPartitionList::new();
-    cut.add_partition_offset(&topic, 0, Offset::Offset(high - 100))?;
-    admin
-        .delete_records(&cut, &AdminOptions::new())
-        .await
-        .context("delete records")?;
+    delete_all_but_last(&topic, 100).await?;
 
     let _sink = p.spawn_sink(0)?;
     let report = p

@@ -36,6 +36,41 @@ pub(crate) fn watermarks(topic: &str) -> Result<(i64, i64)> {
     Ok(consumer.fetch_watermarks(topic, 0, Duration::from_secs(10))?)
 }
 
+/// Deletes all but the last `keep` records of partition 0 of `topic`, as
+/// retention would; the log's end, so the new start is `end - keep`.
+pub(crate) async fn delete_all_but_last(topic: &str, keep: i64) -> Result<i64> {
+    let (_, high) = watermarks(topic)?;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", common::kafka_brokers())
+        .create()?;
+    let mut cut = TopicPartitionList::new();
+    cut.add_partition_offset(topic, 0, Offset::Offset(high - keep))?;
+    admin
+        .delete_records(&cut, &AdminOptions::new())
+        .await
+        .context("delete records")?;
+    Ok(high)
+}
+
+/// Waits until each of the three sinks says it stopped its partition at
+/// the gap (once assigned, which on a loaded machine takes a while); the
+/// sinks' logs on a timeout.
+async fn every_sink_stopped_at_the_gap(p: &Pipeline) -> Result<()> {
+    wait_until("every sink stopped its partition at the gap", || {
+        Ok((0..3).all(|i| {
+            p.sink_log(i)
+                .contains("offsets were deleted (retention.ms) before they were applied")
+        }))
+    })
+    .await
+    .with_context(|| {
+        (0..3)
+            .map(|i| format!("sink {i} log:\n{}", p.sink_log(i)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+}
+
 pub(crate) async fn wait_until(what: &str, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
     // Generous: under the full parallel suite three sinks joining their
     // groups and fetching took over 90 s once (a cold CI run).
@@ -97,35 +132,14 @@ async fn a_sink_never_resumes_past_records_kafka_deleted() -> Result<()> {
         Ok(watermarks(&topic)?.1 >= 600)
     })
     .await?;
-    let (_, high) = watermarks(&topic)?;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", common::kafka_brokers())
-        .create()?;
-    let mut cut = TopicPartitionList::new();
-    cut.add_partition_offset(&topic, 0, Offset::Offset(high - 100))?;
-    admin
-        .delete_records(&cut, &AdminOptions::new())
-        .await
-        .context("delete records")?;
+    let high = delete_all_but_last(&topic, 100).await?;
     assert_eq!(watermarks(&topic)?.0, high - 100);
 
     // Started again, no sink applies anything past the gap.
     let sinks: Vec<_> = (0..3).map(|i| p.spawn_sink(i)).collect::<Result<_>>()?;
     // Each sink finds the gap once it is assigned its partition, which on a
     // loaded machine takes a while: waited for, then checked in full below.
-    wait_until("every sink stopped its partition at the gap", || {
-        Ok((0..3).all(|i| {
-            p.sink_log(i)
-                .contains("offsets were deleted (retention.ms) before they were applied")
-        }))
-    })
-    .await
-    .with_context(|| {
-        (0..3)
-            .map(|i| format!("sink {i} log:\n{}", p.sink_log(i)))
-            .collect::<Vec<_>>()
-            .join("\n")
-    })?;
+    every_sink_stopped_at_the_gap(&p).await?;
     let (code, out) = status(&p)?;
     assert_eq!(code, 2, "a gap is down:\n{out}");
     for i in 0..3 {
@@ -195,31 +209,10 @@ async fn a_sink_with_no_position_stops_at_a_log_that_lost_its_start() -> Result<
         Ok(watermarks(&topic).is_ok_and(|(_, high)| high >= 300))
     })
     .await?;
-    let (_, high) = watermarks(&topic)?;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", common::kafka_brokers())
-        .create()?;
-    let mut cut = TopicPartitionList::new();
-    cut.add_partition_offset(&topic, 0, Offset::Offset(high - 100))?;
-    admin
-        .delete_records(&cut, &AdminOptions::new())
-        .await
-        .context("delete records")?;
+    delete_all_but_last(&topic, 100).await?;
 
     let sinks: Vec<_> = (0..3).map(|i| p.spawn_sink(i)).collect::<Result<_>>()?;
-    wait_until("every sink stopped its partition at the gap", || {
-        Ok((0..3).all(|i| {
-            p.sink_log(i)
-                .contains("offsets were deleted (retention.ms) before they were applied")
-        }))
-    })
-    .await
-    .with_context(|| {
-        (0..3)
-            .map(|i| format!("sink {i} log:\n{}", p.sink_log(i)))
-            .collect::<Vec<_>>()
-            .join("\n")
-    })?;
+    every_sink_stopped_at_the_gap(&p).await?;
     assert!(
         rows(&p).await? == 0,
         "the warehouse applied rows past the gap"
@@ -287,16 +280,7 @@ async fn a_gap_is_recovered_by_a_snapshot_without_a_person() -> Result<()> {
         Ok(watermarks(&topic)?.1 >= 640)
     })
     .await?;
-    let (_, high) = watermarks(&topic)?;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", common::kafka_brokers())
-        .create()?;
-    let mut cut = TopicPartitionList::new();
-    cut.add_partition_offset(&topic, 0, Offset::Offset(high - 100))?;
-    admin
-        .delete_records(&cut, &AdminOptions::new())
-        .await
-        .context("delete records")?;
+    let high = delete_all_but_last(&topic, 100).await?;
 
     // Capture stopped, so that the snapshot cannot finish yet: the
     // warehouse sink says it is recovering, never healthy, and the rows
