@@ -12,6 +12,7 @@ use std::path::Path;
 use anyhow::{bail, Context};
 use async_trait::async_trait;
 use oncely_capture::catalog::mysql::MySqlCatalog;
+use oncely_capture::catalog::SourceOffset;
 use oncely_capture::config::{CaptureConfig, SourceKind};
 use oncely_core::clock::now_ms;
 use oncely_sinks::runner::{SnapshotRequest, SnapshotSignals};
@@ -179,13 +180,9 @@ impl SnapshotSignals for CaptureSignals {
         source
             .insert_signal((schema, table), &id, &data.to_string())
             .await?;
-        let after = source.position(&self.cfg).await?;
-        // A MySQL order key is a transaction's start, so the first offset
-        // record past the signal may have the key `after` itself.
-        let token = match self.cfg.source {
-            SourceKind::Mysql => after.saturating_sub(1),
-            _ => after,
-        };
+        // The offset record that covers this position is committed after
+        // the signal's transaction, whose offset holds the signal's plan.
+        let token = source.position(&self.cfg).await?;
         tracing::warn!(signal = %id, tables = %names.join(", "), "recovery snapshot requested for a gap in {topic}");
         Ok(SnapshotRequest {
             database,
@@ -202,20 +199,72 @@ impl SnapshotSignals for CaptureSignals {
         let Some(offset) = offset else {
             return Ok(false);
         };
-        // A transaction committed after the signal is published only once
-        // capture has handled the signal (commit order), so its offset
-        // record lists the tables while their snapshot runs.
-        if offset.commit_lsn <= request.token {
-            return Ok(false);
+        Ok(recovered(&offset, request))
+    }
+}
+
+/// Whether capture's stored `offset` shows the recovery snapshot of
+/// `request` done. Covered as `oncely verify` reads it (`flush_lsn`: the
+/// source position capture has published up to, moved by a heartbeat when
+/// nothing else is written), not by a later transaction's commit, which an
+/// idle source never writes. A signal's plan commits with its own
+/// transaction (a signal acts on the staged position), so an offset record
+/// covering the signal lists the tables while their snapshot runs.
+fn recovered(offset: &SourceOffset, request: &SnapshotRequest) -> bool {
+    if offset.flush_lsn < request.token {
+        return false;
+    }
+    let running = offset.snapshot.as_ref().is_some_and(|s| {
+        s.tables.iter().any(|t| {
+            request
+                .tables
+                .iter()
+                .any(|(schema, name)| t.table == format!("{schema}.{name}"))
+        })
+    });
+    !running
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offset(json: serde_json::Value) -> SourceOffset {
+        serde_json::from_value(json).expect("an offset record")
+    }
+
+    fn request(token: u64) -> SnapshotRequest {
+        SnapshotRequest {
+            database: "shop".into(),
+            tables: vec![("shop".into(), "orders".into())],
+            before: Version::default(),
+            token,
         }
-        let running = offset.snapshot.as_ref().is_some_and(|s| {
-            s.tables.iter().any(|t| {
-                request
-                    .tables
-                    .iter()
-                    .any(|(schema, name)| t.table == format!("{schema}.{name}"))
-            })
-        });
-        Ok(!running)
+    }
+
+    #[test]
+    fn an_idle_source_s_heartbeat_past_the_signal_ends_the_recovery() {
+        // No transaction after the signal's: its commit key stays below the
+        // position read after the signal, the heartbeat's flush covers it.
+        let idle = offset(serde_json::json!({
+            "commit_lsn": 900, "events": 1, "complete": true, "flush_lsn": 1000
+        }));
+        assert!(recovered(&idle, &request(1000)));
+    }
+
+    #[test]
+    fn the_recovery_waits_for_the_signal_and_for_its_tables() {
+        let before = offset(serde_json::json!({
+            "commit_lsn": 900, "events": 1, "complete": true, "flush_lsn": 999
+        }));
+        assert!(!recovered(&before, &request(1000)));
+        let running = offset(serde_json::json!({
+            "commit_lsn": 1000, "events": 1, "complete": true, "flush_lsn": 1200,
+            "snapshot": {
+                "id": "gap-1", "kind": "incremental",
+                "tables": [{"table": "shop.orders"}]
+            }
+        }));
+        assert!(!recovered(&running, &request(1000)));
     }
 }

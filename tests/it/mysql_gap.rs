@@ -29,25 +29,18 @@ async fn a_gap_is_recovered_by_a_snapshot_from_mariadb() -> Result<()> {
     root.query_drop(format!(
         "CREATE DATABASE {db}; \
          CREATE TABLE {db}.t (id bigint PRIMARY KEY, v varchar(20)); \
-         CREATE TABLE {db}.signals (id varchar(128) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048)); \
-         CREATE TABLE {db}.beat (id int PRIMARY KEY, at datetime(6))"
+         CREATE TABLE {db}.signals (id varchar(128) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))"
     ))
     .await?;
     let grantee = capture_grantee().await?;
-    root.query_drop(format!(
-        "GRANT INSERT ON {db}.signals TO {grantee}; GRANT INSERT, DELETE ON {db}.beat TO {grantee}"
-    ))
-    .await?;
+    root.query_drop(format!("GRANT INSERT ON {db}.signals TO {grantee}"))
+        .await?;
     let mut p = mysql_pipeline(
         "mygap",
         &db,
         &["t"],
         &format!(
-            // On a server nothing else writes to, the offset that records
-            // the snapshot done is committed only once the binlog moves
-            // (a heartbeat commits a moved position): the heartbeat writes.
-            "snapshot.mode = \"no_data\"\nsignal.data.collection = \"{db}.signals\"\nincremental.snapshot.chunk.size = 10\n\
-             heartbeat.action.query = \"REPLACE INTO {db}.beat VALUES (1, NOW(6))\"\n"
+            "snapshot.mode = \"no_data\"\nsignal.data.collection = \"{db}.signals\"\nincremental.snapshot.chunk.size = 10\n"
         ),
     )
     .await?;
@@ -55,9 +48,7 @@ async fn a_gap_is_recovered_by_a_snapshot_from_mariadb() -> Result<()> {
     p.sinks.truncate(1);
     let result = recover(&mut root, &p, &db).await;
     let _ = root
-        .query_drop(format!(
-            "REVOKE INSERT ON {db}.signals FROM {grantee}; REVOKE INSERT, DELETE ON {db}.beat FROM {grantee}"
-        ))
+        .query_drop(format!("REVOKE INSERT ON {db}.signals FROM {grantee}"))
         .await;
     let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
     p.cleanup().await;
