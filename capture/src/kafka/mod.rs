@@ -283,6 +283,23 @@ impl TxProducer {
         self.inner.context().take_too_large()
     }
 
+    /// The first record the broker refused for its size, waiting at most
+    /// `max` for the delivery reports still due: the refusal fails the
+    /// transaction at once, so the next send can fail (`Erroneous state`)
+    /// before the producer's thread has run the refused record's report.
+    pub async fn await_too_large(&self, max: Duration) -> Option<RefusedRecord> {
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            if let Some(r) = self.take_too_large() {
+                return Some(r);
+            }
+            if self.inner.in_flight_count() == 0 || tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// How many partitions `topic` has now, from fresh cluster metadata.
     pub async fn partition_count(&self, topic: &str) -> Result<i32, CaptureError> {
         let inner = Arc::clone(&self.inner);

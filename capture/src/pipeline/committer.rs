@@ -141,9 +141,14 @@ pub(super) struct Topics {
 /// What the pipeline asks of Kafka besides transactions, through the
 /// committer that owns the producer.
 impl Committer<KafkaTx> {
-    /// The record the producer refused as too large, once.
-    pub(super) fn take_too_large(&self) -> Option<crate::kafka::RefusedRecord> {
-        self.tx.producer.take_too_large()
+    /// The record the broker refused as too large, once, waiting at most
+    /// `wait` for delivery reports still due (see
+    /// [`crate::kafka::TxProducer::await_too_large`]).
+    pub(super) async fn take_too_large(
+        &self,
+        wait: std::time::Duration,
+    ) -> Option<crate::kafka::RefusedRecord> {
+        self.tx.producer.await_too_large(wait).await
     }
 
     /// The producer's `message.max.bytes`.

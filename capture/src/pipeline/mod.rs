@@ -67,6 +67,10 @@ use tracker::Tracker;
 
 pub use start::run;
 
+/// How long a failed Kafka call waits for the delivery report that may say
+/// a record was refused for its size (it normally runs within milliseconds).
+const REFUSAL_REPORT_WAIT: Duration = Duration::from_secs(2);
+
 /// The capture pipeline of one life: the stream loop (`Pipeline::stream`)
 /// hands each event to the component that owns what it changes. `S` is
 /// the source it reads ([`Source`]).
@@ -338,8 +342,14 @@ impl<S: Source> Pipeline<'_, S> {
 
     /// A failed send or commit, named when the producer or the broker
     /// refused one of its records for its size.
-    fn explain_refused(&mut self, e: CaptureError) -> CaptureError {
-        if let Some(r) = self.kafka.take_too_large() {
+    async fn explain_refused(&mut self, e: CaptureError) -> CaptureError {
+        // A Kafka call failing may be the refusal's first sign, its report
+        // still due; for other errors only a report already in counts.
+        let wait = match e {
+            CaptureError::Kafka { .. } => REFUSAL_REPORT_WAIT,
+            _ => Duration::ZERO,
+        };
+        if let Some(r) = self.kafka.take_too_large(wait).await {
             return self.too_large(
                 &r.topic,
                 r.key.as_deref(),

@@ -348,10 +348,10 @@ async fn drive<S: Source>(
     // A record the broker refused for its size fails the transaction, and
     // whatever call comes next (a send, the commit) reports only that: name
     // the record, and make it definite.
-    let result = pipeline
-        .stream(shutdown)
-        .await
-        .map_err(|e| pipeline.explain_refused(e));
+    let result = match pipeline.stream(shutdown).await {
+        Ok(()) => Ok(()),
+        Err(e) => Err(pipeline.explain_refused(e).await),
+    };
     if result.is_err() {
         // Nothing of an aborted batch is visible; the restart resumes at the
         // last offset record in Kafka.
