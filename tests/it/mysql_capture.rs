@@ -451,22 +451,6 @@ async fn an_execute_snapshot_signal_snapshots_a_streamed_table_under_writes() ->
     Ok(())
 }
 
-/// The source column number the schema of snapshot record `r` gives
-/// `column` of its row (`after`).
-fn attnum_of(r: &Seen, column: &str) -> Option<String> {
-    let after = r.value.as_ref()?["schema"]["fields"]
-        .as_array()?
-        .iter()
-        .find(|f| f["field"] == "after")?;
-    let field = after["fields"]
-        .as_array()?
-        .iter()
-        .find(|f| f["field"] == column)?;
-    field["parameters"]["__oncely.attnum"]
-        .as_str()
-        .map(str::to_owned)
-}
-
 /// A column dropped and added again under its name and type between two
 /// snapshot passes of a table in one capture process: the second pass's
 /// chunks have the first's shape, but their `c` is another column (number
@@ -504,7 +488,7 @@ async fn a_column_dropped_and_added_again_between_two_snapshot_passes_is_numbere
     let numbers: Vec<_> = first
         .iter()
         .filter(|r| r.op() == Some("r"))
-        .map(|r| attnum_of(r, "c"))
+        .map(|r| r.after_attnum("c"))
         .collect();
     assert_eq!(numbers, vec![Some("2".to_owned()); 3], "the first pass");
     root.query_drop(format!("ALTER TABLE {db}.t DROP c"))
@@ -523,7 +507,7 @@ async fn a_column_dropped_and_added_again_between_two_snapshot_passes_is_numbere
         reads
             .entry(id)
             .or_default()
-            .push((r.offset, attnum_of(r, "c")));
+            .push((r.offset, r.after_attnum("c")));
     }
     let numbers: BTreeMap<i64, Vec<Option<String>>> = reads
         .into_iter()
