@@ -9,10 +9,12 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::committer::{Committer, Transactions};
-use super::snapshot_runtime::{join, ChunkReads, InFlight, SnapshotDriver, CHUNKS_IN_FLIGHT};
+use super::snapshot_runtime::{
+    join, CachedEncoder, ChunkReads, InFlight, SnapshotDriver, CHUNKS_IN_FLIGHT,
+};
 use super::{now_ms, refusable, refuse_value, Pipeline, Record};
 use crate::change::{Datum, OldRow, RowChange, RowImage, StreamTable};
-use crate::envelope::{Op, SnapshotMarker, SourcePosition, TableEncoder};
+use crate::envelope::{Op, SnapshotMarker, SourceIdentity, SourcePosition, TableEncoder};
 use crate::error::CaptureError;
 use crate::offset::SourceOffset;
 use crate::seam::{ChunkError, ChunkRequest, ChunkRows, RoutedTable, Source};
@@ -294,8 +296,9 @@ impl<R: StreamTable + Clone + PartialEq> SnapshotDriver<R> {
         if rows.relation.shape_ahead_of_stream() {
             // DDL committed between the chunk's read view and its catalog
             // read: the stream is before it at the high watermark, so
-            // its columns cannot be numbered there. Read again, after it.
-            tracing::debug!(table = %chunk.table, "snapshot chunk read again: its columns were read past DDL the stream had not reached at its position");
+            // its columns cannot be numbered there. Read again, after it;
+            // at info, once per chunk, so repeated re-reads show.
+            tracing::info!(table = %chunk.table, chunk = %chunk.id, "snapshot chunk read again: its columns were read past DDL the stream had not reached at its position");
             return false;
         }
         if chunk.window.must_read_again() {
@@ -553,12 +556,35 @@ impl<R: StreamTable + Clone + PartialEq> SnapshotDriver<R> {
         self.publish_view(kafka.position());
     }
 
-    /// The encoder cached for a chunk's table shape `rel`, with its topic.
-    pub(super) fn cached_encoder(&self, rel: &R) -> Option<(TableEncoder, Arc<str>)> {
+    /// The encoder cached for a chunk's table shape `rel` whose columns are
+    /// the source columns `identity`, with its topic.
+    pub(super) fn cached_encoder(
+        &self,
+        rel: &R,
+        identity: Option<&SourceIdentity>,
+    ) -> Option<(TableEncoder, Arc<str>)> {
         match &self.encoder {
-            Some((cached, enc, topic)) if cached == rel => Some((enc.clone(), Arc::clone(topic))),
+            Some(c) if c.table == *rel && c.identity.as_ref() == identity => {
+                Some((c.encoder.clone(), Arc::clone(&c.topic)))
+            }
             _ => None,
         }
+    }
+
+    /// Keeps `encoder`, built for `rel` and `identity`, for the chunks after.
+    pub(super) fn cache_encoder(
+        &mut self,
+        rel: &R,
+        identity: Option<SourceIdentity>,
+        encoder: &TableEncoder,
+        topic: &Arc<str>,
+    ) {
+        self.encoder = Some(CachedEncoder {
+            table: rel.clone(),
+            identity,
+            encoder: encoder.clone(),
+            topic: Arc::clone(topic),
+        });
     }
 }
 
@@ -593,22 +619,25 @@ impl<S: Source> Pipeline<'_, S> {
             .await
     }
 
-    /// The encoder of a chunk's table shape (built once per shape).
+    /// The encoder of a chunk's table (built once per shape and column
+    /// numbers).
     async fn chunk_encoder(
         &mut self,
         rel: &S::Table,
         key_columns: &[String],
     ) -> Result<(TableEncoder, Arc<str>), CaptureError> {
-        if let Some(cached) = self.snapshot.cached_encoder(rel) {
-            return Ok(cached);
-        }
         let qualified = format!("{}.{}", rel.namespace(), rel.name());
-        // A chunk's Relation is read from the catalog as it is now.
+        // A chunk's Relation is read from the catalog as it is now; its
+        // column numbers are read for every chunk, since DDL between two
+        // chunks may change them and not the shape (DROP c, ADD c).
         let identity = self
             .source
             .schema
             .source_identity(&self.source.control, &qualified, rel, None)
             .await?;
+        if let Some(cached) = self.snapshot.cached_encoder(rel, identity.as_ref()) {
+            return Ok(cached);
+        }
         let enc = rel
             .encoder(
                 self.router.types(),
@@ -620,7 +649,7 @@ impl<S: Source> Pipeline<'_, S> {
             .with_heads_apart(self.router.heads_apart());
         let topic: Arc<str> = enc.topic().into();
         self.kafka.ensure_topic(&topic).await?;
-        self.snapshot.encoder = Some((rel.clone(), enc.clone(), Arc::clone(&topic)));
+        self.snapshot.cache_encoder(rel, identity, &enc, &topic);
         Ok((enc, topic))
     }
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::fixes::Fixes;
-use crate::envelope::TableEncoder;
+use crate::envelope::{SourceIdentity, TableEncoder};
 use crate::error::CaptureError;
 use crate::metrics::{CaptureMetrics, SnapshotView};
 use crate::offset::SourceOffset;
@@ -48,8 +48,8 @@ pub(super) struct SnapshotDriver<T> {
     /// Reads of abandoned chunks that have not ended yet: no chunk starts on
     /// the connection until they have.
     draining: Vec<ChunkTask<T>>,
-    /// Encoder of the last chunk's table shape, reused while it holds.
-    pub(super) encoder: Option<(T, TableEncoder, Arc<str>)>,
+    /// Encoder of the last chunk's table, reused while it holds.
+    pub(super) encoder: Option<CachedEncoder<T>>,
     /// Rows and time at the last progress log line, for the rate.
     pub(super) last_log: Option<(Instant, u64)>,
     /// The transactions the stream carried lately, by xid, with their
@@ -66,6 +66,16 @@ pub(super) struct SnapshotDriver<T> {
     /// reads matching rows only, a signal's own filter besides.
     pub(super) row_filters: BTreeMap<String, String>,
     pub(super) metrics: CaptureMetrics,
+}
+
+/// A chunk encoder with what it was built from: the table's shape and the
+/// source columns its fields are (a column dropped and added again under
+/// its name and type leaves the shape as it was but is another column).
+pub(super) struct CachedEncoder<T> {
+    pub(super) table: T,
+    pub(super) identity: Option<SourceIdentity>,
+    pub(super) encoder: TableEncoder,
+    pub(super) topic: Arc<str>,
 }
 
 pub(super) struct InFlight<T> {

@@ -391,6 +391,22 @@ impl Seen {
     pub fn op(&self) -> Option<&str> {
         self.payload().and_then(|p| p["op"].as_str())
     }
+
+    /// The source column number (`__oncely.attnum`) the value's schema
+    /// gives `column` of its row (`after`); `None` without a schema.
+    pub fn after_attnum(&self, column: &str) -> Option<String> {
+        let after = self.value.as_ref()?["schema"]["fields"]
+            .as_array()?
+            .iter()
+            .find(|f| f["field"] == "after")?;
+        let field = after["fields"]
+            .as_array()?
+            .iter()
+            .find(|f| f["field"] == column)?;
+        field["parameters"]["__oncely.attnum"]
+            .as_str()
+            .map(str::to_owned)
+    }
 }
 
 /// A `read_committed` consumer of a group of its own (`<group>_<random>`)

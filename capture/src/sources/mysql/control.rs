@@ -552,6 +552,28 @@ mod tests {
         assert_eq!(id.attnums, vec![Some(1), Some(2), Some(4), Some(5)]);
     }
 
+    /// Two chunks of one pass, `c` dropped and added again under its name
+    /// and type between them: their tables are equal (one shape), so only
+    /// their identities tell the new `c` from the dropped one (the chunk
+    /// encoder's cache is keyed by both).
+    #[test]
+    fn a_column_dropped_and_added_again_between_two_chunks_is_another_column() {
+        let mut facts = ShapeFacts::default();
+        facts.apply_ddl("shop", "CREATE TABLE orders (id int PRIMARY KEY, c int)");
+        let mut again = facts.clone();
+        again.apply_ddl("shop", "ALTER TABLE orders DROP c");
+        again.apply_ddl("shop", "ALTER TABLE orders ADD c int");
+        let names = ["id", "c"];
+        let first = table(&names, &facts, Some(&facts));
+        let second = table(&names, &again, Some(&again));
+        assert!(first == second, "one shape");
+        let first = chunk_identity(&first, None, None, &[]).expect("numbered");
+        let second = chunk_identity(&second, None, None, &[]).expect("numbered");
+        assert_eq!(first.attnums, vec![Some(1), Some(2)]);
+        assert_eq!(second.attnums, vec![Some(1), Some(3)], "a new `c`");
+        assert_eq!(second.dropped, vec![2]);
+    }
+
     /// `information_schema` has no read view: a RENAME committed between a
     /// chunk's read view and its catalog read gives it names the stream
     /// does not know at the chunk's high watermark, before the RENAME.
