@@ -286,13 +286,7 @@ struct ChunkRead {
 
 impl ChunkRead {
     async fn run(self, req: ChunkRequest) -> Result<ChunkRows<MySqlTable>, ChunkError> {
-        if req.filter.is_some() {
-            // Never read unfiltered instead: the rows would not be the ones asked for.
-            return Err(ChunkError::Table(format!(
-                "a filtered snapshot (table.filter or a signal's additional-conditions) of the MySQL table {} is not built yet: snapshot it without a filter",
-                qualified(&req)
-            )));
-        }
+        let filter = checked_filter(&req)?;
         let mut guard = self.session.lock().await;
         let Some(session) = guard.as_mut() else {
             return Err(CaptureError::Protocol("no chunk connection".into()).into());
@@ -314,9 +308,13 @@ impl ChunkRead {
             Some(text) => Some(self.key_cells(&req, &paging, &images, text)?),
             None => None,
         };
-        let read = read_rows(conn, &paging, after.as_deref(), req.size + 1)
+        // In the read view's READ ONLY transaction: a filter cannot write.
+        let read = read_rows(conn, &paging, after.as_deref(), filter, req.size + 1)
             .await
-            .map_err(table_or_capture)?;
+            .map_err(|e| match filter {
+                Some(_) => filtered_refusal(e),
+                None => table_or_capture(e),
+            })?;
         let estimate = estimate(conn, &req).await;
         conn.query_drop("COMMIT")
             .await
@@ -498,6 +496,40 @@ fn table_or_capture(e: MySqlSourceError) -> ChunkError {
         ChunkError::Capture(database(e))
     } else {
         ChunkError::Table(e.to_string())
+    }
+}
+
+/// The chunk's filter (a signal's `additional-conditions`, which the
+/// core stored with the snapshot's progress), held to MySQL's lexical
+/// rules again before it goes into SQL: one stored by another source's
+/// rules is refused, never read past.
+fn checked_filter(req: &ChunkRequest) -> Result<Option<&str>, ChunkError> {
+    match req.filter.as_deref() {
+        Some(filter) => match super::filter::check_lexically(filter) {
+            Ok(()) => Ok(Some(filter)),
+            Err(why) => Err(ChunkError::Table(format!(
+                "the snapshot filter of {}: {why}",
+                qualified(req)
+            ))),
+        },
+        None => Ok(None),
+    }
+}
+
+/// A filtered chunk the server refused for a definite reason (SQLSTATE
+/// class 42: a column the filter names was dropped, a syntax or access
+/// error) skips the table, saying only the error's code: the server's
+/// message may quote the filter's values. Anything else is as unfiltered.
+fn filtered_refusal(e: MySqlSourceError) -> ChunkError {
+    match &e {
+        MySqlSourceError::Server {
+            source: mysql_async::Error::Server(s),
+            ..
+        } if s.state.starts_with("42") => ChunkError::Table(format!(
+            "the filtered chunk query failed with MySQL error {} (SQLSTATE {}; its text is not logged: it can hold the filter's values)",
+            s.code, s.state
+        )),
+        _ => table_or_capture(e),
     }
 }
 
