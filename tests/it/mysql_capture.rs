@@ -33,7 +33,7 @@ pub(crate) struct MySqlCapture {
     prefix: String,
     pub(crate) offsets_topic: String,
     dir: PathBuf,
-    config: PathBuf,
+    pub(crate) config: PathBuf,
 }
 
 impl MySqlCapture {

@@ -93,6 +93,23 @@ async fn filtered(root: &mut Conn, env: &MySqlCapture) -> Result<()> {
         "both refusals, with their reasons, in the log:\n{log}"
     );
 
+    // The CLI holds its --filter to MySQL's rules before it inserts one.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .args(["capture", "snapshot", "--config"])
+        .arg(&env.config)
+        .args([
+            "--table",
+            &format!("{db}.stock"),
+            "--filter",
+            "region = 'eu' || qty < 0",
+        ])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success() && stderr.contains("'||'"),
+        "the CLI refuses MySQL's OR written ||: {stderr}"
+    );
+
     // Queued and paused in one transaction: no chunk is read before the
     // kill, so the filter the restart reads by is the one stored with the
     // snapshot's progress in the offset.
