@@ -12,7 +12,7 @@
 //!    `NO_BACKSLASH_ESCAPES`, so where a string ends would depend on the
 //!    server's `sql_mode`), no `"` (a string in MySQL unless
 //!    `ANSI_QUOTES`, not a name), no backtick, `#` comment, `||` or `&&`
-//!    (MySQL's OR and AND), `@` variable, `;`, `--` or `/*` (with
+//!    (MySQL's OR and AND), `@` variable, `?` parameter, `;`, `--` or `/*` (with
 //!    `/*! ... */`, which MySQL runs), and no space between an allowed
 //!    function's name and its `(` (MySQL may then call a stored function
 //!    of that name);
@@ -84,6 +84,8 @@ pub fn check_lexically(filter: &str) -> Result<(), String> {
             b'|' if b.get(i + 1) == Some(&b'|') => return refuse("MySQL reads '||' as OR: write OR"),
             b'&' if b.get(i + 1) == Some(&b'&') => return refuse("MySQL reads '&&' as AND: write AND"),
             b'@' => return refuse("variables (@) are not accepted"),
+            // The chunk's SELECT is prepared with its key as parameters.
+            b'?' => return refuse("'?' (a statement parameter) is not accepted"),
             c if c.is_ascii_alphabetic() || c == b'_' => {
                 let start = i;
                 while b.get(i + 1).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'$') {
@@ -165,6 +167,7 @@ mod tests {
             ("id > 1 && id < 5", "'&&'"),
             ("id = @x", "variables"),
             ("id = @@version", "variables"),
+            ("id > ?", "parameter"),
             ("name = 'open", "not closed"),
         ] {
             assert!(check(bad, "shop", "t").is_err(), "{bad}");
@@ -174,7 +177,7 @@ mod tests {
         // Inside strings none of it counts, and names merely containing an
         // allowed function's name are names.
         assert_eq!(
-            check_lexically("note = 'a # b -- c /* d ; e || f \" g ` h @' AND lowered (1) "),
+            check_lexically("note = 'a # b -- c /* d ; e || f \" g ` h @ ?' AND lowered (1) "),
             Ok(())
         );
         // The refusal names the construct, never the filter's values.
