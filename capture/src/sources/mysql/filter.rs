@@ -13,9 +13,11 @@
 //!    server's `sql_mode`), no `"` (a string in MySQL unless
 //!    `ANSI_QUOTES`, not a name), no backtick, `#` comment, `||` or `&&`
 //!    (MySQL's OR and AND), `@` variable, `?` parameter, `;`, `--` or `/*` (with
-//!    `/*! ... */`, which MySQL runs), and no space between an allowed
-//!    function's name and its `(` (MySQL may then call a stored function
-//!    of that name);
+//!    `/*! ... */`, which MySQL runs), no call of an allowed function
+//!    MySQL does not build in (`date_trunc`: MySQL would call a stored
+//!    function of that name), and no space between an allowed function's
+//!    name and its `(` (MySQL may then call a stored function of that
+//!    name);
 //! 3. its outermost operation yields a truth value ([`is_predicate`]):
 //!    MySQL has no boolean type, and `id > 1` and `id` are both integers
 //!    to it, so the probe's result type cannot tell them apart.
@@ -91,7 +93,7 @@ pub fn check_lexically(filter: &str) -> Result<(), String> {
                 while b.get(i + 1).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'$') {
                     i += 1;
                 }
-                spaced_call(&filter[start..=i], &b[i + 1..])?;
+                call(&filter[start..=i], &b[i + 1..])?;
             }
             _ => {}
         }
@@ -100,12 +102,25 @@ pub fn check_lexically(filter: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A call of an allowed function written with space before its `(`:
-/// MySQL then need not read the name as the built-in function.
-fn spaced_call(word: &str, rest: &[u8]) -> Result<(), String> {
+/// The allowed functions ([`FUNCTIONS`]) MySQL has no built-in of: it
+/// would call a stored function of that name in the session's database.
+const NOT_BUILT_IN: &[&str] = &["btrim", "date_part", "date_trunc", "trunc"];
+
+/// A call of an allowed function MySQL does not build in, or written with
+/// space before its `(`: MySQL then need not read the name as the
+/// built-in function, and may call a stored function of that name.
+fn call(word: &str, rest: &[u8]) -> Result<(), String> {
     let spaced = rest.first().is_some_and(u8::is_ascii_whitespace);
-    let paren = rest.iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'(');
-    if spaced && paren && FUNCTIONS.iter().any(|f| f.eq_ignore_ascii_case(word)) {
+    if rest.iter().find(|c| !c.is_ascii_whitespace()) != Some(&b'(') {
+        return Ok(());
+    }
+    let is = |names: &[&str]| names.iter().any(|f| f.eq_ignore_ascii_case(word));
+    if is(NOT_BUILT_IN) {
+        return Err(format!(
+            "the filter does not work on MySQL: {word} is not one of its functions (MySQL would call a stored function of that name)"
+        ));
+    }
+    if spaced && is(FUNCTIONS) {
         return Err(format!(
             "the filter does not work on MySQL: write {word}(...) with no space before the parenthesis (MySQL may otherwise call a stored function of that name)"
         ));
@@ -147,6 +162,11 @@ mod tests {
             ("name || 'x' = 'ax'", "'||'"),
             ("lower (name) = 'a'", "no space before"),
             ("id > 1 AND LENGTH\t(name) > 0", "no space before"),
+            (
+                "date_trunc('day', created) = date '2024-01-01'",
+                "not one of its functions",
+            ),
+            ("trunc(price) = 3", "not one of its functions"),
         ] {
             assert_eq!(
                 check_filter_on(bad, "shop", "t"),
