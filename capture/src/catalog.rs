@@ -24,6 +24,7 @@ pub use crate::sources::postgres::value::{to_json, IntervalHandlingMode, TypeReg
 /// and the offset record's MySQL part with the server's binlog state it is
 /// checked against (`oncely status`).
 pub mod mysql {
+    pub use crate::sources::mysql::filter::check as check_filter_on;
     pub use crate::sources::mysql::mapping::{field_schema, to_json, MappingConfig};
     pub use crate::sources::mysql::{
         binlog_bytes_between, BinlogCoordinates, Cell, ColumnShape, Flavor, MySqlCatalog,

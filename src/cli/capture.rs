@@ -187,6 +187,12 @@ async fn signal(args: SnapshotArgs) -> anyhow::Result<()> {
             // The running capture checks it again; refusing here says why at once.
             oncely_capture::catalog::check_filter(filter)
                 .map_err(|why| anyhow::anyhow!("--filter: {why}"))?;
+            if cfg.source == SourceKind::Mysql {
+                for (db, name) in args.tables.iter().filter_map(|t| t.split_once('.')) {
+                    oncely_capture::catalog::mysql::check_filter_on(filter, db, name)
+                        .map_err(|why| anyhow::anyhow!("--filter: {why}"))?;
+                }
+            }
             data["additional-conditions"] = args
                 .tables
                 .iter()

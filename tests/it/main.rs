@@ -27,6 +27,7 @@ mod mysql_ddl;
 mod mysql_ddl_under_sigkills;
 mod mysql_envelope;
 mod mysql_failover;
+mod mysql_filters;
 mod mysql_gap;
 mod mysql_snapshot;
 mod mysql_stream;

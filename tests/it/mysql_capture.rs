@@ -30,12 +30,12 @@ use crate::harness::e2e::{summary, Pipeline};
 use crate::mysql_binlog::{admin, capture_opts, server_id};
 
 /// One test's database, topics and capture configuration.
-struct MySqlCapture {
-    db: String,
+pub(crate) struct MySqlCapture {
+    pub(crate) db: String,
     prefix: String,
-    offsets_topic: String,
+    pub(crate) offsets_topic: String,
     dir: PathBuf,
-    config: PathBuf,
+    pub(crate) config: PathBuf,
 }
 
 impl MySqlCapture {
@@ -45,7 +45,7 @@ impl MySqlCapture {
 
     /// [`MySqlCapture::new`] with `settings` (TOML lines, `{db}` standing
     /// for the test's database) instead of `snapshot.mode = "no_data"`.
-    async fn with_settings(name: &str, root: &mut Conn, settings: &str) -> Result<Self> {
+    pub(crate) async fn with_settings(name: &str, root: &mut Conn, settings: &str) -> Result<Self> {
         let db = unique(name);
         root.query_drop(format!("CREATE DATABASE {db}")).await?;
         let prefix = db.replace('_', "-");
@@ -84,17 +84,17 @@ impl MySqlCapture {
         })
     }
 
-    fn topic(&self, table: &str) -> String {
+    pub(crate) fn topic(&self, table: &str) -> String {
         format!("{}.{}.{table}", self.prefix, self.db)
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("capture.log")).unwrap_or_default()
     }
 
     /// Starts capture and waits until its binlog stream is open (a change
     /// committed after that is in its stream).
-    async fn start(&self) -> Result<Spawned> {
+    pub(crate) async fn start(&self) -> Result<Spawned> {
         let opened = self.log().matches("binlog stream opening").count();
         let log = std::fs::OpenOptions::new()
             .create(true)

@@ -741,3 +741,28 @@ fn propagate_source_type_settings_parse_in_both_key_forms() {
     let err = CaptureConfig::parse(&bad, "test").unwrap_err().to_string();
     assert!(err.contains("datatype.propagate.source.type"), "{err}");
 }
+
+/// The binlog stream of a MySQL source filters no rows: `table.filter`
+/// would let every streamed row through while only snapshots obeyed it,
+/// so it is refused, naming what works instead.
+#[test]
+fn a_mysql_source_refuses_table_filter_and_names_the_signals_filter_instead() {
+    let text = "source = \"mysql\"\ntopic.prefix = \"shop\"\ndatabase.hostname = \"db\"\n\
+                database.user = \"oncely\"\ndatabase.server.id = 5400\n\
+                kafka.bootstrap.servers = \"k:9092\"\n";
+    for mode in ["", "publication.autocreate.mode = \"filtered\"\n"] {
+        let err = CaptureConfig::parse(
+            &format!("{text}{mode}[table.filter]\n\"shop.orders\" = \"region = 'eu'\"\n"),
+            "test",
+        )
+        .unwrap_err();
+        assert_eq!(err.key, "table.filter", "{mode}: {err}");
+        let err = err.to_string();
+        assert!(
+            err.contains("MySQL") && err.contains("additional-conditions"),
+            "{mode}: {err}"
+        );
+        assert!(!err.contains("publication"), "{mode}: {err}");
+    }
+    assert!(CaptureConfig::parse(text, "test").is_ok());
+}

@@ -190,8 +190,16 @@ impl CaptureConfig {
     /// `table.filter`: each key a `schema.table`, each filter one boolean
     /// expression of the snapshot filter's rules (it runs in the chunk
     /// SELECT and in `oncely verify` as well as in the publication). A
-    /// publication FOR ALL TABLES cannot carry row filters.
+    /// publication FOR ALL TABLES cannot carry row filters. A MySQL source's
+    /// binlog stream filters no rows: there `table.filter` would hold for
+    /// snapshots only and let every streamed row through, so it is refused.
     fn validate_row_filters(&self) -> Result<(), ConfigError> {
+        if self.source == super::SourceKind::Mysql && !self.table_filter.is_empty() {
+            return Err(invalid(
+                "table.filter",
+                "a MySQL source does not filter the rows of its binlog stream, so table.filter would let every streamed row through: remove it (to snapshot a subset of a table's rows, send an execute-snapshot signal with additional-conditions; see docs/mysql.md)",
+            ));
+        }
         for (table, filter) in &self.table_filter {
             let key = format!("table.filter.{table}");
             let Some((schema, name)) = crate::snapshot::split_table(table) else {

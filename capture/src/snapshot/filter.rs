@@ -117,6 +117,50 @@ pub const MAX_FILTER_BYTES: usize = 8192;
 /// server refuses one naming another table (the chunk SELECT has one FROM
 /// entry).
 pub fn check(filter: &str, table: Option<(&str, &str)>) -> Result<(), String> {
+    Walk {
+        table,
+        depth: Cell::new(0),
+    }
+    .expr(&parse(filter)?)
+}
+
+/// Whether `filter`'s outermost operation yields a truth value (a
+/// comparison, AND, OR, NOT, IS, IN, BETWEEN, LIKE, or a boolean literal),
+/// parentheses aside: what a server without a boolean type cannot tell
+/// from its result (MySQL's `id > 1` and `id` are both integers).
+pub fn is_predicate(filter: &str) -> Result<bool, String> {
+    let mut expr = parse(filter)?;
+    while let Expr::Nested(inner) = expr {
+        expr = *inner;
+    }
+    use BinaryOperator as B;
+    Ok(match expr {
+        Expr::BinaryOp { op, .. } => matches!(
+            op,
+            B::Gt | B::Lt | B::GtEq | B::LtEq | B::Eq | B::NotEq | B::And | B::Or
+        ),
+        Expr::UnaryOp { op, .. } => op == UnaryOperator::Not,
+        Expr::Value(v) => matches!(v.value, Value::Boolean(_)),
+        Expr::IsNull(_)
+        | Expr::IsNotNull(_)
+        | Expr::IsTrue(_)
+        | Expr::IsNotTrue(_)
+        | Expr::IsFalse(_)
+        | Expr::IsNotFalse(_)
+        | Expr::IsUnknown(_)
+        | Expr::IsNotUnknown(_)
+        | Expr::IsDistinctFrom(..)
+        | Expr::IsNotDistinctFrom(..)
+        | Expr::In { .. }
+        | Expr::Between { .. }
+        | Expr::Like { .. }
+        | Expr::ILike { .. } => true,
+        _ => false,
+    })
+}
+
+/// `filter` as one expression, or why not (never quoting it).
+fn parse(filter: &str) -> Result<Expr, String> {
     if filter.len() > MAX_FILTER_BYTES {
         return Err(format!(
             "the filter is longer than {MAX_FILTER_BYTES} bytes"
@@ -137,11 +181,7 @@ pub fn check(filter: &str, table: Option<(&str, &str)>) -> Result<(), String> {
     if parser.peek_token().token != sqlparser::tokenizer::Token::EOF {
         return Err("the filter is not one SQL expression: text follows it".into());
     }
-    Walk {
-        table,
-        depth: Cell::new(0),
-    }
-    .expr(&expr)
+    Ok(expr)
 }
 
 struct Walk<'t> {

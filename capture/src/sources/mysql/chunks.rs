@@ -91,6 +91,45 @@ struct Session {
     conn: Conn,
     flavor: Flavor,
     version: String,
+    /// Whether its statements are cancelled past [`FILTERED_CHUNK_TIMEOUT`].
+    bounded: bool,
+}
+
+/// How long one statement of a filtered chunk may run: a filter is the
+/// user's SQL, and one that runs away is cancelled, its table skipped
+/// with the reason (as PostgreSQL's filtered chunks are).
+pub const FILTERED_CHUNK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The session setting that bounds (or, `false`, frees) the time of each
+/// statement: MariaDB's in seconds, MySQL's in milliseconds (SELECTs only).
+fn statement_timeout(flavor: Flavor, bounded: bool) -> String {
+    let t = FILTERED_CHUNK_TIMEOUT;
+    match (flavor, bounded) {
+        (Flavor::MariaDb, true) => format!("SET SESSION max_statement_time = {}", t.as_secs()),
+        (Flavor::MariaDb, false) => "SET SESSION max_statement_time = 0".into(),
+        (Flavor::MySql, true) => format!("SET SESSION max_execution_time = {}", t.as_millis()),
+        (Flavor::MySql, false) => "SET SESSION max_execution_time = 0".into(),
+    }
+}
+
+impl Session {
+    /// Bounds the session's statements for a filtered chunk, frees them
+    /// for any other, setting only what changes.
+    async fn bound(&mut self, bounded: bool) -> Result<(), CaptureError> {
+        if self.bounded != bounded {
+            self.conn
+                .query_drop(statement_timeout(self.flavor, bounded))
+                .await
+                .map_err(|e| {
+                    database(MySqlSourceError::server(
+                        "set the chunk's statement timeout",
+                        e,
+                    ))
+                })?;
+            self.bounded = bounded;
+        }
+        Ok(())
+    }
 }
 
 /// The last key a chunk read, as cells: the next chunk of the table goes
@@ -178,6 +217,7 @@ async fn connect(opts: Opts) -> Result<Session, MySqlSourceError> {
         flavor: Flavor::from_version(&version),
         conn,
         version,
+        bounded: false,
     })
 }
 
@@ -286,17 +326,12 @@ struct ChunkRead {
 
 impl ChunkRead {
     async fn run(self, req: ChunkRequest) -> Result<ChunkRows<MySqlTable>, ChunkError> {
-        if req.filter.is_some() {
-            // Never read unfiltered instead: the rows would not be the ones asked for.
-            return Err(ChunkError::Table(format!(
-                "a filtered snapshot (table.filter or a signal's additional-conditions) of the MySQL table {} is not built yet: snapshot it without a filter",
-                qualified(&req)
-            )));
-        }
+        let filter = checked_filter(&req)?;
         let mut guard = self.session.lock().await;
         let Some(session) = guard.as_mut() else {
             return Err(CaptureError::Protocol("no chunk connection".into()).into());
         };
+        session.bound(filter.is_some()).await?;
         let conn = &mut session.conn;
         let shape = TableShape::from_catalog(conn, session.flavor, &req.schema, &req.table)
             .await
@@ -314,9 +349,13 @@ impl ChunkRead {
             Some(text) => Some(self.key_cells(&req, &paging, &images, text)?),
             None => None,
         };
-        let read = read_rows(conn, &paging, after.as_deref(), req.size + 1)
+        // In the read view's READ ONLY transaction: a filter cannot write.
+        let read = read_rows(conn, &paging, after.as_deref(), filter, req.size + 1)
             .await
-            .map_err(table_or_capture)?;
+            .map_err(|e| match filter {
+                Some(_) => filtered_refusal(e),
+                None => table_or_capture(e),
+            })?;
         let estimate = estimate(conn, &req).await;
         conn.query_drop("COMMIT")
             .await
@@ -501,6 +540,50 @@ fn table_or_capture(e: MySqlSourceError) -> ChunkError {
     }
 }
 
+/// The chunk's filter (a signal's `additional-conditions`, which the
+/// core stored with the snapshot's progress), held to MySQL's lexical
+/// rules again before it goes into SQL: one stored by another source's
+/// rules is refused, never read past.
+fn checked_filter(req: &ChunkRequest) -> Result<Option<&str>, ChunkError> {
+    match req.filter.as_deref() {
+        Some(filter) => match super::filter::check_lexically(filter) {
+            Ok(()) => Ok(Some(filter)),
+            Err(why) => Err(ChunkError::Table(format!(
+                "the snapshot filter of {}: {why}",
+                qualified(req)
+            ))),
+        },
+        None => Ok(None),
+    }
+}
+
+/// A filtered chunk the server refused for a definite reason (SQLSTATE
+/// class 42: a column the filter names was dropped, a syntax or access
+/// error) skips the table, saying only the error's code: the server's
+/// message may quote the filter's values. Anything else is as unfiltered.
+fn filtered_refusal(e: MySqlSourceError) -> ChunkError {
+    match &e {
+        MySqlSourceError::Server {
+            source: mysql_async::Error::Server(s),
+            ..
+        } if matches!(s.code, codes::STATEMENT_TIMEOUT | codes::QUERY_TIMEOUT) => {
+            ChunkError::Table(format!(
+                "the filtered chunk query was cancelled after {} s (MySQL error {})",
+                FILTERED_CHUNK_TIMEOUT.as_secs(),
+                s.code
+            ))
+        }
+        MySqlSourceError::Server {
+            source: mysql_async::Error::Server(s),
+            ..
+        } if s.state.starts_with("42") => ChunkError::Table(format!(
+            "the filtered chunk query failed with MySQL error {} (SQLSTATE {}; its text is not logged: it can hold the filter's values)",
+            s.code, s.state
+        )),
+        _ => table_or_capture(e),
+    }
+}
+
 /// A chunk as the service tests read it: its rows as text.
 #[cfg(feature = "testing")]
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -593,6 +676,58 @@ mod tests {
                 "SHOW MASTER STATUS"
             ]
         );
+    }
+
+    /// A filtered chunk's statements are cancelled past the timeout (each
+    /// flavor's own setting and unit); a cancelled or refused one skips
+    /// the table without the server's text, never restarts capture.
+    #[test]
+    fn filtered_chunks_are_bounded_in_time_and_a_definite_refusal_skips_the_table() {
+        assert_eq!(
+            statement_timeout(Flavor::MariaDb, true),
+            "SET SESSION max_statement_time = 300"
+        );
+        assert_eq!(
+            statement_timeout(Flavor::MariaDb, false),
+            "SET SESSION max_statement_time = 0"
+        );
+        assert_eq!(
+            statement_timeout(Flavor::MySql, true),
+            "SET SESSION max_execution_time = 300000"
+        );
+        assert_eq!(
+            statement_timeout(Flavor::MySql, false),
+            "SET SESSION max_execution_time = 0"
+        );
+        let server = |code, state: &str| {
+            MySqlSourceError::server(
+                "read a snapshot chunk",
+                mysql_async::Error::Server(mysql_async::ServerError {
+                    code,
+                    message: "near 'swordfish'".into(),
+                    state: state.into(),
+                }),
+            )
+        };
+        for (code, state, says) in [
+            (1969, "70100", "cancelled after 300 s"),
+            (3024, "HY000", "cancelled after 300 s"),
+            (1054, "42S22", "SQLSTATE 42S22"),
+            (1064, "42000", "SQLSTATE 42000"),
+        ] {
+            match filtered_refusal(server(code, state)) {
+                ChunkError::Table(why) => {
+                    assert!(why.contains(says), "{code}: {why}");
+                    assert!(!why.contains("swordfish"), "{code}: {why}");
+                }
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+        // A lost connection or a deadlock: read again after a restart.
+        assert!(matches!(
+            filtered_refusal(server(1213, "40001")),
+            ChunkError::Capture(_)
+        ));
     }
 
     #[test]

@@ -13,8 +13,7 @@
 //! answered the same way: from the tables as the stream last described
 //! them (the [`Described`] board), whose columns are numbered by the shape
 //! facts derived from DDL text (`history.rs`), never from the catalog now,
-//! which may be past later DDL. What is not built yet is refused with its
-//! reason, never skipped: snapshot filters.
+//! which may be past later DDL.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -388,20 +387,53 @@ impl SnapshotTableChecks for MySqlControl {
         })
     }
 
-    /// Filtered chunks are not read on MySQL: refused, never read unfiltered.
+    /// MySQL's rules for a filter ([`super::filter`]), then the server
+    /// prepares, never runs, its probe on a connection of its own (as
+    /// [`SnapshotTableChecks::primary_key`]): an unknown column or a
+    /// syntax error refuses the signal with the server's message.
     async fn check_filter(
         &self,
-        _filter: &str,
-        _schema: &str,
-        _name: &str,
+        filter: &str,
+        schema: &str,
+        name: &str,
     ) -> Result<Result<(), String>, CaptureError> {
-        Ok(Err(FILTERS_NOT_BUILT.into()))
+        if let Err(why) = super::filter::check(filter, schema, name) {
+            return Ok(Err(why));
+        }
+        let lost = |e| MySqlSourceError::server("check a snapshot filter", e).into_capture();
+        let mut conn = Conn::new(self.conn.opts().clone()).await.map_err(lost)?;
+        let prepared = conn.prep(super::filter::probe(filter, schema, name)).await;
+        let checked = match prepared {
+            Ok(statement) => {
+                let ty = statement.columns().first().map(|c| c.column_type());
+                conn.close(statement).await.map_err(lost)?;
+                probe_type(ty)
+            }
+            Err(mysql_async::Error::Server(e)) => Err(format!(
+                "the filter does not work: {} (MySQL error {})",
+                e.message, e.code
+            )),
+            Err(e) => return Err(lost(e)),
+        };
+        let _ = conn.disconnect().await;
+        Ok(checked)
     }
 }
 
-/// A signal's filtered snapshot of a MySQL table is refused, with why.
-const FILTERS_NOT_BUILT: &str = "filtered snapshots (additional-conditions) of a MySQL source \
-     are not built in this build: the signal is refused (docs/mysql.md)";
+/// A condition's value is an integer (MySQL's truth value), or NULL.
+fn probe_type(ty: Option<mysql_async::consts::ColumnType>) -> Result<(), String> {
+    use mysql_async::consts::ColumnType::*;
+    match ty {
+        Some(
+            MYSQL_TYPE_TINY | MYSQL_TYPE_SHORT | MYSQL_TYPE_INT24 | MYSQL_TYPE_LONG
+            | MYSQL_TYPE_LONGLONG | MYSQL_TYPE_NULL,
+        ) => Ok(()),
+        other => Err(format!(
+            "the filter is not a condition (the server gives it the type {})",
+            other.map_or_else(|| "none".to_owned(), |t| format!("{t:?}"))
+        )),
+    }
+}
 
 /// Whole rows are in every change (`binlog_row_image = FULL`, a start-up
 /// check): nothing is left out, so the row is its own answer.

@@ -4,6 +4,10 @@
 
 /// Server error codes the classification needs (MySQL and MariaDB share them).
 pub mod codes {
+    /// MariaDB's `ER_STATEMENT_TIMEOUT`: past `max_statement_time`.
+    pub const STATEMENT_TIMEOUT: u16 = 1969;
+    /// MySQL's `ER_QUERY_TIMEOUT`: past `max_execution_time`.
+    pub const QUERY_TIMEOUT: u16 = 3024;
     /// `ER_ACCESS_DENIED_ERROR`: wrong user or password.
     pub const ACCESS_DENIED: u16 = 1045;
     /// `ER_DBACCESS_DENIED_ERROR`.

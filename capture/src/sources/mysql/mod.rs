@@ -36,6 +36,7 @@ pub mod control;
 pub mod decoder;
 pub mod envelope;
 pub mod error;
+pub mod filter;
 pub mod history;
 pub mod mapping;
 pub mod offset;

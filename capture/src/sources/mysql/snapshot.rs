@@ -176,7 +176,7 @@ impl SnapshotReader {
                 "{database}.{table} is not among the snapshot's tables"
             ))
         })?;
-        read_rows(&mut self.conn, &shape, after, limit).await
+        read_rows(&mut self.conn, &shape, after, None, limit).await
     }
 
     /// Ends the snapshot's transaction (or its table locks) and closes the
@@ -198,16 +198,18 @@ impl SnapshotReader {
 }
 
 /// Up to `limit` rows of `shape`'s table after key `after` in primary key
-/// order (the whole table when it has no key), read on `conn` as cells:
+/// order (the whole table when it has no key) that match `filter` (a
+/// checked snapshot filter, [`super::filter`]), read on `conn` as cells:
 /// the one reader of the initial snapshot and of the core's chunks
 /// ([`super::chunks`]).
 pub async fn read_rows(
     conn: &mut Conn,
     shape: &TableShape,
     after: Option<&[Cell]>,
+    filter: Option<&str>,
     limit: usize,
 ) -> Result<Chunk, MySqlSourceError> {
-    let (sql, params) = chunk_query(shape, after, limit)?;
+    let (sql, params) = chunk_query(shape, after, filter, limit)?;
     let rows: Vec<mysql_async::Row> = conn
         .exec(sql, params)
         .await
@@ -278,10 +280,13 @@ fn is_denied(code: u16) -> bool {
 
 /// The chunk's SELECT: every column, rows after `after` by the primary key
 /// (`k1 > ? OR (k1 = ? AND k2 > ?) ...`, which an index range serves), in
-/// key order. Without a primary key: the whole table.
+/// key order. Without a primary key: the whole table. A filter comes
+/// first, `WHERE (filter) AND (paging)`, each parenthesised so that
+/// neither's OR binds to the other's terms.
 pub fn chunk_query(
     shape: &TableShape,
     after: Option<&[Cell]>,
+    filter: Option<&str>,
     limit: usize,
 ) -> Result<(String, Vec<Value>), MySqlSourceError> {
     let cols: Vec<String> = shape
@@ -295,6 +300,9 @@ pub fn chunk_query(
         quote_mysql_ident(&shape.database),
         quote_mysql_ident(&shape.table)
     );
+    if let Some(filter) = filter {
+        sql.push_str(&format!(" WHERE ({filter})"));
+    }
     if shape.primary_key.is_empty() {
         return Ok((sql, Vec::new()));
     }
@@ -327,7 +335,10 @@ pub fn chunk_query(
             params.extend(after[..=i].iter().map(key_param));
             ors.push(format!("({})", ands.join(" AND ")));
         }
-        sql.push_str(&format!(" WHERE {}", ors.join(" OR ")));
+        match filter {
+            Some(_) => sql.push_str(&format!(" AND ({})", ors.join(" OR "))),
+            None => sql.push_str(&format!(" WHERE {}", ors.join(" OR "))),
+        }
     }
     sql.push_str(&format!(" ORDER BY {} LIMIT {limit}", keys.join(", ")));
     Ok((sql, params))
@@ -435,23 +446,50 @@ mod tests {
 
     #[test]
     fn chunks_page_by_the_key_in_key_order() {
-        let (sql, params) = chunk_query(&shape(vec![2, 0]), None, 100).unwrap();
+        let (sql, params) = chunk_query(&shape(vec![2, 0]), None, None, 100).unwrap();
         assert_eq!(
             sql,
             "SELECT `a`, `b`, `c` FROM `shop`.`order``s` ORDER BY `c`, `a` LIMIT 100"
         );
         assert!(params.is_empty());
         let after = [Cell::Int(7), Cell::Int(3)];
-        let (sql, params) = chunk_query(&shape(vec![2, 0]), Some(&after), 10).unwrap();
+        let (sql, params) = chunk_query(&shape(vec![2, 0]), Some(&after), None, 10).unwrap();
         assert_eq!(
             sql,
             "SELECT `a`, `b`, `c` FROM `shop`.`order``s` WHERE (`c` > ?) OR (`c` = ? AND `a` > ?) ORDER BY `c`, `a` LIMIT 10"
         );
         assert_eq!(params, vec![Value::Int(7), Value::Int(7), Value::Int(3)]);
-        assert!(chunk_query(&shape(vec![0]), Some(&after), 10).is_err());
+        assert!(chunk_query(&shape(vec![0]), Some(&after), None, 10).is_err());
         // No key: the whole table, once.
-        let (sql, _) = chunk_query(&shape(vec![]), None, 10).unwrap();
+        let (sql, _) = chunk_query(&shape(vec![]), None, None, 10).unwrap();
         assert_eq!(sql, "SELECT `a`, `b`, `c` FROM `shop`.`order``s`");
+    }
+
+    /// The filter and the key paging are each parenthesised: the paging's
+    /// ORs must not bind to the filter's AND (`(f) AND (c > ?) OR (...)`
+    /// would read rows the filter leaves out), nor a filter's OR to it.
+    #[test]
+    fn a_filtered_chunk_ands_the_parenthesised_filter_with_the_parenthesised_paging() {
+        let filter = Some("a > 1 OR b = 'x'");
+        let (sql, params) = chunk_query(&shape(vec![2, 0]), None, filter, 100).unwrap();
+        assert_eq!(
+            sql,
+            "SELECT `a`, `b`, `c` FROM `shop`.`order``s` WHERE (a > 1 OR b = 'x') ORDER BY `c`, `a` LIMIT 100"
+        );
+        assert!(params.is_empty());
+        let after = [Cell::Int(7), Cell::Int(3)];
+        let (sql, params) = chunk_query(&shape(vec![2, 0]), Some(&after), filter, 10).unwrap();
+        assert_eq!(
+            sql,
+            "SELECT `a`, `b`, `c` FROM `shop`.`order``s` WHERE (a > 1 OR b = 'x') AND ((`c` > ?) OR (`c` = ? AND `a` > ?)) ORDER BY `c`, `a` LIMIT 10"
+        );
+        assert_eq!(params, vec![Value::Int(7), Value::Int(7), Value::Int(3)]);
+        // No key: the whole table's matching rows, once.
+        let (sql, _) = chunk_query(&shape(vec![]), None, filter, 10).unwrap();
+        assert_eq!(
+            sql,
+            "SELECT `a`, `b`, `c` FROM `shop`.`order``s` WHERE (a > 1 OR b = 'x')"
+        );
     }
 
     #[test]
@@ -482,7 +520,7 @@ mod tests {
             Cell::Decimal("1.000000000000000000000000000001".into()),
             Cell::Bit(vec![0x0a, 0xbc]),
         ];
-        let (sql, params) = chunk_query(&shape, Some(&after), 5).unwrap();
+        let (sql, params) = chunk_query(&shape, Some(&after), None, 5).unwrap();
         assert_eq!(
             sql,
             "SELECT `d`, `b` FROM `s`.`t` WHERE (`d` > CAST(? AS DECIMAL(65, 30))) OR (`d` = CAST(? AS DECIMAL(65, 30)) AND `b` > ?) ORDER BY `d`, `b` LIMIT 5"
