@@ -128,6 +128,9 @@ impl Shared {
                 match signals.finished(&request).await {
                     Ok(true) => break,
                     Ok(false) => {}
+                    Err(e) if !e.is_retriable() => {
+                        return shared.recovery_failed(&tp, &request, &tables, &e)
+                    }
                     Err(e) => tracing::warn!(%tp, "cannot tell whether the recovery snapshot is done: {e}"),
                 }
             }
@@ -146,9 +149,101 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// The recovery of `tp` cannot end (capture refused its snapshot): the
+    /// removal already ran, so the target misses rows until the tables are
+    /// snapshotted. Set aside like a gap, never reported recovered; the
+    /// worker goes on applying the stream, so a snapshot taken by hand
+    /// after the fix repairs the target.
+    fn recovery_failed(
+        &self,
+        tp: &TopicPartition,
+        request: &SnapshotRequest,
+        tables: &[String],
+        e: &SinkError,
+    ) {
+        self.recovering
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(tp);
+        let by_hand: Vec<String> = tables
+            .iter()
+            .map(|t| format!("`oncely capture snapshot --table {t}`"))
+            .collect();
+        self.set_aside(
+            tp,
+            format!(
+                "{tp}: the gap recovery failed: {e}. Rows older than source position {} were removed from the target and no snapshot brings back those the source still holds, so the target misses rows (its changes are still applied). Fix: remove capture's reason, then snapshot by hand ({}) and restart the sink once it is done (docs: Operating, gaps)",
+                request.before,
+                by_hand.join(", ")
+            ),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runner::memory::MemorySink;
+    use crate::runner::worker_tests::shared;
+
+    /// A capture that refused the recovery snapshot: `finished` fails for good.
+    struct Refused;
+
+    #[async_trait::async_trait]
+    impl SnapshotSignals for Refused {
+        async fn request(&self, _topic: &str) -> Result<SnapshotRequest, SinkError> {
+            Err(SinkError::retriable("not asked in this test"))
+        }
+
+        async fn finished(&self, _request: &SnapshotRequest) -> Result<bool, SinkError> {
+            Err(SinkError::fatal(
+                "capture refused the recovery snapshot: public.t is quarantined",
+            ))
+        }
+    }
+
+    /// A refused recovery is not retried forever, nor reported recovered:
+    /// the partition is set aside (so `/readyz` and `oncely status` say
+    /// why) and keeps its gap gauge.
+    #[tokio::test]
+    async fn a_refused_recovery_sets_the_partition_aside() {
+        let shared = shared(Arc::new(MemorySink::default()));
+        let tp = TopicPartition::new("cdc.public.t", 0);
+        shared
+            .metrics
+            .gap_offsets
+            .with_label_values(&["cdc.public.t", "0"])
+            .set(5);
+        let request = SnapshotRequest {
+            database: "d".into(),
+            tables: vec![("public".into(), "t".into())],
+            before: Version::new(700, 0),
+            token: 800,
+        };
+        shared.watch_recovery(Arc::new(Refused), tp.clone(), request);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !shared.is_set_aside(&tp) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the refused recovery never set the partition aside"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        shared.liveness.joined();
+        let why = shared.readiness().expect_err("not ready");
+        assert!(why.contains("public.t is quarantined"), "{why}");
+        assert!(why.contains("oncely capture snapshot"), "{why}");
+        assert!(shared.recovering.lock().unwrap().is_empty());
+        assert_eq!(
+            shared
+                .metrics
+                .gap_offsets
+                .with_label_values(&["cdc.public.t", "0"])
+                .get(),
+            5
+        );
+    }
 
     #[test]
     fn the_removal_is_a_truncate_at_the_snapshot_start() {

@@ -312,7 +312,7 @@ impl Shared {
         );
     }
 
-    fn set_aside(&self, tp: &TopicPartition, why: String) {
+    pub(super) fn set_aside(&self, tp: &TopicPartition, why: String) {
         tracing::error!("{why}");
         self.stopped
             .lock()

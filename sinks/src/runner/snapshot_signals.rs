@@ -33,5 +33,8 @@ pub trait SnapshotSignals: Send + Sync + 'static {
     async fn request(&self, topic: &str) -> Result<SnapshotRequest, SinkError>;
 
     /// True once capture has published every snapshot row of `request`.
+    /// Transient errors are asked again; a fatal one (capture refused the
+    /// snapshot) fails the recovery: the partition is set aside with the
+    /// error, never reported recovered.
     async fn finished(&self, request: &SnapshotRequest) -> Result<bool, SinkError>;
 }

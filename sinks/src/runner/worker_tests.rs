@@ -20,7 +20,7 @@ use crate::sink::{Batch, Sink, TopicPartition};
 
 const TOPIC: &str = "cdc.public.t";
 
-fn shared(sink: Arc<dyn Sink>) -> Arc<Shared> {
+pub(super) fn shared(sink: Arc<dyn Sink>) -> Arc<Shared> {
     let mut config = RunnerConfig::new("unused:9092", "g", vec![TOPIC.into()]);
     config.retry_backoff_ms = 1;
     config.retry_backoff_max_ms = 2;
