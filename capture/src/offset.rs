@@ -76,10 +76,34 @@ pub struct SourceOffset {
     /// while the table was set aside (see `pipeline::quarantine`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub stale_before: BTreeMap<String, u64>,
+    /// The outcome of the last [`SIGNALS_KEPT`] execute-snapshot signals,
+    /// oldest first, committed with each signal's own transaction: a gap
+    /// recovery (`oncely sink`, `gap.recovery = "snapshot"`) reads here
+    /// whether capture took its signal, since a refused one changes
+    /// nothing else. Absent when there were none, so older records read
+    /// as before and a capture without signals writes what it always did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signals: Vec<SignalOutcome>,
     /// The source's own part, which the core stores and never reads;
     /// absent for PostgreSQL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SourcePart>,
+}
+
+/// How many signal outcomes an offset record keeps: every record carries
+/// them (compaction keeps the last only), and a recovery reads its own
+/// within seconds of inserting it.
+pub const SIGNALS_KEPT: usize = 16;
+
+/// What capture did with one execute-snapshot signal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignalOutcome {
+    /// The signal row's `id`.
+    pub id: String,
+    /// Why none of its tables were queued (`schema.table: reason`); absent
+    /// when they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// What a source needs to resume beyond the order key, stored in the same
@@ -132,8 +156,28 @@ impl SourceOffset {
             tables: None,
             quarantined: BTreeMap::new(),
             stale_before: BTreeMap::new(),
+            signals: Vec::new(),
             source: None,
         }
+    }
+
+    /// Records what capture did with execute-snapshot signal `id` (`refused`:
+    /// why not), dropping the oldest beyond [`SIGNALS_KEPT`].
+    pub fn record_signal(&mut self, id: &str, refused: Option<String>) {
+        self.signals.retain(|s| s.id != id);
+        if self.signals.len() >= SIGNALS_KEPT {
+            let excess = self.signals.len() + 1 - SIGNALS_KEPT;
+            self.signals.drain(..excess);
+        }
+        self.signals.push(SignalOutcome {
+            id: id.to_owned(),
+            refused,
+        });
+    }
+
+    /// The outcome of execute-snapshot signal `id`, when still kept.
+    pub fn signal(&self, id: &str) -> Option<&SignalOutcome> {
+        self.signals.iter().find(|s| s.id == id)
     }
 
     /// Classifies a transaction by its commit LSN against this offset.
@@ -414,6 +458,30 @@ mod tests {
         let back: SourceOffset = serde_json::from_slice(&golden).unwrap();
         assert_eq!(back, o);
         assert_eq!(back.to_bytes(), golden);
+    }
+
+    /// Signal outcomes are written once there are some, and older records
+    /// read as having none.
+    #[test]
+    fn signal_outcomes_round_trip_and_older_records_have_none() {
+        let mut o = at(7, 3, true, 5);
+        o.record_signal("gap-1", Some("public.t: not captured".into()));
+        o.record_signal("gap-2", None);
+        let bytes = String::from_utf8(o.to_bytes()).unwrap();
+        assert!(
+            bytes.contains(
+                r#""signals":[{"id":"gap-1","refused":"public.t: not captured"},{"id":"gap-2"}]"#
+            ),
+            "{bytes}"
+        );
+        let back: SourceOffset = serde_json::from_str(&bytes).unwrap();
+        assert_eq!(back, o);
+        let old = br#"{"commit_lsn":7,"events":3,"complete":true,"flush_lsn":5}"#;
+        let old: SourceOffset = serde_json::from_slice(old).unwrap();
+        assert!(old.signals.is_empty());
+        assert!(!String::from_utf8(at(7, 3, true, 5).to_bytes())
+            .unwrap()
+            .contains("signals"));
     }
 
     #[test]

@@ -56,33 +56,46 @@ impl<S: Source> Pipeline<'_, S> {
         }))
     }
 
-    /// Acts on a signal; one that cannot be understood is logged and changes nothing.
+    /// Acts on a signal; one that cannot be understood is logged and changes
+    /// nothing but, for an execute-snapshot, its outcome in the offset.
     pub(super) async fn on_signal(&mut self, signal: SignalRow) -> Result<(), CaptureError> {
         let action = match parse(&signal.kind, signal.data.as_deref()) {
             Ok(a) => a,
             Err(reason) => {
                 tracing::warn!(signal = %signal.id, kind = %signal.kind, %reason, "signal ignored");
+                if signal.kind == "execute-snapshot" {
+                    let refused = Checked::Refused(reason);
+                    self.snapshot.on_signal(&mut self.kafka, &signal, refused);
+                }
                 return Ok(());
             }
         };
         let action = match action {
             SignalAction::ExecuteSnapshot { tables } => {
-                let mut queued = Vec::with_capacity(tables.len());
-                for (table, filter) in tables {
-                    if let Err(reason) =
-                        self.check_snapshot_table(&table, filter.as_deref()).await?
-                    {
-                        tracing::warn!(signal = %signal.id, table = %table, %reason, "execute-snapshot signal ignored");
-                        return Ok(());
-                    }
-                    queued.push(TableProgress::new(&table, filter));
-                }
-                Checked::ExecuteSnapshot(queued)
+                self.check_snapshot(&signal, tables).await?
             }
             other => Checked::Other(other),
         };
         self.snapshot.on_signal(&mut self.kafka, &signal, action);
         Ok(())
+    }
+
+    /// An execute-snapshot's tables checked: all queued, or the signal
+    /// refused as a whole when any one cannot be snapshotted.
+    async fn check_snapshot(
+        &mut self,
+        signal: &SignalRow,
+        tables: Vec<(String, Option<String>)>,
+    ) -> Result<Checked, CaptureError> {
+        let mut queued = Vec::with_capacity(tables.len());
+        for (table, filter) in tables {
+            if let Err(reason) = self.check_snapshot_table(&table, filter.as_deref()).await? {
+                tracing::warn!(signal = %signal.id, table = %table, %reason, "execute-snapshot signal ignored");
+                return Ok(Checked::Refused(format!("{table}: {reason}")));
+            }
+            queued.push(TableProgress::new(&table, filter));
+        }
+        Ok(Checked::ExecuteSnapshot(queued))
     }
 
     /// Whether `table` can be snapshotted (`Ok(Err(reason))` when not); learns
@@ -144,6 +157,8 @@ impl<S: Source> Pipeline<'_, S> {
 pub(super) enum Checked {
     /// Queue these tables' snapshots.
     ExecuteSnapshot(Vec<TableProgress>),
+    /// An execute-snapshot that queues nothing: why (`schema.table: reason`).
+    Refused(String),
     /// Stop, pause or resume.
     Other(SignalAction),
 }
@@ -167,7 +182,9 @@ impl<Rel> SnapshotDriver<Rel> {
                     queued,
                 );
                 tracing::info!(signal = %signal.id, tables = ?added, "execute-snapshot: tables queued");
+                stage.record_signal(&signal.id, None);
             }
+            Checked::Refused(reason) => stage.record_signal(&signal.id, Some(reason)),
             // Not made: an execute-snapshot comes with its tables checked.
             Checked::Other(SignalAction::ExecuteSnapshot { .. }) => {}
             Checked::Other(SignalAction::StopSnapshot { tables }) => {

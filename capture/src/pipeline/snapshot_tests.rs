@@ -19,7 +19,7 @@ use crate::envelope::{
 };
 use crate::error::CaptureError;
 use crate::metrics::CaptureMetrics;
-use crate::offset::SourceOffset;
+use crate::offset::{SourceOffset, SIGNALS_KEPT};
 use crate::seam::{ChunkError, ChunkRequest, ChunkRows};
 use crate::snapshot::signal::SignalAction;
 use crate::snapshot::{request, watermark_content, SnapshotKind, TableProgress, Watermark};
@@ -527,4 +527,48 @@ async fn a_quarantined_table_leaves_the_snapshot_and_its_chunk_is_abandoned() {
     assert!(sent_ids(&log).is_empty());
     let progress = kafka.position().snapshot.as_ref().unwrap();
     assert_eq!(progress.current().unwrap().table, "public.u");
+}
+
+/// A gap recovery reads whether capture took its execute-snapshot signal
+/// from the offset record: the outcome is staged with the signal's own
+/// transaction, refused ones with the reason, the last few kept.
+#[tokio::test]
+async fn an_execute_snapshot_signal_s_outcome_is_in_the_staged_offset() {
+    let (mut kafka, _log) = committer(1_000, SourceOffset::start(0x100));
+    let mut snap = driver();
+    let signal = |id: &str| super::signal::SignalRow::new(id, "execute-snapshot");
+    let reason = "public.t: is quarantined (no primary key)";
+    snap.on_signal(
+        &mut kafka,
+        &signal("gap-1"),
+        Checked::Refused(reason.into()),
+    );
+    assert!(kafka.position().snapshot.is_none(), "nothing queued");
+    snap.on_signal(
+        &mut kafka,
+        &signal("gap-2"),
+        Checked::ExecuteSnapshot(vec![TableProgress::new(TABLE, None)]),
+    );
+    let staged = kafka.position();
+    assert_eq!(
+        staged.signal("gap-1").map(|s| s.refused.as_deref()),
+        Some(Some(reason))
+    );
+    assert_eq!(
+        staged.signal("gap-2").map(|s| s.refused.as_deref()),
+        Some(None)
+    );
+    assert_eq!(staged.signal("gap-3"), None);
+
+    for i in 3..=SIGNALS_KEPT + 2 {
+        snap.on_signal(
+            &mut kafka,
+            &signal(&format!("gap-{i}")),
+            Checked::Refused(reason.into()),
+        );
+    }
+    let staged = kafka.position();
+    assert_eq!(staged.signals.len(), SIGNALS_KEPT);
+    assert_eq!(staged.signal("gap-2"), None, "the oldest dropped");
+    assert!(staged.signal("gap-3").is_some());
 }
