@@ -169,6 +169,7 @@ impl SnapshotSignals for CaptureSignals {
                 tables,
                 before: Version::default(),
                 token: 0,
+                signal: String::new(),
             });
         }
         // Read before the signal: every chunk starts after capture saw it.
@@ -189,6 +190,7 @@ impl SnapshotSignals for CaptureSignals {
             tables,
             before: Version::new(before, 0),
             token,
+            signal: id,
         })
     }
 
@@ -199,7 +201,7 @@ impl SnapshotSignals for CaptureSignals {
         let Some(offset) = offset else {
             return Ok(false);
         };
-        Ok(recovered(&offset, request))
+        recovered(&offset, request)
     }
 }
 
@@ -209,10 +211,28 @@ impl SnapshotSignals for CaptureSignals {
 /// nothing else is written), not by a later transaction's commit, which an
 /// idle source never writes. A signal's plan commits with its own
 /// transaction (a signal acts on the staged position), so an offset record
-/// covering the signal lists the tables while their snapshot runs.
-fn recovered(offset: &SourceOffset, request: &SnapshotRequest) -> bool {
+/// covering the signal lists the tables while their snapshot runs, and
+/// says whether capture refused the signal: then no snapshot runs, and the
+/// recovery fails (fatal) rather than end with rows missing. An older
+/// capture records no outcome: read as taken.
+fn recovered(offset: &SourceOffset, request: &SnapshotRequest) -> Result<bool, SinkError> {
+    let refused = offset
+        .signal(&request.signal)
+        .and_then(|s| s.refused.as_deref());
+    if let Some(reason) = refused {
+        let tables: Vec<String> = request
+            .tables
+            .iter()
+            .map(|(s, t)| format!("{s}.{t}"))
+            .collect();
+        return Err(SinkError::fatal(format!(
+            "capture refused the recovery snapshot of {} (signal {}), so none runs: {reason}",
+            tables.join(", "),
+            request.signal
+        )));
+    }
     if offset.flush_lsn < request.token {
-        return false;
+        return Ok(false);
     }
     let running = offset.snapshot.as_ref().is_some_and(|s| {
         s.tables.iter().any(|t| {
@@ -222,7 +242,7 @@ fn recovered(offset: &SourceOffset, request: &SnapshotRequest) -> bool {
                 .any(|(schema, name)| t.table == format!("{schema}.{name}"))
         })
     });
-    !running
+    Ok(!running)
 }
 
 #[cfg(test)]
@@ -239,7 +259,41 @@ mod tests {
             tables: vec![("shop".into(), "orders".into())],
             before: Version::default(),
             token,
+            signal: "gap-1".into(),
         }
+    }
+
+    #[test]
+    fn a_refused_signal_fails_the_recovery_with_capture_s_reason() {
+        let reason = "shop.orders: is quarantined (no primary key); capture snapshots it by itself once it is fixed";
+        let refused = offset(serde_json::json!({
+            "commit_lsn": 1000, "events": 1, "complete": true, "flush_lsn": 1200,
+            "signals": [{"id": "gap-0"}, {"id": "gap-1", "refused": reason}]
+        }));
+        let e = recovered(&refused, &request(1000)).expect_err("refused");
+        assert!(!e.is_retriable(), "not asked again: {e}");
+        let e = e.to_string();
+        assert!(e.contains(reason), "{e}");
+        assert!(e.contains("gap-1"), "{e}");
+        // Read as soon as it is committed, even before the heartbeat covers it.
+        let early = offset(serde_json::json!({
+            "commit_lsn": 900, "events": 1, "complete": true, "flush_lsn": 950,
+            "signals": [{"id": "gap-1", "refused": reason}]
+        }));
+        assert!(recovered(&early, &request(1000)).is_err());
+    }
+
+    #[test]
+    fn a_taken_signal_or_an_older_capture_s_offset_recovers_as_before() {
+        let taken = offset(serde_json::json!({
+            "commit_lsn": 1000, "events": 1, "complete": true, "flush_lsn": 1200,
+            "signals": [{"id": "gap-1"}, {"id": "gap-2", "refused": "shop.other: not captured"}]
+        }));
+        assert!(recovered(&taken, &request(1000)).unwrap());
+        let older = offset(serde_json::json!({
+            "commit_lsn": 1000, "events": 1, "complete": true, "flush_lsn": 1200
+        }));
+        assert!(recovered(&older, &request(1000)).unwrap());
     }
 
     #[test]
@@ -249,7 +303,7 @@ mod tests {
         let idle = offset(serde_json::json!({
             "commit_lsn": 900, "events": 1, "complete": true, "flush_lsn": 1000
         }));
-        assert!(recovered(&idle, &request(1000)));
+        assert!(recovered(&idle, &request(1000)).unwrap());
     }
 
     #[test]
@@ -257,7 +311,7 @@ mod tests {
         let before = offset(serde_json::json!({
             "commit_lsn": 900, "events": 1, "complete": true, "flush_lsn": 999
         }));
-        assert!(!recovered(&before, &request(1000)));
+        assert!(!recovered(&before, &request(1000)).unwrap());
         let running = offset(serde_json::json!({
             "commit_lsn": 1000, "events": 1, "complete": true, "flush_lsn": 1200,
             "snapshot": {
@@ -265,6 +319,6 @@ mod tests {
                 "tables": [{"table": "shop.orders"}]
             }
         }));
-        assert!(!recovered(&running, &request(1000)));
+        assert!(!recovered(&running, &request(1000)).unwrap());
     }
 }

@@ -220,6 +220,7 @@ mod tests {
             tables: vec![("public".into(), "t".into())],
             before: Version::new(700, 0),
             token: 800,
+            signal: "gap-1".into(),
         };
         shared.watch_recovery(Arc::new(Refused), tp.clone(), request);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -21,6 +21,9 @@ pub struct SnapshotRequest {
     /// Opaque to the runner: what [`SnapshotSignals::finished`] needs (e.g.
     /// the source position after the signal's commit).
     pub token: u64,
+    /// The id of the signal inserted (empty when none was): capture records
+    /// in its offset whether it took it.
+    pub signal: String,
 }
 
 /// Asks the capture that writes a topic for an incremental snapshot of the

@@ -696,6 +696,7 @@ impl oncely_sinks::runner::SnapshotSignals for FakeSignals {
             tables: vec![("public".into(), "t".into())],
             before: Version::new(777, 0),
             token: 0,
+            signal: "gap-1".into(),
         })
     }
 
