@@ -346,3 +346,84 @@ async fn a_gap_is_recovered_by_a_snapshot_without_a_person() -> Result<()> {
     p.cleanup().await;
     Ok(())
 }
+
+/// A gap recovery whose snapshot capture refuses — the topic's table is
+/// quarantined (its primary key dropped) — is never reported recovered:
+/// the sink logs the failed recovery with capture's reason, and `oncely
+/// status` names it (on main the sink said "gap recovered" and status
+/// turned healthy while the rows the removal took stayed gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_recovery_capture_refuses_is_not_reported_recovered() -> Result<()> {
+    let mut p = Pipeline::new(
+        "e2e_gap_refused",
+        "CREATE TABLE t (id int PRIMARY KEY, v text);\
+         CREATE TABLE oncely_signal (id text PRIMARY KEY, type text NOT NULL, data text)",
+        &["t"],
+        "signal.data.collection = \"public.oncely_signal\"\ntable.include.list = \"public.t,public.oncely_signal\"\n",
+    )
+    .await?;
+    // One sink: the warehouse.
+    p.sinks.truncate(1);
+    let topic = p.topics()[0].clone();
+    let capture_config = std::fs::canonicalize(&p.capture_config)?;
+    p.prepend_sink_runner_keys(
+        0,
+        &format!(
+            "gap.recovery = \"snapshot\"\ngap.capture.config = {:?}\nmetrics.listen = \"{}\"",
+            capture_config.display().to_string(),
+            std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?
+        ),
+    )?;
+    let capture = p.spawn_capture()?;
+    p.env.wait_slot_active().await?;
+    p.env
+        .client
+        .batch_execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 50) g")
+        .await?;
+    wait_until("capture published the 50 rows", || {
+        Ok(watermarks(&topic).is_ok_and(|(_, high)| high >= 50))
+    })
+    .await?;
+    p.env
+        .client
+        .batch_execute("ALTER TABLE t DROP CONSTRAINT t_pkey; INSERT INTO t VALUES (51, 'x')")
+        .await?;
+    wait_until("capture quarantined public.t", || {
+        Ok(status(&p)?.1.contains("table public.t is quarantined"))
+    })
+    .await
+    .with_context(|| p.env.capture_log())?;
+    delete_all_but_last(&topic, 10).await?;
+
+    // A new sink: no position, so the deleted records are a gap.
+    let sink = p.spawn_sink(0)?;
+    wait_until("the sink says the recovery failed", || {
+        Ok(p.sink_log(0).contains("the gap recovery failed"))
+    })
+    .await
+    .with_context(|| format!("sink log:\n{}", p.sink_log(0)))?;
+    let log = p.sink_log(0);
+    assert!(
+        log.contains("capture refused the recovery snapshot of public.t")
+            && log.contains("is quarantined"),
+        "{log}"
+    );
+    let mut last = String::new();
+    wait_until("status names the failed recovery", || {
+        let (code, out) = status(&p)?;
+        let named = code != 0 && out.contains("the gap recovery failed");
+        last = out;
+        Ok(named)
+    })
+    .await
+    .with_context(|| format!("oncely status said:\n{last}"))?;
+    assert!(
+        !p.sink_log(0).contains("gap recovered"),
+        "{}",
+        p.sink_log(0)
+    );
+    drop(sink);
+    drop(capture);
+    p.cleanup().await;
+    Ok(())
+}
