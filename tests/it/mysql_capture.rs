@@ -29,6 +29,10 @@ use crate::harness::common::{kafka_brokers, unique};
 use crate::harness::e2e::{summary, Pipeline};
 use crate::mysql_binlog::{admin, capture_opts, server_id};
 
+/// The columns of a signal table (`signal.data.collection`), as Debezium's.
+pub(crate) const SIGNAL_TABLE_COLUMNS: &str =
+    "(id varchar(128) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))";
+
 /// One test's database, topics and capture configuration.
 pub(crate) struct MySqlCapture {
     pub(crate) db: String,
@@ -401,10 +405,8 @@ async fn an_execute_snapshot_signal_snapshots_a_streamed_table_under_writes() ->
     )
     .await?;
     let db = env.db.clone();
-    root.query_drop(format!(
-        "CREATE TABLE {db}.signals (id varchar(64) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))"
-    ))
-    .await?;
+    root.query_drop(format!("CREATE TABLE {db}.signals {SIGNAL_TABLE_COLUMNS}"))
+        .await?;
     root.query_drop(format!(
         "CREATE TABLE {db}.stock (id int PRIMARY KEY, qty int, note varchar(20))"
     ))
@@ -467,10 +469,8 @@ async fn a_column_dropped_and_added_again_between_two_snapshot_passes_is_numbere
     )
     .await?;
     let db = env.db.clone();
-    root.query_drop(format!(
-        "CREATE TABLE {db}.signals (id varchar(64) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))"
-    ))
-    .await?;
+    root.query_drop(format!("CREATE TABLE {db}.signals {SIGNAL_TABLE_COLUMNS}"))
+        .await?;
     let _capture = env.start().await?;
     // Created while capture streams, so the shape facts number its columns.
     root.query_drop(format!("CREATE TABLE {db}.t (id int PRIMARY KEY, c int)"))
@@ -834,7 +834,7 @@ async fn a_table_verify_finds_differing_is_repaired_by_a_snapshot_signal() -> Re
     root.query_drop(format!(
         "CREATE DATABASE {db}; \
          CREATE TABLE {db}.orders (id bigint PRIMARY KEY, qty int, note varchar(20)); \
-         CREATE TABLE {db}.signals (id varchar(64) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))"
+         CREATE TABLE {db}.signals {SIGNAL_TABLE_COLUMNS}"
     ))
     .await?;
     let grantee = capture_grantee().await?;
