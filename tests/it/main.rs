@@ -28,6 +28,7 @@ mod mysql_ddl_under_sigkills;
 mod mysql_envelope;
 mod mysql_failover;
 mod mysql_gap;
+mod mysql_server_settings;
 mod mysql_snapshot;
 mod mysql_stream;
 mod names_keys;
