@@ -678,25 +678,37 @@ async fn a_stored_position_in_a_purged_binlog_stops_the_start_with_the_fix() -> 
 }
 
 /// The three sinks fill the warehouse, the index and the cache from the
-/// topic MySQL capture writes, across a column added and one widened
-/// while streaming, and `oncely verify` (`source = "mysql"`,
+/// topic MySQL capture writes, across a column added, one widened and one
+/// renamed while streaming, and `oncely verify` (`source = "mysql"`,
 /// waiting for capture's committed offset) finds every target equal to
 /// MariaDB; a row changed afterwards with only capture stopped is then
-/// reported, so the comparison is not vacuous.
+/// reported, so the comparison is not vacuous. The names are a hostile
+/// user's: a database name with `-`, a space and a non-ASCII letter, a
+/// table name with a space and a dot, column names with a backtick, a dot,
+/// a space, a reserved word and 63 bytes of CJK (PostgreSQL's longest).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_sinks_fill_every_target_from_mysql_capture_and_verify_says_equal() -> Result<()> {
     let mut root = admin().await;
-    let db = unique("oncely_mye2e");
-    root.query_drop(format!("CREATE DATABASE {db}")).await?;
-    let table = format!("{db}.orders");
+    let db = format!("{}-ü x", unique("oncely_mye2e"));
+    let q = |name: &str| format!("`{}`", name.replace('`', "``"));
+    root.query_drop(format!("CREATE DATABASE {}", q(&db)))
+        .await?;
+    let table = format!("{}.{}", q(&db), q("Order Items.v2"));
     root.query_drop(format!(
-        "CREATE TABLE {table} (id bigint PRIMARY KEY, qty int, price decimal(10,2), \
-         note varchar(20), doc json, at datetime(6))"
+        "CREATE TABLE {table} (id bigint PRIMARY KEY, `select` int, price decimal(10,2), \
+         `no``te.ü x` varchar(20), doc json, at datetime(6), {} int)",
+        q(&"日".repeat(21))
     ))
     .await?;
-    let p = mysql_pipeline("mye2e", &db, &["orders"], "snapshot.mode = \"no_data\"\n").await?;
+    let p = mysql_pipeline(
+        "mye2e",
+        &db,
+        &["Order Items.v2"],
+        "snapshot.mode = \"no_data\"\n",
+    )
+    .await?;
     let result = fill_and_verify(&mut root, &p, &table).await;
-    let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
+    let _ = root.query_drop(format!("DROP DATABASE {}", q(&db))).await;
     p.cleanup().await;
     result
 }
@@ -714,7 +726,7 @@ pub(crate) async fn mysql_pipeline(
     let mut p = Pipeline::with_topics(name, "", "", |prefix| {
         tables
             .iter()
-            .map(|t| format!("{prefix}.{db}.{t}"))
+            .map(|t| debezium_topic(&format!("{prefix}.{db}.{t}")))
             .collect()
     })
     .await?;
@@ -738,6 +750,20 @@ pub(crate) async fn mysql_pipeline(
         ),
     )?;
     Ok(p)
+}
+
+/// A topic name by Debezium's rule: each character Kafka does not allow
+/// (outside `[A-Za-z0-9._-]`) becomes `_`.
+pub(crate) fn debezium_topic(raw: &str) -> String {
+    raw.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// Verify's finding repaired on a MySQL source: rows changed with their
@@ -851,12 +877,12 @@ async fn fill_and_verify(root: &mut Conn, p: &Pipeline, table: &str) -> Result<(
     for id in 1..=50 {
         root.query_drop(format!(
             "INSERT INTO {table} VALUES ({id}, {id}, {id}.25, 'n{id}', '{{\"k\": {id}}}', \
-             '2024-05-06 07:08:09.{id:06}')"
+             '2024-05-06 07:08:09.{id:06}', -{id})"
         ))
         .await?;
     }
     root.query_drop(format!(
-        "UPDATE {table} SET qty = qty * 2, note = NULL WHERE id <= 10"
+        "UPDATE {table} SET `select` = `select` * 2, `no``te.ü x` = NULL WHERE id <= 10"
     ))
     .await?;
     root.query_drop("FLUSH BINARY LOGS").await?;
@@ -864,15 +890,26 @@ async fn fill_and_verify(root: &mut Conn, p: &Pipeline, table: &str) -> Result<(
         .await?;
     root.query_drop(format!("DELETE FROM {table} WHERE id BETWEEN 20 AND 24"))
         .await?;
-    // DDL while streaming: a column added, one widened past its old range.
+    // DDL while streaming: a column added, one widened past its old range,
+    // one renamed.
     root.query_drop(format!("ALTER TABLE {table} ADD COLUMN extra int"))
         .await?;
     root.query_drop(format!("UPDATE {table} SET extra = id * 3 WHERE id > 40"))
         .await?;
-    root.query_drop(format!("ALTER TABLE {table} MODIFY qty bigint"))
+    root.query_drop(format!("ALTER TABLE {table} MODIFY `select` bigint"))
         .await?;
-    root.query_drop(format!("UPDATE {table} SET qty = 5000000000 WHERE id = 45"))
-        .await?;
+    root.query_drop(format!(
+        "UPDATE {table} SET `select` = 5000000000 WHERE id = 45"
+    ))
+    .await?;
+    root.query_drop(format!(
+        "ALTER TABLE {table} RENAME COLUMN `no``te.ü x` TO `new.name`"
+    ))
+    .await?;
+    root.query_drop(format!(
+        "UPDATE {table} SET `new.name` = 'renamed' WHERE id = 46"
+    ))
+    .await?;
     let report = p.verify_until_equal(Duration::from_secs(120)).await?;
     let letters = dead_letters(&p.env.prefix)?;
     assert!(
@@ -885,7 +922,7 @@ async fn fill_and_verify(root: &mut Conn, p: &Pipeline, table: &str) -> Result<(
 
     // Capture stopped: a change no target follows is reported in each.
     drop(capture);
-    root.query_drop(format!("UPDATE {table} SET qty = -1 WHERE id = 30"))
+    root.query_drop(format!("UPDATE {table} SET `select` = -1 WHERE id = 30"))
         .await?;
     let report = p
         .verify_without_capture_offset(Duration::from_secs(60))
