@@ -257,6 +257,73 @@ async fn mysql_changes_reach_kafka_exactly_once_across_rotation_and_sigkills() -
     Ok(())
 }
 
+/// A row larger than Kafka takes (a 2 MiB LONGBLOB under a 1 MiB
+/// `topic.creation.default.max.message.bytes`) stops capture naming the
+/// table, the key, the record's size and the setting, as PostgreSQL's
+/// capture does (`capture::topics`): never skipped, never retried in a
+/// loop; the row before it is in Kafka, the large one is not.
+#[tokio::test]
+async fn a_row_larger_than_kafka_takes_stops_mysql_capture_naming_the_setting() -> Result<()> {
+    let mut root = admin().await;
+    let env = MySqlCapture::with_settings(
+        "oncely_mybig",
+        &mut root,
+        "snapshot.mode = \"no_data\"\ntopic.creation.default.max.message.bytes = 1048576\n",
+    )
+    .await?;
+    let db = env.db.clone();
+    root.query_drop(format!(
+        "CREATE TABLE {db}.big (id int PRIMARY KEY, body longblob)"
+    ))
+    .await?;
+    let mut capture = env.start().await?;
+    root.query_drop(format!("INSERT INTO {db}.big VALUES (1, 'small')"))
+        .await?;
+    env.records("big", 1).await?;
+    let body: Vec<u8> = (0..2 * 1024 * 1024).map(|_| rand::random::<u8>()).collect();
+    root.exec_drop(format!("INSERT INTO {db}.big VALUES (2, ?)"), (body,))
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = capture.try_wait()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            bail!("capture still runs after the large row:\n{}", env.log());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let log = env.log();
+    assert!(!status.success(), "capture exits non-zero:\n{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("larger than Kafka accepts"))
+        .unwrap_or_else(|| panic!("no size error in the log:\n{log}"));
+    assert!(line.contains(&format!("{db}.big")), "table named: {line}");
+    assert!(
+        line.contains("{\"id\":2}") || line.contains("{\\\"id\\\":2}"),
+        "key named: {line}"
+    );
+    assert!(
+        line.contains("topic.creation.default.max.message.bytes"),
+        "setting named: {line}"
+    );
+    assert!(
+        !log.contains("restarting from the last committed offset"),
+        "a definite error is not retried:\n{log}"
+    );
+    let topic = env.topic("big");
+    let seen = tokio::task::spawn_blocking(move || read_committed(&[topic])).await??;
+    let ids: Vec<(String, i64)> = seen
+        .iter()
+        .filter(|r| r.value.is_some())
+        .map(op_and_id)
+        .collect();
+    assert_eq!(ids, [("c".to_string(), 1)]);
+    let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
+    Ok(())
+}
+
 /// The state a topic's records leave: each key's last `after`, a delete
 /// removing it.
 fn final_state(records: &[Seen]) -> BTreeMap<i64, Value> {
