@@ -767,14 +767,21 @@ async fn the_sinks_fill_every_target_from_mysql_capture_and_verify_says_equal() 
         q(&"日".repeat(21))
     ))
     .await?;
+    // Keys MariaDB compares without case and trailing spaces ('a' = 'A' =
+    // 'a '), which PostgreSQL, Elasticsearch and Redis compare as bytes.
+    let ci = format!("{}.{}", q(&db), q("ci keys"));
+    root.query_drop(format!(
+        "CREATE TABLE {ci} (k varchar(20) COLLATE utf8mb4_general_ci PRIMARY KEY, v int)"
+    ))
+    .await?;
     let p = mysql_pipeline(
         "mye2e",
         &db,
-        &["Order Items.v2"],
+        &["Order Items.v2", "ci keys"],
         "snapshot.mode = \"no_data\"\n",
     )
     .await?;
-    let result = fill_and_verify(&mut root, &p, &table).await;
+    let result = fill_and_verify(&mut root, &p, (&table, &ci)).await;
     let _ = root.query_drop(format!("DROP DATABASE {}", q(&db))).await;
     p.cleanup().await;
     result
@@ -929,7 +936,9 @@ async fn repair(root: &mut Conn, p: &Pipeline, db: &str) -> Result<()> {
     Ok(())
 }
 
-async fn fill_and_verify(root: &mut Conn, p: &Pipeline, table: &str) -> Result<()> {
+/// `tables`: the main table and one with a case-insensitive text key.
+async fn fill_and_verify(root: &mut Conn, p: &Pipeline, tables: (&str, &str)) -> Result<()> {
+    let (table, ci) = tables;
     let capture = p.spawn_capture()?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while !p.env.capture_log().contains("binlog stream opening") {
@@ -977,6 +986,21 @@ async fn fill_and_verify(root: &mut Conn, p: &Pipeline, table: &str) -> Result<(
         "UPDATE {table} SET `new.name` = 'renamed' WHERE id = 46"
     ))
     .await?;
+    for k in ["a", "B", "c ", "d", "É", "f"] {
+        root.exec_drop(format!("INSERT INTO {ci} VALUES (?, 1)"), (k,))
+            .await?;
+    }
+    // A key update to a key MariaDB holds equal ('a' to 'A', 'd' to
+    // 'd '), one found by another spelling, a delete by one.
+    for stmt in [
+        "UPDATE {ci} SET k = 'A' WHERE k = 'a'",
+        "UPDATE {ci} SET k = 'd ' WHERE k = 'D'",
+        "UPDATE {ci} SET v = 2 WHERE k = 'b'",
+        "UPDATE {ci} SET v = 3 WHERE k = 'C'",
+        "DELETE FROM {ci} WHERE k = 'e'",
+    ] {
+        root.query_drop(stmt.replace("{ci}", ci)).await?;
+    }
     let report = p.verify_until_equal(Duration::from_secs(120)).await?;
     let letters = dead_letters(&p.env.prefix)?;
     assert!(
@@ -985,7 +1009,7 @@ async fn fill_and_verify(root: &mut Conn, p: &Pipeline, table: &str) -> Result<(
         summary(&report),
         p.env.capture_log()
     );
-    assert_eq!(report.compared(), 3, "{}", summary(&report));
+    assert_eq!(report.compared(), 6, "{}", summary(&report));
 
     // Capture stopped: a change no target follows is reported in each.
     drop(capture);
