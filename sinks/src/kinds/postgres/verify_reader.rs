@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
+use super::generation::stored_identifier;
 use super::{connector, expand_name, place_of, MetaColumns, PostgresConfig};
 use crate::sink::TopicPartition;
 use crate::verify_reader::{
@@ -156,7 +157,7 @@ impl VerifyReader for PostgresVerifyReader {
             .columns
             .iter()
             .map(|(c, _)| c.as_str())
-            .filter(|c| shape.columns.contains_key(*c))
+            .filter(|c| shape.columns.contains_key(stored_identifier(c)))
             .collect();
         let keys = table.key_names();
         // In the types' output form, as the source is read.
@@ -190,7 +191,9 @@ impl VerifyReader for PostgresVerifyReader {
                 let text: Option<&str> = r.get(keys.len() + j);
                 let v = match text {
                     None => Value::Null,
-                    Some(t) => self.types.to_json(shape.columns[*column].0, t),
+                    Some(t) => self
+                        .types
+                        .to_json(shape.columns[stored_identifier(column)].0, t),
                 };
                 row.insert((*column).to_owned(), v);
             }
@@ -316,7 +319,7 @@ impl VerifyReader for PostgresVerifyReader {
 fn column_type(shape: &Shape, column: &str) -> Result<String, VerifyReadError> {
     shape
         .columns
-        .get(column)
+        .get(stored_identifier(column))
         .map(|(_, t)| t.clone())
         .ok_or_else(|| {
             VerifyReadError::Target(format!(
