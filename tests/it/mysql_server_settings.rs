@@ -157,3 +157,56 @@ async fn compressed_events_and_no_checksums_decode_as_plain_ones() -> Result<()>
     }
     Ok(())
 }
+
+/// A session that sets `binlog_format = STATEMENT` (a privileged
+/// application can) writes its changes as statements, not rows: capture
+/// stops naming `binlog_format` and the fix, and never passes over them.
+/// On the shared server: the setting is the session's only. On main the
+/// statement was handed out as DDL and its rows were lost.
+#[tokio::test]
+async fn a_session_with_statement_binlog_format_stops_the_stream() -> Result<()> {
+    let mut root = crate::mysql_binlog::admin().await;
+    let db = unique("oncely_mystmt");
+    root.query_drop(format!(
+        "CREATE DATABASE {db}; CREATE TABLE {db}.t (id int PRIMARY KEY, v int)"
+    ))
+    .await?;
+    let mut cap = mysql_async::Conn::new(crate::mysql_binlog::capture_opts()).await?;
+    let facts = ServerFacts::read(&mut cap).await?;
+    let start = current_position(&mut cap, facts.flavor, &facts.version).await?;
+    root.query_drop(format!("INSERT INTO {db}.t VALUES (1, 1)"))
+        .await?;
+    root.query_drop("SET SESSION binlog_format = 'STATEMENT'")
+        .await?;
+    root.query_drop(format!("UPDATE {db}.t SET v = 2 WHERE id = 1"))
+        .await?;
+    root.query_drop("SET SESSION binlog_format = 'ROW'").await?;
+    let mut reader = BinlogReader::open(
+        crate::mysql_binlog::capture_opts(),
+        server_id(),
+        facts.flavor,
+        &start,
+        ResumeBy::FilePosition,
+    )
+    .await?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let err = loop {
+        ensure!(std::time::Instant::now() < deadline, "no stop within 30 s");
+        match tokio::time::timeout(std::time::Duration::from_secs(30), reader.next()).await? {
+            Ok(Some(BinlogChange::Ddl { query, .. })) if query.contains("UPDATE") => {
+                anyhow::bail!("the statement was handed out as DDL: {query}")
+            }
+            Ok(Some(_)) => continue,
+            Ok(None) => anyhow::bail!("the dump ended"),
+            Err(e) => break e,
+        }
+    };
+    reader.close().await.ok();
+    let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
+    let text = err.to_string();
+    ensure!(
+        text.contains("binlog_format") && text.contains("UPDATE") && text.contains("new snapshot"),
+        "{text}"
+    );
+    Ok(())
+}

@@ -411,6 +411,18 @@ impl Decoder {
                 Ok(())
             }
             _ => {
+                if let Some(verb) = row_change_verb(&query) {
+                    return Err(MySqlSourceError::Prerequisite {
+                        setting: "binlog_format",
+                        found: format!(
+                            "STATEMENT in the session that wrote the {verb} statement at {}:{start} (database {:?})",
+                            self.file,
+                            q.schema()
+                        ),
+                        needed: "ROW in every session",
+                        fix: "capture reads row events only, and this statement's changes are not in the binlog as rows: passing over it would lose them. Keep binlog_format = ROW in every session (SET SESSION binlog_format needs SUPER or BINLOG ADMIN: revoke it from applications), then take a new snapshot (delete the stored offset) of the tables the statement changed",
+                    });
+                }
                 if self.tx.is_none() {
                     self.begin(start, None, false)?;
                 } else {
@@ -638,6 +650,25 @@ impl Decoder {
     pub fn flavor(&self) -> Flavor {
         self.flavor
     }
+}
+
+/// The verb of a statement that changes rows (`INSERT`, `UPDATE`,
+/// `DELETE`, `REPLACE`, `LOAD DATA`), after leading comments: under
+/// `binlog_format = ROW` such a change is a rows event, so one logged as a
+/// statement comes from a session that set another format.
+fn row_change_verb(query: &str) -> Option<&'static str> {
+    let mut rest = query.trim_start();
+    while let Some(after) = rest.strip_prefix("/*") {
+        rest = after.split_once("*/").map_or("", |(_, r)| r).trim_start();
+    }
+    let word: String = rest
+        .chars()
+        .take_while(char::is_ascii_alphabetic)
+        .collect::<String>()
+        .to_ascii_uppercase();
+    ["INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD"]
+        .into_iter()
+        .find(|v| *v == word)
 }
 
 /// MariaDB's events of a file's header after its format description (the

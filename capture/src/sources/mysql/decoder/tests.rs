@@ -344,3 +344,50 @@ fn an_unknown_event_type_stops_the_stream_unless_marked_ignorable() {
         "{out:?}"
     );
 }
+
+/// A row change logged as a statement (a session with `binlog_format =
+/// STATEMENT`) stops the stream naming the setting: its rows are not in
+/// the binlog, and passing over it as DDL lost them. DDL and the words
+/// inside other statements are not taken for one.
+#[test]
+fn a_row_change_logged_as_a_statement_stops_the_stream() {
+    for dml in [
+        "INSERT INTO t VALUES (1)",
+        "  /* app */ update t SET v = 2",
+        "DELETE FROM t",
+        "REPLACE INTO t VALUES (1)",
+    ] {
+        let err = run(
+            &mut Decoder::new(Flavor::MariaDb, &Position::at("binlog.000007", 4)),
+            4,
+            &[(0x02, query("shop", "BEGIN")), (0x02, query("shop", dml))],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                MySqlSourceError::Prerequisite {
+                    setting: "binlog_format",
+                    ..
+                }
+            ) && err.to_string().contains("new snapshot"),
+            "{dml}: {err}"
+        );
+    }
+    for ddl in [
+        "CREATE TABLE inserts (id int)",
+        "ALTER TABLE t ADD COLUMN deleted int",
+        "TRUNCATE TABLE t",
+    ] {
+        let changes = run(
+            &mut Decoder::new(Flavor::MariaDb, &Position::at("binlog.000007", 4)),
+            4,
+            &[(0x02, query("shop", ddl))],
+        )
+        .unwrap();
+        assert!(
+            matches!(&changes[0], BinlogChange::Ddl { query, .. } if query == ddl),
+            "{changes:?}"
+        );
+    }
+}
