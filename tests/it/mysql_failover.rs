@@ -33,10 +33,11 @@ use crate::mysql_binlog::{admin, capture_opts, server_id};
 const MARIADBD: &str = "/usr/sbin/mariadbd";
 const INSTALL_DB: &str = "mariadb-install-db";
 
-/// The second server: stopped by its PID when dropped.
-struct Replica {
+/// The second server: stopped by its PID when dropped. Also the server
+/// for tests that change GLOBAL settings, which the shared one must keep.
+pub(crate) struct Replica {
     dir: PathBuf,
-    port: u16,
+    pub(crate) port: u16,
     server_id: u32,
     child: Child,
 }
@@ -44,7 +45,7 @@ struct Replica {
 impl Replica {
     /// Installs and starts a MariaDB applying `db` of the services'
     /// server; `None` where MariaDB's server is not installed.
-    async fn start(db: &str) -> Result<Option<Self>> {
+    pub(crate) async fn start(db: &str) -> Result<Option<Self>> {
         if !Path::new(MARIADBD).exists() {
             return Ok(None);
         }
@@ -103,11 +104,11 @@ impl Replica {
         Ok(Some(replica))
     }
 
-    fn error_log(&self) -> String {
+    pub(crate) fn error_log(&self) -> String {
         std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
     }
 
-    async fn root(&self) -> Result<Conn> {
+    pub(crate) async fn root(&self) -> Result<Conn> {
         let opts = OptsBuilder::default()
             .ip_or_hostname("127.0.0.1")
             .tcp_port(self.port)
