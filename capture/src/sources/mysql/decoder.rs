@@ -28,6 +28,7 @@ use super::error::MySqlSourceError;
 use super::history::TableIds;
 use super::position::{Gtids, MariaGtid, MariaGtidList, MySqlGtidSet, Position};
 use super::shape::{CatalogColumn, TableShape};
+use crate::filter::TableFilter;
 
 /// MariaDB's own event types (not in mysql_common's list).
 pub mod mariadb_events {
@@ -148,6 +149,9 @@ pub struct Decoder {
     seen_fde: bool,
     /// The failover epoch of every position of this binlog.
     epoch: u32,
+    /// The captured tables: a row change logged as a statement stops the
+    /// stream only when it may write one (`None`: any may).
+    captured: Option<TableFilter>,
 }
 
 impl Decoder {
@@ -166,7 +170,47 @@ impl Decoder {
             resume_pos: Some(from.pos),
             seen_fde: false,
             epoch: from.epoch,
+            captured: None,
         }
+    }
+
+    /// Only a statement that may write a table `captured` matches stops
+    /// the stream (see [`Self::statement_change`]).
+    pub fn capturing(mut self, captured: TableFilter) -> Self {
+        self.captured = Some(captured);
+        self
+    }
+
+    /// A row change logged as a statement (`verb`, the session's
+    /// `binlog_format` was not ROW): its rows are not in the binlog, so
+    /// passing over it would lose them — an error when it may write a
+    /// captured table (or its tables cannot be told), else noted and passed
+    /// over, as the binlog of a database capture does not read.
+    fn statement_change(
+        &self,
+        verb: &str,
+        schema: &str,
+        query: &str,
+        start: u64,
+    ) -> Result<(), MySqlSourceError> {
+        let targets = super::history::row_change_targets(schema, query);
+        let captured = match (&self.captured, &targets) {
+            (Some(filter), Some(targets)) => targets.iter().any(|(db, t)| filter.matches(db, t)),
+            _ => true,
+        };
+        if !captured {
+            tracing::warn!(file = %self.file, pos = start, database = schema, tables = ?targets, "a {verb} logged as a statement (binlog_format is not ROW in its session) writes no captured table: passed over");
+            return Ok(());
+        }
+        Err(MySqlSourceError::Prerequisite {
+            setting: "binlog_format",
+            found: format!(
+                "STATEMENT in the session that wrote the {verb} statement at {}:{start} (database {schema:?})",
+                self.file
+            ),
+            needed: "ROW in every session",
+            fix: "capture reads row events only, and this statement's changes are not in the binlog as rows: passing over it would lose them. Keep binlog_format = ROW in every session (SET SESSION binlog_format needs SUPER or BINLOG ADMIN: revoke it from applications), then take a new snapshot (delete the stored offset) of the tables the statement changed",
+        })
     }
 
     /// `pos` in the current file, with the GTIDs committed before it.
@@ -412,16 +456,7 @@ impl Decoder {
             }
             _ => {
                 if let Some(verb) = row_change_verb(&query) {
-                    return Err(MySqlSourceError::Prerequisite {
-                        setting: "binlog_format",
-                        found: format!(
-                            "STATEMENT in the session that wrote the {verb} statement at {}:{start} (database {:?})",
-                            self.file,
-                            q.schema()
-                        ),
-                        needed: "ROW in every session",
-                        fix: "capture reads row events only, and this statement's changes are not in the binlog as rows: passing over it would lose them. Keep binlog_format = ROW in every session (SET SESSION binlog_format needs SUPER or BINLOG ADMIN: revoke it from applications), then take a new snapshot (delete the stored offset) of the tables the statement changed",
-                    });
+                    self.statement_change(verb, &q.schema(), &query, start)?;
                 }
                 if self.tx.is_none() {
                     self.begin(start, None, false)?;

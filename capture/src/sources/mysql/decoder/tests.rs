@@ -391,3 +391,62 @@ fn a_row_change_logged_as_a_statement_stops_the_stream() {
         );
     }
 }
+
+/// Only a statement that may write a captured table stops the stream: one
+/// that names only other databases' tables is passed over (another
+/// application's session on the same server must not stop capture), and
+/// one whose tables cannot be told stops it.
+#[test]
+fn a_row_change_logged_as_a_statement_stops_the_stream_only_when_it_may_write_a_captured_table() {
+    let shop = || {
+        let filter = TableFilter::new(&[], &[])
+            .and_then(|f| f.with_databases(&["shop".to_owned()], &[]))
+            .unwrap();
+        Decoder::new(Flavor::MariaDb, &Position::at("binlog.000007", 4)).capturing(filter)
+    };
+    for (schema, dml) in [
+        ("other", "INSERT INTO t VALUES (1)"),
+        ("shop", "UPDATE other.t SET v = 2"),
+        ("other", "DELETE LOW_PRIORITY FROM `t` WHERE id = 1"),
+        ("shop", "LOAD DATA INFILE '/tmp/x' INTO TABLE other.t"),
+    ] {
+        let changes = run(
+            &mut shop(),
+            4,
+            &[(0x02, query(schema, "BEGIN")), (0x02, query(schema, dml))],
+        )
+        .unwrap_or_else(|e| panic!("{dml} in {schema}: {e}"));
+        assert!(
+            matches!(changes.last(), Some(BinlogChange::Ddl { query, .. }) if query == dml),
+            "{changes:?}"
+        );
+    }
+    for (schema, dml) in [
+        ("shop", "INSERT INTO t VALUES (1)"),
+        ("other", "REPLACE INTO shop.t VALUES (1)"),
+        ("other", "UPDATE `shop`.`t` AS x SET v = 2"),
+        // Multi-table forms: their tables are not read here.
+        (
+            "other",
+            "UPDATE t JOIN shop.t2 ON t.id = t2.id SET t2.v = 1",
+        ),
+        ("other", "DELETE t1 FROM t1 JOIN shop.t2"),
+    ] {
+        let err = run(
+            &mut shop(),
+            4,
+            &[(0x02, query(schema, "BEGIN")), (0x02, query(schema, dml))],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                MySqlSourceError::Prerequisite {
+                    setting: "binlog_format",
+                    ..
+                }
+            ),
+            "{dml} in {schema}: {err}"
+        );
+    }
+}
