@@ -4,6 +4,7 @@
 //! on. These tests need a database and the test harness of `tests/it`, so
 //! they cannot be unit tests here; nothing else may use this module.
 
+pub use crate::filter::TableFilter;
 pub use crate::offset::{read_last_offset, SourceOffset};
 pub use crate::schema_change::ColumnDef;
 pub use crate::snapshot::{chunk_query, KeyColumn};

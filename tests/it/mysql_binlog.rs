@@ -23,6 +23,14 @@ use serde_json::{json, Value};
 use crate::harness::common::{env_var, unique};
 
 /// A replica id per reader, so parallel readers never share one.
+/// A stream's captured tables: every table of `db` only, so a row change
+/// another test logs as a statement on the shared server is passed over.
+pub(crate) fn only(db: &str) -> oncely_capture::testing::TableFilter {
+    oncely_capture::testing::TableFilter::new(&[], &[])
+        .and_then(|f| f.with_databases(&[regex::escape(db)], &[]))
+        .expect("a filter of one database")
+}
+
 pub(crate) fn server_id() -> u32 {
     1000 + rand::random::<u32>() % 1_000_000
 }
@@ -299,6 +307,7 @@ async fn binlog_is_read_decoded_and_resumed_mid_event_across_a_rotation() {
         facts.flavor,
         &start,
         ResumeBy::FilePosition,
+        crate::mysql_binlog::only(&db),
     )
     .await
     .expect("binlog dump");
@@ -417,6 +426,7 @@ async fn binlog_is_read_decoded_and_resumed_mid_event_across_a_rotation() {
             facts.flavor,
             &at,
             ResumeBy::FilePosition,
+            crate::mysql_binlog::only(&db),
         )
         .await
         .unwrap_or_else(|e| panic!("resume from #{from} {at:?}: {e}"));
@@ -434,6 +444,7 @@ async fn binlog_is_read_decoded_and_resumed_mid_event_across_a_rotation() {
         facts.flavor,
         &at,
         ResumeBy::MariaDbGtid,
+        crate::mysql_binlog::only(&db),
     )
     .await
     .expect("resume by GTID");
@@ -481,6 +492,7 @@ async fn a_resume_inside_a_large_transaction_gives_exactly_the_rest() {
         facts.flavor,
         &start,
         ResumeBy::FilePosition,
+        crate::mysql_binlog::only(&db),
     )
     .await
     .unwrap();
@@ -510,6 +522,7 @@ async fn a_resume_inside_a_large_transaction_gives_exactly_the_rest() {
         facts.flavor,
         &at,
         ResumeBy::FilePosition,
+        crate::mysql_binlog::only(&db),
     )
     .await
     .unwrap();

@@ -28,7 +28,8 @@ use crate::mysql_binlog::{admin, capture_opts, server_id};
 /// Rows of the test table: key text to the row's text.
 type Table = BTreeMap<String, Vec<Option<String>>>;
 
-async fn open_stream() -> MySqlStream {
+/// The binlog from its end, capturing the tables of `db`.
+async fn open_stream(db: &str) -> MySqlStream {
     let mut cap = Conn::new(capture_opts()).await.unwrap();
     let facts = ServerFacts::read(&mut cap).await.unwrap();
     let from = current_position(&mut cap, facts.flavor, &facts.version)
@@ -44,6 +45,7 @@ async fn open_stream() -> MySqlStream {
         mapping: MappingConfig::default(),
         facts: ShapeFacts::default(),
         takeover: None,
+        captured: crate::mysql_binlog::only(db),
     })
     .await
     .expect("open the stream")
@@ -132,7 +134,7 @@ async fn a_chunk_is_the_table_as_of_its_position_and_its_watermarks_stand_there(
     root.query_drop("CREATE TABLE items (id int PRIMARY KEY, qty int)")
         .await
         .unwrap();
-    let mut stream = open_stream().await;
+    let mut stream = open_stream(&db).await;
     let mut chunks = MySqlChunks::new(
         capture_opts(),
         SnapshotLockingMode::Minimal,
@@ -221,7 +223,7 @@ async fn on_an_idle_server_the_watermarks_come_at_once_also_after_a_rotation() {
     root.query_drop(format!("INSERT INTO {db}.items VALUES (1, 1), (2, 2)"))
         .await
         .unwrap();
-    let mut stream = open_stream().await;
+    let mut stream = open_stream(&db).await;
     let mut chunks = MySqlChunks::new(
         capture_opts(),
         SnapshotLockingMode::Minimal,
@@ -270,7 +272,7 @@ async fn chunks_page_by_the_key_also_from_a_stored_last_key_after_a_restart() {
     ))
     .await
     .unwrap();
-    let stream = open_stream().await;
+    let stream = open_stream(&db).await;
     let reads = || {
         MySqlChunks::new(
             capture_opts(),

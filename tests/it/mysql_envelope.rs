@@ -220,6 +220,7 @@ async fn exercise(
         facts.flavor,
         &start,
         ResumeBy::FilePosition,
+        crate::mysql_binlog::only(db),
     )
     .await?;
     let streamed: Vec<_> = read_until(&mut reader, db, 4, false)

@@ -33,20 +33,22 @@ use crate::mysql_binlog::{admin, capture_opts, server_id};
 const MARIADBD: &str = "/usr/sbin/mariadbd";
 const INSTALL_DB: &str = "mariadb-install-db";
 
-/// The second server: stopped by its PID when dropped.
-struct Replica {
+/// The second server: stopped by its PID when dropped. Also the server
+/// for tests that change GLOBAL settings, which the shared one must keep.
+pub(crate) struct Replica {
     dir: PathBuf,
-    port: u16,
+    pub(crate) port: u16,
     server_id: u32,
     child: Child,
 }
 
 impl Replica {
     /// Installs and starts a MariaDB applying `db` of the services'
-    /// server; `None` where MariaDB's server is not installed.
-    async fn start(db: &str) -> Result<Option<Self>> {
+    /// server. MariaDB's server is one of the services (`scripts/services
+    /// up` installs it), so its absence fails the test rather than skips it.
+    pub(crate) async fn start(db: &str) -> Result<Self> {
         if !Path::new(MARIADBD).exists() {
-            return Ok(None);
+            bail!("{MARIADBD} is not installed, so no second MariaDB can be started: run scripts/services up (it installs mariadb-server)");
         }
         let dir = std::env::temp_dir().join(format!("{db}-replica"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -100,14 +102,14 @@ impl Replica {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Ok(Some(replica))
+        Ok(replica)
     }
 
-    fn error_log(&self) -> String {
+    pub(crate) fn error_log(&self) -> String {
         std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
     }
 
-    async fn root(&self) -> Result<Conn> {
+    pub(crate) async fn root(&self) -> Result<Conn> {
         let opts = OptsBuilder::default()
             .ip_or_hostname("127.0.0.1")
             .tcp_port(self.port)
@@ -258,10 +260,7 @@ async fn wait_for_end_offset(topic: &str, offset: i64) -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn capture_follows_the_stored_gtids_onto_a_promoted_replica() -> Result<()> {
     let db = unique("oncely_myfail");
-    let Some(replica) = Replica::start(&db).await? else {
-        eprintln!("skipped: {MARIADBD} is not installed, so no second MariaDB can be started");
-        return Ok(());
-    };
+    let replica = Replica::start(&db).await?;
     let mut root = admin().await;
     replica.follow(&mut root).await?;
     root.query_drop(format!("CREATE DATABASE {db}")).await?;

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::harness::capture::{kill9, read_committed, wait_for, Seen};
 use crate::mysql_binlog::admin;
-use crate::mysql_capture::MySqlCapture;
+use crate::mysql_capture::{MySqlCapture, SIGNAL_TABLE_COLUMNS};
 
 const ROWS: i64 = 1000;
 
@@ -51,7 +51,7 @@ async fn a_filtered_snapshot_signal_reads_only_matching_rows_and_resumes_filtere
 async fn filtered(root: &mut Conn, env: &MySqlCapture) -> Result<()> {
     let db = &env.db;
     root.query_drop(format!(
-        "CREATE TABLE {db}.signals (id varchar(64) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048)); \
+        "CREATE TABLE {db}.signals {SIGNAL_TABLE_COLUMNS}; \
          CREATE TABLE {db}.stock (grp int, id int, qty int, region varchar(8), PRIMARY KEY (grp, id)); \
          SET SESSION max_recursive_iterations = 100000; \
          INSERT INTO {db}.stock WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ROWS}) \

@@ -13,7 +13,7 @@ use crate::e2e::gap::{delete_all_but_last, wait_until, watermarks};
 use crate::harness::common::unique;
 use crate::harness::e2e::{summary, Pipeline};
 use crate::mysql_binlog::admin;
-use crate::mysql_capture::{capture_grantee, mysql_pipeline};
+use crate::mysql_capture::{capture_grantee, mysql_pipeline, SIGNAL_TABLE_COLUMNS};
 
 /// The warehouse sink stopped while rows are deleted, updated and
 /// inserted in MariaDB, the topic's oldest records deleted
@@ -29,7 +29,7 @@ async fn a_gap_is_recovered_by_a_snapshot_from_mariadb() -> Result<()> {
     root.query_drop(format!(
         "CREATE DATABASE {db}; \
          CREATE TABLE {db}.t (id bigint PRIMARY KEY, v varchar(20)); \
-         CREATE TABLE {db}.signals (id varchar(128) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))"
+         CREATE TABLE {db}.signals {SIGNAL_TABLE_COLUMNS}"
     ))
     .await?;
     let grantee = capture_grantee().await?;

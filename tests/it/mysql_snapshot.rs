@@ -134,6 +134,7 @@ async fn a_row_read_by_snapshot_maps_to_the_same_json_as_from_the_binlog() {
         facts.flavor,
         &start,
         ResumeBy::FilePosition,
+        crate::mysql_binlog::only(&db),
     )
     .await
     .expect("binlog dump");
@@ -288,6 +289,7 @@ async fn snapshot_then_stream(opts: Opts, mode: SnapshotLockingMode, expect: Sna
         oncely_capture::testing::mysql::Flavor::MariaDb,
         &position,
         ResumeBy::FilePosition,
+        crate::mysql_binlog::only(&db),
     )
     .await
     .unwrap();
@@ -524,6 +526,8 @@ async fn rows_before_a_ddl_decode_with_the_shape_they_were_written_with() {
         .await
         .unwrap();
 
+    let captured = crate::mysql_binlog::only(&db);
+    let captured = &captured;
     let open = |from: oncely_capture::testing::mysql::Position, facts: ShapeFacts| async move {
         let mut r = BinlogReader::open(
             capture_opts(),
@@ -531,6 +535,7 @@ async fn rows_before_a_ddl_decode_with_the_shape_they_were_written_with() {
             oncely_capture::testing::mysql::Flavor::MariaDb,
             &from,
             ResumeBy::FilePosition,
+            captured.clone(),
         )
         .await
         .unwrap();

@@ -147,6 +147,7 @@ async fn the_binlog_streams_as_core_events_with_offset_parts_and_resumes_mid_tra
         mapping: MappingConfig::default(),
         facts: ShapeFacts::default(),
         takeover: None,
+        captured: crate::mysql_binlog::only(&db),
     };
     let mut stream = open(&start, from, ShapeFacts::default()).await;
 

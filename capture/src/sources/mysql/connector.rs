@@ -109,6 +109,9 @@ impl Source for MySql {
             mapping: cfg.mysql_mapping(),
             facts: shape_facts,
             takeover,
+            captured: cfg
+                .captured_tables_filter()
+                .map_err(|e| CaptureError::Prerequisite(e.to_string()))?,
         })
         .await
     }

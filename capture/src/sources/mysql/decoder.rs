@@ -28,6 +28,7 @@ use super::error::MySqlSourceError;
 use super::history::TableIds;
 use super::position::{Gtids, MariaGtid, MariaGtidList, MySqlGtidSet, Position};
 use super::shape::{CatalogColumn, TableShape};
+use crate::filter::TableFilter;
 
 /// MariaDB's own event types (not in mysql_common's list).
 pub mod mariadb_events {
@@ -148,6 +149,9 @@ pub struct Decoder {
     seen_fde: bool,
     /// The failover epoch of every position of this binlog.
     epoch: u32,
+    /// The captured tables: a row change logged as a statement stops the
+    /// stream only when it may write one (`None`: any may).
+    captured: Option<TableFilter>,
 }
 
 impl Decoder {
@@ -166,7 +170,47 @@ impl Decoder {
             resume_pos: Some(from.pos),
             seen_fde: false,
             epoch: from.epoch,
+            captured: None,
         }
+    }
+
+    /// Only a statement that may write a table `captured` matches stops
+    /// the stream (see [`Self::statement_change`]).
+    pub fn capturing(mut self, captured: TableFilter) -> Self {
+        self.captured = Some(captured);
+        self
+    }
+
+    /// A row change logged as a statement (`verb`, the session's
+    /// `binlog_format` was not ROW): its rows are not in the binlog, so
+    /// passing over it would lose them — an error when it may write a
+    /// captured table (or its tables cannot be told), else noted and passed
+    /// over, as the binlog of a database capture does not read.
+    fn statement_change(
+        &self,
+        verb: &str,
+        schema: &str,
+        query: &str,
+        start: u64,
+    ) -> Result<(), MySqlSourceError> {
+        let targets = super::history::row_change_targets(schema, query);
+        let captured = match (&self.captured, &targets) {
+            (Some(filter), Some(targets)) => targets.iter().any(|(db, t)| filter.matches(db, t)),
+            _ => true,
+        };
+        if !captured {
+            tracing::warn!(file = %self.file, pos = start, database = schema, tables = ?targets, "a {verb} logged as a statement (binlog_format is not ROW in its session) writes no captured table: passed over");
+            return Ok(());
+        }
+        Err(MySqlSourceError::Prerequisite {
+            setting: "binlog_format",
+            found: format!(
+                "STATEMENT in the session that wrote the {verb} statement at {}:{start} (database {schema:?})",
+                self.file
+            ),
+            needed: "ROW in every session",
+            fix: "capture reads row events only, and this statement's changes are not in the binlog as rows: passing over it would lose them. Keep binlog_format = ROW in every session (SET SESSION binlog_format needs SUPER or BINLOG ADMIN: revoke it from applications), then take a new snapshot (delete the stored offset) of the tables the statement changed",
+        })
     }
 
     /// `pos` in the current file, with the GTIDs committed before it.
@@ -225,8 +269,32 @@ impl Decoder {
         let header = event.header();
         let end = u64::from(header.log_pos());
         let start = end.saturating_sub(u64::from(header.event_size()));
-        let ts_ms = i64::from(header.timestamp()) * 1000;
+        if compressed::is_compressed(header.event_type_raw()) {
+            // Decoded as the plain event it stands for, at the compressed
+            // one's place in the file (its size is the compressed size).
+            let plain = compressed::decompress(event).map_err(|e| {
+                protocol(
+                    &self.file,
+                    start,
+                    "a compressed event (log_bin_compress = ON)",
+                    &e,
+                )
+            })?;
+            return self.dispatch(&plain, start, end, out);
+        }
+        self.dispatch(event, start, end, out)
+    }
 
+    /// Decodes one (plain) event that lies from `start` to `end` in the file.
+    fn dispatch(
+        &mut self,
+        event: &Event,
+        start: u64,
+        end: u64,
+        out: &mut VecDeque<BinlogChange>,
+    ) -> Result<(), MySqlSourceError> {
+        let header = event.header();
+        let ts_ms = i64::from(header.timestamp()) * 1000;
         if let Some(handled) = self.mariadb_event(event, start) {
             if handled.is_ok() && is_file_header(event.header().event_type_raw()) {
                 self.boundary(end, out);
@@ -234,8 +302,7 @@ impl Decoder {
             return handled;
         }
         let Ok(ty) = header.event_type() else {
-            // An unknown type inside a transaction still counts.
-            return self.count();
+            return self.unknown(event, start);
         };
         match ty {
             EventType::ROTATE_EVENT => {
@@ -295,6 +362,22 @@ impl Decoder {
             }
             _ => self.count(),
         }
+    }
+
+    /// An event type neither mysql_common nor this decoder knows. A server
+    /// marks the ones a replica may pass over (`LOG_EVENT_IGNORABLE_F`):
+    /// those are counted; any other may carry rows, and passing over it
+    /// would lose them with a healthy status, so the stream stops.
+    fn unknown(&mut self, event: &Event, start: u64) -> Result<(), MySqlSourceError> {
+        const LOG_EVENT_IGNORABLE_F: u16 = 0x80;
+        if event.header().flags_raw() & LOG_EVENT_IGNORABLE_F != 0 {
+            return self.count();
+        }
+        Err(MySqlSourceError::Protocol(format!(
+            "event type {} at {}:{start} is not one capture decodes, and the server does not mark it ignorable: it may carry row changes, so capture stops rather than skip it. Turn off the server setting that writes it (a server newer than capture supports), and report it with SELECT VERSION()",
+            event.header().event_type_raw(),
+            self.file
+        )))
     }
 
     /// The events only MariaDB sends (by raw type, which mysql_common does
@@ -372,6 +455,9 @@ impl Decoder {
                 Ok(())
             }
             _ => {
+                if let Some(verb) = row_change_verb(&query) {
+                    self.statement_change(verb, &q.schema(), &query, start)?;
+                }
                 if self.tx.is_none() {
                     self.begin(start, None, false)?;
                 } else {
@@ -601,6 +687,25 @@ impl Decoder {
     }
 }
 
+/// The verb of a statement that changes rows (`INSERT`, `UPDATE`,
+/// `DELETE`, `REPLACE`, `LOAD DATA`), after leading comments: under
+/// `binlog_format = ROW` such a change is a rows event, so one logged as a
+/// statement comes from a session that set another format.
+fn row_change_verb(query: &str) -> Option<&'static str> {
+    let mut rest = query.trim_start();
+    while let Some(after) = rest.strip_prefix("/*") {
+        rest = after.split_once("*/").map_or("", |(_, r)| r).trim_start();
+    }
+    let word: String = rest
+        .chars()
+        .take_while(char::is_ascii_alphabetic)
+        .collect::<String>()
+        .to_ascii_uppercase();
+    ["INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD"]
+        .into_iter()
+        .find(|v| *v == word)
+}
+
 /// MariaDB's events of a file's header after its format description (the
 /// GTIDs before the file, the binlogs still needed for crash recovery).
 fn is_file_header(raw: u8) -> bool {
@@ -624,6 +729,8 @@ fn ends_with_crc32(event: &Event) -> bool {
     let (body, sum) = bytes.split_at(bytes.len() - 4);
     <[u8; 4]>::try_from(sum).is_ok_and(|s| u32::from_le_bytes(s) == crc32fast::hash(body))
 }
+
+mod compressed;
 
 #[cfg(test)]
 mod tests;

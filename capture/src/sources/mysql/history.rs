@@ -497,6 +497,70 @@ fn is_tinyint1(column_type: &str) -> bool {
 }
 
 /// What one statement does to the facts.
+/// The tables a row-changing statement (`INSERT`, `REPLACE`, `UPDATE`,
+/// `DELETE`, `LOAD DATA`) writes, `default_db` its QUERY event's schema;
+/// `None` when its form is not one of the single-table ones read here
+/// (multi-table UPDATE and DELETE, joins): the caller assumes the worst.
+pub fn row_change_targets(default_db: &str, sql: &str) -> Option<Vec<(String, String)>> {
+    let toks = tokenize(sql);
+    let mut p = Parser {
+        toks: &toks,
+        i: 0,
+        db: default_db,
+    };
+    let modifiers = [
+        "LOW_PRIORITY",
+        "DELAYED",
+        "HIGH_PRIORITY",
+        "QUICK",
+        "IGNORE",
+    ];
+    let skip_modifiers = |p: &mut Parser<'_>| while modifiers.iter().any(|m| p.eat_kw(m)) {};
+    let single = |p: &mut Parser<'_>, ends: &[&str]| -> Option<Vec<Key>> {
+        let key = p.table_name()?;
+        // An alias, then what must follow a single table.
+        if !ends.iter().any(|e| p.peek_kw(e)) {
+            p.eat_kw("AS");
+            if matches!(p.toks.get(p.i), Some(Tok::Word(_) | Tok::Quoted(_)))
+                && !ends.iter().any(|e| p.peek_kw(e))
+            {
+                p.i += 1;
+            }
+        }
+        let end = p.i == p.toks.len() || ends.iter().any(|e| p.peek_kw(e));
+        end.then(|| vec![key])
+    };
+    if p.eat_kw("INSERT") || p.eat_kw("REPLACE") {
+        skip_modifiers(&mut p);
+        p.eat_kw("INTO");
+        let key = p.table_name()?;
+        return Some(vec![key]);
+    }
+    if p.eat_kw("UPDATE") {
+        skip_modifiers(&mut p);
+        return single(&mut p, &["SET"]);
+    }
+    if p.eat_kw("DELETE") {
+        skip_modifiers(&mut p);
+        if !p.eat_kw("FROM") {
+            return None;
+        }
+        return single(
+            &mut p,
+            &["WHERE", "ORDER", "LIMIT", "PARTITION", "RETURNING"],
+        );
+    }
+    if p.eat_kw("LOAD") {
+        while p.i < p.toks.len() {
+            if p.eat_kw("INTO") && p.eat_kw("TABLE") {
+                return Some(vec![p.table_name()?]);
+            }
+            p.i += 1;
+        }
+    }
+    None
+}
+
 #[derive(Debug, PartialEq)]
 enum Effect {
     /// A table's facts and its column names, in declaration order.

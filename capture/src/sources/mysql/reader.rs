@@ -17,6 +17,7 @@ use super::error::MySqlSourceError;
 use super::history::{ShapeFacts, TransactionFacts};
 use super::position::{Gtids, MySqlGtidSet, Position};
 use super::shape::{load_catalog, TableShape};
+use crate::filter::TableFilter;
 
 /// How to resume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,6 +69,7 @@ impl BinlogReader {
         flavor: Flavor,
         from: &Position,
         resume: ResumeBy,
+        captured: TableFilter,
     ) -> Result<Self, MySqlSourceError> {
         let q = |c| move |e| MySqlSourceError::server(c, e);
         let catalog = Conn::new(opts.clone()).await.map_err(q("connect"))?;
@@ -120,7 +122,8 @@ impl BinlogReader {
                 ResumeBy::MariaDbGtid | ResumeBy::MySqlGtid => {
                     Decoder::new(flavor, from).found_by_gtid()
                 }
-            },
+            }
+            .capturing(captured),
             catalog,
             flavor,
             pending: VecDeque::new(),

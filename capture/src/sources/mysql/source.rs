@@ -33,6 +33,7 @@ use super::stream::{MySqlEvent, StreamAdapter};
 use super::watermarks::{Handed, Next, WatermarkBoard};
 use crate::change::StreamEvent;
 use crate::error::CaptureError;
+use crate::filter::TableFilter;
 use crate::offset::{SourceOffset, SourcePart};
 use crate::seam::Slot;
 
@@ -59,6 +60,8 @@ pub struct StreamStart {
     /// reads one epoch up and its first transaction keeps `from`'s key
     /// (the failover rule of `offset.rs`).
     pub takeover: Option<ServerIdentity>,
+    /// The captured tables (`database.include.list`, `table.include.list`, ...).
+    pub captured: TableFilter,
 }
 
 /// A change as the reader task sends it: with the shape facts as of the
@@ -104,6 +107,7 @@ impl MySqlStream {
             start.flavor,
             &read_from,
             start.resume,
+            start.captured,
         )
         .await
         .map_err(stream_error)?;

@@ -29,6 +29,17 @@ use oncely_core::sql::{quote_ident as quote, quote_literal as literal};
 /// PostgreSQL's longest identifier, in bytes (`NAMEDATALEN - 1`).
 const MAX_IDENTIFIER: usize = 63;
 
+/// `name` as PostgreSQL keeps it: cut to 63 bytes at a character boundary,
+/// as it cuts every longer identifier in DDL and queries alike (with only a
+/// NOTICE). A MySQL column name may have 64 characters, up to 256 bytes.
+pub fn stored_identifier(name: &str) -> &str {
+    let mut end = name.len().min(MAX_IDENTIFIER);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
 /// Comment word: the version from which a live column holds its type.
 const SINCE: &str = "oncely.since";
 /// Comment words of a retired column.

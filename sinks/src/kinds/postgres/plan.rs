@@ -10,7 +10,8 @@ use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 
 use super::config::{expand_name, PostgresConfig};
-use super::rows::{Matcher, Row, Shape};
+use super::generation::stored_identifier;
+use super::rows::{Matcher, NameMap, Row, Shape};
 use super::source_ids::{source_table, SourceTable};
 use super::types::{from_schema, infer, ColumnSpec};
 use crate::error::RecordFailure;
@@ -308,7 +309,8 @@ fn row_of(
             .iter()
             .map(|(k, v)| (k.clone(), spec(k, v), false))
             .collect();
-        return Ok(row(Arc::new(shape_of(key_order, entries, true, source))));
+        let shape = within_identifier_limit(shape_of(key_order, entries, true, source))?;
+        return Ok(row(Arc::new(shape)));
     }
     let after = event
         .after
@@ -344,7 +346,7 @@ fn row_of(
         let (spec, unavailable) = entry(name, value);
         entries.push((name.clone(), spec, unavailable));
     }
-    let shape = shape_of(key_order, entries, false, source);
+    let shape = within_identifier_limit(shape_of(key_order, entries, false, source))?;
     let values = shape.values.as_ref().expect("not a delete");
     for name in &shape.key {
         if values.binary_search(name).is_err() {
@@ -352,6 +354,42 @@ fn row_of(
         }
     }
     Ok(row(Arc::new(shape)))
+}
+
+/// `shape` with each field name longer than PostgreSQL's 63 bytes cut as
+/// PostgreSQL cuts it in every statement, so the sink's catalog, its
+/// statements and verify name the column PostgreSQL holds (values are
+/// still read under the field's own name). Two fields cut to one name are
+/// the record's failure: they would be one column.
+fn within_identifier_limit(shape: Shape) -> Result<Shape, String> {
+    let names = || {
+        shape
+            .key
+            .iter()
+            .chain(shape.specs.keys())
+            .chain(shape.values.iter().flatten())
+            .chain(&shape.unavailable)
+    };
+    if names().all(|n| stored_identifier(n).len() == n.len()) {
+        return Ok(shape);
+    }
+    let mut cut: BTreeMap<&str, &str> = BTreeMap::new();
+    for name in names() {
+        let stored = stored_identifier(name);
+        match cut.insert(stored, name) {
+            Some(other) if other != name => {
+                return Err(format!(
+                    "columns `{other}` and `{name}` are one column `{stored}` in PostgreSQL, which cuts names to 63 bytes: rename one in the source (or leave one out with column.exclude.list)"
+                ))
+            }
+            _ => {}
+        }
+    }
+    let map: NameMap = names()
+        .filter(|n| stored_identifier(n).len() < n.len())
+        .map(|n| (n.clone(), Some(stored_identifier(n).to_owned())))
+        .collect();
+    Ok(shape.translated(&map))
 }
 
 /// The shape of a row from its key columns and after-image entries (name,

@@ -259,3 +259,55 @@ fn an_equal_version_keeps_the_first_change_like_the_targets_guard() {
     assert_eq!(rows[0].offset, 0);
     assert_eq!(rows[0].value(b.records(), "v"), Some(&json!("first")));
 }
+
+/// A field name over PostgreSQL's 63 bytes (a MySQL column may have 64
+/// characters) is the column PostgreSQL cuts it to: the row names that
+/// column and reads its value under the field's name, key included; two
+/// fields cut to one name are the record's failure.
+#[test]
+fn field_names_over_63_bytes_name_the_column_postgresql_cuts_them_to() {
+    let config = PostgresConfig::new("postgres://x@h/db");
+    let long = format!("c{}", "y".repeat(63));
+    let wide = "日".repeat(22);
+    let b = batch(vec![change(
+        0,
+        1,
+        "c",
+        json!({"id": 1, long.clone(): 5, wide.clone(): "w"}),
+        10,
+        1,
+    )]);
+    let p = plan(&config, &b);
+    assert!(p.rejected.is_empty(), "{:?}", p.rejected);
+    let rows = rows(&p, 0);
+    let values = rows[0].shape.values.clone().unwrap_or_default();
+    assert_eq!(
+        values,
+        [long[..63].to_string(), "id".to_string(), "日".repeat(21)]
+    );
+    assert_eq!(rows[0].value(b.records(), &long[..63]), Some(&json!(5)));
+    assert_eq!(
+        rows[0].value(b.records(), &"日".repeat(21)),
+        Some(&json!("w"))
+    );
+    let cols: Vec<&str> = values.iter().map(String::as_str).collect();
+    let found = column_values(&cols, &[&rows[0]], b.records());
+    assert_eq!(found[0], [Some(&json!(5))]);
+
+    let twin = format!("{}z", &long[..63]);
+    let b = batch(vec![change(
+        0,
+        1,
+        "c",
+        json!({"id": 1, long.clone(): 5, twin: 6}),
+        10,
+        1,
+    )]);
+    let p = plan(&config, &b);
+    assert_eq!(p.rejected.len(), 1, "{:?}", p.rejected);
+    assert!(
+        format!("{:?}", p.rejected[0]).contains("cuts names to 63 bytes"),
+        "{:?}",
+        p.rejected
+    );
+}

@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
+use super::generation::stored_identifier;
 use super::{connector, expand_name, place_of, MetaColumns, PostgresConfig};
 use crate::sink::TopicPartition;
 use crate::verify_reader::{
@@ -78,18 +79,13 @@ impl PostgresVerifyReader {
     }
 
     fn name(&self, table: &VerifiedTable) -> String {
-        expand_name(
-            &self.config.table_name_format,
-            &table.topic,
-            &table.schema,
-            &table.name,
-        )
-        .unwrap_or_else(|| format!("{}_{}", table.schema, table.name))
+        target_name(&self.config, table)
+            .unwrap_or_else(|_| format!("{}_{}", table.schema, table.name))
     }
 
     /// The table's columns, or `None` when the sink has not created it.
     async fn shape(&self, table: &VerifiedTable) -> Result<Option<Shape>, VerifyReadError> {
-        let name = self.name(table);
+        let name = target_name(&self.config, table)?;
         let rows = self
             .client
             .query(
@@ -134,6 +130,19 @@ impl PostgresVerifyReader {
     }
 }
 
+/// The warehouse table of `table`, as the sink names it; a name over 63
+/// bytes, which the sink refuses (its changes are dead letters), is said
+/// so with the setting that shortens it.
+fn target_name(config: &PostgresConfig, table: &VerifiedTable) -> Result<String, VerifyReadError> {
+    let format = &config.table_name_format;
+    expand_name(format, &table.topic, &table.schema, &table.name).ok_or_else(|| {
+        VerifyReadError::Config(format!(
+            "the warehouse table of {}.{} from table.name.format {format:?} would be longer than PostgreSQL's 63 bytes, so the sink dead-letters its changes: set table.name.format so that it fits (e.g. \"${{table}}\")",
+            table.schema, table.name
+        ))
+    })
+}
+
 #[async_trait]
 impl VerifyReader for PostgresVerifyReader {
     fn location(&self, table: &VerifiedTable) -> String {
@@ -156,7 +165,7 @@ impl VerifyReader for PostgresVerifyReader {
             .columns
             .iter()
             .map(|(c, _)| c.as_str())
-            .filter(|c| shape.columns.contains_key(*c))
+            .filter(|c| shape.columns.contains_key(stored_identifier(c)))
             .collect();
         let keys = table.key_names();
         // In the types' output form, as the source is read.
@@ -190,7 +199,9 @@ impl VerifyReader for PostgresVerifyReader {
                 let text: Option<&str> = r.get(keys.len() + j);
                 let v = match text {
                     None => Value::Null,
-                    Some(t) => self.types.to_json(shape.columns[*column].0, t),
+                    Some(t) => self
+                        .types
+                        .to_json(shape.columns[stored_identifier(column)].0, t),
                 };
                 row.insert((*column).to_owned(), v);
             }
@@ -316,7 +327,7 @@ impl VerifyReader for PostgresVerifyReader {
 fn column_type(shape: &Shape, column: &str) -> Result<String, VerifyReadError> {
     shape
         .columns
-        .get(column)
+        .get(stored_identifier(column))
         .map(|(_, t)| t.clone())
         .ok_or_else(|| {
             VerifyReadError::Target(format!(
@@ -357,4 +368,35 @@ fn key_filter<'a>(
         format!("({list}) IN (SELECT {casts} FROM unnest({unnest}) AS u({names}))"),
         params,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table name the sink cannot create is said so, naming the setting,
+    /// instead of a query PostgreSQL refuses ("db error").
+    #[test]
+    fn a_warehouse_name_over_63_bytes_names_table_name_format() {
+        let config = PostgresConfig::new("postgres://x@h/db");
+        let table = |name: &str| VerifiedTable {
+            topic: format!("p.shop.{name}"),
+            schema: "shop".into(),
+            name: name.into(),
+            columns: Vec::new(),
+            key: Vec::new(),
+        };
+        assert_eq!(
+            target_name(&config, &table("orders")).ok().as_deref(),
+            Some("shop_orders")
+        );
+        let err = target_name(&config, &table(&"t".repeat(64)))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("table.name.format") && err.contains("63 bytes"),
+            "{err}"
+        );
+    }
 }

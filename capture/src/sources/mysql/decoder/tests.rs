@@ -223,3 +223,230 @@ fn position_of(c: &BinlogChange) -> &Position {
         BinlogChange::Ddl { position, .. } | BinlogChange::Commit { position, .. } => position,
     }
 }
+
+/// MariaDB's compressed form of `text` (`log_bin_compress`): the header
+/// byte (zlib, `len_len` length bytes), the length big-endian, zlib.
+fn compress(text: &[u8], len_len: usize) -> Vec<u8> {
+    use std::io::Write;
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(text).unwrap();
+    let mut out = vec![0x80 | len_len as u8];
+    out.extend_from_slice(&(text.len() as u32).to_be_bytes()[4 - len_len..]);
+    out.extend(z.finish().unwrap());
+    out
+}
+
+/// QUERY_COMPRESSED_EVENT (165): a query event whose text is compressed.
+fn compressed_query(schema: &str, q: &str, len_len: usize) -> Vec<u8> {
+    let mut b = query(schema, "");
+    b.extend(compress(q.as_bytes(), len_len));
+    b
+}
+
+/// A DDL above `log_bin_compress_min_len` comes as a compressed query event:
+/// it decodes as the plain one would, at the compressed event's place, and
+/// the next transaction starts where the compressed event ends.
+#[test]
+fn a_compressed_query_decodes_as_the_plain_one() {
+    let ddl = format!("CREATE TABLE t ({})", "c int, ".repeat(60) + "id int");
+    let plain = run(
+        &mut Decoder::new(Flavor::MariaDb, &Position::at("binlog.000007", 4)),
+        4,
+        &[(0x02, query("shop", &ddl))],
+    )
+    .unwrap();
+    for len_len in [2, 4] {
+        let body = compressed_query("shop", &ddl, len_len);
+        let end = 4 + 19 + body.len() as u64;
+        let changes = run(
+            &mut Decoder::new(Flavor::MariaDb, &Position::at("binlog.000007", 4)),
+            4,
+            &[(165, body)],
+        )
+        .unwrap();
+        assert_eq!(changes[0], plain[0], "the DDL, at the same place");
+        assert_eq!(
+            changes[1],
+            BinlogChange::Commit {
+                position: Position::at("binlog.000007", end),
+                xid: None
+            }
+        );
+    }
+}
+
+/// A compressed event that does not decompress stops the stream naming
+/// `log_bin_compress`; it is never passed over.
+#[test]
+fn a_compressed_event_that_does_not_decompress_stops_the_stream() {
+    let ddl = "CREATE TABLE t (id int)";
+    let mut corrupt = compressed_query("shop", ddl, 1);
+    let n = corrupt.len();
+    corrupt[n - 6] ^= 0xff;
+    let mut long = query("shop", "");
+    long.extend(compress(ddl.as_bytes(), 1));
+    // It announces one byte less than its zlib stream holds.
+    let at = long.len() - compress(ddl.as_bytes(), 1).len() + 1;
+    long[at] -= 1;
+    let mut other_algorithm = compressed_query("shop", ddl, 1);
+    let at = other_algorithm.len() - compress(ddl.as_bytes(), 1).len();
+    other_algorithm[at] |= 0x10;
+    for body in [corrupt, long, other_algorithm] {
+        let err = run(
+            &mut Decoder::new(Flavor::MariaDb, &Position::at("binlog.000007", 4)),
+            4,
+            &[(165, body)],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, MySqlSourceError::Protocol(_))
+                && err.to_string().contains("log_bin_compress"),
+            "{err}"
+        );
+    }
+}
+
+/// An event type nobody knows stops the stream unless the server marks it
+/// ignorable (then it only counts, as before).
+#[test]
+fn an_unknown_event_type_stops_the_stream_unless_marked_ignorable() {
+    let mut d = Decoder::new(Flavor::MariaDb, &Position::at("binlog.000007", 4));
+    let err = run(
+        &mut d,
+        4,
+        &[(0x02, query("shop", "BEGIN")), (200, vec![1; 30])],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, MySqlSourceError::Protocol(_))
+            && err.to_string().contains("event type 200")
+            && err.to_string().contains("not mark it ignorable"),
+        "{err}"
+    );
+
+    let mut reader = EventStreamReader::new(BinlogVersion::Version4);
+    let mut d = Decoder::new(Flavor::MariaDb, &Position::at("binlog.000007", 4));
+    let mut out = VecDeque::new();
+    let mut at = 4;
+    for (ty, body, flags) in [
+        (0x02, query("shop", "BEGIN"), 0u16),
+        (200, vec![1; 30], 0x80),
+        (0x02, query("shop", "COMMIT"), 0),
+    ] {
+        let mut bytes = event(ty, at, &body);
+        bytes[17..19].copy_from_slice(&flags.to_le_bytes());
+        at += bytes.len() as u32;
+        let ev = reader.read(&bytes[..]).unwrap().unwrap();
+        d.handle(&ev, &mut out).unwrap();
+    }
+    assert!(
+        matches!(out.back(), Some(BinlogChange::Commit { position, .. }) if position.pos == u64::from(at)),
+        "{out:?}"
+    );
+}
+
+/// A row change logged as a statement (a session with `binlog_format =
+/// STATEMENT`) stops the stream naming the setting: its rows are not in
+/// the binlog, and passing over it as DDL lost them. DDL and the words
+/// inside other statements are not taken for one.
+#[test]
+fn a_row_change_logged_as_a_statement_stops_the_stream() {
+    for dml in [
+        "INSERT INTO t VALUES (1)",
+        "  /* app */ update t SET v = 2",
+        "DELETE FROM t",
+        "REPLACE INTO t VALUES (1)",
+    ] {
+        let err = run(
+            &mut Decoder::new(Flavor::MariaDb, &Position::at("binlog.000007", 4)),
+            4,
+            &[(0x02, query("shop", "BEGIN")), (0x02, query("shop", dml))],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                MySqlSourceError::Prerequisite {
+                    setting: "binlog_format",
+                    ..
+                }
+            ) && err.to_string().contains("new snapshot"),
+            "{dml}: {err}"
+        );
+    }
+    for ddl in [
+        "CREATE TABLE inserts (id int)",
+        "ALTER TABLE t ADD COLUMN deleted int",
+        "TRUNCATE TABLE t",
+    ] {
+        let changes = run(
+            &mut Decoder::new(Flavor::MariaDb, &Position::at("binlog.000007", 4)),
+            4,
+            &[(0x02, query("shop", ddl))],
+        )
+        .unwrap();
+        assert!(
+            matches!(&changes[0], BinlogChange::Ddl { query, .. } if query == ddl),
+            "{changes:?}"
+        );
+    }
+}
+
+/// Only a statement that may write a captured table stops the stream: one
+/// that names only other databases' tables is passed over (another
+/// application's session on the same server must not stop capture), and
+/// one whose tables cannot be told stops it.
+#[test]
+fn a_row_change_logged_as_a_statement_stops_the_stream_only_when_it_may_write_a_captured_table() {
+    let shop = || {
+        let filter = TableFilter::new(&[], &[])
+            .and_then(|f| f.with_databases(&["shop".to_owned()], &[]))
+            .unwrap();
+        Decoder::new(Flavor::MariaDb, &Position::at("binlog.000007", 4)).capturing(filter)
+    };
+    for (schema, dml) in [
+        ("other", "INSERT INTO t VALUES (1)"),
+        ("shop", "UPDATE other.t SET v = 2"),
+        ("other", "DELETE LOW_PRIORITY FROM `t` WHERE id = 1"),
+        ("shop", "LOAD DATA INFILE '/tmp/x' INTO TABLE other.t"),
+    ] {
+        let changes = run(
+            &mut shop(),
+            4,
+            &[(0x02, query(schema, "BEGIN")), (0x02, query(schema, dml))],
+        )
+        .unwrap_or_else(|e| panic!("{dml} in {schema}: {e}"));
+        assert!(
+            matches!(changes.last(), Some(BinlogChange::Ddl { query, .. }) if query == dml),
+            "{changes:?}"
+        );
+    }
+    for (schema, dml) in [
+        ("shop", "INSERT INTO t VALUES (1)"),
+        ("other", "REPLACE INTO shop.t VALUES (1)"),
+        ("other", "UPDATE `shop`.`t` AS x SET v = 2"),
+        // Multi-table forms: their tables are not read here.
+        (
+            "other",
+            "UPDATE t JOIN shop.t2 ON t.id = t2.id SET t2.v = 1",
+        ),
+        ("other", "DELETE t1 FROM t1 JOIN shop.t2"),
+    ] {
+        let err = run(
+            &mut shop(),
+            4,
+            &[(0x02, query(schema, "BEGIN")), (0x02, query(schema, dml))],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                MySqlSourceError::Prerequisite {
+                    setting: "binlog_format",
+                    ..
+                }
+            ),
+            "{dml} in {schema}: {err}"
+        );
+    }
+}

@@ -192,3 +192,14 @@ fn comments_record_generations_and_keep_the_attnum() {
         None
     );
 }
+
+/// PostgreSQL cuts identifiers to 63 bytes at a character boundary.
+#[test]
+fn a_stored_identifier_is_cut_as_postgresql_cuts_it() {
+    let ascii = format!("c{}", "y".repeat(63));
+    assert_eq!(stored_identifier(&ascii), &ascii[..63]);
+    // 22 three-byte characters (66 bytes): 21 fit.
+    let wide = "日".repeat(22);
+    assert_eq!(stored_identifier(&wide), "日".repeat(21));
+    assert_eq!(stored_identifier("short"), "short");
+}
