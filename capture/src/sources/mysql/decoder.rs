@@ -71,6 +71,10 @@ pub struct RowChange {
     /// The connection that made the change: MySQL's BEGIN event says,
     /// MariaDB's GTID event does not (`source.thread`).
     pub thread: Option<u32>,
+    /// The statement that made the change, from the ANNOTATE_ROWS
+    /// (MariaDB) or ROWS_QUERY (MySQL) event before its rows events, when
+    /// the decoder keeps them ([`Decoder::keeping_queries`]).
+    pub query: Option<Arc<str>>,
 }
 
 /// What the decoder hands out, in binlog order.
@@ -129,6 +133,8 @@ struct Tx {
     explicit: bool,
     /// The thread id of its BEGIN event.
     thread: Option<u32>,
+    /// The statement of the rows events that follow (`include.query`).
+    query: Option<Arc<str>>,
 }
 
 /// Binlog events in, changes out.
@@ -148,6 +154,8 @@ pub struct Decoder {
     seen_fde: bool,
     /// The failover epoch of every position of this binlog.
     epoch: u32,
+    /// Whether row changes carry their statement (`include.query`).
+    queries: bool,
 }
 
 impl Decoder {
@@ -166,7 +174,17 @@ impl Decoder {
             resume_pos: Some(from.pos),
             seen_fde: false,
             epoch: from.epoch,
+            queries: false,
         }
+    }
+
+    /// Row changes carry the statement that made them (`include.query`).
+    /// The statement event comes before its rows events inside the
+    /// transaction, and a resume reads the transaction again from its
+    /// start, so a replayed change carries it too.
+    pub fn keeping_queries(mut self, keep: bool) -> Self {
+        self.queries = keep;
+        self
     }
 
     /// `pos` in the current file, with the GTIDs committed before it.
@@ -279,6 +297,10 @@ impl Decoder {
                 Ok(())
             }
             EventType::TABLE_MAP_EVENT => self.table_map(event, start),
+            EventType::ROWS_QUERY_EVENT => {
+                // A length byte (ignored by MySQL too), then the text.
+                self.statement(event.data().get(1..).unwrap_or_default())
+            }
             EventType::WRITE_ROWS_EVENT
             | EventType::UPDATE_ROWS_EVENT
             | EventType::DELETE_ROWS_EVENT
@@ -323,7 +345,8 @@ impl Decoder {
                 let explicit = data[12] & m::FL_STANDALONE == 0;
                 self.begin(start, Some(TxGtid::MariaDb(gtid)), explicit)
             }
-            m::ANNOTATE_ROWS => self.count(),
+            // The statement text, the whole body.
+            m::ANNOTATE_ROWS => self.statement(event.data()),
             m::BINLOG_CHECKPOINT | m::GTID_LIST | m::START_ENCRYPTION => Ok(()),
             // MySQL's HEARTBEAT_LOG_EVENT_V2 (not in mysql_common's list):
             // sent when idle, never counted.
@@ -442,8 +465,20 @@ impl Decoder {
             event: 0,
             explicit,
             thread: None,
+            query: None,
         });
         Ok(())
+    }
+
+    /// A statement event (ANNOTATE_ROWS, ROWS_QUERY): counted, and its
+    /// text kept for the rows events after it when `include.query` is on.
+    fn statement(&mut self, text: &[u8]) -> Result<(), MySqlSourceError> {
+        if self.queries {
+            if let Some(tx) = self.tx.as_mut() {
+                tx.query = Some(Arc::from(String::from_utf8_lossy(text)));
+            }
+        }
+        self.count()
     }
 
     /// Counts one event of the open transaction.
@@ -548,6 +583,7 @@ impl Decoder {
                 event_pos: at.start,
                 server_id: at.server_id,
                 thread: self.tx.as_ref().and_then(|t| t.thread),
+                query: self.tx.as_ref().and_then(|t| t.query.clone()),
             }));
         }
         out.extend(produced);

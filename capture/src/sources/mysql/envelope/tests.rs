@@ -290,6 +290,7 @@ fn delete_change(shape: Arc<MySqlTableShape>) -> RowChange {
         event_pos: 512,
         server_id: 3,
         thread: Some(11),
+        query: None,
     }
 }
 

@@ -48,6 +48,7 @@ fn row(
         event_pos,
         server_id: 1,
         thread: None,
+        query: None,
     })
 }
 
