@@ -51,6 +51,9 @@ impl Source for MySql {
         let facts = ServerFacts::read(&mut conn).await.map_err(capture)?;
         facts.check(None).map_err(capture)?;
         refuse_own_server_id(replica_id, &facts)?;
+        if cfg.include_query {
+            check_query_events(&mut conn, facts.flavor).await?;
+        }
         let now = current_position(&mut conn, facts.flavor, &facts.version)
             .await
             .map_err(capture)?;
@@ -107,6 +110,7 @@ impl Source for MySql {
             from: position,
             resume,
             mapping: cfg.mysql_mapping(),
+            include_query: cfg.include_query,
             facts: shape_facts,
             takeover,
         })
@@ -252,6 +256,49 @@ fn refuse_own_server_id(replica_id: u32, facts: &ServerFacts) -> Result<(), Capt
     Ok(())
 }
 
+/// `include.query`: the server must write the statement events and send
+/// them to capture's replica connection.
+async fn check_query_events(conn: &mut Conn, flavor: Flavor) -> Result<(), CaptureError> {
+    let rows_query = match flavor {
+        // A session may still turn it off: its rows then carry null.
+        Flavor::MySql => conn
+            .query_first::<String, _>("SELECT CAST(@@GLOBAL.binlog_rows_query_log_events AS CHAR)")
+            .await
+            .map_err(|e| {
+                capture(MySqlSourceError::server(
+                    "read binlog_rows_query_log_events",
+                    e,
+                ))
+            })?
+            .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("ON")),
+        Flavor::MariaDb => false,
+    };
+    match query_events_refusal(flavor, rows_query) {
+        Some(reason) => Err(CaptureError::Config(ConfigError::new(
+            "include.query",
+            reason,
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Why `include.query` cannot work on this server, if it cannot.
+fn query_events_refusal(flavor: Flavor, rows_query_on: bool) -> Option<String> {
+    match flavor {
+        // MariaDB sends ANNOTATE_ROWS only to a replica that asks with the
+        // dump flag BINLOG_SEND_ANNOTATE_ROWS_EVENT, which the replica
+        // library (mysql_async 0.37) does not send: every change would
+        // carry null.
+        Flavor::MariaDb => Some(
+            "is not supported on MariaDB yet: MariaDB sends its ANNOTATE_ROWS events only to a replica that asks for them in its binlog dump request, which capture's replica connection cannot do yet; set include.query = false".into(),
+        ),
+        Flavor::MySql if !rows_query_on => Some(
+            "needs the statement of each change in the binlog: SET GLOBAL binlog_rows_query_log_events = ON and binlog_rows_query_log_events = ON in the server's config file (changes written before carry null)".into(),
+        ),
+        Flavor::MySql => None,
+    }
+}
+
 /// A record start-up made for a fresh start ([`SourceOffset::start`] at
 /// the binlog end `check` read), not one a MySQL capture committed.
 fn fresh(from: &SourceOffset) -> bool {
@@ -323,6 +370,21 @@ mod tests {
             binlogs: Vec::new(),
             server: ServerIdentity { id, uuid: None },
         }
+    }
+
+    #[test]
+    fn include_query_needs_the_statement_events_and_is_refused_on_mariadb() {
+        let off = query_events_refusal(Flavor::MySql, false).unwrap();
+        assert!(
+            off.contains("SET GLOBAL binlog_rows_query_log_events = ON"),
+            "{off}"
+        );
+        assert_eq!(query_events_refusal(Flavor::MySql, true), None);
+        let maria = query_events_refusal(Flavor::MariaDb, true).unwrap();
+        assert!(
+            maria.contains("MariaDB") && maria.contains("include.query = false"),
+            "{maria}"
+        );
     }
 
     #[test]

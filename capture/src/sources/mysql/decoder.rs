@@ -42,6 +42,8 @@ pub mod mariadb_events {
 
 /// MySQL's `HEARTBEAT_LOG_EVENT_V2`.
 const HEARTBEAT_V2: u8 = 0x29;
+/// MySQL's `ROWS_QUERY_LOG_EVENT` (`binlog_rows_query_log_events`).
+const ROWS_QUERY: u8 = 0x1d;
 
 /// Insert, update or delete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +75,7 @@ pub struct RowChange {
     pub thread: Option<u32>,
     /// The statement that made the change, from the ANNOTATE_ROWS
     /// (MariaDB) or ROWS_QUERY (MySQL) event before its rows events, when
-    /// the decoder keeps them ([`Decoder::keeping_queries`]).
+    /// the decoder keeps them ([`Decoder::keep_queries`]).
     pub query: Option<Arc<str>>,
 }
 
@@ -182,9 +184,8 @@ impl Decoder {
     /// The statement event comes before its rows events inside the
     /// transaction, and a resume reads the transaction again from its
     /// start, so a replayed change carries it too.
-    pub fn keeping_queries(mut self, keep: bool) -> Self {
+    pub fn keep_queries(&mut self, keep: bool) {
         self.queries = keep;
-        self
     }
 
     /// `pos` in the current file, with the GTIDs committed before it.
@@ -297,10 +298,6 @@ impl Decoder {
                 Ok(())
             }
             EventType::TABLE_MAP_EVENT => self.table_map(event, start),
-            EventType::ROWS_QUERY_EVENT => {
-                // A length byte (ignored by MySQL too), then the text.
-                self.statement(event.data().get(1..).unwrap_or_default())
-            }
             EventType::WRITE_ROWS_EVENT
             | EventType::UPDATE_ROWS_EVENT
             | EventType::DELETE_ROWS_EVENT
@@ -320,7 +317,8 @@ impl Decoder {
     }
 
     /// The events only MariaDB sends (by raw type, which mysql_common does
-    /// not name), and MySQL's idle heartbeat; `None` for any other event.
+    /// not name), MySQL's idle heartbeat and its ROWS_QUERY; `None` for
+    /// any other event.
     fn mariadb_event(&mut self, event: &Event, start: u64) -> Option<Result<(), MySqlSourceError>> {
         use mariadb_events as m;
         let header = event.header();
@@ -351,6 +349,9 @@ impl Decoder {
             // MySQL's HEARTBEAT_LOG_EVENT_V2 (not in mysql_common's list):
             // sent when idle, never counted.
             HEARTBEAT_V2 => Ok(()),
+            // MySQL's statement: a length byte (which MySQL ignores too:
+            // the text runs to the event's end), then the text.
+            ROWS_QUERY => self.statement(event.data().get(1..).unwrap_or_default()),
             _ => return None,
         })
     }

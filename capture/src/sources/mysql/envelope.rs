@@ -554,6 +554,8 @@ pub struct EventFacts {
     /// The row's place in its rows event, from 0.
     pub row: u64,
     pub thread: Option<u64>,
+    /// The statement that made the change (`include.query`; else null).
+    pub query: Option<Arc<str>>,
     /// The position's failover epoch.
     pub epoch: u32,
 }
@@ -570,6 +572,7 @@ impl EventFacts {
             pos: src.pos,
             row: src.row,
             thread: src.thread,
+            query: change.query.clone(),
             epoch: src.epoch,
         }
     }
@@ -598,7 +601,7 @@ impl SourceBlock for MySqlBlock {
                 pos: facts.pos,
                 row: facts.row,
                 thread: facts.thread,
-                query: None,
+                query: facts.query.as_deref(),
                 epoch: facts.epoch,
             }
         } else {
@@ -611,6 +614,7 @@ impl SourceBlock for MySqlBlock {
                 pos: facts.pos,
                 row: 0,
                 thread: None,
+                // Snapshot rows have no statement (Debezium writes null).
                 query: None,
                 epoch: facts.epoch,
             }

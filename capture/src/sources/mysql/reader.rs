@@ -136,6 +136,12 @@ impl BinlogReader {
         self.facts = TransactionFacts::new(facts);
     }
 
+    /// Row changes carry their statement (`include.query`), from the
+    /// next event on.
+    pub fn keep_queries(&mut self, keep: bool) {
+        self.decoder.keep_queries(keep);
+    }
+
     /// The shape facts as of the last change [`Self::next`] handed out.
     pub fn facts(&self) -> &ShapeFacts {
         self.facts.now()

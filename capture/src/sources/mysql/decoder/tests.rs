@@ -295,7 +295,8 @@ fn row_queries(changes: &[BinlogChange]) -> Vec<(u64, u64, Option<String>)> {
 
 #[test]
 fn rows_carry_the_statement_of_the_rows_query_or_annotate_event_before_them() {
-    let mut d = Decoder::new(Flavor::MySql, &start_at(4)).keeping_queries(true);
+    let mut d = Decoder::new(Flavor::MySql, &start_at(4));
+    d.keep_queries(true);
     let changes = run(&mut d, 4, &two_statements()).unwrap();
     let q1 = Some(INSERT_1.to_owned());
     let q3 = Some(INSERT_3.to_owned());
@@ -324,7 +325,8 @@ fn a_resume_inside_a_transaction_gives_the_replayed_rows_their_statement() {
         let mut from = start_at(4);
         from.event = event;
         from.row = row;
-        let mut d = Decoder::new(Flavor::MySql, &from).keeping_queries(true);
+        let mut d = Decoder::new(Flavor::MySql, &from);
+        d.keep_queries(true);
         let changes = run(&mut d, 4, &two_statements()).unwrap();
         let expected: Vec<_> = expected
             .into_iter()
@@ -346,7 +348,8 @@ fn a_statement_does_not_outlive_its_transaction() {
         (0x1e, write_rows(&[4])),
         (0x10, 10u64.to_le_bytes().to_vec()),
     ]);
-    let mut d = Decoder::new(Flavor::MySql, &start_at(4)).keeping_queries(true);
+    let mut d = Decoder::new(Flavor::MySql, &start_at(4));
+    d.keep_queries(true);
     let changes = run(&mut d, 4, &events).unwrap();
     assert_eq!(row_queries(&changes).last(), Some(&(3, 1, None)));
 }
