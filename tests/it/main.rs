@@ -29,6 +29,7 @@ mod mysql_envelope;
 mod mysql_failover;
 mod mysql_filters;
 mod mysql_gap;
+mod mysql_query;
 mod mysql_snapshot;
 mod mysql_stream;
 mod names_keys;

@@ -42,6 +42,7 @@ async fn open_stream() -> MySqlStream {
         from,
         resume: ResumeBy::FilePosition,
         mapping: MappingConfig::default(),
+        include_query: false,
         facts: ShapeFacts::default(),
         takeover: None,
     })

@@ -256,24 +256,23 @@ fn refuse_own_server_id(replica_id: u32, facts: &ServerFacts) -> Result<(), Capt
     Ok(())
 }
 
-/// `include.query`: the server must write the statement events and send
-/// them to capture's replica connection.
+/// `include.query`: the server must write each statement into the binlog.
 async fn check_query_events(conn: &mut Conn, flavor: Flavor) -> Result<(), CaptureError> {
-    let rows_query = match flavor {
-        // A session may still turn it off: its rows then carry null.
-        Flavor::MySql => conn
-            .query_first::<String, _>("SELECT CAST(@@GLOBAL.binlog_rows_query_log_events AS CHAR)")
-            .await
-            .map_err(|e| {
-                capture(MySqlSourceError::server(
-                    "read binlog_rows_query_log_events",
-                    e,
-                ))
-            })?
-            .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("ON")),
-        Flavor::MariaDb => false,
+    let sql = match flavor {
+        Flavor::MySql => "SELECT CAST(@@GLOBAL.binlog_rows_query_log_events AS CHAR)",
+        Flavor::MariaDb => "SELECT CAST(@@GLOBAL.binlog_annotate_row_events AS CHAR)",
     };
-    match query_events_refusal(flavor, rows_query) {
+    let on = conn
+        .query_first::<String, _>(sql)
+        .await
+        .map_err(|e| {
+            capture(MySqlSourceError::server(
+                "read the statement events setting",
+                e,
+            ))
+        })?
+        .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("ON"));
+    match query_events_refusal(flavor, on) {
         Some(reason) => Err(CaptureError::Config(ConfigError::new(
             "include.query",
             reason,
@@ -282,21 +281,19 @@ async fn check_query_events(conn: &mut Conn, flavor: Flavor) -> Result<(), Captu
     }
 }
 
-/// Why `include.query` cannot work on this server, if it cannot.
-fn query_events_refusal(flavor: Flavor, rows_query_on: bool) -> Option<String> {
-    match flavor {
-        // MariaDB sends ANNOTATE_ROWS only to a replica that asks with the
-        // dump flag BINLOG_SEND_ANNOTATE_ROWS_EVENT, which the replica
-        // library (mysql_async 0.37) does not send: every change would
-        // carry null.
-        Flavor::MariaDb => Some(
-            "is not supported on MariaDB yet: MariaDB sends its ANNOTATE_ROWS events only to a replica that asks for them in its binlog dump request, which capture's replica connection cannot do yet; set include.query = false".into(),
-        ),
-        Flavor::MySql if !rows_query_on => Some(
-            "needs the statement of each change in the binlog: SET GLOBAL binlog_rows_query_log_events = ON and binlog_rows_query_log_events = ON in the server's config file (changes written before carry null)".into(),
-        ),
-        Flavor::MySql => None,
-    }
+/// Why `include.query` cannot work on this server, if it cannot. The
+/// setting is the global default of new sessions: a session that turns it
+/// off writes changes whose `source.query` is null.
+fn query_events_refusal(flavor: Flavor, on: bool) -> Option<String> {
+    let variable = match flavor {
+        Flavor::MySql => "binlog_rows_query_log_events",
+        Flavor::MariaDb => "binlog_annotate_row_events",
+    };
+    (!on).then(|| {
+        format!(
+            "needs the statement of each change in the binlog: SET GLOBAL {variable} = ON and {variable} = ON in the server's config file (changes written before carry null)"
+        )
+    })
 }
 
 /// A record start-up made for a fresh start ([`SourceOffset::start`] at
@@ -373,18 +370,19 @@ mod tests {
     }
 
     #[test]
-    fn include_query_needs_the_statement_events_and_is_refused_on_mariadb() {
+    fn include_query_names_the_servers_statement_events_setting() {
         let off = query_events_refusal(Flavor::MySql, false).unwrap();
         assert!(
             off.contains("SET GLOBAL binlog_rows_query_log_events = ON"),
             "{off}"
         );
-        assert_eq!(query_events_refusal(Flavor::MySql, true), None);
-        let maria = query_events_refusal(Flavor::MariaDb, true).unwrap();
+        let off = query_events_refusal(Flavor::MariaDb, false).unwrap();
         assert!(
-            maria.contains("MariaDB") && maria.contains("include.query = false"),
-            "{maria}"
+            off.contains("SET GLOBAL binlog_annotate_row_events = ON"),
+            "{off}"
         );
+        assert_eq!(query_events_refusal(Flavor::MySql, true), None);
+        assert_eq!(query_events_refusal(Flavor::MariaDb, true), None);
     }
 
     #[test]

@@ -471,6 +471,21 @@ impl Decoder {
         Ok(())
     }
 
+    /// The statement of the rows events that follow, read aside (MariaDB's
+    /// ANNOTATE_ROWS, which a dump omits unless asked: the reader reads it
+    /// with SHOW BINLOG EVENTS). Not counted: the dump never sent it, so
+    /// the event counts stay those of a dump without it.
+    pub fn set_statement(&mut self, text: &str) {
+        if let Some(tx) = self.tx.as_mut().filter(|_| self.queries) {
+            tx.query = Some(Arc::from(text));
+        }
+    }
+
+    /// The binlog file being read.
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
     /// A statement event (ANNOTATE_ROWS, ROWS_QUERY): counted, and its
     /// text kept for the rows events after it when `include.query` is on.
     fn statement(&mut self, text: &[u8]) -> Result<(), MySqlSourceError> {
