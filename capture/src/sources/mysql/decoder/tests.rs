@@ -353,3 +353,34 @@ fn a_statement_does_not_outlive_its_transaction() {
     let changes = run(&mut d, 4, &events).unwrap();
     assert_eq!(row_queries(&changes).last(), Some(&(3, 1, None)));
 }
+
+#[test]
+fn a_statement_read_aside_is_kept_but_not_counted() {
+    // MariaDB's dump omits ANNOTATE_ROWS; the reader reads it aside and
+    // hands it over before the TABLE_MAP. The counts stay the dump's.
+    let mut reader = EventStreamReader::new(BinlogVersion::Version4);
+    let mut d = Decoder::new(Flavor::MySql, &start_at(4));
+    d.keep_queries(true);
+    let mut out = VecDeque::new();
+    let mut at = 4;
+    for (ty, body) in [
+        (0x21, gtid(42)),
+        (0x02, query("shop", "BEGIN")),
+        (0x13, table_map()),
+        (0x1e, write_rows(&[1])),
+        (0x10, 9u64.to_le_bytes().to_vec()),
+    ] {
+        if ty == 0x13 {
+            d.set_statement(INSERT_3);
+        }
+        let bytes = event(ty, at, &body);
+        at += bytes.len() as u32;
+        let ev = reader.read(&bytes[..]).unwrap().unwrap();
+        d.handle(&ev, &mut out).unwrap();
+    }
+    let changes: Vec<_> = out.into_iter().collect();
+    assert_eq!(
+        row_queries(&changes),
+        vec![(3, 1, Some(INSERT_3.to_owned()))]
+    );
+}
