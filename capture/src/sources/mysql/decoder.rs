@@ -475,9 +475,10 @@ impl Decoder {
     /// ANNOTATE_ROWS, which a dump omits unless asked: the reader reads it
     /// with SHOW BINLOG EVENTS). Not counted: the dump never sent it, so
     /// the event counts stay those of a dump without it.
-    pub fn set_statement(&mut self, text: &str) {
+    /// `None`: the statement has none.
+    pub fn set_statement(&mut self, text: Option<&str>) {
         if let Some(tx) = self.tx.as_mut().filter(|_| self.queries) {
-            tx.query = Some(Arc::from(text));
+            tx.query = text.map(Arc::from);
         }
     }
 

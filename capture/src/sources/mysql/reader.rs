@@ -210,9 +210,9 @@ impl BinlogReader {
     ) -> Result<(), MySqlSourceError> {
         let header = event.header();
         let end = u64::from(header.log_pos());
-        if end == 0 {
+        if end == 0 || header.event_type_raw() == EventType::HEARTBEAT_EVENT as u8 {
             // Sent out of place (the dump's opening rotate and format
-            // description): no offset in the file.
+            // description) or not in the file (a heartbeat).
             return Ok(());
         }
         let start = end.saturating_sub(u64::from(header.event_size()));
@@ -232,12 +232,16 @@ impl BinlogReader {
             .query_first(sql)
             .await
             .map_err(|e| MySqlSourceError::server("read an ANNOTATE_ROWS event", e))?;
-        let Some(row) = row else { return Ok(()) };
-        let kind: Option<String> = row.get(2);
-        let info: Option<Vec<u8>> = row.get(5);
-        if let (Some("Annotate_rows"), Some(info)) = (kind.as_deref(), info) {
-            self.decoder.set_statement(&String::from_utf8_lossy(&info));
-        }
+        // Another event in the gap: this statement has none (the last
+        // one's is not carried over).
+        let statement = row.and_then(|row| {
+            let kind: Option<String> = row.get(2);
+            let info: Option<Vec<u8>> = row.get(5);
+            (kind.as_deref() == Some("Annotate_rows"))
+                .then(|| info.map(|i| String::from_utf8_lossy(&i).into_owned()))
+                .flatten()
+        });
+        self.decoder.set_statement(statement.as_deref());
         Ok(())
     }
 

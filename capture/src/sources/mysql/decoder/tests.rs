@@ -368,10 +368,14 @@ fn a_statement_read_aside_is_kept_but_not_counted() {
         (0x02, query("shop", "BEGIN")),
         (0x13, table_map()),
         (0x1e, write_rows(&[1])),
+        // A statement whose gap held no annotation: none, not the last one.
+        (0x13, table_map()),
+        (0x1e, write_rows(&[2])),
         (0x10, 9u64.to_le_bytes().to_vec()),
     ] {
         if ty == 0x13 {
-            d.set_statement(INSERT_3);
+            let first = at == 4 + 44 + 19 + 13 + 5 + 5;
+            d.set_statement(first.then_some(INSERT_3));
         }
         let bytes = event(ty, at, &body);
         at += bytes.len() as u32;
@@ -381,6 +385,6 @@ fn a_statement_read_aside_is_kept_but_not_counted() {
     let changes: Vec<_> = out.into_iter().collect();
     assert_eq!(
         row_queries(&changes),
-        vec![(3, 1, Some(INSERT_3.to_owned()))]
+        vec![(3, 1, Some(INSERT_3.to_owned())), (5, 1, None)]
     );
 }
