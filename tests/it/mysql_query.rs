@@ -3,37 +3,70 @@
 //! ANNOTATE_ROWS, which capture reads aside: the dump omits it), null in
 //! snapshot rows; after a SIGKILL inside a large transaction the replayed
 //! rows carry the same statement. MySQL's ROWS_QUERY events are covered by
-//! the decoder's byte fixtures only (no MySQL server here).
+//! the decoder's byte fixtures only (no MySQL server here). The same
+//! capture propagates source types (`column.propagate.source.type`,
+//! `datatype.propagate.source.type`) into snapshot and streamed records.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::Result;
 use mysql_async::prelude::Queryable;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::harness::capture::{kill9, read_committed, wait_for, Seen};
 use crate::mysql_binlog::admin;
 use crate::mysql_capture::{wait_for_end_offset, MySqlCapture};
 
+/// `include.query`, and the source types of `note` (by name) and of INT
+/// columns (by type).
+const SETTINGS: &str = r#"include.query = true
+column.propagate.source.type = "{db}\\.items\\.note"
+datatype.propagate.source.type = "int"
+"#;
+
 fn payloads(seen: &[Seen]) -> Vec<Value> {
     seen.iter().filter_map(|r| r.payload().cloned()).collect()
 }
 
-async fn changes(env: &MySqlCapture, at_least: usize) -> Result<Vec<Value>> {
+/// The `__debezium.*` parameters of field `field` of a record's `after`
+/// (oncely's own, as the column number, left out).
+fn after_parameters(record: &Seen, field: &str) -> Value {
+    let schema = &record.value.as_ref().expect("a value")["schema"]["fields"];
+    let after = schema
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["field"] == "after"))
+        .expect("an after field");
+    after["fields"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["field"] == field))
+        .and_then(|f| f["parameters"].as_object())
+        .map(|p| {
+            p.iter()
+                .filter(|(k, _)| k.starts_with("__debezium."))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or(Value::Null)
+}
+
+async fn committed(env: &MySqlCapture, at_least: usize) -> Result<Vec<Seen>> {
     let seen = wait_for(&[env.topic("items")], Duration::from_secs(120), |s| {
         s.iter().filter(|r| r.value.is_some()).count() >= at_least
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}; capture log:\n{}", env.log()))?;
-    Ok(payloads(&seen))
+    Ok(seen.into_iter().filter(|r| r.value.is_some()).collect())
+}
+
+async fn changes(env: &MySqlCapture, at_least: usize) -> Result<Vec<Value>> {
+    Ok(payloads(&committed(env, at_least).await?))
 }
 
 #[tokio::test]
 async fn source_query_is_the_statement_null_in_snapshots_and_kept_across_a_kill() -> Result<()> {
     let mut root = admin().await;
-    let env =
-        MySqlCapture::with_settings("oncely_myquery", &mut root, "include.query = true\n").await?;
+    let env = MySqlCapture::with_settings("oncely_myquery", &mut root, SETTINGS).await?;
     let db = env.db.clone();
     root.query_drop(format!(
         "CREATE TABLE {db}.items (id int PRIMARY KEY, note varchar(20))"
@@ -52,7 +85,25 @@ async fn source_query_is_the_statement_null_in_snapshots_and_kept_across_a_kill(
         root.query_drop(statement.as_str()).await?;
     }
     root.query_drop("COMMIT").await?;
-    let seen = changes(&env, 6).await?;
+    let records = committed(&env, 6).await?;
+    // column.propagate.source.type names `note`, datatype.propagate.source.type
+    // the INT of `id` (MariaDB declares it `int(11)`), in snapshot and
+    // streamed records alike.
+    for record in [&records[0], &records[2]] {
+        assert_eq!(
+            after_parameters(record, "note"),
+            json!({"__debezium.source.column.type": "VARCHAR",
+                   "__debezium.source.column.length": "20",
+                   "__debezium.source.column.name": "note"})
+        );
+        assert_eq!(
+            after_parameters(record, "id"),
+            json!({"__debezium.source.column.type": "INT",
+                   "__debezium.source.column.length": "11",
+                   "__debezium.source.column.name": "id"})
+        );
+    }
+    let seen = payloads(&records);
     let ops: Vec<(&str, &Value)> = seen
         .iter()
         .map(|p| (p["op"].as_str().unwrap_or(""), &p["source"]["query"]))

@@ -654,7 +654,7 @@ fn a_mysql_capture_needs_its_replica_id_and_takes_the_locking_mode() {
 }
 
 #[test]
-fn include_query_is_a_mysql_setting_and_propagation_is_refused_there() {
+fn include_query_is_a_mysql_setting() {
     let mysql = "source = \"mysql\"\ntopic.prefix = \"shop\"\ndatabase.hostname = \"db\"\n\
                  database.user = \"oncely\"\nkafka.bootstrap.servers = \"k:9092\"\n";
     assert!(!CaptureConfig::parse(mysql, "test").unwrap().include_query);
@@ -668,15 +668,6 @@ fn include_query_is_a_mysql_setting_and_propagation_is_refused_there() {
         err.contains("include.query") && err.contains("MySQL"),
         "{err}"
     );
-    for key in [
-        "column.propagate.source.type",
-        "datatype.propagate.source.type",
-    ] {
-        let err = CaptureConfig::parse(&format!("{mysql}{key} = \"varchar\"\n"), "test")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains(key) && err.contains("not built"), "{err}");
-    }
 }
 
 #[test]

@@ -110,16 +110,6 @@ impl CaptureConfig {
                 "include.query",
                 "is a MySQL source's setting: PostgreSQL's logical decoding does not carry the statement of a change; remove it",
             )),
-            // The MySQL mapping does not write the parameters yet:
-            // refused rather than silently leaving them out.
-            super::SourceKind::Mysql if !self.column_propagate_source_type.0.is_empty() => Err(invalid(
-                "column.propagate.source.type",
-                "is not built for a MySQL source yet (its fields carry no __debezium.source.column.* parameters); remove it",
-            )),
-            super::SourceKind::Mysql if !self.datatype_propagate_source_type.0.is_empty() => Err(invalid(
-                "datatype.propagate.source.type",
-                "is not built for a MySQL source yet (its fields carry no __debezium.source.column.* parameters); remove it",
-            )),
             _ => Ok(()),
         }
     }
