@@ -30,6 +30,7 @@ mod mysql_failover;
 mod mysql_filters;
 mod mysql_gap;
 mod mysql_server_settings;
+mod mysql_query;
 mod mysql_snapshot;
 mod mysql_stream;
 mod names_keys;

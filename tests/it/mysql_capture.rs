@@ -717,7 +717,7 @@ async fn the_heartbeat_reports_the_binlog_capture_needs_and_commits_when_idle() 
 }
 
 /// Waits until partition 0 of `topic` ends at `offset` or later.
-async fn wait_for_end_offset(topic: &str, offset: i64) -> Result<()> {
+pub(crate) async fn wait_for_end_offset(topic: &str, offset: i64) -> Result<()> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", kafka_brokers())
         .set("group.id", unique("watermarks"))

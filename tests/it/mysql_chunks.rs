@@ -43,6 +43,7 @@ async fn open_stream(db: &str) -> MySqlStream {
         from,
         resume: ResumeBy::FilePosition,
         mapping: MappingConfig::default(),
+        include_query: false,
         facts: ShapeFacts::default(),
         takeover: None,
         captured: crate::mysql_binlog::only(db),

@@ -145,6 +145,7 @@ async fn the_binlog_streams_as_core_events_with_offset_parts_and_resumes_mid_tra
         from: from.clone(),
         resume: ResumeBy::FilePosition,
         mapping: MappingConfig::default(),
+        include_query: false,
         facts: ShapeFacts::default(),
         takeover: None,
         captured: crate::mysql_binlog::only(&db),

@@ -382,6 +382,10 @@ pub struct CaptureConfig {
     /// `snapshot.locking.mode` (MySQL): `minimal` (the default) or `none`.
     #[serde(rename = "snapshot.locking.mode", default)]
     pub snapshot_locking_mode: SnapshotLockingMode,
+    /// `include.query` (MySQL): a streamed change's `source.query` is the
+    /// statement that made it (default false: null), as Debezium's key.
+    #[serde(rename = "include.query", default)]
+    pub include_query: bool,
 }
 
 fn default_partitions() -> i32 {

@@ -654,6 +654,23 @@ fn a_mysql_capture_needs_its_replica_id_and_takes_the_locking_mode() {
 }
 
 #[test]
+fn include_query_is_a_mysql_setting() {
+    let mysql = "source = \"mysql\"\ntopic.prefix = \"shop\"\ndatabase.hostname = \"db\"\n\
+                 database.user = \"oncely\"\nkafka.bootstrap.servers = \"k:9092\"\n";
+    assert!(!CaptureConfig::parse(mysql, "test").unwrap().include_query);
+    let cfg = CaptureConfig::parse(&format!("{mysql}include.query = true\n"), "test").unwrap();
+    assert!(cfg.include_query);
+    // PostgreSQL's stream has no statement: refused, not ignored.
+    let err = CaptureConfig::parse(&format!("{MINIMAL}include.query = true\n"), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("include.query") && err.contains("MySQL"),
+        "{err}"
+    );
+}
+
+#[test]
 fn postgres_needs_its_database_and_keeps_its_port() {
     let text = MINIMAL.replace("database.dbname = \"shop\"\n", "");
     let err = CaptureConfig::parse(&text, "test").unwrap_err().to_string();

@@ -104,6 +104,12 @@ impl CaptureConfig {
                 "database.server.id",
                 "is a MySQL source's replica id; a PostgreSQL source has none",
             )),
+            // pgoutput does not carry the statement (nor has Debezium's
+            // PostgreSQL connector the key): refused, not ignored.
+            super::SourceKind::Postgres if self.include_query => Err(invalid(
+                "include.query",
+                "is a MySQL source's setting: PostgreSQL's logical decoding does not carry the statement of a change; remove it",
+            )),
             _ => Ok(()),
         }
     }

@@ -451,15 +451,20 @@ impl ColumnPolicy {
     /// named `type_name`, carries its source type in its field schema
     /// (`column.propagate.source.type` names the column or
     /// `datatype.propagate.source.type` its type, as Debezium matches them:
-    /// whole name, any case).
+    /// whole name, any case). A type expression matches the type's name
+    /// alone or qualified by its table, `namespace.table.TYPE` (the form
+    /// Debezium's MySQL connector documents).
     pub fn propagates(&self, namespace: &str, table: &str, column: &str, type_name: &str) -> bool {
         let p = &self.0;
         if p.propagate_columns.is_empty() && p.propagate_types.is_empty() {
             return false;
         }
         let name = format!("{namespace}.{table}.{column}");
+        let qualified_type = format!("{namespace}.{table}.{type_name}");
         p.propagate_columns.iter().any(|r| r.is_match(&name))
-            || p.propagate_types.iter().any(|r| r.is_match(type_name))
+            || p.propagate_types
+                .iter()
+                .any(|r| r.is_match(type_name) || r.is_match(&qualified_type))
     }
 
     /// What happens to column `column` of table `namespace.table`.

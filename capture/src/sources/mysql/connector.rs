@@ -51,6 +51,9 @@ impl Source for MySql {
         let facts = ServerFacts::read(&mut conn).await.map_err(capture)?;
         facts.check(None).map_err(capture)?;
         refuse_own_server_id(replica_id, &facts)?;
+        if cfg.include_query {
+            check_query_events(&mut conn, facts.flavor).await?;
+        }
         let now = current_position(&mut conn, facts.flavor, &facts.version)
             .await
             .map_err(capture)?;
@@ -107,6 +110,7 @@ impl Source for MySql {
             from: position,
             resume,
             mapping: cfg.mysql_mapping(),
+            include_query: cfg.include_query,
             facts: shape_facts,
             takeover,
             captured: cfg
@@ -255,6 +259,46 @@ fn refuse_own_server_id(replica_id: u32, facts: &ServerFacts) -> Result<(), Capt
     Ok(())
 }
 
+/// `include.query`: the server must write each statement into the binlog.
+async fn check_query_events(conn: &mut Conn, flavor: Flavor) -> Result<(), CaptureError> {
+    let sql = match flavor {
+        Flavor::MySql => "SELECT CAST(@@GLOBAL.binlog_rows_query_log_events AS CHAR)",
+        Flavor::MariaDb => "SELECT CAST(@@GLOBAL.binlog_annotate_row_events AS CHAR)",
+    };
+    let on = conn
+        .query_first::<String, _>(sql)
+        .await
+        .map_err(|e| {
+            capture(MySqlSourceError::server(
+                "read the statement events setting",
+                e,
+            ))
+        })?
+        .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("ON"));
+    match query_events_refusal(flavor, on) {
+        Some(reason) => Err(CaptureError::Config(ConfigError::new(
+            "include.query",
+            reason,
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Why `include.query` cannot work on this server, if it cannot. The
+/// setting is the global default of new sessions: a session that turns it
+/// off writes changes whose `source.query` is null.
+fn query_events_refusal(flavor: Flavor, on: bool) -> Option<String> {
+    let variable = match flavor {
+        Flavor::MySql => "binlog_rows_query_log_events",
+        Flavor::MariaDb => "binlog_annotate_row_events",
+    };
+    (!on).then(|| {
+        format!(
+            "needs the statement of each change in the binlog: SET GLOBAL {variable} = ON and {variable} = ON in the server's config file (changes written before carry null)"
+        )
+    })
+}
+
 /// A record start-up made for a fresh start ([`SourceOffset::start`] at
 /// the binlog end `check` read), not one a MySQL capture committed.
 fn fresh(from: &SourceOffset) -> bool {
@@ -326,6 +370,22 @@ mod tests {
             binlogs: Vec::new(),
             server: ServerIdentity { id, uuid: None },
         }
+    }
+
+    #[test]
+    fn include_query_names_the_servers_statement_events_setting() {
+        let off = query_events_refusal(Flavor::MySql, false).unwrap();
+        assert!(
+            off.contains("SET GLOBAL binlog_rows_query_log_events = ON"),
+            "{off}"
+        );
+        let off = query_events_refusal(Flavor::MariaDb, false).unwrap();
+        assert!(
+            off.contains("SET GLOBAL binlog_annotate_row_events = ON"),
+            "{off}"
+        );
+        assert_eq!(query_events_refusal(Flavor::MySql, true), None);
+        assert_eq!(query_events_refusal(Flavor::MariaDb, true), None);
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub mod mariadb_events {
 
 /// MySQL's `HEARTBEAT_LOG_EVENT_V2`.
 const HEARTBEAT_V2: u8 = 0x29;
+/// MySQL's `ROWS_QUERY_LOG_EVENT` (`binlog_rows_query_log_events`).
+const ROWS_QUERY: u8 = 0x1d;
 
 /// Insert, update or delete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +74,10 @@ pub struct RowChange {
     /// The connection that made the change: MySQL's BEGIN event says,
     /// MariaDB's GTID event does not (`source.thread`).
     pub thread: Option<u32>,
+    /// The statement that made the change, from the ANNOTATE_ROWS
+    /// (MariaDB) or ROWS_QUERY (MySQL) event before its rows events, when
+    /// the decoder keeps them ([`Decoder::keep_queries`]).
+    pub query: Option<Arc<str>>,
 }
 
 /// What the decoder hands out, in binlog order.
@@ -130,6 +136,8 @@ struct Tx {
     explicit: bool,
     /// The thread id of its BEGIN event.
     thread: Option<u32>,
+    /// The statement of the rows events that follow (`include.query`).
+    query: Option<Arc<str>>,
 }
 
 /// Binlog events in, changes out.
@@ -152,6 +160,8 @@ pub struct Decoder {
     /// The captured tables: a row change logged as a statement stops the
     /// stream only when it may write one (`None`: any may).
     captured: Option<TableFilter>,
+    /// Whether row changes carry their statement (`include.query`).
+    queries: bool,
 }
 
 impl Decoder {
@@ -171,6 +181,7 @@ impl Decoder {
             seen_fde: false,
             epoch: from.epoch,
             captured: None,
+            queries: false,
         }
     }
 
@@ -211,6 +222,14 @@ impl Decoder {
             needed: "ROW in every session",
             fix: "capture reads row events only, and this statement's changes are not in the binlog as rows: passing over it would lose them. Keep binlog_format = ROW in every session (SET SESSION binlog_format needs SUPER or BINLOG ADMIN: revoke it from applications), then take a new snapshot (delete the stored offset) of the tables the statement changed",
         })
+    }
+
+    /// Row changes carry the statement that made them (`include.query`).
+    /// The statement event comes before its rows events inside the
+    /// transaction, and a resume reads the transaction again from its
+    /// start, so a replayed change carries it too.
+    pub fn keep_queries(&mut self, keep: bool) {
+        self.queries = keep;
     }
 
     /// `pos` in the current file, with the GTIDs committed before it.
@@ -381,7 +400,8 @@ impl Decoder {
     }
 
     /// The events only MariaDB sends (by raw type, which mysql_common does
-    /// not name), and MySQL's idle heartbeat; `None` for any other event.
+    /// not name), MySQL's idle heartbeat and its ROWS_QUERY; `None` for
+    /// any other event.
     fn mariadb_event(&mut self, event: &Event, start: u64) -> Option<Result<(), MySqlSourceError>> {
         use mariadb_events as m;
         let header = event.header();
@@ -406,11 +426,15 @@ impl Decoder {
                 let explicit = data[12] & m::FL_STANDALONE == 0;
                 self.begin(start, Some(TxGtid::MariaDb(gtid)), explicit)
             }
-            m::ANNOTATE_ROWS => self.count(),
+            // The statement text, the whole body.
+            m::ANNOTATE_ROWS => self.statement(event.data()),
             m::BINLOG_CHECKPOINT | m::GTID_LIST | m::START_ENCRYPTION => Ok(()),
             // MySQL's HEARTBEAT_LOG_EVENT_V2 (not in mysql_common's list):
             // sent when idle, never counted.
             HEARTBEAT_V2 => Ok(()),
+            // MySQL's statement: a length byte (which MySQL ignores too:
+            // the text runs to the event's end), then the text.
+            ROWS_QUERY => self.statement(event.data().get(1..).unwrap_or_default()),
             _ => return None,
         })
     }
@@ -528,8 +552,36 @@ impl Decoder {
             event: 0,
             explicit,
             thread: None,
+            query: None,
         });
         Ok(())
+    }
+
+    /// The statement of the rows events that follow, read aside (MariaDB's
+    /// ANNOTATE_ROWS, which a dump omits unless asked: the reader reads it
+    /// with SHOW BINLOG EVENTS). Not counted: the dump never sent it, so
+    /// the event counts stay those of a dump without it.
+    /// `None`: the statement has none.
+    pub fn set_statement(&mut self, text: Option<&str>) {
+        if let Some(tx) = self.tx.as_mut().filter(|_| self.queries) {
+            tx.query = text.map(Arc::from);
+        }
+    }
+
+    /// The binlog file being read.
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// A statement event (ANNOTATE_ROWS, ROWS_QUERY): counted, and its
+    /// text kept for the rows events after it when `include.query` is on.
+    fn statement(&mut self, text: &[u8]) -> Result<(), MySqlSourceError> {
+        if self.queries {
+            if let Some(tx) = self.tx.as_mut() {
+                tx.query = Some(Arc::from(String::from_utf8_lossy(text)));
+            }
+        }
+        self.count()
     }
 
     /// Counts one event of the open transaction.
@@ -634,6 +686,7 @@ impl Decoder {
                 event_pos: at.start,
                 server_id: at.server_id,
                 thread: self.tx.as_ref().and_then(|t| t.thread),
+                query: self.tx.as_ref().and_then(|t| t.query.clone()),
             }));
         }
         out.extend(produced);

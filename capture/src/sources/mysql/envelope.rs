@@ -30,8 +30,8 @@ use super::shape::{ColumnShape as MySqlColumnShape, TableShape as MySqlTableShap
 use crate::change::{Datum, RowImage};
 use crate::envelope::{
     self, Characters, ColumnShape, ColumnType, EnvelopeConfig, EnvelopeError, Op, Row,
-    SnapshotMarker, SourceBlock, SourceIdentity, SourcePosition, TableEncoder, TableShape,
-    Unrepresentable, SOURCE_VERSION,
+    SnapshotMarker, SourceBlock, SourceIdentity, SourcePosition, SourceType, TableEncoder,
+    TableShape, Unrepresentable, SOURCE_VERSION,
 };
 use crate::envelope::{common_source_fields, schema_field as field};
 use crate::json::{write_i64, write_str, write_u64};
@@ -351,6 +351,47 @@ impl ColumnType for MySqlColumn {
             Characters::No
         }
     }
+
+    fn source_type(&self) -> Option<SourceType> {
+        self.col.declared.as_deref().map(declared_source_type)
+    }
+}
+
+/// A declared type (`information_schema.COLUMNS.COLUMN_TYPE`, as
+/// `decimal(10,2) unsigned zerofill`) as Debezium's MySQL connector names
+/// it: the type with its attributes, upper case (`DECIMAL UNSIGNED
+/// ZEROFILL`), the declared length (or precision) and scale where the
+/// declaration has them. ENUM's and SET's parentheses hold labels, no length.
+fn declared_source_type(declared: &str) -> SourceType {
+    let declared = declared.trim();
+    let base_end = declared
+        .find(|c: char| c == '(' || c.is_whitespace())
+        .unwrap_or(declared.len());
+    let base = declared[..base_end].to_ascii_uppercase();
+    let (sizes, rest) = match declared[base_end..].strip_prefix('(') {
+        // Labels may hold ')': the attributes follow the last one.
+        Some(inner) => match inner.rfind(')') {
+            Some(close) => (Some(&inner[..close]), &inner[close + 1..]),
+            None => (None, ""),
+        },
+        None => (None, &declared[base_end..]),
+    };
+    let (length, scale) = match sizes {
+        Some(sizes) if base != "ENUM" && base != "SET" => {
+            let mut parts = sizes.split(',').map(|p| p.trim().parse::<u32>().ok());
+            (parts.next().flatten(), parts.next().flatten())
+        }
+        _ => (None, None),
+    };
+    let name = std::iter::once(base)
+        .chain(rest.split_whitespace().map(str::to_ascii_uppercase))
+        .collect::<Vec<_>>()
+        .join(" ");
+    SourceType {
+        name,
+        length,
+        scale,
+    }
 }
 
 /// A row rendered for the encoder: each cell's JSON (or text) in one
@@ -554,6 +595,8 @@ pub struct EventFacts {
     /// The row's place in its rows event, from 0.
     pub row: u64,
     pub thread: Option<u64>,
+    /// The statement that made the change (`include.query`; else null).
+    pub query: Option<Arc<str>>,
     /// The position's failover epoch.
     pub epoch: u32,
 }
@@ -570,6 +613,7 @@ impl EventFacts {
             pos: src.pos,
             row: src.row,
             thread: src.thread,
+            query: change.query.clone(),
             epoch: src.epoch,
         }
     }
@@ -598,7 +642,7 @@ impl SourceBlock for MySqlBlock {
                 pos: facts.pos,
                 row: facts.row,
                 thread: facts.thread,
-                query: None,
+                query: facts.query.as_deref(),
                 epoch: facts.epoch,
             }
         } else {
@@ -611,6 +655,7 @@ impl SourceBlock for MySqlBlock {
                 pos: facts.pos,
                 row: 0,
                 thread: None,
+                // Snapshot rows have no statement (Debezium writes null).
                 query: None,
                 epoch: facts.epoch,
             }

@@ -57,6 +57,11 @@ pub struct BinlogReader {
     flavor: Flavor,
     pending: VecDeque<BinlogChange>,
     facts: TransactionFacts,
+    /// `include.query` on MariaDB: statements are read aside
+    /// ([`Self::annotation`]).
+    annotations: bool,
+    /// The end of the last event read in the current file (0: none yet).
+    last_end: u64,
 }
 
 impl BinlogReader {
@@ -128,6 +133,8 @@ impl BinlogReader {
             flavor,
             pending: VecDeque::new(),
             facts: TransactionFacts::default(),
+            annotations: false,
+            last_end: 0,
         })
     }
 
@@ -137,6 +144,13 @@ impl BinlogReader {
     /// its first TABLE_MAP: today's, which may be after later DDL.
     pub fn set_facts(&mut self, facts: ShapeFacts) {
         self.facts = TransactionFacts::new(facts);
+    }
+
+    /// Row changes carry their statement (`include.query`), from the
+    /// next event on.
+    pub fn keep_queries(&mut self, keep: bool) {
+        self.decoder.keep_queries(keep);
+        self.annotations = keep && self.flavor == Flavor::MariaDb;
     }
 
     /// The shape facts as of the last change [`Self::next`] handed out.
@@ -165,6 +179,9 @@ impl BinlogReader {
                 return Ok(None);
             };
             let event = event.map_err(|e| MySqlSourceError::server("read the binlog", e))?;
+            if self.annotations {
+                self.annotation(&event).await?;
+            }
             if event.header().event_type_raw() == EventType::TABLE_MAP_EVENT as u8 {
                 self.prepare_catalog(&event).await?;
             }
@@ -182,6 +199,53 @@ impl BinlogReader {
                 }
             }
         }
+    }
+
+    /// MariaDB sends its ANNOTATE_ROWS events only to a replica that asks
+    /// with a dump flag (`BINLOG_SEND_ANNOTATE_ROWS_EVENT`) mysql_async
+    /// cannot send, and omits them otherwise, leaving a gap in the offsets
+    /// before the statement's first TABLE_MAP: the event in that gap is
+    /// read with SHOW BINLOG EVENTS (one round trip per statement) and,
+    /// when it is the annotation, given to the decoder.
+    async fn annotation(
+        &mut self,
+        event: &mysql_async::binlog::events::Event,
+    ) -> Result<(), MySqlSourceError> {
+        let header = event.header();
+        let end = u64::from(header.log_pos());
+        if end == 0 || header.event_type_raw() == EventType::HEARTBEAT_EVENT as u8 {
+            // Sent out of place (the dump's opening rotate and format
+            // description) or not in the file (a heartbeat).
+            return Ok(());
+        }
+        let start = end.saturating_sub(u64::from(header.event_size()));
+        let gap_from = std::mem::replace(&mut self.last_end, end);
+        if header.event_type_raw() != EventType::TABLE_MAP_EVENT as u8
+            || gap_from == 0
+            || start <= gap_from
+        {
+            return Ok(());
+        }
+        let sql = format!(
+            "SHOW BINLOG EVENTS IN {} FROM {gap_from} LIMIT 1",
+            oncely_core::sql::quote_literal(self.decoder.file())
+        );
+        let row: Option<mysql_async::Row> = self
+            .catalog
+            .query_first(sql)
+            .await
+            .map_err(|e| MySqlSourceError::server("read an ANNOTATE_ROWS event", e))?;
+        // Another event in the gap: this statement has none (the last
+        // one's is not carried over).
+        let statement = row.and_then(|row| {
+            let kind: Option<String> = row.get(2);
+            let info: Option<Vec<u8>> = row.get(5);
+            (kind.as_deref() == Some("Annotate_rows"))
+                .then(|| info.map(|i| String::from_utf8_lossy(&i).into_owned()))
+                .flatten()
+        });
+        self.decoder.set_statement(statement.as_deref());
+        Ok(())
     }
 
     /// Gives the decoder a table's facts before its TABLE_MAP is decoded:

@@ -53,6 +53,8 @@ pub struct StreamStart {
     pub from: Position,
     pub resume: ResumeBy,
     pub mapping: MappingConfig,
+    /// `include.query`: changes carry their statement.
+    pub include_query: bool,
     /// The shape facts as of `from` (the stored part's).
     pub facts: ShapeFacts,
     /// A failover: `from` is a position of this server's binlog (the
@@ -119,6 +121,7 @@ impl MySqlStream {
         let watermarks = WatermarkBoard::new(adapter.numbering()).in_epoch(read_from.epoch);
         watermarks.set_numbering(Arc::new(start.facts.clone()));
         reader.set_facts(start.facts);
+        reader.keep_queries(start.include_query);
         let (tx, changes) = mpsc::channel(AHEAD);
         let reader = tokio::spawn(read(reader, tx));
         Ok(Self {

@@ -127,7 +127,13 @@ impl Format {
                 JsonMode::Object => json!({"type": "object"}),
                 JsonMode::Text => return None,
             },
-            _ if ty == "string" && matches!(source_type, Some("NUMERIC" | "DECIMAL" | "MONEY")) => {
+            // MySQL's names carry attributes: `DECIMAL UNSIGNED ZEROFILL`.
+            _ if ty == "string"
+                && matches!(
+                    source_type.and_then(|t| t.split(' ').next()),
+                    Some("NUMERIC" | "DECIMAL" | "MONEY")
+                ) =>
+            {
                 json!({
                     "type": "double",
                     "ignore_malformed": true,
@@ -265,6 +271,10 @@ mod tests {
         .expect("numeric");
         assert_eq!(n["type"], "double");
         assert_eq!(n["fields"]["keyword"]["type"], "keyword");
+        let unsigned = m(json!({"type": "string",
+            "parameters": {"__debezium.source.column.type": "DECIMAL UNSIGNED ZEROFILL"}}))
+        .expect("MySQL's decimal with its attributes");
+        assert_eq!(unsigned["type"], "double");
         let j = json!({"type": "string", "name": "io.debezium.data.Json"});
         assert_eq!(m(j.clone()).expect("json")["type"], "flattened");
         assert_eq!(

@@ -463,12 +463,7 @@ fn spec_of_type(field: &Value) -> ColumnSpec {
             };
         }
     }
-    if ty == "string"
-        && matches!(
-            source_type,
-            "NUMERIC" | "DECIMAL" | "MONEY" | "BIGINT UNSIGNED"
-        )
-    {
+    if ty == "string" && is_numeric_source_type(source_type) {
         let precision =
             param("__debezium.source.column.length").and_then(|s| s.parse::<u32>().ok());
         let scale = param("__debezium.source.column.scale").and_then(|s| s.parse::<u32>().ok());
@@ -569,6 +564,18 @@ pub fn to_text_as<'v>(
             Some(Cow::Owned(out))
         }
         other => Some(Cow::Owned(other.to_string())),
+    }
+}
+
+/// Whether a propagated source type is a number sent as text: PostgreSQL's
+/// NUMERIC and MONEY, MySQL's DECIMAL and BIGINT UNSIGNED, whose names
+/// carry their attributes (`DECIMAL UNSIGNED ZEROFILL`).
+fn is_numeric_source_type(source_type: &str) -> bool {
+    let mut words = source_type.split(' ');
+    match words.next() {
+        Some("NUMERIC" | "DECIMAL" | "MONEY") => true,
+        Some("BIGINT") => words.next() == Some("UNSIGNED"),
+        _ => false,
     }
 }
 

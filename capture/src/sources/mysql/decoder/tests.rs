@@ -450,3 +450,168 @@ fn a_row_change_logged_as_a_statement_stops_the_stream_only_when_it_may_write_a_
         );
     }
 }
+
+/// TABLE_MAP_EVENT (0x13) body of `shop.t (id INT NOT NULL)`, table id 5,
+/// with the column name (`binlog_row_metadata = FULL`).
+fn table_map() -> Vec<u8> {
+    let mut b = 5u64.to_le_bytes()[..6].to_vec();
+    b.extend_from_slice(&0u16.to_le_bytes());
+    b.extend_from_slice(&[4, b's', b'h', b'o', b'p', 0, 1, b't', 0]);
+    // One column, type LONG, no metadata, not nullable.
+    b.extend_from_slice(&[1, 3, 0, 0]);
+    // Optional metadata: COLUMN_NAME (4), 3 bytes, "id".
+    b.extend_from_slice(&[4, 3, 2, b'i', b'd']);
+    b
+}
+
+/// WRITE_ROWS_EVENT v2 (0x1e) body of table 5: one row per value.
+fn write_rows(ids: &[i32]) -> Vec<u8> {
+    let mut b = 5u64.to_le_bytes()[..6].to_vec();
+    b.extend_from_slice(&0u16.to_le_bytes());
+    b.extend_from_slice(&2u16.to_le_bytes());
+    b.extend_from_slice(&[1, 0x01]);
+    for id in ids {
+        b.push(0);
+        b.extend_from_slice(&id.to_le_bytes());
+    }
+    b
+}
+
+/// MySQL's ROWS_QUERY_LOG_EVENT (0x1d) body: a length byte (ignored, the
+/// text runs to the event's end), the statement.
+fn rows_query(q: &str) -> Vec<u8> {
+    let mut b = vec![q.len().min(255) as u8];
+    b.extend_from_slice(q.as_bytes());
+    b
+}
+
+const INSERT_1: &str = "INSERT INTO t VALUES (1), (2)";
+const INSERT_3: &str = "insert into t values (3) /* MariaDB's annotate */";
+
+/// A transaction of two statements: MySQL's ROWS_QUERY before the first
+/// (two rows), MariaDB's ANNOTATE_ROWS (0xa0, the bare text) before the
+/// second.
+fn two_statements() -> Vec<(u8, Vec<u8>)> {
+    vec![
+        (0x21, gtid(42)),
+        (0x02, query("shop", "BEGIN")),
+        (0x1d, rows_query(INSERT_1)),
+        (0x13, table_map()),
+        (0x1e, write_rows(&[1, 2])),
+        (mariadb_events::ANNOTATE_ROWS, INSERT_3.as_bytes().to_vec()),
+        (0x13, table_map()),
+        (0x1e, write_rows(&[3])),
+        (0x10, 9u64.to_le_bytes().to_vec()),
+    ]
+}
+
+/// Each row change's (event, row) and statement.
+fn row_queries(changes: &[BinlogChange]) -> Vec<(u64, u64, Option<String>)> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            BinlogChange::Row(r) => Some((
+                r.position.event,
+                r.position.row,
+                r.query.as_deref().map(str::to_owned),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn rows_carry_the_statement_of_the_rows_query_or_annotate_event_before_them() {
+    let mut d = Decoder::new(Flavor::MySql, &start_at(4));
+    d.keep_queries(true);
+    let changes = run(&mut d, 4, &two_statements()).unwrap();
+    let q1 = Some(INSERT_1.to_owned());
+    let q3 = Some(INSERT_3.to_owned());
+    assert_eq!(
+        row_queries(&changes),
+        vec![(4, 1, q1.clone()), (4, 2, q1), (7, 1, q3)],
+        "the statement events count as events, as before"
+    );
+    // Without include.query nothing is kept (and the counts are the same).
+    let mut d = Decoder::new(Flavor::MySql, &start_at(4));
+    let changes = run(&mut d, 4, &two_statements()).unwrap();
+    assert_eq!(
+        row_queries(&changes),
+        vec![(4, 1, None), (4, 2, None), (7, 1, None)]
+    );
+}
+
+#[test]
+fn a_resume_inside_a_transaction_gives_the_replayed_rows_their_statement() {
+    // The first row was published: the dump starts again at the
+    // transaction's GTID event, so the statement event is read again.
+    for (event, row, expected) in [
+        (4, 1, vec![(4, 2, Some(INSERT_1)), (7, 1, Some(INSERT_3))]),
+        (4, 2, vec![(7, 1, Some(INSERT_3))]),
+    ] {
+        let mut from = start_at(4);
+        from.event = event;
+        from.row = row;
+        let mut d = Decoder::new(Flavor::MySql, &from);
+        d.keep_queries(true);
+        let changes = run(&mut d, 4, &two_statements()).unwrap();
+        let expected: Vec<_> = expected
+            .into_iter()
+            .map(|(e, r, q)| (e, r, q.map(str::to_owned)))
+            .collect();
+        assert_eq!(row_queries(&changes), expected, "resumed at {event}/{row}");
+    }
+}
+
+#[test]
+fn a_statement_does_not_outlive_its_transaction() {
+    let mut events = two_statements();
+    // The next transaction's rows come without a statement event
+    // (binlog_rows_query_log_events turned off in a session).
+    events.extend([
+        (0x21, gtid(43)),
+        (0x02, query("shop", "BEGIN")),
+        (0x13, table_map()),
+        (0x1e, write_rows(&[4])),
+        (0x10, 10u64.to_le_bytes().to_vec()),
+    ]);
+    let mut d = Decoder::new(Flavor::MySql, &start_at(4));
+    d.keep_queries(true);
+    let changes = run(&mut d, 4, &events).unwrap();
+    assert_eq!(row_queries(&changes).last(), Some(&(3, 1, None)));
+}
+
+#[test]
+fn a_statement_read_aside_is_kept_but_not_counted() {
+    // MariaDB's dump omits ANNOTATE_ROWS; the reader reads it aside and
+    // hands it over before the TABLE_MAP. The counts stay the dump's.
+    let mut reader = EventStreamReader::new(BinlogVersion::Version4);
+    let mut d = Decoder::new(Flavor::MySql, &start_at(4));
+    d.keep_queries(true);
+    let mut out = VecDeque::new();
+    let mut at = 4;
+    for (ty, body) in [
+        (0x21, gtid(42)),
+        (0x02, query("shop", "BEGIN")),
+        (0x13, table_map()),
+        (0x1e, write_rows(&[1])),
+        // A statement whose gap held no annotation: none, not the last one.
+        (0x13, table_map()),
+        (0x1e, write_rows(&[2])),
+        (0x10, 9u64.to_le_bytes().to_vec()),
+    ] {
+        if ty == 0x13 {
+            let first = at == 4 + 44 + 19 + 13 + 5 + 5;
+            d.set_statement(first.then_some(INSERT_3));
+        }
+        let bytes = event(ty, at, &body);
+        at += bytes.len() as u32;
+        let ev = reader.read(&bytes[..]).unwrap().unwrap();
+        d.handle(&ev, &mut out).unwrap();
+    }
+    let changes: Vec<_> = out.into_iter().collect();
+    assert_eq!(
+        row_queries(&changes),
+        vec![(3, 1, Some(INSERT_3.to_owned())), (5, 1, None)]
+    );
+}

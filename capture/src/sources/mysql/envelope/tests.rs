@@ -290,6 +290,7 @@ fn delete_change(shape: Arc<MySqlTableShape>) -> RowChange {
         event_pos: 512,
         server_id: 3,
         thread: Some(11),
+        query: None,
     }
 }
 
@@ -396,4 +397,134 @@ fn a_value_the_mapping_refuses_names_the_column_and_the_fix() {
     assert!(enc
         .read_record(&small_row(1, "x", u64::MAX), &src, 0)
         .is_ok());
+}
+
+fn propagating(columns: &[&str], types: &[&str]) -> EnvelopeConfig {
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    EnvelopeConfig {
+        columns: crate::envelope::ColumnPolicy::new(crate::envelope::ColumnSettings {
+            include: &[],
+            exclude: &[],
+            mask: &Default::default(),
+            truncate: &Default::default(),
+            propagate_columns: &strings(columns),
+            propagate_types: &strings(types),
+        })
+        .unwrap(),
+        ..cfg()
+    }
+}
+
+/// The `after` field schemas of a record of `shape` under `config`, by name.
+fn after_fields(shape: Arc<MySqlTableShape>, config: &EnvelopeConfig) -> Value {
+    let enc = MySqlTableEncoder::new(shape, MappingConfig::default(), config).unwrap();
+    let change = delete_change(small_shape(true));
+    let src = MySqlSource::of_change(&change, None);
+    let rec = enc.read_record(&small_row(1, "a", 2), &src, 0).unwrap();
+    let schema = parse(&rec.value)["schema"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["field"] == "after")
+        .unwrap()
+        .clone();
+    let mut by_name = serde_json::Map::new();
+    for f in schema["fields"].as_array().unwrap() {
+        by_name.insert(f["field"].as_str().unwrap().to_owned(), f.clone());
+    }
+    Value::Object(by_name)
+}
+
+/// Debezium's MySQL connector names the type as declared, upper case with
+/// its attributes (`INT UNSIGNED`, `DECIMAL UNSIGNED ZEROFILL`), the
+/// declared length and scale only where the declaration has them.
+#[test]
+fn propagated_source_types_are_the_declared_ones() {
+    use mysql_async::consts::ColumnType::*;
+    let shape = small_shape(true);
+    let mut shape = (*shape).clone();
+    shape.columns[0].declared = Some("int(11)".into());
+    shape.columns[2].declared = Some("bigint(20) unsigned zerofill".into());
+    let shape = Arc::new(shape);
+    let fields = after_fields(
+        Arc::clone(&shape),
+        &propagating(&["db\\.t\\.(id|vc|bu)"], &[]),
+    );
+    assert_eq!(
+        fields["id"]["parameters"],
+        json!({"__debezium.source.column.type": "INT",
+               "__debezium.source.column.length": "11",
+               "__debezium.source.column.name": "id"})
+    );
+    assert_eq!(
+        fields["vc"]["parameters"],
+        json!({"__debezium.source.column.type": "VARCHAR",
+               "__debezium.source.column.length": "20",
+               "__debezium.source.column.name": "vc"})
+    );
+    assert_eq!(
+        fields["bu"]["parameters"]["__debezium.source.column.type"],
+        "BIGINT UNSIGNED ZEROFILL"
+    );
+    // By type: the bare name or, as Debezium matches it, `db.table.TYPE`.
+    let fields = after_fields(Arc::clone(&shape), &propagating(&[], &[".+\\.varchar"]));
+    assert_eq!(
+        fields["vc"]["parameters"]["__debezium.source.column.type"],
+        "VARCHAR"
+    );
+    assert!(fields["id"].get("parameters").is_none(), "{}", fields["id"]);
+    let fields = after_fields(Arc::clone(&shape), &propagating(&[], &["int"]));
+    assert_eq!(
+        fields["id"]["parameters"]["__debezium.source.column.length"],
+        "11"
+    );
+    // Precision and scale; ENUM's labels are no length.
+    let mut d = MySqlColumnShape::new("d", MYSQL_TYPE_NEWDECIMAL);
+    d.meta = vec![10, 2];
+    d.declared = Some("decimal(10,2) unsigned".into());
+    let mut e = MySqlColumnShape::new("e", MYSQL_TYPE_ENUM);
+    e.labels = vec!["a,b".into(), "c".into()];
+    e.declared = Some("enum('a,b','c')".into());
+    let two = Arc::new(MySqlTableShape {
+        database: "db".into(),
+        table: "t".into(),
+        columns: vec![d, e],
+        primary_key: vec![1],
+        identity: None,
+    });
+    let enc = MySqlTableEncoder::new(
+        two,
+        MappingConfig::default(),
+        &propagating(&["db\\.t\\..*"], &[]),
+    )
+    .unwrap();
+    let change = delete_change(small_shape(true));
+    let src = MySqlSource::of_change(&change, None);
+    let rec = enc
+        .read_record(&[Cell::Null, Cell::Bytes(b"c".to_vec())], &src, 0)
+        .unwrap();
+    let v = parse(&rec.value);
+    let after = &v["schema"]["fields"][1]["fields"];
+    assert_eq!(
+        after[0]["parameters"]["__debezium.source.column.type"],
+        "DECIMAL UNSIGNED"
+    );
+    assert_eq!(
+        after[0]["parameters"]["__debezium.source.column.length"],
+        "10"
+    );
+    assert_eq!(
+        after[0]["parameters"]["__debezium.source.column.scale"],
+        "2"
+    );
+    assert_eq!(
+        after[1]["parameters"]["__debezium.source.column.type"],
+        "ENUM"
+    );
+    assert!(after[1]["parameters"]
+        .get("__debezium.source.column.length")
+        .is_none());
+    // Without either setting nothing is added.
+    let fields = after_fields(shape, &cfg());
+    assert!(fields["vc"].get("parameters").is_none());
 }

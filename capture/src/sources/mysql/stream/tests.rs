@@ -48,6 +48,7 @@ fn row(
         event_pos,
         server_id: 1,
         thread: None,
+        query: None,
     })
 }
 
@@ -354,6 +355,8 @@ fn the_core_encoder_writes_the_envelopes_records() {
         _ => unreachable!(),
     };
     change.thread = Some(42);
+    // include.query: the block writes the change's own statement.
+    change.query = Some(Arc::from("UPDATE items SET qty = 6 WHERE id = 1"));
     let mut adapter = adapter();
     adapter
         .push(BinlogChange::Row(change.clone()))
@@ -362,6 +365,7 @@ fn the_core_encoder_writes_the_envelopes_records() {
     let mut later = change.clone();
     later.gtid = Some("0-1-8".into());
     later.position.row = 3;
+    later.query = Some(Arc::from("UPDATE items SET qty = 7"));
     adapter.push(BinlogChange::Row(later)).expect("moved");
     let events: Vec<_> = std::iter::from_fn(|| adapter.next()).take(3).collect();
     let (
@@ -398,9 +402,18 @@ fn the_core_encoder_writes_the_envelopes_records() {
     let expected =
         MySqlTableEncoder::new(Arc::clone(&t), MappingConfig::default(), &envelope_cfg())
             .expect("envelope")
-            .change_record(&change, &MySqlSource::of_change(&change, None), 77)
+            .change_record(
+                &change,
+                &MySqlSource::of_change(&change, change.query.as_deref()),
+                77,
+            )
             .expect("record");
     assert_eq!(enc.topic(), "shop.inventory.items");
+    let written: serde_json::Value = serde_json::from_slice(&value).unwrap();
+    assert_eq!(
+        written["payload"]["source"]["query"],
+        "UPDATE items SET qty = 6 WHERE id = 1"
+    );
     assert_eq!(Some(key), expected.key);
     assert_eq!(
         String::from_utf8(value).unwrap(),

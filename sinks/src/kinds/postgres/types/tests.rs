@@ -502,6 +502,20 @@ fn debezium_mysql_schemas_map_to_their_natural_types() {
         "__debezium.source.column.length": "20"}});
     let held = crate::debezium::DebeziumColumn::new(&propagated).schema;
     assert_eq!(from_schema(&held).ddl, "numeric(20,0)", "{held}");
+    // MySQL's type names carry their attributes (`DECIMAL UNSIGNED
+    // ZEROFILL`, `BIGINT UNSIGNED ZEROFILL`): still numbers.
+    let propagated = json!({"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+        "parameters": {"scale": "2", "connect.decimal.precision": "10",
+        "__debezium.source.column.type": "DECIMAL UNSIGNED ZEROFILL",
+        "__debezium.source.column.length": "10", "__debezium.source.column.scale": "2"}});
+    let held = crate::debezium::DebeziumColumn::new(&propagated).schema;
+    assert_eq!(from_schema(&held).ddl, "numeric(10,2)", "{held}");
+    let propagated = json!({"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+        "parameters": {"scale": "0", "connect.decimal.precision": "20",
+        "__debezium.source.column.type": "BIGINT UNSIGNED ZEROFILL",
+        "__debezium.source.column.length": "20"}});
+    let held = crate::debezium::DebeziumColumn::new(&propagated).schema;
+    assert_eq!(from_schema(&held).ddl, "numeric(20,0)", "{held}");
     let propagated = json!({"type": "bytes", "name": "io.debezium.data.Bits",
         "parameters": {"length": "12", "__debezium.source.column.type": "BIT",
         "__debezium.source.column.length": "12"}});
