@@ -245,17 +245,8 @@ async fn a_gap_is_recovered_by_a_snapshot_without_a_person() -> Result<()> {
     )
     .await?;
     let topic = p.topics()[0].clone();
-    let capture_config = std::fs::canonicalize(&p.capture_config)?;
     for i in 0..3 {
-        p.prepend_sink_runner_keys(
-            i,
-            &format!(
-                // A /readyz for `oncely status` to read.
-                "gap.recovery = \"snapshot\"\ngap.capture.config = {:?}\nmetrics.listen = \"{}\"",
-                capture_config.display().to_string(),
-                std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?
-            ),
-        )?;
+        recover_by_snapshot(&p, i)?;
     }
     let capture = p.spawn_capture()?;
     p.env.wait_slot_active().await?;
@@ -365,15 +356,7 @@ async fn a_gap_recovery_capture_refuses_is_not_reported_recovered() -> Result<()
     // One sink: the warehouse.
     p.sinks.truncate(1);
     let topic = p.topics()[0].clone();
-    let capture_config = std::fs::canonicalize(&p.capture_config)?;
-    p.prepend_sink_runner_keys(
-        0,
-        &format!(
-            "gap.recovery = \"snapshot\"\ngap.capture.config = {:?}\nmetrics.listen = \"{}\"",
-            capture_config.display().to_string(),
-            std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?
-        ),
-    )?;
+    recover_by_snapshot(&p, 0)?;
     let capture = p.spawn_capture()?;
     p.env.wait_slot_active().await?;
     p.env
@@ -426,4 +409,18 @@ async fn a_gap_recovery_capture_refuses_is_not_reported_recovered() -> Result<()
     drop(capture);
     p.cleanup().await;
     Ok(())
+}
+
+/// Sink `i` recovers a gap by a snapshot signalled through the pipeline's
+/// capture, with a /readyz for `oncely status` to read.
+fn recover_by_snapshot(p: &Pipeline, i: usize) -> Result<()> {
+    let capture_config = std::fs::canonicalize(&p.capture_config)?;
+    p.prepend_sink_runner_keys(
+        i,
+        &format!(
+            "gap.recovery = \"snapshot\"\ngap.capture.config = {:?}\nmetrics.listen = \"{}\"",
+            capture_config.display().to_string(),
+            std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?
+        ),
+    )
 }
