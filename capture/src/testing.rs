@@ -5,6 +5,7 @@
 //! they cannot be unit tests here; nothing else may use this module.
 
 pub use crate::filter::TableFilter;
+pub use crate::naming::sanitize_topic;
 pub use crate::offset::{read_last_offset, SourceOffset};
 pub use crate::schema_change::ColumnDef;
 pub use crate::snapshot::{chunk_query, KeyColumn};

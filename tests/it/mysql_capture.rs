@@ -23,6 +23,8 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use serde_json::{json, Value};
 
+use oncely_capture::testing::sanitize_topic;
+
 use crate::harness::capture::{kill9, read_committed, wait_for, Seen, Spawned};
 use crate::harness::checks::dead_letters;
 use crate::harness::common::{kafka_brokers, unique};
@@ -883,7 +885,7 @@ pub(crate) async fn mysql_pipeline(
     let mut p = Pipeline::with_topics(name, "", "", |prefix| {
         tables
             .iter()
-            .map(|t| debezium_topic(&format!("{prefix}.{db}.{t}")))
+            .map(|t| sanitize_topic(&format!("{prefix}.{db}.{t}")))
             .collect()
     })
     .await?;
@@ -907,20 +909,6 @@ pub(crate) async fn mysql_pipeline(
         ),
     )?;
     Ok(p)
-}
-
-/// A topic name by Debezium's rule: each character Kafka does not allow
-/// (outside `[A-Za-z0-9._-]`) becomes `_`.
-pub(crate) fn debezium_topic(raw: &str) -> String {
-    raw.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// Verify's finding repaired on a MySQL source: rows changed with their
