@@ -204,9 +204,27 @@ impl CaptureEnv {
         timeout: Duration,
         done: impl Fn(&[Seen]) -> bool,
     ) -> Result<Vec<Seen>> {
-        wait_for(topics, timeout, done)
-            .await
-            .with_context(|| format!("capture log:\n{}", self.capture_log()))
+        let waited = wait_for(topics, timeout, done).await;
+        if let Err(e) = &waited {
+            self.report_uncaptured(&format!("{e:#}"));
+        }
+        waited.with_context(|| format!("capture log:\n{}", self.capture_log()))
+    }
+
+    /// Writes a failed wait and the tail of capture's log straight to
+    /// stderr, past the test harness's capture: a failure in CI is then
+    /// explained beside the test's FAILED line, not only in the summary.
+    pub fn report_uncaptured(&self, what: &str) {
+        use std::io::Write;
+        let log = self.capture_log();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+        let what: String = what.chars().take(4000).collect();
+        let _ = writeln!(
+            std::io::stderr(),
+            "---- {}: {what}\n---- the last lines of its capture log:\n{tail}\n----",
+            self.dbname
+        );
     }
 
     pub fn capture_log(&self) -> String {
@@ -499,15 +517,26 @@ pub async fn wait_for(
     done: impl Fn(&[Seen]) -> bool,
 ) -> Result<Vec<Seen>> {
     let deadline = Instant::now() + timeout;
+    let mut seen = Vec::new();
+    let mut stalled = None;
     loop {
         let t = topics.to_vec();
-        let seen = tokio::task::spawn_blocking(move || read_committed(&t)).await??;
-        if done(&seen) {
+        // A read that stalls (a broker slow under the suite's load) is
+        // tried again with a new consumer until the deadline.
+        match tokio::task::spawn_blocking(move || read_committed(&t)).await? {
+            Ok(read) => {
+                seen = read;
+                stalled = None;
+            }
+            Err(e) => stalled = Some(e),
+        }
+        if stalled.is_none() && done(&seen) {
             return Ok(seen);
         }
         if Instant::now() > deadline {
+            let last = stalled.map_or(String::new(), |e| format!("; the last read failed: {e:#}"));
             bail!(
-                "condition not met within {timeout:?}; {} records seen",
+                "condition not met within {timeout:?}; {} records seen{last}: {seen:#?}",
                 seen.len()
             );
         }
