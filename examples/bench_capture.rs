@@ -193,7 +193,7 @@ async fn stream(s: &Setup, format: Format, slot: &str, raw_rate: f64) -> Result<
     let name = slot.trim_start_matches("bench_cap_").replace('_', "-");
     let dir = std::env::temp_dir().join(slot);
     std::fs::create_dir_all(&dir)?;
-    let metrics_port = 20000 + (rand::random::<u16>() % 20000);
+    let metrics_port = bench_support::free_port()?;
     // Streaming only: the rows are already in the table when capture starts, and
     // the default snapshot.mode (initial) would snapshot them too (see bench_snapshot).
     let config = dir.join("capture.toml");

@@ -177,7 +177,7 @@ async fn snapshot(s: &Setup, format: Format, round: usize, copy_rate: f64) -> Re
     let name = format!("{}-{}-{round}", s.tag, format.name());
     let dir = std::env::temp_dir().join(format!("{db}-{}-{round}", format.name()));
     std::fs::create_dir_all(&dir)?;
-    let metrics_port = 20000 + (rand::random::<u16>() % 20000);
+    let metrics_port = bench_support::free_port()?;
     let slot = format!("bench_snap_{}", name.replace('-', "_"));
     let config = dir.join("capture.toml");
     std::fs::write(

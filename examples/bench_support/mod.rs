@@ -223,6 +223,14 @@ pub async fn scrape(port: u16, name: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// A local port nothing listens on: one the kernel just handed out (a
+/// random one could be the ephemeral port of any open connection).
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
 /// A `/proc/<pid>/status` size field (`VmRSS:`, `VmHWM:`) in kB; 0 when gone.
 pub fn rss_kb(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -188,7 +188,7 @@ pub fn start(
 ) -> Result<Running> {
     match tool {
         Tool::Oncely => {
-            let metrics_port = 20000 + (rand::random::<u16>() % 20000);
+            let metrics_port = bench_support::free_port()?;
             let config = dir.join("capture.toml");
             std::fs::write(&config, oncely_config(s, metrics_port)?)?;
             let bin = bench_support::oncely_binary()?;

@@ -19,13 +19,6 @@ use crate::harness::e2e::{Pipeline, WAREHOUSE_SCHEMA};
 /// that can be captured.
 const CAPTURE: &str = "snapshot.mode = \"initial\"\n";
 
-/// A local address nothing listens on (bound once, then released).
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-}
-
 /// A pipeline of capture (serving `/readyz` at the returned address) and
 /// the warehouse sink.
 async fn pipeline(
@@ -34,7 +27,7 @@ async fn pipeline(
     tables: &[&str],
     extra: &str,
 ) -> Result<(Pipeline, SocketAddr)> {
-    let addr = free_addr();
+    let addr = crate::harness::common::free_addr();
     let p = Pipeline::new(
         name,
         schema,

@@ -19,13 +19,6 @@ use crate::harness::capture;
 use crate::harness::capture::{CaptureEnv, Spawned};
 use crate::harness::common;
 
-/// A local address nothing listens on (bound once, then released).
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-}
-
 /// Polls `path` until it answers `status`; the last body.
 async fn wait_status(
     addr: SocketAddr,
@@ -80,14 +73,14 @@ async fn processes_killed_and_restarted_at_once_serve_metrics_and_health_on_thei
     env.client
         .batch_execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
         .await?;
-    let capture_addr = free_addr();
+    let capture_addr = common::free_addr();
     let capture_config = env.write_config(
         "capture.toml",
         &env.config(&format!(
             "metrics.listen = \"{capture_addr}\"\nheartbeat.interval.ms = 500\n"
         )),
     )?;
-    let sink_addr = free_addr();
+    let sink_addr = common::free_addr();
     let sink_config_path = env.write_config(
         "sink.toml",
         &sink_config(&env, &env.topic("t"), sink_addr, ""),
@@ -264,7 +257,7 @@ async fn capture_is_not_ready_while_it_cannot_reach_postgres() -> Result<()> {
         .next()
         .expect("PostgreSQL's address");
     let proxy = Proxy::start(upstream).await?;
-    let addr = free_addr();
+    let addr = common::free_addr();
     let text = env
         .config(&format!(
             "metrics.listen = \"{addr}\"\nheartbeat.interval.ms = 500\n"
@@ -302,7 +295,7 @@ async fn a_slot_retaining_more_than_slot_max_retained_bytes_is_reported() -> Res
     env.client
         .batch_execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
         .await?;
-    let addr = free_addr();
+    let addr = common::free_addr();
     let config = |limit: u64| {
         env.config(&format!(
             "metrics.listen = \"{addr}\"\nheartbeat.interval.ms = 200\nslot.max.retained.bytes = {limit}\n"

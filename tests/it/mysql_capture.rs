@@ -647,7 +647,7 @@ async fn wait_metric(
 #[tokio::test]
 async fn the_heartbeat_reports_the_binlog_capture_needs_and_commits_when_idle() -> Result<()> {
     const NAME: &str = "oncely_capture_binlog_retained_bytes";
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let addr = crate::harness::common::free_addr();
     let mut root = admin().await;
     let env = MySqlCapture::with_settings(
         "oncely_myhb",

@@ -68,9 +68,7 @@ impl Replica {
                 std::fs::read_to_string(dir.join("install.log"))?
             );
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = crate::harness::common::free_addr().port();
         let id = 2_000_000 + rand::random::<u32>() % 1_000_000;
         let child = Command::new(MARIADBD)
             .args(["--no-defaults", "--user=root", "--bind-address=127.0.0.1"])

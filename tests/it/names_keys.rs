@@ -283,9 +283,7 @@ async fn a_source_column_named_like_the_warehouse_bookkeeping_quarantines_only_i
         "",
     )
     .await?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = crate::harness::common::free_addr().port();
     let listen = format!("127.0.0.1:{port}");
     let config = std::fs::read_to_string(&p.sinks[0])?;
     std::fs::write(

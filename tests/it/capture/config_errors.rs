@@ -125,11 +125,7 @@ impl ReplicaServer {
     fn start_once() -> anyhow::Result<Self> {
         let bin = std::path::Path::new("/usr/lib/postgresql/15/bin");
         let dir = std::env::temp_dir().join(common::unique("oncely_walcheck"));
-        // A port the kernel just handed out is free (a random one in the
-        // ephemeral range could belong to any open connection).
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = common::free_addr().port();
         let as_postgres = Command::new("id").arg("-u").output()?.stdout == b"0\n";
         std::fs::create_dir_all(&dir)?;
         if as_postgres {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::harness::capture::{terminate, CaptureEnv, Seen};
+use crate::harness::common;
 
 // Generous: the suite runs these beside restart-heavy tests on two cores.
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -35,7 +36,7 @@ async fn each_change_kind_gives_the_expected_events() -> anyhow::Result<()> {
              CREATE TABLE skipped (id int PRIMARY KEY);",
         )
         .await?;
-    let metrics_port = 20000 + (rand::random::<u16>() % 20000);
+    let metrics_port = common::free_addr().port();
     let config = env.write_config(
         "capture.toml",
         &env.config(&format!(
@@ -281,7 +282,7 @@ async fn values_a_field_cannot_hold_are_refused_by_name_and_the_stream_goes_on(
     env.client
         .batch_execute("CREATE TABLE spans (id int PRIMARY KEY, span interval, at timestamp)")
         .await?;
-    let metrics_port = 20000 + (rand::random::<u16>() % 20000);
+    let metrics_port = common::free_addr().port();
     let config = env.write_config(
         "capture.toml",
         &env.config(&format!(

@@ -518,18 +518,17 @@ pub async fn wait_for(
 ) -> Result<Vec<Seen>> {
     let deadline = Instant::now() + timeout;
     let mut seen = Vec::new();
-    let mut stalled = None;
     loop {
         let t = topics.to_vec();
         // A read that stalls (a broker slow under the suite's load) is
         // tried again with a new consumer until the deadline.
-        match tokio::task::spawn_blocking(move || read_committed(&t)).await? {
+        let stalled = match tokio::task::spawn_blocking(move || read_committed(&t)).await? {
             Ok(read) => {
                 seen = read;
-                stalled = None;
+                None
             }
-            Err(e) => stalled = Some(e),
-        }
+            Err(e) => Some(e),
+        };
         if stalled.is_none() && done(&seen) {
             return Ok(seen);
         }

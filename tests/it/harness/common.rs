@@ -65,3 +65,12 @@ pub fn restart_service(name: &str) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A local address nothing listens on: one the kernel just handed out
+/// (bound once, then released). A random port could be the ephemeral port
+/// of any open connection, and a test would then fail on a taken address.
+pub fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
