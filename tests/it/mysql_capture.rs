@@ -49,6 +49,19 @@ impl MySqlCapture {
         Self::with_settings(name, root, "snapshot.mode = \"no_data\"\n").await
     }
 
+    /// [`MySqlCapture::with_settings`] plus a signal table `{db}.signals`
+    /// (created) named by `signal.data.collection`.
+    pub(crate) async fn with_signals(name: &str, root: &mut Conn, settings: &str) -> Result<Self> {
+        let settings = format!("{settings}signal.data.collection = \"{{db}}.signals\"\n");
+        let env = Self::with_settings(name, root, &settings).await?;
+        root.query_drop(format!(
+            "CREATE TABLE {}.signals {SIGNAL_TABLE_COLUMNS}",
+            env.db
+        ))
+        .await?;
+        Ok(env)
+    }
+
     /// [`MySqlCapture::new`] with `settings` (TOML lines, `{db}` standing
     /// for the test's database) instead of `snapshot.mode = "no_data"`.
     pub(crate) async fn with_settings(name: &str, root: &mut Conn, settings: &str) -> Result<Self> {
@@ -466,16 +479,13 @@ async fn an_initial_snapshot_killed_midway_under_writes_publishes_each_row_once_
 async fn an_execute_snapshot_signal_snapshots_a_streamed_table_under_writes() -> Result<()> {
     const ROWS: i64 = 1500;
     let mut root = admin().await;
-    let env = MySqlCapture::with_settings(
+    let env = MySqlCapture::with_signals(
         "oncely_mysig",
         &mut root,
-        "snapshot.mode = \"no_data\"\nincremental.snapshot.chunk.size = 100\n\
-         signal.data.collection = \"{db}.signals\"\n",
+        "snapshot.mode = \"no_data\"\nincremental.snapshot.chunk.size = 100\n",
     )
     .await?;
     let db = env.db.clone();
-    root.query_drop(format!("CREATE TABLE {db}.signals {SIGNAL_TABLE_COLUMNS}"))
-        .await?;
     root.query_drop(format!(
         "CREATE TABLE {db}.stock (id int PRIMARY KEY, qty int, note varchar(20))"
     ))
@@ -530,16 +540,14 @@ async fn an_execute_snapshot_signal_snapshots_a_streamed_table_under_writes() ->
 async fn a_column_dropped_and_added_again_between_two_snapshot_passes_is_numbered_anew(
 ) -> Result<()> {
     let mut root = admin().await;
-    let env = MySqlCapture::with_settings(
+    let env = MySqlCapture::with_signals(
         "oncely_myreadd",
         &mut root,
         "snapshot.mode = \"no_data\"\nincremental.snapshot.chunk.size = 2\n\
-         signal.data.collection = \"{db}.signals\"\nschema.change.backfill = \"off\"\n",
+         schema.change.backfill = \"off\"\n",
     )
     .await?;
     let db = env.db.clone();
-    root.query_drop(format!("CREATE TABLE {db}.signals {SIGNAL_TABLE_COLUMNS}"))
-        .await?;
     let _capture = env.start().await?;
     // Created while capture streams, so the shape facts number its columns.
     root.query_drop(format!("CREATE TABLE {db}.t (id int PRIMARY KEY, c int)"))

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::harness::capture::{kill9, read_committed, wait_for, Seen};
 use crate::mysql_binlog::admin;
-use crate::mysql_capture::{MySqlCapture, SIGNAL_TABLE_COLUMNS};
+use crate::mysql_capture::MySqlCapture;
 
 const ROWS: i64 = 1000;
 
@@ -35,11 +35,10 @@ fn matches(id: i64) -> bool {
 async fn a_filtered_snapshot_signal_reads_only_matching_rows_and_resumes_filtered_after_a_kill(
 ) -> Result<()> {
     let mut root = admin().await;
-    let env = MySqlCapture::with_settings(
+    let env = MySqlCapture::with_signals(
         "oncely_myfilter",
         &mut root,
-        "snapshot.mode = \"no_data\"\nincremental.snapshot.chunk.size = 4\n\
-         signal.data.collection = \"{db}.signals\"\n",
+        "snapshot.mode = \"no_data\"\nincremental.snapshot.chunk.size = 4\n",
     )
     .await?;
     let db = env.db.clone();
@@ -51,8 +50,7 @@ async fn a_filtered_snapshot_signal_reads_only_matching_rows_and_resumes_filtere
 async fn filtered(root: &mut Conn, env: &MySqlCapture) -> Result<()> {
     let db = &env.db;
     root.query_drop(format!(
-        "CREATE TABLE {db}.signals {SIGNAL_TABLE_COLUMNS}; \
-         CREATE TABLE {db}.stock (grp int, id int, qty int, region varchar(8), PRIMARY KEY (grp, id)); \
+        "CREATE TABLE {db}.stock (grp int, id int, qty int, region varchar(8), PRIMARY KEY (grp, id)); \
          SET SESSION max_recursive_iterations = 100000; \
          INSERT INTO {db}.stock WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ROWS}) \
          SELECT i % 4, i, i, IF(i % 3 = 0, 'eu', 'us') FROM n"

@@ -559,6 +559,23 @@ pub fn checked_action(
 }
 
 #[cfg(test)]
+impl ColumnPolicy {
+    /// A policy that only propagates source types (the envelope tests' configs).
+    pub(crate) fn propagating(columns: &[&str], types: &[&str]) -> Self {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        ColumnPolicy::new(ColumnSettings {
+            include: &[],
+            exclude: &[],
+            mask: &Default::default(),
+            truncate: &Default::default(),
+            propagate_columns: &strings(columns),
+            propagate_types: &strings(types),
+        })
+        .expect("valid propagation patterns")
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

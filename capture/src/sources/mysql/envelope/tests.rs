@@ -400,17 +400,8 @@ fn a_value_the_mapping_refuses_names_the_column_and_the_fix() {
 }
 
 fn propagating(columns: &[&str], types: &[&str]) -> EnvelopeConfig {
-    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     EnvelopeConfig {
-        columns: crate::envelope::ColumnPolicy::new(crate::envelope::ColumnSettings {
-            include: &[],
-            exclude: &[],
-            mask: &Default::default(),
-            truncate: &Default::default(),
-            propagate_columns: &strings(columns),
-            propagate_types: &strings(types),
-        })
-        .unwrap(),
+        columns: crate::envelope::ColumnPolicy::propagating(columns, types),
         ..cfg()
     }
 }

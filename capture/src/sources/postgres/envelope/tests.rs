@@ -567,17 +567,8 @@ fn a_key_column_excluded_or_masked_or_a_mask_on_a_number_is_refused_naming_it() 
 }
 
 fn propagate_cfg(columns: &[&str], types: &[&str]) -> EnvelopeConfig {
-    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     EnvelopeConfig {
-        columns: ColumnPolicy::new(ColumnSettings {
-            include: &[],
-            exclude: &[],
-            mask: &Default::default(),
-            truncate: &Default::default(),
-            propagate_columns: &strings(columns),
-            propagate_types: &strings(types),
-        })
-        .unwrap(),
+        columns: ColumnPolicy::propagating(columns, types),
         ..cfg(true)
     }
 }
