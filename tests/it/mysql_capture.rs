@@ -78,7 +78,7 @@ impl MySqlCapture {
              database.user = \"{user}\"\ndatabase.password = \"{pass}\"\n\
              database.include.list = \"{db}\"\ndatabase.server.id = {id}\n\
              kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"{offsets_topic}\"\n\
-             {settings}batch.max.events = 1000\n{heartbeat}",
+             {settings}{batch}{heartbeat}",
             host = opts.ip_or_hostname(),
             port = opts.tcp_port(),
             user = opts.user().unwrap_or_default(),
@@ -86,6 +86,11 @@ impl MySqlCapture {
             id = server_id(),
             brokers = kafka_brokers(),
             settings = settings.replace("{db}", &db),
+            batch = if settings.contains("batch.max.events") {
+                ""
+            } else {
+                "batch.max.events = 1000\n"
+            },
             heartbeat = if settings.contains("heartbeat.interval.ms") {
                 ""
             } else {

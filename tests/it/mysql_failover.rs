@@ -191,6 +191,12 @@ impl Drop for Replica {
 }
 
 /// Capture's configuration for the server at `port`.
+/// Capture's Kafka transaction size: the large source transaction spans
+/// forty of them, so a kill once two are in Kafka lands inside it even when
+/// the test is slow to see them (with 1000, one late look saw it all
+/// committed).
+const BATCH: usize = 100;
+
 fn capture_config(prefix: &str, db: &str, port: u16, replica_id: u32) -> String {
     let opts = capture_opts();
     format!(
@@ -199,7 +205,7 @@ fn capture_config(prefix: &str, db: &str, port: u16, replica_id: u32) -> String 
          database.user = \"{user}\"\ndatabase.password = \"{pass}\"\n\
          database.include.list = \"{db}\"\ndatabase.server.id = {replica_id}\n\
          kafka.bootstrap.servers = \"{brokers}\"\nsnapshot.mode = \"no_data\"\n\
-         heartbeat.interval.ms = 500\nbatch.max.events = 1000\n",
+         heartbeat.interval.ms = 500\nbatch.max.events = {BATCH}\n",
         host = opts.ip_or_hostname(),
         user = opts.user().unwrap_or_default(),
         pass = opts.pass().unwrap_or_default(),
@@ -310,7 +316,7 @@ async fn failover(root: &mut Conn, replica: &Replica, p: &Pipeline, table: &str)
     }
     root.query_drop("COMMIT").await?;
     expected.extend((0..4000).map(|i| ("c".to_string(), 10_000 + i)));
-    wait_for_end_offset(&topic, 20 + 1500).await?;
+    wait_for_end_offset(&topic, (20 + 2 * BATCH) as i64).await?;
     kill9(&mut capture);
     let partial = read_committed(std::slice::from_ref(&topic))?
         .iter()

@@ -5,59 +5,37 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use rand::Rng;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::harness::capture;
 use crate::harness::capture::{kill9, terminate, wait_for, CaptureEnv};
-use crate::harness::common;
 
 /// (topic, key, payload, id header, type header) of a committed record.
 type Routed = (String, String, String, String, String);
 
 /// Every committed record of `topics`.
 fn read_routed(topics: &[String]) -> anyhow::Result<Vec<Routed>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", common::kafka_brokers())
-        .set("group.id", common::unique("outbox_reader"))
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .create()?;
-    let mut tpl = TopicPartitionList::new();
-    for t in topics {
-        tpl.add_partition_offset(t, 0, Offset::Beginning)?;
-    }
-    consumer.assign(&tpl)?;
     let mut out = Vec::new();
-    let mut eof = 0;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while eof < topics.len() && std::time::Instant::now() < deadline {
-        match consumer.poll(Duration::from_millis(500)) {
-            Some(Ok(m)) => {
-                let text =
-                    |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
-                let header = |name: &str| {
-                    m.headers()
-                        .and_then(|h| h.iter().find(|x| x.key == name).and_then(|x| x.value))
-                        .map(|v| String::from_utf8_lossy(v).into_owned())
-                        .unwrap_or_default()
-                };
-                out.push((
-                    m.topic().to_string(),
-                    text(m.key()),
-                    text(m.payload()),
-                    header("id"),
-                    header("type"),
-                ));
-            }
-            Some(Err(KafkaError::PartitionEOF(_))) => eof += 1,
-            Some(Err(e)) => anyhow::bail!("read: {e}"),
-            None => {}
-        }
-    }
+    capture::read_to_end("read_committed", topics, Duration::from_secs(60), |m| {
+        let text = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
+        let header = |name: &str| {
+            m.headers()
+                .and_then(|h| h.iter().find(|x| x.key == name).and_then(|x| x.value))
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default()
+        };
+        out.push((
+            m.topic().to_string(),
+            text(m.key()),
+            text(m.payload()),
+            header("id"),
+            header("type"),
+        ));
+        Ok(())
+    })?;
     Ok(out)
 }
 

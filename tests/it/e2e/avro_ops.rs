@@ -7,15 +7,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use rdkafka::consumer::Consumer;
-use rdkafka::error::KafkaError;
+use anyhow::{Context, Result};
 use rdkafka::message::Message;
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::harness::capture::{committed_reader, terminate};
+use crate::harness::capture::{read_to_end, terminate};
 use crate::harness::checks::{dead_letters, event_counter, expected_events};
 use crate::harness::e2e::Pipeline;
 
@@ -96,29 +93,16 @@ fn prepend_runner_key(p: &Pipeline, i: usize, line: &str) -> Result<()> {
 /// Every value on `topic` that a `read_committed` reader sees (tombstones
 /// left out), raw.
 fn committed_values(topic: &str) -> Result<Vec<Vec<u8>>> {
-    let consumer = committed_reader("avro-ops-scan")?;
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let mut tpl = TopicPartitionList::new();
-    for t in metadata.topics() {
-        for p in t.partitions() {
-            tpl.add_partition_offset(t.name(), p.id(), Offset::Beginning)?;
-        }
-    }
-    let partitions = tpl.count();
-    consumer.assign(&tpl)?;
-    let (mut out, mut eof) = (Vec::new(), 0);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while eof < partitions {
-        if Instant::now() > deadline {
-            bail!("reading {topic} did not reach its end");
-        }
-        match consumer.poll(Duration::from_millis(500)) {
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => eof += 1,
-            Some(Err(e)) => bail!("read: {e}"),
-            Some(Ok(m)) => out.extend(m.payload().map(<[u8]>::to_vec)),
-        }
-    }
+    let mut out = Vec::new();
+    read_to_end(
+        "read_committed",
+        &[topic.to_owned()],
+        Duration::from_secs(120),
+        |m| {
+            out.extend(m.payload().map(<[u8]>::to_vec));
+            Ok(())
+        },
+    )?;
     Ok(out)
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use super::fields::{es_texts, redis_texts};
-use crate::harness::capture::kill9;
+use crate::harness::capture::{kill9, read_to_end, topics_where};
 use crate::harness::checks::dead_letters;
 use crate::harness::common;
 use crate::harness::e2e::{Pipeline, WAREHOUSE_SCHEMA};
@@ -243,55 +243,23 @@ fn logs(dir: &std::path::Path) -> Result<Vec<String>> {
 /// topic of this pipeline: its tables', schema changes, heartbeats, dead
 /// letters and offsets.
 pub(super) fn every_record(prefix: &str, offsets: &str) -> Result<Vec<String>> {
-    use rdkafka::config::ClientConfig;
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::error::KafkaError;
     use rdkafka::message::{Headers, Message};
-    use rdkafka::{Offset, TopicPartitionList};
-    use std::time::Instant;
 
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", common::kafka_brokers())
-        .set("group.id", common::unique("mask-scan"))
-        // Aborted transactions too: a masked value must not reach Kafka at all.
-        .set("isolation.level", "read_uncommitted")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()?;
-    let metadata = consumer.fetch_metadata(None, Duration::from_secs(10))?;
-    let mut tpl = TopicPartitionList::new();
-    for t in metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name().contains(prefix) || t.name() == offsets)
-    {
-        for p in t.partitions() {
-            tpl.add_partition_offset(t.name(), p.id(), Offset::Beginning)?;
-        }
-    }
-    let partitions = tpl.count();
-    consumer.assign(&tpl)?;
-    let (mut eof, deadline) = (0, Instant::now() + Duration::from_secs(60));
+    let topics = topics_where(|t| t.contains(prefix) || t == offsets)?;
     let mut out = Vec::new();
-    while eof < partitions {
-        anyhow::ensure!(Instant::now() < deadline, "reading the topics timed out");
-        match consumer.poll(Duration::from_millis(500)) {
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => eof += 1,
-            Some(Err(e)) => anyhow::bail!("read the topics: {e}"),
-            Some(Ok(m)) => {
-                let mut text = format!("{}: ", m.topic());
-                for part in [m.key(), m.payload()].into_iter().flatten() {
-                    text.push_str(&String::from_utf8_lossy(part));
-                }
-                for h in m.headers().iter().flat_map(|h| h.iter()) {
-                    text.push_str(h.key);
-                    text.push_str(&String::from_utf8_lossy(h.value.unwrap_or_default()));
-                }
-                out.push(text);
-            }
+    // Aborted transactions too: a masked value must not reach Kafka at all.
+    read_to_end("read_uncommitted", &topics, Duration::from_secs(60), |m| {
+        let mut text = format!("{}: ", m.topic());
+        for part in [m.key(), m.payload()].into_iter().flatten() {
+            text.push_str(&String::from_utf8_lossy(part));
         }
-    }
+        for h in m.headers().iter().flat_map(|h| h.iter()) {
+            text.push_str(h.key);
+            text.push_str(&String::from_utf8_lossy(h.value.unwrap_or_default()));
+        }
+        out.push(text);
+        Ok(())
+    })?;
     Ok(out)
 }
 

@@ -430,13 +430,82 @@ impl Seen {
 /// A `read_committed` consumer of a group of its own (`<group>_<random>`)
 /// that commits nothing and reports each partition's end.
 pub fn committed_reader(group: &str) -> Result<BaseConsumer> {
+    reader(group, "read_committed")
+}
+
+/// A consumer of a unique group in `group`'s name that reports partition
+/// ends and reads as `isolation` says (`read_committed` or
+/// `read_uncommitted`).
+fn reader(group: &str, isolation: &str) -> Result<BaseConsumer> {
     Ok(ClientConfig::new()
         .set("bootstrap.servers", common::kafka_brokers())
         .set("group.id", common::unique(group))
         .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
+        .set("isolation.level", isolation)
         .set("enable.partition.eof", "true")
         .create()?)
+}
+
+/// The topics in Kafka whose names `wanted` accepts.
+pub fn topics_where(wanted: impl Fn(&str) -> bool) -> Result<Vec<String>> {
+    let metadata = committed_reader("topics")?.fetch_metadata(None, Duration::from_secs(10))?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .map(|t| t.name().to_owned())
+        .filter(|name| wanted(name))
+        .collect())
+}
+
+/// Hands `each` every record of every partition of `topics` (those that
+/// exist) from its start to where an `isolation` reader ends now; fails
+/// once `within` has passed.
+///
+/// One topic at a time, each with its own consumer: librdkafka's
+/// end-of-partition event names the partition number but not its topic,
+/// and comes again for a partition when records arrive after it, so
+/// counting events could end a read of several topics (or of one while it
+/// is written) before some partition was read. With one topic assigned,
+/// the set of partition numbers that reached their end says it exactly.
+pub fn read_to_end(
+    isolation: &str,
+    topics: &[String],
+    within: Duration,
+    mut each: impl FnMut(&rdkafka::message::BorrowedMessage<'_>) -> Result<()>,
+) -> Result<()> {
+    let deadline = Instant::now() + within;
+    let metadata = committed_reader("topics")?.fetch_metadata(None, Duration::from_secs(10))?;
+    for topic in topics {
+        let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
+            continue;
+        };
+        let partitions: std::collections::HashSet<i32> =
+            found.partitions().iter().map(|p| p.id()).collect();
+        if partitions.is_empty() {
+            continue;
+        }
+        let consumer = reader("reader", isolation)?;
+        let mut tpl = TopicPartitionList::new();
+        for p in &partitions {
+            tpl.add_partition_offset(topic, *p, Offset::Beginning)?;
+        }
+        consumer.assign(&tpl)?;
+        let mut ended = std::collections::HashSet::new();
+        while ended != partitions {
+            if Instant::now() > deadline {
+                bail!("reading {topic} did not reach its end in {within:?} (partitions ended: {ended:?})");
+            }
+            match consumer.poll(Duration::from_millis(500)) {
+                None => {}
+                Some(Err(KafkaError::PartitionEOF(p))) => {
+                    ended.insert(p);
+                }
+                Some(Err(e)) => bail!("read {topic}: {e}"),
+                Some(Ok(m)) => each(&m)?,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The raw keys and values of the first `n` records of `topic` (partition 0)
@@ -461,52 +530,25 @@ pub fn raw_records(topic: &str, n: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(out)
 }
 
-/// Everything committed on `topics` (single-partition topics), read from the start.
+/// Everything committed on `topics`, read from the start.
 pub fn read_committed(topics: &[String]) -> Result<Vec<Seen>> {
-    let consumer = committed_reader("reader")?;
-    let metadata = consumer.fetch_metadata(None, Duration::from_secs(10))?;
-    let mut tpl = TopicPartitionList::new();
-    let mut partitions = 0;
-    for t in metadata.topics() {
-        if topics.iter().any(|want| want == t.name()) {
-            for p in t.partitions() {
-                tpl.add_partition_offset(t.name(), p.id(), Offset::Beginning)?;
-                partitions += 1;
-            }
-        }
-    }
-    if partitions == 0 {
-        return Ok(Vec::new());
-    }
-    consumer.assign(&tpl)?;
+    let parse = |b: Option<&[u8]>| -> Result<Option<Value>> {
+        Ok(match b {
+            None => None,
+            Some(b) => Some(serde_json::from_slice(b)?),
+        })
+    };
     let mut out = Vec::new();
-    let mut eof = 0;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while eof < partitions {
-        if Instant::now() > deadline {
-            bail!("reading {topics:?} did not reach the end in time");
-        }
-        match consumer.poll(Duration::from_millis(500)) {
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => eof += 1,
-            Some(Err(e)) => bail!("read: {e}"),
-            Some(Ok(m)) => {
-                let parse = |b: Option<&[u8]>| -> Result<Option<Value>> {
-                    Ok(match b {
-                        None => None,
-                        Some(b) => Some(serde_json::from_slice(b)?),
-                    })
-                };
-                out.push(Seen {
-                    topic: m.topic().to_string(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: parse(m.key())?,
-                    value: parse(m.payload())?,
-                });
-            }
-        }
-    }
+    read_to_end("read_committed", topics, Duration::from_secs(60), |m| {
+        out.push(Seen {
+            topic: m.topic().to_string(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: parse(m.key())?,
+            value: parse(m.payload())?,
+        });
+        Ok(())
+    })?;
     Ok(out)
 }
 

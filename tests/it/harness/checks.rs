@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::harness::capture::committed_reader;
+use crate::harness::capture::{committed_reader, read_to_end, topics_where};
 use crate::harness::common;
 use crate::harness::e2e::WAREHOUSE_SCHEMA;
 
@@ -160,70 +160,48 @@ fn scan_changes_with(
     decode: impl Fn(&[u8]) -> Result<serde_json::Value>,
 ) -> Result<ChangeScan> {
     use std::collections::HashMap;
-    use std::time::Instant;
 
-    use rdkafka::consumer::Consumer;
-    use rdkafka::error::KafkaError;
     use rdkafka::message::Message;
-    use rdkafka::Offset;
     use serde_json::Value;
 
-    let consumer = committed_reader("scan")?;
-    let tpl = partitions_of(&consumer, topics, |tpl, topic, p| {
-        Ok(tpl.add_partition_offset(topic, p, Offset::Beginning)?)
-    })?;
-    let partitions = tpl.count();
-    consumer.assign(&tpl)?;
     // Identity -> topic index, to describe a duplicate.
     let mut seen: HashMap<(u64, u64, i32), usize> = HashMap::new();
     let mut scan = ChangeScan::default();
-    let mut eof = 0;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while eof < partitions {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "reading {topics:?} did not reach the end in time"
-        );
-        match consumer.poll(Duration::from_millis(500)) {
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => eof += 1,
-            Some(Err(e)) => anyhow::bail!("read: {e}"),
-            Some(Ok(m)) => {
-                let Some(bytes) = m.payload() else {
-                    scan.tombstones += 1;
-                    continue;
-                };
-                let value: Value = decode(bytes)?;
-                let payload = value.get("payload").unwrap_or(&value);
-                let source = &payload["source"];
-                let op = payload["op"].as_str().and_then(|o| o.chars().next());
-                match (event_position(source, op), op) {
-                    (Some((lsn, seq)), Some(op)) => {
-                        scan.events += 1;
-                        scan.reads += u64::from(op == 'r');
-                        let topic = topics
-                            .iter()
-                            .position(|t| t == m.topic())
-                            .unwrap_or(usize::MAX);
-                        let partition = if op == 't' { m.partition() } else { -1 };
-                        if let Some(first_topic) = seen.insert((lsn, seq, partition), topic) {
-                            scan.duplicate_count += 1;
-                            if scan.duplicates.len() < 10 {
-                                let name = |i: usize| topics.get(i).map_or("?", String::as_str);
-                                scan.duplicates.push(format!(
-                                    "({lsn}, {seq}, {op}): in {}, then in {} at offset {}",
-                                    name(first_topic),
-                                    name(topic),
-                                    m.offset()
-                                ));
-                            }
-                        }
+    read_to_end("read_committed", topics, Duration::from_secs(300), |m| {
+        let Some(bytes) = m.payload() else {
+            scan.tombstones += 1;
+            return Ok(());
+        };
+        let value: Value = decode(bytes)?;
+        let payload = value.get("payload").unwrap_or(&value);
+        let source = &payload["source"];
+        let op = payload["op"].as_str().and_then(|o| o.chars().next());
+        match (event_position(source, op), op) {
+            (Some((lsn, seq)), Some(op)) => {
+                scan.events += 1;
+                scan.reads += u64::from(op == 'r');
+                let topic = topics
+                    .iter()
+                    .position(|t| t == m.topic())
+                    .unwrap_or(usize::MAX);
+                let partition = if op == 't' { m.partition() } else { -1 };
+                if let Some(first_topic) = seen.insert((lsn, seq, partition), topic) {
+                    scan.duplicate_count += 1;
+                    if scan.duplicates.len() < 10 {
+                        let name = |i: usize| topics.get(i).map_or("?", String::as_str);
+                        scan.duplicates.push(format!(
+                            "({lsn}, {seq}, {op}): in {}, then in {} at offset {}",
+                            name(first_topic),
+                            name(topic),
+                            m.offset()
+                        ));
                     }
-                    _ => scan.unversioned += 1,
                 }
             }
+            _ => scan.unversioned += 1,
         }
-    }
+        Ok(())
+    })?;
     Ok(scan)
 }
 
@@ -292,59 +270,23 @@ pub fn lagging_commits(group: &str, topics: &[String]) -> Result<Vec<String>> {
 /// The dead letters of this pipeline's sinks (topics `<prefix>-<sink>-dlq`),
 /// as `topic: reason` lines, read with `read_committed` to their end.
 pub fn dead_letters(prefix: &str) -> Result<Vec<String>> {
-    use rdkafka::config::ClientConfig;
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::error::KafkaError;
     use rdkafka::message::{Headers, Message};
-    use rdkafka::{Offset, TopicPartitionList};
-    use std::time::Instant;
 
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", common::kafka_brokers())
-        .set("group.id", common::unique("dlq-scan"))
-        // librdkafka's default too; said here because the doc comment relies on it.
-        .set("isolation.level", "read_committed")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()?;
-    let metadata = consumer.fetch_metadata(None, Duration::from_secs(10))?;
-    let mut tpl = TopicPartitionList::new();
-    for t in metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name().starts_with(&format!("{prefix}-")) && t.name().ends_with("-dlq"))
-    {
-        for p in t.partitions() {
-            tpl.add_partition_offset(t.name(), p.id(), Offset::Beginning)?;
-        }
-    }
-    let partitions = tpl.count();
+    let topics = topics_where(|t| t.starts_with(&format!("{prefix}-")) && t.ends_with("-dlq"))?;
     let mut letters = Vec::new();
-    if partitions == 0 {
-        return Ok(letters);
-    }
-    consumer.assign(&tpl)?;
-    let (mut eof, deadline) = (0, Instant::now() + Duration::from_secs(60));
-    while eof < partitions {
-        anyhow::ensure!(Instant::now() < deadline, "reading dead letters timed out");
-        match consumer.poll(Duration::from_millis(500)) {
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => eof += 1,
-            Some(Err(e)) => anyhow::bail!("read dead letters: {e}"),
-            Some(Ok(m)) => {
-                let reason = m
-                    .headers()
-                    .and_then(|h| {
-                        h.iter()
-                            .find(|h| h.key == "oncely.dlq.error")
-                            .and_then(|h| h.value)
-                    })
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-                    .unwrap_or_default();
-                letters.push(format!("{}: {reason}", m.topic()));
-            }
-        }
-    }
+    read_to_end("read_committed", &topics, Duration::from_secs(60), |m| {
+        let reason = m
+            .headers()
+            .and_then(|h| {
+                h.iter()
+                    .find(|h| h.key == "oncely.dlq.error")
+                    .and_then(|h| h.value)
+            })
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default();
+        letters.push(format!("{}: {reason}", m.topic()));
+        Ok(())
+    })?;
     Ok(letters)
 }
 
