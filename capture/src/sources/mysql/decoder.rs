@@ -18,7 +18,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use mysql_async::binlog::events::{
-    Event, EventData, GtidEvent, QueryEvent, RotateEvent, RowsEventData, TableMapEvent, XidEvent,
+    Event, EventData, GtidEvent, QueryEvent, RotateEvent, RowsEventData, TableMapEvent,
+    TransactionPayloadEvent, XidEvent,
 };
 use mysql_async::binlog::{BinlogVersion, EventType};
 
@@ -162,6 +163,13 @@ pub struct Decoder {
     captured: Option<TableFilter>,
     /// Whether row changes carry their statement (`include.query`).
     queries: bool,
+    /// The place (start, end) of the compressed transaction whose events
+    /// come now (MySQL's `binlog_transaction_compression`): the replica
+    /// stream hands them over unpacked right after its
+    /// TRANSACTION_PAYLOAD event, with no place of their own in the file
+    /// (MySQL writes them with end position 0), so they take the
+    /// payload's: the commit ends where the payload ends.
+    payload: Option<(u64, u64)>,
 }
 
 impl Decoder {
@@ -182,6 +190,7 @@ impl Decoder {
             epoch: from.epoch,
             captured: None,
             queries: false,
+            payload: None,
         }
     }
 
@@ -286,8 +295,35 @@ impl Decoder {
         out: &mut VecDeque<BinlogChange>,
     ) -> Result<(), MySqlSourceError> {
         let header = event.header();
-        let end = u64::from(header.log_pos());
-        let start = end.saturating_sub(u64::from(header.event_size()));
+        let Some((start, end)) = self.payload else {
+            let end = u64::from(header.log_pos());
+            let start = end.saturating_sub(u64::from(header.event_size()));
+            return self.decode(event, start, end, out);
+        };
+        if !may_be_in_a_payload(header.event_type_raw()) {
+            return Err(payload_cut(
+                &self.file,
+                start,
+                "its events ended before its commit",
+            ));
+        }
+        let decoded = self.decode(event, start, end, out);
+        if self.tx.is_none() {
+            self.payload = None;
+        }
+        decoded
+    }
+
+    /// Decodes one event that lies from `start` to `end` in the file,
+    /// compressed (MariaDB's `log_bin_compress`) or not.
+    fn decode(
+        &mut self,
+        event: &Event,
+        start: u64,
+        end: u64,
+        out: &mut VecDeque<BinlogChange>,
+    ) -> Result<(), MySqlSourceError> {
+        let header = event.header();
         if compressed::is_compressed(header.event_type_raw()) {
             // Decoded as the plain event it stands for, at the compressed
             // one's place in the file (its size is the compressed size).
@@ -365,6 +401,15 @@ impl Decoder {
                 Ok(())
             }
             EventType::TABLE_MAP_EVENT => self.table_map(event, start),
+            EventType::TRANSACTION_PAYLOAD_EVENT => {
+                event
+                    .read_event::<TransactionPayloadEvent<'_>>()
+                    .map_err(|e| {
+                        payload_cut(&self.file, start, &format!("it does not parse: {e}"))
+                    })?;
+                self.payload = Some((start, end));
+                self.count()
+            }
             EventType::WRITE_ROWS_EVENT
             | EventType::UPDATE_ROWS_EVENT
             | EventType::DELETE_ROWS_EVENT
@@ -769,6 +814,37 @@ fn is_file_header(raw: u8) -> bool {
 }
 
 /// An event at `file:start` that does not decode.
+/// Whether an event of type `ty` may come from inside a compressed
+/// transaction: any but those that open a transaction, carry another
+/// payload, or come from the file or the dump rather than a transaction.
+fn may_be_in_a_payload(ty: u8) -> bool {
+    ![
+        EventType::GTID_EVENT as u8,
+        EventType::ANONYMOUS_GTID_EVENT as u8,
+        EventType::GTID_TAGGED_LOG_EVENT as u8,
+        EventType::TRANSACTION_PAYLOAD_EVENT as u8,
+        EventType::ROTATE_EVENT as u8,
+        EventType::FORMAT_DESCRIPTION_EVENT as u8,
+        EventType::PREVIOUS_GTIDS_EVENT as u8,
+        EventType::HEARTBEAT_EVENT as u8,
+        HEARTBEAT_V2,
+        EventType::STOP_EVENT as u8,
+    ]
+    .contains(&ty)
+}
+
+/// A compressed transaction capture cannot read whole: the replica stream
+/// passes over a payload it cannot parse or unpack without a word, which
+/// would lose the transaction's rows with a healthy status.
+fn payload_cut(file: &str, start: u64, why: &str) -> MySqlSourceError {
+    MySqlSourceError::Prerequisite {
+        setting: "binlog_transaction_compression",
+        found: format!("ON, and the compressed transaction at {file}:{start} cannot be read whole: {why}"),
+        needed: "compressed transactions that unpack",
+        fix: "capture stops rather than pass over the transaction's rows. Read that place with mysqlbinlog --verbose; if the payload is damaged, SET GLOBAL binlog_transaction_compression = OFF (and in the server's config file) and take a new snapshot of the captured tables (delete the stored offset)",
+    }
+}
+
 fn protocol(file: &str, start: u64, what: &str, e: &dyn std::fmt::Display) -> MySqlSourceError {
     MySqlSourceError::Protocol(format!("{what} at {file}:{start}: {e}"))
 }
