@@ -27,7 +27,7 @@ use super::cell::Cell;
 use super::checks::Flavor;
 use super::error::MySqlSourceError;
 use super::history::TableIds;
-use super::position::{Gtids, MariaGtid, MariaGtidList, MySqlGtidSet, Position};
+use super::position::{Gtids, MariaGtid, MariaGtidList, MySqlGtidSet, Position, TAGGED_GTIDS};
 use super::shape::{CatalogColumn, TableShape};
 use crate::filter::TableFilter;
 
@@ -388,6 +388,19 @@ impl Decoder {
                 let g: GtidEvent = event
                     .read_event()
                     .map_err(|e| protocol(&self.file, start, "GTID", &e))?;
+                if let Some(tag) = g.tag() {
+                    let untagged = TxGtid::MySql(g.sid(), g.gno()).text();
+                    let (uuid, gno) = untagged.split_once(':').unwrap_or_default();
+                    return Err(MySqlSourceError::Prerequisite {
+                        setting: "gtid_next",
+                        found: format!(
+                            "a tagged GTID ({uuid}:{tag}:{gno}) at {}:{start}",
+                            self.file
+                        ),
+                        needed: "untagged GTIDs",
+                        fix: TAGGED_GTIDS,
+                    });
+                }
                 self.begin(start, Some(TxGtid::MySql(g.sid(), g.gno())), false)
             }
             EventType::ANONYMOUS_GTID_EVENT => self.begin(start, None, false),

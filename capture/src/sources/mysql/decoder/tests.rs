@@ -797,3 +797,31 @@ fn a_compressed_transaction_that_does_not_unpack_stops_the_stream() {
         );
     }
 }
+
+/// A tagged GTID (MySQL 8.3+; the event as mysql_common writes it) stops
+/// the stream naming the setting: the GTID set capture stores has no
+/// place for the tag.
+#[test]
+fn a_tagged_gtid_stops_the_stream_naming_it() {
+    use mysql_common::binlog::events::GtidEvent;
+    use mysql_common::packets::Tag;
+    use mysql_common::proto::MySerialize;
+
+    let tagged = GtidEvent::new_tagged(SID, Tag::new("blue").expect("a tag"), 42);
+    let mut body = Vec::new();
+    tagged.serialize(&mut body);
+    let mut d = Decoder::new(Flavor::MySql, &start_at(4));
+    let err = run(&mut d, 4, &[(0x2a, body), (0x02, query("shop", "BEGIN"))]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            MySqlSourceError::Prerequisite {
+                setting: "gtid_next",
+                ..
+            }
+        ) && err
+            .to_string()
+            .contains(&format!("({UUID}:blue:42) at binlog.000007:4")),
+        "{err}"
+    );
+}
