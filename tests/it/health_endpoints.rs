@@ -7,17 +7,15 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use oncely_core::endpoint::get;
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 
 use crate::harness::capture;
 use crate::harness::capture::{CaptureEnv, Spawned};
 use crate::harness::common;
+use crate::harness::relay::Relay;
 
 /// Polls `path` until it answers `status`; the last body.
 async fn wait_status(
@@ -199,64 +197,13 @@ async fn a_taken_metrics_port_stops_start_up_naming_the_address_and_key() -> Res
     Ok(())
 }
 
-/// A TCP proxy in front of PostgreSQL that the test can cut (listener and
-/// every connection gone) and open again on the same port.
-struct Proxy {
-    addr: SocketAddr,
-    upstream: SocketAddr,
-    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl Proxy {
-    async fn start(upstream: SocketAddr) -> Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let proxy = Proxy {
-            addr: listener.local_addr()?,
-            upstream,
-            tasks: Arc::default(),
-        };
-        proxy.serve(listener);
-        Ok(proxy)
-    }
-
-    fn serve(&self, listener: TcpListener) {
-        let (tasks, upstream) = (self.tasks.clone(), self.upstream);
-        let accept = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                let conn = tokio::spawn(async move {
-                    if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    }
-                });
-                tasks.lock().expect("tasks").push(conn);
-            }
-        });
-        self.tasks.lock().expect("tasks").push(accept);
-    }
-
-    fn cut(&self) {
-        for t in self.tasks.lock().expect("tasks").drain(..) {
-            t.abort();
-        }
-    }
-
-    async fn reopen(&self) -> Result<()> {
-        self.serve(TcpListener::bind(self.addr).await?);
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capture_is_not_ready_while_it_cannot_reach_postgres() -> Result<()> {
     let env = CaptureEnv::new("health_pg").await?;
     env.client
         .batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
         .await?;
-    let upstream = tokio::net::lookup_host((env.pg_host.as_str(), env.pg_port))
-        .await?
-        .next()
-        .expect("PostgreSQL's address");
-    let proxy = Proxy::start(upstream).await?;
+    let proxy = Relay::start(&env.pg_host, env.pg_port).await?;
     let addr = common::free_addr();
     let text = env
         .config(&format!(

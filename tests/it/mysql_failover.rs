@@ -28,7 +28,9 @@ use crate::harness::capture::{kill9, read_committed, wait_for, Seen};
 use crate::harness::checks::dead_letters;
 use crate::harness::common::{kafka_brokers, unique};
 use crate::harness::e2e::{summary, Pipeline};
+use crate::harness::relay::Relay;
 use crate::mysql_binlog::{admin, capture_opts, server_id};
+use crate::mysql_capture::{mariadb_relay, BINLOG_HELD};
 
 const MARIADBD: &str = "/usr/sbin/mariadbd";
 const INSTALL_DB: &str = "mariadb-install-db";
@@ -191,12 +193,6 @@ impl Drop for Replica {
 }
 
 /// Capture's configuration for the server at `port`.
-/// Capture's Kafka transaction size: the large source transaction spans
-/// forty of them, so a kill once two are in Kafka lands inside it even when
-/// the test is slow to see them (with 1000, one late look saw it all
-/// committed).
-const BATCH: usize = 100;
-
 fn capture_config(prefix: &str, db: &str, port: u16, replica_id: u32) -> String {
     let opts = capture_opts();
     format!(
@@ -205,7 +201,7 @@ fn capture_config(prefix: &str, db: &str, port: u16, replica_id: u32) -> String 
          database.user = \"{user}\"\ndatabase.password = \"{pass}\"\n\
          database.include.list = \"{db}\"\ndatabase.server.id = {replica_id}\n\
          kafka.bootstrap.servers = \"{brokers}\"\nsnapshot.mode = \"no_data\"\n\
-         heartbeat.interval.ms = 500\nbatch.max.events = {BATCH}\n",
+         heartbeat.interval.ms = 500\nbatch.max.events = 1000\n",
         host = opts.ip_or_hostname(),
         user = opts.user().unwrap_or_default(),
         pass = opts.pass().unwrap_or_default(),
@@ -277,12 +273,14 @@ async fn capture_follows_the_stored_gtids_onto_a_promoted_replica() -> Result<()
         vec![format!("{prefix}.{db}.items")]
     })
     .await?;
-    let primary_port = capture_opts().tcp_port();
+    // Capture reaches the primary through a relay that can hold its
+    // binlog stream back.
+    let relay = mariadb_relay().await?;
     p.capture_config = p.env.write_config(
         "capture-mysql.toml",
-        &capture_config(&p.env.prefix, &db, primary_port, server_id()),
+        &capture_config(&p.env.prefix, &db, relay.addr.port(), server_id()),
     )?;
-    let result = failover(&mut root, &replica, &p, &table).await;
+    let result = failover(&mut root, &replica, &p, &table, &relay).await;
     let _ = root.query_drop(format!("DROP DATABASE {db}")).await;
     if result.is_err() {
         eprintln!("replica's log:\n{}", replica.error_log());
@@ -292,7 +290,13 @@ async fn capture_follows_the_stored_gtids_onto_a_promoted_replica() -> Result<()
     result
 }
 
-async fn failover(root: &mut Conn, replica: &Replica, p: &Pipeline, table: &str) -> Result<()> {
+async fn failover(
+    root: &mut Conn,
+    replica: &Replica,
+    p: &Pipeline,
+    table: &str,
+    relay: &Relay,
+) -> Result<()> {
     let topic = p.topics()[0].clone();
     let mut expected: Vec<(String, i64)> = Vec::new();
     let mut capture = p.spawn_capture()?;
@@ -305,7 +309,9 @@ async fn failover(root: &mut Conn, replica: &Replica, p: &Pipeline, table: &str)
             .await?;
         expected.push(("c".into(), id));
     }
-    // A transaction of several rows events, capture killed inside it.
+    // A transaction of several rows events, capture killed inside it
+    // (its binlog held back meanwhile).
+    relay.throttle(BINLOG_HELD);
     root.query_drop("BEGIN").await?;
     for chunk in 0..8 {
         let values: Vec<String> = (0..500)
@@ -316,8 +322,9 @@ async fn failover(root: &mut Conn, replica: &Replica, p: &Pipeline, table: &str)
     }
     root.query_drop("COMMIT").await?;
     expected.extend((0..4000).map(|i| ("c".to_string(), 10_000 + i)));
-    wait_for_end_offset(&topic, (20 + 2 * BATCH) as i64).await?;
+    wait_for_end_offset(&topic, 20 + 1500).await?;
     kill9(&mut capture);
+    relay.throttle(0);
     let partial = read_committed(std::slice::from_ref(&topic))?
         .iter()
         .filter(|r| r.value.is_some())

@@ -16,14 +16,13 @@ use serde_json::{json, Value};
 
 use crate::harness::capture::{kill9, read_committed, wait_for, Seen};
 use crate::mysql_binlog::admin;
-use crate::mysql_capture::{wait_for_end_offset, MySqlCapture};
+use crate::mysql_capture::{mariadb_relay, wait_for_end_offset, MySqlCapture, BINLOG_HELD};
 
 /// `include.query`, and the source types of `note` (by name) and of INT
 /// columns (by type).
 const SETTINGS: &str = r#"include.query = true
 column.propagate.source.type = "{db}\\.items\\.note"
 datatype.propagate.source.type = "int"
-batch.max.events = 250
 "#;
 
 fn payloads(seen: &[Seen]) -> Vec<Value> {
@@ -64,10 +63,12 @@ async fn changes(env: &MySqlCapture, at_least: usize) -> Result<Vec<Value>> {
     Ok(payloads(&committed(env, at_least).await?))
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn source_query_is_the_statement_null_in_snapshots_and_kept_across_a_kill() -> Result<()> {
     let mut root = admin().await;
     let env = MySqlCapture::with_settings("oncely_myquery", &mut root, SETTINGS).await?;
+    let relay = mariadb_relay().await?;
+    env.through(&relay)?;
     let db = env.db.clone();
     root.query_drop(format!(
         "CREATE TABLE {db}.items (id int PRIMARY KEY, note varchar(20))"
@@ -129,14 +130,14 @@ async fn source_query_is_the_statement_null_in_snapshots_and_kept_across_a_kill(
     // killed once part of it is in Kafka.
     let big = format!("INSERT INTO {db}.items SELECT seq, 'big' FROM seq_100000_to_109999");
     let last = format!("UPDATE {db}.items SET note = 'last' WHERE id = 2");
+    relay.throttle(BINLOG_HELD);
     root.query_drop("BEGIN").await?;
     root.query_drop(big.as_str()).await?;
     root.query_drop(last.as_str()).await?;
     root.query_drop("COMMIT").await?;
-    // Killed with two of its forty Kafka transactions in: inside it even
-    // when the test is slow to look.
     wait_for_end_offset(&env.topic("items"), 6 + 500).await?;
     kill9(&mut capture);
+    relay.throttle(0);
     let partial = read_committed(&[env.topic("items")])?
         .iter()
         .filter(|r| r.value.is_some())
