@@ -384,25 +384,7 @@ impl Decoder {
                 Ok(())
             }
             EventType::HEARTBEAT_EVENT | EventType::STOP_EVENT => Ok(()),
-            EventType::GTID_EVENT | EventType::GTID_TAGGED_LOG_EVENT => {
-                let g: GtidEvent = event
-                    .read_event()
-                    .map_err(|e| protocol(&self.file, start, "GTID", &e))?;
-                if let Some(tag) = g.tag() {
-                    let untagged = TxGtid::MySql(g.sid(), g.gno()).text();
-                    let (uuid, gno) = untagged.split_once(':').unwrap_or_default();
-                    return Err(MySqlSourceError::Prerequisite {
-                        setting: "gtid_next",
-                        found: format!(
-                            "a tagged GTID ({uuid}:{tag}:{gno}) at {}:{start}",
-                            self.file
-                        ),
-                        needed: "untagged GTIDs",
-                        fix: TAGGED_GTIDS,
-                    });
-                }
-                self.begin(start, Some(TxGtid::MySql(g.sid(), g.gno())), false)
-            }
+            EventType::GTID_EVENT | EventType::GTID_TAGGED_LOG_EVENT => self.gtid(event, start),
             EventType::ANONYMOUS_GTID_EVENT => self.begin(start, None, false),
             EventType::QUERY_EVENT => self.query(event, start, end, out),
             EventType::XID_EVENT => {
@@ -414,15 +396,7 @@ impl Decoder {
                 Ok(())
             }
             EventType::TABLE_MAP_EVENT => self.table_map(event, start),
-            EventType::TRANSACTION_PAYLOAD_EVENT => {
-                event
-                    .read_event::<TransactionPayloadEvent<'_>>()
-                    .map_err(|e| {
-                        payload_cut(&self.file, start, &format!("it does not parse: {e}"))
-                    })?;
-                self.payload = Some((start, end));
-                self.count()
-            }
+            EventType::TRANSACTION_PAYLOAD_EVENT => self.transaction_payload(event, start, end),
             EventType::WRITE_ROWS_EVENT
             | EventType::UPDATE_ROWS_EVENT
             | EventType::DELETE_ROWS_EVENT
@@ -439,6 +413,45 @@ impl Decoder {
             }
             _ => self.count(),
         }
+    }
+
+    /// MySQL's GTID event: a transaction begins. A tagged GTID stops the
+    /// stream: the stored GTID set has no place for its tag.
+    fn gtid(&mut self, event: &Event, start: u64) -> Result<(), MySqlSourceError> {
+        let g: GtidEvent = event
+            .read_event()
+            .map_err(|e| protocol(&self.file, start, "GTID", &e))?;
+        let gtid = TxGtid::MySql(g.sid(), g.gno());
+        if let Some(tag) = g.tag() {
+            let untagged = gtid.text();
+            let (uuid, gno) = untagged.split_once(':').unwrap_or_default();
+            return Err(MySqlSourceError::Prerequisite {
+                setting: "gtid_next",
+                found: format!(
+                    "a tagged GTID ({uuid}:{tag}:{gno}) at {}:{start}",
+                    self.file
+                ),
+                needed: "untagged GTIDs",
+                fix: TAGGED_GTIDS,
+            });
+        }
+        self.begin(start, Some(gtid), false)
+    }
+
+    /// MySQL's compressed transaction (`binlog_transaction_compression`):
+    /// its events, unpacked by the replica stream, come next and take its
+    /// place ([`Self::handle`]).
+    fn transaction_payload(
+        &mut self,
+        event: &Event,
+        start: u64,
+        end: u64,
+    ) -> Result<(), MySqlSourceError> {
+        event
+            .read_event::<TransactionPayloadEvent<'_>>()
+            .map_err(|e| payload_cut(&self.file, start, &format!("it does not parse: {e}")))?;
+        self.payload = Some((start, end));
+        self.count()
     }
 
     /// An event type neither mysql_common nor this decoder knows. A server
@@ -826,7 +839,6 @@ fn is_file_header(raw: u8) -> bool {
     )
 }
 
-/// An event at `file:start` that does not decode.
 /// Whether an event of type `ty` may come from inside a compressed
 /// transaction: any but those that open a transaction, carry another
 /// payload, or come from the file or the dump rather than a transaction.
@@ -858,6 +870,7 @@ fn payload_cut(file: &str, start: u64, why: &str) -> MySqlSourceError {
     }
 }
 
+/// An event at `file:start` that does not decode.
 fn protocol(file: &str, start: u64, what: &str, e: &dyn std::fmt::Display) -> MySqlSourceError {
     MySqlSourceError::Protocol(format!("{what} at {file}:{start}: {e}"))
 }
