@@ -79,7 +79,7 @@ impl MySqlCapture {
              database.user = \"{user}\"\ndatabase.password = \"{pass}\"\n\
              database.include.list = \"{db}\"\ndatabase.server.id = {id}\n\
              kafka.bootstrap.servers = \"{brokers}\"\noffset.storage.topic = \"{offsets_topic}\"\n\
-             {settings}{batch}{heartbeat}",
+             {settings}batch.max.events = 1000\n{heartbeat}",
             host = opts.ip_or_hostname(),
             port = opts.tcp_port(),
             user = opts.user().unwrap_or_default(),
@@ -87,11 +87,6 @@ impl MySqlCapture {
             id = server_id(),
             brokers = kafka_brokers(),
             settings = settings.replace("{db}", &db),
-            batch = if settings.contains("batch.max.events") {
-                ""
-            } else {
-                "batch.max.events = 1000\n"
-            },
             heartbeat = if settings.contains("heartbeat.interval.ms") {
                 ""
             } else {
@@ -769,7 +764,8 @@ async fn the_heartbeat_reports_the_binlog_capture_needs_and_commits_when_idle() 
     Ok(())
 }
 
-/// Waits until partition 0 of `topic` ends at `offset` or later.
+/// Waits until partition 0 of `topic` ends at `offset` or later (records
+/// of open Kafka transactions count).
 pub(crate) async fn wait_for_end_offset(topic: &str, offset: i64) -> Result<()> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", kafka_brokers())
@@ -777,7 +773,10 @@ pub(crate) async fn wait_for_end_offset(topic: &str, offset: i64) -> Result<()> 
         .create()?;
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let (_, high) = consumer.fetch_watermarks(topic, 0, Duration::from_secs(5))?;
+        // The topic appears with capture's first records.
+        let high = consumer
+            .fetch_watermarks(topic, 0, Duration::from_secs(5))
+            .map_or(-1, |(_, high)| high);
         if high >= offset {
             return Ok(());
         }

@@ -21,8 +21,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::ClientConfig;
 
 use crate::harness::capture::{kill9, read_committed, wait_for, Seen};
 use crate::harness::checks::dead_letters;
@@ -30,7 +28,7 @@ use crate::harness::common::{kafka_brokers, unique};
 use crate::harness::e2e::{summary, Pipeline};
 use crate::harness::relay::Relay;
 use crate::mysql_binlog::{admin, capture_opts, server_id};
-use crate::mysql_capture::{mariadb_relay, BINLOG_HELD};
+use crate::mysql_capture::{mariadb_relay, wait_for_end_offset, BINLOG_HELD};
 
 const MARIADBD: &str = "/usr/sbin/mariadbd";
 const INSTALL_DB: &str = "mariadb-install-db";
@@ -232,29 +230,6 @@ async fn wait_for_stream(p: &Pipeline, opened: usize) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
-}
-
-/// Waits until partition 0 of `topic` ends at `offset` or later (records
-/// of open Kafka transactions count).
-async fn wait_for_end_offset(topic: &str, offset: i64) -> Result<()> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
-        .set("group.id", unique("failover"))
-        .create()?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        // The topic appears with capture's first records.
-        let high = consumer
-            .fetch_watermarks(topic, 0, Duration::from_secs(5))
-            .map_or(-1, |(_, high)| high);
-        if high >= offset {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("{topic} ends at {high}, not yet {offset}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
